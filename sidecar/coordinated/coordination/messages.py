@@ -1,0 +1,206 @@
+"""The peer protocol's messages. Every message is one-way; a reply is a message sent back to the sender.
+
+They are tagged msgspec structs, so the sidecar's transport encodes and validates them without
+hand-written serialization, and the simulator passes them around as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from coordinated.coordination.client import ClientRequest, ClientResult
+from coordinated.coordination.state import ClusterState, ClusterStateDiff, DiscoveryNode
+
+
+class Join(msgspec.Struct, frozen=True):
+    """A vote by `voter_id` for `target_id` as master in `term`."""
+
+    voter_id: str
+    target_id: str
+    term: int
+    last_accepted_term: int
+    last_accepted_version: int
+
+
+class _Message(msgspec.Struct, frozen=True, tag_field="type"):
+    pass
+
+
+class PeersRequest(_Message, frozen=True, tag="peers"):
+    source: DiscoveryNode
+    known_peers: tuple[DiscoveryNode, ...]
+    cluster_name: str
+
+
+class PeersResponse(_Message, frozen=True, tag="peers_response"):
+    source: DiscoveryNode
+    master: DiscoveryNode | None
+    known_peers: tuple[DiscoveryNode, ...]
+    term: int
+
+
+class PreVoteRequest(_Message, frozen=True, tag="pre_vote"):
+    source: DiscoveryNode
+    current_term: int
+
+
+class PreVoteResponse(_Message, frozen=True, tag="pre_vote_response"):
+    source: DiscoveryNode
+    current_term: int
+    last_accepted_term: int
+    last_accepted_version: int
+
+
+class StartJoinRequest(_Message, frozen=True, tag="start_join"):
+    """Asks the receiver to join `candidate` in `term` (sent by the candidate itself, or by an abdicating
+    master on the candidate's behalf)."""
+
+    candidate: DiscoveryNode
+    term: int
+
+
+class JoinRequest(_Message, frozen=True, tag="join"):
+    source: DiscoveryNode
+    request_id: int
+    min_term: int
+    join: Join | None
+    cluster_uuid: str
+    cluster_uuid_committed: bool
+
+
+class JoinResponse(_Message, frozen=True, tag="join_response"):
+    request_id: int
+    ok: bool
+    reason: str = ""
+
+
+class PublishRequest(_Message, frozen=True, tag="publish"):
+    """Carries either the whole state or a diff against the receiver's last-accepted state."""
+
+    source: DiscoveryNode
+    term: int
+    version: int
+    state: ClusterState | None = None
+    diff: ClusterStateDiff | None = None
+
+
+class PublishResponse(_Message, frozen=True, tag="publish_response"):
+    source_id: str
+    term: int
+    version: int
+    ok: bool
+    join: Join | None = None
+    need_full_state: bool = False
+    reason: str = ""
+
+
+class ApplyCommit(_Message, frozen=True, tag="apply_commit"):
+    source_id: str
+    term: int
+    version: int
+
+
+class ApplyCommitResponse(_Message, frozen=True, tag="apply_commit_response"):
+    source_id: str
+    term: int
+    version: int
+    ok: bool
+
+
+class FollowerCheck(_Message, frozen=True, tag="follower_check"):
+    source: DiscoveryNode
+    term: int
+    request_id: int
+
+
+class FollowerCheckResponse(_Message, frozen=True, tag="follower_check_response"):
+    source_id: str
+    request_id: int
+    ok: bool
+    term: int
+
+
+class LeaderCheck(_Message, frozen=True, tag="leader_check"):
+    source_id: str
+    request_id: int
+
+
+class LeaderCheckResponse(_Message, frozen=True, tag="leader_check_response"):
+    request_id: int
+    ok: bool
+    reason: str = ""
+
+
+class LeadershipProbe(_Message, frozen=True, tag="leadership_probe"):
+    """For a linearizable read: is the sender still master in `term`?"""
+
+    source_id: str
+    term: int
+    request_id: int
+
+
+class LeadershipProbeResponse(_Message, frozen=True, tag="leadership_probe_response"):
+    source_id: str
+    term: int
+    request_id: int
+    ok: bool
+
+
+class ForwardedRequest(_Message, frozen=True, tag="forwarded_request"):
+    source_id: str
+    request_id: int
+    request: ClientRequest
+
+
+class ForwardedResponse(_Message, frozen=True, tag="forwarded_response"):
+    request_id: int
+    result: ClientResult
+
+
+Message = (
+    PeersRequest
+    | PeersResponse
+    | PreVoteRequest
+    | PreVoteResponse
+    | StartJoinRequest
+    | JoinRequest
+    | JoinResponse
+    | PublishRequest
+    | PublishResponse
+    | ApplyCommit
+    | ApplyCommitResponse
+    | FollowerCheck
+    | FollowerCheckResponse
+    | LeaderCheck
+    | LeaderCheckResponse
+    | LeadershipProbe
+    | LeadershipProbeResponse
+    | ForwardedRequest
+    | ForwardedResponse
+)
+
+
+class Envelope(msgspec.Struct, frozen=True):
+    """What the transport carries: the sender's transport address and one message."""
+
+    sender: str
+    message: Message
+
+
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(Envelope)
+
+
+def encode_envelope(envelope: Envelope) -> bytes:
+    return _ENCODER.encode(envelope)
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    """Raises msgspec.ValidationError or msgspec.DecodeError with a message saying what is wrong."""
+    return _DECODER.decode(data)
+
+
+def message_type(message: Any) -> str:
+    return str(type(message).__struct_config__.tag)

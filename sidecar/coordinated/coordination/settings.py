@@ -1,0 +1,300 @@
+"""Node settings with Elasticsearch names, defaults and units (DESIGN section 4).
+
+Settings arrive as strings (`-E key=value`, pod config, `PUT /_cluster/settings`). Each one is parsed and
+validated here; an unknown, invalid or retired (Zen1) setting raises `SettingsError` naming the setting.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+_TIME_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_TIME_VALUE = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+NO_MASTER_BLOCKS = ("all", "write", "metadata_write")
+
+
+class SettingsError(ValueError):
+    """A setting is unknown, malformed, out of range, or retired."""
+
+
+def parse_time_ms(value: str) -> int:
+    match = _TIME_VALUE.match(value)
+    if not match:
+        raise ValueError(f"expected a time value such as 500ms, 1s or 2m, got [{value}]")
+    return int(match.group(1)) * _TIME_UNITS_MS[match.group(2)]
+
+
+def format_time_ms(ms: int) -> str:
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms % size == 0 and ms >= size:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def parse_bool(value: str) -> bool:
+    if value in ("true", "false"):
+        return value == "true"
+    raise ValueError(f"expected [true] or [false], got [{value}]")
+
+
+def parse_list(value: str) -> tuple[str, ...]:
+    stripped = value.strip()
+    if stripped.startswith("[") and stripped.endswith("]"):
+        stripped = stripped[1:-1]
+    return tuple(item.strip() for item in stripped.split(",") if item.strip())
+
+
+def parse_roles(value: str) -> tuple[str, ...]:
+    roles = parse_list(value)
+    unknown = [role for role in roles if role != "master"]
+    if unknown:
+        raise ValueError(f"unknown node roles {unknown}; the only role is [master], or [] for none")
+    return roles
+
+
+def parse_node_name(value: str) -> str:
+    if not _NODE_NAME.match(value):
+        raise ValueError(
+            f"[{value}] is not a valid node name: use 1-63 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def parse_node_names(value: str) -> tuple[str, ...]:
+    return tuple(parse_node_name(name) for name in parse_list(value))
+
+
+def parse_seed_hosts(value: str) -> tuple[str, ...]:
+    hosts = parse_list(value)
+    for host in hosts:
+        _, sep, port = host.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"seed host [{host}] must be host:port with a transport port")
+    return hosts
+
+
+def parse_no_master_block(value: str) -> str:
+    if value not in NO_MASTER_BLOCKS:
+        raise ValueError(f"expected one of {list(NO_MASTER_BLOCKS)}, got [{value}]")
+    return value
+
+
+def _positive(parser: Callable[[str], int]) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        parsed = parser(value)
+        if parsed <= 0:
+            raise ValueError(f"must be positive, got [{value}]")
+        return parsed
+
+    return parse
+
+
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            parsed = int(value)
+        except ValueError:
+            raise ValueError(f"expected an integer, got [{value}]") from None
+        if parsed < minimum:
+            raise ValueError(f"must be at least {minimum}, got [{value}]")
+        return parsed
+
+    return parse
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    parse: Callable[[str], Any]
+    default: str | None  # None: required, or absent unless given
+    dynamic: bool = False
+    required: bool = False
+
+
+@dataclass
+class SettingsRegistry:
+    """The known settings. The sidecar registers its own on top of the coordination ones."""
+
+    settings: dict[str, Setting] = field(default_factory=dict)
+
+    def register(self, setting: Setting) -> None:
+        self.settings[setting.name] = setting
+
+    def parse(self, raw: Mapping[str, str]) -> dict[str, Any]:
+        """Validate every raw setting and fill in defaults. Raises SettingsError naming the setting."""
+        parsed: dict[str, Any] = {}
+        for name, value in raw.items():
+            parsed[name] = self.parse_one(name, value)
+        for name, setting in self.settings.items():
+            if name in parsed:
+                continue
+            if setting.required:
+                raise SettingsError(f"setting [{name}] is required")
+            if setting.default is not None:
+                parsed[name] = setting.parse(setting.default)
+        return parsed
+
+    def parse_one(self, name: str, value: str) -> Any:
+        retired = retired_setting_message(name)
+        if retired:
+            raise SettingsError(retired)
+        setting = self.settings.get(name)
+        if setting is None:
+            raise SettingsError(f"unknown setting [{name}]")
+        if not isinstance(value, str):
+            raise SettingsError(f"setting [{name}] must be given as a string, got {type(value).__name__}")
+        try:
+            return setting.parse(value)
+        except ValueError as error:
+            raise SettingsError(f"invalid value for setting [{name}]: {error}") from None
+
+    def validate_dynamic(self, updates: Mapping[str, str | None]) -> dict[str, Any]:
+        """Check a `PUT /_cluster/settings` body; None resets a setting to its default."""
+        checked: dict[str, Any] = {}
+        for name, value in updates.items():
+            setting = self.settings.get(name)
+            if setting is not None and not setting.dynamic:
+                raise SettingsError(f"setting [{name}] is not dynamically updateable")
+            checked[name] = None if value is None else self.parse_one(name, value)
+        return checked
+
+
+def retired_setting_message(name: str) -> str | None:
+    if name == "discovery.zen.minimum_master_nodes":
+        return (
+            "setting [discovery.zen.minimum_master_nodes] is from Zen1 discovery and is not supported: "
+            "the voting configuration now sets the quorum automatically; use cluster.initial_master_nodes "
+            "to bootstrap a new cluster"
+        )
+    if name.startswith("discovery.zen."):
+        replacement = {
+            "discovery.zen.ping.unicast.hosts": "discovery.seed_hosts",
+            "discovery.zen.hosts_provider": "discovery.seed_hosts",
+            "discovery.zen.no_master_block": "cluster.no_master_block",
+            "discovery.zen.commit_timeout": "cluster.publish.timeout",
+            "discovery.zen.publish_timeout": "cluster.publish.timeout",
+            "discovery.zen.fd.ping_interval": "cluster.fault_detection.*.interval",
+            "discovery.zen.fd.ping_timeout": "cluster.fault_detection.*.timeout",
+            "discovery.zen.fd.ping_retries": "cluster.fault_detection.*.retry_count",
+        }.get(name, "the cluster.* and discovery.* settings of Zen2 discovery")
+        return f"setting [{name}] is from Zen1 discovery and is not supported; use {replacement} instead"
+    return None
+
+
+def coordination_registry() -> SettingsRegistry:
+    registry = SettingsRegistry()
+    time = _positive(parse_time_ms)
+    for setting in (
+        Setting("cluster.name", parse_node_name, "coordinated"),
+        Setting("node.name", parse_node_name, None, required=True),
+        Setting("node.roles", parse_roles, "master"),
+        Setting("discovery.seed_hosts", parse_seed_hosts, ""),
+        Setting("cluster.initial_master_nodes", parse_node_names, ""),
+        Setting("discovery.find_peers_interval", time, "1s"),
+        Setting("discovery.cluster_formation_warning_timeout", time, "10s"),
+        Setting("cluster.election.initial_timeout", time, "100ms"),
+        Setting("cluster.election.back_off_time", time, "100ms"),
+        Setting("cluster.election.max_timeout", time, "10s"),
+        Setting("cluster.election.duration", time, "500ms"),
+        Setting("cluster.fault_detection.leader_check.interval", time, "1s"),
+        Setting("cluster.fault_detection.leader_check.timeout", time, "10s"),
+        Setting("cluster.fault_detection.leader_check.retry_count", _int_at_least(1), "3"),
+        Setting("cluster.fault_detection.follower_check.interval", time, "1s"),
+        Setting("cluster.fault_detection.follower_check.timeout", time, "10s"),
+        Setting("cluster.fault_detection.follower_check.retry_count", _int_at_least(1), "3"),
+        Setting("cluster.publish.timeout", time, "30s", dynamic=True),
+        Setting("cluster.follower_lag.timeout", time, "90s", dynamic=True),
+        Setting("cluster.no_master_block", parse_no_master_block, "write", dynamic=True),
+        Setting("cluster.auto_shrink_voting_configuration", parse_bool, "true", dynamic=True),
+        Setting("cluster.max_voting_config_exclusions", _int_at_least(1), "10", dynamic=True),
+    ):
+        registry.register(setting)
+    return registry
+
+
+@dataclass(frozen=True)
+class CoordinationSettings:
+    """The parsed settings the protocol core needs; durations in milliseconds."""
+
+    cluster_name: str = "coordinated"
+    node_name: str = "node"
+    master_eligible: bool = True
+    seed_hosts: tuple[str, ...] = ()
+    initial_master_nodes: tuple[str, ...] = ()
+    find_peers_interval: int = 1000
+    cluster_formation_warning_timeout: int = 10_000
+    election_initial_timeout: int = 100
+    election_back_off_time: int = 100
+    election_max_timeout: int = 10_000
+    election_duration: int = 500
+    leader_check_interval: int = 1000
+    leader_check_timeout: int = 10_000
+    leader_check_retry_count: int = 3
+    follower_check_interval: int = 1000
+    follower_check_timeout: int = 10_000
+    follower_check_retry_count: int = 3
+    publish_timeout: int = 30_000
+    follower_lag_timeout: int = 90_000
+    no_master_block: str = "write"
+    auto_shrink_voting_configuration: bool = True
+    max_voting_config_exclusions: int = 10
+
+    @classmethod
+    def from_parsed(cls, parsed: Mapping[str, Any]) -> CoordinationSettings:
+        return cls(
+            cluster_name=parsed["cluster.name"],
+            node_name=parsed["node.name"],
+            master_eligible="master" in parsed["node.roles"],
+            seed_hosts=parsed["discovery.seed_hosts"],
+            initial_master_nodes=parsed["cluster.initial_master_nodes"],
+            find_peers_interval=parsed["discovery.find_peers_interval"],
+            cluster_formation_warning_timeout=parsed["discovery.cluster_formation_warning_timeout"],
+            election_initial_timeout=parsed["cluster.election.initial_timeout"],
+            election_back_off_time=parsed["cluster.election.back_off_time"],
+            election_max_timeout=parsed["cluster.election.max_timeout"],
+            election_duration=parsed["cluster.election.duration"],
+            leader_check_interval=parsed["cluster.fault_detection.leader_check.interval"],
+            leader_check_timeout=parsed["cluster.fault_detection.leader_check.timeout"],
+            leader_check_retry_count=parsed["cluster.fault_detection.leader_check.retry_count"],
+            follower_check_interval=parsed["cluster.fault_detection.follower_check.interval"],
+            follower_check_timeout=parsed["cluster.fault_detection.follower_check.timeout"],
+            follower_check_retry_count=parsed["cluster.fault_detection.follower_check.retry_count"],
+            publish_timeout=parsed["cluster.publish.timeout"],
+            follower_lag_timeout=parsed["cluster.follower_lag.timeout"],
+            no_master_block=parsed["cluster.no_master_block"],
+            auto_shrink_voting_configuration=parsed["cluster.auto_shrink_voting_configuration"],
+            max_voting_config_exclusions=parsed["cluster.max_voting_config_exclusions"],
+        )
+
+    @classmethod
+    def from_strings(cls, raw: Mapping[str, str]) -> CoordinationSettings:
+        return cls.from_parsed(coordination_registry().parse(raw))
+
+    def with_dynamic(self, persistent: Mapping[str, str]) -> CoordinationSettings:
+        """Overlay the cluster-wide dynamic settings of the applied state on the node's own."""
+        if not persistent:
+            return self
+        registry = coordination_registry()
+        overrides: dict[str, Any] = {}
+        names = {
+            "cluster.publish.timeout": "publish_timeout",
+            "cluster.follower_lag.timeout": "follower_lag_timeout",
+            "cluster.no_master_block": "no_master_block",
+            "cluster.auto_shrink_voting_configuration": "auto_shrink_voting_configuration",
+            "cluster.max_voting_config_exclusions": "max_voting_config_exclusions",
+        }
+        for name, attribute in names.items():
+            if name in persistent:
+                try:
+                    overrides[attribute] = registry.parse_one(name, persistent[name])
+                except SettingsError:
+                    continue  # validated before it was committed; ignore rather than crash
+        if not overrides:
+            return self
+        return replace(self, **overrides)

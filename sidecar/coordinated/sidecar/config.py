@@ -1,0 +1,145 @@
+"""The node's settings: the coordination core's registry plus the sidecar's own, validated at startup."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coordinated.coordination.settings import (
+    CoordinationSettings,
+    Setting,
+    SettingsError,
+    SettingsRegistry,
+    coordination_registry,
+    parse_bool,
+    parse_time_ms,
+)
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
+
+
+def parse_byte_size(value: str) -> int:
+    match = _SIZE.match(value)
+    if not match:
+        raise ValueError(f"expected a byte size such as 512kb or 1mb, got [{value}]")
+    size = int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "b").lower()]
+    if size <= 0:
+        raise ValueError(f"must be positive, got [{value}]")
+    return size
+
+
+def parse_secret_file(value: str) -> str:
+    # Read at startup so that a missing or empty secret stops the node instead of running unauthenticated.
+    path = Path(value)
+    try:
+        secret = path.read_bytes().strip()
+    except OSError as error:
+        raise ValueError(f"cannot read [{value}]: {error.strerror or error}") from None
+    if len(secret) < 16:
+        raise ValueError(f"the secret in [{value}] is shorter than 16 bytes")
+    return str(path)
+
+
+def parse_positive_int(value: str) -> int:
+    try:
+        parsed = int(value)
+    except ValueError:
+        raise ValueError(f"expected an integer, got [{value}]") from None
+    if parsed <= 0:
+        raise ValueError(f"must be positive, got [{value}]")
+    return parsed
+
+
+def parse_non_negative_int(value: str) -> int:
+    try:
+        parsed = int(value)
+    except ValueError:
+        raise ValueError(f"expected an integer, got [{value}]") from None
+    if parsed < 0:
+        raise ValueError(f"must not be negative, got [{value}]")
+    return parsed
+
+
+def _time(value: str) -> int:
+    parsed = parse_time_ms(value)
+    if parsed <= 0:
+        raise ValueError(f"must be positive, got [{value}]")
+    return parsed
+
+
+SIDECAR_SETTINGS = (
+    Setting("transport.secret_file", parse_secret_file, None),
+    Setting("transport.request_timeout", _time, "10s"),
+    Setting("transport.connect_timeout", _time, "1s"),
+    Setting("transport.retries", parse_non_negative_int, "2"),
+    Setting("transport.queue_size", parse_positive_int, "10000"),
+    Setting("http.max_content_length", parse_byte_size, "1mb"),
+    Setting("history.segment_size", parse_byte_size, "16mb"),
+    Setting("history.fsync", parse_bool, "false"),
+    Setting("hooks.timeout", _time, "5s"),
+)
+
+
+def sidecar_registry() -> SettingsRegistry:
+    registry = coordination_registry()
+    for setting in SIDECAR_SETTINGS:
+        registry.register(setting)
+    return registry
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Everything a node needs, parsed and validated."""
+
+    data_dir: Path
+    host: str
+    http_port: int
+    transport_port: int
+    raw: dict[str, str]
+    parsed: dict[str, Any]
+    coordination: CoordinationSettings
+
+    @property
+    def transport_address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.transport_port}"
+
+    def get(self, name: str) -> Any:
+        return self.parsed.get(name)
+
+
+def build_config(
+    *, name: str, data_dir: str, host: str, http_port: int, transport_port: int, overrides: Mapping[str, str]
+) -> NodeConfig:
+    """Raises SettingsError naming the setting that is wrong."""
+    raw = dict(overrides)
+    if "node.name" in raw and raw["node.name"] != name:
+        raise SettingsError(f"setting [node.name] is [{raw['node.name']}] but --name is [{name}]; give only one")
+    raw["node.name"] = name
+    for port_name, port in (("--http-port", http_port), ("--transport-port", transport_port)):
+        if not 0 < port < 65536:
+            raise SettingsError(f"{port_name} must be between 1 and 65535, got {port}")
+    if http_port == transport_port:
+        raise SettingsError("--http-port and --transport-port must differ")
+    registry = sidecar_registry()
+    parsed = registry.parse(raw)
+    return NodeConfig(
+        data_dir=Path(data_dir),
+        host=host,
+        http_port=http_port,
+        transport_port=transport_port,
+        raw=raw,
+        parsed=parsed,
+        coordination=CoordinationSettings.from_parsed(parsed),
+    )
+
+
+def parse_e_option(option: str) -> tuple[str, str]:
+    name, sep, value = option.partition("=")
+    if not sep or not name.strip():
+        raise SettingsError(f"-E expects key=value, got [{option}]")
+    return name.strip(), value
