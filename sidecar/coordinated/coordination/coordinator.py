@@ -93,6 +93,7 @@ from coordinated.coordination.state import (
 from coordinated.coordination.timers import Timers
 
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
+JOIN_TIMEOUT_MS = 10_000
 
 
 class Mode(StrEnum):
@@ -145,6 +146,7 @@ class Coordinator:
         self.applied_state = persisted.last_accepted_state.replace(master_node=None)
         self.last_join: Join | None = None
         self.last_applied: tuple[int, int] = (0, 0)
+        self.next_vote_collection_at = 0
         self.stopped = False
         self.timers = Timers()
         self._out: list[Effect] = []
@@ -157,6 +159,7 @@ class Coordinator:
         self.peers_seen_terms: dict[str, int] = {}
         self.discovered_master: DiscoveryNode | None = None
         self.join_request_in_flight: str | None = None
+        self.join_retry_at = 0
         # elections
         self.election_attempt = 0
         self.pre_vote_round = 0
@@ -584,9 +587,10 @@ class Coordinator:
         if master.id == self.local_node.id:
             return
         self.discovered_master = master
-        if self.join_request_in_flight == master.transport_address:
-            return
+        if self.join_request_in_flight == master.transport_address and self.now < self.join_retry_at:
+            return  # wait for the answer; a lost request is retried after the join timeout
         self.join_request_in_flight = master.transport_address
+        self.join_retry_at = self.now + JOIN_TIMEOUT_MS
         join = self.last_join
         if join is not None and (join.target_id != master.id or join.term != self.current_term):
             join = None
@@ -1016,6 +1020,10 @@ class Coordinator:
             full = PublishRequest(self.local_node, publication.state.term, publication.version, state=publication.state)
             self._send(node.transport_address, full)
             return
+        if not response.ok and node.id == self.local_node.id:
+            # The master must hold what it publishes; without its own copy it cannot go on as master.
+            self._fail_publication(f"the master did not accept its own publication: {response.reason}")
+            return
         if not response.ok:
             self._log("debug", f"{node.name} rejected publication of version {publication.version}: {response.reason}")
             self._publication_target_failed(node.id, response.reason)
@@ -1032,7 +1040,7 @@ class Coordinator:
             publication.committed_at = self.now
             publication.quorum = tuple(sorted(self.coordination_state.publish_votes))
             self._history("committed", publication.state, quorum=list(publication.quorum))
-            for node_id in publication.ids_in(TargetState.ACKED):
+            for node_id in sorted(publication.ids_in(TargetState.ACKED)):
                 self._send_apply_commit(publication, node_id)
         elif publication.committed:
             self._send_apply_commit(publication, node.id)
@@ -1096,6 +1104,10 @@ class Coordinator:
         self.publication = None
         self.timers.cancel("publish_timeout")
         state = self.last_accepted_state  # committed: last committed config caught up with the accepted one
+        if state.state_uuid != publication.state.state_uuid:
+            raise AssertionError(
+                f"completing publication of {publication.state.state_uuid} but holding {state.state_uuid}"
+            )
         self._apply(state)
         self.applied_in_current_term = True
         self._publication_finished(publication, committed=True)
@@ -1126,11 +1138,52 @@ class Coordinator:
             if candidates:
                 self._abdicate_to(self.rng.choice(candidates))
                 return
+        self._improve_voting_configuration(state)
+        self._run_master_service()
+
+    def _improve_voting_configuration(self, state: ClusterState) -> None:
+        if self._collect_missing_votes(state):
+            return
         if self._improve_configuration(state) != state and not any(
             task.source == "reconfigure" for task in self.master_service.pending
         ):
             self.master_service.add(Task("reconfigure", Priority.URGENT, ("reconfigure", None), lambda result: None))
-        self._run_master_service()
+            self._run_master_service()
+
+    def _collect_missing_votes(self, state: ClusterState) -> bool:
+        """Start a new term if the best configuration needs votes that this term cannot give.
+
+        A node that rejoins in the master's current term, having voted for someone else in it, cannot vote
+        for this master until the next term; without its vote it cannot enter the voting configuration.
+        """
+        if self.now < self.next_vote_collection_at or state.last_committed_config != state.last_accepted_config:
+            return False
+        excluded = state.coordination.excluded_ids()
+        healthy = {
+            node.id
+            for node in state.nodes.values()
+            if node.master_eligible
+            and node.id not in excluded
+            and (node.id == self.local_node.id or self.node_applied_version.get(node.id, 0) >= state.version)
+        }
+        desired = reconfigure(
+            healthy,
+            excluded,
+            self.local_node.id,
+            state.last_accepted_config,
+            self.settings.auto_shrink_voting_configuration,
+        )
+        if desired == state.last_accepted_config or self._improve_configuration(state) != state:
+            return False
+        missing = [
+            node_id for node_id in desired.node_ids if not self.coordination_state.contains_join_vote_from(node_id)
+        ]
+        if not missing:
+            return False
+        self.next_vote_collection_at = self.now + self.settings.election_max_timeout
+        self._log("info", f"starting a new term to collect the votes of {missing} for the voting configuration")
+        self._start_election()
+        return True
 
     def _abdication_candidates(self, require_not_excluded: bool) -> list[DiscoveryNode]:
         state = self.last_accepted_state
@@ -1225,6 +1278,9 @@ class Coordinator:
             return
         except OSError as error:
             self._log("warning", f"failed to persist the commit: {error}")
+            if commit.source_id == self.local_node.id:
+                self._become_candidate(f"failed to persist the commit of version {commit.version}")
+                return
             self._send(sender, ApplyCommitResponse(self.local_node.id, commit.term, commit.version, ok=False))
             return
         state = self.last_accepted_state
@@ -1288,7 +1344,24 @@ class Coordinator:
             return
         self.timers.cancel(("follower_check_timeout", node_id))
         self.follower_failures[node_id] = 0
+        self._catch_up(node_id, response)
         self._schedule_follower_check(node_id, self.now + self.settings.follower_check_interval)
+
+    def _catch_up(self, node_id: str, response: FollowerCheckResponse) -> None:
+        """Resend what a follower missed (a lost publication or commit) instead of waiting for the lag detector."""
+        state = self.last_accepted_state
+        node = state.nodes.get(node_id)
+        self.node_applied_version[node_id] = max(self.node_applied_version.get(node_id, 0), response.applied_version)
+        if self.publication is not None or node is None:
+            return
+        if response.applied_version >= state.version:
+            if node.master_eligible and node_id not in state.last_accepted_config and self.applied_in_current_term:
+                self._improve_voting_configuration(state)  # a healthy node that could vote but does not yet
+            return
+        if (response.accepted_term, response.accepted_version) < (state.term, state.version):
+            self._send(node.transport_address, PublishRequest(self.local_node, state.term, state.version, state=state))
+        elif (response.accepted_term, response.accepted_version) == (state.term, state.version):
+            self._send(node.transport_address, ApplyCommit(self.local_node.id, state.term, state.version))
 
     def _follower_check_failed(self, request_id: int, address: str, disconnected: bool) -> None:
         node_id = self._node_id_at(address)
@@ -1332,7 +1405,15 @@ class Coordinator:
             ok = True
         self._send(
             leader.transport_address,
-            FollowerCheckResponse(self.local_node.id, request.request_id, ok, self.current_term),
+            FollowerCheckResponse(
+                self.local_node.id,
+                request.request_id,
+                ok,
+                self.current_term,
+                accepted_term=self.last_accepted_state.term,
+                accepted_version=self.last_accepted_state.version,
+                applied_version=self.last_applied[1],
+            ),
         )
 
     # lag detection: a node that does not apply a committed state in time is removed
@@ -1351,11 +1432,16 @@ class Coordinator:
     def _check_lag(self, node_id: str, version: int) -> None:
         if self.mode is not Mode.LEADER or node_id not in self.last_accepted_state.nodes:
             return
-        if self.node_applied_version.get(node_id, 0) < version:
+        applied = self.node_applied_version.get(node_id, 0)
+        if applied < version:
             self.lagging_nodes_removed += 1
             self._remove_node(
                 node_id, f"lagging: has not applied version {version} within cluster.follower_lag.timeout"
             )
+        elif applied < self.last_accepted_state.version:
+            latest = self.last_accepted_state.version
+            deadline = self.now + self.settings.follower_lag_timeout
+            self.timers.schedule(("lag", node_id), deadline, partial(self._check_lag, node_id, latest))
 
     # ------------------------------------------------------------------------------------------------------
     # fault detection: followers check their leader

@@ -120,6 +120,10 @@ class FollowerCheckResponse(_Message, frozen=True, tag="follower_check_response"
     request_id: int
     ok: bool
     term: int
+    # So that the leader can bring a follower that missed a message up to date without waiting.
+    accepted_term: int = 0
+    accepted_version: int = 0
+    applied_version: int = 0
 
 
 class LeaderCheck(_Message, frozen=True, tag="leader_check"):

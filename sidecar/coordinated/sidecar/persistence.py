@@ -35,7 +35,7 @@ def atomic_write(path: Path, payload: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, header + payload) if len(payload) < 1 << 20 else _write_all(fd, header + payload)
+        _write_all(fd, header + payload)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -144,7 +144,9 @@ def load_or_create_node_id(data_dir: Path) -> str:
             raise DataDirError(f"[{path}] is corrupt: not a node id")
         return node_id
     if (data_dir / STATE_FILE).exists():
-        raise DataDirError(f"[{path}] is missing but [{data_dir / STATE_FILE}] exists; refusing to invent a new identity")
+        raise DataDirError(
+            f"[{path}] is missing but [{data_dir / STATE_FILE}] exists; refusing to invent a new identity"
+        )
     node_id = secrets.token_hex(8)
     atomic_write(path, node_id.encode())
     return node_id

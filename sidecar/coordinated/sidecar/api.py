@@ -1,0 +1,562 @@
+"""The client API on the HTTP port (DESIGN section 6), with Elasticsearch's error shape.
+
+Every handler validates its query string (unknown parameters are refused, as Elasticsearch does) and its
+body before touching the node; the middleware turns any failure into a JSON error, so no request can take
+the node down.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from coordinated.coordination.client import (
+    AddVotingConfigExclusions,
+    ClearVotingConfigExclusions,
+    ClientResult,
+    ClusterError,
+    Committed,
+    KvDelete,
+    KvGet,
+    KvPut,
+    ReadValue,
+    UpdateSettings,
+    no_master_error,
+)
+from coordinated.coordination.settings import SettingsError, parse_node_name, parse_time_ms
+from coordinated.coordination.state import state_to_api
+from coordinated.sidecar.config import sidecar_registry
+from coordinated.sidecar.history import read_events_after
+from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
+from coordinated.sidecar.node import Node
+
+log = logging.getLogger("coordinated.api")
+NODE_KEY: web.AppKey[Node] = web.AppKey("node", Node)
+_KEY = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")
+_HOOK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_WAIT_FOR_NODES = re.compile(r"^(>=|<=|>|<|ge\(|le\(|gt\(|lt\()?(\d+)\)?$")
+DEFAULT_TIMEOUT = "30s"
+_COMMON_PARAMS = {"pretty", "human", "error_trace", "filter_path"}
+
+
+class BadRequest(Exception):
+    def __init__(self, reason: str, error_type: str = "illegal_argument_exception", status: int = 400) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.error_type = error_type
+        self.status = status
+
+
+def error_response(error_type: str, reason: str, status: int) -> web.Response:
+    return web.json_response({"error": {"type": error_type, "reason": reason}, "status": status}, status=status)
+
+
+def result_error(result: ClusterError) -> web.Response:
+    return web.json_response(result.to_api(), status=result.status)
+
+
+@web.middleware
+async def errors_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        response = await handler(request)
+    except BadRequest as error:
+        response = error_response(error.error_type, error.reason, error.status)
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[NODE_KEY].config.get("http.max_content_length")
+        reason = f"request body too large: the limit is {limit} bytes (setting http.max_content_length)"
+        response = error_response("content_too_long_exception", reason, 413)
+    except web.HTTPException as error:
+        if error.status < 400:
+            raise
+        reason = f"no handler found for uri [{request.path}] and method [{request.method}]"
+        if error.status not in (404, 405):
+            reason = error.text or error.reason
+        response = error_response(error.reason.lower().replace(" ", "_") + "_exception", reason, error.status)
+    except Exception as error:  # never let a request take the node down
+        log.exception("error handling %s %s", request.method, request.path)
+        response = error_response("internal_server_exception", f"{type(error).__name__}: {error}", 500)
+    request.app[NODE_KEY].metrics.http_requests.labels(str(response.status)).inc()
+    return response
+
+
+# -- parameter and body parsing ---------------------------------------------------------------------------
+
+
+def check_params(request: web.Request, allowed: set[str]) -> Mapping[str, str]:
+    unknown = sorted(set(request.query) - allowed - _COMMON_PARAMS)
+    if unknown:
+        raise BadRequest(
+            f"request [{request.path}] contains unrecognized parameter{'s' if len(unknown) > 1 else ''}: {unknown}"
+        )
+    for name in request.query:
+        if len(request.query.getall(name)) > 1:
+            raise BadRequest(f"parameter [{name}] is given more than once")
+    return request.query
+
+
+def param_bool(query: Mapping[str, str], name: str, default: bool) -> bool:
+    value = query.get(name)
+    if value is None:
+        return default
+    if value in ("", "true"):
+        return True
+    if value == "false":
+        return False
+    raise BadRequest(f"failed to parse value [{value}] as only [true] or [false] are allowed for parameter [{name}]")
+
+
+def param_time_ms(query: Mapping[str, str], name: str, default: str) -> int:
+    value = query.get(name, default)
+    try:
+        parsed = parse_time_ms(value)
+    except ValueError as error:
+        raise BadRequest(f"failed to parse parameter [{name}]: {error}") from None
+    if parsed > 3_600_000:
+        raise BadRequest(f"parameter [{name}] must be at most 1h, got [{value}]")
+    return parsed
+
+
+def param_int(query: Mapping[str, str], name: str, default: int | None, minimum: int = 0) -> int | None:
+    value = query.get(name)
+    if value is None:
+        return default
+    try:
+        parsed = int(value)
+    except ValueError:
+        raise BadRequest(f"failed to parse parameter [{name}]: expected an integer, got [{value}]") from None
+    if parsed < minimum:
+        raise BadRequest(f"parameter [{name}] must be at least {minimum}, got [{value}]")
+    return parsed
+
+
+def timeout_of(query: Mapping[str, str]) -> int:
+    if "timeout" in query and "master_timeout" in query:
+        raise BadRequest("give only one of [timeout] and [master_timeout]")
+    name = "master_timeout" if "master_timeout" in query else "timeout"
+    return param_time_ms(query, name, DEFAULT_TIMEOUT)
+
+
+async def read_json(request: web.Request, required: bool = True) -> Any:
+    body = await request.read()
+    if not body.strip():
+        if required:
+            raise BadRequest("request body is required", "parse_exception")
+        return None
+    try:
+        return msgspec.json.decode(body)
+    except msgspec.DecodeError as error:
+        raise BadRequest(f"malformed JSON body: {error}", "parse_exception") from None
+    except RecursionError:
+        raise BadRequest("malformed JSON body: nested too deeply", "parse_exception") from None
+
+
+def decode_body(data: Any, type_: type[Any], what: str) -> Any:
+    try:
+        return msgspec.convert(data, type_)
+    except msgspec.ValidationError as error:
+        raise BadRequest(f"invalid {what}: {error}", "x_content_parse_exception") from None
+
+
+def check_key(key: str) -> str:
+    if not _KEY.match(key):
+        raise BadRequest("a metadata key must be 1 to 256 characters without control characters")
+    return key
+
+
+async def no_body(request: web.Request) -> None:
+    if (await request.read()).strip():
+        raise BadRequest(f"request [{request.method} {request.path}] does not support having a body")
+
+
+# -- handlers ---------------------------------------------------------------------------------------------
+
+
+def setup_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/", root)
+    r.add_get("/_cluster/state", cluster_state)
+    r.add_get("/_cluster/health", cluster_health)
+    r.add_get("/_cat/master", cat_master)
+    r.add_put("/_cluster/metadata/{key}", metadata_put)
+    r.add_delete("/_cluster/metadata/{key}", metadata_delete)
+    r.add_get("/_cluster/metadata/{key}", metadata_get)
+    r.add_get("/_cluster/settings", settings_get)
+    r.add_put("/_cluster/settings", settings_put)
+    r.add_post("/_cluster/voting_config_exclusions", exclusions_add)
+    r.add_delete("/_cluster/voting_config_exclusions", exclusions_clear)
+    r.add_get("/_history", history)
+    r.add_get("/metrics", metrics)
+    r.add_get("/healthz", healthz)
+    r.add_get("/readyz", readyz)
+    r.add_get("/_hooks", hooks_list)
+    r.add_put("/_hooks/{name}", hook_put)
+    r.add_delete("/_hooks/{name}", hook_delete)
+
+
+def node_of(request: web.Request) -> Node:
+    return request.app[NODE_KEY]
+
+
+async def root(request: web.Request) -> web.Response:
+    check_params(request, set())
+    node = node_of(request)
+    assert node.coordinator is not None
+    return web.json_response(
+        {
+            "name": node.local_node.name,
+            "node_id": node.node_id,
+            "cluster_name": node.config.coordination.cluster_name,
+            "cluster_uuid": node.applied_state.cluster_uuid,
+            "transport_address": node.local_node.transport_address,
+            "mode": str(node.coordinator.mode),
+            "term": node.coordinator.current_term,
+            "tagline": "You Know, for Coordination",
+        }
+    )
+
+
+def master_not_discovered() -> web.Response:
+    return error_response("master_not_discovered_exception", "no master has been discovered yet", 503)
+
+
+async def cluster_state(request: web.Request) -> web.Response:
+    query = check_params(request, {"local", "wait_for_version", "wait_for_timeout", "master_timeout"})
+    local = param_bool(query, "local", False)
+    wait_for = param_int(query, "wait_for_version", None)
+    wait_ms = param_time_ms(query, "wait_for_timeout", "30s")
+    node = node_of(request)
+    timed_out = False
+    if wait_for is not None:
+        timed_out = not await node.wait_for_version(wait_for, wait_ms / 1000)
+    state = node.applied_state
+    if not local and state.master_node is None:
+        return master_not_discovered()
+    body = state_to_api(state)
+    if wait_for is not None:
+        body["wait_for_timed_out"] = timed_out
+    return web.json_response(body)
+
+
+def health_body(node: Node) -> dict[str, Any]:
+    assert node.coordinator is not None
+    state = node.applied_state
+    has_master = state.master_node is not None
+    nodes = state.nodes if has_master else {}
+    config_ids = set(state.last_committed_config.node_ids) | set(state.last_accepted_config.node_ids)
+    if not has_master:
+        status = "red"
+    elif all(node_id in nodes for node_id in config_ids):
+        status = "green"
+    else:
+        status = "yellow"  # a voter is missing: the cluster works, but with less fault tolerance
+    problem = node.coordinator.formation_problem
+    if problem and node.unresolved_seeds:
+        problem += f"; cannot resolve seed hosts {node.unresolved_seeds}"
+    return {
+        "cluster_name": state.cluster_name,
+        "cluster_uuid": state.cluster_uuid,
+        "status": status,
+        "timed_out": False,
+        "master_node": state.master_node,
+        "number_of_nodes": len(nodes),
+        "number_of_master_eligible_nodes": sum(1 for n in nodes.values() if n.master_eligible),
+        "formation_problem": problem,
+        "mode": str(node.coordinator.mode),
+        "term": node.coordinator.current_term,
+        "version": state.version,
+    }
+
+
+def nodes_predicate(spec: str) -> Callable[[int], bool]:
+    match = _WAIT_FOR_NODES.match(spec.strip())
+    if not match:
+        raise BadRequest(f"failed to parse parameter [wait_for_nodes]: expected N, >=N, <=N, >N or <N, got [{spec}]")
+    op, count = (match.group(1) or "").rstrip("("), int(match.group(2))
+    return {
+        "": lambda n: n == count,
+        ">=": lambda n: n >= count,
+        "ge": lambda n: n >= count,
+        "<=": lambda n: n <= count,
+        "le": lambda n: n <= count,
+        ">": lambda n: n > count,
+        "gt": lambda n: n > count,
+        "<": lambda n: n < count,
+        "lt": lambda n: n < count,
+    }[op]
+
+
+async def cluster_health(request: web.Request) -> web.Response:
+    query = check_params(request, {"wait_for_nodes", "timeout", "local", "master_timeout"})
+    param_bool(query, "local", False)
+    timeout_ms = param_time_ms(query, "timeout", "30s")
+    node = node_of(request)
+    if "wait_for_nodes" in query:
+        predicate = nodes_predicate(query["wait_for_nodes"])
+
+        def ready() -> bool:
+            return node.applied_state.master_node is not None and predicate(len(node.applied_state.nodes))
+
+        if not await node.wait_for(ready, timeout_ms / 1000):
+            body = health_body(node)
+            body["timed_out"] = True
+            return web.json_response(body, status=408)
+    return web.json_response(health_body(node))
+
+
+async def cat_master(request: web.Request) -> web.Response:
+    query = check_params(request, {"format", "v", "h", "local"})
+    fmt = query.get("format", "text")
+    if fmt not in ("json", "text"):
+        raise BadRequest(f"unsupported format [{fmt}]; use json or text")
+    node = node_of(request)
+    state = node.applied_state
+    master = state.nodes.get(state.master_node) if state.master_node else None
+    if master is None:
+        return master_not_discovered()
+    host = master.transport_address.rpartition(":")[0].strip("[]")
+    row = {"id": master.id, "host": host, "ip": host, "node": master.name}
+    if fmt == "json":
+        return web.json_response([row])
+    header = "id host ip node\n" if param_bool(query, "v", False) else ""
+    return web.Response(text=f"{header}{row['id']} {row['host']} {row['ip']} {row['node']}\n")
+
+
+def write_result(key: str, result: ClientResult) -> web.Response:
+    if isinstance(result, Committed):
+        return web.json_response({"key": key, "term": result.term, "version": result.version})
+    if isinstance(result, ClusterError):
+        return result_error(result)
+    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+
+
+async def metadata_put(request: web.Request) -> web.Response:
+    query = check_params(request, {"timeout", "master_timeout"})
+    key = check_key(request.match_info["key"])
+    timeout_ms = timeout_of(query)
+    value = await read_json(request)
+    return write_result(key, await node_of(request).submit(KvPut(key, value), timeout_ms))
+
+
+async def metadata_delete(request: web.Request) -> web.Response:
+    query = check_params(request, {"timeout", "master_timeout"})
+    key = check_key(request.match_info["key"])
+    timeout_ms = timeout_of(query)
+    await no_body(request)
+    return write_result(key, await node_of(request).submit(KvDelete(key), timeout_ms))
+
+
+def key_not_found(key: str) -> web.Response:
+    return error_response("resource_not_found_exception", f"metadata key [{key}] not found", 404)
+
+
+async def metadata_get(request: web.Request) -> web.Response:
+    query = check_params(request, {"local", "timeout", "master_timeout"})
+    key = check_key(request.match_info["key"])
+    local = param_bool(query, "local", False)
+    timeout_ms = timeout_of(query)
+    node = node_of(request)
+    if local:
+        state = node.applied_state
+        assert node.coordinator is not None
+        block = node.coordinator.settings.no_master_block
+        if state.master_node is None and block == "all":
+            return result_error(no_master_error(block))
+        if key not in state.kv:
+            return key_not_found(key)
+        return web.json_response({"key": key, "value": state.kv[key], "version": state.version})
+    result = await node.submit(KvGet(key), timeout_ms)
+    if isinstance(result, ReadValue):
+        if not result.found:
+            return key_not_found(key)
+        return web.json_response({"key": key, "value": result.value, "version": result.version})
+    if isinstance(result, ClusterError):
+        return result_error(result)
+    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+
+
+async def settings_get(request: web.Request) -> web.Response:
+    check_params(request, {"local", "include_defaults", "flat_settings"})
+    node = node_of(request)
+    return web.json_response({"persistent": dict(node.applied_state.persistent_settings), "transient": {}})
+
+
+class _SettingsBody(msgspec.Struct, forbid_unknown_fields=True):
+    persistent: dict[str, Any] = {}
+
+
+def flatten_settings(prefix: str, values: Mapping[str, Any], out: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        full = f"{prefix}{name}"
+        if isinstance(value, dict):
+            flatten_settings(full + ".", value, out)
+        elif value is None:
+            out[full] = None
+        elif isinstance(value, bool):
+            out[full] = "true" if value else "false"
+        elif isinstance(value, str | int | float):
+            out[full] = str(value)
+        else:
+            raise BadRequest(f"setting [{full}] must be a string, number, boolean or null, got {type(value).__name__}")
+
+
+async def settings_put(request: web.Request) -> web.Response:
+    query = check_params(request, {"timeout", "master_timeout", "flat_settings"})
+    timeout_ms = timeout_of(query)
+    body = decode_body(await read_json(request), _SettingsBody, "settings body")
+    updates: dict[str, str | None] = {}
+    flatten_settings("", body.persistent, updates)
+    if not updates:
+        raise BadRequest('no settings to update: give {"persistent": {"setting.name": "value"}}')
+    try:
+        sidecar_registry().validate_dynamic(updates)
+    except SettingsError as error:
+        raise BadRequest(str(error)) from None
+    result = await node_of(request).submit(UpdateSettings(persistent=updates), timeout_ms)
+    if isinstance(result, Committed):
+        return web.json_response({"acknowledged": True, "persistent": updates, "transient": {}})
+    if isinstance(result, ClusterError):
+        return result_error(result)
+    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+
+
+def _names(query: Mapping[str, str], name: str) -> tuple[str, ...]:
+    values = tuple(part.strip() for part in query.get(name, "").split(",") if part.strip())
+    if name == "node_names":
+        try:
+            for value in values:
+                parse_node_name(value)
+        except ValueError as error:
+            raise BadRequest(f"invalid parameter [node_names]: {error}") from None
+    return values
+
+
+async def exclusions_add(request: web.Request) -> web.Response:
+    query = check_params(request, {"node_names", "node_ids", "timeout", "master_timeout"})
+    names, ids = _names(query, "node_names"), _names(query, "node_ids")
+    if bool(names) == bool(ids):
+        raise BadRequest("you must set [node_names] or [node_ids] but not both")
+    timeout_ms = timeout_of(query)
+    await no_body(request)
+    node = node_of(request)
+    assert node.coordinator is not None
+    limit = node.coordinator.settings.max_voting_config_exclusions
+    existing = len(node.applied_state.coordination.voting_config_exclusions)
+    new = len(set(names or ids))
+    if existing + new > limit:
+        raise BadRequest(
+            f"add voting config exclusions request for {list(names or ids)} would add [{new}] exclusions to the "
+            f"existing [{existing}] which would exceed the maximum of [{limit}] set by "
+            "[cluster.max_voting_config_exclusions]"
+        )
+    result = await node.submit(AddVotingConfigExclusions(node_names=names, node_ids=ids), timeout_ms)
+    return exclusions_result(node, result)
+
+
+def exclusions_result(node: Node, result: ClientResult) -> web.Response:
+    if isinstance(result, Committed):
+        exclusions = node.applied_state.coordination.voting_config_exclusions
+        return web.json_response(
+            {
+                "acknowledged": True,
+                "voting_config_exclusions": [{"node_id": e.node_id, "node_name": e.node_name} for e in exclusions],
+            }
+        )
+    if isinstance(result, ClusterError):
+        return result_error(result)
+    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+
+
+async def exclusions_clear(request: web.Request) -> web.Response:
+    query = check_params(request, {"wait_for_removal", "timeout", "master_timeout"})
+    wait = param_bool(query, "wait_for_removal", True)
+    timeout_ms = timeout_of(query)
+    await no_body(request)
+    node = node_of(request)
+    result = await node.submit(ClearVotingConfigExclusions(wait_for_removal=wait), timeout_ms)
+    return exclusions_result(node, result)
+
+
+async def history(request: web.Request) -> web.StreamResponse:
+    query = check_params(request, {"after_seq", "size"})
+    after = param_int(query, "after_seq", 0) or 0
+    size = param_int(query, "size", None, minimum=1)
+    node = node_of(request)
+    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    await response.prepare(request)
+    batch: list[bytes] = []
+    for line in read_events_after(node.history_dir, after, size):
+        batch.append(line)
+        if len(batch) >= 512:
+            await response.write(b"".join(batch))
+            batch = []
+    if batch:
+        await response.write(b"".join(batch))
+    await response.write_eof()
+    return response
+
+
+async def metrics(request: web.Request) -> web.Response:
+    check_params(request, set())
+    body = node_of(request).metrics.render()
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    node = node_of(request)
+    assert node.coordinator is not None
+    if node.applied_state.master_node is not None and str(node.coordinator.mode) != "CANDIDATE":
+        return web.json_response({"ready": True, "master_node": node.applied_state.master_node})
+    return web.json_response({"ready": False, "reason": node.coordinator.formation_problem or "no master"}, status=503)
+
+
+async def hooks_list(request: web.Request) -> web.Response:
+    check_params(request, set())
+    return web.json_response(node_of(request).hooks.describe())
+
+
+def hook_name(request: web.Request) -> str:
+    name = request.match_info["name"]
+    if not _HOOK_NAME.match(name):
+        raise BadRequest("a hook name must be 1-63 letters, digits, '.', '_' or '-'")
+    return name
+
+
+async def hook_put(request: web.Request) -> web.Response:
+    check_params(request, set())
+    name = hook_name(request)
+    spec = decode_body(await read_json(request), HookSpec, "hook")
+    problem = spec.problem()
+    if problem:
+        raise BadRequest(problem)
+    hooks = node_of(request).hooks
+    if name not in hooks.specs and len(hooks.specs) >= MAX_HOOKS:
+        raise BadRequest(f"at most {MAX_HOOKS} hooks can be registered")
+    created = hooks.put(name, spec)
+    return web.json_response({"acknowledged": True, "created": created}, status=201 if created else 200)
+
+
+async def hook_delete(request: web.Request) -> web.Response:
+    check_params(request, set())
+    name = hook_name(request)
+    await no_body(request)
+    if not node_of(request).hooks.delete(name):
+        return error_response("resource_not_found_exception", f"hook [{name}] not found", 404)
+    return web.json_response({"acknowledged": True})
+
+
+def client_app(node: Node) -> web.Application:
+    app = web.Application(client_max_size=node.config.get("http.max_content_length"), middlewares=[errors_middleware])
+    app[NODE_KEY] = node
+    setup_routes(app)
+    return app

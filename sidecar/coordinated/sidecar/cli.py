@@ -1,0 +1,115 @@
+"""`coordinated node`: run one sidecar node in the foreground until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from aiohttp import web
+
+from coordinated.coordination.settings import SettingsError
+from coordinated.sidecar.api import client_app
+from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
+from coordinated.sidecar.node import Node
+from coordinated.sidecar.persistence import DataDirError
+from coordinated.sidecar.transport import transport_app
+
+EXIT_SETTINGS = 2
+EXIT_DATA_DIR = 3
+EXIT_BIND = 4
+TRANSPORT_MAX_BODY = 512 * 1024 * 1024  # a full state can be large; peers are authenticated or trusted
+HANDOVER_WAIT_S = 2.0
+
+log = logging.getLogger("coordinated.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="coordinated node", description=__doc__)
+    parser.add_argument("--name", required=True, help="node name (node.name)")
+    parser.add_argument("--data-dir", required=True, help="directory for the node id, state and history")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind and publish (default 127.0.0.1)")
+    parser.add_argument("--http-port", type=int, default=9200, help="client API port (default 9200)")
+    parser.add_argument("--transport-port", type=int, default=9300, help="peer transport port (default 9300)")
+    parser.add_argument("-E", dest="settings", action="append", default=[], metavar="KEY=VALUE", help="a setting")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format=f"%(asctime)s %(levelname)-7s [{args.name}] %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        overrides: dict[str, str] = {}
+        for option in args.settings:
+            name, value = parse_e_option(option)
+            if name in overrides:
+                raise SettingsError(f"setting [{name}] is given more than once")
+            overrides[name] = value
+        config = build_config(
+            name=args.name,
+            data_dir=args.data_dir,
+            host=args.host,
+            http_port=args.http_port,
+            transport_port=args.transport_port,
+            overrides=overrides,
+        )
+    except SettingsError as error:
+        print(f"coordinated node: error: {error}", file=sys.stderr)
+        return EXIT_SETTINGS
+    try:
+        node = Node(config)
+    except DataDirError as error:
+        print(f"coordinated node: error: refusing to start: {error}", file=sys.stderr)
+        return EXIT_DATA_DIR
+    try:
+        return asyncio.run(serve(node, config))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def serve(node: Node, config: NodeConfig) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    max_body = TRANSPORT_MAX_BODY
+    transport_runner = web.AppRunner(
+        transport_app(node.handle_message, node.auth, max_body), access_log=None, handle_signals=False
+    )
+    client_runner = web.AppRunner(client_app(node), access_log=None, handle_signals=False)
+    await transport_runner.setup()
+    await client_runner.setup()
+    try:
+        await web.TCPSite(transport_runner, config.host, config.transport_port, reuse_address=True).start()
+        await web.TCPSite(client_runner, config.host, config.http_port, reuse_address=True).start()
+    except OSError as error:
+        print(f"coordinated node: error: cannot listen on {config.host}: {error.strerror or error}", file=sys.stderr)
+        await client_runner.cleanup()
+        await transport_runner.cleanup()
+        node.history.close()
+        node.lock.release()
+        return EXIT_BIND
+    await node.start()
+    log.info(
+        "node %s (%s) started: http %s:%d, transport %s",
+        config.coordination.node_name,
+        node.node_id,
+        config.host,
+        config.http_port,
+        config.transport_address,
+    )
+    await stop.wait()
+    log.info("stopping")
+    # Stop accepting clients first, hand over (a master picks a successor), then close the transport.
+    await client_runner.cleanup()
+    await node.stop(HANDOVER_WAIT_S)
+    await transport_runner.cleanup()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,137 @@
+"""The node's history (DESIGN section 7): JSON Lines in rotating segment files under DATA_DIR/history/.
+
+Events are written with a plain `write` on an O_APPEND descriptor before the effect they record is carried
+out, so a killed process never loses an event it acted on (the page cache survives a process crash; set
+`history.fsync` to survive a machine crash as well). `seq` continues from the last event on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+_SEGMENT = re.compile(r"^segment-(\d{12})\.jsonl$")
+_TAIL_BYTES = 64 * 1024
+
+
+def segment_name(first_seq: int) -> str:
+    return f"segment-{first_seq:012d}.jsonl"
+
+
+def list_segments(directory: Path) -> list[tuple[int, Path]]:
+    segments = []
+    for entry in directory.iterdir() if directory.exists() else ():
+        match = _SEGMENT.match(entry.name)
+        if match:
+            segments.append((int(match.group(1)), entry))
+    return sorted(segments)
+
+
+def last_seq_in(path: Path) -> tuple[int | None, bool]:
+    """(the last complete event's seq, whether the file ends in a partial line)."""
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        file.seek(max(0, size - _TAIL_BYTES))
+        tail = file.read()
+    partial = bool(tail) and not tail.endswith(b"\n")
+    lines = tail.split(b"\n")
+    if partial:
+        lines = lines[:-1]
+    for line in reversed(lines):
+        if not line.strip():
+            continue
+        try:
+            return int(json.loads(line)["seq"]), partial
+        except (ValueError, KeyError, TypeError):
+            continue  # the first line of the tail window may be cut; keep looking back
+    return None, partial
+
+
+class HistoryWriter:
+    def __init__(self, directory: Path, segment_size: int, fsync: bool = False) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        self.fsync = fsync
+        directory.mkdir(parents=True, exist_ok=True)
+        self.last_seq = 0
+        self.truncated_segments: list[str] = []
+        segments = list_segments(directory)
+        need_new_segment = not segments
+        for first_seq, path in reversed(segments):
+            last, partial = last_seq_in(path)
+            if partial and path == segments[-1][1]:
+                # A crash cut the last line. Leave it as the last line of its segment, where the audit
+                # tolerates it, and continue in a new segment.
+                self.truncated_segments.append(path.name)
+                need_new_segment = True
+            if last is not None:
+                self.last_seq = last
+                break
+            self.last_seq = max(self.last_seq, first_seq - 1)
+        self._fd = -1
+        self._size = 0
+        if need_new_segment:
+            self._open(self.last_seq + 1)
+        else:
+            path = segments[-1][1]
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            self._size = path.stat().st_size
+
+    def _open(self, first_seq: int) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        path = self.directory / segment_name(first_seq)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = path.stat().st_size
+
+    def append(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Assign seq and ts, write the line, and return the full event."""
+        seq = self.last_seq + 1
+        full = {**event, "seq": seq, "ts": round(time.time(), 6)}
+        line = (json.dumps(full, separators=(",", ":"), sort_keys=True, default=str) + "\n").encode()
+        if self._size > 0 and self._size + len(line) > self.segment_size:
+            self._open(seq)
+        view = memoryview(line)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        if self.fsync:
+            os.fsync(self._fd)
+        self._size += len(line)
+        self.last_seq = seq
+        return full
+
+    def total_bytes(self) -> int:
+        return sum(path.stat().st_size for _, path in list_segments(self.directory))
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def read_events_after(directory: Path, after_seq: int, limit: int | None = None) -> Iterator[bytes]:
+    """Complete event lines with seq > after_seq, oldest first, skipping segments that end before it."""
+    segments = list_segments(directory)
+    count = 0
+    for index, (_first_seq, path) in enumerate(segments):
+        next_first = segments[index + 1][0] if index + 1 < len(segments) else None
+        if next_first is not None and next_first <= after_seq + 1:
+            continue
+        with path.open("rb") as file:
+            for line in file:
+                if not line.endswith(b"\n"):
+                    continue  # a partial line left by a crash
+                try:
+                    seq = int(json.loads(line)["seq"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if seq > after_seq:
+                    yield line
+                    count += 1
+                    if limit is not None and count >= limit:
+                        return

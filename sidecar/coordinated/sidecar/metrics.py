@@ -1,0 +1,114 @@
+"""Prometheus metrics for one node, in a registry of its own (several nodes can share a process in tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from coordinated.coordination.effects import PublicationFinished
+
+if TYPE_CHECKING:
+    from coordinated.sidecar.node import Node
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+MODES = ("CANDIDATE", "LEADER", "FOLLOWER")
+
+
+class _CoreCollector(Collector):
+    """Reads the core's views at scrape time, so nothing has to be kept in sync."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def collect(self) -> Iterator[Any]:
+        node = self.node
+        coordinator = node.coordinator
+        if coordinator is None:
+            return
+        state = node.applied_state
+        yield GaugeMetricFamily("coordinated_current_term", "The node's current term", value=coordinator.current_term)
+        mode = GaugeMetricFamily("coordinated_mode", "1 for the node's current mode", labels=["mode"])
+        for name in MODES:
+            mode.add_metric([name], 1.0 if str(coordinator.mode) == name else 0.0)
+        yield mode
+        yield GaugeMetricFamily(
+            "coordinated_is_master",
+            "1 if this node is the elected master",
+            value=1.0 if str(coordinator.mode) == "LEADER" else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "coordinated_cluster_state_version", "Version of the applied state", value=state.version
+        )
+        yield GaugeMetricFamily("coordinated_cluster_nodes", "Nodes in the applied state", value=len(state.nodes))
+        yield CounterMetricFamily(
+            "coordinated_elections_won", "Elections this node won", value=coordinator.elections_won
+        )
+        yield CounterMetricFamily(
+            "coordinated_failed_publications",
+            "Publications that failed on this master",
+            value=coordinator.failed_publications,
+        )
+        yield CounterMetricFamily(
+            "coordinated_lagging_nodes_removed",
+            "Nodes removed by the lag detector",
+            value=coordinator.lagging_nodes_removed,
+        )
+        yield GaugeMetricFamily(
+            "coordinated_history_segment_bytes",
+            "Bytes in this node's history segments",
+            value=node.history.total_bytes(),
+        )
+        yield CounterMetricFamily(
+            "coordinated_state_bytes_persisted", "Bytes written to the state file", value=node.persisted.bytes_written
+        )
+        if node.sender is not None:
+            sent = CounterMetricFamily(
+                "coordinated_transport_sent_bytes", "Envelope bytes sent, per destination", labels=["destination"]
+            )
+            for destination, count in sorted(node.sender.bytes_sent.items()):
+                sent.add_metric([destination], count)
+            yield sent
+            yield CounterMetricFamily(
+                "coordinated_transport_dropped_messages",
+                "Messages dropped on full send queues",
+                value=node.sender.dropped,
+            )
+
+
+class NodeMetrics:
+    def __init__(self, node: Node) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_CoreCollector(node))
+        self.publication_latency = Histogram(
+            "coordinated_publication_seconds",
+            "Publication time on the master, start to finish",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.commit_latency = Histogram(
+            "coordinated_commit_seconds",
+            "Publication start to commit on the master",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.history_events = Counter(
+            "coordinated_history_events", "History events written, by type", ["type"], registry=self.registry
+        )
+        self.http_requests = Counter(
+            "coordinated_http_requests", "Client API requests, by status", ["status"], registry=self.registry
+        )
+
+    def on_publication(self, effect: PublicationFinished) -> None:
+        self.publication_latency.observe(effect.total_latency_ms / 1000)
+        if effect.commit_latency_ms is not None:
+            self.commit_latency.observe(effect.commit_latency_ms / 1000)
+
+    def on_history(self, event: dict[str, Any]) -> None:
+        self.history_events.labels(str(event.get("type"))).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

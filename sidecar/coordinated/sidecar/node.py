@@ -1,0 +1,279 @@
+"""The node: drives the sans-IO coordinator from the event loop and carries out its effects in order.
+
+Every input (a peer message, a timer, resolved seeds, a client request, a send failure) goes through
+`_run`, which calls the core, executes the returned effects synchronously and in order, then re-arms the
+single timer at `coordinator.next_deadline`. History writes and persistence are synchronous, so an event is
+on disk before the message or apply that follows it is even queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError
+from coordinated.coordination.coordinator import Coordinator
+from coordinated.coordination.effects import (
+    Effect,
+    Log,
+    ProbeSeeds,
+    PublicationFinished,
+    RecordHistory,
+    RequestCompleted,
+    Send,
+    StateApplied,
+)
+from coordinated.coordination.messages import Message
+from coordinated.coordination.state import ClusterState, DiscoveryNode
+from coordinated.sidecar.auth import TransportAuth
+from coordinated.sidecar.config import NodeConfig
+from coordinated.sidecar.history import HistoryWriter
+from coordinated.sidecar.hooks import HookManager
+from coordinated.sidecar.metrics import NodeMetrics
+from coordinated.sidecar.persistence import (
+    DataDirLock,
+    FilePersistedState,
+    load_or_create_node_id,
+    prepare_data_dir,
+)
+from coordinated.sidecar.transport import PeerSender
+
+log = logging.getLogger("coordinated.node")
+_LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+class Node:
+    def __init__(self, config: NodeConfig) -> None:
+        """Opens the data directory; raises DataDirError (naming the file) if it cannot be used."""
+        self.config = config
+        prepare_data_dir(config.data_dir)
+        self.lock = DataDirLock(config.data_dir)
+        self.node_id = load_or_create_node_id(config.data_dir)
+        self.persisted = FilePersistedState(config.data_dir, config.coordination.cluster_name)
+        self.history = HistoryWriter(
+            config.data_dir / "history", config.get("history.segment_size"), config.get("history.fsync")
+        )
+        secret_file = config.get("transport.secret_file")
+        self.auth = TransportAuth.from_file(secret_file) if secret_file else None
+        roles = ("master",) if config.coordination.master_eligible else ()
+        self.local_node = DiscoveryNode(self.node_id, config.coordination.node_name, config.transport_address, roles)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.coordinator: Coordinator | None = None
+        self.metrics = NodeMetrics(self)
+        self.hooks = HookManager(config.data_dir / "hooks.json", config.get("hooks.timeout") / 1000)
+        self.sender: PeerSender | None = None
+        self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
+        self._applied_event = asyncio.Event()
+        self._pending: dict[int, asyncio.Future[ClientResult]] = {}
+        self._request_ids = itertools.count(1)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
+        self._probing = False
+        self.unresolved_seeds: list[str] = []
+        self.stopping = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        assert self.loop is not None
+        return int(self.loop.time() * 1000)
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._applied_event = asyncio.Event()
+        cfg = self.config
+        self.sender = PeerSender(
+            cfg.transport_address,
+            self._on_send_failure,
+            self.auth,
+            request_timeout_s=cfg.get("transport.request_timeout") / 1000,
+            connect_timeout_s=cfg.get("transport.connect_timeout") / 1000,
+            retries=cfg.get("transport.retries"),
+            queue_size=cfg.get("transport.queue_size"),
+        )
+        await self.sender.start()
+        await self.hooks.start()
+        self.coordinator = Coordinator(
+            local_node=self.local_node,
+            settings=cfg.coordination,
+            persisted=self.persisted,
+            rng=random.Random(),
+            now=self.now_ms(),
+        )
+        self._run(self.coordinator.start)
+
+    async def stop(self, handover_timeout_s: float = 2.0) -> None:
+        """Graceful stop: a master hands over leadership first; the handover message leaves before we close."""
+        if self.coordinator is not None and not self.stopping:
+            self._run(self.coordinator.stop)
+        self.stopping = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.sender is not None:
+            await self.sender.flush(handover_timeout_s)
+            await self.sender.close()
+        await self.hooks.close()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_result(ClusterError("node_closed_exception", "the node is stopping", 503, True))
+        self.history.close()
+        self.lock.release()
+
+    # -- feeding the core --------------------------------------------------------------------------------
+
+    def _run(self, call: Callable[[int], list[Effect]], now: int | None = None) -> None:
+        if self.stopping:
+            return
+        try:
+            effects = call(self.now_ms() if now is None else now)
+        except Exception:
+            # A bug in the core must not take the node down; it is logged loudly instead.
+            log.exception("the coordinator failed to handle an event")
+            effects = []
+        self._execute(effects)
+        self._arm_timer()
+
+    def handle_message(self, sender: str, message: Message) -> None:
+        assert self.coordinator is not None
+        coordinator = self.coordinator
+        self._run(lambda now: coordinator.handle_message(sender, message, now))
+
+    def _on_send_failure(self, destination: str, message: Message) -> None:
+        assert self.coordinator is not None
+        coordinator = self.coordinator
+        self._run(lambda now: coordinator.handle_send_failure(destination, message, now))
+
+    def _arm_timer(self) -> None:
+        assert self.coordinator is not None and self.loop is not None
+        deadline = None if self.stopping else self.coordinator.next_deadline
+        if deadline == self._timer_at and (deadline is None or self._timer is not None):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = deadline
+        if deadline is not None:
+            self._timer = self.loop.call_at(deadline / 1000, self._on_timer, deadline)
+
+    def _on_timer(self, deadline: int) -> None:
+        assert self.coordinator is not None
+        self._timer = None
+        self._timer_at = None
+        # call_at may fire a hair before the deadline in integer milliseconds; never tick "early".
+        self._run(self.coordinator.tick, now=max(self.now_ms(), deadline))
+
+    # -- effects -----------------------------------------------------------------------------------------
+
+    def _execute(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Send):
+                assert self.sender is not None
+                self.sender.send(effect.destination, effect.message)
+            elif isinstance(effect, RecordHistory):
+                self.history.append(effect.event)
+                self.metrics.on_history(effect.event)
+            elif isinstance(effect, StateApplied):
+                self._on_applied(effect.state)
+            elif isinstance(effect, RequestCompleted):
+                future = self._pending.pop(effect.request_id, None)
+                if future is not None and not future.done():
+                    future.set_result(effect.result)
+            elif isinstance(effect, ProbeSeeds):
+                if not self._probing:
+                    self._probing = True
+                    asyncio.get_running_loop().create_task(self._resolve_seeds())
+            elif isinstance(effect, PublicationFinished):
+                self.metrics.on_publication(effect)
+            elif isinstance(effect, Log):
+                log.log(_LOG_LEVELS.get(effect.level, logging.INFO), effect.message)
+            else:
+                log.warning("unknown effect %r", effect)
+
+    def _on_applied(self, state: ClusterState) -> None:
+        self.applied_state = state
+        # Wake every long-poll; each re-checks its own version.
+        self._applied_event.set()
+        self._applied_event = asyncio.Event()
+        self.hooks.notify(state, self.node_id)
+
+    async def _resolve_seeds(self) -> None:
+        """Resolve every seed afresh; a DNS name stands for all of its addresses (a headless Service)."""
+        assert self.loop is not None and self.coordinator is not None
+        try:
+            addresses: list[str] = []
+            unresolved: list[str] = []
+            for seed in self.coordinator.settings.seed_hosts:
+                host, _, port = seed.rpartition(":")
+                host = host.strip("[]")
+                try:
+                    infos = await self.loop.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+                except (OSError, UnicodeError) as error:
+                    unresolved.append(f"{seed} ({error})")
+                    continue
+                for family, _, _, _, sockaddr in infos:
+                    ip = str(sockaddr[0])
+                    address = f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
+                    if address not in addresses:
+                        addresses.append(address)
+            if unresolved != self.unresolved_seeds and unresolved:
+                log.warning("cannot resolve seed hosts: %s", ", ".join(unresolved))
+            self.unresolved_seeds = unresolved
+        finally:
+            self._probing = False
+        coordinator = self.coordinator
+        self._run(lambda now: coordinator.handle_seed_addresses(addresses, now))
+
+    # -- for the client API ------------------------------------------------------------------------------
+
+    async def submit(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
+        assert self.coordinator is not None and self.loop is not None
+        if self.stopping:
+            return ClusterError("node_closed_exception", "the node is stopping", 503)
+        request_id = next(self._request_ids)
+        future: asyncio.Future[ClientResult] = self.loop.create_future()
+        self._pending[request_id] = future
+        coordinator = self.coordinator
+        self._run(lambda now: coordinator.submit(request_id, request, now, timeout_ms))
+        # The core times the request out itself; this is only a safety net against a lost completion.
+        safety_s = (timeout_ms or 30_000) / 1000 + 5
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), safety_s)
+        except TimeoutError:
+            self._pending.pop(request_id, None)
+            return ClusterError("timeout_exception", "no result from the coordinator in time", 503, True)
+
+    async def wait_for_version(self, version: int, timeout_s: float) -> bool:
+        """True once this node has applied `version` or later, False on timeout."""
+        assert self.loop is not None
+        deadline = self.loop.time() + timeout_s
+        while self.applied_state.version < version:
+            remaining = deadline - self.loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._applied_event.wait(), remaining)
+            except TimeoutError:
+                return False
+        return True
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        assert self.loop is not None
+        deadline = self.loop.time() + timeout_s
+        while not predicate():
+            remaining = deadline - self.loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._applied_event.wait(), remaining)
+            except TimeoutError:
+                return predicate()
+        return True
+
+    @property
+    def history_dir(self) -> Path:
+        return self.config.data_dir / "history"
