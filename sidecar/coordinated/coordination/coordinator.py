@@ -525,7 +525,9 @@ class Coordinator:
         known = {node.transport_address for node in self.last_accepted_state.nodes.values()}
         known.update(self.peers)
         self._probe(sorted(known))
-        self.timers.schedule("find_peers", self.now + self.settings.find_peers_interval, self._find_peers_round)
+        self._on_found_peers_updated()  # a lone node may have all it needs to bootstrap or win
+        if self.mode is Mode.CANDIDATE:
+            self.timers.schedule("find_peers", self.now + self.settings.find_peers_interval, self._find_peers_round)
 
     def _probe(self, addresses: Sequence[str]) -> None:
         if self.mode is not Mode.CANDIDATE:

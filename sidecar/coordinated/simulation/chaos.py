@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from coordinated.coordination.client import ClientResult, KvDelete, KvGet, KvPut
 from coordinated.simulation.cluster import SimulatedCluster
-from coordinated.simulation.linearizability import Verdict, check_history
+from coordinated.simulation.linearizability import Operation, Verdict, check_history
 from coordinated.simulation.network import Link
 
 KEYS = ("a", "b", "c")
@@ -146,7 +146,7 @@ def _check_final_state(cluster: SimulatedCluster) -> None:
     leader = cluster.leader()
     assert leader is not None
     final = leader.running().applied_state.kv
-    by_key: dict[str, list] = {}
+    by_key: dict[str, list[Operation]] = {}
     for op in cluster.operations:
         if op.kind != "get":
             by_key.setdefault(op.key, []).append(op)

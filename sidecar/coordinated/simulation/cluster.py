@@ -153,6 +153,8 @@ class SimulatedCluster:
         self.logs: list[tuple[int, str, str, str]] = []
         self.publications: list[PublicationFinished] = []
         self.steps = 0
+        # Tests can watch every message sent: tap(sender name, destination address, message).
+        self.tap: Callable[[str, str, Message], None] | None = None
         # cluster-wide safety bookkeeping
         self._elected: dict[int, str] = {}
         self._state_by_version: dict[tuple[int, int], str] = {}
@@ -299,6 +301,8 @@ class SimulatedCluster:
             self._run_effects(sim_node, sim_node.coordinator.handle_seed_addresses(self.addresses(), self.now))
 
     def _send(self, sender: SimNode, destination: str, message: Message) -> None:
+        if self.tap is not None:
+            self.tap(sender.name, destination, message)
         target = next((node for node in self.nodes if node.address == destination), None)
         link = self.network.link(sender.address, destination)
         if target is None or link is Link.DISCONNECTED or not target.alive:

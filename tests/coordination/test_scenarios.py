@@ -1,0 +1,332 @@
+"""Named scenarios on the deterministic simulator, one behaviour each."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from coordinated.coordination.client import (
+    AddVotingConfigExclusions,
+    ClientResult,
+    ClusterError,
+    Committed,
+    KvGet,
+    KvPut,
+    ReadValue,
+)
+from coordinated.coordination.coordinator import Mode
+from coordinated.coordination.messages import Join, Message, PublishRequest, PublishResponse
+from coordinated.coordination.safety import CoordinationStateRejected
+from coordinated.coordination.settings import CoordinationSettings
+from coordinated.simulation.cluster import SimNode, SimulatedCluster
+from coordinated.simulation.network import Link
+
+SECOND = 1000
+
+
+def formed(nodes: int = 3, seed: int = 1, **kwargs: object) -> SimulatedCluster:
+    cluster = SimulatedCluster(seed, nodes, **kwargs)  # type: ignore[arg-type]
+    assert cluster.run_until(lambda: cluster.leader() is not None and _settled(cluster), 30 * SECOND)
+    return cluster
+
+
+def _settled(cluster: SimulatedCluster) -> bool:
+    leader = cluster.leader()
+    if leader is None:
+        return False
+    version = leader.running().applied_state.version
+    return (
+        all(node.running().applied_state.version == version for node in cluster.nodes if node.alive)
+        and leader.running().publication is None
+    )
+
+
+def leader_of(cluster: SimulatedCluster) -> SimNode:
+    leader = cluster.leader()
+    assert leader is not None, "no single leader"
+    return leader
+
+
+def config_size(cluster: SimulatedCluster) -> int:
+    return len(leader_of(cluster).running().applied_state.last_committed_config)
+
+
+def request(cluster: SimulatedCluster, node: int, message: object, timeout: int = 10 * SECOND) -> ClientResult:
+    results: list[ClientResult] = []
+    cluster.submit(node, message, on_done=results.append, timeout=timeout)  # type: ignore[arg-type]
+    assert cluster.run_until(lambda: bool(results), timeout + SECOND)
+    return results[0]
+
+
+def test_cluster_grows_from_one_to_three_and_does_not_shrink_back() -> None:
+    cluster = formed(1, initial_master_nodes=1)
+    assert config_size(cluster) == 1
+    cluster.add_node()
+    cluster.run_for(10 * SECOND)
+    assert config_size(cluster) == 1  # two nodes: an odd configuration of one
+    cluster.add_node()
+    assert cluster.run_until(lambda: config_size(cluster) == 3, 30 * SECOND)
+    third = cluster.nodes[2] if cluster.nodes[2] is not leader_of(cluster) else cluster.nodes[1]
+    cluster.crash(third.index)
+    cluster.run_for(60 * SECOND)
+    assert config_size(cluster) == 3  # auto-shrink never goes below three once there
+
+
+def test_cluster_grows_from_three_to_five_and_shrinks_back_to_three_on_failures() -> None:
+    cluster = formed(3)
+    cluster.add_node()
+    cluster.add_node()
+    assert cluster.run_until(lambda: config_size(cluster) == 5, 30 * SECOND)
+    leader = leader_of(cluster)
+    followers = [node for node in cluster.nodes if node is not leader]
+    cluster.crash(followers[0].index)
+    cluster.crash(followers[1].index)
+    assert cluster.run_until(lambda: cluster.leader() is not None and config_size(cluster) == 3, 60 * SECOND)
+    committed = leader_of(cluster).running().applied_state.last_committed_config
+    assert followers[0].node.id not in committed and followers[1].node.id not in committed
+
+
+def test_unresponsive_leader_is_detected_and_replaced() -> None:
+    cluster = formed(3)
+    old = leader_of(cluster)
+    cluster.network.isolate(old.address, cluster.addresses(), Link.BLACKHOLE)
+    settings = old.settings
+    detection = (settings.leader_check_interval + settings.leader_check_timeout) * settings.leader_check_retry_count
+    cluster.run_for(detection + 5 * SECOND)
+    others = [node for node in cluster.nodes if node is not old]
+    leaders = [node for node in others if node.running().mode is Mode.LEADER]
+    assert len(leaders) == 1
+    assert leaders[0].running().current_term > old.running().current_term
+
+
+def test_leader_disconnect_is_detected_quickly() -> None:
+    cluster = formed(3)
+    old = leader_of(cluster)
+    start = cluster.now
+    cluster.network.isolate(old.address, cluster.addresses(), Link.DISCONNECTED)
+
+    def new_leader() -> bool:
+        return any(n.running().mode is Mode.LEADER for n in cluster.nodes if n is not old)
+
+    assert cluster.run_until(new_leader, 10 * SECOND, step=10)
+    # A closed connection fails the leader check at once: one check interval plus an election, not 3 timeouts.
+    assert cluster.now - start < old.settings.leader_check_interval + 2 * SECOND
+
+
+def _watch_publications(cluster: SimulatedCluster) -> list[tuple[str, str, Message]]:
+    seen: list[tuple[str, str, Message]] = []
+
+    def tap(sender: str, destination: str, message: Message) -> None:
+        if isinstance(message, PublishRequest | PublishResponse):
+            seen.append((sender, destination, message))
+
+    cluster.tap = tap
+    return seen
+
+
+def test_a_joining_node_receives_the_full_state_and_members_get_diffs() -> None:
+    cluster = formed(3)
+    for key in range(20):
+        assert isinstance(request(cluster, 0, KvPut(f"k{key}", key)), Committed)
+    seen = _watch_publications(cluster)
+    newcomer = cluster.add_node()
+    assert cluster.run_until(lambda: newcomer.running().mode is Mode.FOLLOWER, 30 * SECOND)
+    to_newcomer = [m for _, dest, m in seen if dest == newcomer.address and isinstance(m, PublishRequest)]
+    assert to_newcomer and to_newcomer[0].state is not None and to_newcomer[0].diff is None
+    assert newcomer.running().applied_state.kv["k19"] == 19
+    member = next(node for node in cluster.nodes[:3] if node is not leader_of(cluster))
+    to_members = [m for _, dest, m in seen if dest == member.address and isinstance(m, PublishRequest)]
+    assert to_members and all(m.diff is not None for m in to_members if m.state is None)
+    assert any(m.diff is not None for m in to_members)
+
+
+def test_an_incompatible_diff_is_followed_by_the_full_state() -> None:
+    cluster = formed(3)
+    leader = leader_of(cluster)
+    follower = next(node for node in cluster.nodes if node is not leader)
+    # The follower misses one publication...
+    cluster.network.set_link(leader.address, follower.address, Link.BLACKHOLE, both_ways=False)
+    assert isinstance(request(cluster, leader.index, KvPut("missed", 1)), Committed)
+    cluster.network.heal()
+    seen = _watch_publications(cluster)
+    # ...so the diff of the next one does not apply to what it holds.
+    assert isinstance(request(cluster, leader.index, KvPut("next", 2)), Committed)
+    cluster.run_for(2 * SECOND)
+    responses = [m for sender, _, m in seen if sender == follower.name and isinstance(m, PublishResponse)]
+    full = [m for _, dest, m in seen if dest == follower.address and isinstance(m, PublishRequest) and m.state]
+    assert any(r.need_full_state for r in responses), "the follower should have asked for the full state"
+    assert full, "the master should have resent the full state"
+    assert follower.running().applied_state.kv == {"missed": 1, "next": 2}
+
+
+def test_writes_are_blocked_and_reads_served_locally_without_a_master() -> None:
+    cluster = formed(3)
+    assert isinstance(request(cluster, 0, KvPut("k", "v")), Committed)
+    survivor = cluster.nodes[0]
+    cluster.crash(1)
+    cluster.crash(2)
+    assert cluster.run_until(lambda: survivor.running().mode is Mode.CANDIDATE, 60 * SECOND)
+    write = request(cluster, 0, KvPut("k", "other"))
+    assert isinstance(write, ClusterError) and write.status == 503 and write.type == "cluster_block_exception"
+    read = request(cluster, 0, KvGet("k"))
+    assert isinstance(read, ReadValue) and read.value == "v" and not read.linearizable
+    assert survivor.running().applied_state.master_node is None
+
+
+def test_no_master_block_all_refuses_reads_too() -> None:
+    settings = replace(CoordinationSettings(), no_master_block="all")
+    cluster = formed(3, settings=settings)
+    cluster.crash(1)
+    cluster.crash(2)
+    assert cluster.run_until(lambda: cluster.nodes[0].running().mode is Mode.CANDIDATE, 60 * SECOND)
+    read = request(cluster, 0, KvGet("k"))
+    assert isinstance(read, ClusterError) and read.status == 503
+
+
+def test_a_node_without_the_master_role_is_never_elected() -> None:
+    cluster = formed(4, master_eligible=[True, True, True, False])
+    voter_less = cluster.nodes[3]
+    for round_ in range(6):
+        leader = cluster.leader()
+        if leader is not None:
+            cluster.crash(leader.index)
+        cluster.run_for(20 * SECOND)
+        for node in cluster.nodes:
+            if not node.alive and node is not voter_less:
+                cluster.start_node(node.index)
+        cluster.run_for(20 * SECOND)
+        assert voter_less.running().mode is not Mode.LEADER, f"round {round_}"
+    assert not any(event["type"] == "elected" for event in voter_less.history)
+    leader = leader_of(cluster)
+    assert voter_less.node.id not in leader.running().applied_state.last_committed_config
+
+
+def test_the_excluded_master_abdicates() -> None:
+    cluster = formed(3)
+    old = leader_of(cluster)
+    result = request(cluster, 1, AddVotingConfigExclusions(node_names=(old.name,)), timeout=30 * SECOND)
+    assert isinstance(result, Committed), result
+    assert cluster.run_until(lambda: cluster.leader() is not None and cluster.leader() is not old, 30 * SECOND)
+    new = leader_of(cluster)
+    assert old.node.id not in new.running().applied_state.last_committed_config
+    assert cluster.run_until(lambda: old.running().mode is Mode.FOLLOWER, 10 * SECOND)
+    assert any(event["type"] == "stepped_down" for event in old.history)
+
+
+def test_exclusions_over_the_limit_are_refused() -> None:
+    settings = replace(CoordinationSettings(), max_voting_config_exclusions=1)
+    cluster = formed(3, settings=settings)
+    result = request(cluster, 0, AddVotingConfigExclusions(node_names=("node1", "node2")))
+    assert isinstance(result, ClusterError) and result.status == 400
+    assert "cluster.max_voting_config_exclusions" in result.reason
+
+
+def test_a_rebooted_node_cannot_count_votes_in_its_old_term() -> None:
+    cluster = formed(3)
+    node = cluster.nodes[0]
+    term = node.running().current_term
+    cluster.restart(0)
+    state = node.running().coordination_state
+    assert state.current_term == term
+    join = Join("node-x", node.node.id, term, 0, 0)
+    try:
+        state.handle_join(join)
+    except CoordinationStateRejected as rejected:
+        assert "reboot" in str(rejected)
+    else:
+        raise AssertionError("a vote was counted in the old term after a reboot")
+
+
+def test_pre_voting_stops_a_partitioned_node_from_disrupting_the_cluster() -> None:
+    cluster = formed(3)
+    leader = leader_of(cluster)
+    term = leader.running().current_term
+    loner = next(node for node in cluster.nodes if node is not leader)
+    cluster.network.isolate(loner.address, cluster.addresses())
+    cluster.run_for(60 * SECOND)
+    assert loner.running().mode is Mode.CANDIDATE
+    assert loner.running().current_term == term, "pre-voting must not bump terms without a quorum"
+    cluster.network.heal()
+    assert cluster.run_until(lambda: loner.running().mode is Mode.FOLLOWER, 30 * SECOND)
+    assert cluster.leader() is leader and leader.running().current_term == term
+
+
+def test_a_partitioned_old_master_cannot_serve_linearizable_reads() -> None:
+    cluster = formed(3)
+    old = leader_of(cluster)
+    assert isinstance(request(cluster, old.index, KvPut("k", 1)), Committed)
+    cluster.network.isolate(old.address, cluster.addresses(), Link.BLACKHOLE)
+    read = request(cluster, old.index, KvGet("k"), timeout=30 * SECOND)
+    assert not (isinstance(read, ReadValue) and read.linearizable), read
+
+
+def test_pending_writes_are_batched_into_few_publications() -> None:
+    cluster = formed(3)
+    before = len(cluster.publications)
+    results: list[ClientResult] = []
+    for index in range(50):
+        cluster.submit(index % 3, KvPut(f"k{index}", index), on_done=results.append)
+    assert cluster.run_until(lambda: len(results) == 50, 10 * SECOND)
+    assert all(isinstance(result, Committed) for result in results)
+    assert len(cluster.publications) - before < 25
+
+
+def test_a_task_that_waits_past_its_timeout_fails_without_being_applied() -> None:
+    cluster = formed(3)
+    leader = leader_of(cluster)
+    results: list[ClientResult] = []
+    cluster.submit(leader.index, KvPut("first", 1), on_done=results.append)
+    cluster.submit(leader.index, KvPut("late", 1), on_done=results.append, timeout=0)
+    assert cluster.run_until(lambda: len(results) == 2, 10 * SECOND)
+    assert isinstance(results[0], Committed)
+    assert isinstance(results[1], ClusterError) and results[1].type == "process_cluster_event_timeout_exception"
+    assert "late" not in leader.running().applied_state.kv
+
+
+def test_a_node_from_another_cluster_is_rejected() -> None:
+    cluster = formed(3)
+    stranger = cluster.add_node()
+    cluster.crash(stranger.index)
+    other = SimulatedCluster(99, 1)
+    assert other.run_until(lambda: other.leader() is not None, 30 * SECOND)
+    foreign = other.nodes[0].persisted.last_accepted_state
+    assert foreign.cluster_uuid_committed
+    stranger.persisted._state = foreign.replace(nodes={})
+    stranger.persisted._term = other.nodes[0].persisted.current_term
+    cluster.start_node(stranger.index)
+    cluster.run_for(20 * SECOND)
+    leader = leader_of(cluster).running()
+    assert stranger.node.id not in leader.applied_state.nodes
+    assert any("belongs to cluster" in message for _, _, _, message in cluster.logs)
+
+
+def test_bootstrap_happens_once_and_survives_restarts() -> None:
+    cluster = formed(3)
+    uuid = leader_of(cluster).running().applied_state.cluster_uuid
+    for index in range(3):
+        cluster.restart(index)
+    cluster.run_for(30 * SECOND)
+    assert leader_of(cluster).running().applied_state.cluster_uuid == uuid
+    bootstrap_logs = [m for _, _, _, m in cluster.logs if m.startswith("bootstrapped")]
+    assert len(bootstrap_logs) == 3  # once per node, at first start only
+
+
+def test_history_events_follow_the_schema(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    cluster = formed(3)
+    request(cluster, 0, KvPut("k", 1))
+    paths = cluster.write_histories(tmp_path)
+    fields = {
+        "cluster_uuid", "node", "seq", "ts", "type", "term", "version", "state_uuid", "parent_uuid",
+        "master", "last_committed_config", "last_accepted_config", "quorum",
+    }  # fmt: skip
+    types: set[str] = set()
+    for path in paths:
+        events = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [event["seq"] for event in events] == list(range(1, len(events) + 1))
+        for event in events:
+            assert fields <= set(event)
+            types.add(event["type"])
+            if event["type"] == "committed" and event["node"] == event["master"]:
+                assert event["quorum"]
+    assert {"term", "elected", "accepted", "committed", "applied"} <= types
