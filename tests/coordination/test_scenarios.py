@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
+
 from coordinated.coordination.client import (
     AddVotingConfigExclusions,
     ClientResult,
@@ -17,6 +19,7 @@ from coordinated.coordination.coordinator import Mode
 from coordinated.coordination.messages import Join, Message, PublishRequest, PublishResponse
 from coordinated.coordination.safety import CoordinationStateRejected
 from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.state import VotingConfiguration
 from coordinated.simulation.cluster import SimNode, SimulatedCluster
 from coordinated.simulation.network import Link
 
@@ -290,12 +293,23 @@ def test_a_node_from_another_cluster_is_rejected() -> None:
     assert other.run_until(lambda: other.leader() is not None, 30 * SECOND)
     foreign = other.nodes[0].persisted.last_accepted_state
     assert foreign.cluster_uuid_committed
-    stranger.persisted._state = foreign.replace(nodes={})
-    stranger.persisted._term = other.nodes[0].persisted.current_term
+    own_config = VotingConfiguration.of([stranger.node.id])  # so that it can win its own elections
+    stranger.persisted._state = foreign.replace(
+        nodes={},
+        coordination=msgspec.structs.replace(
+            foreign.coordination, last_committed_config=own_config, last_accepted_config=own_config
+        ),
+    )
+    stranger.persisted._term = 50  # far ahead of this cluster's term
+    leader_before = leader_of(cluster)
+    term_before = leader_before.running().current_term
     cluster.start_node(stranger.index)
     cluster.run_for(20 * SECOND)
-    leader = leader_of(cluster).running()
-    assert stranger.node.id not in leader.applied_state.nodes
+    members = cluster.nodes[:3]
+    leaders = [node for node in members if node.running().mode is Mode.LEADER]
+    # the stranger's terms do not disturb the healthy cluster, and it is not let in
+    assert leaders == [leader_before] and leader_before.running().current_term == term_before
+    assert stranger.node.id not in leader_before.running().applied_state.nodes
     assert any("belongs to cluster" in message for _, _, _, message in cluster.logs)
 
 

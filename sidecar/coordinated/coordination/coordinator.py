@@ -29,6 +29,7 @@ from typing import Any
 from msgspec.structs import replace
 
 from coordinated.coordination import client
+from coordinated.coordination.batch import BatchContext, execute_batch, improve_configuration
 from coordinated.coordination.client import (
     AddVotingConfigExclusions,
     ClearVotingConfigExclusions,
@@ -85,7 +86,6 @@ from coordinated.coordination.state import (
     ClusterState,
     DiscoveryNode,
     IncompatibleDiffError,
-    VotingConfigExclusion,
     VotingConfiguration,
     apply_diff,
     compute_diff,
@@ -375,6 +375,18 @@ class Coordinator:
             lost = client.not_master_error("lost the connection to the master", maybe_applied=True)
             self._finish_forward(message.request_id, lost)
 
+    def _committed_uuid(self) -> str:
+        state = self.last_accepted_state
+        return state.cluster_uuid if state.cluster_uuid_committed else UNKNOWN_UUID
+
+    def _foreign(self, cluster_uuid: str, sender: str) -> bool:
+        """A message from a node of another cluster: its terms must not disturb this one."""
+        ours = self._committed_uuid()
+        if UNKNOWN_UUID in (ours, cluster_uuid) or ours == cluster_uuid:
+            return False
+        self._log("debug", f"ignoring {sender}: it belongs to cluster [{cluster_uuid}], this node to [{ours}]")
+        return True
+
     def _node_id_at(self, address: str) -> str | None:
         for node in self.last_accepted_state.nodes.values():
             if node.transport_address == address:
@@ -553,10 +565,12 @@ class Coordinator:
         master = self.leader if self.mode is not Mode.CANDIDATE else None
         self._send(
             request.source.transport_address,
-            PeersResponse(source=self.local_node, master=master, known_peers=known, term=self.current_term),
+            PeersResponse(self.local_node, master, known, self.current_term, self._committed_uuid()),
         )
 
     def _on_peers_response(self, sender: str, response: PeersResponse) -> None:
+        if self._foreign(response.cluster_uuid, sender):
+            return
         self.unreachable.discard(sender)
         self.peers_seen_terms[response.source.id] = response.term
         if self.mode is not Mode.CANDIDATE:
@@ -694,23 +708,27 @@ class Coordinator:
         self.pre_vote_round += 1
         self.pre_votes = {self.local_node.id}
         self.election_started_in_round = False
-        request = PreVoteRequest(self.local_node, self.current_term)
+        request = PreVoteRequest(self.local_node, self.current_term, self._committed_uuid())
         for node in self.peers.values():
             if node.master_eligible:
                 self._send(node.transport_address, request)
         self._check_pre_votes()
 
     def _on_pre_vote_request(self, sender: str, request: PreVoteRequest) -> None:
+        if self._foreign(request.cluster_uuid, sender):
+            return
         self._update_max_term_seen(request.current_term)
         if self.leader is not None and self.leader.id != request.source.id:
             return  # a node that knows a live leader does not help anyone disrupt it
         state = self.last_accepted_state
         self._send(
             request.source.transport_address,
-            PreVoteResponse(self.local_node, self.current_term, state.term, state.version),
+            PreVoteResponse(self.local_node, self.current_term, state.term, state.version, self._committed_uuid()),
         )
 
     def _on_pre_vote_response(self, sender: str, response: PreVoteResponse) -> None:
+        if self._foreign(response.cluster_uuid, sender):
+            return
         self._update_max_term_seen(response.current_term)
         if self.mode is not Mode.CANDIDATE or not self.pre_votes:
             return
@@ -728,7 +746,7 @@ class Coordinator:
 
     def _start_election(self) -> None:
         term = max(self.current_term, self.max_term_seen) + 1
-        request = StartJoinRequest(self.local_node, term)
+        request = StartJoinRequest(self.local_node, term, self._committed_uuid())
         self._log("debug", f"starting election for term {term}")
         self._send(self.local_node.transport_address, request)
         for node in self.peers.values():
@@ -740,6 +758,8 @@ class Coordinator:
                     self._send(node.transport_address, request)
 
     def _on_start_join(self, sender: str, request: StartJoinRequest) -> None:
+        if self._foreign(request.cluster_uuid, sender):
+            return
         if request.term <= self.current_term:
             self._log("debug", f"ignoring start-join for term {request.term} <= {self.current_term}")
             return
@@ -828,7 +848,7 @@ class Coordinator:
         tasks = self.master_service.take_batch()
         base = self.last_accepted_state
         try:
-            new_state, results = self._execute_batch(base, tasks)
+            new_state, results = execute_batch(base, [task.payload for task in tasks], self._batch_context())
         except CoordinationStateRejected as rejected:
             for task in tasks:
                 task.reply(client.not_master_error(str(rejected)))
@@ -857,131 +877,19 @@ class Coordinator:
         else:
             self.timers.schedule("task_expiry", expiry, self._run_master_service)
 
-    def _execute_batch(
-        self, base: ClusterState, tasks: list[Task]
-    ) -> tuple[ClusterState | None, list[ClientResult | None]]:
-        """Apply every task to the base state. Returns (None, results) if nothing changed."""
-        nodes = dict(base.nodes)
-        kv = base.kv
-        kv_changed = False
-        settings = base.persistent_settings
-        exclusions = list(base.coordination.voting_config_exclusions)
-        results: list[ClientResult | None] = []
-        elected = False
-        for task in tasks:
-            kind, payload = task.payload
-            result: ClientResult | None = None
-            if kind == "elected":
-                elected = True
-                nodes[self.local_node.id] = self.local_node
-            elif kind == "join":
-                node: DiscoveryNode = payload
-                for other_id, other in list(nodes.items()):
-                    if other.transport_address == node.transport_address and other_id != node.id:
-                        del nodes[other_id]  # a restarted node with a new id at the same address
-                nodes[node.id] = node
-            elif kind == "left":
-                nodes.pop(payload, None)
-            elif kind == "client":
-                request = payload
-                if isinstance(request, KvPut | KvDelete):
-                    if not kv_changed:
-                        kv = dict(kv)
-                        kv_changed = True
-                    if isinstance(request, KvPut):
-                        kv[request.key] = request.value
-                    else:
-                        kv.pop(request.key, None)
-                elif isinstance(request, UpdateSettings):
-                    settings = dict(settings)
-                    for name, value in request.persistent.items():
-                        if value is None:
-                            settings.pop(name, None)
-                        else:
-                            settings[name] = value
-                elif isinstance(request, AddVotingConfigExclusions):
-                    result = self._add_exclusions(request, nodes, exclusions)
-                elif isinstance(request, ClearVotingConfigExclusions):
-                    exclusions = []
-            results.append(result)
-        coordination = replace(base.coordination, voting_config_exclusions=tuple(exclusions))
-        candidate = base.replace(
-            master_node=self.local_node.id,
-            nodes=nodes,
-            kv=kv,
-            persistent_settings=settings,
-            coordination=coordination,
+    def _batch_context(self) -> BatchContext:
+        return BatchContext(
+            master=self.local_node,
+            term=self.current_term,
+            voters=frozenset(self.coordination_state.join_votes),
+            max_exclusions=self.settings.max_voting_config_exclusions,
+            auto_shrink=self.settings.auto_shrink_voting_configuration,
+            new_uuid=self._random_uuid,
         )
-        candidate = self._improve_configuration(candidate)
-        changed = elected or (
-            candidate.nodes != base.nodes
-            or kv_changed
-            or candidate.persistent_settings != base.persistent_settings
-            or candidate.coordination != base.coordination
-            or candidate.master_node != base.master_node
-        )
-        if not changed:
-            return None, results
-        cluster_uuid = base.cluster_uuid
-        if cluster_uuid == UNKNOWN_UUID:
-            cluster_uuid = self._random_uuid()
-        new_state = candidate.replace(
-            cluster_uuid=cluster_uuid,
-            version=base.version + 1,
-            state_uuid=self._random_uuid(),
-            parent_uuid=base.state_uuid,
-            coordination=replace(candidate.coordination, term=self.current_term),
-        )
-        return new_state, results
-
-    def _add_exclusions(
-        self,
-        request: AddVotingConfigExclusions,
-        nodes: dict[str, DiscoveryNode],
-        exclusions: list[VotingConfigExclusion],
-    ) -> ClientResult | None:
-        by_name = {node.name: node for node in nodes.values()}
-        to_add: list[VotingConfigExclusion] = []
-        for name in request.node_names:
-            node = by_name.get(name)
-            # An absent node can be excluded by name; its id is unknown, so it is matched by name later.
-            to_add.append(VotingConfigExclusion(node.id if node else f"_absent_{name}", name))
-        for node_id in request.node_ids:
-            known = nodes.get(node_id)
-            to_add.append(VotingConfigExclusion(node_id, known.name if known else "_absent_"))
-        existing = {exclusion.node_id for exclusion in exclusions}
-        new = [exclusion for exclusion in to_add if exclusion.node_id not in existing]
-        limit = self.settings.max_voting_config_exclusions
-        if len(existing) + len(new) > limit:
-            return client.bad_request(
-                f"add voting config exclusions request for {[e.node_name for e in to_add]} would add "
-                f"[{len(new)}] exclusions to the existing [{len(existing)}] which would exceed the maximum "
-                f"of [{limit}] set by [cluster.max_voting_config_exclusions]"
-            )
-        exclusions.extend(new)
-        return None
 
     def _improve_configuration(self, state: ClusterState) -> ClusterState:
-        coordination = state.coordination
-        if coordination.last_committed_config != coordination.last_accepted_config:
-            return state  # one reconfiguration at a time
-        excluded = coordination.excluded_ids()
-        live = {
-            node.id
-            for node in state.nodes.values()
-            if node.master_eligible
-            and self.coordination_state.contains_join_vote_from(node.id)
-            and node.id not in excluded
-        }
-        current = coordination.last_accepted_config
-        new_config = reconfigure(
-            live, excluded, self.local_node.id, current, self.settings.auto_shrink_voting_configuration
-        )
-        if new_config == current:
-            return state
-        if not new_config.has_quorum(set(self.coordination_state.join_votes)):
-            return state
-        return state.replace(coordination=replace(coordination, last_accepted_config=new_config))
+        context = self._batch_context()
+        return improve_configuration(state, self.local_node.id, context.voters, context.auto_shrink)
 
     def _random_uuid(self) -> str:
         return f"{self.rng.getrandbits(128):032x}"
@@ -1210,7 +1118,7 @@ class Coordinator:
     def _abdicate_to(self, node: DiscoveryNode) -> None:
         term = max(self.current_term, self.max_term_seen) + 1
         self._log("info", f"abdicating to {node.name} with term {term}")
-        request = StartJoinRequest(node, term)
+        request = StartJoinRequest(node, term, self._committed_uuid())
         for other in self.last_accepted_state.nodes.values():
             if other.master_eligible:
                 self._send(other.transport_address, request)

@@ -27,6 +27,7 @@ class RunReport:
     operations: int = 0
     acknowledged_writes: int = 0
     linearizability: Verdict | None = None
+    cluster: SimulatedCluster | None = None
 
 
 class _Client:
@@ -137,6 +138,7 @@ def run_random_schedule(seed: int, node_count: int, chaos_ms: int = 30_000, clie
     report.operations = len(cluster.operations)
     report.acknowledged_writes = sum(1 for op in cluster.operations if op.kind != "get" and op.certain)
     report.linearizability = check_history(cluster.operations)
+    report.cluster = cluster
     _check_final_state(cluster)
     return report
 

@@ -32,7 +32,7 @@ from coordinated.coordination.effects import (
 )
 from coordinated.coordination.messages import Message
 from coordinated.coordination.settings import CoordinationSettings
-from coordinated.coordination.state import ClusterState, DiscoveryNode, initial_state
+from coordinated.coordination.state import UNKNOWN_UUID, ClusterState, DiscoveryNode, initial_state
 from coordinated.simulation.linearizability import MISSING, Operation
 from coordinated.simulation.network import Link, Network
 
@@ -156,10 +156,12 @@ class SimulatedCluster:
         # Tests can watch every message sent: tap(sender name, destination address, message).
         self.tap: Callable[[str, str, Message], None] | None = None
         # cluster-wide safety bookkeeping
-        self._elected: dict[int, str] = {}
-        self._state_by_version: dict[tuple[int, int], str] = {}
+        # Per cluster UUID (a node of another cluster may be present): who won each term, the state of each
+        # (term, version), and the committed states by version as (term, state_uuid).
+        self._elected: dict[tuple[str, int], str] = {}
+        self._state_by_version: dict[tuple[str, int, int], str] = {}
+        self._committed: dict[str, dict[int, tuple[int, str]]] = {}
         self._parents: dict[str, tuple[str | None, int]] = {}
-        self._committed: dict[int, tuple[int, str]] = {}  # version -> (term, uuid)
         eligible = master_eligible or [True] * node_count
         base = replace(settings, seed_hosts=())
         names = [f"node{index}" for index in range(node_count)]
@@ -388,38 +390,40 @@ class SimulatedCluster:
         kind = event["type"]
         if kind == "elected":
             term = event["term"]
-            winner = self._elected.setdefault(term, event["node"])
+            winner = self._elected.setdefault((event["cluster_uuid"], term), event["node"])
             if winner != event["node"]:
                 self._violation(f"two masters elected in term {term}: {winner} and {event['node']}")
         elif kind in ("accepted", "committed", "applied"):
-            key = (event["term"], event["version"])
+            cluster_uuid = event["cluster_uuid"]
+            key = (cluster_uuid, event["term"], event["version"])
             uuid = self._state_by_version.setdefault(key, event["state_uuid"])
             if uuid != event["state_uuid"]:
                 self._violation(f"two states for (term, version) {key}: {uuid} and {event['state_uuid']}")
-            master = self._elected.get(event["term"])
+            master = self._elected.get((cluster_uuid, event["term"]), self._elected.get((UNKNOWN_UUID, event["term"])))
             if master is not None and event["master"] != master:
                 self._violation(f"state {key} names master {event['master']} but {master} was elected")
             self._parents[event["state_uuid"]] = (event["parent_uuid"], event["version"])
             if kind == "committed" or kind == "applied":
-                self._check_committed(event["version"], event["term"], event["state_uuid"])
+                self._check_committed(self._committed.setdefault(cluster_uuid, {}), event)
 
-    def _check_committed(self, version: int, term: int, uuid: str) -> None:
-        known = self._committed.get(version)
+    def _check_committed(self, committed: dict[int, tuple[int, str]], event: dict[str, Any]) -> None:
+        version, term, uuid = event["version"], event["term"], event["state_uuid"]
+        known = committed.get(version)
         if known is not None:
             if known[1] != uuid:
                 self._violation(f"two committed states at version {version}: {known[1]} and {uuid}")
             return
-        self._committed[version] = (term, uuid)
-        versions = sorted(self._committed)
+        committed[version] = (term, uuid)
+        versions = sorted(committed)
         position = versions.index(version)
         if position > 0:
-            self._check_descends(versions[position - 1], version)
+            self._check_descends(committed, versions[position - 1], version)
         if position + 1 < len(versions):
-            self._check_descends(version, versions[position + 1])
+            self._check_descends(committed, version, versions[position + 1])
 
-    def _check_descends(self, older_version: int, newer_version: int) -> None:
-        older_term, older_uuid = self._committed[older_version]
-        newer_term, current = self._committed[newer_version]
+    def _check_descends(self, committed: dict[int, tuple[int, str]], older_version: int, newer_version: int) -> None:
+        older_term, older_uuid = committed[older_version]
+        newer_term, current = committed[newer_version]
         if newer_term < older_term:
             self._violation(f"committed term went back from {older_term} to {newer_term} at version {newer_version}")
         uuid: str | None = current
@@ -440,11 +444,11 @@ class SimulatedCluster:
                     sim_node.coordinator.invariant()
                 except AssertionError as error:
                     self._violation(f"{sim_node.name}: {error}")
-        leaders: dict[int, str] = {}
+        leaders: dict[tuple[str, int], str] = {}
         for sim_node in self.nodes:
             coordinator = sim_node.coordinator
             if coordinator is not None and coordinator.mode is Mode.LEADER:
-                term = coordinator.current_term
+                term = (coordinator.last_accepted_state.cluster_uuid, coordinator.current_term)
                 if term in leaders:
                     self._violation(f"two leaders in term {term}: {leaders[term]} and {sim_node.name}")
                 leaders[term] = sim_node.name

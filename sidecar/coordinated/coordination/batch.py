@@ -1,0 +1,161 @@
+"""What the master does with a batch of tasks: one new cluster state (or none) and a result per task.
+
+Pure functions: the coordinator supplies the node, the term and the join votes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+from msgspec.structs import replace
+
+from coordinated.coordination import client
+from coordinated.coordination.client import (
+    AddVotingConfigExclusions,
+    ClearVotingConfigExclusions,
+    ClientResult,
+    KvDelete,
+    KvPut,
+    UpdateSettings,
+)
+from coordinated.coordination.reconfigurator import reconfigure
+from coordinated.coordination.state import UNKNOWN_UUID, ClusterState, DiscoveryNode, VotingConfigExclusion
+
+ABSENT_PREFIX = "_absent_"  # an exclusion by name of a node that is not in the cluster (yet)
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    master: DiscoveryNode
+    term: int
+    voters: Collection[str]  # nodes whose join votes the master holds in this term
+    max_exclusions: int
+    auto_shrink: bool
+    new_uuid: Callable[[], str]
+
+
+def improve_configuration(
+    state: ClusterState, master_id: str, voters: Collection[str], auto_shrink: bool
+) -> ClusterState:
+    """The state with the best voting configuration the master may move to now (maybe unchanged).
+
+    Only nodes that voted for this master in this term count as live, and the move needs their quorum.
+    """
+    coordination = state.coordination
+    if coordination.last_committed_config != coordination.last_accepted_config:
+        return state  # one reconfiguration at a time
+    excluded = coordination.excluded_ids()
+    live = {
+        node.id
+        for node in state.nodes.values()
+        if node.master_eligible and node.id in voters and node.id not in excluded
+    }
+    current = coordination.last_accepted_config
+    new_config = reconfigure(live, excluded, master_id, current, auto_shrink)
+    if new_config == current or not new_config.has_quorum(voters):
+        return state
+    return state.replace(coordination=replace(coordination, last_accepted_config=new_config))
+
+
+def add_exclusions(
+    request: AddVotingConfigExclusions,
+    nodes: dict[str, DiscoveryNode],
+    exclusions: list[VotingConfigExclusion],
+    limit: int,
+) -> ClientResult | None:
+    by_name = {node.name: node for node in nodes.values()}
+    to_add: list[VotingConfigExclusion] = []
+    for name in request.node_names:
+        node = by_name.get(name)
+        # A node that is not in the cluster is excluded by name; it gets its id when it joins.
+        to_add.append(VotingConfigExclusion(node.id if node else f"{ABSENT_PREFIX}{name}", name))
+    for node_id in request.node_ids:
+        known = nodes.get(node_id)
+        to_add.append(VotingConfigExclusion(node_id, known.name if known else ABSENT_PREFIX))
+    existing = {exclusion.node_id for exclusion in exclusions}
+    new = [exclusion for exclusion in to_add if exclusion.node_id not in existing]
+    if len(existing) + len(new) > limit:
+        return client.bad_request(
+            f"add voting config exclusions request for {[e.node_name for e in to_add]} would add "
+            f"[{len(new)}] exclusions to the existing [{len(existing)}] which would exceed the maximum "
+            f"of [{limit}] set by [cluster.max_voting_config_exclusions]"
+        )
+    exclusions.extend(new)
+    return None
+
+
+def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list[VotingConfigExclusion]) -> None:
+    for other_id, other in list(nodes.items()):
+        if other.transport_address == node.transport_address and other_id != node.id:
+            del nodes[other_id]  # a restarted node with a new id at the same address
+    nodes[node.id] = node
+    for index, exclusion in enumerate(exclusions):
+        if exclusion.node_id == f"{ABSENT_PREFIX}{node.name}":
+            exclusions[index] = VotingConfigExclusion(node.id, node.name)
+
+
+def execute_batch(
+    base: ClusterState, payloads: list[tuple[str, Any]], context: BatchContext
+) -> tuple[ClusterState | None, list[ClientResult | None]]:
+    """Apply every task to the base state. Returns (None, results) if nothing changed.
+
+    A payload is ("elected", None), ("join", node), ("left", node_id), ("reconfigure", None) or
+    ("client", request); a task's result is None when it succeeds with the publication.
+    """
+    nodes = dict(base.nodes)
+    kv = base.kv
+    settings = base.persistent_settings
+    exclusions = list(base.coordination.voting_config_exclusions)
+    results: list[ClientResult | None] = []
+    elected = False
+    for kind, payload in payloads:
+        result: ClientResult | None = None
+        if kind == "elected":
+            elected = True
+            nodes[context.master.id] = context.master
+        elif kind == "join":
+            _join(payload, nodes, exclusions)
+        elif kind == "left":
+            nodes.pop(payload, None)
+        elif kind == "client":
+            if isinstance(payload, KvPut | KvDelete):
+                if kv is base.kv:
+                    kv = dict(kv)
+                if isinstance(payload, KvPut):
+                    kv[payload.key] = payload.value
+                else:
+                    kv.pop(payload.key, None)
+            elif isinstance(payload, UpdateSettings):
+                settings = {k: v for k, v in {**settings, **payload.persistent}.items() if v is not None}
+            elif isinstance(payload, AddVotingConfigExclusions):
+                result = add_exclusions(payload, nodes, exclusions, context.max_exclusions)
+            elif isinstance(payload, ClearVotingConfigExclusions):
+                exclusions = []
+        results.append(result)
+    candidate = base.replace(
+        master_node=context.master.id,
+        nodes=nodes,
+        kv=kv,
+        persistent_settings=settings,
+        coordination=replace(base.coordination, voting_config_exclusions=tuple(exclusions)),
+    )
+    candidate = improve_configuration(candidate, context.master.id, context.voters, context.auto_shrink)
+    changed = elected or (
+        candidate.nodes != base.nodes
+        or kv != base.kv
+        or candidate.persistent_settings != base.persistent_settings
+        or candidate.coordination != base.coordination
+        or candidate.master_node != base.master_node
+    )
+    if not changed:
+        return None, results
+    new_state = candidate.replace(
+        cluster_uuid=context.new_uuid() if base.cluster_uuid == UNKNOWN_UUID else base.cluster_uuid,
+        version=base.version + 1,
+        state_uuid=context.new_uuid(),
+        parent_uuid=base.state_uuid,
+        coordination=replace(candidate.coordination, term=context.term),
+    )
+    return new_state, results
