@@ -7,6 +7,7 @@ Public API (used by the sidecar and the simulator):
     effects = coordinator.handle_message(sender_address, message, now)
     effects = coordinator.handle_send_failure(destination_address, message, now)  # connection refused/closed
     effects = coordinator.handle_seed_addresses(addresses, now)                     # answer to ProbeSeeds
+    effects = coordinator.handle_peer_disconnected(address, now)                    # a peer's connection closed
     effects = coordinator.tick(now)                      # call at or after coordinator.next_deadline
     effects = coordinator.submit(request_id, request, now, timeout_ms=None)         # a ClientRequest
     effects = coordinator.stop(now)                      # graceful stop: a master hands over first
@@ -214,6 +215,10 @@ class Coordinator:
     def handle_send_failure(self, destination: str, message: Message, now: int) -> list[Effect]:
         return self._step(now, lambda: self._on_send_failure(destination, message))
 
+    def handle_peer_disconnected(self, address: str, now: int) -> list[Effect]:
+        """A connection to a peer closed: a leader or follower check fails at once, without a timeout."""
+        return self._step(now, lambda: self._on_peer_disconnected(address))
+
     def handle_seed_addresses(self, addresses: Sequence[str], now: int) -> list[Effect]:
         return self._step(now, lambda: self._probe(addresses))
 
@@ -374,6 +379,14 @@ class Coordinator:
         elif isinstance(message, ForwardedRequest):
             lost = client.not_master_error("lost the connection to the master", maybe_applied=True)
             self._finish_forward(message.request_id, lost)
+
+    def _on_peer_disconnected(self, address: str) -> None:
+        if self.mode is Mode.FOLLOWER and self.leader is not None and self.leader.transport_address == address:
+            self._become_candidate(f"lost the connection to leader {self.leader.name}")
+        elif self.mode is Mode.LEADER:
+            node_id = self._node_id_at(address)
+            if node_id is not None and node_id != self.local_node.id:
+                self._remove_node(node_id, "disconnected")
 
     def _committed_uuid(self) -> str:
         state = self.last_accepted_state

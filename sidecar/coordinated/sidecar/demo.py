@@ -202,7 +202,10 @@ def audit(cluster: LocalCluster, workdir: Path) -> int:
     report_dir = workdir / "audit"
     command = [sys.executable, "-m", "coordinated.cli", "audit", *histories, "--report-dir", str(report_dir)]
     say(f"   {DIM}{' '.join(command)}{RESET}")
-    result = subprocess.run(command, check=False)
+    audit_log = workdir / "audit.log"
+    say(f"   {DIM}(Spark's own output goes to {audit_log}){RESET}")
+    with audit_log.open("wb") as log:
+        result = subprocess.run(command, check=False, stderr=log)
     verdict = {0: f"{GREEN}no violations{RESET}", 1: f"{RED}violations found{RESET}"}.get(
         result.returncode, "unusable input"
     )

@@ -41,7 +41,7 @@ from coordinated.sidecar.persistence import (
     load_or_create_node_id,
     prepare_data_dir,
 )
-from coordinated.sidecar.transport import PeerSender
+from coordinated.sidecar.transport import PeerSender, watch_until_closed
 
 log = logging.getLogger("coordinated.node")
 _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -76,6 +76,8 @@ class Node:
         self._probing = False
         self.unresolved_seeds: list[str] = []
         self.stopping = False
+        self._watched_leader: str | None = None
+        self._watch_task: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -114,6 +116,8 @@ class Node:
         self.stopping = True
         if self._timer is not None:
             self._timer.cancel()
+        if self._watch_task is not None:
+            self._watch_task.cancel()
         if self.sender is not None:
             await self.sender.flush(handover_timeout_s)
             await self.sender.close()
@@ -137,6 +141,7 @@ class Node:
             effects = []
         self._execute(effects)
         self._arm_timer()
+        self._watch_leader()
 
     def handle_message(self, sender: str, message: Message) -> None:
         assert self.coordinator is not None
@@ -159,6 +164,38 @@ class Node:
         self._timer_at = deadline
         if deadline is not None:
             self._timer = self.loop.call_at(deadline / 1000, self._on_timer, deadline)
+
+    def _watch_leader(self) -> None:
+        """Keep one watch connection to the current master, so that its death is noticed at once."""
+        assert self.coordinator is not None
+        leader = self.coordinator.leader
+        address = None if leader is None or leader.id == self.node_id else leader.transport_address
+        if address == self._watched_leader:
+            return
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            self._watch_task = None
+        self._watched_leader = address
+        if address is not None and not self.stopping:
+            self._watch_task = asyncio.get_running_loop().create_task(self._watch(address))
+
+    async def _watch(self, address: str) -> None:
+        assert self.sender is not None and self.sender.session is not None
+        started = asyncio.get_running_loop().time()
+        reason = await watch_until_closed(self.sender.session, address, self.auth)
+        if self._watched_leader != address or self.stopping:
+            return
+        if asyncio.get_running_loop().time() - started < 0.05:
+            # Could not even connect: let the regular leader checks decide rather than flap.
+            await asyncio.sleep(0.5)
+        if self._watched_leader != address or self.stopping:
+            return
+        log.info("connection to master %s lost (%s)", address, reason)
+        self._watched_leader = None
+        self._watch_task = None
+        coordinator = self.coordinator
+        assert coordinator is not None
+        self._run(lambda now: coordinator.handle_peer_disconnected(address, now))
 
     def _on_timer(self, deadline: int) -> None:
         assert self.coordinator is not None

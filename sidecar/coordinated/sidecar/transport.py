@@ -23,6 +23,7 @@ from coordinated.sidecar.auth import TransportAuth
 log = logging.getLogger("coordinated.transport")
 
 MESSAGE_PATH = "/_transport/message"
+WATCH_PATH = "/_transport/watch"
 RETRY_BACKOFF_S = (0.02, 0.1, 0.25)
 
 
@@ -137,6 +138,38 @@ def transport_app(
         on_message(envelope.sender, envelope.message)
         return web.Response(status=204)
 
+    closing = asyncio.Event()
+
+    async def watch(request: web.Request) -> web.StreamResponse:
+        # Held open until this process stops: a follower watching its master sees the connection close at
+        # once when the master dies (kill -9 included), instead of waiting for the next leader check.
+        if auth is not None and auth.verify(request.headers, b"") is not None:
+            return web.Response(status=401)
+        response = web.StreamResponse(status=200)
+        await response.prepare(request)
+        await closing.wait()
+        return response
+
+    async def on_shutdown(app: web.Application) -> None:
+        closing.set()
+
     app = web.Application(client_max_size=max_body)
     app.router.add_post(MESSAGE_PATH, receive)
+    app.router.add_get(WATCH_PATH, watch)
+    app.on_shutdown.append(on_shutdown)
     return app
+
+
+async def watch_until_closed(session: aiohttp.ClientSession, address: str, auth: TransportAuth | None) -> str:
+    """Return (with the reason) when the peer's watch connection ends or cannot be opened."""
+    headers = auth.sign(b"") if auth is not None else {}
+    timeout = aiohttp.ClientTimeout(total=None, connect=2, sock_read=None)
+    try:
+        async with session.get(f"http://{address}{WATCH_PATH}", headers=headers, timeout=timeout) as response:
+            if response.status != 200:
+                return f"watch refused with {response.status}"
+            while await response.content.readany():
+                pass
+            return "connection closed"
+    except (aiohttp.ClientError, OSError) as error:
+        return f"{type(error).__name__}: {error}"
