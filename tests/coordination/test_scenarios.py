@@ -350,10 +350,10 @@ def test_a_closed_connection_fails_the_checks_at_once() -> None:
     cluster = formed(3)
     leader = leader_of(cluster)
     follower = next(node for node in cluster.nodes if node is not leader)
-    follower.running().handle_peer_disconnected(leader.address, cluster.now)
+    cluster.close_connection(follower.index, leader.address)
     assert follower.running().mode is Mode.CANDIDATE
     other = next(node for node in cluster.nodes if node not in (leader, follower))
-    leader.running().handle_peer_disconnected(other.address, cluster.now)
+    cluster.close_connection(leader.index, other.address)
     cluster.run_for(SECOND)
     removal = f"removing {other.name} from the cluster: disconnected"
     assert any(node == leader.name and message == removal for _, node, _, message in cluster.logs)

@@ -219,6 +219,11 @@ class SimulatedCluster:
         self.crash(index)
         self.start_node(index)
 
+    def close_connection(self, index: int, address: str) -> None:
+        """Tell a node that its connection to `address` closed (as a kernel would on a peer's death)."""
+        sim_node = self.nodes[index]
+        self._run_effects(sim_node, sim_node.running().handle_peer_disconnected(address, self.now))
+
     def node_by_name(self, name: str) -> SimNode:
         return next(node for node in self.nodes if node.name == name)
 
