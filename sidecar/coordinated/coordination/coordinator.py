@@ -922,11 +922,17 @@ class Coordinator:
         diff = compute_diff(previous, state)
         for node in state.nodes.values():
             publication.targets[node.id] = TargetState.SENT_PUBLISH
-            if node.id == self.local_node.id or node.id not in previous.nodes:
+            if node.id == self.local_node.id:
+                continue
+            if node.id not in previous.nodes:
                 message = PublishRequest(self.local_node, state.term, state.version, state=state)
             else:
                 message = PublishRequest(self.local_node, state.term, state.version, diff=diff)
             self._send(node.transport_address, message)
+        # The master's own copy goes last, through the shell, so that it is written to disk while the
+        # followers write theirs rather than before they are even sent theirs.
+        own_copy = PublishRequest(self.local_node, state.term, state.version, state=state)
+        self._out.append(Send(self.local_node.transport_address, own_copy))
         self.timers.schedule("publish_timeout", self.now + self.settings.publish_timeout, self._publish_timed_out)
 
     def _on_publish_response(self, sender: str, response: PublishResponse) -> None:
@@ -1002,7 +1008,9 @@ class Coordinator:
             if not publication.publish_quorum_possible(last_committed):
                 self._fail_publication("a publish quorum is no longer possible")
             return
-        if publication.all_targets_done() or publication.applied_by_quorum(self.local_node.id, last_committed):
+        if publication.targets.get(self.local_node.id) is not TargetState.APPLIED:
+            return  # the master applies last, and only what it holds
+        if publication.all_targets_done() or publication.applied_by_quorum(last_committed):
             self._complete_publication()
 
     def _publish_timed_out(self) -> None:

@@ -14,6 +14,9 @@ from coordinated.coordination.state import ClusterState
 
 @dataclass(frozen=True, slots=True)
 class Send:
+    """Send a message. A Send to the node's own address is handed back to it (`handle_message`) once the
+    sends before it are under way: the master writes its copy of a state while the followers write theirs."""
+
     destination: str  # a transport address
     message: Message
 

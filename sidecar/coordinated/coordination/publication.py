@@ -46,9 +46,8 @@ class Publication:
         alive = {node_id for node_id, target in self.targets.items() if target is not TargetState.FAILED}
         return last_committed.has_quorum(alive) and self.state.last_accepted_config.has_quorum(alive)
 
-    def applied_by_quorum(self, master_id: str, last_committed: VotingConfiguration) -> bool:
-        # The master counts: it applies as soon as the publication completes.
-        applied = self.ids_in(TargetState.APPLIED) | {master_id}
+    def applied_by_quorum(self, last_committed: VotingConfiguration) -> bool:
+        applied = self.ids_in(TargetState.APPLIED)
         return last_committed.has_quorum(applied) and self.state.last_accepted_config.has_quorum(applied)
 
     def all_targets_done(self) -> bool:

@@ -208,7 +208,11 @@ class Node:
 
     def _execute(self, effects: list[Effect]) -> None:
         for effect in effects:
-            if isinstance(effect, Send):
+            if isinstance(effect, Send) and effect.destination == self.local_node.transport_address:
+                # After this callback, so that the sends queued before it reach the network first.
+                assert self.loop is not None
+                self.loop.call_soon(self.handle_message, effect.destination, effect.message)
+            elif isinstance(effect, Send):
                 assert self.sender is not None
                 self.sender.send(effect.destination, effect.message)
             elif isinstance(effect, RecordHistory):

@@ -310,6 +310,10 @@ class SimulatedCluster:
     def _send(self, sender: SimNode, destination: str, message: Message) -> None:
         if self.tap is not None:
             self.tap(sender.name, destination, message)
+        if destination == sender.address:  # a node's message to itself does not cross the network
+            boots = sender.boots
+            self.schedule(self.now, lambda: self._deliver(sender, sender, boots, message))
+            return
         target = next((node for node in self.nodes if node.address == destination), None)
         link = self.network.link(sender.address, destination)
         if target is None or link is Link.DISCONNECTED or not target.alive:
