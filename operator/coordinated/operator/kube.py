@@ -1,0 +1,153 @@
+"""The few Kubernetes API calls the operator makes, through the official client in worker threads.
+
+Children are written with server-side apply under one field manager, so re-applying the same manifest is
+a no-op and fields that other controllers own (for example a StatefulSet's status) are left alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from coordinated.operator import GROUP, PLURAL, VERSION
+from coordinated.operator.observation import PodObservation
+
+FIELD_MANAGER = "coordinated-operator"
+
+
+def load_kube_config() -> None:
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+
+
+class Kube:
+    def __init__(self) -> None:
+        self._api_client = client.ApiClient()
+        self._dynamic: DynamicClient | None = None
+        self._core = client.CoreV1Api(self._api_client)
+        self._apps = client.AppsV1Api(self._api_client)
+        self._custom = client.CustomObjectsApi(self._api_client)
+
+    def _resource(self, api_version: str, kind: str) -> Any:
+        if self._dynamic is None:  # discovery happens once, lazily, on first use
+            self._dynamic = DynamicClient(self._api_client)  # type: ignore[no-untyped-call]
+        return self._dynamic.resources.get(api_version=api_version, kind=kind)
+
+    def _apply(self, manifest: Mapping[str, Any]) -> None:
+        resource = self._resource(manifest["apiVersion"], manifest["kind"])
+        metadata = manifest["metadata"]
+        resource.server_side_apply(
+            body=dict(manifest),
+            name=metadata["name"],
+            namespace=metadata.get("namespace"),
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+        )
+
+    async def apply(self, manifest: Mapping[str, Any]) -> None:
+        await asyncio.to_thread(self._apply, manifest)
+
+    def _create_if_absent(self, manifest: Mapping[str, Any]) -> bool:
+        resource = self._resource(manifest["apiVersion"], manifest["kind"])
+        try:
+            resource.create(body=dict(manifest), namespace=manifest["metadata"].get("namespace"))
+            return True
+        except ApiException as error:
+            if error.status == 409:
+                return False
+            raise
+
+    async def create_if_absent(self, manifest: Mapping[str, Any]) -> bool:
+        return await asyncio.to_thread(self._create_if_absent, manifest)
+
+    def _delete_if_present(self, api_version: str, kind: str, name: str, namespace: str) -> bool:
+        try:
+            self._resource(api_version, kind).delete(name=name, namespace=namespace)
+            return True
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+
+    async def delete_if_present(self, api_version: str, kind: str, name: str, namespace: str) -> bool:
+        return await asyncio.to_thread(self._delete_if_present, api_version, kind, name, namespace)
+
+    def _statefulset_replicas(self, name: str, namespace: str) -> int | None:
+        try:
+            sts = self._apps.read_namespaced_stateful_set(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return int(sts.spec.replicas or 0)
+
+    async def statefulset_replicas(self, name: str, namespace: str) -> int | None:
+        return await asyncio.to_thread(self._statefulset_replicas, name, namespace)
+
+    def _pods(self, namespace: str, selector: str) -> dict[str, PodObservation]:
+        pods = self._core.list_namespaced_pod(namespace, label_selector=selector).items
+        observed: dict[str, PodObservation] = {}
+        for pod in pods:
+            if pod.metadata is None or not pod.metadata.name:
+                continue
+            conditions = (pod.status.conditions or []) if pod.status else []
+            ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+            observed[pod.metadata.name] = PodObservation(
+                name=pod.metadata.name,
+                ready=ready,
+                terminating=pod.metadata.deletion_timestamp is not None,
+                ip=pod.status.pod_ip if pod.status else None,
+            )
+        return observed
+
+    async def pods(self, namespace: str, selector: str) -> dict[str, PodObservation]:
+        return await asyncio.to_thread(self._pods, namespace, selector)
+
+    def _cluster(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            return found
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def cluster(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The CoordinatedCluster as stored now (Kopf's body may predate our own last patch)."""
+        return await asyncio.to_thread(self._cluster, namespace, name)
+
+    def _patch_annotations(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        self._custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"metadata": {"annotations": dict(annotations)}},
+            _content_type="application/merge-patch+json",
+        )
+
+    async def patch_annotations(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        """Written at once, not with Kopf's deferred patch, so the very next pass already sees them."""
+        await asyncio.to_thread(self._patch_annotations, namespace, name, annotations)
+
+    def _patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        self._custom.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"status": dict(status)},
+            _content_type="application/merge-patch+json",
+        )
+
+    async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        await asyncio.to_thread(self._patch_status, namespace, name, status)

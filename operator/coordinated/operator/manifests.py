@@ -1,0 +1,441 @@
+"""Pure builders: a ClusterSpec (plus a few observed facts) in, Kubernetes manifests as dicts out.
+
+Nothing here talks to the API server, so every manifest is unit-tested without a cluster. All objects
+carry a controller owner reference to the CoordinatedCluster, so deleting it garbage-collects them.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from coordinated.operator import API_VERSION, KIND
+from coordinated.operator.sidecar_client import HTTP_PORT, TRANSPORT_PORT
+from coordinated.operator.spec import ClusterSpec
+
+Manifest = dict[str, Any]
+
+SIDECAR_CONTAINER = "sidecar"
+DATA_DIR = "/data"
+TRANSPORT_SECRET_DIR = "/etc/coordinated/transport"
+TRANSPORT_SECRET_KEY = "secret"
+BOOTSTRAP_KEY = "initial_master_nodes"
+INITIAL_MASTER_NODES_ENV = "COORDINATED_INITIAL_MASTER_NODES"
+RUN_AS_USER = 10001  # the image's non-root user
+
+
+# ---- names -------------------------------------------------------------------------------------------
+def statefulset_name(spec: ClusterSpec) -> str:
+    return spec.name
+
+
+def headless_service_name(spec: ClusterSpec) -> str:
+    return f"{spec.name}-headless"
+
+
+def client_service_name(spec: ClusterSpec) -> str:
+    return spec.name
+
+
+def transport_secret_name(spec: ClusterSpec) -> str:
+    return f"{spec.name}-transport"
+
+
+def bootstrap_configmap_name(spec: ClusterSpec) -> str:
+    return f"{spec.name}-bootstrap"
+
+
+def audit_cronjob_name(spec: ClusterSpec) -> str:
+    return f"{spec.name}-audit"
+
+
+def pod_name(spec: ClusterSpec, ordinal: int) -> str:
+    return f"{statefulset_name(spec)}-{ordinal}"
+
+
+def pod_names(spec: ClusterSpec, replicas: int) -> tuple[str, ...]:
+    return tuple(pod_name(spec, ordinal) for ordinal in range(replicas))
+
+
+def ordinal_of(pod: str) -> int:
+    return int(pod.rsplit("-", 1)[1])
+
+
+def seed_hosts(spec: ClusterSpec) -> str:
+    # The headless Service resolves to every pod, ready or not (publishNotReadyAddresses), which is
+    # what discovery needs before any cluster has formed.
+    return f"{headless_service_name(spec)}.{spec.namespace}.svc:{TRANSPORT_PORT}"
+
+
+# ---- labels and metadata -----------------------------------------------------------------------------
+def selector_labels(spec: ClusterSpec) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "coordinated-cluster", "app.kubernetes.io/instance": spec.name}
+
+
+def selector_string(spec: ClusterSpec) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(selector_labels(spec).items()))
+
+
+def common_labels(spec: ClusterSpec, component: str = "node") -> dict[str, str]:
+    return {
+        **selector_labels(spec),
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/managed-by": "coordinated-operator",
+    }
+
+
+def owner_reference(spec: ClusterSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": spec.name,
+        "uid": spec.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(spec: ClusterSpec, name: str, component: str = "node") -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": spec.namespace,
+        "labels": common_labels(spec, component),
+        "ownerReferences": [owner_reference(spec)],
+    }
+
+
+# ---- builders ----------------------------------------------------------------------------------------
+def headless_service(spec: ClusterSpec) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(spec, headless_service_name(spec)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(spec),
+            "ports": [
+                {"name": "transport", "port": TRANSPORT_PORT, "targetPort": "transport"},
+                {"name": "http", "port": HTTP_PORT, "targetPort": "http"},
+            ],
+        },
+    }
+
+
+def client_service(spec: ClusterSpec) -> Manifest:
+    # Only ready pods (joined to a cluster with a master) receive client traffic.
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(spec, client_service_name(spec)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(spec),
+            "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http"}],
+        },
+    }
+
+
+def service_account(spec: ClusterSpec) -> Manifest:
+    # The sidecar needs no Kubernetes API access, so no token is mounted.
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _metadata(spec, spec.name),
+        "automountServiceAccountToken": False,
+    }
+
+
+def transport_secret(spec: ClusterSpec, secret_value: str) -> Manifest:
+    """`secret_value` is generated once by the caller; an existing Secret is never rotated."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": _metadata(spec, transport_secret_name(spec)),
+        "data": {TRANSPORT_SECRET_KEY: base64.b64encode(secret_value.encode()).decode()},
+    }
+
+
+def bootstrap_configmap(spec: ClusterSpec, initial_master_nodes: tuple[str, ...]) -> Manifest:
+    """Pods read `cluster.initial_master_nodes` from here at start-up, through an environment variable.
+
+    Emptying it after the bootstrap does not restart any pod (unlike editing the pod template), and a
+    pod that restarts later no longer carries the setting, so it can never bootstrap a second cluster.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(spec, bootstrap_configmap_name(spec)),
+        "data": {BOOTSTRAP_KEY: ",".join(initial_master_nodes)},
+    }
+
+
+def sidecar_args(spec: ClusterSpec) -> list[str]:
+    settings: dict[str, str] = {
+        **{key: value for key, value in spec.settings.items()},
+        "cluster.name": spec.cluster_name,
+        "discovery.seed_hosts": seed_hosts(spec),
+        "transport.secret_file": f"{TRANSPORT_SECRET_DIR}/{TRANSPORT_SECRET_KEY}",
+        # Kubernetes expands $(VAR) when the container starts; the ConfigMap may hold an empty list.
+        "cluster.initial_master_nodes": f"$({INITIAL_MASTER_NODES_ENV})",
+    }
+    args = ["node", "--name", "$(POD_NAME)", "--data-dir", DATA_DIR, "--host", "$(POD_IP)"]
+    args += ["--http-port", str(HTTP_PORT), "--transport-port", str(TRANSPORT_PORT)]
+    for key in sorted(settings):
+        args += ["-E", f"{key}={settings[key]}"]
+    return args
+
+
+def _sidecar_container(spec: ClusterSpec) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": SIDECAR_CONTAINER,
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "args": sidecar_args(spec),
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {
+                "name": INITIAL_MASTER_NODES_ENV,
+                "valueFrom": {"configMapKeyRef": {"name": bootstrap_configmap_name(spec), "key": BOOTSTRAP_KEY}},
+            },
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+        ],
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "transport", "containerPort": TRANSPORT_PORT, "protocol": "TCP"},
+        ],
+        # Ready means "joined a cluster that has a master"; it gates the client Service and rollouts.
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "http"},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "http"},
+            "initialDelaySeconds": 10,
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+        },
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_DIR},
+            {"name": "transport-secret", "mountPath": TRANSPORT_SECRET_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if spec.resources:
+        container["resources"] = dict(spec.resources)
+    return container
+
+
+def _user_containers(spec: ClusterSpec) -> list[dict[str, Any]]:
+    # The application containers reach their sidecar through the pod IP, where it listens.
+    sidecar_url = {"name": "COORDINATED_URL", "value": f"http://$(POD_IP):{HTTP_PORT}"}
+    pod_ip = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    containers = []
+    for container in spec.template.get("containers") or ():
+        env = [entry for entry in container.get("env") or () if entry.get("name") not in ("POD_IP",)]
+        containers.append({**container, "env": [pod_ip, sidecar_url, *env]})
+    return containers
+
+
+def statefulset(spec: ClusterSpec, replicas: int) -> Manifest:
+    """`replicas` comes from the planner, not straight from the spec: scaling moves one node at a time."""
+    template_metadata = spec.template.get("metadata") or {}
+    pod_labels = {**(template_metadata.get("labels") or {}), **common_labels(spec)}
+    volume_claim: dict[str, Any] = {
+        "metadata": {"name": "data", "labels": selector_labels(spec)},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": spec.storage.size}},
+        },
+    }
+    if spec.storage.storage_class_name:
+        volume_claim["spec"]["storageClassName"] = spec.storage.storage_class_name
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": spec.name,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 60,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "affinity": {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": selector_labels(spec)},
+                        },
+                    }
+                ]
+            }
+        },
+        "containers": [_sidecar_container(spec), *_user_containers(spec)],
+        "volumes": [
+            {"name": "transport-secret", "secret": {"secretName": transport_secret_name(spec)}},
+            {"name": "tmp", "emptyDir": {}},
+            *(spec.template.get("volumes") or ()),
+        ],
+    }
+    if spec.template.get("initContainers"):
+        pod_spec["initContainers"] = list(spec.template["initContainers"])
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _metadata(spec, statefulset_name(spec)),
+        "spec": {
+            "replicas": replicas,
+            "serviceName": headless_service_name(spec),
+            "selector": {"matchLabels": selector_labels(spec)},
+            # Parallel: bootstrap needs every initial master-eligible pod up before any of them is
+            # ready; OrderedReady would wait forever for pod 0. The operator paces scaling itself.
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": spec.storage.when_deleted,
+                "whenScaled": spec.storage.when_scaled,
+            },
+            "template": {
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": dict(template_metadata.get("annotations") or {}),
+                },
+                "spec": pod_spec,
+            },
+            "volumeClaimTemplates": [volume_claim],
+        },
+    }
+
+
+def disruptions_allowed(health: str | None, voters: int) -> int:
+    """One voluntary disruption only while the cluster is green and has at least 3 voters.
+
+    With 3 or more voters, losing one still leaves a quorum; with fewer, or while the cluster is already
+    unhealthy, an eviction could take away the quorum, so evictions wait.
+    """
+    return 1 if health == "green" and voters >= 3 else 0
+
+
+def pod_disruption_budget(spec: ClusterSpec, health: str | None, voters: int) -> Manifest | None:
+    """None when the user disabled the budget (the caller then deletes any that exists)."""
+    budget = spec.disruption_budget
+    if budget.mode == "Disabled":
+        return None
+    pdb_spec: dict[str, Any] = {"selector": {"matchLabels": selector_labels(spec)}}
+    if budget.mode == "Custom":
+        if budget.min_available is not None:
+            pdb_spec["minAvailable"] = budget.min_available
+        else:
+            pdb_spec["maxUnavailable"] = budget.max_unavailable if budget.max_unavailable is not None else 1
+    else:
+        pdb_spec["maxUnavailable"] = disruptions_allowed(health, voters)
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(spec, spec.name),
+        "spec": pdb_spec,
+    }
+
+
+def audit_cronjob(spec: ClusterSpec, replicas: int) -> Manifest | None:
+    """A CronJob that audits every node's history (`coordinated audit --from-cluster`), with Spark.
+
+    Histories live on each node's own volume, which no other pod can mount, so the audit reads them over
+    HTTP (`GET /_history`) through each pod's stable DNS name under the headless Service.
+    """
+    audit = spec.audit
+    if not audit.enabled:
+        return None
+    urls = ",".join(
+        f"http://{pod}.{headless_service_name(spec)}.{spec.namespace}.svc:{HTTP_PORT}"
+        for pod in pod_names(spec, max(replicas, 1))
+    )
+    args = ["audit", "--from-cluster", urls, "--spark-master", audit.spark_master, "--report-dir", "/reports"]
+    for key, value in sorted(audit.spark_conf.items()):
+        args += ["--conf", f"{key}={value}"]
+    container: dict[str, Any] = {
+        "name": "audit",
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "args": args,
+        "volumeMounts": [{"name": "reports", "mountPath": "/reports"}, {"name": "tmp", "mountPath": "/tmp"}],
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    if audit.resources:
+        container["resources"] = dict(audit.resources)
+    reports: dict[str, Any] = (
+        {"persistentVolumeClaim": {"claimName": audit.report_volume_claim}}
+        if audit.report_volume_claim
+        else {"emptyDir": {}}
+    )
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": _metadata(spec, audit_cronjob_name(spec), component="audit"),
+        "spec": {
+            "schedule": audit.schedule,
+            "concurrencyPolicy": "Forbid",
+            "successfulJobsHistoryLimit": 3,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {
+                "spec": {
+                    "backoffLimit": 1,
+                    "template": {
+                        "metadata": {"labels": common_labels(spec, component="audit")},
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "serviceAccountName": spec.name,
+                            "automountServiceAccountToken": False,
+                            "securityContext": {
+                                "runAsNonRoot": True,
+                                "runAsUser": RUN_AS_USER,
+                                "fsGroup": RUN_AS_USER,
+                                "seccompProfile": {"type": "RuntimeDefault"},
+                            },
+                            "containers": [container],
+                            "volumes": [{"name": "reports", **reports}, {"name": "tmp", "emptyDir": {}}],
+                        },
+                    },
+                }
+            },
+        },
+    }
+
+
+def desired_children(
+    spec: ClusterSpec,
+    *,
+    replicas: int,
+    initial_master_nodes: tuple[str, ...],
+    health: str | None,
+    voters: int,
+) -> list[Manifest]:
+    """Everything the operator maintains except the Secret (created once, never re-applied)."""
+    manifests: list[Manifest | None] = [
+        service_account(spec),
+        headless_service(spec),
+        client_service(spec),
+        bootstrap_configmap(spec, initial_master_nodes),
+        statefulset(spec, replicas),
+        pod_disruption_budget(spec, health, voters),
+        audit_cronjob(spec, replicas),
+    ]
+    return [manifest for manifest in manifests if manifest is not None]
+
+
+def kinds_by_name(manifests: list[Manifest]) -> Mapping[tuple[str, str], Manifest]:
+    return {(manifest["kind"], manifest["metadata"]["name"]): manifest for manifest in manifests}

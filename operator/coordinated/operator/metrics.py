@@ -1,0 +1,52 @@
+"""Prometheus metrics of the operator itself, served by prometheus-client on their own port."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+RECONCILIATIONS = Counter(
+    "coordinated_operator_reconciliations", "Reconciliations of CoordinatedCluster resources", ["result"]
+)
+FAILURES = Counter("coordinated_operator_reconcile_failures", "Reconciliations that raised an error", ["reason"])
+DURATION = Histogram(
+    "coordinated_operator_reconcile_duration_seconds",
+    "Time spent in one reconciliation",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+ACTIONS = Counter("coordinated_operator_actions", "Planner actions carried out", ["kind"])
+STUCK = Gauge(
+    "coordinated_operator_stuck_reconciliations",
+    "CoordinatedClusters that have not converged for longer than the stuck threshold",
+)
+
+
+@dataclass
+class ProgressTracker:
+    """Remembers since when each cluster has been unconverged, to count the stuck ones."""
+
+    stuck_after_seconds: float = 600.0
+    unconverged_since: dict[str, float] = field(default_factory=dict)
+
+    def observe(self, key: str, converged: bool, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        if converged:
+            self.unconverged_since.pop(key, None)
+        else:
+            self.unconverged_since.setdefault(key, now)
+        STUCK.set(self.stuck_count(now))
+
+    def forget(self, key: str) -> None:
+        self.unconverged_since.pop(key, None)
+        STUCK.set(self.stuck_count())
+
+    def stuck_count(self, now: float | None = None) -> int:
+        now = time.monotonic() if now is None else now
+        return sum(1 for since in self.unconverged_since.values() if now - since >= self.stuck_after_seconds)
+
+
+def serve(port: int) -> None:
+    if port:
+        start_http_server(port)

@@ -1,0 +1,97 @@
+"""What the operator sees of one CoordinatedCluster, digested into plain values for planner and status.
+
+`summarize_states` turns the per-pod answers of `GET /_cluster/state?local=true` into one view: the
+master's own state when some node is master, since followers may lag behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from coordinated.operator.sidecar_client import ClusterHealth, ClusterState
+
+
+@dataclass(frozen=True)
+class PodObservation:
+    name: str
+    ready: bool = False
+    terminating: bool = False
+    ip: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """The cluster as the sidecars report it; empty when no sidecar answered."""
+
+    reachable: frozenset[str] = frozenset()  # pods whose sidecar answered
+    cluster_uuids: frozenset[str] = frozenset()  # every UUID any node reported
+    cluster_name: str | None = None
+    master: str | None = None
+    term: int = 0
+    version: int = 0
+    members: frozenset[str] = frozenset()  # nodes in the master's state (joined)
+    voters: frozenset[str] = frozenset()  # last committed voting configuration
+    accepted_voters: frozenset[str] = frozenset()  # last accepted voting configuration
+    exclusions: frozenset[str] = frozenset()
+    health: str | None = None  # green, yellow, red; None when unknown
+    formation_problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything the planner may base a decision on; all of it can be re-read after a restart."""
+
+    statefulset_name: str
+    desired_replicas: int
+    statefulset_replicas: int | None  # None: the StatefulSet does not exist
+    pods: Mapping[str, PodObservation] = field(default_factory=dict)
+    cluster: ClusterView = ClusterView()
+    pinned_initial_master_nodes: tuple[str, ...] = ()
+    recorded_cluster_uuid: str | None = None
+    paused: bool = False
+
+    def pod_name(self, ordinal: int) -> str:
+        return f"{self.statefulset_name}-{ordinal}"
+
+    def ordinal(self, node_name: str) -> int | None:
+        prefix, _, number = node_name.rpartition("-")
+        return int(number) if prefix == self.statefulset_name and number.isdigit() else None
+
+    @property
+    def live_members(self) -> frozenset[str]:
+        """Nodes the master counts as joined whose pods exist, are ready and are not going away."""
+        return frozenset(
+            name
+            for name in self.cluster.members
+            if (pod := self.pods.get(name)) is not None and pod.ready and not pod.terminating
+        )
+
+    @property
+    def ready_replicas(self) -> int:
+        return sum(1 for pod in self.pods.values() if pod.ready and not pod.terminating)
+
+
+def summarize_states(states: Mapping[str, ClusterState], health: ClusterHealth | None = None) -> ClusterView:
+    if not states:
+        return ClusterView()
+    uuids = frozenset(state.cluster_uuid for state in states.values() if state.cluster_uuid)
+    # A node whose own state names itself as master speaks for the cluster; prefer the newest such.
+    masters = [state for pod, state in states.items() if state.master == pod]
+    candidates = masters or [state for state in states.values() if state.master]
+    best = max(candidates or states.values(), key=lambda state: (state.term, state.version))
+    has_master = bool(candidates)
+    return ClusterView(
+        reachable=frozenset(states),
+        cluster_uuids=uuids,
+        cluster_name=best.cluster_name or None,
+        master=best.master if has_master else None,
+        term=best.term,
+        version=best.version,
+        members=best.node_names if has_master else frozenset(),
+        voters=frozenset(best.committed_voters),
+        accepted_voters=frozenset(best.accepted_voters),
+        exclusions=frozenset(best.exclusion_names),
+        health=health.status if health else None,
+        formation_problem=health.formation_problem if health else None,
+    )

@@ -1,0 +1,199 @@
+"""The scaling and bootstrap planner: an Observation in, the single next safe Action out.
+
+Pure and deterministic. Every decision is re-derived from what can be observed (the StatefulSet, the
+pods, the sidecars' cluster state, the annotations on the CoordinatedCluster), so the operator can stop
+after any step and resume. At most one master-eligible node is added or removed per step.
+
+Scale-down of one node, as in Elasticsearch's Zen2 (and ECK):
+  1. exclude the highest-ordinal node from voting;  2. wait until it left the committed configuration;
+  3. lower the StatefulSet by one;  4. wait until the pod is gone;  5. clear the exclusions.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from coordinated.operator.observation import Observation
+
+
+class ActionKind(enum.Enum):
+    PIN_BOOTSTRAP = "PinBootstrap"  # record cluster.initial_master_nodes in an annotation, once
+    COMPLETE_BOOTSTRAP = "CompleteBootstrap"  # record the cluster UUID, drop the bootstrap list
+    SET_REPLICAS = "SetReplicas"  # create or resize the StatefulSet
+    EXCLUDE = "ExcludeFromVoting"  # POST a voting-config exclusion for one node
+    CLEAR_EXCLUSIONS = "ClearExclusions"  # DELETE the voting-config exclusions
+    WAIT = "Wait"  # a step is under way; check again later
+    REFUSE = "Refuse"  # the requested change is unsafe now; nothing is done
+    NONE = "None"  # converged
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: ActionKind
+    reason: str
+    statefulset_replicas: int | None  # what the StatefulSet must say after this step (None: no StatefulSet)
+    nodes: tuple[str, ...] = ()  # the nodes an exclusion or bootstrap list names
+    cluster_uuid: str | None = None
+    wait_for_removal: bool = False
+
+    @property
+    def changes_something(self) -> bool:
+        return self.kind not in (ActionKind.WAIT, ActionKind.REFUSE, ActionKind.NONE)
+
+    @property
+    def is_scaling(self) -> bool:
+        return self.kind in (ActionKind.SET_REPLICAS, ActionKind.EXCLUDE, ActionKind.CLEAR_EXCLUSIONS)
+
+
+def _hold(kind: ActionKind, reason: str, obs: Observation) -> Action:
+    return Action(kind, reason, obs.statefulset_replicas)
+
+
+def _names(nodes: Iterable[str]) -> str:
+    return ", ".join(sorted(nodes))
+
+
+def plan(obs: Observation) -> Action:
+    current = obs.statefulset_replicas
+    desired = obs.desired_replicas
+    cluster = obs.cluster
+
+    if obs.paused:
+        return _hold(ActionKind.WAIT, "reconciliation is paused by annotation", obs)
+    if desired < 1:
+        return _hold(ActionKind.REFUSE, f"replicas must be at least 1, got {desired}", obs)
+
+    # Identity first: two cluster UUIDs means a split or a second bootstrap; touch nothing.
+    foreign = cluster.cluster_uuids - {obs.recorded_cluster_uuid} if obs.recorded_cluster_uuid else set()
+    if len(cluster.cluster_uuids) > 1 or foreign:
+        seen = _names(cluster.cluster_uuids)
+        return _hold(ActionKind.REFUSE, f"nodes report different cluster UUIDs ({seen}); not scaling", obs)
+
+    if obs.recorded_cluster_uuid is None:
+        return _plan_bootstrap(obs)
+
+    if current is None:
+        # The StatefulSet was deleted under a bootstrapped cluster: recreate it without a bootstrap list.
+        return Action(ActionKind.SET_REPLICAS, "recreating the StatefulSet of a bootstrapped cluster", desired)
+
+    # Finish or cancel earlier scale-down steps before anything new.
+    victim = obs.pod_name(current - 1) if desired < current else None
+    removed = {node for node in cluster.exclusions if (obs.ordinal(node) or 0) >= current}
+    stale = cluster.exclusions - removed - {victim}
+    if removed:
+        lingering = {node for node in removed if node in obs.pods or node in cluster.members}
+        if lingering:
+            return _hold(ActionKind.WAIT, f"waiting for removed node(s) {_names(lingering)} to leave", obs)
+        return Action(
+            ActionKind.CLEAR_EXCLUSIONS,
+            f"node(s) {_names(removed)} left the cluster; clearing the voting exclusions",
+            current,
+            nodes=tuple(sorted(cluster.exclusions)),
+            wait_for_removal=not stale,
+        )
+    if stale:
+        # An exclusion for a node that stays (a scale-down was cancelled): give it its vote back.
+        return Action(
+            ActionKind.CLEAR_EXCLUSIONS,
+            f"node(s) {_names(stale)} are no longer being removed; clearing the voting exclusions",
+            current,
+            nodes=tuple(sorted(cluster.exclusions)),
+            wait_for_removal=False,
+        )
+
+    if desired > current:
+        return _plan_scale_up(obs, current)
+    if victim is not None:
+        return _plan_scale_down(obs, current, victim)
+    return _hold(ActionKind.NONE, f"{current} node(s), as requested", obs)
+
+
+def _plan_bootstrap(obs: Observation) -> Action:
+    current = obs.statefulset_replicas
+    uuids = obs.cluster.cluster_uuids
+    if uuids:
+        (uuid,) = uuids
+        return Action(
+            ActionKind.COMPLETE_BOOTSTRAP, f"the cluster bootstrapped with UUID {uuid}", current, cluster_uuid=uuid
+        )
+    pinned = obs.pinned_initial_master_nodes
+    if not pinned:
+        if current is not None:
+            # Never pin a second bootstrap list for pods that may already hold a cluster's state.
+            return _hold(
+                ActionKind.WAIT,
+                "the StatefulSet exists but no bootstrap list or cluster UUID is recorded; "
+                "waiting for a node to report its cluster UUID",
+                obs,
+            )
+        nodes = tuple(obs.pod_name(ordinal) for ordinal in range(obs.desired_replicas))
+        return Action(
+            ActionKind.PIN_BOOTSTRAP,
+            f"bootstrapping a new cluster from {_names(nodes)}",
+            None,
+            nodes=nodes,
+        )
+    if current is None or current < len(pinned):
+        return Action(
+            ActionKind.SET_REPLICAS,
+            f"starting the {len(pinned)} initial master-eligible node(s)",
+            len(pinned),
+        )
+    if obs.desired_replicas < current:
+        return _hold(
+            ActionKind.REFUSE,
+            f"cannot scale down to {obs.desired_replicas} before the cluster has bootstrapped: "
+            f"the bootstrap needs a majority of {_names(pinned)}",
+            obs,
+        )
+    return _hold(ActionKind.WAIT, f"waiting for the cluster to bootstrap from {_names(pinned)}", obs)
+
+
+def _plan_scale_up(obs: Observation, current: int) -> Action:
+    if obs.cluster.master is None:
+        return _hold(ActionKind.WAIT, "waiting for an elected master before adding a node", obs)
+    expected = {obs.pod_name(ordinal) for ordinal in range(current)}
+    missing = expected - obs.live_members
+    if missing:
+        return _hold(ActionKind.WAIT, f"waiting for {_names(missing)} to join before adding a node", obs)
+    return Action(ActionKind.SET_REPLICAS, f"adding node {obs.pod_name(current)}", current + 1)
+
+
+def _plan_scale_down(obs: Observation, current: int, victim: str) -> Action:
+    cluster = obs.cluster
+    if victim in cluster.exclusions:
+        if victim in cluster.voters or victim in cluster.accepted_voters:
+            return _hold(ActionKind.WAIT, f"waiting for {victim} to leave the voting configuration", obs)
+        return Action(ActionKind.SET_REPLICAS, f"removing node {victim}", current - 1)
+
+    # Step 1 is the only step that changes the voting configuration; every check guards it.
+    if cluster.master is None:
+        return _hold(ActionKind.REFUSE, f"not removing {victim}: the cluster has no elected master", obs)
+    expected = {obs.pod_name(ordinal) for ordinal in range(current)}
+    missing = expected - obs.live_members
+    if missing:
+        return _hold(
+            ActionKind.REFUSE,
+            f"not removing {victim}: {_names(missing)} not live, and removing another node could lose quorum",
+            obs,
+        )
+    live = obs.live_members
+    remaining = cluster.voters - {victim}
+    if not remaining:
+        return _hold(ActionKind.REFUSE, f"not removing {victim}: it is the only voting node", obs)
+    if len(cluster.voters & live) * 2 <= len(cluster.voters):
+        return _hold(ActionKind.REFUSE, f"not removing {victim}: the voting configuration has no live quorum", obs)
+    if len(remaining & live) * 2 <= len(remaining):
+        return _hold(
+            ActionKind.REFUSE,
+            f"not removing {victim}: the remaining voters {_names(remaining)} would have no live quorum",
+            obs,
+        )
+    return Action(
+        ActionKind.EXCLUDE,
+        f"excluding {victim} from the voting configuration before removing it",
+        current,
+        nodes=(victim,),
+    )

@@ -1,0 +1,165 @@
+"""A small typed client for the sidecar's HTTP API (DESIGN section 6).
+
+All knowledge of the JSON shapes lives in the `parse_*` functions below, so a change in the sidecar's
+answers is fixed here only. The operator reaches each pod directly (pod IP or headless DNS name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+HTTP_PORT = 9200
+TRANSPORT_PORT = 9300
+
+
+class SidecarError(Exception):
+    """The sidecar could not be reached or gave an unexpected answer."""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node_id: str
+    name: str
+    transport_address: str = ""
+    roles: tuple[str, ...] = ("master",)
+
+    @property
+    def master_eligible(self) -> bool:
+        return "master" in self.roles
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What one node knows about the cluster; names resolved from node ids through `nodes`."""
+
+    cluster_name: str
+    cluster_uuid: str | None  # None while the cluster is not bootstrapped
+    term: int
+    version: int
+    master_id: str | None
+    nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
+    committed_config_ids: tuple[str, ...] = ()
+    accepted_config_ids: tuple[str, ...] = ()
+    exclusion_names: tuple[str, ...] = ()
+
+    def name_of(self, node_id: str) -> str:
+        node = self.nodes.get(node_id)
+        return node.name if node else node_id
+
+    @property
+    def master(self) -> str | None:
+        return self.name_of(self.master_id) if self.master_id else None
+
+    @property
+    def node_names(self) -> frozenset[str]:
+        return frozenset(node.name for node in self.nodes.values())
+
+    @property
+    def committed_voters(self) -> tuple[str, ...]:
+        return tuple(sorted(self.name_of(node_id) for node_id in self.committed_config_ids))
+
+    @property
+    def accepted_voters(self) -> tuple[str, ...]:
+        return tuple(sorted(self.name_of(node_id) for node_id in self.accepted_config_ids))
+
+
+@dataclass(frozen=True)
+class ClusterHealth:
+    status: str  # green, yellow or red
+    master_node: str | None
+    number_of_nodes: int
+    number_of_master_eligible_nodes: int
+    formation_problem: str | None = None
+
+
+# Elasticsearch reports "_na_" as the UUID of a cluster that has not been bootstrapped yet.
+_UNKNOWN_UUIDS = {None, "", "_na_"}
+
+
+def parse_cluster_state(body: Mapping[str, Any]) -> ClusterState:
+    nodes = {
+        node_id: NodeInfo(
+            node_id=node_id,
+            name=str(info.get("name", node_id)),
+            transport_address=str(info.get("transport_address", "")),
+            roles=tuple(info.get("roles", ("master",))),
+        )
+        for node_id, info in (body.get("nodes") or {}).items()
+    }
+    coordination = (body.get("metadata") or {}).get("cluster_coordination") or {}
+    exclusions = tuple(
+        str(entry.get("node_name") or entry.get("node_id")) if isinstance(entry, Mapping) else str(entry)
+        for entry in coordination.get("voting_config_exclusions") or ()
+    )
+    uuid = body.get("cluster_uuid")
+    return ClusterState(
+        cluster_name=str(body.get("cluster_name", "")),
+        cluster_uuid=None if uuid in _UNKNOWN_UUIDS else str(uuid),
+        term=int(body.get("term", coordination.get("term", 0)) or 0),
+        version=int(body.get("version", 0) or 0),
+        master_id=body.get("master_node") or None,
+        nodes=nodes,
+        committed_config_ids=tuple(coordination.get("last_committed_config") or ()),
+        accepted_config_ids=tuple(coordination.get("last_accepted_config") or ()),
+        exclusion_names=tuple(sorted(exclusions)),
+    )
+
+
+def parse_cluster_health(body: Mapping[str, Any]) -> ClusterHealth:
+    return ClusterHealth(
+        status=str(body.get("status", "red")),
+        master_node=body.get("master_node") or None,
+        number_of_nodes=int(body.get("number_of_nodes", 0)),
+        number_of_master_eligible_nodes=int(body.get("number_of_master_eligible_nodes", 0)),
+        formation_problem=body.get("formation_problem") or None,
+    )
+
+
+class SidecarClient:
+    """One sidecar's client port. Cheap to create; share the aiohttp session between clients."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, timeout_seconds: float = 5.0) -> None:
+        self._session = session
+        self.base_url = base_url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+
+    async def _request(
+        self, method: str, path: str, params: Mapping[str, str] | None = None, timeout: float | None = None
+    ) -> Any:
+        url = f"{self.base_url}{path}"
+        request_timeout = aiohttp.ClientTimeout(total=timeout) if timeout else self._timeout
+        try:
+            async with self._session.request(method, url, params=params, timeout=request_timeout) as response:
+                if response.status >= 400:
+                    text = await response.text()
+                    raise SidecarError(f"{method} {url} answered {response.status}: {text[:300]}")
+                if response.content_type == "application/json":
+                    return await response.json()
+                return await response.text()
+        except (TimeoutError, aiohttp.ClientError, ValueError) as error:
+            raise SidecarError(f"{method} {url} failed: {error!r}") from error
+
+    async def cluster_state(self, local: bool = True) -> ClusterState:
+        params = {"local": "true"} if local else None
+        return parse_cluster_state(await self._request("GET", "/_cluster/state", params))
+
+    async def cluster_health(self) -> ClusterHealth:
+        return parse_cluster_health(await self._request("GET", "/_cluster/health"))
+
+    async def add_voting_config_exclusions(self, node_names: Sequence[str], timeout: str = "30s") -> None:
+        """Returns once the nodes have left the voting configuration (the sidecar waits up to `timeout`)."""
+        params = {"node_names": ",".join(node_names), "timeout": timeout}
+        await self._request("POST", "/_cluster/voting_config_exclusions", params, timeout=45)
+
+    async def clear_voting_config_exclusions(self, wait_for_removal: bool) -> None:
+        params = {"wait_for_removal": "true" if wait_for_removal else "false"}
+        await self._request("DELETE", "/_cluster/voting_config_exclusions", params, timeout=45)
+
+
+def sidecar_url(template: str, *, pod: str, ip: str | None, service: str, namespace: str) -> str:
+    """The base URL of one pod's sidecar; the template (an operator option) picks IP or DNS addressing."""
+    return template.format(pod=pod, ip=ip or "", service=service, namespace=namespace, port=HTTP_PORT)

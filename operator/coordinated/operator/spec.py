@@ -1,0 +1,117 @@
+"""The CoordinatedCluster resource as typed values, with the CRD's defaults repeated for robustness."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_IMAGE = "coordinated-cluster:0.1.0"
+
+# Annotations on the CoordinatedCluster; they hold what must survive an operator restart.
+ANNOTATION_PREFIX = "coordinated.dev"
+INITIAL_MASTER_NODES_ANNOTATION = f"{ANNOTATION_PREFIX}/initial-master-nodes"
+CLUSTER_UUID_ANNOTATION = f"{ANNOTATION_PREFIX}/cluster-uuid"
+PAUSE_ANNOTATION = f"{ANNOTATION_PREFIX}/pause"
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    size: str = "1Gi"
+    storage_class_name: str | None = None
+    when_deleted: str = "Retain"  # what happens to PVCs when the CoordinatedCluster is deleted
+    when_scaled: str = "Delete"  # ... and when a node is removed by a scale-down
+
+
+@dataclass(frozen=True)
+class DisruptionBudgetSpec:
+    mode: str = "Managed"  # Managed, Disabled or Custom
+    min_available: int | str | None = None
+    max_unavailable: int | str | None = None
+
+
+@dataclass(frozen=True)
+class AuditSpec:
+    enabled: bool = False
+    schedule: str = "0 3 * * *"
+    spark_master: str = "local[*]"
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    resources: Mapping[str, Any] = field(default_factory=dict)
+    report_volume_claim: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    replicas: int = 3
+    image: str = DEFAULT_IMAGE
+    image_pull_policy: str = "IfNotPresent"
+    settings: Mapping[str, str] = field(default_factory=dict)
+    template: Mapping[str, Any] = field(default_factory=dict)
+    resources: Mapping[str, Any] = field(default_factory=dict)
+    storage: StorageSpec = StorageSpec()
+    disruption_budget: DisruptionBudgetSpec = DisruptionBudgetSpec()
+    audit: AuditSpec = AuditSpec()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def cluster_name(self) -> str:
+        return self.settings.get("cluster.name") or self.name
+
+    @property
+    def paused(self) -> bool:
+        return self.annotations.get(PAUSE_ANNOTATION, "").lower() == "true"
+
+    @property
+    def pinned_initial_master_nodes(self) -> tuple[str, ...]:
+        value = self.annotations.get(INITIAL_MASTER_NODES_ANNOTATION, "")
+        return tuple(name for name in value.split(",") if name)
+
+    @property
+    def recorded_cluster_uuid(self) -> str | None:
+        return self.annotations.get(CLUSTER_UUID_ANNOTATION) or None
+
+    @classmethod
+    def from_resource(cls, body: Mapping[str, Any]) -> ClusterSpec:
+        metadata = body.get("metadata") or {}
+        spec = body.get("spec") or {}
+        storage = spec.get("storage") or {}
+        retention = storage.get("persistentVolumeClaimRetentionPolicy") or {}
+        pdb = spec.get("podDisruptionBudget") or {}
+        audit = spec.get("audit") or {}
+        spark = audit.get("spark") or {}
+        return cls(
+            name=metadata["name"],
+            namespace=metadata.get("namespace") or "default",
+            uid=metadata.get("uid", ""),
+            generation=int(metadata.get("generation") or 0),
+            replicas=int(spec.get("replicas", 3)),
+            image=spec.get("image") or DEFAULT_IMAGE,
+            image_pull_policy=spec.get("imagePullPolicy") or "IfNotPresent",
+            settings={str(key): str(value) for key, value in (spec.get("settings") or {}).items()},
+            template=spec.get("template") or {},
+            resources=spec.get("resources") or {},
+            storage=StorageSpec(
+                size=str(storage.get("size") or "1Gi"),
+                storage_class_name=storage.get("storageClassName"),
+                when_deleted=retention.get("whenDeleted", "Retain"),
+                when_scaled=retention.get("whenScaled", "Delete"),
+            ),
+            disruption_budget=DisruptionBudgetSpec(
+                mode=pdb.get("mode", "Managed"),
+                min_available=(pdb.get("custom") or {}).get("minAvailable"),
+                max_unavailable=(pdb.get("custom") or {}).get("maxUnavailable"),
+            ),
+            audit=AuditSpec(
+                enabled=bool(audit.get("enabled", False)),
+                schedule=audit.get("schedule", "0 3 * * *"),
+                spark_master=spark.get("master", "local[*]"),
+                spark_conf={str(k): str(v) for k, v in (spark.get("conf") or {}).items()},
+                resources=spark.get("resources") or {},
+                report_volume_claim=audit.get("reportVolumeClaimName"),
+            ),
+            annotations=dict(metadata.get("annotations") or {}),
+        )

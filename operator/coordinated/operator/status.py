@@ -1,0 +1,159 @@
+"""Pure status computation: observations and the planner's decision in, the status subresource out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from coordinated.operator.observation import Observation
+from coordinated.operator.planner import Action, ActionKind
+
+
+class Phase:
+    PENDING = "Pending"  # nothing runs yet
+    FORMING = "Forming"  # pods run, the first bootstrap has not finished
+    READY = "Ready"
+    SCALING = "Scaling"
+    DEGRADED = "Degraded"  # a master, but not every node is ready or health is not green
+    NO_MASTER = "NoMaster"  # a bootstrapped cluster that has lost its master
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: bool
+    reason: str
+    message: str
+
+
+def phase_of(obs: Observation, action: Action) -> str:
+    cluster = obs.cluster
+    if obs.recorded_cluster_uuid is None and not cluster.cluster_uuids:
+        return Phase.FORMING if obs.pods else Phase.PENDING
+    if cluster.master is None:
+        return Phase.NO_MASTER
+    scaling = action.is_scaling or obs.statefulset_replicas != obs.desired_replicas or bool(cluster.exclusions)
+    if scaling and action.kind is not ActionKind.REFUSE:
+        return Phase.SCALING
+    all_ready = obs.ready_replicas >= obs.desired_replicas and len(obs.pods) == obs.desired_replicas
+    if all_ready and cluster.health in ("green", None) and action.kind is not ActionKind.REFUSE:
+        return Phase.READY
+    return Phase.DEGRADED
+
+
+def conditions_of(
+    obs: Observation, action: Action, phase: str, problems: Sequence[str], error: str | None
+) -> list[Condition]:
+    cluster = obs.cluster
+    conditions = [
+        Condition(
+            "Ready",
+            phase == Phase.READY,
+            phase,
+            f"{obs.ready_replicas}/{obs.desired_replicas} nodes ready, master {cluster.master or 'none'}",
+        ),
+        Condition(
+            "Quorate",
+            cluster.master is not None,
+            "MasterElected" if cluster.master else "NoMaster",
+            f"{cluster.master} is master in term {cluster.term}"
+            if cluster.master
+            else (cluster.formation_problem or "no elected master is visible"),
+        ),
+    ]
+    if problems:
+        reconciled = Condition("ReconciliationComplete", False, "InvalidSpec", "; ".join(problems))
+    elif error:
+        reconciled = Condition("ReconciliationComplete", False, "Error", error)
+    elif action.kind is ActionKind.NONE:
+        reconciled = Condition("ReconciliationComplete", True, "Converged", action.reason)
+    else:
+        reconciled = Condition("ReconciliationComplete", False, action.kind.value, action.reason)
+    conditions.append(reconciled)
+    uuids = set(cluster.cluster_uuids) | ({obs.recorded_cluster_uuid} if obs.recorded_cluster_uuid else set())
+    conditions.append(
+        Condition(
+            "ClusterUUIDMismatch",
+            len(uuids) > 1,
+            "MultipleClusterUUIDs" if len(uuids) > 1 else "SingleClusterUUID",
+            f"cluster UUIDs seen: {', '.join(sorted(uuids)) or 'none yet'}",
+        )
+    )
+    conditions.append(
+        Condition(
+            "Paused",
+            obs.paused,
+            "PausedByAnnotation" if obs.paused else "NotPaused",
+            "reconciliation is paused; remove the coordinated.dev/pause annotation to resume"
+            if obs.paused
+            else "reconciliation is active",
+        )
+    )
+    return conditions
+
+
+def _condition_dicts(
+    conditions: Sequence[Condition], previous: Sequence[Mapping[str, Any]], now: str, generation: int
+) -> list[dict[str, Any]]:
+    """Keeps lastTransitionTime when a condition's status did not change, as Kubernetes conventions ask."""
+    before = {entry.get("type"): entry for entry in previous}
+    result = []
+    for condition in conditions:
+        status = "True" if condition.status else "False"
+        old = before.get(condition.type)
+        since = old.get("lastTransitionTime") if old and old.get("status") == status else None
+        result.append(
+            {
+                "type": condition.type,
+                "status": status,
+                "reason": condition.reason,
+                "message": condition.message[:1024],
+                "lastTransitionTime": since or now,
+                "observedGeneration": generation,
+            }
+        )
+    return result
+
+
+def compute_status(
+    obs: Observation,
+    action: Action,
+    *,
+    generation: int,
+    selector: str,
+    previous: Mapping[str, Any] | None,
+    now: str,
+    problems: Sequence[str] = (),
+    error: str | None = None,
+) -> dict[str, Any]:
+    previous = previous or {}
+    cluster = obs.cluster
+    phase = phase_of(obs, action)
+    conditions = conditions_of(obs, action, phase, problems, error)
+    uuid = obs.recorded_cluster_uuid or action.cluster_uuid or previous.get("clusterUUID")
+    return {
+        "phase": phase,
+        "master": cluster.master,
+        "term": cluster.term or previous.get("term"),
+        "version": cluster.version or previous.get("version"),
+        "clusterUUID": uuid,
+        "health": cluster.health or "unknown",
+        "votingConfig": sorted(cluster.voters),
+        "exclusions": sorted(cluster.exclusions),
+        "replicas": len(obs.pods),
+        "readyReplicas": obs.ready_replicas,
+        "selector": selector,
+        "lastAction": {"kind": action.kind.value, "reason": action.reason},
+        "observedGeneration": generation,
+        "conditions": _condition_dicts(conditions, previous.get("conditions") or (), now, generation),
+    }
+
+
+def election_event(previous: Mapping[str, Any] | None, obs: Observation) -> str | None:
+    """A message when a master or term change became visible since the last status, else None."""
+    previous = previous or {}
+    master, term = obs.cluster.master, obs.cluster.term
+    if master and (master != previous.get("master") or term != previous.get("term")):
+        return f"{master} is master in term {term}"
+    return None

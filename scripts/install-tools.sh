@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds the chart-validation tools once and caches them by version, entirely through the Go module proxy
+# (this machine reaches nothing else):
+#   - helm and kubeconform, with `go install`;
+#   - the Kubernetes OpenAPI spec (api/openapi-spec/swagger.json), taken from the k8s.io/kubernetes module
+#     so that kubeconform can validate the built-in kinds without downloading schemas;
+#   - the prometheus-operator CRDs (for the optional ServiceMonitor), from that project's Go module.
+# Prints KEY=path lines (HELM, KUBECONFORM, K8S_OPENAPI, MONITORING_CRDS) for callers such as the tests.
+set -euo pipefail
+
+HELM_VERSION="${HELM_VERSION:-v3.22.0}"
+KUBECONFORM_VERSION="${KUBECONFORM_VERSION:-v0.8.0}"
+# The oldest Kubernetes minor the chart supports: validating against it catches fields added later.
+K8S_VERSION="${K8S_VERSION:-v1.29.6}"
+PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
+
+CACHE="${COORDINATED_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/coordinated-cluster}"
+BIN="$CACHE/bin"
+mkdir -p "$BIN"
+
+command -v go >/dev/null || { echo "install-tools: go is required (Go 1.22+)" >&2; exit 1; }
+
+# go_install NAME PACKAGE VERSION: builds PACKAGE@VERSION into $BIN/NAME-VERSION unless it is cached.
+go_install() {
+    local name="$1" package="$2" version="$3" target="$BIN/$1-$3"
+    if [[ ! -x "$target" ]]; then
+        local tmp
+        tmp="$(mktemp -d)"
+        echo "install-tools: building $package@$version (once; cached in $BIN)" >&2
+        # CGO off gives static binaries and avoids needing a C toolchain.
+        CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS="${GOFLAGS:-} -trimpath" go install "$package@$version" >&2
+        mv "$tmp/$name" "$target"
+        rm -rf "$tmp"
+    fi
+    ln -sfn "$name-$version" "$BIN/$name"
+    echo "$target"
+}
+
+# module_file MODULE VERSION PATH DEST: copies PATH out of the module's source (downloaded once) to DEST.
+module_file() {
+    local module="$1" version="$2" path="$3" dest="$4"
+    if [[ ! -s "$dest" ]]; then
+        echo "install-tools: fetching $path from $module@$version through the Go module proxy" >&2
+        local dir
+        dir="$(cd "$(mktemp -d)" && GOFLAGS=-mod=mod go mod download -json "$module@$version" \
+            | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+        [[ -n "$dir" && -e "$dir/$path" ]] || { echo "install-tools: $path not in $module@$version" >&2; exit 1; }
+        mkdir -p "$(dirname "$dest")"
+        cp -r "$dir/$path" "$dest.tmp" && chmod -R u+w "$dest.tmp" && mv "$dest.tmp" "$dest"
+    fi
+    echo "$dest"
+}
+
+helm="$(go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION")"
+kubeconform="$(go_install kubeconform github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION")"
+openapi="$(module_file k8s.io/kubernetes "$K8S_VERSION" api/openapi-spec/swagger.json \
+    "$CACHE/schemas/kubernetes-$K8S_VERSION/swagger.json")"
+monitoring="$(module_file github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" \
+    example/prometheus-operator-crd "$CACHE/schemas/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/crds")"
+
+echo "HELM=$helm"
+echo "KUBECONFORM=$kubeconform"
+echo "K8S_OPENAPI=$openapi"
+echo "MONITORING_CRDS=$monitoring"

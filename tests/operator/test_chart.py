@@ -1,0 +1,193 @@
+"""The Helm chart lints, renders, and validates offline with kubeconform against Kubernetes 1.29's schemas
+and our CRD; the operator's own manifests and the examples are validated the same way.
+
+The tools are built once by scripts/install-tools.sh (through the Go module proxy) and cached.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from operator_schemas import (
+    REPO,
+    SCHEMA_LOCATION_TEMPLATE,
+    builtin_schemas,
+    crd_schemas,
+    install_tools,
+    load_yaml_documents,
+    write_schemas,
+)
+
+from coordinated.operator import manifests
+from coordinated.operator.spec import ClusterSpec
+
+CHART = REPO / "charts" / "coordinated-cluster"
+CRD = REPO / "crds" / "coordinatedclusters.coordinated.dev.yaml"
+KUBE_VERSION = "1.29.0"
+
+pytestmark = pytest.mark.skipif(shutil.which("go") is None, reason="building helm and kubeconform needs Go")
+
+
+@pytest.fixture(scope="module")
+def tools() -> dict[str, Path]:
+    return install_tools()
+
+
+@pytest.fixture(scope="module")
+def schema_dir(tools: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    swagger = json.loads(tools["K8S_OPENAPI"].read_text())
+    core_kinds = ("Service", "ServiceAccount", "Pod", "Secret", "ConfigMap", "PersistentVolumeClaim")
+    builtin_kinds = {("v1", kind) for kind in core_kinds} | {
+        ("apps/v1", "Deployment"),
+        ("apps/v1", "StatefulSet"),
+        ("policy/v1", "PodDisruptionBudget"),
+        ("batch/v1", "CronJob"),
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+        *{
+            ("rbac.authorization.k8s.io/v1", kind)
+            for kind in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+        },
+    }
+    schemas = builtin_schemas(swagger, builtin_kinds)
+    assert len(schemas) == len(builtin_kinds), "a built-in kind is missing from the OpenAPI spec"
+    crd_files = [CRD, *sorted(tools["MONITORING_CRDS"].glob("*servicemonitors*.yaml"))]
+    schemas |= crd_schemas(load_yaml_documents(crd_files))
+    return write_schemas(tmp_path_factory.mktemp("schemas"), schemas)
+
+
+def kubeconform(tools: dict[str, Path], schema_dir: Path, documents: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            str(tools["KUBECONFORM"]),
+            "-strict",
+            "-summary",
+            "-schema-location",
+            f"{schema_dir}/{SCHEMA_LOCATION_TEMPLATE}",
+            "-",
+        ],
+        input=documents,
+        capture_output=True,
+        text=True,
+    )
+
+
+def helm(tools: dict[str, Path], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(tools["HELM"]), *args], capture_output=True, text=True)
+
+
+def test_chart_ships_the_same_crd() -> None:
+    assert (CHART / "crds" / CRD.name).read_text() == CRD.read_text()
+
+
+def test_helm_lint(tools: dict[str, Path]) -> None:
+    result = helm(tools, "lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        ["--set", "serviceMonitor.enabled=true", "--set", "watchNamespaces={team-a,team-b}"],
+        ["--set", "metrics.enabled=false", "--set", "operator.logLevel=--verbose"],
+    ],
+    ids=["defaults", "servicemonitor-and-namespaces", "no-metrics"],
+)
+def test_helm_template_validates(tools: dict[str, Path], schema_dir: Path, values: list[str]) -> None:
+    rendered = helm(
+        tools, "template", "demo", str(CHART), "--namespace", "ops", "--include-crds",
+        "--kube-version", KUBE_VERSION, *values,
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    result = kubeconform(tools, schema_dir, rendered.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    kinds = {doc["kind"] for doc in yaml.safe_load_all(rendered.stdout) if doc}
+    assert {"CustomResourceDefinition", "Deployment", "Pod"} <= kinds
+
+
+def test_values_schema_rejects_bad_values(tools: dict[str, Path]) -> None:
+    result = helm(tools, "template", "demo", str(CHART), "--kube-version", KUBE_VERSION, "--set", "metrics.port=0")
+    assert result.returncode != 0
+    assert "port" in result.stderr
+
+
+def test_kubeconform_rejects_an_invalid_resource(tools: dict[str, Path], schema_dir: Path) -> None:
+    """Guards the guard: a broken manifest must fail, or the validations above prove nothing."""
+    bad_cluster = {
+        "apiVersion": "coordinated.dev/v1alpha1",
+        "kind": "CoordinatedCluster",
+        "metadata": {"name": "bad"},
+        "spec": {"replicas": 100, "storage": {"sise": "1Gi"}},
+    }
+    bad_service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"}, "spec": {"portz": []}}
+    for document in (bad_cluster, bad_service):
+        result = kubeconform(tools, schema_dir, yaml.safe_dump(document))
+        assert result.returncode != 0, f"accepted: {document}"
+
+
+def test_examples_validate(tools: dict[str, Path], schema_dir: Path) -> None:
+    examples = sorted((REPO / "examples").glob("*.yaml"))
+    assert examples
+    for example in examples:
+        result = kubeconform(tools, schema_dir, example.read_text())
+        assert result.returncode == 0, f"{example.name}: {result.stdout}{result.stderr}"
+
+
+def _operator_manifests(body: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = ClusterSpec.from_resource(body)
+    built = manifests.desired_children(
+        spec, replicas=3, initial_master_nodes=("a-0", "a-1", "a-2"), health="green", voters=3
+    )
+    return [*built, manifests.transport_secret(spec, "s3cret")]
+
+
+def test_operator_manifests_validate(tools: dict[str, Path], schema_dir: Path) -> None:
+    for example in sorted((REPO / "examples").glob("*.yaml")):
+        for body in load_yaml_documents([example]):
+            if body.get("kind") != "CoordinatedCluster":
+                continue
+            body["metadata"].setdefault("namespace", "default")
+            body["metadata"]["uid"] = "0000-1111"
+            documents = "---\n".join(yaml.safe_dump(manifest) for manifest in _operator_manifests(body))
+            result = kubeconform(tools, schema_dir, documents)
+            assert result.returncode == 0, f"{example.name}: {result.stdout}{result.stderr}"
+
+
+SPARK_OPERATOR_KINDS = "SparkApplication,ScheduledSparkApplication"
+
+
+def test_spark_audit_templates_validate_and_follow_spark_jobs_k8s(tools: dict[str, Path], schema_dir: Path) -> None:
+    """The audit manifests of spark-jobs/k8s/ are templated into the chart; their kinds and names match.
+
+    The spark-operator's CRDs are not available offline, so kubeconform skips those two kinds.
+    """
+    rendered = helm(
+        tools, "template", "demo", str(CHART), "--namespace", "ops", "--kube-version", KUBE_VERSION,
+        "--set", "sparkAudit.enabled=true", "--set", "sparkAudit.runOnce=true",
+        "--set", "sparkAudit.cluster.name=orders", "--set", "sparkAudit.cluster.replicas=5",
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    result = subprocess.run(
+        [
+            str(tools["KUBECONFORM"]), "-strict", "-summary", "-skip", SPARK_OPERATOR_KINDS,
+            "-schema-location", f"{schema_dir}/{SCHEMA_LOCATION_TEMPLATE}", "-",
+        ],
+        input=rendered.stdout, capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    documents = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
+    scheduled = next(doc for doc in documents if doc["kind"] == "ScheduledSparkApplication")
+    urls = scheduled["spec"]["template"]["arguments"][1].split(",")
+    assert urls == [f"http://orders-{i}.orders-headless.ops.svc:9200" for i in range(5)]
+    source = sorted((REPO / "spark-jobs" / "k8s").glob("*.yaml"))
+    if not source:
+        pytest.skip("spark-jobs/k8s/ has no manifests yet")
+    # The pod template is a file inside the image (spark.kubernetes.*.podTemplateFile), not an object.
+    expected = {(doc["kind"], doc["metadata"]["name"]) for doc in load_yaml_documents(source) if doc["kind"] != "Pod"}
+    assert expected <= {(doc["kind"], doc["metadata"]["name"]) for doc in documents}

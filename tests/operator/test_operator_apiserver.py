@@ -1,0 +1,222 @@
+"""The CRD and the operator's API calls against a real kube-apiserver (with etcd), no nodes needed.
+
+Runs when `etcd` is on PATH and a kube-apiserver binary is found ($KUBE_APISERVER, or the one the e2e
+harness caches under ~/.cache/coordinated-cluster/kubernetes/*/bin); skipped otherwise. It checks what
+kubeconform cannot: the CEL rules and their messages, defaults, the scale subresource, and that the
+operator's server-side applies and status/annotation patches are accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from operator_schemas import REPO
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
+
+CRD = REPO / "crds" / "coordinatedclusters.coordinated.dev.yaml"
+TOKEN = "operator-test-token"
+
+
+def find_apiserver() -> str | None:
+    if os.environ.get("KUBE_APISERVER"):
+        return os.environ["KUBE_APISERVER"]
+    cached = sorted(Path.home().glob(".cache/coordinated-cluster/kubernetes/*/bin/kube-apiserver"))
+    return str(cached[-1]) if cached else None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    apiserver, etcd, openssl = find_apiserver(), shutil.which("etcd"), shutil.which("openssl")
+    if not (apiserver and etcd and openssl and shutil.which("kubectl")):
+        pytest.skip("needs etcd, kubectl, openssl and a kube-apiserver binary")
+    work = tmp_path_factory.mktemp("apiserver")
+    subprocess.run([openssl, "genrsa", "-out", work / "sa.key", "2048"], check=True, capture_output=True)
+    subprocess.run(
+        [openssl, "rsa", "-in", work / "sa.key", "-pubout", "-out", work / "sa.pub"], check=True, capture_output=True
+    )
+    (work / "tokens.csv").write_text(f"{TOKEN},admin,admin,system:masters\n")
+    etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+    logs = [open(work / "etcd.log", "w"), open(work / "apiserver.log", "w")]  # noqa: SIM115
+    processes = [
+        subprocess.Popen(
+            [
+                etcd, "--name", "t", "--data-dir", work / "etcd",
+                "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
+                "--advertise-client-urls", f"http://127.0.0.1:{etcd_port}",
+                "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
+                "--initial-cluster", f"t=http://127.0.0.1:{peer_port}",
+            ],
+            stdout=logs[0], stderr=subprocess.STDOUT,
+        ),
+        subprocess.Popen(
+            [
+                apiserver, f"--etcd-servers=http://127.0.0.1:{etcd_port}", f"--secure-port={api_port}",
+                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--cert-dir={work / 'certs'}",
+                f"--token-auth-file={work / 'tokens.csv'}", "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={work / 'sa.pub'}",
+                f"--service-account-signing-key-file={work / 'sa.key'}",
+                "--service-cluster-ip-range=10.98.0.0/24",
+            ],
+            stdout=logs[1], stderr=subprocess.STDOUT,
+        ),
+    ]  # fmt: skip
+    config = work / "kubeconfig"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "t",
+                        "cluster": {"server": f"https://127.0.0.1:{api_port}", "insecure-skip-tls-verify": True},
+                    }
+                ],
+                "users": [{"name": "t", "user": {"token": TOKEN}}],
+                "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t", "namespace": "default"}}],
+                "current-context": "t",
+            }
+        )
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while kubectl(config, "get", "--raw", "/readyz").returncode != 0:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
+                pytest.fail("kube-apiserver did not become ready:\n" + (work / "apiserver.log").read_text()[-3000:])
+            time.sleep(0.5)
+        assert kubectl(config, "apply", "--server-side", "-f", str(CRD)).returncode == 0
+        established = kubectl(config, "wait", "--for=condition=Established", "crd/coordinatedclusters.coordinated.dev")
+        assert established.returncode == 0, established.stderr
+        yield config
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            process.wait(timeout=30)
+        for log in logs:
+            log.close()
+
+
+def kubectl(config: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", str(config), *args], input=stdin, capture_output=True, text=True, timeout=60
+    )
+
+
+def cluster(name: str, **spec: object) -> str:
+    body = {"apiVersion": "coordinated.dev/v1alpha1", "kind": "CoordinatedCluster", "metadata": {"name": name}}
+    return yaml.safe_dump({**body, "spec": spec})
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"replicas": 0}, "replicas must be between 1 and 99"),
+        ({"replicas": 100}, "replicas must be between 1 and 99"),
+        ({"settings": {"discovery.zen.minimum_master_nodes": "2"}}, "are from Zen1"),
+        ({"settings": {"node.name": "x"}}, "managed by the operator"),
+        ({"settings": {"bogus": "x"}}, "unknown setting"),
+        ({"settings": {"cluster.publish.timeout": "30"}}, "positive value with a unit"),
+        ({"settings": {"cluster.fault_detection.leader_check.retry_count": "0"}}, "at least 1"),
+        ({"settings": {"cluster.no_master_block": "reads"}}, "all, write or metadata_write"),
+        ({"settings": {"cluster.auto_shrink_voting_configuration": "yes"}}, '"true" or "false"'),
+        ({"podDisruptionBudget": {"mode": "Custom"}}, "custom is required with mode Custom"),
+        (
+            {"podDisruptionBudget": {"mode": "Custom", "custom": {"minAvailable": 1, "maxUnavailable": 1}}},
+            "exactly one",
+        ),
+        ({"audit": {"enabled": True, "schedule": "daily"}}, "cron expression"),
+        ({"template": {"containers": [{"name": "sidecar", "image": "x"}]}}, "'sidecar' is reserved"),
+    ],
+)
+def test_invalid_clusters_are_rejected_with_a_clear_message(kubeconfig: Path, spec: dict, message: str) -> None:
+    result = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("invalid", **spec))
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+def test_defaults_scale_and_immutable_fields(kubeconfig: Path) -> None:
+    spec = {"settings": {"cluster.name": "keep"}}
+    assert kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec)).returncode == 0
+    stored = yaml.safe_load(kubectl(kubeconfig, "get", "ccl", "scaled", "-o", "yaml").stdout)["spec"]
+    assert stored["replicas"] == 3 and stored["storage"]["size"] == "1Gi"
+    assert stored["podDisruptionBudget"] == {"mode": "Managed"}
+    assert stored["storage"]["persistentVolumeClaimRetentionPolicy"] == {
+        "whenDeleted": "Retain",
+        "whenScaled": "Delete",
+    }
+    assert kubectl(kubeconfig, "scale", "ccl/scaled", "--replicas=5").returncode == 0
+    assert kubectl(kubeconfig, "get", "ccl", "scaled", "-o", "jsonpath={.spec.replicas}").stdout == "5"
+    renamed = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", settings={"cluster.name": "other"}))
+    assert "cannot change after creation" in renamed.stderr
+    resized = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec, storage={"size": "5Gi"}))
+    assert "storage.size is immutable" in resized.stderr
+
+
+def test_examples_are_accepted(kubeconfig: Path) -> None:
+    for example in sorted((REPO / "examples").glob("*.yaml")):
+        result = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", str(example))
+        assert result.returncode == 0, f"{example.name}: {result.stderr}"
+
+
+def test_operator_writes_are_accepted(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bootstrap passes through the real handler: pin, then create every child by server-side apply."""
+    import aiohttp
+    import kopf
+    from kubernetes import config
+
+    from coordinated.operator import handlers
+    from coordinated.operator.kube import Kube
+
+    monkeypatch.setattr(kopf, "info", lambda *args, **kwargs: None)
+    monkeypatch.setattr(kopf, "warn", lambda *args, **kwargs: None)
+    example = (REPO / "examples" / "full.yaml").read_text()
+    assert kubectl(kubeconfig, "apply", "-f", "-", stdin=example).returncode == 0
+    config.load_kube_config(config_file=str(kubeconfig))
+
+    async def three_passes() -> None:
+        async with aiohttp.ClientSession() as http:
+            memo = kopf.Memo(kube=Kube(), http=http)
+            body = kopf.Body({"metadata": {"namespace": "default", "name": "orders"}})
+            for _ in range(3):  # pin the bootstrap list, create the StatefulSet, then wait
+                await handlers.reconcile(body, memo, logging.getLogger("test"))
+
+    asyncio.run(three_passes())
+    stored = yaml.safe_load(kubectl(kubeconfig, "get", "ccl", "orders", "-o", "yaml").stdout)
+    assert stored["metadata"]["annotations"]["coordinated.dev/initial-master-nodes"] == ",".join(
+        f"orders-{i}" for i in range(5)
+    )
+    assert stored["status"]["phase"] == "Pending", stored["status"]
+    conditions = {c["type"]: c for c in stored["status"]["conditions"]}
+    assert conditions["ReconciliationComplete"]["reason"] == "Wait", conditions
+    for kind, name in [
+        ("statefulset", "orders"),
+        ("service", "orders-headless"),
+        ("service", "orders"),
+        ("configmap", "orders-bootstrap"),
+        ("secret", "orders-transport"),
+        ("serviceaccount", "orders"),
+        ("poddisruptionbudget", "orders"),
+        ("cronjob", "orders-audit"),
+    ]:
+        assert kubectl(kubeconfig, "get", kind, name).returncode == 0, f"{kind}/{name} missing"
+    replicas = kubectl(kubeconfig, "get", "statefulset", "orders", "-o", "jsonpath={.spec.replicas}").stdout
+    assert replicas == "5"

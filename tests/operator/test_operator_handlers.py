@@ -1,0 +1,214 @@
+"""The Kopf handler's wiring, driven without Kubernetes: a fake API layer and fake sidecars over HTTP.
+
+It walks a new cluster through bootstrap (pin, create, record the UUID) and the first scale-down step,
+checking what is applied, which annotations are patched, and what the sidecars are asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from typing import Any
+
+import aiohttp
+import kopf
+import pytest
+from aiohttp import web
+
+from coordinated.operator import handlers
+from coordinated.operator.observation import PodObservation
+from coordinated.operator.spec import CLUSTER_UUID_ANNOTATION, INITIAL_MASTER_NODES_ANNOTATION
+
+
+class FakeKube:
+    """Holds the CoordinatedCluster and records what the operator writes."""
+
+    def __init__(self, cluster: dict[str, Any]) -> None:
+        self.stored = cluster
+        self.applied: list[dict[str, Any]] = []
+        self.created: list[dict[str, Any]] = []
+        self.annotation_patches: list[dict[str, str | None]] = []
+        self.replicas: int | None = None
+        self.pod_map: dict[str, PodObservation] = {}
+
+    async def cluster(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.stored)
+
+    async def patch_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        self.annotation_patches.append(dict(annotations))
+        stored = self.stored["metadata"].setdefault("annotations", {})
+        for key, value in annotations.items():
+            if value is None:
+                stored.pop(key, None)
+            else:
+                stored[key] = value
+
+    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.stored["status"] = status
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.stored["status"]
+
+    async def apply(self, manifest: dict[str, Any]) -> None:
+        self.applied.append(manifest)
+        if manifest["kind"] == "StatefulSet":
+            self.replicas = manifest["spec"]["replicas"]
+
+    async def create_if_absent(self, manifest: dict[str, Any]) -> bool:
+        self.created.append(manifest)
+        return True
+
+    async def delete_if_present(self, *args: str) -> bool:
+        return False
+
+    async def statefulset_replicas(self, name: str, namespace: str) -> int | None:
+        return self.replicas
+
+    async def pods(self, namespace: str, selector: str) -> dict[str, PodObservation]:
+        return self.pod_map
+
+
+class FakeSidecars:
+    """Every pod's sidecar on one local server, under /<pod>/..."""
+
+    def __init__(self) -> None:
+        self.uuid: str | None = None
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.voters = ["id0", "id1", "id2"]
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "cluster_name": "demo",
+            "cluster_uuid": self.uuid or "_na_",
+            "version": 5,
+            "term": 2,
+            "master_node": "id0" if self.uuid else None,
+            "nodes": {
+                f"id{i}": {"name": f"demo-{i}", "transport_address": "x:9300", "roles": ["master"]} for i in range(3)
+            },
+            "metadata": {
+                "cluster_coordination": {
+                    "term": 2,
+                    "last_committed_config": self.voters,
+                    "last_accepted_config": self.voters,
+                    "voting_config_exclusions": [],
+                }
+            },
+        }
+
+    async def handle(self, request: web.Request) -> web.Response:
+        pod, path = request.match_info["pod"], "/" + request.match_info["path"]
+        self.requests.append((request.method, f"/{pod}{path}", dict(request.query)))
+        if path == "/_cluster/state":
+            return web.json_response(self.state())
+        if path == "/_cluster/health":
+            return web.json_response(
+                {"status": "green", "master_node": "id0", "number_of_nodes": 3, "number_of_master_eligible_nodes": 3}
+            )
+        return web.json_response({})
+
+
+def resource(replicas: int = 3) -> dict[str, Any]:
+    return {
+        "apiVersion": "coordinated.dev/v1alpha1",
+        "kind": "CoordinatedCluster",
+        "metadata": {"name": "demo", "namespace": "ns", "uid": "u", "generation": 1, "annotations": {}},
+        "spec": {"replicas": replicas},
+    }
+
+
+def test_bootstrap_and_first_scale_down_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[tuple[str, str]] = []
+    monkeypatch.setattr(kopf, "info", lambda _body, *, reason, message: events.append((reason, message)))
+    monkeypatch.setattr(kopf, "warn", lambda _body, *, reason, message: events.append((reason, message)))
+    kube, sidecars = FakeKube(resource()), FakeSidecars()
+    logger = logging.getLogger("test")
+
+    async def scenario() -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{pod}/{path:.*}", sidecars.handle)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        monkeypatch.setattr(handlers.CONFIG, "sidecar_url_template", f"http://127.0.0.1:{port}/{{pod}}")
+        async with aiohttp.ClientSession() as http:
+            memo = kopf.Memo(kube=kube, http=http)
+
+            async def reconcile() -> None:
+                # Kopf's body is deliberately stale: the handler must re-read the stored object.
+                await handlers.reconcile(kopf.Body(resource()), memo, logger)
+
+            # 1. A new cluster: the bootstrap list is pinned first; no StatefulSet yet.
+            await reconcile()
+            assert kube.annotation_patches == [{INITIAL_MASTER_NODES_ANNOTATION: "demo-0,demo-1,demo-2"}]
+            assert kube.replicas is None
+            configmap = next(m for m in kube.applied if m["kind"] == "ConfigMap")
+            assert configmap["data"]["initial_master_nodes"] == "demo-0,demo-1,demo-2"
+            assert [m["kind"] for m in kube.created] == ["Secret"]
+            assert kube.status["phase"] == "Pending"
+
+            # 2. With the list pinned, the StatefulSet is created with the three initial nodes; the list
+            #    is never pinned again, even if the requested size changes before the bootstrap.
+            kube.stored["spec"]["replicas"] = 5
+            await reconcile()
+            assert kube.replicas == 3
+            assert len(kube.annotation_patches) == 1
+
+            # 3. Pods run and report a cluster UUID: it is recorded and the bootstrap list dropped.
+            kube.stored["spec"]["replicas"] = 3
+            kube.pod_map = {f"demo-{i}": PodObservation(f"demo-{i}", ready=True, ip="127.0.0.1") for i in range(3)}
+            sidecars.uuid = "uuid-1"
+            kube.applied.clear()
+            await reconcile()
+            assert kube.annotation_patches[-1] == {
+                CLUSTER_UUID_ANNOTATION: "uuid-1",
+                INITIAL_MASTER_NODES_ANNOTATION: None,
+            }
+            assert kube.stored["metadata"]["annotations"] == {CLUSTER_UUID_ANNOTATION: "uuid-1"}
+            configmap = next(m for m in kube.applied if m["kind"] == "ConfigMap")
+            assert configmap["data"]["initial_master_nodes"] == ""
+            assert kube.status["clusterUUID"] == "uuid-1"
+            assert kube.status["master"] == "demo-0"
+            assert ("MasterElected", "demo-0 is master in term 2") in events
+
+            # 4. Converged: no event repeats, the election is not announced twice.
+            events.clear()
+            await reconcile()
+            assert events == []
+            assert kube.status["phase"] == "Ready"
+
+            # 5. Scaling to 2: the highest ordinal is excluded on the master, the StatefulSet keeps 3.
+            kube.stored["spec"]["replicas"] = 2
+            sidecars.requests.clear()
+            await reconcile()
+            posts = [r for r in sidecars.requests if r[0] == "POST"]
+            assert posts == [
+                ("POST", "/demo-0/_cluster/voting_config_exclusions", {"node_names": "demo-2", "timeout": "30s"})
+            ]
+            assert kube.replicas == 3
+            assert kube.status["phase"] == "Scaling"
+            pdb = next(m for m in kube.applied if m["kind"] == "PodDisruptionBudget")
+            assert pdb["spec"]["maxUnavailable"] == 1
+        await runner.cleanup()
+
+    asyncio.run(scenario())
+
+
+def test_failures_are_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    warnings: list[str] = []
+    monkeypatch.setattr(kopf, "warn", lambda _body, *, reason, message: warnings.append(reason))
+
+    class BrokenKube(FakeKube):
+        async def statefulset_replicas(self, name: str, namespace: str) -> int | None:
+            raise RuntimeError("API server unreachable")
+
+    kube = BrokenKube(resource())
+    memo = kopf.Memo(kube=kube, http=None)
+    asyncio.run(handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test")))
+    assert warnings == ["ReconcileFailed"]
+    (condition,) = kube.status["conditions"]
+    assert condition["type"] == "ReconciliationComplete" and "API server unreachable" in condition["message"]

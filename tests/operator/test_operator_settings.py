@@ -1,0 +1,54 @@
+"""spec.settings validation (DESIGN section 4), and its agreement with the sidecar's own registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinated.operator.settings_validation import OPERATOR_MANAGED_SETTINGS, USER_SETTINGS, validate_settings
+
+
+def test_valid_settings() -> None:
+    assert validate_settings(None) == []
+    assert (
+        validate_settings(
+            {
+                "cluster.name": "orders",
+                "cluster.publish.timeout": "30s",
+                "cluster.election.initial_timeout": "100ms",
+                "cluster.fault_detection.leader_check.retry_count": "3",
+                "cluster.no_master_block": "metadata_write",
+                "cluster.auto_shrink_voting_configuration": "false",
+            }
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"discovery.zen.minimum_master_nodes": "2"}, "Zen1"),
+        ({"node.name": "x"}, "managed by the operator"),
+        ({"cluster.initial_master_nodes": "a,b"}, "managed by the operator"),
+        ({"bogus.setting": "1"}, "unknown setting [bogus.setting]"),
+        ({"cluster.publish.timeout": "30"}, "[cluster.publish.timeout]"),
+        ({"cluster.publish.timeout": "0s"}, "positive"),
+        ({"cluster.no_master_block": "reads"}, "[cluster.no_master_block]"),
+        ({"cluster.auto_shrink_voting_configuration": "yes"}, "[true] or [false]"),
+        ({"cluster.max_voting_config_exclusions": "0"}, "at least 1"),
+        ({"cluster.name": "-bad"}, "[cluster.name]"),
+        ({"cluster.fault_detection.leader_check.retry_count": 3}, "must be a string"),
+    ],
+)
+def test_invalid_settings_name_the_setting(settings: dict[str, object], expected: str) -> None:
+    problems = validate_settings(settings)
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_agrees_with_the_sidecar_registry() -> None:
+    sidecar_settings = pytest.importorskip("coordinated.coordination.settings")
+    known = set(sidecar_settings.coordination_registry().settings)
+    ours = set(USER_SETTINGS) | set(OPERATOR_MANAGED_SETTINGS)
+    # transport.secret_file is the sidecar service's setting, registered outside the protocol core.
+    assert ours - known <= {"transport.secret_file"}
+    assert known - ours == set(), f"settings the operator does not know: {sorted(known - ours)}"

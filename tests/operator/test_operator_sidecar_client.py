@@ -1,0 +1,80 @@
+"""The sidecar API shapes (DESIGN section 6) and the view the operator builds from several nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinated.operator.observation import summarize_states
+from coordinated.operator.sidecar_client import ClusterHealth, parse_cluster_health, parse_cluster_state, sidecar_url
+
+
+def state_body(master: str | None, term: int = 2, version: int = 7, uuid: str = "u1") -> dict[str, Any]:
+    return {
+        "cluster_name": "demo",
+        "cluster_uuid": uuid,
+        "version": version,
+        "term": term,
+        "state_uuid": "s",
+        "master_node": master,
+        "nodes": {
+            "id0": {"name": "demo-0", "transport_address": "10.0.0.1:9300", "roles": ["master"]},
+            "id1": {"name": "demo-1", "transport_address": "10.0.0.2:9300", "roles": ["master"]},
+            "id2": {"name": "demo-2", "transport_address": "10.0.0.3:9300", "roles": ["master"]},
+        },
+        "metadata": {
+            "cluster_coordination": {
+                "term": term,
+                "last_committed_config": ["id0", "id1", "id2"],
+                "last_accepted_config": ["id0", "id1"],
+                "voting_config_exclusions": [{"node_id": "id2", "node_name": "demo-2"}],
+            },
+            "kv": {},
+        },
+    }
+
+
+def test_parse_cluster_state_maps_ids_to_names() -> None:
+    state = parse_cluster_state(state_body("id1"))
+    assert state.master == "demo-1"
+    assert state.committed_voters == ("demo-0", "demo-1", "demo-2")
+    assert state.accepted_voters == ("demo-0", "demo-1")
+    assert state.exclusion_names == ("demo-2",)
+    assert state.node_names == {"demo-0", "demo-1", "demo-2"}
+    assert (state.term, state.version, state.cluster_uuid) == (2, 7, "u1")
+
+
+def test_unbootstrapped_uuid_is_none() -> None:
+    assert parse_cluster_state({**state_body(None), "cluster_uuid": "_na_"}).cluster_uuid is None
+    assert parse_cluster_state({}).cluster_uuid is None
+
+
+def test_health() -> None:
+    health = parse_cluster_health(
+        {"status": "green", "master_node": "id0", "number_of_nodes": 3, "number_of_master_eligible_nodes": 3}
+    )
+    assert health == ClusterHealth("green", "id0", 3, 3)
+
+
+def test_summary_prefers_the_masters_own_state() -> None:
+    states = {
+        "demo-0": parse_cluster_state(state_body("id1", version=6)),  # a lagging follower
+        "demo-1": parse_cluster_state(state_body("id1", version=7)),  # the master itself
+        "demo-2": parse_cluster_state(state_body(None, uuid="u2")),
+    }
+    view = summarize_states(states)
+    assert view.master == "demo-1" and view.version == 7
+    assert view.cluster_uuids == {"u1", "u2"}
+    assert view.reachable == {"demo-0", "demo-1", "demo-2"}
+    assert view.members == {"demo-0", "demo-1", "demo-2"}
+
+
+def test_summary_without_master_has_no_members() -> None:
+    view = summarize_states({"demo-0": parse_cluster_state(state_body(None))})
+    assert view.master is None and view.members == frozenset()
+    assert summarize_states({}).reachable == frozenset()
+
+
+def test_sidecar_url_template() -> None:
+    assert sidecar_url("http://{ip}:{port}", pod="p", ip="1.2.3.4", service="s", namespace="n") == "http://1.2.3.4:9200"
+    dns = sidecar_url("http://{pod}.{service}.{namespace}.svc:{port}", pod="p", ip=None, service="s", namespace="n")
+    assert dns == "http://p.s.n.svc:9200"
