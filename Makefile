@@ -36,3 +36,26 @@ simulate: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+## A local single-node Kubernetes for the e2e suite (see docs/e2e.md); KUBECONFIG=e2e/.state/kubeconfig.
+.PHONY: e2e-up e2e-down e2e-smoke
+e2e-up:
+	bash e2e/up.sh
+
+## Stops everything e2e-up started and restores the machine (always run it, even after a failure).
+e2e-down:
+	bash e2e/down.sh
+
+## Proves the harness: API server, node, a pod from the local image, a Service with endpoints.
+e2e-smoke:
+	bash e2e/smoke.sh
+
+## Jepsen-style fault run: 5 nodes in network namespaces, a seeded nemesis, linearizability + audit checks
+## (docs/chaos.md). Short by default (under 3 minutes); CHAOS_MINUTES=30 for a long run, CHAOS_SEED=N to replay.
+.PHONY: chaos chaos-cleanup
+chaos: $(STAMP)
+	@trap '$(BIN)/python -m chaos cleanup' EXIT INT TERM; $(BIN)/python -m chaos run
+
+## Removes what a chaos run left behind (processes in its namespaces, namespaces, bridge, host rules).
+chaos-cleanup:
+	$(BIN)/python -m chaos cleanup

@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,14 +81,17 @@ class LocalNode:
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     extra: list[str] = field(default_factory=list)
+    host: str = "127.0.0.1"
+    # Prepended to the node's command line, e.g. `ip netns exec NS` (it execs, so the PID stays the node's).
+    argv_prefix: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://{self.host}:{self.http_port}"
 
     @property
     def transport_address(self) -> str:
-        return f"127.0.0.1:{self.transport_port}"
+        return f"{self.host}:{self.transport_port}"
 
     @property
     def pid(self) -> int | None:
@@ -110,17 +114,37 @@ class LocalNode:
 
 
 class LocalCluster:
-    def __init__(self, workdir: Path, settings: dict[str, str] | None = None, max_nodes: int = 7) -> None:
+    """Nodes on 127.0.0.1 with free ports; or, given `hosts`, node i on hosts[i] with the default ports and the
+    command line prefixed by `argv_prefix(i)` (the chaos runs put each node in its own network namespace)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        settings: dict[str, str] | None = None,
+        max_nodes: int = 7,
+        hosts: list[str] | None = None,
+        argv_prefix: Callable[[int], list[str]] | None = None,
+    ) -> None:
         self.workdir = workdir
         self.settings = dict(FAST_SETTINGS if settings is None else settings)
-        ports = free_ports(2 * max_nodes)
         self.nodes: dict[str, LocalNode] = {}
-        self._ports = [(ports[2 * i], ports[2 * i + 1]) for i in range(max_nodes)]
+        self.hosts = hosts
+        self.argv_prefix = argv_prefix
+        if hosts:
+            self._ports = [(9200, 9300)] * len(hosts)
+        else:
+            ports = free_ports(2 * max_nodes)
+            self._ports = [(ports[2 * i], ports[2 * i + 1]) for i in range(max_nodes)]
         self.seed_names: list[str] = []
 
     def add(self, name: str) -> LocalNode:
-        http_port, transport_port = self._ports[len(self.nodes)]
+        index = len(self.nodes)
+        http_port, transport_port = self._ports[index]
         node = LocalNode(name, self.workdir / name, http_port, transport_port)
+        if self.hosts:
+            node.host = self.hosts[index]
+        if self.argv_prefix is not None:
+            node.argv_prefix = self.argv_prefix(index)
         self.nodes[name] = node
         return node
 
@@ -135,6 +159,7 @@ class LocalCluster:
         if initial_master_nodes:
             settings["cluster.initial_master_nodes"] = ",".join(initial_master_nodes)
         argv = [
+            *node.argv_prefix,
             sys.executable,
             "-m",
             "coordinated.cli",
@@ -147,6 +172,8 @@ class LocalCluster:
             str(node.http_port),
             "--transport-port",
             str(node.transport_port),
+            "--host",
+            node.host,
         ]
         for key, value in settings.items():
             argv += ["-E", f"{key}={value}"]

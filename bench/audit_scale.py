@@ -1,0 +1,197 @@
+"""Audit throughput at scale: synthetic valid histories of 1M and 10M events, JSONL and Parquet.
+
+    .venv/bin/python bench/audit_scale.py --events 1000000 10000000 --master 'local[2]'
+
+For each size it writes a 5-node history with the tests' generator (`coordinated.audit.synth`: many
+terms, changing masters, failed publications re-published by the next master, lagging and restarting
+nodes), then runs `coordinated audit` as a subprocess on the JSONL, compacts it to Parquet, and audits
+the Parquet. It prints events/s (audit time as the CLI reports it, without JVM start-up, and end to
+end) and the peak RSS of the driver: the Python process plus its JVM, which in local mode also runs
+the executors. Figures only: nothing here asserts on timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from coordinated.audit.synth import SynthConfig, write_history
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(entry))
+    return kids
+
+
+def _rss(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class PeakRss(threading.Thread):
+    """Samples the RSS of a process and all its descendants (the driver and its JVM)."""
+
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.interval = pid, interval
+        self.peak_total = self.peak_python = self.peak_jvm = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            tree, frontier = [], [self.pid]
+            while frontier:
+                p = frontier.pop()
+                tree.append(p)
+                frontier.extend(_children(p))
+            sizes = {p: _rss(p) for p in tree}
+            self.peak_python = max(self.peak_python, sizes.get(self.pid, 0))
+            self.peak_jvm = max(self.peak_jvm, sum(v for p, v in sizes.items() if p != self.pid))
+            self.peak_total = max(self.peak_total, sum(sizes.values()))
+            time.sleep(self.interval)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+
+def run_measured(cmd: list[str]) -> tuple[int, float, str, PeakRss]:
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    meter = PeakRss(proc.pid)
+    meter.start()
+    out, err = proc.communicate()
+    meter.stop()
+    if proc.returncode not in (0, 1):
+        sys.stderr.write(err[-4000:])
+    return proc.returncode, time.monotonic() - start, out, meter
+
+
+COMPACT = """
+import sys, time
+from coordinated.audit.session import build_session
+from coordinated.audit.reading import Input, load
+from coordinated.audit.compact import compact
+from coordinated.audit.schema import EVENT_SCHEMA
+spark = build_session(sys.argv[1], {"spark.ui.showConsoleProgress": "false", "spark.driver.memory": sys.argv[4]})
+t = time.monotonic()
+if sys.argv[5] == "fast":  # plain JSON reader: no malformed-line detection, no line numbers, no cache
+    inp = Input(events=spark.read.schema(EVENT_SCHEMA).option("recursiveFileLookup", "true").json(sys.argv[2]))
+else:
+    inp = load(spark, [sys.argv[2]])
+compact(spark, inp, sys.argv[3])
+print(f"compacted in {time.monotonic() - t:.1f}s")
+"""
+
+
+def bench_one(
+    events: int, workdir: Path, master: str, driver_memory: str, seed: int, forms: list[str], fast_compact: bool
+) -> dict[str, object]:
+    jsonl, pq, reports = workdir / f"h{events}", workdir / f"pq{events}", workdir / f"r{events}"
+    for p in (jsonl, pq, reports):
+        shutil.rmtree(p, ignore_errors=True)
+    t = time.monotonic()
+    cfg = SynthConfig(events=events, seed=seed, nodes=5, mean_term_length=40, p_restart=0.1)
+    n = write_history(cfg, jsonl, segment_events=500_000)
+    gen_s = time.monotonic() - t
+    size = sum(f.stat().st_size for f in jsonl.rglob("*.jsonl"))
+    print(f"[{events:,}] generated {n:,} events ({size / 1e6:.0f} MB JSONL) in {gen_s:.1f}s", flush=True)
+    result: dict[str, object] = {"events": n, "jsonl_mb": round(size / 1e6), "generate_s": round(gen_s, 1)}
+
+    audit = [sys.executable, "-m", "coordinated.audit.cli", "--spark-master", master, "--no-html"]
+    audit += ["--conf", f"spark.driver.memory={driver_memory}", "--conf", "spark.ui.showConsoleProgress=false"]
+    for form, path in (("jsonl", jsonl), ("parquet", pq)):
+        if form not in forms:
+            continue
+        if form == "parquet":
+            t = time.monotonic()
+            mode = "fast" if fast_compact else "audit"
+            subprocess.run(
+                [sys.executable, "-c", COMPACT, master, str(jsonl), str(pq), driver_memory, mode],
+                check=True,
+                capture_output=True,
+            )
+            result["compact_s"] = round(time.monotonic() - t, 1)
+            result["compact_mode"] = mode
+            pq_size = sum(f.stat().st_size for f in pq.rglob("*.parquet"))
+            result["parquet_mb"] = round(pq_size / 1e6)
+            print(f"[{events:,}] compacted to {pq_size / 1e6:.0f} MB Parquet in {result['compact_s']}s", flush=True)
+        rc, wall, out, meter = run_measured([*audit, str(path), "--report-dir", str(reports / form)])
+        report = json.loads((reports / form / "audit-report.json").read_text())
+        m = re.search(r"audited (\d+) events from \d+ nodes in ([\d.]+)s", out)
+        audit_s = float(m.group(2)) if m else float("nan")
+        figures = {
+            "exit_code": rc,
+            "ok": report["ok"],
+            "audited_events": report["events"],
+            "audit_s": audit_s,
+            "wall_s": round(wall, 1),
+            "events_per_s": round(report["events"] / audit_s) if audit_s == audit_s else None,
+            "events_per_s_end_to_end": round(report["events"] / wall),
+            "peak_rss_mb_driver_total": round(meter.peak_total / 2**20),
+            "peak_rss_mb_python": round(meter.peak_python / 2**20),
+            "peak_rss_mb_jvm": round(meter.peak_jvm / 2**20),
+        }
+        result[form] = figures
+        print(f"[{events:,}] {form}: {json.dumps(figures)}", flush=True)
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--driver-memory", default="1g", help="spark.driver.memory (local mode: the whole JVM)")
+    p.add_argument("--workdir", type=Path, default=None, help="default: a temporary folder, removed after")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.add_argument("--forms", nargs="+", choices=("jsonl", "parquet"), default=["jsonl", "parquet"])
+    p.add_argument(
+        "--fast-compact",
+        action="store_true",
+        help="make the Parquet form with Spark's plain JSON reader instead of the audit's --compact-to path",
+    )
+    a = p.parse_args()
+    workdir = a.workdir or Path(tempfile.mkdtemp(prefix="audit-bench-"))
+    try:
+        results = [bench_one(n, workdir, a.master, a.driver_memory, a.seed, a.forms, a.fast_compact) for n in a.events]
+    finally:
+        if a.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print("\nevents      form     audit s   events/s   end-to-end/s   peak driver RSS (python + JVM)")
+    for r in results:
+        for form in a.forms:
+            f = r[form]
+            assert isinstance(f, dict)
+            print(
+                f"{r['events']:>10,}  {form:8} {f['audit_s']:>8.1f} {f['events_per_s']:>10,} "
+                f"{f['events_per_s_end_to_end']:>14,}   {f['peak_rss_mb_driver_total']:,} MB "
+                f"({f['peak_rss_mb_python']} + {f['peak_rss_mb_jvm']})"
+            )
+    if a.json:
+        a.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

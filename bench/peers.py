@@ -1,0 +1,159 @@
+"""Side-by-side benchmarks: coordinated-cluster vs etcd (gRPC) vs PySyncObj, with one client harness.
+
+    .venv/bin/python bench/peers.py [--quick] [--rounds 3] [--out DIR] [--no-docs]
+
+Systems are interleaved: each round runs every system once, in a rotated order, so that slow phases of
+the shared machine hit all of them. Prints figures and never asserts timings; writes the raw results to
+OUT/results.json and (unless --no-docs) the generated part of docs/benchmarks.md plus docs/img/*.png.
+Everything runs on 127.0.0.1, and every process started is stopped by PID, also on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import signal
+import tempfile
+import traceback
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from peers_etcd import EtcdSystem
+from peers_harness import fault_trial, idle_rss, sequential, throughput
+from peers_pso import PySyncObjSystem
+from peers_report import write_report
+from peers_systems import OursSystem, System
+
+Factory = Callable[[], System]
+PERF: list[Factory] = [
+    lambda: OursSystem(3),
+    lambda: OursSystem(5),
+    lambda: EtcdSystem(3),
+    lambda: EtcdSystem(5),
+    lambda: PySyncObjSystem(3),
+    lambda: PySyncObjSystem(3, batch=False),
+]
+FAULT: list[Factory] = [lambda: OursSystem(3), lambda: EtcdSystem(3), lambda: PySyncObjSystem(3)]
+TUNED: list[Factory] = [
+    lambda: OursSystem(3, tuned=True),
+    lambda: EtcdSystem(3, tuned=True),
+    lambda: PySyncObjSystem(3, tuned=True),
+]
+Results = defaultdict[str, defaultdict[str, list[Any]]]
+
+
+def rotated(items: list[Factory], by: int) -> list[Factory]:
+    by %= len(items)
+    return items[by:] + items[:by]
+
+
+async def run_system(factory: Factory, body: Callable[[System], Any], base: Path) -> None:
+    system = factory()
+    workdir = Path(tempfile.mkdtemp(prefix="peer-", dir=base))
+    try:
+        await system.start(workdir)
+        await system.wait_healthy()
+        await body(system)
+    except Exception:
+        print(f"!! {system.label} failed:")
+        traceback.print_exc()
+    finally:
+        await system.stop()
+
+
+async def perf_round(args: argparse.Namespace, results: Results, base: Path, round_: int) -> None:
+    async def body(system: System) -> None:
+        r = results[system.label]
+        r["rss_mb"] += await idle_rss(system, args.idle)
+        leader = await system.wait_healthy()
+        await sequential(system, leader, 20)  # warm-up
+        seq = await sequential(system, leader, args.writes)
+        r["seq_p50"].append(seq["p50"])
+        r["seq_p99"].append(seq["p99"])
+        line = f"{system.label:24s} seq p50 {seq['p50']:7.2f} ms  p99 {seq['p99']:7.2f} ms"
+        for clients in (1, 16, 64):
+            tput = await throughput(system, clients, args.seconds)
+            r[f"tput_{clients}"].append(tput["rate"])
+            line += f" | {clients:2d}c {tput['rate']:7.1f}/s" + (f" ({tput['errors']} err)" if tput["errors"] else "")
+        print(line, flush=True)
+
+    for factory in rotated(PERF, round_):
+        await run_system(factory, body, base)
+
+
+async def fault_round(args: argparse.Namespace, results: Results, base: Path, round_: int) -> None:
+    async def trials(system: System, sig: int, count: int, name: str) -> None:
+        r = results[system.label]
+        r["detection"] = [system.detection_settings()]
+        for _ in range(count):
+            try:
+                trial = await fault_trial(system, sig)
+            except Exception as error:
+                print(f"!! {system.label} {name} trial failed: {error!r}")
+                r[f"{name}_failed"].append(1)
+                continue
+            r[f"{name}_window"].append(trial["window"])
+            r[f"{name}_observed"].append(trial["observed"])
+            print(
+                f"{system.label:24s} {name:8s} window {trial['window']:8.1f} ms, "
+                f"new leader seen after {trial['observed']:8.1f} ms",
+                flush=True,
+            )
+
+    async def default_body(system: System) -> None:
+        await trials(system, signal.SIGKILL, args.kill_trials, "kill9")
+        await trials(system, signal.SIGSTOP, args.stop_trials, "sigstop")
+
+    async def tuned_body(system: System) -> None:
+        await trials(system, signal.SIGSTOP, args.tuned_stop_trials, "sigstop")
+
+    for factory in rotated(FAULT, round_):
+        await run_system(factory, default_body, base)
+    for factory in rotated(TUNED, round_):
+        await run_system(factory, tuned_body, base)
+
+
+async def main_async(args: argparse.Namespace) -> Results:
+    results: Results = defaultdict(lambda: defaultdict(list))
+    base = Path(tempfile.mkdtemp(prefix="coordinated-peers-", dir=args.workdir))
+    try:
+        for round_ in range(args.rounds):
+            print(f"== round {round_ + 1}/{args.rounds}", flush=True)
+            await perf_round(args, results, base, round_)
+            await fault_round(args, results, base, round_)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)  # etcd preallocates its WAL: ~2 GB after a full run
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="1 round, fewer writes and trials (a smoke run)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--writes", type=int, default=200, help="sequential writes per run")
+    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per throughput run")
+    parser.add_argument("--idle", type=float, default=5.0, help="idle seconds before reading RSS")
+    parser.add_argument("--kill-trials", type=int, default=4, help="kill -9 trials per round")
+    parser.add_argument("--stop-trials", type=int, default=1, help="SIGSTOP trials per round, default settings")
+    parser.add_argument("--tuned-stop-trials", type=int, default=3, help="SIGSTOP trials per round, tuned")
+    parser.add_argument("--workdir", default=None, help="parent of the data dirs (default: the system temp dir)")
+    parser.add_argument("--out", default=None, help="where results.json goes (default: the run's temp dir)")
+    parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md and docs/img")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.writes, args.seconds, args.idle = 1, 50, 2.0, 2.0
+        args.kill_trials, args.stop_trials, args.tuned_stop_trials = 3, 1, 1
+    results = asyncio.run(main_async(args))
+    out = Path(args.out or tempfile.mkdtemp(prefix="coordinated-peers-out-"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+    print(f"raw results: {out / 'results.json'}")
+    write_report(results, vars(args), docs=not args.no_docs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Where a write's time goes in our sidecar: py-spy samples the master (and a follower) of a 3-node cluster
+while clients write, then prints the heaviest frames, inclusive, by wall clock (idle included: a sequential
+write is mostly waiting) and by CPU.
+
+    .venv/bin/python bench/peers_profile.py [--clients 1] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from peers_harness import throughput
+from peers_systems import OursSystem
+
+
+def collapsed(path: Path) -> Counter[str]:
+    """py-spy's raw format: `frame;frame;... count` per line, root first."""
+    stacks: Counter[str] = Counter()
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack:
+            stacks[stack] += int(count)
+    return stacks
+
+
+def inclusive(stacks: Counter[str], top: int) -> list[tuple[str, float]]:
+    total = sum(stacks.values()) or 1
+    per_frame: Counter[str] = Counter()
+    for stack, count in stacks.items():
+        for frame in set(stack.split(";")):
+            per_frame[frame] += count
+    return [(frame, 100 * count / total) for frame, count in per_frame.most_common(top)]
+
+
+async def profile(clients: int, seconds: float, workdir: Path) -> None:
+    py_spy = shutil.which("py-spy") or str(Path(__import__("sys").executable).with_name("py-spy"))
+    system = OursSystem(3)
+    try:
+        await system.start(workdir)
+        leader = await system.wait_healthy()
+        follower = next(i for i in range(3) if i != leader)
+        recorders = []
+        for role, node in (("master", leader), ("follower", follower)):
+            for mode in ("wall", "cpu"):
+                out = workdir / f"{role}-{mode}.txt"
+                argv = [py_spy, "record", "-p", str(system.pid(node)), "-d", str(int(seconds)), "-r", "200"]
+                argv += ["-f", "raw", "-o", str(out), "--nonblocking"] + (["--idle"] if mode == "wall" else [])
+                recorders.append((role, mode, out, subprocess.Popen(argv, stdout=subprocess.DEVNULL)))
+        result = await throughput(system, clients, seconds)
+        print(f"{clients} client(s): {result['rate']:.1f} writes/s while sampling")
+        for role, mode, out, process in recorders:
+            await asyncio.to_thread(process.wait, 30)
+            print(f"\n== {role}, {'wall clock (idle included)' if mode == 'wall' else 'CPU only'}: % of samples")
+            for frame, share in inclusive(collapsed(out), 28):
+                print(f"{share:5.1f}%  {frame}")
+    finally:
+        await system.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--clients", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="coordinated-profile-") as workdir:
+        asyncio.run(profile(args.clients, args.seconds, Path(workdir)))
+
+
+if __name__ == "__main__":
+    main()

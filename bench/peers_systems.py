@@ -1,0 +1,144 @@
+"""The systems under test behind one interface, so that every figure uses the same client harness.
+
+A `System` starts N local nodes on 127.0.0.1, writes through a chosen node, names the leader the live nodes
+agree on, signals and restarts nodes by PID, and stops everything it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+import aiohttp
+from sidecar_common import percentile
+
+from coordinated.sidecar.localcluster import FAST_SETTINGS, LocalCluster
+
+__all__ = ["OursSystem", "System", "http_put", "percentile"]
+
+
+async def http_put(session: aiohttp.ClientSession, url: str, value: int, timeout: float) -> bool:
+    try:
+        async with session.put(url, json=value, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+            await response.read()
+            return response.status == 200
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        return False
+
+
+class System(ABC):
+    """One cluster of one system. `label` names the system and its settings in every table."""
+
+    label: str
+    size: int
+    tuned: bool
+
+    @abstractmethod
+    async def start(self, workdir: Path) -> None: ...
+
+    @abstractmethod
+    async def stop(self) -> None: ...
+
+    @abstractmethod
+    def pid(self, node: int) -> int: ...
+
+    @abstractmethod
+    async def put(self, node: int, key: str, value: int, timeout: float) -> bool:
+        """True only if the write was acknowledged as committed within `timeout` seconds."""
+
+    @abstractmethod
+    async def leader_of(self, node: int) -> int | None:
+        """The index of the node that `node` currently believes is the leader (None if unknown or down)."""
+
+    @abstractmethod
+    async def restart(self, node: int) -> None: ...
+
+    @abstractmethod
+    def detection_settings(self) -> str:
+        """The failure-detection settings in force, as text for the report."""
+
+    def signal(self, node: int, sig: int) -> None:
+        os.kill(self.pid(node), sig)
+
+    async def agreed_leader(self, among: list[int]) -> int | None:
+        views = await asyncio.gather(*(self.leader_of(i) for i in among), return_exceptions=True)
+        leaders = {v for v in views if not isinstance(v, BaseException)}
+        if len(leaders) != 1 or any(isinstance(v, BaseException) for v in views):
+            return None
+        leader = leaders.pop()
+        return leader
+
+    async def wait_healthy(self, timeout: float = 90.0) -> int:
+        """Wait until all nodes agree on a leader and a write through every node succeeds; returns the leader."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            leader = await self.agreed_leader(list(range(self.size)))
+            if leader is not None:
+                oks = [await self.put(i, f"health-{i}", 0, timeout=2.0) for i in range(self.size)]
+                if all(oks):
+                    return leader
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"{self.label}: not healthy within {timeout}s")
+
+
+class OursSystem(System):
+    """coordinated-cluster sidecars, driven over their HTTP API with one aiohttp session."""
+
+    def __init__(self, size: int, tuned: bool = False) -> None:
+        self.size = size
+        self.tuned = tuned
+        self.label = f"coordinated {size}n" + (" tuned" if tuned else "")
+        self.cluster: LocalCluster | None = None
+        self.names: list[str] = []
+        self.ids: dict[str, int] = {}
+        self.session: aiohttp.ClientSession | None = None
+
+    def detection_settings(self) -> str:
+        if not self.tuned:
+            return "defaults: leader_check/follower_check interval 1s, timeout 10s, retry_count 3"
+        return "tuned: leader_check/follower_check interval 200ms, timeout 500ms, retry_count 2 (FAST_SETTINGS)"
+
+    async def start(self, workdir: Path) -> None:
+        self.cluster = LocalCluster(workdir, settings=dict(FAST_SETTINGS) if self.tuned else {}, max_nodes=self.size)
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        nodes = await asyncio.to_thread(self.cluster.bootstrap, self.size, 60)
+        self.names = [node.name for node in nodes]
+        self.ids = {node.node_id(): index for index, node in enumerate(nodes)}
+
+    async def stop(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.stop_all, False)
+
+    def _node(self, index: int):  # type: ignore[no-untyped-def]
+        assert self.cluster is not None
+        return self.cluster.nodes[self.names[index]]
+
+    def pid(self, node: int) -> int:
+        pid = self._node(node).pid
+        assert pid is not None
+        return pid
+
+    async def put(self, node: int, key: str, value: int, timeout: float) -> bool:
+        assert self.session is not None
+        return await http_put(self.session, f"{self._node(node).url}/_cluster/metadata/{key}", value, timeout)
+
+    async def leader_of(self, node: int) -> int | None:
+        assert self.session is not None
+        url = f"{self._node(node).url}/_cluster/health"
+        async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=1.0)) as response:
+            health = await response.json()
+        return self.ids.get(health.get("master_node") or "")
+
+    async def restart(self, node: int) -> None:
+        assert self.cluster is not None
+        local = self._node(node)
+        if local.alive():
+            self.cluster.kill(local, signal.SIGKILL)
+        self.cluster.start(local.name)
+        await asyncio.to_thread(self.cluster.wait_http, local, 30.0)

@@ -1,0 +1,1 @@
+"""Jepsen-style fault runs on real node processes in network namespaces (`make chaos`, docs/chaos.md)."""
