@@ -1,0 +1,49 @@
+# shellcheck shell=bash disable=SC2034  # sourced: the variables are used by the scripts
+# Shared settings for the e2e harness. Sourced, never run.
+# Pinned versions live here so every script agrees on them.
+K8S_VERSION="${K8S_VERSION:-v1.33.13}"
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO_DIR="$(cd "$E2E_DIR/.." && pwd)"
+STATE="${E2E_STATE:-$E2E_DIR/.state}"
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/coordinated-cluster"
+K8S_BIN="$CACHE/kubernetes/$K8S_VERSION/bin"
+COREDNS_VERSION=v1.14.7
+COREDNS_BIN="$CACHE/coredns/$COREDNS_VERSION/coredns"
+# The bridge is the node's only network: its address is the node IP (loopback is refused).
+BRIDGE=cc-e2e0
+NODE_IP=10.233.0.1
+NODE_NAME=cc-e2e-node
+POD_CIDR=10.233.0.0/24
+SERVICE_CIDR=10.234.0.0/24
+APISERVER_SVC_IP=10.234.0.1
+# Pod DNS is CoreDNS on the bridge address: cluster names only, nothing forwarded. The
+# kubelet's resolvConf (dnsPolicy Default) names an address nothing answers.
+CLUSTER_DNS=$NODE_IP
+NO_DNS=10.234.0.10
+IMAGE_VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_DIR/pyproject.toml" | head -1)"
+IMAGE="coordinated-cluster:$IMAGE_VERSION"
+PAUSE_IMAGE="localhost/coordinated-e2e/pause:1"
+E2E_PROVISIONER=coordinated.dev/e2e-hostpath
+CONTAINERD_SOCK="$STATE/containerd/containerd.sock"
+# /var/log/containers is hard-wired in the kubelet; the CNI result cache in go-cni.
+HOST_PATHS=(/var/log/containers /var/lib/cni /run/netns)
+for c in /sys/fs/cgroup/*/; do HOST_PATHS+=("${c}kubepods"); done
+export KUBECONFIG="$STATE/kubeconfig"
+PATH="$K8S_BIN:$CACHE/bin:$PATH"  # $CACHE/bin: helm, kubeconform (scripts/install-tools.sh)
+
+log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+# wait_for SECONDS DESCRIPTION CMD...: poll CMD once a second, bounded.
+wait_for() {
+  local secs=$1 what=$2; shift 2
+  for ((i = 0; i < secs; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 1; done
+  die "timed out after ${secs}s waiting for $what"
+}
+# alive NAME: the process recorded in $STATE/pids/NAME.pid is running and is still ours:
+# its command line names NAME and $STATE (a recycled PID must never be signalled).
+alive() {
+  local pid cmd
+  pid=$(cat "$STATE/pids/$1.pid" 2>/dev/null) && [[ -n $pid ]] || return 1
+  cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
+  [[ $cmd == *"$1"* && $cmd == *"$STATE"* ]]
+}

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Builds the project image and the pause image as docker-archive tarballs under
+# $CACHE/image, without a Docker daemon or a registry, following the repo's Dockerfile:
+#   layer 1: Debian bookworm (debootstrap minbase) + python3 + a Java runtime + the
+#            users coordinated (10001) and spark (185) + /data, /reports
+#   layer 2: /opt/venv with `pip install .[operator,audit]`, and the Spark-on-Kubernetes files
+# Prints the paths of the two archives (pause first). Cached by content.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+dir="$CACHE/image"
+mkdir -p "$dir"
+BASE_PKGS=python3,python3-venv,openjdk-17-jre-headless,procps,ca-certificates
+
+# Pause image: one static binary.
+pause_tar="$dir/pause.tar"
+if [[ ! -f $pause_tar ]]; then
+  rm -rf "$dir/pause" && mkdir -p "$dir/pause/root"
+  gcc -static -Os -o "$dir/pause/root/pause" "$E2E_DIR/lib/pause.c"
+  tar --numeric-owner --owner=0 --group=0 -C "$dir/pause/root" -cf "$dir/pause/layer.tar" pause
+  "$E2E_DIR/lib/image-archive.sh" "$pause_tar" "$PAUSE_IMAGE" '{"Entrypoint":["/pause"],"User":"65535:65535"}' \
+    "$dir/pause/layer.tar"
+  rm -rf "$dir/pause"
+fi
+
+# Base layer, keyed by its recipe.
+base_key=$(echo "bookworm minbase $BASE_PKGS users v2" | sha256sum | cut -c1-16)
+base="$dir/base-$base_key"
+if [[ ! -f $base/layer.tar ]]; then
+  log "debootstrap bookworm + $BASE_PKGS (a few minutes)"
+  rm -rf "$base" && mkdir -p "$base"
+  timeout 1200 debootstrap --variant=minbase --include="$BASE_PKGS" bookworm "$base/rootfs" \
+    http://deb.debian.org/debian >"$base/debootstrap.log" 2>&1 || die "debootstrap failed: see $base/debootstrap.log"
+  # The same users and folders as the Dockerfile's runtime stage.
+  chroot "$base/rootfs" sh -ec '
+    groupadd --gid 10001 coordinated
+    useradd --uid 10001 --gid 10001 --home-dir /data --no-create-home --shell /usr/sbin/nologin coordinated
+    groupadd --gid 185 spark
+    useradd --uid 185 --gid 185 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin spark
+    install -d -o 10001 -g 10001 /data /reports'
+  # Drop what an image does not need: apt caches, docs, man pages.
+  rm -rf "$base/rootfs"/var/cache/apt/* "$base/rootfs"/var/lib/apt/lists/* \
+    "$base/rootfs"/usr/share/doc/* "$base/rootfs"/usr/share/man/* "$base/rootfs"/var/log/*.log
+  tar --numeric-owner -C "$base/rootfs" -cf "$base/layer.tar.tmp" . && mv "$base/layer.tar.tmp" "$base/layer.tar"
+  find "$dir" -maxdepth 1 -name 'base-*' ! -path "$base" -exec rm -rf {} +
+fi
+
+# App layer, keyed by the project's sources. The wheels are built on the host (same
+# CPython minor as bookworm's, 3.11) so the chroot needs no network at all.
+src_key=$(cd "$REPO_DIR" && git ls-files -co --exclude-standard -- pyproject.toml README.md sidecar operator spark-jobs e2e/lib/image.sh |
+  LC_ALL=C sort | xargs -d '\n' sha256sum | sha256sum | cut -c1-16)
+image_tar="$dir/coordinated-cluster-$IMAGE_VERSION-$base_key-$src_key.tar"
+if [[ ! -f $image_tar ]]; then
+  unset PIP_FIND_LINKS  # the host's pip setting names a folder the chroot lacks
+  py=${PYTHON:-python3}
+  [[ $("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])') == 3.11 ]] ||
+    die "$py must be CPython 3.11 (bookworm's python3) to build wheels for the image"
+  log "building wheels for coordinated-cluster[operator,audit]"
+  "$py" -m pip wheel -q --wheel-dir "$dir/wheels" "${REPO_DIR}[operator,audit]"
+  root="$base/rootfs"
+  app=(opt/venv app usr/local/bin/spark-entrypoint.sh opt/coordinated)
+  (cd "$root" && rm -rf "${app[@]}" tmp/wheels) && cp -r "$dir/wheels" "$root/tmp/wheels"
+  chroot "$root" python3 -m venv /opt/venv
+  chroot "$root" /opt/venv/bin/pip install -q --no-index --no-cache-dir --find-links /tmp/wheels \
+    --force-reinstall "coordinated-cluster[operator,audit]==$IMAGE_VERSION"
+  chroot "$root" /opt/venv/bin/coordinated --help >/dev/null || die "coordinated does not run in the image"
+  find "$root/opt/venv" -name __pycache__ -prune -exec rm -rf {} +
+  rm -rf "$root"/opt/venv/lib/python3*/site-packages/pyspark/{examples,data}
+  install -D -m 644 "$REPO_DIR/spark-jobs/audit_main.py" "$root/app/spark-jobs/audit_main.py"
+  install -D -m 755 "$REPO_DIR/spark-jobs/k8s/spark-entrypoint.sh" "$root/usr/local/bin/spark-entrypoint.sh"
+  install -D -m 644 "$REPO_DIR/spark-jobs/k8s/pod-template.yaml" "$root/opt/coordinated/pod-template.yaml"
+  tar --numeric-owner -C "$root" -cf "$dir/app-layer.tar" "${app[@]}"
+  (cd "$root" && rm -rf "${app[@]}" tmp/wheels)
+  config='{"Entrypoint":["coordinated"],"Cmd":["--help"],"User":"10001:10001","WorkingDir":"/data",
+    "ExposedPorts":{"9200/tcp":{},"9300/tcp":{},"8000/tcp":{},"8080/tcp":{}},
+    "Env":["PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           "PYTHONDONTWRITEBYTECODE=1","PYTHONUNBUFFERED=1","PYSPARK_PYTHON=/opt/venv/bin/python"]}'
+  "$E2E_DIR/lib/image-archive.sh" "$image_tar" "$IMAGE" "$config" "$base/layer.tar" "$dir/app-layer.tar"
+  rm -f "$dir/app-layer.tar"
+  # Keep only the newest project image archive.
+  find "$dir" -maxdepth 1 -name 'coordinated-cluster-*.tar' ! -path "$image_tar" -delete
+fi
+echo "$pause_tar"
+echo "$image_tar"
