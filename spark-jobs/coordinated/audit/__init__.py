@@ -1,0 +1,9 @@
+"""PySpark audit of the sidecars' committed-state histories (DESIGN sections 7 and 8).
+
+Every invariant is a set of DataFrame transformations; only small aggregates and a few example events
+ever reach the driver. `coordinated audit` (see `cli.py`) is the entry point.
+"""
+
+from coordinated.audit.schema import INVARIANTS
+
+__all__ = ["INVARIANTS"]

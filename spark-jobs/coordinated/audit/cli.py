@@ -1,0 +1,120 @@
+"""`coordinated audit`: audit history files, folders, globs, Parquet or live sidecars.
+
+Exit codes (DESIGN section 5): 0 no violations, 1 violations, 2 unusable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+EXIT_OK, EXIT_VIOLATIONS, EXIT_UNUSABLE = 0, 1, 2
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="coordinated audit",
+        description="Audit history files (JSONL, or Parquet made by --compact-to) against the protocol's "
+        "safety invariants. Exit 0: no violations, 1: violations, 2: unusable input.",
+    )
+    p.add_argument("paths", nargs="*", metavar="PATH", help="files, folders or globs; local or any Hadoop URI")
+    p.add_argument(
+        "--from-cluster",
+        metavar="URL,...",
+        help="fetch GET /_history from these sidecar URLs (comma separated) instead of reading files",
+    )
+    p.add_argument(
+        "--spark-master",
+        default=None,
+        help="Spark master (default local[*]; under spark-submit, the one spark-submit was given)",
+    )
+    p.add_argument("--report-dir", default="reports", type=Path, help="where the reports go (default: reports)")
+    p.add_argument("--format", choices=("auto", "jsonl", "parquet"), default="auto", help="input format")
+    p.add_argument("--skip-malformed", action="store_true", help="count malformed lines instead of failing")
+    p.add_argument("--compact-to", metavar="DIR", help="also write the input as Parquet, by cluster and date")
+    p.add_argument("--max-examples", type=int, default=5, help="example events per violation")
+    p.add_argument("--max-violations", type=int, default=20, help="violations listed per invariant")
+    p.add_argument("--no-html", action="store_true", help="write only audit-report.json")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    urls = [u.strip() for u in (args.from_cluster or "").split(",") if u.strip()]
+    if not args.paths and not urls:
+        print("coordinated audit: give history PATHs or --from-cluster URLs", file=sys.stderr)
+        return EXIT_UNUSABLE
+    if args.paths and urls:
+        print("coordinated audit: give either PATHs or --from-cluster, not both", file=sys.stderr)
+        return EXIT_UNUSABLE
+    conf = {}
+    for kv in args.conf:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            print(f"coordinated audit: --conf {kv!r} is not KEY=VALUE", file=sys.stderr)
+            return EXIT_UNUSABLE
+        conf[key] = value
+
+    # Imported here so that `coordinated audit --help` works without starting a JVM.
+    from pyspark.sql import SparkSession
+
+    from coordinated.audit import report
+    from coordinated.audit.reading import UnusableInput, load
+    from coordinated.audit.run import audit
+    from coordinated.audit.session import build_session
+
+    had_session = SparkSession.getActiveSession() is not None
+    spark = build_session(args.spark_master, conf)
+    started = time.monotonic()
+    inp = None
+    try:
+        if urls:
+            from coordinated.audit.fetch import load_from_cluster
+
+            inp = load_from_cluster(spark, urls, skip_malformed=args.skip_malformed)
+        else:
+            inp = load(spark, args.paths, fmt=args.format, skip_malformed=args.skip_malformed)
+        if args.compact_to:
+            from coordinated.audit.compact import compact
+
+            compact(spark, inp, args.compact_to)
+            print(f"compacted to {args.compact_to}")
+        outcome = audit(
+            spark,
+            inp,
+            max_examples=args.max_examples,
+            max_violations=args.max_violations,
+            source=",".join(urls or args.paths),
+        )
+    except UnusableInput as e:
+        print(f"coordinated audit: unusable input: {e}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    finally:
+        if inp is not None:
+            inp.release()
+        if not had_session:
+            spark.stop()
+    charts = None
+    if not args.no_html:
+        from coordinated.audit.charts import render_all
+
+        charts = render_all(outcome.charts)
+    json_path, html_path = report.write(outcome.report, args.report_dir, charts)
+    rep = outcome.report
+    elapsed = time.monotonic() - started
+    print(f"audited {rep['events']} events from {rep['nodes']} nodes in {elapsed:.1f}s")
+    for name, count in rep["stats"]["violation_counts"].items():
+        print(f"  {name:26} {'ok' if count == 0 else f'{count} VIOLATION(S)'}")
+    if rep["malformed_lines"]:
+        print(f"  {rep['malformed_lines']} malformed lines skipped")
+    for t in rep["stats"]["input"]["truncated_lines"]:
+        print(f"  note: truncated last line {t['source']}:{t['line']}")
+    print(f"report: {json_path}" + (f" and {html_path}" if html_path else ""))
+    return EXIT_OK if rep["ok"] else EXIT_VIOLATIONS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

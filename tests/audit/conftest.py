@@ -1,0 +1,31 @@
+"""Shared fixtures for the audit tests: one local SparkSession for the whole run, and small helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+from coordinated.audit.session import build_session  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = build_session(
+        "local[2]",
+        {
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.ui.showConsoleProgress": "false",
+            # Tiny data: compiling and re-planning cost far more than they save.
+            "spark.sql.adaptive.enabled": "false",
+            "spark.sql.codegen.wholeStage": "false",
+            "spark.driver.memory": "1g",
+        },
+    )
+    yield session
+    session.stop()

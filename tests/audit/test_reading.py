@@ -1,0 +1,156 @@
+"""Input handling: malformed lines (file and line named), truncated last lines, empty input, splits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from audit_helpers import audit_dir, invariants_of
+from pyspark.sql import SparkSession
+
+from coordinated.audit.reading import UnusableInput, detect_format
+from coordinated.audit.synth import HistoryBuilder, SynthConfig, generate
+
+pytestmark = pytest.mark.spark
+
+
+def small() -> HistoryBuilder:
+    hb = HistoryBuilder(["a", "b", "c"], "cluster-1", seed=5)
+    hb.elect("a", 1, ["b", "c"])
+    for _ in range(3):
+        hb.publish("a", ["b", "c"])
+    return hb
+
+
+def test_malformed_line_in_the_middle_names_file_and_line(spark: SparkSession, tmp_path: Path) -> None:
+    hb = small()
+    hb.write(tmp_path / "h")
+    seg = tmp_path / "h" / "b" / "history-000001.jsonl"
+    lines = seg.read_text().splitlines()
+    lines.insert(4, '{"cluster_uuid": "cluster-1", "node": "b", "seq": ')  # becomes line 5
+    lines.insert(2, "")  # a blank line still counts as a line: the bad one is now line 6
+    seg.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UnusableInput) as err:
+        audit_dir(spark, tmp_path / "h")
+    assert f"{seg}:6: not a JSON object" in str(err.value)
+    report = audit_dir(spark, tmp_path / "h", skip_malformed=True)
+    assert report["ok"] and report["malformed_lines"] == 1
+    assert report["events"] == sum(hb.seq.values())
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ('{"cluster_uuid":"cluster-1","node":"b","seq":"seven","type":"term","term":1}', "not a JSON object"),
+        ('{"cluster_uuid":"cluster-1","node":"b","type":"term","term":1}', "missing field(s): seq"),
+        ('{"cluster_uuid":"cluster-1","node":"b","seq":9,"type":"accepted","term":1}', "version, state_uuid"),
+        ('{"cluster_uuid":"cluster-1","node":"b","seq":9,"type":"voted","term":1}', "unknown event type voted"),
+        ("[1, 2, 3]", "not a JSON object"),
+    ],
+)
+def test_kinds_of_malformed_lines(spark: SparkSession, tmp_path: Path, bad: str, reason: str) -> None:
+    small().write(tmp_path / "h")
+    seg = tmp_path / "h" / "c" / "history-000001.jsonl"
+    lines = seg.read_text().splitlines()
+    seg.write_text("\n".join([*lines[:3], bad, *lines[3:]]) + "\n")
+    with pytest.raises(UnusableInput, match=rf"{seg}:4: .*{reason}".replace("(", r"\(").replace(")", r"\)")):
+        audit_dir(spark, tmp_path / "h")
+
+
+def test_line_numbers_across_file_splits(spark: SparkSession, tmp_path: Path) -> None:
+    """A file read as several splits (several tasks) still gets exact line numbers."""
+    hb = generate(SynthConfig(events=3000, seed=4, nodes=3, p_restart=0.0, p_crash=0.0))
+    hb.write(tmp_path / "h")
+    seg = tmp_path / "h" / "node-1" / "history-000001.jsonl"
+    lines = seg.read_text().splitlines()
+    assert len(lines) > 800
+    lines.insert(700, "garbage")  # line 701, in a later split than the first
+    seg.write_text("\n".join(lines) + "\n")
+    assert seg.stat().st_size > 3 * 65536
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "65536")
+    try:
+        with pytest.raises(UnusableInput, match=rf"{seg}:701: "):
+            audit_dir(spark, tmp_path / "h")
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+
+
+def test_truncated_last_line_is_noted_and_its_seq_excused(spark: SparkSession, tmp_path: Path) -> None:
+    """A crash cut a's last event short; after the restart a's seq continues after the cut one."""
+    hb = small()
+    cut = hb.seq["a"] + 1
+    hb.restart("a")
+    hb.seq["a"] += 1  # the cut line had taken this seq
+    hb.elect("b", 2, ["a", "c"])
+    hb.publish("b", ["a", "c"])
+    hb.write(tmp_path / "h")
+    first = tmp_path / "h" / "a" / "history-000001.jsonl"
+    assert (tmp_path / "h" / "a" / "history-000002.jsonl").exists()
+    with first.open("a") as fh:
+        fh.write(f'{{"cluster_uuid":"cluster-1","node":"a","seq":{cut},"ts":17000')
+    report = audit_dir(spark, tmp_path / "h")
+    assert report["ok"], report["violations"]
+    assert report["malformed_lines"] == 0
+    (note,) = report["stats"]["input"]["truncated_lines"]
+    assert note["source"] == str(first) and note["line"] == cut
+    assert (note["node"], note["excused_seq"]) == ("a", cut)
+
+
+def test_hole_after_a_complete_segment_is_still_a_gap(spark: SparkSession, tmp_path: Path) -> None:
+    """The same hole without the truncated line: nothing explains it."""
+    hb = small()
+    hb.restart("a")
+    hb.seq["a"] += 1
+    hb.elect("b", 2, ["a", "c"])
+    hb.publish("b", ["a", "c"])
+    hb.write(tmp_path / "h")
+    report = audit_dir(spark, tmp_path / "h")
+    assert invariants_of(report) == {"history-gap"}
+    assert report["stats"]["input"]["truncated_lines"] == []
+
+
+def test_truncated_line_in_the_middle_of_a_segment_is_malformed(spark: SparkSession, tmp_path: Path) -> None:
+    small().write(tmp_path / "h")
+    seg = tmp_path / "h" / "a" / "history-000001.jsonl"
+    lines = seg.read_text().splitlines()
+    seg.write_text("\n".join([lines[0], lines[1][:40], *lines[2:]]) + "\n")
+    with pytest.raises(UnusableInput, match=rf"{seg}:2: "):
+        audit_dir(spark, tmp_path / "h")
+
+
+def test_empty_files_audit_to_zero_events(spark: SparkSession, tmp_path: Path) -> None:
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "history-000001.jsonl").write_text("")
+    (tmp_path / "h" / "history-000002.jsonl").write_text("\n\n")
+    report = audit_dir(spark, tmp_path / "h")
+    assert report["ok"] and report["events"] == 0 and report["nodes"] == 0 and report["malformed_lines"] == 0
+
+
+def test_missing_path_and_empty_folder_are_unusable(spark: SparkSession, tmp_path: Path) -> None:
+    with pytest.raises(UnusableInput, match="cannot read"):
+        audit_dir(spark, tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UnusableInput, match="no history files"):
+        audit_dir(spark, tmp_path / "empty")
+
+
+def test_events_before_bootstrap_join_their_cluster(spark: SparkSession, tmp_path: Path) -> None:
+    """Term-1 events carry "_na_"; they must count with the cluster the nodes later bootstrap."""
+    hb = small()
+    assert '"cluster_uuid":"_na_"' in hb.lines["a"][1] and '"type":"elected"' in hb.lines["a"][1]
+    hb.write(tmp_path / "h")
+    report = audit_dir(spark, tmp_path / "h")
+    assert report["ok"] and report["stats"]["clusters"] == ["cluster-1"]
+    assert report["stats"]["elections"]["count"] == 1
+
+
+def test_format_detection(tmp_path: Path) -> None:
+    (tmp_path / "j").mkdir()
+    (tmp_path / "j" / "x.jsonl").write_text("{}\n")
+    (tmp_path / "p" / "cluster=c").mkdir(parents=True)
+    (tmp_path / "p" / "cluster=c" / "part-0.parquet").write_bytes(b"PAR1")
+    assert detect_format([str(tmp_path / "j")]) == "jsonl"
+    assert detect_format([str(tmp_path / "p")]) == "parquet"
+    assert detect_format(["s3a://bucket/h/*.jsonl"]) == "jsonl"
+    with pytest.raises(UnusableInput, match="mix"):
+        detect_format([str(tmp_path / "j"), str(tmp_path / "p")])
