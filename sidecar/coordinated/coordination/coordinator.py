@@ -623,18 +623,7 @@ class Coordinator:
         join = self.last_join
         if join is not None and (join.target_id != master.id or join.term != self.current_term):
             join = None
-        state = self.last_accepted_state
-        self._send(
-            master.transport_address,
-            JoinRequest(
-                source=self.local_node,
-                request_id=self._new_request_id(),
-                min_term=self.current_term,
-                join=join,
-                cluster_uuid=state.cluster_uuid,
-                cluster_uuid_committed=state.cluster_uuid_committed,
-            ),
-        )
+        self._send_join_request(master, self.current_term, join)
 
     def _on_found_peers_updated(self) -> None:
         if self.mode is not Mode.CANDIDATE:
@@ -779,13 +768,16 @@ class Coordinator:
         join = self._join_leader_in_term(request.candidate, request.term)
         if join is None:
             return
+        self._send_join_request(request.candidate, request.term, join)
+
+    def _send_join_request(self, target: DiscoveryNode, min_term: int, join: Join | None) -> None:
         state = self.last_accepted_state
         self._send(
-            request.candidate.transport_address,
+            target.transport_address,
             JoinRequest(
                 source=self.local_node,
                 request_id=self._new_request_id(),
-                min_term=request.term,
+                min_term=min_term,
                 join=join,
                 cluster_uuid=state.cluster_uuid,
                 cluster_uuid_committed=state.cluster_uuid_committed,
