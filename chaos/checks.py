@@ -13,9 +13,12 @@ from typing import Any
 
 from coordinated.simulation.linearizability import MISSING, Operation, check_history
 
+# Bounds the search so that a pathological history fails the check with a message instead of hanging the run.
+MAX_STATES_PER_KEY = 2_000_000
+
 
 def linearizable(operations: list[Operation]) -> tuple[bool, str]:
-    verdict = check_history(operations)
+    verdict = check_history(operations, max_states_per_key=MAX_STATES_PER_KEY)
     return verdict.ok, "ok" if verdict.ok else f"key {verdict.key}: {verdict.detail}"
 
 

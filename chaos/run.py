@@ -79,7 +79,8 @@ def summarize(out: dict[str, object], workdir: Path, cluster: LocalCluster, seed
     ok, detail = checks.linearizable(rec.operations)
     if not ok:
         (workdir / "linearizability.txt").write_text(detail)
-        detail = checks.stale_reads(rec.operations) + f" (full history in {workdir / 'linearizability.txt'})"
+        verdict_line = detail.splitlines()[0]
+        detail = f"{verdict_line}; {checks.stale_reads(rec.operations)} (details in {workdir / 'linearizability.txt'})"
     results["linearizable"] = (ok, detail)
     print(f"(linearizability check took {time.monotonic() - began:.1f} s)")
     writes = [op for op in rec.operations if op.kind != "get"]

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import itertools
 import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinated.simulation.linearizability import MISSING, Operation, check_history
 
@@ -39,3 +43,71 @@ def test_a_write_with_unknown_outcome_may_or_may_not_have_happened() -> None:
 def test_deletes_make_keys_missing() -> None:
     history = [op("put", 0, 1, value=1), op("delete", 2, 3), op("get", 4, 5, result=MISSING)]
     assert check_history(history).ok
+
+
+def test_the_search_budget_makes_a_hard_history_undecided_not_endless() -> None:
+    # Concurrent puts whose values are all read later: every order is possible, so the search is large.
+    puts = [Operation(i, "k", "put", 0, 100, value=i) for i in range(12)]
+    reads = [Operation(20 + i, "k", "get", 101 + 2 * i, 102 + 2 * i, result=i) for i in range(12)]
+    verdict = check_history(puts + reads, max_states_per_key=50)
+    assert not verdict.ok
+    assert "undecided" in verdict.detail
+
+
+def test_many_unread_uncertain_writes_are_checked_quickly() -> None:
+    # 40 failed writes whose outcome is unknown and whose values nobody read, then a stale read. Proving that
+    # no linearization exists means ruling out every subset of those writes: 2^40 without pruning them, and
+    # immediate with it (the budget turns a regression into "undecided").
+    history = []
+    for i in range(40):
+        history.append(Operation(1, "k", "put", 3 * i, math.inf, value=f"lost-{i}", certain=False))
+        history.append(Operation(2, "k", "put", 3 * i + 1, 3 * i + 2, value=i))
+        history.append(Operation(3, "k", "get", 3 * i + 2.5, 3 * i + 2.9, result=i))
+    assert check_history(history, max_states_per_key=100_000).ok
+    stale = Operation(3, "k", "get", 200, 201, result=0)
+    verdict = check_history([*history, stale], max_states_per_key=100_000)
+    assert not verdict.ok
+    assert "not linearizable" in verdict.detail
+
+
+def brute_force_linearizable(ops: list[Operation]) -> bool:
+    """The definition, by exhaustion: some order of all certain ops plus any subset of uncertain ones that
+    respects real time and register semantics."""
+    certain = [op for op in ops if op.certain]
+    uncertain = [op for op in ops if not op.certain]
+    for size in range(len(uncertain) + 1):
+        for chosen in itertools.combinations(uncertain, size):
+            for order in itertools.permutations(certain + list(chosen)):
+                if any(b.completed < a.invoked for i, a in enumerate(order) for b in order[i + 1 :]):
+                    continue
+                value: object = MISSING
+                for op in order:
+                    if op.kind == "put":
+                        value = op.value
+                    elif op.kind == "delete":
+                        value = MISSING
+                    elif op.result != value:
+                        break
+                else:
+                    return True
+    return False
+
+
+@st.composite
+def small_histories(draw: st.DrawFn) -> list[Operation]:
+    ops = []
+    for client in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["put", "delete", "get"]))
+        invoked = draw(st.integers(0, 8))
+        certain = kind == "get" or draw(st.booleans())
+        completed = invoked + draw(st.integers(1, 4)) if certain else math.inf
+        value = draw(st.integers(1, 3)) if kind == "put" else None
+        result = draw(st.sampled_from([MISSING, 1, 2, 3])) if kind == "get" else None
+        ops.append(Operation(client, "k", kind, invoked, completed, value, result, certain))
+    return ops
+
+
+@settings(max_examples=400, deadline=None)
+@given(small_histories())
+def test_checker_agrees_with_the_definition(history: list[Operation]) -> None:
+    assert check_history(history).ok == brute_force_linearizable(history)
