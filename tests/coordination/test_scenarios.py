@@ -357,3 +357,30 @@ def test_a_closed_connection_fails_the_checks_at_once() -> None:
     cluster.run_for(SECOND)
     removal = f"removing {other.name} from the cluster: disconnected"
     assert any(node == leader.name and message == removal for _, node, _, message in cluster.logs)
+
+
+def test_a_follower_back_at_a_new_address_is_still_checked_and_removed_when_it_dies() -> None:
+    # A pod rescheduled with a new IP: the leader's check to the old address hangs (nothing answers an unused
+    # IP) while the node rejoins from its new one. The leader's checks must follow it to the new address, or
+    # the node is never removed when it dies for good (seen on Kubernetes: a scale-down that never finished).
+    cluster = formed(3)
+    leader = leader_of(cluster)
+    follower = next(node for node in cluster.nodes if node is not leader)
+    settings = leader.settings
+    cluster.network.set_link(leader.address, follower.address, Link.BLACKHOLE)
+    cluster.crash(follower.index)
+    cluster.run_for(settings.follower_check_interval + 10)  # a check to the old address is now in flight
+    moved = f"{follower.name}-moved:9300"
+    cluster.restart(follower.index, new_address=moved)
+
+    def listed_at(address: str) -> bool:
+        node = leader.running().applied_state.nodes.get(follower.node.id)
+        return node is not None and node.transport_address == address
+
+    assert cluster.run_until(lambda: listed_at(moved), settings.follower_check_timeout)
+    cluster.run_for(2 * settings.follower_check_timeout)  # the hung check to the old address times out
+    assert listed_at(moved), "a healthy node at its new address was removed"
+
+    cluster.crash(follower.index)
+    detection = (settings.follower_check_interval + settings.follower_check_timeout) * settings.follower_check_retry_count
+    assert cluster.run_until(lambda: follower.node.id not in leader.running().applied_state.nodes, detection + SECOND)

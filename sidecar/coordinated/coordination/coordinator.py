@@ -172,7 +172,9 @@ class Coordinator:
         self.publication: Publication | None = None
         self.applied_in_current_term = False
         self.follower_failures: dict[str, int] = {}
-        self.follower_check_ids: dict[str, int] = {}
+        # node id -> (request id, address) of the follower check awaiting an answer. Keyed by node id, not
+        # address: a node that comes back at a new address (a rescheduled pod) must stay checked.
+        self.follower_checks_in_flight: dict[str, tuple[int, str]] = {}
         self.node_applied_version: dict[str, int] = {}
         self.read_queue: list[tuple[KvGet, Callable[[ClientResult], None]]] = []
         self.read_round: _ReadRound | None = None
@@ -367,7 +369,9 @@ class Coordinator:
             self.peers.pop(destination, None)
             self._on_found_peers_updated()
         elif isinstance(message, FollowerCheck):
-            self._follower_check_failed(message.request_id, destination, disconnected=True)
+            for node_id, (request_id, address) in list(self.follower_checks_in_flight.items()):
+                if request_id == message.request_id and address == destination:
+                    self._follower_check_failed(node_id, request_id, disconnected=True)
         elif isinstance(message, LeaderCheck):
             if self.mode is Mode.FOLLOWER and self.leader and self.leader.transport_address == destination:
                 self._become_candidate(f"leader {self.leader.name} disconnected")
@@ -489,7 +493,7 @@ class Coordinator:
             self.timers.cancel(("follower_check_timeout", node_id))
             self.timers.cancel(("lag", node_id))
         self.follower_failures.clear()
-        self.follower_check_ids.clear()
+        self.follower_checks_in_flight.clear()
         self.node_applied_version.clear()
         self._fail_reads(f"no longer master: {reason}")
         for wait in self.exclusion_waits:
@@ -1235,8 +1239,17 @@ class Coordinator:
                 del self.follower_failures[node_id]
                 self.timers.cancel(("follower_check", node_id))
                 self.timers.cancel(("follower_check_timeout", node_id))
-        for node_id in state.nodes:
-            if node_id != self.local_node.id and node_id not in self.follower_failures:
+        for node_id, node in state.nodes.items():
+            if node_id == self.local_node.id:
+                continue
+            in_flight = self.follower_checks_in_flight.get(node_id)
+            if in_flight is not None and in_flight[1] != node.transport_address:
+                # It rejoined from a new address: what was sent to the old one proves nothing either way.
+                del self.follower_checks_in_flight[node_id]
+                self.timers.cancel(("follower_check_timeout", node_id))
+                self.follower_failures[node_id] = 0
+                self._schedule_follower_check(node_id, self.now)
+            elif node_id not in self.follower_failures:
                 self.follower_failures[node_id] = 0
                 self._schedule_follower_check(node_id, self.now)
 
@@ -1248,23 +1261,25 @@ class Coordinator:
         if self.mode is not Mode.LEADER or node is None:
             return
         request_id = self._new_request_id()
-        self.follower_check_ids[node_id] = request_id
+        self.follower_checks_in_flight[node_id] = (request_id, node.transport_address)
         self._send(node.transport_address, FollowerCheck(self.local_node, self.current_term, request_id))
         self.timers.schedule(
             ("follower_check_timeout", node_id),
             self.now + self.settings.follower_check_timeout,
-            lambda: self._follower_check_failed(request_id, node.transport_address, disconnected=False),
+            lambda: self._follower_check_failed(node_id, request_id, disconnected=False),
         )
 
     def _on_follower_check_response(self, sender: str, response: FollowerCheckResponse) -> None:
         node_id = response.source_id
-        if self.follower_check_ids.get(node_id) != response.request_id or self.mode is not Mode.LEADER:
+        in_flight = self.follower_checks_in_flight.get(node_id)
+        if in_flight is None or in_flight[0] != response.request_id or self.mode is not Mode.LEADER:
             return
         if not response.ok:
             self._update_max_term_seen(response.term)
             if self.mode is Mode.LEADER:
-                self._follower_check_failed(response.request_id, sender, disconnected=False)
+                self._follower_check_failed(node_id, response.request_id, disconnected=False)
             return
+        del self.follower_checks_in_flight[node_id]
         self.timers.cancel(("follower_check_timeout", node_id))
         self.follower_failures[node_id] = 0
         self._catch_up(node_id, response)
@@ -1286,11 +1301,11 @@ class Coordinator:
         elif (response.accepted_term, response.accepted_version) == (state.term, state.version):
             self._send(node.transport_address, ApplyCommit(self.local_node.id, state.term, state.version))
 
-    def _follower_check_failed(self, request_id: int, address: str, disconnected: bool) -> None:
-        node_id = self._node_id_at(address)
-        if self.mode is not Mode.LEADER or node_id is None or self.follower_check_ids.get(node_id) != request_id:
+    def _follower_check_failed(self, node_id: str, request_id: int, disconnected: bool) -> None:
+        in_flight = self.follower_checks_in_flight.get(node_id)
+        if self.mode is not Mode.LEADER or in_flight is None or in_flight[0] != request_id:
             return
-        self.follower_check_ids.pop(node_id, None)
+        del self.follower_checks_in_flight[node_id]
         self.timers.cancel(("follower_check_timeout", node_id))
         failures = self.follower_failures.get(node_id, 0) + 1
         self.follower_failures[node_id] = failures

@@ -18,6 +18,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed, ReadValue
 from coordinated.coordination.coordinator import Coordinator, Mode
 from coordinated.coordination.effects import (
@@ -215,8 +217,12 @@ class SimulatedCluster:
         for key in [key for key in self._pending if key[0] == index]:
             self._complete_op(key, ClusterError("node_closed", "the node crashed", 503, maybe_applied=True))
 
-    def restart(self, index: int) -> None:
+    def restart(self, index: int, new_address: str | None = None) -> None:
+        """Crash and start a node; with `new_address` it comes back elsewhere, as a rescheduled pod gets a new IP."""
         self.crash(index)
+        if new_address is not None:
+            sim_node = self.nodes[index]
+            sim_node.node = msgspec.structs.replace(sim_node.node, transport_address=new_address)
         self.start_node(index)
 
     def close_connection(self, index: int, address: str) -> None:
@@ -316,10 +322,12 @@ class SimulatedCluster:
             return
         target = next((node for node in self.nodes if node.address == destination), None)
         link = self.network.link(sender.address, destination)
+        if link is Link.BLACKHOLE:  # nothing comes back, not even a refusal (an unused IP, a dropping firewall)
+            return
         if target is None or link is Link.DISCONNECTED or not target.alive:
             self.schedule(self.now + 1, lambda: self._fail_send(sender.index, sender.boots, destination, message))
             return
-        if link is Link.BLACKHOLE or self.network.dropped():
+        if self.network.dropped():
             return
         at = self.now + self.network.delay(sender.address, destination)
         target_boots = target.boots
