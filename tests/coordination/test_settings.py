@@ -54,6 +54,13 @@ def test_values_are_parsed_with_units_and_lists() -> None:
         ({}, r"\[node.name\] is required"),
         ({"node.name": "n1", "discovery.zen.minimum_master_nodes": "2"}, "Zen1.*voting configuration"),
         ({"node.name": "n1", "discovery.zen.ping.unicast.hosts": "a:9300"}, "discovery.seed_hosts"),
+        ({"node.name": "n1", "cluster.election.initial_timeout": "20s"}, r"initial_timeout\].*at most \[10s\]"),
+        ({"node.name": "n1", "cluster.election.max_timeout": "100ms"}, r"max_timeout\].*at least \[200ms\]"),
+        ({"node.name": "n1", "cluster.fault_detection.follower_check.interval": "10ms"}, r"at least \[100ms\]"),
+        (
+            {"node.name": "n1", "cluster.election.initial_timeout": "5s", "cluster.election.max_timeout": "1s"},
+            r"\[cluster.election.max_timeout\] is \[1s\], but must be at least \[cluster.election.initial_timeout\]",
+        ),
     ],
 )
 def test_bad_settings_are_rejected_with_a_message_naming_them(raw: dict[str, str], message: str) -> None:

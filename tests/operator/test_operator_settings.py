@@ -52,3 +52,16 @@ def test_agrees_with_the_sidecar_registry() -> None:
     # transport.secret_file is the sidecar service's setting, registered outside the protocol core.
     assert ours - known <= {"transport.secret_file"}
     assert known - ours == set(), f"settings the operator does not know: {sorted(known - ours)}"
+
+
+def test_ranges_and_rules_between_settings_are_the_sidecars() -> None:
+    # The CRD's CEL cannot see these; a sidecar would refuse to start with them, so the operator refuses first.
+    assert validate_settings({"cluster.election.initial_timeout": "20s"}) == [
+        "invalid value for setting [cluster.election.initial_timeout]: must be at most [10s], got [20s]"
+    ]
+    problems = validate_settings({"cluster.election.initial_timeout": "5s", "cluster.election.max_timeout": "1s"})
+    assert problems == [
+        "setting [cluster.election.max_timeout] is [1s], but must be at least "
+        "[cluster.election.initial_timeout] which is [5s]"
+    ]
+    assert validate_settings({"cluster.election.initial_timeout": "1s", "cluster.election.max_timeout": "30s"}) == []

@@ -27,6 +27,7 @@ def test_ready_cluster() -> None:
     assert status["master"] == "c-0" and status["term"] == 3 and status["version"] == 10
     assert status["clusterUUID"] == UUID
     assert status["votingConfig"] == ["c-0", "c-1", "c-2"]
+    assert status["voters"] == 3
     assert (status["replicas"], status["readyReplicas"]) == (3, 3)
     assert status["observedGeneration"] == 4 and status["selector"] == "a=b"
     found = conditions(status)

@@ -1,71 +1,41 @@
 """Validation of `spec.settings`, the sidecar settings map, against DESIGN section 4.
 
-The sidecar owns the authoritative parser (`coordinated.coordination.settings`); this copy stays
-import-free of the sidecar so that the operator can reject a bad spec before any pod starts, with a
-message naming the setting. `tests/operator/test_settings_validation.py` checks that both agree on the
-setting names. The same rules appear as CEL in the CRD, so the API server rejects most mistakes first.
+Values are checked by the sidecar's own parser (`coordinated.coordination.settings`, shipped in the same
+image), so the operator refuses exactly what would stop a sidecar from starting, before any pod starts and
+without a crash loop. On top of it this module adds the operator's policy: which settings a user may set.
+The CRD repeats the per-setting rules as CEL, so the API server rejects most mistakes first; ranges and
+rules between settings are left to this check (the status condition and the ScalingRefused event).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
-_TIME = re.compile(r"^\d+(ms|s|m|h|d)$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_NONZERO_TIME = re.compile(r"^0*[1-9]\d*(ms|s|m|h|d)$")
+from coordinated.coordination.settings import SettingsError, coordination_registry
 
-
-def _time(value: str) -> str | None:
-    if not _TIME.match(value):
-        return f"expected a time value such as 500ms, 1s or 2m, got [{value}]"
-    if not _NONZERO_TIME.match(value):
-        return f"must be positive, got [{value}]"
-    return None
-
-
-def _positive_int(value: str) -> str | None:
-    return None if value.isdigit() and int(value) >= 1 else f"expected an integer of at least 1, got [{value}]"
-
-
-def _bool(value: str) -> str | None:
-    return None if value in ("true", "false") else f"expected [true] or [false], got [{value}]"
-
-
-def _name(value: str) -> str | None:
-    if _NAME.match(value):
-        return None
-    return f"[{value}] must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
-
-
-def _one_of(*choices: str) -> Callable[[str], str | None]:
-    def check(value: str) -> str | None:
-        return None if value in choices else f"expected one of {list(choices)}, got [{value}]"
-
-    return check
-
-
-# Settings a user may put in spec.settings, with their value checks.
-USER_SETTINGS: dict[str, Callable[[str], str | None]] = {
-    "cluster.name": _name,
-    "discovery.find_peers_interval": _time,
-    "discovery.cluster_formation_warning_timeout": _time,
-    "cluster.election.initial_timeout": _time,
-    "cluster.election.back_off_time": _time,
-    "cluster.election.max_timeout": _time,
-    "cluster.election.duration": _time,
-    "cluster.fault_detection.leader_check.interval": _time,
-    "cluster.fault_detection.leader_check.timeout": _time,
-    "cluster.fault_detection.leader_check.retry_count": _positive_int,
-    "cluster.fault_detection.follower_check.interval": _time,
-    "cluster.fault_detection.follower_check.timeout": _time,
-    "cluster.fault_detection.follower_check.retry_count": _positive_int,
-    "cluster.publish.timeout": _time,
-    "cluster.follower_lag.timeout": _time,
-    "cluster.no_master_block": _one_of("all", "write", "metadata_write"),
-    "cluster.auto_shrink_voting_configuration": _bool,
-    "cluster.max_voting_config_exclusions": _positive_int,
-}
+# Settings a user may put in spec.settings.
+USER_SETTINGS: frozenset[str] = frozenset(
+    {
+        "cluster.name",
+        "discovery.find_peers_interval",
+        "discovery.cluster_formation_warning_timeout",
+        "cluster.election.initial_timeout",
+        "cluster.election.back_off_time",
+        "cluster.election.max_timeout",
+        "cluster.election.duration",
+        "cluster.fault_detection.leader_check.interval",
+        "cluster.fault_detection.leader_check.timeout",
+        "cluster.fault_detection.leader_check.retry_count",
+        "cluster.fault_detection.follower_check.interval",
+        "cluster.fault_detection.follower_check.timeout",
+        "cluster.fault_detection.follower_check.retry_count",
+        "cluster.publish.timeout",
+        "cluster.follower_lag.timeout",
+        "cluster.no_master_block",
+        "cluster.auto_shrink_voting_configuration",
+        "cluster.max_voting_config_exclusions",
+    }
+)
 
 # Settings the operator sets on every pod; a user value would break discovery, bootstrap or scaling.
 OPERATOR_MANAGED_SETTINGS: dict[str, str] = {
@@ -89,6 +59,7 @@ _ZEN1_REPLACEMENTS = {
 def validate_settings(settings: Mapping[str, object] | None) -> list[str]:
     """Every problem in the map, one message per setting that names it; empty when valid."""
     problems: list[str] = []
+    registry = coordination_registry()
     for name, value in sorted((settings or {}).items()):
         if name.startswith("discovery.zen."):
             replacement = _ZEN1_REPLACEMENTS.get(name, "the cluster.* and discovery.* settings of Zen2")
@@ -99,6 +70,14 @@ def validate_settings(settings: Mapping[str, object] | None) -> list[str]:
             problems.append(f"unknown setting [{name}]")
         elif not isinstance(value, str):
             problems.append(f"setting [{name}] must be a string, got {type(value).__name__} (quote it in YAML)")
-        elif (problem := USER_SETTINGS[name](value)) is not None:
-            problems.append(f"invalid value for setting [{name}]: {problem}")
+        else:
+            try:
+                registry.parse_one(name, value)
+            except SettingsError as error:
+                problems.append(str(error))
+    if not problems:
+        try:  # the rules between settings; node.name is the operator's, any valid name will do here
+            registry.parse({**(settings or {}), "node.name": "validation"})  # type: ignore[dict-item]
+        except SettingsError as error:
+            problems.append(str(error))
     return problems

@@ -140,6 +140,7 @@ def compute_status(
         "clusterUUID": uuid,
         "health": cluster.health or "unknown",
         "votingConfig": sorted(cluster.voters),
+        "voters": len(cluster.voters),
         "exclusions": sorted(cluster.exclusions),
         "replicas": len(obs.pods),
         "readyReplicas": obs.ready_replicas,

@@ -95,6 +95,20 @@ def _positive(parser: Callable[[str], int]) -> Callable[[str], int]:
     return parse
 
 
+def _time_within(minimum_ms: int, maximum_ms: int | None = None) -> Callable[[str], int]:
+    """A time value within Elasticsearch's bounds for the setting (beyond them a cluster cannot work well)."""
+
+    def parse(value: str) -> int:
+        parsed = parse_time_ms(value)
+        if parsed < minimum_ms:
+            raise ValueError(f"must be at least [{format_time_ms(minimum_ms)}], got [{value}]")
+        if maximum_ms is not None and parsed > maximum_ms:
+            raise ValueError(f"must be at most [{format_time_ms(maximum_ms)}], got [{value}]")
+        return parsed
+
+    return parse
+
+
 def _int_at_least(minimum: int) -> Callable[[str], int]:
     def parse(value: str) -> int:
         try:
@@ -122,6 +136,8 @@ class SettingsRegistry:
     """The known settings. The sidecar registers its own on top of the coordination ones."""
 
     settings: dict[str, Setting] = field(default_factory=dict)
+    # Rules between settings, run on the parsed map; each raises SettingsError.
+    cross_checks: list[Callable[[Mapping[str, Any]], None]] = field(default_factory=list)
 
     def register(self, setting: Setting) -> None:
         self.settings[setting.name] = setting
@@ -138,6 +154,8 @@ class SettingsRegistry:
                 raise SettingsError(f"setting [{name}] is required")
             if setting.default is not None:
                 parsed[name] = setting.parse(setting.default)
+        for check in self.cross_checks:
+            check(parsed)
         return parsed
 
     def parse_one(self, name: str, value: str) -> Any:
@@ -187,6 +205,15 @@ def retired_setting_message(name: str) -> str | None:
     return None
 
 
+def _max_timeout_covers_initial_timeout(parsed: Mapping[str, Any]) -> None:
+    initial, maximum = parsed.get("cluster.election.initial_timeout"), parsed.get("cluster.election.max_timeout")
+    if initial is not None and maximum is not None and maximum < initial:
+        raise SettingsError(
+            f"setting [cluster.election.max_timeout] is [{format_time_ms(maximum)}], but must be at least "
+            f"[cluster.election.initial_timeout] which is [{format_time_ms(initial)}]"
+        )
+
+
 def coordination_registry() -> SettingsRegistry:
     registry = SettingsRegistry()
     time = _positive(parse_time_ms)
@@ -198,14 +225,15 @@ def coordination_registry() -> SettingsRegistry:
         Setting("cluster.initial_master_nodes", parse_node_names, ""),
         Setting("discovery.find_peers_interval", time, "1s"),
         Setting("discovery.cluster_formation_warning_timeout", time, "10s"),
-        Setting("cluster.election.initial_timeout", time, "100ms"),
-        Setting("cluster.election.back_off_time", time, "100ms"),
-        Setting("cluster.election.max_timeout", time, "10s"),
-        Setting("cluster.election.duration", time, "500ms"),
-        Setting("cluster.fault_detection.leader_check.interval", time, "1s"),
+        # Bounds as in Elasticsearch's ElectionSchedulerFactory and fault detection settings.
+        Setting("cluster.election.initial_timeout", _time_within(1, 10_000), "100ms"),
+        Setting("cluster.election.back_off_time", _time_within(1, 60_000), "100ms"),
+        Setting("cluster.election.max_timeout", _time_within(200, 300_000), "10s"),
+        Setting("cluster.election.duration", _time_within(1, 300_000), "500ms"),
+        Setting("cluster.fault_detection.leader_check.interval", _time_within(100), "1s"),
         Setting("cluster.fault_detection.leader_check.timeout", time, "10s"),
         Setting("cluster.fault_detection.leader_check.retry_count", _int_at_least(1), "3"),
-        Setting("cluster.fault_detection.follower_check.interval", time, "1s"),
+        Setting("cluster.fault_detection.follower_check.interval", _time_within(100), "1s"),
         Setting("cluster.fault_detection.follower_check.timeout", time, "10s"),
         Setting("cluster.fault_detection.follower_check.retry_count", _int_at_least(1), "3"),
         Setting("cluster.publish.timeout", time, "30s", dynamic=True),
@@ -215,6 +243,7 @@ def coordination_registry() -> SettingsRegistry:
         Setting("cluster.max_voting_config_exclusions", _int_at_least(1), "10", dynamic=True),
     ):
         registry.register(setting)
+    registry.cross_checks.append(_max_timeout_covers_initial_timeout)
     return registry
 
 
