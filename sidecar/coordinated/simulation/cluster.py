@@ -33,6 +33,7 @@ from coordinated.coordination.effects import (
     StateApplied,
 )
 from coordinated.coordination.messages import Message
+from coordinated.coordination.safety import InMemoryPersistedState
 from coordinated.coordination.settings import CoordinationSettings
 from coordinated.coordination.state import UNKNOWN_UUID, ClusterState, DiscoveryNode, initial_state
 from coordinated.simulation.linearizability import MISSING, Operation
@@ -62,22 +63,13 @@ class InjectedIOError(OSError):
     pass
 
 
-class FlakyPersistedState:
+class FlakyPersistedState(InMemoryPersistedState):
     """In-memory durable state that survives restarts and can be told to fail writes."""
 
     def __init__(self, cluster_name: str, rng: random.Random) -> None:
-        self._term = 0
-        self._state = initial_state(cluster_name)
+        super().__init__(0, initial_state(cluster_name))
         self._rng = rng
         self.failure_rate = 0.0
-
-    @property
-    def current_term(self) -> int:
-        return self._term
-
-    @property
-    def last_accepted_state(self) -> ClusterState:
-        return self._state
 
     def _maybe_fail(self, what: str) -> None:
         if self.failure_rate and self._rng.random() < self.failure_rate:
@@ -85,11 +77,11 @@ class FlakyPersistedState:
 
     def set_current_term(self, term: int) -> None:
         self._maybe_fail("the term")
-        self._term = term
+        super().set_current_term(term)
 
     def set_last_accepted_state(self, state: ClusterState) -> None:
         self._maybe_fail("the accepted state")
-        self._state = state
+        super().set_last_accepted_state(state)
 
 
 @dataclass
