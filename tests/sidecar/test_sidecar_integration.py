@@ -398,3 +398,33 @@ def test_wrong_cluster_uuid_is_rejected(make_cluster: Callable[..., LocalCluster
     assert local["cluster_uuid"] == theirs["cluster_uuid"]
     assert local["master_node"] is None or local["master_node"] not in state["nodes"]
     assert all(e["cluster_uuid"] != ours["cluster_uuid"] for e in history(stranger))
+
+
+def test_the_master_removes_a_dead_follower_at_once_but_waits_for_a_hung_one(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    # Elasticsearch's default fault detection: a follower is removed after 3 failed checks, 1 s apart with a
+    # 10 s timeout. A killed process closes its connections, and the master removes it as disconnected; a
+    # stopped process keeps them open, so the master's connection watch must not remove it: only the checks.
+    cluster = make_cluster(settings={"discovery.find_peers_interval": "200ms"})
+    cluster.bootstrap(3)
+    master = cluster.wait_master(timeout=30)
+    dead, hung = [node for node in cluster.running() if node is not master]
+
+    def members() -> set[str]:
+        _, state = master.get("/_cluster/state?local=true")
+        return {info["name"] for info in state["nodes"].values()}
+
+    cluster.kill(dead)
+    deadline = time.monotonic() + 60
+    while dead.name in members() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert master.log_path is not None
+    assert f"removing {dead.name} from the cluster: disconnected" in master.log_path.read_text()
+
+    cluster.kill(hung, signal.SIGSTOP)
+    try:
+        time.sleep(3)
+        assert hung.name in members(), "a hung follower was removed before its checks failed"
+    finally:
+        cluster.kill(hung, signal.SIGCONT)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError
-from coordinated.coordination.coordinator import Coordinator
+from coordinated.coordination.coordinator import Coordinator, Mode
 from coordinated.coordination.effects import (
     Effect,
     Log,
@@ -76,8 +76,8 @@ class Node:
         self._probing = False
         self.unresolved_seeds: list[str] = []
         self.stopping = False
-        self._watched_leader: str | None = None
-        self._watch_task: asyncio.Task[None] | None = None
+        # Watch connections by peer address (see _watch_peers).
+        self._watches: dict[str, asyncio.Task[None]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -116,8 +116,9 @@ class Node:
         self.stopping = True
         if self._timer is not None:
             self._timer.cancel()
-        if self._watch_task is not None:
-            self._watch_task.cancel()
+        for task in self._watches.values():
+            task.cancel()
+        self._watches.clear()
         if self.sender is not None:
             await self.sender.flush(handover_timeout_s)
             await self.sender.close()
@@ -141,7 +142,7 @@ class Node:
             effects = []
         self._execute(effects)
         self._arm_timer()
-        self._watch_leader()
+        self._watch_peers()
 
     def handle_message(self, sender: str, message: Message) -> None:
         assert self.coordinator is not None
@@ -165,34 +166,38 @@ class Node:
         if deadline is not None:
             self._timer = self.loop.call_at(deadline / 1000, self._on_timer, deadline)
 
-    def _watch_leader(self) -> None:
-        """Keep one watch connection to the current master, so that its death is noticed at once."""
-        assert self.coordinator is not None
-        leader = self.coordinator.leader
-        address = None if leader is None or leader.id == self.node_id else leader.transport_address
-        if address == self._watched_leader:
-            return
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            self._watch_task = None
-        self._watched_leader = address
-        if address is not None and not self.stopping:
-            self._watch_task = asyncio.get_running_loop().create_task(self._watch(address))
+    def _watch_peers(self) -> None:
+        """Hold a watch connection to each peer whose death must be noticed at once, as Elasticsearch notices
+        a closed transport connection: the master while following (we become a candidate), and every other
+        node while leading (it is removed, so a stopped or killed pod leaves at once rather than after the
+        follower checks give up). A hung peer (SIGSTOP, a partition) keeps its connection: the checks decide."""
+        coordinator = self.coordinator
+        assert coordinator is not None
+        wanted: set[str] = set()
+        if not self.stopping:
+            if coordinator.mode is Mode.LEADER:
+                nodes = coordinator.applied_state.nodes.values()
+                wanted = {node.transport_address for node in nodes if node.id != self.node_id}
+            elif coordinator.leader is not None and coordinator.leader.id != self.node_id:
+                wanted = {coordinator.leader.transport_address}
+        for address in set(self._watches) - wanted:
+            self._watches.pop(address).cancel()
+        for address in wanted - set(self._watches):
+            self._watches[address] = asyncio.get_running_loop().create_task(self._watch(address))
 
     async def _watch(self, address: str) -> None:
         assert self.sender is not None and self.sender.session is not None
-        started = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        this = asyncio.current_task()
+        started = loop.time()
         reason = await watch_until_closed(self.sender.session, address, self.auth)
-        if self._watched_leader != address or self.stopping:
-            return
-        if asyncio.get_running_loop().time() - started < 0.05:
-            # Could not even connect: let the regular leader checks decide rather than flap.
+        if loop.time() - started < 0.05:
+            # Could not even connect (a peer still starting, say): do not report it at a high rate.
             await asyncio.sleep(0.5)
-        if self._watched_leader != address or self.stopping:
+        if self._watches.get(address) is not this or self.stopping:
             return
-        log.info("connection to master %s lost (%s)", address, reason)
-        self._watched_leader = None
-        self._watch_task = None
+        del self._watches[address]
+        log.info("connection to %s lost (%s)", address, reason)
         coordinator = self.coordinator
         assert coordinator is not None
         self._run(lambda now: coordinator.handle_peer_disconnected(address, now))
