@@ -10,9 +10,12 @@ rm -rf "$pki" && mkdir -p "$pki" && cd "$pki"
 umask 077
 
 key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key" 2>/dev/null; }
+# The users' credential (admin.kubeconfig) is RSA: Java clients such as spark-submit's fabric8 read only RSA
+# client keys from a kubeconfig ("Invalid DER: object is not integer" with an EC key).
+rsa_key() { openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$1.key" 2>/dev/null; }
 # cert NAME SUBJECT EXTENSIONS: a CA-signed cert valid for a year.
 cert() {
-  key "$1"
+  if [[ $1 == admin ]]; then rsa_key "$1"; else key "$1"; fi
   openssl req -new -key "$1.key" -subj "$2" -out "$1.csr"
   openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
     -extfile <(printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n%s\n' "$3") \

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Run the audit on Kubernetes with spark-submit in cluster mode. Needs rbac.yaml applied first.
 #   NAMESPACE=prod CLUSTER=my-cluster REPLICAS=3 spark-jobs/k8s/spark-submit.sh
+# SPARK_SUBMIT_EXTRA adds spark-submit options (split on spaces), e.g. smaller CPU requests on a small node:
+#   SPARK_SUBMIT_EXTRA="--conf spark.kubernetes.driver.request.cores=250m" spark-jobs/k8s/spark-submit.sh
 # The sidecar URLs assume the operator's per-pod DNS names (StatefulSet pods behind a headless
 # service named <cluster>-headless); adjust SIDECARS for other layouts.
 set -euo pipefail
@@ -19,6 +21,7 @@ if [[ -z "${SIDECARS:-}" ]]; then
   done
   SIDECARS="$(IFS=,; echo "${urls[*]}")"
 fi
+read -r -a extra <<<"${SPARK_SUBMIT_EXTRA:-}"
 
 exec spark-submit \
   --master "k8s://${APISERVER}" \
@@ -36,6 +39,7 @@ exec spark-submit \
   --conf spark.executor.memory=1g \
   --conf spark.driver.memory=1g \
   --conf spark.sql.shuffle.partitions=16 \
+  "${extra[@]}" \
   local:///app/spark-jobs/audit_main.py \
   --from-cluster "${SIDECARS}" \
   --report-dir /reports/"${CLUSTER}" \

@@ -1,0 +1,261 @@
+"""What the e2e tests share: kubectl, the Kubernetes API, the sidecars (through the API server's proxy, so
+the same code works on the local harness and on kind), a continuous writer, and bounded waits."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import subprocess
+import threading
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+GROUP, VERSION, PLURAL = "coordinated.dev", "v1alpha1", "coordinatedclusters"
+SIDECAR_PORT = 9200
+REPO = Path(__file__).resolve().parents[1]
+PROJECT_VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+IMAGE = f"coordinated-cluster:{PROJECT_VERSION}"
+T = TypeVar("T")
+
+
+def kubectl(
+    *args: str, check: bool = True, timeout: float = 120, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("kubectl")
+    if binary is None:
+        raise RuntimeError("kubectl is not on PATH (make e2e-up caches it; `make e2e-test` puts it on PATH)")
+    done = subprocess.run([binary, *args], input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and done.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
+    return done
+
+
+def apply(document: dict[str, Any], check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`kubectl apply` of one object, as a user would (the API server's messages come back on stderr)."""
+    done = kubectl("apply", "-f", "-", stdin=yaml.safe_dump(document), check=False)
+    if check and done.returncode != 0:
+        raise AssertionError(f"kubectl apply failed: {done.stderr.strip()}")
+    return done
+
+
+def wait_until(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
+    """Poll `probe` until it returns something other than None or False; fail naming `what` and the last value."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+        except (ApiException, HTTPError, OSError) as error:  # the API server or a pod may be restarting
+            last = error
+        else:
+            if last is not None and last is not False:
+                return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+
+
+class Sidecars:
+    """HTTP to the sidecars of one namespace through the API server's pod and service proxy."""
+
+    def __init__(self, namespace: str, api: client.ApiClient | None = None) -> None:
+        self.namespace = namespace
+        self.api = api or client.ApiClient()
+
+    def request(
+        self,
+        target: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: dict[str, str] | None = None,
+        timeout: float = 10,
+    ) -> Reply:
+        """`target` is `pods/NAME` (one sidecar) or `services/NAME` (any Ready one, as an application sees it)."""
+        resource = f"/api/v1/namespaces/{self.namespace}/{target}:{SIDECAR_PORT}/proxy/{path.lstrip('/')}"
+        try:
+            serialized = self.api.param_serialize(
+                method,
+                resource,
+                query_params=list((query or {}).items()),
+                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self.api.call_api(*serialized, _request_timeout=timeout)
+            response.read()
+            return Reply(response.status, _json(response.data))
+        except ApiException as error:  # raised for transport failures; HTTP errors come back as a status
+            return Reply(error.status, _json(error.body))
+
+    def state(self, pod: str, local: bool = True) -> dict[str, Any]:
+        reply = self.request(f"pods/{pod}", "GET", "_cluster/state", query={"local": "true"} if local else None)
+        assert reply.status == 200, f"GET /_cluster/state on {pod}: {reply.status} {reply.body}"
+        return reply.body
+
+    def master_name(self, pod: str) -> str | None:
+        reply = self.request(f"pods/{pod}", "GET", "_cat/master", query={"format": "json"})
+        if reply.status != 200 or not reply.body:
+            return None
+        return reply.body[0].get("node")
+
+
+def _json(data: bytes | str | None) -> Any:
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode() if isinstance(data, bytes) else data
+
+
+def cluster_manifest(namespace: str, name: str, replicas: int, settings: dict[str, str] | None = None) -> dict:
+    """A CoordinatedCluster running the local image (never pulled)."""
+    spec: dict[str, Any] = {"replicas": replicas, "image": IMAGE, "imagePullPolicy": "Never"}
+    if settings is not None:
+        spec["settings"] = settings
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "CoordinatedCluster",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def voting_config(state: dict[str, Any]) -> set[str]:
+    """Node names of the committed voting configuration (the state lists ids; nodes maps ids to names)."""
+    coordination = state["metadata"]["cluster_coordination"]
+    names = {node_id: node["name"] for node_id, node in state["nodes"].items()}
+    return {names.get(node_id, node_id) for node_id in coordination["last_committed_config"]}
+
+
+def exclusions(state: dict[str, Any]) -> list[Any]:
+    return list(state["metadata"]["cluster_coordination"]["voting_config_exclusions"])
+
+
+class Cluster:
+    """One CoordinatedCluster: its resource, status, pods and events."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        self.namespace, self.name = namespace, name
+        self.custom = client.CustomObjectsApi()
+        self.core = client.CoreV1Api()
+        self.sidecars = Sidecars(namespace)
+
+    def resource(self) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
+
+    def status(self) -> dict[str, Any]:
+        return self.resource().get("status") or {}
+
+    def pods(self) -> list[client.V1Pod]:
+        selector = f"app.kubernetes.io/name=coordinated-cluster,app.kubernetes.io/instance={self.name}"
+        return self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+
+    def ready_pods(self) -> list[str]:
+        ready = []
+        for pod in self.pods():
+            conditions = pod.status.conditions or []
+            if pod.metadata.deletion_timestamp is None and any(
+                c.type == "Ready" and c.status == "True" for c in conditions
+            ):
+                ready.append(pod.metadata.name)
+        return sorted(ready)
+
+    def events(self, reason: str | None = None) -> list[client.CoreV1Event]:
+        found = self.core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={self.name},involvedObject.kind=CoordinatedCluster"
+        ).items
+        return [event for event in found if reason is None or event.reason == reason]
+
+    def scale(self, replicas: int) -> None:
+        kubectl("-n", self.namespace, "scale", f"ccl/{self.name}", f"--replicas={replicas}")
+
+    def settled(self, replicas: int) -> dict[str, Any] | None:
+        """The status once the cluster is Ready at `replicas` with that many voters (odd sizes) and no exclusions."""
+        status = self.status()
+        expected_voters = replicas if replicas % 2 else replicas - 1
+        done = (
+            status.get("phase") == "Ready"
+            and status.get("replicas") == replicas
+            and status.get("readyReplicas") == replicas
+            and status.get("voters") == expected_voters
+            and not status.get("exclusions")
+            and status.get("observedGeneration") == self.resource()["metadata"]["generation"]
+        )
+        return status if done else None
+
+
+@dataclass
+class ContinuousWriter:
+    """Writes a new key through the client Service as fast as answers come, recording what was acknowledged.
+
+    A write that fails or times out may still have been applied; only acknowledged ones must survive."""
+
+    sidecars: Sidecars
+    service: str
+    prefix: str
+    acknowledged: dict[str, int] = field(default_factory=dict)
+    ok_times: list[float] = field(default_factory=list)
+    failures: int = 0
+    started: float = 0.0
+    stopped: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> ContinuousWriter:
+        # Its own API client: urllib3 pools are not shared across threads here.
+        self.sidecars = Sidecars(self.sidecars.namespace, client.ApiClient())
+        self.started = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name=f"writer-{self.prefix}", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(timeout=30)
+        self.stopped = time.monotonic()
+
+    def _run(self) -> None:
+        sequence = 0
+        while not self._stop.is_set():
+            key = f"{self.prefix}-{sequence}"
+            try:
+                reply = self.sidecars.request(
+                    f"services/{self.service}", "PUT", f"_cluster/metadata/{key}", {"n": sequence}, {"timeout": "5s"}, 6
+                )
+            except (HTTPError, OSError):
+                reply = Reply(0, None)
+            if reply.status == 200:
+                self.acknowledged[key] = sequence
+                self.ok_times.append(time.monotonic())
+            else:
+                self.failures += 1
+                time.sleep(0.05)
+            sequence += 1
+
+    def longest_gap(self) -> float:
+        """The longest time without an acknowledged write while the writer ran."""
+        times = [self.started, *self.ok_times, self.stopped]
+        return max(later - earlier for earlier, later in itertools.pairwise(times))
+
+    def lost(self, state: dict[str, Any]) -> list[str]:
+        """Acknowledged keys missing from (or changed in) a committed state."""
+        kv = state["metadata"].get("kv") or {}
+        return [key for key, n in self.acknowledged.items() if kv.get(key) != {"n": n}]

@@ -1,0 +1,280 @@
+"""One CoordinatedCluster through its life: formed, written, its master deleted, scaled to 5, audited with
+spark-submit in cluster mode, scaled to 3 and 1 under a continuous writer, and scaled down again while the
+operator is killed. The tests run in file order and share the cluster; each leaves it settled."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from e2e.conftest import OPERATOR_NAMESPACE, OPERATOR_SELECTOR
+from e2e.support import (
+    IMAGE,
+    REPO,
+    Cluster,
+    ContinuousWriter,
+    apply,
+    cluster_manifest,
+    exclusions,
+    kubectl,
+    voting_config,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
+
+NAME = "e2e"
+# The longest one election may take with the default settings: cluster.election.max_timeout (10s).
+ONE_ELECTION_SECONDS = 10.0
+SETTLE_SECONDS = 600  # a scaling step waits for a pod to start; generous for a loaded 2-core machine
+
+Figure = Callable[[str], None]
+
+
+def names(count: int) -> list[str]:
+    return [f"{NAME}-{i}" for i in range(count)]
+
+
+@pytest.fixture(scope="module")
+def cluster(operator_release: str, namespace: str) -> Cluster:
+    return Cluster(namespace, NAME)
+
+
+def committed_state(cluster: Cluster) -> dict[str, Any]:
+    """The master's committed state, asked through any Ready pod (a follower forwards to the master)."""
+    pod = cluster.ready_pods()[0]
+    return cluster.sidecars.state(pod, local=False)
+
+
+def test_a_three_node_cluster_becomes_ready(cluster: Cluster, figure: Figure) -> None:
+    started = time.monotonic()
+    apply(cluster_manifest(cluster.namespace, NAME, 3))
+    kubectl("-n", cluster.namespace, "wait", "--for=condition=Ready", f"ccl/{NAME}", "--timeout=300s", timeout=320)
+    figure(f"3-node cluster: kubectl apply to condition Ready in {time.monotonic() - started:.1f} s")
+
+    status = cluster.status()
+    assert status["master"] in names(3)
+    assert status["term"] >= 1
+    assert status["votingConfig"] == names(3)
+    assert status["voters"] == 3
+    assert status["health"] == "green"
+    assert wait_until("every sidecar to name the status's master", lambda: _agreed_master(cluster), 30)
+
+    table = kubectl("-n", cluster.namespace, "get", "ccl", NAME).stdout.splitlines()
+    columns = dict(zip(table[0].split(), table[1].split(), strict=False))
+    assert columns["MASTER"] == status["master"], table
+    assert columns["TERM"] == str(status["term"]), table
+    assert columns["VOTERS"] == "3", table
+    assert columns["HEALTH"] == "green", table
+    assert columns["PHASE"] == "Ready", table
+
+
+def _agreed_master(cluster: Cluster) -> str | None:
+    status = cluster.status()
+    seen = {cluster.sidecars.master_name(pod) for pod in cluster.ready_pods()}
+    return status.get("master") if seen == {status.get("master")} else None
+
+
+def test_a_write_through_one_sidecar_is_readable_from_every_pod(cluster: Cluster) -> None:
+    master = cluster.status()["master"]
+    follower = next(pod for pod in names(3) if pod != master)  # a follower forwards the write to the master
+    value = {"written_through": follower, "at": time.time()}
+    written = cluster.sidecars.request(f"pods/{follower}", "PUT", "_cluster/metadata/e2e-greeting", value)
+    assert written.status == 200, written
+    version = written.body["version"]
+
+    for pod in names(3):
+        read = cluster.sidecars.request(f"pods/{pod}", "GET", "_cluster/metadata/e2e-greeting")
+        assert read.status == 200, (pod, read)
+        assert read.body["value"] == value
+        applied = cluster.sidecars.request(
+            f"pods/{pod}",
+            "GET",
+            "_cluster/state",
+            query={"local": "true", "wait_for_version": str(version), "wait_for_timeout": "30s"},
+            timeout=40,
+        )
+        assert applied.status == 200, (pod, applied)
+        assert applied.body["version"] >= version
+        assert applied.body["metadata"]["kv"]["e2e-greeting"] == value, pod
+
+
+def test_deleting_the_master_pod_elects_a_new_master_and_keeps_acknowledged_writes(
+    cluster: Cluster, figure: Figure
+) -> None:
+    before = cluster.status()
+    old_master, old_term = before["master"], before["term"]
+    with ContinuousWriter(cluster.sidecars, NAME, "after-master-deletion") as writer:
+        wait_until("a first acknowledged write", lambda: writer.ok_times, 60)
+        cluster.core.delete_namespaced_pod(old_master, cluster.namespace)
+        after = wait_until(
+            "the status to show a master in a later term",
+            lambda: (s := cluster.status()).get("master") and s.get("term", 0) > old_term and s,
+            120,
+        )
+        wait_until("3 Ready pods again", lambda: cluster.ready_pods() == names(3), SETTLE_SECONDS)
+        assert wait_until("every sidecar to name the status's master", lambda: _agreed_master(cluster), 60)
+        time.sleep(2)  # some writes after the replacement pod joined
+    lost = writer.lost(committed_state(cluster))
+    assert not lost, f"{len(lost)} acknowledged writes lost, e.g. {lost[:5]}"
+    assert len(writer.acknowledged) > 0
+    figure(
+        f"master pod deleted: {old_master} (term {old_term}) -> {after['master']} (term {after['term']}); "
+        f"longest gap without an acknowledged write {writer.longest_gap():.2f} s; "
+        f"{len(writer.acknowledged)} writes acknowledged, {writer.failures} failed, none lost"
+    )
+
+
+def test_scaling_up_to_five_grows_the_voting_configuration(cluster: Cluster, figure: Figure) -> None:
+    started = time.monotonic()
+    cluster.scale(5)
+    status = wait_until("5 Ready nodes and 5 voters", lambda: cluster.settled(5), SETTLE_SECONDS, interval=1)
+    assert status["votingConfig"] == names(5)
+    assert voting_config(committed_state(cluster)) == set(names(5))
+    assert cluster.events("SetReplicas"), "no SetReplicas event"
+    figure(f"scale 3 -> 5: voting configuration of 5 after {time.monotonic() - started:.1f} s")
+
+
+def test_the_audit_runs_with_spark_submit_in_cluster_mode(cluster: Cluster, figure: Figure) -> None:
+    namespace = cluster.namespace
+    kubectl("-n", namespace, "apply", "-f", str(REPO / "spark-jobs" / "k8s" / "rbac.yaml"))
+    driver_pod = f"coordinated-audit-{NAME}-driver"
+    kubectl("-n", namespace, "delete", "pod", driver_pod, "--ignore-not-found", "--wait=true")
+    environment = {
+        **os.environ,
+        # spark-submit from the dev virtualenv (pyspark) is the client; the image runs driver and executors.
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "NAMESPACE": namespace,
+        "CLUSTER": NAME,
+        "REPLICAS": "5",
+        "IMAGE": IMAGE,
+        "EXECUTORS": "1",
+        # Spark asks for a whole core per pod by default; the e2e node has two.
+        "SPARK_SUBMIT_EXTRA": " ".join(
+            [
+                f"--conf spark.kubernetes.driver.pod.name={driver_pod}",
+                "--conf spark.kubernetes.driver.request.cores=250m",
+                "--conf spark.kubernetes.executor.request.cores=250m",
+            ]
+        ),
+    }
+    started = time.monotonic()
+    submitted = subprocess.run(
+        ["bash", str(REPO / "spark-jobs" / "k8s" / "spark-submit.sh")],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    driver_log = kubectl("-n", namespace, "logs", driver_pod, check=False).stdout
+    assert submitted.returncode == 0, f"spark-submit failed:\n{submitted.stderr[-4000:]}\n{driver_log[-4000:]}"
+    driver = cluster.core.read_namespaced_pod(driver_pod, namespace)
+    assert driver.status.phase == "Succeeded", f"driver {driver.status.phase}:\n{driver_log[-4000:]}"
+    assert "one-master-per-term" in driver_log and "VIOLATION" not in driver_log, driver_log[-4000:]
+
+    report = read_report(namespace, f"/reports/{NAME}/audit-report.json")
+    assert report["ok"] is True, report["violations"][:5]
+    assert report["nodes"] == 5
+    assert report["malformed_lines"] == 0
+    figure(f"audit (spark-submit, cluster mode, 1 executor): {report['events']} events, ok, {elapsed:.0f} s")
+
+
+def read_report(namespace: str, path: str) -> dict[str, Any]:
+    """Retrieve a report from the audit's PVC the way a user would: a pod that mounts it, and kubectl exec."""
+    reader = "audit-report-reader"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": reader, "namespace": namespace},
+        "spec": {
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 185, "fsGroup": 185},
+            "containers": [
+                {
+                    "name": "reader",
+                    "image": IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "600"],
+                    "volumeMounts": [{"name": "reports", "mountPath": "/reports", "readOnly": True}],
+                }
+            ],
+            "volumes": [{"name": "reports", "persistentVolumeClaim": {"claimName": "coordinated-audit-reports"}}],
+        },
+    }
+    apply(pod)
+    try:
+        kubectl("-n", namespace, "wait", "--for=condition=Ready", f"pod/{reader}", "--timeout=120s", timeout=130)
+        return json.loads(kubectl("-n", namespace, "exec", reader, "--", "cat", path).stdout)
+    finally:
+        kubectl("-n", namespace, "delete", "pod", reader, "--wait=false", check=False)
+
+
+def test_scaling_down_to_three_and_one_uses_exclusions_without_a_long_gap(cluster: Cluster, figure: Figure) -> None:
+    seen_exclusions: set[str] = set()
+    with ContinuousWriter(cluster.sidecars, NAME, "during-scale-down") as writer:
+        for replicas in (3, 1):
+            started = time.monotonic()
+            cluster.scale(replicas)
+
+            def settled_watching_exclusions(replicas: int = replicas) -> dict[str, Any] | None:
+                seen_exclusions.update(cluster.status().get("exclusions") or ())
+                return cluster.settled(replicas)
+
+            wait_until(f"{replicas} Ready node(s)", settled_watching_exclusions, SETTLE_SECONDS, interval=0.3)
+            figure(f"scale down to {replicas}: settled in {time.monotonic() - started:.1f} s")
+    state = committed_state(cluster)
+    assert voting_config(state) == {f"{NAME}-0"}
+    assert exclusions(state) == [], "the exclusions are cleared at the end"
+    excluded = {event.message for event in cluster.events("ExcludeFromVoting")}
+    for pod in (f"{NAME}-4", f"{NAME}-3", f"{NAME}-2", f"{NAME}-1"):
+        assert any(pod in message for message in excluded), f"no ExcludeFromVoting event names {pod}: {excluded}"
+    assert cluster.events("ClearExclusions"), "no ClearExclusions event"
+    assert seen_exclusions, "the status never showed an exclusion while scaling down"
+    assert not writer.lost(state)
+    gap = writer.longest_gap()
+    figure(
+        f"scale 5 -> 3 -> 1 under a continuous writer: longest gap {gap:.2f} s, "
+        f"{len(writer.acknowledged)} acknowledged, {writer.failures} failed, none lost; "
+        f"exclusions seen in the status: {sorted(seen_exclusions)}"
+    )
+    assert gap < ONE_ELECTION_SECONDS, f"the writer saw a {gap:.1f} s gap, longer than one election"
+
+
+def test_a_new_operator_finishes_a_scale_down_when_the_old_one_is_killed(cluster: Cluster, figure: Figure) -> None:
+    cluster.scale(3)
+    wait_until("3 Ready nodes", lambda: cluster.settled(3), SETTLE_SECONDS, interval=1)
+    core = client.CoreV1Api()
+    old_operator = core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=OPERATOR_SELECTOR).items[0]
+    excluded_before = len(cluster.events("ExcludeFromVoting"))
+
+    cluster.scale(1)
+    # Kill the operator right after its first scale-down step: the exclusion is in place, the pod still runs.
+    wait_until(
+        "the first exclusion of this scale-down",
+        lambda: len(cluster.events("ExcludeFromVoting")) > excluded_before or cluster.status().get("exclusions"),
+        120,
+        interval=0.2,
+    )
+    core.delete_namespaced_pod(
+        old_operator.metadata.name, OPERATOR_NAMESPACE, grace_period_seconds=0, propagation_policy="Background"
+    )
+    killed_at = time.monotonic()
+    status = wait_until("the new operator to finish at 1 node", lambda: cluster.settled(1), SETTLE_SECONDS, interval=1)
+    operators = core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=OPERATOR_SELECTOR).items
+    assert old_operator.metadata.name not in {pod.metadata.name for pod in operators}
+    state = committed_state(cluster)
+    assert voting_config(state) == {f"{NAME}-0"}
+    assert exclusions(state) == []
+    assert status["votingConfig"] == [f"{NAME}-0"]
+    assert cluster.ready_pods() == [f"{NAME}-0"]
+    figure(f"operator killed mid scale-down 3 -> 1: the new one finished {time.monotonic() - killed_at:.1f} s later")
