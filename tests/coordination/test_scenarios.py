@@ -382,5 +382,7 @@ def test_a_follower_back_at_a_new_address_is_still_checked_and_removed_when_it_d
     assert listed_at(moved), "a healthy node at its new address was removed"
 
     cluster.crash(follower.index)
-    detection = (settings.follower_check_interval + settings.follower_check_timeout) * settings.follower_check_retry_count
+    detection = (
+        settings.follower_check_interval + settings.follower_check_timeout
+    ) * settings.follower_check_retry_count
     assert cluster.run_until(lambda: follower.node.id not in leader.running().applied_state.nodes, detection + SECOND)
