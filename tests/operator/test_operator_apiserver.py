@@ -31,7 +31,8 @@ TOKEN = "operator-test-token"
 def find_apiserver() -> str | None:
     if os.environ.get("KUBE_APISERVER"):
         return os.environ["KUBE_APISERVER"]
-    cached = sorted(Path.home().glob(".cache/coordinated-cluster/kubernetes/*/bin/kube-apiserver"))
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")  # as e2e/lib/common.sh
+    cached = sorted(cache.glob("coordinated-cluster/kubernetes/*/bin/kube-apiserver"))
     return str(cached[-1]) if cached else None
 
 
