@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from coordinated.sidecar.history import HistoryWriter, list_segments, read_events_after
+from coordinated.sidecar.history import HistoryWriter, list_segments, newest_durable_marks, read_events_after
 
 
 def event(kind: str = "term") -> dict[str, object]:
@@ -57,3 +57,18 @@ def test_truncated_last_line_is_tolerated(tmp_path: Path) -> None:
     assert path.read_bytes().endswith(b'"acc')
     assert len(list_segments(tmp_path)) == 2
     assert seqs(tmp_path) == [1, 2, 3, 4]
+
+
+def test_newest_durable_marks_are_the_highest_term_and_accepted_state(tmp_path: Path) -> None:
+    assert newest_durable_marks(tmp_path) == (0, (0, 0))
+    writer = HistoryWriter(tmp_path, 120)  # small segments: the marks span a rotation
+    writer.append({"type": "term", "term": 3})
+    writer.append({"type": "accepted", "term": 2, "version": 9})
+    writer.append({"type": "accepted", "term": 3, "version": 4})
+    writer.append({"type": "committed", "term": 3, "version": 7})  # neither a vote nor an ack: not a mark
+    writer.append({"type": "elected", "term": 5})
+    writer.close()
+    assert len(list_segments(tmp_path)) > 1
+    with (tmp_path / list_segments(tmp_path)[-1][1].name).open("ab") as segment:
+        segment.write(b'{"type":"term","term":99')  # a crash cut the last line: it is not a mark
+    assert newest_durable_marks(tmp_path) == (3, (3, 4))

@@ -1,16 +1,25 @@
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from coordinated.coordination.state import ClusterState, VotingConfiguration, initial_state
+from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfiguration, initial_state
 from coordinated.sidecar.persistence import (
-    STATE_FILE,
+    LEGACY_STATE_FILE,
+    SLOT_FILES,
+    SLOT_HEADER_SIZE,
+    SLOT_MAGIC,
     DataDirError,
     DataDirLock,
     FilePersistedState,
+    atomic_write,
+    encode_slot_record,
     load_or_create_node_id,
 )
 
@@ -28,16 +37,376 @@ def bootstrapped(name: str = "c") -> ClusterState:
     )
 
 
+def published(version: int, term: int = 1, kv: dict[str, object] | None = None) -> ClusterState:
+    """A state as a master publishes it: three nodes, a committed configuration, some keys."""
+    state = bootstrapped()
+    nodes = {n: DiscoveryNode(n, f"node-{n}", f"127.0.0.1:{9300 + i}") for i, n in enumerate("abc")}
+    return state.replace(
+        cluster_uuid="u" * 22,
+        cluster_uuid_committed=True,
+        version=version,
+        state_uuid=f"s{version}",
+        master_node="a",
+        nodes=nodes,
+        coordination=msgspec.structs.replace(
+            state.coordination,
+            term=term,
+            last_committed_config=VotingConfiguration.of(["a", "b", "c"]),
+            last_accepted_config=VotingConfiguration.of(["a", "b", "c"]),
+        ),
+        kv={"k": version} if kv is None else kv,
+    )
+
+
+def header(path: Path) -> tuple[bytes, int, int]:
+    """(magic, generation, payload length) of the record in a slot file."""
+    return struct.unpack(">12sQQ", path.read_bytes()[:28])
+
+
+def newest_slot(data_dir: Path) -> Path:
+    return max((data_dir / name for name in SLOT_FILES), key=lambda p: header(p)[1] if p.stat().st_size else -1)
+
+
+def older_slot(data_dir: Path) -> Path:
+    newest = newest_slot(data_dir)
+    return next(data_dir / name for name in SLOT_FILES if data_dir / name != newest)
+
+
+def flip(data: bytes, index: int) -> bytes:
+    damaged = bytearray(data)
+    damaged[index] ^= 0x20
+    return bytes(damaged)
+
+
 def test_round_trip(tmp_path: Path) -> None:
     persisted = FilePersistedState(tmp_path, "c")
     assert persisted.current_term == 0
+    assert persisted.last_accepted_state == initial_state("c")
     state = bootstrapped()
     persisted.set_last_accepted_state(state)
     persisted.set_current_term(7)
+    persisted.close()
     again = FilePersistedState(tmp_path, "c")
     assert again.current_term == 7
     assert again.last_accepted_state == state
-    assert not list(tmp_path.glob("*.tmp"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SLOT_FILES)
+    again.close()
+
+
+def test_fresh_start_writes_an_initial_record(tmp_path: Path) -> None:
+    persisted = FilePersistedState(tmp_path, "c")
+    assert header(tmp_path / SLOT_FILES[0])[:2] == (SLOT_MAGIC, 1)
+    assert (tmp_path / SLOT_FILES[1]).stat().st_size == 0
+    assert (persisted.writes, persisted.bytes_written) == (0, 0)
+    persisted.close()
+    again = FilePersistedState(tmp_path, "c")
+    assert (again.current_term, again.last_accepted_state) == (0, initial_state("c"))
+    again.close()
+
+
+def test_writes_alternate_between_slots(tmp_path: Path) -> None:
+    persisted = FilePersistedState(tmp_path, "c")
+    slot0, slot1 = (tmp_path / name for name in SLOT_FILES)
+    expected_generation = 1
+    for step in range(6):
+        before = {p: p.read_bytes() for p in (slot0, slot1)}
+        if step % 2:
+            persisted.set_current_term(step)
+        else:
+            persisted.set_last_accepted_state(published(step + 1))
+        expected_generation += 1
+        target = slot1 if step % 2 == 0 else slot0
+        other = slot0 if target is slot1 else slot1
+        magic, generation, length = header(target)
+        assert (magic, generation) == (SLOT_MAGIC, expected_generation)
+        assert target.stat().st_size == SLOT_HEADER_SIZE + length
+        assert other.read_bytes() == before[other], "a write must leave the newest durable record alone"
+    assert persisted.writes == 6
+    persisted.close()
+
+
+def test_counters_count_payload_bytes(tmp_path: Path) -> None:
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_last_accepted_state(published(1))
+    first = header(newest_slot(tmp_path))[2]
+    persisted.set_current_term(3)
+    second = header(newest_slot(tmp_path))[2]
+    assert (persisted.writes, persisted.bytes_written) == (2, first + second)
+    persisted.close()
+
+
+def test_term_change_does_not_reencode_the_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_last_accepted_state(published(1))
+
+    def fail(state: ClusterState) -> bytes:
+        raise AssertionError("re-encoded")
+
+    monkeypatch.setattr("coordinated.sidecar.persistence.encode_state", fail)
+    persisted.set_current_term(4)
+    monkeypatch.undo()
+    persisted.close()
+    again = FilePersistedState(tmp_path, "c")
+    assert (again.current_term, again.last_accepted_state) == (4, published(1))
+    again.close()
+
+
+def test_shrinking_write_truncates_the_slot(tmp_path: Path) -> None:
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_last_accepted_state(published(1, kv={f"key-{i}": "v" * 100 for i in range(50)}))
+    persisted.set_current_term(2)  # the other slot
+    big = older_slot(tmp_path)
+    big_size = big.stat().st_size
+    persisted.set_last_accepted_state(published(2))  # back into the big slot
+    assert newest_slot(tmp_path) == big
+    assert big.stat().st_size == SLOT_HEADER_SIZE + header(big)[2] < big_size
+    persisted.close()
+    again = FilePersistedState(tmp_path, "c")
+    assert (again.current_term, again.last_accepted_state) == (2, published(2))
+    again.close()
+
+
+def test_trailing_bytes_after_a_record_are_ignored(tmp_path: Path) -> None:
+    """A crash between pwrite and ftruncate leaves the tail of the older, longer record behind."""
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_current_term(5)
+    persisted.close()
+    newest = newest_slot(tmp_path)
+    newest.write_bytes(newest.read_bytes() + b"tail of an older record")
+    again = FilePersistedState(tmp_path, "c")
+    assert again.current_term == 5
+    again.close()
+
+
+TORN: list[tuple[str, Callable[[bytes], bytes]]] = [
+    ("truncated payload", lambda data: data[:-5]),
+    ("truncated header", lambda data: data[: SLOT_HEADER_SIZE - 10]),
+    ("flip in payload", lambda data: flip(data, len(data) - 3)),
+    ("flip in magic", lambda data: flip(data, 0)),
+    ("flip in generation", lambda data: flip(data, 19)),
+    ("flip in length", lambda data: flip(data, 27)),
+    ("flip in checksum", lambda data: flip(data, 40)),
+    ("zeroed", lambda data: bytes(len(data))),
+    ("empty", lambda data: b""),
+]
+
+
+@pytest.mark.parametrize("damage", [d for _, d in TORN], ids=[name for name, _ in TORN])
+def test_torn_newest_slot_falls_back_to_older_record(tmp_path: Path, damage: Callable[[bytes], bytes]) -> None:
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_last_accepted_state(published(1))
+    persisted.set_current_term(3)
+    persisted.set_last_accepted_state(published(2, term=3))  # this write is "torn"
+    persisted.close()
+    newest = newest_slot(tmp_path)
+    newest.write_bytes(damage(newest.read_bytes()))
+    again = FilePersistedState(tmp_path, "c")
+    assert (again.current_term, again.last_accepted_state) == (3, published(1))
+    # The next write goes into the damaged slot, never over the surviving record.
+    survivor = next(p for p in again.paths if p != newest)
+    survivor_bytes = survivor.read_bytes()
+    again.set_current_term(4)
+    assert survivor.read_bytes() == survivor_bytes
+    again.close()
+    third = FilePersistedState(tmp_path, "c")
+    assert (third.current_term, third.last_accepted_state) == (4, published(1))
+    third.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (lambda data: data[:-5], "truncated, "),
+        (lambda data: data[:20], "truncated header"),
+        (lambda data: flip(data, len(data) - 3), "checksum mismatch"),
+        (lambda data: flip(data, 19), "checksum mismatch"),
+        (lambda data: flip(data, 0), "malformed header"),
+        (lambda data: bytes(len(data)), "malformed header"),
+    ],
+)
+def test_both_slots_corrupt_refuses_to_load(tmp_path: Path, damage: Callable[[bytes], bytes], expected: str) -> None:
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_current_term(3)
+    persisted.set_current_term(4)
+    persisted.close()
+    for name in SLOT_FILES:
+        path = tmp_path / name
+        path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(DataDirError) as error:
+        FilePersistedState(tmp_path, "c")
+    message = str(error.value)
+    for name in SLOT_FILES:
+        assert f"[{tmp_path / name}] is corrupt:" in message
+    assert expected in message
+    assert "refusing to reset" in message
+
+
+def test_only_record_damaged_refuses_to_load(tmp_path: Path) -> None:
+    FilePersistedState(tmp_path, "c").close()  # slot 0 holds the initial record, slot 1 is empty
+    slot0, slot1 = (tmp_path / name for name in SLOT_FILES)
+    slot0.write_bytes(flip(slot0.read_bytes(), 70))
+    with pytest.raises(DataDirError) as error:
+        FilePersistedState(tmp_path, "c")
+    assert f"[{slot0}] is corrupt: checksum mismatch" in str(error.value)
+    assert f"[{slot1}] holds no record" in str(error.value)
+
+
+def test_empty_slot_files_start_fresh(tmp_path: Path) -> None:
+    for name in SLOT_FILES:
+        (tmp_path / name).write_bytes(b"")
+    persisted = FilePersistedState(tmp_path, "c")
+    assert (persisted.current_term, persisted.last_accepted_state) == (0, initial_state("c"))
+    persisted.set_current_term(2)
+    persisted.close()
+    again = FilePersistedState(tmp_path, "c")
+    assert again.current_term == 2
+    again.close()
+
+
+def test_missing_slot_file_beside_a_valid_one_is_recreated(tmp_path: Path) -> None:
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_current_term(2)
+    persisted.set_current_term(3)
+    persisted.close()
+    older_slot(tmp_path).unlink()
+    again = FilePersistedState(tmp_path, "c")
+    assert again.current_term == 3
+    again.set_current_term(4)
+    again.close()
+    assert all((tmp_path / name).stat().st_size for name in SLOT_FILES)
+    third = FilePersistedState(tmp_path, "c")
+    assert third.current_term == 4
+    third.close()
+
+
+def test_same_generation_with_different_records_refused(tmp_path: Path) -> None:
+    for name, term in zip(SLOT_FILES, (1, 2), strict=True):
+        payload = b'{"current_term":%d,"last_accepted_state":{"cluster_name":"c"}}' % term
+        (tmp_path / name).write_bytes(encode_slot_record(5, payload))
+    with pytest.raises(DataDirError, match="same generation"):
+        FilePersistedState(tmp_path, "c")
+
+
+def test_valid_checksum_but_bad_content_is_reported(tmp_path: Path) -> None:
+    FilePersistedState(tmp_path, "c").close()
+    (tmp_path / SLOT_FILES[1]).write_bytes(encode_slot_record(2, b'{"current_term":"x"}'))
+    with pytest.raises(DataDirError, match="corrupt") as error:
+        FilePersistedState(tmp_path, "c")
+    assert str(tmp_path / SLOT_FILES[1]) in str(error.value)
+
+
+def test_other_cluster_name_refused(tmp_path: Path) -> None:
+    persisted = FilePersistedState(tmp_path, "one")
+    persisted.set_current_term(1)
+    persisted.close()
+    with pytest.raises(DataDirError, match=r"cluster\.name") as error:
+        FilePersistedState(tmp_path, "two")
+    assert "coordination-state." in str(error.value)
+
+
+def test_failed_fdatasync_keeps_old_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_current_term(2)
+    durable = newest_slot(tmp_path)
+    durable_bytes = durable.read_bytes()
+
+    def fail(*args: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("os.fdatasync", fail)
+    for _ in range(2):
+        with pytest.raises(OSError):
+            persisted.set_current_term(3)
+        assert persisted.current_term == 2
+        assert durable.read_bytes() == durable_bytes, "a failed write must not touch the newest durable record"
+    monkeypatch.undo()
+    # The unacknowledged term 3 may or may not have reached the disk; either is safe.
+    meanwhile = FilePersistedState(tmp_path, "c")
+    assert meanwhile.current_term in (2, 3)
+    meanwhile.close()
+    persisted.set_current_term(4)
+    persisted.close()
+    assert FilePersistedState(tmp_path, "c").current_term == 4
+
+
+def test_failed_pwrite_keeps_old_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_current_term(2)
+
+    def fail(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("os.pwrite", fail)
+    with pytest.raises(OSError):
+        persisted.set_current_term(3)
+    assert persisted.current_term == 2
+    monkeypatch.undo()
+    reopened = FilePersistedState(tmp_path, "c")
+    assert reopened.current_term == 2
+    reopened.close()
+    persisted.close()
+
+
+def test_close_is_idempotent_and_later_writes_fail(tmp_path: Path) -> None:
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.close()
+    persisted.close()
+    with pytest.raises(ValueError, match="closed"):
+        persisted.set_current_term(1)
+    assert persisted.current_term == 0
+
+
+def write_legacy(data_dir: Path, term: int, state: ClusterState) -> Path:
+    path = data_dir / LEGACY_STATE_FILE
+    atomic_write(path, msgspec.json.encode({"current_term": term, "last_accepted_state": state}))
+    return path
+
+
+def test_migrates_legacy_state_file(tmp_path: Path) -> None:
+    legacy = write_legacy(tmp_path, 9, published(4, term=9))
+    persisted = FilePersistedState(tmp_path, "c")
+    assert (persisted.current_term, persisted.last_accepted_state) == (9, published(4, term=9))
+    assert not legacy.exists()
+    assert header(tmp_path / SLOT_FILES[0])[:2] == (SLOT_MAGIC, 1)
+    persisted.set_current_term(10)
+    persisted.close()
+    again = FilePersistedState(tmp_path, "c")
+    assert (again.current_term, again.last_accepted_state) == (10, published(4, term=9))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SLOT_FILES)
+    again.close()
+
+
+def test_migration_into_empty_slot_files(tmp_path: Path) -> None:
+    legacy = write_legacy(tmp_path, 9, published(4, term=9))
+    for name in SLOT_FILES:
+        (tmp_path / name).write_bytes(b"")
+    persisted = FilePersistedState(tmp_path, "c")
+    assert persisted.current_term == 9
+    assert not legacy.exists()
+    persisted.close()
+
+
+def test_interrupted_migration_slots_win(tmp_path: Path) -> None:
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_last_accepted_state(published(5, term=11))
+    persisted.set_current_term(11)
+    persisted.close()
+    legacy = write_legacy(tmp_path, 9, published(4, term=9))  # as if its removal had not reached the disk
+    again = FilePersistedState(tmp_path, "c")
+    assert (again.current_term, again.last_accepted_state) == (11, published(5, term=11))
+    assert not legacy.exists()
+    again.close()
+
+
+def test_legacy_beside_damaged_slots_refuses(tmp_path: Path) -> None:
+    FilePersistedState(tmp_path, "c").close()
+    slot0 = tmp_path / SLOT_FILES[0]
+    slot0.write_bytes(slot0.read_bytes()[:-1])
+    legacy = write_legacy(tmp_path, 9, published(4, term=9))
+    with pytest.raises(DataDirError) as error:
+        FilePersistedState(tmp_path, "c")
+    assert str(slot0) in str(error.value) and str(legacy) in str(error.value)
+    assert legacy.exists()
 
 
 @pytest.mark.parametrize(
@@ -49,44 +418,22 @@ def test_round_trip(tmp_path: Path) -> None:
         (lambda data: b"", "malformed header"),
     ],
 )
-def test_corrupt_state_file_refuses_to_load(tmp_path: Path, damage: object, expected: str) -> None:
-    persisted = FilePersistedState(tmp_path, "c")
-    persisted.set_current_term(3)
-    path = tmp_path / STATE_FILE
-    path.write_bytes(damage(path.read_bytes()))  # type: ignore[operator]
+def test_corrupt_legacy_file_refuses_to_load(tmp_path: Path, damage: Callable[[bytes], bytes], expected: str) -> None:
+    path = write_legacy(tmp_path, 3, bootstrapped())
+    path.write_bytes(damage(path.read_bytes()))
     with pytest.raises(DataDirError) as error:
         FilePersistedState(tmp_path, "c")
     assert str(path) in str(error.value)
     assert expected in str(error.value)
+    assert path.exists()
 
 
-def test_valid_checksum_but_bad_content_is_reported(tmp_path: Path) -> None:
-    from coordinated.sidecar.persistence import atomic_write
-
-    atomic_write(tmp_path / STATE_FILE, b'{"current_term":"x"}')
-    with pytest.raises(DataDirError, match="corrupt"):
-        FilePersistedState(tmp_path, "c")
-
-
-def test_other_cluster_name_refused(tmp_path: Path) -> None:
-    FilePersistedState(tmp_path, "one").set_current_term(1)
-    with pytest.raises(DataDirError, match=r"cluster\.name"):
+def test_legacy_file_of_other_cluster_refused(tmp_path: Path) -> None:
+    legacy = write_legacy(tmp_path, 3, bootstrapped("one"))
+    with pytest.raises(DataDirError, match=r"cluster\.name") as error:
         FilePersistedState(tmp_path, "two")
-
-
-def test_failed_write_keeps_old_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    persisted = FilePersistedState(tmp_path, "c")
-    persisted.set_current_term(2)
-
-    def fail(*args: object) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr("os.fsync", fail)
-    with pytest.raises(OSError):
-        persisted.set_current_term(3)
-    assert persisted.current_term == 2
-    monkeypatch.undo()
-    assert FilePersistedState(tmp_path, "c").current_term == 2
+    assert str(legacy) in str(error.value)
+    assert legacy.exists()
 
 
 def test_node_id_is_stable_and_new_after_wipe(tmp_path: Path) -> None:
@@ -97,12 +444,30 @@ def test_node_id_is_stable_and_new_after_wipe(tmp_path: Path) -> None:
     assert load_or_create_node_id(tmp_path / "b") != first
 
 
-def test_missing_node_id_with_state_refuses(tmp_path: Path) -> None:
+@pytest.mark.parametrize("leftover", ["slots", "only slot 1", "legacy"])
+def test_missing_node_id_with_state_refuses(tmp_path: Path, leftover: str) -> None:
     load_or_create_node_id(tmp_path)
-    FilePersistedState(tmp_path, "c").set_current_term(1)
+    if leftover == "legacy":
+        write_legacy(tmp_path, 1, bootstrapped())
+        expected = tmp_path / LEGACY_STATE_FILE
+    else:
+        persisted = FilePersistedState(tmp_path, "c")
+        persisted.set_current_term(1)
+        persisted.close()
+        expected = tmp_path / SLOT_FILES[0]
+        if leftover == "only slot 1":
+            expected.write_bytes(b"")
+            expected = tmp_path / SLOT_FILES[1]
     (tmp_path / "node-id.dat").unlink()
-    with pytest.raises(DataDirError, match="missing"):
+    with pytest.raises(DataDirError, match="missing") as error:
         load_or_create_node_id(tmp_path)
+    assert str(expected) in str(error.value)
+
+
+def test_empty_slot_files_do_not_block_a_new_node_id(tmp_path: Path) -> None:
+    for name in SLOT_FILES:
+        (tmp_path / name).write_bytes(b"")
+    assert load_or_create_node_id(tmp_path)
 
 
 def test_data_dir_lock_is_exclusive(tmp_path: Path) -> None:
@@ -111,3 +476,59 @@ def test_data_dir_lock_is_exclusive(tmp_path: Path) -> None:
         DataDirLock(tmp_path)
     lock.release()
     DataDirLock(tmp_path).release()
+
+
+# A write is a new term or a new accepted state (with a key of some size, so that records grow and shrink).
+WRITES = st.lists(
+    st.one_of(
+        st.tuples(st.just("term"), st.integers(1, 1000)),
+        st.tuples(st.just("state"), st.integers(0, 3000)),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(writes=WRITES, tear_at=st.floats(0, 1), crash=st.booleans(), data=st.data())
+def test_a_torn_last_write_yields_the_last_or_previous_durable_value(
+    tmp_path_factory: pytest.TempPathFactory,
+    writes: list[tuple[str, int]],
+    tear_at: float,
+    crash: bool,
+    data: st.DataObject,
+) -> None:
+    """Every write but the last completes; the last one may be torn anywhere (a prefix of the new record over
+    whatever the slot held) or have a byte flipped. Reopening yields the last value if its record survived
+    complete, the previous one otherwise, and never anything else."""
+    data_dir = tmp_path_factory.mktemp("slots")
+    persisted = FilePersistedState(data_dir, "c")
+    durable = [(persisted.current_term, persisted.last_accepted_state)]
+    version = 0
+    before: dict[Path, bytes] = {}
+    for kind, value in writes:
+        before = {p: p.read_bytes() for p in persisted.paths}
+        if kind == "term":
+            persisted.set_current_term(persisted.current_term + value)
+        else:
+            version += 1
+            persisted.set_last_accepted_state(published(version, kv={"k": "x" * value}))
+        durable.append((persisted.current_term, persisted.last_accepted_state))
+    persisted.close()
+    target = newest_slot(data_dir)
+    record = target.read_bytes()
+    if crash:
+        if data.draw(st.booleans(), label="flip instead of tear"):
+            torn = flip(record, data.draw(st.integers(0, len(record) - 1), label="flipped byte"))
+        else:
+            cut = int(tear_at * len(record))
+            torn = record[:cut] + before[target][cut:]
+        target.write_bytes(torn)
+        survived = torn.startswith(record)
+    else:
+        survived = True
+    again = FilePersistedState(data_dir, "c")
+    try:
+        assert (again.current_term, again.last_accepted_state) == durable[-1 if survived else -2]
+    finally:
+        again.close()

@@ -135,3 +135,32 @@ def read_events_after(directory: Path, after_seq: int, limit: int | None = None)
                     count += 1
                     if limit is not None and count >= limit:
                         return
+
+
+def newest_durable_marks(directory: Path) -> tuple[int, tuple[int, int]]:
+    """The highest `term` and accepted (term, version) in a history (0 and (0, 0) where there are none).
+
+    Both events are written after the term or state they record is durable and before any message relies on
+    it, so a persisted record older than these marks has lost something this node acknowledged. Both only
+    grow within one node's history, so segments are read newest first until each kind has been seen.
+    """
+    term: int | None = None
+    accepted: tuple[int, int] | None = None
+    for _first_seq, path in reversed(list_segments(directory)):
+        with path.open("rb") as file:
+            for line in file:
+                if b'"type":"term"' not in line and b'"type":"accepted"' not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                    event_term = int(event["term"])
+                    version = int(event.get("version") or 0)
+                except (ValueError, KeyError, TypeError):
+                    continue  # a partial line left by a crash
+                if event["type"] == "term":
+                    term = max(term or 0, event_term)
+                else:
+                    accepted = max(accepted or (0, 0), (event_term, version))
+        if term is not None and accepted is not None:
+            break
+    return term or 0, accepted or (0, 0)

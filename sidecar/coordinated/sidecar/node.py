@@ -32,10 +32,11 @@ from coordinated.coordination.messages import Message
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.sidecar.auth import TransportAuth
 from coordinated.sidecar.config import NodeConfig
-from coordinated.sidecar.history import HistoryWriter
+from coordinated.sidecar.history import HistoryWriter, newest_durable_marks
 from coordinated.sidecar.hooks import HookManager
 from coordinated.sidecar.metrics import NodeMetrics
 from coordinated.sidecar.persistence import (
+    DataDirError,
     DataDirLock,
     FilePersistedState,
     load_or_create_node_id,
@@ -58,6 +59,8 @@ class Node:
         self.history = HistoryWriter(
             config.data_dir / "history", config.get("history.segment_size"), config.get("history.fsync")
         )
+        if self.persisted.damaged_slot is not None:
+            self._check_history_agrees()
         secret_file = config.get("transport.secret_file")
         self.auth = TransportAuth.from_file(secret_file) if secret_file else None
         roles = ("master",) if config.coordination.master_eligible else ()
@@ -78,6 +81,22 @@ class Node:
         self.stopping = False
         # Watch connections by peer address (see _watch_peers).
         self._watches: dict[str, asyncio.Task[None]] = {}
+
+    def _check_history_agrees(self) -> None:
+        """After passing over a damaged slot: refuse to start if the history shows a term or an accepted state
+        newer than the record loaded, because then the damaged record had been acknowledged (a vote or a
+        publish ack) and forgetting it could let this node vote twice in a term or drop a committed state."""
+        persisted = self.persisted
+        term, accepted = newest_durable_marks(self.history.directory)
+        state = persisted.last_accepted_state
+        if term > persisted.current_term or accepted > (state.term, state.version):
+            raise DataDirError(
+                f"{persisted.damaged_slot} is damaged and the other slot is older than this node's history "
+                f"(history: term {term}, accepted state term {accepted[0]} version {accepted[1]}; loaded: term "
+                f"{persisted.current_term}, state term {state.term} version {state.version}): an acknowledged "
+                "write was lost on disk; refusing to start. Restore the data directory, or wipe it so that the "
+                "node rejoins as a new node"
+            )
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -127,6 +146,7 @@ class Node:
             if not future.done():
                 future.set_result(ClusterError("node_closed_exception", "the node is stopping", 503, True))
         self.history.close()
+        self.persisted.close()
         self.lock.release()
 
     # -- feeding the core --------------------------------------------------------------------------------
