@@ -1,7 +1,26 @@
-"""Transport authentication: an HMAC-SHA256 over a timestamp and the request body, keyed by the cluster secret.
+"""Transport authentication: HMAC-SHA256 keyed by the cluster secret.
 
-The timestamp bounds how long a captured request can be replayed; the body is covered whole, so nothing in
-an authenticated message can be altered.
+One-shot requests (`POST /_transport/message`, `GET /_transport/watch`) carry a MAC over a timestamp and the
+request body. The timestamp bounds how long a captured request can be replayed; the body is covered whole,
+so nothing in an authenticated message can be altered.
+
+Message streams (`GET /_transport/stream`, a WebSocket) are authenticated in two steps:
+
+1. The upgrade request is signed like a one-shot request whose body is the fixed string `STREAM_HANDSHAKE`
+   (a domain separator, so that no POST or watch signature opens a stream). A bad signature gets 401 and
+   the connection is never upgraded.
+2. The server then sends one binary frame: a fresh random nonce of `NONCE_BYTES` bytes. Every frame the
+   client sends after it is `MAC || body`, where MAC is the 32-byte
+
+       HMAC-SHA256(secret, FRAME_DOMAIN || nonce || counter as 8 bytes big-endian || body)
+
+   and counter is 0 for the first frame of the stream, then 1, 2, ... The server checks each frame with its
+   own counter, so a frame cannot be altered, injected, dropped from the middle, reordered or replayed
+   within the stream, and (the nonce being fresh per connection) no frame of another stream, or a whole
+   recorded stream, can be replayed either. A frame that fails the check closes the stream.
+
+A stream is the peer protocol's one-way traffic: the server sends nothing back but the nonce and WebSocket
+control frames, so only the client-to-server direction is authenticated. There is no encryption.
 """
 
 from __future__ import annotations
@@ -15,6 +34,10 @@ from pathlib import Path
 SIGNATURE_HEADER = "X-Coordinated-Signature"
 TIMESTAMP_HEADER = "X-Coordinated-Timestamp"
 MAX_CLOCK_SKEW_S = 300
+STREAM_HANDSHAKE = b"coordinated transport stream v1"
+FRAME_DOMAIN = b"coordinated transport frame v1\n"
+NONCE_BYTES = 16
+MAC_BYTES = 32
 
 
 class TransportAuth:
@@ -48,3 +71,42 @@ class TransportAuth:
         if not hmac.compare_digest(signature, "sha256=" + self._mac(timestamp, body)):
             return "bad signature"
         return None
+
+    def sign_stream_handshake(self, now: float | None = None) -> dict[str, str]:
+        return self.sign(STREAM_HANDSHAKE, now)
+
+    def verify_stream_handshake(self, headers: Mapping[str, str], now: float | None = None) -> str | None:
+        return self.verify(headers, STREAM_HANDSHAKE, now)
+
+    def stream_mac(self, nonce: bytes) -> StreamMac:
+        """The MACs of one stream's frames, in order; the sender and the receiver each hold one."""
+        return StreamMac(self._secret, nonce)
+
+
+class StreamMac:
+    """Seals (sender) or opens (receiver) the frames of one stream; see the module docstring."""
+
+    def __init__(self, secret: bytes, nonce: bytes) -> None:
+        # Keyed once per stream; each frame then costs one copy of the keyed state plus hashing the body.
+        self._keyed = hmac.new(secret, FRAME_DOMAIN + nonce, hashlib.sha256)
+        self._counter = 0
+
+    def _next_mac(self, body: bytes | memoryview) -> bytes:
+        mac = self._keyed.copy()
+        mac.update(self._counter.to_bytes(8, "big"))
+        mac.update(body)
+        self._counter += 1
+        return mac.digest()
+
+    def seal(self, body: bytes) -> bytes:
+        return self._next_mac(body) + body
+
+    def open(self, frame: bytes) -> memoryview | None:
+        """The frame's body, or None if the frame is not the next authentic frame of this stream."""
+        if len(frame) < MAC_BYTES:
+            return None
+        view = memoryview(frame)
+        body = view[MAC_BYTES:]
+        if not hmac.compare_digest(self._next_mac(body), view[:MAC_BYTES]):
+            return None
+        return body

@@ -1,9 +1,23 @@
-"""The peer transport: one-way messages as HTTP POSTs of encoded envelopes on the transport port.
+"""The peer transport: one-way messages over one persistent WebSocket stream per destination.
 
 Sending: one queue and one sender task per destination, so that messages to a node arrive in the order the
-core emitted them, over a pooled keep-alive connection. Only failures that prove the message was not
-delivered (cannot connect, or a pooled connection found closed) are retried, a bounded number of times;
-then the core hears `handle_send_failure`. A timeout is not reported: the core's own timers cover it.
+core emitted them. The task holds a WebSocket to the destination's `GET /_transport/stream` and writes each
+message as one binary frame holding one encoded envelope (with a MAC in front when a cluster secret is
+configured, see `auth`). Messages that are already queued are written back to back, without waiting for the
+peer in between: a frame has no ack, the stream is ordered, and aiohttp only suspends a writer when the
+socket's buffer is full.
+
+Failures: the stream is (re)opened on demand. A message is reported to the core (`on_failure`, which leads
+to `handle_send_failure`) only when it certainly was not delivered: no connection could be made after
+`retries` retries with backoff, or the stream broke while the frame was being written and the message
+could not be written on a new stream either. A message written on a stream that later turns out to be dead
+is not reported, nor is a timeout: the core's own timers cover both. A peer that refuses the stream
+(401, say) gets the message dropped with a warning, as a refused POST was. A peer of an older version that
+has no stream endpoint (404/405) is sent POSTs to `/_transport/message` instead, and the upgrade is tried
+again after `UPGRADE_RETRY_S`.
+
+Receiving: the transport app serves the stream, the POST route (older senders during a rolling upgrade)
+and the connection watch (`watch_until_closed`).
 """
 
 from __future__ import annotations
@@ -11,20 +25,116 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import time
 from collections.abc import Callable
 
 import aiohttp
 import msgspec
-from aiohttp import web
+from aiohttp import WSCloseCode, WSMsgType, web
 
-from coordinated.coordination.messages import Envelope, Message, decode_envelope, encode_envelope
-from coordinated.sidecar.auth import TransportAuth
+from coordinated.coordination.messages import (
+    Envelope,
+    ForwardedRequest,
+    Message,
+    decode_envelope,
+    encode_envelope,
+)
+from coordinated.sidecar.auth import MAC_BYTES, NONCE_BYTES, StreamMac, TransportAuth
 
 log = logging.getLogger("coordinated.transport")
 
 MESSAGE_PATH = "/_transport/message"
+STREAM_PATH = "/_transport/stream"
 WATCH_PATH = "/_transport/watch"
+# WebSocket subprotocols: plain envelopes, or MAC || envelope (see auth). The server picks one.
+PROTOCOL_PLAIN = "coordinated.v1"
+PROTOCOL_HMAC = "coordinated.v1.hmac-sha256"
 RETRY_BACKOFF_S = (0.02, 0.1, 0.25)
+HEARTBEAT_S = 10.0  # a ping after this long without traffic; no pong within half of it closes the stream
+UPGRADE_RETRY_S = 30.0  # how long a peer without the stream endpoint is sent POSTs before trying again
+CLOSE_TIMEOUT_S = 1.0  # how long a graceful close waits for the peer's close frame
+WARNING_INTERVAL_S = 10.0
+
+
+class _RateLimitedWarnings:
+    """At most one warning per key and interval; the others are logged at debug level."""
+
+    def __init__(self, interval_s: float = WARNING_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self._last: dict[str, float] = {}
+
+    def warn(self, key: str, message: str, *args: object) -> None:
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is None or now - last >= self.interval_s:
+            self._last[key] = now
+            log.warning(message, *args)
+        else:
+            log.debug(message, *args)
+
+
+class _Stream:
+    """One open WebSocket to a peer, with a task reading control frames so that close and ping are seen."""
+
+    def __init__(self, destination: str, ws: aiohttp.ClientWebSocketResponse, mac: StreamMac | None) -> None:
+        self.destination = destination
+        self.ws = ws
+        self.mac = mac
+        self.reader = asyncio.get_running_loop().create_task(self._read())
+
+    @property
+    def closed(self) -> bool:
+        return self.ws.closed
+
+    async def send(self, body: bytes) -> None:
+        # Raises before writing when the connection is known to be closing; during the write it can only
+        # raise after the frame's tail was left in a send buffer that is then dropped (flow control), so a
+        # raise means the frame did not reach the peer.
+        await self.ws.send_bytes(body if self.mac is None else self.mac.seal(body))
+
+    async def _read(self) -> None:
+        # The server sends nothing but the nonce (already read) and control frames; receive() answers pings
+        # and notices a close frame, EOF or a missed pong (heartbeat), after which `closed` is true.
+        try:
+            while True:
+                msg = await self.ws.receive()
+                if msg.type is WSMsgType.CLOSE:
+                    if msg.data not in (WSCloseCode.OK, WSCloseCode.GOING_AWAY):
+                        log.warning("peer %s closed the stream: %s %s", self.destination, msg.data, msg.extra)
+                    return
+                if msg.type in (WSMsgType.CLOSING, WSMsgType.CLOSED):
+                    return
+                if msg.type is WSMsgType.ERROR:
+                    log.debug("stream to %s failed: %r", self.destination, msg.data)
+                    return
+        except Exception as error:  # never leave a reader failing silently in the background
+            log.debug("stream to %s: reader stopped: %r", self.destination, error)
+
+    async def close(self) -> None:
+        try:
+            await asyncio.wait_for(self.ws.close(), CLOSE_TIMEOUT_S * 2)
+        except (TimeoutError, aiohttp.ClientError, OSError) as error:
+            log.debug("closing the stream to %s: %r", self.destination, error)
+        self.reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.reader
+
+
+class _Outcome:
+    """Why no stream could be opened."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+UNREACHABLE = _Outcome("unreachable")  # certainly not delivered: report the message to the core
+REFUSED = _Outcome("refused")  # the peer answered but will not take it (401, ...): drop with a warning
+LOST = _Outcome("lost")  # a timeout or other error: not reported, the core's timers cover it
+OLD_PEER = _Outcome("old_peer")  # no stream endpoint: use POST
 
 
 class PeerSender:
@@ -43,12 +153,18 @@ class PeerSender:
         self.auth = auth
         self.retries = retries
         self.queue_size = queue_size
+        self.request_timeout_s = request_timeout_s
         self.timeout = aiohttp.ClientTimeout(total=request_timeout_s, connect=connect_timeout_s)
         self.queues: dict[str, asyncio.Queue[Message]] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.streams: dict[str, _Stream] = {}
         self.session: aiohttp.ClientSession | None = None
         self.bytes_sent: dict[str, int] = {}
         self.dropped = 0
+        # Destinations without a stream endpoint (an older version) -> loop time until which POSTs are used.
+        self._post_until: dict[str, float] = {}
+        self._warnings = _RateLimitedWarnings()
+        self._protocols = (PROTOCOL_HMAC, PROTOCOL_PLAIN) if auth is not None else (PROTOCOL_PLAIN,)
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
@@ -67,16 +183,126 @@ class PeerSender:
             log.warning("dropping a %s to %s: its send queue is full", type(message).__name__, destination)
 
     async def _drain(self, destination: str, queue: asyncio.Queue[Message]) -> None:
-        url = f"http://{destination}{MESSAGE_PATH}"
         while True:
+            # Does not suspend while messages are queued, and neither does writing a frame unless the socket's
+            # buffer is full: a burst of messages is written back to back in one event-loop turn.
             message = await queue.get()
-            body = encode_envelope(Envelope(self.local_address, message))
-            self.bytes_sent[destination] = self.bytes_sent.get(destination, 0) + len(body)
-            delivered = await self._post(url, body)
-            if not delivered:
+            try:
+                await self._deliver(destination, message)
+            except Exception:
+                log.exception("failed to send a %s to %s", type(message).__name__, destination)
+            finally:
+                queue.task_done()
+
+    async def _deliver(self, destination: str, message: Message) -> None:
+        body = encode_envelope(Envelope(self.local_address, message))
+        self.bytes_sent[destination] = self.bytes_sent.get(destination, 0) + len(body)
+        post_until = self._post_until.get(destination)
+        if post_until is not None:
+            if asyncio.get_running_loop().time() < post_until:
+                await self._post_or_report(destination, message, body)
+                return
+            del self._post_until[destination]
+        for attempt in range(2):
+            stream = self.streams.get(destination)
+            if stream is None or stream.closed:
+                if stream is not None:
+                    del self.streams[destination]
+                    await stream.close()
+                opened = await self._open(destination)
+                if opened is UNREACHABLE:
+                    self.on_failure(destination, message)
+                    return
+                if opened is OLD_PEER:
+                    await self._post_or_report(destination, message, body)
+                    return
+                if not isinstance(opened, _Stream):
+                    return  # REFUSED or LOST: logged; not reported, as before
+                stream = self.streams[destination] = opened
+            try:
+                await stream.send(body)
+                return
+            except (ConnectionError, aiohttp.ClientError) as error:
+                log.debug("stream to %s broke while sending a %s: %r", destination, type(message).__name__, error)
+                if self.streams.get(destination) is stream:
+                    del self.streams[destination]
+                await stream.close()
+                # The frame did not reach the peer (see _Stream.send). Sent again once on a new stream; but
+                # not a forwarded client request: if it had arrived after all, a second copy would execute
+                # the write twice. The core answers its failure with "maybe applied".
+                if attempt == 0 and not isinstance(message, ForwardedRequest):
+                    continue
                 self.on_failure(destination, message)
+                return
+
+    async def _open(self, destination: str) -> _Stream | _Outcome:
+        assert self.session is not None
+        url = f"http://{destination}{STREAM_PATH}"
+        for attempt in range(self.retries + 1):
+            headers = self.auth.sign_stream_handshake() if self.auth is not None else {}
+            try:
+                ws = await self.session.ws_connect(
+                    url,
+                    protocols=self._protocols,
+                    headers=headers,
+                    heartbeat=HEARTBEAT_S,
+                    timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=CLOSE_TIMEOUT_S),
+                    max_msg_size=64 * 1024,  # the peer sends a nonce and control frames only
+                )
+            except aiohttp.WSServerHandshakeError as error:
+                if error.status in (404, 405):
+                    log.info(
+                        "%s has no stream endpoint (an older version?): sending POSTs for %.0fs",
+                        destination,
+                        UPGRADE_RETRY_S,
+                    )
+                    self._post_until[destination] = asyncio.get_running_loop().time() + UPGRADE_RETRY_S
+                    return OLD_PEER
+                self._warnings.warn(
+                    f"refused {destination}", "peer %s refused the stream: %s %s", url, error.status, error.message
+                )
+                return REFUSED
+            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as error:
+                if attempt < self.retries:
+                    await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
+                    continue
+                log.debug("cannot connect to %s: %s", url, error)
+                return UNREACHABLE
+            except (TimeoutError, aiohttp.ClientError, OSError) as error:
+                # E.g. a hung peer: not reported, the core's checks decide about it.
+                log.debug("cannot open a stream to %s: %r", url, error)
+                return LOST
+            return await self._handshake(destination, ws)
+        return UNREACHABLE
+
+    async def _handshake(self, destination: str, ws: aiohttp.ClientWebSocketResponse) -> _Stream | _Outcome:
+        mac: StreamMac | None = None
+        if ws.protocol == PROTOCOL_HMAC and self.auth is not None:
+            try:
+                msg = await ws.receive(timeout=self.request_timeout_s)
+            except (TimeoutError, aiohttp.ClientError, OSError) as error:
+                log.debug("no nonce from %s: %r", destination, error)
+                await _close_quietly(ws)
+                return LOST
+            if msg.type is not WSMsgType.BINARY or len(msg.data) != NONCE_BYTES:
+                log.debug("no nonce from %s: %s", destination, msg.type)
+                await _close_quietly(ws)
+                return LOST
+            mac = self.auth.stream_mac(msg.data)
+        elif ws.protocol != PROTOCOL_PLAIN:
+            self._warnings.warn(
+                f"protocol {destination}", "peer %s accepted the stream without a known protocol", destination
+            )
+            await _close_quietly(ws)
+            return REFUSED
+        return _Stream(destination, ws, mac)
+
+    async def _post_or_report(self, destination: str, message: Message, body: bytes) -> None:
+        if not await self._post(f"http://{destination}{MESSAGE_PATH}", body):
+            self.on_failure(destination, message)
 
     async def _post(self, url: str, body: bytes) -> bool:
+        """The transport of older versions, for peers without the stream endpoint."""
         assert self.session is not None
         for attempt in range(self.retries + 1):
             headers = {"Content-Type": "application/json"}
@@ -101,44 +327,97 @@ class PeerSender:
         return False
 
     async def close(self) -> None:
+        """Stop sending and close the streams gracefully: a peer that answers the close frame has read every
+        frame written before it."""
         for task in self.tasks.values():
             task.cancel()
         for task in self.tasks.values():
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        streams = list(self.streams.values())
+        self.streams.clear()
+        await asyncio.gather(*(stream.close() for stream in streams), return_exceptions=True)
         if self.session is not None:
             await self.session.close()
 
     async def flush(self, timeout_s: float) -> None:
-        """Wait (bounded) until every queue is empty, e.g. so a handover message leaves before we exit."""
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while any(not queue.empty() for queue in self.queues.values()):
-            if asyncio.get_running_loop().time() > deadline:
-                return
-            await asyncio.sleep(0.01)
+        """Wait (bounded) until every queue is empty and the message being sent has been written (or has
+        failed), e.g. so that a handover message leaves before we exit; `close` then confirms it arrived."""
+        waits = [queue.join() for queue in self.queues.values()]
+        if not waits:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*waits), timeout_s)
+
+
+async def _close_quietly(ws: aiohttp.ClientWebSocketResponse) -> None:
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError, OSError):
+        await asyncio.wait_for(ws.close(), CLOSE_TIMEOUT_S * 2)
+
+
+def _offered_protocols(request: web.Request) -> list[str]:
+    header = request.headers.get(aiohttp.hdrs.SEC_WEBSOCKET_PROTOCOL, "")
+    return [protocol.strip() for protocol in header.split(",") if protocol.strip()]
+
+
+def _error(status: int, error_type: str, reason: str) -> web.Response:
+    return web.json_response({"error": {"type": error_type, "reason": reason}, "status": status}, status=status)
 
 
 def transport_app(
     on_message: Callable[[str, Message], None], auth: TransportAuth | None, max_body: int
 ) -> web.Application:
+    warnings = _RateLimitedWarnings()
+    streams: set[web.WebSocketResponse] = set()
+    closing = asyncio.Event()
+
     async def receive(request: web.Request) -> web.Response:
         body = await request.read()
         if auth is not None:
             problem = auth.verify(request.headers, body)
             if problem is not None:
-                return web.json_response(
-                    {"error": {"type": "security_exception", "reason": problem}, "status": 401}, status=401
-                )
+                return _error(401, "security_exception", problem)
         try:
             envelope = decode_envelope(body)
         except (msgspec.ValidationError, msgspec.DecodeError) as error:
-            return web.json_response(
-                {"error": {"type": "parse_exception", "reason": str(error)}, "status": 400}, status=400
-            )
+            return _error(400, "parse_exception", str(error))
         on_message(envelope.sender, envelope.message)
         return web.Response(status=204)
 
-    closing = asyncio.Event()
+    async def stream(request: web.Request) -> web.StreamResponse:
+        peer = request.remote or "?"
+        if auth is not None:
+            problem = auth.verify_stream_handshake(request.headers)
+            if problem is not None:
+                warnings.warn("stream 401", "refused a stream from %s: %s", peer, problem)
+                return _error(401, "security_exception", problem)
+        protocol = PROTOCOL_HMAC if auth is not None else PROTOCOL_PLAIN
+        if protocol not in _offered_protocols(request):
+            return _error(400, "illegal_argument_exception", f"the stream needs subprotocol [{protocol}]")
+        ws = web.WebSocketResponse(
+            protocols=(protocol,),
+            heartbeat=HEARTBEAT_S,
+            timeout=CLOSE_TIMEOUT_S,  # for the peer's close frame, so that a hung peer cannot hold up our stop
+            compress=False,
+            max_msg_size=max_body + MAC_BYTES,
+        )
+        await ws.prepare(request)
+        if closing.is_set():
+            await ws.close(code=WSCloseCode.GOING_AWAY, message=b"node stopping")
+            return ws
+        streams.add(ws)
+        try:
+            mac: StreamMac | None = None
+            if auth is not None:
+                nonce = os.urandom(NONCE_BYTES)
+                mac = auth.stream_mac(nonce)
+                await ws.send_bytes(nonce)
+            await _serve_stream(ws, mac, peer, on_message, warnings)
+        except (ConnectionError, aiohttp.ClientError) as error:
+            log.debug("stream from %s: %r", peer, error)
+        finally:
+            streams.discard(ws)
+        return ws
 
     async def watch(request: web.Request) -> web.StreamResponse:
         # Held open until this process stops: a follower watching its master sees the connection close at
@@ -152,12 +431,56 @@ def transport_app(
 
     async def on_shutdown(app: web.Application) -> None:
         closing.set()
+        await asyncio.gather(
+            *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"node stopping") for ws in list(streams)),
+            return_exceptions=True,
+        )
 
     app = web.Application(client_max_size=max_body)
     app.router.add_post(MESSAGE_PATH, receive)
+    app.router.add_get(STREAM_PATH, stream)
     app.router.add_get(WATCH_PATH, watch)
     app.on_shutdown.append(on_shutdown)
     return app
+
+
+async def _serve_stream(
+    ws: web.WebSocketResponse,
+    mac: StreamMac | None,
+    peer: str,
+    on_message: Callable[[str, Message], None],
+    warnings: _RateLimitedWarnings,
+) -> None:
+    """Pass each frame's envelope to `on_message`, in order, until the stream ends or a frame is bad."""
+    while True:
+        msg = await ws.receive()
+        if msg.type is WSMsgType.BINARY:
+            frame: bytes = msg.data
+            body: bytes | memoryview | None = frame if mac is None else mac.open(frame)
+            if body is None:
+                warnings.warn("bad mac", "closing the stream from %s: a frame failed its MAC check", peer)
+                await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"bad frame MAC")
+                return
+            try:
+                envelope = decode_envelope(body)  # type: ignore[arg-type]  # msgspec takes any buffer
+            except (msgspec.ValidationError, msgspec.DecodeError) as error:
+                warnings.warn("undecodable", "closing the stream from %s: undecodable envelope: %s", peer, error)
+                await ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=b"undecodable envelope")
+                return
+            try:
+                on_message(envelope.sender, envelope.message)
+            except Exception:
+                log.exception("failed to handle a %s from %s", type(envelope.message).__name__, envelope.sender)
+        elif msg.type is WSMsgType.TEXT:
+            warnings.warn("text", "closing the stream from %s: a text frame", peer)
+            await ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=b"text frames are not used")
+            return
+        elif msg.type is WSMsgType.ERROR:
+            # E.g. a frame over the size limit: aiohttp has already closed the stream (1009).
+            warnings.warn("stream error", "stream from %s failed: %s", peer, msg.data)
+            return
+        else:  # CLOSE, CLOSING, CLOSED
+            return
 
 
 async def watch_until_closed(session: aiohttp.ClientSession, address: str, auth: TransportAuth | None) -> str:

@@ -1,0 +1,491 @@
+"""The peer transport in one process: WebSocket streams, their authentication, failures and the POST fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import WSMsgType, web
+
+from coordinated.coordination.client import KvPut
+from coordinated.coordination.messages import (
+    Envelope,
+    ForwardedRequest,
+    LeaderCheck,
+    Message,
+    PeersRequest,
+    decode_envelope,
+    encode_envelope,
+)
+from coordinated.coordination.state import DiscoveryNode
+from coordinated.sidecar import transport
+from coordinated.sidecar.auth import MAC_BYTES, NONCE_BYTES, TransportAuth
+from coordinated.sidecar.localcluster import free_ports
+from coordinated.sidecar.transport import (
+    MESSAGE_PATH,
+    PROTOCOL_HMAC,
+    PROTOCOL_PLAIN,
+    STREAM_PATH,
+    PeerSender,
+    transport_app,
+    watch_until_closed,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+SECRET = b"a-cluster-secret-of-enough-length"
+SENDER = "127.0.0.1:1"
+
+
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(coro)
+
+
+def check(i: int) -> LeaderCheck:
+    return LeaderCheck(source_id="x", request_id=i)
+
+
+class Peer:
+    """A transport app on 127.0.0.1 that records what it receives and which requests it answered how."""
+
+    def __init__(self, auth: TransportAuth | None = None, max_body: int = 1024 * 1024, port: int | None = None) -> None:
+        self.auth = auth
+        self.max_body = max_body
+        self.port = port if port is not None else free_ports(1)[0]
+        self.received: list[tuple[str, Message]] = []
+        self.requests: list[tuple[str, str, int]] = []  # (method, path, status)
+        self.runner: web.AppRunner | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def streams_opened(self) -> int:
+        return sum(1 for method, path, status in self.requests if path == STREAM_PATH and status == 101)
+
+    def app(self) -> web.Application:
+        return transport_app(lambda sender, message: self.received.append((sender, message)), self.auth, self.max_body)
+
+    async def start(self, app: web.Application | None = None) -> Peer:
+        app = app if app is not None else self.app()
+
+        async def record(request: web.Request, response: web.StreamResponse) -> None:
+            # When the status line is sent: a stream is counted when it opens, not when it ends.
+            self.requests.append((request.method, request.path, response.status))
+
+        app.on_response_prepare.append(record)
+        self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", self.port, reuse_address=True).start()
+        return self
+
+    async def stop(self) -> None:
+        assert self.runner is not None
+        await self.runner.cleanup()
+        self.runner = None
+
+
+def old_version_app(auth: TransportAuth | None, received: list[tuple[str, Message]]) -> web.Application:
+    """A node of the previous version: POST only, no stream endpoint."""
+
+    async def receive(request: web.Request) -> web.Response:
+        body = await request.read()
+        if auth is not None and auth.verify(request.headers, body) is not None:
+            return web.Response(status=401)
+        envelope = decode_envelope(body)
+        received.append((envelope.sender, envelope.message))
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post(MESSAGE_PATH, receive)
+    return app
+
+
+def make_sender(
+    failures: list[tuple[str, Message]],
+    auth: TransportAuth | None = None,
+    retries: int = 2,
+    request_timeout_s: float = 5.0,
+) -> PeerSender:
+    return PeerSender(
+        SENDER,
+        lambda destination, message: failures.append((destination, message)),
+        auth,
+        request_timeout_s=request_timeout_s,
+        connect_timeout_s=1.0,
+        retries=retries,
+        queue_size=10_000,
+    )
+
+
+async def until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("timed out waiting for a condition")
+        await asyncio.sleep(0.01)
+
+
+async def raw_stream(
+    session: aiohttp.ClientSession, peer: Peer, auth: TransportAuth | None
+) -> tuple[aiohttp.ClientWebSocketResponse, bytes]:
+    """A hand-made client: the handshake done right, then whatever frames the test sends."""
+    headers = auth.sign_stream_handshake() if auth is not None else {}
+    protocol = PROTOCOL_HMAC if auth is not None else PROTOCOL_PLAIN
+    ws = await session.ws_connect(f"http://{peer.address}{STREAM_PATH}", protocols=(protocol,), headers=headers)
+    nonce = b""
+    if auth is not None:
+        msg = await ws.receive(timeout=5)
+        assert msg.type is WSMsgType.BINARY and len(msg.data) == NONCE_BYTES
+        nonce = msg.data
+    return ws, nonce
+
+
+async def close_code(ws: aiohttp.ClientWebSocketResponse) -> int | None:
+    """Read until the server closes the stream; its close code."""
+    while True:
+        msg = await ws.receive(timeout=5)
+        if msg.type is WSMsgType.CLOSE:
+            return int(msg.data)
+        if msg.type in (WSMsgType.CLOSED, WSMsgType.CLOSING, WSMsgType.ERROR):
+            return ws.close_code
+
+
+def envelope(message: Message) -> bytes:
+    return encode_envelope(Envelope(SENDER, message))
+
+
+# -- delivery ------------------------------------------------------------------------------------------------
+
+
+def test_many_messages_arrive_in_order_over_one_stream() -> None:
+    async def scenario() -> None:
+        peer = await Peer().start()
+        failures: list[tuple[str, Message]] = []
+        sender = make_sender(failures)
+        await sender.start()
+        messages = [check(i) for i in range(2000)]
+        for message in messages[:1000]:
+            sender.send(peer.address, message)
+        await asyncio.sleep(0)  # the first burst opens the stream; the second is queued meanwhile
+        for message in messages[1000:]:
+            sender.send(peer.address, message)
+        await sender.flush(10)
+        await sender.close()  # a graceful close: every frame written before it has been read
+        assert peer.received == [(SENDER, message) for message in messages]
+        assert peer.streams_opened() == 1
+        assert [r for r in peer.requests if r[1] == MESSAGE_PATH] == []
+        assert failures == []
+        assert sender.bytes_sent == {peer.address: sum(len(envelope(m)) for m in messages)}
+        await peer.stop()
+
+    run(scenario())
+
+
+def test_stream_outlives_the_request_timeout() -> None:
+    # The session's total timeout bounds the handshake, not the life of the stream.
+    async def scenario() -> None:
+        peer = await Peer().start()
+        failures: list[tuple[str, Message]] = []
+        sender = make_sender(failures, request_timeout_s=0.3)
+        await sender.start()
+        sender.send(peer.address, check(1))
+        await until(lambda: len(peer.received) == 1)
+        await asyncio.sleep(0.8)
+        sender.send(peer.address, check(2))
+        await until(lambda: len(peer.received) == 2)
+        assert peer.streams_opened() == 1 and failures == []
+        await sender.close()
+        await peer.stop()
+
+    run(scenario())
+
+
+# -- authentication ------------------------------------------------------------------------------------------
+
+
+def test_authenticated_stream_with_the_right_secret() -> None:
+    async def scenario() -> None:
+        auth = TransportAuth(SECRET)
+        peer = await Peer(auth=auth).start()
+        failures: list[tuple[str, Message]] = []
+        sender = make_sender(failures, auth=TransportAuth(SECRET))
+        await sender.start()
+        for i in range(100):
+            sender.send(peer.address, check(i))
+        await sender.flush(5)
+        await sender.close()
+        assert [message for _, message in peer.received] == [check(i) for i in range(100)]
+        assert peer.streams_opened() == 1 and failures == []
+        await peer.stop()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("sender_secret", [b"another-secret-of-enough-length!", None])
+def test_stream_refused_with_a_wrong_or_missing_secret(sender_secret: bytes | None) -> None:
+    async def scenario() -> None:
+        peer = await Peer(auth=TransportAuth(SECRET)).start()
+        failures: list[tuple[str, Message]] = []
+        sender = make_sender(failures, auth=TransportAuth(sender_secret) if sender_secret else None)
+        await sender.start()
+        sender.send(peer.address, check(1))
+        await sender.flush(5)
+        await asyncio.sleep(0.1)
+        assert peer.received == []
+        assert (("GET", STREAM_PATH, 401)) in peer.requests
+        assert peer.streams_opened() == 0
+        assert failures == []  # refused, like a refused POST: not a connection failure
+        await sender.close()
+        await peer.stop()
+
+    run(scenario())
+
+
+def test_tampered_injected_or_replayed_frames_are_rejected() -> None:
+    async def scenario() -> None:
+        auth = TransportAuth(SECRET)
+        peer = await Peer(auth=auth).start()
+        failures: list[tuple[str, Message]] = []
+        sender = make_sender(failures, auth=auth)
+        await sender.start()
+        sender.send(peer.address, check(0))  # an honest stream, open during the attacks
+        await until(lambda: len(peer.received) == 1)
+        evil = PeersRequest(DiscoveryNode("evil", "evil", "127.0.0.1:9", ("master",)), (), "cluster")
+        async with aiohttp.ClientSession() as session:
+            # A frame with a made-up MAC.
+            ws, _ = await raw_stream(session, peer, auth)
+            await ws.send_bytes(os.urandom(MAC_BYTES) + envelope(evil))
+            assert await close_code(ws) == aiohttp.WSCloseCode.POLICY_VIOLATION
+            # A frame without any MAC.
+            ws, _ = await raw_stream(session, peer, auth)
+            await ws.send_bytes(envelope(evil))
+            assert await close_code(ws) == aiohttp.WSCloseCode.POLICY_VIOLATION
+            # An authentic frame, then an altered one (one body byte changed, MAC kept).
+            ws, nonce = await raw_stream(session, peer, auth)
+            mac = auth.stream_mac(nonce)
+            first = mac.seal(envelope(check(1)))
+            await ws.send_bytes(first)
+            altered = bytearray(mac.seal(envelope(check(2))))
+            altered[-3] ^= 0x01
+            await ws.send_bytes(bytes(altered))
+            assert await close_code(ws) == aiohttp.WSCloseCode.POLICY_VIOLATION
+            # A replayed frame: in the same stream (the counter moved on) and in a new stream (a new nonce).
+            ws, nonce = await raw_stream(session, peer, auth)
+            replayed = auth.stream_mac(nonce).seal(envelope(check(3)))
+            await ws.send_bytes(replayed)
+            await ws.send_bytes(replayed)
+            assert await close_code(ws) == aiohttp.WSCloseCode.POLICY_VIOLATION
+            ws, _ = await raw_stream(session, peer, auth)
+            await ws.send_bytes(replayed)
+            assert await close_code(ws) == aiohttp.WSCloseCode.POLICY_VIOLATION
+            # A frame sealed with the wrong secret.
+            ws, nonce = await raw_stream(session, peer, auth)
+            await ws.send_bytes(TransportAuth(b"x" * 32).stream_mac(nonce).seal(envelope(evil)))
+            assert await close_code(ws) == aiohttp.WSCloseCode.POLICY_VIOLATION
+            # A text frame.
+            ws, _ = await raw_stream(session, peer, auth)
+            await ws.send_str("hello")
+            assert await close_code(ws) == aiohttp.WSCloseCode.UNSUPPORTED_DATA
+        # Only the authentic frames were passed on, and the honest stream still works.
+        assert [message for _, message in peer.received] == [check(0), check(1), check(3)]
+        sender.send(peer.address, check(4))
+        await until(lambda: len(peer.received) == 4)
+        assert peer.received[-1] == (SENDER, check(4))
+        assert peer.streams_opened() == 8 and failures == []
+        await sender.close()
+        await peer.stop()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("secret", [None, SECRET])
+def test_an_undecodable_frame_closes_only_its_stream(secret: bytes | None) -> None:
+    async def scenario() -> None:
+        auth = TransportAuth(secret) if secret else None
+        peer = await Peer(auth=auth).start()
+        failures: list[tuple[str, Message]] = []
+        sender = make_sender(failures, auth=auth)
+        await sender.start()
+        sender.send(peer.address, check(0))
+        await until(lambda: len(peer.received) == 1)
+        bad_bodies = [b"not json", b'{"sender": "x", "message": {"type": "no_such_message"}}', b"", b"\xff" * 50]
+        async with aiohttp.ClientSession() as session:
+            for body in bad_bodies:
+                ws, nonce = await raw_stream(session, peer, auth)
+                frame = auth.stream_mac(nonce).seal(body) if auth is not None else body
+                await ws.send_bytes(frame)
+                assert await close_code(ws) == aiohttp.WSCloseCode.UNSUPPORTED_DATA
+        sender.send(peer.address, check(1))
+        await until(lambda: len(peer.received) == 2)
+        assert [message for _, message in peer.received] == [check(0), check(1)]
+        assert failures == []
+        await sender.close()
+        await peer.stop()
+
+    run(scenario())
+
+
+def test_an_oversized_frame_is_refused() -> None:
+    async def scenario() -> None:
+        peer = await Peer(max_body=2048).start()
+        failures: list[tuple[str, Message]] = []
+        sender = make_sender(failures)
+        await sender.start()
+        big = PeersRequest(DiscoveryNode("n", "n", "127.0.0.1:9", ()), (), "c" * 4096)
+        async with aiohttp.ClientSession() as session:
+            ws, _ = await raw_stream(session, peer, None)
+            await ws.send_bytes(envelope(big))
+            assert await close_code(ws) == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+        sender.send(peer.address, big)
+        await sender.flush(5)
+        stream = sender.streams[peer.address]
+        await until(lambda: stream.closed)  # the peer closed it (1009)
+        sender.send(peer.address, check(1))  # goes on a new stream
+        await until(lambda: len(peer.received) == 1)
+        assert peer.received == [(SENDER, check(1))]
+        assert failures == []
+        await sender.close()
+        await peer.stop()
+
+    run(scenario())
+
+
+# -- failures ------------------------------------------------------------------------------------------------
+
+
+def test_connection_refused_reports_each_message() -> None:
+    async def scenario() -> None:
+        address = f"127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
+        failures: list[tuple[str, Message]] = []
+        sender = make_sender(failures, retries=2)
+        await sender.start()
+        started = asyncio.get_running_loop().time()
+        sender.send(address, check(1))
+        sender.send(address, check(2))
+        await until(lambda: len(failures) == 2)
+        assert failures == [(address, check(1)), (address, check(2))]
+        # Each message was retried with the backoff before it was reported.
+        assert asyncio.get_running_loop().time() - started >= 2 * sum(transport.RETRY_BACKOFF_S[:2])
+        await sender.close()
+
+    run(scenario())
+
+
+def test_peer_restart_mid_stream() -> None:
+    async def scenario() -> None:
+        peer = await Peer().start()
+        failures: list[tuple[str, Message]] = []
+        sender = make_sender(failures, retries=1)
+        await sender.start()
+        for i in range(10):
+            sender.send(peer.address, check(i))
+        await until(lambda: len(peer.received) == 10)
+        await peer.stop()  # closes the stream (going away)
+        sender.send(peer.address, check(10))  # nobody listens: reported
+        await until(lambda: len(failures) == 1)
+        assert failures == [(peer.address, check(10))]
+        restarted = await Peer(port=peer.port).start()
+        for i in range(11, 21):
+            sender.send(peer.address, check(i))
+        await until(lambda: len(restarted.received) == 10)
+        assert [message for _, message in restarted.received] == [check(i) for i in range(11, 21)]
+        assert restarted.streams_opened() == 1 and len(failures) == 1
+        await sender.close()
+        await restarted.stop()
+
+    run(scenario())
+
+
+def test_a_message_whose_write_fails_is_resent_once_on_a_new_stream() -> None:
+    async def scenario() -> None:
+        peer = await Peer().start()
+        failures: list[tuple[str, Message]] = []
+        sender = make_sender(failures)
+        await sender.start()
+        sender.send(peer.address, check(0))
+        await until(lambda: len(peer.received) == 1)
+
+        def break_stream() -> None:
+            stream = sender.streams[peer.address]
+
+            async def broken(body: bytes) -> None:
+                raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
+
+            stream.send = broken  # type: ignore[method-assign]
+
+        break_stream()
+        sender.send(peer.address, check(1))
+        await until(lambda: len(peer.received) == 2)
+        assert peer.received[-1] == (SENDER, check(1)) and failures == []
+        assert peer.streams_opened() == 2
+        # A forwarded client request is not sent twice (if it had arrived, the write would run twice): it is
+        # reported instead, and the core answers the client with "maybe applied".
+        break_stream()
+        forwarded = ForwardedRequest(source_id="x", request_id=7, request=KvPut("k", 1))
+        sender.send(peer.address, forwarded)
+        await until(lambda: len(failures) == 1)
+        assert failures == [(peer.address, forwarded)]
+        sender.send(peer.address, check(2))
+        await until(lambda: len(peer.received) == 3)
+        assert [message for _, message in peer.received] == [check(0), check(1), check(2)]
+        await sender.close()
+        await peer.stop()
+
+    run(scenario())
+
+
+# -- older peers, watches ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("secret", [None, SECRET])
+def test_falls_back_to_post_for_an_older_peer(secret: bytes | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transport, "UPGRADE_RETRY_S", 0.5)
+
+    async def scenario() -> None:
+        auth = TransportAuth(secret) if secret else None
+        old = Peer(auth=auth)
+        await old.start(old_version_app(auth, old.received))
+        failures: list[tuple[str, Message]] = []
+        sender = make_sender(failures, auth=auth)
+        await sender.start()
+        for i in range(20):
+            sender.send(old.address, check(i))
+        await until(lambda: len(old.received) == 20)
+        assert [message for _, message in old.received] == [check(i) for i in range(20)]
+        assert old.requests.count(("GET", STREAM_PATH, 404)) == 1  # tried once, then POSTs
+        assert old.requests.count(("POST", MESSAGE_PATH, 204)) == 20
+        # The peer is upgraded: after the retry interval the stream is used.
+        await old.stop()
+        new = await Peer(auth=auth, port=old.port).start()
+        await asyncio.sleep(0.6)
+        sender.send(new.address, check(20))
+        await until(lambda: len(new.received) == 1)
+        assert new.streams_opened() == 1 and failures == []
+        await sender.close()
+        await new.stop()
+
+    run(scenario())
+
+
+def test_watch_still_works_on_the_sender_session() -> None:
+    async def scenario() -> None:
+        auth = TransportAuth(SECRET)
+        peer = await Peer(auth=auth).start()
+        sender = make_sender([], auth=auth)
+        await sender.start()
+        sender.send(peer.address, check(1))
+        await until(lambda: len(peer.received) == 1)
+        assert sender.session is not None
+        watch = asyncio.create_task(watch_until_closed(sender.session, peer.address, auth))
+        await asyncio.sleep(0.2)
+        assert not watch.done()
+        await peer.stop()
+        assert await asyncio.wait_for(watch, 5) == "connection closed"
+        await sender.close()
+
+    run(scenario())
