@@ -16,11 +16,17 @@ from coordinated.coordination.client import (
     ReadValue,
 )
 from coordinated.coordination.coordinator import Mode
-from coordinated.coordination.messages import Join, Message, PublishRequest, PublishResponse
+from coordinated.coordination.messages import (
+    Join,
+    LeaderCheckResponse,
+    Message,
+    PublishRequest,
+    PublishResponse,
+)
 from coordinated.coordination.safety import CoordinationStateRejected
 from coordinated.coordination.settings import CoordinationSettings
 from coordinated.coordination.state import VotingConfiguration
-from coordinated.simulation.cluster import SimNode, SimulatedCluster
+from coordinated.simulation.cluster import SIM_SETTINGS, SimNode, SimulatedCluster
 from coordinated.simulation.network import Link
 
 SECOND = 1000
@@ -99,6 +105,61 @@ def test_unresponsive_leader_is_detected_and_replaced() -> None:
     leaders = [node for node in others if node.running().mode is Mode.LEADER]
     assert len(leaders) == 1
     assert leaders[0].running().current_term > old.running().current_term
+
+
+def test_a_late_answer_from_the_old_master_does_not_unseat_the_new_one() -> None:
+    """A follower's last leader check to a hung master is answered after the follower has moved on to a new
+    master ("no longer the master"): that answer is about the old master and must not make it a candidate."""
+    cluster = formed(3)
+    old = leader_of(cluster)
+    others = [node for node in cluster.nodes if node is not old]
+    cluster.network.isolate(old.address, cluster.addresses(), Link.BLACKHOLE)
+    checks_to_old: dict[int, int] = {}  # node index -> its latest leader check sent to the old master
+
+    def following_a_new_master() -> SimNode | None:
+        for node in others:
+            coordinator = node.running()
+            if coordinator.mode is Mode.FOLLOWER and coordinator.leader is not None:
+                if coordinator.leader.id == old.node.id:
+                    if coordinator.leader_check_id:
+                        checks_to_old[node.index] = coordinator.leader_check_id
+                elif node.index in checks_to_old:
+                    return node
+        return None
+
+    assert cluster.run_until(lambda: following_a_new_master() is not None, 60 * SECOND, step=1)
+    follower = following_a_new_master()
+    assert follower is not None
+    new_master = follower.running().leader
+    late = LeaderCheckResponse(checks_to_old[follower.index], ok=False, reason="this node is no longer the master")
+    cluster.deliver_late(old, follower, late)
+    assert follower.running().mode is Mode.FOLLOWER and follower.running().leader == new_master
+
+
+def test_a_follower_back_with_the_same_master_shows_that_master_again() -> None:
+    """A follower that lost its master for a moment (a candidate) and is taken back by the same master in the
+    same term, without any new publication, must show that master again at once, not no master."""
+    cluster = formed(3)
+    master = leader_of(cluster)
+    quick = replace(
+        SIM_SETTINGS,
+        node_name="node3",
+        initial_master_nodes=(),
+        leader_check_interval=100,
+        leader_check_timeout=200,
+        leader_check_retry_count=1,
+    )
+    follower = cluster.add_node(settings=quick)
+    assert cluster.run_until(lambda: follower.running().applied_state.master_node == master.node.id, 10 * SECOND)
+    cluster.network.set_link(follower.address, master.address, Link.BLACKHOLE, both_ways=False)
+    assert cluster.run_until(lambda: follower.running().mode is Mode.CANDIDATE, 5 * SECOND, step=10)
+    assert follower.running().applied_state.master_node is None
+    version = master.running().applied_state.version
+    cluster.network.heal()
+    assert cluster.run_until(lambda: follower.running().mode is Mode.FOLLOWER, 5 * SECOND, step=10)
+    assert master.running().applied_state.version == version, "the master published: not the path under test"
+    assert follower.running().leader == master.node
+    assert follower.running().applied_state.master_node == master.node.id
 
 
 def test_leader_disconnect_is_detected_quickly() -> None:

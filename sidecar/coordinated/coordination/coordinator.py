@@ -451,12 +451,26 @@ class Coordinator:
         self._log("info", f"following {leader.name} in term {self.current_term}: {reason}")
         self.mode = Mode.FOLLOWER
         self.leader = leader
+        accepted = self.last_accepted_state
+        if (
+            self.applied_state.master_node is None
+            and accepted.master_node == leader.id
+            and accepted.term_version() == self.last_applied
+        ):
+            # Back with the master whose state this node had applied (it was a candidate for a while, and the
+            # master never removed it): show that master again instead of waiting for its next publication.
+            self.applied_state = accepted
+            self._out.append(StateApplied(accepted))
         self.join_request_in_flight = None
         self.pending_joins_reject("this node is now a follower")
         self._stop_elections()
         for key in ("find_peers", "formation_warning"):
             self.timers.cancel(key)
         self.leader_check_failures = 0
+        # A check still in flight was sent to the previous leader: neither its answer (that node may say it is
+        # no longer the master) nor its timeout may count against this one.
+        self.leader_check_id = 0
+        self.timers.cancel("leader_check_timeout")
         self.timers.schedule("leader_check", self.now + self.settings.leader_check_interval, self._send_leader_check)
 
     def _become_leader(self) -> None:
@@ -1416,6 +1430,8 @@ class Coordinator:
 
     def _on_leader_check_response(self, sender: str, response: LeaderCheckResponse) -> None:
         if self.mode is not Mode.FOLLOWER or response.request_id != self.leader_check_id:
+            return
+        if self.leader is None or sender != self.leader.transport_address:
             return
         self.timers.cancel("leader_check_timeout")
         if not response.ok:
