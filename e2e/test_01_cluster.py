@@ -50,7 +50,8 @@ def cluster(operator_release: str, namespace: str) -> Cluster:
 
 
 def committed_state(cluster: Cluster) -> dict[str, Any]:
-    """The master's committed state, asked through any Ready pod (a follower forwards to the master)."""
+    """The master's committed state, asked through any Ready pod (a non-local read waits for the master's
+    applied version, so it holds every write acknowledged before it)."""
     pod = cluster.ready_pods()[0]
     return cluster.sidecars.state(pod, local=False)
 

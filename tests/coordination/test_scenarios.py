@@ -13,6 +13,7 @@ from coordinated.coordination.client import (
     Committed,
     KvGet,
     KvPut,
+    ReadBarrier,
     ReadValue,
 )
 from coordinated.coordination.coordinator import Mode
@@ -321,6 +322,22 @@ def test_a_partitioned_old_master_cannot_serve_linearizable_reads() -> None:
     cluster.network.isolate(old.address, cluster.addresses(), Link.BLACKHOLE)
     read = request(cluster, old.index, KvGet("k"), timeout=30 * SECOND)
     assert not (isinstance(read, ReadValue) and read.linearizable), read
+    barrier = request(cluster, old.index, ReadBarrier(), timeout=30 * SECOND)
+    assert isinstance(barrier, ClusterError), barrier
+
+
+def test_a_read_barrier_from_any_node_returns_the_masters_applied_version() -> None:
+    cluster = formed(3)
+    master = leader_of(cluster)
+    followers = [node for node in cluster.nodes if node is not master]
+    write = request(cluster, followers[0].index, KvPut("k", 1))
+    assert isinstance(write, Committed)
+    for node in cluster.nodes:
+        barrier = request(cluster, node.index, ReadBarrier())
+        assert isinstance(barrier, Committed), barrier
+        applied = master.running().applied_state
+        assert (barrier.term, barrier.version) == (applied.term, applied.version)
+        assert barrier.version >= write.version
 
 
 def test_pending_writes_are_batched_into_few_publications() -> None:

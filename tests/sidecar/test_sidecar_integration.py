@@ -103,6 +103,35 @@ def test_kill_master_loses_no_acknowledged_write(make_cluster: Callable[..., Loc
     cluster.wait_master(timeout=20, nodes=3)
 
 
+def test_a_non_local_state_read_on_a_lagging_follower_includes_acknowledged_writes(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    """GET /_cluster/state (not ?local) reads the master's state: a follower that missed the latest publication
+    (it was paused) must not serve its stale state, even though it knows the master."""
+    cluster = make_cluster()
+    nodes = cluster.bootstrap(3)
+    master = cluster.wait_master()
+    lagging = next(node for node in nodes if node is not master)
+    cluster.kill(lagging, signal.SIGSTOP)
+    try:
+        assert master.put("/_cluster/metadata/fresh", {"v": 1})[0] == 200  # acknowledged without `lagging`
+        read: dict[str, Any] = {}
+
+        def read_state() -> None:
+            read["status"], read["body"] = lagging.get("/_cluster/state")
+
+        reader = threading.Thread(target=read_state)
+        reader.start()  # sits in the paused node's socket, beside the publication it missed
+        time.sleep(0.2)
+    finally:
+        cluster.kill(lagging, signal.SIGCONT)
+    reader.join(timeout=15)
+    assert read.get("status") == 200, read
+    assert read["body"]["metadata"]["kv"].get("fresh") == {"v": 1}
+    _, local = lagging.get("/_cluster/state?local=true")
+    assert local["version"] >= read["body"]["version"]
+
+
 def test_sigstop_master_is_detected(make_cluster: Callable[..., LocalCluster]) -> None:
     cluster = make_cluster()
     cluster.bootstrap(3)

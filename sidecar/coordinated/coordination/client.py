@@ -30,6 +30,11 @@ class KvGet(_Request, frozen=True, tag="get"):
     key: str
 
 
+class ReadBarrier(_Request, frozen=True, tag="barrier"):
+    """The master's applied (term, version), confirmed like a KvGet: a node that has applied that version
+    serves a state that includes every write acknowledged before the barrier was asked for."""
+
+
 class UpdateSettings(_Request, frozen=True, tag="settings"):
     """Dynamic settings; a value of None resets the setting to its default."""
 
@@ -47,7 +52,10 @@ class ClearVotingConfigExclusions(_Request, frozen=True, tag="clear_exclusions")
     wait_for_removal: bool = True
 
 
-ClientRequest = KvPut | KvDelete | KvGet | UpdateSettings | AddVotingConfigExclusions | ClearVotingConfigExclusions
+ClientRequest = (
+    KvPut | KvDelete | KvGet | ReadBarrier | UpdateSettings | AddVotingConfigExclusions | ClearVotingConfigExclusions
+)
+LinearizableRead = KvGet | ReadBarrier
 WRITE_REQUESTS = (KvPut, KvDelete, UpdateSettings, AddVotingConfigExclusions, ClearVotingConfigExclusions)
 
 
@@ -56,7 +64,7 @@ class _Result(msgspec.Struct, frozen=True, tag_field="result"):
 
 
 class Committed(_Result, frozen=True, tag="committed"):
-    """A write is committed and applied on the master, in this state."""
+    """A write (or, for a ReadBarrier, the state read) is committed and applied on the master, in this state."""
 
     term: int
     version: int

@@ -41,6 +41,8 @@ from coordinated.coordination.client import (
     KvDelete,
     KvGet,
     KvPut,
+    LinearizableRead,
+    ReadBarrier,
     ReadValue,
     UpdateSettings,
 )
@@ -113,7 +115,7 @@ class _Forward:
 class _ReadRound:
     round_id: int
     term: int
-    reads: list[tuple[KvGet, ClusterState, Callable[[ClientResult], None]]]
+    reads: list[tuple[LinearizableRead, ClusterState, Callable[[ClientResult], None]]]
     confirmed: set[str]
 
 
@@ -176,7 +178,7 @@ class Coordinator:
         # address: a node that comes back at a new address (a rescheduled pod) must stay checked.
         self.follower_checks_in_flight: dict[str, tuple[int, str]] = {}
         self.node_applied_version: dict[str, int] = {}
-        self.read_queue: list[tuple[KvGet, Callable[[ClientResult], None]]] = []
+        self.read_queue: list[tuple[LinearizableRead, Callable[[ClientResult], None]]] = []
         self.read_round: _ReadRound | None = None
         self.exclusion_waits: list[_ExclusionWait] = []
         self.removal_waits: list[tuple[int, Callable[[ClientResult], None]]] = []  # (deadline, reply)
@@ -1504,7 +1506,7 @@ class Coordinator:
         self._finish_forward(response.request_id, response.result)
 
     def _execute_on_master(self, request: ClientRequest, reply: Callable[[ClientResult], None], timeout: int) -> None:
-        if isinstance(request, KvGet):
+        if isinstance(request, KvGet | ReadBarrier):
             self.read_queue.append((request, reply))
             self._serve_reads_if_possible()
             return
@@ -1631,6 +1633,9 @@ class Coordinator:
         self.read_round = None
         self.timers.cancel("read_round")
         for request, read_state, reply in read_round.reads:
+            if isinstance(request, ReadBarrier):
+                reply(Committed(read_state.term, read_state.version))
+                continue
             reply(
                 ReadValue(
                     key=request.key,

@@ -24,6 +24,7 @@ from coordinated.coordination.client import (
     KvDelete,
     KvGet,
     KvPut,
+    ReadBarrier,
     ReadValue,
     UpdateSettings,
     no_master_error,
@@ -235,13 +236,36 @@ async def cluster_state(request: web.Request) -> web.Response:
     timed_out = False
     if wait_for is not None:
         timed_out = not await node.wait_for_version(wait_for, wait_ms / 1000)
-    state = node.applied_state
-    if not local and state.master_node is None:
-        return master_not_discovered()
-    body = state_to_api(state)
+    if not local:
+        if node.applied_state.master_node is None:
+            return master_not_discovered()
+        problem = await read_barrier(node, param_time_ms(query, "master_timeout", "30s"))
+        if problem is not None:
+            return problem
+    body = state_to_api(node.applied_state)
     if wait_for is not None:
         body["wait_for_timed_out"] = timed_out
     return web.json_response(body)
+
+
+async def read_barrier(node: Node, timeout_ms: int) -> web.Response | None:
+    """Wait until this node has applied the master's state as of now (confirmed with a quorum), so that a
+    non-local read includes every write acknowledged before it began, whichever node serves it, as
+    Elasticsearch's reads from the master do. None when done, otherwise the error to answer with."""
+    assert node.loop is not None
+    deadline = node.loop.time() + timeout_ms / 1000
+    result = await node.submit(ReadBarrier(), timeout_ms)
+    if isinstance(result, ClusterError):
+        return result_error(result)
+    if not isinstance(result, Committed):
+        return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+    if not await node.wait_for_version(result.version, max(0.0, deadline - node.loop.time())):
+        reason = (
+            f"this node has not applied version [{result.version}] of the master's state in time "
+            f"(applied [{node.applied_state.version}]); retry, or read with ?local=true"
+        )
+        return error_response("process_cluster_event_timeout_exception", reason, 503)
+    return None
 
 
 def health_body(node: Node) -> dict[str, Any]:
