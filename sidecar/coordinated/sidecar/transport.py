@@ -57,6 +57,11 @@ CLOSE_TIMEOUT_S = 1.0  # how long a graceful close waits for the peer's close fr
 WARNING_INTERVAL_S = 10.0
 
 
+async def _pause_before_retry(attempt: int) -> None:
+    """The backoff before retry `attempt + 1` of a connection that certainly failed."""
+    await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
+
+
 class _RateLimitedWarnings:
     """At most one warning per key and interval; the others are logged at debug level."""
 
@@ -264,7 +269,7 @@ class PeerSender:
                 return REFUSED
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as error:
                 if attempt < self.retries:
-                    await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
+                    await _pause_before_retry(attempt)
                     continue
                 log.debug("cannot connect to %s: %s", url, error)
                 return UNREACHABLE
@@ -316,7 +321,7 @@ class PeerSender:
                     return True  # delivered (or refused for good): either way not a connection failure
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as error:
                 if attempt < self.retries:
-                    await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
+                    await _pause_before_retry(attempt)
                     continue
                 log.debug("cannot deliver to %s: %s", url, error)
                 return False
