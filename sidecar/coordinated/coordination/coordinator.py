@@ -1433,8 +1433,6 @@ class Coordinator:
     def _on_leader_check_response(self, sender: str, response: LeaderCheckResponse) -> None:
         if self.mode is not Mode.FOLLOWER or response.request_id != self.leader_check_id:
             return
-        if self.leader is None or sender != self.leader.transport_address:
-            return
         self.timers.cancel("leader_check_timeout")
         if not response.ok:
             self._become_candidate(f"leader rejected the check: {response.reason}")

@@ -239,7 +239,7 @@ async def cluster_state(request: web.Request) -> web.Response:
     if not local:
         if node.applied_state.master_node is None:
             return master_not_discovered()
-        problem = await read_barrier(node, param_time_ms(query, "master_timeout", "30s"))
+        problem = await read_barrier(node, timeout_of(query))
         if problem is not None:
             return problem
     body = state_to_api(node.applied_state)

@@ -78,18 +78,23 @@ def fsync_dir(path: Path) -> None:
 
 
 def _write_all(fd: int, data: bytes) -> None:
+    """Write `data` at the start of the file, however many calls that takes."""
     view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+    offset = 0
+    while offset < len(data):
+        offset += os.pwrite(fd, view[offset:], offset)
+
+
+def _read_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise DataDirError(f"cannot read [{path}]: {error.strerror or error}") from None
 
 
 def read_checked(path: Path) -> bytes:
     """The payload of a file written by `atomic_write`; raises DataDirError saying what is wrong."""
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise DataDirError(f"cannot read [{path}]: {error.strerror or error}") from None
+    data = _read_file(path)
     header, sep, payload = data.partition(b"\n")
     parts = header.split(b" ")
     if not sep or len(parts) != 3 or parts[0] != MAGIC:
@@ -141,22 +146,6 @@ def _check_slot(path: Path, data: bytes) -> _Slot:
         return _Slot(path, problem="checksum mismatch")
     # Bytes after the record are ignored: only a crash between pwrite and ftruncate leaves any.
     return _Slot(path, generation=generation, payload=payload)
-
-
-def _read_fd(fd: int, path: Path) -> bytes:
-    try:
-        size = os.fstat(fd).st_size
-        chunks = []
-        offset = 0
-        while offset < size:
-            chunk = os.pread(fd, size - offset, offset)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            offset += len(chunk)
-    except OSError as error:
-        raise DataDirError(f"cannot read [{path}]: {error.strerror or error}") from None
-    return b"".join(chunks)
 
 
 class _StateFile(msgspec.Struct):
@@ -237,9 +226,10 @@ class FilePersistedState:
             self._fds.append(fd)
         if sync_dir:
             fsync_dir(self.data_dir)
-        slots = [_check_slot(path, _read_fd(fd, path)) for path, fd in zip(self.paths, self._fds, strict=True)]
+        contents = [_read_file(path) for path in self.paths]
+        slots = [_check_slot(path, data) for path, data in zip(self.paths, contents, strict=True)]
         # Bytes that may be in each slot file, so that a shrinking write knows to truncate.
-        self._sizes = [os.fstat(fd).st_size for fd in self._fds]
+        self._sizes = [len(data) for data in contents]
         valid = [slot for slot in slots if slot.payload is not None]
         if not valid:
             problems = "; ".join(
@@ -256,7 +246,7 @@ class FilePersistedState:
             )
         # A damaged slot beside a valid one is normally a write that a crash interrupted before it was
         # acknowledged. It could also be a newer, acknowledged record that rotted on disk: the node checks its
-        # history against the loaded record before it starts (`Node.check_history_agrees`).
+        # history against the loaded record before it starts (`Node._check_history_agrees`).
         for slot in slots:
             if slot.problem:
                 self.damaged_slot = f"[{slot.path}] ({slot.problem})"
@@ -310,10 +300,7 @@ class FilePersistedState:
         record = encode_slot_record(generation, payload)
         fd = self._fds[target]
         self._sizes[target] = max(self._sizes[target], len(record))
-        view = memoryview(record)
-        offset = 0
-        while offset < len(record):
-            offset += os.pwrite(fd, view[offset:], offset)
+        _write_all(fd, record)
         if self._sizes[target] > len(record):
             os.ftruncate(fd, len(record))
             self._sizes[target] = len(record)

@@ -117,10 +117,7 @@ class _Stream:
             log.debug("stream to %s: reader stopped: %r", self.destination, error)
 
     async def close(self) -> None:
-        try:
-            await asyncio.wait_for(self.ws.close(), CLOSE_TIMEOUT_S * 2)
-        except (TimeoutError, aiohttp.ClientError, OSError) as error:
-            log.debug("closing the stream to %s: %r", self.destination, error)
+        await _close_quietly(self.ws)
         self.reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self.reader
