@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
 
 from msgspec.structs import replace
 
@@ -22,6 +21,7 @@ from coordinated.coordination.client import (
 )
 from coordinated.coordination.reconfigurator import reconfigure
 from coordinated.coordination.state import UNKNOWN_UUID, ClusterState, DiscoveryNode, VotingConfigExclusion
+from coordinated.coordination.tasks import ClientTask, ElectedAsMaster, NodeJoin, NodeLeft, TaskPayload
 
 ABSENT_PREFIX = "_absent_"  # an exclusion by name of a node that is not in the cluster (yet)
 
@@ -97,12 +97,12 @@ def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list
 
 
 def execute_batch(
-    base: ClusterState, payloads: list[tuple[str, Any]], context: BatchContext
+    base: ClusterState, payloads: list[TaskPayload], context: BatchContext
 ) -> tuple[ClusterState | None, list[ClientResult | None]]:
     """Apply every task to the base state. Returns (None, results) if nothing changed.
 
-    A payload is ("elected", None), ("join", node), ("left", node_id), ("reconfigure", None) or
-    ("client", request); a task's result is None when it succeeds with the publication.
+    A task's result is None when it succeeds with the publication. `Reconfigure` needs no step of its own:
+    every batch moves to the best voting configuration.
     """
     nodes = dict(base.nodes)
     kv = base.kv
@@ -110,16 +110,17 @@ def execute_batch(
     exclusions = list(base.coordination.voting_config_exclusions)
     results: list[ClientResult | None] = []
     elected = False
-    for kind, payload in payloads:
+    for task in payloads:
         result: ClientResult | None = None
-        if kind == "elected":
+        if isinstance(task, ElectedAsMaster):
             elected = True
             nodes[context.master.id] = context.master
-        elif kind == "join":
-            _join(payload, nodes, exclusions)
-        elif kind == "left":
-            nodes.pop(payload, None)
-        elif kind == "client":
+        elif isinstance(task, NodeJoin):
+            _join(task.node, nodes, exclusions)
+        elif isinstance(task, NodeLeft):
+            nodes.pop(task.node_id, None)
+        elif isinstance(task, ClientTask):
+            payload = task.request
             if isinstance(payload, KvPut | KvDelete):
                 if kv is base.kv:
                     kv = dict(kv)

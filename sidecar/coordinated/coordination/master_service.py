@@ -6,7 +6,9 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+
+from coordinated.coordination.client import ClientResult
+from coordinated.coordination.tasks import TaskPayload
 
 
 class Priority(IntEnum):
@@ -20,8 +22,8 @@ class Priority(IntEnum):
 class Task:
     source: str  # why: "elected-as-master", "node-join", "put [key]", ...
     priority: Priority
-    payload: Any
-    reply: Callable[[Any], None]  # called once with the task's result
+    payload: TaskPayload
+    reply: Callable[[ClientResult], None]  # called once with the task's result
     deadline: int | None = None  # a task not started by then fails with a timeout
     sequence: int = 0
 

@@ -12,6 +12,7 @@ from typing import Protocol
 from msgspec.structs import replace
 
 from coordinated.coordination.messages import ApplyCommit, Join, PublishResponse
+from coordinated.coordination.quorum import joint_quorum
 from coordinated.coordination.state import ClusterState, VotingConfiguration
 
 
@@ -57,7 +58,7 @@ class InMemoryPersistedState:
 
 
 def is_election_quorum(state: ClusterState, votes: set[str] | frozenset[str]) -> bool:
-    return state.last_committed_config.has_quorum(votes) and state.last_accepted_config.has_quorum(votes)
+    return joint_quorum(state.last_committed_config, state.last_accepted_config, votes)
 
 
 class CoordinationState:
@@ -100,7 +101,7 @@ class CoordinationState:
         return is_election_quorum(self.last_accepted_state, votes)
 
     def is_publish_quorum(self, votes: set[str]) -> bool:
-        return self.last_committed_config.has_quorum(votes) and self.last_published_config.has_quorum(votes)
+        return joint_quorum(self.last_committed_config, self.last_published_config, votes)
 
     def contains_join_vote_from(self, node_id: str) -> bool:
         return node_id in self.join_votes
