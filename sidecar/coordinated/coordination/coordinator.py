@@ -24,10 +24,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from msgspec.structs import replace
+from msgspec import UNSET, UnsetType
 
 from coordinated.coordination import client
-from coordinated.coordination.batch import BatchContext, execute_batch, improve_configuration
 from coordinated.coordination.client import (
     ClientRequest,
     ClientResult,
@@ -42,9 +41,11 @@ from coordinated.coordination.followers_checker import FollowersChecker, LagDete
 from coordinated.coordination.formation import ClusterBootstrapService, ClusterFormationFailureHelper
 from coordinated.coordination.forwarding import Forwarder
 from coordinated.coordination.handover import Handover
+from coordinated.coordination.history import EventType, HistoryEvent
 from coordinated.coordination.joins import JoinHelper
 from coordinated.coordination.leader_checker import LeaderChecker
-from coordinated.coordination.master_service import MasterService, Priority, Task
+from coordinated.coordination.master_service import Priority, Task
+from coordinated.coordination.master_tasks import MasterTasks, MasterTasksListener
 from coordinated.coordination.messages import (
     ApplyCommit,
     ApplyCommitResponse,
@@ -69,7 +70,8 @@ from coordinated.coordination.messages import (
     StartJoinRequest,
 )
 from coordinated.coordination.peer_finder import PeerFinder
-from coordinated.coordination.publication import Publication, PublicationListener
+from coordinated.coordination.publication import Publication, PublicationListener, catch_up_message
+from coordinated.coordination.publish_handler import PublishHandler, PublishListener
 from coordinated.coordination.reads import ReadService
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
 from coordinated.coordination.settings import CoordinationSettings
@@ -77,8 +79,6 @@ from coordinated.coordination.state import (
     UNKNOWN_UUID,
     ClusterState,
     DiscoveryNode,
-    IncompatibleDiffError,
-    apply_diff,
 )
 from coordinated.coordination.tasks import ElectedAsMaster, NodeLeft, Reconfigure
 from coordinated.coordination.timers import Timers
@@ -145,7 +145,28 @@ class Coordinator:
             on_term_seen=self._update_max_term_seen,
         )
         self.joins = JoinHelper(ctx)
-        self.master_service = MasterService()
+        self.publish_handler = PublishHandler(
+            ctx,
+            self.coordination_state,
+            PublishListener(
+                before_accept=self._ensure_term_at_least,
+                on_accepted=self._on_accepted,
+                join_for=self.joins.join_for,
+                on_committed=self._on_committed,
+                on_own_commit=self._on_own_commit,
+                on_own_commit_failed=self._become_candidate,
+            ),
+        )
+        self.master_tasks = MasterTasks(
+            ctx,
+            self.coordination_state,
+            MasterTasksListener(
+                can_run=lambda: self.mode is Mode.LEADER and self.publication is None,
+                publish=self._publish,
+                unchanged=self._after_publication,
+                refused=self._become_candidate,
+            ),
+        )
         self.publication: Publication | None = None
         self.applied_in_current_term = False
         self.followers_checker = FollowersChecker(
@@ -156,7 +177,7 @@ class Coordinator:
             ctx,
             applied_versions=lambda: self.lag_detector.applied_versions,
             has_join_vote=self.coordination_state.contains_join_vote_from,
-            improved=self._improve_configuration,
+            improved=self.master_tasks.improved,
             start_election=self._start_election,
         )
         self.leader_checker: LeaderChecker | None = None
@@ -167,7 +188,7 @@ class Coordinator:
             ctx,
             leader=lambda: self.leader,
             applied_state=lambda: self.applied_state,
-            submit_task=self._submit_task,
+            submit_task=self.master_tasks.submit,
             forwarder=self.forwarder,
             reads=self.reads,
             exclusion_waits=self.exclusion_waits,
@@ -296,23 +317,30 @@ class Coordinator:
         self._next_request_id += 1
         return self._next_request_id
 
-    def _history(self, event_type: str, state: ClusterState | None = None, **extra: Any) -> None:
+    def _history(
+        self,
+        event_type: EventType,
+        state: ClusterState | None = None,
+        quorum: tuple[str, ...] | None = None,
+        reason: str | UnsetType = UNSET,
+    ) -> None:
+        """Record an event about `state`, or about the node's term and accepted configuration."""
         basis = state or self.last_accepted_state
-        event: dict[str, Any] = {
-            "cluster_uuid": basis.cluster_uuid,
-            "node": self.local_node.id,
-            "node_name": self.local_node.name,
-            "type": event_type,
-            "term": basis.term if state is not None else self.current_term,
-            "version": state.version if state is not None else None,
-            "state_uuid": state.state_uuid if state is not None else None,
-            "parent_uuid": state.parent_uuid if state is not None else None,
-            "master": state.master_node if state is not None else None,
-            "last_committed_config": list(basis.last_committed_config.node_ids),
-            "last_accepted_config": list(basis.last_accepted_config.node_ids),
-            "quorum": None,
-        }
-        event.update(extra)
+        event = HistoryEvent(
+            cluster_uuid=basis.cluster_uuid,
+            node=self.local_node.id,
+            node_name=self.local_node.name,
+            type=event_type,
+            term=basis.term if state is not None else self.current_term,
+            version=state.version if state is not None else None,
+            state_uuid=state.state_uuid if state is not None else None,
+            parent_uuid=state.parent_uuid if state is not None else None,
+            master=state.master_node if state is not None else None,
+            last_committed_config=basis.last_committed_config.node_ids,
+            last_accepted_config=basis.last_accepted_config.node_ids,
+            quorum=quorum,
+            reason=reason,
+        )
         self._out.append(RecordHistory(event))
 
     # ------------------------------------------------------------------------------------------------------
@@ -362,7 +390,7 @@ class Coordinator:
         previous = self.mode
         self._log("info" if not initial else "debug", f"becoming CANDIDATE: {reason}")
         if previous is Mode.LEADER:
-            self._history("stepped_down", reason=reason)
+            self._history(EventType.STEPPED_DOWN, reason=reason)
             self._stop_leading(reason)
         self.forwarder.fail_all("the master changed")
         self.mode = Mode.CANDIDATE
@@ -382,7 +410,7 @@ class Coordinator:
             return
         previous = self.mode
         if previous is Mode.LEADER:
-            self._history("stepped_down", reason=reason)
+            self._history(EventType.STEPPED_DOWN, reason=reason)
             self._stop_leading(reason)
         if self.leader != leader:
             self.forwarder.fail_all("the master changed")
@@ -419,15 +447,15 @@ class Coordinator:
         self.leader = self.local_node
         self.elections_won += 1
         self.applied_in_current_term = False
-        self._history("elected")
+        self._history(EventType.ELECTED)
         self._stop_elections()
         self.peer_finder.deactivate()
         self.formation.deactivate()
         joins = self.joins.take_pending()
-        self.master_service.add(Task("elected-as-master", Priority.URGENT, ElectedAsMaster(), lambda result: None))
+        self.master_tasks.queue.add(Task("elected-as-master", Priority.URGENT, ElectedAsMaster(), lambda result: None))
         for join in joins:
-            self.master_service.add(self.joins.join_task(join.node, join.request_id, join.address))
-        self._run_master_service()
+            self.master_tasks.queue.add(self.joins.join_task(join.node, join.request_id, join.address))
+        self.master_tasks.run()
 
     def _stop_leading(self, reason: str) -> None:
         """Leaving LEADER mode: fail what the master was doing for others."""
@@ -437,15 +465,13 @@ class Coordinator:
             for task in publication.tasks:
                 task.reply(client.failed_publication_error(f"master stepped down: {reason}"))
             self._out.append(publication.finished(committed=publication.committed))
-        for task in self.master_service.take_all():
-            task.reply(client.not_master_error(f"no longer master: {reason}"))
+        self.master_tasks.fail_all(f"no longer master: {reason}")
         for node_id in self.followers_checker.checked_nodes():
             self.lag_detector.cancel(node_id)
         self.followers_checker.clear()
         self.lag_detector.clear_versions()
         self.reads.close(f"no longer master: {reason}")
         self.exclusion_waits.close(f"no longer master: {reason}")
-        self.timers.cancel("task_expiry")
 
     # ------------------------------------------------------------------------------------------------------
     # terms
@@ -475,7 +501,7 @@ class Coordinator:
             return None
         self.joins.last_join = join
         self.max_term_seen = max(self.max_term_seen, term)
-        self._history("term")
+        self._history(EventType.TERM)
         if self.mode is not Mode.CANDIDATE:
             self._become_candidate(f"joining term {term}")
         return join
@@ -558,8 +584,7 @@ class Coordinator:
         if self.mode is Mode.LEADER and self.coordination_state.election_won:
             if request.source.id == self.local_node.id:
                 return
-            self.master_service.add(self.joins.join_task(request.source, request.request_id, reply_to))
-            self._run_master_service()
+            self.master_tasks.submit(self.joins.join_task(request.source, request.request_id, reply_to))
         elif self.mode is Mode.CANDIDATE:
             self.joins.hold(request.source, request.request_id, reply_to)
             if self.coordination_state.election_won and not won_before:
@@ -576,69 +601,14 @@ class Coordinator:
         except CoordinationStateRejected as rejected:
             self._log("debug", f"join from {join.voter_id} not counted: {rejected}")
 
-    def _on_join_response(self, sender: str, response: JoinResponse) -> None:
-        self.joins.on_join_response(sender, response)
-
     # ------------------------------------------------------------------------------------------------------
-    # the master service
+    # the master's tasks
 
-    def _run_master_service(self) -> None:
-        if self.mode is not Mode.LEADER or self.publication is not None:
-            return
-        for task in self.master_service.take_expired(self.now):
-            task.reply(client.timeout_error(f"failed to process [{task.source}] within its timeout"))
-        if not self.master_service.pending:
-            self._schedule_task_expiry()
-            return
-        tasks = self.master_service.take_batch()
-        base = self.last_accepted_state
-        try:
-            new_state, results = execute_batch(base, [task.payload for task in tasks], self._batch_context())
-        except CoordinationStateRejected as rejected:
-            for task in tasks:
-                task.reply(client.not_master_error(str(rejected)))
-            return
-        if new_state is None:
-            # Nothing changed: no publication needed; the tasks see the current state.
-            for task, result in zip(tasks, results, strict=True):
-                task.reply(result or Committed(base.term, base.version))
-            self._after_publication(base)
-            return
-        try:
-            self.coordination_state.handle_client_value(new_state)
-        except CoordinationStateRejected as rejected:
-            self._log("warning", f"cannot publish version {new_state.version}: {rejected}")
-            for task in tasks:
-                task.reply(client.not_master_error(str(rejected)))
-            self._become_candidate(f"publication refused: {rejected}")
-            return
-        self.publication = Publication(self.ctx, self._publication_listener, new_state, base, tasks, results)
+    def _publish(
+        self, state: ClusterState, base: ClusterState, tasks: list[Task], results: list[ClientResult | None]
+    ) -> None:
+        self.publication = Publication(self.ctx, self._publication_listener, state, base, tasks, results)
         self.publication.start()
-        self._schedule_task_expiry()
-
-    def _schedule_task_expiry(self) -> None:
-        expiry = self.master_service.next_expiry()
-        if expiry is None:
-            self.timers.cancel("task_expiry")
-        else:
-            self.timers.schedule("task_expiry", expiry, self._run_master_service)
-
-    def _batch_context(self) -> BatchContext:
-        return BatchContext(
-            master=self.local_node,
-            term=self.current_term,
-            voters=frozenset(self.coordination_state.join_votes),
-            max_exclusions=self.settings.max_voting_config_exclusions,
-            auto_shrink=self.settings.auto_shrink_voting_configuration,
-            new_uuid=self._random_uuid,
-        )
-
-    def _improve_configuration(self, state: ClusterState) -> ClusterState:
-        context = self._batch_context()
-        return improve_configuration(state, self.local_node.id, context.voters, context.auto_shrink)
-
-    def _random_uuid(self) -> str:
-        return f"{self.rng.getrandbits(128):032x}"
 
     # ------------------------------------------------------------------------------------------------------
     # publication (master side): the Publication round reports back here
@@ -652,9 +622,7 @@ class Coordinator:
             ),
             publish_votes=lambda: self.coordination_state.publish_votes,
             last_committed_config=lambda: self.coordination_state.last_committed_config,
-            on_committed=lambda publication: self._history(
-                "committed", publication.state, quorum=list(publication.quorum)
-            ),
+            on_committed=lambda publication: self._history(EventType.COMMITTED, publication.state, publication.quorum),
             on_failed=self._fail_publication,
             on_completed=self._complete_publication,
         )
@@ -708,16 +676,13 @@ class Coordinator:
                 self._abdicate_to(self.rng.choice(candidates))
                 return
         self._improve_voting_configuration(state)
-        self._run_master_service()
+        self.master_tasks.run()
 
     def _improve_voting_configuration(self, state: ClusterState) -> None:
         if self.handover.collect_missing_votes(state):
             return
-        if self._improve_configuration(state) != state and not any(
-            task.source == "reconfigure" for task in self.master_service.pending
-        ):
-            self.master_service.add(Task("reconfigure", Priority.URGENT, Reconfigure(), lambda result: None))
-            self._run_master_service()
+        if self.master_tasks.improved(state) != state and not self.master_tasks.is_pending("reconfigure"):
+            self.master_tasks.submit(Task("reconfigure", Priority.URGENT, Reconfigure(), lambda result: None))
 
     def _abdicate_to(self, node: DiscoveryNode) -> None:
         term = max(self.current_term, self.max_term_seen) + 1
@@ -731,84 +696,25 @@ class Coordinator:
     # ------------------------------------------------------------------------------------------------------
     # publication (receiver side)
 
-    def _on_publish_request(self, sender: str, request: PublishRequest) -> None:
-        source = request.source
-        accepted = self.last_accepted_state
-        if request.state is not None:
-            state = request.state
-        else:
-            assert request.diff is not None
-            try:
-                state = apply_diff(accepted, request.diff)
-            except IncompatibleDiffError:
-                self._send(
-                    source.transport_address,
-                    PublishResponse(self.local_node.id, request.term, request.version, ok=False, need_full_state=True),
-                )
-                return
-        reject = self._validate_publication(state)
-        if reject is None:
-            self._ensure_term_at_least(source, state.term)
-            try:
-                response = self.coordination_state.handle_publish_request(state)
-            except CoordinationStateRejected as rejected:
-                reject = str(rejected)
-            except OSError as error:
-                reject = f"failed to persist the accepted state: {error}"
-                self._log("warning", reject)
-        if reject is not None:
-            self._send(
-                source.transport_address,
-                PublishResponse(self.local_node.id, request.term, request.version, ok=False, reason=reject),
-            )
-            return
-        self._history("accepted", state)
+    def _on_accepted(self, source: DiscoveryNode, state: ClusterState) -> None:
+        self._history(EventType.ACCEPTED, state)
         if source.id != self.local_node.id:
             self._become_follower(source, "received a publication")
             self._update_max_term_seen(state.term)
-        self._send(source.transport_address, replace(response, join=self.joins.join_for(source.id, state.term)))
 
-    def _validate_publication(self, state: ClusterState) -> str | None:
-        local = self.last_accepted_state
-        if state.cluster_name != self.base_settings.cluster_name:
-            return f"cluster name [{state.cluster_name}] is not [{self.base_settings.cluster_name}]"
-        if local.cluster_uuid_committed and state.cluster_uuid != local.cluster_uuid:
-            return f"state belongs to cluster [{state.cluster_uuid}], this node to [{local.cluster_uuid}]"
-        if self.local_node.id not in state.nodes:
-            return "this node is not in the published state"
-        if state.term < self.current_term:
-            return f"publication term {state.term} is older than current term {self.current_term}"
-        return None
-
-    def _on_apply_commit(self, sender: str, commit: ApplyCommit) -> None:
-        try:
-            self.coordination_state.handle_commit(commit)
-        except CoordinationStateRejected as rejected:
-            self._log("debug", f"commit of version {commit.version} rejected: {rejected}")
-            self._send(sender, ApplyCommitResponse(self.local_node.id, commit.term, commit.version, ok=False))
-            return
-        except OSError as error:
-            self._log("warning", f"failed to persist the commit: {error}")
-            if commit.source_id == self.local_node.id:
-                self._become_candidate(f"failed to persist the commit of version {commit.version}")
-                return
-            self._send(sender, ApplyCommitResponse(self.local_node.id, commit.term, commit.version, ok=False))
-            return
-        state = self.last_accepted_state
-        if commit.source_id == self.local_node.id:
-            # The master commits its own copy here; it applies last, when the publication completes.
-            if self.publication is not None:
-                self.publication.on_own_commit_applied(commit.version)
-            return
-        self._history("committed", state)
+    def _on_committed(self, state: ClusterState) -> None:
+        self._history(EventType.COMMITTED, state)
         self._apply(state)
-        self._send(sender, ApplyCommitResponse(self.local_node.id, commit.term, commit.version, ok=True))
+
+    def _on_own_commit(self, version: int) -> None:
+        if self.publication is not None:
+            self.publication.on_own_commit_applied(version)
 
     def _apply(self, state: ClusterState) -> None:
         if state.term_version() <= self.last_applied:
             return  # applied (term, version) strictly increases on every node
         self.last_applied = state.term_version()
-        self._history("applied", state)
+        self._history(EventType.APPLIED, state)
         self.applied_state = state
         self._out.append(StateApplied(state))
 
@@ -826,10 +732,9 @@ class Coordinator:
             if node.master_eligible and node_id not in state.last_accepted_config and self.applied_in_current_term:
                 self._improve_voting_configuration(state)  # a healthy node that could vote but does not yet
             return
-        if (response.accepted_term, response.accepted_version) < (state.term, state.version):
-            self._send(node.transport_address, PublishRequest(self.local_node, state.term, state.version, state=state))
-        elif (response.accepted_term, response.accepted_version) == (state.term, state.version):
-            self._send(node.transport_address, ApplyCommit(self.local_node.id, state.term, state.version))
+        missed = catch_up_message(self.local_node, state, response)
+        if missed is not None:
+            self._send(node.transport_address, missed)
 
     def _remove_node(self, node_id: str, reason: str) -> None:
         node = self.last_accepted_state.nodes.get(node_id)
@@ -841,8 +746,7 @@ class Coordinator:
         self._publication_target_failed(node_id)
         if self.mode is Mode.LEADER:
             task = Task(f"node-left [{node.name}]", Priority.IMMEDIATE, NodeLeft(node_id), lambda result: None)
-            self.master_service.add(task)
-            self._run_master_service()
+            self.master_tasks.submit(task)
 
     def _on_follower_check(self, sender: str, request: FollowerCheck) -> None:
         leader = request.source
@@ -867,9 +771,6 @@ class Coordinator:
             ),
         )
 
-    def _on_follower_check_response(self, sender: str, response: FollowerCheckResponse) -> None:
-        self.followers_checker.on_response(response)
-
     def _on_leader_check(self, sender: str, request: LeaderCheck) -> None:
         if self.mode is not Mode.LEADER:
             response = LeaderCheckResponse(request.request_id, ok=False, reason="this node is no longer the master")
@@ -882,10 +783,6 @@ class Coordinator:
     def _on_leader_check_response(self, sender: str, response: LeaderCheckResponse) -> None:
         if self.mode is Mode.FOLLOWER and self.leader_checker is not None:
             self.leader_checker.on_response(response)
-
-    def _submit_task(self, task: Task) -> None:
-        self.master_service.add(task)
-        self._run_master_service()
 
     # ------------------------------------------------------------------------------------------------------
     # responses to other nodes' rounds
@@ -908,13 +805,13 @@ Coordinator._handlers = {
     PreVoteResponse: lambda self, sender, message: self.pre_votes.on_response(sender, message),
     StartJoinRequest: Coordinator._on_start_join,
     JoinRequest: Coordinator._on_join_request,
-    JoinResponse: Coordinator._on_join_response,
-    PublishRequest: Coordinator._on_publish_request,
+    JoinResponse: lambda self, sender, message: self.joins.on_join_response(sender, message),
+    PublishRequest: lambda self, sender, message: self.publish_handler.on_publish_request(message),
     PublishResponse: Coordinator._on_publish_response,
-    ApplyCommit: Coordinator._on_apply_commit,
+    ApplyCommit: lambda self, sender, message: self.publish_handler.on_apply_commit(sender, message),
     ApplyCommitResponse: Coordinator._on_apply_commit_response,
     FollowerCheck: Coordinator._on_follower_check,
-    FollowerCheckResponse: Coordinator._on_follower_check_response,
+    FollowerCheckResponse: lambda self, sender, message: self.followers_checker.on_response(message),
     LeaderCheck: Coordinator._on_leader_check,
     LeaderCheckResponse: Coordinator._on_leader_check_response,
     LeadershipProbe: Coordinator._on_leadership_probe,

@@ -5,9 +5,9 @@ a history event comes before the message or apply that it records.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from coordinated.coordination.client import ClientResult
+from coordinated.coordination.history import HistoryEvent
 from coordinated.coordination.messages import Message
 from coordinated.coordination.state import ClusterState
 
@@ -29,9 +29,9 @@ class ProbeSeeds:
 
 @dataclass(frozen=True, slots=True)
 class RecordHistory:
-    """One history event (DESIGN section 7) without its `seq` and `ts`, which the shell assigns."""
+    """One history event without its `seq` and `ts`, which the shell assigns."""
 
-    event: dict[str, Any]
+    event: HistoryEvent
 
 
 @dataclass(frozen=True, slots=True)

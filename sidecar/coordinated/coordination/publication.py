@@ -14,10 +14,16 @@ from coordinated.coordination.client import ClientResult
 from coordinated.coordination.context import CoreContext
 from coordinated.coordination.effects import PublicationFinished, Send
 from coordinated.coordination.master_service import Task
-from coordinated.coordination.messages import ApplyCommit, ApplyCommitResponse, PublishRequest, PublishResponse
+from coordinated.coordination.messages import (
+    ApplyCommit,
+    ApplyCommitResponse,
+    FollowerCheckResponse,
+    PublishRequest,
+    PublishResponse,
+)
 from coordinated.coordination.quorum import joint_quorum
 from coordinated.coordination.safety import CoordinationStateRejected
-from coordinated.coordination.state import ClusterState, VotingConfiguration, compute_diff
+from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfiguration, compute_diff
 
 
 class TargetState(Enum):
@@ -186,3 +192,14 @@ class Publication:
         else:
             timeout = self.ctx.settings.publish_timeout
             self.listener.on_failed(self, f"not committed within cluster.publish.timeout [{timeout}ms]")
+
+
+def catch_up_message(
+    master: DiscoveryNode, state: ClusterState, response: FollowerCheckResponse
+) -> PublishRequest | ApplyCommit | None:
+    """What a follower that has not applied the master's latest state missed: the state, or its commit."""
+    if (response.accepted_term, response.accepted_version) < (state.term, state.version):
+        return PublishRequest(master, state.term, state.version, state=state)
+    if (response.accepted_term, response.accepted_version) == (state.term, state.version):
+        return ApplyCommit(master.id, state.term, state.version)
+    return None

@@ -34,7 +34,7 @@ from coordinated.sidecar.auth import TransportAuth
 from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.history import HistoryWriter, newest_durable_marks
 from coordinated.sidecar.hooks import HookManager
-from coordinated.sidecar.metrics import NodeMetrics
+from coordinated.sidecar.metrics import NodeMetrics, StatusSnapshot
 from coordinated.sidecar.persistence import (
     DataDirError,
     DataDirLock,
@@ -67,7 +67,7 @@ class Node:
         self.local_node = DiscoveryNode(self.node_id, config.coordination.node_name, config.transport_address, roles)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.coordinator: Coordinator | None = None
-        self.metrics = NodeMetrics(self)
+        self.metrics = NodeMetrics(self.status_snapshot)
         self.hooks = HookManager(config.data_dir / "hooks.json", config.get("hooks.timeout") / 1000)
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
@@ -241,8 +241,9 @@ class Node:
                 assert self.sender is not None
                 self.sender.send(effect.destination, effect.message)
             elif isinstance(effect, RecordHistory):
-                self.history.append(effect.event)
-                self.metrics.on_history(effect.event)
+                event = effect.event.to_dict()
+                self.history.append(event)
+                self.metrics.on_history(event)
             elif isinstance(effect, StateApplied):
                 self._on_applied(effect.state)
             elif isinstance(effect, RequestCompleted):
@@ -339,6 +340,26 @@ class Node:
             except TimeoutError:
                 return predicate()
         return True
+
+    def status_snapshot(self) -> StatusSnapshot | None:
+        """What the metrics report, read at scrape time; None before the core starts."""
+        coordinator = self.coordinator
+        if coordinator is None:
+            return None
+        state = self.applied_state
+        return StatusSnapshot(
+            current_term=coordinator.current_term,
+            mode=coordinator.mode.value,
+            applied_version=state.version,
+            applied_nodes=len(state.nodes),
+            elections_won=coordinator.elections_won,
+            failed_publications=coordinator.failed_publications,
+            lagging_nodes_removed=coordinator.lagging_nodes_removed,
+            history_bytes=self.history.total_bytes(),
+            persisted_bytes=self.persisted.bytes_written,
+            sent_bytes=dict(self.sender.bytes_sent) if self.sender is not None else None,
+            dropped_messages=self.sender.dropped if self.sender is not None else 0,
+        )
 
     @property
     def history_dir(self) -> Path:

@@ -284,7 +284,7 @@ class SimulatedCluster:
                 self._send(sim_node, effect.destination, effect.message)
             elif isinstance(effect, RecordHistory):
                 sim_node.seq += 1
-                event = dict(effect.event)
+                event = effect.event.to_dict()
                 event["seq"] = sim_node.seq
                 event["ts"] = self.now / 1000
                 sim_node.history.append(event)
