@@ -20,7 +20,7 @@ import grpc
 from peers_procs import kill9, spawn, stop
 from peers_systems import System
 
-from coordinated.sidecar.localcluster import free_ports
+from coordinated.tools.localcluster import free_ports
 
 PROTO = """syntax = "proto3";
 package etcdserverpb;

@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 from sidecar_common import percentile
 
-from coordinated.sidecar.localcluster import FAST_SETTINGS, LocalCluster
+from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster
 
 __all__ = ["OursSystem", "System", "http_put", "percentile"]
 

@@ -1,4 +1,4 @@
-"""The client API on the HTTP port (DESIGN section 6), with Elasticsearch's error shape.
+"""The client API on the HTTP port (docs/sidecar.md), with Elasticsearch's error shape.
 
 Every handler validates its query string (unknown parameters are refused, as Elasticsearch does) and its
 body before touching the node; the middleware turns any failure into a JSON error, so no request can take

@@ -1,4 +1,4 @@
-"""The node's history (DESIGN section 7): JSON Lines in rotating segment files under DATA_DIR/history/.
+"""The node's history (the event schema is in docs/protocol.md): JSON Lines in rotating segment files under DATA_DIR/history/.
 
 Events are written with a plain `write` on an O_APPEND descriptor before the effect they record is carried
 out, so a killed process never loses an event it acted on (the page cache survives a process crash; set

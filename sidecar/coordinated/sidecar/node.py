@@ -15,6 +15,7 @@ import random
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import assert_never
 
 from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError
 from coordinated.coordination.coordinator import Coordinator, Mode
@@ -259,7 +260,7 @@ class Node:
             elif isinstance(effect, Log):
                 log.log(_LOG_LEVELS.get(effect.level, logging.INFO), effect.message)
             else:
-                log.warning("unknown effect %r", effect)
+                assert_never(effect)
 
     def _on_applied(self, state: ClusterState) -> None:
         self.applied_state = state

@@ -1,4 +1,4 @@
-"""Choosing the voting configuration (DESIGN section 3), as Elasticsearch's Reconfigurator does."""
+"""Choosing the voting configuration, as Elasticsearch's Reconfigurator does."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import sys
 # subcommand -> (module exposing `main(argv) -> int`, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "node": ("coordinated.sidecar.cli", "run one sidecar node in the foreground"),
-    "demo": ("coordinated.sidecar.demo", "run a local multi-node cluster demo, then audit it"),
+    "demo": ("coordinated.tools.demo", "run a local multi-node cluster demo, then audit it"),
     "audit": ("coordinated.audit.cli", "audit history files against the protocol's safety invariants"),
     "operator": ("coordinated.operator.cli", "run the Kopf operator for CoordinatedCluster resources"),
     "simulate": ("coordinated.simulation.cli", "run the deterministic simulator"),

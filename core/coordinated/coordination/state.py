@@ -214,7 +214,7 @@ def initial_state(cluster_name: str) -> ClusterState:
 
 
 def state_to_api(state: ClusterState) -> dict[str, Any]:
-    """The `GET /_cluster/state` shape (DESIGN section 6)."""
+    """The `GET /_cluster/state` shape (docs/sidecar.md, Client API)."""
     coordination = state.coordination
     return {
         "cluster_name": state.cluster_name,

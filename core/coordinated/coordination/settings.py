@@ -1,4 +1,4 @@
-"""Node settings with Elasticsearch names, defaults and units (DESIGN section 4).
+"""Node settings with Elasticsearch names, defaults and units (listed in docs/settings.md).
 
 Settings arrive as strings (`-E key=value`, pod config, `PUT /_cluster/settings`). Each one is parsed and
 validated here; an unknown, invalid or retired (Zen1) setting raises `SettingsError` naming the setting.

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from coordinated.sidecar.localcluster import LocalCluster, LocalNode
+from coordinated.tools.localcluster import LocalCluster, LocalNode
 
 # Default protocol settings, except quicker discovery so the demo does not sit idle.
 DEMO_SETTINGS = {"discovery.find_peers_interval": "200ms", "transport.request_timeout": "2s"}

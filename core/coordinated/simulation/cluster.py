@@ -528,7 +528,7 @@ class SimulatedCluster:
     # output
 
     def write_histories(self, directory: Path) -> list[Path]:
-        """Each node's history as JSON Lines in the schema of DESIGN section 7."""
+        """Each node's history as JSON Lines (the history event of docs/protocol.md)."""
         directory.mkdir(parents=True, exist_ok=True)
         paths = []
         for sim_node in self.nodes:
