@@ -59,6 +59,9 @@ LinearizableRead = KvGet | ReadBarrier
 WRITE_REQUESTS = (KvPut, KvDelete, UpdateSettings, AddVotingConfigExclusions, ClearVotingConfigExclusions)
 
 
+DEFAULT_REQUEST_TIMEOUT_MS = 30_000  # a client request without a timeout of its own
+
+
 class _Result(msgspec.Struct, frozen=True, tag_field="result"):
     pass
 
@@ -76,7 +79,6 @@ class ReadValue(_Result, frozen=True, tag="value"):
     value: Any
     term: int
     version: int
-    linearizable: bool = True
 
 
 class ClusterError(_Result, frozen=True, tag="error"):

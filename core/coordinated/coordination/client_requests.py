@@ -26,11 +26,9 @@ from coordinated.coordination.exclusion_waits import ExclusionWaits
 from coordinated.coordination.forwarding import Forwarder
 from coordinated.coordination.master_service import Priority, Task
 from coordinated.coordination.messages import ForwardedRequest, ForwardedResponse
-from coordinated.coordination.reads import ReadService, read_result
-from coordinated.coordination.state import ClusterState, DiscoveryNode
+from coordinated.coordination.reads import ReadService
+from coordinated.coordination.state import DiscoveryNode
 from coordinated.coordination.tasks import ClientTask
-
-DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 
 Reply = Callable[[ClientResult], None]
 
@@ -41,7 +39,6 @@ class ClientRequests:
         ctx: CoreContext,
         *,
         leader: Callable[[], DiscoveryNode | None],
-        applied_state: Callable[[], ClusterState],
         submit_task: Callable[[Task], None],  # add a master task and run the master service
         forwarder: Forwarder,
         reads: ReadService,
@@ -49,7 +46,6 @@ class ClientRequests:
     ) -> None:
         self.ctx = ctx
         self.leader = leader
-        self.applied_state = applied_state
         self.submit_task = submit_task
         self.forwarder = forwarder
         self.reads = reads
@@ -66,17 +62,15 @@ class ClientRequests:
         if forwarded:
             reply(client.not_master_error("this node is not the master"))
             return
-        block = self.ctx.settings.no_master_block
-        if isinstance(request, KvGet) and block != "all":
-            reply(read_result(request, self.applied_state(), linearizable=False))
-            return
-        reply(client.no_master_error(block))
+        # Without a master nothing can be written, and no read is linearizable: a read of this node's applied
+        # state, however stale, is the shell's `local` read, not a client request of the core.
+        reply(client.no_master_error(self.ctx.settings.no_master_block))
 
     def on_forwarded_request(self, sender: str, request: ForwardedRequest) -> None:
         def reply(result: ClientResult) -> None:
             self.ctx.send(sender, ForwardedResponse(request.request_id, result))
 
-        self.handle(request.request, reply, DEFAULT_REQUEST_TIMEOUT_MS, forwarded=True)
+        self.handle(request.request, reply, request.timeout_ms, forwarded=True)
 
     def _execute_on_master(self, request: ClientRequest, reply: Reply, timeout: int) -> None:
         if isinstance(request, KvGet | ReadBarrier):

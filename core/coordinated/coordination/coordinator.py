@@ -28,11 +28,12 @@ from msgspec import UNSET, UnsetType
 
 from coordinated.coordination import client
 from coordinated.coordination.client import (
+    DEFAULT_REQUEST_TIMEOUT_MS,
     ClientRequest,
     ClientResult,
     Committed,
 )
-from coordinated.coordination.client_requests import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequests
+from coordinated.coordination.client_requests import ClientRequests
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.effects import Effect, RecordHistory, RequestCompleted, StateApplied
 from coordinated.coordination.elections import ElectionScheduler, PreVoteCollector
@@ -187,7 +188,6 @@ class Coordinator:
         self.requests = ClientRequests(
             ctx,
             leader=lambda: self.leader,
-            applied_state=lambda: self.applied_state,
             submit_task=self.master_tasks.submit,
             forwarder=self.forwarder,
             reads=self.reads,

@@ -26,7 +26,7 @@ class Forwarder:
         ctx = self.ctx
         forward_id = ctx.new_request_id()
         self.waiting[forward_id] = reply
-        ctx.send(master.transport_address, ForwardedRequest(ctx.local_node.id, forward_id, request))
+        ctx.send(master.transport_address, ForwardedRequest(ctx.local_node.id, forward_id, request, timeout))
         ctx.timers.schedule((self, forward_id), ctx.now + timeout, lambda: self._timed_out(forward_id))
 
     def finish(self, forward_id: int, result: ClientResult) -> None:

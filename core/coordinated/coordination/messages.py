@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from coordinated.coordination.client import ClientRequest, ClientResult
+from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult
 from coordinated.coordination.state import UNKNOWN_UUID, ClusterState, ClusterStateDiff, DiscoveryNode
 
 
@@ -160,6 +160,9 @@ class ForwardedRequest(_Message, frozen=True, tag="forwarded_request"):
     source_id: str
     request_id: int
     request: ClientRequest
+    timeout_ms: int = (
+        DEFAULT_REQUEST_TIMEOUT_MS  # the client's: the master's tasks and waits for this request end by then
+    )
 
 
 class ForwardedResponse(_Message, frozen=True, tag="forwarded_response"):

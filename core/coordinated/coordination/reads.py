@@ -20,7 +20,7 @@ Reply = Callable[[ClientResult], None]
 Read = KvGet | ReadBarrier
 
 
-def read_result(request: Read, state: ClusterState, linearizable: bool = True) -> ClientResult:
+def read_result(request: Read, state: ClusterState) -> ClientResult:
     if isinstance(request, ReadBarrier):
         return Committed(state.term, state.version)
     return ReadValue(
@@ -29,7 +29,6 @@ def read_result(request: Read, state: ClusterState, linearizable: bool = True) -
         value=state.kv.get(request.key),
         term=state.term,
         version=state.version,
-        linearizable=linearizable,
     )
 
 

@@ -383,7 +383,7 @@ class SimulatedCluster:
             return
         key: str = getattr(request, "key", "")
         if kind == "get":
-            if isinstance(result, ReadValue) and result.linearizable:
+            if isinstance(result, ReadValue):
                 value = result.value if result.found else MISSING
                 self.operations.append(Operation(op.client, key, "get", op.invoked, completed, result=value))
             return

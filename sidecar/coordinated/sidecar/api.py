@@ -397,12 +397,6 @@ async def metadata_get(request: web.Request) -> web.Response:
         return web.json_response({"key": key, "value": state.kv[key], "version": state.version})
     result = await node.submit(KvGet(key), timeout_ms)
     if isinstance(result, ReadValue):
-        if not result.linearizable:
-            # Without a master the core answers from the last applied state, which may be stale (the chaos
-            # runs saw such reads while a node was cut off). The caller asked for a linearizable read, so say
-            # there is no master; ?local=true still reads the applied state.
-            assert node.coordinator is not None
-            return result_error(no_master_error(node.coordinator.settings.no_master_block))
         if not result.found:
             return key_not_found(key)
         return web.json_response({"key": key, "value": result.value, "version": result.version})
@@ -475,16 +469,7 @@ async def exclusions_add(request: web.Request) -> web.Response:
     timeout_ms = timeout_of(query)
     await no_body(request)
     node = node_of(request)
-    assert node.coordinator is not None
-    limit = node.coordinator.settings.max_voting_config_exclusions
-    existing = len(node.applied_state.coordination.voting_config_exclusions)
-    new = len(set(names or ids))
-    if existing + new > limit:
-        raise BadRequest(
-            f"add voting config exclusions request for {list(names or ids)} would add [{new}] exclusions to the "
-            f"existing [{existing}] which would exceed the maximum of [{limit}] set by "
-            "[cluster.max_voting_config_exclusions]"
-        )
+    # The master checks cluster.max_voting_config_exclusions against the exclusions it holds.
     result = await node.submit(AddVotingConfigExclusions(node_names=names, node_ids=ids), timeout_ms)
     return exclusions_result(node, result)
 
