@@ -19,8 +19,9 @@ from coordinated.coordination.client import (
     KvPut,
     UpdateSettings,
 )
+from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.reconfigurator import reconfigure
-from coordinated.coordination.state import UNKNOWN_UUID, ClusterState, DiscoveryNode, VotingConfigExclusion
+from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfigExclusion
 from coordinated.coordination.tasks import ClientTask, ElectedAsMaster, NodeJoin, NodeLeft, TaskPayload
 
 ABSENT_PREFIX = "_absent_"  # an exclusion by name of a node that is not in the cluster (yet)
@@ -153,7 +154,7 @@ def execute_batch(
     if not changed:
         return None, results
     new_state = candidate.replace(
-        cluster_uuid=context.new_uuid() if base.cluster_uuid == UNKNOWN_UUID else base.cluster_uuid,
+        cluster_uuid=context.new_uuid() if base.cluster_uuid == NO_CLUSTER_UUID else base.cluster_uuid,
         version=base.version + 1,
         state_uuid=context.new_uuid(),
         parent_uuid=base.state_uuid,

@@ -89,7 +89,12 @@ class ClusterError(_Result, frozen=True, tag="error"):
     maybe_applied: bool = False
 
     def to_api(self) -> dict[str, Any]:
-        return {"error": {"type": self.type, "reason": self.reason}, "status": self.status}
+        return error_body(self.type, self.reason, self.status)
+
+
+def error_body(error_type: str, reason: str, status: int) -> dict[str, Any]:
+    """Elasticsearch's error shape, the only place it is built: `{"error": {"type", "reason"}, "status"}`."""
+    return {"error": {"type": error_type, "reason": reason}, "status": status}
 
 
 ClientResult = Committed | ReadValue | ClusterError

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from coordinated.coordination.effects import Effect, Log, Send
+from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.messages import Message
 from coordinated.coordination.settings import CoordinationSettings
-from coordinated.coordination.state import UNKNOWN_UUID, ClusterState, DiscoveryNode
+from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.timers import Timers
 
 
@@ -61,12 +62,12 @@ class CoreContext:
     def committed_uuid(self) -> str:
         """This node's cluster UUID once committed; until then the "no cluster yet" marker."""
         state = self.accepted
-        return state.cluster_uuid if state.cluster_uuid_committed else UNKNOWN_UUID
+        return state.cluster_uuid if state.cluster_uuid_committed else NO_CLUSTER_UUID
 
     def foreign(self, cluster_uuid: str, sender: str) -> bool:
         """A message from a node of another cluster: its terms must not disturb this one."""
         ours = self.committed_uuid()
-        if UNKNOWN_UUID in (ours, cluster_uuid) or ours == cluster_uuid:
+        if NO_CLUSTER_UUID in (ours, cluster_uuid) or ours == cluster_uuid:
             return False
         self.log("debug", f"ignoring {sender}: it belongs to cluster [{cluster_uuid}], this node to [{ours}]")
         return True

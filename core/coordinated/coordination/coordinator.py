@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from msgspec import UNSET, UnsetType
@@ -42,7 +42,7 @@ from coordinated.coordination.followers_checker import FollowersChecker, LagDete
 from coordinated.coordination.formation import ClusterBootstrapService, ClusterFormationFailureHelper
 from coordinated.coordination.forwarding import Forwarder
 from coordinated.coordination.handover import Handover
-from coordinated.coordination.history import EventType, HistoryEvent
+from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 from coordinated.coordination.joins import JoinHelper
 from coordinated.coordination.leader_checker import LeaderChecker
 from coordinated.coordination.master_service import Priority, Task
@@ -77,7 +77,6 @@ from coordinated.coordination.reads import ReadService
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
 from coordinated.coordination.settings import CoordinationSettings
 from coordinated.coordination.state import (
-    UNKNOWN_UUID,
     ClusterState,
     DiscoveryNode,
 )
@@ -110,6 +109,8 @@ class Coordinator:
         self.last_applied: tuple[int, int] = (0, 0)
         self.stopped = False
         self.timers = Timers()
+        self._settings_basis: Mapping[str, str] | None = None
+        self._settings = settings
         self._out: list[Effect] = []
         self._loopback: deque[tuple[str, Message]] = deque()
         self._next_request_id = 0
@@ -201,7 +202,12 @@ class Coordinator:
     # public API
     @property
     def settings(self) -> CoordinationSettings:
-        return self.base_settings.with_dynamic(self.applied_state.persistent_settings)
+        """The node's settings with the dynamic ones of the applied state, parsed once per applied state."""
+        persistent = self.applied_state.persistent_settings
+        if persistent is not self._settings_basis:
+            self._settings_basis = persistent
+            self._settings = self.base_settings.with_dynamic(persistent)
+        return self._settings
 
     @property
     def current_term(self) -> int:
@@ -569,7 +575,7 @@ class Coordinator:
         if (
             request.cluster_uuid_committed
             and request.cluster_uuid != state.cluster_uuid
-            and (state.cluster_uuid_committed or state.cluster_uuid != UNKNOWN_UUID)
+            and (state.cluster_uuid_committed or state.cluster_uuid != NO_CLUSTER_UUID)
         ):
             reason = (
                 f"join from {request.source.name} rejected: it belongs to cluster [{request.cluster_uuid}] "

@@ -11,7 +11,8 @@ from typing import Any
 import msgspec
 
 from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult
-from coordinated.coordination.state import UNKNOWN_UUID, ClusterState, ClusterStateDiff, DiscoveryNode
+from coordinated.coordination.history import NO_CLUSTER_UUID
+from coordinated.coordination.state import ClusterState, ClusterStateDiff, DiscoveryNode
 
 
 class Join(msgspec.Struct, frozen=True):
@@ -39,13 +40,13 @@ class PeersResponse(_Message, frozen=True, tag="peers_response"):
     master: DiscoveryNode | None
     known_peers: tuple[DiscoveryNode, ...]
     term: int
-    cluster_uuid: str = UNKNOWN_UUID  # the sender's committed cluster UUID: terms of other clusters are ignored
+    cluster_uuid: str = NO_CLUSTER_UUID  # the sender's committed cluster UUID: terms of other clusters are ignored
 
 
 class PreVoteRequest(_Message, frozen=True, tag="pre_vote"):
     source: DiscoveryNode
     current_term: int
-    cluster_uuid: str = UNKNOWN_UUID
+    cluster_uuid: str = NO_CLUSTER_UUID
 
 
 class PreVoteResponse(_Message, frozen=True, tag="pre_vote_response"):
@@ -53,7 +54,7 @@ class PreVoteResponse(_Message, frozen=True, tag="pre_vote_response"):
     current_term: int
     last_accepted_term: int
     last_accepted_version: int
-    cluster_uuid: str = UNKNOWN_UUID
+    cluster_uuid: str = NO_CLUSTER_UUID
 
 
 class StartJoinRequest(_Message, frozen=True, tag="start_join"):
@@ -62,7 +63,7 @@ class StartJoinRequest(_Message, frozen=True, tag="start_join"):
 
     candidate: DiscoveryNode
     term: int
-    cluster_uuid: str = UNKNOWN_UUID
+    cluster_uuid: str = NO_CLUSTER_UUID
 
 
 class JoinRequest(_Message, frozen=True, tag="join"):

@@ -129,6 +129,8 @@ class Setting:
     default: str | None  # None: required, or absent unless given
     dynamic: bool = False
     required: bool = False
+    attribute: str | None = None  # the field of CoordinationSettings that holds it
+    per_node: bool = False  # the node's identity or its way into the cluster, given by whoever starts it
 
 
 @dataclass
@@ -215,91 +217,117 @@ def _max_timeout_covers_initial_timeout(parsed: Mapping[str, Any]) -> None:
 
 
 def coordination_registry() -> SettingsRegistry:
+    """A fresh registry of the core's settings (the sidecar registers its own on top)."""
     registry = SettingsRegistry()
     time = _positive(parse_time_ms)
     for setting in (
-        Setting("cluster.name", parse_node_name, "coordinated"),
-        Setting("node.name", parse_node_name, None, required=True),
-        Setting("node.roles", parse_roles, "master"),
-        Setting("discovery.seed_hosts", parse_seed_hosts, ""),
-        Setting("cluster.initial_master_nodes", parse_node_names, ""),
-        Setting("discovery.find_peers_interval", time, "1s"),
-        Setting("discovery.cluster_formation_warning_timeout", time, "10s"),
+        Setting("cluster.name", parse_node_name, "coordinated", attribute="cluster_name"),
+        Setting("node.name", parse_node_name, None, required=True, attribute="node_name", per_node=True),
+        Setting("node.roles", parse_roles, "master", per_node=True),
+        Setting("discovery.seed_hosts", parse_seed_hosts, "", attribute="seed_hosts", per_node=True),
+        Setting("cluster.initial_master_nodes", parse_node_names, "", attribute="initial_master_nodes", per_node=True),
+        Setting("discovery.find_peers_interval", time, "1s", attribute="find_peers_interval"),
+        Setting(
+            "discovery.cluster_formation_warning_timeout", time, "10s", attribute="cluster_formation_warning_timeout"
+        ),
         # Bounds as in Elasticsearch's ElectionSchedulerFactory and fault detection settings.
-        Setting("cluster.election.initial_timeout", _time_within(1, 10_000), "100ms"),
-        Setting("cluster.election.back_off_time", _time_within(1, 60_000), "100ms"),
-        Setting("cluster.election.max_timeout", _time_within(200, 300_000), "10s"),
-        Setting("cluster.election.duration", _time_within(1, 300_000), "500ms"),
-        Setting("cluster.fault_detection.leader_check.interval", _time_within(100), "1s"),
-        Setting("cluster.fault_detection.leader_check.timeout", time, "10s"),
-        Setting("cluster.fault_detection.leader_check.retry_count", _int_at_least(1), "3"),
-        Setting("cluster.fault_detection.follower_check.interval", _time_within(100), "1s"),
-        Setting("cluster.fault_detection.follower_check.timeout", time, "10s"),
-        Setting("cluster.fault_detection.follower_check.retry_count", _int_at_least(1), "3"),
-        Setting("cluster.publish.timeout", time, "30s", dynamic=True),
-        Setting("cluster.follower_lag.timeout", time, "90s", dynamic=True),
-        Setting("cluster.no_master_block", parse_no_master_block, "write", dynamic=True),
-        Setting("cluster.auto_shrink_voting_configuration", parse_bool, "true", dynamic=True),
-        Setting("cluster.max_voting_config_exclusions", _int_at_least(1), "10", dynamic=True),
+        Setting(
+            "cluster.election.initial_timeout", _time_within(1, 10_000), "100ms", attribute="election_initial_timeout"
+        ),
+        Setting("cluster.election.back_off_time", _time_within(1, 60_000), "100ms", attribute="election_back_off_time"),
+        Setting("cluster.election.max_timeout", _time_within(200, 300_000), "10s", attribute="election_max_timeout"),
+        Setting("cluster.election.duration", _time_within(1, 300_000), "500ms", attribute="election_duration"),
+        Setting(
+            "cluster.fault_detection.leader_check.interval", _time_within(100), "1s", attribute="leader_check_interval"
+        ),
+        Setting("cluster.fault_detection.leader_check.timeout", time, "10s", attribute="leader_check_timeout"),
+        Setting(
+            "cluster.fault_detection.leader_check.retry_count",
+            _int_at_least(1),
+            "3",
+            attribute="leader_check_retry_count",
+        ),
+        Setting(
+            "cluster.fault_detection.follower_check.interval",
+            _time_within(100),
+            "1s",
+            attribute="follower_check_interval",
+        ),
+        Setting("cluster.fault_detection.follower_check.timeout", time, "10s", attribute="follower_check_timeout"),
+        Setting(
+            "cluster.fault_detection.follower_check.retry_count",
+            _int_at_least(1),
+            "3",
+            attribute="follower_check_retry_count",
+        ),
+        Setting("cluster.publish.timeout", time, "30s", dynamic=True, attribute="publish_timeout"),
+        Setting("cluster.follower_lag.timeout", time, "90s", dynamic=True, attribute="follower_lag_timeout"),
+        Setting("cluster.no_master_block", parse_no_master_block, "write", dynamic=True, attribute="no_master_block"),
+        Setting(
+            "cluster.auto_shrink_voting_configuration",
+            parse_bool,
+            "true",
+            dynamic=True,
+            attribute="auto_shrink_voting_configuration",
+        ),
+        Setting(
+            "cluster.max_voting_config_exclusions",
+            _int_at_least(1),
+            "10",
+            dynamic=True,
+            attribute="max_voting_config_exclusions",
+        ),
     ):
         registry.register(setting)
     registry.cross_checks.append(_max_timeout_covers_initial_timeout)
     return registry
 
 
+def _default(name: str) -> Any:
+    """The parsed registry default of a setting: the registry is the one source of the defaults."""
+    setting = _REGISTRY.settings[name]
+    assert setting.default is not None
+    return setting.parse(setting.default)
+
+
+_REGISTRY = coordination_registry()
+
+
 @dataclass(frozen=True)
 class CoordinationSettings:
     """The parsed settings the protocol core needs; durations in milliseconds."""
 
-    cluster_name: str = "coordinated"
-    node_name: str = "node"
-    master_eligible: bool = True
-    seed_hosts: tuple[str, ...] = ()
-    initial_master_nodes: tuple[str, ...] = ()
-    find_peers_interval: int = 1000
-    cluster_formation_warning_timeout: int = 10_000
-    election_initial_timeout: int = 100
-    election_back_off_time: int = 100
-    election_max_timeout: int = 10_000
-    election_duration: int = 500
-    leader_check_interval: int = 1000
-    leader_check_timeout: int = 10_000
-    leader_check_retry_count: int = 3
-    follower_check_interval: int = 1000
-    follower_check_timeout: int = 10_000
-    follower_check_retry_count: int = 3
-    publish_timeout: int = 30_000
-    follower_lag_timeout: int = 90_000
-    no_master_block: str = "write"
-    auto_shrink_voting_configuration: bool = True
-    max_voting_config_exclusions: int = 10
+    cluster_name: str = _default("cluster.name")
+    node_name: str = "node"  # required in the registry; a placeholder for tests and tools
+    master_eligible: bool = True  # node.roles: master
+    seed_hosts: tuple[str, ...] = _default("discovery.seed_hosts")
+    initial_master_nodes: tuple[str, ...] = _default("cluster.initial_master_nodes")
+    find_peers_interval: int = _default("discovery.find_peers_interval")
+    cluster_formation_warning_timeout: int = _default("discovery.cluster_formation_warning_timeout")
+    election_initial_timeout: int = _default("cluster.election.initial_timeout")
+    election_back_off_time: int = _default("cluster.election.back_off_time")
+    election_max_timeout: int = _default("cluster.election.max_timeout")
+    election_duration: int = _default("cluster.election.duration")
+    leader_check_interval: int = _default("cluster.fault_detection.leader_check.interval")
+    leader_check_timeout: int = _default("cluster.fault_detection.leader_check.timeout")
+    leader_check_retry_count: int = _default("cluster.fault_detection.leader_check.retry_count")
+    follower_check_interval: int = _default("cluster.fault_detection.follower_check.interval")
+    follower_check_timeout: int = _default("cluster.fault_detection.follower_check.timeout")
+    follower_check_retry_count: int = _default("cluster.fault_detection.follower_check.retry_count")
+    publish_timeout: int = _default("cluster.publish.timeout")
+    follower_lag_timeout: int = _default("cluster.follower_lag.timeout")
+    no_master_block: str = _default("cluster.no_master_block")
+    auto_shrink_voting_configuration: bool = _default("cluster.auto_shrink_voting_configuration")
+    max_voting_config_exclusions: int = _default("cluster.max_voting_config_exclusions")
 
     @classmethod
     def from_parsed(cls, parsed: Mapping[str, Any]) -> CoordinationSettings:
-        return cls(
-            cluster_name=parsed["cluster.name"],
-            node_name=parsed["node.name"],
-            master_eligible="master" in parsed["node.roles"],
-            seed_hosts=parsed["discovery.seed_hosts"],
-            initial_master_nodes=parsed["cluster.initial_master_nodes"],
-            find_peers_interval=parsed["discovery.find_peers_interval"],
-            cluster_formation_warning_timeout=parsed["discovery.cluster_formation_warning_timeout"],
-            election_initial_timeout=parsed["cluster.election.initial_timeout"],
-            election_back_off_time=parsed["cluster.election.back_off_time"],
-            election_max_timeout=parsed["cluster.election.max_timeout"],
-            election_duration=parsed["cluster.election.duration"],
-            leader_check_interval=parsed["cluster.fault_detection.leader_check.interval"],
-            leader_check_timeout=parsed["cluster.fault_detection.leader_check.timeout"],
-            leader_check_retry_count=parsed["cluster.fault_detection.leader_check.retry_count"],
-            follower_check_interval=parsed["cluster.fault_detection.follower_check.interval"],
-            follower_check_timeout=parsed["cluster.fault_detection.follower_check.timeout"],
-            follower_check_retry_count=parsed["cluster.fault_detection.follower_check.retry_count"],
-            publish_timeout=parsed["cluster.publish.timeout"],
-            follower_lag_timeout=parsed["cluster.follower_lag.timeout"],
-            no_master_block=parsed["cluster.no_master_block"],
-            auto_shrink_voting_configuration=parsed["cluster.auto_shrink_voting_configuration"],
-            max_voting_config_exclusions=parsed["cluster.max_voting_config_exclusions"],
-        )
+        fields = {
+            setting.attribute: parsed[name]
+            for name, setting in coordination_registry().settings.items()
+            if setting.attribute is not None
+        }
+        return cls(master_eligible="master" in parsed["node.roles"], **fields)
 
     @classmethod
     def from_strings(cls, raw: Mapping[str, str]) -> CoordinationSettings:
@@ -309,19 +337,11 @@ class CoordinationSettings:
         """Overlay the cluster-wide dynamic settings of the applied state on the node's own."""
         if not persistent:
             return self
-        registry = coordination_registry()
         overrides: dict[str, Any] = {}
-        names = {
-            "cluster.publish.timeout": "publish_timeout",
-            "cluster.follower_lag.timeout": "follower_lag_timeout",
-            "cluster.no_master_block": "no_master_block",
-            "cluster.auto_shrink_voting_configuration": "auto_shrink_voting_configuration",
-            "cluster.max_voting_config_exclusions": "max_voting_config_exclusions",
-        }
-        for name, attribute in names.items():
-            if name in persistent:
+        for name, setting in _REGISTRY.settings.items():
+            if setting.dynamic and setting.attribute is not None and name in persistent:
                 try:
-                    overrides[attribute] = registry.parse_one(name, persistent[name])
+                    overrides[setting.attribute] = _REGISTRY.parse_one(name, persistent[name])
                 except SettingsError:
                     continue  # validated before it was committed; ignore rather than crash
         if not overrides:

@@ -12,7 +12,8 @@ from typing import Any
 
 import msgspec
 
-UNKNOWN_UUID = "_na_"
+from coordinated.coordination.history import NO_CLUSTER_UUID
+
 # A bootstrap placeholder stands in for a named initial master node that has not been discovered yet.
 PLACEHOLDER_PREFIX = "{bootstrap-placeholder}-"
 
@@ -72,10 +73,10 @@ class DiscoveryNode(msgspec.Struct, frozen=True):
 
 class ClusterState(msgspec.Struct, frozen=True):
     cluster_name: str
-    cluster_uuid: str = UNKNOWN_UUID
+    cluster_uuid: str = NO_CLUSTER_UUID
     cluster_uuid_committed: bool = False
     version: int = 0
-    state_uuid: str = UNKNOWN_UUID
+    state_uuid: str = NO_CLUSTER_UUID
     parent_uuid: str | None = None
     master_node: str | None = None
     nodes: dict[str, DiscoveryNode] = {}

@@ -32,10 +32,11 @@ from coordinated.coordination.effects import (
     Send,
     StateApplied,
 )
+from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.messages import Message
 from coordinated.coordination.safety import InMemoryPersistedState
 from coordinated.coordination.settings import CoordinationSettings
-from coordinated.coordination.state import UNKNOWN_UUID, ClusterState, DiscoveryNode, initial_state
+from coordinated.coordination.state import ClusterState, DiscoveryNode, initial_state
 from coordinated.simulation.linearizability import MISSING, Operation
 from coordinated.simulation.network import Link, Network
 
@@ -414,7 +415,9 @@ class SimulatedCluster:
             uuid = self._state_by_version.setdefault(key, event["state_uuid"])
             if uuid != event["state_uuid"]:
                 self._violation(f"two states for (term, version) {key}: {uuid} and {event['state_uuid']}")
-            master = self._elected.get((cluster_uuid, event["term"]), self._elected.get((UNKNOWN_UUID, event["term"])))
+            master = self._elected.get(
+                (cluster_uuid, event["term"]), self._elected.get((NO_CLUSTER_UUID, event["term"]))
+            )
             if master is not None and event["master"] != master:
                 self._violation(f"state {key} names master {event['master']} but {master} was elected")
             self._parents[event["state_uuid"]] = (event["parent_uuid"], event["version"])

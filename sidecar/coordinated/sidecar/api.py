@@ -27,6 +27,7 @@ from coordinated.coordination.client import (
     ReadBarrier,
     ReadValue,
     UpdateSettings,
+    error_body,
     no_master_error,
 )
 from coordinated.coordination.settings import SettingsError, parse_node_name, parse_time_ms
@@ -54,7 +55,7 @@ class BadRequest(Exception):
 
 
 def error_response(error_type: str, reason: str, status: int) -> web.Response:
-    return web.json_response({"error": {"type": error_type, "reason": reason}, "status": status}, status=status)
+    return web.json_response(error_body(error_type, reason, status), status=status)
 
 
 def result_error(result: ClusterError) -> web.Response:

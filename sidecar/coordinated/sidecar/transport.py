@@ -33,6 +33,7 @@ import aiohttp
 import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from coordinated.coordination.client import error_body
 from coordinated.coordination.messages import (
     Envelope,
     ForwardedRequest,
@@ -363,7 +364,7 @@ def _offered_protocols(request: web.Request) -> list[str]:
 
 
 def _error(status: int, error_type: str, reason: str) -> web.Response:
-    return web.json_response({"error": {"type": error_type, "reason": reason}, "status": status}, status=status)
+    return web.json_response(error_body(error_type, reason, status), status=status)
 
 
 def transport_app(

@@ -1,10 +1,12 @@
-"""The history schema (DESIGN section 7) as an explicit Spark schema, and the names the report uses."""
+"""The history schema (docs/protocol.md) as an explicit Spark schema, and the names the report uses."""
 
 from __future__ import annotations
 
 from pyspark.sql import types as T
 
-# Report names (DESIGN section 8, contract). The order is the order of the report.
+from coordinated.coordination.history import NO_CLUSTER_UUID, STATE_EVENT_TYPES, EventType
+
+# Report names (a contract: docs/audit.md). The order is the order of the report.
 ONE_MASTER = "one-master-per-term"
 UNIQUE_STATE = "unique-state-per-version"
 COMMITTED_CHAIN = "committed-chain"
@@ -22,11 +24,12 @@ INVARIANTS: tuple[str, ...] = (
     HISTORY_GAP,
 )
 
-EVENT_TYPES: tuple[str, ...] = ("term", "elected", "accepted", "committed", "applied", "stepped_down")
-STATE_TYPES: tuple[str, ...] = ("accepted", "committed", "applied")
+# The event types and the "no cluster yet" marker come from the history contract the nodes write with.
+EVENT_TYPES: tuple[str, ...] = tuple(event_type.value for event_type in EventType)
+STATE_TYPES: tuple[str, ...] = tuple(event_type.value for event_type in STATE_EVENT_TYPES)
 
 # Before bootstrap a node does not know its cluster's UUID yet.
-UNBOOTSTRAPPED = "_na_"
+UNBOOTSTRAPPED = NO_CLUSTER_UUID
 
 _ids = T.ArrayType(T.StringType(), containsNull=False)
 
