@@ -27,6 +27,7 @@ from typing import Any
 from msgspec import UNSET, UnsetType
 
 from coordinated.coordination import client
+from coordinated.coordination import messages as m
 from coordinated.coordination.client import (
     DEFAULT_REQUEST_TIMEOUT_MS,
     ClientRequest,
@@ -44,32 +45,9 @@ from coordinated.coordination.forwarding import Forwarder
 from coordinated.coordination.handover import Handover
 from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 from coordinated.coordination.joins import JoinHelper
-from coordinated.coordination.leader_checker import LeaderChecker
+from coordinated.coordination.leader_checker import LeaderChecker, answer_leader_check
 from coordinated.coordination.master_service import Priority, Task
 from coordinated.coordination.master_tasks import MasterTasks, MasterTasksListener
-from coordinated.coordination.messages import (
-    ApplyCommit,
-    ApplyCommitResponse,
-    FollowerCheck,
-    FollowerCheckResponse,
-    ForwardedRequest,
-    ForwardedResponse,
-    Join,
-    JoinRequest,
-    JoinResponse,
-    LeaderCheck,
-    LeaderCheckResponse,
-    LeadershipProbe,
-    LeadershipProbeResponse,
-    Message,
-    PeersRequest,
-    PeersResponse,
-    PreVoteRequest,
-    PreVoteResponse,
-    PublishRequest,
-    PublishResponse,
-    StartJoinRequest,
-)
 from coordinated.coordination.peer_finder import PeerFinder
 from coordinated.coordination.publication import Publication, PublicationListener, catch_up_message
 from coordinated.coordination.publish_handler import PublishHandler, PublishListener
@@ -112,7 +90,7 @@ class Coordinator:
         self._settings_basis: Mapping[str, str] | None = None
         self._settings = settings
         self._out: list[Effect] = []
-        self._loopback: deque[tuple[str, Message]] = deque()
+        self._loopback: deque[tuple[str, m.Message]] = deque()
         self._next_request_id = 0
         self.ctx = CoreContext(
             local_node=local_node,
@@ -224,10 +202,10 @@ class Coordinator:
     def start(self, now: int) -> list[Effect]:
         return self._step(now, self._start)
 
-    def handle_message(self, sender: str, message: Message, now: int) -> list[Effect]:
+    def handle_message(self, sender: str, message: m.Message, now: int) -> list[Effect]:
         return self._step(now, lambda: self._dispatch(sender, message))
 
-    def handle_send_failure(self, destination: str, message: Message, now: int) -> list[Effect]:
+    def handle_send_failure(self, destination: str, message: m.Message, now: int) -> list[Effect]:
         return self._step(now, lambda: self._on_send_failure(destination, message))
 
     def handle_peer_disconnected(self, address: str, now: int) -> list[Effect]:
@@ -313,7 +291,7 @@ class Coordinator:
     def _out_append(self, effect: Effect) -> None:
         self._out.append(effect)
 
-    def _send(self, address: str, message: Message) -> None:
+    def _send(self, address: str, message: m.Message) -> None:
         self.ctx.send(address, message)
 
     def _log(self, level: str, message: str) -> None:
@@ -352,7 +330,7 @@ class Coordinator:
     # ------------------------------------------------------------------------------------------------------
     # dispatch
 
-    def _dispatch(self, sender: str, message: Message) -> None:
+    def _dispatch(self, sender: str, message: m.Message) -> None:
         if self.stopped:
             return
         handler = self._handlers.get(type(message))
@@ -361,19 +339,19 @@ class Coordinator:
             return
         handler(self, sender, message)
 
-    def _on_send_failure(self, destination: str, message: Message) -> None:
-        if isinstance(message, PeersRequest):
+    def _on_send_failure(self, destination: str, message: m.Message) -> None:
+        if isinstance(message, m.PeersRequest):
             self.peer_finder.on_probe_failed(destination)
-        elif isinstance(message, FollowerCheck):
+        elif isinstance(message, m.FollowerCheck):
             self.followers_checker.on_send_failure(destination, message)
-        elif isinstance(message, LeaderCheck):
+        elif isinstance(message, m.LeaderCheck):
             if self.mode is Mode.FOLLOWER and self.leader and self.leader.transport_address == destination:
                 self._become_candidate(f"leader {self.leader.name} disconnected")
-        elif isinstance(message, PublishRequest | ApplyCommit):
+        elif isinstance(message, m.PublishRequest | m.ApplyCommit):
             self._publication_target_failed(self.ctx.node_id_at(destination))
-        elif isinstance(message, JoinRequest):
+        elif isinstance(message, m.JoinRequest):
             self.joins.on_send_failure(destination)
-        elif isinstance(message, ForwardedRequest):
+        elif isinstance(message, m.ForwardedRequest):
             self.forwarder.on_send_failure(message)
 
     def _on_peer_disconnected(self, address: str) -> None:
@@ -490,12 +468,12 @@ class Coordinator:
             if self._ensure_term_at_least(self.local_node, self.max_term_seen) is not None:
                 self._start_election()
 
-    def _ensure_term_at_least(self, candidate: DiscoveryNode, term: int) -> Join | None:
+    def _ensure_term_at_least(self, candidate: DiscoveryNode, term: int) -> m.Join | None:
         if self.current_term < term:
             return self._join_leader_in_term(candidate, term)
         return None
 
-    def _join_leader_in_term(self, candidate: DiscoveryNode, term: int) -> Join | None:
+    def _join_leader_in_term(self, candidate: DiscoveryNode, term: int) -> m.Join | None:
         try:
             join = self.coordination_state.handle_start_join(candidate.id, term)
         except CoordinationStateRejected as rejected:
@@ -515,7 +493,7 @@ class Coordinator:
     # ------------------------------------------------------------------------------------------------------
     # discovery and elections
 
-    def _on_peers_request(self, sender: str, request: PeersRequest) -> None:
+    def _on_peers_request(self, sender: str, request: m.PeersRequest) -> None:
         self.peer_finder.on_peers_request(sender, request, self.leader)
 
     def _on_master_discovered(self, master: DiscoveryNode) -> None:
@@ -543,12 +521,12 @@ class Coordinator:
             return
         self.pre_votes.start_round(self.peer_finder.master_eligible_peers())
 
-    def _on_pre_vote_request(self, sender: str, request: PreVoteRequest) -> None:
+    def _on_pre_vote_request(self, sender: str, request: m.PreVoteRequest) -> None:
         self.pre_votes.on_request(sender, request, self.leader)
 
     def _start_election(self) -> None:
         term = max(self.current_term, self.max_term_seen) + 1
-        request = StartJoinRequest(self.local_node, term, self.ctx.committed_uuid())
+        request = m.StartJoinRequest(self.local_node, term, self.ctx.committed_uuid())
         self._log("debug", f"starting election for term {term}")
         self._send(self.local_node.transport_address, request)
         for node in self.peer_finder.master_eligible_peers():
@@ -558,7 +536,7 @@ class Coordinator:
                 if node.master_eligible and node.transport_address not in self.peer_finder.peers:
                     self._send(node.transport_address, request)
 
-    def _on_start_join(self, sender: str, request: StartJoinRequest) -> None:
+    def _on_start_join(self, sender: str, request: m.StartJoinRequest) -> None:
         if self.ctx.foreign(request.cluster_uuid, sender):
             return
         if request.term <= self.current_term:
@@ -569,7 +547,7 @@ class Coordinator:
             return
         self.joins.send_join_request(request.candidate, request.term, join)
 
-    def _on_join_request(self, sender: str, request: JoinRequest) -> None:
+    def _on_join_request(self, sender: str, request: m.JoinRequest) -> None:
         state = self.last_accepted_state
         reply_to = request.source.transport_address
         if (
@@ -582,7 +560,7 @@ class Coordinator:
                 f"but this cluster is [{state.cluster_uuid}]"
             )
             self._log("warning", reason)
-            self._send(reply_to, JoinResponse(request.request_id, ok=False, reason=reason))
+            self._send(reply_to, m.JoinResponse(request.request_id, ok=False, reason=reason))
             return
         won_before = self.coordination_state.election_won and self.mode is Mode.LEADER
         if request.join is not None:
@@ -596,9 +574,9 @@ class Coordinator:
             if self.coordination_state.election_won and not won_before:
                 self._become_leader()
         else:
-            self._send(reply_to, JoinResponse(request.request_id, ok=False, reason="join target is a follower"))
+            self._send(reply_to, m.JoinResponse(request.request_id, ok=False, reason="join target is a follower"))
 
-    def _handle_join(self, join: Join) -> None:
+    def _handle_join(self, join: m.Join) -> None:
         own_join = self._ensure_term_at_least(self.local_node, join.term)
         if own_join is not None:
             self._handle_join(own_join)
@@ -633,13 +611,13 @@ class Coordinator:
             on_completed=self._complete_publication,
         )
 
-    def _on_publish_response(self, sender: str, response: PublishResponse) -> None:
+    def _on_publish_response(self, sender: str, response: m.PublishResponse) -> None:
         if response.join is not None and self.mode is not Mode.FOLLOWER:
             self._handle_join(response.join)
         if self.publication is not None and self.mode is Mode.LEADER:
             self.publication.on_publish_response(response)
 
-    def _on_apply_commit_response(self, sender: str, response: ApplyCommitResponse) -> None:
+    def _on_apply_commit_response(self, sender: str, response: m.ApplyCommitResponse) -> None:
         if response.ok:
             self.lag_detector.record_applied(response.source_id, response.version)
         if self.publication is not None:
@@ -693,7 +671,7 @@ class Coordinator:
     def _abdicate_to(self, node: DiscoveryNode) -> None:
         term = max(self.current_term, self.max_term_seen) + 1
         self._log("info", f"abdicating to {node.name} with term {term}")
-        request = StartJoinRequest(node, term, self.ctx.committed_uuid())
+        request = m.StartJoinRequest(node, term, self.ctx.committed_uuid())
         for other in self.last_accepted_state.nodes.values():
             if other.master_eligible:
                 self._send(other.transport_address, request)
@@ -727,7 +705,7 @@ class Coordinator:
     # ------------------------------------------------------------------------------------------------------
     # fault detection: the checkers report back here
 
-    def _catch_up(self, node_id: str, response: FollowerCheckResponse) -> None:
+    def _catch_up(self, node_id: str, response: m.FollowerCheckResponse) -> None:
         """Resend what a follower missed (a lost publication or commit) instead of waiting for the lag detector."""
         state = self.last_accepted_state
         node = state.nodes.get(node_id)
@@ -754,7 +732,7 @@ class Coordinator:
             task = Task(f"node-left [{node.name}]", Priority.IMMEDIATE, NodeLeft(node_id), lambda result: None)
             self.master_tasks.submit(task)
 
-    def _on_follower_check(self, sender: str, request: FollowerCheck) -> None:
+    def _on_follower_check(self, sender: str, request: m.FollowerCheck) -> None:
         leader = request.source
         if self.mode is Mode.FOLLOWER and self.leader == leader and request.term == self.current_term:
             ok = True
@@ -764,40 +742,33 @@ class Coordinator:
             self._ensure_term_at_least(leader, request.term)
             self._become_follower(leader, "received a follower check")
             ok = True
-        self._send(
-            leader.transport_address,
-            FollowerCheckResponse(
-                self.local_node.id,
-                request.request_id,
-                ok,
-                self.current_term,
-                accepted_term=self.last_accepted_state.term,
-                accepted_version=self.last_accepted_state.version,
-                applied_version=self.last_applied[1],
-            ),
+        state = self.last_accepted_state
+        answer = m.FollowerCheckResponse(
+            self.local_node.id,
+            request.request_id,
+            ok,
+            self.current_term,
+            state.term,
+            state.version,
+            self.last_applied[1],
         )
+        self._send(leader.transport_address, answer)
 
-    def _on_leader_check(self, sender: str, request: LeaderCheck) -> None:
-        if self.mode is not Mode.LEADER:
-            response = LeaderCheckResponse(request.request_id, ok=False, reason="this node is no longer the master")
-        elif request.source_id not in self.last_accepted_state.nodes:
-            response = LeaderCheckResponse(request.request_id, ok=False, reason="the node is not in the cluster")
-        else:
-            response = LeaderCheckResponse(request.request_id, ok=True)
-        self._send(sender, response)
+    def _on_leader_check(self, sender: str, request: m.LeaderCheck) -> None:
+        self._send(sender, answer_leader_check(request, self.mode is Mode.LEADER, self.last_accepted_state))
 
-    def _on_leader_check_response(self, sender: str, response: LeaderCheckResponse) -> None:
+    def _on_leader_check_response(self, sender: str, response: m.LeaderCheckResponse) -> None:
         if self.mode is Mode.FOLLOWER and self.leader_checker is not None:
             self.leader_checker.on_response(response)
 
     # ------------------------------------------------------------------------------------------------------
     # responses to other nodes' rounds
 
-    def _on_leadership_probe(self, sender: str, probe: LeadershipProbe) -> None:
+    def _on_leadership_probe(self, sender: str, probe: m.LeadershipProbe) -> None:
         ok = probe.term == self.current_term and (self.leader is None or self.leader.id == probe.source_id)
-        self._send(sender, LeadershipProbeResponse(self.local_node.id, self.current_term, probe.request_id, ok))
+        self._send(sender, m.LeadershipProbeResponse(self.local_node.id, self.current_term, probe.request_id, ok))
 
-    def _on_leadership_probe_response(self, sender: str, response: LeadershipProbeResponse) -> None:
+    def _on_leadership_probe_response(self, sender: str, response: m.LeadershipProbeResponse) -> None:
         self._update_max_term_seen(response.term)
         self.reads.on_probe_response(response)
 
@@ -805,23 +776,23 @@ class Coordinator:
 
 
 Coordinator._handlers = {
-    PeersRequest: Coordinator._on_peers_request,
-    PeersResponse: lambda self, sender, message: self.peer_finder.on_peers_response(sender, message),
-    PreVoteRequest: Coordinator._on_pre_vote_request,
-    PreVoteResponse: lambda self, sender, message: self.pre_votes.on_response(sender, message),
-    StartJoinRequest: Coordinator._on_start_join,
-    JoinRequest: Coordinator._on_join_request,
-    JoinResponse: lambda self, sender, message: self.joins.on_join_response(sender, message),
-    PublishRequest: lambda self, sender, message: self.publish_handler.on_publish_request(message),
-    PublishResponse: Coordinator._on_publish_response,
-    ApplyCommit: lambda self, sender, message: self.publish_handler.on_apply_commit(sender, message),
-    ApplyCommitResponse: Coordinator._on_apply_commit_response,
-    FollowerCheck: Coordinator._on_follower_check,
-    FollowerCheckResponse: lambda self, sender, message: self.followers_checker.on_response(message),
-    LeaderCheck: Coordinator._on_leader_check,
-    LeaderCheckResponse: Coordinator._on_leader_check_response,
-    LeadershipProbe: Coordinator._on_leadership_probe,
-    LeadershipProbeResponse: Coordinator._on_leadership_probe_response,
-    ForwardedRequest: lambda self, sender, message: self.requests.on_forwarded_request(sender, message),
-    ForwardedResponse: lambda self, sender, message: self.forwarder.on_response(message),
+    m.PeersRequest: Coordinator._on_peers_request,
+    m.PeersResponse: lambda self, sender, message: self.peer_finder.on_peers_response(sender, message),
+    m.PreVoteRequest: Coordinator._on_pre_vote_request,
+    m.PreVoteResponse: lambda self, sender, message: self.pre_votes.on_response(sender, message),
+    m.StartJoinRequest: Coordinator._on_start_join,
+    m.JoinRequest: Coordinator._on_join_request,
+    m.JoinResponse: lambda self, sender, message: self.joins.on_join_response(sender, message),
+    m.PublishRequest: lambda self, sender, message: self.publish_handler.on_publish_request(message),
+    m.PublishResponse: Coordinator._on_publish_response,
+    m.ApplyCommit: lambda self, sender, message: self.publish_handler.on_apply_commit(sender, message),
+    m.ApplyCommitResponse: Coordinator._on_apply_commit_response,
+    m.FollowerCheck: Coordinator._on_follower_check,
+    m.FollowerCheckResponse: lambda self, sender, message: self.followers_checker.on_response(message),
+    m.LeaderCheck: Coordinator._on_leader_check,
+    m.LeaderCheckResponse: Coordinator._on_leader_check_response,
+    m.LeadershipProbe: Coordinator._on_leadership_probe,
+    m.LeadershipProbeResponse: Coordinator._on_leadership_probe_response,
+    m.ForwardedRequest: lambda self, sender, message: self.requests.on_forwarded_request(sender, message),
+    m.ForwardedResponse: lambda self, sender, message: self.forwarder.on_response(message),
 }

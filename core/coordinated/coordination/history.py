@@ -26,6 +26,11 @@ class EventType(StrEnum):
 
 STATE_EVENT_TYPES: tuple[EventType, ...] = (EventType.ACCEPTED, EventType.COMMITTED, EventType.APPLIED)
 
+# Fields the shell adds to every event, right after `node`: a per-node sequence number and seconds.
+SHELL_FIELDS: tuple[tuple[str, type], ...] = (("seq", int), ("ts", float))
+# Fields for people reading a history; the audit does not rely on them.
+INFORMATIONAL_FIELDS = frozenset({"node_name", "reason"})
+
 
 class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
     cluster_uuid: str

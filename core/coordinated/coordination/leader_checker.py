@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from coordinated.coordination.context import CoreContext
 from coordinated.coordination.messages import LeaderCheck, LeaderCheckResponse
-from coordinated.coordination.state import DiscoveryNode
+from coordinated.coordination.state import ClusterState, DiscoveryNode
 
 
 class LeaderChecker:
@@ -57,3 +57,12 @@ class LeaderChecker:
             return
         self.failures = 0
         self.ctx.timers.schedule((self, "check"), self.ctx.now + self.ctx.settings.leader_check_interval, self._send)
+
+
+def answer_leader_check(request: LeaderCheck, leading: bool, state: ClusterState) -> LeaderCheckResponse:
+    """The master's side: yes while it leads a cluster that has the checking node."""
+    if not leading:
+        return LeaderCheckResponse(request.request_id, ok=False, reason="this node is no longer the master")
+    if request.source_id not in state.nodes:
+        return LeaderCheckResponse(request.request_id, ok=False, reason="the node is not in the cluster")
+    return LeaderCheckResponse(request.request_id, ok=True)
