@@ -10,6 +10,8 @@ from typing import Any
 
 import msgspec
 
+from coordinated.coordination.state import Long
+
 
 class _Request(msgspec.Struct, frozen=True, tag_field="op"):
     pass
@@ -66,16 +68,16 @@ class _Result(msgspec.Struct, frozen=True, tag_field="result"):
 class Committed(_Result, frozen=True, tag="committed"):
     """A write (or, for a ReadBarrier, the state read) is committed and applied on the master, in this state."""
 
-    term: int
-    version: int
+    term: Long
+    version: Long
 
 
 class ReadValue(_Result, frozen=True, tag="value"):
     key: str
     found: bool
     value: Any
-    term: int
-    version: int
+    term: Long
+    version: Long
     linearizable: bool = True
 
 

@@ -94,6 +94,7 @@ from coordinated.coordination.state import (
     compute_diff,
 )
 from coordinated.coordination.timers import Timers
+from coordinated.coordination.validation import request_problem
 
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 JOIN_TIMEOUT_MS = 10_000
@@ -1504,6 +1505,11 @@ class Coordinator:
         self._finish_forward(response.request_id, response.result)
 
     def _execute_on_master(self, request: ClientRequest, reply: Callable[[ClientResult], None], timeout: int) -> None:
+        # Every request is checked here too, forwarded or not: a peer may have skipped the API's checks.
+        problem = request_problem(request, self.last_accepted_state, self.settings.max_voting_config_exclusions)
+        if problem is not None:
+            reply(client.bad_request(problem))
+            return
         if isinstance(request, KvGet | ReadBarrier):
             self.read_queue.append((request, reply))
             self._serve_reads_if_possible()

@@ -29,8 +29,9 @@ from coordinated.coordination.client import (
     UpdateSettings,
     no_master_error,
 )
-from coordinated.coordination.settings import SettingsError, parse_node_name, parse_time_ms
+from coordinated.coordination.settings import parse_time_ms
 from coordinated.coordination.state import state_to_api
+from coordinated.coordination.validation import exclusions_problem, hook_name_problem, key_problem, settings_problem
 from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
@@ -38,8 +39,6 @@ from coordinated.sidecar.node import Node
 
 log = logging.getLogger("coordinated.api")
 NODE_KEY: web.AppKey[Node] = web.AppKey("node", Node)
-_KEY = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")
-_HOOK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _WAIT_FOR_NODES = re.compile(r"^(>=|<=|>|<|ge\(|le\(|gt\(|lt\()?(\d+)\)?$")
 DEFAULT_TIMEOUT = "30s"
 _COMMON_PARAMS = {"pretty", "human", "error_trace", "filter_path"}
@@ -166,8 +165,9 @@ def decode_body(data: Any, type_: type[Any], what: str) -> Any:
 
 
 def check_key(key: str) -> str:
-    if not _KEY.match(key):
-        raise BadRequest("a metadata key must be 1 to 256 characters without control characters")
+    problem = key_problem(key)
+    if problem is not None:
+        raise BadRequest(problem)
     return key
 
 
@@ -442,12 +442,9 @@ async def settings_put(request: web.Request) -> web.Response:
     body = decode_body(await read_json(request), _SettingsBody, "settings body")
     updates: dict[str, str | None] = {}
     flatten_settings("", body.persistent, updates)
-    if not updates:
-        raise BadRequest('no settings to update: give {"persistent": {"setting.name": "value"}}')
-    try:
-        sidecar_registry().validate_dynamic(updates)
-    except SettingsError as error:
-        raise BadRequest(str(error)) from None
+    problem = settings_problem(updates, sidecar_registry())
+    if problem is not None:
+        raise BadRequest(problem)
     result = await node_of(request).submit(UpdateSettings(persistent=updates), timeout_ms)
     if isinstance(result, Committed):
         return web.json_response({"acknowledged": True, "persistent": updates, "transient": {}})
@@ -457,35 +454,23 @@ async def settings_put(request: web.Request) -> web.Response:
 
 
 def _names(query: Mapping[str, str], name: str) -> tuple[str, ...]:
-    values = tuple(part.strip() for part in query.get(name, "").split(",") if part.strip())
-    if name == "node_names":
-        try:
-            for value in values:
-                parse_node_name(value)
-        except ValueError as error:
-            raise BadRequest(f"invalid parameter [node_names]: {error}") from None
-    return values
+    return tuple(part.strip() for part in query.get(name, "").split(",") if part.strip())
 
 
 async def exclusions_add(request: web.Request) -> web.Response:
     query = check_params(request, {"node_names", "node_ids", "timeout", "master_timeout"})
-    names, ids = _names(query, "node_names"), _names(query, "node_ids")
-    if bool(names) == bool(ids):
-        raise BadRequest("you must set [node_names] or [node_ids] but not both")
+    exclusions = AddVotingConfigExclusions(node_names=_names(query, "node_names"), node_ids=_names(query, "node_ids"))
     timeout_ms = timeout_of(query)
     await no_body(request)
     node = node_of(request)
     assert node.coordinator is not None
+    # Checked against this node's applied state for a quick answer; the master checks again against its own.
+    state = node.applied_state
     limit = node.coordinator.settings.max_voting_config_exclusions
-    existing = len(node.applied_state.coordination.voting_config_exclusions)
-    new = len(set(names or ids))
-    if existing + new > limit:
-        raise BadRequest(
-            f"add voting config exclusions request for {list(names or ids)} would add [{new}] exclusions to the "
-            f"existing [{existing}] which would exceed the maximum of [{limit}] set by "
-            "[cluster.max_voting_config_exclusions]"
-        )
-    result = await node.submit(AddVotingConfigExclusions(node_names=names, node_ids=ids), timeout_ms)
+    problem = exclusions_problem(exclusions, state.nodes, state.coordination.voting_config_exclusions, limit)
+    if problem is not None:
+        raise BadRequest(problem)
+    result = await node.submit(exclusions, timeout_ms)
     return exclusions_result(node, result)
 
 
@@ -557,8 +542,9 @@ async def hooks_list(request: web.Request) -> web.Response:
 
 def hook_name(request: web.Request) -> str:
     name = request.match_info["name"]
-    if not _HOOK_NAME.match(name):
-        raise BadRequest("a hook name must be 1-63 letters, digits, '.', '_' or '-'")
+    problem = hook_name_problem(name)
+    if problem is not None:
+        raise BadRequest(problem)
     return name
 
 
