@@ -190,11 +190,18 @@ Message = (
 )
 
 
-class Envelope(msgspec.Struct, frozen=True):
-    """What the transport carries: the sender's transport address and one message."""
+class Envelope(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What the transport carries: the sender's transport address and one message.
+
+    A one-shot signed request (a POST) also carries a fresh random `request_nonce`: it is covered by the
+    signature, and the receiver refuses a nonce it has seen within the signature's validity window, so a
+    captured request cannot be replayed. Frames of a stream need none (the stream's MACs already forbid
+    replays), and a receiver of an older version ignores the field.
+    """
 
     sender: str
     message: Message
+    request_nonce: str = ""
 
 
 _ENCODER = msgspec.json.Encoder()
