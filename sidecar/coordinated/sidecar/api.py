@@ -7,6 +7,7 @@ the node down.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -35,6 +36,7 @@ from coordinated.coordination.validation import exclusions_problem, hook_name_pr
 from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
+from coordinated.sidecar.http_server import BODY_TIMEOUT_S
 from coordinated.sidecar.node import Node
 
 log = logging.getLogger("coordinated.api")
@@ -65,6 +67,14 @@ async def errors_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
     try:
+        if request.body_exists:
+            # Read whole (and cached for the handler) within a bound, so a slow sender cannot hold a handler.
+            try:
+                await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
+            except TimeoutError:
+                raise BadRequest(
+                    f"the request body was not received within {BODY_TIMEOUT_S:.0f}s", "request_timeout_exception", 408
+                ) from None
         response = await handler(request)
     except BadRequest as error:
         response = error_response(error.error_type, error.reason, error.status)
@@ -79,9 +89,14 @@ async def errors_middleware(
         if error.status not in (404, 405):
             reason = error.text or error.reason
         response = error_response(error.reason.lower().replace(" ", "_") + "_exception", reason, error.status)
+    except UnicodeDecodeError as error:  # e.g. a string in a JSON body that is not UTF-8
+        log.info("refused %s %s from %s: invalid UTF-8: %s", request.method, request.path, request.remote, error)
+        response = error_response("parse_exception", f"invalid UTF-8: {error}", 400)
     except Exception as error:  # never let a request take the node down
         log.exception("error handling %s %s", request.method, request.path)
         response = error_response("internal_server_exception", f"{type(error).__name__}: {error}", 500)
+    if response.status == 408:
+        response.force_close()  # the rest of the body may still arrive: do not read it as a next request
     request.app[NODE_KEY].metrics.http_requests.labels(str(response.status)).inc()
     return response
 
@@ -153,6 +168,8 @@ async def read_json(request: web.Request, required: bool = True) -> Any:
         return msgspec.json.decode(body)
     except msgspec.DecodeError as error:
         raise BadRequest(f"malformed JSON body: {error}", "parse_exception") from None
+    except UnicodeDecodeError as error:
+        raise BadRequest(f"malformed JSON body: invalid UTF-8: {error}", "parse_exception") from None
     except RecursionError:
         raise BadRequest("malformed JSON body: nested too deeply", "parse_exception") from None
 
