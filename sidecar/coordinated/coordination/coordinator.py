@@ -56,6 +56,7 @@ from coordinated.coordination.effects import (
     Send,
     StateApplied,
 )
+from coordinated.coordination.foreign_clusters import ForeignClusters
 from coordinated.coordination.master_service import MasterService, Priority, Task
 from coordinated.coordination.messages import (
     ApplyCommit,
@@ -160,6 +161,7 @@ class Coordinator:
         self.peers: dict[str, DiscoveryNode] = {}  # transport address -> node, for peers that answered
         self.unreachable: set[str] = set()  # addresses whose last probe failed
         self.seed_addresses: tuple[str, ...] = ()
+        self.foreign_clusters = ForeignClusters()  # peers that answered with another cluster UUID
         self.peers_seen_terms: dict[str, int] = {}
         self.discovered_master: DiscoveryNode | None = None
         self.join_request_in_flight: str | None = None
@@ -403,8 +405,11 @@ class Coordinator:
         """A message from a node of another cluster: its terms must not disturb this one."""
         ours = self._committed_uuid()
         if UNKNOWN_UUID in (ours, cluster_uuid) or ours == cluster_uuid:
+            if ours == cluster_uuid != UNKNOWN_UUID:
+                self.foreign_clusters.agrees(sender)
             return False
-        self._log("debug", f"ignoring {sender}: it belongs to cluster [{cluster_uuid}], this node to [{ours}]")
+        warning = self.foreign_clusters.saw(sender, cluster_uuid, ours, self.now)  # reported in health, too
+        self._log("warning" if warning else "debug", warning or f"ignoring {sender} of cluster [{cluster_uuid}]")
         return True
 
     def _node_id_at(self, address: str) -> str | None:

@@ -300,6 +300,12 @@ def health_body(node: Node) -> dict[str, Any]:
     problem = node.coordinator.formation_problem
     if problem and node.unresolved_seeds:
         problem += f"; cannot resolve seed hosts {node.unresolved_seeds}"
+    foreign = node.coordinator.foreign_clusters.problem(state.cluster_uuid, node.coordinator.now)
+    if foreign:
+        problem = f"{problem}; {foreign}" if problem else foreign
+    persistence_problem = node.persist_monitor.failure
+    if persistence_problem:
+        status = "red"  # this node cannot accept states: whatever it serves may be stale
     return {
         "cluster_name": state.cluster_name,
         "cluster_uuid": state.cluster_uuid,
@@ -309,6 +315,7 @@ def health_body(node: Node) -> dict[str, Any]:
         "number_of_nodes": len(nodes),
         "number_of_master_eligible_nodes": sum(1 for n in nodes.values() if n.master_eligible),
         "formation_problem": problem,
+        "persistence_problem": persistence_problem,
         "mode": str(node.coordinator.mode),
         "term": node.coordinator.current_term,
         "version": state.version,
@@ -547,6 +554,8 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     node = node_of(request)
     assert node.coordinator is not None
+    if node.persist_monitor.failure:
+        return web.json_response({"ready": False, "reason": node.persist_monitor.failure}, status=503)
     if node.applied_state.master_node is not None and str(node.coordinator.mode) != "CANDIDATE":
         return web.json_response({"ready": True, "master_node": node.applied_state.master_node})
     return web.json_response({"ready": False, "reason": node.coordinator.formation_problem or "no master"}, status=503)
