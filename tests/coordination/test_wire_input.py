@@ -174,3 +174,13 @@ def test_exclusions_that_would_leave_no_voter_are_refused_in_the_same_batch() ->
     refused = [r for r in results if isinstance(r, ClusterError) and r.status == 400]
     assert isinstance(results[0], Committed) and len(refused) == 1, results
     assert "every master-eligible node" in refused[0].reason
+
+
+@pytest.mark.parametrize("status", [200, 99999])
+def test_a_forwarded_error_status_must_be_an_http_error(status: int) -> None:
+    body = (
+        '{"sender":"x","message":{"type":"forwarded_response","request_id":1,"result":'
+        f'{{"result":"error","type":"t","reason":"r","status":{status}}}}}}}'
+    ).encode()
+    with pytest.raises(msgspec.ValidationError, match="status"):
+        decode_envelope(body)

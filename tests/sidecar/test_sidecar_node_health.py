@@ -177,4 +177,4 @@ def test_a_node_with_another_clusters_data_reports_the_uuid_mismatch(
         assert time.monotonic() < end, b.get("/_cluster/health")
         time.sleep(0.2)
     assert b.log_path is not None
-    assert "belongs to another cluster with the same cluster.name" in b.log_path.read_text()
+    assert "another cluster with the same cluster.name" in b.log_path.read_text()

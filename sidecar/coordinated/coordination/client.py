@@ -6,7 +6,7 @@ submitted on. Errors carry Elasticsearch's error type names and HTTP status code
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -84,7 +84,7 @@ class ReadValue(_Result, frozen=True, tag="value"):
 class ClusterError(_Result, frozen=True, tag="error"):
     type: str
     reason: str
-    status: int
+    status: Annotated[int, msgspec.Meta(ge=400, le=599)]  # an HTTP error status, whatever a peer sends
     # False when the request is known not to have taken effect; True when it might have.
     maybe_applied: bool = False
 

@@ -409,7 +409,8 @@ class Coordinator:
                 self.foreign_clusters.agrees(sender)
             return False
         warning = self.foreign_clusters.saw(sender, cluster_uuid, ours, self.now)  # reported in health, too
-        self._log("warning" if warning else "debug", warning or f"ignoring {sender} of cluster [{cluster_uuid}]")
+        debug = f"ignoring {sender}: it belongs to cluster [{cluster_uuid}], this node to [{ours}]"
+        self._log("warning" if warning else "debug", warning or debug)
         return True
 
     def _node_id_at(self, address: str) -> str | None:

@@ -31,9 +31,9 @@ class ForeignClusters:
         if not news:
             return None
         return (
-            f"peer {address} belongs to another cluster with the same cluster.name: its cluster UUID is "
-            f"[{their_uuid}], this node's is [{our_uuid}]. This node ignores it. Is this node's data directory "
-            "from another cluster, or do discovery.seed_hosts point at the wrong cluster?"
+            f"peer {address} belongs to cluster [{their_uuid}], this node to [{our_uuid}]: another cluster with "
+            "the same cluster.name, which this node ignores. Is this node's data directory from another "
+            "cluster, or do discovery.seed_hosts point at the wrong cluster?"
         )
 
     def agrees(self, address: str) -> None:
