@@ -15,6 +15,8 @@ import msgspec
 import pytest
 from aiohttp import web
 
+from coordinated.coordination.client import KvPut, UpdateSettings
+from coordinated.coordination.messages import Envelope, ForwardedRequest, encode_envelope
 from coordinated.coordination.state import LONG_MAX, DiscoveryNode
 from coordinated.sidecar import api, http_server
 from coordinated.sidecar.localcluster import LocalCluster, free_ports, http
@@ -75,7 +77,17 @@ def test_hostile_http_gets_elasticsearch_errors_and_one_log_line(make_cluster: C
         status, answer = http("POST", f"http://{node.transport_address}/_transport/message", raw=body)
         assert status == 400 and answer["error"]["type"] == "parse_exception", answer
     assert node.get("/")[1]["term"] < 10  # nothing was persisted: the node can still be elected
-    assert node.put("/_cluster/metadata/still-works", 1)[0] == 200
+    # A forged peer forwards requests that the API would refuse: the master refuses them too.
+    for request in [
+        KvPut("bad\x07key\n", 1),
+        UpdateSettings({"no.such.setting": "1"}),
+        UpdateSettings({"cluster.publish.timeout": "never"}),
+    ]:
+        forged = encode_envelope(Envelope("127.0.0.1:1", ForwardedRequest("forger", 1, request)))
+        assert http("POST", f"http://{node.transport_address}/_transport/message", raw=forged)[0] == 204
+    assert node.put("/_cluster/metadata/after-forgery", 1)[0] == 200  # ordered after the forged requests
+    state = node.get("/_cluster/state")[1]
+    assert list(state["metadata"]["kv"]) == ["after-forgery"] and state["metadata"]["persistent_settings"] == {}
     assert node.log_path is not None
     log = node.log_path.read_text()
     assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
