@@ -161,10 +161,12 @@ def test_a_node_with_another_clusters_data_reports_the_uuid_mismatch(
     first = make_cluster()
     (a,) = first.bootstrap(1)
     second = make_cluster()
-    (b,) = second.bootstrap(1)
+    b, *others = second.bootstrap(3)
     assert a.get("/")[1]["cluster_uuid"] != b.get("/")[1]["cluster_uuid"]
-    # b's node restarts with seeds that point at the first cluster: same cluster.name, other UUID.
-    second.stop(b)
+    # One node of the second cluster is restarted alone, with seeds that point at the first cluster (same
+    # cluster.name, another UUID): it cannot form its own cluster, and it must not stay quiet about why.
+    for node in [*others, b]:
+        second.stop(node)
     second.start(b.name, extra={"discovery.seed_hosts": a.transport_address})
     second.wait_http(b)
 
@@ -178,3 +180,4 @@ def test_a_node_with_another_clusters_data_reports_the_uuid_mismatch(
         time.sleep(0.2)
     assert b.log_path is not None
     assert "another cluster with the same cluster.name" in b.log_path.read_text()
+    assert a.get("/_cluster/health")[1]["number_of_nodes"] == 1  # and the first cluster is undisturbed
