@@ -29,6 +29,7 @@ from coordinated.coordination.messages import ForwardedRequest, ForwardedRespons
 from coordinated.coordination.reads import ReadService
 from coordinated.coordination.state import DiscoveryNode
 from coordinated.coordination.tasks import ClientTask
+from coordinated.coordination.validation import request_problem
 
 Reply = Callable[[ClientResult], None]
 
@@ -73,6 +74,11 @@ class ClientRequests:
         self.handle(request.request, reply, request.timeout_ms, forwarded=True)
 
     def _execute_on_master(self, request: ClientRequest, reply: Reply, timeout: int) -> None:
+        # Every request is checked here too, forwarded or not: a peer may have skipped the API's checks.
+        problem = request_problem(request, self.ctx.accepted, self.ctx.settings.max_voting_config_exclusions)
+        if problem is not None:
+            reply(client.bad_request(problem))
+            return
         if isinstance(request, KvGet | ReadBarrier):
             self.reads.submit(request, reply)
             return

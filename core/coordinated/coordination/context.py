@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from coordinated.coordination.effects import Effect, Log, Send
+from coordinated.coordination.foreign_clusters import ForeignClusters
 from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.messages import Message
 from coordinated.coordination.settings import CoordinationSettings
@@ -37,6 +38,7 @@ class CoreContext:
     term: Callable[[], int]
     mode: Callable[[], Mode]
     now: int = 0
+    foreign_clusters: ForeignClusters = field(default_factory=ForeignClusters)  # peers of other clusters
 
     @property
     def settings(self) -> CoordinationSettings:
@@ -68,8 +70,12 @@ class CoreContext:
         """A message from a node of another cluster: its terms must not disturb this one."""
         ours = self.committed_uuid()
         if NO_CLUSTER_UUID in (ours, cluster_uuid) or ours == cluster_uuid:
+            if ours == cluster_uuid != NO_CLUSTER_UUID:
+                self.foreign_clusters.agrees(sender)
             return False
-        self.log("debug", f"ignoring {sender}: it belongs to cluster [{cluster_uuid}], this node to [{ours}]")
+        warning = self.foreign_clusters.saw(sender, cluster_uuid, ours, self.now)  # reported in health, too
+        debug = f"ignoring {sender}: it belongs to cluster [{cluster_uuid}], this node to [{ours}]"
+        self.log("warning" if warning else "debug", warning or debug)
         return True
 
     def node_id_at(self, address: str) -> str | None:

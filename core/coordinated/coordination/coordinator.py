@@ -107,6 +107,7 @@ class Coordinator:
             now=now,
         )
         ctx = self.ctx
+        self.foreign_clusters = ctx.foreign_clusters
         self.peer_finder = PeerFinder(
             ctx,
             on_master_discovered=self._on_master_discovered,
