@@ -1,7 +1,8 @@
 """What makes a client request valid: the one place that the HTTP API and the master both check.
 
-The API checks a request before submitting it, for a quick and precise 400. The master checks it again when
-it executes it, whether it was submitted locally or forwarded by a follower, so that a peer that skips the
+The API checks keys and settings before submitting a request, for a quick and precise 400; exclusions it
+leaves to the master, since their limit depends on the exclusions the master holds. The master checks every
+request when it executes it, whether it was submitted locally or forwarded by a follower, so that a peer that skips the
 API (an older version, a bug, a forged message) cannot commit a bad key, setting or exclusion. Each check
 returns None when the input is valid, otherwise the reason, which goes back to the client in a 400.
 """

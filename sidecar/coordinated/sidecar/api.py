@@ -31,6 +31,7 @@ from coordinated.coordination.client import (
     error_body,
     no_master_error,
 )
+from coordinated.coordination.context import Mode
 from coordinated.coordination.settings import parse_time_ms
 from coordinated.coordination.state import state_to_api
 from coordinated.coordination.validation import hook_name_problem, key_problem, settings_problem
@@ -545,7 +546,7 @@ async def readyz(request: web.Request) -> web.Response:
     assert node.coordinator is not None
     if node.persist_monitor.failure:
         return web.json_response({"ready": False, "reason": node.persist_monitor.failure}, status=503)
-    if node.applied_state.master_node is not None and str(node.coordinator.mode) != "CANDIDATE":
+    if node.applied_state.master_node is not None and node.coordinator.mode is not Mode.CANDIDATE:
         return web.json_response({"ready": True, "master_node": node.applied_state.master_node})
     return web.json_response({"ready": False, "reason": node.coordinator.formation_problem or "no master"}, status=503)
 

@@ -22,7 +22,7 @@ class StatusSnapshot:
     """What the node reports at scrape time, read from the core and the shell's parts."""
 
     current_term: int
-    mode: str
+    mode: Mode
     applied_version: int
     applied_nodes: int
     elections_won: int
@@ -47,12 +47,12 @@ class _CoreCollector(Collector):
         yield GaugeMetricFamily("coordinated_current_term", "The node's current term", value=status.current_term)
         mode = GaugeMetricFamily("coordinated_mode", "1 for the node's current mode", labels=["mode"])
         for name in MODES:
-            mode.add_metric([name], 1.0 if status.mode == name else 0.0)
+            mode.add_metric([name], 1.0 if status.mode.value == name else 0.0)
         yield mode
         yield GaugeMetricFamily(
             "coordinated_is_master",
             "1 if this node is the elected master",
-            value=1.0 if status.mode == "LEADER" else 0.0,
+            value=1.0 if status.mode is Mode.LEADER else 0.0,
         )
         yield GaugeMetricFamily(
             "coordinated_cluster_state_version", "Version of the applied state", value=status.applied_version

@@ -352,7 +352,7 @@ class Node:
         state = self.applied_state
         return StatusSnapshot(
             current_term=coordinator.current_term,
-            mode=coordinator.mode.value,
+            mode=coordinator.mode,
             applied_version=state.version,
             applied_nodes=len(state.nodes),
             elections_won=coordinator.elections_won,
