@@ -79,7 +79,7 @@ def test_a_publication_fails_once_a_quorum_is_no_longer_possible() -> None:
 
 def test_an_uncommitted_publication_fails_at_its_timeout_unless_closed() -> None:
     bench = Bench(mode=Mode.LEADER)
-    publication, events = three_node_publication(bench)
+    _, events = three_node_publication(bench)
     bench.advance_to(bench.settings.publish_timeout)
     assert events == [f"failed: not committed within cluster.publish.timeout [{bench.settings.publish_timeout}ms]"]
     closed, closed_events = three_node_publication(bench)
