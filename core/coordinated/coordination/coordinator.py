@@ -1,4 +1,5 @@
-"""The coordinator: Zen2's modes, discovery, elections, publication and fault detection, without I/O.
+"""The coordinator, without I/O: the public API, the step loop, dispatch, modes and terms, wiring the
+components of Zen2 (docs/protocol.md lists them), which report back through callbacks.
 
 Public API (used by the sidecar and the simulator):
 

@@ -172,7 +172,8 @@ class Publication:
     def check_progress(self) -> None:
         last_committed = self.listener.last_committed_config()
         if not self.committed:
-            if not self._quorum_of(last_committed, self.ids_in(*TargetState) - self.ids_in(TargetState.FAILED)):
+            not_failed = {node_id for node_id, target in self.targets.items() if target is not TargetState.FAILED}
+            if not self._quorum_of(last_committed, not_failed):
                 self.listener.on_failed(self, "a publish quorum is no longer possible")
             return
         if self.targets.get(self.ctx.local_node.id) is not TargetState.APPLIED:
