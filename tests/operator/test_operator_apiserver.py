@@ -130,15 +130,30 @@ def cluster(name: str, **spec: object) -> str:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"replicas": 0}, "replicas must be between 1 and 99"),
-        ({"replicas": 100}, "replicas must be between 1 and 99"),
-        ({"settings": {"discovery.zen.minimum_master_nodes": "2"}}, "are from Zen1"),
-        ({"settings": {"node.name": "x"}}, "managed by the operator"),
-        ({"settings": {"bogus": "x"}}, "unknown setting"),
-        ({"settings": {"cluster.publish.timeout": "30"}}, "positive value with a unit"),
-        ({"settings": {"cluster.fault_detection.leader_check.retry_count": "0"}}, "at least 1"),
-        ({"settings": {"cluster.no_master_block": "reads"}}, "all, write or metadata_write"),
-        ({"settings": {"cluster.auto_shrink_voting_configuration": "yes"}}, '"true" or "false"'),
+        ({"replicas": 0}, "Invalid value: 0: spec.replicas in body should be greater than or equal to 1"),
+        ({"replicas": 100}, "Invalid value: 100: spec.replicas in body should be less than or equal to 99"),
+        (
+            {"settings": {"discovery.zen.minimum_master_nodes": "2"}},
+            "setting [discovery.zen.minimum_master_nodes] is from Zen1",
+        ),
+        ({"settings": {"node.name": "x"}}, "setting [node.name] is managed by the operator"),
+        ({"settings": {"bogus": "x", "cluster.name": "ok"}}, "unknown setting [bogus]; docs/settings.md"),
+        (
+            {"settings": {"cluster.publish.timeout": "30", "cluster.election.duration": "1s"}},
+            "invalid value for setting [cluster.publish.timeout] (30): expected a positive time with a unit",
+        ),
+        (
+            {"settings": {"cluster.fault_detection.leader_check.retry_count": "0"}},
+            "invalid value for setting [cluster.fault_detection.leader_check.retry_count] (0): expected an integer",
+        ),
+        (
+            {"settings": {"cluster.no_master_block": "reads"}},
+            "invalid value for setting [cluster.no_master_block] (reads): expected all, write or metadata_write",
+        ),
+        (
+            {"settings": {"cluster.auto_shrink_voting_configuration": "yes"}},
+            '[cluster.auto_shrink_voting_configuration] (yes): expected "true" or "false"',
+        ),
         ({"podDisruptionBudget": {"mode": "Custom"}}, "custom is required with mode Custom"),
         (
             {"podDisruptionBudget": {"mode": "Custom", "custom": {"minAvailable": 1, "maxUnavailable": 1}}},
@@ -152,6 +167,30 @@ def test_invalid_clusters_are_rejected_with_a_clear_message(kubeconfig: Path, sp
     result = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("invalid", **spec))
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
+    # One message per mistake, and never the CEL placeholder instead of the value.
+    assert result.stderr.count(message) == 1 and 'Invalid value: "integer"' not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "message"),
+    [
+        ({}, {"storageClassName": "fast"}, 'it is unset (the default class), not "fast"'),
+        ({"storageClassName": "fast"}, {}, 'it is "fast", not unset'),
+        ({"storageClassName": "fast"}, {"storageClassName": "slow"}, 'it is "fast", not "slow"'),
+    ],
+)
+def test_the_storage_class_cannot_be_added_removed_or_changed(
+    kubeconfig: Path, before: dict, after: dict, message: str
+) -> None:
+    """A class added after creation was accepted and then wedged the operator on the StatefulSet's 422."""
+    name = "storage-" + str(abs(hash((str(before), str(after)))) % 10**6)
+    assert kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster(name, storage=before)).returncode == 0
+    changed = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster(name, storage=after))
+    assert changed.returncode != 0 and "storage.storageClassName is immutable" in changed.stderr, changed.stderr
+    assert message in changed.stderr, changed.stderr
+    same = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster(name, storage=before, replicas=5))
+    assert same.returncode == 0, same.stderr
+    kubectl(kubeconfig, "delete", "ccl", name, "--wait=false")
 
 
 def test_defaults_scale_and_immutable_fields(kubeconfig: Path) -> None:
@@ -167,9 +206,9 @@ def test_defaults_scale_and_immutable_fields(kubeconfig: Path) -> None:
     assert kubectl(kubeconfig, "scale", "ccl/scaled", "--replicas=5").returncode == 0
     assert kubectl(kubeconfig, "get", "ccl", "scaled", "-o", "jsonpath={.spec.replicas}").stdout == "5"
     renamed = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", settings={"cluster.name": "other"}))
-    assert "cannot change after creation" in renamed.stderr
+    assert "setting [cluster.name] cannot change after creation (it was 'keep')" in renamed.stderr
     resized = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec, storage={"size": "5Gi"}))
-    assert "storage.size is immutable" in resized.stderr
+    assert "storage.size is immutable" in resized.stderr and "it is 1Gi, not 5Gi" in resized.stderr
 
 
 def test_examples_are_accepted(kubeconfig: Path) -> None:
