@@ -351,13 +351,13 @@ def test_pod_events_trigger_a_prompt_coalesced_pass(monkeypatch: pytest.MonkeyPa
             return kopf.Body({"metadata": {"namespace": "ns", "name": name, "labels": labels}})
 
         memo = kopf.Memo(kube=None, http=None)
-        handlers.pod_changed(body=pod("demo-0", "demo"), memo=memo)
+        await handlers.pod_changed(body=pod("demo-0", "demo"), memo=memo)
         await asyncio.sleep(0)
         assert passes == ["demo"]  # at once, not after the reconcile interval
         for ordinal in range(3):  # while that pass runs: many events, one more pass
-            handlers.pod_changed(body=pod(f"demo-{ordinal}", "demo"), memo=memo)
-        handlers.pod_changed(body=pod("other-0", "other"), memo=memo)  # not a cluster we know
-        handlers.pod_changed(body=pod("demo-audit-1", "demo", component="audit"), memo=memo)
+            await handlers.pod_changed(body=pod(f"demo-{ordinal}", "demo"), memo=memo)
+        await handlers.pod_changed(body=pod("other-0", "other"), memo=memo)  # not a cluster we know
+        await handlers.pod_changed(body=pod("demo-audit-1", "demo", component="audit"), memo=memo)
         release.set()
         for _ in range(5):
             await asyncio.sleep(0)

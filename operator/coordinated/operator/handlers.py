@@ -144,7 +144,7 @@ _again: set[str] = set()
 
 
 @kopf.on.event("", "v1", "pods", labels={"app.kubernetes.io/managed-by": "coordinated-operator"})
-def pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # async: Kopf runs sync ones in threads
     labels = body["metadata"].get("labels") or {}
     instance = labels.get("app.kubernetes.io/instance")
     if instance and labels.get("app.kubernetes.io/component") == "node":
