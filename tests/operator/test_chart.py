@@ -185,9 +185,34 @@ def test_spark_audit_templates_validate_and_follow_spark_jobs_k8s(tools: dict[st
     scheduled = next(doc for doc in documents if doc["kind"] == "ScheduledSparkApplication")
     urls = scheduled["spec"]["template"]["arguments"][1].split(",")
     assert urls == [f"http://orders-{i}.orders-headless.ops.svc:9200" for i in range(5)]
-    source = sorted((REPO / "spark-jobs" / "k8s").glob("*.yaml"))
-    if not source:
-        pytest.skip("spark-jobs/k8s/ has no manifests yet")
-    # The pod template is a file inside the image (spark.kubernetes.*.podTemplateFile), not an object.
-    expected = {(doc["kind"], doc["metadata"]["name"]) for doc in load_yaml_documents(source) if doc["kind"] != "Pod"}
-    assert expected <= {(doc["kind"], doc["metadata"]["name"]) for doc in documents}
+    applications = [doc for doc in documents if doc["kind"] in ("SparkApplication", "ScheduledSparkApplication")]
+    assert_runs_under_the_spark_operator(applications)
+    names = {(doc["kind"], doc["metadata"]["name"]) for doc in documents}
+    # The plain manifests of spark-jobs/k8s/ hold the same kinds of objects, under other names: applied by hand
+    # in the release's namespace they must not collide with the chart's (helm refuses to adopt them).
+    source = [doc for doc in load_yaml_documents(sorted((REPO / "spark-jobs" / "k8s").glob("*.yaml")))]
+    plain = {(doc["kind"], doc["metadata"]["name"]) for doc in source if doc["kind"] != "Pod"}
+    assert {kind for kind, _ in plain} <= {kind for kind, _ in names}
+    assert plain.isdisjoint(names), sorted(plain & names)
+    assert_runs_under_the_spark_operator([doc for doc in source if "Spark" in doc["kind"]])
+    claim = next(doc for doc in documents if doc["kind"] == "PersistentVolumeClaim")
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    mounted = {volume["persistentVolumeClaim"]["claimName"] for volume in scheduled["spec"]["template"]["volumes"]
+               if "persistentVolumeClaim" in volume}  # fmt: skip
+    assert mounted == {claim["metadata"]["name"]}
+    account = next(doc for doc in documents if doc["kind"] == "ServiceAccount" and "audit" in doc["metadata"]["name"])
+    assert scheduled["spec"]["template"]["driver"]["serviceAccount"] == account["metadata"]["name"]
+
+
+def assert_runs_under_the_spark_operator(applications: list[dict[str, Any]]) -> None:
+    """The spark-operator runs spark-submit in its own container: no file of the project's image may be named."""
+    assert applications
+    for application in applications:
+        spec = application["spec"].get("template", application["spec"])
+        text = yaml.safe_dump(spec)
+        assert "podTemplateFile" not in text and "/opt/coordinated" not in text, application["metadata"]["name"]
+        for role in ("driver", "executor"):
+            (container,) = spec[role]["template"]["spec"]["containers"]
+            assert container["command"] == ["/usr/local/bin/spark-entrypoint.sh"]
+            assert spec[role]["podSecurityContext"]["runAsNonRoot"] is True
+        assert {mount["name"] for mount in spec["driver"]["volumeMounts"]} == {"reports", "spark-local"}
