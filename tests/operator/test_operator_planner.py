@@ -247,7 +247,7 @@ def test_converged() -> None:
 # ---- property: a model cluster driven only by the planner ----------------------------------------------
 @dataclass
 class ModelCluster:
-    """Idealized sidecars: pods follow the StatefulSet, live nodes join, the voting config follows DESIGN 3."""
+    """Idealized sidecars: pods follow the StatefulSet, live nodes join, the voting config follows the auto-shrink rules."""
 
     replicas: int
     desired: int
