@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint simulate clean
+.PHONY: install demo test test-fast lint simulate clean test-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,11 +16,18 @@ install: $(STAMP)
 
 ## The embedded default: a local multi-node cluster, then an audit of its histories.
 demo: $(STAMP)
+	bash scripts/system-deps.sh demo
 	$(BIN)/coordinated demo
 
 ## Lint, type-check and run every test (CI runs exactly this).
-test: lint
+test: test-deps lint
 	$(BIN)/pytest
+
+## What the tests start besides Python: system packages (iptables, etcd, ...) and the Kubernetes
+## binaries for the API-server tests (built once through the Go module proxy, then cached).
+test-deps:
+	bash scripts/system-deps.sh test
+	bash e2e/lib/build-kubernetes.sh
 
 ## The quick loop: lint and the tests not marked slow, spark or integration.
 test-fast: lint

@@ -39,6 +39,16 @@ def find_apiserver() -> str | None:
     return str(cached[-1]) if cached else None
 
 
+def find_kubectl() -> str | None:
+    """The one built beside the kube-apiserver (the same version; not on PATH), else any on PATH."""
+    apiserver = find_apiserver()
+    beside = Path(apiserver).with_name("kubectl") if apiserver else None
+    return str(beside) if beside and beside.exists() else shutil.which("kubectl")
+
+
+KUBECTL = find_kubectl()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -48,8 +58,10 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     apiserver, etcd, openssl = find_apiserver(), shutil.which("etcd"), shutil.which("openssl")
-    if not (apiserver and etcd and openssl and shutil.which("kubectl")):
-        pytest.skip("needs etcd, kubectl, openssl and a kube-apiserver binary")
+    found = {"kube-apiserver": apiserver, "kubectl": KUBECTL, "etcd": etcd, "openssl": openssl}
+    if missing := [name for name, path in found.items() if not path]:
+        pytest.skip(f"missing {', '.join(missing)} (`make test-deps` installs and builds them)")
+    assert apiserver and etcd and openssl
     work = tmp_path_factory.mktemp("apiserver")
     subprocess.run([openssl, "genrsa", "-out", work / "sa.key", "2048"], check=True, capture_output=True)
     subprocess.run(
@@ -121,7 +133,11 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def kubectl(config: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["kubectl", "--kubeconfig", str(config), *args], input=stdin, capture_output=True, text=True, timeout=60
+        [KUBECTL or "kubectl", "--kubeconfig", str(config), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 

@@ -22,8 +22,7 @@ from coordinated.coordination.client import (
 )
 from coordinated.coordination.reconfigurator import reconfigure
 from coordinated.coordination.state import UNKNOWN_UUID, ClusterState, DiscoveryNode, VotingConfigExclusion
-
-ABSENT_PREFIX = "_absent_"  # an exclusion by name of a node that is not in the cluster (yet)
+from coordinated.coordination.validation import ABSENT_PREFIX, exclusions_problem, resolve_exclusions
 
 
 @dataclass(frozen=True)
@@ -65,24 +64,15 @@ def add_exclusions(
     exclusions: list[VotingConfigExclusion],
     limit: int,
 ) -> ClientResult | None:
-    by_name = {node.name: node for node in nodes.values()}
-    to_add: list[VotingConfigExclusion] = []
-    for name in request.node_names:
-        node = by_name.get(name)
-        # A node that is not in the cluster is excluded by name; it gets its id when it joins.
-        to_add.append(VotingConfigExclusion(node.id if node else f"{ABSENT_PREFIX}{name}", name))
-    for node_id in request.node_ids:
-        known = nodes.get(node_id)
-        to_add.append(VotingConfigExclusion(node_id, known.name if known else ABSENT_PREFIX))
+    # Checked again against the state of this batch: an earlier task may have added exclusions.
+    problem = exclusions_problem(request, nodes, exclusions, limit)
+    if problem is not None:
+        return client.bad_request(problem)
     existing = {exclusion.node_id for exclusion in exclusions}
-    new = [exclusion for exclusion in to_add if exclusion.node_id not in existing]
-    if len(existing) + len(new) > limit:
-        return client.bad_request(
-            f"add voting config exclusions request for {[e.node_name for e in to_add]} would add "
-            f"[{len(new)}] exclusions to the existing [{len(existing)}] which would exceed the maximum "
-            f"of [{limit}] set by [cluster.max_voting_config_exclusions]"
-        )
-    exclusions.extend(new)
+    for exclusion in resolve_exclusions(request, nodes):
+        if exclusion.node_id not in existing:
+            existing.add(exclusion.node_id)
+            exclusions.append(exclusion)
     return None
 
 

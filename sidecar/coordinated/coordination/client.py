@@ -6,9 +6,11 @@ submitted on. Errors carry Elasticsearch's error type names and HTTP status code
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+
+from coordinated.coordination.state import Long
 
 
 class _Request(msgspec.Struct, frozen=True, tag_field="op"):
@@ -66,23 +68,23 @@ class _Result(msgspec.Struct, frozen=True, tag_field="result"):
 class Committed(_Result, frozen=True, tag="committed"):
     """A write (or, for a ReadBarrier, the state read) is committed and applied on the master, in this state."""
 
-    term: int
-    version: int
+    term: Long
+    version: Long
 
 
 class ReadValue(_Result, frozen=True, tag="value"):
     key: str
     found: bool
     value: Any
-    term: int
-    version: int
+    term: Long
+    version: Long
     linearizable: bool = True
 
 
 class ClusterError(_Result, frozen=True, tag="error"):
     type: str
     reason: str
-    status: int
+    status: Annotated[int, msgspec.Meta(ge=400, le=599)]  # an HTTP error status, whatever a peer sends
     # False when the request is known not to have taken effect; True when it might have.
     maybe_applied: bool = False
 

@@ -56,6 +56,7 @@ from coordinated.coordination.effects import (
     Send,
     StateApplied,
 )
+from coordinated.coordination.foreign_clusters import ForeignClusters
 from coordinated.coordination.master_service import MasterService, Priority, Task
 from coordinated.coordination.messages import (
     ApplyCommit,
@@ -94,6 +95,7 @@ from coordinated.coordination.state import (
     compute_diff,
 )
 from coordinated.coordination.timers import Timers
+from coordinated.coordination.validation import request_problem
 
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 JOIN_TIMEOUT_MS = 10_000
@@ -159,6 +161,7 @@ class Coordinator:
         self.peers: dict[str, DiscoveryNode] = {}  # transport address -> node, for peers that answered
         self.unreachable: set[str] = set()  # addresses whose last probe failed
         self.seed_addresses: tuple[str, ...] = ()
+        self.foreign_clusters = ForeignClusters()  # peers that answered with another cluster UUID
         self.peers_seen_terms: dict[str, int] = {}
         self.discovered_master: DiscoveryNode | None = None
         self.join_request_in_flight: str | None = None
@@ -402,8 +405,12 @@ class Coordinator:
         """A message from a node of another cluster: its terms must not disturb this one."""
         ours = self._committed_uuid()
         if UNKNOWN_UUID in (ours, cluster_uuid) or ours == cluster_uuid:
+            if ours == cluster_uuid != UNKNOWN_UUID:
+                self.foreign_clusters.agrees(sender)
             return False
-        self._log("debug", f"ignoring {sender}: it belongs to cluster [{cluster_uuid}], this node to [{ours}]")
+        warning = self.foreign_clusters.saw(sender, cluster_uuid, ours, self.now)  # reported in health, too
+        debug = f"ignoring {sender}: it belongs to cluster [{cluster_uuid}], this node to [{ours}]"
+        self._log("warning" if warning else "debug", warning or debug)
         return True
 
     def _node_id_at(self, address: str) -> str | None:
@@ -1504,6 +1511,11 @@ class Coordinator:
         self._finish_forward(response.request_id, response.result)
 
     def _execute_on_master(self, request: ClientRequest, reply: Callable[[ClientResult], None], timeout: int) -> None:
+        # Every request is checked here too, forwarded or not: a peer may have skipped the API's checks.
+        problem = request_problem(request, self.last_accepted_state, self.settings.max_voting_config_exclusions)
+        if problem is not None:
+            reply(client.bad_request(problem))
+            return
         if isinstance(request, KvGet | ReadBarrier):
             self.read_queue.append((request, reply))
             self._serve_reads_if_possible()

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from coordinated.coordination.client import ClientRequest, ClientResult
-from coordinated.coordination.state import UNKNOWN_UUID, ClusterState, ClusterStateDiff, DiscoveryNode
+from coordinated.coordination.state import UNKNOWN_UUID, ClusterState, ClusterStateDiff, DiscoveryNode, Long
 
 
 class Join(msgspec.Struct, frozen=True):
@@ -19,9 +19,9 @@ class Join(msgspec.Struct, frozen=True):
 
     voter_id: str
     target_id: str
-    term: int
-    last_accepted_term: int
-    last_accepted_version: int
+    term: Long
+    last_accepted_term: Long
+    last_accepted_version: Long
 
 
 class _Message(msgspec.Struct, frozen=True, tag_field="type"):
@@ -38,21 +38,21 @@ class PeersResponse(_Message, frozen=True, tag="peers_response"):
     source: DiscoveryNode
     master: DiscoveryNode | None
     known_peers: tuple[DiscoveryNode, ...]
-    term: int
+    term: Long
     cluster_uuid: str = UNKNOWN_UUID  # the sender's committed cluster UUID: terms of other clusters are ignored
 
 
 class PreVoteRequest(_Message, frozen=True, tag="pre_vote"):
     source: DiscoveryNode
-    current_term: int
+    current_term: Long
     cluster_uuid: str = UNKNOWN_UUID
 
 
 class PreVoteResponse(_Message, frozen=True, tag="pre_vote_response"):
     source: DiscoveryNode
-    current_term: int
-    last_accepted_term: int
-    last_accepted_version: int
+    current_term: Long
+    last_accepted_term: Long
+    last_accepted_version: Long
     cluster_uuid: str = UNKNOWN_UUID
 
 
@@ -61,21 +61,21 @@ class StartJoinRequest(_Message, frozen=True, tag="start_join"):
     master on the candidate's behalf)."""
 
     candidate: DiscoveryNode
-    term: int
+    term: Long
     cluster_uuid: str = UNKNOWN_UUID
 
 
 class JoinRequest(_Message, frozen=True, tag="join"):
     source: DiscoveryNode
-    request_id: int
-    min_term: int
+    request_id: Long
+    min_term: Long
     join: Join | None
     cluster_uuid: str
     cluster_uuid_committed: bool
 
 
 class JoinResponse(_Message, frozen=True, tag="join_response"):
-    request_id: int
+    request_id: Long
     ok: bool
     reason: str = ""
 
@@ -84,16 +84,16 @@ class PublishRequest(_Message, frozen=True, tag="publish"):
     """Carries either the whole state or a diff against the receiver's last-accepted state."""
 
     source: DiscoveryNode
-    term: int
-    version: int
+    term: Long
+    version: Long
     state: ClusterState | None = None
     diff: ClusterStateDiff | None = None
 
 
 class PublishResponse(_Message, frozen=True, tag="publish_response"):
     source_id: str
-    term: int
-    version: int
+    term: Long
+    version: Long
     ok: bool
     join: Join | None = None
     need_full_state: bool = False
@@ -102,41 +102,41 @@ class PublishResponse(_Message, frozen=True, tag="publish_response"):
 
 class ApplyCommit(_Message, frozen=True, tag="apply_commit"):
     source_id: str
-    term: int
-    version: int
+    term: Long
+    version: Long
 
 
 class ApplyCommitResponse(_Message, frozen=True, tag="apply_commit_response"):
     source_id: str
-    term: int
-    version: int
+    term: Long
+    version: Long
     ok: bool
 
 
 class FollowerCheck(_Message, frozen=True, tag="follower_check"):
     source: DiscoveryNode
-    term: int
-    request_id: int
+    term: Long
+    request_id: Long
 
 
 class FollowerCheckResponse(_Message, frozen=True, tag="follower_check_response"):
     source_id: str
-    request_id: int
+    request_id: Long
     ok: bool
-    term: int
+    term: Long
     # So that the leader can bring a follower that missed a message up to date without waiting.
-    accepted_term: int = 0
-    accepted_version: int = 0
-    applied_version: int = 0
+    accepted_term: Long = 0
+    accepted_version: Long = 0
+    applied_version: Long = 0
 
 
 class LeaderCheck(_Message, frozen=True, tag="leader_check"):
     source_id: str
-    request_id: int
+    request_id: Long
 
 
 class LeaderCheckResponse(_Message, frozen=True, tag="leader_check_response"):
-    request_id: int
+    request_id: Long
     ok: bool
     reason: str = ""
 
@@ -145,25 +145,25 @@ class LeadershipProbe(_Message, frozen=True, tag="leadership_probe"):
     """For a linearizable read: is the sender still master in `term`?"""
 
     source_id: str
-    term: int
-    request_id: int
+    term: Long
+    request_id: Long
 
 
 class LeadershipProbeResponse(_Message, frozen=True, tag="leadership_probe_response"):
     source_id: str
-    term: int
-    request_id: int
+    term: Long
+    request_id: Long
     ok: bool
 
 
 class ForwardedRequest(_Message, frozen=True, tag="forwarded_request"):
     source_id: str
-    request_id: int
+    request_id: Long
     request: ClientRequest
 
 
 class ForwardedResponse(_Message, frozen=True, tag="forwarded_response"):
-    request_id: int
+    request_id: Long
     result: ClientResult
 
 
@@ -190,11 +190,18 @@ Message = (
 )
 
 
-class Envelope(msgspec.Struct, frozen=True):
-    """What the transport carries: the sender's transport address and one message."""
+class Envelope(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What the transport carries: the sender's transport address and one message.
+
+    A one-shot signed request (a POST) also carries a fresh random `request_nonce`: it is covered by the
+    signature, and the receiver refuses a nonce it has seen within the signature's validity window, so a
+    captured request cannot be replayed. Frames of a stream need none (the stream's MACs already forbid
+    replays), and a receiver of an older version ignores the field.
+    """
 
     sender: str
     message: Message
+    request_nonce: str = ""
 
 
 _ENCODER = msgspec.json.Encoder()
@@ -207,7 +214,10 @@ def encode_envelope(envelope: Envelope) -> bytes:
 
 def decode_envelope(data: bytes) -> Envelope:
     """Raises msgspec.ValidationError or msgspec.DecodeError with a message saying what is wrong."""
-    return _DECODER.decode(data)
+    try:
+        return _DECODER.decode(data)
+    except UnicodeDecodeError as error:  # msgspec raises this for a string that is not UTF-8
+        raise msgspec.DecodeError(f"invalid UTF-8: {error}") from None
 
 
 def message_type(message: Any) -> str:

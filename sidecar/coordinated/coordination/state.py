@@ -8,11 +8,16 @@ A state is never mutated: every change builds a new `ClusterState`. Two states w
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
 UNKNOWN_UUID = "_na_"
+# Terms, versions and request ids are 64-bit signed integers, as in Elasticsearch (and never negative). A
+# message or record holding a number outside that range fails to decode, so it is refused before it can
+# reach the core or be persisted.
+LONG_MAX = 2**63 - 1
+Long = Annotated[int, msgspec.Meta(ge=0, le=LONG_MAX)]
 # A bootstrap placeholder stands in for a named initial master node that has not been discovered yet.
 PLACEHOLDER_PREFIX = "{bootstrap-placeholder}-"
 
@@ -50,7 +55,7 @@ class VotingConfigExclusion(msgspec.Struct, frozen=True):
 
 
 class CoordinationMetadata(msgspec.Struct, frozen=True):
-    term: int = 0
+    term: Long = 0
     last_committed_config: VotingConfiguration = EMPTY_CONFIG
     last_accepted_config: VotingConfiguration = EMPTY_CONFIG
     voting_config_exclusions: tuple[VotingConfigExclusion, ...] = ()
@@ -74,7 +79,7 @@ class ClusterState(msgspec.Struct, frozen=True):
     cluster_name: str
     cluster_uuid: str = UNKNOWN_UUID
     cluster_uuid_committed: bool = False
-    version: int = 0
+    version: Long = 0
     state_uuid: str = UNKNOWN_UUID
     parent_uuid: str | None = None
     master_node: str | None = None
@@ -123,7 +128,7 @@ class ClusterStateDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     base_uuid: str
     state_uuid: str
     parent_uuid: str | None
-    version: int
+    version: Long
     cluster_uuid: str
     cluster_uuid_committed: bool
     master_node: str | None

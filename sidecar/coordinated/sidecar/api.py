@@ -7,6 +7,7 @@ the node down.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -29,17 +30,17 @@ from coordinated.coordination.client import (
     UpdateSettings,
     no_master_error,
 )
-from coordinated.coordination.settings import SettingsError, parse_node_name, parse_time_ms
+from coordinated.coordination.settings import parse_time_ms
 from coordinated.coordination.state import state_to_api
+from coordinated.coordination.validation import exclusions_problem, hook_name_problem, key_problem, settings_problem
 from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
+from coordinated.sidecar.http_server import BODY_TIMEOUT_S
 from coordinated.sidecar.node import Node
 
 log = logging.getLogger("coordinated.api")
 NODE_KEY: web.AppKey[Node] = web.AppKey("node", Node)
-_KEY = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")
-_HOOK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _WAIT_FOR_NODES = re.compile(r"^(>=|<=|>|<|ge\(|le\(|gt\(|lt\()?(\d+)\)?$")
 DEFAULT_TIMEOUT = "30s"
 _COMMON_PARAMS = {"pretty", "human", "error_trace", "filter_path"}
@@ -66,6 +67,14 @@ async def errors_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
     try:
+        if request.body_exists:
+            # Read whole (and cached for the handler) within a bound, so a slow sender cannot hold a handler.
+            try:
+                await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
+            except TimeoutError:
+                raise BadRequest(
+                    f"the request body was not received within {BODY_TIMEOUT_S:.0f}s", "request_timeout_exception", 408
+                ) from None
         response = await handler(request)
     except BadRequest as error:
         response = error_response(error.error_type, error.reason, error.status)
@@ -80,9 +89,14 @@ async def errors_middleware(
         if error.status not in (404, 405):
             reason = error.text or error.reason
         response = error_response(error.reason.lower().replace(" ", "_") + "_exception", reason, error.status)
+    except UnicodeDecodeError as error:  # e.g. a string in a JSON body that is not UTF-8
+        log.info("refused %s %s from %s: invalid UTF-8: %s", request.method, request.path, request.remote, error)
+        response = error_response("parse_exception", f"invalid UTF-8: {error}", 400)
     except Exception as error:  # never let a request take the node down
         log.exception("error handling %s %s", request.method, request.path)
         response = error_response("internal_server_exception", f"{type(error).__name__}: {error}", 500)
+    if response.status == 408:
+        response.force_close()  # the rest of the body may still arrive: do not read it as a next request
     request.app[NODE_KEY].metrics.http_requests.labels(str(response.status)).inc()
     return response
 
@@ -154,6 +168,8 @@ async def read_json(request: web.Request, required: bool = True) -> Any:
         return msgspec.json.decode(body)
     except msgspec.DecodeError as error:
         raise BadRequest(f"malformed JSON body: {error}", "parse_exception") from None
+    except UnicodeDecodeError as error:
+        raise BadRequest(f"malformed JSON body: invalid UTF-8: {error}", "parse_exception") from None
     except RecursionError:
         raise BadRequest("malformed JSON body: nested too deeply", "parse_exception") from None
 
@@ -166,8 +182,9 @@ def decode_body(data: Any, type_: type[Any], what: str) -> Any:
 
 
 def check_key(key: str) -> str:
-    if not _KEY.match(key):
-        raise BadRequest("a metadata key must be 1 to 256 characters without control characters")
+    problem = key_problem(key)
+    if problem is not None:
+        raise BadRequest(problem)
     return key
 
 
@@ -283,6 +300,12 @@ def health_body(node: Node) -> dict[str, Any]:
     problem = node.coordinator.formation_problem
     if problem and node.unresolved_seeds:
         problem += f"; cannot resolve seed hosts {node.unresolved_seeds}"
+    foreign = node.coordinator.foreign_clusters.problem(state.cluster_uuid, node.coordinator.now)
+    if foreign:
+        problem = f"{problem}; {foreign}" if problem else foreign
+    persistence_problem = node.persist_monitor.failure
+    if persistence_problem:
+        status = "red"  # this node cannot accept states: whatever it serves may be stale
     return {
         "cluster_name": state.cluster_name,
         "cluster_uuid": state.cluster_uuid,
@@ -292,6 +315,7 @@ def health_body(node: Node) -> dict[str, Any]:
         "number_of_nodes": len(nodes),
         "number_of_master_eligible_nodes": sum(1 for n in nodes.values() if n.master_eligible),
         "formation_problem": problem,
+        "persistence_problem": persistence_problem,
         "mode": str(node.coordinator.mode),
         "term": node.coordinator.current_term,
         "version": state.version,
@@ -442,12 +466,9 @@ async def settings_put(request: web.Request) -> web.Response:
     body = decode_body(await read_json(request), _SettingsBody, "settings body")
     updates: dict[str, str | None] = {}
     flatten_settings("", body.persistent, updates)
-    if not updates:
-        raise BadRequest('no settings to update: give {"persistent": {"setting.name": "value"}}')
-    try:
-        sidecar_registry().validate_dynamic(updates)
-    except SettingsError as error:
-        raise BadRequest(str(error)) from None
+    problem = settings_problem(updates, sidecar_registry())
+    if problem is not None:
+        raise BadRequest(problem)
     result = await node_of(request).submit(UpdateSettings(persistent=updates), timeout_ms)
     if isinstance(result, Committed):
         return web.json_response({"acknowledged": True, "persistent": updates, "transient": {}})
@@ -457,35 +478,23 @@ async def settings_put(request: web.Request) -> web.Response:
 
 
 def _names(query: Mapping[str, str], name: str) -> tuple[str, ...]:
-    values = tuple(part.strip() for part in query.get(name, "").split(",") if part.strip())
-    if name == "node_names":
-        try:
-            for value in values:
-                parse_node_name(value)
-        except ValueError as error:
-            raise BadRequest(f"invalid parameter [node_names]: {error}") from None
-    return values
+    return tuple(part.strip() for part in query.get(name, "").split(",") if part.strip())
 
 
 async def exclusions_add(request: web.Request) -> web.Response:
     query = check_params(request, {"node_names", "node_ids", "timeout", "master_timeout"})
-    names, ids = _names(query, "node_names"), _names(query, "node_ids")
-    if bool(names) == bool(ids):
-        raise BadRequest("you must set [node_names] or [node_ids] but not both")
+    exclusions = AddVotingConfigExclusions(node_names=_names(query, "node_names"), node_ids=_names(query, "node_ids"))
     timeout_ms = timeout_of(query)
     await no_body(request)
     node = node_of(request)
     assert node.coordinator is not None
+    # Checked against this node's applied state for a quick answer; the master checks again against its own.
+    state = node.applied_state
     limit = node.coordinator.settings.max_voting_config_exclusions
-    existing = len(node.applied_state.coordination.voting_config_exclusions)
-    new = len(set(names or ids))
-    if existing + new > limit:
-        raise BadRequest(
-            f"add voting config exclusions request for {list(names or ids)} would add [{new}] exclusions to the "
-            f"existing [{existing}] which would exceed the maximum of [{limit}] set by "
-            "[cluster.max_voting_config_exclusions]"
-        )
-    result = await node.submit(AddVotingConfigExclusions(node_names=names, node_ids=ids), timeout_ms)
+    problem = exclusions_problem(exclusions, state.nodes, state.coordination.voting_config_exclusions, limit)
+    if problem is not None:
+        raise BadRequest(problem)
+    result = await node.submit(exclusions, timeout_ms)
     return exclusions_result(node, result)
 
 
@@ -545,6 +554,8 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     node = node_of(request)
     assert node.coordinator is not None
+    if node.persist_monitor.failure:
+        return web.json_response({"ready": False, "reason": node.persist_monitor.failure}, status=503)
     if node.applied_state.master_node is not None and str(node.coordinator.mode) != "CANDIDATE":
         return web.json_response({"ready": True, "master_node": node.applied_state.master_node})
     return web.json_response({"ready": False, "reason": node.coordinator.formation_problem or "no master"}, status=503)
@@ -557,8 +568,9 @@ async def hooks_list(request: web.Request) -> web.Response:
 
 def hook_name(request: web.Request) -> str:
     name = request.match_info["name"]
-    if not _HOOK_NAME.match(name):
-        raise BadRequest("a hook name must be 1-63 letters, digits, '.', '_' or '-'")
+    problem = hook_name_problem(name)
+    if problem is not None:
+        raise BadRequest(problem)
     return name
 
 

@@ -1,8 +1,12 @@
 """Transport authentication: HMAC-SHA256 keyed by the cluster secret.
 
 One-shot requests (`POST /_transport/message`, `GET /_transport/watch`) carry a MAC over a timestamp and the
-request body. The timestamp bounds how long a captured request can be replayed; the body is covered whole,
-so nothing in an authenticated message can be altered.
+request body. The body is covered whole, so nothing in an authenticated message can be altered. The
+timestamp bounds a signature's validity to `MAX_CLOCK_SKEW_S` either side of the receiver's clock; within
+that window a POST is made unique by the random `request_nonce` of its envelope, which the receiver keeps
+in a `ReplayCache` until the signature expires, so a replayed POST is refused instead of executed twice. A
+replayed watch or stream upgrade gains nothing: a watch only waits, and a stream's frames are MACed under a
+fresh nonce of the server (below).
 
 Message streams (`GET /_transport/stream`, a WebSocket) are authenticated in two steps:
 
@@ -26,6 +30,7 @@ control frames, so only the client-to-server direction is authenticated. There i
 from __future__ import annotations
 
 import hashlib
+import heapq
 import hmac
 import time
 from collections.abc import Mapping
@@ -38,6 +43,7 @@ STREAM_HANDSHAKE = b"coordinated transport stream v1"
 FRAME_DOMAIN = b"coordinated transport frame v1\n"
 NONCE_BYTES = 16
 MAC_BYTES = 32
+REPLAY_CACHE_ENTRIES = 200_000  # ~660 signed POSTs a second sustained over the validity window
 
 
 class TransportAuth:
@@ -57,18 +63,10 @@ class TransportAuth:
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float | None = None) -> str | None:
         """None when the request is authentic, otherwise why it is not."""
-        signature = headers.get(SIGNATURE_HEADER)
-        timestamp = headers.get(TIMESTAMP_HEADER)
-        if not signature or not timestamp:
-            return f"missing {SIGNATURE_HEADER} or {TIMESTAMP_HEADER} header"
-        try:
-            sent_at = int(timestamp)
-        except ValueError:
-            return f"malformed {TIMESTAMP_HEADER} header"
-        current = time.time() if now is None else now
-        if abs(current - sent_at) > MAX_CLOCK_SKEW_S:
-            return f"{TIMESTAMP_HEADER} is more than {MAX_CLOCK_SKEW_S}s away from this node's clock"
-        if not hmac.compare_digest(signature, "sha256=" + self._mac(timestamp, body)):
+        problem = signed_at_or_problem(headers, now)
+        if isinstance(problem, str):
+            return problem
+        if not hmac.compare_digest(headers[SIGNATURE_HEADER], "sha256=" + self._mac(headers[TIMESTAMP_HEADER], body)):
             return "bad signature"
         return None
 
@@ -110,3 +108,54 @@ class StreamMac:
         if not hmac.compare_digest(self._next_mac(body), view[:MAC_BYTES]):
             return None
         return body
+
+
+def signed_at_or_problem(headers: Mapping[str, str], now: float | None = None) -> int | str:
+    """The request's signing time if its signature headers are present and within the validity window,
+    otherwise why not."""
+    signature = headers.get(SIGNATURE_HEADER)
+    timestamp = headers.get(TIMESTAMP_HEADER)
+    if not signature or not timestamp:
+        return f"missing {SIGNATURE_HEADER} or {TIMESTAMP_HEADER} header"
+    try:
+        sent_at = int(timestamp)
+    except ValueError:
+        return f"malformed {TIMESTAMP_HEADER} header"
+    current = time.time() if now is None else now
+    if abs(current - sent_at) > MAX_CLOCK_SKEW_S:
+        return f"{TIMESTAMP_HEADER} is more than {MAX_CLOCK_SKEW_S}s away from this node's clock"
+    return sent_at
+
+
+class ReplayCache:
+    """The nonces of the signed requests seen while their signatures are valid; bounded in size.
+
+    A nonce is kept until its request's signature expires (signing time + MAX_CLOCK_SKEW_S), after which a
+    replay is refused by the timestamp check anyway. When full of unexpired nonces, new requests are refused
+    rather than letting an old nonce be forgotten early (which would re-open it to replay).
+    """
+
+    def __init__(self, max_entries: int = REPLAY_CACHE_ENTRIES) -> None:
+        self.max_entries = max_entries
+        self._expiry: dict[str, int] = {}
+        self._by_expiry: list[tuple[int, str]] = []
+
+    def __len__(self) -> int:
+        return len(self._expiry)
+
+    def admit(self, nonce: str, signed_at: int, now: float | None = None) -> str | None:
+        """None if the nonce is new (it is remembered), otherwise why the request is refused."""
+        if not nonce:
+            return "the request has no request_nonce: a signed POST must be unique"
+        current = time.time() if now is None else now
+        while self._by_expiry and self._by_expiry[0][0] < current:
+            _, old = heapq.heappop(self._by_expiry)
+            self._expiry.pop(old, None)
+        if nonce in self._expiry:
+            return "replayed request: this request_nonce was already used"
+        if len(self._expiry) >= self.max_entries:
+            return f"too many signed requests within {MAX_CLOCK_SKEW_S}s; retry later"
+        expiry = signed_at + MAX_CLOCK_SKEW_S
+        self._expiry[nonce] = expiry
+        heapq.heappush(self._by_expiry, (expiry, nonce))
+        return None

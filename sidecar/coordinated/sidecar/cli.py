@@ -13,6 +13,7 @@ from aiohttp import web
 from coordinated.coordination.settings import SettingsError
 from coordinated.sidecar.api import client_app
 from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
+from coordinated.sidecar.http_server import ClientAppRunner
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.persistence import DataDirError
 from coordinated.sidecar.transport import transport_app
@@ -83,7 +84,7 @@ async def serve(node: Node, config: NodeConfig) -> int:
     transport_runner = web.AppRunner(
         transport_app(node.handle_message, node.auth, max_body), access_log=None, handle_signals=False
     )
-    client_runner = web.AppRunner(client_app(node), access_log=None, handle_signals=False)
+    client_runner = ClientAppRunner(client_app(node))
     await transport_runner.setup()
     await client_runner.setup()
     try:

@@ -35,6 +35,7 @@ from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.history import HistoryWriter, newest_durable_marks
 from coordinated.sidecar.hooks import HookManager
 from coordinated.sidecar.metrics import NodeMetrics
+from coordinated.sidecar.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.persistence import (
     DataDirError,
     DataDirLock,
@@ -67,6 +68,7 @@ class Node:
         self.local_node = DiscoveryNode(self.node_id, config.coordination.node_name, config.transport_address, roles)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.coordinator: Coordinator | None = None
+        self.persist_monitor = MonitoredPersistedState(self.persisted)  # for health: did the last write fail?
         self.metrics = NodeMetrics(self)
         self.hooks = HookManager(config.data_dir / "hooks.json", config.get("hooks.timeout") / 1000)
         self.sender: PeerSender | None = None
@@ -122,7 +124,7 @@ class Node:
         self.coordinator = Coordinator(
             local_node=self.local_node,
             settings=cfg.coordination,
-            persisted=self.persisted,
+            persisted=self.persist_monitor,
             rng=random.Random(),
             now=self.now_ms(),
         )

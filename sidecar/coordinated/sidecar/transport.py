@@ -40,7 +40,14 @@ from coordinated.coordination.messages import (
     decode_envelope,
     encode_envelope,
 )
-from coordinated.sidecar.auth import MAC_BYTES, NONCE_BYTES, StreamMac, TransportAuth
+from coordinated.sidecar.auth import (
+    MAC_BYTES,
+    NONCE_BYTES,
+    ReplayCache,
+    StreamMac,
+    TransportAuth,
+    signed_at_or_problem,
+)
 
 log = logging.getLogger("coordinated.transport")
 
@@ -202,7 +209,7 @@ class PeerSender:
         post_until = self._post_until.get(destination)
         if post_until is not None:
             if asyncio.get_running_loop().time() < post_until:
-                await self._post_or_report(destination, message, body)
+                await self._post_or_report(destination, message)
                 return
             del self._post_until[destination]
         for attempt in range(2):
@@ -216,7 +223,7 @@ class PeerSender:
                     self.on_failure(destination, message)
                     return
                 if opened is OLD_PEER:
-                    await self._post_or_report(destination, message, body)
+                    await self._post_or_report(destination, message)
                     return
                 if not isinstance(opened, _Stream):
                     return  # REFUSED or LOST: logged; not reported, as before
@@ -299,7 +306,9 @@ class PeerSender:
             return REFUSED
         return _Stream(destination, ws, mac)
 
-    async def _post_or_report(self, destination: str, message: Message, body: bytes) -> None:
+    async def _post_or_report(self, destination: str, message: Message) -> None:
+        # A unique POST: the receiver refuses a replay of it (see auth), retries of this one included.
+        body = encode_envelope(Envelope(self.local_address, message, request_nonce=os.urandom(NONCE_BYTES).hex()))
         if not await self._post(f"http://{destination}{MESSAGE_PATH}", body):
             self.on_failure(destination, message)
 
@@ -370,6 +379,7 @@ def transport_app(
     on_message: Callable[[str, Message], None], auth: TransportAuth | None, max_body: int
 ) -> web.Application:
     warnings = _RateLimitedWarnings()
+    replays = ReplayCache()
     streams: set[web.WebSocketResponse] = set()
     closing = asyncio.Event()
 
@@ -378,11 +388,20 @@ def transport_app(
         if auth is not None:
             problem = auth.verify(request.headers, body)
             if problem is not None:
+                warnings.warn("post 401", "refused a message from %s: %s", request.remote, problem)
                 return _error(401, "security_exception", problem)
         try:
             envelope = decode_envelope(body)
         except (msgspec.ValidationError, msgspec.DecodeError) as error:
+            warnings.warn("post 400", "refused a message from %s: %s", request.remote, error)
             return _error(400, "parse_exception", str(error))
+        if auth is not None:
+            signed_at = signed_at_or_problem(request.headers)
+            assert isinstance(signed_at, int)  # verified above
+            problem = replays.admit(envelope.request_nonce, signed_at)
+            if problem is not None:
+                warnings.warn("post replay", "refused a message from %s: %s", request.remote, problem)
+                return _error(401, "security_exception", problem)
         on_message(envelope.sender, envelope.message)
         return web.Response(status=204)
 
