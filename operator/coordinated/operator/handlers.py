@@ -125,6 +125,8 @@ def track(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
     if event.get("type") == "DELETED":
         _known.pop(key, None)
         _progress.forget(key)
+        _soon.pop(key, None)  # a pass under way ends by itself: it finds the cluster gone
+        _again.discard(key)
     else:
         _known[key] = body
 
