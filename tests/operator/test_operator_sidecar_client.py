@@ -1,4 +1,4 @@
-"""The sidecar API shapes (docs/sidecar.md) and the view the operator builds from several nodes."""
+"""The sidecar API shapes and the view the operator builds from several nodes."""
 
 from __future__ import annotations
 
