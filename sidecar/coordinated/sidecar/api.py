@@ -33,6 +33,7 @@ from coordinated.coordination.client import (
 from coordinated.coordination.settings import parse_time_ms
 from coordinated.coordination.state import state_to_api
 from coordinated.coordination.validation import exclusions_problem, hook_name_problem, key_problem, settings_problem
+from coordinated.sidecar.access import Tokens, access_middleware
 from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
@@ -597,8 +598,10 @@ async def hook_delete(request: web.Request) -> web.Response:
     return web.json_response({"acknowledged": True})
 
 
-def client_app(node: Node) -> web.Application:
-    app = web.Application(client_max_size=node.config.get("http.max_content_length"), middlewares=[errors_middleware])
+def client_app(node: Node, tokens: Tokens | None = None) -> web.Application:
+    """With `tokens`, every request is checked (before its body is read) by the access middleware."""
+    middlewares = [errors_middleware] if tokens is None else [access_middleware(tokens), errors_middleware]
+    app = web.Application(client_max_size=node.config.get("http.max_content_length"), middlewares=middlewares)
     app[NODE_KEY] = node
     setup_routes(app)
     return app
