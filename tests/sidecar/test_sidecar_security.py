@@ -359,3 +359,20 @@ def test_reloading_context_takes_new_files_and_keeps_old_on_a_bad_pair(tmp_path:
     shutil.copyfile(second.key, first.key)
     now[0] += 2
     assert reloading.current() is not original and reloading.reloads == 1
+
+
+def test_client_certificates_required_on_the_client_port(
+    make_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    require_openssl()
+    pki = tmp_path / "pki"
+    ca, foreign_ca = make_ca(pki, "ca"), make_ca(pki, "foreign-ca")
+    server, client, foreign = make_cert(pki, ca, "n1"), make_cert(pki, ca, "app"), make_cert(pki, foreign_ca, "x")
+    cluster = make_cluster(client_tls=client_context(ca, client))
+    settings = {**tls_settings("http.ssl", server), "http.ssl.client_authentication": "required"}
+    (node,) = start_nodes(cluster, lambda _: settings, 1)
+    cluster.wait_master(nodes=1)
+    assert http("GET", node.url + "/_cluster/health", context=client_context(ca, client))[0] == 200
+    for context in (client_context(ca), client_context(ca, foreign)):
+        with pytest.raises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
+            http("GET", node.url + "/_cluster/health", context=context)
