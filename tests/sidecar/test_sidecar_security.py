@@ -17,16 +17,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from certs import Cert, client_context, make_ca, make_cert, require_openssl
 
 from coordinated.coordination.settings import SettingsError
 from coordinated.sidecar.access import Role, required_role
 from coordinated.sidecar.config import build_config, sidecar_registry
+from coordinated.sidecar.devcerts import Cert, client_context, have_openssl, make_ca, make_cert
 from coordinated.sidecar.localcluster import LocalCluster, LocalNode, http
 from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
 
 ADMIN, WRITER, READER = "admin-token-0123456789", "writer-token-0123456789", "reader-token-0123456789"
 TOKENS = f"# roles\nadmin {ADMIN}\nwriter {WRITER}\nreader {READER}\n"
+
+
+def require_openssl() -> None:
+    if not have_openssl():
+        pytest.skip("needs the openssl command (make test installs it)")
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -1,4 +1,6 @@
-"""Test certificates made with the `openssl` command (installed by `make test`, see scripts/system-deps.sh)."""
+"""Development certificates made with the `openssl` command, for the tests, the benchmarks and local trials
+of TLS (`make test` installs openssl, see scripts/system-deps.sh). Not for production: on Kubernetes the
+operator issues the certificates."""
 
 from __future__ import annotations
 
@@ -9,16 +11,13 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 
 def _openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
 
 
-def require_openssl() -> None:
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command (make test installs it)")
+def have_openssl() -> bool:
+    return shutil.which("openssl") is not None
 
 
 @dataclass(frozen=True)
@@ -32,10 +31,6 @@ class Cert:
     certificate: Path
     key: Path
     ca: Ca
-
-    def serial(self) -> int:
-        decoded = ssl._ssl._test_decode_cert(str(self.certificate))  # type: ignore[attr-defined]
-        return int(decoded["serialNumber"], 16)
 
 
 def make_ca(directory: Path, name: str) -> Ca:
