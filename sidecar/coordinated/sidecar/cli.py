@@ -116,12 +116,18 @@ async def serve(node: Node, config: NodeConfig) -> int:
             ssl_context=listening_context(config, "http.ssl"),
         ),
     ]
-    if config.host not in UNSPECIFIED_OR_LOOPBACK:
-        # For applications in the pod and `kubectl port-forward`: plain HTTP, the same tokens.
-        sites.append(web.TCPSite(client_runner, LOOPBACK, config.http_port, reuse_address=True))
     try:
         for site in sites:
             await site.start()
+        if config.host not in UNSPECIFIED_OR_LOOPBACK:
+            # For applications in the pod and `kubectl port-forward`: plain HTTP, the same tokens. A convenience:
+            # without it (no loopback interface, the port taken there) the node still runs.
+            loopback = web.TCPSite(client_runner, LOOPBACK, config.http_port, reuse_address=True)
+            try:
+                await loopback.start()
+                sites.append(loopback)
+            except OSError as error:
+                log.warning("no client listener on %s:%d: %s", LOOPBACK, config.http_port, error.strerror or error)
     except OSError as error:
         print(f"coordinated node: error: cannot listen on {config.host}: {error.strerror or error}", file=sys.stderr)
         await client_runner.cleanup()
