@@ -20,6 +20,7 @@ import asyncio
 import json
 import shutil
 import signal
+import statistics
 import tempfile
 import traceback
 from collections import defaultdict
@@ -175,22 +176,19 @@ def main() -> None:
 
 
 def print_tls_cost(results: Results) -> None:
-    """Medians over the rounds, TLS off -> on, and the change."""
-
-    def median(values: list[float]) -> float:
-        ordered = sorted(values)
-        return ordered[len(ordered) // 2] if ordered else float("nan")
-
+    """Medians over the rounds (min-max in brackets), TLS off -> on, and the change of the medians."""
     metrics = ("seq_p50", "seq_p99", "tput_1", "tput_16", "tput_64")
     for system in ("coordinated 3n", "etcd 3n"):
         plain, tls = results.get(system), results.get(f"{system} TLS")
         if not plain or not tls:
             continue
-        cells = []
+        print(f"TLS cost, {system} (ms for seq, writes/s for tput):")
         for metric in metrics:
-            off, on = median(plain[metric]), median(tls[metric])
-            cells.append(f"{metric} {off:.2f} -> {on:.2f} ({(on / off - 1) * 100:+.0f}%)")
-        print(f"TLS cost, {system}: " + "; ".join(cells))
+            off, on = statistics.median(plain[metric]), statistics.median(tls[metric])
+            print(
+                f"  {metric:8s} {off:8.2f} [{min(plain[metric]):.2f}-{max(plain[metric]):.2f}] -> {on:8.2f} "
+                f"[{min(tls[metric]):.2f}-{max(tls[metric]):.2f}]  ({(on / off - 1) * 100:+.0f}%)"
+            )
 
 
 if __name__ == "__main__":
