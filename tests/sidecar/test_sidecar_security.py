@@ -286,10 +286,16 @@ def test_certificate_rotation_during_writes_loses_nothing(
     ca = make_ca(pki, "ca")
     live = [make_cert(pki / "live", ca, f"n{i}") for i in range(3)]
     renewed = [make_cert(pki / "renewed", ca, f"n{i}") for i in range(3)]
+    secret = tmp_path / "secret"
+    secret.write_text("a-cluster-secret-0123456789")
+
+    def settings(i: int) -> dict[str, str]:
+        # The HMAC stream authentication too: with mutual TLS, both apply.
+        transport = {**tls_settings("transport.ssl", live[i]), "transport.secret_file": str(secret)}
+        return {**transport, **tls_settings("http.ssl", live[i])}
+
     cluster = make_cluster(client_tls=client_context(ca))
-    nodes = start_nodes(
-        cluster, lambda i: {**tls_settings("transport.ssl", live[i]), **tls_settings("http.ssl", live[i])}, 3
-    )
+    nodes = start_nodes(cluster, settings, 3)
     master = cluster.wait_master(nodes=3)
     # Written through the master and one follower; the other follower is restarted below.
     restarted = next(node for node in nodes if node is not master)
@@ -332,8 +338,7 @@ def test_certificate_rotation_during_writes_loses_nothing(
                 )
         # New transport connections from the others: restart a follower, which they reconnect to.
         cluster.kill(restarted)
-        files = live[nodes.index(restarted)]
-        cluster.start(restarted.name, extra={**tls_settings("transport.ssl", files), **tls_settings("http.ssl", files)})
+        cluster.start(restarted.name, extra=settings(nodes.index(restarted)))
         cluster.wait_http(restarted)
         cluster.wait_master(nodes=3, timeout=30)
         count = len(acked)
