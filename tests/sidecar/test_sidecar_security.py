@@ -336,6 +336,11 @@ def test_certificate_rotation_during_writes_loses_nothing(
                     10,
                     f"{node.name} presents its new certificate on port {port}",
                 )
+        # Still mutual: on the new context, the transport port refuses a client without a certificate, and
+        # answers (401: no HMAC signature) one with a certificate of the CA.
+        with pytest.raises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
+            transport_post(nodes[0], client_context(ca))
+        assert transport_post(nodes[0], client_context(ca, renewed[1])) == 401
         # New transport connections from the others: restart a follower, which they reconnect to.
         cluster.kill(restarted)
         cluster.start(restarted.name, extra=settings(nodes.index(restarted)))
