@@ -14,6 +14,7 @@ Without `http.auth.tokens_file` nothing is checked (the local demo's default).
 from __future__ import annotations
 
 import enum
+import hashlib
 import hmac
 import logging
 import os
@@ -21,6 +22,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import web
 
@@ -101,15 +103,19 @@ def parse_tokens(text: str, path: str) -> list[tuple[bytes, Role]]:
             raise TokensFileError(f"line {number} of [{path}] has unknown role [{role}]; use admin, writer or reader")
         if len(token) < 16:
             raise TokensFileError(f"the token on line {number} of [{path}] is shorter than 16 characters")
-        tokens.append((token.encode(), ROLE_NAMES[role]))
+        tokens.append((_digest(token), ROLE_NAMES[role]))
     if not tokens:
         raise TokensFileError(f"[{path}] holds no tokens")
     return tokens
 
 
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
 def load_tokens(path: str) -> list[tuple[bytes, Role]]:
     try:
-        text = open(path, encoding="utf-8").read()  # noqa: SIM115 - read whole, closed by refcount
+        text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise TokensFileError(f"cannot read [{path}]: {error}") from None
     return parse_tokens(text, path)
@@ -139,9 +145,10 @@ class Tokens:
         if now - self._checked_at >= CHECK_INTERVAL_S:
             self._checked_at = now
             self._reload_if_changed()
-        candidate = token.encode()
+        candidate = _digest(token)
         found: Role | None = None
-        for known, role in self._tokens:  # every entry compared, in constant time each
+        # Every entry compared, each in constant time; digests, so that a token's length does not show either.
+        for known, role in self._tokens:
             if hmac.compare_digest(known, candidate) and found is None:
                 found = role
         return found
