@@ -184,6 +184,12 @@ def test_tokens_roles_and_loopback_listener(make_cluster: Callable[..., LocalClu
     assert call("GET", "/_hooks", ADMIN) == 200
     assert call("PUT", "/_cluster/metadata/k", ADMIN, {"v": 2}) == 200
 
+    # Refusals are counted in the request metrics.
+    _, metrics = http("GET", node.url + "/metrics", headers=bearer(READER), context=context)
+    for status in (401, 403):
+        match = re.search(rf'coordinated_http_requests_total{{status="{status}"}} (\S+)', metrics)
+        assert match is not None and float(match.group(1)) >= 1, status
+
     # The loopback listener: plain HTTP on 127.0.0.1, the same tokens.
     loopback = f"http://127.0.0.1:{node.http_port}"
     assert call("GET", "/_cluster/metadata/k", None, url=loopback) == 401

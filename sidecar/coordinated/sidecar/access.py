@@ -176,7 +176,15 @@ def _security_error(status: int, reason: str) -> web.Response:
     return web.json_response(body, status=status, headers=headers)
 
 
-def access_middleware(tokens: Tokens) -> Callable[..., Awaitable[web.StreamResponse]]:
+def access_middleware(
+    tokens: Tokens, on_refused: Callable[[int], None] = lambda status: None
+) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """`on_refused(status)` is called for each 401 and 403 (for the request metrics)."""
+
+    def refuse(status: int, reason: str) -> web.Response:
+        on_refused(status)
+        return _security_error(status, reason)
+
     @web.middleware
     async def check_access(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -186,17 +194,13 @@ def access_middleware(tokens: Tokens) -> Callable[..., Awaitable[web.StreamRespo
             return await handler(request)
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            return _security_error(
-                401, f"missing authentication credentials for REST request [{request.method} {request.path}]"
-            )
+            return refuse(401, f"missing authentication credentials for REST request [{request.method} {request.path}]")
         role = tokens.role_of(token.strip())
         if role is None:
             log.info("refused %s %s from %s: unknown token", request.method, request.path, request.remote)
-            return _security_error(
-                401, f"unable to authenticate with the provided token for REST request [{request.path}]"
-            )
+            return refuse(401, f"unable to authenticate with the provided token for REST request [{request.path}]")
         if role < needed:
-            return _security_error(
+            return refuse(
                 403,
                 f"action [{request.method} {request.path}] is unauthorized for a token with role [{role.name.lower()}]; "
                 f"it needs role [{needed.name.lower()}]",

@@ -600,7 +600,10 @@ async def hook_delete(request: web.Request) -> web.Response:
 
 def client_app(node: Node, tokens: Tokens | None = None) -> web.Application:
     """With `tokens`, every request is checked (before its body is read) by the access middleware."""
-    middlewares = [errors_middleware] if tokens is None else [access_middleware(tokens), errors_middleware]
+    middlewares = [errors_middleware]
+    if tokens is not None:
+        counted = node.metrics.http_requests
+        middlewares.insert(0, access_middleware(tokens, lambda status: counted.labels(str(status)).inc()))
     app = web.Application(client_max_size=node.config.get("http.max_content_length"), middlewares=middlewares)
     app[NODE_KEY] = node
     setup_routes(app)
