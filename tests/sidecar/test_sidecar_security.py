@@ -243,7 +243,9 @@ def test_node_with_certificate_of_another_ca_cannot_join_or_send(
     intruder_files = Cert(foreign.certificate, foreign.key, ca)
     intruder = cluster.start("intruder", extra=tls_settings("transport.ssl", intruder_files))  # joins only
     cluster.wait_http(intruder)
-    time.sleep(3.0)  # discovery rounds every 200ms: plenty of attempts to join
+    assert intruder.log_path is not None
+    wait_until(lambda: "transport.ssl.certificate" in intruder.log_path.read_text(), 20, "the intruder was refused")  # type: ignore[union-attr]
+    time.sleep(2.0)  # discovery rounds every 200ms: plenty more attempts to join
     _, health = member.get("/_cluster/health")
     assert health["number_of_nodes"] == 2
     _, intruder_health = intruder.get("/_cluster/health?local=true")

@@ -297,6 +297,16 @@ class PeerSender:
                 return UNREACHABLE
             except (TimeoutError, aiohttp.ClientError, OSError) as error:
                 # E.g. a hung peer: not reported, the core's checks decide about it.
+                if self.tls_client is not None and isinstance(error, aiohttp.ClientOSError):
+                    # With TLS 1.3 a peer checks our certificate after our side of the handshake is done; a
+                    # refusal then shows here only as a reset connection, so say what it likely means.
+                    self._warnings.warn(
+                        f"reset {destination}",
+                        "peer %s closed the connection as the stream was opened (%s): does this node's "
+                        "certificate (transport.ssl.certificate) come from the cluster's CA?",
+                        url,
+                        error,
+                    )
                 log.debug("cannot open a stream to %s: %r", url, error)
                 return LOST
             return await self._handshake(destination, ws)
