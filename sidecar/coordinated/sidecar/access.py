@@ -54,7 +54,7 @@ def _rule(methods: frozenset[str], path: str, role: Role) -> Rule:
     return Rule(methods, re.compile(path), role)
 
 
-# First match wins. Paths are matched in full.
+# First match wins. Matched in full against the route's template (see `route_path`).
 RULES: tuple[Rule, ...] = (
     _rule(_READ, r"/(healthz|readyz)", Role.OPEN),
     # Prometheus sends a bearer token (`authorization` in its scrape config); the metrics name the nodes and
@@ -83,6 +83,13 @@ def required_role(method: str, path: str) -> Role:
         if method in rule.methods and rule.path.fullmatch(path):
             return rule.role
     return Role.ADMIN
+
+
+def route_path(request: web.Request) -> str:
+    """The template of the route that will handle the request (`/_cluster/metadata/{key}`), so that the role
+    is decided by the handler that runs, whatever escapes the path holds; the path itself if none matched."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else request.path
 
 
 class TokensFileError(ValueError):
@@ -189,7 +196,7 @@ def access_middleware(
     async def check_access(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        needed = required_role(request.method, request.path)
+        needed = required_role(request.method, route_path(request))
         if needed is Role.OPEN:
             return await handler(request)
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
