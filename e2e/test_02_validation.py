@@ -18,9 +18,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
     ("replicas", "settings", "message"),
     [
         (0, None, "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1"),
-        (1, {"discovery.zen.minimum_master_nodes": "2"}, "discovery.zen.* settings are from Zen1"),
-        (1, {"cluster.publish.timeout": "30"}, "time settings need a positive value with a unit"),
-        (1, {"node.name": "mine"}, "are managed by the operator"),
+        (1, {"discovery.zen.minimum_master_nodes": "2"}, "setting [discovery.zen.minimum_master_nodes] is from Zen1"),
+        (
+            1,
+            {"cluster.publish.timeout": "30"},
+            "invalid value for setting [cluster.publish.timeout] (30): expected a positive time with a unit",
+        ),
+        (1, {"node.name": "mine"}, "setting [node.name] is managed by the operator"),
     ],
     ids=["zero-replicas", "zen1-setting", "time-without-unit", "managed-setting"],
 )

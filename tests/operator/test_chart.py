@@ -7,6 +7,7 @@ The tools are built once by scripts/install-tools.sh (through the Go module prox
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -56,7 +57,8 @@ def schema_dir(tools: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     }
     schemas = builtin_schemas(swagger, builtin_kinds)
     assert len(schemas) == len(builtin_kinds), "a built-in kind is missing from the OpenAPI spec"
-    crd_files = [CRD, *sorted(tools["MONITORING_CRDS"].glob("*servicemonitors*.yaml"))]
+    monitoring = ("servicemonitors", "podmonitors", "prometheusrules")
+    crd_files = [CRD, *sorted(f for kind in monitoring for f in tools["MONITORING_CRDS"].glob(f"*_{kind}.yaml"))]
     schemas |= crd_schemas(load_yaml_documents(crd_files))
     return write_schemas(tmp_path_factory.mktemp("schemas"), schemas)
 
@@ -185,9 +187,120 @@ def test_spark_audit_templates_validate_and_follow_spark_jobs_k8s(tools: dict[st
     scheduled = next(doc for doc in documents if doc["kind"] == "ScheduledSparkApplication")
     urls = scheduled["spec"]["template"]["arguments"][1].split(",")
     assert urls == [f"http://orders-{i}.orders-headless.ops.svc:9200" for i in range(5)]
-    source = sorted((REPO / "spark-jobs" / "k8s").glob("*.yaml"))
-    if not source:
-        pytest.skip("spark-jobs/k8s/ has no manifests yet")
-    # The pod template is a file inside the image (spark.kubernetes.*.podTemplateFile), not an object.
-    expected = {(doc["kind"], doc["metadata"]["name"]) for doc in load_yaml_documents(source) if doc["kind"] != "Pod"}
-    assert expected <= {(doc["kind"], doc["metadata"]["name"]) for doc in documents}
+    applications = [doc for doc in documents if doc["kind"] in ("SparkApplication", "ScheduledSparkApplication")]
+    assert_runs_under_the_spark_operator(applications)
+    names = {(doc["kind"], doc["metadata"]["name"]) for doc in documents}
+    # The plain manifests of spark-jobs/k8s/ hold the same kinds of objects, under other names: applied by hand
+    # in the release's namespace they must not collide with the chart's (helm refuses to adopt them).
+    source = [doc for doc in load_yaml_documents(sorted((REPO / "spark-jobs" / "k8s").glob("*.yaml")))]
+    plain = {(doc["kind"], doc["metadata"]["name"]) for doc in source if doc["kind"] != "Pod"}
+    assert {kind for kind, _ in plain} <= {kind for kind, _ in names}
+    assert plain.isdisjoint(names), sorted(plain & names)
+    assert_runs_under_the_spark_operator([doc for doc in source if "Spark" in doc["kind"]])
+    claim = next(doc for doc in documents if doc["kind"] == "PersistentVolumeClaim")
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    mounted = {volume["persistentVolumeClaim"]["claimName"] for volume in scheduled["spec"]["template"]["volumes"]
+               if "persistentVolumeClaim" in volume}  # fmt: skip
+    assert mounted == {claim["metadata"]["name"]}
+    account = next(doc for doc in documents if doc["kind"] == "ServiceAccount" and "audit" in doc["metadata"]["name"])
+    assert scheduled["spec"]["template"]["driver"]["serviceAccount"] == account["metadata"]["name"]
+
+
+def assert_runs_under_the_spark_operator(applications: list[dict[str, Any]]) -> None:
+    """The spark-operator runs spark-submit in its own container: no file of the project's image may be named."""
+    assert applications
+    for application in applications:
+        spec = application["spec"].get("template", application["spec"])
+        text = yaml.safe_dump(spec)
+        assert "podTemplateFile" not in text and "/opt/coordinated" not in text, application["metadata"]["name"]
+        for role in ("driver", "executor"):
+            (container,) = spec[role]["template"]["spec"]["containers"]
+            assert container["command"] == ["/usr/local/bin/spark-entrypoint.sh"]
+            assert spec[role]["podSecurityContext"]["runAsNonRoot"] is True
+        assert {mount["name"] for mount in spec["driver"]["volumeMounts"]} == {"reports", "spark-local"}
+
+
+MONITORING = ["--set", "podMonitor.enabled=true", "--set", "prometheusRule.enabled=true"]
+MONITORING += [
+    "--set",
+    "grafanaDashboard.enabled=true",
+    "--set",
+    "prometheusRule.runbookBaseURL=https://x/monitoring.md",
+]
+
+
+def _metric_names() -> set[str]:
+    """Every series name the sidecar and the operator expose (counters get _total, histograms _bucket...)."""
+    sources = [REPO / "sidecar" / "coordinated" / "sidecar" / "metrics.py", REPO / "operator" / "coordinated" / "operator" / "metrics.py"]  # fmt: skip
+    names: set[str] = set()
+    for source in sources:
+        text = source.read_text()
+        for kind, name in re.findall(r'(Counter|Gauge|Histogram)(?:MetricFamily)?\(\s*"([a-z_]+)"', text):
+            suffixes = {"Counter": ["_total"], "Gauge": [""], "Histogram": ["_bucket", "_sum", "_count"]}[kind]
+            names |= {name + suffix for suffix in suffixes}
+    return names | {"up"}
+
+
+def _series_in(expr: str) -> set[str]:
+    words = set(re.findall(r"\b([a-z_]+)(?=\{|\[|\s*\)|\s*$|\s*==|\s*>)", expr))
+    return {word for word in words if word.startswith("coordinated_") or word == "up"}
+
+
+def test_monitoring_validates_against_the_prometheus_operator_crds(tools: dict[str, Path], schema_dir: Path) -> None:
+    rendered = helm(
+        tools, "template", "demo", str(CHART), "--namespace", "ops", "--kube-version", KUBE_VERSION, *MONITORING
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    result = kubeconform(tools, schema_dir, rendered.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    documents = {doc["kind"]: doc for doc in yaml.safe_load_all(rendered.stdout) if doc}
+    assert {"PodMonitor", "PrometheusRule"} <= set(documents)
+    guard = dict(documents["PodMonitor"], spec={"podMetricsEndpoints": [{"port": 9200}]})
+    assert kubeconform(tools, schema_dir, yaml.safe_dump(guard)).returncode != 0, "the PodMonitor schema is not checked"
+
+
+def test_sidecar_series_carry_no_pod_ip(tools: dict[str, Path]) -> None:
+    rendered = helm(tools, "template", "demo", str(CHART), "--kube-version", KUBE_VERSION, *MONITORING)
+    monitor = next(doc for doc in yaml.safe_load_all(rendered.stdout) if doc and doc["kind"] == "PodMonitor")
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    targets = {rule.get("targetLabel"): rule for rule in endpoint["relabelings"]}
+    assert targets["instance"]["sourceLabels"] == ["__meta_kubernetes_pod_name"]
+    assert targets["cluster"]["sourceLabels"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"]
+    assert "pod_ip" not in yaml.safe_dump(endpoint)
+    # The one sidecar series labelled by a peer's address is dropped at scrape time.
+    (drop,) = endpoint["metricRelabelings"]
+    assert drop["action"] == "drop" and re.fullmatch(drop["regex"], "coordinated_transport_sent_bytes_total")
+    assert monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "node"
+
+
+def test_alerts_have_runbooks_and_use_existing_metrics(tools: dict[str, Path]) -> None:
+    rendered = helm(tools, "template", "demo", str(CHART), "--kube-version", KUBE_VERSION, *MONITORING)
+    documents = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
+    rule = next(doc for doc in documents if doc["kind"] == "PrometheusRule")
+    alerts = [entry for group in rule["spec"]["groups"] for entry in group["rules"]]
+    runbooks = (REPO / "docs" / "monitoring.md").read_text()
+    known = _metric_names()
+    assert {alert["alert"] for alert in alerts} >= {
+        "CoordinatedClusterNoMaster",
+        "CoordinatedClusterQuorumAtRisk",
+        "CoordinatedClusterNodeLagging",
+        "CoordinatedClusterPublicationFailures",
+        "CoordinatedClusterReconcileStuck",
+    }
+    for alert in alerts:
+        assert f"### {alert['alert']}" in runbooks, f"no runbook paragraph for {alert['alert']}"
+        assert alert["annotations"]["runbook_url"] == f"https://x/monitoring.md#{alert['alert'].lower()}"
+        used = _series_in(alert["expr"])
+        assert used and used <= known, (alert["alert"], used - known)
+
+    dashboard_map = next(
+        doc for doc in documents if doc["kind"] == "ConfigMap" and "dashboard" in doc["metadata"]["name"]
+    )
+    dashboard = json.loads(dashboard_map["data"]["coordinated-cluster.json"])
+    assert dashboard_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    titles = {panel["title"] for panel in dashboard["panels"]}
+    assert {"Term", "Master", "Commit latency", "Applied version lag", "Elections won", "Failovers"} <= titles
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            used = _series_in(target["expr"])
+            assert used and used <= known, (panel["title"], used - known)

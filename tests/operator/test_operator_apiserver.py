@@ -9,14 +9,17 @@ operator's server-side applies and status/annotation patches are accepted.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -146,15 +149,30 @@ def cluster(name: str, **spec: object) -> str:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"replicas": 0}, "replicas must be between 1 and 99"),
-        ({"replicas": 100}, "replicas must be between 1 and 99"),
-        ({"settings": {"discovery.zen.minimum_master_nodes": "2"}}, "are from Zen1"),
-        ({"settings": {"node.name": "x"}}, "managed by the operator"),
-        ({"settings": {"bogus": "x"}}, "unknown setting"),
-        ({"settings": {"cluster.publish.timeout": "30"}}, "positive value with a unit"),
-        ({"settings": {"cluster.fault_detection.leader_check.retry_count": "0"}}, "at least 1"),
-        ({"settings": {"cluster.no_master_block": "reads"}}, "all, write or metadata_write"),
-        ({"settings": {"cluster.auto_shrink_voting_configuration": "yes"}}, '"true" or "false"'),
+        ({"replicas": 0}, "Invalid value: 0: spec.replicas in body should be greater than or equal to 1"),
+        ({"replicas": 100}, "Invalid value: 100: spec.replicas in body should be less than or equal to 99"),
+        (
+            {"settings": {"discovery.zen.minimum_master_nodes": "2"}},
+            "setting [discovery.zen.minimum_master_nodes] is from Zen1",
+        ),
+        ({"settings": {"node.name": "x"}}, "setting [node.name] is managed by the operator"),
+        ({"settings": {"bogus": "x", "cluster.name": "ok"}}, "unknown setting [bogus]; docs/settings.md"),
+        (
+            {"settings": {"cluster.publish.timeout": "30", "cluster.election.duration": "1s"}},
+            "invalid value for setting [cluster.publish.timeout] (30): expected a positive time with a unit",
+        ),
+        (
+            {"settings": {"cluster.fault_detection.leader_check.retry_count": "0"}},
+            "invalid value for setting [cluster.fault_detection.leader_check.retry_count] (0): expected an integer",
+        ),
+        (
+            {"settings": {"cluster.no_master_block": "reads"}},
+            "invalid value for setting [cluster.no_master_block] (reads): expected all, write or metadata_write",
+        ),
+        (
+            {"settings": {"cluster.auto_shrink_voting_configuration": "yes"}},
+            '[cluster.auto_shrink_voting_configuration] (yes): expected "true" or "false"',
+        ),
         ({"podDisruptionBudget": {"mode": "Custom"}}, "custom is required with mode Custom"),
         (
             {"podDisruptionBudget": {"mode": "Custom", "custom": {"minAvailable": 1, "maxUnavailable": 1}}},
@@ -168,6 +186,30 @@ def test_invalid_clusters_are_rejected_with_a_clear_message(kubeconfig: Path, sp
     result = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("invalid", **spec))
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
+    # One message per mistake, and never the CEL placeholder instead of the value.
+    assert result.stderr.count(message) == 1 and 'Invalid value: "integer"' not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "message"),
+    [
+        ({}, {"storageClassName": "fast"}, 'it is unset (the default class), not "fast"'),
+        ({"storageClassName": "fast"}, {}, 'it is "fast", not unset'),
+        ({"storageClassName": "fast"}, {"storageClassName": "slow"}, 'it is "fast", not "slow"'),
+    ],
+)
+def test_the_storage_class_cannot_be_added_removed_or_changed(
+    kubeconfig: Path, before: dict, after: dict, message: str
+) -> None:
+    """A class added after creation was accepted and then wedged the operator on the StatefulSet's 422."""
+    name = "storage-" + str(abs(hash((str(before), str(after)))) % 10**6)
+    assert kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster(name, storage=before)).returncode == 0
+    changed = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster(name, storage=after))
+    assert changed.returncode != 0 and "storage.storageClassName is immutable" in changed.stderr, changed.stderr
+    assert message in changed.stderr, changed.stderr
+    same = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster(name, storage=before, replicas=5))
+    assert same.returncode == 0, same.stderr
+    kubectl(kubeconfig, "delete", "ccl", name, "--wait=false")
 
 
 def test_defaults_scale_and_immutable_fields(kubeconfig: Path) -> None:
@@ -183,9 +225,9 @@ def test_defaults_scale_and_immutable_fields(kubeconfig: Path) -> None:
     assert kubectl(kubeconfig, "scale", "ccl/scaled", "--replicas=5").returncode == 0
     assert kubectl(kubeconfig, "get", "ccl", "scaled", "-o", "jsonpath={.spec.replicas}").stdout == "5"
     renamed = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", settings={"cluster.name": "other"}))
-    assert "cannot change after creation" in renamed.stderr
+    assert "setting [cluster.name] cannot change after creation (it was 'keep')" in renamed.stderr
     resized = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec, storage={"size": "5Gi"}))
-    assert "storage.size is immutable" in resized.stderr
+    assert "storage.size is immutable" in resized.stderr and "it is 1Gi, not 5Gi" in resized.stderr
 
 
 def test_examples_are_accepted(kubeconfig: Path) -> None:
@@ -237,3 +279,120 @@ def test_operator_writes_are_accepted(kubeconfig: Path, monkeypatch: pytest.Monk
         assert kubectl(kubeconfig, "get", kind, name).returncode == 0, f"{kind}/{name} missing"
     replicas = kubectl(kubeconfig, "get", "statefulset", "orders", "-o", "jsonpath={.spec.replicas}").stdout
     assert replicas == "5"
+
+
+class RunningOperator:
+    """The real Kopf operator (every handler of coordinated.operator.handlers) in a thread of this process."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="kopf", daemon=True)
+        self.passes: list[str] = []  # one entry per reconcile pass, the cluster's name
+
+    def _run(self) -> None:
+        import kopf
+
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(kopf.operator(clusterwide=True, standalone=True, stop_flag=self.stop_flag))
+
+    def periodic_loops(self) -> int:
+        async def count() -> int:
+            tasks = asyncio.all_tasks()
+            return sum(1 for task in tasks if task.get_coro().__name__ == "reconcile_periodically")  # type: ignore[union-attr]
+
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(count(), self.loop).result(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def running_operator(kubeconfig: Path) -> Iterator[RunningOperator]:
+    from coordinated.operator import handlers
+
+    patch = pytest.MonkeyPatch()
+    patch.setenv("KUBECONFIG", str(kubeconfig))  # read when kubernetes.config is imported, so also:
+    patch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+    patch.setattr(handlers.CONFIG, "metrics_port", 0)
+    patch.setattr(handlers.CONFIG, "sidecar_timeout_seconds", 0.2)
+    patch.setattr(handlers, "RECONCILE_INTERVAL_SECONDS", 3600.0)
+    operator = RunningOperator()
+    real_reconcile = handlers.reconcile
+
+    async def counted(body: Any, memo: Any, logger: Any) -> None:
+        operator.passes.append(body["metadata"]["name"])
+        await real_reconcile(body, memo, logger)
+
+    patch.setattr(handlers, "reconcile", counted)
+    operator.thread.start()
+    try:
+        yield operator
+    finally:
+        operator.stop_flag.set()
+        operator.thread.join(timeout=60)
+        patch.undo()
+
+
+def wait_until(check: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def status_of(kubeconfig: Path, name: str) -> dict[str, Any]:
+    result = kubectl(kubeconfig, "get", "ccl", name, "-o", "json")
+    return dict(json.loads(result.stdout).get("status") or {}) if result.returncode == 0 else {}
+
+
+def test_one_reconcile_loop_and_a_constant_rate_while_clusters_come_and_go(
+    kubeconfig: Path, running_operator: RunningOperator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each new cluster used to start one more periodic loop (Kopf's per-object memo copy), none ever stopped."""
+    from coordinated.operator import handlers
+
+    interval = 0.5
+    monkeypatch.setattr(handlers, "RECONCILE_INTERVAL_SECONDS", interval)
+    assert kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("survivor", replicas=1)).returncode == 0
+    for index in range(4):
+        name = f"transient-{index}"
+        assert kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster(name, replicas=1)).returncode == 0
+        wait_until(lambda name=name: status_of(kubeconfig, name).get("phase"), f"{name} handled")  # type: ignore[misc]
+        assert kubectl(kubeconfig, "delete", "ccl", name, "--wait=true").returncode == 0
+    assert running_operator.periodic_loops() == 1
+
+    # The rate: passes of the survivor over a window of 10 intervals. One loop makes ~10; five made ~50.
+    before = running_operator.passes.count("survivor")
+    time.sleep(10 * interval)
+    passes = running_operator.passes.count("survivor") - before
+    print(f"survivor: {passes} passes in {10 * interval:.1f}s with a {interval}s interval")
+    assert 1 <= passes <= 10 + 3
+    monkeypatch.setattr(handlers, "RECONCILE_INTERVAL_SECONDS", 3600.0)
+
+
+def test_status_follows_pod_changes_without_waiting_for_the_periodic_pass(
+    kubeconfig: Path, running_operator: RunningOperator
+) -> None:
+    """The periodic pass is an hour away here: only the pod watch can update the status."""
+    assert kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("watched", replicas=2)).returncode == 0
+    wait_until(lambda: status_of(kubeconfig, "watched").get("phase"), "the first status")
+    assert status_of(kubeconfig, "watched")["replicas"] == 0
+    labels = {
+        "app.kubernetes.io/name": "coordinated-cluster",
+        "app.kubernetes.io/instance": "watched",
+        "app.kubernetes.io/component": "node",
+        "app.kubernetes.io/managed-by": "coordinated-operator",
+    }
+    kubectl(kubeconfig, "create", "serviceaccount", "default")  # no controller-manager creates it here
+    for ordinal in range(2):  # no nodes run here: the pods stay Pending, which is all the watch needs
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"watched-{ordinal}", "labels": labels},
+            "spec": {"containers": [{"name": "sidecar", "image": "none"}]},
+        }
+        assert kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(pod)).returncode == 0
+    wait_until(lambda: status_of(kubeconfig, "watched").get("replicas") == 2, "the status to count 2 pods")
+    assert kubectl(kubeconfig, "delete", "pod", "watched-0", "watched-1", "--grace-period=0", "--force").returncode == 0
+    wait_until(lambda: status_of(kubeconfig, "watched").get("replicas") == 0, "the status to count 0 pods")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import logging
 from typing import Any
 
@@ -15,10 +16,15 @@ import aiohttp
 import kopf
 import pytest
 from aiohttp import web
+from kubernetes.client.exceptions import ApiException
 
 from coordinated.operator import handlers
 from coordinated.operator.observation import PodObservation
-from coordinated.operator.spec import CLUSTER_UUID_ANNOTATION, INITIAL_MASTER_NODES_ANNOTATION
+from coordinated.operator.spec import (
+    ADOPTED_CLAIMS_ANNOTATION,
+    CLUSTER_UUID_ANNOTATION,
+    INITIAL_MASTER_NODES_ANNOTATION,
+)
 
 
 class FakeKube:
@@ -31,6 +37,14 @@ class FakeKube:
         self.annotation_patches: list[dict[str, str | None]] = []
         self.replicas: int | None = None
         self.pod_map: dict[str, PodObservation] = {}
+        self.claim_names: list[str] = []
+        self.events: list[tuple[str, str]] = []  # (reason, message)
+
+    async def post_event(self, body: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        self.events.append((reason, message))
+
+    async def claims(self, namespace: str, selector: str) -> list[str]:
+        return list(self.claim_names)
 
     async def cluster(self, namespace: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.stored)
@@ -120,10 +134,8 @@ def resource(replicas: int = 3) -> dict[str, Any]:
 
 
 def test_bootstrap_and_first_scale_down_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    events: list[tuple[str, str]] = []
-    monkeypatch.setattr(kopf, "info", lambda _body, *, reason, message: events.append((reason, message)))
-    monkeypatch.setattr(kopf, "warn", lambda _body, *, reason, message: events.append((reason, message)))
     kube, sidecars = FakeKube(resource()), FakeSidecars()
+    events = kube.events
     logger = logging.getLogger("test")
 
     async def scenario() -> None:
@@ -198,10 +210,7 @@ def test_bootstrap_and_first_scale_down_step(monkeypatch: pytest.MonkeyPatch) ->
     asyncio.run(scenario())
 
 
-def test_failures_are_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
-    warnings: list[str] = []
-    monkeypatch.setattr(kopf, "warn", lambda _body, *, reason, message: warnings.append(reason))
-
+def test_failures_are_reported_not_raised() -> None:
     class BrokenKube(FakeKube):
         async def statefulset_replicas(self, name: str, namespace: str) -> int | None:
             raise RuntimeError("API server unreachable")
@@ -209,6 +218,150 @@ def test_failures_are_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> No
     kube = BrokenKube(resource())
     memo = kopf.Memo(kube=kube, http=None)
     asyncio.run(handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test")))
-    assert warnings == ["ReconcileFailed"]
+    assert [reason for reason, _ in kube.events] == ["ReconcileFailed"]
     (condition,) = kube.status["conditions"]
     assert condition["type"] == "ReconciliationComplete" and "API server unreachable" in condition["message"]
+
+
+def _api_error(status: int, reason: str, message: str) -> ApiException:
+    """What the kubernetes client raises: its str() carries the HTTP headers and the raw body."""
+    error = ApiException(status=status, reason=reason)
+    error.headers = {"Audit-Id": "0f3c", "Content-Type": "application/json", "X-Kubernetes-Pf-Flowschema-Uid": "x"}
+    error.body = json.dumps({"kind": "Status", "status": "Failure", "message": message, "code": status})
+    return error
+
+
+def test_a_failing_pass_gives_one_short_condition_and_one_event_per_change() -> None:
+    invalid = 'StatefulSet.apps "demo" is invalid: spec: Forbidden: updates to statefulset spec are forbidden'
+
+    class RejectingKube(FakeKube):
+        message = invalid
+
+        async def apply(self, manifest: dict[str, Any]) -> None:
+            if manifest["kind"] == "StatefulSet":
+                raise _api_error(422, "Unprocessable Entity", self.message)
+            await super().apply(manifest)
+
+    kube = RejectingKube(resource())
+    kube.stored["metadata"]["annotations"] = {CLUSTER_UUID_ANNOTATION: "uuid-1"}
+    kube.replicas = 3
+    memo = kopf.Memo(kube=kube, http=None)
+
+    async def passes(count: int) -> None:
+        async with aiohttp.ClientSession() as http:
+            memo.http = http
+            for _ in range(count):
+                await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
+
+    asyncio.run(passes(3))
+    assert [reason for reason, _ in kube.events] == ["ReconcileFailed"]
+    (condition,) = [c for c in kube.status["conditions"] if c["type"] == "ReconciliationComplete"]
+    assert condition["message"] == f"Kubernetes API error 422 Unprocessable Entity: {invalid}"
+    assert "Audit-Id" not in kube.events[0][1] and "HTTP response" not in kube.events[0][1]
+
+    # A different failure is a change: reported once more.
+    kube.message = "another problem"
+    asyncio.run(passes(2))
+    assert [reason for reason, _ in kube.events] == ["ReconcileFailed", "ReconcileFailed"]
+    assert kube.events[-1][1].endswith("another problem")
+
+
+def test_retained_claims_are_announced_as_adopted_data() -> None:
+    kube = FakeKube(resource())
+    kube.claim_names = ["data-demo-0", "data-demo-1", "data-demo-2", "data-demo-other-0", "reports"]
+    memo = kopf.Memo(kube=kube, http=None)
+
+    async def one_pass() -> None:
+        async with aiohttp.ClientSession() as http:
+            memo.http = http
+            await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
+
+    asyncio.run(one_pass())
+    ((reason, message),) = [event for event in kube.events if event[0] != "MasterElected"]
+    assert reason == "AdoptingExistingData"
+    assert message.startswith("adopting existing data") and "data-demo-0, data-demo-1, data-demo-2" in message
+    assert kube.stored["metadata"]["annotations"][ADOPTED_CLAIMS_ANNOTATION] == "data-demo-0,data-demo-1,data-demo-2"
+    adopted = next(c for c in kube.status["conditions"] if c["type"] == "ExistingDataAdopted")
+    assert adopted["status"] == "True"
+
+
+def test_an_even_replica_count_is_warned_about_once() -> None:
+    kube = FakeKube(resource(replicas=4))
+    memo = kopf.Memo(kube=kube, http=None)
+
+    async def passes() -> None:
+        async with aiohttp.ClientSession() as http:
+            memo.http = http
+            for _ in range(3):
+                await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
+
+    asyncio.run(passes())
+    assert [reason for reason, _ in kube.events if reason == "EvenReplicas"] == ["EvenReplicas"]
+    even = next(c for c in kube.status["conditions"] if c["type"] == "EvenReplicas")
+    assert even["status"] == "True"
+
+
+def test_one_periodic_loop_however_many_clusters_come_and_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kopf hands each object a copy of the operator's memo; the loop must not start once per copy."""
+    monkeypatch.setattr(handlers, "RECONCILE_INTERVAL_SECONDS", 3600.0)
+
+    async def fake_reconcile(*args: object) -> None:
+        return None
+
+    monkeypatch.setattr(handlers, "reconcile", fake_reconcile)
+
+    def loops() -> list[asyncio.Task[Any]]:
+        return [t for t in asyncio.all_tasks() if t.get_coro().__name__ == "reconcile_periodically"]  # type: ignore[union-attr]
+
+    async def scenario() -> int:
+        operator_memo = kopf.Memo(kube=None, http=None)
+        handlers.start_periodic(operator_memo)  # what the startup handler does
+        for index in range(5):
+            name = f"c{index}"
+            body = kopf.Body({"metadata": {"namespace": "ns", "name": name}})
+            per_object = copy.copy(operator_memo)
+            handlers.track(event={"type": "ADDED"}, body=body)
+            await handlers.on_change(body=body, memo=per_object, logger=logging.getLogger("test"))
+            if index < 4:
+                handlers.track(event={"type": "DELETED"}, body=body)
+        await asyncio.sleep(0)
+        count = len(loops())
+        handlers.stop_periodic()
+        return count
+
+    assert asyncio.run(scenario()) == 1
+
+
+def test_pod_events_trigger_a_prompt_coalesced_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    passes: list[str] = []
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def slow_reconcile(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger) -> None:
+            passes.append(body["metadata"]["name"])
+            await release.wait()
+
+        monkeypatch.setattr(handlers, "reconcile", slow_reconcile)
+        cluster = kopf.Body({"metadata": {"namespace": "ns", "name": "demo"}})
+        handlers.track(event={"type": "ADDED"}, body=cluster)
+
+        def pod(name: str, instance: str, component: str = "node") -> kopf.Body:
+            labels = {"app.kubernetes.io/instance": instance, "app.kubernetes.io/component": component}
+            return kopf.Body({"metadata": {"namespace": "ns", "name": name, "labels": labels}})
+
+        memo = kopf.Memo(kube=None, http=None)
+        await handlers.pod_changed(body=pod("demo-0", "demo"), memo=memo)
+        await asyncio.sleep(0)
+        assert passes == ["demo"]  # at once, not after the reconcile interval
+        for ordinal in range(3):  # while that pass runs: many events, one more pass
+            await handlers.pod_changed(body=pod(f"demo-{ordinal}", "demo"), memo=memo)
+        await handlers.pod_changed(body=pod("other-0", "other"), memo=memo)  # not a cluster we know
+        await handlers.pod_changed(body=pod("demo-audit-1", "demo", component="audit"), memo=memo)
+        release.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert passes == ["demo", "demo"]
+        handlers.track(event={"type": "DELETED"}, body=cluster)
+
+    asyncio.run(scenario())

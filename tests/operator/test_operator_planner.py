@@ -55,6 +55,16 @@ def test_new_cluster_pins_the_bootstrap_list_before_creating_anything() -> None:
     assert action.kind is ActionKind.PIN_BOOTSTRAP
     assert action.nodes == ("c-0", "c-1", "c-2")
     assert action.statefulset_replicas is None
+    assert action.adopted_claims == () and action.reason.startswith("bootstrapping a new cluster")
+
+
+def test_a_new_cluster_over_retained_claims_says_it_adopts_their_data() -> None:
+    retained = ("data-c-0", "data-c-1", "data-c-2")
+    obs = Observation(statefulset_name="c", desired_replicas=3, statefulset_replicas=None, existing_claims=retained)
+    action = plan(obs)
+    assert action.kind is ActionKind.PIN_BOOTSTRAP and action.adopted_claims == retained
+    assert action.reason.startswith("adopting existing data") and "data-c-0, data-c-1, data-c-2" in action.reason
+    assert "bootstrapping a new cluster" not in action.reason
 
 
 def test_pinned_list_creates_the_statefulset_and_is_reused_after_a_restart() -> None:
@@ -237,7 +247,7 @@ def test_converged() -> None:
 # ---- property: a model cluster driven only by the planner ----------------------------------------------
 @dataclass
 class ModelCluster:
-    """Idealized sidecars: pods follow the StatefulSet, live nodes join, the voting config follows DESIGN 3."""
+    """Idealized sidecars: pods follow the StatefulSet, live nodes join, the voting config follows the auto-shrink rules."""
 
     replicas: int
     desired: int

@@ -1,4 +1,4 @@
-"""spec.settings validation (DESIGN section 4), and its agreement with the sidecar's own registry."""
+"""spec.settings validation (docs/settings.md), and its agreement with the sidecar's own registry."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The sidecar API shapes (DESIGN section 6) and the view the operator builds from several nodes."""
+"""The sidecar API shapes and the view the operator builds from several nodes."""
 
 from __future__ import annotations
 

@@ -98,3 +98,27 @@ def test_election_events() -> None:
     assert election_event({"master": "c-0", "term": 3}, obs) is None
     assert election_event({"master": "c-0", "term": 2}, obs) == "c-0 is master in term 3"
     assert election_event({"master": "c-0", "term": 3}, replace(obs, cluster=ClusterView())) is None
+
+
+def test_a_paused_cluster_shows_paused_not_scaling() -> None:
+    # Asked for 5 while paused: nothing moves, and the phase says why.
+    paused = replace(healthy(3, 5), paused=True)
+    status = status_of(paused)
+    assert status["phase"] == Phase.PAUSED
+    assert conditions(status)["Paused"]["status"] == "True"
+    # Pausing a healthy cluster does not make it unready.
+    assert conditions(status_of(replace(healthy(3, 3), paused=True)))["Ready"]["status"] == "True"
+
+
+def test_an_even_replica_count_raises_a_warning_condition() -> None:
+    even = conditions(status_of(healthy(4, 4)))["EvenReplicas"]
+    assert even["status"] == "True" and even["reason"] == "EvenReplicaCount"
+    assert "3 or 5 nodes" in even["message"]
+    assert conditions(status_of(healthy(3, 3)))["EvenReplicas"]["status"] == "False"
+
+
+def test_adopted_claims_are_reported_in_a_condition() -> None:
+    assert "ExistingDataAdopted" not in conditions(status_of(healthy(3, 3)))
+    adopted = replace(healthy(3, 3), adopted_claims=("data-c-0", "data-c-1"))
+    condition = conditions(status_of(adopted))["ExistingDataAdopted"]
+    assert condition["status"] == "True" and "data-c-0, data-c-1" in condition["message"]

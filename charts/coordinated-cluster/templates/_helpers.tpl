@@ -55,6 +55,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]
+# Read only: a new cluster whose data claims exist already is reported as adopting that data.
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, list]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, watch, create, patch, update, delete]
@@ -76,9 +80,18 @@ app.kubernetes.io/component: audit
 app.kubernetes.io/part-of: coordinated-cluster
 {{- end -}}
 
-{{/* The SparkApplication spec shared by the scheduled and the one-off audit; needs .root and .urls. */}}
+{{/* Names of the chart's audit objects: prefixed with the release, so they never clash with the plain
+     manifests of spark-jobs/k8s/ (coordinated-audit, ...) applied by hand in the same namespace. */}}
+{{- define "coordinated-cluster.auditName" -}}
+{{- printf "%s-audit" (include "coordinated-cluster.fullname" .) | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The SparkApplication spec shared by the scheduled and the one-off audit; needs .root and .urls.
+     Everything is in the SparkApplication itself (fields, and templates for what no field covers): the
+     spark-operator runs spark-submit in its own container, where no file of the project's image exists. */}}
 {{- define "coordinated-cluster.auditApplicationSpec" -}}
 {{- $audit := .root.Values.sparkAudit -}}
+{{- $name := include "coordinated-cluster.auditName" .root -}}
 type: Python
 pythonVersion: "3"
 mode: cluster
@@ -95,27 +108,53 @@ sparkConf:
   {{- range $key, $value := $audit.sparkConf }}
   {{ $key }}: {{ $value | quote }}
   {{- end }}
-  spark.kubernetes.driver.podTemplateFile: /opt/coordinated/pod-template.yaml
-  spark.kubernetes.executor.podTemplateFile: /opt/coordinated/pod-template.yaml
 restartPolicy:
   type: Never
 driver:
   cores: {{ $audit.driver.cores }}
   memory: {{ $audit.driver.memory | quote }}
-  serviceAccount: coordinated-audit
-  labels:
-    app.kubernetes.io/name: coordinated-audit
-  volumeMounts:
-    - name: reports
-      mountPath: /reports
+  serviceAccount: {{ $name }}
+  {{- include "coordinated-cluster.auditPodSpec" (dict "container" "spark-kubernetes-driver" "reports" true) | nindent 2 }}
 executor:
   instances: {{ $audit.executor.instances }}
   cores: {{ $audit.executor.cores }}
   memory: {{ $audit.executor.memory | quote }}
-  labels:
-    app.kubernetes.io/name: coordinated-audit
+  {{- include "coordinated-cluster.auditPodSpec" (dict "container" "spark-kubernetes-executor" "reports" false) | nindent 2 }}
 volumes:
   - name: reports
     persistentVolumeClaim:
-      claimName: coordinated-audit-reports
+      claimName: {{ $name }}-reports
+  - name: spark-local
+    emptyDir: {}
+{{- end -}}
+
+{{/* What the driver and executor pods need beyond Spark's defaults (spark-jobs/k8s/sparkapplication.yaml). */}}
+{{- define "coordinated-cluster.auditPodSpec" -}}
+labels:
+  app.kubernetes.io/name: coordinated-audit
+  app.kubernetes.io/part-of: coordinated-cluster
+podSecurityContext:
+  runAsNonRoot: true
+  runAsUser: 185
+  fsGroup: 185
+securityContext:
+  allowPrivilegeEscalation: false
+  capabilities:
+    drop: [ALL]
+env:
+  - name: SPARK_LOCAL_DIRS
+    value: /tmp/spark-local
+volumeMounts:
+  {{- if .reports }}
+  - name: reports
+    mountPath: /reports
+  {{- end }}
+  - name: spark-local
+    mountPath: /tmp/spark-local
+# The image runs `coordinated` by default; Spark's "driver"/"executor" arguments need its Spark entrypoint.
+template:
+  spec:
+    containers:
+      - name: {{ .container }}
+        command: [/usr/local/bin/spark-entrypoint.sh]
 {{- end -}}

@@ -8,7 +8,9 @@ passes except metrics, so a restarted operator picks up exactly where the cluste
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
+import json
 import logging
 import os
 import secrets
@@ -33,6 +35,7 @@ from coordinated.operator.sidecar_client import (
     sidecar_url,
 )
 from coordinated.operator.spec import (
+    ADOPTED_CLAIMS_ANNOTATION,
     CLUSTER_UUID_ANNOTATION,
     INITIAL_MASTER_NODES_ANNOTATION,
     ClusterSpec,
@@ -71,14 +74,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.http = aiohttp.ClientSession()
     _progress.stuck_after_seconds = CONFIG.stuck_after_seconds
     metrics.serve(CONFIG.metrics_port)
-    memo.periodic = None
+    start_periodic(memo)
 
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
-    periodic = getattr(memo, "periodic", None)
-    if periodic is not None:
-        periodic.cancel()
+    stop_periodic()
     if getattr(memo, "http", None) is not None:
         await memo.http.close()
 
@@ -92,16 +93,30 @@ def stuck_reconciliations(**_: Any) -> int:
 @kopf.on.update(GROUP, VERSION, PLURAL)
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 async def on_change(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-    if getattr(memo, "periodic", None) is None:
-        # Started from a handler, not from startup, so that the task inherits the context in which Kopf
-        # can post Kubernetes Events.
-        memo.periodic = asyncio.create_task(reconcile_periodically(memo, logging.getLogger(__name__)))
     await reconcile(body, memo, logger)
 
 
 # The periodic pass is our own loop over the clusters seen by the watch, not a Kopf timer: Kopf puts a
 # finalizer on every object with a timer, which would block deleting a cluster while no operator runs.
+# Exactly one loop runs per operator process. It is started by the startup handler with the operator-wide
+# memo: handlers get a per-object copy of the memo, so a loop started from a handler (and remembered in
+# that copy) would start again for every new object and never stop.
 _known: dict[str, kopf.Body] = {}
+_periodic: asyncio.Task[None] | None = None
+
+
+def start_periodic(memo: kopf.Memo) -> asyncio.Task[None]:
+    global _periodic
+    if _periodic is None or _periodic.done():
+        _periodic = asyncio.create_task(reconcile_periodically(memo, logging.getLogger(__name__)))
+    return _periodic
+
+
+def stop_periodic() -> None:
+    global _periodic
+    if _periodic is not None:
+        _periodic.cancel()
+        _periodic = None
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -110,6 +125,8 @@ def track(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
     if event.get("type") == "DELETED":
         _known.pop(key, None)
         _progress.forget(key)
+        _soon.pop(key, None)  # a pass under way ends by itself: it finds the cluster gone
+        _again.discard(key)
     else:
         _known[key] = body
 
@@ -119,6 +136,39 @@ async def reconcile_periodically(memo: kopf.Memo, logger: logging.Logger) -> Non
         await asyncio.sleep(RECONCILE_INTERVAL_SECONDS)
         for body in list(_known.values()):
             await reconcile(body, memo, logger)
+
+
+# A change to an owned pod (created, deleted, readiness flipped by the sidecar's /readyz probe) triggers a
+# pass for its cluster at once, so the status never lags the pods by a reconcile interval. Passes for one
+# cluster are coalesced: while one runs, any number of pod events cause exactly one more afterwards.
+_soon: dict[str, asyncio.Task[None]] = {}
+_again: set[str] = set()
+
+
+@kopf.on.event("", "v1", "pods", labels={"app.kubernetes.io/managed-by": "coordinated-operator"})
+async def pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # async: Kopf runs sync ones in threads
+    labels = body["metadata"].get("labels") or {}
+    instance = labels.get("app.kubernetes.io/instance")
+    if instance and labels.get("app.kubernetes.io/component") == "node":
+        request_pass(f"{body['metadata'].get('namespace')}/{instance}", memo)
+
+
+def request_pass(key: str, memo: kopf.Memo) -> None:
+    if key not in _known:
+        return  # a pod of a cluster this operator does not (or no longer) watch
+    running = _soon.get(key)
+    if running is not None and not running.done():
+        _again.add(key)
+        return
+    _soon[key] = asyncio.create_task(_pass_now(key, memo, logging.getLogger(__name__)))
+
+
+async def _pass_now(key: str, memo: kopf.Memo, logger: logging.Logger) -> None:
+    while (body := _known.get(key)) is not None:
+        _again.discard(key)
+        await reconcile(body, memo, logger)
+        if key not in _again:
+            return
 
 
 async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger | logging.Logger) -> None:
@@ -140,10 +190,16 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger | logg
             metrics.RECONCILIATIONS.labels(result="failure").inc()
             metrics.FAILURES.labels(reason=type(error).__name__).inc()
             _progress.observe(key, converged=False)
-            logger.exception("reconciliation of %s failed", key)
-            post_event(body, "Warning", "ReconcileFailed", f"{type(error).__name__}: {error}", logger)
+            message = describe_error(error)
+            # One log line, one Event and one condition per distinct failure, not one per pass.
+            if message == _current_error(body):
+                logger.debug("reconciliation of %s still fails: %s", key, message, exc_info=True)
+                return
+            logger.warning("reconciliation of %s failed: %s", key, message)
+            logger.debug("reconciliation of %s failed", key, exc_info=True)
+            await post_event(memo, body, "Warning", "ReconcileFailed", message, logger)
             try:
-                conditions = _error_conditions(body, f"{type(error).__name__}: {error}")
+                conditions = _error_conditions(body, message)
                 namespace, name = key.split("/", 1)
                 await memo.kube.patch_status(namespace, name, {"conditions": conditions})
             except Exception:  # the API server may be what failed; the next pass retries
@@ -160,6 +216,9 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     statefulset_replicas = await kube.statefulset_replicas(manifests.statefulset_name(spec), spec.namespace)
     pods = await kube.pods(spec.namespace, manifests.selector_string(spec))
     view = await observe_sidecars(memo.http, spec, pods)
+    existing_claims: tuple[str, ...] = ()
+    if spec.recorded_cluster_uuid is None and not spec.pinned_initial_master_nodes and statefulset_replicas is None:
+        existing_claims = await _data_claims(kube, spec)
     obs = Observation(
         statefulset_name=manifests.statefulset_name(spec),
         desired_replicas=spec.replicas,
@@ -169,6 +228,8 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         pinned_initial_master_nodes=spec.pinned_initial_master_nodes,
         recorded_cluster_uuid=spec.recorded_cluster_uuid,
         paused=spec.paused,
+        existing_claims=existing_claims,
+        adopted_claims=spec.adopted_claims,
     )
     if problems:
         action = Action(ActionKind.REFUSE, "invalid spec: " + "; ".join(problems), statefulset_replicas)
@@ -178,10 +239,22 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
             await _carry_out(action, spec, obs, body, memo, logger)
 
     if (message := election_event(previous_status, obs)) is not None:
-        post_event(body, "Normal", "MasterElected", message, logger)
+        await post_event(memo, body, "Normal", "MasterElected", message, logger)
     last = previous_status.get("lastAction") or {}
     if action.kind is ActionKind.REFUSE and last.get("reason") != action.reason:
-        post_event(body, "Warning", "ScalingRefused", action.reason, logger)
+        await post_event(memo, body, "Warning", "ScalingRefused", action.reason, logger)
+    was_even = any(
+        c.get("type") == "EvenReplicas" and c.get("status") == "True" for c in previous_status.get("conditions") or ()
+    )
+    if spec.replicas % 2 == 0 and not was_even:
+        await post_event(
+            memo,
+            body,
+            "Warning",
+            "EvenReplicas",
+            f"{spec.replicas} nodes: an odd number tolerates as many failures",
+            logger,
+        )
 
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     status = compute_status(
@@ -196,6 +269,17 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     # Written at once (not deferred) so an overlapping pass reads this status as its previous one.
     await kube.patch_status(spec.namespace, spec.name, status)
     return action.kind is ActionKind.NONE
+
+
+async def _data_claims(kube: Kube, spec: ClusterSpec) -> tuple[str, ...]:
+    """The claims the StatefulSet's pods would mount (data-NAME-ORDINAL) that exist already."""
+    prefix = f"{manifests.DATA_VOLUME}-{manifests.statefulset_name(spec)}-"
+    names = await kube.claims(spec.namespace, manifests.selector_string(spec))
+    return tuple(name for name in names if name.startswith(prefix) and name[len(prefix) :].isdigit())
+
+
+def event_reason(action: Action) -> str:
+    return "AdoptingExistingData" if action.adopted_claims else action.kind.value
 
 
 async def observe_sidecars(
@@ -257,6 +341,8 @@ async def _carry_out(
     if action.kind is ActionKind.PIN_BOOTSTRAP:
         initial_master_nodes = action.nodes
         annotations[INITIAL_MASTER_NODES_ANNOTATION] = ",".join(action.nodes)
+        if action.adopted_claims:
+            annotations[ADOPTED_CLAIMS_ANNOTATION] = ",".join(action.adopted_claims)
     elif action.kind is ActionKind.COMPLETE_BOOTSTRAP or obs.recorded_cluster_uuid:
         initial_master_nodes = ()
     else:
@@ -294,17 +380,48 @@ async def _carry_out(
     if action.changes_something:
         metrics.ACTIONS.labels(kind=action.kind.value).inc()
         logger.info("%s: %s", action.kind.value, action.reason)
-        post_event(body, "Normal", action.kind.value, action.reason, logger)
+        await post_event(memo, body, "Normal", event_reason(action), action.reason, logger)
 
 
-def post_event(
-    body: kopf.Body, event_type: str, reason: str, message: str, logger: kopf.Logger | logging.Logger
+async def post_event(
+    memo: kopf.Memo,
+    body: kopf.Body,
+    event_type: str,
+    reason: str,
+    message: str,
+    logger: kopf.Logger | logging.Logger,
 ) -> None:
-    """A Kubernetes Event through Kopf; a failure to post must never fail a reconciliation."""
+    """A Kubernetes Event on the cluster; a failure to post must never fail a reconciliation.
+
+    Posted through our own API client rather than Kopf's, so the periodic loop and the pod watch (which run
+    outside any Kopf handler's context) can post too.
+    """
     try:
-        (kopf.warn if event_type == "Warning" else kopf.info)(body, reason=reason, message=message[:1000])
-    except (LookupError, RuntimeError):
-        logger.warning("could not post event %s: %s", reason, message)
+        await memo.kube.post_event(body, event_type, reason, message[:1000])
+    except Exception:
+        logger.warning("could not post event %s: %s", reason, message, exc_info=True)
+
+
+def describe_error(error: BaseException) -> str:
+    """One short line for a condition and an Event: the API server's own message, never headers or a trace."""
+    status, body = getattr(error, "status", None), getattr(error, "body", None)
+    if isinstance(status, int) and body is not None:  # kubernetes ApiException or the dynamic client's errors
+        text = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+        with contextlib.suppress(ValueError, AttributeError):  # not JSON: keep the text as it is
+            text = str(json.loads(text).get("message") or text)
+        reason = getattr(error, "reason", "") or ""
+        message = f"Kubernetes API error {status} {reason}: {text}"
+    else:
+        message = f"{type(error).__name__}: {error}"
+    first_line = " ".join(message.split())
+    return first_line if len(first_line) <= 400 else first_line[:399] + "…"
+
+
+def _current_error(body: Mapping[str, Any]) -> str | None:
+    for condition in (body.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "ReconciliationComplete" and condition.get("reason") == "Error":
+            return str(condition.get("message"))
+    return None
 
 
 def _error_conditions(body: kopf.Body, message: str) -> list[dict[str, Any]]:

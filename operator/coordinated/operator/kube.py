@@ -7,6 +7,8 @@ a no-op and fields that other controllers own (for example a StatefulSet's statu
 from __future__ import annotations
 
 import asyncio
+import datetime
+import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +16,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from coordinated.operator import GROUP, PLURAL, VERSION
+from coordinated.operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from coordinated.operator.observation import PodObservation
 
 FIELD_MANAGER = "coordinated-operator"
@@ -151,3 +153,41 @@ class Kube:
 
     async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         await asyncio.to_thread(self._patch_status, namespace, name, status)
+
+    def _claims(self, namespace: str, selector: str) -> list[str]:
+        claims = self._core.list_namespaced_persistent_volume_claim(namespace, label_selector=selector).items
+        return sorted(claim.metadata.name for claim in claims if claim.metadata and claim.metadata.name)
+
+    async def claims(self, namespace: str, selector: str) -> list[str]:
+        """Names of the PersistentVolumeClaims with these labels (a StatefulSet's claims carry its selector)."""
+        return await asyncio.to_thread(self._claims, namespace, selector)
+
+    def _post_event(self, body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
+        metadata = body["metadata"]
+        namespace = metadata.get("namespace") or "default"
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event: Any = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{metadata['name']}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": metadata["name"],
+                "namespace": namespace,
+                "uid": metadata.get("uid"),
+            },
+            "type": event_type,
+            "reason": reason,
+            "message": message,
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "reportingInstance": socket.gethostname(),
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._core.create_namespaced_event(namespace, event)
+
+    async def post_event(self, body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
+        await asyncio.to_thread(self._post_event, body, event_type, reason, message)

@@ -23,6 +23,7 @@ TRANSPORT_SECRET_KEY = "secret"
 BOOTSTRAP_KEY = "initial_master_nodes"
 INITIAL_MASTER_NODES_ENV = "COORDINATED_INITIAL_MASTER_NODES"
 RUN_AS_USER = 10001  # the image's non-root user
+DATA_VOLUME = "data"  # the claim template's name: claims are named data-<statefulset>-<ordinal>
 
 
 # ---- names -------------------------------------------------------------------------------------------
@@ -251,7 +252,7 @@ def statefulset(spec: ClusterSpec, replicas: int) -> Manifest:
     template_metadata = spec.template.get("metadata") or {}
     pod_labels = {**(template_metadata.get("labels") or {}), **common_labels(spec)}
     volume_claim: dict[str, Any] = {
-        "metadata": {"name": "data", "labels": selector_labels(spec)},
+        "metadata": {"name": DATA_VOLUME, "labels": selector_labels(spec)},
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "resources": {"requests": {"storage": spec.storage.size}},

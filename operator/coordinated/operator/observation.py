@@ -50,6 +50,11 @@ class Observation:
     pinned_initial_master_nodes: tuple[str, ...] = ()
     recorded_cluster_uuid: str | None = None
     paused: bool = False
+    # Data claims of this cluster's pods that exist before its first bootstrap: retained from an earlier
+    # CoordinatedCluster of the same name. Only looked up until the bootstrap list is pinned.
+    existing_claims: tuple[str, ...] = ()
+    # The claims the cluster adopted at creation, as recorded in an annotation.
+    adopted_claims: tuple[str, ...] = ()
 
     def pod_name(self, ordinal: int) -> str:
         return f"{self.statefulset_name}-{ordinal}"

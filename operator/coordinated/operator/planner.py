@@ -37,6 +37,7 @@ class Action:
     nodes: tuple[str, ...] = ()  # the nodes an exclusion or bootstrap list names
     cluster_uuid: str | None = None
     wait_for_removal: bool = False
+    adopted_claims: tuple[str, ...] = ()  # PIN_BOOTSTRAP: data claims retained from an earlier cluster
 
     @property
     def changes_something(self) -> bool:
@@ -129,6 +130,18 @@ def _plan_bootstrap(obs: Observation) -> Action:
                 obs,
             )
         nodes = tuple(obs.pod_name(ordinal) for ordinal in range(obs.desired_replicas))
+        if obs.existing_claims:
+            # The StatefulSet will mount these claims again: nodes that find a cluster state in them keep
+            # it (its UUID, terms and keys) and ignore the bootstrap list, exactly as after a full restart.
+            return Action(
+                ActionKind.PIN_BOOTSTRAP,
+                f"adopting existing data: the claims {_names(obs.existing_claims)} were retained from an "
+                "earlier cluster of this name; its nodes keep that cluster's UUID and state "
+                "(delete the claims before creating the cluster to start empty)",
+                None,
+                nodes=nodes,
+                adopted_claims=obs.existing_claims,
+            )
         return Action(
             ActionKind.PIN_BOOTSTRAP,
             f"bootstrapping a new cluster from {_names(nodes)}",

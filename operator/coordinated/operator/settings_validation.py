@@ -1,4 +1,4 @@
-"""Validation of `spec.settings`, the sidecar settings map, against DESIGN section 4.
+"""Validation of `spec.settings`, the sidecar settings map (docs/settings.md lists them).
 
 Values are checked by the sidecar's own parser (`coordinated.coordination.settings`, shipped in the same
 image), so the operator refuses exactly what would stop a sidecar from starting, before any pod starts and

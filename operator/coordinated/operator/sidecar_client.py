@@ -1,4 +1,4 @@
-"""A small typed client for the sidecar's HTTP API (DESIGN section 6).
+"""A small typed client for the sidecar's HTTP API.
 
 All knowledge of the JSON shapes lives in the `parse_*` functions below, so a change in the sidecar's
 answers is fixed here only. The operator reaches each pod directly (pod IP or headless DNS name).

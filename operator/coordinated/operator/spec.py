@@ -13,6 +13,7 @@ ANNOTATION_PREFIX = "coordinated.dev"
 INITIAL_MASTER_NODES_ANNOTATION = f"{ANNOTATION_PREFIX}/initial-master-nodes"
 CLUSTER_UUID_ANNOTATION = f"{ANNOTATION_PREFIX}/cluster-uuid"
 PAUSE_ANNOTATION = f"{ANNOTATION_PREFIX}/pause"
+ADOPTED_CLAIMS_ANNOTATION = f"{ANNOTATION_PREFIX}/adopted-claims"
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,11 @@ class ClusterSpec:
     @property
     def pinned_initial_master_nodes(self) -> tuple[str, ...]:
         value = self.annotations.get(INITIAL_MASTER_NODES_ANNOTATION, "")
+        return tuple(name for name in value.split(",") if name)
+
+    @property
+    def adopted_claims(self) -> tuple[str, ...]:
+        value = self.annotations.get(ADOPTED_CLAIMS_ANNOTATION, "")
         return tuple(name for name in value.split(",") if name)
 
     @property

@@ -17,6 +17,7 @@ class Phase:
     SCALING = "Scaling"
     DEGRADED = "Degraded"  # a master, but not every node is ready or health is not green
     NO_MASTER = "NoMaster"  # a bootstrapped cluster that has lost its master
+    PAUSED = "Paused"  # the pause annotation is set: nothing is changed, whatever the spec says
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,10 @@ class Condition:
 
 
 def phase_of(obs: Observation, action: Action) -> str:
+    return Phase.PAUSED if obs.paused else _activity_phase(obs, action)
+
+
+def _activity_phase(obs: Observation, action: Action) -> str:
     cluster = obs.cluster
     if obs.recorded_cluster_uuid is None and not cluster.cluster_uuids:
         return Phase.FORMING if obs.pods else Phase.PENDING
@@ -46,10 +51,12 @@ def conditions_of(
     obs: Observation, action: Action, phase: str, problems: Sequence[str], error: str | None
 ) -> list[Condition]:
     cluster = obs.cluster
+    # A paused cluster is still Ready when all its nodes are: pausing changes nothing in the cluster.
+    ready = (_activity_phase(obs, action) if phase == Phase.PAUSED else phase) == Phase.READY
     conditions = [
         Condition(
             "Ready",
-            phase == Phase.READY,
+            ready,
             phase,
             f"{obs.ready_replicas}/{obs.desired_replicas} nodes ready, master {cluster.master or 'none'}",
         ),
@@ -90,6 +97,29 @@ def conditions_of(
             else "reconciliation is active",
         )
     )
+    even = obs.desired_replicas % 2 == 0
+    conditions.append(
+        Condition(
+            "EvenReplicas",
+            even,
+            "EvenReplicaCount" if even else "OddReplicaCount",
+            f"{obs.desired_replicas} master-eligible nodes: the voting configuration keeps an odd number of "
+            f"them, so the last one adds no fault tolerance; {obs.desired_replicas - 1} or "
+            f"{obs.desired_replicas + 1} nodes tolerate as many or more failures"
+            if even
+            else f"{obs.desired_replicas} master-eligible nodes tolerate {(obs.desired_replicas - 1) // 2} failure(s)",
+        )
+    )
+    if adopted := obs.adopted_claims or action.adopted_claims:
+        conditions.append(
+            Condition(
+                "ExistingDataAdopted",
+                True,
+                "RetainedClaims",
+                f"the claims {', '.join(adopted)} existed when this cluster was created and were "
+                "adopted with their data (the earlier cluster's UUID and state)",
+            )
+        )
     return conditions
 
 
