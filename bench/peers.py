@@ -1,6 +1,11 @@
 """Side-by-side benchmarks: coordinated-cluster vs etcd (gRPC) vs PySyncObj, with one client harness.
 
     .venv/bin/python bench/peers.py [--quick] [--rounds 3] [--out DIR] [--no-docs]
+    .venv/bin/python bench/peers.py --tls [--rounds 2]    # the cost of TLS, ours and etcd's
+
+With --tls, only the write benchmarks run, for 3 nodes of ours and of etcd, each with TLS off and on (ours:
+mutual TLS between nodes and TLS on the client port; etcd: the same on its peer and client ports), and the
+medians are printed; docs/benchmarks.md is not rewritten.
 
 Systems are interleaved: each round runs every system once, in a rotated order, so that slow phases of
 the shared machine hit all of them. Prints figures and never asserts timings; writes the raw results to
@@ -15,6 +20,7 @@ import asyncio
 import json
 import shutil
 import signal
+import statistics
 import tempfile
 import traceback
 from collections import defaultdict
@@ -27,6 +33,7 @@ from peers_harness import fault_trial, idle_rss, sequential, throughput
 from peers_pso import PySyncObjSystem
 from peers_report import write_report
 from peers_systems import OursSystem, System
+from peers_tls import BenchTls
 
 Factory = Callable[[], System]
 PERF: list[Factory] = [
@@ -121,10 +128,19 @@ async def main_async(args: argparse.Namespace) -> Results:
     results: Results = defaultdict(lambda: defaultdict(list))
     base = Path(tempfile.mkdtemp(prefix="coordinated-peers-", dir=args.workdir))
     try:
+        if args.tls:
+            tls = BenchTls.create(base / "pki")
+            PERF[:] = [
+                lambda: OursSystem(3),
+                lambda: OursSystem(3, tls=tls),
+                lambda: EtcdSystem(3),
+                lambda: EtcdSystem(3, tls=tls),
+            ]
         for round_ in range(args.rounds):
             print(f"== round {round_ + 1}/{args.rounds}", flush=True)
             await perf_round(args, results, base, round_)
-            await fault_round(args, results, base, round_)
+            if not args.tls:
+                await fault_round(args, results, base, round_)
     finally:
         shutil.rmtree(base, ignore_errors=True)  # etcd preallocates its WAL: ~2 GB after a full run
     return results
@@ -143,6 +159,7 @@ def main() -> None:
     parser.add_argument("--workdir", default=None, help="parent of the data dirs (default: the system temp dir)")
     parser.add_argument("--out", default=None, help="where results.json goes (default: the run's temp dir)")
     parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md and docs/img")
+    parser.add_argument("--tls", action="store_true", help="only the cost of TLS, ours and etcd's (see above)")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.writes, args.seconds, args.idle = 1, 50, 2.0, 2.0
@@ -152,7 +169,26 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
     print(f"raw results: {out / 'results.json'}")
-    write_report(results, vars(args), docs=not args.no_docs)
+    if args.tls:
+        print_tls_cost(results)
+    else:
+        write_report(results, vars(args), docs=not args.no_docs)
+
+
+def print_tls_cost(results: Results) -> None:
+    """Medians over the rounds (min-max in brackets), TLS off -> on, and the change of the medians."""
+    metrics = ("seq_p50", "seq_p99", "tput_1", "tput_16", "tput_64")
+    for system in ("coordinated 3n", "etcd 3n"):
+        plain, tls = results.get(system), results.get(f"{system} TLS")
+        if not plain or not tls:
+            continue
+        print(f"TLS cost, {system} (ms for seq, writes/s for tput):")
+        for metric in metrics:
+            off, on = statistics.median(plain[metric]), statistics.median(tls[metric])
+            print(
+                f"  {metric:8s} {off:8.2f} [{min(plain[metric]):.2f}-{max(plain[metric]):.2f}] -> {on:8.2f} "
+                f"[{min(tls[metric]):.2f}-{max(tls[metric]):.2f}]  ({(on / off - 1) * 100:+.0f}%)"
+            )
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from coordinated.coordination.context import Mode
 from coordinated.coordination.settings import parse_time_ms
 from coordinated.coordination.state import state_to_api
 from coordinated.coordination.validation import hook_name_problem, key_problem, settings_problem
+from coordinated.sidecar.access import Tokens, access_middleware
 from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
@@ -587,8 +588,13 @@ async def hook_delete(request: web.Request) -> web.Response:
     return web.json_response({"acknowledged": True})
 
 
-def client_app(node: Node) -> web.Application:
-    app = web.Application(client_max_size=node.config.get("http.max_content_length"), middlewares=[errors_middleware])
+def client_app(node: Node, tokens: Tokens | None = None) -> web.Application:
+    """With `tokens`, every request is checked (before its body is read) by the access middleware."""
+    middlewares: list[Callable[..., Awaitable[web.StreamResponse]]] = [errors_middleware]
+    if tokens is not None:
+        counted = node.metrics.http_requests
+        middlewares.insert(0, access_middleware(tokens, lambda status: counted.labels(str(status)).inc()))
+    app = web.Application(client_max_size=node.config.get("http.max_content_length"), middlewares=middlewares)
     app[NODE_KEY] = node
     setup_routes(app)
     return app

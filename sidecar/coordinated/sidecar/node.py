@@ -44,6 +44,7 @@ from coordinated.sidecar.persistence import (
     load_or_create_node_id,
     prepare_data_dir,
 )
+from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
 from coordinated.sidecar.transport import PeerSender, watch_until_closed
 
 log = logging.getLogger("coordinated.node")
@@ -65,6 +66,8 @@ class Node:
             self._check_history_agrees()
         secret_file = config.get("transport.secret_file")
         self.auth = TransportAuth.from_file(secret_file) if secret_file else None
+        transport_tls = TlsFiles.from_settings(config.parsed, "transport.ssl")
+        self.transport_tls = ReloadingContext(transport_tls, Side.CLIENT) if transport_tls is not None else None
         roles = ("master",) if config.coordination.master_eligible else ()
         self.local_node = DiscoveryNode(self.node_id, config.coordination.node_name, config.transport_address, roles)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -119,6 +122,7 @@ class Node:
             connect_timeout_s=cfg.get("transport.connect_timeout") / 1000,
             retries=cfg.get("transport.retries"),
             queue_size=cfg.get("transport.queue_size"),
+            tls_client=self.transport_tls,
         )
         await self.sender.start()
         await self.hooks.start()
@@ -213,7 +217,7 @@ class Node:
         loop = asyncio.get_running_loop()
         this = asyncio.current_task()
         started = loop.time()
-        reason = await watch_until_closed(self.sender.session, address, self.auth)
+        reason = await watch_until_closed(self.sender.session, address, self.auth, self.transport_tls)
         if loop.time() - started < 0.05:
             # Could not even connect (a peer still starting, say): do not report it at a high rate.
             await asyncio.sleep(0.5)

@@ -100,6 +100,10 @@ def run(nodes: int, workdir: Path) -> int:
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
         step(f"Starting {nodes} nodes on 127.0.0.1 (data and logs in {workdir})")
+        say(
+            f"   {DIM}no TLS and no tokens here, on loopback; to turn them on, see the security section of "
+            f"docs/sidecar.md (-E transport.ssl.enabled=true, -E http.ssl.enabled=true, -E http.auth.tokens_file=...){RESET}"
+        )
         names = [f"node-{i}" for i in range(1, nodes + 1)]
         for name in names:
             cluster.add(name)

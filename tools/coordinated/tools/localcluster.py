@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -56,12 +57,21 @@ class HttpError(Exception):
         self.body = body
 
 
-def http(method: str, url: str, body: Any = None, timeout: float = 10.0, raw: bytes | None = None) -> tuple[int, Any]:
+def http(
+    method: str,
+    url: str,
+    body: Any = None,
+    timeout: float = 10.0,
+    raw: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
+) -> tuple[int, Any]:
     """(status, decoded JSON or text); never raises for an HTTP error status."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    all_headers = {"Content-Type": "application/json", **(headers or {})}
+    request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             status, payload = response.status, response.read()
     except urllib.error.HTTPError as error:
         status, payload = error.code, error.read()
@@ -84,10 +94,13 @@ class LocalNode:
     host: str = "127.0.0.1"
     # Prepended to the node's command line, e.g. `ip netns exec NS` (it execs, so the PID stays the node's).
     argv_prefix: list[str] = field(default_factory=list)
+    # With TLS on the client port: the client context to reach it; and headers such as a bearer token.
+    ssl_context: ssl.SSLContext | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.http_port}"
+        return f"{'https' if self.ssl_context else 'http'}://{self.host}:{self.http_port}"
 
     @property
     def transport_address(self) -> str:
@@ -101,13 +114,13 @@ class LocalNode:
         return self.process is not None and self.process.poll() is None
 
     def get(self, path: str, timeout: float = 10.0) -> tuple[int, Any]:
-        return http("GET", self.url + path, timeout=timeout)
+        return self.request("GET", path, timeout=timeout)
 
     def put(self, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
-        return http("PUT", self.url + path, body, timeout=timeout)
+        return self.request("PUT", path, body, timeout=timeout)
 
     def request(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
-        return http(method, self.url + path, body, timeout=timeout)
+        return http(method, self.url + path, body, timeout=timeout, headers=self.headers, context=self.ssl_context)
 
     def node_id(self) -> str:
         return (self.data_dir / "node-id.dat").read_text().split("\n", 1)[1].strip()
@@ -124,8 +137,13 @@ class LocalCluster:
         max_nodes: int = 7,
         hosts: list[str] | None = None,
         argv_prefix: Callable[[int], list[str]] | None = None,
+        client_tls: ssl.SSLContext | None = None,
+        client_headers: dict[str, str] | None = None,
     ) -> None:
+        """`client_tls` and `client_headers`: how this harness reaches nodes with TLS or tokens on."""
         self.workdir = workdir
+        self.client_tls = client_tls
+        self.client_headers = dict(client_headers or {})
         self.settings = dict(FAST_SETTINGS if settings is None else settings)
         self.nodes: dict[str, LocalNode] = {}
         self.hosts = hosts
@@ -141,6 +159,7 @@ class LocalCluster:
         index = len(self.nodes)
         http_port, transport_port = self._ports[index]
         node = LocalNode(name, self.workdir / name, http_port, transport_port)
+        node.ssl_context, node.headers = self.client_tls, dict(self.client_headers)
         if self.hosts:
             node.host = self.hosts[index]
         if self.argv_prefix is not None:
