@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinated.sidecar.devcerts import Ca, Cert, client_context, make_ca, make_cert
+from coordinated.tools.devcerts import Ca, Cert, client_context, make_ca, make_cert
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ import pytest
 from coordinated.coordination.settings import SettingsError
 from coordinated.sidecar.access import Role, required_role
 from coordinated.sidecar.config import build_config, sidecar_registry
-from coordinated.sidecar.devcerts import Cert, client_context, have_openssl, make_ca, make_cert
 from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
+from coordinated.tools.devcerts import Cert, client_context, have_openssl, make_ca, make_cert
 from coordinated.tools.localcluster import LocalCluster, LocalNode, http
 
 ADMIN, WRITER, READER = "admin-token-0123456789", "writer-token-0123456789", "reader-token-0123456789"
