@@ -164,13 +164,17 @@ def decide_startup(view: StorageView) -> Decision:
             "wipe it so that the node rejoins as a new node"
         )
     warnings = [f"ignoring {slot.describe()}; using {newest.name}" for slot in gaps if slot.kind == "damaged"]
-    # A slot that was written (the newest record is past the first) but is now blank or damaged may have held
-    # the newest record: only the history can show that nothing acknowledged was lost with it.
-    needs_history = newest is not view.legacy and record.generation > 1 and bool(gaps)
+    # A slot that was written (the newest record is past the first) but is now blank was emptied or deleted
+    # from outside (the node never does either), and it may have held the newest record: only the history can
+    # show that nothing acknowledged was lost with it. A damaged slot beside a valid one is what a crash in
+    # the middle of a write leaves, even before the first history event (a bootstrap writes none), so it
+    # needs no history; the check above still applies when there is one.
+    blanks = [slot for slot in gaps if slot.kind in ("missing", "empty")]
+    needs_history = newest is not view.legacy and record.generation > 1 and bool(blanks)
     if needs_history and (history.events == 0 or history.damaged):
         why = f"{history.name} is damaged ({history.damaged})" if history.damaged else f"{history.name} is empty"
         return Refuse(
-            f"{'; '.join(slot.describe() for slot in gaps)}, and {why}, so nothing shows that "
+            f"{'; '.join(slot.describe() for slot in blanks)}, and {why}, so nothing shows that "
             f"{newest.describe()} is the newest record this node acknowledged; refusing to start, because "
             f"loading an older record {_VOTE_TWICE}. Restore the data directory, or wipe it so that the node "
             "rejoins as a new node"
