@@ -550,3 +550,21 @@ def test_a_write_that_reached_the_disk_but_reported_failure_is_loaded_after_a_re
     assert victim.alive and victim.running().current_term == term + 3
     cluster.stabilise()
     assert leader_of(cluster).running().applied_state.kv["k"] == "v1"
+
+
+def test_a_whole_storage_rollback_is_not_detectable_and_could_vote_twice() -> None:
+    """Why restoring a whole data directory from a backup is not supported (docs/sidecar.md): with the slots
+    and the history rolled back together, nothing local shows it, and the node can vote again in a term it
+    already voted in."""
+    cluster = formed(3)
+    victim = follower_with_an_acknowledged_write(cluster)
+    others = [node for node in cluster.nodes if node is not victim]
+    backup = (list(victim.persisted.slots), list(victim.history))
+    term = victim.running().current_term + 1
+    first = victim.running().coordination_state.handle_start_join(others[0].node.id, term)
+    cluster.crash(victim.index)
+    victim.persisted.slots, victim.history = backup[0], backup[1]
+    cluster.start_node(victim.index)
+    assert victim.refused is None and victim.alive
+    second = victim.running().coordination_state.handle_start_join(others[1].node.id, term)
+    assert (first.term, second.term) == (term, term) and first.target_id != second.target_id

@@ -180,6 +180,10 @@ class SimulatedCluster:
                 return
             if isinstance(decision, LoadRecord):
                 self.logs.extend((self.now, sim_node.name, "warning", warning) for warning in decision.warnings)
+                # A write that failed may still have reached the disk (as an fsync error can leave it): then the
+                # loaded state is in no history yet, and the lineage check must learn its parent from it.
+                state = sim_node.persisted.last_accepted_state
+                self._parents.setdefault(state.state_uuid, (state.parent_uuid, state.version))
         sim_node.boots += 1
         sim_node.coordinator = Coordinator(
             local_node=sim_node.node,
