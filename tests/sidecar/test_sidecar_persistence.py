@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 import subprocess
@@ -13,7 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfiguration, initial_state
-from coordinated.sidecar.history import HistoryWriter
+from coordinated.sidecar.config import build_config
+from coordinated.sidecar.history import HistoryWriter, read_events_after
+from coordinated.sidecar.node import Node
 from coordinated.sidecar.persistence import (
     HISTORY_DIR,
     HOOKS_FILE,
@@ -834,3 +837,50 @@ def test_the_node_process_refuses_with_exit_3(tmp_path: Path, fault: str) -> Non
     assert "refusing to start" in process.stderr and "Traceback" not in process.stderr
     for text in expected:
         assert text in process.stderr
+
+
+def test_a_state_that_a_failed_write_left_on_disk_is_recorded_before_the_node_uses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An fsync error after the data reached the disk: the node never acknowledged that state, but loads it
+    after a restart. It records it first, so that a state built on it names a parent some history holds."""
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_current_term(1)
+    persisted.set_last_accepted_state(published(1))
+    acknowledge(persisted)
+
+    def fail(*args: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("os.fdatasync", fail)
+    with pytest.raises(OSError):
+        persisted.set_last_accepted_state(published(2))
+    monkeypatch.undo()
+    persisted.close()
+    config = build_config(
+        name="n1",
+        data_dir=str(tmp_path),
+        host="127.0.0.1",
+        http_port=1,
+        transport_port=2,
+        overrides={"cluster.name": "c"},
+    )
+    node = Node(config)
+    try:
+        assert node.persisted.last_accepted_state == published(2)
+        events = [json.loads(line) for line in read_events_after(tmp_path / HISTORY_DIR, 0)]
+        assert [(e["type"], e["version"], e["state_uuid"], e["parent_uuid"]) for e in events[-1:]] == [
+            ("accepted", 2, "s2", published(2).parent_uuid)
+        ]
+        assert events[-1]["node"] == node.node_id and events[-1]["reason"] == "loaded at startup"
+    finally:
+        node.history.close()
+        node.persisted.close()
+        node.lock.release()
+    again = Node(config)  # the history now agrees with the record: nothing more is recorded
+    try:
+        assert len(list(read_events_after(tmp_path / HISTORY_DIR, 0))) == len(events)
+    finally:
+        again.history.close()
+        again.persisted.close()
+        again.lock.release()

@@ -15,7 +15,9 @@ before the Join or ack that relies on it: the newest of each is a lower bound on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from coordinated.coordination.state import ClusterState
 
 SlotKind = Literal["missing", "empty", "damaged", "valid"]
 
@@ -234,3 +236,31 @@ def _missing_node_id(view: StorageView, candidates: list[SlotReading]) -> Decisi
         "a node that has voted or acknowledged states. Put back the node id file, or wipe the data directory so "
         "that the node joins as a new node"
     )
+
+
+def recovered_state_event(
+    node_id: str, node_name: str, state: ClusterState, history: HistorySummary
+) -> dict[str, Any] | None:
+    """The `accepted` event to append at startup when the loaded state is newer than any in the history.
+
+    A write that failed (an fsync error, say) may still have reached the disk, so a restarted node can hold a
+    state it never acknowledged and never recorded. Recording it before the node acts on it keeps the history
+    complete: a master that later builds on that state names a parent that some history holds.
+    """
+    if (state.term, state.version) <= history.accepted:
+        return None
+    return {
+        "cluster_uuid": state.cluster_uuid,
+        "node": node_id,
+        "node_name": node_name,
+        "type": "accepted",
+        "term": state.term,
+        "version": state.version,
+        "state_uuid": state.state_uuid,
+        "parent_uuid": state.parent_uuid,
+        "master": state.master_node,
+        "last_committed_config": list(state.last_committed_config.node_ids),
+        "last_accepted_config": list(state.last_accepted_config.node_ids),
+        "quorum": None,
+        "reason": "loaded at startup",
+    }

@@ -29,6 +29,7 @@ from coordinated.coordination.effects import (
     StateApplied,
 )
 from coordinated.coordination.messages import Message
+from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.sidecar.auth import TransportAuth
 from coordinated.sidecar.config import NodeConfig
@@ -60,6 +61,14 @@ class Node:
         self.history = HistoryWriter(
             config.data_dir / "history", config.get("history.segment_size"), config.get("history.fsync")
         )
+        recovered = recovered_state_event(
+            self.node_id,
+            config.coordination.node_name,
+            self.persisted.last_accepted_state,
+            self.persisted.history_summary,
+        )
+        if recovered is not None:
+            self.history.append(recovered)
         secret_file = config.get("transport.secret_file")
         self.auth = TransportAuth.from_file(secret_file) if secret_file else None
         roles = ("master",) if config.coordination.master_eligible else ()

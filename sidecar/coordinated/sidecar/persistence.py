@@ -249,6 +249,7 @@ class FilePersistedState:
 
     def _load(self, cluster_name: str) -> None:
         view = survey_data_dir(self.data_dir, cluster_name)
+        self.history_summary = view.history
         decision = decide_startup(view)
         if isinstance(decision, Refuse):
             raise DataDirError(decision.reason)

@@ -33,7 +33,7 @@ from coordinated.coordination.effects import (
     StateApplied,
 )
 from coordinated.coordination.messages import Message
-from coordinated.coordination.recovery import LoadRecord, Refuse
+from coordinated.coordination.recovery import LoadRecord, Refuse, recovered_state_event
 from coordinated.coordination.settings import CoordinationSettings
 from coordinated.coordination.state import UNKNOWN_UUID, DiscoveryNode
 from coordinated.simulation.linearizability import MISSING, Operation
@@ -173,17 +173,20 @@ class SimulatedCluster:
             return
         if sim_node.boots:
             # A restarted process reads its storage back and obeys the sidecar's startup rule.
-            decision = sim_node.persisted.reopen(summarize_events(sim_node.history))
+            history = summarize_events(sim_node.history)
+            decision = sim_node.persisted.reopen(history)
             if isinstance(decision, Refuse):
                 sim_node.refused = decision.reason
                 self.logs.append((self.now, sim_node.name, "error", f"refusing to start: {decision.reason}"))
                 return
             if isinstance(decision, LoadRecord):
                 self.logs.extend((self.now, sim_node.name, "warning", warning) for warning in decision.warnings)
-                # A write that failed may still have reached the disk (as an fsync error can leave it): then the
-                # loaded state is in no history yet, and the lineage check must learn its parent from it.
-                state = sim_node.persisted.last_accepted_state
-                self._parents.setdefault(state.state_uuid, (state.parent_uuid, state.version))
+                # As the sidecar does: a state that a failed write left on the disk is recorded before it is used.
+                recovered = recovered_state_event(
+                    sim_node.node.id, sim_node.name, sim_node.persisted.last_accepted_state, history
+                )
+                if recovered is not None:
+                    self._run_effects(sim_node, [RecordHistory(recovered)])
         sim_node.boots += 1
         sim_node.coordinator = Coordinator(
             local_node=sim_node.node,
