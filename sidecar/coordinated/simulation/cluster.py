@@ -135,6 +135,7 @@ class SimulatedCluster:
         self._state_by_version: dict[tuple[str, int, int], str] = {}
         self._committed: dict[str, dict[int, tuple[int, str]]] = {}
         self._parents: dict[str, tuple[str | None, int]] = {}
+        self._unknown_uuid_owner: dict[int, str] = {}
         eligible = master_eligible or [True] * node_count
         base = replace(settings, seed_hosts=())
         names = [f"node{index}" for index in range(node_count)]
@@ -416,7 +417,15 @@ class SimulatedCluster:
             uuid = self._state_by_version.setdefault(key, event["state_uuid"])
             if uuid != event["state_uuid"]:
                 self._violation(f"two states for (term, version) {key}: {uuid} and {event['state_uuid']}")
-            master = self._elected.get((cluster_uuid, event["term"]), self._elected.get((UNKNOWN_UUID, event["term"])))
+            master = self._elected.get((cluster_uuid, event["term"]))
+            # A first election is recorded before the cluster UUID exists; it belongs to the first cluster seen
+            # in that term, not to a state of another cluster that a node loaded from its storage.
+            if (
+                master is None
+                and (UNKNOWN_UUID, event["term"]) in self._elected
+                and self._unknown_uuid_owner.setdefault(event["term"], cluster_uuid) == cluster_uuid
+            ):
+                master = self._elected[(UNKNOWN_UUID, event["term"])]
             if master is not None and event["master"] != master:
                 self._violation(f"state {key} names master {event['master']} but {master} was elected")
             self._parents[event["state_uuid"]] = (event["parent_uuid"], event["version"])
