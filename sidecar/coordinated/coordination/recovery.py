@@ -162,8 +162,8 @@ def decide_startup(view: StorageView) -> Decision:
         lost = "; ".join(slot.describe() for slot in others) or "there is no other copy"
         return Refuse(
             f"{newest.describe()} is older than {history.describe()}: an acknowledged write was lost on disk "
-            f"({lost}); refusing to start, because loading it {_VOTE_TWICE}. Restore the data directory, or "
-            "wipe it so that the node rejoins as a new node"
+            f"({lost}); refusing to start, because loading it {_VOTE_TWICE}. Put back the lost file if you have "
+            "it (it is checked again), or wipe the data directory so that the node joins as a new node"
         )
     warnings = [f"ignoring {slot.describe()}; using {newest.name}" for slot in gaps if slot.kind == "damaged"]
     # A slot that was written (the newest record is past the first) but is now blank was emptied or deleted
@@ -178,8 +178,8 @@ def decide_startup(view: StorageView) -> Decision:
         return Refuse(
             f"{'; '.join(slot.describe() for slot in blanks)}, and {why}, so nothing shows that "
             f"{newest.describe()} is the newest record this node acknowledged; refusing to start, because "
-            f"loading an older record {_VOTE_TWICE}. Restore the data directory, or wipe it so that the node "
-            "rejoins as a new node"
+            f"loading an older record {_VOTE_TWICE}. Put back the lost file if you have it (it is checked again), "
+            "or wipe the data directory so that the node joins as a new node"
         )
     if history.damaged:
         warnings.append(f"{history.name} is damaged ({history.damaged}); both state slots agree, so using them")
@@ -214,8 +214,8 @@ def _no_valid_record(view: StorageView) -> Decision:
         detail += f"; {view.legacy.name} is older than the slots"
     return Refuse(
         f"no valid coordination state, but the data directory was used before: {detail}; refusing to reset it, "
-        f"because starting as a new node {_VOTE_TWICE}. Restore the data directory, or wipe it so that the node "
-        "joins as a new node"
+        f"because starting as a new node {_VOTE_TWICE}. Put back the lost files if you have them (they are checked "
+        "again), or wipe the data directory so that the node joins as a new node"
     )
 
 
