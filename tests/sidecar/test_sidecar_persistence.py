@@ -884,3 +884,19 @@ def test_a_state_that_a_failed_write_left_on_disk_is_recorded_before_the_node_us
         again.history.close()
         again.persisted.close()
         again.lock.release()
+
+
+def test_a_lost_commit_write_loads_the_same_state_without_its_commit(tmp_path: Path) -> None:
+    """Marking the accepted state committed writes a record but no history event: losing that record is the
+    same as a crash just before the commit, so the node loads the accepted state and does not refuse."""
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_current_term(1)
+    accepted = published(1).replace(cluster_uuid_committed=False)
+    persisted.set_last_accepted_state(accepted)
+    acknowledge(persisted)
+    persisted.set_last_accepted_state(published(1))  # the commit
+    persisted.close()
+    newest_slot(tmp_path).write_bytes(b"")
+    again = FilePersistedState(tmp_path, "c")
+    assert again.last_accepted_state == accepted
+    again.close()
