@@ -13,6 +13,7 @@ from coordinated.coordination.client import ClientResult, KvDelete, KvGet, KvPut
 from coordinated.simulation.cluster import SimulatedCluster
 from coordinated.simulation.linearizability import Operation, Verdict, check_history
 from coordinated.simulation.network import Link
+from coordinated.simulation.storage import StorageFault
 
 KEYS = ("a", "b", "c")
 
@@ -67,7 +68,10 @@ def _nemesis_action(cluster: SimulatedCluster, rng: random.Random, faults: Count
     alive = [node for node in nodes if node.alive]
     dead = [node for node in nodes if not node.alive]
     action = rng.choice(
-        ["crash", "restart", "disconnect", "blackhole", "partition", "isolate_master", "bridge", "heal", "io", "drops"]
+        [
+            *("crash", "restart", "disconnect", "blackhole", "partition", "isolate_master", "bridge", "heal"),
+            *("io", "drops", "disk"),
+        ]
     )
     if action == "crash" and len(alive) > 1:
         cluster.crash(rng.choice(alive).index)
@@ -98,6 +102,16 @@ def _nemesis_action(cluster: SimulatedCluster, rng: random.Random, faults: Count
     elif action == "io":
         node = rng.choice(nodes)
         node.persisted.failure_rate = rng.choice([0.0, 0.1, 0.5])
+    elif action == "disk" and not any(node.refused for node in nodes):
+        # A storage fault at a restart: the node loads what the startup rule allows or refuses and stays down.
+        # At most one node is left down that way, so that the others keep a quorum and the run can settle.
+        fault = rng.choice(list(StorageFault))
+        victim = rng.choice(nodes)
+        cluster.storage_fault(victim.index, fault)
+        faults[f"disk_{fault.value}"] += 1
+        if victim.refused:
+            faults["refused_start"] += 1
+        return
     elif action == "drops":
         cluster.network.drop_rate = rng.choice([0.0, 0.05, 0.2])
         if rng.random() < 0.5:

@@ -34,11 +34,14 @@ from coordinated.coordination.effects import (
 )
 from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.messages import Message
-from coordinated.coordination.safety import InMemoryPersistedState
+from coordinated.coordination.recovery import LoadRecord, Refuse, recovered_state_event
 from coordinated.coordination.settings import CoordinationSettings
-from coordinated.coordination.state import ClusterState, DiscoveryNode, initial_state
+from coordinated.coordination.state import DiscoveryNode
 from coordinated.simulation.linearizability import MISSING, Operation
 from coordinated.simulation.network import Link, Network
+from coordinated.simulation.storage import FlakyPersistedState, InjectedIOError, StorageFault, summarize_events
+
+__all__ = ["FlakyPersistedState", "InjectedIOError", "SafetyViolation", "SimNode", "SimulatedCluster", "StorageFault"]
 
 # Fast-but-realistic settings for the simulator: default fault detection, short election backoff.
 SIM_SETTINGS = CoordinationSettings()
@@ -60,31 +63,6 @@ class SafetyViolation(AssertionError):
     pass
 
 
-class InjectedIOError(OSError):
-    pass
-
-
-class FlakyPersistedState(InMemoryPersistedState):
-    """In-memory durable state that survives restarts and can be told to fail writes."""
-
-    def __init__(self, cluster_name: str, rng: random.Random) -> None:
-        super().__init__(0, initial_state(cluster_name))
-        self._rng = rng
-        self.failure_rate = 0.0
-
-    def _maybe_fail(self, what: str) -> None:
-        if self.failure_rate and self._rng.random() < self.failure_rate:
-            raise InjectedIOError(f"injected I/O error writing {what}")
-
-    def set_current_term(self, term: int) -> None:
-        self._maybe_fail("the term")
-        super().set_current_term(term)
-
-    def set_last_accepted_state(self, state: ClusterState) -> None:
-        self._maybe_fail("the accepted state")
-        super().set_last_accepted_state(state)
-
-
 @dataclass
 class SimNode:
     index: int
@@ -95,6 +73,7 @@ class SimNode:
     history: list[dict[str, Any]] = field(default_factory=list)
     seq: int = 0
     boots: int = 0
+    refused: str | None = None  # why the node refused to start from its storage; it then stays down
 
     @property
     def address(self) -> str:
@@ -157,6 +136,7 @@ class SimulatedCluster:
         self._state_by_version: dict[tuple[str, int, int], str] = {}
         self._committed: dict[str, dict[int, tuple[int, str]]] = {}
         self._parents: dict[str, tuple[str | None, int]] = {}
+        self._unknown_uuid_owner: dict[int, str] = {}
         eligible = master_eligible or [True] * node_count
         base = replace(settings, seed_hosts=())
         names = [f"node{index}" for index in range(node_count)]
@@ -183,7 +163,7 @@ class SimulatedCluster:
             transport_address=f"{name}:9300",
             roles=("master",) if master_eligible else (),
         )
-        persisted = FlakyPersistedState(node_settings.cluster_name, random.Random(self.rng.getrandbits(64)))
+        persisted = FlakyPersistedState(node_settings.cluster_name, random.Random(self.rng.getrandbits(64)), node.id)
         sim_node = SimNode(index, node, persisted, node_settings)
         self.nodes.append(sim_node)
         self.start_node(index)
@@ -191,8 +171,24 @@ class SimulatedCluster:
 
     def start_node(self, index: int) -> None:
         sim_node = self.nodes[index]
-        if sim_node.alive:
+        if sim_node.alive or sim_node.refused is not None:
             return
+        if sim_node.boots:
+            # A restarted process reads its storage back and obeys the sidecar's startup rule.
+            history = summarize_events(sim_node.history)
+            decision = sim_node.persisted.reopen(history)
+            if isinstance(decision, Refuse):
+                sim_node.refused = decision.reason
+                self.logs.append((self.now, sim_node.name, "error", f"refusing to start: {decision.reason}"))
+                return
+            if isinstance(decision, LoadRecord):
+                self.logs.extend((self.now, sim_node.name, "warning", warning) for warning in decision.warnings)
+                # As the sidecar does: a state that a failed write left on the disk is recorded before it is used.
+                recovered = recovered_state_event(
+                    sim_node.node.id, sim_node.name, sim_node.persisted.last_accepted_state, history
+                )
+                if recovered is not None:
+                    self._run_effects(sim_node, [RecordHistory(recovered)])
         sim_node.boots += 1
         sim_node.coordinator = Coordinator(
             local_node=sim_node.node,
@@ -216,6 +212,13 @@ class SimulatedCluster:
         if new_address is not None:
             sim_node = self.nodes[index]
             sim_node.node = msgspec.structs.replace(sim_node.node, transport_address=new_address)
+        self.start_node(index)
+
+    def storage_fault(self, index: int, fault: StorageFault) -> None:
+        """Crash a node, damage its storage as `fault` says, and start it again: it loads what the startup
+        rule allows, or refuses and stays down."""
+        self.crash(index)
+        self.nodes[index].persisted.apply_fault(fault, self.rng)
         self.start_node(index)
 
     def close_connection(self, index: int, address: str) -> None:
@@ -415,9 +418,15 @@ class SimulatedCluster:
             uuid = self._state_by_version.setdefault(key, event["state_uuid"])
             if uuid != event["state_uuid"]:
                 self._violation(f"two states for (term, version) {key}: {uuid} and {event['state_uuid']}")
-            master = self._elected.get(
-                (cluster_uuid, event["term"]), self._elected.get((NO_CLUSTER_UUID, event["term"]))
-            )
+            master = self._elected.get((cluster_uuid, event["term"]))
+            # A first election is recorded before the cluster UUID exists; it belongs to the first cluster seen
+            # in that term, not to a state of another cluster that a node loaded from its storage.
+            if (
+                master is None
+                and (NO_CLUSTER_UUID, event["term"]) in self._elected
+                and self._unknown_uuid_owner.setdefault(event["term"], cluster_uuid) == cluster_uuid
+            ):
+                master = self._elected[(NO_CLUSTER_UUID, event["term"])]
             if master is not None and event["master"] != master:
                 self._violation(f"state {key} names master {event['master']} but {master} was elected")
             self._parents[event["state_uuid"]] = (event["parent_uuid"], event["version"])

@@ -30,18 +30,18 @@ from coordinated.coordination.effects import (
     StateApplied,
 )
 from coordinated.coordination.messages import Message
+from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.sidecar.auth import TransportAuth
 from coordinated.sidecar.config import NodeConfig
-from coordinated.sidecar.history import HistoryWriter, newest_durable_marks
+from coordinated.sidecar.history import HistoryWriter
 from coordinated.sidecar.hooks import HookManager
 from coordinated.sidecar.metrics import NodeMetrics, StatusSnapshot
 from coordinated.sidecar.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.persistence import (
-    DataDirError,
+    HOOKS_FILE,
     DataDirLock,
     FilePersistedState,
-    load_or_create_node_id,
     prepare_data_dir,
 )
 from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
@@ -57,13 +57,21 @@ class Node:
         self.config = config
         prepare_data_dir(config.data_dir)
         self.lock = DataDirLock(config.data_dir)
-        self.node_id = load_or_create_node_id(config.data_dir)
+        # Decides from the whole directory (node id, slots, history, hooks) whether to start fresh, load or
+        # refuse; on a fresh start it also makes the node id.
         self.persisted = FilePersistedState(config.data_dir, config.coordination.cluster_name)
+        self.node_id = self.persisted.node_id
         self.history = HistoryWriter(
             config.data_dir / "history", config.get("history.segment_size"), config.get("history.fsync")
         )
-        if self.persisted.damaged_slot is not None:
-            self._check_history_agrees()
+        recovered = recovered_state_event(
+            self.node_id,
+            config.coordination.node_name,
+            self.persisted.last_accepted_state,
+            self.persisted.history_summary,
+        )
+        if recovered is not None:
+            self.history.append(recovered.to_dict())
         secret_file = config.get("transport.secret_file")
         self.auth = TransportAuth.from_file(secret_file) if secret_file else None
         transport_tls = TlsFiles.from_settings(config.parsed, "transport.ssl")
@@ -74,7 +82,7 @@ class Node:
         self.coordinator: Coordinator | None = None
         self.persist_monitor = MonitoredPersistedState(self.persisted)  # for health: did the last write fail?
         self.metrics = NodeMetrics(self.status_snapshot)
-        self.hooks = HookManager(config.data_dir / "hooks.json", config.get("hooks.timeout") / 1000)
+        self.hooks = HookManager(config.data_dir / HOOKS_FILE, config.get("hooks.timeout") / 1000)
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
         self._applied_event = asyncio.Event()
@@ -87,22 +95,6 @@ class Node:
         self.stopping = False
         # Watch connections by peer address (see _watch_peers).
         self._watches: dict[str, asyncio.Task[None]] = {}
-
-    def _check_history_agrees(self) -> None:
-        """After passing over a damaged slot: refuse to start if the history shows a term or an accepted state
-        newer than the record loaded, because then the damaged record had been acknowledged (a vote or a
-        publish ack) and forgetting it could let this node vote twice in a term or drop a committed state."""
-        persisted = self.persisted
-        term, accepted = newest_durable_marks(self.history.directory)
-        state = persisted.last_accepted_state
-        if term > persisted.current_term or accepted > (state.term, state.version):
-            raise DataDirError(
-                f"{persisted.damaged_slot} is damaged and the other slot is older than this node's history "
-                f"(history: term {term}, accepted state term {accepted[0]} version {accepted[1]}; loaded: term "
-                f"{persisted.current_term}, state term {state.term} version {state.version}): an acknowledged "
-                "write was lost on disk; refusing to start. Restore the data directory, or wipe it so that the "
-                "node rejoins as a new node"
-            )
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
