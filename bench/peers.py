@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from peers_checks import etcd_check
+from peers_checks import ETCD, etcd_check
 from peers_env import CpuHog, CpuMeter, conditions
 from peers_etcd import EtcdSystem
 from peers_harness import fault_trial, idle_rss, sequential, throughput
@@ -60,13 +60,12 @@ def selected(factories: list[Factory], wanted: str | None) -> list[Factory]:
     if not wanted:
         return factories
     names = {name.strip() for name in wanted.split(",")}
-    chosen = [factory for factory in factories if factory().label in names]
-    if not chosen:
-        raise SystemExit(f"--systems {wanted!r} matches none of: {', '.join(f().label for f in factories)}")
-    return chosen
+    return [factory for factory in factories if factory().label in names]
 
 
 def rotated(items: list[Factory], by: int) -> list[Factory]:
+    if not items:
+        return items
     by %= len(items)
     return items[by:] + items[:by]
 
@@ -136,6 +135,10 @@ async def perf_round(args: argparse.Namespace, results: Results, base: Path, rou
                     await measure(system, leader, args, target, hog)
             after = conditions(workdir)
             target["conditions"].append({"before": before, "after": after})
+            if system.label == ETCD and hog is None:
+                phase = etcd_check({ETCD: {"seq_p50": target["seq_p50"][-1:], "tput_64": target["tput_64"][-1:]}})
+                for reason in phase["reasons"]:
+                    print(f"!! this phase: {reason}")
             label = system.label + (HOG if hog else "")
             print(f"{label:28s} before: {conditions_text(before)}\n{label:28s} after:  {conditions_text(after)}")
             print(flush=True)
@@ -170,9 +173,9 @@ async def fault_round(args: argparse.Namespace, results: Results, base: Path, ro
     async def tuned_body(system: System, _workdir: Path) -> None:
         await trials(system, signal.SIGSTOP, args.tuned_stop_trials, "sigstop")
 
-    for factory in rotated(FAULT, round_):
+    for factory in rotated(selected(FAULT, args.systems), round_):
         await run_system(factory, default_body, base)
-    for factory in rotated(TUNED, round_):
+    for factory in rotated(selected(TUNED, args.systems), round_):
         await run_system(factory, tuned_body, base)
 
 
@@ -190,6 +193,8 @@ async def main_async(args: argparse.Namespace) -> Results:
             ]
         else:
             args.perf = selected(PERF, args.systems)
+            if not args.perf:
+                raise SystemExit(f"--systems {args.systems!r} matches none of: {', '.join(f().label for f in PERF)}")
         for round_ in range(args.rounds):
             print(f"== round {round_ + 1}/{args.rounds}", flush=True)
             await perf_round(args, results, base, round_)
@@ -223,9 +228,12 @@ def main() -> None:
     parser.add_argument("--report", default=None, help="no run: the report of an earlier run's results.json")
     parser.add_argument("--force", action="store_true", help="write ratios to the docs even from a flagged run")
     args = parser.parse_args()
-    if args.quick:
-        args.rounds, args.writes, args.seconds, args.idle = 1, 50, 2.0, 2.0
-        args.kill_trials, args.stop_trials, args.tuned_stop_trials = 3, 1, 1
+    if args.quick:  # shorter defaults; options given explicitly still win
+        quick = {"rounds": 1, "writes": 50, "seconds": 2.0, "idle": 2.0}
+        quick |= {"kill_trials": 3, "stop_trials": 1, "tuned_stop_trials": 1}
+        for name, value in quick.items():
+            if getattr(args, name) == parser.get_default(name):
+                setattr(args, name, value)
     if args.report:
         earlier = json.loads(Path(args.report).read_text())
         results: Results = defaultdict(lambda: defaultdict(list))
