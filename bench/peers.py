@@ -2,6 +2,13 @@
 
     .venv/bin/python bench/peers.py [--quick] [--rounds 3] [--out DIR] [--no-docs]
     .venv/bin/python bench/peers.py --tls [--rounds 2]    # the cost of TLS, ours and etcd's
+    .venv/bin/python bench/peers.py --cpu-hog [--systems 'coordinated 3n,etcd 3n'] [--no-faults] [--force]
+    .venv/bin/python bench/peers.py --report OUT/results.json [--doc FILE]   # re-render, no run
+
+Around each system's phase the run measures the machine (fsync latency, load, CPU/IO pressure, other
+processes' CPU) and each system's and the harness's CPU per write, and prints them with the results. A run in
+which etcd is far from its known figures here is flagged; its ratios reach the docs only with --force.
+With --cpu-hog every system is measured twice, quiet and with a busy loop on one core ("+hog" rows).
 
 With --tls, only the write benchmarks run, for 3 nodes of ours and of etcd, each with TLS off and on (ours:
 mutual TLS between nodes and TLS on the client port; etcd: the same on its peer and client ports), and the
