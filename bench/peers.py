@@ -117,7 +117,7 @@ async def measure(system: System, leader: int, args: argparse.Namespace, r: Any,
         with CpuMeter(pids, hog_pid) as meter:
             tput = await throughput(system, clients, args.seconds)
         r[f"tput_{clients}"].append(tput["rate"])
-        cpu[f"tput_{clients}"] = meter.per_write(round(tput["rate"] * args.seconds))
+        cpu[f"tput_{clients}"] = meter.per_write(int(tput["writes"]))
         errors = f" ({tput['errors']} err)" if tput["errors"] else ""
         print(
             f"{system.label:28s} {clients:2d} clients {tput['rate']:7.1f}/s{errors}   {cpu_text(cpu[f'tput_{clients}'])}"

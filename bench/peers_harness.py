@@ -51,7 +51,7 @@ async def throughput(system: System, clients: int, seconds: float) -> dict[str, 
 
     started = time.perf_counter()
     await asyncio.gather(*(client(i) for i in range(clients)))
-    return {"rate": done / (time.perf_counter() - started), "errors": errors}
+    return {"rate": done / (time.perf_counter() - started), "writes": done, "errors": errors}
 
 
 async def fault_trial(system: System, sig: int) -> dict[str, float]:
