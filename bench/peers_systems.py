@@ -79,7 +79,8 @@ class System(ABC):
         while time.monotonic() < deadline:
             leader = await self.agreed_leader(list(range(self.size)))
             if leader is not None:
-                oks = [await self.put(i, f"health-{i}", 0, timeout=2.0) for i in range(self.size)]
+                # a fresh value: rewriting an unchanged one would be acknowledged by us without a publication
+                oks = [await self.put(i, f"health-{i}", time.time_ns(), timeout=2.0) for i in range(self.size)]
                 if all(oks):
                     return leader
             await asyncio.sleep(0.1)
