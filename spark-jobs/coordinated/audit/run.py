@@ -23,12 +23,10 @@ class Outcome:
 def audit(
     spark: SparkSession, inp: Input, *, max_examples: int = 5, max_violations: int = 20, source: str = ""
 ) -> Outcome:
-    frames = prepare(
-        spark, inp.events, max_examples=max_examples, max_violations=max_violations, excused=tuple(inp.excused)
-    )
+    frames = prepare(spark, inp.events, max_examples=max_examples, max_violations=max_violations)
     try:
         results = run_all(frames)
-        stats = compute(frames)
+        stats = compute(frames, truncated=inp.truncated)
     finally:
         frames.release()
     per_node = stats.summary["per_node"]

@@ -1,4 +1,7 @@
-"""The history schema (DESIGN section 7) as an explicit Spark schema, and the names the report uses."""
+"""The history schema as an explicit Spark schema, and the names the report uses.
+
+`EVENT_SCHEMA` is the one place the audit defines the event's fields; everything else derives from it.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ APPLIED_COMMITTED = "applied-only-committed"
 NODE_MONOTONIC = "node-monotonic"
 COMMIT_QUORUM = "commit-quorum"
 HISTORY_GAP = "history-gap"
+# Added to the contract's list: a node's events never move to another cluster UUID after bootstrap.
+NODE_CLUSTER_STABLE = "node-cluster-stable"
 INVARIANTS: tuple[str, ...] = (
     ONE_MASTER,
     UNIQUE_STATE,
@@ -20,6 +25,7 @@ INVARIANTS: tuple[str, ...] = (
     NODE_MONOTONIC,
     COMMIT_QUORUM,
     HISTORY_GAP,
+    NODE_CLUSTER_STABLE,
 )
 
 EVENT_TYPES: tuple[str, ...] = ("term", "elected", "accepted", "committed", "applied", "stepped_down")
@@ -54,5 +60,5 @@ EVENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in EVENT_SCHEMA.fields)
 REQUIRED_ALWAYS: tuple[str, ...] = ("cluster_uuid", "node", "seq", "type", "term")
 REQUIRED_FOR_STATES: tuple[str, ...] = ("version", "state_uuid")
 
-# The fields an example event shows in the report, so that a person can find it.
-EXAMPLE_FIELDS: tuple[str, ...] = ("node", "seq", "type", "term", "version", "state_uuid")
+# An example event in the report shows every field of the event, plus `file` (and `line` where known).
+EXAMPLE_FIELDS: tuple[str, ...] = EVENT_COLUMNS

@@ -9,6 +9,7 @@ from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from coordinated.audit.reading import display_source
 from coordinated.audit.schema import EXAMPLE_FIELDS
 
 Example = dict[str, object]
@@ -31,15 +32,34 @@ class CheckResult:
     violations: list[Violation] = field(default_factory=list)
 
 
-def example_struct() -> Column:
-    """The fields of an event that let a person find it (DESIGN section 8 asks for these)."""
-    return F.struct(*[F.col(c) for c in EXAMPLE_FIELDS])
-
-
 def as_example(row: Row | None) -> Example | None:
+    """Every field of the event, and the file it is in."""
     if row is None:
         return None
-    return {k: row[k] for k in EXAMPLE_FIELDS}
+    d = row.asDict()
+    out: Example = {k: d.get(k) for k in EXAMPLE_FIELDS}
+    if d.get("_source") is not None:
+        out["file"] = display_source(str(d["_source"]))
+    return out
+
+
+def lookup_events(events: DataFrame, refs: set[tuple[str, str, int]]) -> dict[tuple[str, str, int], list[Example]]:
+    """The example fields of a few events, by (cluster_uuid, node, seq); a reused seq gives several."""
+    if not refs:
+        return {}
+    schema = T.StructType(
+        [
+            T.StructField("cluster_uuid", T.StringType()),
+            T.StructField("node", T.StringType()),
+            T.StructField("seq", T.LongType()),
+        ]
+    )
+    wanted = events.sparkSession.createDataFrame(sorted(refs), schema)
+    out: dict[tuple[str, str, int], list[Example]] = {}
+    rows = events.join(F.broadcast(wanted), ["cluster_uuid", "node", "seq"]).collect()
+    for r in sorted(rows, key=lambda r: (r["node"], r["seq"], r["type"], r["_source"] or "")):
+        out.setdefault((r["cluster_uuid"], r["node"], r["seq"]), []).append(as_example(r) or {})
+    return out
 
 
 def examples_for(
