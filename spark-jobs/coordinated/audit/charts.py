@@ -60,10 +60,11 @@ def master_timeline(reigns: list[dict[str, Any]], title: str) -> str:
     for r, (a, b) in spans:
         ax.broken_barh([(mdates.date2num(utc(a)), max((b - a) / day, 1e-9))], (row[r["master"]] - 0.35, 0.7),
                        facecolors="#3b7dd8")  # fmt: skip
-    ordered = sorted(s for _, s in spans)
-    for (_, b0), (a1, _) in zip(ordered, ordered[1:], strict=False):
-        if a1 > b0:
-            ax.axvspan(mdates.date2num(utc(b0)), mdates.date2num(utc(a1)), color="#d62728", alpha=0.25, lw=0)
+    covered = None  # the end of the reigns so far: any time after it before the next reign had no master
+    for a, b in sorted(s for _, s in spans):
+        if covered is not None and a > covered:
+            ax.axvspan(mdates.date2num(utc(covered)), mdates.date2num(utc(a)), color="#d62728", alpha=0.3, lw=0)
+        covered = b if covered is None else max(covered, b)
     ax.set_yticks(range(len(masters)), masters)
     ax.set_ylim(-0.6, len(masters) - 0.4)
     _time_axis(ax)
@@ -96,11 +97,12 @@ def commit_latency(hist: dict[str, Any]) -> str:
     if bins:
         ax.bar([(b + 0.5) * width for b, _ in bins], [n for _, n in bins], width=width * 0.95, color="#3b7dd8")
         ymax = max(n for _, n in bins)
-        for name, value, color in zip(("p50", "p90", "p99"), hist.get("p") or [], ("#2ca02c", "#ff7f0e", "#d62728"),
-                                      strict=False):  # fmt: skip
-            if value is not None:
+        marks = zip(("p50", "p90", "p99"), hist.get("p") or [], ("#2ca02c", "#ff7f0e", "#d62728"), strict=False)
+        for i, (name, value, color) in enumerate(marks):
+            if value is not None:  # labels one under another: percentiles are often close together
                 ax.axvline(value, color=color, lw=1.5)
-                ax.text(value, ymax * 0.95, f" {name} {value:.1f} ms", color=color, va="top")
+                ax.text(value, ymax * (0.97 - 0.12 * i), f" {name} {value:.1f} ms", color=color, va="top",
+                        bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})  # fmt: skip
         ax.set_xlim(0, width * 61)
     ax.set_xlabel("ms from a state's first accept to its master's commit (last bar: beyond the 99.9th percentile)")
     ax.set_ylabel("states")

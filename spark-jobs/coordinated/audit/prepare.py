@@ -18,13 +18,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from coordinated.audit.schema import UNBOOTSTRAPPED
 from coordinated.audit.streams import NodePass, node_pass
 
 NO_MASTER = "<none>"  # a state that names no master
+LAG_BINS = 120
+MAX_FLAGGED = 1000
+
+
+def _holds(r: Row, condition: str) -> bool:
+    if condition == "content":
+        return bool(r["content_min"] != r["content_max"])
+    if condition == "applied":
+        return bool(r["applied"] and not r["committed"])
+    return bool(r["committed"])  # "quorum": the candidates are among the committed flagged states
+
+
 MAX_BITS = 63  # configuration members beyond this many are checked with the strings
 
 
@@ -37,10 +49,39 @@ class Frames:
     max_examples: int = 5
     max_violations: int = 20
     persisted: list[DataFrame] = field(default_factory=list)
+    t0: float = 0.0
+    lag_width: float = 1.0
+    flagged: list[Row] = field(default_factory=list)  # up to MAX_FLAGGED `suspect` states
+
+    def flags(self, condition: str) -> bool:
+        """Whether a check has anything to look at: any flagged state meets `condition` (a column name or
+        a small predicate over the Row), or the flagged list was cut short."""
+        if len(self.flagged) >= MAX_FLAGGED:
+            return True
+        return any(_holds(r, condition) for r in self.flagged)
 
     @property
     def states(self) -> DataFrame:
         return self.table
+
+    _per_term: list[Row] | None = None
+
+    def per_term(self) -> list[Row]:
+        """Per (cid, term): the masters its states name (as hashes) and its master's commits (one small job)."""
+        if self._per_term is None:
+            self._per_term = (
+                self.table.groupBy("cid", "term")
+                .agg(
+                    F.min("master_min_h").alias("lo"),
+                    F.max("master_max_h").alias("hi"),
+                    F.max("master_missing").alias("missing"),
+                    F.min("commit_ts").alias("first"),
+                    F.max("commit_ts").alias("last"),
+                    F.count("commit_ts").alias("commits"),
+                )
+                .collect()
+            )
+        return self._per_term
 
     def release(self) -> None:
         for df in [self.table, *self.persisted]:
@@ -153,10 +194,23 @@ def prepare(
     max_examples: int = 5,
     max_violations: int = 20,
 ) -> Frames:
-    nodes = node_pass(events)
     table = state_table(events).withColumn("state_h", F.xxhash64("state_uuid"))
     table = table.persist(StorageLevel.MEMORY_AND_DISK)
-    return Frames(spark, events, nodes, table, max_examples, max_violations)
+    # The first job over the table builds it, and gives the time range the lag bins need.
+    span = table.agg(F.min("first_accepted_ts").alias("t0"), F.max("commit_ts").alias("t1")).collect()[0]
+    t0 = float(span["t0"] or 0.0)
+    t1 = float(span["t1"] or t0)
+    nodes = node_pass(events, t0, max((t1 - t0) / LAG_BINS, 1e-6), LAG_BINS)
+    fr = Frames(spark, events, nodes, table, max_examples, max_violations, t0=t0, lag_width=(t1 - t0) / LAG_BINS)
+    fr.flagged = table.filter(suspect()).limit(MAX_FLAGGED).collect()
+    return fr
+
+
+def suspect() -> Column:
+    """States some check must look at: in a valid history none, so one small job clears them all."""
+    from coordinated.audit.invariants.quorum import candidates
+
+    return (F.col("content_min") != F.col("content_max")) | (F.col("applied") & ~F.col("committed")) | candidates()
 
 
 __all__ = ["NO_MASTER", "UNBOOTSTRAPPED", "Frames", "majority_of", "prepare", "state_table"]

@@ -34,7 +34,9 @@ def build(
     }
 
 
-def write(report: dict[str, Any], report_dir: Path, charts: dict[str, dict[str, str]] | None) -> tuple[Path, Path | None]:
+def write(
+    report: dict[str, Any], report_dir: Path, charts: dict[str, dict[str, str]] | None
+) -> tuple[Path, Path | None]:
     report_dir.mkdir(parents=True, exist_ok=True)
     json_path = report_dir / JSON_NAME
     json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")

@@ -71,18 +71,7 @@ def compute(fr: Frames, *, truncated: list[dict[str, object]] | None = None, cap
             stepped[key] = min(stepped.get(key, r["ts"]), r["ts"])
 
     # Per (cluster, term): the commits of the term's master; the reigns and the failover gaps come from these.
-    commits = (
-        fr.states.filter(F.col("commit_ts").isNotNull())
-        .groupBy("cid", "term")
-        .agg(
-            F.min("commit_ts").alias("first"),
-            F.max("commit_ts").alias("last"),
-            F.count(F.lit(1)).alias("commits"),
-        )
-        .orderBy("cid", "term")
-        .limit(cap + 1)
-        .collect()
-    )
+    commits = sorted((r for r in fr.per_term() if r["first"] is not None), key=lambda r: (r["cid"], r["term"]))
     terms_truncated = len(commits) > cap
     commits = commits[:cap]
     reigns: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -121,9 +110,9 @@ def compute(fr: Frames, *, truncated: list[dict[str, object]] | None = None, cap
     values = sorted(g["gap_s"] for g in gaps)
     largest = sorted(gaps, key=lambda g: -g["gap_s"])[:LARGEST]
 
-    lat = fr.states.select(
-        "cid", ((F.col("commit_ts") - F.col("first_accepted_ts")) * 1000.0).alias("ms")
-    ).filter(F.col("ms").isNotNull())
+    lat = fr.states.select("cid", ((F.col("commit_ts") - F.col("first_accepted_ts")) * 1000.0).alias("ms")).filter(
+        F.col("ms").isNotNull()
+    )
     lat_agg = lat.agg(
         F.count(F.lit(1)).alias("count"),
         F.mean("ms").alias("mean"),
@@ -132,7 +121,7 @@ def compute(fr: Frames, *, truncated: list[dict[str, object]] | None = None, cap
     ).collect()[0]
     p_lat = lat_agg["p"] or [None, None, None]
     latency = _latency_histograms(lat)
-    lag = _lag(fr, names, t0, t1)
+    lag = _lag(fr, names)
     lagging = [
         {"node": name, **figures}
         for name, figures in sorted(lag["per_node"].items())
@@ -182,7 +171,7 @@ def compute(fr: Frames, *, truncated: list[dict[str, object]] | None = None, cap
         gaps_by_cluster[g["cluster"]].append(g)
     charts: dict[str, Any] = {
         "clusters": [c for c in clusters if c in reigns or c in latency or c in lag["series"]["clusters"].values()],
-        "t0": t0,
+        "t0": fr.t0,
         "t1": t1,
         "reigns": dict(reigns),
         "gaps": dict(gaps_by_cluster),
@@ -225,31 +214,29 @@ def _quantile(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
 
 
-def _lag(fr: Frames, names: dict[tuple[str, str], str], t0: float, t1: float, bins: int = LAG_BINS) -> dict[str, Any]:
-    """Per node and time bin: committed versions of its cluster that it had not applied by the bin's end."""
-    width = max((t1 - t0) / bins, 1e-9)
-    b = F.least(F.floor((F.col("ts") - F.lit(t0)) / F.lit(width)), F.lit(bins - 1)).cast("int").alias("bin")
-    typ = F.col("type")
-    rows = (
-        fr.events.filter(typ.isin("committed", "applied") & F.col("ts").isNotNull())
-        .groupBy("cluster_uuid", "node", b)
-        .agg(
-            F.max(F.when((typ == "committed") & (F.col("node") == F.col("master")), F.col("version"))).alias(
-                "committed"
-            ),
-            F.max(F.when(typ == "applied", F.col("version"))).alias("applied"),
-        )
-        .collect()
-    )  # nodes x bins rows
+def _lag(fr: Frames, names: dict[tuple[str, str], str], bins: int = LAG_BINS) -> dict[str, Any]:
+    """Per node and time bin: committed versions of its cluster that it had not applied by the bin's end.
+
+    The window pass gives each node's highest applied version at its last event of every bin; the state
+    table gives each cluster's highest committed version per bin.
+    """
+    width = fr.lag_width or 1.0
+    b = F.greatest(
+        F.lit(0), F.least(F.floor((F.col("commit_ts") - F.lit(fr.t0)) / F.lit(width)), F.lit(bins - 1))
+    ).cast("int")
     top: dict[str, list[int]] = {}
+    for r in (
+        fr.states.filter(F.col("commit_ts").isNotNull())
+        .groupBy("cid", b.alias("bin"))
+        .agg(F.max("version").alias("v"))
+        .collect()
+    ):
+        top.setdefault(r["cid"], [0] * bins)[r["bin"]] = r["v"]
     mine: dict[tuple[str, str], list[int]] = {}
-    for r in rows:
-        cid = r["cluster_uuid"]
-        if r["committed"] is not None:
-            row = top.setdefault(cid, [0] * bins)
-            row[r["bin"]] = max(row[r["bin"]], r["committed"])
-        if r["applied"] is not None:
-            mine.setdefault((cid, r["node"]), [0] * bins)[r["bin"]] = r["applied"]
+    for r in fr.nodes.lag_rows:
+        cid = fr.nodes.home_of(r["cluster_uuid"], r["node"], r["_na_origin"])
+        row = mine.setdefault((cid, r["node"]), [0] * bins)
+        row[r["bin"]] = max(row[r["bin"]], r["max_applied"])
     for row in top.values():
         for i in range(1, bins):
             row[i] = max(row[i], row[i - 1])

@@ -70,6 +70,7 @@ class NodePass:
     streams: list[Stream]
     elections: list[Row]  # elected events: cluster_uuid, node, term, ts, seq, _na_origin
     stepdowns: list[Row]
+    lag_rows: list[Row] = field(default_factory=list)  # a node's last event in each time bin: max_applied so far
     histories: list[NodeHistory] = field(default_factory=list)
     # (cluster, node, seq) of a piece's first event whose "start" is explained by the piece before it
     joined: set[tuple[str, str, int]] = field(default_factory=set)
@@ -95,7 +96,7 @@ class NodePass:
         return out
 
 
-def windowed(events: DataFrame) -> DataFrame:
+def windowed(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int = 1) -> DataFrame:
     na_origin = F.when(F.col("cluster_uuid") == UNBOOTSTRAPPED, F.col("_origin")).otherwise(F.lit(""))
     ev = events.select(
         "cluster_uuid", "node", "seq", "ts", "type", "term", "version", "state_uuid", "_origin",
@@ -108,8 +109,14 @@ def windowed(events: DataFrame) -> DataFrame:
     is_term = typ.isin(*TERM_TYPES)
     term_of = F.when(is_term, F.col("term"))
     is_applied = typ == "applied"
+    time_bin = F.greatest(F.lit(0), F.least(F.floor((F.col("ts") - F.lit(t0)) / F.lit(width)), F.lit(bins - 1))).cast(
+        "int"
+    )
     return ev.select(
         "*",
+        time_bin.alias("bin"),
+        F.lead(time_bin).over(by_seq).alias("next_bin"),
+        F.max(F.when(is_applied, F.col("version"))).over(upto).alias("max_applied"),
         F.lag("seq").over(by_seq).alias("prev_seq"),
         F.lead("seq").over(by_seq).isNull().alias("last"),
         F.max(term_of).over(before).alias("max_term"),
@@ -130,8 +137,9 @@ def windowed(events: DataFrame) -> DataFrame:
     )
 
 
-def node_pass(events: DataFrame) -> NodePass:
-    w = windowed(events)
+def node_pass(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int = 1) -> NodePass:
+    """The window pass; `t0`, `width` and `bins` place each node's last event per time bin (for the lag)."""
+    w = windowed(events, t0, width, bins)
     typ = F.col("type")
     prev_seq = F.col("prev_seq")
     gap = (
@@ -157,6 +165,7 @@ def node_pass(events: DataFrame) -> NodePass:
         | F.col("applied_back")
         | F.col("unordered_apply")
         | F.col("last")
+        | ~F.col("bin").eqNullSafe(F.col("next_bin"))
         | typ.isin("elected", "stepped_down")
     )
     rows = flagged.filter(keep).drop("_origin").collect()
@@ -184,6 +193,9 @@ def node_pass(events: DataFrame) -> NodePass:
         ],
         elections=[r for r in rows if r["type"] == "elected"],
         stepdowns=[r for r in rows if r["type"] == "stepped_down"],
+        lag_rows=[
+            r for r in rows if r["bin"] is not None and r["bin"] != r["next_bin"] and r["max_applied"] is not None
+        ],
     )
     stitch(result)
     return result

@@ -13,7 +13,7 @@ from pyspark.sql import types as T
 
 from coordinated.audit.prepare import NO_MASTER, Frames
 from coordinated.audit.schema import ONE_MASTER, STATE_TYPES
-from coordinated.audit.violations import CheckResult, Violation, examples_for, first_rows, lookup_events
+from coordinated.audit.violations import CheckResult, Violation, examples_for, lookup_events
 
 
 def winners(fr: Frames) -> dict[tuple[str, int], list[tuple[str, float | None, str, int]]]:
@@ -25,39 +25,32 @@ def winners(fr: Frames) -> dict[tuple[str, int], list[tuple[str, float | None, s
     return out
 
 
+def _hashes(fr: Frames, names: list[str]) -> dict[str, int]:
+    """Spark's xxhash64 of a few node ids (the state table holds the masters' names as these)."""
+    if not names:
+        return {}
+    df = fr.spark.createDataFrame([(n,) for n in names], T.StructType([T.StructField("n", T.StringType())]))
+    return {r["n"]: r["h"] for r in df.select("n", F.xxhash64("n").alias("h")).collect()}
+
+
 def check(fr: Frames) -> list[CheckResult]:
     won = winners(fr)
     twice = sorted((k, v) for k, v in won.items() if len({n for n, *_ in v}) > 1)
-    single = [(cid, term, v[0][0]) for (cid, term), v in won.items() if len({n for n, *_ in v}) == 1]
-    schema = T.StructType(
-        [
-            T.StructField("cid", T.StringType()),
-            T.StructField("term", T.LongType()),
-            T.StructField("winner", T.StringType()),
-        ]
-    )
-    winner_df = fr.spark.createDataFrame(single, schema).withColumn("wh", F.xxhash64("winner"))
-    per_term = fr.states.groupBy("cid", "term").agg(
-        F.min("master_min_h").alias("lo"), F.max("master_max_h").alias("hi"), F.max("master_missing").alias("missing")
-    )
-    named = (
-        per_term.join(F.broadcast(winner_df), ["cid", "term"], "left")
-        .withColumn(
-            "kind",
-            F.when(
-                F.col("winner").isNotNull()
-                & ((F.col("lo") != F.col("wh")) | (F.col("hi") != F.col("wh")) | F.col("missing")),
-                F.lit("named"),
-            ).when(
-                F.col("winner").isNull()
-                & ((F.col("lo") != F.col("hi")) | (F.col("missing") & F.col("lo").isNotNull())),
-                F.lit("disagree"),
-            ),
-        )
-        .filter(F.col("kind").isNotNull())
-        .select(F.col("cid").alias("cluster_uuid"), "term", "winner", "kind")
-    )
-    total_named, rows = first_rows(named, ["cluster_uuid", "term"], fr.max_violations)
+    single = {(cid, term): v[0][0] for (cid, term), v in won.items() if len({n for n, *_ in v}) == 1}
+    hashes = _hashes(fr, sorted(set(single.values())))
+    flagged = []
+    for r in fr.per_term():
+        winner = single.get((r["cid"], r["term"]))
+        if winner is not None:
+            wh = hashes[winner]
+            bad = r["lo"] != wh or r["hi"] != wh or r["missing"]
+        else:
+            bad = r["lo"] != r["hi"] or (r["missing"] and r["lo"] is not None)
+        if bad:
+            flagged.append((r["cid"], r["term"], winner, "named" if winner is not None else "disagree"))
+    flagged.sort(key=lambda x: (x[0], x[1]))
+    rows = [{"cluster_uuid": c, "term": t, "winner": w, "kind": k} for c, t, w, k in flagged[: fr.max_violations]]
+    total_named = len(flagged)
     violations = []
     refs = {(v[2], v[0], v[3]) for _, vs in twice[: fr.max_violations] for v in vs}
     found = lookup_events(fr.events, refs)

@@ -28,7 +28,7 @@ def _majority(quorum: Column, config: Column) -> Column:
     return F.size(F.array_intersect(F.array_distinct(quorum), cfg)) * 2 > F.size(cfg)
 
 
-def candidates(fr: Frames) -> Column:
+def candidates() -> Column:
     """States the table cannot clear: they are checked with the strings."""
     return F.col("committed") & (
         (F.col("accepted") == 0)
@@ -41,9 +41,9 @@ def candidates(fr: Frames) -> Column:
 
 
 def check(fr: Frames) -> list[CheckResult]:
-    cand = fr.states.filter(candidates(fr)).select(F.col("cid").alias("cluster_uuid"), "state_uuid")
-    if cand.isEmpty():
+    if not fr.flags("quorum"):
         return [CheckResult(COMMIT_QUORUM, 0, [])]
+    cand = fr.states.filter(candidates()).select(F.col("cid").alias("cluster_uuid"), "state_uuid")
     ev = fr.events.join(cand, KEY, "left_semi")
     acc = (
         ev.filter(F.col("type") == "accepted")

@@ -48,6 +48,8 @@ def unique_state(fr: Frames) -> CheckResult:
 def content(fr: Frames) -> CheckResult:
     """Events of one state_uuid carry the same state: a different parent, master or configuration under the
     same uuid is a diff applied to the wrong base (or two states given one uuid)."""
+    if not fr.flags("content"):
+        return CheckResult(UNIQUE_STATE, 0, [])
     bad = (
         fr.states.filter(F.col("content_min") != F.col("content_max"))
         .select(F.col("cid").alias("cluster_uuid"), "state_uuid", "term", "version")
@@ -78,6 +80,8 @@ def content(fr: Frames) -> CheckResult:
 def applied_only_committed(fr: Frames) -> CheckResult:
     """Every applied state was committed by its master (the master's own `committed` event)."""
     key = ["cluster_uuid", "term", "version", "state_uuid"]
+    if not fr.flags("applied"):
+        return CheckResult(APPLIED_COMMITTED, 0, [])
     bad = fr.states.filter(F.col("applied") & ~F.col("committed")).select(
         F.col("cid").alias("cluster_uuid"), "term", "version", "state_uuid", "committed_anywhere"
     )
