@@ -91,13 +91,16 @@ def run_measured(cmd: list[str]) -> tuple[int, float, str, PeakRss]:
 COMPACT = """
 import sys, time
 from coordinated.audit.session import build_session
-from coordinated.audit.reading import Input, load
+from pyspark.sql import functions as F
+from coordinated.audit.reading import Input, load, origin_of
 from coordinated.audit.compact import compact
 from coordinated.audit.schema import EVENT_SCHEMA
 spark = build_session(sys.argv[1], {"spark.ui.showConsoleProgress": "false", "spark.driver.memory": sys.argv[4]})
 t = time.monotonic()
 if sys.argv[5] == "fast":  # plain JSON reader: no malformed-line detection, no line numbers, no cache
-    inp = Input(events=spark.read.schema(EVENT_SCHEMA).option("recursiveFileLookup", "true").json(sys.argv[2]))
+    raw = spark.read.schema(EVENT_SCHEMA).option("recursiveFileLookup", "true").json(sys.argv[2])
+    source = F.col("_metadata.file_path")
+    inp = Input(events=raw.select("*", source.alias("_source"), origin_of(source).alias("_origin")))
 else:
     inp = load(spark, [sys.argv[2]])
 compact(spark, inp, sys.argv[3])

@@ -332,6 +332,25 @@ def same_uuid_other_configs(name: str) -> Built:
 
 
 @scenario
+def valid_commit_carries_the_committed_configuration(name: str) -> Built:
+    """A commit makes the last-accepted configuration the last-committed one: followers' `committed` and
+    `applied` events may record the state in that form (the sidecar does), which is not a content conflict."""
+    hb, n = builder(name, "abcde")
+    hb.elect(n("a"), 1, [n("b"), n("c")])
+    hb.publish(n("a"), [n("b"), n("c")])
+    joint = hb.make_state(n("a"), config=(n("c"), n("d"), n("e")), last_committed_config=(n("a"), n("b"), n("c")))
+    for x in "abcd":
+        hb.accept(n(x), joint)
+    hb.commit(n("a"), joint, tuple(n(x) for x in "abcd"))
+    after = replace(joint, last_committed_config=joint.last_accepted_config)
+    for x in "bcd":
+        hb.commit(n(x), after)
+        hb.apply(n(x), after)
+    hb.apply(n("a"), after)
+    return Built(hb, {})
+
+
+@scenario
 def valid_colliding_node_ids(name: str) -> Built:
     """Two clusters whose nodes have the same ids (and both write events before bootstrap)."""
     built = []

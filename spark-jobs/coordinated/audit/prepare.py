@@ -31,7 +31,7 @@ MAX_FLAGGED = 1000
 
 def _holds(r: Row, condition: str) -> bool:
     if condition == "content":
-        return bool(r["content_min"] != r["content_max"])
+        return bool(r["conflict"])
     if condition == "applied":
         return bool(r["applied"] and not r["committed"])
     return bool(r["committed"])  # "quorum": the candidates are among the committed flagged states
@@ -122,8 +122,8 @@ def hash_of(col: str) -> Column:
 def state_table(events: DataFrame) -> DataFrame:
     """One row per (cid, state_uuid) of what happened to the state, in numeric buffers only.
 
-    `content_min/max` hash every field that defines the state (term, version, parent, master, both
-    configurations): they differ when events of one state_uuid disagree. The quorum check works on masks:
+    `conflict`: events of one state_uuid disagree on a field that defines the state (term, version, parent,
+    master, configurations; see `cfg_pre` for the last-committed configuration). The quorum check works on masks:
     bit i stands for the i-th member of the state's configurations. `acc_mask` has the members that accepted
     it, `quorum_mask` those the master counted; any quorum member outside the configurations, or a state
     whose configurations are too large for a mask, is marked for the exact check (`quorum_odd`).
@@ -144,8 +144,11 @@ def state_table(events: DataFrame) -> DataFrame:
         commit.alias("mcommit"),
         (typ == "applied").alias("app"),
         (typ == "committed").alias("comm"),
-        F.xxhash64("term", "version", "parent_uuid", "master", "last_committed_config", "last_accepted_config").alias(
-            "content"
+        F.xxhash64("term", "version", "parent_uuid", "master", "last_accepted_config").alias("content"),
+        # A commit makes the state's last-committed configuration its last-accepted one, so `committed` and
+        # `applied` events may carry either form; only the accepted form is compared (`cfg`, below).
+        F.when(acc | ~F.col("last_committed_config").eqNullSafe(F.col("last_accepted_config")), configs).alias(
+            "cfg_pre"
         ),
         hash_of("parent_uuid").alias("parent_h"),
         hash_of("master").alias("master_h"),
@@ -164,8 +167,7 @@ def state_table(events: DataFrame) -> DataFrame:
     return ev.groupBy("cid", "state_uuid").agg(
         F.min("term").alias("term"),
         F.min("version").alias("version"),
-        F.min("content").alias("content_min"),
-        F.max("content").alias("content_max"),
+        ((F.min("content") != F.max("content")) | (F.min("cfg_pre") != F.max("cfg_pre"))).alias("conflict"),
         # The master's commit says which parent the committed state has; conflicting copies are flagged apart.
         F.coalesce(F.min(F.when(F.col("mcommit"), F.col("parent_h"))), F.min("parent_h")).alias("parent_h"),
         F.min("master_h").alias("master_min_h"),
@@ -210,7 +212,7 @@ def suspect() -> Column:
     """States some check must look at: in a valid history none, so one small job clears them all."""
     from coordinated.audit.invariants.quorum import candidates
 
-    return (F.col("content_min") != F.col("content_max")) | (F.col("applied") & ~F.col("committed")) | candidates()
+    return F.col("conflict") | (F.col("applied") & ~F.col("committed")) | candidates()
 
 
 __all__ = ["NO_MASTER", "UNBOOTSTRAPPED", "Frames", "majority_of", "prepare", "state_table"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from pyspark.sql import functions as F
 
 from coordinated.audit.invariants.masters import winners
 from coordinated.audit.prepare import Frames
+from coordinated.audit.reading import display_source
 
 LAG_BINS = 120
 LAGGING_VERSIONS = 2  # a node at least this many committed versions behind, at some point, is listed
@@ -42,7 +44,7 @@ def node_key(histories: list[Any]) -> dict[tuple[str, str], str]:
 def compute(fr: Frames, *, truncated: list[dict[str, object]] | None = None, cap: int = CAP) -> Stats:
     np = fr.nodes
     names = node_key(np.histories)
-    cut_by_node = Counter(str(t.get("node")) for t in truncated or [])
+    cut_by_node = Counter(_cut_node(t, np.streams) for t in truncated or [])
     clusters = sorted({h.cluster for h in np.histories})
     t0 = min((s.first_ts for s in np.streams if s.first_ts is not None), default=0.0)
     t1 = max((s.last_ts for s in np.streams if s.last_ts is not None), default=0.0)
@@ -205,6 +207,14 @@ def _latency_histograms(lat: Any, bars: int = 60) -> dict[str, dict[str, Any]]:
     for v in out.values():
         v["bins"].sort()
     return out
+
+
+def _cut_node(note: dict[str, object], streams: list[Any]) -> str:
+    """The node a crash-cut line belongs to: named in the cut text, or else the node whose folder holds it."""
+    if note.get("node"):
+        return str(note["node"])
+    folder = os.path.dirname(str(note.get("source")))
+    return next((s.node for s in streams if display_source(s.origin) == folder), "")
 
 
 def _quantile(values: list[float], q: float) -> float | None:

@@ -46,6 +46,7 @@ class Stream:
     last_ts: float | None
     elections: int
     applied: int
+    committed: int  # `committed` events: once a node has one, its cluster UUID is settled
     min_term: int | None  # of the term-carrying events
     max_term: int | None
     home: str = ""  # the cluster this piece belongs to (its own, or where an "_na_" prefix continues)
@@ -132,6 +133,7 @@ def windowed(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int =
         F.max("ts").over(upto).alias("last_ts"),
         F.sum((typ == "elected").cast("long")).over(upto).alias("n_elected"),
         F.sum(is_applied.cast("long")).over(upto).alias("n_applied"),
+        F.sum((typ == "committed").cast("long")).over(upto).alias("n_committed"),
         F.min(term_of).over(upto).alias("min_term_all"),
         F.max(term_of).over(upto).alias("max_term_all"),
     )
@@ -185,6 +187,7 @@ def node_pass(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int 
                 last_ts=r["last_ts"],
                 elections=int(r["n_elected"]),
                 applied=int(r["n_applied"]),
+                committed=int(r["n_committed"]),
                 min_term=r["min_term_all"],
                 max_term=r["max_term_all"],
             )
@@ -204,9 +207,9 @@ def node_pass(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int 
 def stitch(np: NodePass) -> None:
     """Join each node's pieces: a piece whose first seq follows right after another piece of the same node.
 
-    An "_na_" piece continued by a bootstrapped piece takes that piece's cluster as its home. A bootstrapped
-    piece continued under another cluster UUID is a move (`node-cluster-stable`); the continuation keeps the
-    home of the piece it continues, so the node's history stays one.
+    An "_na_" piece continued by a bootstrapped piece takes that piece's cluster as its home. A piece whose
+    node had already committed a state of its cluster, continued under another cluster UUID, is a move
+    (`node-cluster-stable`); the node's history stays one, under the cluster it settled in.
     """
     holes: dict[str, list[Row]] = defaultdict(list)
     for r in np.flagged:
@@ -231,7 +234,7 @@ def stitch(np: NodePass) -> None:
             prev = before[0]
             s.joined_from = prev
             np.joined.add((s.cluster, s.node, s.first_seq))
-            if prev.cluster != UNBOOTSTRAPPED and s.cluster != prev.cluster:
+            if prev.cluster != UNBOOTSTRAPPED and s.cluster != prev.cluster and _settled(prev):
                 np.moves.append((prev, s))
         # A node that moved to another cluster and back: the other cluster's piece fills a hole in this one.
         spans = {(p.first_seq, p.last_seq): p for p in pieces}
@@ -242,7 +245,8 @@ def stitch(np: NodePass) -> None:
                 inner.joined_from = inner.joined_from or outer
                 np.joined.add((inner.cluster, inner.node, inner.first_seq))
                 np.filled.add((r["cluster_uuid"], r["node"], r["seq"]))
-                np.moves.append((outer, inner))
+                if _settled(outer):
+                    np.moves.append((outer, inner))
         for s in pieces:
             root = s
             seen = {id(root)}
@@ -260,13 +264,27 @@ def stitch(np: NodePass) -> None:
     np.histories = sorted(histories.values(), key=lambda h: (h.cluster, h.node))
 
 
-def _home(root: Stream, pieces: list[Stream]) -> str:
-    """The first cluster UUID the node's history names, following the pieces that continue `root`."""
-    cur: Stream | None = root
+def _settled(piece: Stream) -> bool:
+    """Whether the node had committed a state of `piece`'s cluster by the piece's end (then its cluster UUID is
+    fixed: before that, a bootstrap that lost the race leaves the node free to join the winner's cluster)."""
+    cur: Stream | None = piece
     seen: set[int] = set()
-    while cur is not None and id(cur) not in seen:
+    while cur is not None and id(cur) not in seen and cur.cluster == piece.cluster:
         seen.add(id(cur))
-        if cur.cluster != UNBOOTSTRAPPED:
-            return cur.cluster
+        if cur.committed:
+            return True
+        cur = cur.joined_from
+    return False
+
+
+def _home(root: Stream, pieces: list[Stream]) -> str:
+    """The cluster the node's history settles in (its first committed state's), following the pieces that
+    continue `root`; else the first cluster UUID it names."""
+    chain: list[Stream] = []
+    cur: Stream | None = root
+    while cur is not None and all(cur is not c for c in chain):
+        chain.append(cur)
         cur = next((p for p in pieces if p.joined_from is cur), None)
-    return UNBOOTSTRAPPED
+    named = [c for c in chain if c.cluster != UNBOOTSTRAPPED]
+    settled = [c for c in named if c.committed]
+    return (settled or named or [root])[0].cluster if named else UNBOOTSTRAPPED

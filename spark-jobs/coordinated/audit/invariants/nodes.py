@@ -4,8 +4,9 @@ there is a violation to show or an unordered apply to verify).
 - history-gap: per node, seq starts at 1 and has no holes and no repeats.
 - node-monotonic: the node's term never decreases (over `term`, `elected`, `accepted` and `stepped_down`,
   which all carry the node's current term) and its applied (term, version) strictly increases.
-- node-cluster-stable: once a node has bootstrapped (named a cluster UUID other than "_na_"), all its later
-  events name that same cluster UUID.
+- node-cluster-stable: once a node has committed a state of a cluster UUID (its bootstrap is complete), all
+  its later events name that same cluster UUID. Before that a node may still move: a bootstrap that lost the
+  race to another node's leaves it free to join the winner's cluster.
 - applied-only-committed, the node's part: a node applies a state only after its own `committed` of it.
 """
 
@@ -130,7 +131,8 @@ def _moves(moves: list[tuple[Stream, Stream]], found: Found, limit: int) -> Chec
     for prev, nxt in moves[:limit]:
         detail = (
             f"node {nxt.node}: its events move from cluster {prev.cluster} to cluster {nxt.cluster} at seq "
-            f"{nxt.first_seq} (a node never joins or accepts state from another cluster UUID after bootstrap)"
+            f"{nxt.first_seq}, after it had committed a state of the first (a node never joins or accepts state "
+            "from another cluster UUID after bootstrap)"
         )
         examples = _pick(found, prev.cluster, prev.node, nxt.first_seq - 1) + _pick(
             found, nxt.cluster, nxt.node, nxt.first_seq

@@ -8,7 +8,9 @@ from coordinated.audit.prepare import Frames
 from coordinated.audit.schema import APPLIED_COMMITTED, STATE_TYPES, UNIQUE_STATE
 from coordinated.audit.violations import CheckResult, Violation, examples_for, first_rows
 
-# What defines a state besides its uuid: events of one state_uuid must agree on all of them.
+# What defines a state besides its uuid: events of one state_uuid must agree on all of them. A commit makes the
+# last-committed configuration equal to the last-accepted one, so `committed` and `applied` events may carry
+# that form instead of the accepted one.
 CONTENT = ("term", "version", "parent_uuid", "master", "last_committed_config", "last_accepted_config")
 
 
@@ -51,7 +53,7 @@ def content(fr: Frames) -> CheckResult:
     if not fr.flags("content"):
         return CheckResult(UNIQUE_STATE, 0, [])
     bad = (
-        fr.states.filter(F.col("content_min") != F.col("content_max"))
+        fr.states.filter(F.col("conflict"))
         .select(F.col("cid").alias("cluster_uuid"), "state_uuid", "term", "version")
         .orderBy("cluster_uuid", "version", "term", "state_uuid")
     )
@@ -59,12 +61,18 @@ def content(fr: Frames) -> CheckResult:
     if not rows:
         return CheckResult(UNIQUE_STATE, total, [])
     key = ["cluster_uuid", "state_uuid"]
-    events = fr.events.filter(F.col("type").isin(*STATE_TYPES)).withColumn("_content", F.xxhash64(*CONTENT))
+    lcc_as_accepted = F.when(
+        (F.col("type") == "accepted") | ~F.col("last_committed_config").eqNullSafe(F.col("last_accepted_config")),
+        F.col("last_committed_config"),
+    )
+    events = fr.events.filter(F.col("type").isin(*STATE_TYPES)).withColumn(
+        "_content", F.xxhash64(*CONTENT[:-2], lcc_as_accepted, "last_accepted_config")
+    )
     examples = examples_for(events, rows, key, fr.max_examples, spread=["_content"])
     violations = []
     for r in rows:
         ex = examples.get((r["cluster_uuid"], r["state_uuid"]), [])
-        fields = [c for c in CONTENT if len({repr(e.get(c)) for e in ex}) > 1]
+        fields = [c for c in CONTENT if len({repr(_as_accepted(e, c)) for e in ex if _as_accepted(e, c) != ()}) > 1]
         violations.append(
             Violation(
                 UNIQUE_STATE,
@@ -75,6 +83,12 @@ def content(fr: Frames) -> CheckResult:
             )
         )
     return CheckResult(UNIQUE_STATE, total, violations)
+
+
+def _as_accepted(e: dict[str, object], field: str) -> object:
+    """A field as the state's accepted form has it; () for a committed form that carries no such information."""
+    committed_form = e["type"] != "accepted" and e["last_committed_config"] == e["last_accepted_config"]
+    return () if field == "last_committed_config" and committed_form else e.get(field)
 
 
 def applied_only_committed(fr: Frames) -> CheckResult:
