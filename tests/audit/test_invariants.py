@@ -524,6 +524,9 @@ def test_hole_in_seq(scenarios: dict[str, Any]) -> None:
     assert v["invariant"] == "history-gap"
     assert "seq jumps from 3 to 5 (1 missing)" in v["detail"]
     assert [(e["node"], e["seq"]) for e in v["examples"]] == [("seq_hole/b", 3), ("seq_hole/b", 5)]
+    # Each example names its file and line (seq 4 was line 4 before it was cut out).
+    assert [e["line"] for e in v["examples"]] == [3, 4]
+    assert all(e["file"].endswith("seq_hole/b/history-000001.jsonl") for e in v["examples"])
 
 
 def test_history_that_does_not_start_at_one_and_reused_seq(scenarios: dict[str, Any]) -> None:

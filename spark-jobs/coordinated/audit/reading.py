@@ -46,7 +46,7 @@ NOTES_DIR = "_coordinated_notes"  # beside compacted Parquet; Spark skips names 
 MAX_REPORTED = 5
 _CHUNK = 1 << 20
 _NODE = re.compile(r'"node"\s*:\s*"((?:[^"\\]|\\.)*)"')
-_OPENERS: dict[str, Any] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+OPENERS: dict[str, Any] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 
 
 class UnusableInput(Exception):
@@ -106,7 +106,7 @@ def cut_line(path: str) -> tuple[int, bytes] | None:
 
     A compressed file is read to its end, so a damaged one is unusable input here, naming the file.
     """
-    opener = _OPENERS.get(os.path.splitext(path)[1])
+    opener = OPENERS.get(os.path.splitext(path)[1])
     try:
         if opener is None:
             size = os.path.getsize(path)
@@ -126,7 +126,7 @@ def cut_line(path: str) -> tuple[int, bytes] | None:
 
 def _remote_cut_line(spark: SparkSession, uri: str) -> tuple[int | None, bytes] | None:
     """The same for an uncompressed file on a Hadoop file system (no line number: it would mean reading it)."""
-    if os.path.splitext(uri)[1] in _OPENERS:
+    if os.path.splitext(uri)[1] in OPENERS:
         return None  # compressed and remote: a bad last line is reported as malformed
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
     hpath = jvm.org.apache.hadoop.fs.Path(uri)

@@ -12,6 +12,7 @@ from coordinated.audit.invariants import run_all
 from coordinated.audit.prepare import prepare
 from coordinated.audit.reading import Input
 from coordinated.audit.stats import compute
+from coordinated.audit.violations import add_line_numbers
 
 
 @dataclass
@@ -29,6 +30,7 @@ def audit(
         stats = compute(frames, truncated=inp.truncated)
     finally:
         frames.release()
+    add_line_numbers([v for r in results for v in r.violations])
     per_node = stats.summary["per_node"]
     assert isinstance(per_node, dict)
     report = report_mod.build(

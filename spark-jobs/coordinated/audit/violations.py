@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -9,7 +11,7 @@ from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from coordinated.audit.reading import display_source
+from coordinated.audit.reading import OPENERS, display_source
 from coordinated.audit.schema import EXAMPLE_FIELDS
 
 Example = dict[str, object]
@@ -105,3 +107,30 @@ def first_rows(df: DataFrame, order: Sequence[str | Column], limit: int) -> tupl
     rows = df.orderBy(*order).limit(limit + 1).collect()
     total = len(rows) if len(rows) <= limit else df.count()
     return total, rows[:limit]
+
+
+_SEQ = re.compile(rb'"seq"\s*:\s*(\d+)')
+_NODE = re.compile(rb'"node"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def add_line_numbers(violations: Sequence[Violation]) -> None:
+    """Give each example from a local JSONL file its `line`: one read of each file the examples are in."""
+    wanted: dict[str, dict[tuple[str, int], list[Example]]] = {}
+    for v in violations:
+        for e in v.examples:
+            f = e.get("file")
+            if isinstance(f, str) and not f.endswith(".parquet") and e.get("seq") is not None:
+                wanted.setdefault(f, {}).setdefault((str(e.get("node")), int(e["seq"])), []).append(e)  # type: ignore[call-overload]
+    for f, refs in wanted.items():
+        opener = OPENERS.get(os.path.splitext(f)[1], open)
+        try:
+            with opener(f, "rb") as fh:
+                for number, line in enumerate(fh, start=1):
+                    m = _SEQ.search(line)
+                    if m is None:
+                        continue
+                    n = _NODE.search(line)
+                    for e in refs.get((n.group(1).decode("utf-8", "replace") if n else "", int(m.group(1))), []):
+                        e.setdefault("line", number)
+        except (OSError, EOFError, ValueError):
+            continue  # the examples keep file and seq
