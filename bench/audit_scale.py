@@ -91,18 +91,54 @@ def run_measured(cmd: list[str]) -> tuple[int, float, str, PeakRss]:
 COMPACT = """
 import sys, time
 from coordinated.audit.session import build_session
-from coordinated.audit.reading import Input, load
+from pyspark.sql import functions as F
+from coordinated.audit.reading import Input, load, origin_of
 from coordinated.audit.compact import compact
 from coordinated.audit.schema import EVENT_SCHEMA
 spark = build_session(sys.argv[1], {"spark.ui.showConsoleProgress": "false", "spark.driver.memory": sys.argv[4]})
 t = time.monotonic()
 if sys.argv[5] == "fast":  # plain JSON reader: no malformed-line detection, no line numbers, no cache
-    inp = Input(events=spark.read.schema(EVENT_SCHEMA).option("recursiveFileLookup", "true").json(sys.argv[2]))
+    raw = spark.read.schema(EVENT_SCHEMA).option("recursiveFileLookup", "true").json(sys.argv[2])
+    source = F.col("_metadata.file_path")
+    inp = Input(events=raw.select("*", source.alias("_source"), origin_of(source).alias("_origin")))
 else:
     inp = load(spark, [sys.argv[2]])
 compact(spark, inp, sys.argv[3])
 print(f"compacted in {time.monotonic() - t:.1f}s")
 """
+
+
+ANCHOR = """
+import sys, time
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+from coordinated.audit.schema import EVENT_SCHEMA
+from coordinated.audit.session import build_session
+spark = build_session(sys.argv[1], {"spark.ui.showConsoleProgress": "false", "spark.driver.memory": sys.argv[4]})
+t = time.monotonic()
+reader = spark.read.schema(EVENT_SCHEMA).option("recursiveFileLookup", "true")
+df = reader.parquet(sys.argv[2]) if sys.argv[3] == "parquet" else reader.json(sys.argv[2])
+w = Window.partitionBy("node").orderBy("seq")
+x = df.withColumn("hole", (F.col("seq") != F.lag("seq").over(w) + 1).cast("int"))
+states = x.filter(F.col("type").isin("accepted", "committed", "applied")).groupBy("cluster_uuid", "state_uuid").agg(
+    F.count(F.lit(1)).alias("n"), F.min("term"), F.max("version"), F.sum("hole")
+)
+states.write.format("noop").mode("overwrite").save()
+print(f"anchor {time.monotonic() - t:.2f}s")
+"""
+
+
+def run_anchor(path: Path, form: str, master: str, driver_memory: str) -> float:
+    """The minimal job the audit is measured against: one scan, one window over (node, seq), one per-state
+    groupBy. Seconds, without JVM start-up (as the audit's own figure)."""
+    out = subprocess.run(
+        [sys.executable, "-c", ANCHOR, master, str(path), form, driver_memory],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    m = re.search(r"anchor ([\d.]+)s", out)
+    return float(m.group(1)) if m else float("nan")
 
 
 def bench_one(
@@ -137,6 +173,7 @@ def bench_one(
             pq_size = sum(f.stat().st_size for f in pq.rglob("*.parquet"))
             result["parquet_mb"] = round(pq_size / 1e6)
             print(f"[{events:,}] compacted to {pq_size / 1e6:.0f} MB Parquet in {result['compact_s']}s", flush=True)
+        anchor_s = run_anchor(path, form, master, driver_memory)
         rc, wall, out, meter = run_measured([*audit, str(path), "--report-dir", str(reports / form)])
         report = json.loads((reports / form / "audit-report.json").read_text())
         m = re.search(r"audited (\d+) events from \d+ nodes in ([\d.]+)s", out)
@@ -149,6 +186,10 @@ def bench_one(
             "wall_s": round(wall, 1),
             "events_per_s": round(report["events"] / audit_s) if audit_s == audit_s else None,
             "events_per_s_end_to_end": round(report["events"] / wall),
+            "anchor_s": anchor_s,
+            "anchor_events_per_s": round(report["events"] / anchor_s) if anchor_s == anchor_s else None,
+            "vs_anchor": round(anchor_s / audit_s, 2) if audit_s == audit_s and anchor_s == anchor_s else None,
+            "load_average": os.getloadavg()[0],
             "peak_rss_mb_driver_total": round(meter.peak_total / 2**20),
             "peak_rss_mb_python": round(meter.peak_python / 2**20),
             "peak_rss_mb_jvm": round(meter.peak_jvm / 2**20),
@@ -179,15 +220,16 @@ def main() -> None:
     finally:
         if a.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    print("\nevents      form     audit s   events/s   end-to-end/s   peak driver RSS (python + JVM)")
+    print(f"\nmaster {a.master}; load average now {os.getloadavg()}")
+    print("events      form     audit s   events/s   anchor s  anchor ev/s  vs anchor  peak driver RSS (python + JVM)")
     for r in results:
         for form in a.forms:
             f = r[form]
             assert isinstance(f, dict)
             print(
                 f"{r['events']:>10,}  {form:8} {f['audit_s']:>8.1f} {f['events_per_s']:>10,} "
-                f"{f['events_per_s_end_to_end']:>14,}   {f['peak_rss_mb_driver_total']:,} MB "
-                f"({f['peak_rss_mb_python']} + {f['peak_rss_mb_jvm']})"
+                f"{f['anchor_s']:>8.1f} {f['anchor_events_per_s']:>12,} {f['vs_anchor']:>9}x  "
+                f"{f['peak_rss_mb_driver_total']:,} MB ({f['peak_rss_mb_python']} + {f['peak_rss_mb_jvm']})"
             )
     if a.json:
         a.json.write_text(json.dumps(results, indent=2) + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import threading
@@ -41,9 +42,11 @@ def test_valid_history_exits_0_with_report_and_html(spark: SparkSession, tmp_pat
     assert report["ok"] is True and report["violations"] == []
     page = (tmp_path / "r" / "audit-report.html").read_text()
     assert "OK: no violations" in page
-    assert page.count("data:image/png;base64,") == 4
-    for title in ("Terms and masters", "Failover gaps", "Commit latency", "applied-version lag"):
+    assert page.count("data:image/png;base64,") >= 4
+    for title in ("Master timeline", "Failover gaps", "Commit latency", "Per-node lag", "Largest failover gaps"):
         assert title in page
+    for column in ("first seq", "last seq", "elections", "truncated lines"):
+        assert f"<th>{column}</th>" in page
 
 
 def test_violations_exit_1(spark: SparkSession, tmp_path: Path) -> None:
@@ -100,6 +103,73 @@ def test_compact_to_parquet_then_audit_the_parquet(spark: SparkSession, tmp_path
     assert [t["line"] for t in second["stats"]["input"]["truncated_lines"]] == [cut_line]
     for key in ("terms", "elections", "commit_latencies", "per_node"):
         assert second["stats"][key] == first["stats"][key]
+
+
+def _no_jvm_trace(err: str) -> None:
+    assert "Traceback" not in err and "\tat org.apache" not in err and "Py4JJavaError" not in err
+
+
+def test_a_cut_gz_segment_exits_2_naming_the_file(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history(tmp_path)
+    seg = sorted((tmp_path / "h" / "node-1").glob("history-*.jsonl"))[0]
+    gz = seg.with_name(seg.name + ".gz")
+    data = gzip.compress(seg.read_bytes())
+    gz.write_bytes(data[: len(data) // 2])  # a copy that stopped half way
+    seg.unlink()
+    assert main([str(tmp_path / "h"), "--report-dir", str(tmp_path / "r"), "--no-html"]) == 2
+    err = capsys.readouterr().err
+    assert f"unusable input: cannot read {gz}" in err
+    _no_jvm_trace(err)
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbled"])
+def test_a_corrupt_parquet_file_exits_2_naming_the_file(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    history(tmp_path)
+    pq = tmp_path / "pq"
+    assert main([str(tmp_path / "h"), "--compact-to", str(pq), "--report-dir", str(tmp_path / "r0"), "--no-html"]) == 0
+    victim = max(pq.rglob("*.parquet"), key=lambda p: p.stat().st_size)
+    data = victim.read_bytes()
+    if damage == "truncated":
+        victim.write_bytes(data[: len(data) // 2])
+    else:  # the magic bytes are intact, the column data in between is not
+        victim.write_bytes(data[:4] + bytes(b ^ 0x5A for b in data[4:-1000]) + data[-1000:])
+    capsys.readouterr()
+    assert main([str(pq), "--report-dir", str(tmp_path / "r"), "--no-html"]) == 2
+    err = capsys.readouterr().err
+    assert "unusable input" in err and victim.name in err
+    _no_jvm_trace(err)
+
+
+def test_compaction_appends_and_is_idempotent(spark: SparkSession, tmp_path: Path) -> None:
+    """New segments compacted into an existing folder add to it (same cluster and date partitions); the
+    same segments compacted again add nothing."""
+    hb = generate(SynthConfig(events=600, seed=11, nodes=3))
+    hb.write(tmp_path / "all", segment_events=50)
+    segments = sorted((tmp_path / "all").rglob("history-*.jsonl"))
+    first, second = tmp_path / "first", tmp_path / "second"
+    for i, seg in enumerate(segments):
+        target = (first if i % 2 == 0 else second) / seg.relative_to(tmp_path / "all")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(seg.read_bytes())
+    pq = tmp_path / "pq"
+    total = sum(hb.seq.values())
+
+    def compact(src: Path, n: int) -> dict:
+        args = [str(src), "--compact-to", str(pq), "--report-dir", str(tmp_path / f"r{n}"), "--no-html"]
+        main(args)
+        assert main([str(pq), "--report-dir", str(tmp_path / f"p{n}"), "--no-html"]) in (0, 1)
+        return read_report(tmp_path / f"p{n}")
+
+    assert compact(first, 1)["events"] < total
+    both = compact(second, 2)
+    assert both["events"] == total and both["ok"], both["violations"]
+    assert compact(tmp_path / "all", 3)["events"] == total  # again, everything: nothing added
+    assert compact(first, 4)["events"] == total
 
 
 class _History(BaseHTTPRequestHandler):

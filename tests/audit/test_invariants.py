@@ -10,7 +10,7 @@ on is itself under test: a scenario's violation showing up elsewhere would fail 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,10 @@ pytestmark = pytest.mark.spark
 class Built:
     hb: HistoryBuilder
     facts: dict[str, Any]
+    more: list[HistoryBuilder] = field(default_factory=list)  # further clusters of the same scenario
+
+    def builders(self) -> list[HistoryBuilder]:
+        return [self.hb, *self.more]
 
 
 SCENARIOS: dict[str, Callable[[str], Built]] = {}
@@ -221,13 +225,160 @@ def valid_restart_single_node(name: str) -> Built:
     return Built(hb, {})
 
 
+# -- commit-quorum ----------------------------------------------------------------------------------------
+
+
+@scenario
+def master_commit_without_quorum(name: str) -> Built:
+    hb, n = base(name)
+    s3 = hb.make_state(n("a"))
+    for x in "abc":
+        hb.accept(n(x), s3)
+    hb.commit(n("a"), s3, None)  # the master's commit names no quorum at all
+    return Built(hb, {"s3": s3})
+
+
+@scenario
+def quorum_of_the_committing_event_only(name: str) -> Built:
+    """The accepted events record {a..e}; the master's commit claims {a,b,c}, of which {a,b} is a majority."""
+    hb, n = builder(name, "abcde")
+    hb.elect(n("a"), 1, [n("b"), n("c")])
+    wide = hb.make_state(
+        n("a"), config=tuple(n(x) for x in "abcde"), last_committed_config=tuple(n(x) for x in "abcde")
+    )
+    hb.accept(n("a"), wide)
+    hb.accept(n("b"), wide)
+    narrow = replace(
+        wide, last_committed_config=(n("a"), n("b"), n("c")), last_accepted_config=(n("a"), n("b"), n("c"))
+    )
+    hb.commit(n("a"), narrow, (n("a"), n("b")))
+    return Built(hb, {"state": wide})
+
+
+@scenario
+def quorum_member_never_accepted(name: str) -> Built:
+    hb, n = base(name)
+    s3 = hb.make_state(n("a"))
+    hb.accept(n("a"), s3)
+    hb.accept(n("c"), s3)
+    hb.commit(n("a"), s3, (n("a"), n("b")))  # b's history is here, and b never accepted s3
+    return Built(hb, {"s3": s3})
+
+
+@scenario
+def valid_quorum_member_without_history(name: str) -> Built:
+    """c is in the quorum, but c's history is not in the input: nothing to hold against the commit."""
+    hb, n = base(name)
+    hb.lines[n("c")] = []
+    return Built(hb, {})
+
+
+# -- applied-only-committed -------------------------------------------------------------------------------
+
+
+@scenario
+def follower_only_commit(name: str) -> Built:
+    hb, n = base(name)
+    s3 = hb.publish(n("a"), [n("b"), n("c")], commit=False)
+    hb.commit(n("b"), s3)  # an ApplyCommit that no master decided
+    hb.apply(n("b"), s3)
+    return Built(hb, {"s3": s3})
+
+
+@scenario
+def apply_before_own_commit(name: str) -> Built:
+    hb, n = base(name)
+    s3 = hb.make_state(n("a"))
+    for x in "abc":
+        hb.accept(n(x), s3)
+    hb.commit(n("a"), s3, (n("a"), n("b"), n("c")))
+    hb.apply(n("b"), s3)  # b applies first ...
+    hb.commit(n("b"), s3)  # ... and commits after
+    hb.commit(n("c"), s3)
+    hb.apply(n("c"), s3)
+    hb.apply(n("a"), s3)
+    return Built(hb, {"s3": s3})
+
+
+# -- node-monotonic, unique-state-per-version, keying, node-cluster-stable ---------------------------------
+
+
+@scenario
+def stepped_down_term_back(name: str) -> Built:
+    hb, n = base(name)
+    hb.elect(n("b"), 3, [n("a"), n("c")])
+    hb.emit(n("a"), "stepped_down", 1)  # a is in term 3 by now
+    return Built(hb, {})
+
+
+@scenario
+def same_uuid_other_parent(name: str) -> Built:
+    """c holds a state with s3's uuid, term and version, derived from s1: a diff applied to the wrong base."""
+    hb, n = builder(name)
+    hb.elect(n("a"), 1, [n("b"), n("c")])
+    s1 = hb.publish(n("a"), [n("b"), n("c")])
+    hb.publish(n("a"), [n("b"), n("c")])
+    s3 = hb.publish(n("a"), [n("b")])
+    hb.accept(n("c"), replace(s3, parent_uuid=s1.state_uuid))
+    return Built(hb, {"s3": s3})
+
+
+@scenario
+def same_uuid_other_configs(name: str) -> Built:
+    hb, n = base(name)
+    s3 = hb.publish(n("a"), [n("b")])
+    hb.accept(n("c"), replace(s3, last_accepted_config=(n("a"), n("b"))))  # {a,b} still holds the quorum
+    return Built(hb, {"s3": s3})
+
+
+@scenario
+def valid_commit_carries_the_committed_configuration(name: str) -> Built:
+    """A commit makes the last-accepted configuration the last-committed one: followers' `committed` and
+    `applied` events may record the state in that form (the sidecar does), which is not a content conflict."""
+    hb, n = builder(name, "abcde")
+    hb.elect(n("a"), 1, [n("b"), n("c")])
+    hb.publish(n("a"), [n("b"), n("c")])
+    joint = hb.make_state(n("a"), config=(n("c"), n("d"), n("e")), last_committed_config=(n("a"), n("b"), n("c")))
+    for x in "abcd":
+        hb.accept(n(x), joint)
+    hb.commit(n("a"), joint, tuple(n(x) for x in "abcd"))
+    after = replace(joint, last_committed_config=joint.last_accepted_config)
+    for x in "bcd":
+        hb.commit(n(x), after)
+        hb.apply(n(x), after)
+    hb.apply(n("a"), after)
+    return Built(hb, {})
+
+
+@scenario
+def valid_colliding_node_ids(name: str) -> Built:
+    """Two clusters whose nodes have the same ids (and both write events before bootstrap)."""
+    built = []
+    for cluster in ("one", "two"):
+        hb = HistoryBuilder([f"{name}/{x}" for x in "abc"], f"{name}-{cluster}", seed=len(cluster))
+        hb.elect(f"{name}/a", 1, [f"{name}/b", f"{name}/c"])
+        hb.publish(f"{name}/a", [f"{name}/b", f"{name}/c"])
+        hb.elect(f"{name}/b", 2, [f"{name}/a", f"{name}/c"])
+        hb.publish(f"{name}/b", [f"{name}/a", f"{name}/c"])
+        built.append(hb)
+    return Built(built[0], {}, built[1:])
+
+
+@scenario
+def node_changes_cluster(name: str) -> Built:
+    hb, n = base(name)
+    hb.emit(n("c"), "term", 2, cluster_uuid=f"{name}-elsewhere")  # c's next event names another cluster
+    return Built(hb, {})
+
+
 @pytest.fixture(scope="module")
 def scenarios(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("scenarios")
     built = {}
     for name, fn in SCENARIOS.items():
         built[name] = fn(name)
-        built[name].hb.write(root / name)
+        for i, hb in enumerate(built[name].builders()):
+            hb.write(root / name / str(i))
     report = audit_dir(spark, root, max_violations=1000)
     return {"report": report, "built": built, "root": root}
 
@@ -250,8 +401,10 @@ def test_every_violation_belongs_to_one_scenario(scenarios: dict[str, Any]) -> N
     report = scenarios["report"]
     owned = sum(len(view(scenarios, name)[0]) for name in SCENARIOS)
     assert owned == len(report["violations"]) > 0
-    assert report["events"] == sum(len(ls) for b in scenarios["built"].values() for ls in b.hb.lines.values())
-    assert len(report["stats"]["clusters"]) == len(SCENARIOS)
+    builders = [hb for b in scenarios["built"].values() for hb in b.builders()]
+    assert report["events"] == sum(len(ls) for hb in builders for ls in hb.lines.values())
+    # Every builder's cluster, and "_na_" for a node that never bootstrapped (quorum_of_the_committing_event_only/c).
+    assert set(report["stats"]["clusters"]) == {hb.cluster_uuid for hb in builders} | {"_na_"}
     assert set(report["stats"]["violation_counts"]) == set(INVARIANTS)
 
 
@@ -271,7 +424,10 @@ def test_two_masters_elected_in_one_term(scenarios: dict[str, Any]) -> None:
 
 
 def test_state_naming_another_master(scenarios: dict[str, Any]) -> None:
-    (v,), b = view(scenarios, "wrong_master_named")
+    violations, b = view(scenarios, "wrong_master_named")
+    # The rogue state names c as its master, so c's commit of it is a master's commit, made without a quorum.
+    assert names(violations) == {"one-master-per-term", "commit-quorum"}
+    (v,) = [v for v in violations if v["invariant"] == "one-master-per-term"]
     assert v["invariant"] == "one-master-per-term"
     assert "name wrong_master_named/c as master" in v["detail"]
     assert v["examples"] and {e["state_uuid"] for e in v["examples"]} == {b.facts["rogue"].state_uuid}
@@ -303,7 +459,10 @@ def test_chain_broken_by_a_lost_intermediate_state(scenarios: dict[str, Any]) ->
 
 
 def test_committed_terms_go_back(scenarios: dict[str, Any]) -> None:
-    (v,), _ = view(scenarios, "committed_term_back")
+    violations, _ = view(scenarios, "committed_term_back")
+    # The old state's commit is also one that no accepted event backs.
+    assert names(violations) == {"committed-chain", "commit-quorum"}
+    (v,) = [v for v in violations if v["invariant"] == "committed-chain"]
     assert v["invariant"] == "committed-chain" and "lower term" in v["detail"]
 
 
@@ -325,7 +484,8 @@ def test_term_goes_back(scenarios: dict[str, Any]) -> None:
     (v,), b = view(scenarios, "term_back")
     assert v["invariant"] == "node-monotonic"
     assert "term goes back from 3 to 2" in v["detail"]
-    assert v["examples"][-1] == {
+    last = v["examples"][-1]
+    assert {k: last[k] for k in ("node", "seq", "type", "term", "version", "state_uuid")} == {
         "node": "term_back/c",
         "seq": b.hb.seq["term_back/c"],
         "type": "term",
@@ -333,21 +493,23 @@ def test_term_goes_back(scenarios: dict[str, Any]) -> None:
         "version": None,
         "state_uuid": None,
     }
+    assert last["file"].endswith("term_back/c/history-000001.jsonl")
 
 
 def test_commit_without_quorum(scenarios: dict[str, Any]) -> None:
     (v,), b = view(scenarios, "no_quorum")
     assert v["invariant"] == "commit-quorum"
-    assert v["examples"] == [
-        {
-            "node": "no_quorum/a",
-            "seq": b.hb.seq["no_quorum/a"],
-            "type": "committed",
-            "term": 1,
-            "version": 3,
-            "state_uuid": b.facts["s3"].state_uuid,
-        }
-    ]
+    (e,) = v["examples"]
+    assert {k: e[k] for k in ("node", "seq", "type", "term", "version", "state_uuid", "quorum")} == {
+        "node": "no_quorum/a",
+        "seq": b.hb.seq["no_quorum/a"],
+        "type": "committed",
+        "term": 1,
+        "version": 3,
+        "state_uuid": b.facts["s3"].state_uuid,
+        "quorum": ["no_quorum/a"],
+    }
+    assert e["last_accepted_config"] == ["no_quorum/a", "no_quorum/b", "no_quorum/c"]
 
 
 def test_commit_quorum_needs_both_configurations(scenarios: dict[str, Any]) -> None:
@@ -362,22 +524,111 @@ def test_hole_in_seq(scenarios: dict[str, Any]) -> None:
     assert v["invariant"] == "history-gap"
     assert "seq jumps from 3 to 5 (1 missing)" in v["detail"]
     assert [(e["node"], e["seq"]) for e in v["examples"]] == [("seq_hole/b", 3), ("seq_hole/b", 5)]
+    # Each example names its file and line (seq 4 was line 4 before it was cut out).
+    assert [e["line"] for e in v["examples"]] == [3, 4]
+    assert all(e["file"].endswith("seq_hole/b/history-000001.jsonl") for e in v["examples"])
 
 
 def test_history_that_does_not_start_at_one_and_reused_seq(scenarios: dict[str, Any]) -> None:
     violations, b = view(scenarios, "seq_start_and_reuse")
     assert names(violations) == {"history-gap"}
     assert sorted(v["detail"] for v in violations) == [
-        f"node seq_start_and_reuse/a: seq {b.hb.seq['seq_start_and_reuse/a']} is used twice",
-        "node seq_start_and_reuse/c: history starts at seq 2, not 1",
+        f"cluster seq_start_and_reuse-cluster: node seq_start_and_reuse/a: seq {b.hb.seq['seq_start_and_reuse/a']} "
+        "is used twice",
+        "cluster seq_start_and_reuse-cluster: node seq_start_and_reuse/c: history starts at seq 2, not 1",
     ]
 
 
 def test_restart_continues_seq_in_a_new_segment(scenarios: dict[str, Any]) -> None:
     root: Path = scenarios["root"]
-    segments = sorted((root / "valid_restart_single_node" / "valid_restart_single_node" / "s").glob("*.jsonl"))
+    segments = sorted((root / "valid_restart_single_node" / "0" / "valid_restart_single_node" / "s").glob("*.jsonl"))
     assert len(segments) == 2
     assert scenarios["report"]["stats"]["per_node"]["valid_restart_single_node/s"]["last_seq"] == 10
+
+
+def test_a_master_commit_without_any_quorum(scenarios: dict[str, Any]) -> None:
+    (v,), b = view(scenarios, "master_commit_without_quorum")
+    assert v["invariant"] == "commit-quorum" and "with no quorum at all" in v["detail"]
+    (e,) = v["examples"]
+    assert (e["node"], e["type"], e["quorum"], e["state_uuid"]) == (
+        "master_commit_without_quorum/a",
+        "committed",
+        None,
+        b.facts["s3"].state_uuid,
+    )
+
+
+def test_quorum_is_checked_against_the_accepted_configurations(scenarios: dict[str, Any]) -> None:
+    violations, _b = view(scenarios, "quorum_of_the_committing_event_only")
+    # The committing event's own configurations differ from the accepted ones: that is a content conflict too.
+    assert names(violations) == {"commit-quorum", "unique-state-per-version"}
+    (v,) = [v for v in violations if v["invariant"] == "commit-quorum"]
+    assert "not a majority of last_committed_config" in v["detail"] and "as its accepted events record" in v["detail"]
+    assert "quorum_of_the_committing_event_only/e" in v["detail"]
+
+
+def test_quorum_members_must_have_accepted(scenarios: dict[str, Any]) -> None:
+    (v,), _ = view(scenarios, "quorum_member_never_accepted")
+    assert v["invariant"] == "commit-quorum"
+    assert "counting ['quorum_member_never_accepted/b'] in its quorum" in v["detail"]
+
+
+def test_a_commit_only_followers_recorded_does_not_count(scenarios: dict[str, Any]) -> None:
+    (v,), b = view(scenarios, "follower_only_commit")
+    assert v["invariant"] == "applied-only-committed"
+    assert "only followers recorded a commit" in v["detail"] and b.facts["s3"].state_uuid in v["detail"]
+    assert {(e["node"], e["type"]) for e in v["examples"]} == {
+        ("follower_only_commit/b", "committed"),
+        ("follower_only_commit/b", "applied"),
+    }
+
+
+def test_apply_before_the_nodes_own_commit(scenarios: dict[str, Any]) -> None:
+    (v,), b = view(scenarios, "apply_before_own_commit")
+    assert v["invariant"] == "applied-only-committed"
+    assert (
+        "node apply_before_own_commit/b applied state" in v["detail"] and "without committing it first" in v["detail"]
+    )
+    (e,) = v["examples"]
+    assert (e["node"], e["type"], e["state_uuid"]) == ("apply_before_own_commit/b", "applied", b.facts["s3"].state_uuid)
+
+
+def test_stepped_down_term_goes_back(scenarios: dict[str, Any]) -> None:
+    (v,), _ = view(scenarios, "stepped_down_term_back")
+    assert v["invariant"] == "node-monotonic"
+    assert "term goes back from 3 to 1" in v["detail"] and "(stepped_down)" in v["detail"]
+
+
+@pytest.mark.parametrize(
+    ("name", "field_"), [("same_uuid_other_parent", "parent_uuid"), ("same_uuid_other_configs", "last_accepted_config")]
+)
+def test_one_state_uuid_with_different_content(scenarios: dict[str, Any], name: str, field_: str) -> None:
+    (v,), b = view(scenarios, name)
+    assert v["invariant"] == "unique-state-per-version"
+    assert f"state {b.facts['s3'].state_uuid} is recorded with different content ({field_} differ)" in v["detail"]
+    assert len({repr(e[field_]) for e in v["examples"]}) == 2
+
+
+def test_a_node_that_moves_to_another_cluster(scenarios: dict[str, Any]) -> None:
+    (v,), b = view(scenarios, "node_changes_cluster")
+    assert v["invariant"] == "node-cluster-stable"
+    assert (
+        "node node_changes_cluster/c: its events move from cluster node_changes_cluster-cluster to cluster "
+        in v["detail"]
+    )
+    seq = b.hb.seq["node_changes_cluster/c"]
+    assert [(e["seq"], e["cluster_uuid"]) for e in v["examples"]] == [
+        (seq - 1, "node_changes_cluster-cluster"),
+        (seq, "node_changes_cluster-elsewhere"),
+    ]
+
+
+def test_colliding_node_ids_are_kept_apart(scenarios: dict[str, Any]) -> None:
+    per_node = scenarios["report"]["stats"]["per_node"]
+    mine = {k: v for k, v in per_node.items() if k.startswith("valid_colliding_node_ids/")}
+    assert len(mine) == 6  # three node ids in each of two clusters
+    assert {v["cluster"] for v in mine.values()} == {"valid_colliding_node_ids-one", "valid_colliding_node_ids-two"}
+    assert all(v["first_seq"] == 1 for v in mine.values())
 
 
 def test_generated_histories_are_valid(spark: SparkSession, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from pyspark.sql import SparkSession
 
 from coordinated.audit.reading import UnusableInput, detect_format
 from coordinated.audit.synth import HistoryBuilder, SynthConfig, generate
+from coordinated.sidecar.history import HistoryWriter, list_segments
 
 pytestmark = pytest.mark.spark
 
@@ -75,12 +77,11 @@ def test_line_numbers_across_file_splits(spark: SparkSession, tmp_path: Path) ->
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
 
 
-def test_truncated_last_line_is_noted_and_its_seq_excused(spark: SparkSession, tmp_path: Path) -> None:
-    """A crash cut a's last event short; after the restart a's seq continues after the cut one."""
+def test_cut_last_line_is_noted_and_takes_no_seq(spark: SparkSession, tmp_path: Path) -> None:
+    """A crash cut a's last event short; after the restart a's next event has the seq the cut one had."""
     hb = small()
     cut = hb.seq["a"] + 1
     hb.restart("a")
-    hb.seq["a"] += 1  # the cut line had taken this seq
     hb.elect("b", 2, ["a", "c"])
     hb.publish("b", ["a", "c"])
     hb.write(tmp_path / "h")
@@ -92,8 +93,55 @@ def test_truncated_last_line_is_noted_and_its_seq_excused(spark: SparkSession, t
     assert report["ok"], report["violations"]
     assert report["malformed_lines"] == 0
     (note,) = report["stats"]["input"]["truncated_lines"]
-    assert note["source"] == str(first) and note["line"] == cut
-    assert (note["node"], note["excused_seq"]) == ("a", cut)
+    assert note["source"] == str(first) and note["line"] == cut and note["node"] == "a"
+    assert report["stats"]["per_node"]["a"]["truncated_lines"] == 1
+
+
+def _sidecar_history(directory: Path, crash_after: int) -> tuple[list[dict[str, object]], str]:
+    """A one-node history written by the sidecar's own writer, killed while appending an event: the event's
+    JSON made it to the file but its newline did not. The writer is then reopened, as a restart does."""
+    hb = HistoryBuilder(["s"], "cluster-s", seed=3)
+    hb.elect("s", 1)
+    for _ in range(4):
+        hb.publish("s", [])
+    events = [json.loads(line) for line in hb.lines["s"]]
+    for e in events:
+        del e["seq"], e["ts"]
+    writer = HistoryWriter(directory, segment_size=1 << 20)
+    for e in events[:crash_after]:
+        writer.append(e)
+    lost = {**events[crash_after], "seq": writer.last_seq + 1, "ts": 1.0}
+    writer.close()
+    (_, segment), *_ = list_segments(directory)
+    with segment.open("ab") as fh:
+        fh.write(json.dumps(lost, separators=(",", ":"), sort_keys=True).encode())  # no newline
+    writer = HistoryWriter(directory, segment_size=1 << 20)
+    assert writer.truncated_segments == [segment.name]
+    for e in events[crash_after:]:
+        writer.append(e)
+    writer.close()
+    return events, str(segment)
+
+
+def test_a_whole_last_line_without_its_newline_is_a_cut_line(spark: SparkSession, tmp_path: Path) -> None:
+    """The sidecar's writer and the audit share one definition: the writer gives the cut event's seq to the
+    next event, so the audit must not count the cut line as an event (it would see that seq twice)."""
+    events, segment = _sidecar_history(tmp_path / "h" / "s", crash_after=5)
+    report = audit_dir(spark, tmp_path / "h")
+    assert report["ok"], report["violations"]
+    assert report["events"] == len(events)
+    (note,) = report["stats"]["input"]["truncated_lines"]
+    assert note["source"] == segment and note["line"] == 6 and note["node"] == "s"
+
+
+def test_a_bad_last_line_with_its_newline_is_malformed(spark: SparkSession, tmp_path: Path) -> None:
+    """Only the bytes after the last newline are a cut line; a complete line that is no event is malformed."""
+    small().write(tmp_path / "h")
+    seg = tmp_path / "h" / "b" / "history-000001.jsonl"
+    lines = seg.read_text().splitlines()
+    seg.write_text("\n".join([*lines, '{"cluster_uuid":"cluster-1","node":"b","se']) + "\n")
+    with pytest.raises(UnusableInput, match=rf"{seg}:{len(lines) + 1}: "):
+        audit_dir(spark, tmp_path / "h")
 
 
 def test_hole_after_a_complete_segment_is_still_a_gap(spark: SparkSession, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from coordinated.coordination.history_lines import ends_with_cut_line, is_complete
 from coordinated.coordination.recovery import HistorySummary
 
 _SEGMENT = re.compile(r"^segment-(\d{12})\.jsonl$")
@@ -40,7 +41,7 @@ def last_seq_in(path: Path) -> tuple[int | None, bool]:
     with path.open("rb") as file:
         file.seek(max(0, size - _TAIL_BYTES))
         tail = file.read()
-    partial = bool(tail) and not tail.endswith(b"\n")
+    partial = ends_with_cut_line(tail)
     lines = tail.split(b"\n")
     if partial:
         lines = lines[:-1]
@@ -126,8 +127,8 @@ def read_events_after(directory: Path, after_seq: int, limit: int | None = None)
             continue
         with path.open("rb") as file:
             for line in file:
-                if not line.endswith(b"\n"):
-                    continue  # a partial line left by a crash
+                if not is_complete(line):
+                    continue  # a crash-cut line
                 try:
                     seq = int(json.loads(line)["seq"])
                 except (ValueError, KeyError, TypeError):

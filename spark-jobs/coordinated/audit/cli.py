@@ -6,11 +6,32 @@ Exit codes (docs/audit.md): 0 no violations, 1 violations, 2 unusable input.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_UNUSABLE = 0, 1, 2
+
+
+_READ_FAILED = re.compile(r"(?:error while reading file|reading file|read file)\s+(\S+?)[.,]?(?:\s|$)", re.I)
+_CAUSE = re.compile(r"(?:Caused by: )?((?:java|org\.apache|parquet)\.[\w.$]+(?:Exception|Error)[^\n]*)")
+
+
+def unreadable_file(error: BaseException) -> str | None:
+    """The file a Spark read failure names, if this is one (`FAILED_READ_FILE` and its kin)."""
+    m = _READ_FAILED.search(str(error))
+    if m is None:
+        return None
+    from coordinated.audit.reading import display_source
+
+    return display_source(m.group(1))
+
+
+def first_cause(error: BaseException) -> str:
+    """The root exception's one-line message from a JVM error, without its stack trace."""
+    causes = _CAUSE.findall(str(error))
+    return causes[-1].strip()[:300] if causes else str(error).splitlines()[0][:300]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -68,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 
     had_session = SparkSession.getActiveSession() is not None
     spark = build_session(args.spark_master, conf)
+    # Failures surface as one clear message below; Spark's own logging would add JVM stack traces.
+    spark.sparkContext.setLogLevel("OFF")
     started = time.monotonic()
     inp = None
     try:
@@ -91,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     except UnusableInput as e:
         print(f"coordinated audit: unusable input: {e}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    except Exception as e:  # a file Spark could not read (a cut .gz, a corrupt Parquet file) is unusable input
+        where = unreadable_file(e)
+        if where is None:
+            raise
+        print(f"coordinated audit: unusable input: cannot read {where}: {first_cause(e)}", file=sys.stderr)
         return EXIT_UNUSABLE
     finally:
         if inp is not None:

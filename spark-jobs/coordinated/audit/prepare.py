@@ -1,146 +1,191 @@
 """The frames every check shares, built with as few passes over the events as possible.
 
-1. One small aggregate per node (`node_rows`): which cluster the node belongs to (see `with_cluster`)
-   and the per-node figures of the report.
-2. One aggregation of the state and `elected` events (`table`), kept in memory: one row per distinct
-   state with what happened to it, plus one row per term with who was elected. `states` and `terms`
-   are views of it; most checks and statistics read only these (about a fifteenth of the events).
+1. One window over each node's events in seq order (`streams.py`): the per-node invariants, the per-node
+   figures and the few `elected`/`stepped_down` events; only flagged rows and one row per node reach the
+   driver, where the per-node histories are put together (`streams.stitch`).
+2. One hash aggregation of the state events (`state_table`), kept in memory: one row per
+   (cluster, state_uuid) with numeric buffers only (64-bit hashes of the strings, bit masks, counts). Most
+   checks read only this table (about a fifteenth of the events); a check that flags a state verifies it
+   with the strings before it reports it.
+
+Nodes are keyed by (cluster, node): node ids of different clusters may collide. A node writes "_na_" as its
+cluster until bootstrap; those events are keyed by the folder they came from as well and are attached to
+the cluster the same node's history continues in.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
-from coordinated.audit.schema import EVENT_COLUMNS, STATE_TYPES, UNBOOTSTRAPPED
+from coordinated.audit.schema import UNBOOTSTRAPPED
+from coordinated.audit.streams import NodePass, node_pass
 
 NO_MASTER = "<none>"  # a state that names no master
+LAG_BINS = 120
+MAX_FLAGGED = 1000
+
+
+def _holds(r: Row, condition: str) -> bool:
+    if condition == "content":
+        return bool(r["conflict"])
+    if condition == "applied":
+        return bool(r["applied"] and not r["committed"])
+    return bool(r["committed"])  # "quorum": the candidates are among the committed flagged states
+
+
+MAX_BITS = 63  # configuration members beyond this many are checked with the strings
 
 
 @dataclass
 class Frames:
     spark: SparkSession
-    events: DataFrame  # EVENT_COLUMNS + `cid`
-    node_rows: list[Row]  # per node: cluster, events, first/last seq and ts, elections, applied
-    table: DataFrame  # see `state_and_term_table`
+    events: DataFrame  # EVENT_COLUMNS + `_source`, `_origin`
+    nodes: NodePass
+    table: DataFrame  # see `state_table`
     max_examples: int = 5
     max_violations: int = 20
-    excused: tuple[tuple[str, int], ...] = ()  # (node, seq) that a truncated last line explains
+    persisted: list[DataFrame] = field(default_factory=list)
+    t0: float = 0.0
+    lag_width: float = 1.0
+    flagged: list[Row] = field(default_factory=list)  # up to MAX_FLAGGED `suspect` states
+
+    def flags(self, condition: str) -> bool:
+        """Whether a check has anything to look at: any flagged state meets `condition` (a column name or
+        a small predicate over the Row), or the flagged list was cut short."""
+        if len(self.flagged) >= MAX_FLAGGED:
+            return True
+        return any(_holds(r, condition) for r in self.flagged)
 
     @property
     def states(self) -> DataFrame:
-        """One row per (cid, term, version, state_uuid)."""
-        return self.table.filter(F.col("state_uuid").isNotNull())
+        return self.table
 
-    @property
-    def terms(self) -> DataFrame:
-        """One row per (cid, term): the elected nodes, when, and the masters the term's states name."""
-        t = self.table
-        named = F.array_compact(
-            F.array(
-                F.col("master_min"),
-                F.col("master_max"),
-                F.when(F.col("master_missing"), F.lit(NO_MASTER)),
+    _per_term: list[Row] | None = None
+
+    def per_term(self) -> list[Row]:
+        """Per (cid, term): the masters its states name (as hashes) and its master's commits (one small job)."""
+        if self._per_term is None:
+            self._per_term = (
+                self.table.groupBy("cid", "term")
+                .agg(
+                    F.min("master_min_h").alias("lo"),
+                    F.max("master_max_h").alias("hi"),
+                    F.max("master_missing").alias("missing"),
+                    F.min("commit_ts").alias("first"),
+                    F.max("commit_ts").alias("last"),
+                    F.count("commit_ts").alias("commits"),
+                )
+                .collect()
             )
-        )
-        return t.groupBy("cid", "term").agg(
-            F.array_sort(F.array_distinct(F.flatten(F.collect_list("winners")))).alias("winners"),
-            F.min("elected_ts").alias("elected_ts"),
-            F.array_sort(
-                F.array_distinct(F.flatten(F.collect_list(F.when(F.col("state_uuid").isNotNull(), named))))
-            ).alias("named"),
-        )
+        return self._per_term
 
     def release(self) -> None:
-        self.table.unpersist()
+        for df in [self.table, *self.persisted]:
+            df.unpersist()
 
 
-def node_summary(events: DataFrame) -> list[Row]:
-    """Per node: its cluster (first UUID it named other than "_na_") and the report's figures."""
-    named = F.col("cluster_uuid") != UNBOOTSTRAPPED
-    return (
-        events.groupBy("node")
-        .agg(
-            F.min_by(F.when(named, F.col("cluster_uuid")), F.when(named, F.col("seq"))).alias("cluster"),
-            F.count(F.lit(1)).alias("events"),
-            F.min("seq").alias("first_seq"),
-            F.max("seq").alias("last_seq"),
-            F.min("ts").alias("first_ts"),
-            F.max("ts").alias("last_ts"),
-            F.sum((F.col("type") == "elected").cast("long")).alias("elections"),
-            F.sum((F.col("type") == "applied").cast("long")).alias("applied"),
-        )
-        .orderBy("node")
-        .collect()
-    )
-
-
-def with_cluster(events: DataFrame, node_rows: list[Row] | None = None) -> DataFrame:
-    """Add `cid`, the cluster an event belongs to.
-
-    A node writes "_na_" until it learns the cluster UUID at bootstrap; those early events (its first
-    terms, even its `elected` for term 1) belong to the first cluster the node later names. A node that
-    never learned one stays in "_na_".
-    """
-    rows = node_summary(events) if node_rows is None else node_rows
-    schema = T.StructType([T.StructField("node", T.StringType()), T.StructField("_node_cluster", T.StringType())])
-    known = events.sparkSession.createDataFrame([(r["node"], r["cluster"]) for r in rows], schema)
-    return (
-        events.select(*EVENT_COLUMNS)
-        .join(F.broadcast(known), "node", "left")
-        .withColumn(
-            "cid",
-            F.when(
-                F.col("cluster_uuid") == UNBOOTSTRAPPED, F.coalesce("_node_cluster", F.lit(UNBOOTSTRAPPED))
-            ).otherwise(F.col("cluster_uuid")),
-        )
-        .drop("_node_cluster")
-    )
-
-
-def majority_of(config: str) -> Column:
-    """Whether the event's `quorum` is more than half of the configuration `config` (joint consensus
-    checks both). An empty or missing configuration has no majority at all."""
+def majority_of(config: str, quorum: Column | None = None) -> Column:
+    """Whether `quorum` (default: the event's) is more than half of the configuration `config` (joint
+    consensus checks both). An empty or missing configuration, or a missing quorum, has no majority."""
+    q = F.col("quorum") if quorum is None else quorum
     cfg = F.array_distinct(F.coalesce(F.col(config), F.array()))
-    acked = F.size(F.array_intersect(F.array_distinct("quorum"), cfg))
-    return acked * 2 > F.size(cfg)
+    acked = F.size(F.array_intersect(F.array_distinct(q), cfg))
+    return F.coalesce(acked * 2 > F.size(cfg), F.lit(False))
 
 
-def state_and_term_table(events: DataFrame) -> DataFrame:
-    """State events grouped per state, and `elected` events per term (with null version/state_uuid)."""
+def config_members() -> Column:
+    """Both configurations of the event's state, sorted: a member's position is its bit in the masks."""
+    return F.array_sort(
+        F.array_union(F.coalesce("last_committed_config", F.array()), F.coalesce("last_accepted_config", F.array()))
+    )
+
+
+def _bit(position: Column) -> Column:
+    return F.when((position > 0) & (position <= MAX_BITS), F.pow(F.lit(2.0), position - 1).cast("long")).otherwise(
+        F.lit(0).cast("long")
+    )
+
+
+def is_master_commit() -> Column:
+    """The master's own `committed` event: the node that commits is the state's master."""
+    return (F.col("type") == "committed") & (F.col("node") == F.col("master"))
+
+
+def hash_of(col: str) -> Column:
+    return F.when(F.col(col).isNotNull(), F.xxhash64(col))
+
+
+def state_table(events: DataFrame) -> DataFrame:
+    """One row per (cid, state_uuid) of what happened to the state, in numeric buffers only.
+
+    `conflict`: events of one state_uuid disagree on a field that defines the state (term, version, parent,
+    master, configurations; see `cfg_pre` for the last-committed configuration). The quorum check works on masks:
+    bit i stands for the i-th member of the state's configurations. `acc_mask` has the members that accepted
+    it, `quorum_mask` those the master counted; any quorum member outside the configurations, or a state
+    whose configurations are too large for a mask, is marked for the exact check (`quorum_odd`).
+    """
     typ = F.col("type")
-    is_state = typ.isin(*STATE_TYPES)
-    elected = typ == "elected"
-    master_commit = (typ == "committed") & F.col("quorum").isNotNull()
-    return (
-        events.filter(is_state | elected)
-        .groupBy(
-            "cid",
-            "term",
-            F.when(is_state, F.col("version")).alias("version"),
-            F.when(is_state, F.col("state_uuid")).alias("state_uuid"),
-        )
-        .agg(
-            F.max("parent_uuid").alias("parent_uuid"),
-            F.max(typ == "committed").alias("committed"),
-            F.max(typ == "applied").alias("applied"),
-            F.min("master").alias("master_min"),
-            F.max("master").alias("master_max"),
-            F.max(is_state & F.col("master").isNull()).alias("master_missing"),
-            F.min(F.when(typ == "accepted", F.col("ts"))).alias("first_accepted_ts"),
-            # The master's own `committed` carries the quorum: the moment the commit was decided.
-            F.min(F.when(master_commit, F.col("ts"))).alias("commit_ts"),
-            F.max(master_commit & ~(majority_of("last_committed_config") & majority_of("last_accepted_config"))).alias(
-                "bad_quorum"
-            ),
-            F.array_sort(F.collect_set(F.when(elected, F.col("node")))).alias("winners"),
-            F.min(F.when(elected, F.col("ts"))).alias("elected_ts"),
-        )
-        .withColumn("master", F.col("master_max"))
+    acc = typ == "accepted"
+    commit = is_master_commit()
+    members = config_members()
+    quorum = F.coalesce("quorum", F.array())
+    configs = F.xxhash64("last_committed_config", "last_accepted_config")
+    ev = events.filter(typ.isin("accepted", "committed", "applied")).select(
+        F.col("cluster_uuid").alias("cid"),
+        "state_uuid",
+        "term",
+        "version",
+        "ts",
+        acc.alias("acc"),
+        commit.alias("mcommit"),
+        (typ == "applied").alias("app"),
+        (typ == "committed").alias("comm"),
+        F.xxhash64("term", "version", "parent_uuid", "master", "last_accepted_config").alias("content"),
+        # A commit makes the state's last-committed configuration its last-accepted one, so `committed` and
+        # `applied` events may carry either form; only the accepted form is compared (`cfg`, below).
+        F.when(acc | ~F.col("last_committed_config").eqNullSafe(F.col("last_accepted_config")), configs).alias(
+            "cfg_pre"
+        ),
+        hash_of("parent_uuid").alias("parent_h"),
+        hash_of("master").alias("master_h"),
+        configs.alias("cfg"),
+        F.when(acc, _bit(F.array_position(members, F.col("node")))).alias("acc_bit"),
+        F.when(
+            commit,
+            F.aggregate(quorum, F.lit(0).cast("long"), lambda m, x: m.bitwiseOR(_bit(F.array_position(members, x)))),
+        ).alias("q_mask"),
+        F.when(
+            commit,
+            (F.size(members) > MAX_BITS) | F.exists(quorum, lambda x: F.array_position(members, x) == 0),
+        ).alias("q_odd"),
+        F.when(commit, majority_of("last_committed_config") & majority_of("last_accepted_config")).alias("q_ok"),
+    )
+    return ev.groupBy("cid", "state_uuid").agg(
+        F.min("term").alias("term"),
+        F.min("version").alias("version"),
+        ((F.min("content") != F.max("content")) | (F.min("cfg_pre") != F.max("cfg_pre"))).alias("conflict"),
+        # The master's commit says which parent the committed state has; conflicting copies are flagged apart.
+        F.coalesce(F.min(F.when(F.col("mcommit"), F.col("parent_h"))), F.min("parent_h")).alias("parent_h"),
+        F.min("master_h").alias("master_min_h"),
+        F.max("master_h").alias("master_max_h"),
+        F.max(F.col("master_h").isNull()).alias("master_missing"),
+        F.sum(F.col("acc").cast("int")).alias("accepted"),
+        F.min(F.when(F.col("acc"), F.col("cfg"))).alias("acc_cfg_min"),
+        F.max(F.when(F.col("acc"), F.col("cfg"))).alias("acc_cfg_max"),
+        F.min(F.when(F.col("mcommit"), F.col("cfg"))).alias("commit_cfg"),
+        F.max("mcommit").alias("committed"),
+        F.max("comm").alias("committed_anywhere"),
+        F.max("app").alias("applied"),
+        F.bit_or("acc_bit").alias("acc_mask"),
+        F.bit_or("q_mask").alias("quorum_mask"),
+        F.max("q_odd").alias("quorum_odd"),
+        F.min("q_ok").alias("quorum_ok"),
+        F.min(F.when(F.col("acc"), F.col("ts"))).alias("first_accepted_ts"),
+        F.min(F.when(F.col("mcommit"), F.col("ts"))).alias("commit_ts"),
     )
 
 
@@ -150,9 +195,24 @@ def prepare(
     *,
     max_examples: int = 5,
     max_violations: int = 20,
-    excused: tuple[tuple[str, int], ...] = (),
 ) -> Frames:
-    rows = node_summary(events)
-    ev = with_cluster(events, rows)
-    table = state_and_term_table(ev).persist(StorageLevel.MEMORY_AND_DISK)
-    return Frames(spark, ev, rows, table, max_examples, max_violations, excused)
+    table = state_table(events).withColumn("state_h", F.xxhash64("state_uuid"))
+    table = table.persist(StorageLevel.MEMORY_AND_DISK)
+    # The first job over the table builds it, and gives the time range the lag bins need.
+    span = table.agg(F.min("first_accepted_ts").alias("t0"), F.max("commit_ts").alias("t1")).collect()[0]
+    t0 = float(span["t0"] or 0.0)
+    t1 = float(span["t1"] or t0)
+    nodes = node_pass(events, t0, max((t1 - t0) / LAG_BINS, 1e-6), LAG_BINS)
+    fr = Frames(spark, events, nodes, table, max_examples, max_violations, t0=t0, lag_width=(t1 - t0) / LAG_BINS)
+    fr.flagged = table.filter(suspect()).limit(MAX_FLAGGED).collect()
+    return fr
+
+
+def suspect() -> Column:
+    """States some check must look at: in a valid history none, so one small job clears them all."""
+    from coordinated.audit.invariants.quorum import candidates
+
+    return F.col("conflict") | (F.col("applied") & ~F.col("committed")) | candidates()
+
+
+__all__ = ["NO_MASTER", "UNBOOTSTRAPPED", "Frames", "majority_of", "prepare", "state_table"]

@@ -1,19 +1,29 @@
 """Reading histories: JSONL files, folders and globs, Parquet (compacted) or lines fetched over HTTP.
 
-Lines are parsed with the explicit schema. A line that is not an event is either the truncated last
-line of its segment (a crash leaves one; only noted) or malformed (an error naming the file and line,
-unless skipped and counted). File line numbers are found without collecting the input: every split of
-a file is read in order inside one task, so `monotonically_increasing_id() - min(id)` per split is the
-line's index in the split, and the line counts of the earlier splits (a tiny aggregate) give the offset.
-That work is only done when some line is bad.
+Lines are parsed with the explicit schema. What a complete line is comes from `coordinated.coordination.history_lines`,
+the definition the sidecar's writer uses too: the bytes after a file's last newline are a crash-cut line.
+It is never an event (even when it is a whole JSON object lacking only its newline: the writer gives its
+seq to the next event); it is noted in the report and skipped. Every other line that is not an event is
+malformed: an error naming the file and line, unless skipped and counted. The end of each file is looked
+at on the driver (one seek; compressed files are decompressed, which also proves them intact). File line
+numbers are found without collecting the input: every split of a file is read in order inside one task,
+so `monotonically_increasing_id() - min(id)` per split is the line's index in the split, and the line
+counts of the earlier splits (a tiny aggregate) give the offset. That work is only done when a line is bad.
 """
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import os
+import re
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import reduce
+from typing import Any
+from urllib.parse import unquote, urlparse
 
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
@@ -29,32 +39,27 @@ from coordinated.audit.schema import (
     REQUIRED_FOR_STATES,
     STATE_TYPES,
 )
+from coordinated.coordination.history_lines import NEWLINE, ends_with_cut_line
 
 CORRUPT = "_corrupt_record"
 NOTES_DIR = "_coordinated_notes"  # beside compacted Parquet; Spark skips names starting with "_"
 MAX_REPORTED = 5
+_CHUNK = 1 << 20
+_NODE = re.compile(r'"node"\s*:\s*"((?:[^"\\]|\\.)*)"')
+OPENERS: dict[str, Any] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 
 
 class UnusableInput(Exception):
-    """The input cannot be audited (exit code 2). The message names the file and line."""
+    """The input cannot be audited (exit code 2). The message names the file (and line, where there is one)."""
 
 
 @dataclass
 class Input:
-    events: DataFrame  # EVENT_COLUMNS plus `_source`
+    events: DataFrame  # EVENT_COLUMNS plus `_source` (and `_origin`: the folder the events came from)
     malformed_lines: int = 0
-    # {source, line, text, node, excused_seq}: the seq lost with the cut line, when it can be told
+    # {source, line, text, node}: crash-cut last lines, noted and skipped
     truncated: list[dict[str, object]] = field(default_factory=list)
     persisted: list[DataFrame] = field(default_factory=list)
-
-    @property
-    def excused(self) -> list[tuple[str, int]]:
-        """(node, seq) pairs whose absence a truncated last line explains."""
-        return [
-            (str(t["node"]), int(t["excused_seq"]))  # type: ignore[call-overload]
-            for t in self.truncated
-            if t.get("node") is not None and t.get("excused_seq") is not None
-        ]
 
     def release(self) -> None:
         for df in self.persisted:
@@ -62,14 +67,27 @@ class Input:
 
 
 def display_source(source: str) -> str:
-    return source[5:] if source.startswith("file:/") and not source.startswith("file://") else source
+    if source.startswith("file:"):
+        return "/" + unquote(source[5:]).lstrip("/")
+    return source
+
+
+def local_path(uri: str) -> str | None:
+    if uri.startswith("file:"):
+        return unquote(urlparse(uri).path)
+    return None if "://" in uri else uri
+
+
+def origin_of(source: Column) -> Column:
+    """The folder a file is in: a node's history folder, or a compacted cluster partition."""
+    return F.regexp_replace(source, "/[^/]*$", "")
 
 
 def detect_format(paths: Sequence[str]) -> str:
     """'parquet' if every path is Parquet (a *.parquet path or a local folder holding *.parquet files)."""
     kinds = set()
     for p in paths:
-        local = p[len("file://") :] if p.startswith("file://") else (None if "://" in p else p)
+        local = local_path(p)
         if p.rstrip("/").endswith(".parquet") or (
             local
             and os.path.isdir(local)
@@ -81,6 +99,70 @@ def detect_format(paths: Sequence[str]) -> str:
     if len(kinds) > 1:
         raise UnusableInput("the inputs mix Parquet and JSONL; audit them separately or pass --format")
     return kinds.pop() if kinds else "jsonl"
+
+
+def cut_line(path: str) -> tuple[int, bytes] | None:
+    """(line number, bytes) of a local file's crash-cut last line, or None if it ends complete.
+
+    A compressed file is read to its end, so a damaged one is unusable input here, naming the file.
+    """
+    opener = OPENERS.get(os.path.splitext(path)[1])
+    try:
+        if opener is None:
+            size = os.path.getsize(path)
+            with open(path, "rb") as fh:
+                fh.seek(max(0, size - 1))
+                if not ends_with_cut_line(fh.read(1)):
+                    return None
+        newlines, tail = 0, b""
+        with (opener or open)(path, "rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                newlines += chunk.count(NEWLINE)
+                tail = (tail + chunk)[-_CHUNK:] if NEWLINE not in chunk else chunk[chunk.rindex(NEWLINE) + 1 :]
+    except (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError) as e:
+        raise UnusableInput(f"cannot read {path}: {e}") from None
+    return (newlines + 1, tail) if ends_with_cut_line(tail) else None
+
+
+def _remote_cut_line(spark: SparkSession, uri: str) -> tuple[int | None, bytes] | None:
+    """The same for an uncompressed file on a Hadoop file system (no line number: it would mean reading it)."""
+    if os.path.splitext(uri)[1] in OPENERS:
+        return None  # compressed and remote: a bad last line is reported as malformed
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None, "a SparkSession always has its JVM gateway"
+    hpath = jvm.org.apache.hadoop.fs.Path(uri)
+    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    size = fs.getFileStatus(hpath).getLen()
+    n = int(min(size, _CHUNK))
+    if n == 0:
+        return None
+    stream = fs.open(hpath)
+    try:
+        buf = jvm.java.nio.ByteBuffer.allocate(n).array()
+        stream.readFully(size - n, buf)
+        tail = bytes(buf)
+    finally:
+        stream.close()
+    if not ends_with_cut_line(tail):
+        return None
+    return None, tail[tail.rindex(NEWLINE) + 1 :] if NEWLINE in tail else tail
+
+
+def crash_cut_lines(spark: SparkSession, files: Sequence[str]) -> dict[str, dict[str, object]]:
+    """Per file URI (as Spark names it in `_metadata.file_path`): the note for its crash-cut last line."""
+    notes: dict[str, dict[str, object]] = {}
+    for uri in files:
+        local = local_path(uri)
+        found = cut_line(local) if local is not None else _remote_cut_line(spark, uri)
+        if found is None:
+            continue
+        line, raw = found
+        text = raw.decode("utf-8", errors="replace")
+        m = _NODE.search(text)
+        source = "file:" + local if local is not None else uri
+        notes[source] = {"source": display_source(source), "line": line, "text": text[:160], "node": m and m.group(1)}
+        notes[source]["_text"] = text.rstrip("\r")
+    return notes
 
 
 def _problem(value: Column | None) -> Column:
@@ -102,20 +184,30 @@ def _problem(value: Column | None) -> Column:
     )
 
 
-def read_jsonl_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
-    """Lines of every file under `paths` with `_source`, `_block` (split start) and `_mid`."""
+def read_jsonl_lines(spark: SparkSession, paths: Sequence[str]) -> tuple[DataFrame, list[dict[str, object]]]:
+    """Lines of every file under `paths` with `_source`, `_block` (split start) and `_mid`, without the
+    crash-cut last lines, and the notes for those."""
     try:
         raw = spark.read.option("recursiveFileLookup", "true").text(list(paths))
     except AnalysisException as e:
         raise UnusableInput(f"cannot read {', '.join(paths)}: {str(e).splitlines()[0]}") from None
-    if not raw.inputFiles():
+    files = raw.inputFiles()
+    if not files:
         raise UnusableInput(f"no history files found in {', '.join(paths)}")
-    return raw.select(
+    cuts = crash_cut_lines(spark, files)
+    lines = raw.select(
         F.col("value"),
         F.col("_metadata.file_path").alias("_source"),
         F.col("_metadata.file_block_start").alias("_block"),
         F.monotonically_increasing_id().alias("_mid"),
     )
+    if cuts:
+        is_cut = reduce(
+            lambda a, b: a | b,
+            [(F.col("_source") == src) & (F.col("value") == str(n["_text"])) for src, n in cuts.items()],
+        )
+        lines = lines.filter(~is_cut)
+    return lines, [{k: v for k, v in n.items() if not k.startswith("_")} for n in cuts.values()]
 
 
 def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
@@ -129,7 +221,6 @@ def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
         "value",
         F.from_json("value", schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}).alias("p"),
     ).select("_source", *position, "value", "p.*")
-    # Parse once and keep the result: every check reads the events again.
     parsed = parsed.select(
         *EVENT_COLUMNS,
         "_source",
@@ -144,8 +235,10 @@ def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
         "_problem",
         F.when(F.col("_problem").isNotNull(), F.col("_raw")).alias("_raw"),
     ).persist(StorageLevel.MEMORY_AND_DISK)
+    # Fetched lines come from one sidecar per URL; files from a node's folder.
+    origin = F.col("_source") if has_line else origin_of(F.col("_source"))
     result = Input(
-        events=parsed.filter(F.col("_problem").isNull()).select(*EVENT_COLUMNS, "_source"),
+        events=parsed.filter(F.col("_problem").isNull()).select(*EVENT_COLUMNS, "_source", origin.alias("_origin")),
         persisted=[parsed],
     )
     bad = parsed.filter(F.col("_problem").isNotNull() & (F.col("_problem") != "blank"))
@@ -153,51 +246,46 @@ def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
         return result
 
     if has_line:
-        totals = parsed.groupBy("_source").agg(F.max("_line").alias("_total"))
-        located = bad.join(F.broadcast(totals), "_source")
+        located = bad
     else:
         splits = parsed.groupBy("_source", "_block").agg(F.min("_mid").alias("_first"), F.count(F.lit(1)).alias("_n"))
         before = Window.partitionBy("_source").orderBy("_block").rowsBetween(Window.unboundedPreceding, -1)
         splits = splits.select(
-            "_source",
-            "_block",
-            "_first",
-            F.coalesce(F.sum("_n").over(before), F.lit(0)).alias("_before"),
-            F.sum("_n").over(Window.partitionBy("_source")).alias("_total"),
+            "_source", "_block", "_first", F.coalesce(F.sum("_n").over(before), F.lit(0)).alias("_before")
         )
         located = bad.join(F.broadcast(splits), ["_source", "_block"]).withColumn(
             "_line", F.col("_before") + F.col("_mid") - F.col("_first") + 1
         )
-    located = located.withColumn("_last", F.col("_line") == F.col("_total"))
-    truncated_rows = located.filter("_last").orderBy("_source").limit(1000).collect()
-    result.truncated = [
-        {"source": display_source(r["_source"]), "line": int(r["_line"]), "text": r["_raw"], "node": None}
-        for r in truncated_rows
-    ]
-    middle = located.filter(~F.col("_last"))
-    result.malformed_lines = middle.count()
-    if result.malformed_lines and not skip_malformed:
-        first = middle.orderBy("_source", "_line").limit(MAX_REPORTED).collect()
+    result.malformed_lines = bad.count()
+    if not skip_malformed:
+        first = located.orderBy("_source", "_line").limit(MAX_REPORTED).collect()
         where = "; ".join(f"{display_source(r['_source'])}:{r['_line']}: {r['_problem']}: {r['_raw']!r}" for r in first)
         more = result.malformed_lines - len(first)
         raise UnusableInput(
             f"malformed line: {where}" + (f" (and {more} more)" if more > 0 else "") + "; see --skip-malformed"
         )
-    if truncated_rows:
-        # The event cut short took a seq with it: the seq after the segment's last event is excused.
-        sources = [r["_source"] for r in truncated_rows]
-        tails = {
-            display_source(r["_source"]): r
-            for r in parsed.filter(F.col("_problem").isNull() & F.col("_source").isin(sources))
-            .groupBy("_source")
-            .agg(F.max_by("node", "seq").alias("node"), F.max("seq").alias("seq"))
-            .collect()
-        }
-        for t in result.truncated:
-            tail = tails.get(str(t["source"]))
-            t["node"] = tail["node"] if tail else None
-            t["excused_seq"] = int(tail["seq"]) + 1 if tail else None
     return result
+
+
+PARQUET_MAGIC = b"PAR1"
+
+
+def check_parquet_files(files: Sequence[str]) -> None:
+    """A local Parquet file must start and end with the format's magic bytes (a cut copy does not)."""
+    for uri in files:
+        path = local_path(uri)
+        if path is None:
+            continue
+        try:
+            size = os.path.getsize(path)
+            with open(path, "rb") as fh:
+                head = fh.read(4)
+                fh.seek(max(0, size - 4))
+                tail = fh.read(4)
+        except OSError as e:
+            raise UnusableInput(f"cannot read {path}: {e}") from None
+        if size < 12 or head != PARQUET_MAGIC or tail != PARQUET_MAGIC:
+            raise UnusableInput(f"{path} is not a complete Parquet file (truncated or corrupt)")
 
 
 def read_parquet(spark: SparkSession, paths: Sequence[str], *, skip_malformed: bool) -> Input:
@@ -211,11 +299,18 @@ def read_parquet(spark: SparkSession, paths: Sequence[str], *, skip_malformed: b
         )
     except AnalysisException as e:
         raise UnusableInput(f"cannot read {', '.join(paths)}: {str(e).splitlines()[0]}") from None
-    if not df.inputFiles():
+    files = df.inputFiles()
+    if not files:
         raise UnusableInput(f"no Parquet files found in {', '.join(paths)}")
-    rows = df.select(*EVENT_COLUMNS, F.col("_metadata.file_path").alias("_source"), F.lit(None).alias(CORRUPT))
+    check_parquet_files(files)
+    source = F.col("_metadata.file_path")
+    rows = df.select(*EVENT_COLUMNS, source.alias("_source"), F.lit(None).alias(CORRUPT))
     rows = rows.withColumn("_problem", _problem(None)).drop(CORRUPT)
-    result = Input(events=rows.filter(F.col("_problem").isNull()).select(*EVENT_COLUMNS, "_source"))
+    result = Input(
+        events=rows.filter(F.col("_problem").isNull()).select(
+            *EVENT_COLUMNS, "_source", origin_of(F.col("_source")).alias("_origin")
+        )
+    )
     bad = rows.filter(F.col("_problem").isNotNull())
     if not bad.isEmpty():
         result.malformed_lines = bad.count()
@@ -237,7 +332,6 @@ NOTES_SCHEMA = T.StructType(
         T.StructField("line", T.LongType()),
         T.StructField("text", T.StringType()),
         T.StructField("node", T.StringType()),
-        T.StructField("excused_seq", T.LongType()),
     ]
 )
 
@@ -256,4 +350,7 @@ def load(spark: SparkSession, paths: Sequence[str], *, fmt: str = "auto", skip_m
     fmt = detect_format(paths) if fmt == "auto" else fmt
     if fmt == "parquet":
         return read_parquet(spark, paths, skip_malformed=skip_malformed)
-    return parse_lines(read_jsonl_lines(spark, paths), skip_malformed=skip_malformed)
+    lines, cuts = read_jsonl_lines(spark, paths)
+    result = parse_lines(lines, skip_malformed=skip_malformed)
+    result.truncated = cuts
+    return result

@@ -12,6 +12,7 @@ from coordinated.audit.invariants import run_all
 from coordinated.audit.prepare import prepare
 from coordinated.audit.reading import Input
 from coordinated.audit.stats import compute
+from coordinated.audit.violations import add_line_numbers
 
 
 @dataclass
@@ -23,14 +24,13 @@ class Outcome:
 def audit(
     spark: SparkSession, inp: Input, *, max_examples: int = 5, max_violations: int = 20, source: str = ""
 ) -> Outcome:
-    frames = prepare(
-        spark, inp.events, max_examples=max_examples, max_violations=max_violations, excused=tuple(inp.excused)
-    )
+    frames = prepare(spark, inp.events, max_examples=max_examples, max_violations=max_violations)
     try:
         results = run_all(frames)
-        stats = compute(frames)
+        stats = compute(frames, truncated=inp.truncated)
     finally:
         frames.release()
+    add_line_numbers([v for r in results for v in r.violations])
     per_node = stats.summary["per_node"]
     assert isinstance(per_node, dict)
     report = report_mod.build(

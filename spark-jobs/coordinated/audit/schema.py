@@ -1,4 +1,8 @@
-"""The history schema (docs/protocol.md) as an explicit Spark schema, and the names the report uses."""
+"""The history schema as an explicit Spark schema, and the names the report uses.
+
+`EVENT_SCHEMA` is derived from the nodes' own history event (`coordinated.coordination.history`), so the
+audit reads exactly what the sidecar and the simulator write; everything else here derives from it.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ APPLIED_COMMITTED = "applied-only-committed"
 NODE_MONOTONIC = "node-monotonic"
 COMMIT_QUORUM = "commit-quorum"
 HISTORY_GAP = "history-gap"
+# Added to the contract's list: a node's events never move to another cluster UUID after bootstrap.
+NODE_CLUSTER_STABLE = "node-cluster-stable"
 INVARIANTS: tuple[str, ...] = (
     ONE_MASTER,
     UNIQUE_STATE,
@@ -32,6 +38,7 @@ INVARIANTS: tuple[str, ...] = (
     NODE_MONOTONIC,
     COMMIT_QUORUM,
     HISTORY_GAP,
+    NODE_CLUSTER_STABLE,
 )
 
 # The event types and the "no cluster yet" marker come from the history contract the nodes write with.
@@ -71,5 +78,5 @@ EVENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in EVENT_SCHEMA.fields)
 REQUIRED_ALWAYS: tuple[str, ...] = ("cluster_uuid", "node", "seq", "type", "term")
 REQUIRED_FOR_STATES: tuple[str, ...] = ("version", "state_uuid")
 
-# The fields an example event shows in the report, so that a person can find it.
-EXAMPLE_FIELDS: tuple[str, ...] = ("node", "seq", "type", "term", "version", "state_uuid")
+# An example event in the report shows every field of the event, plus `file` (and `line` where known).
+EXAMPLE_FIELDS: tuple[str, ...] = EVENT_COLUMNS

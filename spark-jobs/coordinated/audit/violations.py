@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from coordinated.audit.reading import OPENERS, display_source
 from coordinated.audit.schema import EXAMPLE_FIELDS
 
 Example = dict[str, object]
@@ -31,20 +35,39 @@ class CheckResult:
     violations: list[Violation] = field(default_factory=list)
 
 
-def example_struct() -> Column:
-    """The fields of an event that let a person find it (docs/audit.md asks for these)."""
-    return F.struct(*[F.col(c) for c in EXAMPLE_FIELDS])
-
-
 def as_example(row: Row | None) -> Example | None:
+    """Every field of the event, and the file it is in."""
     if row is None:
         return None
-    return {k: row[k] for k in EXAMPLE_FIELDS}
+    d = row.asDict()
+    out: Example = {k: d.get(k) for k in EXAMPLE_FIELDS}
+    if d.get("_source") is not None:
+        out["file"] = display_source(str(d["_source"]))
+    return out
+
+
+def lookup_events(events: DataFrame, refs: set[tuple[str, str, int]]) -> dict[tuple[str, str, int], list[Example]]:
+    """The example fields of a few events, by (cluster_uuid, node, seq); a reused seq gives several."""
+    if not refs:
+        return {}
+    schema = T.StructType(
+        [
+            T.StructField("cluster_uuid", T.StringType()),
+            T.StructField("node", T.StringType()),
+            T.StructField("seq", T.LongType()),
+        ]
+    )
+    wanted = events.sparkSession.createDataFrame(sorted(refs), schema)
+    out: dict[tuple[str, str, int], list[Example]] = {}
+    rows = events.join(F.broadcast(wanted), ["cluster_uuid", "node", "seq"]).collect()
+    for r in sorted(rows, key=lambda r: (r["node"], r["seq"], r["type"], r["_source"] or "")):
+        out.setdefault((r["cluster_uuid"], r["node"], r["seq"]), []).append(as_example(r) or {})
+    return out
 
 
 def examples_for(
     events: DataFrame,
-    keys: Sequence[Row],
+    keys: Sequence[Row | Mapping[str, Any]],
     key_cols: Sequence[str],
     per_key: int,
     *,
@@ -85,3 +108,30 @@ def first_rows(df: DataFrame, order: Sequence[str | Column], limit: int) -> tupl
     rows = df.orderBy(*order).limit(limit + 1).collect()
     total = len(rows) if len(rows) <= limit else df.count()
     return total, rows[:limit]
+
+
+_SEQ = re.compile(rb'"seq"\s*:\s*(\d+)')
+_NODE = re.compile(rb'"node"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def add_line_numbers(violations: Sequence[Violation]) -> None:
+    """Give each example from a local JSONL file its `line`: one read of each file the examples are in."""
+    wanted: dict[str, dict[tuple[str, int], list[Example]]] = {}
+    for v in violations:
+        for e in v.examples:
+            f = e.get("file")
+            if isinstance(f, str) and not f.endswith(".parquet") and e.get("seq") is not None:
+                wanted.setdefault(f, {}).setdefault((str(e.get("node")), int(e["seq"])), []).append(e)  # type: ignore[call-overload]
+    for f, refs in wanted.items():
+        opener = OPENERS.get(os.path.splitext(f)[1], open)
+        try:
+            with opener(f, "rb") as fh:
+                for number, line in enumerate(fh, start=1):
+                    m = _SEQ.search(line)
+                    if m is None:
+                        continue
+                    n = _NODE.search(line)
+                    for e in refs.get((n.group(1).decode("utf-8", "replace") if n else "", int(m.group(1))), []):
+                        e.setdefault("line", number)
+        except (OSError, EOFError, ValueError):
+            continue  # the examples keep file and seq

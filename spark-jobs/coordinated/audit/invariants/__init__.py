@@ -1,4 +1,4 @@
-"""The safety invariants of docs/audit.md, each a set of DataFrame transformations."""
+"""The safety invariants, each a set of DataFrame transformations over the shared frames."""
 
 from __future__ import annotations
 
@@ -18,4 +18,14 @@ CHECKS: tuple[Callable[[Frames], list[CheckResult]], ...] = (
 
 
 def run_all(frames: Frames) -> list[CheckResult]:
-    return [result for check in CHECKS for result in check(frames)]
+    """One result per invariant: checks that cover parts of one invariant are merged."""
+    merged: dict[str, CheckResult] = {}
+    for check in CHECKS:
+        for r in check(frames):
+            if r.invariant in merged:
+                m = merged[r.invariant]
+                m.total += r.total
+                m.violations = (m.violations + r.violations)[: frames.max_violations]
+            else:
+                merged[r.invariant] = r
+    return list(merged.values())

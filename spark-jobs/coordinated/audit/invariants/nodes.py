@@ -1,152 +1,197 @@
-"""Per-node invariants, from one pass over each node's events in seq order.
+"""Per-node invariants, from the window pass of `streams.py` (nothing here scans the events again unless
+there is a violation to show or an unordered apply to verify).
 
-- history-gap: seq starts at 1 and has no holes and no repeats. A hole of one seq right after the last
-  event of a segment whose last line was truncated (the cut event's seq) is excused.
-- node-monotonic: the node's term never decreases (over `term`, `elected` and `accepted` events, which
-  all carry the node's current term) and its applied (term, version) strictly increases.
-
-The sort carries only numbers; the few flagged events are looked up afterwards for the examples.
+- history-gap: per node, seq starts at 1 and has no holes and no repeats.
+- node-monotonic: the node's term never decreases (over `term`, `elected`, `accepted` and `stepped_down`,
+  which all carry the node's current term) and its applied (term, version) strictly increases.
+- node-cluster-stable: once a node has committed a state of a cluster UUID (its bootstrap is complete), all
+  its later events name that same cluster UUID. Before that a node may still move: a bootstrap that lost the
+  race to another node's leaves it free to join the winner's cluster.
+- applied-only-committed, the node's part: a node applies a state only after its own `committed` of it.
 """
 
 from __future__ import annotations
 
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Row, Window
+from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from coordinated.audit.prepare import Frames
-from coordinated.audit.schema import EXAMPLE_FIELDS, HISTORY_GAP, NODE_MONOTONIC
-from coordinated.audit.violations import CheckResult, Example, Violation, as_example, first_rows
-
-TERM_TYPES = ("term", "elected", "accepted")
-
-
-def _flagged(fr: Frames) -> DataFrame:
-    by_seq = Window.partitionBy("node").orderBy("seq")
-    before = by_seq.rowsBetween(Window.unboundedPreceding, -1)
-    is_term = F.col("type").isin(*TERM_TYPES)
-    is_applied = F.col("type") == "applied"
-    ev = fr.events.select("node", "seq", "type", "term", "version")
-    win = ev.select(
-        "node",
-        "seq",
-        "type",
-        "term",
-        "version",
-        F.lag("seq").over(by_seq).alias("prev_seq"),
-        F.max(F.when(is_term, F.col("term"))).over(before).alias("max_term"),
-        F.max_by(F.when(is_term, F.col("seq")), F.when(is_term, F.col("term"))).over(before).alias("max_term_seq"),
-        F.last(F.when(is_applied, F.struct("term", "version", "seq")), ignorenulls=True)
-        .over(before)
-        .alias("prev_applied"),
-    )
-    prev_seq = F.col("prev_seq")
-    gap = (
-        F.when(prev_seq.isNull() & (F.col("seq") != 1), F.lit("start"))
-        .when(F.col("seq") == prev_seq, F.lit("reused"))
-        .when(F.col("seq") > prev_seq + 1, F.lit("gap"))
-    )
-    pa = F.col("prev_applied")
-    applied_back = is_applied & (
-        (F.col("term") < pa.term) | ((F.col("term") == pa.term) & (F.col("version") <= pa.version))
-    )
-    flagged = win.select(
-        "*",
-        gap.alias("gap"),
-        (is_term & (F.col("term") < F.col("max_term"))).alias("term_back"),
-        F.coalesce(applied_back, F.lit(False)).alias("applied_back"),
-    ).filter(F.col("gap").isNotNull() | F.col("term_back") | F.col("applied_back"))
-    if fr.excused:
-        excused = fr.spark.createDataFrame(
-            list(fr.excused),
-            T.StructType([T.StructField("node", T.StringType()), T.StructField("_missing", T.LongType())]),
-        )
-        single_hole = (F.col("gap") == "gap") & (F.col("seq") == prev_seq + 2)
-        flagged = (
-            flagged.withColumn("_missing", F.when(single_hole, prev_seq + 1))
-            .join(F.broadcast(excused).withColumn("_excused", F.lit(True)), ["node", "_missing"], "left")
-            .withColumn("gap", F.when(F.col("_excused").isNull(), F.col("gap")))
-            .drop("_missing", "_excused")
-            .filter(F.col("gap").isNotNull() | F.col("term_back") | F.col("applied_back"))
-        )
-    return flagged
-
-
-def _lookup(fr: Frames, refs: set[tuple[str, int]]) -> dict[tuple[str, int], list[Example]]:
-    """The example fields of a few events, by (node, seq); a reused seq gives several."""
-    if not refs:
-        return {}
-    schema = T.StructType([T.StructField("node", T.StringType()), T.StructField("seq", T.LongType())])
-    wanted = fr.spark.createDataFrame(sorted(refs), schema)
-    out: dict[tuple[str, int], list[Example]] = {}
-    rows = fr.events.join(F.broadcast(wanted), ["node", "seq"]).select(*EXAMPLE_FIELDS).collect()
-    for r in sorted(rows, key=lambda r: (r["node"], r["seq"], r["type"])):
-        out.setdefault((r["node"], r["seq"]), []).append(as_example(r) or {})
-    return out
+from coordinated.audit.schema import APPLIED_COMMITTED, HISTORY_GAP, NODE_CLUSTER_STABLE, NODE_MONOTONIC
+from coordinated.audit.streams import Stream
+from coordinated.audit.violations import CheckResult, Example, Violation, lookup_events
 
 
 def check(fr: Frames) -> list[CheckResult]:
-    flagged = _flagged(fr).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        gaps = first_rows(flagged.filter(F.col("gap").isNotNull()), ["node", "seq"], fr.max_violations)
-        mono = first_rows(
-            flagged.filter(F.col("term_back") | F.col("applied_back")), ["node", "seq"], fr.max_violations
-        )
-    finally:
-        flagged.unpersist()
-    refs: set[tuple[str, int]] = set()
-    for r in gaps[1]:
-        refs.add((r["node"], r["seq"]))
+    np = fr.nodes
+    gaps = [
+        r
+        for r in np.flagged
+        if r["gap"] is not None
+        and not (r["gap"] == "start" and (r["cluster_uuid"], r["node"], r["seq"]) in np.joined)
+        and not (r["gap"] == "gap" and (r["cluster_uuid"], r["node"], r["seq"]) in np.filled)
+    ]
+    mono = [r for r in np.flagged if r["term_back"] or r["applied_back"]]
+    unordered = _verify_unordered_applies(fr, [r for r in np.flagged if r["unordered_apply"]])
+    # Across pieces: a piece that continues another must not go back to a lower term.
+    seams = [
+        s
+        for s in np.streams
+        if s.joined_from is not None
+        and s.min_term is not None
+        and s.joined_from.max_term is not None
+        and s.min_term < s.joined_from.max_term
+    ]
+    gaps.sort(key=lambda r: (r["node"], r["cluster_uuid"], r["seq"]))
+    mono.sort(key=lambda r: (r["node"], r["cluster_uuid"], r["seq"]))
+    refs: set[tuple[str, str, int]] = set()
+    for r in gaps[: fr.max_violations]:
+        refs.add((r["cluster_uuid"], r["node"], r["seq"]))
         if r["prev_seq"] is not None:
-            refs.add((r["node"], r["prev_seq"]))
-    for r in mono[1]:
-        refs.add((r["node"], r["seq"]))
+            refs.add((r["cluster_uuid"], r["node"], r["prev_seq"]))
+    for r in mono[: fr.max_violations]:
+        refs.add((r["cluster_uuid"], r["node"], r["seq"]))
         other = r["max_term_seq"] if r["term_back"] else r["prev_applied"]["seq"]
-        refs.add((r["node"], other))
-    found = _lookup(fr, refs)
-    return [_gaps(gaps, found), _monotonic(mono, found)]
+        refs.add((r["cluster_uuid"], r["node"], other))
+    for r in unordered[: fr.max_violations]:
+        refs.add((r["cluster_uuid"], r["node"], r["seq"]))
+    for prev, nxt in np.moves[: fr.max_violations]:
+        refs.add((prev.cluster, prev.node, nxt.first_seq - 1))
+        refs.add((nxt.cluster, nxt.node, nxt.first_seq))
+    for s in seams[: fr.max_violations]:
+        refs.add((s.cluster, s.node, s.first_seq))
+    found = lookup_events(fr.events, refs)
+    return [
+        _gaps(gaps, found, fr.max_violations),
+        _monotonic(mono, seams, found, fr.max_violations),
+        _moves(np.moves, found, fr.max_violations),
+        _unordered(unordered, found, fr.max_violations),
+    ]
 
 
-def _pick(found: dict[tuple[str, int], list[Example]], node: str, seq: int, type_: str | None = None) -> list[Example]:
-    events = found.get((node, seq), [])
+Found = dict[tuple[str, str, int], list[Example]]
+
+
+def _pick(found: Found, cluster: str, node: str, seq: int, type_: str | None = None) -> list[Example]:
+    events = found.get((cluster, node, seq), [])
     matching = [e for e in events if type_ is None or e["type"] == type_]
     return matching[:1] or events[:1]
 
 
-def _gaps(result: tuple[int, list[Row]], found: dict[tuple[str, int], list[Example]]) -> CheckResult:
-    total, rows = result
+def _where(cluster: str) -> str:
+    return f"cluster {cluster}: " if cluster else ""
+
+
+def _gaps(rows: list[Row], found: Found, limit: int) -> CheckResult:
     violations = []
-    for r in rows:
-        node, seq = r["node"], r["seq"]
+    for r in rows[:limit]:
+        c, node, seq = r["cluster_uuid"], r["node"], r["seq"]
         if r["gap"] == "start":
             detail = f"node {node}: history starts at seq {seq}, not 1"
-            examples = _pick(found, node, seq)
+            examples = _pick(found, c, node, seq)
         elif r["gap"] == "reused":
             detail = f"node {node}: seq {seq} is used twice"
-            examples = found.get((node, seq), [])[:2]
+            examples = found.get((c, node, seq), [])[:2]
         else:
             missing = seq - r["prev_seq"] - 1
             detail = f"node {node}: seq jumps from {r['prev_seq']} to {seq} ({missing} missing)"
-            examples = _pick(found, node, r["prev_seq"]) + _pick(found, node, seq)
-        violations.append(Violation(HISTORY_GAP, detail, examples))
-    return CheckResult(HISTORY_GAP, total, violations)
+            examples = _pick(found, c, node, r["prev_seq"]) + _pick(found, c, node, seq)
+        violations.append(Violation(HISTORY_GAP, _where(c) + detail, examples))
+    return CheckResult(HISTORY_GAP, len(rows), violations)
 
 
-def _monotonic(result: tuple[int, list[Row]], found: dict[tuple[str, int], list[Example]]) -> CheckResult:
-    total, rows = result
+def _monotonic(rows: list[Row], seams: list[Stream], found: Found, limit: int) -> CheckResult:
     violations = []
-    for r in rows:
-        node, seq = r["node"], r["seq"]
+    for r in rows[:limit]:
+        c, node, seq = r["cluster_uuid"], r["node"], r["seq"]
         if r["term_back"]:
             detail = f"node {node}: term goes back from {r['max_term']} to {r['term']} at seq {seq} ({r['type']})"
-            examples = _pick(found, node, r["max_term_seq"]) + _pick(found, node, seq, r["type"])
+            examples = _pick(found, c, node, r["max_term_seq"]) + _pick(found, c, node, seq, r["type"])
         else:
             p = r["prev_applied"]
             detail = (
                 f"node {node}: applied (term {r['term']}, version {r['version']}) at seq {seq} "
                 f"after (term {p['term']}, version {p['version']}) at seq {p['seq']}"
             )
-            examples = _pick(found, node, p["seq"], "applied") + _pick(found, node, seq, "applied")
-        violations.append(Violation(NODE_MONOTONIC, detail, examples))
-    return CheckResult(NODE_MONOTONIC, total, violations)
+            examples = _pick(found, c, node, p["seq"], "applied") + _pick(found, c, node, seq, "applied")
+        violations.append(Violation(NODE_MONOTONIC, _where(c) + detail, examples))
+    for s in seams[: max(0, limit - len(violations))]:
+        prev = s.joined_from
+        assert prev is not None
+        detail = (
+            f"node {s.node}: term goes back from {prev.max_term} (up to seq {prev.last_seq}, cluster {prev.cluster}) "
+            f"to {s.min_term} (from seq {s.first_seq}, cluster {s.cluster})"
+        )
+        violations.append(Violation(NODE_MONOTONIC, detail, _pick(found, s.cluster, s.node, s.first_seq)))
+    return CheckResult(NODE_MONOTONIC, len(rows) + len(seams), violations)
+
+
+def _moves(moves: list[tuple[Stream, Stream]], found: Found, limit: int) -> CheckResult:
+    violations = []
+    for prev, nxt in moves[:limit]:
+        detail = (
+            f"node {nxt.node}: its events move from cluster {prev.cluster} to cluster {nxt.cluster} at seq "
+            f"{nxt.first_seq}, after it had committed a state of the first (a node never joins or accepts state "
+            "from another cluster UUID after bootstrap)"
+        )
+        examples = _pick(found, prev.cluster, prev.node, nxt.first_seq - 1) + _pick(
+            found, nxt.cluster, nxt.node, nxt.first_seq
+        )
+        violations.append(Violation(NODE_CLUSTER_STABLE, detail, examples))
+    return CheckResult(NODE_CLUSTER_STABLE, len(moves), violations)
+
+
+def _verify_unordered_applies(fr: Frames, rows: list[Row]) -> list[Row]:
+    """The applies that no earlier `committed` event of the same node for the same state precedes."""
+    if not rows:
+        return []
+    schema = T.StructType(
+        [
+            T.StructField("cluster_uuid", T.StringType()),
+            T.StructField("node", T.StringType()),
+            T.StructField("state_uuid", T.StringType()),
+            T.StructField("_na_origin", T.StringType()),
+            T.StructField("applied_seq", T.LongType()),
+        ]
+    )
+    wanted = fr.spark.createDataFrame(
+        [(r["cluster_uuid"], r["node"], r["state_uuid"], r["_na_origin"], r["seq"]) for r in rows], schema
+    )
+    # A state its master never committed is reported once, by the state check, not again per apply.
+    decided = {
+        (r["cid"], r["state_uuid"])
+        for r in fr.states.filter("committed")
+        .join(
+            F.broadcast(wanted.select(F.col("cluster_uuid").alias("cid"), "state_uuid").distinct()),
+            ["cid", "state_uuid"],
+        )
+        .select("cid", "state_uuid")
+        .collect()
+    }
+    rows = [r for r in rows if (r["cluster_uuid"], r["state_uuid"]) in decided]
+    if not rows:
+        return []
+    commits = (
+        fr.events.filter(F.col("type") == "committed")
+        .select("cluster_uuid", "node", "state_uuid", "seq")
+        .join(F.broadcast(wanted.drop("_na_origin")), ["cluster_uuid", "node", "state_uuid"])
+        .filter(F.col("seq") < F.col("applied_seq"))
+        .select("cluster_uuid", "node", "applied_seq")
+        .distinct()
+        .collect()
+    )
+    ok = {(r["cluster_uuid"], r["node"], r["applied_seq"]) for r in commits}
+    bad = [r for r in rows if (r["cluster_uuid"], r["node"], r["seq"]) not in ok]
+    return sorted(bad, key=lambda r: (r["node"], r["cluster_uuid"], r["seq"]))
+
+
+def _unordered(rows: list[Row], found: Found, limit: int) -> CheckResult:
+    violations = []
+    for r in rows[:limit]:
+        c, node, seq = r["cluster_uuid"], r["node"], r["seq"]
+        detail = (
+            f"node {node} applied state {r['state_uuid']} (term {r['term']}, version {r['version']}) at seq {seq} "
+            "without committing it first (apply comes after the node's own commit)"
+        )
+        violations.append(Violation(APPLIED_COMMITTED, _where(c) + detail, _pick(found, c, node, seq, "applied")))
+    return CheckResult(APPLIED_COMMITTED, len(rows), violations)

@@ -1,4 +1,4 @@
-"""unique-state-per-version and applied-only-committed, both read off the per-state table."""
+"""unique-state-per-version and applied-only-committed (the state's part), read off the per-state table."""
 
 from __future__ import annotations
 
@@ -8,23 +8,29 @@ from coordinated.audit.prepare import Frames
 from coordinated.audit.schema import APPLIED_COMMITTED, STATE_TYPES, UNIQUE_STATE
 from coordinated.audit.violations import CheckResult, Violation, examples_for, first_rows
 
+# What defines a state besides its uuid: events of one state_uuid must agree on all of them. A commit makes the
+# last-committed configuration equal to the last-accepted one, so `committed` and `applied` events may carry
+# that form instead of the accepted one.
+CONTENT = ("term", "version", "parent_uuid", "master", "last_committed_config", "last_accepted_config")
+
 
 def check(fr: Frames) -> list[CheckResult]:
-    return [unique_state(fr), applied_only_committed(fr)]
+    return [unique_state(fr), content(fr), applied_only_committed(fr)]
 
 
 def unique_state(fr: Frames) -> CheckResult:
     """Each (term, version) has exactly one state_uuid across all nodes."""
     bad = (
         fr.states.groupBy("cid", "term", "version")
-        .agg(F.sort_array(F.collect_set("state_uuid")).alias("uuids"))
-        .filter(F.size("uuids") > 1)
+        .agg(F.count(F.lit(1)).alias("n"), F.sort_array(F.collect_set("state_uuid")).alias("uuids"))
+        .filter(F.col("n") > 1)
+        .withColumnRenamed("cid", "cluster_uuid")
     )
-    total, rows = first_rows(bad, ["cid", "term", "version"], fr.max_violations)
+    total, rows = first_rows(bad, ["cluster_uuid", "term", "version"], fr.max_violations)
     examples = examples_for(
         fr.events,
         rows,
-        ["cid", "term", "version"],
+        ["cluster_uuid", "term", "version"],
         fr.max_examples,
         where=F.col("type").isin(*STATE_TYPES),
         spread=["state_uuid"],
@@ -32,28 +38,84 @@ def unique_state(fr: Frames) -> CheckResult:
     violations = [
         Violation(
             UNIQUE_STATE,
-            f"cluster {r['cid']}: term {r['term']} version {r['version']} has {len(r['uuids'])} "
+            f"cluster {r['cluster_uuid']}: term {r['term']} version {r['version']} has {len(r['uuids'])} "
             f"different states: {', '.join(r['uuids'])}",
-            examples.get((r["cid"], r["term"], r["version"]), []),
+            examples.get((r["cluster_uuid"], r["term"], r["version"]), []),
         )
         for r in rows
     ]
     return CheckResult(UNIQUE_STATE, total, violations)
 
 
-def applied_only_committed(fr: Frames) -> CheckResult:
-    """Every applied state was committed (by a `committed` event on some node)."""
-    key = ["cid", "term", "version", "state_uuid"]
-    bad = fr.states.filter(F.col("applied") & ~F.col("committed")).select(*key)
-    total, rows = first_rows(bad, key, fr.max_violations)
-    examples = examples_for(fr.events, rows, key, fr.max_examples, where=F.col("type") == "applied")
-    violations = [
-        Violation(
-            APPLIED_COMMITTED,
-            f"cluster {r['cid']}: state {r['state_uuid']} (term {r['term']}, version {r['version']}) "
-            "was applied but never committed",
-            examples.get(tuple(r[c] for c in key), []),
+def content(fr: Frames) -> CheckResult:
+    """Events of one state_uuid carry the same state: a different parent, master or configuration under the
+    same uuid is a diff applied to the wrong base (or two states given one uuid)."""
+    if not fr.flags("content"):
+        return CheckResult(UNIQUE_STATE, 0, [])
+    bad = (
+        fr.states.filter(F.col("conflict"))
+        .select(F.col("cid").alias("cluster_uuid"), "state_uuid", "term", "version")
+        .orderBy("cluster_uuid", "version", "term", "state_uuid")
+    )
+    total, rows = first_rows(bad, ["cluster_uuid", "version", "term", "state_uuid"], fr.max_violations)
+    if not rows:
+        return CheckResult(UNIQUE_STATE, total, [])
+    key = ["cluster_uuid", "state_uuid"]
+    lcc_as_accepted = F.when(
+        (F.col("type") == "accepted") | ~F.col("last_committed_config").eqNullSafe(F.col("last_accepted_config")),
+        F.col("last_committed_config"),
+    )
+    events = fr.events.filter(F.col("type").isin(*STATE_TYPES)).withColumn(
+        "_content", F.xxhash64(*CONTENT[:-2], lcc_as_accepted, "last_accepted_config")
+    )
+    examples = examples_for(events, rows, key, fr.max_examples, spread=["_content"])
+    violations = []
+    for r in rows:
+        ex = examples.get((r["cluster_uuid"], r["state_uuid"]), [])
+        fields = [c for c in CONTENT if len({repr(_as_accepted(e, c)) for e in ex if _as_accepted(e, c) != ()}) > 1]
+        violations.append(
+            Violation(
+                UNIQUE_STATE,
+                f"cluster {r['cluster_uuid']}: state {r['state_uuid']} is recorded with different content "
+                f"({', '.join(fields) or 'fields'} differ): a diff applied to the wrong base, or two states "
+                "with one uuid",
+                ex,
+            )
         )
-        for r in rows
-    ]
+    return CheckResult(UNIQUE_STATE, total, violations)
+
+
+def _as_accepted(e: dict[str, object], field: str) -> object:
+    """A field as the state's accepted form has it; () for a committed form that carries no such information."""
+    committed_form = e["type"] != "accepted" and e["last_committed_config"] == e["last_accepted_config"]
+    return () if field == "last_committed_config" and committed_form else e.get(field)
+
+
+def applied_only_committed(fr: Frames) -> CheckResult:
+    """Every applied state was committed by its master (the master's own `committed` event)."""
+    key = ["cluster_uuid", "term", "version", "state_uuid"]
+    if not fr.flags("applied"):
+        return CheckResult(APPLIED_COMMITTED, 0, [])
+    bad = fr.states.filter(F.col("applied") & ~F.col("committed")).select(
+        F.col("cid").alias("cluster_uuid"), "term", "version", "state_uuid", "committed_anywhere"
+    )
+    total, rows = first_rows(bad, key, fr.max_violations)
+    examples = examples_for(
+        fr.events, rows, key, fr.max_examples, where=F.col("type").isin("applied", "committed"), spread=["type"]
+    )
+    violations = []
+    for r in rows:
+        why = (
+            "only followers recorded a commit of it; its master never did"
+            if r["committed_anywhere"]
+            else "it was never committed"
+        )
+        violations.append(
+            Violation(
+                APPLIED_COMMITTED,
+                f"cluster {r['cluster_uuid']}: state {r['state_uuid']} (term {r['term']}, version {r['version']}) "
+                f"was applied but {why}",
+                examples.get(tuple(r[c] for c in key), []),
+            )
+        )
     return CheckResult(APPLIED_COMMITTED, total, violations)

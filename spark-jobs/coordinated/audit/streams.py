@@ -1,0 +1,290 @@
+"""One window over every node's events in seq order, and the per-node histories put together on the driver.
+
+The window is partitioned by (cluster_uuid, node), plus the folder for events written before bootstrap
+("_na_"), so it scales with the number of nodes and never mixes two clusters' nodes that share an id. Each
+row is compared with the node's earlier events (running aggregates, no buffered frames):
+
+- history-gap: seq starts at 1, has no holes and no repeats;
+- node-monotonic: the term of `term`, `elected`, `accepted` and `stepped_down` events never decreases, and
+  the applied (term, version) strictly increases;
+- applied-only-committed (the node's part): an `applied` event that does not follow the node's own
+  `committed` of that state is a candidate, verified exactly afterwards;
+- per-node figures for the report, read off each partition's last row.
+
+Only flagged rows, each partition's last row and the `elected`/`stepped_down` events reach the driver.
+`stitch` then joins a node's pieces: its "_na_" prefix continues in the cluster it bootstrapped into (its
+home), and a bootstrapped node whose history continues under another cluster UUID is a `node-cluster-stable`
+violation rather than a gap.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, Row, Window
+from pyspark.sql import functions as F
+
+from coordinated.audit.schema import UNBOOTSTRAPPED
+
+TERM_TYPES = ("term", "elected", "accepted", "stepped_down")
+PARTITION = ("cluster_uuid", "node", "_na_origin")
+
+
+@dataclass
+class Stream:
+    """One partition of the window: a node's events under one cluster UUID (or before bootstrap)."""
+
+    cluster: str
+    node: str
+    origin: str  # the folder of the partition's first event
+    events: int
+    first_seq: int
+    last_seq: int
+    first_ts: float | None
+    last_ts: float | None
+    elections: int
+    applied: int
+    committed: int  # `committed` events: once a node has one, its cluster UUID is settled
+    min_term: int | None  # of the term-carrying events
+    max_term: int | None
+    home: str = ""  # the cluster this piece belongs to (its own, or where an "_na_" prefix continues)
+    joined_from: Stream | None = None  # the piece this one continues (same node, seq right before)
+
+
+@dataclass
+class NodeHistory:
+    """A node's history as a person sees it: its pieces, in seq order, under its home cluster."""
+
+    cluster: str
+    node: str
+    pieces: list[Stream] = field(default_factory=list)
+
+    def figure(self, key: str) -> Any:
+        return sum(getattr(p, key) for p in self.pieces)
+
+
+@dataclass
+class NodePass:
+    flagged: list[Row]  # rows with a gap, a term or applied going back, or an unordered apply
+    streams: list[Stream]
+    elections: list[Row]  # elected events: cluster_uuid, node, term, ts, seq, _na_origin
+    stepdowns: list[Row]
+    lag_rows: list[Row] = field(default_factory=list)  # a node's last event in each time bin: max_applied so far
+    histories: list[NodeHistory] = field(default_factory=list)
+    # (cluster, node, seq) of a piece's first event whose "start" is explained by the piece before it
+    joined: set[tuple[str, str, int]] = field(default_factory=set)
+    moves: list[tuple[Stream, Stream]] = field(default_factory=list)  # (from, to): cluster changes
+    # (cluster, node, seq) of a hole in one piece filled exactly by a piece under another cluster UUID
+    filled: set[tuple[str, str, int]] = field(default_factory=set)
+
+    def home_of(self, cluster: str, node: str, origin: str | None) -> str:
+        """The cluster an event of (cluster_uuid, node, folder) belongs to."""
+        if cluster != UNBOOTSTRAPPED:
+            return cluster
+        for s in self.streams:
+            if s.cluster == cluster and s.node == node and s.origin == origin:
+                return s.home
+        return UNBOOTSTRAPPED
+
+    def present(self) -> dict[str, set[str]]:
+        """Per cluster: the nodes whose history is in the input."""
+        out: dict[str, set[str]] = defaultdict(set)
+        for s in self.streams:
+            out[s.home].add(s.node)
+            out[s.cluster].add(s.node)
+        return out
+
+
+def windowed(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int = 1) -> DataFrame:
+    na_origin = F.when(F.col("cluster_uuid") == UNBOOTSTRAPPED, F.col("_origin")).otherwise(F.lit(""))
+    ev = events.select(
+        "cluster_uuid", "node", "seq", "ts", "type", "term", "version", "state_uuid", "_origin",
+        na_origin.alias("_na_origin"),
+    )  # fmt: skip
+    by_seq = Window.partitionBy(*PARTITION).orderBy("seq")
+    before = by_seq.rowsBetween(Window.unboundedPreceding, -1)
+    upto = by_seq.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    typ = F.col("type")
+    is_term = typ.isin(*TERM_TYPES)
+    term_of = F.when(is_term, F.col("term"))
+    is_applied = typ == "applied"
+    time_bin = F.greatest(F.lit(0), F.least(F.floor((F.col("ts") - F.lit(t0)) / F.lit(width)), F.lit(bins - 1))).cast(
+        "int"
+    )
+    return ev.select(
+        "*",
+        time_bin.alias("bin"),
+        F.lead(time_bin).over(by_seq).alias("next_bin"),
+        F.max(F.when(is_applied, F.col("version"))).over(upto).alias("max_applied"),
+        F.lag("seq").over(by_seq).alias("prev_seq"),
+        F.lead("seq").over(by_seq).isNull().alias("last"),
+        F.max(term_of).over(before).alias("max_term"),
+        F.max_by(F.when(is_term, F.col("seq")), term_of).over(before).alias("max_term_seq"),
+        F.last(F.when(is_applied, F.struct("term", "version", "seq")), ignorenulls=True)
+        .over(before)
+        .alias("prev_applied"),
+        F.last(F.when(typ == "committed", F.col("state_uuid")), ignorenulls=True).over(before).alias("last_commit"),
+        F.count(F.lit(1)).over(upto).alias("n"),
+        F.first("seq").over(upto).alias("first_seq"),
+        F.first("_origin").over(upto).alias("first_origin"),
+        F.min("ts").over(upto).alias("first_ts"),
+        F.max("ts").over(upto).alias("last_ts"),
+        F.sum((typ == "elected").cast("long")).over(upto).alias("n_elected"),
+        F.sum(is_applied.cast("long")).over(upto).alias("n_applied"),
+        F.sum((typ == "committed").cast("long")).over(upto).alias("n_committed"),
+        F.min(term_of).over(upto).alias("min_term_all"),
+        F.max(term_of).over(upto).alias("max_term_all"),
+    )
+
+
+def node_pass(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int = 1) -> NodePass:
+    """The window pass; `t0`, `width` and `bins` place each node's last event per time bin (for the lag)."""
+    w = windowed(events, t0, width, bins)
+    typ = F.col("type")
+    prev_seq = F.col("prev_seq")
+    gap = (
+        F.when(prev_seq.isNull() & (F.col("seq") != 1), F.lit("start"))
+        .when(F.col("seq") == prev_seq, F.lit("reused"))
+        .when(F.col("seq") > prev_seq + 1, F.lit("gap"))
+    )
+    pa = F.col("prev_applied")
+    is_applied = typ == "applied"
+    applied_back = is_applied & (
+        (F.col("term") < pa.term) | ((F.col("term") == pa.term) & (F.col("version") <= pa.version))
+    )
+    flagged = w.select(
+        "*",
+        gap.alias("gap"),
+        F.coalesce(typ.isin(*TERM_TYPES) & (F.col("term") < F.col("max_term")), F.lit(False)).alias("term_back"),
+        F.coalesce(applied_back, F.lit(False)).alias("applied_back"),
+        (is_applied & ~F.col("state_uuid").eqNullSafe(F.col("last_commit"))).alias("unordered_apply"),
+    )
+    keep = (
+        F.col("gap").isNotNull()
+        | F.col("term_back")
+        | F.col("applied_back")
+        | F.col("unordered_apply")
+        | F.col("last")
+        | ~F.col("bin").eqNullSafe(F.col("next_bin"))
+        | typ.isin("elected", "stepped_down")
+    )
+    rows = flagged.filter(keep).drop("_origin").collect()
+    result = NodePass(
+        flagged=[
+            r for r in rows if r["gap"] is not None or r["term_back"] or r["applied_back"] or r["unordered_apply"]
+        ],
+        streams=[
+            Stream(
+                cluster=r["cluster_uuid"],
+                node=r["node"],
+                origin=r["first_origin"],
+                events=int(r["n"]),
+                first_seq=int(r["first_seq"]),
+                last_seq=int(r["seq"]),
+                first_ts=r["first_ts"],
+                last_ts=r["last_ts"],
+                elections=int(r["n_elected"]),
+                applied=int(r["n_applied"]),
+                committed=int(r["n_committed"]),
+                min_term=r["min_term_all"],
+                max_term=r["max_term_all"],
+            )
+            for r in rows
+            if r["last"]
+        ],
+        elections=[r for r in rows if r["type"] == "elected"],
+        stepdowns=[r for r in rows if r["type"] == "stepped_down"],
+        lag_rows=[
+            r for r in rows if r["bin"] is not None and r["bin"] != r["next_bin"] and r["max_applied"] is not None
+        ],
+    )
+    stitch(result)
+    return result
+
+
+def stitch(np: NodePass) -> None:
+    """Join each node's pieces: a piece whose first seq follows right after another piece of the same node.
+
+    An "_na_" piece continued by a bootstrapped piece takes that piece's cluster as its home. A piece whose
+    node had already committed a state of its cluster, continued under another cluster UUID, is a move
+    (`node-cluster-stable`); the node's history stays one, under the cluster it settled in.
+    """
+    holes: dict[str, list[Row]] = defaultdict(list)
+    for r in np.flagged:
+        if r["gap"] == "gap":
+            holes[r["node"]].append(r)
+    by_node: dict[str, list[Stream]] = defaultdict(list)
+    for s in np.streams:
+        by_node[s.node].append(s)
+    for pieces in by_node.values():
+        pieces.sort(key=lambda s: (s.first_seq, s.cluster == UNBOOTSTRAPPED, s.cluster))
+        ends: dict[int, list[Stream]] = defaultdict(list)
+        for s in pieces:
+            ends[s.last_seq].append(s)
+        for s in pieces:
+            if s.first_seq <= 1:
+                continue
+            before = [p for p in ends.get(s.first_seq - 1, []) if p is not s and p.joined_from is not s]
+            if not before:
+                continue
+            # Prefer the piece from the same folder (two clusters' nodes may share an id and a boundary).
+            before.sort(key=lambda p: (p.origin != s.origin, p.cluster))
+            prev = before[0]
+            s.joined_from = prev
+            np.joined.add((s.cluster, s.node, s.first_seq))
+            if prev.cluster != UNBOOTSTRAPPED and s.cluster != prev.cluster and _settled(prev):
+                np.moves.append((prev, s))
+        # A node that moved to another cluster and back: the other cluster's piece fills a hole in this one.
+        spans = {(p.first_seq, p.last_seq): p for p in pieces}
+        for r in holes.get(pieces[0].node, []):
+            inner = spans.get((r["prev_seq"] + 1, r["seq"] - 1))
+            if inner is not None and inner.cluster not in (r["cluster_uuid"], UNBOOTSTRAPPED):
+                outer = next(p for p in pieces if p.cluster == r["cluster_uuid"] and p.first_seq <= r["prev_seq"])
+                inner.joined_from = inner.joined_from or outer
+                np.joined.add((inner.cluster, inner.node, inner.first_seq))
+                np.filled.add((r["cluster_uuid"], r["node"], r["seq"]))
+                if _settled(outer):
+                    np.moves.append((outer, inner))
+        for s in pieces:
+            root = s
+            seen = {id(root)}
+            while root.joined_from is not None and id(root.joined_from) not in seen:
+                root = root.joined_from
+                seen.add(id(root))
+            s.home = _home(root, pieces)
+    histories: dict[tuple[str, str, str], NodeHistory] = {}
+    for s in sorted(np.streams, key=lambda s: (s.node, s.first_seq)):
+        root = s
+        while root.joined_from is not None and root.joined_from is not s:
+            root = root.joined_from
+        key = (s.home, s.node, f"{root.cluster}/{root.origin}/{root.first_seq}")
+        histories.setdefault(key, NodeHistory(s.home, s.node)).pieces.append(s)
+    np.histories = sorted(histories.values(), key=lambda h: (h.cluster, h.node))
+
+
+def _settled(piece: Stream) -> bool:
+    """Whether the node had committed a state of `piece`'s cluster by the piece's end (then its cluster UUID is
+    fixed: before that, a bootstrap that lost the race leaves the node free to join the winner's cluster)."""
+    cur: Stream | None = piece
+    seen: set[int] = set()
+    while cur is not None and id(cur) not in seen and cur.cluster == piece.cluster:
+        seen.add(id(cur))
+        if cur.committed:
+            return True
+        cur = cur.joined_from
+    return False
+
+
+def _home(root: Stream, pieces: list[Stream]) -> str:
+    """The cluster the node's history settles in (its first committed state's), following the pieces that
+    continue `root`; else the first cluster UUID it names."""
+    chain: list[Stream] = []
+    cur: Stream | None = root
+    while cur is not None and all(cur is not c for c in chain):
+        chain.append(cur)
+        cur = next((p for p in pieces if p.joined_from is cur), None)
+    named = [c for c in chain if c.cluster != UNBOOTSTRAPPED]
+    settled = [c for c in named if c.committed]
+    return (settled or named or [root])[0].cluster if named else UNBOOTSTRAPPED
