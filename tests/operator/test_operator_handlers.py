@@ -7,6 +7,7 @@ checking what is applied, which annotations are patched, and what the sidecars a
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import json
 import logging
@@ -39,6 +40,18 @@ class FakeKube:
         self.pod_map: dict[str, PodObservation] = {}
         self.claim_names: list[str] = []
         self.events: list[tuple[str, str]] = []  # (reason, message)
+        self.secrets: dict[str, dict[str, str]] = {}  # name -> data (base64), as the API server keeps them
+        self.cert_manager = False
+
+    def _keep_secret(self, manifest: dict[str, Any]) -> None:
+        if manifest["kind"] == "Secret":
+            self.secrets[manifest["metadata"]["name"]] = dict(manifest["data"])
+
+    async def secret_data(self, name: str, namespace: str) -> dict[str, str] | None:
+        return self.secrets.get(name)
+
+    async def serves(self, api_version: str, kind: str) -> bool:
+        return self.cert_manager
 
     async def post_event(self, body: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         self.events.append((reason, message))
@@ -67,11 +80,15 @@ class FakeKube:
 
     async def apply(self, manifest: dict[str, Any]) -> None:
         self.applied.append(manifest)
+        self._keep_secret(manifest)
         if manifest["kind"] == "StatefulSet":
             self.replicas = manifest["spec"]["replicas"]
 
     async def create_if_absent(self, manifest: dict[str, Any]) -> bool:
+        if manifest["kind"] == "Secret" and manifest["metadata"]["name"] in self.secrets:
+            return False
         self.created.append(manifest)
+        self._keep_secret(manifest)
         return True
 
     async def delete_if_present(self, *args: str) -> bool:
@@ -90,6 +107,7 @@ class FakeSidecars:
     def __init__(self) -> None:
         self.uuid: str | None = None
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.authorizations: set[str | None] = set()
         self.voters = ["id0", "id1", "id2"]
 
     def state(self) -> dict[str, Any]:
@@ -115,6 +133,7 @@ class FakeSidecars:
     async def handle(self, request: web.Request) -> web.Response:
         pod, path = request.match_info["pod"], "/" + request.match_info["path"]
         self.requests.append((request.method, f"/{pod}{path}", dict(request.query)))
+        self.authorizations.add(request.headers.get("Authorization"))
         if path == "/_cluster/state":
             return web.json_response(self.state())
         if path == "/_cluster/health":
@@ -129,7 +148,8 @@ def resource(replicas: int = 3) -> dict[str, Any]:
         "apiVersion": "coordinated.dev/v1alpha1",
         "kind": "CoordinatedCluster",
         "metadata": {"name": "demo", "namespace": "ns", "uid": "u", "generation": 1, "annotations": {}},
-        "spec": {"replicas": replicas},
+        # Plain HTTP fake sidecars here; test_operator_security.py covers TLS to the sidecars.
+        "spec": {"replicas": replicas, "tls": {"enabled": False}},
     }
 
 
@@ -160,7 +180,9 @@ def test_bootstrap_and_first_scale_down_step(monkeypatch: pytest.MonkeyPatch) ->
             assert kube.replicas is None
             configmap = next(m for m in kube.applied if m["kind"] == "ConfigMap")
             assert configmap["data"]["initial_master_nodes"] == "demo-0,demo-1,demo-2"
-            assert [m["kind"] for m in kube.created] == ["Secret"]
+            created = sorted(m["metadata"]["name"] for m in kube.created)
+            assert created == ["demo-admin", "demo-client", "demo-reader", "demo-transport"]
+            assert "demo-tokens" in {m["metadata"]["name"] for m in kube.applied if m["kind"] == "Secret"}
             assert kube.status["phase"] == "Pending"
 
             # 2. With the list pinned, the StatefulSet is created with the three initial nodes; the list
@@ -201,6 +223,9 @@ def test_bootstrap_and_first_scale_down_step(monkeypatch: pytest.MonkeyPatch) ->
             assert posts == [
                 ("POST", "/demo-0/_cluster/voting_config_exclusions", {"node_names": "demo-2", "timeout": "30s"})
             ]
+            # Every call, the exclusion included, carries the admin token the operator generated.
+            admin_token = base64.b64decode(kube.secrets["demo-admin"]["token"]).decode()
+            assert sidecars.authorizations == {f"Bearer {admin_token}"}
             assert kube.replicas == 3
             assert kube.status["phase"] == "Scaling"
             pdb = next(m for m in kube.applied if m["kind"] == "PodDisruptionBudget")

@@ -15,6 +15,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from coordinated.operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from coordinated.operator.observation import PodObservation
@@ -80,6 +81,30 @@ class Kube:
 
     async def delete_if_present(self, api_version: str, kind: str, name: str, namespace: str) -> bool:
         return await asyncio.to_thread(self._delete_if_present, api_version, kind, name, namespace)
+
+    def _secret_data(self, name: str, namespace: str) -> dict[str, str] | None:
+        try:
+            secret = self._core.read_namespaced_secret(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return {str(key): str(value) for key, value in (secret.data or {}).items()}
+
+    async def secret_data(self, name: str, namespace: str) -> dict[str, str] | None:
+        """A Secret's data (base64 values, as stored), or None when it does not exist."""
+        return await asyncio.to_thread(self._secret_data, name, namespace)
+
+    def _serves(self, api_version: str, kind: str) -> bool:
+        try:
+            self._resource(api_version, kind)
+            return True
+        except ResourceNotFoundError:
+            return False
+
+    async def serves(self, api_version: str, kind: str) -> bool:
+        """Whether the API server knows this kind (for example cert-manager's Certificate), by discovery."""
+        return await asyncio.to_thread(self._serves, api_version, kind)
 
     def _statefulset_replicas(self, name: str, namespace: str) -> int | None:
         try:

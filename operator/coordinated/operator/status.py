@@ -156,11 +156,12 @@ def compute_status(
     now: str,
     problems: Sequence[str] = (),
     error: str | None = None,
+    extra_conditions: Sequence[Condition] = (),
 ) -> dict[str, Any]:
     previous = previous or {}
     cluster = obs.cluster
     phase = phase_of(obs, action)
-    conditions = conditions_of(obs, action, phase, problems, error)
+    conditions = [*conditions_of(obs, action, phase, problems, error), *extra_conditions]
     uuid = obs.recorded_cluster_uuid or action.cluster_uuid or previous.get("clusterUUID")
     return {
         "phase": phase,
