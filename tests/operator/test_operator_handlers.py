@@ -42,6 +42,8 @@ class FakeKube:
         self.events: list[tuple[str, str]] = []  # (reason, message)
         self.secrets: dict[str, dict[str, str]] = {}  # name -> data (base64), as the API server keeps them
         self.cert_manager = False
+        self.update_revision: str | None = None
+        self.deleted_pods: list[str] = []
 
     def _keep_secret(self, manifest: dict[str, Any]) -> None:
         if manifest["kind"] == "Secret":
@@ -96,6 +98,12 @@ class FakeKube:
 
     async def statefulset_replicas(self, name: str, namespace: str) -> int | None:
         return self.replicas
+
+    async def statefulset_update_revision(self, name: str, namespace: str) -> str | None:
+        return self.update_revision
+
+    async def delete_pod(self, name: str, namespace: str) -> None:
+        self.deleted_pods.append(name)
 
     async def pods(self, namespace: str, selector: str) -> dict[str, PodObservation]:
         return self.pod_map

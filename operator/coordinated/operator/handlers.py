@@ -221,6 +221,9 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     problems = validate_settings(spec.settings) + security.validate_security(spec)
 
     statefulset_replicas = await kube.statefulset_replicas(manifests.statefulset_name(spec), spec.namespace)
+    update_revision = None
+    if statefulset_replicas is not None:
+        update_revision = await kube.statefulset_update_revision(manifests.statefulset_name(spec), spec.namespace)
     pods = await kube.pods(spec.namespace, manifests.selector_string(spec))
     # Certificates are renewed even while paused: letting them expire would be worse than any change.
     secured = await ensure_security(
@@ -248,6 +251,7 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         paused=spec.paused,
         existing_claims=existing_claims,
         adopted_claims=spec.adopted_claims,
+        update_revision=update_revision,
     )
     if problems:
         action = Action(ActionKind.REFUSE, "invalid spec: " + "; ".join(problems), statefulset_replicas)
@@ -416,6 +420,9 @@ async def _carry_out(
         await _coordinator(memo.http, spec, obs, secured).add_voting_config_exclusions(action.nodes)
     elif action.kind is ActionKind.CLEAR_EXCLUSIONS:
         await _coordinator(memo.http, spec, obs, secured).clear_voting_config_exclusions(action.wait_for_removal)
+    elif action.kind is ActionKind.RESTART:
+        for pod in action.nodes:
+            await kube.delete_pod(pod, spec.namespace)
 
     if action.changes_something:
         metrics.ACTIONS.labels(kind=action.kind.value).inc()

@@ -118,6 +118,30 @@ class Kube:
     async def statefulset_replicas(self, name: str, namespace: str) -> int | None:
         return await asyncio.to_thread(self._statefulset_replicas, name, namespace)
 
+    def _statefulset_update_revision(self, name: str, namespace: str) -> str | None:
+        try:
+            sts = self._apps.read_namespaced_stateful_set(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return str(sts.status.update_revision) if sts.status and sts.status.update_revision else None
+
+    async def statefulset_update_revision(self, name: str, namespace: str) -> str | None:
+        """The revision of the StatefulSet's current pod template (its status.updateRevision)."""
+        return await asyncio.to_thread(self._statefulset_update_revision, name, namespace)
+
+    def _delete_pod(self, name: str, namespace: str) -> None:
+        try:
+            self._core.delete_namespaced_pod(name, namespace)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    async def delete_pod(self, name: str, namespace: str) -> None:
+        """Graceful deletion (the pod's termination grace period); the StatefulSet recreates the pod."""
+        await asyncio.to_thread(self._delete_pod, name, namespace)
+
     def _pods(self, namespace: str, selector: str) -> dict[str, PodObservation]:
         pods = self._core.list_namespaced_pod(namespace, label_selector=selector).items
         observed: dict[str, PodObservation] = {}
@@ -131,6 +155,7 @@ class Kube:
                 ready=ready,
                 terminating=pod.metadata.deletion_timestamp is not None,
                 ip=pod.status.pod_ip if pod.status else None,
+                revision=(pod.metadata.labels or {}).get("controller-revision-hash"),
             )
         return observed
 

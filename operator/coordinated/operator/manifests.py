@@ -430,7 +430,9 @@ def statefulset(spec: ClusterSpec, replicas: int, tls_source: str | None = None)
             # Parallel: bootstrap needs every initial master-eligible pod up before any of them is
             # ready; OrderedReady would wait forever for pod 0. The operator paces scaling itself.
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+            # OnDelete: the operator replaces pods itself after a template change, one at a time, master
+            # last, each only while the cluster is green with its voting configuration intact (planner.py).
+            "updateStrategy": {"type": "OnDelete"},
             "persistentVolumeClaimRetentionPolicy": {
                 "whenDeleted": spec.storage.when_deleted,
                 "whenScaled": spec.storage.when_scaled,
