@@ -398,3 +398,38 @@ def test_pod_events_trigger_a_prompt_coalesced_pass(monkeypatch: pytest.MonkeyPa
         handlers.track(event={"type": "DELETED"}, body=cluster)
 
     asyncio.run(scenario())
+
+
+def test_a_rolling_restart_deletes_one_pod_per_pass_and_reports_each() -> None:
+    """Through the real handler: the outdated follower is deleted, with a RestartPod event and the phase."""
+    kube, sidecars = FakeKube(resource()), FakeSidecars()
+    kube.stored["metadata"]["annotations"] = {CLUSTER_UUID_ANNOTATION: "uuid-1"}
+    kube.replicas, kube.update_revision, sidecars.uuid = 3, "demo-new", "uuid-1"
+    kube.pod_map = {
+        f"demo-{i}": PodObservation(f"demo-{i}", ready=True, ip="127.0.0.1", revision="demo-old") for i in range(3)
+    }
+
+    async def scenario() -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{pod}/{path:.*}", sidecars.handle)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        template = f"http://127.0.0.1:{runner.addresses[0][1]}/{{pod}}"
+        original, handlers.CONFIG.sidecar_url_template = handlers.CONFIG.sidecar_url_template, template
+        try:
+            async with aiohttp.ClientSession() as http:
+                memo = kopf.Memo(kube=kube, http=http)
+                await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
+        finally:
+            handlers.CONFIG.sidecar_url_template = original
+            await runner.cleanup()
+
+    asyncio.run(scenario())
+    assert kube.deleted_pods == ["demo-2"]  # a follower first; demo-0 is the fake's master
+    restarts = [message for reason, message in kube.events if reason == "RestartPod"]
+    assert len(restarts) == 1 and "demo-2" in restarts[0]
+    assert kube.status["phase"] == "Restarting"
+    statefulset = next(m for m in kube.applied if m["kind"] == "StatefulSet")
+    assert statefulset["spec"]["updateStrategy"] == {"type": "OnDelete"}
