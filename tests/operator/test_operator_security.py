@@ -444,3 +444,12 @@ def test_cert_manager_fallback_is_reported_once_and_used_when_installed() -> Non
     assert certificate["spec"]["issuerRef"]["name"] == "ca-issuer"
     condition = next(c for c in kube.status["conditions"] if c["type"] == "CertManagerIssuer")
     assert condition["status"] == "True"
+
+
+def test_certificates_cover_every_pod_that_may_run_and_ignore_audit_pods() -> None:
+    spec = cluster(replicas=3)
+    pods = {
+        name: PodObservation(name) for name in ("demo-0", "demo-4", "demo-audit-29112-abcde", "demo-audit-29112-x1")
+    }
+    assert handlers.certificate_pods(spec, 2, pods) == tuple(f"demo-{i}" for i in range(5))
+    assert handlers.certificate_pods(spec, 4, {}) == ("demo-0", "demo-1", "demo-2", "demo-3")

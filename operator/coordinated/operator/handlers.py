@@ -457,7 +457,10 @@ def certificate_pods(
     spec: ClusterSpec, statefulset_replicas: int | None, pods: Mapping[str, PodObservation]
 ) -> tuple[str, ...]:
     """Every pod that may run before the next pass: the spec's, the StatefulSet's and any still present."""
-    count = max(spec.replicas, statefulset_replicas or 0, *(manifests.ordinal_of(name) + 1 for name in pods))
+    prefix = f"{manifests.statefulset_name(spec)}-"
+    # Only the StatefulSet's pods: an audit job's pods carry the cluster's labels too.
+    ordinals = [int(name[len(prefix) :]) for name in pods if name.startswith(prefix) and name[len(prefix) :].isdigit()]
+    count = max(spec.replicas, statefulset_replicas or 0, *(ordinal + 1 for ordinal in ordinals))
     return manifests.pod_names(spec, count)
 
 
