@@ -466,3 +466,24 @@ def test_status_follows_pod_changes_without_waiting_for_the_periodic_pass(
     wait_until(lambda: status_of(kubeconfig, "watched").get("replicas") == 2, "the status to count 2 pods")
     assert kubectl(kubeconfig, "delete", "pod", "watched-0", "watched-1", "--grace-period=0", "--force").returncode == 0
     wait_until(lambda: status_of(kubeconfig, "watched").get("replicas") == 0, "the status to count 0 pods")
+
+
+def test_an_existing_rolling_update_statefulset_becomes_on_delete(kubeconfig: Path) -> None:
+    """Operators before rolling restarts applied RollingUpdate with a partition; re-applying switches it."""
+    from kubernetes import config
+
+    from coordinated.operator import manifests
+    from coordinated.operator.kube import Kube
+    from coordinated.operator.spec import ClusterSpec
+
+    config.load_kube_config(config_file=str(kubeconfig))
+    body = {"metadata": {"name": "upgraded", "namespace": "default", "uid": "", "generation": 1}, "spec": {}}
+    assert kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("upgraded")).returncode == 0
+    body["metadata"]["uid"] = kubectl(kubeconfig, "get", "ccl", "upgraded", "-o", "jsonpath={.metadata.uid}").stdout
+    spec = ClusterSpec.from_resource(body)
+    old = manifests.statefulset(spec, 3)
+    old["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
+    asyncio.run(Kube().apply(old))
+    asyncio.run(Kube().apply(manifests.statefulset(spec, 3, manifests.BUILTIN_TLS)))
+    strategy = kubectl(kubeconfig, "get", "sts", "upgraded", "-o", "jsonpath={.spec.updateStrategy}").stdout
+    assert json.loads(strategy) == {"type": "OnDelete"}
