@@ -55,9 +55,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create, patch]
+# delete: a rolling restart replaces one pod at a time (the StatefulSet is OnDelete).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch]
+  verbs: [list, watch, delete]
 # Read only: a new cluster whose data claims exist already is reported as adopting that data.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
