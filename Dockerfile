@@ -18,9 +18,11 @@ print('\n'.join(p['dependencies'] + extras['operator'] + extras['audit']))" > /t
  && pip install -r /tmp/requirements.txt
 
 COPY README.md ./
+COPY core/ core/
 COPY sidecar/ sidecar/
 COPY operator/ operator/
 COPY spark-jobs/ spark-jobs/
+COPY tools/ tools/
 RUN pip install --no-deps . \
  && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} + \
  && rm -rf /opt/venv/lib/python3*/site-packages/pyspark/examples /opt/venv/lib/python3*/site-packages/pyspark/data

@@ -19,8 +19,9 @@ from typing import Any
 import grpc
 from peers_procs import kill9, spawn, stop
 from peers_systems import System
+from peers_tls import BenchTls
 
-from coordinated.sidecar.localcluster import free_ports
+from coordinated.tools.localcluster import free_ports
 
 PROTO = """syntax = "proto3";
 package etcdserverpb;
@@ -64,10 +65,11 @@ def etcd_version() -> str:
 
 
 class EtcdSystem(System):
-    def __init__(self, size: int, tuned: bool = False) -> None:
+    def __init__(self, size: int, tuned: bool = False, tls: BenchTls | None = None) -> None:
         self.size = size
         self.tuned = tuned
-        self.label = f"etcd {size}n" + (" tuned" if tuned else "")
+        self.tls = tls
+        self.label = f"etcd {size}n" + (" tuned" if tuned else "") + (" TLS" if tls else "")
         self.pb2, self.pb2_grpc = load_stubs()
         self.processes: list[Any] = []
         self.argvs: list[list[str]] = []
@@ -85,10 +87,11 @@ class EtcdSystem(System):
     async def start(self, workdir: Path) -> None:
         self.workdir = workdir
         ports = free_ports(2 * self.size)
-        peers = [f"http://127.0.0.1:{ports[2 * i + 1]}" for i in range(self.size)]
+        scheme = "https" if self.tls is not None else "http"
+        peers = [f"{scheme}://127.0.0.1:{ports[2 * i + 1]}" for i in range(self.size)]
         initial = ",".join(f"e{i}={peer}" for i, peer in enumerate(peers))
         for i in range(self.size):
-            client = f"http://127.0.0.1:{ports[2 * i]}"
+            client = f"{scheme}://127.0.0.1:{ports[2 * i]}"
             argv = ["etcd", "--name", f"e{i}", "--data-dir", str(workdir / f"e{i}")]
             argv += ["--listen-client-urls", client, "--advertise-client-urls", client]
             argv += ["--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i]]
@@ -96,9 +99,16 @@ class EtcdSystem(System):
             argv += ["--initial-cluster-token", workdir.name, "--logger", "zap", "--log-level", "warn"]
             if self.tuned:
                 argv += [f"--{name}={value}" for name, value in TUNED.items()]
+            if self.tls is not None:
+                argv += self.tls.etcd_flags()
             self.argvs.append(argv)
             self.processes.append(spawn(argv, workdir / f"e{i}.log"))
-            channel = grpc.aio.insecure_channel(client.removeprefix("http://"), options=CHANNEL_OPTIONS)
+            target = client.split("://", 1)[1]
+            if self.tls is None:
+                channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+            else:
+                credentials = grpc.ssl_channel_credentials(root_certificates=self.tls.ca.certificate.read_bytes())
+                channel = grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
             self.channels.append(channel)
             self.kv.append(self.pb2_grpc.KVStub(channel))
             self.maintenance.append(self.pb2_grpc.MaintenanceStub(channel))

@@ -12,7 +12,7 @@ import aiohttp
 from peers_procs import kill9, spawn, stop
 from peers_systems import System, http_put
 
-from coordinated.sidecar.localcluster import free_ports
+from coordinated.tools.localcluster import free_ports
 
 NODE_SCRIPT = Path(__file__).with_name("peers_pso_node.py")
 

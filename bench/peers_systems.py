@@ -14,9 +14,10 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 import aiohttp
+from peers_tls import BenchTls
 from sidecar_common import percentile
 
-from coordinated.sidecar.localcluster import FAST_SETTINGS, LocalCluster
+from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster
 
 __all__ = ["OursSystem", "System", "http_put", "percentile"]
 
@@ -78,7 +79,8 @@ class System(ABC):
         while time.monotonic() < deadline:
             leader = await self.agreed_leader(list(range(self.size)))
             if leader is not None:
-                oks = [await self.put(i, f"health-{i}", 0, timeout=2.0) for i in range(self.size)]
+                # a fresh value: rewriting an unchanged one would be acknowledged by us without a publication
+                oks = [await self.put(i, f"health-{i}", time.time_ns(), timeout=2.0) for i in range(self.size)]
                 if all(oks):
                     return leader
             await asyncio.sleep(0.1)
@@ -88,10 +90,11 @@ class System(ABC):
 class OursSystem(System):
     """coordinated-cluster sidecars, driven over their HTTP API with one aiohttp session."""
 
-    def __init__(self, size: int, tuned: bool = False) -> None:
+    def __init__(self, size: int, tuned: bool = False, tls: BenchTls | None = None) -> None:
         self.size = size
         self.tuned = tuned
-        self.label = f"coordinated {size}n" + (" tuned" if tuned else "")
+        self.tls = tls
+        self.label = f"coordinated {size}n" + (" tuned" if tuned else "") + (" TLS" if tls else "")
         self.cluster: LocalCluster | None = None
         self.names: list[str] = []
         self.ids: dict[str, int] = {}
@@ -103,8 +106,13 @@ class OursSystem(System):
         return "tuned: leader_check/follower_check interval 200ms, timeout 500ms, retry_count 2 (FAST_SETTINGS)"
 
     async def start(self, workdir: Path) -> None:
-        self.cluster = LocalCluster(workdir, settings=dict(FAST_SETTINGS) if self.tuned else {}, max_nodes=self.size)
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        settings = dict(FAST_SETTINGS) if self.tuned else {}
+        context = None
+        if self.tls is not None:
+            settings.update(self.tls.ours_settings())
+            context = self.tls.client_context()
+        self.cluster = LocalCluster(workdir, settings=settings, max_nodes=self.size, client_tls=context)
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=context or True))
         nodes = await asyncio.to_thread(self.cluster.bootstrap, self.size, 60)
         self.names = [node.name for node in nodes]
         self.ids = {node.node_id(): index for index, node in enumerate(nodes)}

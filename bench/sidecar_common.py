@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
-from coordinated.sidecar.localcluster import LocalCluster, LocalNode
+from coordinated.tools.localcluster import LocalCluster, LocalNode
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ import statistics
 import aiohttp
 from sidecar_common import cluster, percentile, timed_writes
 
-from coordinated.sidecar.localcluster import LocalNode
+from coordinated.tools.localcluster import LocalNode
 
 
 def sent_bytes(master: LocalNode) -> dict[str, int]:

@@ -14,7 +14,7 @@ import time
 
 from sidecar_common import cluster, percentile
 
-from coordinated.sidecar.localcluster import LocalCluster, LocalNode
+from coordinated.tools.localcluster import LocalCluster, LocalNode
 
 CLIENT_TIMEOUT_S = 2.0
 

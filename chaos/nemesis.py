@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from chaos import netns
-from coordinated.sidecar.localcluster import LocalCluster, LocalNode
+from coordinated.tools.localcluster import LocalCluster, LocalNode
 
 FAULTS = ("kill", "pause", "partition-majority", "partition-master", "partition-bridge", "slow")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from chaos import checks, netns
 from chaos.clients import Recorder, client_loop, final_reads
 from chaos.nemesis import Fault, run_nemesis
-from coordinated.sidecar.localcluster import FAST_SETTINGS, LocalCluster
+from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster
 
 NODES = 5
 CLIENTS = 5

@@ -1,4 +1,4 @@
-"""Each invariant of DESIGN section 8: valid histories pass, and a crafted history that breaks exactly
+"""Each invariant of docs/audit.md: valid histories pass, and a crafted history that breaks exactly
 one invariant is reported under exactly that name, with the offending event among the examples.
 
 Spark jobs cost far more than these tiny histories, so every scenario is its own cluster (its own

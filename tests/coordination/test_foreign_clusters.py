@@ -40,7 +40,7 @@ def test_a_peer_of_another_cluster_is_ignored_warned_about_once_and_reported() -
     coordinator.start(0)
     first = warnings(coordinator.handle_message(PEER.transport_address, answer("uuid-a"), 100))
     assert len(first) == 1 and "uuid-a" in first[0] and "uuid-b" in first[0]
-    assert coordinator.peers_seen_terms == {}  # ignored: its terms do not disturb this cluster
+    assert coordinator.peer_finder.peers_seen_terms == {}  # ignored: its terms do not disturb this cluster
     assert warnings(coordinator.handle_message(PEER.transport_address, answer("uuid-a"), 200)) == []
     problem = coordinator.foreign_clusters.problem("uuid-b", 300)
     assert problem is not None and PEER.transport_address in problem and "uuid-a" in problem

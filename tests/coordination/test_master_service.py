@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+from coordinated.coordination.client import KvGet
 from coordinated.coordination.master_service import MasterService, Priority, Task
+from coordinated.coordination.tasks import ClientTask
 
 
 def task(source: str, priority: Priority, deadline: int | None = None) -> Task:
-    return Task(source, priority, ("client", source), lambda result: None, deadline)
+    return Task(source, priority, ClientTask(KvGet(source)), lambda result: None, deadline)
 
 
 def test_batches_run_most_urgent_first_and_oldest_first_within_a_priority() -> None:

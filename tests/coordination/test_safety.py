@@ -1,4 +1,4 @@
-"""The CoordinationState transitions, rule by rule (DESIGN section 3)."""
+"""The CoordinationState transitions, rule by rule (docs/protocol.md)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinated.sidecar.localcluster import LocalCluster
+from coordinated.tools.localcluster import LocalCluster
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from coordinated.coordination.client import KvPut, UpdateSettings
 from coordinated.coordination.messages import Envelope, ForwardedRequest, encode_envelope
 from coordinated.coordination.state import LONG_MAX, DiscoveryNode
 from coordinated.sidecar import api, http_server
-from coordinated.sidecar.localcluster import LocalCluster, free_ports, http
+from coordinated.tools.localcluster import LocalCluster, free_ports, http
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -3,7 +3,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from coordinated.sidecar.history import HistoryWriter, list_segments, newest_durable_marks, read_events_after
+from coordinated.sidecar.history import (
+    HistoryWriter,
+    list_segments,
+    newest_durable_marks,
+    read_events_after,
+    summarize_history,
+)
 
 
 def event(kind: str = "term") -> dict[str, object]:
@@ -72,3 +78,18 @@ def test_newest_durable_marks_are_the_highest_term_and_accepted_state(tmp_path: 
     with (tmp_path / list_segments(tmp_path)[-1][1].name).open("ab") as segment:
         segment.write(b'{"type":"term","term":99')  # a crash cut the last line: it is not a mark
     assert newest_durable_marks(tmp_path) == (3, (3, 4))
+
+
+def test_summary_reports_unreadable_lines_but_not_a_line_cut_by_a_crash(tmp_path: Path) -> None:
+    writer = HistoryWriter(tmp_path, 1 << 20)
+    writer.append({"type": "term", "term": 2, "node": "n1"})
+    writer.append({"type": "accepted", "term": 2, "version": 5, "node": "n1"})
+    writer.close()
+    segment = list_segments(tmp_path)[-1][1]
+    segment.write_bytes(segment.read_bytes() + b'{"type":"term","term":9')
+    clean = summarize_history(tmp_path)
+    assert (clean.events, clean.term, clean.accepted, clean.node_ids, clean.damaged) == (2, 2, (2, 5), {"n1"}, "")
+    segment.write_bytes(b"\x00\x00garbage\n" + segment.read_bytes())
+    damaged = summarize_history(tmp_path)
+    assert damaged.damaged == f"unreadable [{segment}] line 1"
+    assert (damaged.term, damaged.accepted) == (2, (2, 5))

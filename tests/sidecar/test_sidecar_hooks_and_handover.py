@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from coordinated.sidecar.localcluster import LocalCluster
+from coordinated.tools.localcluster import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from coordinated.sidecar.localcluster import LocalCluster, LocalNode, http
+from coordinated.tools.localcluster import LocalCluster, LocalNode, http
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -339,7 +339,7 @@ def test_bad_input_is_refused_without_changes(make_cluster: Callable[..., LocalC
 
 
 def cluster_settings() -> dict[str, str]:
-    from coordinated.sidecar.localcluster import FAST_SETTINGS
+    from coordinated.tools.localcluster import FAST_SETTINGS
 
     return dict(FAST_SETTINGS)
 

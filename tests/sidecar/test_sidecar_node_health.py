@@ -21,10 +21,10 @@ from coordinated.coordination.state import ClusterState
 from coordinated.sidecar.api import client_app
 from coordinated.sidecar.config import build_config
 from coordinated.sidecar.http_server import ClientAppRunner
-from coordinated.sidecar.localcluster import FAST_SETTINGS, LocalCluster, free_ports
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.transport import transport_app
+from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, free_ports
 
 pytestmark = pytest.mark.timeout(120)
 

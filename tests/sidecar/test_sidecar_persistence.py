@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import json
+import shutil
 import struct
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,8 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfiguration, initial_state
+from coordinated.sidecar.config import build_config
+from coordinated.sidecar.history import HistoryWriter, read_events_after
+from coordinated.sidecar.node import Node
 from coordinated.sidecar.persistence import (
+    HISTORY_DIR,
+    HOOKS_FILE,
     LEGACY_STATE_FILE,
+    NODE_ID_FILE,
     SLOT_FILES,
     SLOT_HEADER_SIZE,
     SLOT_MAGIC,
@@ -20,7 +30,6 @@ from coordinated.sidecar.persistence import (
     FilePersistedState,
     atomic_write,
     encode_slot_record,
-    load_or_create_node_id,
 )
 
 
@@ -72,6 +81,28 @@ def older_slot(data_dir: Path) -> Path:
     return next(data_dir / name for name in SLOT_FILES if data_dir / name != newest)
 
 
+def acknowledge(persisted: FilePersistedState) -> None:
+    """Append to the history what the node writes there once its term and accepted state are durable, before
+    the Join or ack that relies on them: the history then proves that this record was acknowledged."""
+    state = persisted.last_accepted_state
+    writer = HistoryWriter(persisted.data_dir / HISTORY_DIR, 1 << 20)
+    common = {"node": persisted.node_id, "cluster_uuid": state.cluster_uuid}
+    writer.append({**common, "type": "term", "term": persisted.current_term})
+    writer.append({**common, "type": "accepted", "term": state.term, "version": state.version})
+    writer.close()
+
+
+def given_node_id(data_dir: Path, node_id: str = "0123abcd") -> str:
+    atomic_write(data_dir / NODE_ID_FILE, node_id.encode())
+    return node_id
+
+
+def refusal(data_dir: Path, cluster_name: str = "c") -> str:
+    with pytest.raises(DataDirError) as error:
+        FilePersistedState(data_dir, cluster_name)
+    return str(error.value)
+
+
 def flip(data: bytes, index: int) -> bytes:
     damaged = bytearray(data)
     damaged[index] ^= 0x20
@@ -89,7 +120,7 @@ def test_round_trip(tmp_path: Path) -> None:
     again = FilePersistedState(tmp_path, "c")
     assert again.current_term == 7
     assert again.last_accepted_state == state
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SLOT_FILES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*SLOT_FILES, NODE_ID_FILE])
     again.close()
 
 
@@ -196,7 +227,8 @@ def test_torn_newest_slot_falls_back_to_older_record(tmp_path: Path, damage: Cal
     persisted = FilePersistedState(tmp_path, "c")
     persisted.set_last_accepted_state(published(1))
     persisted.set_current_term(3)
-    persisted.set_last_accepted_state(published(2, term=3))  # this write is "torn"
+    acknowledge(persisted)
+    persisted.set_last_accepted_state(published(2, term=3))  # this write is "torn", so it was never acknowledged
     persisted.close()
     newest = newest_slot(tmp_path)
     newest.write_bytes(damage(newest.read_bytes()))
@@ -251,22 +283,22 @@ def test_only_record_damaged_refuses_to_load(tmp_path: Path) -> None:
     assert f"[{slot1}] holds no record" in str(error.value)
 
 
-def test_empty_slot_files_start_fresh(tmp_path: Path) -> None:
+def test_empty_slot_files_alone_refuse(tmp_path: Path) -> None:
+    """Slot files are never emptied by the node: zero-length slots were truncated by someone."""
     for name in SLOT_FILES:
         (tmp_path / name).write_bytes(b"")
-    persisted = FilePersistedState(tmp_path, "c")
-    assert (persisted.current_term, persisted.last_accepted_state) == (0, initial_state("c"))
-    persisted.set_current_term(2)
-    persisted.close()
-    again = FilePersistedState(tmp_path, "c")
-    assert again.current_term == 2
-    again.close()
+    message = refusal(tmp_path)
+    for name in SLOT_FILES:
+        assert f"[{tmp_path / name}] holds no record" in message
+    assert "refusing to reset" in message
+    assert not (tmp_path / NODE_ID_FILE).exists()
 
 
-def test_missing_slot_file_beside_a_valid_one_is_recreated(tmp_path: Path) -> None:
+def test_missing_older_slot_is_recreated_when_the_history_agrees(tmp_path: Path) -> None:
     persisted = FilePersistedState(tmp_path, "c")
     persisted.set_current_term(2)
     persisted.set_current_term(3)
+    acknowledge(persisted)
     persisted.close()
     older_slot(tmp_path).unlink()
     again = FilePersistedState(tmp_path, "c")
@@ -280,6 +312,7 @@ def test_missing_slot_file_beside_a_valid_one_is_recreated(tmp_path: Path) -> No
 
 
 def test_same_generation_with_different_records_refused(tmp_path: Path) -> None:
+    given_node_id(tmp_path)
     for name, term in zip(SLOT_FILES, (1, 2), strict=True):
         payload = b'{"current_term":%d,"last_accepted_state":{"cluster_name":"c"}}' % term
         (tmp_path / name).write_bytes(encode_slot_record(5, payload))
@@ -363,20 +396,23 @@ def write_legacy(data_dir: Path, term: int, state: ClusterState) -> Path:
 
 
 def test_migrates_legacy_state_file(tmp_path: Path) -> None:
+    node_id = given_node_id(tmp_path)
     legacy = write_legacy(tmp_path, 9, published(4, term=9))
     persisted = FilePersistedState(tmp_path, "c")
     assert (persisted.current_term, persisted.last_accepted_state) == (9, published(4, term=9))
+    assert persisted.node_id == node_id
     assert not legacy.exists()
     assert header(tmp_path / SLOT_FILES[0])[:2] == (SLOT_MAGIC, 1)
     persisted.set_current_term(10)
     persisted.close()
     again = FilePersistedState(tmp_path, "c")
     assert (again.current_term, again.last_accepted_state) == (10, published(4, term=9))
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SLOT_FILES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*SLOT_FILES, NODE_ID_FILE])
     again.close()
 
 
 def test_migration_into_empty_slot_files(tmp_path: Path) -> None:
+    given_node_id(tmp_path)
     legacy = write_legacy(tmp_path, 9, published(4, term=9))
     for name in SLOT_FILES:
         (tmp_path / name).write_bytes(b"")
@@ -429,6 +465,7 @@ def test_corrupt_legacy_file_refuses_to_load(tmp_path: Path, damage: Callable[[b
 
 
 def test_legacy_file_of_other_cluster_refused(tmp_path: Path) -> None:
+    given_node_id(tmp_path)
     legacy = write_legacy(tmp_path, 3, bootstrapped("one"))
     with pytest.raises(DataDirError, match=r"cluster\.name") as error:
         FilePersistedState(tmp_path, "two")
@@ -438,15 +475,19 @@ def test_legacy_file_of_other_cluster_refused(tmp_path: Path) -> None:
 
 def test_node_id_is_stable_and_new_after_wipe(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
-    first = load_or_create_node_id(tmp_path / "a")
-    assert first == load_or_create_node_id(tmp_path / "a")
+    first = FilePersistedState(tmp_path / "a", "c")
+    first.close()
+    again = FilePersistedState(tmp_path / "a", "c")
+    again.close()
+    assert again.node_id == first.node_id
     (tmp_path / "b").mkdir()
-    assert load_or_create_node_id(tmp_path / "b") != first
+    other = FilePersistedState(tmp_path / "b", "c")
+    other.close()
+    assert other.node_id != first.node_id
 
 
 @pytest.mark.parametrize("leftover", ["slots", "only slot 1", "legacy"])
 def test_missing_node_id_with_state_refuses(tmp_path: Path, leftover: str) -> None:
-    load_or_create_node_id(tmp_path)
     if leftover == "legacy":
         write_legacy(tmp_path, 1, bootstrapped())
         expected = tmp_path / LEGACY_STATE_FILE
@@ -454,20 +495,14 @@ def test_missing_node_id_with_state_refuses(tmp_path: Path, leftover: str) -> No
         persisted = FilePersistedState(tmp_path, "c")
         persisted.set_current_term(1)
         persisted.close()
-        expected = tmp_path / SLOT_FILES[0]
+        (tmp_path / NODE_ID_FILE).unlink()
+        expected = tmp_path / SLOT_FILES[1]
         if leftover == "only slot 1":
-            expected.write_bytes(b"")
-            expected = tmp_path / SLOT_FILES[1]
-    (tmp_path / "node-id.dat").unlink()
-    with pytest.raises(DataDirError, match="missing") as error:
-        load_or_create_node_id(tmp_path)
-    assert str(expected) in str(error.value)
-
-
-def test_empty_slot_files_do_not_block_a_new_node_id(tmp_path: Path) -> None:
-    for name in SLOT_FILES:
-        (tmp_path / name).write_bytes(b"")
-    assert load_or_create_node_id(tmp_path)
+            (tmp_path / SLOT_FILES[0]).write_bytes(b"")
+    message = refusal(tmp_path)
+    assert f"[{tmp_path / NODE_ID_FILE}] is missing" in message and "new identity" in message
+    assert str(expected) in message
+    assert not (tmp_path / NODE_ID_FILE).exists()
 
 
 def test_data_dir_lock_is_exclusive(tmp_path: Path) -> None:
@@ -506,7 +541,9 @@ def test_a_torn_last_write_yields_the_last_or_previous_durable_value(
     durable = [(persisted.current_term, persisted.last_accepted_state)]
     version = 0
     before: dict[Path, bytes] = {}
-    for kind, value in writes:
+    for index, (kind, value) in enumerate(writes):
+        if index == len(writes) - 1:
+            acknowledge(persisted)  # every write but the last was acknowledged, so the history shows it
         before = {p: p.read_bytes() for p in persisted.paths}
         if kind == "term":
             persisted.set_current_term(persisted.current_term + value)
@@ -532,3 +569,334 @@ def test_a_torn_last_write_yields_the_last_or_previous_durable_value(
         assert (again.current_term, again.last_accepted_state) == durable[-1 if survived else -2]
     finally:
         again.close()
+
+
+# -- Every disk state a crash, a full disk, an operator's mistake or a restore can leave (docs/sidecar.md) -------
+
+
+def used_node(data_dir: Path, writes: int = 3) -> FilePersistedState:
+    """A node that voted and acknowledged states, each write acknowledged (so in its history); closed."""
+    persisted = FilePersistedState(data_dir, "c")
+    for step in range(writes):
+        if step % 2:
+            persisted.set_current_term(step + 1)
+        else:
+            persisted.set_last_accepted_state(published(step + 1, term=persisted.current_term))
+        acknowledge(persisted)
+    persisted.close()
+    return persisted
+
+
+def test_a_crash_before_the_first_node_id_starts_fresh(tmp_path: Path) -> None:
+    """The first start writes slot 0, then the node id: a crash between them leaves only the initial record,
+    which holds no vote and no ack, so starting afresh is safe."""
+    first = FilePersistedState(tmp_path, "c")
+    first.close()
+    (tmp_path / NODE_ID_FILE).unlink()
+    again = FilePersistedState(tmp_path, "c")
+    assert (again.current_term, again.last_accepted_state) == (0, initial_state("c"))
+    assert (tmp_path / NODE_ID_FILE).exists()
+    again.close()
+
+
+@pytest.mark.parametrize("how", ["deleted", "emptied"])
+@pytest.mark.parametrize("left", ["node id and history", "node id only", "history only", "hooks only"])
+def test_both_slots_gone_with_signs_of_use_refuses(tmp_path: Path, how: str, left: str) -> None:
+    """Issue: both slots deleted or zero bytes while the node id and history remained started a new node."""
+    node = used_node(tmp_path)
+    for name in SLOT_FILES:
+        if how == "deleted":
+            (tmp_path / name).unlink()
+        else:
+            (tmp_path / name).write_bytes(b"")
+    if left in ("node id only", "hooks only"):
+        for segment in (tmp_path / HISTORY_DIR).iterdir():
+            segment.unlink()
+    if left in ("history only", "hooks only"):
+        (tmp_path / NODE_ID_FILE).unlink()
+    if left == "hooks only":
+        atomic_write(tmp_path / HOOKS_FILE, b"{}")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    message = refusal(tmp_path)
+    assert "refusing" in message
+    if "node id" in left:
+        assert f"[{tmp_path / NODE_ID_FILE}] holds node id [{node.node_id}]" in message
+    if "history" in left:
+        assert f"[{tmp_path / HISTORY_DIR}] holds 6 events (newest term 2" in message
+    if left == "hooks only":
+        assert f"[{tmp_path / HOOKS_FILE}] holds registered hooks" in message
+    if how == "emptied":
+        assert all(f"[{tmp_path / name}] holds no record" in message for name in SLOT_FILES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "a refusal must not write anything"
+
+
+@pytest.mark.parametrize("damage", ["deleted", "emptied", "flipped"])
+def test_newest_slot_lost_after_an_acknowledged_write_refuses(tmp_path: Path, damage: str) -> None:
+    """Issue: a missing or empty newest slot loaded the older slot silently and lost an acknowledged write."""
+    used_node(tmp_path)
+    newest = newest_slot(tmp_path)
+    if damage == "deleted":
+        newest.unlink()
+    elif damage == "emptied":
+        newest.write_bytes(b"")
+    else:
+        newest.write_bytes(flip(newest.read_bytes(), 70))
+    message = refusal(tmp_path)
+    assert "acknowledged write was lost" in message
+    assert str(newest) in message and "newest term 2, newest accepted state term 2 version 3" in message
+
+
+@pytest.mark.parametrize("damage", ["deleted", "emptied", "flipped"])
+def test_newest_slot_lost_before_its_ack_loads_the_older_record(tmp_path: Path, damage: str) -> None:
+    """A crash between the durable write and the history event (so before the Join or ack): nothing the node
+    acknowledged is lost, so the older record is the right one."""
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_current_term(2)
+    acknowledge(persisted)
+    persisted.set_last_accepted_state(published(1, term=2))  # durable, never acknowledged
+    persisted.close()
+    newest = newest_slot(tmp_path)
+    if damage == "deleted":
+        newest.unlink()
+    elif damage == "emptied":
+        newest.write_bytes(b"")
+    else:
+        newest.write_bytes(flip(newest.read_bytes(), 70))
+    again = FilePersistedState(tmp_path, "c")
+    assert (again.current_term, again.last_accepted_state) == (2, initial_state("c"))
+    again.close()
+
+
+@pytest.mark.parametrize("damage", ["deleted", "emptied"])
+def test_one_slot_lost_and_no_history_refuses(tmp_path: Path, damage: str) -> None:
+    """The node never deletes or empties a slot; without a history nothing shows which slot was the newer, so
+    nothing proves that no ack was lost."""
+    used_node(tmp_path)
+    shutil.rmtree(tmp_path / HISTORY_DIR)
+    slot = older_slot(tmp_path)
+    if damage == "deleted":
+        slot.unlink()
+    else:
+        slot.write_bytes(b"")
+    message = refusal(tmp_path)
+    assert str(slot) in message and f"[{tmp_path / HISTORY_DIR}] is empty" in message
+
+
+def test_a_torn_write_right_after_bootstrap_loads_without_any_history(tmp_path: Path) -> None:
+    """Bootstrapping writes a record but no history event; a crash tearing the next write must not stop the
+    node: a damaged slot beside a valid one is what a crash leaves."""
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_last_accepted_state(bootstrapped())
+    persisted.set_current_term(1)  # torn by a crash
+    persisted.close()
+    torn = newest_slot(tmp_path)
+    torn.write_bytes(torn.read_bytes()[:-7])
+    again = FilePersistedState(tmp_path, "c")
+    assert (again.current_term, again.last_accepted_state) == (0, bootstrapped())
+    assert any(str(torn) in warning for warning in again.warnings)
+    again.close()
+
+
+def test_history_deleted_but_both_slots_intact_loads_the_newest(tmp_path: Path) -> None:
+    """Writes alternate and never touch the newest record, so two valid slots one generation apart hold the
+    last durable write: the history is not needed."""
+    node = used_node(tmp_path)
+    shutil.rmtree(tmp_path / HISTORY_DIR)
+    again = FilePersistedState(tmp_path, "c")
+    assert (again.current_term, again.last_accepted_state) == (node.current_term, node.last_accepted_state)
+    again.close()
+
+
+def test_damaged_history_is_a_warning_when_both_slots_agree_and_a_refusal_otherwise(tmp_path: Path) -> None:
+    node = used_node(tmp_path)
+    segment = next((tmp_path / HISTORY_DIR).iterdir())
+    lines = segment.read_bytes().split(b"\n")
+    segment.write_bytes(b"\n".join([lines[0], b"#garbage#", *lines[1:]]))
+    again = FilePersistedState(tmp_path, "c")
+    assert again.current_term == node.current_term
+    assert any("damaged" in warning and "line 2" in warning for warning in again.warnings)
+    again.close()
+    older_slot(tmp_path).write_bytes(b"")
+    message = refusal(tmp_path)
+    assert f"[{tmp_path / HISTORY_DIR}] is damaged (unreadable [{segment}] line 2)" in message
+
+
+def test_one_slot_replaced_by_an_older_copy_refuses(tmp_path: Path) -> None:
+    """Generations of the two slots always differ by one; an older copy put back breaks that."""
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_current_term(1)
+    backup = {p: p.read_bytes() for p in persisted.paths}
+    for term in range(2, 6):
+        persisted.set_current_term(term)
+    persisted.close()
+    older = older_slot(tmp_path)
+    older.write_bytes(backup[older] if backup[older] else backup[newest_slot(tmp_path)])
+    message = refusal(tmp_path)
+    assert "replaced by an older copy" in message
+
+
+def test_both_slots_restored_from_an_older_copy_refuses_when_the_history_is_newer(tmp_path: Path) -> None:
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_current_term(1)
+    acknowledge(persisted)
+    persisted.set_last_accepted_state(published(1, term=1))
+    acknowledge(persisted)
+    backup = {p: p.read_bytes() for p in persisted.paths}
+    persisted.set_current_term(2)
+    acknowledge(persisted)
+    persisted.set_last_accepted_state(published(2, term=2))
+    acknowledge(persisted)
+    persisted.close()
+    for path, data in backup.items():
+        path.write_bytes(data)
+    message = refusal(tmp_path)
+    assert "acknowledged write was lost" in message and "newest term 2" in message
+
+
+@pytest.mark.parametrize("copied", ["one slot", "both slots"])
+def test_a_slot_copied_from_another_node_refuses(tmp_path: Path, copied: str) -> None:
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    ours.mkdir()
+    theirs.mkdir()
+    mine = used_node(ours, writes=2)
+    other = used_node(theirs, writes=2)
+    names = SLOT_FILES if copied == "both slots" else [newest_slot(theirs).name]
+    for name in names:
+        (ours / name).write_bytes((theirs / name).read_bytes())
+    message = refusal(ours)
+    assert f"holds the state of node [{other.node_id}]" in message and f"node [{mine.node_id}]" in message
+
+
+def test_a_history_copied_from_another_node_refuses(tmp_path: Path) -> None:
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    ours.mkdir()
+    theirs.mkdir()
+    used_node(ours)
+    other = used_node(theirs)
+    shutil.rmtree(ours / HISTORY_DIR)
+    shutil.copytree(theirs / HISTORY_DIR, ours / HISTORY_DIR)
+    message = refusal(ours)
+    assert f"holds events of node ['{other.node_id}']" in message
+
+
+def test_node_id_file_replaced_by_another_nodes_refuses(tmp_path: Path) -> None:
+    used_node(tmp_path)
+    atomic_write(tmp_path / NODE_ID_FILE, b"ffff0000")
+    message = refusal(tmp_path)
+    assert "says this is node [ffff0000]" in message
+
+
+def test_records_of_earlier_versions_without_a_node_id_still_load(tmp_path: Path) -> None:
+    given_node_id(tmp_path)
+    payload = msgspec.json.encode({"current_term": 4, "last_accepted_state": published(2, term=4)})
+    (tmp_path / SLOT_FILES[0]).write_bytes(encode_slot_record(1, payload))
+    persisted = FilePersistedState(tmp_path, "c")
+    assert (persisted.current_term, persisted.last_accepted_state) == (4, published(2, term=4))
+    persisted.set_current_term(5)  # from now on, the record names its node
+    persisted.close()
+    assert b'"node_id":"0123abcd"' in newest_slot(tmp_path).read_bytes()
+
+
+# -- exit code 3 from a real process ---------------------------------------------------------------------------
+
+
+def start_node(data_dir: Path) -> subprocess.CompletedProcess[str]:
+    """Start a node on this data directory; it must refuse before it binds any port."""
+    return subprocess.run(
+        [
+            *(sys.executable, "-m", "coordinated.cli", "node", "--name", "n1", "--data-dir", str(data_dir)),
+            *("--http-port", "1", "--transport-port", "2", "-E", "cluster.name=c"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("fault", ["both slots emptied", "newest slot deleted", "slot of another node"])
+def test_the_node_process_refuses_with_exit_3(tmp_path: Path, fault: str) -> None:
+    data_dir = tmp_path / "n"
+    data_dir.mkdir()
+    node = used_node(data_dir)
+    if fault == "both slots emptied":
+        for name in SLOT_FILES:
+            (data_dir / name).write_bytes(b"")
+        expected = [str(data_dir / name) for name in SLOT_FILES] + [str(data_dir / NODE_ID_FILE), "holds 6 events"]
+    elif fault == "newest slot deleted":
+        newest = newest_slot(data_dir)
+        newest.unlink()
+        expected = [str(newest) + "] is missing", "acknowledged write was lost"]
+    else:
+        (tmp_path / "m").mkdir()
+        other = used_node(tmp_path / "m")
+        for name in SLOT_FILES:
+            (data_dir / name).write_bytes((tmp_path / "m" / name).read_bytes())
+        expected = [f"node [{other.node_id}]", f"node [{node.node_id}]"]
+    process = start_node(data_dir)
+    assert process.returncode == 3, process.stderr
+    assert "refusing to start" in process.stderr and "Traceback" not in process.stderr
+    for text in expected:
+        assert text in process.stderr
+
+
+def test_a_state_that_a_failed_write_left_on_disk_is_recorded_before_the_node_uses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An fsync error after the data reached the disk: the node never acknowledged that state, but loads it
+    after a restart. It records it first, so that a state built on it names a parent some history holds."""
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_current_term(1)
+    persisted.set_last_accepted_state(published(1))
+    acknowledge(persisted)
+
+    def fail(*args: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("os.fdatasync", fail)
+    with pytest.raises(OSError):
+        persisted.set_last_accepted_state(published(2))
+    monkeypatch.undo()
+    persisted.close()
+    config = build_config(
+        name="n1",
+        data_dir=str(tmp_path),
+        host="127.0.0.1",
+        http_port=1,
+        transport_port=2,
+        overrides={"cluster.name": "c"},
+    )
+    node = Node(config)
+    try:
+        assert node.persisted.last_accepted_state == published(2)
+        events = [json.loads(line) for line in read_events_after(tmp_path / HISTORY_DIR, 0)]
+        assert [(e["type"], e["version"], e["state_uuid"], e["parent_uuid"]) for e in events[-1:]] == [
+            ("accepted", 2, "s2", published(2).parent_uuid)
+        ]
+        assert events[-1]["node"] == node.node_id and events[-1]["reason"] == "loaded at startup"
+    finally:
+        node.history.close()
+        node.persisted.close()
+        node.lock.release()
+    again = Node(config)  # the history now agrees with the record: nothing more is recorded
+    try:
+        assert len(list(read_events_after(tmp_path / HISTORY_DIR, 0))) == len(events)
+    finally:
+        again.history.close()
+        again.persisted.close()
+        again.lock.release()
+
+
+def test_a_lost_commit_write_loads_the_same_state_without_its_commit(tmp_path: Path) -> None:
+    """Marking the accepted state committed writes a record but no history event: losing that record is the
+    same as a crash just before the commit, so the node loads the accepted state and does not refuse."""
+    persisted = FilePersistedState(tmp_path, "c")
+    persisted.set_current_term(1)
+    accepted = published(1).replace(cluster_uuid_committed=False)
+    persisted.set_last_accepted_state(accepted)
+    acknowledge(persisted)
+    persisted.set_last_accepted_state(published(1))  # the commit
+    persisted.close()
+    newest_slot(tmp_path).write_bytes(b"")
+    again = FilePersistedState(tmp_path, "c")
+    assert again.last_accepted_state == accepted
+    again.close()

@@ -24,7 +24,6 @@ from coordinated.coordination.messages import (
 from coordinated.coordination.state import DiscoveryNode
 from coordinated.sidecar import transport
 from coordinated.sidecar.auth import MAC_BYTES, NONCE_BYTES, TransportAuth
-from coordinated.sidecar.localcluster import free_ports
 from coordinated.sidecar.transport import (
     MESSAGE_PATH,
     PROTOCOL_HMAC,
@@ -34,6 +33,7 @@ from coordinated.sidecar.transport import (
     transport_app,
     watch_until_closed,
 )
+from coordinated.tools.localcluster import free_ports
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -76,4 +76,3 @@ def main(argv: list[str]) -> int:
         kopf.cli.main.main(args=kopf_arguments(passthrough), prog_name="coordinated operator")
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    return 0  # pragma: no cover - click always raises SystemExit in standalone mode

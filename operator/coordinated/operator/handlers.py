@@ -234,8 +234,8 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         logger=logger,
         previous_status=previous_status,
     )
-    for event_type, reason, message in secured.events:
-        await post_event(memo, body, event_type, reason, message, logger)
+    for event_type, reason, text in secured.events:
+        await post_event(memo, body, event_type, reason, text, logger)
     view = await observe_sidecars(memo.http, spec, pods, secured)
     existing_claims: tuple[str, ...] = ()
     if spec.recorded_cluster_uuid is None and not spec.pinned_initial_master_nodes and statefulset_replicas is None:

@@ -10,7 +10,7 @@ import asyncio
 import datetime
 import socket
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -164,8 +164,8 @@ class Kube:
 
     def _cluster(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            found: dict[str, Any] = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-            return found
+            found = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            return cast(dict[str, Any], found)
         except ApiException as error:
             if error.status == 404:
                 return None

@@ -66,6 +66,17 @@ MEANINGS: dict[str, str] = {
     "history.segment_size": "history segment rotation size",
     "history.fsync": "`true` fsyncs each history line",
     "hooks.timeout": "timeout of one hook notification",
+    # Security (docs/sidecar.md#security): static, files checked at startup and reloaded when they change.
+    "transport.ssl.enabled": "`true` for mutual TLS between nodes",
+    "transport.ssl.certificate": "this node's transport certificate (PEM)",
+    "transport.ssl.key": "the transport certificate's private key (PEM)",
+    "transport.ssl.certificate_authorities": "the cluster's CA (PEM); a peer's certificate must chain to it",
+    "http.ssl.enabled": "`true` for HTTPS on the client port's published address",
+    "http.ssl.certificate": "the client port's certificate (PEM)",
+    "http.ssl.key": "the client port certificate's private key (PEM)",
+    "http.ssl.certificate_authorities": "CAs for client certificates (PEM)",
+    "http.ssl.client_authentication": "client certificates: `none`, `optional` or `required`",
+    "http.auth.tokens_file": "file of `ROLE TOKEN` lines (`admin`, `writer`, `reader`); without it, no authentication",
 }
 
 # Zen1 names users are most likely to bring along; the registry rejects every discovery.zen.* name.

@@ -13,28 +13,9 @@ from collections.abc import Mapping
 
 from coordinated.coordination.settings import SettingsError, coordination_registry
 
-# Settings a user may put in spec.settings.
+# Settings a user may put in spec.settings: every core setting but the per-node ones, which the operator sets.
 USER_SETTINGS: frozenset[str] = frozenset(
-    {
-        "cluster.name",
-        "discovery.find_peers_interval",
-        "discovery.cluster_formation_warning_timeout",
-        "cluster.election.initial_timeout",
-        "cluster.election.back_off_time",
-        "cluster.election.max_timeout",
-        "cluster.election.duration",
-        "cluster.fault_detection.leader_check.interval",
-        "cluster.fault_detection.leader_check.timeout",
-        "cluster.fault_detection.leader_check.retry_count",
-        "cluster.fault_detection.follower_check.interval",
-        "cluster.fault_detection.follower_check.timeout",
-        "cluster.fault_detection.follower_check.retry_count",
-        "cluster.publish.timeout",
-        "cluster.follower_lag.timeout",
-        "cluster.no_master_block",
-        "cluster.auto_shrink_voting_configuration",
-        "cluster.max_voting_config_exclusions",
-    }
+    name for name, setting in coordination_registry().settings.items() if not setting.per_node
 )
 
 # The sidecar's TLS and token settings (registered by the sidecar service, not the protocol core's registry).

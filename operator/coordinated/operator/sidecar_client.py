@@ -13,6 +13,8 @@ from typing import Any
 
 import aiohttp
 
+from coordinated.coordination.history import NO_CLUSTER_UUID
+
 HTTP_PORT = 9200
 TRANSPORT_PORT = 9300
 
@@ -78,7 +80,7 @@ class ClusterHealth:
 
 
 # Elasticsearch reports "_na_" as the UUID of a cluster that has not been bootstrapped yet.
-_UNKNOWN_UUIDS = {None, "", "_na_"}
+_UNKNOWN_UUIDS = {None, "", NO_CLUSTER_UUID}
 
 
 def parse_cluster_state(body: Mapping[str, Any]) -> ClusterState:

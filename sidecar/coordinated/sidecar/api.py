@@ -1,4 +1,4 @@
-"""The client API on the HTTP port (DESIGN section 6), with Elasticsearch's error shape.
+"""The client API on the HTTP port (docs/sidecar.md), with Elasticsearch's error shape.
 
 Every handler validates its query string (unknown parameters are refused, as Elasticsearch does) and its
 body before touching the node; the middleware turns any failure into a JSON error, so no request can take
@@ -28,11 +28,14 @@ from coordinated.coordination.client import (
     ReadBarrier,
     ReadValue,
     UpdateSettings,
+    error_body,
     no_master_error,
 )
+from coordinated.coordination.context import Mode
 from coordinated.coordination.settings import parse_time_ms
 from coordinated.coordination.state import state_to_api
-from coordinated.coordination.validation import exclusions_problem, hook_name_problem, key_problem, settings_problem
+from coordinated.coordination.validation import hook_name_problem, key_problem, settings_problem
+from coordinated.sidecar.access import Tokens, access_middleware
 from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
@@ -55,7 +58,7 @@ class BadRequest(Exception):
 
 
 def error_response(error_type: str, reason: str, status: int) -> web.Response:
-    return web.json_response({"error": {"type": error_type, "reason": reason}, "status": status}, status=status)
+    return web.json_response(error_body(error_type, reason, status), status=status)
 
 
 def result_error(result: ClusterError) -> web.Response:
@@ -421,12 +424,6 @@ async def metadata_get(request: web.Request) -> web.Response:
         return web.json_response({"key": key, "value": state.kv[key], "version": state.version})
     result = await node.submit(KvGet(key), timeout_ms)
     if isinstance(result, ReadValue):
-        if not result.linearizable:
-            # Without a master the core answers from the last applied state, which may be stale (the chaos
-            # runs saw such reads while a node was cut off). The caller asked for a linearizable read, so say
-            # there is no master; ?local=true still reads the applied state.
-            assert node.coordinator is not None
-            return result_error(no_master_error(node.coordinator.settings.no_master_block))
         if not result.found:
             return key_not_found(key)
         return web.json_response({"key": key, "value": result.value, "version": result.version})
@@ -487,13 +484,7 @@ async def exclusions_add(request: web.Request) -> web.Response:
     timeout_ms = timeout_of(query)
     await no_body(request)
     node = node_of(request)
-    assert node.coordinator is not None
-    # Checked against this node's applied state for a quick answer; the master checks again against its own.
-    state = node.applied_state
-    limit = node.coordinator.settings.max_voting_config_exclusions
-    problem = exclusions_problem(exclusions, state.nodes, state.coordination.voting_config_exclusions, limit)
-    if problem is not None:
-        raise BadRequest(problem)
+    # The master checks the request, and cluster.max_voting_config_exclusions against the exclusions it holds.
     result = await node.submit(exclusions, timeout_ms)
     return exclusions_result(node, result)
 
@@ -556,7 +547,7 @@ async def readyz(request: web.Request) -> web.Response:
     assert node.coordinator is not None
     if node.persist_monitor.failure:
         return web.json_response({"ready": False, "reason": node.persist_monitor.failure}, status=503)
-    if node.applied_state.master_node is not None and str(node.coordinator.mode) != "CANDIDATE":
+    if node.applied_state.master_node is not None and node.coordinator.mode is not Mode.CANDIDATE:
         return web.json_response({"ready": True, "master_node": node.applied_state.master_node})
     return web.json_response({"ready": False, "reason": node.coordinator.formation_problem or "no master"}, status=503)
 
@@ -597,8 +588,13 @@ async def hook_delete(request: web.Request) -> web.Response:
     return web.json_response({"acknowledged": True})
 
 
-def client_app(node: Node) -> web.Application:
-    app = web.Application(client_max_size=node.config.get("http.max_content_length"), middlewares=[errors_middleware])
+def client_app(node: Node, tokens: Tokens | None = None) -> web.Application:
+    """With `tokens`, every request is checked (before its body is read) by the access middleware."""
+    middlewares: list[Callable[..., Awaitable[web.StreamResponse]]] = [errors_middleware]
+    if tokens is not None:
+        counted = node.metrics.http_requests
+        middlewares.insert(0, access_middleware(tokens, lambda status: counted.labels(str(status)).inc()))
+    app = web.Application(client_max_size=node.config.get("http.max_content_length"), middlewares=middlewares)
     app[NODE_KEY] = node
     setup_routes(app)
     return app

@@ -6,16 +6,19 @@ import argparse
 import asyncio
 import logging
 import signal
+import ssl
 import sys
 
 from aiohttp import web
 
 from coordinated.coordination.settings import SettingsError
+from coordinated.sidecar.access import Tokens
 from coordinated.sidecar.api import client_app
 from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
 from coordinated.sidecar.http_server import ClientAppRunner
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.persistence import DataDirError
+from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
 from coordinated.sidecar.transport import transport_app
 
 EXIT_SETTINGS = 2
@@ -23,8 +26,17 @@ EXIT_DATA_DIR = 3
 EXIT_BIND = 4
 TRANSPORT_MAX_BODY = 512 * 1024 * 1024  # a full state can be large; peers are authenticated or trusted
 HANDOVER_WAIT_S = 2.0
+LOOPBACK = "127.0.0.1"
+# A host whose listener already takes loopback connections, or is loopback itself.
+UNSPECIFIED_OR_LOOPBACK = ("127.0.0.1", "localhost", "0.0.0.0", "::", "")
 
 log = logging.getLogger("coordinated.cli")
+
+
+def listening_context(config: NodeConfig, prefix: str) -> ssl.SSLContext | None:
+    """The server context of a port with TLS (reloaded from disk per new connection), or None."""
+    files = TlsFiles.from_settings(config.parsed, prefix)
+    return ReloadingContext(files, Side.SERVER).listening_context() if files is not None else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,12 +96,38 @@ async def serve(node: Node, config: NodeConfig) -> int:
     transport_runner = web.AppRunner(
         transport_app(node.handle_message, node.auth, max_body), access_log=None, handle_signals=False
     )
-    client_runner = ClientAppRunner(client_app(node))
+    tokens_file = config.get("http.auth.tokens_file")
+    client_runner = ClientAppRunner(client_app(node, Tokens(tokens_file) if tokens_file else None))
     await transport_runner.setup()
     await client_runner.setup()
+    sites = [
+        web.TCPSite(
+            transport_runner,
+            config.host,
+            config.transport_port,
+            reuse_address=True,
+            ssl_context=listening_context(config, "transport.ssl"),
+        ),
+        web.TCPSite(
+            client_runner,
+            config.host,
+            config.http_port,
+            reuse_address=True,
+            ssl_context=listening_context(config, "http.ssl"),
+        ),
+    ]
     try:
-        await web.TCPSite(transport_runner, config.host, config.transport_port, reuse_address=True).start()
-        await web.TCPSite(client_runner, config.host, config.http_port, reuse_address=True).start()
+        for site in sites:
+            await site.start()
+        if config.host not in UNSPECIFIED_OR_LOOPBACK:
+            # For applications in the pod and `kubectl port-forward`: plain HTTP, the same tokens. A convenience:
+            # without it (no loopback interface, the port taken there) the node still runs.
+            loopback = web.TCPSite(client_runner, LOOPBACK, config.http_port, reuse_address=True)
+            try:
+                await loopback.start()
+                sites.append(loopback)
+            except OSError as error:
+                log.warning("no client listener on %s:%d: %s", LOOPBACK, config.http_port, error.strerror or error)
     except OSError as error:
         print(f"coordinated node: error: cannot listen on {config.host}: {error.strerror or error}", file=sys.stderr)
         await client_runner.cleanup()
@@ -99,12 +137,12 @@ async def serve(node: Node, config: NodeConfig) -> int:
         return EXIT_BIND
     await node.start()
     log.info(
-        "node %s (%s) started: http %s:%d, transport %s",
+        "node %s (%s) started: %s, transport %s%s",
         config.coordination.node_name,
         node.node_id,
-        config.host,
-        config.http_port,
+        ", ".join(site.name for site in sites[1:]),
         config.transport_address,
+        " (mutual TLS)" if config.get("transport.ssl.enabled") else "",
     )
     await stop.wait()
     log.info("stopping")

@@ -17,6 +17,7 @@ from coordinated.coordination.settings import (
     parse_bool,
     parse_time_ms,
 )
+from coordinated.sidecar.security_settings import SECURITY_SETTINGS, check_security_settings
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
@@ -81,6 +82,7 @@ SIDECAR_SETTINGS = (
     Setting("history.segment_size", parse_byte_size, "16mb"),
     Setting("history.fsync", parse_bool, "false"),
     Setting("hooks.timeout", _time, "5s"),
+    *SECURITY_SETTINGS,
 )
 
 
@@ -88,6 +90,7 @@ def sidecar_registry() -> SettingsRegistry:
     registry = coordination_registry()
     for setting in SIDECAR_SETTINGS:
         registry.register(setting)
+    registry.cross_checks.append(check_security_settings)
     return registry
 
 

@@ -1,4 +1,4 @@
-"""The node's history (DESIGN section 7): JSON Lines in rotating segment files under DATA_DIR/history/.
+"""The node's history (the event schema is in docs/protocol.md): JSON Lines in rotating segment files under DATA_DIR/history/.
 
 Events are written with a plain `write` on an O_APPEND descriptor before the effect they record is carried
 out, so a killed process never loses an event it acted on (the page cache survives a process crash; set
@@ -14,6 +14,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from coordinated.coordination.recovery import HistorySummary
 
 _SEGMENT = re.compile(r"^segment-(\d{12})\.jsonl$")
 _TAIL_BYTES = 64 * 1024
@@ -137,30 +139,60 @@ def read_events_after(directory: Path, after_seq: int, limit: int | None = None)
                         return
 
 
-def newest_durable_marks(directory: Path) -> tuple[int, tuple[int, int]]:
-    """The highest `term` and accepted (term, version) in a history (0 and (0, 0) where there are none).
+def summarize_history(directory: Path) -> HistorySummary:
+    """What a history proves about the node's durable writes: the highest `term` and accepted (term, version).
 
     Both events are written after the term or state they record is durable and before any message relies on
     it, so a persisted record older than these marks has lost something this node acknowledged. Both only
-    grow within one node's history, so segments are read newest first until each kind has been seen.
+    grow within one node's history, so segments are read newest first until each kind has been seen. A line
+    that cannot be read, other than a last line cut by a crash, is reported as damage: marks it held are lost.
+    The node ids are those of the marks.
     """
     term: int | None = None
     accepted: tuple[int, int] | None = None
+    events = 0
+    node_ids: set[str] = set()
+    damaged: list[str] = []
     for _first_seq, path in reversed(list_segments(directory)):
         with path.open("rb") as file:
-            for line in file:
+            for number, line in enumerate(file, 1):
+                if not line.endswith(b"\n"):
+                    continue  # a partial line left by a crash
+                if not line.strip():
+                    continue
                 if b'"type":"term"' not in line and b'"type":"accepted"' not in line:
+                    # Only the marks are decoded, so that a long history is read quickly at startup.
+                    if line.startswith(b"{") and line.endswith(b"}\n"):
+                        events += 1
+                    else:
+                        damaged.append(f"[{path}] line {number}")
                     continue
                 try:
                     event = json.loads(line)
-                    event_term = int(event["term"])
-                    version = int(event.get("version") or 0)
+                    if event["type"] == "term":
+                        term = max(term or 0, int(event["term"]))
+                    else:
+                        accepted = max(accepted or (0, 0), (int(event["term"]), int(event.get("version") or 0)))
                 except (ValueError, KeyError, TypeError):
-                    continue  # a partial line left by a crash
-                if event["type"] == "term":
-                    term = max(term or 0, event_term)
-                else:
-                    accepted = max(accepted or (0, 0), (event_term, version))
+                    damaged.append(f"[{path}] line {number}")
+                    continue
+                events += 1
+                if isinstance(event.get("node"), str):
+                    node_ids.add(event["node"])
         if term is not None and accepted is not None:
             break
-    return term or 0, accepted or (0, 0)
+    detail = ", ".join(damaged[:3]) + (f" and {len(damaged) - 3} more" if len(damaged) > 3 else "")
+    return HistorySummary(
+        name=f"[{directory}]",
+        events=events,
+        term=term or 0,
+        accepted=accepted or (0, 0),
+        node_ids=frozenset(node_ids),
+        damaged=f"unreadable {detail}" if damaged else "",
+    )
+
+
+def newest_durable_marks(directory: Path) -> tuple[int, tuple[int, int]]:
+    """The highest `term` and accepted (term, version) in a history (0 and (0, 0) where there are none)."""
+    summary = summarize_history(directory)
+    return summary.term, summary.accepted

@@ -2,87 +2,97 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from coordinated.coordination.context import Mode
 from coordinated.coordination.effects import PublicationFinished
 
-if TYPE_CHECKING:
-    from coordinated.sidecar.node import Node
-
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-MODES = ("CANDIDATE", "LEADER", "FOLLOWER")
+MODES = tuple(mode.value for mode in Mode)
+
+
+@dataclass(frozen=True)
+class StatusSnapshot:
+    """What the node reports at scrape time, read from the core and the shell's parts."""
+
+    current_term: int
+    mode: Mode
+    applied_version: int
+    applied_nodes: int
+    elections_won: int
+    failed_publications: int
+    lagging_nodes_removed: int
+    history_bytes: int
+    persisted_bytes: int
+    sent_bytes: dict[str, int] | None  # None without a transport
+    dropped_messages: int
 
 
 class _CoreCollector(Collector):
-    """Reads the core's views at scrape time, so nothing has to be kept in sync."""
+    """Reads a snapshot of the node at scrape time, so nothing has to be kept in sync."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, snapshot: Callable[[], StatusSnapshot | None]) -> None:
+        self.snapshot = snapshot
 
     def collect(self) -> Iterator[Any]:
-        node = self.node
-        coordinator = node.coordinator
-        if coordinator is None:
+        status = self.snapshot()
+        if status is None:
             return
-        state = node.applied_state
-        yield GaugeMetricFamily("coordinated_current_term", "The node's current term", value=coordinator.current_term)
+        yield GaugeMetricFamily("coordinated_current_term", "The node's current term", value=status.current_term)
         mode = GaugeMetricFamily("coordinated_mode", "1 for the node's current mode", labels=["mode"])
         for name in MODES:
-            mode.add_metric([name], 1.0 if str(coordinator.mode) == name else 0.0)
+            mode.add_metric([name], 1.0 if status.mode.value == name else 0.0)
         yield mode
         yield GaugeMetricFamily(
             "coordinated_is_master",
             "1 if this node is the elected master",
-            value=1.0 if str(coordinator.mode) == "LEADER" else 0.0,
+            value=1.0 if status.mode is Mode.LEADER else 0.0,
         )
         yield GaugeMetricFamily(
-            "coordinated_cluster_state_version", "Version of the applied state", value=state.version
+            "coordinated_cluster_state_version", "Version of the applied state", value=status.applied_version
         )
-        yield GaugeMetricFamily("coordinated_cluster_nodes", "Nodes in the applied state", value=len(state.nodes))
-        yield CounterMetricFamily(
-            "coordinated_elections_won", "Elections this node won", value=coordinator.elections_won
-        )
+        yield GaugeMetricFamily("coordinated_cluster_nodes", "Nodes in the applied state", value=status.applied_nodes)
+        yield CounterMetricFamily("coordinated_elections_won", "Elections this node won", value=status.elections_won)
         yield CounterMetricFamily(
             "coordinated_failed_publications",
             "Publications that failed on this master",
-            value=coordinator.failed_publications,
+            value=status.failed_publications,
         )
         yield CounterMetricFamily(
             "coordinated_lagging_nodes_removed",
             "Nodes removed by the lag detector",
-            value=coordinator.lagging_nodes_removed,
+            value=status.lagging_nodes_removed,
         )
         yield GaugeMetricFamily(
-            "coordinated_history_segment_bytes",
-            "Bytes in this node's history segments",
-            value=node.history.total_bytes(),
+            "coordinated_history_segment_bytes", "Bytes in this node's history segments", value=status.history_bytes
         )
         yield CounterMetricFamily(
-            "coordinated_state_bytes_persisted", "Bytes written to the state file", value=node.persisted.bytes_written
+            "coordinated_state_bytes_persisted", "Bytes written to the state file", value=status.persisted_bytes
         )
-        if node.sender is not None:
+        if status.sent_bytes is not None:
             sent = CounterMetricFamily(
                 "coordinated_transport_sent_bytes", "Envelope bytes sent, per destination", labels=["destination"]
             )
-            for destination, count in sorted(node.sender.bytes_sent.items()):
+            for destination, count in sorted(status.sent_bytes.items()):
                 sent.add_metric([destination], count)
             yield sent
             yield CounterMetricFamily(
                 "coordinated_transport_dropped_messages",
                 "Messages dropped on full send queues",
-                value=node.sender.dropped,
+                value=status.dropped_messages,
             )
 
 
 class NodeMetrics:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, snapshot: Callable[[], StatusSnapshot | None]) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(_CoreCollector(node))
+        self.registry.register(_CoreCollector(snapshot))
         self.publication_latency = Histogram(
             "coordinated_publication_seconds",
             "Publication time on the master, start to finish",

@@ -15,6 +15,7 @@ import random
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import assert_never
 
 from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError
 from coordinated.coordination.coordinator import Coordinator, Mode
@@ -29,20 +30,21 @@ from coordinated.coordination.effects import (
     StateApplied,
 )
 from coordinated.coordination.messages import Message
+from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.sidecar.auth import TransportAuth
 from coordinated.sidecar.config import NodeConfig
-from coordinated.sidecar.history import HistoryWriter, newest_durable_marks
+from coordinated.sidecar.history import HistoryWriter
 from coordinated.sidecar.hooks import HookManager
-from coordinated.sidecar.metrics import NodeMetrics
+from coordinated.sidecar.metrics import NodeMetrics, StatusSnapshot
 from coordinated.sidecar.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.persistence import (
-    DataDirError,
+    HOOKS_FILE,
     DataDirLock,
     FilePersistedState,
-    load_or_create_node_id,
     prepare_data_dir,
 )
+from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
 from coordinated.sidecar.transport import PeerSender, watch_until_closed
 
 log = logging.getLogger("coordinated.node")
@@ -55,22 +57,32 @@ class Node:
         self.config = config
         prepare_data_dir(config.data_dir)
         self.lock = DataDirLock(config.data_dir)
-        self.node_id = load_or_create_node_id(config.data_dir)
+        # Decides from the whole directory (node id, slots, history, hooks) whether to start fresh, load or
+        # refuse; on a fresh start it also makes the node id.
         self.persisted = FilePersistedState(config.data_dir, config.coordination.cluster_name)
+        self.node_id = self.persisted.node_id
         self.history = HistoryWriter(
             config.data_dir / "history", config.get("history.segment_size"), config.get("history.fsync")
         )
-        if self.persisted.damaged_slot is not None:
-            self._check_history_agrees()
+        recovered = recovered_state_event(
+            self.node_id,
+            config.coordination.node_name,
+            self.persisted.last_accepted_state,
+            self.persisted.history_summary,
+        )
+        if recovered is not None:
+            self.history.append(recovered.to_dict())
         secret_file = config.get("transport.secret_file")
         self.auth = TransportAuth.from_file(secret_file) if secret_file else None
+        transport_tls = TlsFiles.from_settings(config.parsed, "transport.ssl")
+        self.transport_tls = ReloadingContext(transport_tls, Side.CLIENT) if transport_tls is not None else None
         roles = ("master",) if config.coordination.master_eligible else ()
         self.local_node = DiscoveryNode(self.node_id, config.coordination.node_name, config.transport_address, roles)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.coordinator: Coordinator | None = None
         self.persist_monitor = MonitoredPersistedState(self.persisted)  # for health: did the last write fail?
-        self.metrics = NodeMetrics(self)
-        self.hooks = HookManager(config.data_dir / "hooks.json", config.get("hooks.timeout") / 1000)
+        self.metrics = NodeMetrics(self.status_snapshot)
+        self.hooks = HookManager(config.data_dir / HOOKS_FILE, config.get("hooks.timeout") / 1000)
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
         self._applied_event = asyncio.Event()
@@ -83,22 +95,6 @@ class Node:
         self.stopping = False
         # Watch connections by peer address (see _watch_peers).
         self._watches: dict[str, asyncio.Task[None]] = {}
-
-    def _check_history_agrees(self) -> None:
-        """After passing over a damaged slot: refuse to start if the history shows a term or an accepted state
-        newer than the record loaded, because then the damaged record had been acknowledged (a vote or a
-        publish ack) and forgetting it could let this node vote twice in a term or drop a committed state."""
-        persisted = self.persisted
-        term, accepted = newest_durable_marks(self.history.directory)
-        state = persisted.last_accepted_state
-        if term > persisted.current_term or accepted > (state.term, state.version):
-            raise DataDirError(
-                f"{persisted.damaged_slot} is damaged and the other slot is older than this node's history "
-                f"(history: term {term}, accepted state term {accepted[0]} version {accepted[1]}; loaded: term "
-                f"{persisted.current_term}, state term {state.term} version {state.version}): an acknowledged "
-                "write was lost on disk; refusing to start. Restore the data directory, or wipe it so that the "
-                "node rejoins as a new node"
-            )
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -118,6 +114,7 @@ class Node:
             connect_timeout_s=cfg.get("transport.connect_timeout") / 1000,
             retries=cfg.get("transport.retries"),
             queue_size=cfg.get("transport.queue_size"),
+            tls_client=self.transport_tls,
         )
         await self.sender.start()
         await self.hooks.start()
@@ -212,7 +209,7 @@ class Node:
         loop = asyncio.get_running_loop()
         this = asyncio.current_task()
         started = loop.time()
-        reason = await watch_until_closed(self.sender.session, address, self.auth)
+        reason = await watch_until_closed(self.sender.session, address, self.auth, self.transport_tls)
         if loop.time() - started < 0.05:
             # Could not even connect (a peer still starting, say): do not report it at a high rate.
             await asyncio.sleep(0.5)
@@ -243,8 +240,9 @@ class Node:
                 assert self.sender is not None
                 self.sender.send(effect.destination, effect.message)
             elif isinstance(effect, RecordHistory):
-                self.history.append(effect.event)
-                self.metrics.on_history(effect.event)
+                event = effect.event.to_dict()
+                self.history.append(event)
+                self.metrics.on_history(event)
             elif isinstance(effect, StateApplied):
                 self._on_applied(effect.state)
             elif isinstance(effect, RequestCompleted):
@@ -260,7 +258,7 @@ class Node:
             elif isinstance(effect, Log):
                 log.log(_LOG_LEVELS.get(effect.level, logging.INFO), effect.message)
             else:
-                log.warning("unknown effect %r", effect)
+                assert_never(effect)
 
     def _on_applied(self, state: ClusterState) -> None:
         self.applied_state = state
@@ -341,6 +339,26 @@ class Node:
             except TimeoutError:
                 return predicate()
         return True
+
+    def status_snapshot(self) -> StatusSnapshot | None:
+        """What the metrics report, read at scrape time; None before the core starts."""
+        coordinator = self.coordinator
+        if coordinator is None:
+            return None
+        state = self.applied_state
+        return StatusSnapshot(
+            current_term=coordinator.current_term,
+            mode=coordinator.mode,
+            applied_version=state.version,
+            applied_nodes=len(state.nodes),
+            elections_won=coordinator.elections_won,
+            failed_publications=coordinator.failed_publications,
+            lagging_nodes_removed=coordinator.lagging_nodes_removed,
+            history_bytes=self.history.total_bytes(),
+            persisted_bytes=self.persisted.bytes_written,
+            sent_bytes=dict(self.sender.bytes_sent) if self.sender is not None else None,
+            dropped_messages=self.sender.dropped if self.sender is not None else 0,
+        )
 
     @property
     def history_dir(self) -> Path:

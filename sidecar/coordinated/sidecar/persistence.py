@@ -5,14 +5,13 @@ a rename: they live in two slot files, `coordination-state.0` and `.1`, created 
 puts one record in place (`pwrite` at offset 0, `ftruncate` if it shrank, `fdatasync`) into the slot that
 does not hold the newest valid record, so a torn write can only destroy the older copy. A record is a 60-byte
 header (magic `COORDINATED2`, u64 write generation, u64 payload length, sha256 of those fields and the
-payload; big-endian) followed by the JSON `{"current_term", "last_accepted_state"}`. At startup the valid
-slot with the highest generation wins; a damaged slot beside a valid one is a write that a crash interrupted
-before it was acknowledged. The first record (fresh, or migrated from the single `coordination-state.dat` of
-earlier versions) reaches slot 0 by temp file and rename, so a slot file never holds only a torn record. If
-no slot holds a valid record, the node stops with a DataDirError naming both files: silently resetting the
-term or the state could let a node vote twice in a term or forget a committed state. The rarely written node
-id keeps the older format (`atomic_write`: temp file, fsync, rename, directory fsync, one-line checksummed
-header).
+payload; big-endian) followed by the JSON `{"node_id", "current_term", "last_accepted_state"}`. What the node
+loads at startup, or why it refuses, is decided by `coordination.recovery.decide_startup` from a survey of the
+whole directory (slots, node id, history, hooks, a `coordination-state.dat` of earlier versions): the newest
+valid record, unless the history proves that a newer one was acknowledged, or the files disagree on whose
+they are. The first record reaches slot 0 by temp file and rename, so a slot file never holds only a torn
+record, and it is durable before the node id file is written. The rarely written node id keeps the older
+format (`atomic_write`: temp file, fsync, rename, directory fsync, one-line checksummed header).
 """
 
 from __future__ import annotations
@@ -24,12 +23,21 @@ import logging
 import os
 import secrets
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
+from coordinated.coordination.recovery import (
+    LoadRecord,
+    Record,
+    Refuse,
+    SlotReading,
+    StartFresh,
+    StorageView,
+    decide_startup,
+)
 from coordinated.coordination.state import ClusterState, encode_state, initial_state
+from coordinated.sidecar.history import summarize_history
 
 MAGIC = b"COORDINATED1"
 SLOT_MAGIC = b"COORDINATED2"
@@ -37,6 +45,8 @@ SLOT_FILES = ("coordination-state.0", "coordination-state.1")
 LEGACY_STATE_FILE = "coordination-state.dat"
 NODE_ID_FILE = "node-id.dat"
 LOCK_FILE = "node.lock"
+HOOKS_FILE = "hooks.json"
+HISTORY_DIR = "history"
 
 # Slot record header: magic, write generation (u64), payload length (u64), then sha256(fields + payload).
 _SLOT_FIELDS = struct.Struct(">12sQQ")
@@ -118,77 +128,117 @@ def encode_slot_record(generation: int, payload: bytes) -> bytes:
     return b"".join((fields, digest.digest(), payload))
 
 
-@dataclass(frozen=True)
-class _Slot:
-    """What one slot file holds: a valid record (`payload` set), a damaged one (`problem` set), or nothing."""
-
-    path: Path
-    generation: int = 0
-    payload: bytes | None = None
-    problem: str | None = None
-
-
-def _check_slot(path: Path, data: bytes) -> _Slot:
+def _read_slot(path: Path, cluster_name: str) -> SlotReading:
+    """What one slot file holds, for `decide_startup`; a record that passes its checksum but cannot be decoded
+    is not a torn write but a bug or a foreign file, so it stops the node at once."""
+    name = f"[{path}]"
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return SlotReading(name, "missing")
+    except OSError as error:
+        raise DataDirError(f"cannot read [{path}]: {error.strerror or error}") from None
     if not data:
-        return _Slot(path)
+        return SlotReading(name, "empty")
     if len(data) < SLOT_HEADER_SIZE:
-        return _Slot(path, problem=f"truncated header, {len(data)} of {SLOT_HEADER_SIZE} bytes")
+        return SlotReading(name, "damaged", f"truncated header, {len(data)} of {SLOT_HEADER_SIZE} bytes")
     magic, generation, length = _SLOT_FIELDS.unpack_from(data)
     if magic != SLOT_MAGIC:
-        return _Slot(path, problem=f"malformed header (expected {SLOT_MAGIC.decode()})")
+        return SlotReading(name, "damaged", f"malformed header (expected {SLOT_MAGIC.decode()})")
     available = len(data) - SLOT_HEADER_SIZE
     if length > available:
-        return _Slot(path, problem=f"truncated, {available} of {length} payload bytes")
+        return SlotReading(name, "damaged", f"truncated, {available} of {length} payload bytes")
     payload = data[SLOT_HEADER_SIZE : SLOT_HEADER_SIZE + length]
     digest = hashlib.sha256(data[: _SLOT_FIELDS.size])
     digest.update(payload)
     if digest.digest() != data[_SLOT_FIELDS.size : SLOT_HEADER_SIZE]:
-        return _Slot(path, problem="checksum mismatch")
+        return SlotReading(name, "damaged", "checksum mismatch")
     # Bytes after the record are ignored: only a crash between pwrite and ftruncate leaves any.
-    return _Slot(path, generation=generation, payload=payload)
+    loaded = _decode_state_file(path, payload)
+    return SlotReading(name, "valid", record=_summary(loaded, generation, digest.hexdigest(), cluster_name))
+
+
+def _summary(loaded: _StateFile, generation: int, fingerprint: str, cluster_name: str) -> Record:
+    state = loaded.last_accepted_state
+    return Record(
+        generation=generation,
+        current_term=loaded.current_term,
+        accepted=(state.term, state.version),
+        cluster_name=state.cluster_name,
+        node_id=loaded.node_id,
+        fingerprint=fingerprint,
+        initial=loaded.current_term == 0 and state == initial_state(cluster_name),
+    )
 
 
 class _StateFile(msgspec.Struct):
     current_term: int
     last_accepted_state: ClusterState
+    node_id: str | None = None  # absent in records written by earlier versions
 
 
 _STATE_DECODER = msgspec.json.Decoder(_StateFile)
 
 
-def _decode_state_file(path: Path, payload: bytes, cluster_name: str) -> _StateFile:
+def _decode_state_file(path: Path, payload: bytes) -> _StateFile:
     try:
-        loaded = _STATE_DECODER.decode(payload)
+        return _STATE_DECODER.decode(payload)
     except msgspec.MsgspecError as error:
         raise DataDirError(f"[{path}] is corrupt: {error}") from None
-    if loaded.last_accepted_state.cluster_name != cluster_name:
-        raise DataDirError(
-            f"[{path}] holds a state of cluster [{loaded.last_accepted_state.cluster_name}], "
-            f"but cluster.name is [{cluster_name}]"
-        )
-    return loaded
 
 
-def _payload(term: int, state_bytes: bytes) -> bytes:
+def _payload(node_id: str, term: int, state_bytes: bytes) -> bytes:
     # Builds the JSON around the cached state encoding: a term change does not re-encode the state.
-    return b'{"current_term":%d,"last_accepted_state":%s}' % (term, state_bytes)
+    return b'{"node_id":"%s","current_term":%d,"last_accepted_state":%s}' % (node_id.encode(), term, state_bytes)
 
 
-def _file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
+def _read_node_id(path: Path) -> str | None:
+    if not path.exists():
+        return None
+    node_id = read_checked(path).decode("utf-8", "replace").strip()
+    if not node_id or not node_id.isalnum():
+        raise DataDirError(f"[{path}] is corrupt: not a node id")
+    return node_id
+
+
+def survey_data_dir(data_dir: Path, cluster_name: str) -> StorageView:
+    """Everything in the data directory that tells whether and how it was used, for `decide_startup`."""
+    node_id_path = data_dir / NODE_ID_FILE
+    legacy_path = data_dir / LEGACY_STATE_FILE
+    legacy: SlotReading | None = None
+    if legacy_path.exists():
+        try:
+            loaded = _decode_state_file(legacy_path, read_checked(legacy_path))
+            legacy = SlotReading(f"[{legacy_path}]", "valid", record=_summary(loaded, 0, "legacy", cluster_name))
+        except DataDirError as error:
+            legacy = SlotReading(
+                f"[{legacy_path}]", "damaged", str(error).removeprefix(f"[{legacy_path}] is corrupt: ")
+            )
+    hooks = data_dir / HOOKS_FILE
+    return StorageView(
+        cluster_name=cluster_name,
+        node_id=_read_node_id(node_id_path),
+        node_id_name=f"[{node_id_path}]",
+        slots=tuple(_read_slot(data_dir / name, cluster_name) for name in SLOT_FILES),
+        history=summarize_history(data_dir / HISTORY_DIR),
+        legacy=legacy,
+        others=(f"[{hooks}] holds registered hooks",) if hooks.exists() else (),
+    )
 
 
 class FilePersistedState:
-    """The core's `PersistedState`: term and state in one record, so that they can never disagree on disk."""
+    """The core's `PersistedState`: term and state in one record, so that they can never disagree on disk.
+
+    Opening it decides, by `decide_startup`, whether the directory starts fresh, loads a record, or refuses
+    (DataDirError naming each file and what it holds). On a fresh start the first record is written before the
+    node id file, so that a crash in between leaves a directory that is recognisably unused.
+    """
 
     def __init__(self, data_dir: Path, cluster_name: str) -> None:
         self.data_dir = data_dir
         self.paths = tuple(data_dir / name for name in SLOT_FILES)
         self.bytes_written = 0
-        self.damaged_slot: str | None = None  # set when a damaged slot was passed over at startup
+        self.warnings: tuple[str, ...] = ()
         self.writes = 0
         self._fds: list[int] = []
         try:
@@ -198,22 +248,26 @@ class FilePersistedState:
             raise
 
     def _load(self, cluster_name: str) -> None:
+        view = survey_data_dir(self.data_dir, cluster_name)
+        self.history_summary = view.history
+        decision = decide_startup(view)
+        if isinstance(decision, Refuse):
+            raise DataDirError(decision.reason)
         legacy = self.data_dir / LEGACY_STATE_FILE
+        write_node_id = view.node_id is None
+        self.node_id = view.node_id or secrets.token_hex(8)
+        if isinstance(decision, StartFresh):
+            self._install_first_record(_payload(self.node_id, 0, encode_state(initial_state(cluster_name))))
+        elif decision.reading is view.legacy:
+            # The first start after an upgrade: the legacy file is removed below, once slot 0 is durable.
+            loaded = _decode_state_file(legacy, read_checked(legacy))
+            self._install_first_record(
+                _payload(self.node_id, loaded.current_term, encode_state(loaded.last_accepted_state))
+            )
+        self.warnings = decision.warnings if isinstance(decision, LoadRecord) else ()
+        for warning in self.warnings:
+            log.warning("%s", warning)
         sync_dir = False
-        if not any(_file_size(path) for path in self.paths):
-            # A new data directory, or the first start after an upgrade: slot 0 gets its first record by rename,
-            # so that a slot file either does not exist or holds a valid record until slot 1 is first written.
-            # The legacy file is removed below, once the slot is durable.
-            if legacy.exists():
-                loaded = _decode_state_file(legacy, read_checked(legacy), cluster_name)
-                payload = _payload(loaded.current_term, encode_state(loaded.last_accepted_state))
-            else:
-                payload = _payload(0, encode_state(initial_state(cluster_name)))
-            try:
-                _replace_file(self.paths[0], encode_slot_record(1, payload))
-            except OSError as error:
-                raise DataDirError(f"cannot write [{self.paths[0]}]: {error.strerror or error}") from None
-            sync_dir = True
         for path in self.paths:
             try:
                 try:
@@ -227,42 +281,38 @@ class FilePersistedState:
         if sync_dir:
             fsync_dir(self.data_dir)
         contents = [_read_file(path) for path in self.paths]
-        slots = [_check_slot(path, data) for path, data in zip(self.paths, contents, strict=True)]
         # Bytes that may be in each slot file, so that a shrinking write knows to truncate.
         self._sizes = [len(data) for data in contents]
-        valid = [slot for slot in slots if slot.payload is not None]
-        if not valid:
-            problems = "; ".join(
-                f"[{slot.path}] is corrupt: {slot.problem}" if slot.problem else f"[{slot.path}] holds no record"
-                for slot in slots
-            )
-            extra = f"; [{legacy}] exists but is older than the slots" if legacy.exists() else ""
-            raise DataDirError(f"no valid coordination state: {problems}{extra}; refusing to reset it")
-        newest = max(valid, key=lambda slot: slot.generation)
-        if len(valid) == 2 and valid[0].generation == valid[1].generation and valid[0].payload != valid[1].payload:
-            raise DataDirError(
-                f"[{valid[0].path}] and [{valid[1].path}] are corrupt: "
-                f"different records with the same generation {newest.generation}"
-            )
-        # A damaged slot beside a valid one is normally a write that a crash interrupted before it was
-        # acknowledged. It could also be a newer, acknowledged record that rotted on disk: the node checks its
-        # history against the loaded record before it starts (`Node._check_history_agrees`).
-        for slot in slots:
-            if slot.problem:
-                self.damaged_slot = f"[{slot.path}] ({slot.problem})"
-                log.warning(
-                    "ignoring damaged %s: using [%s], generation %d", self.damaged_slot, newest.path, newest.generation
-                )
-        assert newest.payload is not None
-        loaded = _decode_state_file(newest.path, newest.payload, cluster_name)
+        readings = [_read_slot(path, cluster_name) for path in self.paths]
+        newest = max(
+            (index for index, reading in enumerate(readings) if reading.record is not None),
+            key=lambda index: _generation_of(readings[index]),
+        )
+        payload = contents[newest][SLOT_HEADER_SIZE:]
+        loaded = _decode_state_file(self.paths[newest], payload[: _SLOT_FIELDS.unpack_from(contents[newest])[2]])
         self._term = loaded.current_term
         self._state = loaded.last_accepted_state
         self._state_bytes = encode_state(self._state)
-        self._generation = newest.generation
-        self._newest = self.paths.index(newest.path)  # the slot holding the newest valid record
+        self._generation = _generation_of(readings[newest])
+        self._newest = newest  # the slot holding the newest valid record
+        if write_node_id:
+            atomic_write(self.data_dir / NODE_ID_FILE, self.node_id.encode())
         if legacy.exists():
-            log.info("removing [%s]: [%s] holds its content or a newer state", legacy, newest.path)
+            log.info("removing [%s]: [%s] holds its content or a newer state", legacy, self.paths[newest])
             self._remove_legacy(legacy)
+
+    def _install_first_record(self, payload: bytes) -> None:
+        """Slot 0 gets the first record by rename, so a slot file never holds only a torn first record; slot 1
+        is emptied (it can hold at most an initial record left by an interrupted first start)."""
+        try:
+            _replace_file(self.paths[0], encode_slot_record(1, payload))
+            if _file_size(self.paths[1]):
+                os.truncate(self.paths[1], 0)
+                with open(self.paths[1], "rb+") as slot1:
+                    os.fsync(slot1.fileno())
+            fsync_dir(self.data_dir)
+        except OSError as error:
+            raise DataDirError(f"cannot write [{self.paths[0]}]: {error.strerror or error}") from None
 
     def _remove_legacy(self, legacy: Path) -> None:
         try:
@@ -292,7 +342,7 @@ class FilePersistedState:
     def _write(self, term: int, state_bytes: bytes) -> None:
         if len(self._fds) != len(SLOT_FILES):
             raise ValueError("the persisted state is closed")
-        payload = _payload(term, state_bytes)
+        payload = _payload(self.node_id, term, state_bytes)
         # Never overwrite the newest durable record: a torn write then destroys only the older copy. After a
         # failed write the same slot is the target again, and the generation is reused.
         target = 1 - self._newest
@@ -319,25 +369,16 @@ class FilePersistedState:
                 os.close(fd)
 
 
-def load_or_create_node_id(data_dir: Path) -> str:
-    """A random id made on first start. A wiped data directory is a new node, with a new id."""
-    path = data_dir / NODE_ID_FILE
-    if path.exists():
-        node_id = read_checked(path).decode("utf-8", "replace").strip()
-        if not node_id or not node_id.isalnum():
-            raise DataDirError(f"[{path}] is corrupt: not a node id")
-        return node_id
-    for name in (LEGACY_STATE_FILE, *SLOT_FILES):
-        state_path = data_dir / name
-        try:
-            size = state_path.stat().st_size
-        except FileNotFoundError:
-            continue
-        if size > 0 or name == LEGACY_STATE_FILE:
-            raise DataDirError(f"[{path}] is missing but [{state_path}] exists; refusing to invent a new identity")
-    node_id = secrets.token_hex(8)
-    atomic_write(path, node_id.encode())
-    return node_id
+def _generation_of(reading: SlotReading) -> int:
+    assert reading.record is not None
+    return reading.record.generation
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 class DataDirLock:

@@ -18,6 +18,10 @@ again after `UPGRADE_RETRY_S`.
 
 Receiving: the transport app serves the stream, the POST route (older senders during a rolling upgrade)
 and the connection watch (`watch_until_closed`).
+
+TLS: with `transport.ssl.enabled` the listener is served with the mutual-TLS context of `tls` (in `cli`) and
+the sender connects with `https`/`wss`, presenting this node's certificate from `tls_client`, which is the
+newest one on disk for each new connection (see `tls`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 import time
 from collections.abc import Callable
 
@@ -33,6 +38,7 @@ import aiohttp
 import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from coordinated.coordination.client import error_body
 from coordinated.coordination.messages import (
     Envelope,
     ForwardedRequest,
@@ -48,6 +54,7 @@ from coordinated.sidecar.auth import (
     TransportAuth,
     signed_at_or_problem,
 )
+from coordinated.sidecar.tls import ReloadingContext
 
 log = logging.getLogger("coordinated.transport")
 
@@ -156,8 +163,11 @@ class PeerSender:
         connect_timeout_s: float,
         retries: int,
         queue_size: int,
+        tls_client: ReloadingContext | None = None,
     ) -> None:
         self.local_address = local_address
+        self.tls_client = tls_client
+        self.scheme = "https" if tls_client is not None else "http"
         self.on_failure = on_failure
         self.auth = auth
         self.retries = retries
@@ -174,6 +184,10 @@ class PeerSender:
         self._post_until: dict[str, float] = {}
         self._warnings = _RateLimitedWarnings()
         self._protocols = (PROTOCOL_HMAC, PROTOCOL_PLAIN) if auth is not None else (PROTOCOL_PLAIN,)
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        """For a new connection: this node's newest client context, or True (aiohttp's default) without TLS."""
+        return self.tls_client.current() if self.tls_client is not None else True
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
@@ -246,7 +260,7 @@ class PeerSender:
 
     async def _open(self, destination: str) -> _Stream | _Outcome:
         assert self.session is not None
-        url = f"http://{destination}{STREAM_PATH}"
+        url = f"{self.scheme}://{destination}{STREAM_PATH}"
         for attempt in range(self.retries + 1):
             headers = self.auth.sign_stream_handshake() if self.auth is not None else {}
             try:
@@ -257,6 +271,7 @@ class PeerSender:
                     heartbeat=HEARTBEAT_S,
                     timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=CLOSE_TIMEOUT_S),
                     max_msg_size=64 * 1024,  # the peer sends a nonce and control frames only
+                    ssl=self.ssl_context(),
                 )
             except aiohttp.WSServerHandshakeError as error:
                 if error.status in (404, 405):
@@ -271,6 +286,10 @@ class PeerSender:
                     f"refused {destination}", "peer %s refused the stream: %s %s", url, error.status, error.message
                 )
                 return REFUSED
+            except aiohttp.ClientSSLError as error:
+                # A peer whose certificate is not of this cluster's CA (or that refused ours): never a member.
+                self._warnings.warn(f"tls {destination}", "TLS handshake with %s failed: %s", url, error)
+                return REFUSED
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as error:
                 if attempt < self.retries:
                     await _pause_before_retry(attempt)
@@ -279,6 +298,16 @@ class PeerSender:
                 return UNREACHABLE
             except (TimeoutError, aiohttp.ClientError, OSError) as error:
                 # E.g. a hung peer: not reported, the core's checks decide about it.
+                if self.tls_client is not None and isinstance(error, aiohttp.ClientOSError):
+                    # With TLS 1.3 a peer checks our certificate after our side of the handshake is done; a
+                    # refusal then shows here only as a reset connection, so say what it likely means.
+                    self._warnings.warn(
+                        f"reset {destination}",
+                        "peer %s closed the connection as the stream was opened (%s): does this node's "
+                        "certificate (transport.ssl.certificate) come from the cluster's CA?",
+                        url,
+                        error,
+                    )
                 log.debug("cannot open a stream to %s: %r", url, error)
                 return LOST
             return await self._handshake(destination, ws)
@@ -309,7 +338,7 @@ class PeerSender:
     async def _post_or_report(self, destination: str, message: Message) -> None:
         # A unique POST: the receiver refuses a replay of it (see auth), retries of this one included.
         body = encode_envelope(Envelope(self.local_address, message, request_nonce=os.urandom(NONCE_BYTES).hex()))
-        if not await self._post(f"http://{destination}{MESSAGE_PATH}", body):
+        if not await self._post(f"{self.scheme}://{destination}{MESSAGE_PATH}", body):
             self.on_failure(destination, message)
 
     async def _post(self, url: str, body: bytes) -> bool:
@@ -320,11 +349,14 @@ class PeerSender:
             if self.auth is not None:
                 headers.update(self.auth.sign(body))
             try:
-                async with self.session.post(url, data=body, headers=headers) as response:
+                async with self.session.post(url, data=body, headers=headers, ssl=self.ssl_context()) as response:
                     if response.status >= 400:
                         text = (await response.text())[:200]
                         log.warning("peer %s refused a message: %s %s", url, response.status, text)
                     return True  # delivered (or refused for good): either way not a connection failure
+            except aiohttp.ClientSSLError as error:
+                self._warnings.warn(f"tls {url}", "TLS handshake with %s failed: %s", url, error)
+                return True  # refused for good, as a 401 is: not a connection failure
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as error:
                 if attempt < self.retries:
                     await _pause_before_retry(attempt)
@@ -372,7 +404,7 @@ def _offered_protocols(request: web.Request) -> list[str]:
 
 
 def _error(status: int, error_type: str, reason: str) -> web.Response:
-    return web.json_response({"error": {"type": error_type, "reason": reason}, "status": status}, status=status)
+    return web.json_response(error_body(error_type, reason, status), status=status)
 
 
 def transport_app(
@@ -504,12 +536,16 @@ async def _serve_stream(
             return
 
 
-async def watch_until_closed(session: aiohttp.ClientSession, address: str, auth: TransportAuth | None) -> str:
+async def watch_until_closed(
+    session: aiohttp.ClientSession, address: str, auth: TransportAuth | None, tls_client: ReloadingContext | None = None
+) -> str:
     """Return (with the reason) when the peer's watch connection ends or cannot be opened."""
     headers = auth.sign(b"") if auth is not None else {}
     timeout = aiohttp.ClientTimeout(total=None, connect=2, sock_read=None)
+    scheme, context = ("https", tls_client.current()) if tls_client is not None else ("http", True)
+    url = f"{scheme}://{address}{WATCH_PATH}"
     try:
-        async with session.get(f"http://{address}{WATCH_PATH}", headers=headers, timeout=timeout) as response:
+        async with session.get(url, headers=headers, timeout=timeout, ssl=context) as response:
             if response.status != 200:
                 return f"watch refused with {response.status}"
             while await response.content.readany():

@@ -1,6 +1,6 @@
 """`coordinated audit`: audit history files, folders, globs, Parquet or live sidecars.
 
-Exit codes (DESIGN section 5): 0 no violations, 1 violations, 2 unusable input.
+Exit codes (docs/audit.md): 0 no violations, 1 violations, 2 unusable input.
 """
 
 from __future__ import annotations

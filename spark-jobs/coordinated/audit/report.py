@@ -1,4 +1,4 @@
-"""The report: `audit-report.json` (DESIGN section 8 fields, exactly) and `audit-report.html`."""
+"""The report: `audit-report.json` (docs/audit.md fields, exactly) and `audit-report.html`."""
 
 from __future__ import annotations
 

@@ -1,10 +1,22 @@
-"""The history schema (DESIGN section 7) as an explicit Spark schema, and the names the report uses."""
+"""The history schema (docs/protocol.md) as an explicit Spark schema, and the names the report uses."""
 
 from __future__ import annotations
 
+from typing import get_args, get_origin
+
+import msgspec
 from pyspark.sql import types as T
 
-# Report names (DESIGN section 8, contract). The order is the order of the report.
+from coordinated.coordination.history import (
+    INFORMATIONAL_FIELDS,
+    NO_CLUSTER_UUID,
+    SHELL_FIELDS,
+    STATE_EVENT_TYPES,
+    EventType,
+    HistoryEvent,
+)
+
+# Report names (a contract: docs/audit.md). The order is the order of the report.
 ONE_MASTER = "one-master-per-term"
 UNIQUE_STATE = "unique-state-per-version"
 COMMITTED_CHAIN = "committed-chain"
@@ -22,32 +34,37 @@ INVARIANTS: tuple[str, ...] = (
     HISTORY_GAP,
 )
 
-EVENT_TYPES: tuple[str, ...] = ("term", "elected", "accepted", "committed", "applied", "stepped_down")
-STATE_TYPES: tuple[str, ...] = ("accepted", "committed", "applied")
+# The event types and the "no cluster yet" marker come from the history contract the nodes write with.
+EVENT_TYPES: tuple[str, ...] = tuple(event_type.value for event_type in EventType)
+STATE_TYPES: tuple[str, ...] = tuple(event_type.value for event_type in STATE_EVENT_TYPES)
 
 # Before bootstrap a node does not know its cluster's UUID yet.
-UNBOOTSTRAPPED = "_na_"
+UNBOOTSTRAPPED = NO_CLUSTER_UUID
 
-_ids = T.ArrayType(T.StringType(), containsNull=False)
+
+def _spark_type(annotation: object) -> T.DataType:
+    """The Spark type of one HistoryEvent field: strings (and the event type), integers, node-id lists."""
+    for python_type, spark_type in ((float, T.DoubleType()), (int, T.LongType())):
+        if annotation is python_type or python_type in get_args(annotation):
+            return spark_type
+    if tuple in (get_origin(annotation), *map(get_origin, get_args(annotation))):
+        return T.ArrayType(T.StringType(), containsNull=False)
+    return T.StringType()
+
+
+def _event_schema() -> T.StructType:
+    """The contract's fields of `HistoryEvent`, with the shell's `seq` and `ts` after `node`."""
+    fields: list[T.StructField] = []
+    for field in msgspec.structs.fields(HistoryEvent):
+        if field.name not in INFORMATIONAL_FIELDS:
+            fields.append(T.StructField(field.name, _spark_type(field.type)))
+        if field.name == "node":
+            fields.extend(T.StructField(name, _spark_type(kind)) for name, kind in SHELL_FIELDS)
+    return T.StructType(fields)
+
 
 # Only the contract's fields: anything else on a line (e.g. `node_name`) is ignored by the JSON reader.
-EVENT_SCHEMA = T.StructType(
-    [
-        T.StructField("cluster_uuid", T.StringType()),
-        T.StructField("node", T.StringType()),
-        T.StructField("seq", T.LongType()),
-        T.StructField("ts", T.DoubleType()),
-        T.StructField("type", T.StringType()),
-        T.StructField("term", T.LongType()),
-        T.StructField("version", T.LongType()),
-        T.StructField("state_uuid", T.StringType()),
-        T.StructField("parent_uuid", T.StringType()),
-        T.StructField("master", T.StringType()),
-        T.StructField("last_committed_config", _ids),
-        T.StructField("last_accepted_config", _ids),
-        T.StructField("quorum", _ids),
-    ]
-)
+EVENT_SCHEMA = _event_schema()
 EVENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in EVENT_SCHEMA.fields)
 
 # Fields every event must carry (non-null); state events also need their state's identity.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql import Window
 from pyspark.sql import functions as F
@@ -72,7 +73,7 @@ def compute(fr: Frames, *, cap: int = CAP, bins: int = LAG_BINS) -> Stats:
     gap_rows = gaps.orderBy("ts").limit(cap + 1).collect()
     if len(gap_rows) <= cap:
         values = sorted(r["gap"] for r in gap_rows)
-        gap_fig = {
+        gap_fig: dict[str, Any] = {
             "count": len(values),
             "mean": sum(values) / len(values) if values else None,
             "p": [_quantile(values, 0.5), _quantile(values, 0.95)],
@@ -182,7 +183,7 @@ def _quantile(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
 
 
-def _lag(fr: Frames, t0: float, t1: float, bins: int) -> dict[str, dict[str, object]]:
+def _lag(fr: Frames, t0: float, t1: float, bins: int) -> dict[str, Any]:
     """Per node and time bin: committed versions (of its cluster) it had not applied by the bin's end."""
     width = max((t1 - t0) / bins, 1e-9)
     b = F.least(F.floor((F.col("ts") - F.lit(t0)) / F.lit(width)), F.lit(bins - 1)).cast("int").alias("bin")
@@ -208,7 +209,7 @@ def _lag(fr: Frames, t0: float, t1: float, bins: int) -> dict[str, dict[str, obj
     for row in top.values():
         for i in range(1, bins):
             row[i] = max(row[i], row[i - 1])
-    series: dict[str, object] = {"bin_width_s": width, "nodes": {}}
+    series: dict[str, Any] = {"bin_width_s": width, "nodes": {}}
     per_node: dict[str, dict[str, object]] = {}
     for (cid, node), row in sorted(mine.items()):
         started = next((i for i, v in enumerate(row) if v), 0)
@@ -217,7 +218,7 @@ def _lag(fr: Frames, t0: float, t1: float, bins: int) -> dict[str, dict[str, obj
             cur = max(cur, row[i])
             lags.append(max(0, top.get(cid, [0] * bins)[i] - cur) if i >= started else None)
         seen = [x for x in lags if x is not None]
-        series["nodes"][node] = lags  # type: ignore[index]
+        series["nodes"][node] = lags
         per_node[node] = {
             "max_lag_versions": max(seen, default=0),
             "final_lag_versions": seen[-1] if seen else 0,

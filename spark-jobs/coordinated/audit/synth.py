@@ -1,4 +1,4 @@
-"""Synthetic, valid-by-construction histories (DESIGN section 7) for tests and the benchmark.
+"""Synthetic, valid-by-construction histories (docs/protocol.md) for tests and the benchmark.
 
 `HistoryBuilder` records the events of a small cluster step by step (elections, publications, commits,
 restarts); tests drive it directly to craft exact scenarios, including invalid ones. `generate` drives it

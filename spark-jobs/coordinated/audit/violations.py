@@ -32,7 +32,7 @@ class CheckResult:
 
 
 def example_struct() -> Column:
-    """The fields of an event that let a person find it (DESIGN section 8 asks for these)."""
+    """The fields of an event that let a person find it (docs/audit.md asks for these)."""
     return F.struct(*[F.col(c) for c in EXAMPLE_FIELDS])
 
 

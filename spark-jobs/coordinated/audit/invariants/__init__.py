@@ -1,4 +1,4 @@
-"""The safety invariants of DESIGN section 8, each a set of DataFrame transformations."""
+"""The safety invariants of docs/audit.md, each a set of DataFrame transformations."""
 
 from __future__ import annotations
 

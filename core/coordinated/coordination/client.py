@@ -1,0 +1,127 @@
+"""Requests that applications make of the cluster, and their results.
+
+A request submitted on any node is forwarded to the master; the result comes back to the node it was
+submitted on. Errors carry Elasticsearch's error type names and HTTP status codes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+from coordinated.coordination.state import Long
+
+
+class _Request(msgspec.Struct, frozen=True, tag_field="op"):
+    pass
+
+
+class KvPut(_Request, frozen=True, tag="put"):
+    key: str
+    value: Any
+
+
+class KvDelete(_Request, frozen=True, tag="delete"):
+    key: str
+
+
+class KvGet(_Request, frozen=True, tag="get"):
+    """A linearizable read: served by the master once it has confirmed its leadership with a quorum."""
+
+    key: str
+
+
+class ReadBarrier(_Request, frozen=True, tag="barrier"):
+    """The master's applied (term, version), confirmed like a KvGet: a node that has applied that version
+    serves a state that includes every write acknowledged before the barrier was asked for."""
+
+
+class UpdateSettings(_Request, frozen=True, tag="settings"):
+    """Dynamic settings; a value of None resets the setting to its default."""
+
+    persistent: dict[str, str | None]
+
+
+class AddVotingConfigExclusions(_Request, frozen=True, tag="add_exclusions"):
+    node_names: tuple[str, ...] = ()
+    node_ids: tuple[str, ...] = ()
+
+
+class ClearVotingConfigExclusions(_Request, frozen=True, tag="clear_exclusions"):
+    """Clear all exclusions; with wait_for_removal, only once every excluded node has left the cluster."""
+
+    wait_for_removal: bool = True
+
+
+ClientRequest = (
+    KvPut | KvDelete | KvGet | ReadBarrier | UpdateSettings | AddVotingConfigExclusions | ClearVotingConfigExclusions
+)
+LinearizableRead = KvGet | ReadBarrier
+WRITE_REQUESTS = (KvPut, KvDelete, UpdateSettings, AddVotingConfigExclusions, ClearVotingConfigExclusions)
+
+
+DEFAULT_REQUEST_TIMEOUT_MS = 30_000  # a client request without a timeout of its own
+
+
+class _Result(msgspec.Struct, frozen=True, tag_field="result"):
+    pass
+
+
+class Committed(_Result, frozen=True, tag="committed"):
+    """A write (or, for a ReadBarrier, the state read) is committed and applied on the master, in this state."""
+
+    term: Long
+    version: Long
+
+
+class ReadValue(_Result, frozen=True, tag="value"):
+    key: str
+    found: bool
+    value: Any
+    term: Long
+    version: Long
+
+
+class ClusterError(_Result, frozen=True, tag="error"):
+    type: str
+    reason: str
+    status: Annotated[int, msgspec.Meta(ge=400, le=599)]  # an HTTP error status, whatever a peer sends
+    # False when the request is known not to have taken effect; True when it might have.
+    maybe_applied: bool = False
+
+    def to_api(self) -> dict[str, Any]:
+        return error_body(self.type, self.reason, self.status)
+
+
+def error_body(error_type: str, reason: str, status: int) -> dict[str, Any]:
+    """Elasticsearch's error shape, the only place it is built: `{"error": {"type", "reason"}, "status"}`."""
+    return {"error": {"type": error_type, "reason": reason}, "status": status}
+
+
+ClientResult = Committed | ReadValue | ClusterError
+
+
+def no_master_error(block: str) -> ClusterError:
+    return ClusterError(
+        type="cluster_block_exception",
+        reason=f"blocked by: [SERVICE_UNAVAILABLE/2/no master]; no_master_block is [{block}]",
+        status=503,
+    )
+
+
+def not_master_error(reason: str, maybe_applied: bool = False) -> ClusterError:
+    return ClusterError(type="not_master_exception", reason=reason, status=503, maybe_applied=maybe_applied)
+
+
+def failed_publication_error(reason: str) -> ClusterError:
+    # The state may still be committed by the next master, which re-publishes its last-accepted state.
+    return ClusterError(type="failed_to_commit_cluster_state_exception", reason=reason, status=503, maybe_applied=True)
+
+
+def timeout_error(reason: str) -> ClusterError:
+    return ClusterError(type="process_cluster_event_timeout_exception", reason=reason, status=503)
+
+
+def bad_request(reason: str) -> ClusterError:
+    return ClusterError(type="illegal_argument_exception", reason=reason, status=400)

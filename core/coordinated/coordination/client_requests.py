@@ -1,0 +1,119 @@
+"""Where a client request goes: the master runs it (a read round, a master task, an exclusion wait), a
+follower forwards it to its master, and a node without a master answers it according to
+`cluster.no_master_block`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from coordinated.coordination import client
+from coordinated.coordination.client import (
+    AddVotingConfigExclusions,
+    ClearVotingConfigExclusions,
+    ClientRequest,
+    ClientResult,
+    ClusterError,
+    Committed,
+    KvDelete,
+    KvGet,
+    KvPut,
+    ReadBarrier,
+    UpdateSettings,
+)
+from coordinated.coordination.context import CoreContext, Mode
+from coordinated.coordination.exclusion_waits import ExclusionWaits
+from coordinated.coordination.forwarding import Forwarder
+from coordinated.coordination.master_service import Priority, Task
+from coordinated.coordination.messages import ForwardedRequest, ForwardedResponse
+from coordinated.coordination.reads import ReadService
+from coordinated.coordination.state import DiscoveryNode
+from coordinated.coordination.tasks import ClientTask
+from coordinated.coordination.validation import request_problem
+
+Reply = Callable[[ClientResult], None]
+
+
+class ClientRequests:
+    def __init__(
+        self,
+        ctx: CoreContext,
+        *,
+        leader: Callable[[], DiscoveryNode | None],
+        submit_task: Callable[[Task], None],  # add a master task and run the master service
+        forwarder: Forwarder,
+        reads: ReadService,
+        exclusion_waits: ExclusionWaits,
+    ) -> None:
+        self.ctx = ctx
+        self.leader = leader
+        self.submit_task = submit_task
+        self.forwarder = forwarder
+        self.reads = reads
+        self.exclusion_waits = exclusion_waits
+
+    def handle(self, request: ClientRequest, reply: Reply, timeout: int, forwarded: bool) -> None:
+        mode, leader = self.ctx.mode(), self.leader()
+        if mode is Mode.LEADER:
+            self._execute_on_master(request, reply, timeout)
+            return
+        if mode is Mode.FOLLOWER and leader is not None and not forwarded:
+            self.forwarder.forward(leader, request, reply, timeout)
+            return
+        if forwarded:
+            reply(client.not_master_error("this node is not the master"))
+            return
+        # Without a master nothing can be written, and no read is linearizable: a read of this node's applied
+        # state, however stale, is the shell's `local` read, not a client request of the core.
+        reply(client.no_master_error(self.ctx.settings.no_master_block))
+
+    def on_forwarded_request(self, sender: str, request: ForwardedRequest) -> None:
+        def reply(result: ClientResult) -> None:
+            self.ctx.send(sender, ForwardedResponse(request.request_id, result))
+
+        self.handle(request.request, reply, request.timeout_ms, forwarded=True)
+
+    def _execute_on_master(self, request: ClientRequest, reply: Reply, timeout: int) -> None:
+        # Every request is checked here too, forwarded or not: a peer may have skipped the API's checks.
+        problem = request_problem(request, self.ctx.accepted, self.ctx.settings.max_voting_config_exclusions)
+        if problem is not None:
+            reply(client.bad_request(problem))
+            return
+        if isinstance(request, KvGet | ReadBarrier):
+            self.reads.submit(request, reply)
+            return
+        deadline = self.ctx.now + timeout
+        if isinstance(request, ClearVotingConfigExclusions) and request.wait_for_removal:
+            state = self.ctx.accepted
+            if any(node_id in state.nodes for node_id in state.coordination.excluded_ids()):
+
+                def when_removed(result: ClientResult) -> None:
+                    if isinstance(result, ClusterError):
+                        reply(result)
+                        return
+                    source = "clear-voting-config-exclusions"
+                    self.submit_task(Task(source, Priority.URGENT, ClientTask(request), reply, deadline))
+
+                self.exclusion_waits.until_removed(when_removed, deadline)
+                return
+        if isinstance(request, AddVotingConfigExclusions):
+            inner = reply
+
+            def reply(result: ClientResult, request: AddVotingConfigExclusions = request) -> None:
+                if isinstance(result, Committed):
+                    self.exclusion_waits.until_out_of_config(request, inner, deadline)
+                else:
+                    inner(result)
+
+        priority = (
+            Priority.URGENT
+            if isinstance(request, AddVotingConfigExclusions | ClearVotingConfigExclusions)
+            else (Priority.HIGH if isinstance(request, UpdateSettings) else Priority.NORMAL)
+        )
+        self.submit_task(Task(_describe(request), priority, ClientTask(request), reply, deadline))
+
+
+def _describe(request: ClientRequest) -> str:
+    if isinstance(request, KvPut | KvDelete | KvGet):
+        return f"{type(request).__name__} [{request.key}]"
+    return type(request).__name__

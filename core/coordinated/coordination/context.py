@@ -1,0 +1,85 @@
+"""What every component of the core is given: the node's identity, its clock and timers, and the few
+callbacks through which it talks to the rest of the node. Components never import the coordinator.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from coordinated.coordination.effects import Effect, Log, Send
+from coordinated.coordination.foreign_clusters import ForeignClusters
+from coordinated.coordination.history import NO_CLUSTER_UUID
+from coordinated.coordination.messages import Message
+from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.state import ClusterState, DiscoveryNode
+from coordinated.coordination.timers import Timers
+
+
+class Mode(StrEnum):
+    CANDIDATE = "CANDIDATE"
+    LEADER = "LEADER"
+    FOLLOWER = "FOLLOWER"
+
+
+@dataclass
+class CoreContext:
+    local_node: DiscoveryNode
+    base_settings: CoordinationSettings
+    timers: Timers
+    rng: random.Random
+    emit: Callable[[Effect], None]  # an effect for the shell, in order
+    loopback: Callable[[str, Message], None]  # a message to this node itself, handled within the same step
+    new_request_id: Callable[[], int]
+    current_settings: Callable[[], CoordinationSettings]  # with the dynamic values of the applied state
+    accepted_state: Callable[[], ClusterState]
+    term: Callable[[], int]
+    mode: Callable[[], Mode]
+    now: int = 0
+    foreign_clusters: ForeignClusters = field(default_factory=ForeignClusters)  # peers of other clusters
+
+    @property
+    def settings(self) -> CoordinationSettings:
+        return self.current_settings()
+
+    @property
+    def accepted(self) -> ClusterState:
+        return self.accepted_state()
+
+    @property
+    def current_term(self) -> int:
+        return self.term()
+
+    def send(self, address: str, message: Message) -> None:
+        if address == self.local_node.transport_address:
+            self.loopback(address, message)
+        else:
+            self.emit(Send(address, message))
+
+    def log(self, level: str, message: str) -> None:
+        self.emit(Log(level, message))
+
+    def committed_uuid(self) -> str:
+        """This node's cluster UUID once committed; until then the "no cluster yet" marker."""
+        state = self.accepted
+        return state.cluster_uuid if state.cluster_uuid_committed else NO_CLUSTER_UUID
+
+    def foreign(self, cluster_uuid: str, sender: str) -> bool:
+        """A message from a node of another cluster: its terms must not disturb this one."""
+        ours = self.committed_uuid()
+        if NO_CLUSTER_UUID in (ours, cluster_uuid) or ours == cluster_uuid:
+            if ours == cluster_uuid != NO_CLUSTER_UUID:
+                self.foreign_clusters.agrees(sender)
+            return False
+        warning = self.foreign_clusters.saw(sender, cluster_uuid, ours, self.now)  # reported in health, too
+        debug = f"ignoring {sender}: it belongs to cluster [{cluster_uuid}], this node to [{ours}]"
+        self.log("warning" if warning else "debug", warning or debug)
+        return True
+
+    def node_id_at(self, address: str) -> str | None:
+        for node in self.accepted.nodes.values():
+            if node.transport_address == address:
+                return node.id
+        return None

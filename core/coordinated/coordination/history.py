@@ -1,0 +1,53 @@
+"""The history event: what a node records about its terms, elections and states, one JSON line each.
+
+This is the contract between the node (sidecar or simulator), which writes histories, and the audit,
+which reads them. The shell adds `seq` (per node, from 1, no gaps) and `ts` (seconds) to each event.
+This module imports only msgspec, so the audit can use it without the rest of the core.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+import msgspec
+
+NO_CLUSTER_UUID = "_na_"  # the cluster UUID of a node that has not joined a bootstrapped cluster yet
+
+
+class EventType(StrEnum):
+    TERM = "term"  # the node joined a new term (voted in it)
+    ELECTED = "elected"  # the node won the election of its term
+    ACCEPTED = "accepted"  # the node accepted (persisted) a published state
+    COMMITTED = "committed"  # a state committed: on the master with its `quorum`
+    APPLIED = "applied"  # the state became visible on the node
+    STEPPED_DOWN = "stepped_down"  # the master left LEADER mode, with a `reason`
+
+
+STATE_EVENT_TYPES: tuple[EventType, ...] = (EventType.ACCEPTED, EventType.COMMITTED, EventType.APPLIED)
+
+# Fields the shell adds to every event, right after `node`: a per-node sequence number and seconds.
+SHELL_FIELDS: tuple[tuple[str, type], ...] = (("seq", int), ("ts", float))
+# Fields for people reading a history; the audit does not rely on them.
+INFORMATIONAL_FIELDS = frozenset({"node_name", "reason"})
+
+
+class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
+    cluster_uuid: str
+    node: str  # node id
+    node_name: str
+    type: EventType
+    term: int
+    version: int | None = None  # state events only
+    state_uuid: str | None = None
+    parent_uuid: str | None = None
+    master: str | None = None
+    last_committed_config: tuple[str, ...]
+    last_accepted_config: tuple[str, ...]
+    quorum: tuple[str, ...] | None = None  # the master's committed events only
+    reason: str | msgspec.UnsetType = msgspec.UNSET  # stepped_down only
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as the JSON object of the history line (without `seq` and `ts`)."""
+        encoded: dict[str, Any] = msgspec.to_builtins(self)
+        return encoded

@@ -1,0 +1,104 @@
+"""Running the master's tasks, as Elasticsearch's MasterService: take the pending tasks as one batch,
+compute the next cluster state, and hand it to a publication; tasks that wait past their deadline fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from coordinated.coordination import client
+from coordinated.coordination.batch import BatchContext, execute_batch, improve_configuration
+from coordinated.coordination.client import ClientResult, Committed
+from coordinated.coordination.context import CoreContext
+from coordinated.coordination.master_service import MasterService, Task
+from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected
+from coordinated.coordination.state import ClusterState
+
+
+@dataclass
+class MasterTasksListener:
+    can_run: Callable[[], bool]  # this node leads and no publication is in flight
+    publish: Callable[[ClusterState, ClusterState, list[Task], list[ClientResult | None]], None]
+    unchanged: Callable[[ClusterState], None]  # a batch that changed nothing completed at once
+    refused: Callable[[str], None]  # the coordination state refused the new state: stop leading
+
+
+class MasterTasks:
+    def __init__(self, ctx: CoreContext, coordination_state: CoordinationState, listener: MasterTasksListener) -> None:
+        self.ctx = ctx
+        self.coordination_state = coordination_state
+        self.listener = listener
+        self.queue = MasterService()
+
+    def submit(self, task: Task) -> None:
+        self.queue.add(task)
+        self.run()
+
+    def is_pending(self, source: str) -> bool:
+        return any(task.source == source for task in self.queue.pending)
+
+    def fail_all(self, reason: str) -> None:
+        for task in self.queue.take_all():
+            task.reply(client.not_master_error(reason))
+        self.ctx.timers.cancel(self)
+
+    def run(self) -> None:
+        if not self.listener.can_run():
+            return
+        ctx, queue = self.ctx, self.queue
+        for task in queue.take_expired(ctx.now):
+            task.reply(client.timeout_error(f"failed to process [{task.source}] within its timeout"))
+        if not queue.pending:
+            self._schedule_expiry()
+            return
+        tasks = queue.take_batch()
+        base = ctx.accepted
+        try:
+            new_state, results = execute_batch(base, [task.payload for task in tasks], self._batch_context())
+        except CoordinationStateRejected as rejected:
+            for task in tasks:
+                task.reply(client.not_master_error(str(rejected)))
+            return
+        if new_state is None:
+            # Nothing changed: no publication needed; the tasks see the current state.
+            for task, result in zip(tasks, results, strict=True):
+                task.reply(result or Committed(base.term, base.version))
+            self.listener.unchanged(base)
+            return
+        try:
+            self.coordination_state.handle_client_value(new_state)
+        except CoordinationStateRejected as rejected:
+            ctx.log("warning", f"cannot publish version {new_state.version}: {rejected}")
+            for task in tasks:
+                task.reply(client.not_master_error(str(rejected)))
+            self.listener.refused(f"publication refused: {rejected}")
+            return
+        self.listener.publish(new_state, base, tasks, results)
+        self._schedule_expiry()
+
+    def _schedule_expiry(self) -> None:
+        expiry = self.queue.next_expiry()
+        if expiry is None:
+            self.ctx.timers.cancel(self)
+        else:
+            self.ctx.timers.schedule(self, expiry, self.run)
+
+    def _batch_context(self) -> BatchContext:
+        settings = self.ctx.settings
+        return BatchContext(
+            master=self.ctx.local_node,
+            term=self.ctx.current_term,
+            voters=frozenset(self.coordination_state.join_votes),
+            max_exclusions=settings.max_voting_config_exclusions,
+            auto_shrink=settings.auto_shrink_voting_configuration,
+            new_uuid=self._random_uuid,
+        )
+
+    def improved(self, state: ClusterState) -> ClusterState:
+        """`state` with the best voting configuration the master may move to now (maybe unchanged)."""
+        context = self._batch_context()
+        return improve_configuration(state, self.ctx.local_node.id, context.voters, context.auto_shrink)
+
+    def _random_uuid(self) -> str:
+        return f"{self.ctx.rng.getrandbits(128):032x}"

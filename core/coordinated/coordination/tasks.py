@@ -1,0 +1,36 @@
+"""What a master task asks of the next cluster state. `batch.execute_batch` applies a batch of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinated.coordination.client import ClientRequest
+from coordinated.coordination.state import DiscoveryNode
+
+
+@dataclass(frozen=True)
+class ElectedAsMaster:
+    """The first task of a new master: name itself master and add itself to the nodes."""
+
+
+@dataclass(frozen=True)
+class NodeJoin:
+    node: DiscoveryNode
+
+
+@dataclass(frozen=True)
+class NodeLeft:
+    node_id: str
+
+
+@dataclass(frozen=True)
+class Reconfigure:
+    """Move to a better voting configuration, if there is one (every batch tries; this forces a batch)."""
+
+
+@dataclass(frozen=True)
+class ClientTask:
+    request: ClientRequest
+
+
+TaskPayload = ElectedAsMaster | NodeJoin | NodeLeft | Reconfigure | ClientTask

@@ -1,0 +1,117 @@
+"""What makes a client request valid: the one place that the HTTP API and the master both check.
+
+The API checks keys and settings before submitting a request, for a quick and precise 400; exclusions it
+leaves to the master, since their limit depends on the exclusions the master holds. The master checks every
+request when it executes it, whether it was submitted locally or forwarded by a follower, so that a peer that skips the
+API (an older version, a bug, a forged message) cannot commit a bad key, setting or exclusion. Each check
+returns None when the input is valid, otherwise the reason, which goes back to the client in a 400.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from coordinated.coordination.client import (
+    AddVotingConfigExclusions,
+    ClientRequest,
+    KvDelete,
+    KvGet,
+    KvPut,
+    UpdateSettings,
+)
+from coordinated.coordination.settings import SettingsError, SettingsRegistry, coordination_registry, parse_node_name
+from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfigExclusion
+
+# Full matches: `$` would also accept a trailing newline.
+_KEY = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
+_HOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+ABSENT_PREFIX = "_absent_"  # an exclusion by name of a node that is not in the cluster (yet)
+
+
+def key_problem(key: str) -> str | None:
+    if not isinstance(key, str) or _KEY.fullmatch(key) is None:
+        return "a metadata key must be 1 to 256 characters without control characters"
+    return None
+
+
+def hook_name_problem(name: str) -> str | None:
+    if _HOOK_NAME.fullmatch(name) is None:
+        return "a hook name must be 1-63 letters, digits, '.', '_' or '-'"
+    return None
+
+
+def settings_problem(updates: Mapping[str, str | None], registry: SettingsRegistry | None = None) -> str | None:
+    """A `persistent` settings update: every setting known, dynamic and valid (None resets to the default)."""
+    if not updates:
+        return 'no settings to update: give {"persistent": {"setting.name": "value"}}'
+    try:
+        (registry or coordination_registry()).validate_dynamic(updates)
+    except SettingsError as error:
+        return str(error)
+    return None
+
+
+def resolve_exclusions(
+    request: AddVotingConfigExclusions, nodes: Mapping[str, DiscoveryNode]
+) -> list[VotingConfigExclusion]:
+    """The exclusions a request asks for. A node that is not in the cluster is excluded by name, with a
+    placeholder id that it gets replaced with when it joins."""
+    by_name = {node.name: node for node in nodes.values()}
+    resolved: list[VotingConfigExclusion] = []
+    for name in request.node_names:
+        node = by_name.get(name)
+        resolved.append(VotingConfigExclusion(node.id if node else f"{ABSENT_PREFIX}{name}", name))
+    for node_id in request.node_ids:
+        known = nodes.get(node_id)
+        resolved.append(VotingConfigExclusion(node_id, known.name if known else ABSENT_PREFIX))
+    return resolved
+
+
+def exclusions_problem(
+    request: AddVotingConfigExclusions,
+    nodes: Mapping[str, DiscoveryNode],
+    existing: tuple[VotingConfigExclusion, ...] | list[VotingConfigExclusion],
+    limit: int,
+) -> str | None:
+    """Names or ids (not both), well formed, within `cluster.max_voting_config_exclusions`, and leaving at
+    least one master-eligible node of the cluster able to vote: with none, the voting configuration could
+    never move off the excluded nodes and the request would only time out."""
+    if bool(request.node_names) == bool(request.node_ids):
+        return "you must set [node_names] or [node_ids] but not both"
+    try:
+        for name in request.node_names:
+            parse_node_name(name)
+    except ValueError as error:
+        return f"invalid parameter [node_names]: {error}"
+    for node_id in request.node_ids:
+        if key_problem(node_id) is not None:
+            return f"invalid parameter [node_ids]: [{node_id!r}] is not a node id"
+    to_add = resolve_exclusions(request, nodes)
+    existing_ids = {exclusion.node_id for exclusion in existing}
+    new = {exclusion.node_id for exclusion in to_add} - existing_ids
+    if len(existing_ids) + len(new) > limit:
+        return (
+            f"add voting config exclusions request for {[e.node_name for e in to_add]} would add "
+            f"[{len(new)}] exclusions to the existing [{len(existing_ids)}] which would exceed the maximum "
+            f"of [{limit}] set by [cluster.max_voting_config_exclusions]"
+        )
+    eligible = {node.id for node in nodes.values() if node.master_eligible}
+    if eligible and eligible <= existing_ids | new:
+        return (
+            f"add voting config exclusions request for {[e.node_name for e in to_add]} would exclude every "
+            f"master-eligible node of the cluster {sorted(node.name for node in nodes.values() if node.id in eligible)}"
+            "; at least one must remain to hold the voting configuration"
+        )
+    return None
+
+
+def request_problem(request: ClientRequest, state: ClusterState, max_exclusions: int) -> str | None:
+    """The master's check of any client request against its current state."""
+    if isinstance(request, KvPut | KvDelete | KvGet):
+        return key_problem(request.key)
+    if isinstance(request, UpdateSettings):
+        return settings_problem(request.persistent)
+    if isinstance(request, AddVotingConfigExclusions):
+        return exclusions_problem(request, state.nodes, state.coordination.voting_config_exclusions, max_exclusions)
+    return None

@@ -1,0 +1,217 @@
+"""Who may call what on the client port: bearer tokens with roles, checked by one middleware.
+
+`http.auth.tokens_file` holds one `ROLE TOKEN` pair per line (blank lines and `#` comments are ignored); the
+roles are `reader` < `writer` < `admin`, each allowed everything the one before it is. A request carries
+`Authorization: Bearer TOKEN`. A missing or unknown token gets 401 `security_exception`, a known token whose
+role is below what the route needs gets 403 `security_exception`. Which role a route needs is the table
+`RULES` below, in one place; a route it does not list needs `admin`, so a new API is closed until it is
+classified. The file is re-read when it changes (checked at most once per `CHECK_INTERVAL_S`); a changed
+file that does not parse keeps the previous tokens, with a warning. Tokens are compared in constant time.
+
+Without `http.auth.tokens_file` nothing is checked (the local demo's default).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import logging
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+log = logging.getLogger("coordinated.access")
+
+CHECK_INTERVAL_S = 1.0
+
+
+class Role(enum.IntEnum):
+    OPEN = 0  # no token needed
+    READER = 1
+    WRITER = 2
+    ADMIN = 3
+
+
+ROLE_NAMES = {"reader": Role.READER, "writer": Role.WRITER, "admin": Role.ADMIN}
+_READ = frozenset({"GET", "HEAD"})
+_ANY = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE", "PATCH", "OPTIONS"})
+
+
+@dataclass(frozen=True)
+class Rule:
+    methods: frozenset[str]
+    path: re.Pattern[str]
+    role: Role
+
+
+def _rule(methods: frozenset[str], path: str, role: Role) -> Rule:
+    return Rule(methods, re.compile(path), role)
+
+
+# First match wins. Matched in full against the route's template (see `route_path`).
+RULES: tuple[Rule, ...] = (
+    _rule(_READ, r"/(healthz|readyz)", Role.OPEN),
+    # Prometheus sends a bearer token (`authorization` in its scrape config); the metrics name the nodes and
+    # the cluster's activity, which is not for anyone on the network.
+    _rule(_READ, r"/metrics", Role.READER),
+    # Administration, whatever the method: settings, voting-config exclusions, hooks, snapshots.
+    _rule(_ANY, r"/_cluster/settings", Role.ADMIN),
+    _rule(_ANY, r"/_cluster/voting_config_exclusions", Role.ADMIN),
+    _rule(_ANY, r"/_hooks(/.*)?", Role.ADMIN),
+    _rule(_ANY, r"/_snapshot(/.*)?", Role.ADMIN),
+    # Reads and watches (a watch is a GET under /_cluster/metadata/_watch).
+    _rule(_READ, r"/", Role.READER),
+    _rule(_READ, r"/_cluster/(state|health)", Role.READER),
+    _rule(_READ, r"/_cat/master", Role.READER),
+    _rule(_READ, r"/_cluster/metadata/.+", Role.READER),
+    _rule(_READ, r"/_history", Role.READER),
+    _rule(_READ, r"/_sessions", Role.READER),
+    # Writes: keys, transactions, sessions.
+    _rule(frozenset({"PUT", "DELETE", "POST"}), r"/_cluster/metadata/.+", Role.WRITER),
+    _rule(frozenset({"PUT", "DELETE", "POST"}), r"/_sessions(/.*)?", Role.WRITER),
+)
+
+
+def required_role(method: str, path: str) -> Role:
+    for rule in RULES:
+        if method in rule.methods and rule.path.fullmatch(path):
+            return rule.role
+    return Role.ADMIN
+
+
+def route_path(request: web.Request) -> str:
+    """The template of the route that will handle the request (`/_cluster/metadata/{key}`), so that the role
+    is decided by the handler that runs, whatever escapes the path holds; the path itself if none matched."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else request.path
+
+
+class TokensFileError(ValueError):
+    pass
+
+
+def parse_tokens(text: str, path: str) -> list[tuple[bytes, Role]]:
+    tokens: list[tuple[bytes, Role]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        parts = stripped.split()
+        if len(parts) != 2:
+            raise TokensFileError(f"line {number} of [{path}] must be `ROLE TOKEN`")
+        role, token = parts
+        if role not in ROLE_NAMES:
+            raise TokensFileError(f"line {number} of [{path}] has unknown role [{role}]; use admin, writer or reader")
+        if len(token) < 16:
+            raise TokensFileError(f"the token on line {number} of [{path}] is shorter than 16 characters")
+        tokens.append((_digest(token), ROLE_NAMES[role]))
+    if not tokens:
+        raise TokensFileError(f"[{path}] holds no tokens")
+    return tokens
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def load_tokens(path: str) -> list[tuple[bytes, Role]]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise TokensFileError(f"cannot read [{path}]: {error}") from None
+    return parse_tokens(text, path)
+
+
+def _fingerprint(path: str) -> tuple[int, int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+class Tokens:
+    """The tokens of a tokens file, re-read when the file changes."""
+
+    def __init__(self, path: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self._clock = clock
+        self._fingerprint = _fingerprint(path)
+        self._tokens = load_tokens(path)
+        self._checked_at = clock()
+        self._failed: tuple[int, int, int] | None = None
+
+    def role_of(self, token: str) -> Role | None:
+        now = self._clock()
+        if now - self._checked_at >= CHECK_INTERVAL_S:
+            self._checked_at = now
+            self._reload_if_changed()
+        candidate = _digest(token)
+        found: Role | None = None
+        # Every entry compared, each in constant time; digests, so that a token's length does not show either.
+        for known, role in self._tokens:
+            if hmac.compare_digest(known, candidate) and found is None:
+                found = role
+        return found
+
+    def _reload_if_changed(self) -> None:
+        fingerprint = _fingerprint(self.path)
+        if fingerprint is None or fingerprint == self._fingerprint:
+            return
+        try:
+            tokens = load_tokens(self.path)
+        except TokensFileError as error:
+            if fingerprint != self._failed:
+                self._failed = fingerprint
+                log.warning(
+                    "[http.auth.tokens_file] changed but is not usable (%s); keeping the previous tokens", error
+                )
+            return
+        self._tokens, self._fingerprint, self._failed = tokens, fingerprint, None
+        log.info("reloaded the tokens of [http.auth.tokens_file] from %s", self.path)
+
+
+def _security_error(status: int, reason: str) -> web.Response:
+    body = {"error": {"type": "security_exception", "reason": reason}, "status": status}
+    headers = {"WWW-Authenticate": 'Bearer realm="coordinated"'} if status == 401 else None
+    return web.json_response(body, status=status, headers=headers)
+
+
+def access_middleware(
+    tokens: Tokens, on_refused: Callable[[int], None] = lambda status: None
+) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """`on_refused(status)` is called for each 401 and 403 (for the request metrics)."""
+
+    def refuse(status: int, reason: str) -> web.Response:
+        on_refused(status)
+        return _security_error(status, reason)
+
+    @web.middleware
+    async def check_access(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        needed = required_role(request.method, route_path(request))
+        if needed is Role.OPEN:
+            return await handler(request)
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return refuse(401, f"missing authentication credentials for REST request [{request.method} {request.path}]")
+        role = tokens.role_of(token.strip())
+        if role is None:
+            log.info("refused %s %s from %s: unknown token", request.method, request.path, request.remote)
+            return refuse(401, f"unable to authenticate with the provided token for REST request [{request.path}]")
+        if role < needed:
+            return refuse(
+                403,
+                f"action [{request.method} {request.path}] is unauthorized for a token with role [{role.name.lower()}]; "
+                f"it needs role [{needed.name.lower()}]",
+            )
+        return await handler(request)
+
+    return check_access

@@ -1,0 +1,158 @@
+"""TLS contexts for both ports, built with the stdlib `ssl` module from PEM files and reloaded when the files
+change, so that a renewed certificate is used without a restart.
+
+A server keeps one listening `SSLContext` for its lifetime (asyncio binds it to the listener). Its
+`sni_callback`, which OpenSSL runs on every ClientHello (with or without a server name), swaps the
+connection onto the newest context, so each new connection is served with the certificate and CA that are
+on disk now; connections already open keep theirs. The files are looked at (stat only) at most once per
+`CHECK_INTERVAL_S`, and re-read only when one changed. A file set that does not load (a certificate replaced
+but its key not yet, say) keeps the previous context and is tried again at the next check.
+
+The transport is mutual TLS: both sides present a certificate and require the peer's to chain to the
+cluster's CA (`certificate_authorities`). Peers are addressed by IP (resolved seeds, published addresses),
+so the chain is verified but not the host name, as with Elasticsearch's `verification_mode: certificate`:
+any certificate of the cluster's own CA is a member of the cluster.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("coordinated.tls")
+
+CHECK_INTERVAL_S = 1.0
+CLIENT_AUTHENTICATION = ("none", "optional", "required")
+
+
+class Side(enum.Enum):
+    SERVER = "server"
+    CLIENT = "client"
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """The PEM files of one port: `prefix` is `transport.ssl` or `http.ssl` (for messages)."""
+
+    prefix: str
+    certificate: str
+    key: str
+    certificate_authorities: str | None
+    client_authentication: str = "required"  # what a server asks of its clients
+
+    @classmethod
+    def from_settings(cls, parsed: Mapping[str, Any], prefix: str) -> TlsFiles | None:
+        if not parsed.get(f"{prefix}.enabled"):
+            return None
+        return cls(
+            prefix,
+            parsed[f"{prefix}.certificate"],
+            parsed[f"{prefix}.key"],
+            parsed.get(f"{prefix}.certificate_authorities"),
+            parsed.get(f"{prefix}.client_authentication", "required"),
+        )
+
+    def paths(self) -> tuple[str, ...]:
+        cas = (self.certificate_authorities,) if self.certificate_authorities else ()
+        return (self.certificate, self.key, *cas)
+
+    def build(self, side: Side) -> ssl.SSLContext:
+        """A fresh context from the files; raises ssl.SSLError or OSError if they do not load."""
+        if side is Side.SERVER:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.verify_mode = {
+                "none": ssl.CERT_NONE,
+                "optional": ssl.CERT_OPTIONAL,
+                "required": ssl.CERT_REQUIRED,
+            }[self.client_authentication]
+        else:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False  # see the module docstring
+            context.verify_mode = ssl.CERT_REQUIRED
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.certificate, self.key)
+        if self.certificate_authorities:
+            context.load_verify_locations(cafile=self.certificate_authorities)
+        return context
+
+    def problem(self) -> str | None:
+        """Why the files cannot make a context, naming the settings; None if they can."""
+        for side in (Side.SERVER, Side.CLIENT) if self.prefix == "transport.ssl" else (Side.SERVER,):
+            try:
+                self.build(side)
+            except ssl.SSLError as error:
+                return (
+                    f"[{self.prefix}.certificate] [{self.certificate}] and [{self.prefix}.key] [{self.key}]"
+                    f"{' with [' + self.prefix + '.certificate_authorities]' if self.certificate_authorities else ''}"
+                    f" do not load: {error.reason or error}"
+                )
+            except OSError as error:
+                return f"cannot read the files of [{self.prefix}.*]: {error}"
+        return None
+
+
+def _fingerprint(paths: tuple[str, ...]) -> tuple[tuple[int, int, int], ...] | None:
+    try:
+        stats = [os.stat(path) for path in paths]  # follows symlinks: a Kubernetes Secret swaps a link
+    except OSError:
+        return None
+    return tuple((stat.st_ino, stat.st_mtime_ns, stat.st_size) for stat in stats)
+
+
+class ReloadingContext:
+    """The newest context built from `files` for one side; see the module docstring."""
+
+    def __init__(self, files: TlsFiles, side: Side, clock: Callable[[], float] = time.monotonic) -> None:
+        self.files = files
+        self.side = side
+        self._clock = clock
+        self._fingerprint = _fingerprint(files.paths())
+        self._context = files.build(side)
+        self._checked_at = clock()
+        self._failed: tuple[tuple[int, int, int], ...] | None = None
+        self.reloads = 0
+
+    def current(self) -> ssl.SSLContext:
+        now = self._clock()
+        if now - self._checked_at >= CHECK_INTERVAL_S:
+            self._checked_at = now
+            self._reload_if_changed()
+        return self._context
+
+    def _reload_if_changed(self) -> None:
+        fingerprint = _fingerprint(self.files.paths())
+        if fingerprint is None or fingerprint == self._fingerprint:
+            return
+        try:
+            context = self.files.build(self.side)
+        except (ssl.SSLError, OSError) as error:
+            if fingerprint != self._failed:  # one warning per file set, not one a second
+                self._failed = fingerprint
+                log.warning(
+                    "the files of [%s.*] changed but do not load (%s); keeping the previous ones",
+                    self.files.prefix,
+                    error,
+                )
+            return
+        self._context, self._fingerprint, self._failed = context, fingerprint, None
+        self.reloads += 1
+        log.info("reloaded the certificate of [%s.*] from %s", self.files.prefix, self.files.certificate)
+
+    def listening_context(self) -> ssl.SSLContext:
+        """The context for a server's listener: each handshake moves onto the newest context."""
+        assert self.side is Side.SERVER
+        listener = self.files.build(Side.SERVER)
+
+        def use_newest(connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, _: ssl.SSLContext) -> None:
+            newest = self.current()
+            if connection.context is not newest:
+                connection.context = newest
+
+        listener.sni_callback = use_newest
+        return listener

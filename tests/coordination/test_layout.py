@@ -1,0 +1,66 @@
+"""The shape of the code, kept: no import cycle in the `coordinated` namespace, components that do not
+import the coordinator, and a coordinator that stays the wiring."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ROOTS = ("core", "sidecar", "operator", "spark-jobs", "tools")
+CORE = REPO / "core" / "coordinated" / "coordination"
+
+
+def modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for root in ROOTS:
+        for path in (REPO / root).rglob("*.py"):
+            parts = path.relative_to(REPO / root).with_suffix("").parts
+            if parts[0] == "coordinated":
+                found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """The `coordinated` modules that a file imports anywhere in it (type-checking and late imports too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("coordinated"):
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                found.add(full if full in known else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("coordinated"))
+    return {name for name in found if name in known}
+
+
+def test_no_import_cycle_in_the_coordinated_namespace() -> None:
+    known = modules()
+    graph = {name: imports(path, known) - {name} for name, path in known.items()}
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            raise AssertionError("import cycle: " + " -> ".join([*path[path.index(name) :], name]))
+        if name in done:
+            return
+        for imported in sorted(graph[name]):
+            visit(imported, [*path, name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+    assert len(known) > 50, "the namespace was not found"
+
+
+def test_components_do_not_import_the_coordinator() -> None:
+    known = modules()
+    for path in CORE.glob("*.py"):
+        if path.name != "coordinator.py":
+            assert "coordinated.coordination.coordinator" not in imports(path, known), path.name
+
+
+def test_the_coordinator_stays_the_wiring_and_no_core_module_grows_past_600_lines() -> None:
+    sizes = {path.name: len(path.read_text().splitlines()) for path in CORE.glob("*.py")}
+    assert sizes["coordinator.py"] <= 800, sizes["coordinator.py"]
+    assert all(size <= 600 for name, size in sizes.items() if name != "coordinator.py"), sizes
