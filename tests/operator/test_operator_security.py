@@ -453,3 +453,83 @@ def test_certificates_cover_every_pod_that_may_run_and_ignore_audit_pods() -> No
     }
     assert handlers.certificate_pods(spec, 2, pods) == tuple(f"demo-{i}" for i in range(5))
     assert handlers.certificate_pods(spec, 4, {}) == ("demo-0", "demo-1", "demo-2", "demo-3")
+
+
+def test_real_sidecars_run_on_the_operators_files_and_answer_its_calls(tmp_path: Path) -> None:
+    """Three real sidecar processes with the settings, certificates and tokens file the operator builds:
+    they form a cluster over mutual TLS, and the operator's client reaches them by IP, checked against each
+    pod's DNS name, with the admin token; a wrong name or token is refused."""
+    from coordinated.operator.sidecar_client import SidecarAccess, SidecarClient, SidecarError, ca_ssl_context
+    from coordinated.tools.localcluster import LocalCluster
+
+    spec, now = cluster(), datetime.datetime.now(datetime.UTC)
+    pods = ("demo-0", "demo-1", "demo-2")
+    authority = certificates.generate_ca("demo CA", now, 100 * HOUR)
+    tls_dir, tokens_dir = tmp_path / "tls", tmp_path / "tokens"
+    tls_dir.mkdir()
+    tokens_dir.mkdir()
+    for key, value in security.plan_certificates(spec, authority, {}, pods, now).data.items():
+        (tls_dir / key).write_bytes(value)
+    tokens = {"admin": "A" * 43, "client": "C" * 43, "reader": "R" * 43}
+    tokens_file = base64.b64decode(security.tokens_file_secret(spec, tokens)["data"]["tokens"])
+    (tokens_dir / "tokens").write_bytes(tokens_file)
+
+    def node_settings(pod: str) -> dict[str, str]:
+        settings = manifests.security_settings(spec, manifests.BUILTIN_TLS)
+        return {
+            key: value.replace(manifests.TLS_DIR, str(tls_dir))
+            .replace(manifests.TOKENS_DIR, str(tokens_dir))
+            .replace("$(POD_NAME)", pod)
+            for key, value in settings.items()
+        }
+
+    harness_tls = ca_ssl_context(authority.certificate)
+    harness_tls.check_hostname = False  # the harness addresses 127.0.0.1; the operator's client checks names
+    local = LocalCluster(
+        tmp_path / "cluster", client_tls=harness_tls, client_headers={"Authorization": "Bearer " + "A" * 43}
+    )
+    try:
+        for pod in pods:
+            local.add(pod)
+        for pod in pods:
+            local.start(pod, list(pods), node_settings(pod))
+        for node in local.nodes.values():
+            local.wait_http(node)
+        local.wait_master(timeout=60, nodes=3)
+
+        async def calls() -> dict[str, Any]:
+            results: dict[str, Any] = {}
+            context = ca_ssl_context(authority.certificate)
+            async with aiohttp.ClientSession() as http:
+
+                def client(pod: str, token: str | None, name: str | None = None) -> SidecarClient:
+                    node = local.nodes[pod]
+                    hostname = manifests.pod_dns_name(spec, name or pod)
+                    access = SidecarAccess(token=token, ssl_context=context, server_hostname=hostname)
+                    return SidecarClient(http, f"https://127.0.0.1:{node.http_port}", access=access)
+
+                states = [await client(pod, tokens["admin"]).cluster_state() for pod in pods]
+                results["masters"] = {state.master for state in states}
+                results["health"] = (await client("demo-0", tokens["admin"]).cluster_health()).status
+                # An admin-only API, as the operator uses while scaling down.
+                await client("demo-1", tokens["admin"]).clear_voting_config_exclusions(wait_for_removal=False)
+                for label, failing in (
+                    ("wrong name", client("demo-0", tokens["admin"], name="demo-1")),
+                    ("no token", client("demo-0", None)),
+                    ("writer on admin API", client("demo-0", tokens["client"])),
+                ):
+                    try:
+                        await failing.clear_voting_config_exclusions(wait_for_removal=False)
+                        results[label] = "accepted"
+                    except SidecarError as error:
+                        results[label] = str(error)
+            return results
+
+        results = asyncio.run(asyncio.wait_for(calls(), timeout=60))
+    finally:
+        local.stop_all(graceful=False)
+    assert len(results["masters"]) == 1 and results["masters"] <= set(pods), results
+    assert results["health"] == "green"
+    assert "CERTIFICATE_VERIFY_FAILED" in results["wrong name"] or "hostname" in results["wrong name"], results
+    assert "answered 401" in results["no token"], results
+    assert "answered 403" in results["writer on admin API"], results
