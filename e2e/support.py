@@ -124,9 +124,18 @@ def _json(data: bytes | str | None) -> Any:
         return data.decode() if isinstance(data, bytes) else data
 
 
-def cluster_manifest(namespace: str, name: str, replicas: int, settings: dict[str, str] | None = None) -> dict:
-    """A CoordinatedCluster running the local image (never pulled)."""
+def cluster_manifest(
+    namespace: str, name: str, replicas: int, settings: dict[str, str] | None = None, secure: bool = False
+) -> dict:
+    """A CoordinatedCluster running the local image (never pulled).
+
+    Not `secure` (the lifecycle tests): TLS, tokens and the NetworkPolicy are off, because these tests reach
+    the sidecars through the API server's proxy, in plain HTTP without a token. test_02_security.py runs
+    clusters with the defaults (all on) and talks to them from pods, as applications do.
+    """
     spec: dict[str, Any] = {"replicas": replicas, "image": IMAGE, "imagePullPolicy": "Never"}
+    if not secure:
+        spec.update({"tls": {"enabled": False}, "auth": {"enabled": False}, "networkPolicy": {"enabled": False}})
     if settings is not None:
         spec["settings"] = settings
     return {

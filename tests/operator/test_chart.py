@@ -6,6 +6,7 @@ The tools are built once by scripts/install-tools.sh (through the Go module prox
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import shutil
@@ -25,7 +26,7 @@ from operator_schemas import (
     write_schemas,
 )
 
-from coordinated.operator import manifests
+from coordinated.operator import certificates, manifests, security
 from coordinated.operator.spec import ClusterSpec
 
 CHART = REPO / "charts" / "coordinated-cluster"
@@ -49,6 +50,7 @@ def schema_dir(tools: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
         ("apps/v1", "StatefulSet"),
         ("policy/v1", "PodDisruptionBudget"),
         ("batch/v1", "CronJob"),
+        ("networking.k8s.io/v1", "NetworkPolicy"),
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
         *{
             ("rbac.authorization.k8s.io/v1", kind)
@@ -143,10 +145,22 @@ def test_examples_validate(tools: dict[str, Path], schema_dir: Path) -> None:
 
 def _operator_manifests(body: dict[str, Any]) -> list[dict[str, Any]]:
     spec = ClusterSpec.from_resource(body)
+    tls_source = manifests.tls_source_of(spec, cert_manager_available=False)
     built = manifests.desired_children(
-        spec, replicas=3, initial_master_nodes=("a-0", "a-1", "a-2"), health="green", voters=3
+        spec, replicas=3, initial_master_nodes=("a-0", "a-1", "a-2"), health="green", voters=3, tls_source=tls_source
     )
-    return [*built, manifests.transport_secret(spec, "s3cret")]
+    now = datetime.datetime.now(datetime.UTC)
+    ca = certificates.generate_ca("ca", now, datetime.timedelta(days=10))
+    planned = security.plan_certificates(spec, ca, {}, manifests.pod_names(spec, 3), now)
+    tokens = {suffix: f"{suffix}-token-0123456789" for suffix in manifests.TOKEN_ROLES}
+    secured = [
+        security.ca_secret(spec, ca),
+        security.certificates_secret(spec, planned.data),
+        security.tokens_file_secret(spec, tokens),
+        *(security.token_secret(spec, suffix, token) for suffix, token in tokens.items()),
+        security.network_policy(spec, security.operator_peer("ops", {"app": "op"})),
+    ]
+    return [*built, manifests.transport_secret(spec, "s3cret"), *(m for m in secured if m is not None)]
 
 
 def test_operator_manifests_validate(tools: dict[str, Path], schema_dir: Path) -> None:
@@ -156,9 +170,43 @@ def test_operator_manifests_validate(tools: dict[str, Path], schema_dir: Path) -
                 continue
             body["metadata"].setdefault("namespace", "default")
             body["metadata"]["uid"] = "0000-1111"
-            documents = "---\n".join(yaml.safe_dump(manifest) for manifest in _operator_manifests(body))
+            built = _operator_manifests(body)
+            assert {"NetworkPolicy", "Secret", "StatefulSet"} <= {manifest["kind"] for manifest in built}
+            documents = "---\n".join(yaml.safe_dump(manifest) for manifest in built)
             result = kubeconform(tools, schema_dir, documents)
             assert result.returncode == 0, f"{example.name}: {result.stdout}{result.stderr}"
+
+
+def test_operator_rbac_is_least_privilege(tools: dict[str, Path]) -> None:
+    rendered = helm(tools, "template", "demo", str(CHART), "--namespace", "ops", "--kube-version", KUBE_VERSION)
+    assert rendered.returncode == 0, rendered.stderr
+    documents = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
+    role = next(
+        doc
+        for doc in documents
+        if doc["kind"] == "ClusterRole" and doc["metadata"]["name"] == "demo-coordinated-cluster"
+    )
+    verbs = {
+        (group, resource): set(rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    # Secrets are read by name only: the operator cannot list a namespace's other Secrets.
+    assert verbs[("", "secrets")] == {"get", "create", "patch"}
+    assert verbs[("", "pods")] == {"list", "watch", "delete"}  # delete: the rolling restart
+    assert verbs[("networking.k8s.io", "networkpolicies")] == {"create", "patch", "delete"}
+    assert verbs[("cert-manager.io", "certificates")] == {"create", "patch"}
+    assert not any("*" in granted or "escalate" in granted or "bind" in granted for granted in verbs.values())
+    deployment = next(doc for doc in documents if doc["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    # The NetworkPolicies admit exactly the operator's pods: its labels and namespace reach the operator.
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    expected = ",".join(f"{key}={value}" for key, value in deployment["spec"]["selector"]["matchLabels"].items())
+    assert f"--operator-labels={expected}" in container["args"]
+    assert all(labels[key] == value for key, value in deployment["spec"]["selector"]["matchLabels"].items())
+    env = {entry["name"]: entry for entry in container["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
 
 
 SPARK_OPERATOR_KINDS = "SparkApplication,ScheduledSparkApplication"

@@ -180,6 +180,16 @@ def cluster(name: str, **spec: object) -> str:
         ),
         ({"audit": {"enabled": True, "schedule": "daily"}}, "cron expression"),
         ({"template": {"containers": [{"name": "sidecar", "image": "x"}]}}, "'sidecar' is reserved"),
+        ({"settings": {"http.auth.tokens_file": "/t"}}, "setting [http.auth.tokens_file] is managed by the operator"),
+        (
+            {"settings": {"transport.ssl.enabled": "false"}},
+            "setting [transport.ssl.enabled] is managed by the operator",
+        ),
+        ({"tls": {"enabled": False, "issuerRef": {"name": "ca"}}}, "tls.issuerRef needs tls.enabled"),
+        ({"tls": {"renewalFraction": 0.95}}, "spec.tls.renewalFraction in body should be less than or equal to 0.9"),
+        ({"tls": {"certificateLifetime": "90"}}, "spec.tls.certificateLifetime in body should match"),
+        ({"tls": {"clientAuthentication": "always"}}, 'Unsupported value: "always"'),
+        ({"clientAccess": [{}]}, "each clientAccess entry needs a podSelector, a namespaceSelector or both"),
     ],
 )
 def test_invalid_clusters_are_rejected_with_a_clear_message(kubeconfig: Path, spec: dict, message: str) -> None:
@@ -218,6 +228,16 @@ def test_defaults_scale_and_immutable_fields(kubeconfig: Path) -> None:
     stored = yaml.safe_load(kubectl(kubeconfig, "get", "ccl", "scaled", "-o", "yaml").stdout)["spec"]
     assert stored["replicas"] == 3 and stored["storage"]["size"] == "1Gi"
     assert stored["podDisruptionBudget"] == {"mode": "Managed"}
+    # Security is on unless the spec says otherwise.
+    assert stored["tls"] == {
+        "enabled": True,
+        "certificateLifetime": "2160h",
+        "renewalFraction": 0.67,
+        "caLifetime": "87600h",
+        "clientAuthentication": "none",
+    }
+    assert stored["auth"] == {"enabled": True} and stored["networkPolicy"] == {"enabled": True}
+    assert "clientAccess" not in stored
     assert stored["storage"]["persistentVolumeClaimRetentionPolicy"] == {
         "whenDeleted": "Retain",
         "whenScaled": "Delete",
@@ -275,10 +295,60 @@ def test_operator_writes_are_accepted(kubeconfig: Path, monkeypatch: pytest.Monk
         ("serviceaccount", "orders"),
         ("poddisruptionbudget", "orders"),
         ("cronjob", "orders-audit"),
+        ("networkpolicy", "orders"),
+        *(("secret", f"orders-{suffix}") for suffix in ("ca", "certs", "admin", "client", "reader", "tokens")),
     ]:
         assert kubectl(kubeconfig, "get", kind, name).returncode == 0, f"{kind}/{name} missing"
     replicas = kubectl(kubeconfig, "get", "statefulset", "orders", "-o", "jsonpath={.spec.replicas}").stdout
     assert replicas == "5"
+
+
+def _secret(kubeconfig: Path, name: str) -> dict[str, bytes]:
+    import base64
+
+    data = json.loads(kubectl(kubeconfig, "get", "secret", name, "-o", "json").stdout)["data"]
+    return {key: base64.b64decode(value) for key, value in data.items()}
+
+
+def test_certificates_are_renewed_and_dropped_in_place_with_the_same_ca(kubeconfig: Path) -> None:
+    """Renewal and scale-down rewrite the certificates Secret by server-side apply; the CA never changes."""
+    import datetime
+
+    from kubernetes import config
+
+    from coordinated.operator import handlers
+    from coordinated.operator.kube import Kube
+    from coordinated.operator.spec import ClusterSpec
+
+    body = {"metadata": {"name": "renewed", "namespace": "default", "uid": "", "generation": 1}, "spec": {}}
+    created = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("renewed", replicas=3))
+    assert created.returncode == 0, created.stderr
+    body["metadata"]["uid"] = kubectl(kubeconfig, "get", "ccl", "renewed", "-o", "jsonpath={.metadata.uid}").stdout
+    config.load_kube_config(config_file=str(kubeconfig))
+    spec = ClusterSpec.from_resource({**body, "spec": {"tls": {"certificateLifetime": "10h", "renewalFraction": 0.5}}})
+    now = datetime.datetime.now(datetime.UTC)
+    pods = ("renewed-0", "renewed-1", "renewed-2")
+    log = logging.getLogger("test")
+
+    async def secure(at: datetime.datetime, pods: tuple[str, ...]) -> handlers.Secured:
+        return await handlers.ensure_security(Kube(), spec, pods, write=True, logger=log, now=at)
+
+    first = asyncio.run(secure(now, pods))
+    ca, certs = _secret(kubeconfig, "renewed-ca"), _secret(kubeconfig, "renewed-certs")
+    tokens = _secret(kubeconfig, "renewed-tokens")["tokens"].decode()
+    assert first.token and f"admin {first.token}" in tokens.splitlines()
+    assert f"writer {_secret(kubeconfig, 'renewed-client')['token'].decode()}" in tokens.splitlines()
+    assert [reason for _, reason, _ in first.events] == ["CertificateAuthorityCreated", "CertificatesIssued"]
+
+    again = asyncio.run(secure(now + datetime.timedelta(hours=1), pods))
+    assert again.events == () and _secret(kubeconfig, "renewed-certs") == certs and again.token == first.token
+
+    later = asyncio.run(secure(now + datetime.timedelta(hours=6), pods[:2]))
+    renewed = _secret(kubeconfig, "renewed-certs")
+    assert [reason for _, reason, _ in later.events] == ["CertificatesIssued"]
+    assert renewed["renewed-0.crt"] != certs["renewed-0.crt"] and renewed["ca.crt"] == ca["ca.crt"]
+    assert "renewed-2.crt" not in renewed and "renewed-2.key" not in renewed  # scaled away: gone
+    assert _secret(kubeconfig, "renewed-ca") == ca
 
 
 class RunningOperator:
@@ -396,3 +466,24 @@ def test_status_follows_pod_changes_without_waiting_for_the_periodic_pass(
     wait_until(lambda: status_of(kubeconfig, "watched").get("replicas") == 2, "the status to count 2 pods")
     assert kubectl(kubeconfig, "delete", "pod", "watched-0", "watched-1", "--grace-period=0", "--force").returncode == 0
     wait_until(lambda: status_of(kubeconfig, "watched").get("replicas") == 0, "the status to count 0 pods")
+
+
+def test_an_existing_rolling_update_statefulset_becomes_on_delete(kubeconfig: Path) -> None:
+    """Operators before rolling restarts applied RollingUpdate with a partition; re-applying switches it."""
+    from kubernetes import config
+
+    from coordinated.operator import manifests
+    from coordinated.operator.kube import Kube
+    from coordinated.operator.spec import ClusterSpec
+
+    config.load_kube_config(config_file=str(kubeconfig))
+    body = {"metadata": {"name": "upgraded", "namespace": "default", "uid": "", "generation": 1}, "spec": {}}
+    assert kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("upgraded")).returncode == 0
+    body["metadata"]["uid"] = kubectl(kubeconfig, "get", "ccl", "upgraded", "-o", "jsonpath={.metadata.uid}").stdout
+    spec = ClusterSpec.from_resource(body)
+    old = manifests.statefulset(spec, 3)
+    old["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
+    asyncio.run(Kube().apply(old))
+    asyncio.run(Kube().apply(manifests.statefulset(spec, 3, manifests.BUILTIN_TLS)))
+    strategy = kubectl(kubeconfig, "get", "sts", "upgraded", "-o", "jsonpath={.spec.updateStrategy}").stdout
+    assert json.loads(strategy) == {"type": "OnDelete"}

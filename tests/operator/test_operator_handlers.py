@@ -7,6 +7,7 @@ checking what is applied, which annotations are patched, and what the sidecars a
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import json
 import logging
@@ -39,6 +40,20 @@ class FakeKube:
         self.pod_map: dict[str, PodObservation] = {}
         self.claim_names: list[str] = []
         self.events: list[tuple[str, str]] = []  # (reason, message)
+        self.secrets: dict[str, dict[str, str]] = {}  # name -> data (base64), as the API server keeps them
+        self.cert_manager = False
+        self.update_revision: str | None = None
+        self.deleted_pods: list[str] = []
+
+    def _keep_secret(self, manifest: dict[str, Any]) -> None:
+        if manifest["kind"] == "Secret":
+            self.secrets[manifest["metadata"]["name"]] = dict(manifest["data"])
+
+    async def secret_data(self, name: str, namespace: str) -> dict[str, str] | None:
+        return self.secrets.get(name)
+
+    async def serves(self, api_version: str, kind: str) -> bool:
+        return self.cert_manager
 
     async def post_event(self, body: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         self.events.append((reason, message))
@@ -67,11 +82,15 @@ class FakeKube:
 
     async def apply(self, manifest: dict[str, Any]) -> None:
         self.applied.append(manifest)
+        self._keep_secret(manifest)
         if manifest["kind"] == "StatefulSet":
             self.replicas = manifest["spec"]["replicas"]
 
     async def create_if_absent(self, manifest: dict[str, Any]) -> bool:
+        if manifest["kind"] == "Secret" and manifest["metadata"]["name"] in self.secrets:
+            return False
         self.created.append(manifest)
+        self._keep_secret(manifest)
         return True
 
     async def delete_if_present(self, *args: str) -> bool:
@@ -79,6 +98,12 @@ class FakeKube:
 
     async def statefulset_replicas(self, name: str, namespace: str) -> int | None:
         return self.replicas
+
+    async def statefulset_update_revision(self, name: str, namespace: str) -> str | None:
+        return self.update_revision
+
+    async def delete_pod(self, name: str, namespace: str) -> None:
+        self.deleted_pods.append(name)
 
     async def pods(self, namespace: str, selector: str) -> dict[str, PodObservation]:
         return self.pod_map
@@ -90,6 +115,7 @@ class FakeSidecars:
     def __init__(self) -> None:
         self.uuid: str | None = None
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.authorizations: set[str | None] = set()
         self.voters = ["id0", "id1", "id2"]
 
     def state(self) -> dict[str, Any]:
@@ -115,6 +141,7 @@ class FakeSidecars:
     async def handle(self, request: web.Request) -> web.Response:
         pod, path = request.match_info["pod"], "/" + request.match_info["path"]
         self.requests.append((request.method, f"/{pod}{path}", dict(request.query)))
+        self.authorizations.add(request.headers.get("Authorization"))
         if path == "/_cluster/state":
             return web.json_response(self.state())
         if path == "/_cluster/health":
@@ -129,7 +156,8 @@ def resource(replicas: int = 3) -> dict[str, Any]:
         "apiVersion": "coordinated.dev/v1alpha1",
         "kind": "CoordinatedCluster",
         "metadata": {"name": "demo", "namespace": "ns", "uid": "u", "generation": 1, "annotations": {}},
-        "spec": {"replicas": replicas},
+        # Plain HTTP fake sidecars here; test_operator_security.py covers TLS to the sidecars.
+        "spec": {"replicas": replicas, "tls": {"enabled": False}},
     }
 
 
@@ -160,7 +188,9 @@ def test_bootstrap_and_first_scale_down_step(monkeypatch: pytest.MonkeyPatch) ->
             assert kube.replicas is None
             configmap = next(m for m in kube.applied if m["kind"] == "ConfigMap")
             assert configmap["data"]["initial_master_nodes"] == "demo-0,demo-1,demo-2"
-            assert [m["kind"] for m in kube.created] == ["Secret"]
+            created = sorted(m["metadata"]["name"] for m in kube.created)
+            assert created == ["demo-admin", "demo-client", "demo-reader", "demo-transport"]
+            assert "demo-tokens" in {m["metadata"]["name"] for m in kube.applied if m["kind"] == "Secret"}
             assert kube.status["phase"] == "Pending"
 
             # 2. With the list pinned, the StatefulSet is created with the three initial nodes; the list
@@ -201,6 +231,9 @@ def test_bootstrap_and_first_scale_down_step(monkeypatch: pytest.MonkeyPatch) ->
             assert posts == [
                 ("POST", "/demo-0/_cluster/voting_config_exclusions", {"node_names": "demo-2", "timeout": "30s"})
             ]
+            # Every call, the exclusion included, carries the admin token the operator generated.
+            admin_token = base64.b64decode(kube.secrets["demo-admin"]["token"]).decode()
+            assert sidecars.authorizations == {f"Bearer {admin_token}"}
             assert kube.replicas == 3
             assert kube.status["phase"] == "Scaling"
             pdb = next(m for m in kube.applied if m["kind"] == "PodDisruptionBudget")
@@ -365,3 +398,38 @@ def test_pod_events_trigger_a_prompt_coalesced_pass(monkeypatch: pytest.MonkeyPa
         handlers.track(event={"type": "DELETED"}, body=cluster)
 
     asyncio.run(scenario())
+
+
+def test_a_rolling_restart_deletes_one_pod_per_pass_and_reports_each() -> None:
+    """Through the real handler: the outdated follower is deleted, with a RestartPod event and the phase."""
+    kube, sidecars = FakeKube(resource()), FakeSidecars()
+    kube.stored["metadata"]["annotations"] = {CLUSTER_UUID_ANNOTATION: "uuid-1"}
+    kube.replicas, kube.update_revision, sidecars.uuid = 3, "demo-new", "uuid-1"
+    kube.pod_map = {
+        f"demo-{i}": PodObservation(f"demo-{i}", ready=True, ip="127.0.0.1", revision="demo-old") for i in range(3)
+    }
+
+    async def scenario() -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{pod}/{path:.*}", sidecars.handle)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        template = f"http://127.0.0.1:{runner.addresses[0][1]}/{{pod}}"
+        original, handlers.CONFIG.sidecar_url_template = handlers.CONFIG.sidecar_url_template, template
+        try:
+            async with aiohttp.ClientSession() as http:
+                memo = kopf.Memo(kube=kube, http=http)
+                await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
+        finally:
+            handlers.CONFIG.sidecar_url_template = original
+            await runner.cleanup()
+
+    asyncio.run(scenario())
+    assert kube.deleted_pods == ["demo-2"]  # a follower first; demo-0 is the fake's master
+    restarts = [message for reason, message in kube.events if reason == "RestartPod"]
+    assert len(restarts) == 1 and "demo-2" in restarts[0]
+    assert kube.status["phase"] == "Restarting"
+    statefulset = next(m for m in kube.applied if m["kind"] == "StatefulSet")
+    assert statefulset["spec"]["updateStrategy"] == {"type": "OnDelete"}

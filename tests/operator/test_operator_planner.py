@@ -355,3 +355,60 @@ def test_a_failed_node_stops_every_removal(start: int, desired: int, down: set[i
     for _ in range(10):
         model.step()  # asserts that nothing is excluded while a failed node is still there
     assert protected <= model.pods, "a failed node was removed"
+
+
+# ---- rolling restart ---------------------------------------------------------------------------------
+def on_revisions(obs: Observation, revisions: dict[str, str], update_revision: str = "new") -> Observation:
+    pods = {name: replace(pod, revision=revisions.get(name, pod.revision)) for name, pod in obs.pods.items()}
+    return replace(obs, pods=pods, update_revision=update_revision)
+
+
+def test_a_rolling_restart_replaces_one_pod_at_a_time_followers_first_and_the_master_last() -> None:
+    obs = on_revisions(with_cluster(healthy(3, 3), master="c-1"), {f"c-{i}": "old" for i in range(3)})
+    restarted: list[str] = []
+    for _ in range(3):
+        action = plan(obs)
+        assert action.kind is ActionKind.RESTART and len(action.nodes) == 1, action
+        (pod,) = action.nodes
+        restarted.append(pod)
+        assert action.statefulset_replicas == 3
+        # The pod goes away: nothing else is restarted until it is back.
+        gone = replace(obs, pods={name: p for name, p in obs.pods.items() if name != pod})
+        gone = with_cluster(gone, members=obs.cluster.members - {pod}, health="yellow")
+        assert plan(gone).kind is not ActionKind.RESTART
+        if len(restarted) < 3:  # older pods remain: the roll waits for this one, naming it
+            assert plan(gone).kind is ActionKind.WAIT and pod in plan(gone).reason
+        # Recreated on the new template and joined, but the cluster is not green yet: still waiting.
+        back = on_revisions(obs, {pod: "new"})
+        yellow = with_cluster(back, health="yellow")
+        if len(restarted) < 3:
+            assert plan(yellow).kind is ActionKind.WAIT and "green" in plan(yellow).reason
+        obs = back
+    assert restarted == ["c-2", "c-0", "c-1"]  # c-1, the master, last
+    assert plan(obs).kind is ActionKind.NONE
+
+
+def test_a_rolling_restart_waits_for_an_intact_voting_configuration() -> None:
+    obs = on_revisions(healthy(3, 3), {"c-2": "old"})
+    joint = with_cluster(obs, accepted_voters=names(0, 1))  # a reconfiguration is under way
+    assert plan(joint).kind is ActionKind.WAIT and "voting configuration" in plan(joint).reason
+    not_ready = replace(obs, pods={**obs.pods, "c-0": replace(obs.pods["c-0"], ready=False)})
+    assert plan(not_ready).kind is ActionKind.WAIT and "c-0" in plan(not_ready).reason
+    assert plan(obs).nodes == ("c-2",)
+
+
+def test_scaling_comes_before_a_rolling_restart_and_up_to_date_pods_are_left_alone() -> None:
+    obs = on_revisions(healthy(3, 5), {f"c-{i}": "old" for i in range(3)})
+    assert plan(obs).kind is ActionKind.SET_REPLICAS
+    current = on_revisions(healthy(3, 3), {f"c-{i}": "new" for i in range(3)})
+    assert plan(current).kind is ActionKind.NONE
+    unknown = on_revisions(healthy(3, 3), {f"c-{i}": "old" for i in range(3)}, update_revision="")
+    assert plan(unknown).kind is ActionKind.NONE  # no revision known yet: nothing to compare
+
+
+def test_the_phase_is_restarting_during_a_rolling_restart() -> None:
+    from coordinated.operator.status import phase_of
+
+    obs = on_revisions(healthy(3, 3), {"c-2": "old"})
+    assert phase_of(obs, plan(obs)) == "Restarting"
+    assert phase_of(on_revisions(healthy(3, 3), {"c-2": "new"}), plan(healthy(3, 3))) == "Ready"

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from coordinated.operator.settings_validation import OPERATOR_MANAGED_SETTINGS, USER_SETTINGS, validate_settings
+from coordinated.operator.settings_validation import (
+    OPERATOR_MANAGED_SETTINGS,
+    SECURITY_SETTINGS,
+    USER_SETTINGS,
+    validate_settings,
+)
 
 
 def test_valid_settings() -> None:
@@ -49,8 +54,10 @@ def test_agrees_with_the_sidecar_registry() -> None:
     sidecar_settings = pytest.importorskip("coordinated.coordination.settings")
     known = set(sidecar_settings.coordination_registry().settings)
     ours = set(USER_SETTINGS) | set(OPERATOR_MANAGED_SETTINGS)
-    # transport.secret_file is the sidecar service's setting, registered outside the protocol core.
-    assert ours - known <= {"transport.secret_file"}
+    # transport.secret_file and the TLS and token settings are the sidecar service's, registered outside the
+    # protocol core; the operator sets them all itself.
+    assert ours - known <= {"transport.secret_file", *SECURITY_SETTINGS}
+    assert set(OPERATOR_MANAGED_SETTINGS) >= SECURITY_SETTINGS
     assert known - ours == set(), f"settings the operator does not know: {sorted(known - ours)}"
 
 

@@ -36,35 +36,46 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* The operator's permissions; shared by the ClusterRole and the per-namespace Roles. */}}
 {{- define "coordinated-cluster.namespacedRules" -}}
+# Every rule and verb is explained in docs/operator.md (Security > Operator RBAC). Children are written by
+# server-side apply (patch; create the first time) and read back by name (get) only where needed.
 - apiGroups: [coordinated.dev]
   resources: [coordinatedclusters]
-  verbs: [get, list, watch, patch, update]
+  verbs: [get, list, watch, patch]
 - apiGroups: [coordinated.dev]
   resources: [coordinatedclusters/status]
-  verbs: [get, patch, update]
+  verbs: [get, patch]
 - apiGroups: [apps]
   resources: [statefulsets]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, create, patch]
 - apiGroups: [""]
   resources: [services, configmaps, serviceaccounts]
-  verbs: [get, list, watch, create, patch, update, delete]
-# The transport Secret is created once and never read back or changed.
+  verbs: [create, patch]
+# The CA, the pods' certificates, the role tokens and the tokens file: created, read back by name and
+# renewed. Never listed, so the operator cannot enumerate other Secrets of a namespace.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [create]
+  verbs: [get, create, patch]
+# delete: a rolling restart replaces one pod at a time (the StatefulSet is OnDelete).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [list, watch, delete]
 # Read only: a new cluster whose data claims exist already is reported as adopting that data.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
-  verbs: [get, list]
+  verbs: [list]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [create, patch, delete]
 - apiGroups: [batch]
   resources: [cronjobs]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [create, patch, delete]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create, patch, delete]
+# Only used when a cluster sets spec.tls.issuerRef and cert-manager is installed.
+- apiGroups: [cert-manager.io]
+  resources: [certificates]
+  verbs: [create, patch]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]

@@ -7,6 +7,7 @@ Our own options are taken out first; everything else goes to `kopf run` unchange
 from __future__ import annotations
 
 import argparse
+import os
 
 from coordinated.operator import handlers
 
@@ -21,13 +22,34 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument(
         "--sidecar-url",
         default=handlers.CONFIG.sidecar_url_template,
-        help="sidecar base URL template with {ip}, {pod}, {service}, {namespace}, {port}",
+        help="sidecar base URL template with {scheme}, {ip}, {pod}, {service}, {namespace}, {port}",
+    )
+    parser.add_argument(
+        "--operator-namespace",
+        default=os.environ.get("POD_NAMESPACE") or None,
+        help="the namespace of the operator's pods (default: $POD_NAMESPACE), admitted by every NetworkPolicy",
+    )
+    parser.add_argument(
+        "--operator-labels",
+        type=parse_labels,
+        default={},
+        help="labels of the operator's pods, as k=v,k=v, admitted by every cluster's NetworkPolicy",
     )
     parser.add_argument("--sidecar-timeout", type=float, default=3.0, help="seconds per sidecar request")
     parser.add_argument(
         "--stuck-after", type=float, default=600.0, help="seconds unconverged before a reconciliation counts as stuck"
     )
     return parser.parse_known_args(argv)
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for pair in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"invalid label [{pair}]: expected key=value")
+        labels[key] = value
+    return labels
 
 
 def kopf_arguments(passthrough: list[str]) -> list[str]:
@@ -44,6 +66,8 @@ def main(argv: list[str]) -> int:
     handlers.CONFIG.sidecar_url_template = options.sidecar_url
     handlers.CONFIG.sidecar_timeout_seconds = options.sidecar_timeout
     handlers.CONFIG.stuck_after_seconds = options.stuck_after
+    handlers.CONFIG.namespace = options.operator_namespace
+    handlers.CONFIG.pod_labels = options.operator_labels
 
     import kopf.cli  # late: importing kopf's CLI is slow and only this command needs it
 

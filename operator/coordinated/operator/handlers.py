@@ -14,15 +14,16 @@ import json
 import logging
 import os
 import secrets
+import ssl
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import kopf
 
-from coordinated.operator import GROUP, PLURAL, VERSION, manifests, metrics
+from coordinated.operator import GROUP, PLURAL, VERSION, certificates, manifests, metrics, security
 from coordinated.operator.kube import Kube, load_kube_config
 from coordinated.operator.observation import ClusterView, Observation, PodObservation, summarize_states
 from coordinated.operator.planner import Action, ActionKind, plan
@@ -30,8 +31,10 @@ from coordinated.operator.settings_validation import validate_settings
 from coordinated.operator.sidecar_client import (
     ClusterHealth,
     ClusterState,
+    SidecarAccess,
     SidecarClient,
     SidecarError,
+    ca_ssl_context,
     sidecar_url,
 )
 from coordinated.operator.spec import (
@@ -40,7 +43,7 @@ from coordinated.operator.spec import (
     INITIAL_MASTER_NODES_ANNOTATION,
     ClusterSpec,
 )
-from coordinated.operator.status import compute_status, election_event
+from coordinated.operator.status import Condition, compute_status, election_event
 
 
 @dataclass
@@ -48,10 +51,14 @@ class OperatorConfig:
     """Set by `coordinated operator` options before Kopf starts."""
 
     metrics_port: int = 8000
-    # {ip}, {pod}, {service}, {namespace} and {port} are filled in; use DNS names when pod IPs are unroutable.
-    sidecar_url_template: str = "http://{ip}:{port}"
+    # {scheme}, {ip}, {pod}, {service}, {namespace} and {port} are filled in; use DNS names when pod IPs are
+    # unroutable. {scheme} is https when the cluster has TLS on.
+    sidecar_url_template: str = "{scheme}://{ip}:{port}"
     sidecar_timeout_seconds: float = 3.0
     stuck_after_seconds: float = 600.0
+    # Where the operator's own pods run, so each cluster's NetworkPolicy admits them to the client port.
+    namespace: str | None = None
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 CONFIG = OperatorConfig()
@@ -211,11 +218,25 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger | logg
 async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger) -> bool:
     kube: Kube = memo.kube
     previous_status: Mapping[str, Any] = body.get("status") or {}
-    problems = validate_settings(spec.settings)
+    problems = validate_settings(spec.settings) + security.validate_security(spec)
 
     statefulset_replicas = await kube.statefulset_replicas(manifests.statefulset_name(spec), spec.namespace)
+    update_revision = None
+    if statefulset_replicas is not None:
+        update_revision = await kube.statefulset_update_revision(manifests.statefulset_name(spec), spec.namespace)
     pods = await kube.pods(spec.namespace, manifests.selector_string(spec))
-    view = await observe_sidecars(memo.http, spec, pods)
+    # Certificates are renewed even while paused: letting them expire would be worse than any change.
+    secured = await ensure_security(
+        kube,
+        spec,
+        certificate_pods(spec, statefulset_replicas, pods),
+        write=not problems,
+        logger=logger,
+        previous_status=previous_status,
+    )
+    for event_type, reason, text in secured.events:
+        await post_event(memo, body, event_type, reason, text, logger)
+    view = await observe_sidecars(memo.http, spec, pods, secured)
     existing_claims: tuple[str, ...] = ()
     if spec.recorded_cluster_uuid is None and not spec.pinned_initial_master_nodes and statefulset_replicas is None:
         existing_claims = await _data_claims(kube, spec)
@@ -230,13 +251,14 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         paused=spec.paused,
         existing_claims=existing_claims,
         adopted_claims=spec.adopted_claims,
+        update_revision=update_revision,
     )
     if problems:
         action = Action(ActionKind.REFUSE, "invalid spec: " + "; ".join(problems), statefulset_replicas)
     else:
         action = plan(obs)
         if not spec.paused:
-            await _carry_out(action, spec, obs, body, memo, logger)
+            await _carry_out(action, spec, obs, body, memo, logger, secured)
 
     if (message := election_event(previous_status, obs)) is not None:
         await post_event(memo, body, "Normal", "MasterElected", message, logger)
@@ -265,6 +287,7 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         previous=previous_status,
         now=now,
         problems=problems,
+        extra_conditions=secured.conditions,
     )
     # Written at once (not deferred) so an overlapping pass reads this status as its previous one.
     await kube.patch_status(spec.namespace, spec.name, status)
@@ -283,9 +306,12 @@ def event_reason(action: Action) -> str:
 
 
 async def observe_sidecars(
-    http: aiohttp.ClientSession, spec: ClusterSpec, pods: Mapping[str, PodObservation]
+    http: aiohttp.ClientSession,
+    spec: ClusterSpec,
+    pods: Mapping[str, PodObservation],
+    secured: Secured | None = None,
 ) -> ClusterView:
-    clients = {name: _client(http, spec, pod) for name, pod in pods.items() if pod.ip}
+    clients = {name: _client(http, spec, pod, secured) for name, pod in pods.items() if pod.ip}
 
     async def state_of(name: str) -> tuple[str, ClusterState | None]:
         try:
@@ -306,23 +332,32 @@ async def observe_sidecars(
     return summarize_states(states, health)
 
 
-def _client(http: aiohttp.ClientSession, spec: ClusterSpec, pod: PodObservation) -> SidecarClient:
+def _client(
+    http: aiohttp.ClientSession, spec: ClusterSpec, pod: PodObservation, secured: Secured | None = None
+) -> SidecarClient:
+    access = SidecarAccess()
+    if secured is not None:
+        hostname = manifests.pod_dns_name(spec, pod.name) if secured.ssl_context is not None else None
+        access = SidecarAccess(token=secured.token, ssl_context=secured.ssl_context, server_hostname=hostname)
     url = sidecar_url(
         CONFIG.sidecar_url_template,
         pod=pod.name,
         ip=pod.ip,
         service=manifests.headless_service_name(spec),
         namespace=spec.namespace,
+        scheme=access.scheme,
     )
-    return SidecarClient(http, url, timeout_seconds=CONFIG.sidecar_timeout_seconds)
+    return SidecarClient(http, url, timeout_seconds=CONFIG.sidecar_timeout_seconds, access=access)
 
 
-def _coordinator(http: aiohttp.ClientSession, spec: ClusterSpec, obs: Observation) -> SidecarClient:
+def _coordinator(
+    http: aiohttp.ClientSession, spec: ClusterSpec, obs: Observation, secured: Secured | None = None
+) -> SidecarClient:
     """The sidecar to send voting-config changes to: the master, else any that answered."""
     candidates = [obs.cluster.master, *sorted(obs.cluster.reachable)]
     for name in candidates:
         if name and (pod := obs.pods.get(name)) is not None and pod.ip:
-            return _client(http, spec, pod)
+            return _client(http, spec, pod, secured)
     raise SidecarError("no sidecar is reachable to change the voting configuration")
 
 
@@ -333,9 +368,11 @@ async def _carry_out(
     body: kopf.Body,
     memo: kopf.Memo,
     logger: kopf.Logger | logging.Logger,
+    secured: Secured | None = None,
 ) -> None:
     kube: Kube = memo.kube
     annotations: dict[str, str | None] = {}
+    tls_source = secured.tls_source if secured is not None else None
 
     # What the bootstrap ConfigMap must hold after this step.
     if action.kind is ActionKind.PIN_BOOTSTRAP:
@@ -361,6 +398,7 @@ async def _carry_out(
         initial_master_nodes=initial_master_nodes,
         health=obs.cluster.health,
         voters=len(obs.cluster.voters),
+        tls_source=tls_source,
     )
     for child in children:
         if child["kind"] == "StatefulSet" and action.statefulset_replicas is None:
@@ -371,16 +409,159 @@ async def _carry_out(
         await kube.delete_if_present("policy/v1", "PodDisruptionBudget", spec.name, spec.namespace)
     if "CronJob" not in kinds:
         await kube.delete_if_present("batch/v1", "CronJob", manifests.audit_cronjob_name(spec), spec.namespace)
+    policy = security.network_policy(spec, security.operator_peer(CONFIG.namespace, CONFIG.pod_labels))
+    if policy is not None:
+        await kube.apply(policy)
+    else:
+        name = manifests.network_policy_name(spec)
+        await kube.delete_if_present("networking.k8s.io/v1", "NetworkPolicy", name, spec.namespace)
 
     if action.kind is ActionKind.EXCLUDE:
-        await _coordinator(memo.http, spec, obs).add_voting_config_exclusions(action.nodes)
+        await _coordinator(memo.http, spec, obs, secured).add_voting_config_exclusions(action.nodes)
     elif action.kind is ActionKind.CLEAR_EXCLUSIONS:
-        await _coordinator(memo.http, spec, obs).clear_voting_config_exclusions(action.wait_for_removal)
+        await _coordinator(memo.http, spec, obs, secured).clear_voting_config_exclusions(action.wait_for_removal)
+    elif action.kind is ActionKind.RESTART:
+        for pod in action.nodes:
+            await kube.delete_pod(pod, spec.namespace)
 
     if action.changes_something:
         metrics.ACTIONS.labels(kind=action.kind.value).inc()
         logger.info("%s: %s", action.kind.value, action.reason)
         await post_event(memo, body, "Normal", event_reason(action), action.reason, logger)
+
+
+# ---- security: CA, certificates and tokens --------------------------------------------------------------
+@dataclass(frozen=True)
+class Secured:
+    """What one pass learnt or wrote about a cluster's security, for its sidecar calls and its status."""
+
+    tls_source: str | None = None
+    token: str | None = None
+    ssl_context: ssl.SSLContext | None = None
+    events: tuple[tuple[str, str, str], ...] = ()  # (type, reason, message)
+    conditions: tuple[Condition, ...] = ()
+
+
+_ssl_contexts: dict[bytes, ssl.SSLContext] = {}  # by CA certificate: one context per CA, not per pass
+
+
+def _context_for(ca_pem: bytes | None) -> ssl.SSLContext | None:
+    if not ca_pem:
+        return None
+    if ca_pem not in _ssl_contexts:
+        _ssl_contexts[ca_pem] = ca_ssl_context(ca_pem)
+    return _ssl_contexts[ca_pem]
+
+
+def certificate_pods(
+    spec: ClusterSpec, statefulset_replicas: int | None, pods: Mapping[str, PodObservation]
+) -> tuple[str, ...]:
+    """Every pod that may run before the next pass: the spec's, the StatefulSet's and any still present."""
+    prefix = f"{manifests.statefulset_name(spec)}-"
+    # Only the StatefulSet's pods: an audit job's pods carry the cluster's labels too.
+    ordinals = [int(name[len(prefix) :]) for name in pods if name.startswith(prefix) and name[len(prefix) :].isdigit()]
+    count = max(spec.replicas, statefulset_replicas or 0, *(ordinal + 1 for ordinal in ordinals))
+    return manifests.pod_names(spec, count)
+
+
+async def _read_secret(kube: Kube, name: str, namespace: str) -> dict[str, bytes]:
+    return security.decode_secret_data(await kube.secret_data(name, namespace))
+
+
+async def ensure_tokens(kube: Kube, spec: ClusterSpec, write: bool) -> dict[str, str]:
+    """The role tokens (suffix -> token), each created once in its own Secret; the tokens file follows them.
+
+    Deleting a token Secret rotates that token: a new one is generated here and the sidecars re-read the
+    tokens file when the kubelet projects it.
+    """
+    tokens: dict[str, str] = {}
+    for suffix in manifests.TOKEN_ROLES:
+        name = manifests.token_secret_name(spec, suffix)
+        token = (await _read_secret(kube, name, spec.namespace)).get(manifests.TOKEN_KEY, b"").decode()
+        if not token and write:
+            token = secrets.token_urlsafe(32)
+            if not await kube.create_if_absent(security.token_secret(spec, suffix, token)):
+                token = (await _read_secret(kube, name, spec.namespace)).get(manifests.TOKEN_KEY, b"").decode()
+        if token:
+            tokens[suffix] = token
+    if write and len(tokens) == len(manifests.TOKEN_ROLES):
+        await kube.apply(security.tokens_file_secret(spec, tokens))
+    return tokens
+
+
+async def ensure_builtin_certificates(
+    kube: Kube, spec: ClusterSpec, pods: tuple[str, ...], write: bool, now: datetime.datetime
+) -> tuple[bytes | None, list[tuple[str, str, str]]]:
+    """The cluster's CA (created once, never replaced) and every pod's certificate, renewed when due."""
+    events: list[tuple[str, str, str]] = []
+    ca_name = manifests.ca_secret_name(spec)
+    ca = security.ca_from_secret(await _read_secret(kube, ca_name, spec.namespace))
+    if ca is None and write:
+        lifetime = certificates.parse_duration(spec.tls.ca_lifetime)
+        ca = certificates.generate_ca(f"{spec.name}.{spec.namespace} coordinated CA", now, lifetime)
+        if not await kube.create_if_absent(security.ca_secret(spec, ca)):
+            ca = security.ca_from_secret(await _read_secret(kube, ca_name, spec.namespace))
+        else:
+            events.append(("Normal", "CertificateAuthorityCreated", f"created the cluster's CA in Secret {ca_name}"))
+    if ca is None:
+        return None, events
+    if write:
+        existing = await _read_secret(kube, manifests.certificates_secret_name(spec), spec.namespace)
+        planned = security.plan_certificates(spec, ca, existing, pods, now)
+        if planned.changed:
+            await kube.apply(security.certificates_secret(spec, planned.data))
+            if planned.issued:
+                issued = ", ".join(f"{pod} ({why})" for pod, why in planned.issued)
+                events.append(("Normal", "CertificatesIssued", f"issued certificates for {issued}"))
+    return ca.certificate, events
+
+
+async def ensure_security(
+    kube: Kube,
+    spec: ClusterSpec,
+    pods: tuple[str, ...],
+    *,
+    write: bool,
+    logger: kopf.Logger | logging.Logger,
+    previous_status: Mapping[str, Any] | None = None,
+    now: datetime.datetime | None = None,
+) -> Secured:
+    """Creates or renews what the spec asks for (when `write`), and returns what the sidecar calls need."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    events: list[tuple[str, str, str]] = []
+    conditions: list[Condition] = []
+    token: str | None = None
+    if spec.auth_enabled:
+        token = (await ensure_tokens(kube, spec, write)).get("admin")
+    if not spec.tls.enabled:
+        return Secured(token=token)
+
+    cert_manager = False
+    if spec.tls.issuer_ref is not None:
+        cert_manager = await kube.serves("cert-manager.io/v1", "Certificate")
+        if not cert_manager:
+            message = "tls.issuerRef is set but cert-manager is not installed: the operator's own CA signs instead"
+            conditions.append(Condition("CertManagerIssuer", False, "CertManagerNotInstalled", message))
+            before = [
+                c for c in (previous_status or {}).get("conditions") or () if c.get("type") == "CertManagerIssuer"
+            ]
+            if not before or before[0].get("status") != "False":  # one event per fallback, not one per pass
+                events.append(("Warning", "CertManagerNotInstalled", message))
+        else:
+            message = f"{spec.tls.issuer_ref.kind} {spec.tls.issuer_ref.name} signs the pods' certificate"
+            conditions.append(Condition("CertManagerIssuer", True, "CertManagerInstalled", message))
+    source = manifests.tls_source_of(spec, cert_manager)
+    if source == manifests.CERT_MANAGER_TLS:
+        if write:
+            await kube.apply(security.cert_manager_certificate(spec))
+        issued = await _read_secret(kube, manifests.cert_manager_secret_name(spec), spec.namespace)
+        ca_pem = issued.get(manifests.CA_CERT_KEY)
+        if not ca_pem and issued:
+            logger.warning("%s has no ca.crt: the issuer must be a CA issuer", manifests.cert_manager_secret_name(spec))
+    else:
+        ca_pem, issued_events = await ensure_builtin_certificates(kube, spec, pods, write, now)
+        events += issued_events
+    return Secured(source, token, _context_for(ca_pem), tuple(events), tuple(conditions))
 
 
 async def post_event(

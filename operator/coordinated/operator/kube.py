@@ -15,6 +15,7 @@ from typing import Any, cast
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from coordinated.operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from coordinated.operator.observation import PodObservation
@@ -81,6 +82,30 @@ class Kube:
     async def delete_if_present(self, api_version: str, kind: str, name: str, namespace: str) -> bool:
         return await asyncio.to_thread(self._delete_if_present, api_version, kind, name, namespace)
 
+    def _secret_data(self, name: str, namespace: str) -> dict[str, str] | None:
+        try:
+            secret = self._core.read_namespaced_secret(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return {str(key): str(value) for key, value in (secret.data or {}).items()}
+
+    async def secret_data(self, name: str, namespace: str) -> dict[str, str] | None:
+        """A Secret's data (base64 values, as stored), or None when it does not exist."""
+        return await asyncio.to_thread(self._secret_data, name, namespace)
+
+    def _serves(self, api_version: str, kind: str) -> bool:
+        try:
+            self._resource(api_version, kind)
+            return True
+        except ResourceNotFoundError:
+            return False
+
+    async def serves(self, api_version: str, kind: str) -> bool:
+        """Whether the API server knows this kind (for example cert-manager's Certificate), by discovery."""
+        return await asyncio.to_thread(self._serves, api_version, kind)
+
     def _statefulset_replicas(self, name: str, namespace: str) -> int | None:
         try:
             sts = self._apps.read_namespaced_stateful_set(name, namespace)
@@ -92,6 +117,30 @@ class Kube:
 
     async def statefulset_replicas(self, name: str, namespace: str) -> int | None:
         return await asyncio.to_thread(self._statefulset_replicas, name, namespace)
+
+    def _statefulset_update_revision(self, name: str, namespace: str) -> str | None:
+        try:
+            sts = self._apps.read_namespaced_stateful_set(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return str(sts.status.update_revision) if sts.status and sts.status.update_revision else None
+
+    async def statefulset_update_revision(self, name: str, namespace: str) -> str | None:
+        """The revision of the StatefulSet's current pod template (its status.updateRevision)."""
+        return await asyncio.to_thread(self._statefulset_update_revision, name, namespace)
+
+    def _delete_pod(self, name: str, namespace: str) -> None:
+        try:
+            self._core.delete_namespaced_pod(name, namespace)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    async def delete_pod(self, name: str, namespace: str) -> None:
+        """Graceful deletion (the pod's termination grace period); the StatefulSet recreates the pod."""
+        await asyncio.to_thread(self._delete_pod, name, namespace)
 
     def _pods(self, namespace: str, selector: str) -> dict[str, PodObservation]:
         pods = self._core.list_namespaced_pod(namespace, label_selector=selector).items
@@ -106,6 +155,7 @@ class Kube:
                 ready=ready,
                 terminating=pod.metadata.deletion_timestamp is not None,
                 ip=pod.status.pod_ip if pod.status else None,
+                revision=(pod.metadata.labels or {}).get("controller-revision-hash"),
             )
         return observed
 

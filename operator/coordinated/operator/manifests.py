@@ -25,6 +25,17 @@ INITIAL_MASTER_NODES_ENV = "COORDINATED_INITIAL_MASTER_NODES"
 RUN_AS_USER = 10001  # the image's non-root user
 DATA_VOLUME = "data"  # the claim template's name: claims are named data-<statefulset>-<ordinal>
 
+# Security material, mounted read-only. The CA's key is never mounted: only the operator signs.
+TLS_DIR = "/etc/coordinated/tls"
+TOKENS_DIR = "/etc/coordinated/tokens"
+TOKENS_KEY = "tokens"  # the tokens file: one `ROLE TOKEN` line per role
+TOKEN_KEY = "token"  # the key of each role's token Secret
+CA_CERT_KEY = "ca.crt"
+CA_KEY_KEY = "ca.key"
+BUILTIN_TLS = "builtin"  # the operator's own CA signs one certificate per pod
+CERT_MANAGER_TLS = "cert-manager"  # a cert-manager Issuer signs one certificate for every pod
+TOKEN_ROLES = {"admin": "admin", "client": "writer", "reader": "reader"}  # Secret suffix -> role
+
 
 # ---- names -------------------------------------------------------------------------------------------
 def statefulset_name(spec: ClusterSpec) -> str:
@@ -41,6 +52,35 @@ def client_service_name(spec: ClusterSpec) -> str:
 
 def transport_secret_name(spec: ClusterSpec) -> str:
     return f"{spec.name}-transport"
+
+
+def ca_secret_name(spec: ClusterSpec) -> str:
+    return f"{spec.name}-ca"
+
+
+def certificates_secret_name(spec: ClusterSpec) -> str:
+    return f"{spec.name}-certs"
+
+
+def cert_manager_secret_name(spec: ClusterSpec) -> str:
+    return f"{spec.name}-cert-manager-tls"
+
+
+def cert_manager_certificate_name(spec: ClusterSpec) -> str:
+    return f"{spec.name}-tls"
+
+
+def token_secret_name(spec: ClusterSpec, suffix: str) -> str:
+    """`<cluster>-admin` (the operator's), `<cluster>-client` (applications'), `<cluster>-reader` (the audit's)."""
+    return f"{spec.name}-{suffix}"
+
+
+def tokens_file_secret_name(spec: ClusterSpec) -> str:
+    return f"{spec.name}-tokens"
+
+
+def network_policy_name(spec: ClusterSpec) -> str:
+    return spec.name
 
 
 def bootstrap_configmap_name(spec: ClusterSpec) -> str:
@@ -67,6 +107,33 @@ def seed_hosts(spec: ClusterSpec) -> str:
     # The headless Service resolves to every pod, ready or not (publishNotReadyAddresses), which is
     # what discovery needs before any cluster has formed.
     return f"{headless_service_name(spec)}.{spec.namespace}.svc:{TRANSPORT_PORT}"
+
+
+def pod_dns_name(spec: ClusterSpec, pod: str) -> str:
+    """The pod's stable name under the headless Service; the operator verifies its certificate against it."""
+    return f"{pod}.{headless_service_name(spec)}.{spec.namespace}.svc"
+
+
+def service_dns_names(spec: ClusterSpec) -> list[str]:
+    """Every name clients use for the client Service, short and long, plus the headless Service (seeds)."""
+    names = []
+    for service in (client_service_name(spec), headless_service_name(spec)):
+        names += [service, f"{service}.{spec.namespace}", f"{service}.{spec.namespace}.svc"]
+        names.append(f"{service}.{spec.namespace}.svc.cluster.local")
+    return names
+
+
+def pod_certificate_dns_names(spec: ClusterSpec, pod: str) -> list[str]:
+    """The SANs of one pod's certificate: its own stable names first, then the Services'. No IPs: pods are
+    verified by name (the operator) or by chain only (peers on the transport)."""
+    own = pod_dns_name(spec, pod)
+    return [own, f"{own}.cluster.local", f"{pod}.{headless_service_name(spec)}", *service_dns_names(spec)]
+
+
+def wildcard_dns_names(spec: ClusterSpec) -> list[str]:
+    """The SANs of the one certificate cert-manager issues for every pod of the cluster."""
+    headless = f"{headless_service_name(spec)}.{spec.namespace}.svc"
+    return [f"*.{headless}", f"*.{headless}.cluster.local", *service_dns_names(spec)]
 
 
 # ---- labels and metadata -----------------------------------------------------------------------------
@@ -173,8 +240,28 @@ def bootstrap_configmap(spec: ClusterSpec, initial_master_nodes: tuple[str, ...]
     }
 
 
-def sidecar_args(spec: ClusterSpec) -> list[str]:
+def security_settings(spec: ClusterSpec, tls_source: str | None) -> dict[str, str]:
+    """The sidecar's TLS and token settings, all pointing at mounted Secret files the sidecar re-reads."""
+    settings: dict[str, str] = {}
+    if tls_source is not None:
+        if tls_source == CERT_MANAGER_TLS:
+            certificate, key = f"{TLS_DIR}/tls.crt", f"{TLS_DIR}/tls.key"
+        else:  # one certificate per pod in one Secret; Kubernetes expands $(POD_NAME) at container start
+            certificate, key = f"{TLS_DIR}/$(POD_NAME).crt", f"{TLS_DIR}/$(POD_NAME).key"
+        for port in ("transport", "http"):
+            settings[f"{port}.ssl.enabled"] = "true"
+            settings[f"{port}.ssl.certificate"] = certificate
+            settings[f"{port}.ssl.key"] = key
+            settings[f"{port}.ssl.certificate_authorities"] = f"{TLS_DIR}/{CA_CERT_KEY}"
+        settings["http.ssl.client_authentication"] = spec.tls.client_authentication
+    if spec.auth_enabled:
+        settings["http.auth.tokens_file"] = f"{TOKENS_DIR}/{TOKENS_KEY}"
+    return settings
+
+
+def sidecar_args(spec: ClusterSpec, tls_source: str | None = None) -> list[str]:
     settings: dict[str, str] = {
+        **security_settings(spec, tls_source),
         **{key: value for key, value in spec.settings.items()},
         "cluster.name": spec.cluster_name,
         "discovery.seed_hosts": seed_hosts(spec),
@@ -189,12 +276,23 @@ def sidecar_args(spec: ClusterSpec) -> list[str]:
     return args
 
 
-def _sidecar_container(spec: ClusterSpec) -> dict[str, Any]:
+def _sidecar_container(spec: ClusterSpec, tls_source: str | None) -> dict[str, Any]:
+    # The kubelet's HTTPS probes do not verify the certificate; /healthz and /readyz need no token.
+    scheme = "HTTPS" if tls_source is not None else "HTTP"
+    mounts: list[dict[str, Any]] = [
+        {"name": "data", "mountPath": DATA_DIR},
+        {"name": "transport-secret", "mountPath": TRANSPORT_SECRET_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    if tls_source is not None:
+        mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+    if spec.auth_enabled:
+        mounts.append({"name": "tokens", "mountPath": TOKENS_DIR, "readOnly": True})
     container: dict[str, Any] = {
         "name": SIDECAR_CONTAINER,
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "args": sidecar_args(spec),
+        "args": sidecar_args(spec, tls_source),
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -210,44 +308,70 @@ def _sidecar_container(spec: ClusterSpec) -> dict[str, Any]:
         ],
         # Ready means "joined a cluster that has a master"; it gates the client Service and rollouts.
         "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": "http"},
+            "httpGet": {"path": "/readyz", "port": "http", "scheme": scheme},
             "periodSeconds": 5,
             "failureThreshold": 3,
         },
         "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": "http"},
+            "httpGet": {"path": "/healthz", "port": "http", "scheme": scheme},
             "initialDelaySeconds": 10,
             "periodSeconds": 10,
             "failureThreshold": 6,
         },
-        "volumeMounts": [
-            {"name": "data", "mountPath": DATA_DIR},
-            {"name": "transport-secret", "mountPath": TRANSPORT_SECRET_DIR, "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
-        ],
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "volumeMounts": mounts,
+        "securityContext": CONTAINER_SECURITY_CONTEXT,
     }
     if spec.resources:
         container["resources"] = dict(spec.resources)
     return container
 
 
-def _user_containers(spec: ClusterSpec) -> list[dict[str, Any]]:
-    # The application containers reach their sidecar through the pod IP, where it listens.
-    sidecar_url = {"name": "COORDINATED_URL", "value": f"http://$(POD_IP):{HTTP_PORT}"}
-    pod_ip = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+# Every container the operator writes runs like this; the pod adds non-root and seccomp RuntimeDefault.
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def _user_containers(spec: ClusterSpec, tls_source: str | None) -> list[dict[str, Any]]:
+    """Application containers reach their sidecar on the pod's loopback listener (plain HTTP, in the pod only)
+    when TLS is on, else on the pod IP; with tokens on they get the writer token in COORDINATED_TOKEN."""
+    host = "127.0.0.1" if tls_source is not None else "$(POD_IP)"
+    ours: list[dict[str, Any]] = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "COORDINATED_URL", "value": f"http://{host}:{HTTP_PORT}"},
+    ]
+    if spec.auth_enabled:
+        ours.append(
+            {
+                "name": "COORDINATED_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": token_secret_name(spec, "client"), "key": TOKEN_KEY}},
+            }
+        )
+    names = {entry["name"] for entry in ours}
     containers = []
     for container in spec.template.get("containers") or ():
-        env = [entry for entry in container.get("env") or () if entry.get("name") not in ("POD_IP",)]
-        containers.append({**container, "env": [pod_ip, sidecar_url, *env]})
+        env = [entry for entry in container.get("env") or () if entry.get("name") not in names]
+        containers.append({**container, "env": [*ours, *env]})
     return containers
 
 
-def statefulset(spec: ClusterSpec, replicas: int) -> Manifest:
+def _security_volumes(spec: ClusterSpec, tls_source: str | None) -> list[dict[str, Any]]:
+    # 0440: readable by the pod's user and fsGroup only. A projected Secret is updated in place by the
+    # kubelet (an atomic symlink swap of the whole directory), so a certificate and its key change together.
+    volumes: list[dict[str, Any]] = []
+    if tls_source is not None:
+        secret = cert_manager_secret_name(spec) if tls_source == CERT_MANAGER_TLS else certificates_secret_name(spec)
+        volumes.append({"name": "tls", "secret": {"secretName": secret, "defaultMode": 0o440}})
+    if spec.auth_enabled:
+        volumes.append(
+            {"name": "tokens", "secret": {"secretName": tokens_file_secret_name(spec), "defaultMode": 0o440}}
+        )
+    return volumes
+
+
+def statefulset(spec: ClusterSpec, replicas: int, tls_source: str | None = None) -> Manifest:
     """`replicas` comes from the planner, not straight from the spec: scaling moves one node at a time."""
     template_metadata = spec.template.get("metadata") or {}
     pod_labels = {**(template_metadata.get("labels") or {}), **common_labels(spec)}
@@ -285,10 +409,11 @@ def statefulset(spec: ClusterSpec, replicas: int) -> Manifest:
                 ]
             }
         },
-        "containers": [_sidecar_container(spec), *_user_containers(spec)],
+        "containers": [_sidecar_container(spec, tls_source), *_user_containers(spec, tls_source)],
         "volumes": [
-            {"name": "transport-secret", "secret": {"secretName": transport_secret_name(spec)}},
+            {"name": "transport-secret", "secret": {"secretName": transport_secret_name(spec), "defaultMode": 0o440}},
             {"name": "tmp", "emptyDir": {}},
+            *_security_volumes(spec, tls_source),
             *(spec.template.get("volumes") or ()),
         ],
     }
@@ -305,7 +430,9 @@ def statefulset(spec: ClusterSpec, replicas: int) -> Manifest:
             # Parallel: bootstrap needs every initial master-eligible pod up before any of them is
             # ready; OrderedReady would wait forever for pod 0. The operator paces scaling itself.
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+            # OnDelete: the operator replaces pods itself after a template change, one at a time, master
+            # last, each only while the cluster is green with its voting configuration intact (planner.py).
+            "updateStrategy": {"type": "OnDelete"},
             "persistentVolumeClaimRetentionPolicy": {
                 "whenDeleted": spec.storage.when_deleted,
                 "whenScaled": spec.storage.when_scaled,
@@ -352,19 +479,19 @@ def pod_disruption_budget(spec: ClusterSpec, health: str | None, voters: int) ->
     }
 
 
-def audit_cronjob(spec: ClusterSpec, replicas: int) -> Manifest | None:
+def audit_cronjob(spec: ClusterSpec, replicas: int, tls_source: str | None = None) -> Manifest | None:
     """A CronJob that audits every node's history (`coordinated audit --from-cluster`), with Spark.
 
     Histories live on each node's own volume, which no other pod can mount, so the audit reads them over
-    HTTP (`GET /_history`) through each pod's stable DNS name under the headless Service.
+    HTTP (`GET /_history`) through each pod's stable DNS name under the headless Service. With TLS on, the
+    job trusts the cluster's CA (SSL_CERT_FILE: only `ca.crt` is mounted, never a pod's key); with tokens on,
+    it gets the reader token in COORDINATED_TOKEN.
     """
     audit = spec.audit
     if not audit.enabled:
         return None
-    urls = ",".join(
-        f"http://{pod}.{headless_service_name(spec)}.{spec.namespace}.svc:{HTTP_PORT}"
-        for pod in pod_names(spec, max(replicas, 1))
-    )
+    scheme = "https" if tls_source is not None else "http"
+    urls = ",".join(f"{scheme}://{pod_dns_name(spec, pod)}:{HTTP_PORT}" for pod in pod_names(spec, max(replicas, 1)))
     args = ["audit", "--from-cluster", urls, "--spark-master", audit.spark_master, "--report-dir", "/reports"]
     for key, value in sorted(audit.spark_conf.items()):
         args += ["--conf", f"{key}={value}"]
@@ -374,8 +501,22 @@ def audit_cronjob(spec: ClusterSpec, replicas: int) -> Manifest | None:
         "imagePullPolicy": spec.image_pull_policy,
         "args": args,
         "volumeMounts": [{"name": "reports", "mountPath": "/reports"}, {"name": "tmp", "mountPath": "/tmp"}],
+        # Spark writes outside /tmp (its work and Ivy directories), so the root filesystem stays writable here.
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
+    env: list[dict[str, Any]] = []
+    if tls_source is not None:
+        secret = cert_manager_secret_name(spec) if tls_source == CERT_MANAGER_TLS else certificates_secret_name(spec)
+        items = [{"key": CA_CERT_KEY, "path": CA_CERT_KEY}]
+        volumes.append({"name": "ca", "secret": {"secretName": secret, "items": items, "defaultMode": 0o440}})
+        container["volumeMounts"].append({"name": "ca", "mountPath": TLS_DIR, "readOnly": True})
+        env.append({"name": "SSL_CERT_FILE", "value": f"{TLS_DIR}/{CA_CERT_KEY}"})
+    if spec.auth_enabled:
+        reader = {"secretKeyRef": {"name": token_secret_name(spec, "reader"), "key": TOKEN_KEY}}
+        env.append({"name": "COORDINATED_TOKEN", "valueFrom": reader})
+    if env:
+        container["env"] = env
     if audit.resources:
         container["resources"] = dict(audit.resources)
     reports: dict[str, Any] = (
@@ -408,13 +549,22 @@ def audit_cronjob(spec: ClusterSpec, replicas: int) -> Manifest | None:
                                 "seccompProfile": {"type": "RuntimeDefault"},
                             },
                             "containers": [container],
-                            "volumes": [{"name": "reports", **reports}, {"name": "tmp", "emptyDir": {}}],
+                            "volumes": [{"name": "reports", **reports}, *volumes],
                         },
                     },
                 }
             },
         },
     }
+
+
+def tls_source_of(spec: ClusterSpec, cert_manager_available: bool) -> str | None:
+    """Who signs the pods' certificates: None when TLS is off; cert-manager only where it is installed."""
+    if not spec.tls.enabled:
+        return None
+    if spec.tls.issuer_ref is not None and cert_manager_available:
+        return CERT_MANAGER_TLS
+    return BUILTIN_TLS
 
 
 def desired_children(
@@ -424,16 +574,17 @@ def desired_children(
     initial_master_nodes: tuple[str, ...],
     health: str | None,
     voters: int,
+    tls_source: str | None = None,
 ) -> list[Manifest]:
-    """Everything the operator maintains except the Secret (created once, never re-applied)."""
+    """Everything the operator re-applies each pass; the Secrets (security.py) are written apart."""
     manifests: list[Manifest | None] = [
         service_account(spec),
         headless_service(spec),
         client_service(spec),
         bootstrap_configmap(spec, initial_master_nodes),
-        statefulset(spec, replicas),
+        statefulset(spec, replicas, tls_source),
         pod_disruption_budget(spec, health, voters),
-        audit_cronjob(spec, replicas),
+        audit_cronjob(spec, replicas, tls_source),
     ]
     return [manifest for manifest in manifests if manifest is not None]
 

@@ -18,6 +18,7 @@ class PodObservation:
     ready: bool = False
     terminating: bool = False
     ip: str | None = None
+    revision: str | None = None  # the StatefulSet revision the pod was created from (controller-revision-hash)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class Observation:
     existing_claims: tuple[str, ...] = ()
     # The claims the cluster adopted at creation, as recorded in an annotation.
     adopted_claims: tuple[str, ...] = ()
+    # The StatefulSet's status.updateRevision: pods of another revision still run an older pod template.
+    update_revision: str | None = None
 
     def pod_name(self, ordinal: int) -> str:
         return f"{self.statefulset_name}-{ordinal}"
@@ -70,6 +73,23 @@ class Observation:
             name
             for name in self.cluster.members
             if (pod := self.pods.get(name)) is not None and pod.ready and not pod.terminating
+        )
+
+    @property
+    def outdated_pods(self) -> tuple[str, ...]:
+        """Pods (within the StatefulSet's size) created from an older pod template than the current one."""
+        if not self.update_revision:
+            return ()
+        size = self.statefulset_replicas or 0
+        return tuple(
+            sorted(
+                name
+                for name, pod in self.pods.items()
+                if pod.revision
+                and pod.revision != self.update_revision
+                and (ordinal := self.ordinal(name)) is not None
+                and ordinal < size
+            )
         )
 
     @property

@@ -7,6 +7,11 @@ after any step and resume. At most one master-eligible node is added or removed 
 Scale-down of one node, as in Elasticsearch's Zen2 (and ECK):
   1. exclude the highest-ordinal node from voting;  2. wait until it left the committed configuration;
   3. lower the StatefulSet by one;  4. wait until the pod is gone;  5. clear the exclusions.
+
+Rolling restart (the StatefulSet is OnDelete, so only the operator replaces pods): once the cluster has
+its requested size, each pod still on an older template is deleted in turn, highest ordinal first and the
+master last (one election in all), and only while the cluster is green, every node has joined and the
+voting configuration is intact (committed = accepted, no exclusions, every voter live).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ class ActionKind(enum.Enum):
     SET_REPLICAS = "SetReplicas"  # create or resize the StatefulSet
     EXCLUDE = "ExcludeFromVoting"  # POST a voting-config exclusion for one node
     CLEAR_EXCLUSIONS = "ClearExclusions"  # DELETE the voting-config exclusions
+    RESTART = "RestartPod"  # delete one pod on an older template; the StatefulSet recreates it
     WAIT = "Wait"  # a step is under way; check again later
     REFUSE = "Refuse"  # the requested change is unsafe now; nothing is done
     NONE = "None"  # converged
@@ -108,7 +114,28 @@ def plan(obs: Observation) -> Action:
         return _plan_scale_up(obs, current)
     if victim is not None:
         return _plan_scale_down(obs, current, victim)
+    if obs.outdated_pods:
+        return _plan_restart(obs, current)
     return _hold(ActionKind.NONE, f"{current} node(s), as requested", obs)
+
+
+def _plan_restart(obs: Observation, current: int) -> Action:
+    cluster, outdated = obs.cluster, obs.outdated_pods
+    left = f"{len(outdated)} of {current} node(s) still on the previous pod template"
+    expected = {obs.pod_name(ordinal) for ordinal in range(current)}
+    missing = expected - obs.live_members
+    if missing:
+        return _hold(ActionKind.WAIT, f"rolling restart: {left}; waiting for {_names(missing)} to rejoin", obs)
+    if cluster.master is None or cluster.health != "green":
+        health = cluster.health or "unknown"
+        return _hold(ActionKind.WAIT, f"rolling restart: {left}; waiting for green health (now {health})", obs)
+    if cluster.voters != cluster.accepted_voters or cluster.exclusions or not cluster.voters <= obs.live_members:
+        return _hold(ActionKind.WAIT, f"rolling restart: {left}; waiting for the voting configuration to settle", obs)
+    # Followers first, highest ordinal first; the master last, so the cluster holds one election in all.
+    order = sorted(outdated, key=lambda name: (name == cluster.master, -(obs.ordinal(name) or 0)))
+    pod = order[0]
+    role = "the master, last" if pod == cluster.master else "a follower"
+    return Action(ActionKind.RESTART, f"rolling restart: restarting {pod} ({role}); {left}", current, nodes=(pod,))
 
 
 def _plan_bootstrap(obs: Observation) -> Action:

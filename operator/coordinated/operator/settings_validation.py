@@ -18,6 +18,19 @@ USER_SETTINGS: frozenset[str] = frozenset(
     name for name, setting in coordination_registry().settings.items() if not setting.per_node
 )
 
+# The sidecar's TLS and token settings (registered by the sidecar service, not the protocol core's registry).
+SECURITY_SETTINGS: frozenset[str] = frozenset(
+    {
+        *(
+            f"{port}.ssl.{name}"
+            for port in ("transport", "http")
+            for name in ("enabled", "certificate", "key", "certificate_authorities")
+        ),
+        "http.ssl.client_authentication",
+        "http.auth.tokens_file",
+    }
+)
+
 # Settings the operator sets on every pod; a user value would break discovery, bootstrap or scaling.
 OPERATOR_MANAGED_SETTINGS: dict[str, str] = {
     "node.name": "every node is named after its pod",
@@ -25,6 +38,11 @@ OPERATOR_MANAGED_SETTINGS: dict[str, str] = {
     "discovery.seed_hosts": "the operator points discovery at the headless Service",
     "cluster.initial_master_nodes": "the operator computes it once, for the first bootstrap only",
     "transport.secret_file": "the operator mounts the transport secret it generates",
+    **{
+        name: "the operator sets TLS from spec.tls and mounts the certificates it manages" for name in SECURITY_SETTINGS
+    },
+    "http.ssl.client_authentication": "set spec.tls.clientAuthentication instead",
+    "http.auth.tokens_file": "the operator sets tokens from spec.auth and mounts the tokens file it manages",
 }
 
 # Zen1 names, rejected with what replaced them (the sidecar rejects them the same way at startup).

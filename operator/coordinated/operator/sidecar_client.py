@@ -6,6 +6,7 @@ answers is fixed here only. The operator reaches each pod directly (pod IP or he
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,13 +122,45 @@ def parse_cluster_health(body: Mapping[str, Any]) -> ClusterHealth:
     )
 
 
+@dataclass(frozen=True)
+class SidecarAccess:
+    """How the operator authenticates to a cluster's sidecars and verifies them.
+
+    `ssl_context` trusts the cluster's CA only; the pod is reached at its IP and its certificate checked
+    against `server_hostname`, its stable DNS name (certificates carry names, not the changing pod IPs).
+    """
+
+    token: str | None = None
+    ssl_context: ssl.SSLContext | None = None
+    server_hostname: str | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ssl_context is not None else "http"
+
+
+def ca_ssl_context(ca_pem: bytes) -> ssl.SSLContext:
+    """Verification against the cluster's CA alone (not the system's), with host names checked."""
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
 class SidecarClient:
     """One sidecar's client port. Cheap to create; share the aiohttp session between clients."""
 
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, timeout_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        timeout_seconds: float = 5.0,
+        access: SidecarAccess = SidecarAccess(),
+    ) -> None:
         self._session = session
         self.base_url = base_url.rstrip("/")
         self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+        self._access = access
+        self._headers = {"Authorization": f"Bearer {access.token}"} if access.token else {}
 
     async def _request(
         self, method: str, path: str, params: Mapping[str, str] | None = None, timeout: float | None = None
@@ -135,7 +168,15 @@ class SidecarClient:
         url = f"{self.base_url}{path}"
         request_timeout = aiohttp.ClientTimeout(total=timeout) if timeout else self._timeout
         try:
-            async with self._session.request(method, url, params=params, timeout=request_timeout) as response:
+            async with self._session.request(
+                method,
+                url,
+                params=params,
+                timeout=request_timeout,
+                headers=self._headers,
+                ssl=self._access.ssl_context if self._access.ssl_context is not None else True,
+                server_hostname=self._access.server_hostname,
+            ) as response:
                 if response.status >= 400:
                     text = await response.text()
                     raise SidecarError(f"{method} {url} answered {response.status}: {text[:300]}")
@@ -162,6 +203,13 @@ class SidecarClient:
         await self._request("DELETE", "/_cluster/voting_config_exclusions", params, timeout=45)
 
 
-def sidecar_url(template: str, *, pod: str, ip: str | None, service: str, namespace: str) -> str:
-    """The base URL of one pod's sidecar; the template (an operator option) picks IP or DNS addressing."""
-    return template.format(pod=pod, ip=ip or "", service=service, namespace=namespace, port=HTTP_PORT)
+def sidecar_url(template: str, *, pod: str, ip: str | None, service: str, namespace: str, scheme: str = "http") -> str:
+    """The base URL of one pod's sidecar; the template (an operator option) picks IP or DNS addressing.
+
+    `{scheme}` is http or https as the cluster's TLS says; a template written with a fixed `http://` is
+    switched to https too, so an older option value keeps working when TLS is turned on.
+    """
+    url = template.format(pod=pod, ip=ip or "", service=service, namespace=namespace, port=HTTP_PORT, scheme=scheme)
+    if scheme == "https" and url.startswith("http://"):
+        url = "https://" + url[len("http://") :]
+    return url

@@ -42,6 +42,25 @@ class AuditSpec:
 
 
 @dataclass(frozen=True)
+class IssuerRef:
+    """A cert-manager issuer that signs the pods' certificate instead of the built-in CA."""
+
+    name: str
+    kind: str = "Issuer"
+    group: str = "cert-manager.io"
+
+
+@dataclass(frozen=True)
+class TlsSpec:
+    enabled: bool = True
+    issuer_ref: IssuerRef | None = None
+    certificate_lifetime: str = "2160h"  # 90 days
+    renewal_fraction: float = 0.67  # renew once this share of the lifetime has passed
+    ca_lifetime: str = "87600h"  # 10 years
+    client_authentication: str = "none"  # http.ssl.client_authentication
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     name: str
     namespace: str
@@ -56,6 +75,10 @@ class ClusterSpec:
     storage: StorageSpec = StorageSpec()
     disruption_budget: DisruptionBudgetSpec = DisruptionBudgetSpec()
     audit: AuditSpec = AuditSpec()
+    tls: TlsSpec = TlsSpec()
+    auth_enabled: bool = True
+    network_policy_enabled: bool = True
+    client_access: tuple[Mapping[str, Any], ...] | None = None  # None: the default peers (docs/operator.md)
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -89,6 +112,9 @@ class ClusterSpec:
         pdb = spec.get("podDisruptionBudget") or {}
         audit = spec.get("audit") or {}
         spark = audit.get("spark") or {}
+        tls = spec.get("tls") or {}
+        issuer = tls.get("issuerRef") or None
+        access = spec.get("clientAccess")
         return cls(
             name=metadata["name"],
             namespace=metadata.get("namespace") or "default",
@@ -119,5 +145,24 @@ class ClusterSpec:
                 resources=spark.get("resources") or {},
                 report_volume_claim=audit.get("reportVolumeClaimName"),
             ),
+            tls=TlsSpec(
+                enabled=bool(tls.get("enabled", True)),
+                issuer_ref=(
+                    IssuerRef(
+                        name=str(issuer["name"]),
+                        kind=str(issuer.get("kind") or "Issuer"),
+                        group=str(issuer.get("group") or "cert-manager.io"),
+                    )
+                    if issuer and issuer.get("name")
+                    else None
+                ),
+                certificate_lifetime=str(tls.get("certificateLifetime") or "2160h"),
+                renewal_fraction=float(tls.get("renewalFraction", 0.67)),
+                ca_lifetime=str(tls.get("caLifetime") or "87600h"),
+                client_authentication=str(tls.get("clientAuthentication") or "none"),
+            ),
+            auth_enabled=bool((spec.get("auth") or {}).get("enabled", True)),
+            network_policy_enabled=bool((spec.get("networkPolicy") or {}).get("enabled", True)),
+            client_access=None if access is None else tuple(dict(peer) for peer in access),
             annotations=dict(metadata.get("annotations") or {}),
         )

@@ -15,6 +15,7 @@ class Phase:
     FORMING = "Forming"  # pods run, the first bootstrap has not finished
     READY = "Ready"
     SCALING = "Scaling"
+    RESTARTING = "Restarting"  # a rolling restart replaces pods on an older template, one at a time
     DEGRADED = "Degraded"  # a master, but not every node is ready or health is not green
     NO_MASTER = "NoMaster"  # a bootstrapped cluster that has lost its master
     PAUSED = "Paused"  # the pause annotation is set: nothing is changed, whatever the spec says
@@ -41,6 +42,8 @@ def _activity_phase(obs: Observation, action: Action) -> str:
     scaling = action.is_scaling or obs.statefulset_replicas != obs.desired_replicas or bool(cluster.exclusions)
     if scaling and action.kind is not ActionKind.REFUSE:
         return Phase.SCALING
+    if obs.outdated_pods and action.kind is not ActionKind.REFUSE:
+        return Phase.RESTARTING
     all_ready = obs.ready_replicas >= obs.desired_replicas and len(obs.pods) == obs.desired_replicas
     if all_ready and cluster.health in ("green", None) and action.kind is not ActionKind.REFUSE:
         return Phase.READY
@@ -156,11 +159,12 @@ def compute_status(
     now: str,
     problems: Sequence[str] = (),
     error: str | None = None,
+    extra_conditions: Sequence[Condition] = (),
 ) -> dict[str, Any]:
     previous = previous or {}
     cluster = obs.cluster
     phase = phase_of(obs, action)
-    conditions = conditions_of(obs, action, phase, problems, error)
+    conditions = [*conditions_of(obs, action, phase, problems, error), *extra_conditions]
     uuid = obs.recorded_cluster_uuid or action.cluster_uuid or previous.get("clusterUUID")
     return {
         "phase": phase,
