@@ -189,3 +189,17 @@ def test_refuses_a_node_that_was_never_bootstrapped(tmp_path: Path, capsys: pyte
     code, _ = run(tmp_path, "unsafe-bootstrap", "--yes")
     assert code == node_tool.EXIT_REFUSED
     assert "never part of a bootstrapped cluster" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("segment_size", [1, 1 << 20])  # one event per segment, or all in one
+def test_a_reset_event_replaces_older_marks_across_segments(tmp_path: Path, segment_size: int) -> None:
+    history = HistoryWriter(tmp_path, segment_size)
+    history.append({"node": "a", "type": "term", "term": 4})
+    history.append({"node": "a", "type": "accepted", "term": 4, "version": 12})
+    history.append(
+        {"node": "a", "type": "detached", "term": 0, "version": 12, "marks_term": 0, "marks_accepted": [0, 12]}
+    )
+    history.append({"node": "a", "type": "term", "term": 2})
+    history.close()
+    summary = summarize_history(tmp_path)
+    assert (summary.term, summary.accepted) == (2, (0, 12))
