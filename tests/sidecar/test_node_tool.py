@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -203,3 +205,21 @@ def test_a_reset_event_replaces_older_marks_across_segments(tmp_path: Path, segm
     history.close()
     summary = summarize_history(tmp_path)
     assert (summary.term, summary.accepted) == (2, (0, 12))
+
+
+def test_a_closed_stdin_is_no_confirmation(tmp_path: Path) -> None:
+    used_data_dir(tmp_path)
+    closed = io.StringIO("y\n")
+    closed.close()
+    out = io.StringIO()
+    assert node_tool.main(["unsafe-bootstrap", "--data-dir", str(tmp_path)], stdin=closed, stdout=out) == 1
+    assert [e["type"] for e in events(tmp_path)] == ["term", "accepted"]
+
+
+def test_the_command_line_without_yes_and_without_a_terminal_exits_at_once(tmp_path: Path) -> None:
+    used_data_dir(tmp_path)
+    argv = [sys.executable, "-m", "coordinated.cli", "node-tool", "detach-cluster", "--data-dir", str(tmp_path)]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+    assert result.returncode == 1, result.stderr
+    assert "current term 4; last-accepted state (term, version) = (4, 12)" in result.stdout
+    assert "nothing was changed" in result.stdout

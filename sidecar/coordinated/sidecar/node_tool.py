@@ -51,13 +51,13 @@ def main(argv: list[str] | None = None, stdin: TextIO | None = None, stdout: Tex
     args = build_parser().parse_args(argv)
     out = stdout or sys.stdout
     try:
-        return run(args.action, args.data_dir, args.yes, stdin or sys.stdin, out)
+        return run(args.action, args.data_dir, args.yes, stdin if stdin is not None else sys.stdin, out)
     except (DataDirError, ToolRefusal) as error:
         print(f"{PROG}: error: refusing to {args.action}: {error}", file=sys.stderr)
         return EXIT_REFUSED
 
 
-def run(action: str, data_dir: Path, yes: bool, stdin: TextIO, out: TextIO) -> int:
+def run(action: str, data_dir: Path, yes: bool, stdin: TextIO | None, out: TextIO) -> int:
     if not data_dir.is_dir():
         raise DataDirError(f"data directory [{data_dir}] does not exist")
     lock = DataDirLock(data_dir)  # refuses while a node runs on it
@@ -114,13 +114,22 @@ def _plan(action: str, persisted: FilePersistedState) -> Plan:
     return plan_detach(persisted.node_id, persisted.current_term, state, secrets.token_hex(16))
 
 
-def _confirmed(stdin: TextIO, out: TextIO) -> bool:
-    """A `y` typed on a terminal. Without a terminal (a pipe, /dev/null, a Job) nobody can answer: refuse."""
-    if not stdin.isatty():
+def _confirmed(stdin: TextIO | None, out: TextIO) -> bool:
+    """A `y` typed on a terminal. Without a terminal (a pipe, /dev/null, a closed stdin, a Job) nobody can
+    answer, so it refuses rather than wait."""
+    try:
+        interactive = stdin is not None and stdin.isatty()
+    except (ValueError, OSError):  # closed
+        interactive = False
+    if not interactive or stdin is None:
         print(f"{PROG}: no terminal to confirm on; pass --yes to proceed without the question", file=out)
         return False
     print("Confirm [y/N] ", end="", file=out, flush=True)
-    answer = stdin.readline()
+    try:
+        answer = stdin.readline()
+    except KeyboardInterrupt:
+        print(file=out)
+        return False
     return answer.strip().lower() in ("y", "yes")
 
 
