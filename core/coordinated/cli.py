@@ -14,6 +14,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "node": ("coordinated.sidecar.cli", "run one sidecar node in the foreground"),
     "demo": ("coordinated.tools.demo", "run a local multi-node cluster demo, then audit it"),
+    "node-tool": ("coordinated.sidecar.node_tool", "recover a stopped node after a quorum loss (unsafe-bootstrap)"),
     "audit": ("coordinated.audit.cli", "audit history files against the protocol's safety invariants"),
     "operator": ("coordinated.operator.cli", "run the Kopf operator for CoordinatedCluster resources"),
     "simulate": ("coordinated.simulation.cli", "run the deterministic simulator"),

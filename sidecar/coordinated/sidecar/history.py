@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from coordinated.coordination.history_lines import ends_with_cut_line, is_complete
+from coordinated.coordination.offline_recovery import RESET_EVENTS
 from coordinated.coordination.recovery import HistorySummary
 
 _SEGMENT = re.compile(r"^segment-(\d{12})\.jsonl$")
 _TAIL_BYTES = 64 * 1024
+# The events whose marks bound what a restarted node may load (see `summarize_history`).
+_MARK_MARKERS = tuple(b'"type":"%s"' % kind.encode() for kind in ("term", "accepted", *RESET_EVENTS))
 
 
 def segment_name(first_seq: int) -> str:
@@ -145,9 +148,11 @@ def summarize_history(directory: Path) -> HistorySummary:
 
     Both events are written after the term or state they record is durable and before any message relies on
     it, so a persisted record older than these marks has lost something this node acknowledged. Both only
-    grow within one node's history, so segments are read newest first until each kind has been seen. A line
+    grow within one node's history, except that an `unsafe_bootstrap` or `detached` event (the offline tool
+    rewrote the state) replaces all older marks with its `marks_term` and `marks_accepted`; so segments are read
+    newest first until each kind has been seen or a reset event was. A line
     that cannot be read, other than a last line cut by a crash, is reported as damage: marks it held are lost.
-    The node ids are those of the marks.
+    The node ids are those of the marks and reset events.
     """
     term: int | None = None
     accepted: tuple[int, int] | None = None
@@ -155,13 +160,17 @@ def summarize_history(directory: Path) -> HistorySummary:
     node_ids: set[str] = set()
     damaged: list[str] = []
     for _first_seq, path in reversed(list_segments(directory)):
+        # Marks of this segment; a reset event (written by `coordinated node-tool`) replaces those before it.
+        segment_term: int | None = None
+        segment_accepted: tuple[int, int] | None = None
+        reset = False
         with path.open("rb") as file:
             for number, line in enumerate(file, 1):
                 if not line.endswith(b"\n"):
                     continue  # a partial line left by a crash
                 if not line.strip():
                     continue
-                if b'"type":"term"' not in line and b'"type":"accepted"' not in line:
+                if not any(marker in line for marker in _MARK_MARKERS):
                     # Only the marks are decoded, so that a long history is read quickly at startup.
                     if line.startswith(b"{") and line.endswith(b"}\n"):
                         events += 1
@@ -171,16 +180,30 @@ def summarize_history(directory: Path) -> HistorySummary:
                 try:
                     event = json.loads(line)
                     if event["type"] == "term":
-                        term = max(term or 0, int(event["term"]))
-                    else:
-                        accepted = max(accepted or (0, 0), (int(event["term"]), int(event.get("version") or 0)))
+                        segment_term = max(segment_term or 0, int(event["term"]))
+                    elif event["type"] == "accepted":
+                        mark = (int(event["term"]), int(event.get("version") or 0))
+                        segment_accepted = max(segment_accepted or (0, 0), mark)
+                    elif event["type"] in RESET_EVENTS:
+                        marks_term, marks_version = (int(part) for part in event["marks_accepted"])
+                        segment_term, segment_accepted = int(event["marks_term"]), (marks_term, marks_version)
+                        reset = True
                 except (ValueError, KeyError, TypeError):
                     damaged.append(f"[{path}] line {number}")
                     continue
                 events += 1
                 if isinstance(event.get("node"), str):
                     node_ids.add(event["node"])
-        if term is not None and accepted is not None:
+        # Newer segments' marks are already in `term` and `accepted`; they come after this segment's.
+        if segment_term is not None and term is None:
+            term = segment_term
+        elif segment_term is not None and term is not None and not reset:
+            term = max(term, segment_term)
+        if segment_accepted is not None and accepted is None:
+            accepted = segment_accepted
+        elif segment_accepted is not None and accepted is not None and not reset:
+            accepted = max(accepted, segment_accepted)
+        if reset or (term is not None and accepted is not None):
             break
     detail = ", ".join(damaged[:3]) + (f" and {len(damaged) - 3} more" if len(damaged) > 3 else "")
     return HistorySummary(

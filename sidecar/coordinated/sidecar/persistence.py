@@ -226,6 +226,16 @@ def survey_data_dir(data_dir: Path, cluster_name: str) -> StorageView:
     )
 
 
+def stored_cluster_name(data_dir: Path) -> str | None:
+    """The cluster name in the newest valid slot record, or None when no slot holds one (for tools that are
+    not given the node's settings)."""
+    readings = [_read_slot(data_dir / name, "") for name in SLOT_FILES]
+    valid = [reading.record for reading in readings if reading.record is not None]
+    if not valid:
+        return None
+    return max(valid, key=lambda record: record.generation).cluster_name
+
+
 class FilePersistedState:
     """The core's `PersistedState`: term and state in one record, so that they can never disagree on disk.
 
@@ -328,6 +338,14 @@ class FilePersistedState:
     @property
     def last_accepted_state(self) -> ClusterState:
         return self._state
+
+    def replace_record(self, term: int, state: ClusterState) -> None:
+        """Term and state in one durable write (the offline tool's, which changes both at once)."""
+        state_bytes = encode_state(state)
+        self._write(term, state_bytes)
+        self._term = term
+        self._state = state
+        self._state_bytes = state_bytes
 
     def set_current_term(self, term: int) -> None:
         self._write(term, self._state_bytes)

@@ -1,0 +1,137 @@
+"""`coordinated node-tool`: offline recovery of a STOPPED node when a quorum of master-eligible nodes is lost.
+
+`unsafe-bootstrap` makes the node the sole voter of a new cluster with its keys and settings; `detach-cluster`
+lets a node of the old cluster join that new one. The state changes are `coordination.offline_recovery`'s;
+this shell holds the data directory's lock, applies the node's own startup checks, asks for confirmation,
+records the change in the node's history, and writes the new record through `FilePersistedState`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from coordinated.coordination.offline_recovery import Plan, ToolRefusal, plan_detach, plan_unsafe_bootstrap
+from coordinated.coordination.recovery import Refuse, StartFresh, decide_startup
+from coordinated.sidecar.history import HistoryWriter
+from coordinated.sidecar.persistence import (
+    HISTORY_DIR,
+    DataDirError,
+    DataDirLock,
+    FilePersistedState,
+    stored_cluster_name,
+    survey_data_dir,
+)
+
+EXIT_DONE = 0
+EXIT_ABORTED = 1  # not confirmed
+EXIT_USAGE = 2
+EXIT_REFUSED = 3  # the data directory or the node's state does not allow it
+HISTORY_SEGMENT_SIZE = 16 * 1024 * 1024  # the default of `history.segment_size`
+PROG = "coordinated node-tool"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, help_text in (
+        ("unsafe-bootstrap", "make this stopped node the sole voter of a new cluster, keeping its state"),
+        ("detach-cluster", "let this stopped node join a new cluster (for example an unsafe-bootstrapped one)"),
+    ):
+        action = sub.add_parser(name, help=help_text, description=help_text)
+        action.add_argument("--data-dir", required=True, type=Path, help="the stopped node's data directory")
+        action.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    return parser
+
+
+def main(argv: list[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = stdout or sys.stdout
+    try:
+        return run(args.action, args.data_dir, args.yes, stdin if stdin is not None else sys.stdin, out)
+    except (DataDirError, ToolRefusal) as error:
+        print(f"{PROG}: error: refusing to {args.action}: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+
+
+def run(action: str, data_dir: Path, yes: bool, stdin: TextIO | None, out: TextIO) -> int:
+    if not data_dir.is_dir():
+        raise DataDirError(f"data directory [{data_dir}] does not exist")
+    lock = DataDirLock(data_dir)  # refuses while a node runs on it
+    try:
+        persisted = _open_checked(data_dir)
+        try:
+            plan = _plan(action, persisted)
+            print(plan.description, file=out)
+            if not yes and not _confirmed(stdin, out):
+                print("aborted: nothing was changed", file=out)
+                return EXIT_ABORTED
+            # The event first: its marks hold for the old record and the new one, so a crash in between leaves
+            # a directory that the node loads, and the tool can be run again.
+            history = HistoryWriter(data_dir / HISTORY_DIR, HISTORY_SEGMENT_SIZE, fsync=True)
+            try:
+                event = history.append(plan.event)
+            finally:
+                history.close()
+            persisted.replace_record(plan.current_term, plan.state)
+        finally:
+            persisted.close()
+    finally:
+        lock.release()
+    print(
+        f"done: node [{event['node']}] now holds cluster UUID [{event['cluster_uuid']}] "
+        f"(term {event['term']}, version {event['version']}); recorded as history event {event['seq']} "
+        f"[{event['type']}]. Start the node as usual.",
+        file=out,
+    )
+    return EXIT_DONE
+
+
+def _open_checked(data_dir: Path) -> FilePersistedState:
+    """The node's own startup decision, with the node's own refusal message; never creates a node."""
+    cluster_name = stored_cluster_name(data_dir)
+    view = survey_data_dir(data_dir, cluster_name or "")
+    decision = decide_startup(view)
+    if isinstance(decision, Refuse):
+        raise DataDirError(decision.reason)
+    if isinstance(decision, StartFresh) or cluster_name is None:
+        raise DataDirError(
+            f"[{data_dir}] holds no node state (no valid coordination-state record): it is not the data directory "
+            "of a node that has run, or one written by an older version (start and stop the node once first)"
+        )
+    return FilePersistedState(data_dir, cluster_name)
+
+
+def _plan(action: str, persisted: FilePersistedState) -> Plan:
+    state = persisted.last_accepted_state
+    if action == "unsafe-bootstrap":
+        return plan_unsafe_bootstrap(
+            persisted.node_id, persisted.current_term, state, secrets.token_hex(16), secrets.token_hex(16)
+        )
+    return plan_detach(persisted.node_id, persisted.current_term, state, secrets.token_hex(16))
+
+
+def _confirmed(stdin: TextIO | None, out: TextIO) -> bool:
+    """A `y` typed on a terminal. Without a terminal (a pipe, /dev/null, a closed stdin, a Job) nobody can
+    answer, so it refuses rather than wait."""
+    try:
+        interactive = stdin is not None and stdin.isatty()
+    except (ValueError, OSError):  # closed
+        interactive = False
+    if not interactive or stdin is None:
+        print(f"{PROG}: no terminal to confirm on; pass --yes to proceed without the question", file=out)
+        return False
+    print("Confirm [y/N] ", end="", file=out, flush=True)
+    try:
+        answer = stdin.readline()
+    except KeyboardInterrupt:
+        print(file=out)
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
