@@ -208,11 +208,21 @@ def prepare(
     return fr
 
 
+def quorum_candidates() -> Column:
+    """Committed states whose quorum the table cannot clear: commit-quorum checks them with the strings."""
+    return F.col("committed") & (
+        (F.col("accepted") == 0)
+        | ~F.coalesce(F.col("quorum_ok"), F.lit(False))
+        | (F.col("acc_cfg_min") != F.col("acc_cfg_max"))
+        | ~F.col("acc_cfg_min").eqNullSafe(F.col("commit_cfg"))
+        | ((F.col("quorum_mask").bitwiseAND(F.bitwise_not(F.coalesce("acc_mask", F.lit(0).cast("long"))))) != 0)
+        | F.coalesce(F.col("quorum_odd"), F.lit(False))
+    )
+
+
 def suspect() -> Column:
     """States some check must look at: in a valid history none, so one small job clears them all."""
-    from coordinated.audit.invariants.quorum import candidates
-
-    return F.col("conflict") | (F.col("applied") & ~F.col("committed")) | candidates()
+    return F.col("conflict") | (F.col("applied") & ~F.col("committed")) | quorum_candidates()
 
 
 __all__ = ["NO_MASTER", "UNBOOTSTRAPPED", "Frames", "majority_of", "prepare", "state_table"]

@@ -16,7 +16,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from coordinated.audit.prepare import Frames, is_master_commit
+from coordinated.audit.prepare import Frames, is_master_commit, quorum_candidates
 from coordinated.audit.schema import COMMIT_QUORUM
 from coordinated.audit.violations import CheckResult, Violation, as_example, first_rows
 
@@ -28,22 +28,10 @@ def _majority(quorum: Column, config: Column) -> Column:
     return F.size(F.array_intersect(F.array_distinct(quorum), cfg)) * 2 > F.size(cfg)
 
 
-def candidates() -> Column:
-    """States the table cannot clear: they are checked with the strings."""
-    return F.col("committed") & (
-        (F.col("accepted") == 0)
-        | ~F.coalesce(F.col("quorum_ok"), F.lit(False))
-        | (F.col("acc_cfg_min") != F.col("acc_cfg_max"))
-        | ~F.col("acc_cfg_min").eqNullSafe(F.col("commit_cfg"))
-        | ((F.col("quorum_mask").bitwiseAND(F.bitwise_not(F.coalesce("acc_mask", F.lit(0).cast("long"))))) != 0)
-        | F.coalesce(F.col("quorum_odd"), F.lit(False))
-    )
-
-
 def check(fr: Frames) -> list[CheckResult]:
     if not fr.flags("quorum"):
         return [CheckResult(COMMIT_QUORUM, 0, [])]
-    cand = fr.states.filter(candidates()).select(F.col("cid").alias("cluster_uuid"), "state_uuid")
+    cand = fr.states.filter(quorum_candidates()).select(F.col("cid").alias("cluster_uuid"), "state_uuid")
     ev = fr.events.join(cand, KEY, "left_semi")
     acc = (
         ev.filter(F.col("type") == "accepted")
