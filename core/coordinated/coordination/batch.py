@@ -5,8 +5,9 @@ Pure functions: the coordinator supplies the node, the term and the join votes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from msgspec.structs import replace
 
@@ -21,7 +22,13 @@ from coordinated.coordination.client import (
 )
 from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.reconfigurator import reconfigure
-from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfigExclusion
+from coordinated.coordination.state import (
+    LEGACY_KEY_VERSION,
+    ClusterState,
+    DiscoveryNode,
+    KeyVersion,
+    VotingConfigExclusion,
+)
 from coordinated.coordination.tasks import ClientTask, ElectedAsMaster, NodeJoin, NodeLeft, TaskPayload
 from coordinated.coordination.validation import ABSENT_PREFIX, exclusions_problem, resolve_exclusions
 
@@ -87,6 +94,13 @@ def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list
             exclusions[index] = VotingConfigExclusion(node.id, node.name)
 
 
+def _key_version(kv: Mapping[str, Any], kv_versions: Mapping[str, KeyVersion], key: str) -> int:
+    """The key's version in the state being built; 0 if it does not exist."""
+    if key not in kv:
+        return 0
+    return kv_versions.get(key, LEGACY_KEY_VERSION).version
+
+
 def execute_batch(
     base: ClusterState, payloads: list[TaskPayload], context: BatchContext
 ) -> tuple[ClusterState | None, list[ClientResult | None]]:
@@ -97,6 +111,8 @@ def execute_batch(
     """
     nodes = dict(base.nodes)
     kv = base.kv
+    kv_versions = base.kv_versions
+    new_version = base.version + 1  # of the state this batch builds, if it changes anything
     settings = base.persistent_settings
     exclusions = list(base.coordination.voting_config_exclusions)
     results: list[ClientResult | None] = []
@@ -113,12 +129,22 @@ def execute_batch(
         elif isinstance(task, ClientTask):
             payload = task.request
             if isinstance(payload, KvPut | KvDelete):
-                if kv is base.kv:
-                    kv = dict(kv)
-                if isinstance(payload, KvPut):
-                    kv[payload.key] = payload.value
+                # Decided against the state this batch builds, so of two conflicting conditional writes in
+                # one batch only the first applies.
+                current = _key_version(kv, kv_versions, payload.key)
+                if payload.if_version is not None and payload.if_version != current:
+                    result = client.version_conflict_error(payload.key, payload.if_version, current)
                 else:
-                    kv.pop(payload.key, None)
+                    if kv is base.kv:
+                        kv, kv_versions = dict(kv), dict(kv_versions)
+                    if isinstance(payload, KvPut):
+                        created = kv_versions.get(payload.key) if current else None
+                        create_version = new_version if not current else (created or LEGACY_KEY_VERSION).create_version
+                        kv[payload.key] = payload.value
+                        kv_versions[payload.key] = KeyVersion(new_version, create_version)
+                    else:
+                        kv.pop(payload.key, None)
+                        kv_versions.pop(payload.key, None)
             elif isinstance(payload, UpdateSettings):
                 settings = {k: v for k, v in {**settings, **payload.persistent}.items() if v is not None}
             elif isinstance(payload, AddVotingConfigExclusions):
@@ -130,6 +156,7 @@ def execute_batch(
         master_node=context.master.id,
         nodes=nodes,
         kv=kv,
+        kv_versions=kv_versions,
         persistent_settings=settings,
         coordination=replace(base.coordination, voting_config_exclusions=tuple(exclusions)),
     )
@@ -137,6 +164,7 @@ def execute_batch(
     changed = elected or (
         candidate.nodes != base.nodes
         or kv != base.kv
+        or kv_versions != base.kv_versions
         or candidate.persistent_settings != base.persistent_settings
         or candidate.coordination != base.coordination
         or candidate.master_node != base.master_node

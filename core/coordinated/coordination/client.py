@@ -18,12 +18,16 @@ class _Request(msgspec.Struct, frozen=True, tag_field="op"):
 
 
 class KvPut(_Request, frozen=True, tag="put"):
+    """With `if_version`, applies only if the key's version is that (0: only if the key does not exist)."""
+
     key: str
     value: Any
+    if_version: Long | None = None
 
 
 class KvDelete(_Request, frozen=True, tag="delete"):
     key: str
+    if_version: Long | None = None
 
 
 class KvGet(_Request, frozen=True, tag="get"):
@@ -80,7 +84,9 @@ class ReadValue(_Result, frozen=True, tag="value"):
     found: bool
     value: Any
     term: Long
-    version: Long
+    version: Long  # of the state read
+    key_version: Long = 0  # of the write that last changed the key (0: not found)
+    create_version: Long = 0  # of the write that created the key
 
 
 class ClusterError(_Result, frozen=True, tag="error"):
@@ -121,6 +127,17 @@ def failed_publication_error(reason: str) -> ClusterError:
 
 def timeout_error(reason: str) -> ClusterError:
     return ClusterError(type="process_cluster_event_timeout_exception", reason=reason, status=503)
+
+
+def version_conflict_error(key: str, expected: int, current: int) -> ClusterError:
+    """A conditional write whose condition does not hold; `current` is 0 when the key does not exist."""
+    if expected == 0:
+        reason = f"[{key}]: version conflict, document already exists (current version [{current}])"
+    elif current == 0:
+        reason = f"[{key}]: version conflict, required version [{expected}], but no document was found"
+    else:
+        reason = f"[{key}]: version conflict, required version [{expected}], current version [{current}]"
+    return ClusterError(type="version_conflict_engine_exception", reason=reason, status=409)
 
 
 def bad_request(reason: str) -> ClusterError:

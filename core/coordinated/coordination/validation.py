@@ -35,6 +35,17 @@ def key_problem(key: str) -> str | None:
     return None
 
 
+def metadata_key_problem(key: str) -> str | None:
+    """A key of the metadata map. Names starting with `_` are reserved for the API's own endpoints
+    (`_txn`, `_watch`), which can then never clash with a key."""
+    problem = key_problem(key)
+    if problem is not None:
+        return problem
+    if key.startswith("_"):
+        return f"metadata key [{key}] is reserved: names starting with [_] are not allowed"
+    return None
+
+
 def hook_name_problem(name: str) -> str | None:
     if _HOOK_NAME.fullmatch(name) is None:
         return "a hook name must be 1-63 letters, digits, '.', '_' or '-'"
@@ -109,7 +120,7 @@ def exclusions_problem(
 def request_problem(request: ClientRequest, state: ClusterState, max_exclusions: int) -> str | None:
     """The master's check of any client request against its current state."""
     if isinstance(request, KvPut | KvDelete | KvGet):
-        return key_problem(request.key)
+        return metadata_key_problem(request.key)
     if isinstance(request, UpdateSettings):
         return settings_problem(request.persistent)
     if isinstance(request, AddVotingConfigExclusions):
