@@ -225,10 +225,10 @@ def setup_routes(app: web.Application) -> None:
     r.add_get("/_cluster/state", cluster_state)
     r.add_get("/_cluster/health", cluster_health)
     r.add_get("/_cat/master", cat_master)
-    # `{key:.+}`: a key may hold `/`, written literally in the path.
-    r.add_put("/_cluster/metadata/{key:.+}", metadata_put)
-    r.add_delete("/_cluster/metadata/{key:.+}", metadata_delete)
-    r.add_get("/_cluster/metadata/{key:.+}", metadata_get)
+    # A key may hold `/`, written literally in the path; any other character reaches the key check.
+    r.add_put("/_cluster/metadata/{key:[\\s\\S]+}", metadata_put)
+    r.add_delete("/_cluster/metadata/{key:[\\s\\S]+}", metadata_delete)
+    r.add_get("/_cluster/metadata/{key:[\\s\\S]+}", metadata_get)
     r.add_get("/_cluster/settings", settings_get)
     r.add_put("/_cluster/settings", settings_put)
     r.add_post("/_cluster/voting_config_exclusions", exclusions_add)
