@@ -57,6 +57,64 @@ def test_versions_conditions_and_key_names_through_the_api(make_cluster: Callabl
     assert node.get("/_cluster/metadata/k")[1]["value"] == 1
 
 
+def test_transactions_through_the_api(make_cluster: Callable[..., LocalCluster]) -> None:
+    cluster = make_cluster()
+    nodes = cluster.bootstrap(3)
+    cluster.wait_master()
+    follower = next(node for node in nodes if node is not cluster.master())
+    status, a = follower.put("/_cluster/metadata/a", 1)
+    assert status == 200, a
+    body = {
+        "compare": [{"key": "a", "version": a["version"]}, {"key": "locks/b", "version": 0}],
+        "success": [
+            {"op": "put", "key": "locks/b", "value": {"x": 1}},
+            {"op": "delete", "key": "a"},
+            {"op": "get", "key": "locks/b"},
+        ],
+        "failure": [{"op": "get", "key": "a"}],
+    }
+    status, result = follower.request("POST", "/_cluster/metadata/_txn", body)
+    assert status == 200, result
+    version = result["version"]
+    assert result == {
+        "succeeded": True,
+        "version": version,
+        "results": [
+            {"op": "put", "key": "locks/b", "version": version, "create_version": version},
+            {"op": "delete", "key": "a", "deleted": True},
+            {
+                "op": "get",
+                "key": "locks/b",
+                "found": True,
+                "value": {"x": 1},
+                "version": version,
+                "create_version": version,
+            },
+        ],
+    }
+    # Run again: the compares fail now, so the failure ops run, and nothing is written.
+    status, again = follower.request("POST", "/_cluster/metadata/_txn", body)
+    assert status == 200 and again == {
+        "succeeded": False,
+        "version": again["version"],
+        "results": [{"op": "get", "key": "a", "found": False}],
+    }, again
+    assert again["version"] >= version
+    status, b = nodes[0].get("/_cluster/metadata/locks/b")
+    assert (b["value"], b["version"]) == ({"x": 1}, version)
+    for bad in (
+        {"success": [{"op": "put", "key": "k", "value": 1}, {"op": "put", "key": "k", "value": 2}]},
+        {"success": [{"op": "get", "key": f"k{i}"} for i in range(65)]},
+        {"success": [{"op": "increment", "key": "k"}]},
+        {"succes": []},
+        [1],
+    ):
+        status, error = follower.request("POST", "/_cluster/metadata/_txn", bad)
+        assert status == 400, (bad, error)
+    # `_txn` is an endpoint, never a key.
+    assert follower.get("/_cluster/metadata/_txn")[0] == 400
+
+
 def increment(node: LocalNode, key: str, acknowledged: list[int], stop: threading.Event, target: int) -> None:
     """Read-modify-write with compare-and-set until `target` increments are acknowledged by this worker."""
     mine = 0

@@ -6,7 +6,7 @@ submitted on. Errors carry Elasticsearch's error type names and HTTP status code
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -41,6 +41,30 @@ class ReadBarrier(_Request, frozen=True, tag="barrier"):
     serves a state that includes every write acknowledged before the barrier was asked for."""
 
 
+class TxnCompare(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Holds when the key's version is `version` (0: the key does not exist)."""
+
+    key: str
+    version: Long
+
+
+class TxnOp(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    op: Literal["put", "delete", "get"]
+    key: str
+    value: Any | msgspec.UnsetType = msgspec.UNSET  # a put's value (which may be null)
+
+
+class Txn(_Request, frozen=True, tag="txn"):
+    """If every compare holds, the success ops run, otherwise the failure ops: all in one committed state."""
+
+    compare: tuple[TxnCompare, ...] = ()
+    success: tuple[TxnOp, ...] = ()
+    failure: tuple[TxnOp, ...] = ()
+
+
+MAX_TXN_OPS = 64
+
+
 class UpdateSettings(_Request, frozen=True, tag="settings"):
     """Dynamic settings; a value of None resets the setting to its default."""
 
@@ -59,10 +83,17 @@ class ClearVotingConfigExclusions(_Request, frozen=True, tag="clear_exclusions")
 
 
 ClientRequest = (
-    KvPut | KvDelete | KvGet | ReadBarrier | UpdateSettings | AddVotingConfigExclusions | ClearVotingConfigExclusions
+    KvPut
+    | KvDelete
+    | KvGet
+    | ReadBarrier
+    | Txn
+    | UpdateSettings
+    | AddVotingConfigExclusions
+    | ClearVotingConfigExclusions
 )
 LinearizableRead = KvGet | ReadBarrier
-WRITE_REQUESTS = (KvPut, KvDelete, UpdateSettings, AddVotingConfigExclusions, ClearVotingConfigExclusions)
+WRITE_REQUESTS = (KvPut, KvDelete, Txn, UpdateSettings, AddVotingConfigExclusions, ClearVotingConfigExclusions)
 
 
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000  # a client request without a timeout of its own
@@ -89,6 +120,27 @@ class ReadValue(_Result, frozen=True, tag="value"):
     create_version: Long = 0  # of the write that created the key
 
 
+class TxnOpResult(msgspec.Struct, frozen=True):
+    """A put: the key's new versions. A delete: whether the key existed. A get: the key as the txn saw it."""
+
+    op: str
+    key: str
+    found: bool = True
+    value: Any = None
+    version: Long = 0
+    create_version: Long = 0
+
+
+class TxnResult(_Result, frozen=True, tag="txn"):
+    succeeded: bool
+    term: Long
+    version: Long  # of the state the transaction was applied in (or read, if it wrote nothing)
+    results: tuple[TxnOpResult, ...]
+
+    def wrote(self) -> bool:
+        return any(result.op in ("put", "delete") and result.found for result in self.results)
+
+
 class ClusterError(_Result, frozen=True, tag="error"):
     type: str
     reason: str
@@ -105,7 +157,7 @@ def error_body(error_type: str, reason: str, status: int) -> dict[str, Any]:
     return {"error": {"type": error_type, "reason": reason}, "status": status}
 
 
-ClientResult = Committed | ReadValue | ClusterError
+ClientResult = Committed | ReadValue | TxnResult | ClusterError
 
 
 def no_master_error(block: str) -> ClusterError:

@@ -12,12 +12,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+import msgspec
+
 from coordinated.coordination.client import (
+    MAX_TXN_OPS,
     AddVotingConfigExclusions,
     ClientRequest,
     KvDelete,
     KvGet,
     KvPut,
+    Txn,
     UpdateSettings,
 )
 from coordinated.coordination.settings import SettingsError, SettingsRegistry, coordination_registry, parse_node_name
@@ -43,6 +47,32 @@ def metadata_key_problem(key: str) -> str | None:
         return problem
     if key.startswith("_"):
         return f"metadata key [{key}] is reserved: names starting with [_] are not allowed"
+    return None
+
+
+def txn_problem(txn: Txn) -> str | None:
+    """Every key named well, at most MAX_TXN_OPS compares and ops, a value for every put, and in each branch a
+    key at most once among the put and delete ops (their order within a state would be ambiguous)."""
+    if len(txn.compare) > MAX_TXN_OPS or len(txn.success) + len(txn.failure) > MAX_TXN_OPS:
+        return f"a transaction has at most [{MAX_TXN_OPS}] compares and [{MAX_TXN_OPS}] ops"
+    for compare in txn.compare:
+        problem = metadata_key_problem(compare.key)
+        if problem is not None:
+            return f"compare: {problem}"
+    for branch, ops in (("success", txn.success), ("failure", txn.failure)):
+        written: set[str] = set()
+        for op in ops:
+            problem = metadata_key_problem(op.key)
+            if problem is not None:
+                return f"{branch}: {problem}"
+            if op.op == "put" and op.value is msgspec.UNSET:
+                return f"{branch}: the put of [{op.key}] has no [value]"
+            if op.op != "put" and op.value is not msgspec.UNSET:
+                return f"{branch}: a [{op.op}] op takes no [value]"
+            if op.op in ("put", "delete"):
+                if op.key in written:
+                    return f"{branch}: key [{op.key}] is put or deleted more than once"
+                written.add(op.key)
     return None
 
 
@@ -121,6 +151,8 @@ def request_problem(request: ClientRequest, state: ClusterState, max_exclusions:
     """The master's check of any client request against its current state."""
     if isinstance(request, KvPut | KvDelete | KvGet):
         return metadata_key_problem(request.key)
+    if isinstance(request, Txn):
+        return txn_problem(request)
     if isinstance(request, UpdateSettings):
         return settings_problem(request.persistent)
     if isinstance(request, AddVotingConfigExclusions):

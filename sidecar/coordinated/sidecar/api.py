@@ -27,6 +27,9 @@ from coordinated.coordination.client import (
     KvPut,
     ReadBarrier,
     ReadValue,
+    Txn,
+    TxnOpResult,
+    TxnResult,
     UpdateSettings,
     error_body,
     no_master_error,
@@ -34,7 +37,12 @@ from coordinated.coordination.client import (
 from coordinated.coordination.context import Mode
 from coordinated.coordination.settings import parse_time_ms
 from coordinated.coordination.state import LONG_MAX, state_to_api
-from coordinated.coordination.validation import hook_name_problem, metadata_key_problem, settings_problem
+from coordinated.coordination.validation import (
+    hook_name_problem,
+    metadata_key_problem,
+    settings_problem,
+    txn_problem,
+)
 from coordinated.sidecar.access import Tokens, access_middleware
 from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.history import read_events_after
@@ -225,6 +233,7 @@ def setup_routes(app: web.Application) -> None:
     r.add_get("/_cluster/state", cluster_state)
     r.add_get("/_cluster/health", cluster_health)
     r.add_get("/_cat/master", cat_master)
+    r.add_post("/_cluster/metadata/_txn", metadata_txn)  # `_` names are reserved: never a key
     # A key may hold `/`, written literally in the path; any other character reaches the key check.
     r.add_put("/_cluster/metadata/{key:[\\s\\S]+}", metadata_put)
     r.add_delete("/_cluster/metadata/{key:[\\s\\S]+}", metadata_delete)
@@ -424,6 +433,47 @@ async def metadata_delete(request: web.Request) -> web.Response:
     timeout_ms = timeout_of(query)
     await no_body(request)
     return write_result(key, await node_of(request).submit(KvDelete(key, condition), timeout_ms))
+
+
+def txn_op_to_api(result: TxnOpResult) -> dict[str, Any]:
+    if result.op == "put":
+        return {"op": "put", "key": result.key, "version": result.version, "create_version": result.create_version}
+    if result.op == "delete":
+        return {"op": "delete", "key": result.key, "deleted": result.found}
+    if not result.found:
+        return {"op": "get", "key": result.key, "found": False}
+    return {
+        "op": "get",
+        "key": result.key,
+        "found": True,
+        "value": result.value,
+        "version": result.version,
+        "create_version": result.create_version,
+    }
+
+
+async def metadata_txn(request: web.Request) -> web.Response:
+    query = check_params(request, {"timeout", "master_timeout"})
+    timeout_ms = timeout_of(query)
+    body = await read_json(request)
+    if not isinstance(body, dict) or not set(body) <= {"compare", "success", "failure"}:
+        raise BadRequest('a transaction is {"compare": [...], "success": [...], "failure": [...]}')
+    txn = decode_body(body, Txn, "transaction")
+    problem = txn_problem(txn)
+    if problem is not None:
+        raise BadRequest(problem)
+    result = await node_of(request).submit(txn, timeout_ms)
+    if isinstance(result, TxnResult):
+        return web.json_response(
+            {
+                "succeeded": result.succeeded,
+                "version": result.version,
+                "results": [txn_op_to_api(op) for op in result.results],
+            }
+        )
+    if isinstance(result, ClusterError):
+        return result_error(result)
+    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
 
 
 def key_not_found(key: str) -> web.Response:

@@ -6,7 +6,18 @@ import msgspec
 import pytest
 
 from coordinated.coordination.batch import BatchContext, execute_batch
-from coordinated.coordination.client import ClusterError, Committed, KvDelete, KvGet, KvPut, ReadValue
+from coordinated.coordination.client import (
+    ClusterError,
+    Committed,
+    KvDelete,
+    KvGet,
+    KvPut,
+    ReadValue,
+    Txn,
+    TxnCompare,
+    TxnOp,
+    TxnResult,
+)
 from coordinated.coordination.messages import (
     Envelope,
     ForwardedRequest,
@@ -27,7 +38,7 @@ from coordinated.coordination.state import (
     encode_state,
 )
 from coordinated.coordination.tasks import ClientTask
-from coordinated.coordination.validation import metadata_key_problem
+from coordinated.coordination.validation import metadata_key_problem, txn_problem
 
 from .harness import OneNode
 
@@ -218,3 +229,82 @@ def test_the_master_refuses_a_reserved_key_even_when_a_peer_skipped_the_api() ->
     result = getattr(response, "result", None)
     assert isinstance(result, ClusterError) and result.status == 400 and "reserved" in result.reason
     assert "_txn" not in node.coordinator.applied_state.kv
+
+
+def txn(node: OneNode, request: Txn) -> TxnResult:
+    request_id = node.submit(request)
+    node.advance(1_000)  # a transaction that wrote nothing waits for the master's leadership round
+    result = node.results[request_id]
+    assert isinstance(result, TxnResult), result
+    return result
+
+
+def test_a_transaction_runs_its_success_ops_when_every_compare_holds_in_one_state() -> None:
+    node = leader()
+    version = committed(node, KvPut("a", 1)).version
+    result = txn(
+        node,
+        Txn(
+            compare=(TxnCompare("a", version), TxnCompare("b", 0)),
+            success=(TxnOp("put", "b", 2), TxnOp("delete", "a"), TxnOp("get", "b"), TxnOp("get", "a")),
+            failure=(TxnOp("put", "failed", True),),
+        ),
+    )
+    assert result.succeeded and result.version > version
+    put_b, delete_a, get_b, get_a = result.results
+    assert (put_b.version, put_b.create_version) == (result.version, result.version)
+    assert delete_a.found and not get_a.found
+    assert (get_b.value, get_b.version) == (2, result.version)  # the get sees the ops before it
+    assert node.coordinator.applied_state.version == result.version
+    assert node.coordinator.applied_state.kv == {"b": 2}
+
+
+def test_a_transaction_whose_compare_fails_runs_its_failure_ops_only() -> None:
+    node = leader()
+    version = committed(node, KvPut("a", 1)).version
+    result = txn(
+        node,
+        Txn(
+            compare=(TxnCompare("a", version + 1),),
+            success=(TxnOp("put", "a", 99),),
+            failure=(TxnOp("get", "a"),),
+        ),
+    )
+    assert not result.succeeded and result.version == version  # wrote nothing: the state it read
+    [get_a] = result.results
+    assert (get_a.found, get_a.value, get_a.version) == (True, 1, version)
+    assert node.coordinator.applied_state.kv == {"a": 1}
+
+
+def test_two_conflicting_transactions_in_one_batch_exactly_one_succeeds() -> None:
+    node = leader()
+    version = committed(node, KvPut("n", 0)).version
+    node.hold_own_publications = True
+    node.submit(KvPut("other", "x"))
+    ids = [node.submit(Txn(compare=(TxnCompare("n", version),), success=(TxnOp("put", "n", i),))) for i in (1, 2)]
+    node.release()
+    node.advance(1_000)
+    results = [node.results[request_id] for request_id in ids]
+    assert all(isinstance(result, TxnResult) for result in results), results
+    assert sorted(result.succeeded for result in results if isinstance(result, TxnResult)) == [False, True]
+    assert node.coordinator.applied_state.kv["n"] == 1
+
+
+@pytest.mark.parametrize(
+    ("request_", "problem"),
+    [
+        (Txn(success=tuple(TxnOp("get", f"k{i}") for i in range(65))), "at most"),
+        (Txn(success=(TxnOp("put", "k", 1), TxnOp("delete", "k"))), "more than once"),
+        (Txn(success=(TxnOp("put", "k"),)), "no [value]"),
+        (Txn(success=(TxnOp("get", "_k"),)), "reserved"),
+        (Txn(compare=(TxnCompare("", 1),)), "1 to 256"),
+    ],
+)
+def test_the_master_refuses_a_malformed_transaction_with_its_reason(request_: Txn, problem: str) -> None:
+    node = leader()
+    node.receive(FOLLOWER, ForwardedRequest("f", 1, request_, timeout_ms=1_000))
+    [(_, response)] = node.take_sent(ForwardedResponse)
+    result = getattr(response, "result", None)
+    assert isinstance(result, ClusterError) and result.status == 400 and problem in result.reason, result
+    # The same key in the success and in the failure branch is fine: only one of them runs.
+    assert txn_problem(Txn(success=(TxnOp("put", "k", 1),), failure=(TxnOp("put", "k", 2),))) is None
