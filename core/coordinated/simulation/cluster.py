@@ -422,9 +422,12 @@ class SimulatedCluster:
             )
 
     def _record_txn(self, op: PendingOp, txn: Txn, result: ClientResult, completed: int) -> None:
-        """A single-key transaction as the checker models it: [compare version] then [put] else [get]."""
-        [compare] = txn.compare
-        [write] = txn.success
+        """A single-key transaction as the checker models it: [compare version] then [put] else [get]. Other
+        transactions are not recorded: the checker tests keys one at a time."""
+        shape = [(op.op, op.key) for op in (*txn.success, *txn.failure)]
+        if len(txn.compare) != 1 or shape != [("put", txn.compare[0].key), ("get", txn.compare[0].key)]:
+            return
+        compare, write = txn.compare[0], txn.success[0]
         key, value = compare.key, write.value
         if isinstance(result, TxnResult) and result.succeeded:
             self.operations.append(
@@ -440,7 +443,7 @@ class SimulatedCluster:
                 )
             )
         elif isinstance(result, TxnResult):
-            [read] = result.results
+            read = result.results[0]
             self.operations.append(
                 Operation(
                     op.client, key, "put", op.invoked, completed, value, if_version=compare.version, conflict=True
