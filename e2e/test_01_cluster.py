@@ -96,7 +96,7 @@ def test_a_write_through_one_sidecar_is_readable_from_every_pod(cluster: Cluster
     for pod in names(3):
         read = cluster.sidecars.request(f"pods/{pod}", "GET", "_cluster/metadata/e2e-greeting")
         assert read.status == 200, (pod, read)
-        assert read.body["value"] == value
+        assert read.body["value"] == value and read.body["version"] == version, (pod, read)
         applied = cluster.sidecars.request(
             f"pods/{pod}",
             "GET",

@@ -111,3 +111,41 @@ def small_histories(draw: st.DrawFn) -> list[Operation]:
 @given(small_histories())
 def test_checker_agrees_with_the_definition(history: list[Operation]) -> None:
     assert check_history(history).ok == brute_force_linearizable(history)
+
+
+def cas(
+    start: float, end: float, value: object, if_version: int, version: int | None = None, **kw: object
+) -> Operation:
+    return Operation(0, "k", "put", start, end, value=value, if_version=if_version, version=version, **kw)  # type: ignore[arg-type]
+
+
+def test_two_increments_from_the_same_version_cannot_both_succeed() -> None:
+    read = Operation(0, "k", "get", 0, 1, result=0, version=5)
+    setup = Operation(0, "k", "put", -3, -2, value=0, version=5)
+    first = cas(2, 3, 1, if_version=5, version=6)
+    assert check_history([setup, read, first]).ok
+    lost_update = cas(4, 5, 1, if_version=5, version=7)  # applied against version 5 after version 6 was written
+    assert not check_history([setup, read, first, lost_update]).ok
+    # Concurrent with the first, it could have gone first only if the first had then been refused.
+    both = [cas(2, 10, 1, if_version=5, version=6), cas(2, 10, 1, if_version=5, version=7)]
+    assert not check_history([setup, read, *both]).ok
+
+
+def test_a_refused_conditional_write_needs_another_version_at_some_point_of_its_interval() -> None:
+    setup = Operation(0, "k", "put", 0, 1, value="a", version=3)
+    assert not check_history([setup, cas(2, 3, "b", if_version=3, conflict=True)]).ok
+    assert check_history([setup, cas(2, 3, "b", if_version=4, conflict=True)]).ok
+    # A concurrent write explains the refusal.
+    concurrent = Operation(0, "k", "put", 2, 5, value="c", version=4)
+    assert check_history([setup, concurrent, cas(2, 6, "b", if_version=3, conflict=True)]).ok
+    # Create-only: refused only where the key exists.
+    assert not check_history([cas(0, 1, "x", if_version=0, conflict=True)]).ok
+    assert check_history([cas(0, 1, "x", if_version=0, version=1), cas(2, 3, "y", if_version=0, conflict=True)]).ok
+
+
+def test_a_write_of_unknown_outcome_leaves_the_version_unknown_until_a_read_sees_it() -> None:
+    setup = Operation(0, "k", "put", 0, 1, value=0, version=2)
+    unknown = cas(2, math.inf, 1, if_version=2, certain=False)
+    seen = Operation(0, "k", "get", 3, 4, result=1, version=9)
+    assert check_history([setup, unknown, seen, cas(5, 6, 2, if_version=9, version=10)]).ok
+    assert not check_history([setup, unknown, seen, cas(5, 6, 2, if_version=8, version=10)]).ok

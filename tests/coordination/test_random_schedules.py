@@ -1,5 +1,6 @@
 """Random fault schedules with clients on 3 to 7 nodes: safety after every step, then stability and
-linearizability after healing.
+linearizability after healing. Two of the clients increment a counter with compare-and-set (a
+conditional PUT or a single-key transaction) through any node: no increment may be lost or doubled.
 
 A failure prints the seed and node count; replay it exactly with
     pytest tests/coordination/test_random_schedules.py --sim-seed SEED --sim-nodes N
@@ -14,14 +15,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinated.simulation.chaos import run_random_schedule
+from coordinated.simulation.chaos import RunReport, run_random_schedule
 
 EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "200"))
 
 
-def run_and_check(seed: int, nodes: int) -> None:
+def run_and_check(seed: int, nodes: int) -> RunReport:
     try:
-        report = run_random_schedule(seed, nodes)
+        report = run_random_schedule(seed, nodes, counters=2)
     except AssertionError as error:
         raise AssertionError(f"{error}\nreplay with: --sim-seed {seed} --sim-nodes {nodes}") from error
     assert report.linearizability is not None
@@ -29,6 +30,7 @@ def run_and_check(seed: int, nodes: int) -> None:
         f"{report.linearizability.detail}\nreplay with: --sim-seed {seed} --sim-nodes {nodes}"
     )
     assert report.operations > 0, "the clients completed no operations"
+    return report
 
 
 @pytest.mark.slow
@@ -48,7 +50,8 @@ def test_replay_one_schedule(request: pytest.FixtureRequest) -> None:
     nodes = request.config.getoption("--sim-nodes") or 3
     if seed is None:
         seed, nodes = 12345, 5  # without --sim-seed, one fixed schedule as a quick check
-    run_and_check(seed, nodes)
+    report = run_and_check(seed, nodes)
+    assert report.increments > 0, "the counter clients completed no increment"
 
 
 def test_the_same_seed_replays_the_same_run() -> None:

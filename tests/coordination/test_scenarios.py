@@ -15,6 +15,10 @@ from coordinated.coordination.client import (
     KvGet,
     KvPut,
     ReadBarrier,
+    Txn,
+    TxnCompare,
+    TxnOp,
+    TxnResult,
 )
 from coordinated.coordination.coordinator import Mode
 from coordinated.coordination.messages import (
@@ -584,3 +588,36 @@ def test_a_master_builds_safely_on_a_state_that_a_failed_write_left_on_its_disk(
         event for node in report.cluster.nodes for event in node.history if event.get("reason") == "loaded at startup"
     ]
     assert recovered and all(event["type"] == "accepted" for event in recovered)
+
+
+def test_an_isolated_master_answers_no_conflict_or_unwritten_transaction_without_a_quorum() -> None:
+    """A refusal is a read of the key's version: a master cut off from the others may have been replaced and
+    the key rewritten, so it must not answer 409 (or a transaction that wrote nothing) from its own state."""
+    cluster = formed(3)
+    leader = leader_of(cluster)
+    results: list[ClientResult] = []
+    cluster.submit(leader.index, KvPut("k", 1), on_done=results.append)
+    assert cluster.run_until(lambda: len(results) == 1, 10 * SECOND)
+    assert isinstance(results[0], Committed)
+    stale = results[0].version + 100
+    cluster.network.isolate(leader.address, cluster.addresses(), Link.BLACKHOLE)
+    cluster.submit(leader.index, KvPut("k", 2, if_version=stale), on_done=results.append)
+    cluster.submit(
+        leader.index,
+        Txn(compare=(TxnCompare("k", stale),), failure=(TxnOp("get", "k"),)),
+        on_done=results.append,
+    )
+    assert cluster.run_until(lambda: len(results) == 3, 60 * SECOND)
+    for result in results[1:]:
+        assert isinstance(result, ClusterError) and result.status == 503, result
+    # Connected, the same requests are answered: a conflict and a transaction that ran its failure branch.
+    cluster.network.heal()
+    cluster.stabilise()
+    master = leader_of(cluster)
+    cluster.submit(master.index, KvPut("k", 2, if_version=stale), on_done=results.append)
+    cluster.submit(
+        master.index, Txn(compare=(TxnCompare("k", stale),), failure=(TxnOp("get", "k"),)), on_done=results.append
+    )
+    assert cluster.run_until(lambda: len(results) == 5, 10 * SECOND)
+    assert isinstance(results[3], ClusterError) and results[3].status == 409, results[3]
+    assert isinstance(results[4], TxnResult) and not results[4].succeeded and results[4].results[0].value == 1

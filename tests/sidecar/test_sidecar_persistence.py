@@ -13,7 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfiguration, initial_state
+from coordinated.coordination.state import (
+    LEGACY_KEY_VERSION,
+    ClusterState,
+    DiscoveryNode,
+    KeyVersion,
+    VotingConfiguration,
+    initial_state,
+)
 from coordinated.sidecar.config import build_config
 from coordinated.sidecar.history import HistoryWriter, read_events_after
 from coordinated.sidecar.node import Node
@@ -900,3 +907,30 @@ def test_a_lost_commit_write_loads_the_same_state_without_its_commit(tmp_path: P
     again = FilePersistedState(tmp_path, "c")
     assert again.last_accepted_state == accepted
     again.close()
+
+
+def test_a_data_dir_written_before_keys_had_versions_loads_and_upgrades(tmp_path: Path) -> None:
+    """The previous release encoded the state without `kv_versions`: its records load, the keys read with
+    the legacy version on every node alike, and the next write persists the new encoding."""
+    persisted = FilePersistedState(tmp_path, "c")
+    state = published(3, kv={"k": "v", "locks/a": 1})
+    persisted.set_last_accepted_state(state)
+    persisted.close()
+    for slot in SLOT_FILES:
+        data = (tmp_path / slot).read_bytes()
+        if not data:
+            continue
+        generation = header(tmp_path / slot)[1]
+        payload = data[SLOT_HEADER_SIZE:]
+        old_payload = payload.replace(b',"kv_versions":{}', b"")
+        assert old_payload != payload and b"kv_versions" not in old_payload
+        (tmp_path / slot).write_bytes(encode_slot_record(generation, old_payload))
+    again = FilePersistedState(tmp_path, "c")
+    loaded = again.last_accepted_state
+    assert loaded == state and loaded.key_version("locks/a") == LEGACY_KEY_VERSION
+    newer = loaded.replace(version=4, state_uuid="s4", parent_uuid="s3", kv_versions={"k": KeyVersion(4, 4)})
+    again.set_last_accepted_state(newer)
+    again.close()
+    final = FilePersistedState(tmp_path, "c")
+    assert final.last_accepted_state == newer and final.last_accepted_state.key_version("k") == KeyVersion(4, 4)
+    final.close()

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import Any
 
+import msgspec
 from msgspec.structs import replace
 
 from coordinated.coordination import client
@@ -17,11 +19,20 @@ from coordinated.coordination.client import (
     ClientResult,
     KvDelete,
     KvPut,
+    Txn,
+    TxnOpResult,
+    TxnResult,
     UpdateSettings,
 )
 from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.reconfigurator import reconfigure
-from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfigExclusion
+from coordinated.coordination.state import (
+    LEGACY_KEY_VERSION,
+    ClusterState,
+    DiscoveryNode,
+    KeyVersion,
+    VotingConfigExclusion,
+)
 from coordinated.coordination.tasks import ClientTask, ElectedAsMaster, NodeJoin, NodeLeft, TaskPayload
 from coordinated.coordination.validation import ABSENT_PREFIX, exclusions_problem, resolve_exclusions
 
@@ -87,6 +98,71 @@ def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list
             exclusions[index] = VotingConfigExclusion(node.id, node.name)
 
 
+class _Keys:
+    """The key map of the state a batch builds, copied on its first change."""
+
+    def __init__(self, kv: dict[str, Any], versions: dict[str, KeyVersion], new_version: int) -> None:
+        self.kv, self.versions, self.new_version = kv, versions, new_version
+        self._copied = False
+
+    def get(self, key: str) -> KeyVersion | None:
+        if key not in self.kv:
+            return None
+        return self.versions.get(key, LEGACY_KEY_VERSION)
+
+    def version(self, key: str) -> int:
+        """The key's version; 0 if it does not exist."""
+        versions = self.get(key)
+        return versions.version if versions else 0
+
+    def _copy(self) -> None:
+        if not self._copied:
+            self.kv, self.versions, self._copied = dict(self.kv), dict(self.versions), True
+
+    def put(self, key: str, value: Any) -> KeyVersion:
+        existing = self.get(key)
+        self._copy()
+        self.kv[key] = value
+        versions = KeyVersion(self.new_version, existing.create_version if existing else self.new_version)
+        self.versions[key] = versions
+        return versions
+
+    def delete(self, key: str) -> bool:
+        if key not in self.kv:
+            return False
+        self._copy()
+        del self.kv[key]
+        self.versions.pop(key, None)
+        return True
+
+
+def _run_txn(txn: Txn, keys: _Keys) -> TxnResult:
+    """Compare, then run one branch against the state the batch builds. The version is stamped later."""
+    succeeded = all(keys.version(compare.key) == compare.version for compare in txn.compare)
+    results: list[TxnOpResult] = []
+    for op in txn.success if succeeded else txn.failure:
+        if op.op == "put":
+            versions = keys.put(op.key, None if op.value is msgspec.UNSET else op.value)
+            results.append(TxnOpResult("put", op.key, True, None, versions.version, versions.create_version))
+        elif op.op == "delete":
+            results.append(TxnOpResult("delete", op.key, keys.delete(op.key)))
+        else:
+            found = keys.get(op.key)
+            if found is None:
+                results.append(TxnOpResult("get", op.key, False))
+            else:
+                value = keys.kv[op.key]
+                results.append(TxnOpResult("get", op.key, True, value, found.version, found.create_version))
+    return TxnResult(succeeded, 0, 0, tuple(results))
+
+
+def _stamped(result: ClientResult | None, term: int, version: int) -> ClientResult | None:
+    """A transaction's answer names the state it ends up in: the new one, or the base if nothing changed."""
+    if isinstance(result, TxnResult):
+        return replace(result, term=term, version=version)
+    return result
+
+
 def execute_batch(
     base: ClusterState, payloads: list[TaskPayload], context: BatchContext
 ) -> tuple[ClusterState | None, list[ClientResult | None]]:
@@ -96,7 +172,7 @@ def execute_batch(
     every batch moves to the best voting configuration.
     """
     nodes = dict(base.nodes)
-    kv = base.kv
+    keys = _Keys(base.kv, base.kv_versions, base.version + 1)
     settings = base.persistent_settings
     exclusions = list(base.coordination.voting_config_exclusions)
     results: list[ClientResult | None] = []
@@ -113,12 +189,17 @@ def execute_batch(
         elif isinstance(task, ClientTask):
             payload = task.request
             if isinstance(payload, KvPut | KvDelete):
-                if kv is base.kv:
-                    kv = dict(kv)
-                if isinstance(payload, KvPut):
-                    kv[payload.key] = payload.value
+                # Decided against the state this batch builds, so of two conflicting conditional writes in
+                # one batch only the first applies.
+                current = keys.version(payload.key)
+                if payload.if_version is not None and payload.if_version != current:
+                    result = client.version_conflict_error(payload.key, payload.if_version, current)
+                elif isinstance(payload, KvPut):
+                    keys.put(payload.key, payload.value)
                 else:
-                    kv.pop(payload.key, None)
+                    keys.delete(payload.key)
+            elif isinstance(payload, Txn):
+                result = _run_txn(payload, keys)
             elif isinstance(payload, UpdateSettings):
                 settings = {k: v for k, v in {**settings, **payload.persistent}.items() if v is not None}
             elif isinstance(payload, AddVotingConfigExclusions):
@@ -129,20 +210,23 @@ def execute_batch(
     candidate = base.replace(
         master_node=context.master.id,
         nodes=nodes,
-        kv=kv,
+        kv=keys.kv,
+        kv_versions=keys.versions,
         persistent_settings=settings,
         coordination=replace(base.coordination, voting_config_exclusions=tuple(exclusions)),
     )
     candidate = improve_configuration(candidate, context.master.id, context.voters, context.auto_shrink)
     changed = elected or (
         candidate.nodes != base.nodes
-        or kv != base.kv
+        or keys.kv != base.kv
+        or keys.versions != base.kv_versions
         or candidate.persistent_settings != base.persistent_settings
         or candidate.coordination != base.coordination
         or candidate.master_node != base.master_node
     )
     if not changed:
-        return None, results
+        return None, [_stamped(result, base.term, base.version) for result in results]
+    results = [_stamped(result, context.term, base.version + 1) for result in results]
     new_state = candidate.replace(
         cluster_uuid=context.new_uuid() if base.cluster_uuid == NO_CLUSTER_UUID else base.cluster_uuid,
         version=base.version + 1,

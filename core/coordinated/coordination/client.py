@@ -6,7 +6,7 @@ submitted on. Errors carry Elasticsearch's error type names and HTTP status code
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -18,12 +18,16 @@ class _Request(msgspec.Struct, frozen=True, tag_field="op"):
 
 
 class KvPut(_Request, frozen=True, tag="put"):
+    """With `if_version`, applies only if the key's version is that (0: only if the key does not exist)."""
+
     key: str
     value: Any
+    if_version: Long | None = None
 
 
 class KvDelete(_Request, frozen=True, tag="delete"):
     key: str
+    if_version: Long | None = None
 
 
 class KvGet(_Request, frozen=True, tag="get"):
@@ -35,6 +39,30 @@ class KvGet(_Request, frozen=True, tag="get"):
 class ReadBarrier(_Request, frozen=True, tag="barrier"):
     """The master's applied (term, version), confirmed like a KvGet: a node that has applied that version
     serves a state that includes every write acknowledged before the barrier was asked for."""
+
+
+class TxnCompare(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Holds when the key's version is `version` (0: the key does not exist)."""
+
+    key: str
+    version: Long
+
+
+class TxnOp(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    op: Literal["put", "delete", "get"]
+    key: str
+    value: Any | msgspec.UnsetType = msgspec.UNSET  # a put's value (which may be null)
+
+
+class Txn(_Request, frozen=True, tag="txn"):
+    """If every compare holds, the success ops run, otherwise the failure ops: all in one committed state."""
+
+    compare: tuple[TxnCompare, ...] = ()
+    success: tuple[TxnOp, ...] = ()
+    failure: tuple[TxnOp, ...] = ()
+
+
+MAX_TXN_OPS = 64
 
 
 class UpdateSettings(_Request, frozen=True, tag="settings"):
@@ -55,10 +83,17 @@ class ClearVotingConfigExclusions(_Request, frozen=True, tag="clear_exclusions")
 
 
 ClientRequest = (
-    KvPut | KvDelete | KvGet | ReadBarrier | UpdateSettings | AddVotingConfigExclusions | ClearVotingConfigExclusions
+    KvPut
+    | KvDelete
+    | KvGet
+    | ReadBarrier
+    | Txn
+    | UpdateSettings
+    | AddVotingConfigExclusions
+    | ClearVotingConfigExclusions
 )
 LinearizableRead = KvGet | ReadBarrier
-WRITE_REQUESTS = (KvPut, KvDelete, UpdateSettings, AddVotingConfigExclusions, ClearVotingConfigExclusions)
+WRITE_REQUESTS = (KvPut, KvDelete, Txn, UpdateSettings, AddVotingConfigExclusions, ClearVotingConfigExclusions)
 
 
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000  # a client request without a timeout of its own
@@ -80,7 +115,30 @@ class ReadValue(_Result, frozen=True, tag="value"):
     found: bool
     value: Any
     term: Long
-    version: Long
+    version: Long  # of the state read
+    key_version: Long = 0  # of the write that last changed the key (0: not found)
+    create_version: Long = 0  # of the write that created the key
+
+
+class TxnOpResult(msgspec.Struct, frozen=True):
+    """A put: the key's new versions. A delete: whether the key existed. A get: the key as the txn saw it."""
+
+    op: str
+    key: str
+    found: bool = True
+    value: Any = None
+    version: Long = 0
+    create_version: Long = 0
+
+
+class TxnResult(_Result, frozen=True, tag="txn"):
+    succeeded: bool
+    term: Long
+    version: Long  # of the state the transaction was applied in (or read, if it wrote nothing)
+    results: tuple[TxnOpResult, ...]
+
+    def wrote(self) -> bool:
+        return any(result.op in ("put", "delete") and result.found for result in self.results)
 
 
 class ClusterError(_Result, frozen=True, tag="error"):
@@ -99,7 +157,7 @@ def error_body(error_type: str, reason: str, status: int) -> dict[str, Any]:
     return {"error": {"type": error_type, "reason": reason}, "status": status}
 
 
-ClientResult = Committed | ReadValue | ClusterError
+ClientResult = Committed | ReadValue | TxnResult | ClusterError
 
 
 def no_master_error(block: str) -> ClusterError:
@@ -121,6 +179,17 @@ def failed_publication_error(reason: str) -> ClusterError:
 
 def timeout_error(reason: str) -> ClusterError:
     return ClusterError(type="process_cluster_event_timeout_exception", reason=reason, status=503)
+
+
+def version_conflict_error(key: str, expected: int, current: int) -> ClusterError:
+    """A conditional write whose condition does not hold; `current` is 0 when the key does not exist."""
+    if expected == 0:
+        reason = f"[{key}]: version conflict, document already exists (current version [{current}])"
+    elif current == 0:
+        reason = f"[{key}]: version conflict, required version [{expected}], but no document was found"
+    else:
+        reason = f"[{key}]: version conflict, required version [{expected}], current version [{current}]"
+    return ClusterError(type="version_conflict_engine_exception", reason=reason, status=409)
 
 
 def bad_request(reason: str) -> ClusterError:

@@ -19,6 +19,8 @@ from coordinated.coordination.client import (
     KvGet,
     KvPut,
     ReadBarrier,
+    Txn,
+    TxnResult,
     UpdateSettings,
 )
 from coordinated.coordination.context import CoreContext, Mode
@@ -105,6 +107,8 @@ class ClientRequests:
                 else:
                     inner(result)
 
+        if isinstance(request, Txn | KvPut | KvDelete):
+            reply = self._confirmed_if_unwritten(reply)
         priority = (
             Priority.URGENT
             if isinstance(request, AddVotingConfigExclusions | ClearVotingConfigExclusions)
@@ -112,8 +116,29 @@ class ClientRequests:
         )
         self.submit_task(Task(_describe(request), priority, ClientTask(request), reply, deadline))
 
+    def _confirmed_if_unwritten(self, reply: Reply) -> Reply:
+        """A conflict, or a transaction that wrote nothing, is answered from the master's state without a
+        publication; like a read, it is linearizable only once the master has confirmed it still leads."""
+
+        def confirmed_reply(result: ClientResult) -> None:
+            unwritten = (isinstance(result, TxnResult) and not result.wrote()) or (
+                isinstance(result, ClusterError) and result.status == 409
+            )
+            if not unwritten:
+                reply(result)
+                return
+
+            def after_barrier(barrier: ClientResult) -> None:
+                reply(result if isinstance(barrier, Committed) else barrier)
+
+            self.reads.submit(ReadBarrier(), after_barrier)
+
+        return confirmed_reply
+
 
 def _describe(request: ClientRequest) -> str:
     if isinstance(request, KvPut | KvDelete | KvGet):
         return f"{type(request).__name__} [{request.key}]"
+    if isinstance(request, Txn):
+        return f"Txn [{len(request.compare)} compares, {len(request.success)}/{len(request.failure)} ops]"
     return type(request).__name__

@@ -23,12 +23,15 @@ Read = KvGet | ReadBarrier
 def read_result(request: Read, state: ClusterState) -> ClientResult:
     if isinstance(request, ReadBarrier):
         return Committed(state.term, state.version)
+    versions = state.key_version(request.key)
     return ReadValue(
         key=request.key,
-        found=request.key in state.kv,
+        found=versions is not None,
         value=state.kv.get(request.key),
         term=state.term,
         version=state.version,
+        key_version=versions.version if versions else 0,
+        create_version=versions.create_version if versions else 0,
     )
 
 

@@ -76,6 +76,19 @@ class DiscoveryNode(msgspec.Struct, frozen=True):
         return "master" in self.roles
 
 
+class KeyVersion(msgspec.Struct, frozen=True, array_like=True):
+    """The state versions of the write that last changed a key and of the write that created it."""
+
+    version: Long
+    create_version: Long
+
+
+# A key written before keys carried versions (a state persisted by an older release) has no entry in
+# `kv_versions`. Every node must see the same version for it, so it is a constant rather than something a
+# node derives from the state it happened to load; its next write gives it a real version, which is larger.
+LEGACY_KEY_VERSION = KeyVersion(1, 1)
+
+
 class ClusterState(msgspec.Struct, frozen=True):
     cluster_name: str
     cluster_uuid: str = NO_CLUSTER_UUID
@@ -88,6 +101,13 @@ class ClusterState(msgspec.Struct, frozen=True):
     coordination: CoordinationMetadata = CoordinationMetadata()
     persistent_settings: dict[str, str] = {}
     kv: dict[str, Any] = {}
+    kv_versions: dict[str, KeyVersion] = {}  # for each key of `kv`; see LEGACY_KEY_VERSION
+
+    def key_version(self, key: str) -> KeyVersion | None:
+        """The versions of a key, None if it does not exist."""
+        if key not in self.kv:
+            return None
+        return self.kv_versions.get(key, LEGACY_KEY_VERSION)
 
     @property
     def term(self) -> int:
@@ -123,6 +143,11 @@ class MapDiff(msgspec.Struct, frozen=True, omit_defaults=True):
         return not self.upserts and not self.deletes
 
 
+class KeyVersionsDiff(msgspec.Struct, frozen=True, omit_defaults=True):
+    upserts: dict[str, KeyVersion] = {}
+    deletes: tuple[str, ...] = ()
+
+
 class ClusterStateDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     """What changed between two states. Small parts are sent whole; the maps are sent as changes."""
 
@@ -137,6 +162,7 @@ class ClusterStateDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     nodes: dict[str, DiscoveryNode] | None = None  # None: unchanged
     persistent_settings: MapDiff = MapDiff()
     kv: MapDiff = MapDiff()
+    kv_versions: KeyVersionsDiff = KeyVersionsDiff()
 
 
 def diff_maps(before: Mapping[str, Any], after: Mapping[str, Any]) -> MapDiff:
@@ -170,6 +196,7 @@ def compute_diff(before: ClusterState, after: ClusterState) -> ClusterStateDiff:
         nodes=None if before.nodes == after.nodes else after.nodes,
         persistent_settings=diff_maps(before.persistent_settings, after.persistent_settings),
         kv=diff_maps(before.kv, after.kv),
+        kv_versions=KeyVersionsDiff(**msgspec.structs.asdict(diff_maps(before.kv_versions, after.kv_versions))),
     )
 
 
@@ -190,6 +217,7 @@ def apply_diff(base: ClusterState, diff: ClusterStateDiff) -> ClusterState:
         coordination=diff.coordination,
         persistent_settings=apply_map_diff(base.persistent_settings, diff.persistent_settings),
         kv=apply_map_diff(base.kv, diff.kv),
+        kv_versions=apply_map_diff(base.kv_versions, MapDiff(diff.kv_versions.upserts, diff.kv_versions.deletes)),
     )
 
 

@@ -12,12 +12,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+import msgspec
+
 from coordinated.coordination.client import (
+    MAX_TXN_OPS,
     AddVotingConfigExclusions,
     ClientRequest,
     KvDelete,
     KvGet,
     KvPut,
+    Txn,
     UpdateSettings,
 )
 from coordinated.coordination.settings import SettingsError, SettingsRegistry, coordination_registry, parse_node_name
@@ -32,6 +36,43 @@ ABSENT_PREFIX = "_absent_"  # an exclusion by name of a node that is not in the 
 def key_problem(key: str) -> str | None:
     if not isinstance(key, str) or _KEY.fullmatch(key) is None:
         return "a metadata key must be 1 to 256 characters without control characters"
+    return None
+
+
+def metadata_key_problem(key: str) -> str | None:
+    """A key of the metadata map. Names starting with `_` are reserved for the API's own endpoints
+    (`_txn`, `_watch`), which can then never clash with a key."""
+    problem = key_problem(key)
+    if problem is not None:
+        return problem
+    if key.startswith("_"):
+        return f"metadata key [{key}] is reserved: names starting with [_] are not allowed"
+    return None
+
+
+def txn_problem(txn: Txn) -> str | None:
+    """Every key named well, at most MAX_TXN_OPS compares and ops, a value for every put, and in each branch a
+    key at most once among the put and delete ops (their order within a state would be ambiguous)."""
+    if len(txn.compare) > MAX_TXN_OPS or len(txn.success) + len(txn.failure) > MAX_TXN_OPS:
+        return f"a transaction has at most [{MAX_TXN_OPS}] compares and [{MAX_TXN_OPS}] ops"
+    for compare in txn.compare:
+        problem = metadata_key_problem(compare.key)
+        if problem is not None:
+            return f"compare: {problem}"
+    for branch, ops in (("success", txn.success), ("failure", txn.failure)):
+        written: set[str] = set()
+        for op in ops:
+            problem = metadata_key_problem(op.key)
+            if problem is not None:
+                return f"{branch}: {problem}"
+            if op.op == "put" and op.value is msgspec.UNSET:
+                return f"{branch}: the put of [{op.key}] has no [value]"
+            if op.op != "put" and op.value is not msgspec.UNSET:
+                return f"{branch}: a [{op.op}] op takes no [value]"
+            if op.op in ("put", "delete"):
+                if op.key in written:
+                    return f"{branch}: key [{op.key}] is put or deleted more than once"
+                written.add(op.key)
     return None
 
 
@@ -109,7 +150,9 @@ def exclusions_problem(
 def request_problem(request: ClientRequest, state: ClusterState, max_exclusions: int) -> str | None:
     """The master's check of any client request against its current state."""
     if isinstance(request, KvPut | KvDelete | KvGet):
-        return key_problem(request.key)
+        return metadata_key_problem(request.key)
+    if isinstance(request, Txn):
+        return txn_problem(request)
     if isinstance(request, UpdateSettings):
         return settings_problem(request.persistent)
     if isinstance(request, AddVotingConfigExclusions):

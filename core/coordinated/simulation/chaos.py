@@ -9,13 +9,26 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from coordinated.coordination.client import ClientResult, KvDelete, KvGet, KvPut
+from coordinated.coordination.client import (
+    ClientResult,
+    ClusterError,
+    Committed,
+    KvDelete,
+    KvGet,
+    KvPut,
+    ReadValue,
+    Txn,
+    TxnCompare,
+    TxnOp,
+    TxnResult,
+)
 from coordinated.simulation.cluster import SimulatedCluster
 from coordinated.simulation.linearizability import Operation, Verdict, check_history
 from coordinated.simulation.network import Link
 from coordinated.simulation.storage import StorageFault
 
 KEYS = ("a", "b", "c")
+COUNTER_KEY = "counter"
 
 
 @dataclass
@@ -27,6 +40,7 @@ class RunReport:
     faults: Counter[str] = field(default_factory=Counter)
     operations: int = 0
     acknowledged_writes: int = 0
+    increments: int = 0  # acknowledged compare-and-set increments of the counter clients
     linearizability: Verdict | None = None
     cluster: SimulatedCluster | None = None
 
@@ -60,6 +74,78 @@ class _Client:
     def done(self, result: ClientResult) -> None:
         if self.active:
             self.cluster.schedule(self.cluster.now + self.rng.randint(1, 300), self.next_operation)
+
+
+class _Counter:
+    """Read-modify-write increments of one key through any node: read the key and its version, then write
+    value + 1 on condition of that version, as a conditional PUT or as a single-key transaction."""
+
+    def __init__(self, cluster: SimulatedCluster, client_id: int, rng: random.Random) -> None:
+        self.cluster = cluster
+        self.client_id = client_id
+        self.rng = rng
+        self.active = True
+        self.acknowledged: list[int] = []  # the values of the increments acknowledged to this client
+        self.uncertain = 0  # increments that failed but may have taken effect
+
+    def start(self) -> None:
+        self.cluster.schedule(self.cluster.now + self.rng.randint(0, 200), self.read)
+
+    def _node(self) -> int:
+        return self.rng.randrange(len(self.cluster.nodes))
+
+    def read(self) -> None:
+        if self.active:
+            self.cluster.submit(self._node(), KvGet(COUNTER_KEY), client=self.client_id, on_done=self.increment)
+
+    def increment(self, result: ClientResult) -> None:
+        if not self.active:
+            return
+        if not isinstance(result, ReadValue):
+            self._again()
+            return
+        current = result.value if result.found else 0
+        version = result.key_version if result.found else 0
+        request: KvPut | Txn
+        if self.rng.random() < 0.5:
+            request = KvPut(COUNTER_KEY, current + 1, if_version=version)
+        else:
+            request = Txn(
+                compare=(TxnCompare(COUNTER_KEY, version),),
+                success=(TxnOp("put", COUNTER_KEY, current + 1),),
+                failure=(TxnOp("get", COUNTER_KEY),),
+            )
+
+        def done(outcome: ClientResult) -> None:
+            if isinstance(outcome, Committed) or (isinstance(outcome, TxnResult) and outcome.succeeded):
+                self.acknowledged.append(current + 1)
+            elif isinstance(outcome, ClusterError) and outcome.maybe_applied:
+                self.uncertain += 1
+            self._again()
+
+        self.cluster.submit(self._node(), request, client=self.client_id, on_done=done)
+
+    def _again(self) -> None:
+        if self.active:
+            self.cluster.schedule(self.cluster.now + self.rng.randint(1, 300), self.read)
+
+
+def _check_counter(cluster: SimulatedCluster, counters: list[_Counter]) -> None:
+    """No acknowledged increment was lost (overwritten by a concurrent one) or applied twice: the acknowledged
+    values are distinct, and the final value lies between their count and that plus the uncertain ones."""
+    if not counters:
+        return
+    acknowledged = [value for counter in counters for value in counter.acknowledged]
+    uncertain = sum(counter.uncertain for counter in counters)
+    if len(set(acknowledged)) != len(acknowledged):
+        cluster._violation(f"two acknowledged increments wrote the same value: {sorted(acknowledged)}")
+    leader = cluster.leader()
+    assert leader is not None
+    final = leader.running().applied_state.kv.get(COUNTER_KEY, 0)
+    if not len(acknowledged) <= final <= len(acknowledged) + uncertain:
+        cluster._violation(
+            f"the counter ends at {final} after {len(acknowledged)} acknowledged and {uncertain} uncertain increments"
+        )
 
 
 def _nemesis_action(cluster: SimulatedCluster, rng: random.Random, faults: Counter[str]) -> None:
@@ -122,8 +208,13 @@ def _nemesis_action(cluster: SimulatedCluster, rng: random.Random, faults: Count
     faults[action] += 1
 
 
-def run_random_schedule(seed: int, node_count: int, chaos_ms: int = 30_000, clients: int = 3) -> RunReport:
+def run_random_schedule(
+    seed: int, node_count: int, chaos_ms: int = 30_000, clients: int = 3, counters: int = 0
+) -> RunReport:
     """Form a cluster, run faults and clients, heal, stabilise, and check linearizability.
+
+    `counters` clients increment one key with compare-and-set. They draw from the seed only when there are
+    some, so a run without them replays exactly as before they existed.
 
     Raises SafetyViolation (with the seed) on any safety or liveness failure.
     """
@@ -132,14 +223,19 @@ def run_random_schedule(seed: int, node_count: int, chaos_ms: int = 30_000, clie
     report = RunReport(seed, node_count, 0, 0)
     cluster.run_for(3_000)
     workers = [_Client(cluster, index, random.Random(rng.getrandbits(64))) for index in range(clients)]
+    incrementers = [_Counter(cluster, clients + index, random.Random(rng.getrandbits(64))) for index in range(counters)]
     for worker in workers:
         worker.start()
+    for incrementer in incrementers:
+        incrementer.start()
     end = cluster.now + chaos_ms
     while cluster.now < end:
         cluster.run_for(rng.randint(100, 3_000))
         _nemesis_action(cluster, rng, report.faults)
     for worker in workers:
         worker.active = False
+    for incrementer in incrementers:
+        incrementer.active = False
     cluster.network.heal()
     for node in cluster.nodes:
         node.persisted.failure_rate = 0.0
@@ -150,10 +246,14 @@ def run_random_schedule(seed: int, node_count: int, chaos_ms: int = 30_000, clie
     report.steps = cluster.steps
     report.virtual_ms = cluster.now
     report.operations = len(cluster.operations)
-    report.acknowledged_writes = sum(1 for op in cluster.operations if op.kind != "get" and op.certain)
+    report.acknowledged_writes = sum(
+        1 for op in cluster.operations if op.kind != "get" and op.certain and not op.conflict
+    )
     report.linearizability = check_history(cluster.operations)
     report.cluster = cluster
     _check_final_state(cluster)
+    _check_counter(cluster, incrementers)
+    report.increments = sum(len(incrementer.acknowledged) for incrementer in incrementers)
     return report
 
 
@@ -164,7 +264,7 @@ def _check_final_state(cluster: SimulatedCluster) -> None:
     final = leader.running().applied_state.kv
     by_key: dict[str, list[Operation]] = {}
     for op in cluster.operations:
-        if op.kind != "get":
+        if op.kind != "get" and not op.conflict:  # a refused conditional write took no effect
             by_key.setdefault(op.key, []).append(op)
     for key, writes in by_key.items():
         last_certain = max((op for op in writes if op.certain), key=lambda op: op.completed, default=None)

@@ -20,7 +20,15 @@ from typing import Any
 
 import msgspec
 
-from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed, ReadValue
+from coordinated.coordination.client import (
+    ClientRequest,
+    ClientResult,
+    ClusterError,
+    Committed,
+    ReadValue,
+    Txn,
+    TxnResult,
+)
 from coordinated.coordination.coordinator import Coordinator, Mode
 from coordinated.coordination.effects import (
     Effect,
@@ -382,6 +390,9 @@ class SimulatedCluster:
 
     def _record(self, op: PendingOp, result: ClientResult, completed: int) -> None:
         request = op.request
+        if isinstance(request, Txn):
+            self._record_txn(op, request, result, completed)
+            return
         kind = {"KvPut": "put", "KvDelete": "delete", "KvGet": "get"}.get(type(request).__name__)
         if kind is None:
             return
@@ -389,13 +400,70 @@ class SimulatedCluster:
         if kind == "get":
             if isinstance(result, ReadValue):
                 value = result.value if result.found else MISSING
-                self.operations.append(Operation(op.client, key, "get", op.invoked, completed, result=value))
+                self.operations.append(
+                    Operation(op.client, key, "get", op.invoked, completed, result=value, version=result.key_version)
+                )
             return
         value = getattr(request, "value", None)
+        if_version: int | None = getattr(request, "if_version", None)
         if isinstance(result, Committed):
-            self.operations.append(Operation(op.client, key, kind, op.invoked, completed, value=value))
+            self.operations.append(
+                Operation(
+                    op.client, key, kind, op.invoked, completed, value, if_version=if_version, version=result.version
+                )
+            )
+        elif isinstance(result, ClusterError) and result.status == 409:
+            self.operations.append(
+                Operation(op.client, key, kind, op.invoked, completed, value, if_version=if_version, conflict=True)
+            )
         elif isinstance(result, ClusterError) and result.maybe_applied:
-            self.operations.append(Operation(op.client, key, kind, op.invoked, math.inf, value=value, certain=False))
+            self.operations.append(
+                Operation(op.client, key, kind, op.invoked, math.inf, value=value, certain=False, if_version=if_version)
+            )
+
+    def _record_txn(self, op: PendingOp, txn: Txn, result: ClientResult, completed: int) -> None:
+        """A single-key transaction as the checker models it: [compare version] then [put] else [get]. Other
+        transactions are not recorded: the checker tests keys one at a time."""
+        shape = [(op.op, op.key) for op in (*txn.success, *txn.failure)]
+        if len(txn.compare) != 1 or shape != [("put", txn.compare[0].key), ("get", txn.compare[0].key)]:
+            return
+        compare, write = txn.compare[0], txn.success[0]
+        key, value = compare.key, write.value
+        if isinstance(result, TxnResult) and result.succeeded:
+            self.operations.append(
+                Operation(
+                    op.client,
+                    key,
+                    "put",
+                    op.invoked,
+                    completed,
+                    value,
+                    if_version=compare.version,
+                    version=result.version,
+                )
+            )
+        elif isinstance(result, TxnResult):
+            read = result.results[0]
+            self.operations.append(
+                Operation(
+                    op.client, key, "put", op.invoked, completed, value, if_version=compare.version, conflict=True
+                )
+            )
+            self.operations.append(
+                Operation(
+                    op.client,
+                    key,
+                    "get",
+                    op.invoked,
+                    completed,
+                    result=read.value if read.found else MISSING,
+                    version=read.version,
+                )
+            )
+        elif isinstance(result, ClusterError) and result.maybe_applied:
+            self.operations.append(
+                Operation(op.client, key, "put", op.invoked, math.inf, value, certain=False, if_version=compare.version)
+            )
 
     def finish_pending_operations(self) -> None:
         """Operations still open when the run ends have unknown outcomes."""

@@ -3,6 +3,12 @@
 Keys are independent registers, so each key's history is checked on its own (P-compositionality).
 An operation whose outcome is unknown (it failed but may have taken effect) may be linearized anywhere
 after its invocation, or not at all.
+
+A register holds a value and the key's version, so that compare-and-set is modeled: a conditional write
+(`if_version`; 0 means absent) applies only where the register's version is that, and a refused one
+(`conflict`) only where it is not. A single-key transaction is recorded as such a conditional write plus
+the get of its failure branch. The version a write of unknown outcome would have given is unknown to the
+checker (None) until a read reveals it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ class Operation:
     value: Any = None  # the value written by a put
     result: Any = None  # the value a get returned (MISSING for absent)
     certain: bool = True  # False: the write may or may not have taken effect
+    if_version: int | None = None  # a conditional write: the key's version it requires (0: absent)
+    conflict: bool = False  # a conditional write refused (certainly without effect)
+    version: int | None = None  # the key's version a certain write gave it, or that a get saw (0: absent)
 
     def __post_init__(self) -> None:
         if self.kind not in ("put", "delete", "get"):
@@ -71,23 +80,52 @@ def _observable(operations: list[Operation]) -> list[Operation]:
     return kept
 
 
+def _step(op: Operation, value: Any, version: int | None) -> tuple[Any, int | None] | None:
+    """The register after `op` takes effect on (value, version), or None if it cannot take effect there."""
+    if op.kind == "get":
+        if _freeze(op.result) != value:
+            return None
+        if op.version is not None and version is not None and op.version != version:
+            return None
+        return value, version if op.version is None else op.version
+    if op.if_version is not None:
+        if op.if_version == 0:
+            holds: bool | None = value == MISSING
+        elif value == MISSING:
+            holds = False
+        else:
+            holds = None if version is None else version == op.if_version
+        if op.conflict:
+            return None if holds else (value, version)
+        if holds is False:
+            return None
+    if op.kind == "put":
+        return _freeze(op.value), op.version if op.certain else None
+    return _freeze(MISSING), 0
+
+
 def check_key(operations: list[Operation], initial: Any = MISSING, max_states: int | None = None) -> bool | None:
     """True if the key's history is linearizable, False if not, None if `max_states` ran out first."""
-    ops = sorted(_observable(operations), key=lambda op: (op.invoked, op.completed))
+    if any(op.conflict for op in operations):
+        # A refusal observes the version that an unread write of unknown outcome may have changed.
+        ops = sorted(operations, key=lambda op: (op.invoked, op.completed))
+    else:
+        ops = sorted(_observable(operations), key=lambda op: (op.invoked, op.completed))
     count = len(ops)
     required_mask = 0
     for index, op in enumerate(ops):
         if op.certain:
             required_mask |= 1 << index
-    seen: set[tuple[int, Any]] = set()
-    stack: list[tuple[int, Any]] = [(0, _freeze(initial))]
+    seen: set[tuple[int, Any, int | None]] = set()
+    initial_version = 0 if initial == MISSING else None
+    stack: list[tuple[int, Any, int | None]] = [(0, _freeze(initial), initial_version)]
     while stack:
-        done, value = stack.pop()
+        done, value, version = stack.pop()
         if done & required_mask == required_mask:
             return True
-        if (done, value) in seen:
+        if (done, value, version) in seen:
             continue
-        seen.add((done, value))
+        seen.add((done, value, version))
         if max_states is not None and len(seen) > max_states:
             return None
         # The next op to take effect must have been invoked before every pending op completed.
@@ -101,15 +139,9 @@ def check_key(operations: list[Operation], initial: Any = MISSING, max_states: i
             op = ops[index]
             if op.invoked > horizon:
                 break
-            if op.kind == "get":
-                if _freeze(op.result) != value:
-                    continue
-                new_value = value
-            elif op.kind == "put":
-                new_value = _freeze(op.value)
-            else:
-                new_value = _freeze(MISSING)
-            stack.append((done | 1 << index, new_value))
+            after = _step(op, value, version)
+            if after is not None:
+                stack.append((done | 1 << index, *after))
     return False
 
 
@@ -124,7 +156,8 @@ def check_history(operations: Iterable[Operation], max_states_per_key: int | Non
         if not linearizable:
             ops = sorted(by_key[key], key=lambda op: op.invoked)
             lines = "\n".join(
-                f"  client {op.client} {op.kind} value={op.value!r} result={op.result!r} "
+                f"  client {op.client} {op.kind} value={op.value!r} result={op.result!r} version={op.version} "
+                f"if_version={op.if_version}{' (refused)' if op.conflict else ''} "
                 f"[{op.invoked}, {op.completed}]{'' if op.certain else ' (outcome unknown)'}"
                 for op in ops
             )

@@ -27,14 +27,22 @@ from coordinated.coordination.client import (
     KvPut,
     ReadBarrier,
     ReadValue,
+    Txn,
+    TxnOpResult,
+    TxnResult,
     UpdateSettings,
     error_body,
     no_master_error,
 )
 from coordinated.coordination.context import Mode
 from coordinated.coordination.settings import parse_time_ms
-from coordinated.coordination.state import state_to_api
-from coordinated.coordination.validation import hook_name_problem, key_problem, settings_problem
+from coordinated.coordination.state import LONG_MAX, state_to_api
+from coordinated.coordination.validation import (
+    hook_name_problem,
+    metadata_key_problem,
+    settings_problem,
+    txn_problem,
+)
 from coordinated.sidecar.access import Tokens, access_middleware
 from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.history import read_events_after
@@ -184,11 +192,31 @@ def decode_body(data: Any, type_: type[Any], what: str) -> Any:
         raise BadRequest(f"invalid {what}: {error}", "x_content_parse_exception") from None
 
 
-def check_key(key: str) -> str:
-    problem = key_problem(key)
+def check_key(request: web.Request) -> str:
+    """The key named by the rest of the path, `/` included; `%2F` names the same key as `/`."""
+    key = request.match_info["key"].replace("%2F", "/").replace("%2f", "/")
+    problem = metadata_key_problem(key)
     if problem is not None:
         raise BadRequest(problem)
     return key
+
+
+def write_condition(query: Mapping[str, str]) -> int | None:
+    """`if_version=N` (0: the key must not exist) or `op_type=create`; None for an unconditional write."""
+    op_type = query.get("op_type", "index")
+    if op_type not in ("index", "create"):
+        raise BadRequest(f"opType must be 'create' or 'index', found: [{op_type}]")
+    if_version: int | None = None
+    if "if_version" in query:
+        raw = query["if_version"]
+        if not raw.isascii() or not raw.isdigit() or int(raw) > LONG_MAX:
+            raise BadRequest(f"failed to parse parameter [if_version]: [{raw}] is not a non-negative long")
+        if_version = int(raw)
+    if op_type == "create":
+        if if_version not in (None, 0):
+            raise BadRequest("[op_type=create] means [if_version=0]; it cannot be combined with another version")
+        return 0
+    return if_version
 
 
 async def no_body(request: web.Request) -> None:
@@ -205,9 +233,11 @@ def setup_routes(app: web.Application) -> None:
     r.add_get("/_cluster/state", cluster_state)
     r.add_get("/_cluster/health", cluster_health)
     r.add_get("/_cat/master", cat_master)
-    r.add_put("/_cluster/metadata/{key}", metadata_put)
-    r.add_delete("/_cluster/metadata/{key}", metadata_delete)
-    r.add_get("/_cluster/metadata/{key}", metadata_get)
+    r.add_post("/_cluster/metadata/_txn", metadata_txn)  # `_` names are reserved: never a key
+    # A key may hold `/`, written literally in the path; any other character reaches the key check.
+    r.add_put("/_cluster/metadata/{key:[\\s\\S]+}", metadata_put)
+    r.add_delete("/_cluster/metadata/{key:[\\s\\S]+}", metadata_delete)
+    r.add_get("/_cluster/metadata/{key:[\\s\\S]+}", metadata_get)
     r.add_get("/_cluster/settings", settings_get)
     r.add_put("/_cluster/settings", settings_put)
     r.add_post("/_cluster/voting_config_exclusions", exclusions_add)
@@ -388,19 +418,62 @@ def write_result(key: str, result: ClientResult) -> web.Response:
 
 
 async def metadata_put(request: web.Request) -> web.Response:
-    query = check_params(request, {"timeout", "master_timeout"})
-    key = check_key(request.match_info["key"])
+    query = check_params(request, {"timeout", "master_timeout", "if_version", "op_type"})
+    key = check_key(request)
+    condition = write_condition(query)
     timeout_ms = timeout_of(query)
     value = await read_json(request)
-    return write_result(key, await node_of(request).submit(KvPut(key, value), timeout_ms))
+    return write_result(key, await node_of(request).submit(KvPut(key, value, condition), timeout_ms))
 
 
 async def metadata_delete(request: web.Request) -> web.Response:
-    query = check_params(request, {"timeout", "master_timeout"})
-    key = check_key(request.match_info["key"])
+    query = check_params(request, {"timeout", "master_timeout", "if_version"})
+    key = check_key(request)
+    condition = write_condition(query)
     timeout_ms = timeout_of(query)
     await no_body(request)
-    return write_result(key, await node_of(request).submit(KvDelete(key), timeout_ms))
+    return write_result(key, await node_of(request).submit(KvDelete(key, condition), timeout_ms))
+
+
+def txn_op_to_api(result: TxnOpResult) -> dict[str, Any]:
+    if result.op == "put":
+        return {"op": "put", "key": result.key, "version": result.version, "create_version": result.create_version}
+    if result.op == "delete":
+        return {"op": "delete", "key": result.key, "deleted": result.found}
+    if not result.found:
+        return {"op": "get", "key": result.key, "found": False}
+    return {
+        "op": "get",
+        "key": result.key,
+        "found": True,
+        "value": result.value,
+        "version": result.version,
+        "create_version": result.create_version,
+    }
+
+
+async def metadata_txn(request: web.Request) -> web.Response:
+    query = check_params(request, {"timeout", "master_timeout"})
+    timeout_ms = timeout_of(query)
+    body = await read_json(request)
+    if not isinstance(body, dict) or not set(body) <= {"compare", "success", "failure"}:
+        raise BadRequest('a transaction is {"compare": [...], "success": [...], "failure": [...]}')
+    txn = decode_body(body, Txn, "transaction")
+    problem = txn_problem(txn)
+    if problem is not None:
+        raise BadRequest(problem)
+    result = await node_of(request).submit(txn, timeout_ms)
+    if isinstance(result, TxnResult):
+        return web.json_response(
+            {
+                "succeeded": result.succeeded,
+                "version": result.version,
+                "results": [txn_op_to_api(op) for op in result.results],
+            }
+        )
+    if isinstance(result, ClusterError):
+        return result_error(result)
+    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
 
 
 def key_not_found(key: str) -> web.Response:
@@ -409,7 +482,7 @@ def key_not_found(key: str) -> web.Response:
 
 async def metadata_get(request: web.Request) -> web.Response:
     query = check_params(request, {"local", "timeout", "master_timeout"})
-    key = check_key(request.match_info["key"])
+    key = check_key(request)
     local = param_bool(query, "local", False)
     timeout_ms = timeout_of(query)
     node = node_of(request)
@@ -419,14 +492,19 @@ async def metadata_get(request: web.Request) -> web.Response:
         block = node.coordinator.settings.no_master_block
         if state.master_node is None and block == "all":
             return result_error(no_master_error(block))
-        if key not in state.kv:
+        versions = state.key_version(key)
+        if versions is None:
             return key_not_found(key)
-        return web.json_response({"key": key, "value": state.kv[key], "version": state.version})
+        return web.json_response(
+            {"key": key, "value": state.kv[key], "version": versions.version, "create_version": versions.create_version}
+        )
     result = await node.submit(KvGet(key), timeout_ms)
     if isinstance(result, ReadValue):
         if not result.found:
             return key_not_found(key)
-        return web.json_response({"key": key, "value": result.value, "version": result.version})
+        return web.json_response(
+            {"key": key, "value": result.value, "version": result.key_version, "create_version": result.create_version}
+        )
     if isinstance(result, ClusterError):
         return result_error(result)
     return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
