@@ -30,13 +30,17 @@ def _majority(quorum: Column, config: Column) -> Column:
 
 def candidates() -> Column:
     """States the table cannot clear: they are checked with the strings."""
-    return F.col("committed") & (
-        (F.col("accepted") == 0)
-        | ~F.coalesce(F.col("quorum_ok"), F.lit(False))
-        | (F.col("acc_cfg_min") != F.col("acc_cfg_max"))
-        | ~F.col("acc_cfg_min").eqNullSafe(F.col("commit_cfg"))
-        | ((F.col("quorum_mask").bitwiseAND(F.bitwise_not(F.coalesce("acc_mask", F.lit(0).cast("long"))))) != 0)
-        | F.coalesce(F.col("quorum_odd"), F.lit(False))
+    return (
+        F.col("committed")
+        & ~F.col("reset_root")
+        & (
+            (F.col("accepted") == 0)
+            | ~F.coalesce(F.col("quorum_ok"), F.lit(False))
+            | (F.col("acc_cfg_min") != F.col("acc_cfg_max"))
+            | ~F.col("acc_cfg_min").eqNullSafe(F.col("commit_cfg"))
+            | ((F.col("quorum_mask").bitwiseAND(F.bitwise_not(F.coalesce("acc_mask", F.lit(0).cast("long"))))) != 0)
+            | F.coalesce(F.col("quorum_odd"), F.lit(False))
+        )
     )
 
 
