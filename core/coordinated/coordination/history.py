@@ -22,14 +22,19 @@ class EventType(StrEnum):
     COMMITTED = "committed"  # a state committed: on the master with its `quorum`
     APPLIED = "applied"  # the state became visible on the node
     STEPPED_DOWN = "stepped_down"  # the master left LEADER mode, with a `reason`
+    # Written offline by `coordinated node-tool` before it rewrites the node's record (see `offline_recovery`):
+    UNSAFE_BOOTSTRAP = "unsafe_bootstrap"  # the node became the sole voter of a NEW cluster (cluster_uuid)
+    DETACHED = "detached"  # the node forgot its term (0) and cluster membership, to join another cluster
 
 
 STATE_EVENT_TYPES: tuple[EventType, ...] = (EventType.ACCEPTED, EventType.COMMITTED, EventType.APPLIED)
+# An operator's reset of the node's coordination state: the node's term and cluster may start over after it.
+RESET_EVENT_TYPES: tuple[EventType, ...] = (EventType.UNSAFE_BOOTSTRAP, EventType.DETACHED)
 
 # Fields the shell adds to every event, right after `node`: a per-node sequence number and seconds.
 SHELL_FIELDS: tuple[tuple[str, type], ...] = (("seq", int), ("ts", float))
 # Fields for people reading a history; the audit does not rely on them.
-INFORMATIONAL_FIELDS = frozenset({"node_name", "reason"})
+INFORMATIONAL_FIELDS = frozenset({"node_name", "reason", "cluster_uuid_committed", "marks_term", "marks_accepted"})
 
 
 class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,6 +51,16 @@ class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
     last_accepted_config: tuple[str, ...]
     quorum: tuple[str, ...] | None = None  # the master's committed events only
     reason: str | msgspec.UnsetType = msgspec.UNSET  # stepped_down only
+    # Reset events only: the record before the reset (`current_term` is the new record's term) ...
+    current_term: int | msgspec.UnsetType = msgspec.UNSET
+    cluster_uuid_committed: bool | msgspec.UnsetType = msgspec.UNSET
+    previous_cluster_uuid: str | msgspec.UnsetType = msgspec.UNSET
+    previous_term: int | msgspec.UnsetType = msgspec.UNSET
+    previous_version: int | msgspec.UnsetType = msgspec.UNSET
+    previous_state_uuid: str | msgspec.UnsetType = msgspec.UNSET
+    # ... and the marks both the old and the new record satisfy, which replace every older mark on replay.
+    marks_term: int | msgspec.UnsetType = msgspec.UNSET
+    marks_accepted: tuple[int, int] | msgspec.UnsetType = msgspec.UNSET
 
     def to_dict(self) -> dict[str, Any]:
         """The event as the JSON object of the history line (without `seq` and `ts`)."""

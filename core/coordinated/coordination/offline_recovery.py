@@ -17,15 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from coordinated.coordination.history import NO_CLUSTER_UUID
+import msgspec
+
+from coordinated.coordination.history import NO_CLUSTER_UUID, RESET_EVENT_TYPES, EventType, HistoryEvent
 from coordinated.coordination.state import ClusterState, CoordinationMetadata, VotingConfiguration
 
 UNSAFE_BOOTSTRAP_SETTING = "cluster.metadata.unsafe-bootstrap"
 # A voting configuration no real node can satisfy: the node cannot win an election, only join (as in Elasticsearch).
 MUST_JOIN_ELECTED_MASTER = VotingConfiguration(("_must_join_elected_master_",))
-UNSAFE_BOOTSTRAP_EVENT = "unsafe_bootstrap"
-DETACHED_EVENT = "detached"
-RESET_EVENTS = (UNSAFE_BOOTSTRAP_EVENT, DETACHED_EVENT)
+UNSAFE_BOOTSTRAP_EVENT = EventType.UNSAFE_BOOTSTRAP
+DETACHED_EVENT = EventType.DETACHED
+RESET_EVENTS: tuple[str, ...] = tuple(event_type.value for event_type in RESET_EVENT_TYPES)
 
 
 class ToolRefusal(Exception):
@@ -124,29 +126,31 @@ def plan_detach(node_id: str, current_term: int, state: ClusterState, new_state_
 
 
 def _event(
-    event_type: str, node_id: str, old_term: int, old: ClusterState, new_term: int, new: ClusterState
+    event_type: EventType, node_id: str, old_term: int, old: ClusterState, new_term: int, new: ClusterState
 ) -> dict[str, Any]:
     node = old.nodes.get(node_id)
-    return {
-        "cluster_uuid": new.cluster_uuid,
-        "cluster_uuid_committed": new.cluster_uuid_committed,
-        "node": node_id,
-        "node_name": node.name if node is not None else None,
-        "type": event_type,
-        "term": new.term,
-        "version": new.version,
-        "state_uuid": new.state_uuid,
-        "parent_uuid": new.parent_uuid,
-        "master": None,
-        "last_committed_config": list(new.last_committed_config.node_ids),
-        "last_accepted_config": list(new.last_accepted_config.node_ids),
-        "quorum": None,
-        "current_term": new_term,
-        "previous_cluster_uuid": old.cluster_uuid,
-        "previous_term": old.term,
-        "previous_version": old.version,
-        "previous_state_uuid": old.state_uuid,
+    event = HistoryEvent(
+        cluster_uuid=new.cluster_uuid,
+        cluster_uuid_committed=new.cluster_uuid_committed,
+        node=node_id,
+        node_name=node.name if node is not None else node_id,
+        type=event_type,
+        term=new.term,
+        version=new.version,
+        state_uuid=new.state_uuid,
+        parent_uuid=new.parent_uuid,
+        master=None,
+        last_committed_config=new.last_committed_config.node_ids,
+        last_accepted_config=new.last_accepted_config.node_ids,
+        current_term=new_term,
+        previous_cluster_uuid=old.cluster_uuid,
+        previous_term=old.term,
+        previous_version=old.version,
+        previous_state_uuid=old.state_uuid,
         # Both the old and the new record satisfy these, whichever of them is on disk after a crash.
-        "marks_term": min(old_term, new_term),
-        "marks_accepted": list(min(old.term_version(), new.term_version())),
-    }
+        marks_term=min(old_term, new_term),
+        marks_accepted=min(old.term_version(), new.term_version()),
+    )
+    # JSON-shaped (lists, not tuples), exactly as the history line will read back.
+    shaped: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(event))
+    return shaped

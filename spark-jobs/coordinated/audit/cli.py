@@ -141,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {rep['malformed_lines']} malformed lines skipped")
     for t in rep["stats"]["input"]["truncated_lines"]:
         print(f"  note: truncated last line {t['source']}:{t['line']}")
+    for r in rep.get("resets", []):
+        print(
+            f"  note: {r['type']} of node {r['node']} at {r['time (UTC)']} (seq {r['seq']}): cluster "
+            f"{r['previous_cluster_uuid']} -> {r['cluster_uuid']}, (term, version) "
+            f"{tuple(r['previous_term_version'])} -> {tuple(r['term_version'])}"
+        )
     print(f"report: {json_path}" + (f" and {html_path}" if html_path else ""))
     return EXIT_OK if rep["ok"] else EXIT_VIOLATIONS
 

@@ -21,7 +21,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from coordinated.audit.schema import UNBOOTSTRAPPED
+from coordinated.audit.schema import UNBOOTSTRAPPED, UNSAFE_BOOTSTRAP
 from coordinated.audit.streams import NodePass, node_pass
 
 NO_MASTER = "<none>"  # a state that names no master
@@ -122,6 +122,10 @@ def hash_of(col: str) -> Column:
 def state_table(events: DataFrame) -> DataFrame:
     """One row per (cid, state_uuid) of what happened to the state, in numeric buffers only.
 
+    An `unsafe_bootstrap` event counts as its state's commit (`committed`, `reset_root`): the operator decided
+    it offline, so it is the new cluster's first committed state, the root of its committed chain, and has no
+    quorum to check.
+
     `conflict`: events of one state_uuid disagree on a field that defines the state (term, version, parent,
     master, configurations; see `cfg_pre` for the last-committed configuration). The quorum check works on masks:
     bit i stands for the i-th member of the state's configurations. `acc_mask` has the members that accepted
@@ -131,10 +135,11 @@ def state_table(events: DataFrame) -> DataFrame:
     typ = F.col("type")
     acc = typ == "accepted"
     commit = is_master_commit()
+    reset = typ == UNSAFE_BOOTSTRAP
     members = config_members()
     quorum = F.coalesce("quorum", F.array())
     configs = F.xxhash64("last_committed_config", "last_accepted_config")
-    ev = events.filter(typ.isin("accepted", "committed", "applied")).select(
+    ev = events.filter(typ.isin("accepted", "committed", "applied", UNSAFE_BOOTSTRAP)).select(
         F.col("cluster_uuid").alias("cid"),
         "state_uuid",
         "term",
@@ -142,6 +147,7 @@ def state_table(events: DataFrame) -> DataFrame:
         "ts",
         acc.alias("acc"),
         commit.alias("mcommit"),
+        reset.alias("reset"),
         (typ == "applied").alias("app"),
         (typ == "committed").alias("comm"),
         F.xxhash64("term", "version", "parent_uuid", "master", "last_accepted_config").alias("content"),
@@ -177,7 +183,8 @@ def state_table(events: DataFrame) -> DataFrame:
         F.min(F.when(F.col("acc"), F.col("cfg"))).alias("acc_cfg_min"),
         F.max(F.when(F.col("acc"), F.col("cfg"))).alias("acc_cfg_max"),
         F.min(F.when(F.col("mcommit"), F.col("cfg"))).alias("commit_cfg"),
-        F.max("mcommit").alias("committed"),
+        (F.max("mcommit") | F.max("reset")).alias("committed"),
+        (F.max("reset") & ~F.max("mcommit")).alias("reset_root"),
         F.max("comm").alias("committed_anywhere"),
         F.max("app").alias("applied"),
         F.bit_or("acc_bit").alias("acc_mask"),
@@ -210,13 +217,17 @@ def prepare(
 
 def quorum_candidates() -> Column:
     """Committed states whose quorum the table cannot clear: commit-quorum checks them with the strings."""
-    return F.col("committed") & (
-        (F.col("accepted") == 0)
-        | ~F.coalesce(F.col("quorum_ok"), F.lit(False))
-        | (F.col("acc_cfg_min") != F.col("acc_cfg_max"))
-        | ~F.col("acc_cfg_min").eqNullSafe(F.col("commit_cfg"))
-        | ((F.col("quorum_mask").bitwiseAND(F.bitwise_not(F.coalesce("acc_mask", F.lit(0).cast("long"))))) != 0)
-        | F.coalesce(F.col("quorum_odd"), F.lit(False))
+    return (
+        F.col("committed")
+        & ~F.col("reset_root")  # a state the node tool committed offline has no quorum to check
+        & (
+            (F.col("accepted") == 0)
+            | ~F.coalesce(F.col("quorum_ok"), F.lit(False))
+            | (F.col("acc_cfg_min") != F.col("acc_cfg_max"))
+            | ~F.col("acc_cfg_min").eqNullSafe(F.col("commit_cfg"))
+            | ((F.col("quorum_mask").bitwiseAND(F.bitwise_not(F.coalesce("acc_mask", F.lit(0).cast("long"))))) != 0)
+            | F.coalesce(F.col("quorum_odd"), F.lit(False))
+        )
     )
 
 

@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import Row
+
 from coordinated.audit.schema import INVARIANTS
 from coordinated.audit.stats import Stats
 from coordinated.audit.violations import CheckResult
@@ -16,8 +18,35 @@ JSON_NAME = "audit-report.json"
 HTML_NAME = "audit-report.html"
 
 
+def resets_of(rows: list[Row]) -> list[dict[str, Any]]:
+    """One entry per reset event (`coordinated node-tool`): an auditor must see that an unsafe operation
+    happened, even when every invariant holds."""
+    return [
+        {
+            "node": r["node"],
+            "type": r["type"],
+            "ts": r["ts"],
+            "time (UTC)": utc_text(r["ts"]),
+            "seq": r["seq"],
+            "previous_cluster_uuid": r["previous_cluster_uuid"],
+            "cluster_uuid": r["cluster_uuid"],
+            "previous_term_version": [r["previous_term"], r["previous_version"]],
+            "term_version": [r["term"], r["version"]],
+            "current_term": r["current_term"],
+        }
+        for r in rows
+    ]
+
+
 def build(
-    *, events: int, nodes: int, malformed_lines: int, results: list[CheckResult], stats: Stats, extra: dict[str, Any]
+    *,
+    events: int,
+    nodes: int,
+    malformed_lines: int,
+    results: list[CheckResult],
+    stats: Stats,
+    extra: dict[str, Any],
+    resets: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     order = {name: i for i, name in enumerate(INVARIANTS)}
     results = sorted(results, key=lambda r: order.get(r.invariant, len(order)))
@@ -30,6 +59,8 @@ def build(
         "nodes": nodes,
         "malformed_lines": malformed_lines,
         "violations": [v.to_json() for r in results for v in r.violations],
+        # Operator resets: not violations, but a node's state was changed offline (writes may be lost).
+        "resets": resets or [],
         "stats": summary,
     }
 
@@ -139,6 +170,25 @@ def _cluster_section(cid: str, stats: dict[str, Any], charts: dict[str, str]) ->
     )
 
 
+def _resets_table(resets: list[dict[str, Any]]) -> str:
+    if not resets:
+        return "<p>none</p>"
+    note = (
+        "<p class='bad'>A node's coordination state was changed offline: an unsafe_bootstrap may have lost writes "
+        "that the lost nodes acknowledged. The audit judges each node's history across a reset as a new epoch.</p>"
+    )
+    cols = ["node", "type", "time (UTC)", "seq", "previous_cluster_uuid", "cluster_uuid"]
+    rows = [
+        {
+            **{c: r[c] for c in cols},
+            "(term, version) before": tuple(r["previous_term_version"]),
+            "(term, version) after": tuple(r["term_version"]),
+        }
+        for r in resets
+    ]
+    return note + _table(rows)
+
+
 def render_html(report: dict[str, Any], charts: dict[str, dict[str, str]]) -> str:
     stats = report["stats"]
     verdict = "OK: no violations" if report["ok"] else "VIOLATIONS FOUND"
@@ -201,6 +251,7 @@ pre {{ background: #f6f6f6; padding: .5em; }}
 {nav}
 <h2>Invariants</h2>{counts}
 <h2>Violations</h2>{"".join(items) or "<p>none</p>"}
+<h2>Operator resets (coordinated node-tool)</h2>{_resets_table(report.get("resets", []))}
 <h2>Figures</h2>{figures}
 {sections}
 <h2>Crash-cut last lines</h2>{_table(truncated) or "<p>none</p>"}

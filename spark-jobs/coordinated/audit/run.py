@@ -28,6 +28,7 @@ def audit(
     try:
         results = run_all(frames)
         stats = compute(frames, truncated=inp.truncated)
+        resets = report_mod.resets_of(frames.nodes.resets)
     finally:
         frames.release()
     add_line_numbers([v for r in results for v in r.violations])
@@ -39,6 +40,7 @@ def audit(
         malformed_lines=inp.malformed_lines,
         results=results,
         stats=stats,
+        resets=resets,
         extra={"input": {"source": source, "truncated_lines": inp.truncated}},
     )
     return Outcome(report, stats.charts)

@@ -14,6 +14,7 @@ from pyspark.sql import types as T
 from coordinated.coordination.history import (
     INFORMATIONAL_FIELDS,
     NO_CLUSTER_UUID,
+    RESET_EVENT_TYPES,
     SHELL_FIELDS,
     STATE_EVENT_TYPES,
     EventType,
@@ -44,6 +45,8 @@ INVARIANTS: tuple[str, ...] = (
 # The event types and the "no cluster yet" marker come from the history contract the nodes write with.
 EVENT_TYPES: tuple[str, ...] = tuple(event_type.value for event_type in EventType)
 STATE_TYPES: tuple[str, ...] = tuple(event_type.value for event_type in STATE_EVENT_TYPES)
+RESET_TYPES: tuple[str, ...] = tuple(event_type.value for event_type in RESET_EVENT_TYPES)
+UNSAFE_BOOTSTRAP: str = EventType.UNSAFE_BOOTSTRAP.value
 
 # Before bootstrap a node does not know its cluster's UUID yet.
 UNBOOTSTRAPPED = NO_CLUSTER_UUID

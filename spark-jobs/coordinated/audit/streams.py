@@ -1,7 +1,7 @@
 """One window over every node's events in seq order, and the per-node histories put together on the driver.
 
 The window is partitioned by (cluster_uuid, node), plus the folder for events written before bootstrap
-("_na_"), so it scales with the number of nodes and never mixes two clusters' nodes that share an id. Each
+("_na_") and the node's epoch (the number of reset events, `unsafe_bootstrap` or `detached`, so far), so it scales with the number of nodes and never mixes two clusters' nodes that share an id. Each
 row is compared with the node's earlier events (running aggregates, no buffered frames):
 
 - history-gap: seq starts at 1, has no holes and no repeats;
@@ -11,10 +11,14 @@ row is compared with the node's earlier events (running aggregates, no buffered 
   `committed` of that state is a candidate, verified exactly afterwards;
 - per-node figures for the report, read off each partition's last row.
 
-Only flagged rows, each partition's last row and the `elected`/`stepped_down` events reach the driver.
+A reset event (written offline by `coordinated node-tool`) starts a new epoch, so the node's term and applied
+(term, version) may start over after it, and only after it.
+
+Only flagged rows, each partition's last row, the `elected`/`stepped_down` and the reset events reach the
+driver.
 `stitch` then joins a node's pieces: its "_na_" prefix continues in the cluster it bootstrapped into (its
 home), and a bootstrapped node whose history continues under another cluster UUID is a `node-cluster-stable`
-violation rather than a gap.
+violation rather than a gap, unless a reset event comes right before the move.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ from typing import Any
 from pyspark.sql import DataFrame, Row, Window
 from pyspark.sql import functions as F
 
-from coordinated.audit.schema import UNBOOTSTRAPPED
+from coordinated.audit.schema import RESET_TYPES, UNBOOTSTRAPPED
 
 TERM_TYPES = ("term", "elected", "accepted", "stepped_down")
-PARTITION = ("cluster_uuid", "node", "_na_origin")
+NODE_PARTITION = ("cluster_uuid", "node", "_na_origin")
+PARTITION = (*NODE_PARTITION, "_epoch")
+RESET_COLUMNS = ("previous_cluster_uuid", "previous_term", "previous_version", "current_term")
 
 
 @dataclass
@@ -47,6 +53,7 @@ class Stream:
     elections: int
     applied: int
     committed: int  # `committed` events: once a node has one, its cluster UUID is settled
+    first_type: str  # the type of the piece's first event: a reset event starts a new epoch
     min_term: int | None  # of the term-carrying events
     max_term: int | None
     home: str = ""  # the cluster this piece belongs to (its own, or where an "_na_" prefix continues)
@@ -71,6 +78,7 @@ class NodePass:
     streams: list[Stream]
     elections: list[Row]  # elected events: cluster_uuid, node, term, ts, seq, _na_origin
     stepdowns: list[Row]
+    resets: list[Row] = field(default_factory=list)  # unsafe_bootstrap and detached events, with RESET_COLUMNS
     lag_rows: list[Row] = field(default_factory=list)  # a node's last event in each time bin: max_applied so far
     histories: list[NodeHistory] = field(default_factory=list)
     # (cluster, node, seq) of a piece's first event whose "start" is explained by the piece before it
@@ -100,9 +108,16 @@ class NodePass:
 def windowed(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int = 1) -> DataFrame:
     na_origin = F.when(F.col("cluster_uuid") == UNBOOTSTRAPPED, F.col("_origin")).otherwise(F.lit(""))
     ev = events.select(
-        "cluster_uuid", "node", "seq", "ts", "type", "term", "version", "state_uuid", "_origin",
+        "cluster_uuid", "node", "seq", "ts", "type", "term", "version", "state_uuid", "_origin", *RESET_COLUMNS,
         na_origin.alias("_na_origin"),
     )  # fmt: skip
+    # The epoch window keeps the first's hash partitioning (a superset of its keys): one more sort, no shuffle.
+    ev = ev.withColumn(
+        "_epoch",
+        F.sum(F.col("type").isin(*RESET_TYPES).cast("long")).over(
+            Window.partitionBy(*NODE_PARTITION).orderBy("seq").rowsBetween(Window.unboundedPreceding, 0)
+        ),
+    )
     by_seq = Window.partitionBy(*PARTITION).orderBy("seq")
     before = by_seq.rowsBetween(Window.unboundedPreceding, -1)
     upto = by_seq.rowsBetween(Window.unboundedPreceding, Window.currentRow)
@@ -125,10 +140,14 @@ def windowed(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int =
         F.last(F.when(is_applied, F.struct("term", "version", "seq")), ignorenulls=True)
         .over(before)
         .alias("prev_applied"),
-        F.last(F.when(typ == "committed", F.col("state_uuid")), ignorenulls=True).over(before).alias("last_commit"),
+        # The node's own reset event commits its state for it (see the state table).
+        F.last(F.when(typ.isin("committed", *RESET_TYPES), F.col("state_uuid")), ignorenulls=True)
+        .over(before)
+        .alias("last_commit"),
         F.count(F.lit(1)).over(upto).alias("n"),
         F.first("seq").over(upto).alias("first_seq"),
         F.first("_origin").over(upto).alias("first_origin"),
+        F.first("type").over(upto).alias("first_type"),
         F.min("ts").over(upto).alias("first_ts"),
         F.max("ts").over(upto).alias("last_ts"),
         F.sum((typ == "elected").cast("long")).over(upto).alias("n_elected"),
@@ -168,7 +187,7 @@ def node_pass(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int 
         | F.col("unordered_apply")
         | F.col("last")
         | ~F.col("bin").eqNullSafe(F.col("next_bin"))
-        | typ.isin("elected", "stepped_down")
+        | typ.isin("elected", "stepped_down", *RESET_TYPES)
     )
     rows = flagged.filter(keep).drop("_origin").collect()
     result = NodePass(
@@ -188,6 +207,7 @@ def node_pass(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int 
                 elections=int(r["n_elected"]),
                 applied=int(r["n_applied"]),
                 committed=int(r["n_committed"]),
+                first_type=r["first_type"],
                 min_term=r["min_term_all"],
                 max_term=r["max_term_all"],
             )
@@ -196,6 +216,7 @@ def node_pass(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int 
         ],
         elections=[r for r in rows if r["type"] == "elected"],
         stepdowns=[r for r in rows if r["type"] == "stepped_down"],
+        resets=sorted((r for r in rows if r["type"] in RESET_TYPES), key=lambda r: (r["ts"] or 0.0, r["node"])),
         lag_rows=[
             r for r in rows if r["bin"] is not None and r["bin"] != r["next_bin"] and r["max_applied"] is not None
         ],
@@ -209,7 +230,9 @@ def stitch(np: NodePass) -> None:
 
     An "_na_" piece continued by a bootstrapped piece takes that piece's cluster as its home. A piece whose
     node had already committed a state of its cluster, continued under another cluster UUID, is a move
-    (`node-cluster-stable`); the node's history stays one, under the cluster it settled in.
+    (`node-cluster-stable`); the node's history stays one, under the cluster it settled in. A reset event
+    right before unsettles the node: the piece it starts is not a move (unsafe-bootstrap), nor is the move
+    after a piece it starts (detach-cluster), until the node commits again.
     """
     holes: dict[str, list[Row]] = defaultdict(list)
     for r in np.flagged:
@@ -234,7 +257,8 @@ def stitch(np: NodePass) -> None:
             prev = before[0]
             s.joined_from = prev
             np.joined.add((s.cluster, s.node, s.first_seq))
-            if prev.cluster != UNBOOTSTRAPPED and s.cluster != prev.cluster and _settled(prev):
+            reset = s.first_type in RESET_TYPES
+            if prev.cluster != UNBOOTSTRAPPED and s.cluster != prev.cluster and not reset and _settled(prev):
                 np.moves.append((prev, s))
         # A node that moved to another cluster and back: the other cluster's piece fills a hole in this one.
         spans = {(p.first_seq, p.last_seq): p for p in pieces}
@@ -273,6 +297,8 @@ def _settled(piece: Stream) -> bool:
         seen.add(id(cur))
         if cur.committed:
             return True
+        if cur.first_type in RESET_TYPES:  # commits before the reset do not bind the node any more
+            return False
         cur = cur.joined_from
     return False
 

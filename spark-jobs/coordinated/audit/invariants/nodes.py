@@ -7,6 +7,8 @@ there is a violation to show or an unordered apply to verify).
 - node-cluster-stable: once a node has committed a state of a cluster UUID (its bootstrap is complete), all
   its later events name that same cluster UUID. Before that a node may still move: a bootstrap that lost the
   race to another node's leaves it free to join the winner's cluster.
+- A reset event (`unsafe_bootstrap`, `detached`) starts a new epoch of the node: its term and applied
+  (term, version) may start over, and it may move to a new cluster UUID right after it; nowhere else.
 - applied-only-committed, the node's part: a node applies a state only after its own `committed` of it.
 """
 
@@ -17,7 +19,13 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from coordinated.audit.prepare import Frames
-from coordinated.audit.schema import APPLIED_COMMITTED, HISTORY_GAP, NODE_CLUSTER_STABLE, NODE_MONOTONIC
+from coordinated.audit.schema import (
+    APPLIED_COMMITTED,
+    HISTORY_GAP,
+    NODE_CLUSTER_STABLE,
+    NODE_MONOTONIC,
+    RESET_TYPES,
+)
 from coordinated.audit.streams import Stream
 from coordinated.audit.violations import CheckResult, Example, Violation, lookup_events
 
@@ -38,6 +46,7 @@ def check(fr: Frames) -> list[CheckResult]:
         s
         for s in np.streams
         if s.joined_from is not None
+        and s.first_type not in RESET_TYPES  # a reset event starts the node's term over
         and s.min_term is not None
         and s.joined_from.max_term is not None
         and s.min_term < s.joined_from.max_term
