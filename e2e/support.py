@@ -124,6 +124,19 @@ def _json(data: bytes | str | None) -> Any:
         return data.decode() if isinstance(data, bytes) else data
 
 
+def remove_cluster(namespace: str, name: str) -> None:
+    """Deletes a test's own CoordinatedCluster and the claims that its retention policy keeps, so that the
+    tests after it (the uninstall test counts what is left in the namespace) see only their own objects."""
+    kubectl("-n", namespace, "delete", "ccl", name, "--ignore-not-found", "--wait=true", timeout=180)
+    claims = [
+        claim
+        for claim in kubectl("-n", namespace, "get", "pvc", "-o", "name").stdout.split()
+        if claim.split("/", 1)[-1].startswith(f"data-{name}-")
+    ]
+    if claims:
+        kubectl("-n", namespace, "delete", *claims, "--wait=true", timeout=180)
+
+
 def cluster_manifest(
     namespace: str, name: str, replicas: int, settings: dict[str, str] | None = None, secure: bool = False
 ) -> dict:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from e2e.support import Cluster, ContinuousWriter, apply, cluster_manifest, kubectl, wait_until
+from e2e.support import Cluster, ContinuousWriter, apply, cluster_manifest, kubectl, remove_cluster, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
@@ -71,4 +71,4 @@ def test_a_settings_change_rolls_one_pod_at_a_time_master_last(
         f"{' -> '.join(restarted)} (master last), longest gap {writer.longest_gap():.2f} s, "
         f"{len(writer.acknowledged)} acknowledged, {writer.failures} failed, none lost"
     )
-    kubectl("-n", namespace, "delete", "ccl", NAME, "--wait=false", check=False)
+    remove_cluster(namespace, NAME)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from e2e.support import IMAGE, REPO, Cluster, apply, cluster_manifest, kubectl, wait_until
+from e2e.support import IMAGE, REPO, Cluster, apply, cluster_manifest, kubectl, remove_cluster, wait_until
 
 
 def _sidecar_supports_tokens() -> bool:
@@ -180,7 +180,7 @@ def start_secure_cluster(namespace: str, name: str, replicas: int, **spec: Any) 
 @pytest.fixture(scope="module")
 def secured(operator_release: str, namespace: str) -> Iterator[Cluster]:
     yield start_secure_cluster(namespace, "secured", 3)
-    kubectl("-n", namespace, "delete", "ccl", "secured", "--wait=false", check=False)
+    remove_cluster(namespace, "secured")
 
 
 def test_the_client_token_is_needed_and_roles_apply(secured: Cluster) -> None:
@@ -277,4 +277,4 @@ def test_certificates_rotate_while_a_writer_runs(operator_release: str, namespac
         f"certificate rotation under writes ({time.monotonic() - started:.0f} s): {result['acknowledged']} writes "
         f"acknowledged, none lost, {result['failures']} failed, longest gap {result['longest_gap']:.2f} s"
     )
-    kubectl("-n", namespace, "delete", "ccl", "rotating", "--wait=false", check=False)
+    remove_cluster(namespace, "rotating")
