@@ -17,8 +17,11 @@ from coordinated.coordination.client import (
     AddVotingConfigExclusions,
     ClearVotingConfigExclusions,
     ClientResult,
+    DeleteRepository,
     KvDelete,
     KvPut,
+    PutRepository,
+    RestoreSnapshot,
     Txn,
     TxnOpResult,
     TxnResult,
@@ -31,6 +34,7 @@ from coordinated.coordination.state import (
     ClusterState,
     DiscoveryNode,
     KeyVersion,
+    Repository,
     VotingConfigExclusion,
 )
 from coordinated.coordination.tasks import ClientTask, ElectedAsMaster, NodeJoin, NodeLeft, TaskPayload
@@ -127,6 +131,10 @@ class _Keys:
         self.versions[key] = versions
         return versions
 
+    def replace_all(self, kv: dict[str, Any], versions: dict[str, KeyVersion]) -> None:
+        """A restore: exactly these keys, with the versions they had."""
+        self.kv, self.versions, self._copied = dict(kv), dict(versions), True
+
     def delete(self, key: str) -> bool:
         if key not in self.kv:
             return False
@@ -163,6 +171,17 @@ def _stamped(result: ClientResult | None, term: int, version: int) -> ClientResu
     return result
 
 
+def _next_version(base: ClusterState, payloads: list[TaskPayload]) -> int:
+    """The version of the state a batch builds: the next one, unless a restore brings keys (or a snapshot)
+    with higher versions, which the new state must be above so that a key's version never goes back."""
+    floor = base.version
+    for task in payloads:
+        if isinstance(task, ClientTask) and isinstance(task.request, RestoreSnapshot):
+            restore = task.request
+            floor = max(floor, restore.snapshot_version, *(v.version for v in restore.kv_versions.values()))
+    return floor + 1
+
+
 def execute_batch(
     base: ClusterState, payloads: list[TaskPayload], context: BatchContext
 ) -> tuple[ClusterState | None, list[ClientResult | None]]:
@@ -172,7 +191,9 @@ def execute_batch(
     every batch moves to the best voting configuration.
     """
     nodes = dict(base.nodes)
-    keys = _Keys(base.kv, base.kv_versions, base.version + 1)
+    new_version = _next_version(base, payloads)
+    keys = _Keys(base.kv, base.kv_versions, new_version)
+    repositories = base.repositories
     settings = base.persistent_settings
     exclusions = list(base.coordination.voting_config_exclusions)
     results: list[ClientResult | None] = []
@@ -206,6 +227,16 @@ def execute_batch(
                 result = add_exclusions(payload, nodes, exclusions, context.max_exclusions)
             elif isinstance(payload, ClearVotingConfigExclusions):
                 exclusions = []
+            elif isinstance(payload, PutRepository):
+                repositories = {**repositories, payload.name: Repository(payload.type, payload.location)}
+            elif isinstance(payload, DeleteRepository):
+                if payload.name in repositories:
+                    repositories = {name: repo for name, repo in repositories.items() if name != payload.name}
+                else:
+                    result = client.repository_missing_error(payload.name)
+            elif isinstance(payload, RestoreSnapshot):
+                keys.replace_all(payload.kv, payload.kv_versions)
+                settings = dict(payload.persistent_settings)
         results.append(result)
     candidate = base.replace(
         master_node=context.master.id,
@@ -213,6 +244,7 @@ def execute_batch(
         kv=keys.kv,
         kv_versions=keys.versions,
         persistent_settings=settings,
+        repositories=repositories,
         coordination=replace(base.coordination, voting_config_exclusions=tuple(exclusions)),
     )
     candidate = improve_configuration(candidate, context.master.id, context.voters, context.auto_shrink)
@@ -221,15 +253,17 @@ def execute_batch(
         or keys.kv != base.kv
         or keys.versions != base.kv_versions
         or candidate.persistent_settings != base.persistent_settings
+        or candidate.repositories != base.repositories
+        or any(isinstance(task, ClientTask) and isinstance(task.request, RestoreSnapshot) for task in payloads)
         or candidate.coordination != base.coordination
         or candidate.master_node != base.master_node
     )
     if not changed:
         return None, [_stamped(result, base.term, base.version) for result in results]
-    results = [_stamped(result, context.term, base.version + 1) for result in results]
+    results = [_stamped(result, context.term, new_version) for result in results]
     new_state = candidate.replace(
         cluster_uuid=context.new_uuid() if base.cluster_uuid == NO_CLUSTER_UUID else base.cluster_uuid,
-        version=base.version + 1,
+        version=new_version,
         state_uuid=context.new_uuid(),
         parent_uuid=base.state_uuid,
         coordination=replace(candidate.coordination, term=context.term),

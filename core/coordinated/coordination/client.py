@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from coordinated.coordination.state import Long
+from coordinated.coordination.state import KeyVersion, Long
 
 
 class _Request(msgspec.Struct, frozen=True, tag_field="op"):
@@ -82,6 +82,32 @@ class ClearVotingConfigExclusions(_Request, frozen=True, tag="clear_exclusions")
     wait_for_removal: bool = True
 
 
+class PutRepository(_Request, frozen=True, tag="put_repository"):
+    """Register (or re-register) a snapshot repository. The node that receives the request checks the
+    location against its `path.repo`; the master checks the name and the type."""
+
+    name: str
+    type: str
+    location: str
+
+
+class DeleteRepository(_Request, frozen=True, tag="delete_repository"):
+    name: str
+
+
+class RestoreSnapshot(_Request, frozen=True, tag="restore"):
+    """Replace every key (with its versions) and every persistent setting in one committed state.
+
+    The new state's version is above `snapshot_version` and every restored key version, so that versions
+    (and the fencing tokens built on them) keep increasing across a restore, even into a new cluster."""
+
+    snapshot: str  # `repo:snap`, for messages
+    snapshot_version: Long
+    kv: dict[str, Any]
+    kv_versions: dict[str, KeyVersion]
+    persistent_settings: dict[str, str]
+
+
 ClientRequest = (
     KvPut
     | KvDelete
@@ -91,9 +117,22 @@ ClientRequest = (
     | UpdateSettings
     | AddVotingConfigExclusions
     | ClearVotingConfigExclusions
+    | PutRepository
+    | DeleteRepository
+    | RestoreSnapshot
 )
 LinearizableRead = KvGet | ReadBarrier
-WRITE_REQUESTS = (KvPut, KvDelete, Txn, UpdateSettings, AddVotingConfigExclusions, ClearVotingConfigExclusions)
+WRITE_REQUESTS = (
+    KvPut,
+    KvDelete,
+    Txn,
+    UpdateSettings,
+    AddVotingConfigExclusions,
+    ClearVotingConfigExclusions,
+    PutRepository,
+    DeleteRepository,
+    RestoreSnapshot,
+)
 
 
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000  # a client request without a timeout of its own
@@ -190,6 +229,10 @@ def version_conflict_error(key: str, expected: int, current: int) -> ClusterErro
     else:
         reason = f"[{key}]: version conflict, required version [{expected}], current version [{current}]"
     return ClusterError(type="version_conflict_engine_exception", reason=reason, status=409)
+
+
+def repository_missing_error(name: str) -> ClusterError:
+    return ClusterError(type="repository_missing_exception", reason=f"[{name}] missing", status=404)
 
 
 def bad_request(reason: str) -> ClusterError:

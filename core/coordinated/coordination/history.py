@@ -25,6 +25,9 @@ class EventType(StrEnum):
     # Written offline by `coordinated node-tool` before it rewrites the node's record (see `offline_recovery`):
     UNSAFE_BOOTSTRAP = "unsafe_bootstrap"  # the node became the sole voter of a NEW cluster (cluster_uuid)
     DETACHED = "detached"  # the node forgot its term (0) and cluster membership, to join another cluster
+    # Written by the node that served the snapshot API, with the state's term, version and `snapshot`:
+    SNAPSHOT_TAKEN = "snapshot_taken"  # the committed state of `version` was written to a snapshot
+    SNAPSHOT_RESTORED = "snapshot_restored"  # the state of `version` (committed) holds a snapshot's keys
 
 
 STATE_EVENT_TYPES: tuple[EventType, ...] = (EventType.ACCEPTED, EventType.COMMITTED, EventType.APPLIED)
@@ -34,7 +37,9 @@ RESET_EVENT_TYPES: tuple[EventType, ...] = (EventType.UNSAFE_BOOTSTRAP, EventTyp
 # Fields the shell adds to every event, right after `node`: a per-node sequence number and seconds.
 SHELL_FIELDS: tuple[tuple[str, type], ...] = (("seq", int), ("ts", float))
 # Fields for people reading a history; the audit does not rely on them.
-INFORMATIONAL_FIELDS = frozenset({"node_name", "reason", "cluster_uuid_committed", "marks_term", "marks_accepted"})
+INFORMATIONAL_FIELDS = frozenset(
+    {"node_name", "reason", "cluster_uuid_committed", "marks_term", "marks_accepted", "snapshot"}
+)
 
 
 class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,6 +56,7 @@ class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
     last_accepted_config: tuple[str, ...]
     quorum: tuple[str, ...] | None = None  # the master's committed events only
     reason: str | msgspec.UnsetType = msgspec.UNSET  # stepped_down only
+    snapshot: str | msgspec.UnsetType = msgspec.UNSET  # snapshot events only: `repository:snapshot`
     # Reset events only: the record before the reset (`current_term` is the new record's term) ...
     current_term: int | msgspec.UnsetType = msgspec.UNSET
     cluster_uuid_committed: bool | msgspec.UnsetType = msgspec.UNSET

@@ -83,6 +83,13 @@ class KeyVersion(msgspec.Struct, frozen=True, array_like=True):
     create_version: Long
 
 
+class Repository(msgspec.Struct, frozen=True):
+    """A registered snapshot repository (`PUT /_snapshot/{repo}`); only the `fs` type exists."""
+
+    type: str
+    location: str
+
+
 # A key written before keys carried versions (a state persisted by an older release) has no entry in
 # `kv_versions`. Every node must see the same version for it, so it is a constant rather than something a
 # node derives from the state it happened to load; its next write gives it a real version, which is larger.
@@ -102,6 +109,8 @@ class ClusterState(msgspec.Struct, frozen=True):
     persistent_settings: dict[str, str] = {}
     kv: dict[str, Any] = {}
     kv_versions: dict[str, KeyVersion] = {}  # for each key of `kv`; see LEGACY_KEY_VERSION
+    # Cluster-wide metadata, as Elasticsearch keeps repositories, so that every node knows them.
+    repositories: dict[str, Repository] = {}
 
     def key_version(self, key: str) -> KeyVersion | None:
         """The versions of a key, None if it does not exist."""
@@ -163,6 +172,7 @@ class ClusterStateDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     persistent_settings: MapDiff = MapDiff()
     kv: MapDiff = MapDiff()
     kv_versions: KeyVersionsDiff = KeyVersionsDiff()
+    repositories: dict[str, Repository] | None = None  # None: unchanged
 
 
 def diff_maps(before: Mapping[str, Any], after: Mapping[str, Any]) -> MapDiff:
@@ -197,6 +207,7 @@ def compute_diff(before: ClusterState, after: ClusterState) -> ClusterStateDiff:
         persistent_settings=diff_maps(before.persistent_settings, after.persistent_settings),
         kv=diff_maps(before.kv, after.kv),
         kv_versions=KeyVersionsDiff(**msgspec.structs.asdict(diff_maps(before.kv_versions, after.kv_versions))),
+        repositories=None if before.repositories == after.repositories else after.repositories,
     )
 
 
@@ -218,6 +229,7 @@ def apply_diff(base: ClusterState, diff: ClusterStateDiff) -> ClusterState:
         persistent_settings=apply_map_diff(base.persistent_settings, diff.persistent_settings),
         kv=apply_map_diff(base.kv, diff.kv),
         kv_versions=apply_map_diff(base.kv_versions, MapDiff(diff.kv_versions.upserts, diff.kv_versions.deletes)),
+        repositories=base.repositories if diff.repositories is None else diff.repositories,
     )
 
 
@@ -274,5 +286,9 @@ def state_to_api(state: ClusterState) -> dict[str, Any]:
             },
             "persistent_settings": dict(state.persistent_settings),
             "kv": state.kv,
+            "repositories": {
+                name: {"type": repo.type, "settings": {"location": repo.location}}
+                for name, repo in sorted(state.repositories.items())
+            },
         },
     }
