@@ -135,8 +135,9 @@ def test_path_repo_and_repository_checks(make_cluster: Callable[..., LocalCluste
     for location in (str(tmp_path / "elsewhere"), str(root / ".." / "escape"), "../escape"):
         status, body = node.put("/_snapshot/r", {"type": "fs", "settings": {"location": location}})
         assert status == 400 and body["error"]["type"] == "repository_exception", body
-        assert f"location [{location}] doesn't match any of the locations specified by path.repo" in (
-            body["error"]["reason"]
+        assert (
+            f"location [{location}] doesn't match any of the locations specified by path.repo"
+            in (body["error"]["reason"])
         )
     status, body = node.put("/_snapshot/r", {"type": "s3", "settings": {"location": str(root)}})
     assert status == 400 and "repository type [s3] does not exist" in body["error"]["reason"], body
