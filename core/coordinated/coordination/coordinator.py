@@ -54,6 +54,7 @@ from coordinated.coordination.publication import Publication, PublicationListene
 from coordinated.coordination.publish_handler import PublishHandler, PublishListener
 from coordinated.coordination.reads import ReadService
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
+from coordinated.coordination.sessions import SessionLeases, session_events
 from coordinated.coordination.settings import CoordinationSettings
 from coordinated.coordination.state import (
     ClusterState,
@@ -147,8 +148,10 @@ class Coordinator:
                 publish=self._publish,
                 unchanged=self._after_publication,
                 refused=self._become_candidate,
+                session_expired=lambda session_id: self.sessions.is_expired(session_id),
             ),
         )
+        self.sessions = SessionLeases(ctx, self.master_tasks.submit)
         self.publication: Publication | None = None
         self.applied_in_current_term = False
         self.followers_checker = FollowersChecker(
@@ -173,6 +176,7 @@ class Coordinator:
             forwarder=self.forwarder,
             reads=self.reads,
             exclusion_waits=self.exclusion_waits,
+            renew_session=self.sessions.renew,
         )
         # counters for metrics
         self.elections_won = 0
@@ -309,6 +313,7 @@ class Coordinator:
         state: ClusterState | None = None,
         quorum: tuple[str, ...] | None = None,
         reason: str | UnsetType = UNSET,
+        session: str | UnsetType = UNSET,
     ) -> None:
         """Record an event about `state`, or about the node's term and accepted configuration."""
         basis = state or self.last_accepted_state
@@ -326,6 +331,7 @@ class Coordinator:
             last_accepted_config=basis.last_accepted_config.node_ids,
             quorum=quorum,
             reason=reason,
+            session=session,
         )
         self._out.append(RecordHistory(event))
 
@@ -434,6 +440,7 @@ class Coordinator:
         self.elections_won += 1
         self.applied_in_current_term = False
         self._history(EventType.ELECTED)
+        self.sessions.promote(self.last_accepted_state)
         self._stop_elections()
         self.peer_finder.deactivate()
         self.formation.deactivate()
@@ -458,6 +465,7 @@ class Coordinator:
         self.lag_detector.clear_versions()
         self.reads.close(f"no longer master: {reason}")
         self.exclusion_waits.close(f"no longer master: {reason}")
+        self.sessions.demote()
 
     # ------------------------------------------------------------------------------------------------------
     # terms
@@ -644,6 +652,11 @@ class Coordinator:
             )
         self._apply(state)
         self.applied_in_current_term = True
+        if state.sessions or publication.previous.sessions:
+            payloads = [task.payload for task in publication.tasks]
+            for event_type, session_id, reason in session_events(publication.previous, state, payloads):
+                self._history(event_type, reason=reason, session=session_id)
+        self.sessions.sync(state)
         self._out.append(publication.finished(committed=True))
         for task, result in zip(publication.tasks, publication.results, strict=True):
             task.reply(result or Committed(state.term, state.version))
