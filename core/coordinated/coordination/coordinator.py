@@ -54,7 +54,7 @@ from coordinated.coordination.publication import Publication, PublicationListene
 from coordinated.coordination.publish_handler import PublishHandler, PublishListener
 from coordinated.coordination.reads import ReadService
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
-from coordinated.coordination.sessions import SessionLeases, session_events
+from coordinated.coordination.sessions import SessionEventLog, SessionLeases
 from coordinated.coordination.settings import CoordinationSettings
 from coordinated.coordination.state import (
     ClusterState,
@@ -152,6 +152,7 @@ class Coordinator:
             ),
         )
         self.sessions = SessionLeases(ctx, self.master_tasks.submit)
+        self.session_events = SessionEventLog()
         self.publication: Publication | None = None
         self.applied_in_current_term = False
         self.followers_checker = FollowersChecker(
@@ -601,6 +602,7 @@ class Coordinator:
     def _publish(
         self, state: ClusterState, base: ClusterState, tasks: list[Task], results: list[ClientResult | None]
     ) -> None:
+        self.session_events.published(base, state, [task.payload for task in tasks])
         self.publication = Publication(self.ctx, self._publication_listener, state, base, tasks, results)
         self.publication.start()
 
@@ -650,12 +652,11 @@ class Coordinator:
             raise AssertionError(
                 f"completing publication of {publication.state.state_uuid} but holding {state.state_uuid}"
             )
+        applied_before = self.applied_state
         self._apply(state)
         self.applied_in_current_term = True
-        if state.sessions or publication.previous.sessions:
-            payloads = [task.payload for task in publication.tasks]
-            for event_type, session_id, reason in session_events(publication.previous, state, payloads):
-                self._history(event_type, reason=reason, session=session_id)
+        for event_type, session_id, reason in self.session_events.committed(applied_before, state):
+            self._history(event_type, reason=reason, session=session_id)
         self.sessions.sync(state)
         self._out.append(publication.finished(committed=True))
         for task, result in zip(publication.tasks, publication.results, strict=True):

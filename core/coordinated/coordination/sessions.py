@@ -99,9 +99,10 @@ class SessionLeases:
 def session_events(
     before: ClusterState, after: ClusterState, payloads: list[TaskPayload]
 ) -> list[tuple[EventType, str, str]]:
-    """What a committed state did to sessions, for the history: (type, session id, reason)."""
+    """What `after` did to the sessions of `before`, as history events: (type, session id, reason). The cause
+    of an end is read from the batch's tasks."""
     expiring = {session_id for p in payloads if isinstance(p, ExpireSessions) for session_id in p.session_ids}
-    ended_by_request = {
+    by_request = {
         p.request.session for p in payloads if isinstance(p, ClientTask) and isinstance(p.request, SessionEnd)
     }
     events: list[tuple[EventType, str, str]] = []
@@ -112,10 +113,45 @@ def session_events(
     for session_id, session in sorted(before.sessions.items()):
         if session_id in after.sessions:
             continue
-        if session_id in expiring and session_id not in ended_by_request:
+        if session_id in expiring and session_id not in by_request:
             events.append((EventType.SESSION_EXPIRED, session_id, f"no keepalive for [{session.ttl_ms}ms]"))
         elif session.node is not None and session.node not in after.nodes:
             events.append((EventType.SESSION_ENDED, session_id, f"node [{session.node}] left the cluster"))
-        else:
+        elif session_id in by_request:
             events.append((EventType.SESSION_ENDED, session_id, "ended by request"))
+        else:
+            events.append((EventType.SESSION_ENDED, session_id, "ended in a state published by an earlier master"))
     return events
+
+
+class SessionEventLog:
+    """The session events of the states this master published, recorded once a state is committed.
+
+    They are computed at publication, where the batch's tasks say why a session ended, and recorded against
+    the state this node had applied before, so that a change that an earlier publication made and that commits
+    only now (a failed publication that the next master's state carries) is recorded too, with its cause.
+    """
+
+    MAX_CAUSES = 10_000
+
+    def __init__(self) -> None:
+        self.causes: dict[str, tuple[EventType, str]] = {}  # session id -> why a published state ended it
+
+    def published(self, base: ClusterState, state: ClusterState, payloads: list[TaskPayload]) -> None:
+        if not base.sessions:
+            return
+        for event_type, session_id, reason in session_events(base, state, payloads):
+            if event_type is not EventType.SESSION_CREATED:
+                self.causes[session_id] = (event_type, reason)
+        while len(self.causes) > self.MAX_CAUSES:
+            del self.causes[next(iter(self.causes))]
+
+    def committed(self, applied_before: ClusterState, state: ClusterState) -> list[tuple[EventType, str, str]]:
+        if not applied_before.sessions and not state.sessions:
+            return []
+        events = []
+        for event_type, session_id, reason in session_events(applied_before, state, []):
+            if event_type is not EventType.SESSION_CREATED:
+                event_type, reason = self.causes.pop(session_id, (event_type, reason))
+            events.append((event_type, session_id, reason))
+        return events
