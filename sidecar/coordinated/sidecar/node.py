@@ -363,6 +363,8 @@ class Node:
             persisted_bytes=self.persisted.bytes_written,
             sent_bytes=dict(self.sender.bytes_sent) if self.sender is not None else None,
             dropped_messages=self.sender.dropped if self.sender is not None else 0,
+            sessions_active=len(state.sessions),
+            ephemeral_keys=len(state.kv_sessions),
         )
 
     @property
