@@ -5,10 +5,11 @@ Pure functions: the coordinator supplies the node, the term and the join votes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import immutables
 import msgspec
 from msgspec.structs import replace
 
@@ -32,6 +33,10 @@ from coordinated.coordination.state import (
     DiscoveryNode,
     KeyVersion,
     VotingConfigExclusion,
+    diff_between,
+    diff_maps,
+    persistent,
+    record_derivation,
 )
 from coordinated.coordination.tasks import ClientTask, ElectedAsMaster, NodeJoin, NodeLeft, TaskPayload
 from coordinated.coordination.validation import ABSENT_PREFIX, exclusions_problem, resolve_exclusions
@@ -99,41 +104,58 @@ def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list
 
 
 class _Keys:
-    """The key map of the state a batch builds, copied on its first change."""
+    """The key maps of the state a batch builds: mutations of the base's persistent maps, plus the keys the
+    batch touched, from which the batch's diff is built without comparing whole maps."""
 
-    def __init__(self, kv: dict[str, Any], versions: dict[str, KeyVersion], new_version: int) -> None:
-        self.kv, self.versions, self.new_version = kv, versions, new_version
-        self._copied = False
+    def __init__(self, kv: Mapping[str, Any], versions: Mapping[str, KeyVersion], new_version: int) -> None:
+        self.base_kv = persistent(kv)
+        self.kv = self.base_kv.mutate()
+        self.versions = persistent(versions).mutate()
+        self.new_version = new_version
+        self.touched: set[str] = set()
 
     def get(self, key: str) -> KeyVersion | None:
         if key not in self.kv:
             return None
-        return self.versions.get(key, LEGACY_KEY_VERSION)
+        found: KeyVersion = self.versions.get(key, LEGACY_KEY_VERSION)
+        return found
 
     def version(self, key: str) -> int:
         """The key's version; 0 if it does not exist."""
         versions = self.get(key)
         return versions.version if versions else 0
 
-    def _copy(self) -> None:
-        if not self._copied:
-            self.kv, self.versions, self._copied = dict(self.kv), dict(self.versions), True
-
     def put(self, key: str, value: Any) -> KeyVersion:
         existing = self.get(key)
-        self._copy()
         self.kv[key] = value
         versions = KeyVersion(self.new_version, existing.create_version if existing else self.new_version)
         self.versions[key] = versions
+        self.touched.add(key)
         return versions
 
     def delete(self, key: str) -> bool:
         if key not in self.kv:
             return False
-        self._copy()
         del self.kv[key]
         self.versions.pop(key, None)
+        self.touched.add(key)
         return True
+
+    def finish(self) -> tuple[immutables.Map[str, Any], immutables.Map[str, KeyVersion]]:
+        return self.kv.finish(), self.versions.finish()
+
+    def changes(self) -> dict[str, tuple[dict[str, Any], tuple[str, ...]]]:
+        """The upserts and deletes of `kv` and `kv_versions` (call after `finish`)."""
+        kv, versions = self.kv, self.versions
+        present = sorted(key for key in self.touched if key in kv)
+        # A key created and deleted again within the batch is no change.
+        deleted = tuple(sorted(key for key in self.touched if key not in kv and key in self.base_kv))
+        if not present and not deleted:
+            return {}
+        return {
+            "kv": ({key: kv[key] for key in present}, deleted),
+            "kv_versions": ({key: versions[key] for key in present}, deleted),
+        }
 
 
 def _run_txn(txn: Txn, keys: _Keys) -> TxnResult:
@@ -171,12 +193,12 @@ def execute_batch(
     A task's result is None when it succeeds with the publication. `Reconfigure` needs no step of its own:
     every batch moves to the best voting configuration.
     """
-    nodes = dict(base.nodes)
+    nodes = dict(base.nodes)  # a handful of nodes: copied
     keys = _Keys(base.kv, base.kv_versions, base.version + 1)
     settings = base.persistent_settings
     exclusions = list(base.coordination.voting_config_exclusions)
     results: list[ClientResult | None] = []
-    elected = False
+    elected = settings_changed = False
     for task in payloads:
         result: ClientResult | None = None
         if isinstance(task, ElectedAsMaster):
@@ -202,27 +224,35 @@ def execute_batch(
                 result = _run_txn(payload, keys)
             elif isinstance(payload, UpdateSettings):
                 settings = {k: v for k, v in {**settings, **payload.persistent}.items() if v is not None}
+                settings_changed = True
             elif isinstance(payload, AddVotingConfigExclusions):
                 result = add_exclusions(payload, nodes, exclusions, context.max_exclusions)
             elif isinstance(payload, ClearVotingConfigExclusions):
                 exclusions = []
         results.append(result)
+    kv, kv_versions = keys.finish()
     candidate = base.replace(
         master_node=context.master.id,
         nodes=nodes,
-        kv=keys.kv,
-        kv_versions=keys.versions,
+        kv=kv,
+        kv_versions=kv_versions,
         persistent_settings=settings,
         coordination=replace(base.coordination, voting_config_exclusions=tuple(exclusions)),
     )
     candidate = improve_configuration(candidate, context.master.id, context.voters, context.auto_shrink)
-    changed = elected or (
-        candidate.nodes != base.nodes
-        or keys.kv != base.kv
-        or keys.versions != base.kv_versions
-        or candidate.persistent_settings != base.persistent_settings
-        or candidate.coordination != base.coordination
-        or candidate.master_node != base.master_node
+    map_changes = keys.changes()
+    if settings_changed:
+        settings_diff = diff_maps(base.persistent_settings, candidate.persistent_settings)  # a few settings
+        if not settings_diff.is_empty():
+            map_changes["persistent_settings"] = (settings_diff.upserts, settings_diff.deletes)
+    changed = (
+        elected
+        or bool(map_changes)
+        or (
+            candidate.nodes != base.nodes
+            or candidate.coordination != base.coordination
+            or candidate.master_node != base.master_node
+        )
     )
     if not changed:
         return None, [_stamped(result, base.term, base.version) for result in results]
@@ -234,4 +264,6 @@ def execute_batch(
         parent_uuid=base.state_uuid,
         coordination=replace(candidate.coordination, term=context.term),
     )
+    # The batch knows what it changed: publication sends this diff without comparing the maps.
+    record_derivation(base, new_state, diff_between(base, new_state, map_changes))
     return new_state, results
