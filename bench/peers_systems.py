@@ -90,11 +90,15 @@ class System(ABC):
 class OursSystem(System):
     """coordinated-cluster sidecars, driven over their HTTP API with one aiohttp session."""
 
-    def __init__(self, size: int, tuned: bool = False, tls: BenchTls | None = None) -> None:
+    def __init__(
+        self, size: int, tuned: bool = False, tls: BenchTls | None = None, extra: dict[str, str] | None = None
+    ) -> None:
         self.size = size
         self.tuned = tuned
         self.tls = tls
+        self.extra = extra or {}
         self.label = f"coordinated {size}n" + (" tuned" if tuned else "") + (" TLS" if tls else "")
+        self.label += "".join(f" [{name}={value}]" for name, value in self.extra.items())
         self.cluster: LocalCluster | None = None
         self.names: list[str] = []
         self.ids: dict[str, int] = {}
@@ -107,6 +111,7 @@ class OursSystem(System):
 
     async def start(self, workdir: Path) -> None:
         settings = dict(FAST_SETTINGS) if self.tuned else {}
+        settings.update(self.extra)
         context = None
         if self.tls is not None:
             settings.update(self.tls.ours_settings())
