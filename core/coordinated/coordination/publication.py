@@ -76,6 +76,7 @@ class Publication:
         self.targets: dict[str, TargetState] = {}
         self.committed_at: int | None = None
         self.quorum: tuple[str, ...] = ()
+        self._apply_commit: ApplyCommit | None = None  # one object for every node (encoded once)
 
     @property
     def version(self) -> int:
@@ -89,12 +90,14 @@ class Publication:
         ctx, state, previous = self.ctx, self.state, self.previous
         local = ctx.local_node
         diff = compute_diff(previous, state)
+        # One message object for every member: the transport encodes it once for all of them.
+        with_diff = PublishRequest(local, state.term, state.version, diff=diff)
         for node in state.nodes.values():
             self.targets[node.id] = TargetState.SENT_PUBLISH
             if node.id == local.id:
                 continue
             if node.id in previous.nodes:
-                message = PublishRequest(local, state.term, state.version, diff=diff)
+                message = with_diff
             elif (missed := self.listener.catch_up_diff(node.id)) is not None and missed.state_uuid == diff.base_uuid:
                 # A node that rejoins gets what it missed and this publication's change, in one diff; if it
                 # does not hold the diff's base after all, it asks for the full state.
@@ -160,7 +163,9 @@ class Publication:
     def _send_apply_commit(self, node_id: str) -> None:
         self.targets[node_id] = TargetState.SENT_APPLY_COMMIT
         node = self.state.nodes[node_id]
-        self.ctx.send(node.transport_address, ApplyCommit(self.ctx.local_node.id, self.state.term, self.version))
+        if self._apply_commit is None:
+            self._apply_commit = ApplyCommit(self.ctx.local_node.id, self.state.term, self.version)
+        self.ctx.send(node.transport_address, self._apply_commit)
 
     def on_apply_commit_response(self, response: ApplyCommitResponse) -> None:
         if response.version != self.version:
