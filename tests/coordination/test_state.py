@@ -3,6 +3,7 @@ from __future__ import annotations
 from itertools import pairwise
 
 import immutables
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -170,3 +171,20 @@ def test_composed_diffs_rebuild_the_last_state(steps: list[dict[str, object]]) -
     states = [make_state(kv, version=index + 1, uuid=f"s{index}") for index, kv in enumerate(steps)]
     diffs = [compute_diff(before, after) for before, after in pairwise(states)]
     assert apply_diff(states[0], compose_diffs(diffs)) == states[-1]
+
+
+def test_encoding_states_one_after_another_gives_the_bytes_of_a_fresh_encoding() -> None:
+    """encode_state moves plain copies of the maps from state to state; the bytes must be exactly those of
+    encoding each state on its own (sorted fields and keys), whatever the order of encodings."""
+    reference = msgspec.json.Encoder(order="sorted", enc_hook=state_module.ENCODE_HOOK)
+    first = _batch_state(50)
+    diff = compute_diff(first, first.replace(kv=first.kv.set("zz", 1).delete("k7"), version=9, state_uuid="s9"))
+    second = apply_diff(first, diff)
+    master = first.nodes["n1"]
+    context = BatchContext(master, 1, {"n1"}, 10, True, iter(f"v{n}" for n in range(10)).__next__)
+    third, _ = execute_batch(second, [ClientTask(KvPut("a", {"b": [1]})), ClientTask(KvDelete("k9"))], context)
+    assert third is not None
+    unrelated = make_state({"q": 1, "p": 2})
+    committed = third.replace(cluster_uuid_committed=True)
+    for state in (first, second, third, committed, first, unrelated, third, second, third):
+        assert encode_state(state) == reference.encode(state)
