@@ -6,6 +6,8 @@
     .venv/bin/python bench/peers.py --report OUT/results.json [--doc FILE]   # re-render, no run
     .venv/bin/python bench/peers.py --no-faults --no-docs --ab node.event_loop=asyncio \
         --systems 'coordinated 3n,coordinated 3n [node.event_loop=asyncio],etcd 3n'  # A/B of one lever
+    .venv/bin/python bench/peers.py --no-faults --no-docs --ab-tree main \
+        --systems 'coordinated 3n,coordinated 3n [main],etcd 3n'  # this tree against another revision
 
 Around each system's phase the run measures the machine (fsync latency, load, CPU/IO pressure, other
 processes' CPU) and each system's and the harness's CPU per write, and prints them with the results. A run in
@@ -30,6 +32,7 @@ import json
 import shutil
 import signal
 import statistics
+import subprocess
 import tempfile
 import traceback
 from collections import defaultdict
@@ -79,6 +82,16 @@ def ab_variant(setting: str) -> Factory:
     if not sep:
         raise SystemExit(f"--ab expects SETTING=VALUE, got {setting!r}")
     return lambda: OursSystem(3, extra={name.strip(): value.strip()})
+
+
+def export_tree(revision: str, into: Path) -> None:
+    """The source of `revision` (core, sidecar, tools) in `into`, for `--ab-tree`."""
+    into.mkdir(parents=True)
+    root = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", revision, "core", "sidecar", "tools"], check=True, capture_output=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
 
 
 def rotated(items: list[Factory], by: int) -> list[Factory]:
@@ -211,6 +224,10 @@ async def main_async(args: argparse.Namespace) -> Results:
             ]
         else:
             variants = [ab_variant(setting) for setting in args.ab]
+            if args.ab_tree:
+                tree = base / "ab-tree"
+                export_tree(args.ab_tree, tree)
+                variants.append(lambda: OursSystem(3, source=(args.ab_tree, tree)))
             args.perf = selected(PERF + variants, args.systems)
             if not args.perf:
                 choices = ", ".join(f().label for f in PERF + variants)
@@ -250,6 +267,12 @@ def main() -> None:
         default=[],
         metavar="SETTING=VALUE",
         help="also run 'coordinated 3n [SETTING=VALUE]': an A/B of one node setting (repeatable)",
+    )
+    parser.add_argument(
+        "--ab-tree",
+        default=None,
+        metavar="REV",
+        help="also run 'coordinated 3n [REV]': 3 nodes of the sidecar of git revision REV (an A/B of code)",
     )
     parser.add_argument("--doc", default=str(DOC), help="the Markdown file whose generated block is rewritten")
     parser.add_argument("--report", default=None, help="no run: the report of an earlier run's results.json")
