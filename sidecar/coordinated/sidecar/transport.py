@@ -304,6 +304,18 @@ class PeerSender:
                 if attempt < self.retries:
                     await _pause_before_retry(attempt)
                     continue
+                if self.tls_client is not None and not isinstance(
+                    getattr(error, "os_error", None), ConnectionRefusedError
+                ):
+                    # The peer listens but dropped the connection in or right after the TLS handshake (with
+                    # uvloop a refused client certificate shows this way rather than as a reset stream).
+                    self._warnings.warn(
+                        f"reset {destination}",
+                        "peer %s closed the connection during the TLS handshake (%s): does this node's "
+                        "certificate (transport.ssl.certificate) come from the cluster's CA?",
+                        url,
+                        error,
+                    )
                 log.debug("cannot connect to %s: %s", url, error)
                 return UNREACHABLE
             except (TimeoutError, aiohttp.ClientError, OSError) as error:
