@@ -18,8 +18,11 @@ from coordinated.coordination.client import (
     ClearVotingConfigExclusions,
     ClientResult,
     ClusterError,
+    DeleteRepository,
     KvDelete,
     KvPut,
+    PutRepository,
+    RestoreSnapshot,
     SessionCreate,
     SessionEnd,
     SessionInfo,
@@ -35,6 +38,7 @@ from coordinated.coordination.state import (
     ClusterState,
     DiscoveryNode,
     KeyVersion,
+    Repository,
     Session,
     VotingConfigExclusion,
 )
@@ -142,6 +146,11 @@ class _Keys:
             self.kv_sessions[key] = session
         return versions
 
+    def replace_all(self, kv: dict[str, Any], versions: dict[str, KeyVersion]) -> None:
+        """A restore: exactly these keys, with the versions they had. Restored keys are persistent: a
+        snapshot's sessions belonged to clients of another time, so no restored key is ephemeral."""
+        self.kv, self.versions, self.kv_sessions, self._copied = dict(kv), dict(versions), {}, True
+
     def delete(self, key: str) -> bool:
         if key not in self.kv:
             return False
@@ -216,6 +225,17 @@ def _stamped(result: ClientResult | None, term: int, version: int) -> ClientResu
     return result
 
 
+def _next_version(base: ClusterState, payloads: list[TaskPayload]) -> int:
+    """The version of the state a batch builds: the next one, unless a restore brings keys (or a snapshot)
+    with higher versions, which the new state must be above so that a key's version never goes back."""
+    floor = base.version
+    for task in payloads:
+        if isinstance(task, ClientTask) and isinstance(task.request, RestoreSnapshot):
+            restore = task.request
+            floor = max(floor, restore.snapshot_version, *(v.version for v in restore.kv_versions.values()))
+    return floor + 1
+
+
 def execute_batch(
     base: ClusterState, payloads: list[TaskPayload], context: BatchContext
 ) -> tuple[ClusterState | None, list[ClientResult | None]]:
@@ -225,7 +245,8 @@ def execute_batch(
     every batch moves to the best voting configuration.
     """
     nodes = dict(base.nodes)
-    keys = _Keys(base, base.version + 1)
+    keys = _Keys(base, _next_version(base, payloads))
+    repositories = base.repositories
     settings = base.persistent_settings
     exclusions = list(base.coordination.voting_config_exclusions)
     results: list[ClientResult | None] = []
@@ -271,6 +292,16 @@ def execute_batch(
                 result = add_exclusions(payload, nodes, exclusions, context.max_exclusions)
             elif isinstance(payload, ClearVotingConfigExclusions):
                 exclusions = []
+            elif isinstance(payload, PutRepository):
+                repositories = {**repositories, payload.name: Repository(payload.type, payload.location)}
+            elif isinstance(payload, DeleteRepository):
+                if payload.name in repositories:
+                    repositories = {name: repo for name, repo in repositories.items() if name != payload.name}
+                else:
+                    result = client.repository_missing_error(payload.name)
+            elif isinstance(payload, RestoreSnapshot):
+                keys.replace_all(payload.kv, payload.kv_versions)
+                settings = dict(payload.persistent_settings)
         results.append(result)
     # A node session ends when its node leaves the cluster, in the state that removes the node.
     for session_id, session in list(keys.sessions.items()):
@@ -284,6 +315,7 @@ def execute_batch(
         sessions=keys.sessions,
         kv_sessions=keys.kv_sessions,
         persistent_settings=settings,
+        repositories=repositories,
         coordination=replace(base.coordination, voting_config_exclusions=tuple(exclusions)),
     )
     candidate = improve_configuration(candidate, context.master.id, context.voters, context.auto_shrink)
@@ -294,15 +326,17 @@ def execute_batch(
         or keys.sessions != base.sessions
         or keys.kv_sessions != base.kv_sessions
         or candidate.persistent_settings != base.persistent_settings
+        or candidate.repositories != base.repositories
+        or any(isinstance(task, ClientTask) and isinstance(task.request, RestoreSnapshot) for task in payloads)
         or candidate.coordination != base.coordination
         or candidate.master_node != base.master_node
     )
     if not changed:
         return None, [_stamped(result, base.term, base.version) for result in results]
-    results = [_stamped(result, context.term, base.version + 1) for result in results]
+    results = [_stamped(result, context.term, new_version) for result in results]
     new_state = candidate.replace(
         cluster_uuid=context.new_uuid() if base.cluster_uuid == NO_CLUSTER_UUID else base.cluster_uuid,
-        version=base.version + 1,
+        version=new_version,
         state_uuid=context.new_uuid(),
         parent_uuid=base.state_uuid,
         coordination=replace(candidate.coordination, term=context.term),

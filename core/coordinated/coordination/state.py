@@ -83,6 +83,13 @@ class KeyVersion(msgspec.Struct, frozen=True, array_like=True):
     create_version: Long
 
 
+class Repository(msgspec.Struct, frozen=True):
+    """A registered snapshot repository (`PUT /_snapshot/{repo}`); only the `fs` type exists."""
+
+    type: str
+    location: str
+
+
 # A key written before keys carried versions (a state persisted by an older release) has no entry in
 # `kv_versions`. Every node must see the same version for it, so it is a constant rather than something a
 # node derives from the state it happened to load; its next write gives it a real version, which is larger.
@@ -113,6 +120,8 @@ class ClusterState(msgspec.Struct, frozen=True):
     kv_versions: dict[str, KeyVersion] = {}  # for each key of `kv`; see LEGACY_KEY_VERSION
     sessions: dict[str, Session] = {}
     kv_sessions: dict[str, str] = {}  # an ephemeral key of `kv` -> the id of its session
+    # Cluster-wide metadata, as Elasticsearch keeps repositories, so that every node knows them.
+    repositories: dict[str, Repository] = {}
 
     def key_version(self, key: str) -> KeyVersion | None:
         """The versions of a key, None if it does not exist."""
@@ -181,6 +190,7 @@ class ClusterStateDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     kv_versions: KeyVersionsDiff = KeyVersionsDiff()
     sessions: SessionsDiff = SessionsDiff()
     kv_sessions: MapDiff = MapDiff()
+    repositories: dict[str, Repository] | None = None  # None: unchanged
 
 
 def diff_maps(before: Mapping[str, Any], after: Mapping[str, Any]) -> MapDiff:
@@ -217,6 +227,7 @@ def compute_diff(before: ClusterState, after: ClusterState) -> ClusterStateDiff:
         kv_versions=KeyVersionsDiff(**msgspec.structs.asdict(diff_maps(before.kv_versions, after.kv_versions))),
         sessions=SessionsDiff(**msgspec.structs.asdict(diff_maps(before.sessions, after.sessions))),
         kv_sessions=diff_maps(before.kv_sessions, after.kv_sessions),
+        repositories=None if before.repositories == after.repositories else after.repositories,
     )
 
 
@@ -240,6 +251,7 @@ def apply_diff(base: ClusterState, diff: ClusterStateDiff) -> ClusterState:
         kv_versions=apply_map_diff(base.kv_versions, MapDiff(diff.kv_versions.upserts, diff.kv_versions.deletes)),
         sessions=apply_map_diff(base.sessions, MapDiff(diff.sessions.upserts, diff.sessions.deletes)),
         kv_sessions=apply_map_diff(base.kv_sessions, diff.kv_sessions),
+        repositories=base.repositories if diff.repositories is None else diff.repositories,
     )
 
 
@@ -296,5 +308,9 @@ def state_to_api(state: ClusterState) -> dict[str, Any]:
             },
             "persistent_settings": dict(state.persistent_settings),
             "kv": state.kv,
+            "repositories": {
+                name: {"type": repo.type, "settings": {"location": repo.location}}
+                for name, repo in sorted(state.repositories.items())
+            },
         },
     }
