@@ -92,6 +92,13 @@ class KeyVersion(msgspec.Struct, frozen=True, array_like=True):
     create_version: Long
 
 
+class Repository(msgspec.Struct, frozen=True):
+    """A registered snapshot repository (`PUT /_snapshot/{repo}`); only the `fs` type exists."""
+
+    type: str
+    location: str
+
+
 # A key written before keys carried versions (a state persisted by an older release) has no entry in
 # `kv_versions`. Every node must see the same version for it, so it is a constant rather than something a
 # node derives from the state it happened to load; its next write gives it a real version, which is larger.
@@ -100,7 +107,7 @@ LEGACY_KEY_VERSION = KeyVersion(1, 1)
 
 # The state's fields that hold persistent maps and travel in a diff as a `MapDiff` each (upserts and
 # deletes), under the same name in `ClusterStateDiff`. A new map field is added here and to both structs.
-MAP_FIELDS: tuple[str, ...] = ("persistent_settings", "kv", "kv_versions")
+MAP_FIELDS: tuple[str, ...] = ("persistent_settings", "kv", "kv_versions", "sessions", "kv_sessions")
 EMPTY_MAP: immutables.Map[str, Any] = immutables.Map()
 
 
@@ -109,6 +116,15 @@ def persistent(mapping: Mapping[str, Any]) -> immutables.Map[str, Any]:
     if isinstance(mapping, immutables.Map):
         return mapping
     return immutables.Map(mapping) if mapping else EMPTY_MAP
+
+
+class Session(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A client's session. A TTL session lives while the master hears keepalives; a node session while its
+    node is in the cluster. Its ephemeral keys (`ClusterState.kv_sessions`) end with it, in the same state."""
+
+    ttl_ms: Long = 0  # a TTL session's time to live; 0 for a node session
+    node: str | None = None  # a node session's node id
+    create_version: Long = 0
 
 
 class ClusterState(msgspec.Struct, frozen=True, weakref=True):
@@ -125,6 +141,11 @@ class ClusterState(msgspec.Struct, frozen=True, weakref=True):
     persistent_settings: Mapping[str, str] = EMPTY_MAP
     kv: Mapping[str, Any] = EMPTY_MAP
     kv_versions: Mapping[str, KeyVersion] = EMPTY_MAP  # for each key of `kv`; see LEGACY_KEY_VERSION
+    sessions: Mapping[str, Session] = EMPTY_MAP
+    kv_sessions: Mapping[str, str] = EMPTY_MAP  # an ephemeral key of `kv` -> the id of its session
+    # Cluster-wide metadata, as Elasticsearch keeps repositories, so that every node knows them. A handful:
+    # a plain dict, sent whole in a diff when it changes (as `nodes`).
+    repositories: dict[str, Repository] = {}
 
     def __post_init__(self) -> None:
         # A state built from dicts (decoded, or by a caller) holds persistent maps from then on.
@@ -178,6 +199,11 @@ class KeyVersionsDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     deletes: tuple[str, ...] = ()
 
 
+class SessionsDiff(msgspec.Struct, frozen=True, omit_defaults=True):
+    upserts: dict[str, Session] = {}
+    deletes: tuple[str, ...] = ()
+
+
 class ClusterStateDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     """What changed between two states. Small parts are sent whole; the maps are sent as changes."""
 
@@ -193,6 +219,9 @@ class ClusterStateDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     persistent_settings: MapDiff = MapDiff()
     kv: MapDiff = MapDiff()
     kv_versions: KeyVersionsDiff = KeyVersionsDiff()
+    sessions: SessionsDiff = SessionsDiff()
+    kv_sessions: MapDiff = MapDiff()
+    repositories: dict[str, Repository] | None = None  # None: unchanged
 
 
 def diff_maps(before: Mapping[str, Any], after: Mapping[str, Any]) -> MapDiff:
@@ -204,7 +233,7 @@ def diff_maps(before: Mapping[str, Any], after: Mapping[str, Any]) -> MapDiff:
     return MapDiff(upserts, deletes)
 
 
-def apply_map_diff(base: Mapping[str, Any], diff: MapDiff | KeyVersionsDiff) -> immutables.Map[str, Any]:
+def apply_map_diff(base: Mapping[str, Any], diff: MapDiff | KeyVersionsDiff | SessionsDiff) -> immutables.Map[str, Any]:
     """The base map with the diff applied, sharing every untouched entry with the base: O(change)."""
     merged = persistent(base)
     if not diff.upserts and not diff.deletes:
@@ -218,10 +247,12 @@ def apply_map_diff(base: Mapping[str, Any], diff: MapDiff | KeyVersionsDiff) -> 
 
 
 # The diff type of each map field (its values' type, for decoding).
-_MAP_DIFF_TYPES: dict[str, type[MapDiff] | type[KeyVersionsDiff]] = {
+_MAP_DIFF_TYPES: dict[str, type[MapDiff] | type[KeyVersionsDiff] | type[SessionsDiff]] = {
     "persistent_settings": MapDiff,
     "kv": MapDiff,
     "kv_versions": KeyVersionsDiff,
+    "sessions": SessionsDiff,
+    "kv_sessions": MapDiff,
 }
 assert tuple(_MAP_DIFF_TYPES) == MAP_FIELDS
 
@@ -248,6 +279,11 @@ def diff_between(
         master_node=after.master_node,
         coordination=after.coordination,
         nodes=None if before.nodes is after.nodes or before.nodes == after.nodes else after.nodes,
+        repositories=(
+            None
+            if before.repositories is after.repositories or before.repositories == after.repositories
+            else after.repositories
+        ),
         **maps,
     )
 
@@ -298,12 +334,14 @@ def compose_diffs(diffs: Sequence[ClusterStateDiff]) -> ClusterStateDiff:
         return diffs[0]
     last = diffs[-1]
     changes: dict[str, tuple[dict[str, Any], set[str]]] = {}
-    nodes = None
+    nodes = repositories = None
     for diff in diffs:
         if diff.nodes is not None:
             nodes = diff.nodes
+        if diff.repositories is not None:
+            repositories = diff.repositories
         for name in MAP_FIELDS:
-            step: MapDiff | KeyVersionsDiff = getattr(diff, name)
+            step: MapDiff | KeyVersionsDiff | SessionsDiff = getattr(diff, name)
             if not step.upserts and not step.deletes:
                 continue
             upserts, deletes = changes.setdefault(name, ({}, set()))
@@ -316,7 +354,7 @@ def compose_diffs(diffs: Sequence[ClusterStateDiff]) -> ClusterStateDiff:
     maps = {
         name: _typed_map_diff(name, upserts, tuple(sorted(deletes))) for name, (upserts, deletes) in changes.items()
     }
-    return msgspec.structs.replace(last, base_uuid=diffs[0].base_uuid, nodes=nodes, **maps)
+    return msgspec.structs.replace(last, base_uuid=diffs[0].base_uuid, nodes=nodes, repositories=repositories, **maps)
 
 
 def compute_diff(before: ClusterState, after: ClusterState) -> ClusterStateDiff:
@@ -352,6 +390,7 @@ def apply_diff(base: ClusterState, diff: ClusterStateDiff) -> ClusterState:
         nodes=base.nodes if diff.nodes is None else diff.nodes,
         coordination=diff.coordination,
         **{name: apply_map_diff(getattr(base, name), getattr(diff, name)) for name in MAP_FIELDS},
+        repositories=base.repositories if diff.repositories is None else diff.repositories,
     )
     record_derivation(base, derived, diff)
     return derived
@@ -398,7 +437,7 @@ class _PlainMaps:
             if cached is not None and chain is not None:
                 patched = cached[1]
                 for diff in chain:
-                    step: MapDiff | KeyVersionsDiff = getattr(diff, name)
+                    step: MapDiff | KeyVersionsDiff | SessionsDiff = getattr(diff, name)
                     for key in step.deletes:
                         patched.pop(key, None)
                     patched.update(step.upserts)
@@ -464,5 +503,9 @@ def state_to_api(state: ClusterState) -> dict[str, Any]:
             },
             "persistent_settings": dict(state.persistent_settings),
             "kv": dict(state.kv),
+            "repositories": {
+                name: {"type": repo.type, "settings": {"location": repo.location}}
+                for name, repo in sorted(state.repositories.items())
+            },
         },
     }

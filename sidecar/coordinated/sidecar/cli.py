@@ -19,6 +19,7 @@ from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
 from coordinated.sidecar.http_server import ClientAppRunner
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.persistence import DataDirError
+from coordinated.sidecar.snapshot_api import setup_snapshot_routes
 from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
 from coordinated.sidecar.transport import transport_app
 
@@ -100,7 +101,9 @@ async def serve(node: Node, config: NodeConfig) -> int:
         transport_app(node.handle_message, node.auth, max_body), access_log=None, handle_signals=False
     )
     tokens_file = config.get("http.auth.tokens_file")
-    client_runner = ClientAppRunner(client_app(node, Tokens(tokens_file) if tokens_file else None))
+    client_runner = ClientAppRunner(
+        client_app(node, Tokens(tokens_file) if tokens_file else None, [setup_snapshot_routes])
+    )
     await transport_runner.setup()
     await client_runner.setup()
     sites = [

@@ -74,6 +74,15 @@ def parse_event_loop(value: str) -> str:
     return value
 
 
+def parse_repo_paths(value: str) -> tuple[str, ...]:
+    """`path.repo`: a comma list of absolute directories that snapshot repositories may live under."""
+    paths = tuple(part.strip() for part in value.split(",") if part.strip())
+    for path in paths:
+        if not path.startswith("/"):
+            raise ValueError(f"[{path}] is not an absolute path")
+    return paths
+
+
 def _time(value: str) -> int:
     parsed = parse_time_ms(value)
     if parsed <= 0:
@@ -93,6 +102,7 @@ SIDECAR_SETTINGS = (
     Setting("hooks.timeout", _time, "5s"),
     # libuv's event loop (uvloop) or the standard library's; see docs/benchmarks.md for what it saves.
     Setting("node.event_loop", parse_event_loop, "uvloop"),
+    Setting("path.repo", parse_repo_paths, None),
     *SECURITY_SETTINGS,
 )
 
