@@ -13,15 +13,12 @@ from coordinated.coordination.client import (
     PutRepository,
     RestoreSnapshot,
 )
-from coordinated.coordination.history import EventType
-from coordinated.coordination.sessions import session_events
 from coordinated.coordination.state import (
     ClusterState,
     CoordinationMetadata,
     DiscoveryNode,
     KeyVersion,
     Repository,
-    Session,
     VotingConfiguration,
     apply_diff,
     compute_diff,
@@ -68,9 +65,9 @@ def restore(**changes: object) -> RestoreSnapshot:
 def test_a_restore_replaces_keys_and_settings_with_their_versions_above_the_snapshot() -> None:
     state, results = execute_batch(base(), [ClientTask(restore())], context())
     assert state is not None and results == [None]
-    assert state.kv == {"kept": "from-snapshot", "a/b": [1]}
+    assert dict(state.kv) == {"kept": "from-snapshot", "a/b": [1]}
     assert state.key_version("kept") == KeyVersion(30, 12) and state.key_version("a/b") == KeyVersion(40, 40)
-    assert state.persistent_settings == {"cluster.publish.timeout": "10s"}
+    assert dict(state.persistent_settings) == {"cluster.publish.timeout": "10s"}
     assert state.version == 41  # above the snapshot: a key's version never goes back
     assert state.cluster_uuid == "new-cluster" and state.parent_uuid == "s"
 
@@ -119,27 +116,3 @@ def test_the_master_refuses_a_bad_restore_or_repository() -> None:
     assert "does not exist" in str(problem(PutRepository("backups", "s3", "/x")))
     assert "absolute" in str(problem(PutRepository("backups", "fs", "x")))
     assert "Invalid repository name" in str(problem(PutRepository("Backups", "fs", "/x")))
-
-
-def test_a_restore_replaces_the_sessions_and_ends_those_of_absent_nodes() -> None:
-    existing = base().replace(
-        sessions={"old": Session(10_000)}, kv={**base().kv, "mine": 1}, kv_sessions={"mine": "old"}
-    )
-    existing = existing.replace(kv_versions={**existing.kv_versions, "mine": KeyVersion(6, 6)})
-    snapshot = restore(
-        kv={"lock": "held", "presence": "up"},
-        kv_versions={"lock": KeyVersion(30, 30), "presence": KeyVersion(31, 31)},
-        sessions={"ttl1": Session(60_000, None, 29), "gone": Session(0, "node-of-another-cluster", 28)},
-        kv_sessions={"lock": "ttl1", "presence": "gone"},
-    )
-    tasks = [ClientTask(snapshot)]
-    state, _ = execute_batch(existing, tasks, context())
-    assert state is not None
-    assert state.sessions == {"ttl1": Session(60_000, None, 29)} and state.kv_sessions == {"lock": "ttl1"}
-    assert state.kv == {"lock": "held"}  # the node session's key ended with it, in the same state
-    events = session_events(existing, state, tasks)
-    assert (EventType.SESSION_ENDED, "old", "replaced by the restore of snapshot [r:s]") in events
-    broken = restore(kv_sessions={"kept": "nobody"})
-    assert "names a key or session [nobody]" in str(request_problem(broken, base(), 10))
-    both = restore(sessions={"s": Session(1000, "n")})
-    assert "not a TTL session or a node session" in str(request_problem(both, base(), 10))

@@ -5,10 +5,11 @@ Pure functions: the coordinator supplies the node, the term and the join votes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import immutables
 import msgspec
 from msgspec.structs import replace
 
@@ -41,6 +42,10 @@ from coordinated.coordination.state import (
     Repository,
     Session,
     VotingConfigExclusion,
+    diff_between,
+    diff_maps,
+    persistent,
+    record_derivation,
 )
 from coordinated.coordination.tasks import ClientTask, ElectedAsMaster, ExpireSessions, NodeJoin, NodeLeft, TaskPayload
 from coordinated.coordination.validation import ABSENT_PREFIX, exclusions_problem, resolve_exclusions
@@ -109,75 +114,130 @@ def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list
             exclusions[index] = VotingConfigExclusion(node.id, node.name)
 
 
+class _Tracked:
+    """A persistent map a batch changes: a mutation of the base's map, and the keys the batch touched, from
+    which the batch's diff is built without comparing whole maps."""
+
+    def __init__(self, base: Mapping[str, Any]) -> None:
+        self.base = persistent(base)
+        self.map = self.base.mutate()
+        self.touched: set[str] = set()
+        self.replaced = False
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.map
+
+    def __getitem__(self, key: str) -> Any:
+        return self.map[key]
+
+    def __len__(self) -> int:
+        return len(self.map)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.map.get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        self.map[key] = value
+        self.touched.add(key)
+
+    def pop(self, key: str) -> None:
+        if key in self.map:
+            del self.map[key]
+            self.touched.add(key)
+
+    def items(self) -> list[tuple[str, Any]]:
+        current = self.map.finish()
+        self.map = current.mutate()
+        return list(current.items())
+
+    def replace_all(self, mapping: Mapping[str, Any]) -> None:
+        self.map, self.replaced = persistent(mapping).mutate(), True
+
+    def finish(self) -> immutables.Map[str, Any]:
+        return self.map.finish()
+
+    def changes(self, finished: immutables.Map[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]] | None:
+        """The upserts and deletes from the base to `finished` (what `finish` returned); None: unchanged."""
+        if self.replaced:  # a restore: compared once, in full
+            diff = diff_maps(self.base, finished)
+            return None if diff.is_empty() else (diff.upserts, diff.deletes)
+        present = sorted(key for key in self.touched if key in finished)
+        # A key created and deleted again within the batch is no change.
+        deleted = tuple(sorted(key for key in self.touched if key not in finished and key in self.base))
+        if not present and not deleted:
+            return None
+        return {key: finished[key] for key in present}, deleted
+
+
 class _Keys:
-    """The key and session maps of the state a batch builds, each copied on its first change."""
+    """The key and session maps of the state a batch builds (persistent maps, changed in place)."""
 
     def __init__(self, base: ClusterState, new_version: int) -> None:
-        self.kv, self.versions, self.new_version = base.kv, base.kv_versions, new_version
-        self.kv_sessions, self.sessions = base.kv_sessions, base.sessions
-        self._copied = False
-        self._sessions_copied = False
+        self.new_version = new_version
+        self.kv, self.versions = _Tracked(base.kv), _Tracked(base.kv_versions)
+        self.kv_sessions, self.sessions = _Tracked(base.kv_sessions), _Tracked(base.sessions)
 
     def get(self, key: str) -> KeyVersion | None:
         if key not in self.kv:
             return None
-        return self.versions.get(key, LEGACY_KEY_VERSION)
+        found: KeyVersion = self.versions.get(key, LEGACY_KEY_VERSION)
+        return found
 
     def version(self, key: str) -> int:
         """The key's version; 0 if it does not exist."""
         versions = self.get(key)
         return versions.version if versions else 0
 
-    def _copy(self) -> None:
-        if not self._copied:
-            self.kv, self.versions, self._copied = dict(self.kv), dict(self.versions), True
-            self.kv_sessions = dict(self.kv_sessions)
-
     def put(self, key: str, value: Any, session: str | None = None) -> KeyVersion:
         """A put with a session makes the key ephemeral; without one, persistent (as etcd's put without a lease)."""
         existing = self.get(key)
-        self._copy()
-        self.kv[key] = value
+        self.kv.set(key, value)
         versions = KeyVersion(self.new_version, existing.create_version if existing else self.new_version)
-        self.versions[key] = versions
+        self.versions.set(key, versions)
         if session is None:
-            self.kv_sessions.pop(key, None)
+            self.kv_sessions.pop(key)
         else:
-            self.kv_sessions[key] = session
+            self.kv_sessions.set(key, session)
         return versions
 
-    def replace_all(self, restore: RestoreSnapshot) -> None:
-        """A restore: exactly these keys, with the versions they had, and these sessions."""
-        self.kv, self.versions, self._copied = dict(restore.kv), dict(restore.kv_versions), True
-        self.kv_sessions = dict(restore.kv_sessions)
-        self.sessions, self._sessions_copied = dict(restore.sessions), True
+    def replace_all(self, kv: dict[str, Any], versions: dict[str, KeyVersion]) -> None:
+        """A restore: exactly these keys, with the versions they had. Restored keys are persistent: a
+        snapshot's sessions belonged to clients of another time, so no restored key is ephemeral."""
+        self.kv.replace_all(kv)
+        self.versions.replace_all(versions)
+        self.kv_sessions.replace_all({})
 
     def delete(self, key: str) -> bool:
         if key not in self.kv:
             return False
-        self._copy()
-        del self.kv[key]
-        self.versions.pop(key, None)
-        self.kv_sessions.pop(key, None)
+        self.kv.pop(key)
+        self.versions.pop(key)
+        self.kv_sessions.pop(key)
         return True
 
     def add_session(self, session_id: str, session: Session) -> None:
-        self._copy_sessions()
-        self.sessions[session_id] = session
+        self.sessions.set(session_id, session)
 
     def end_session(self, session_id: str) -> bool:
         """Remove the session and delete its ephemeral keys; False if there is no such session."""
         if session_id not in self.sessions:
             return False
-        self._copy_sessions()
-        del self.sessions[session_id]
+        self.sessions.pop(session_id)
         for key in [key for key, owner in self.kv_sessions.items() if owner == session_id]:
             self.delete(key)
         return True
 
-    def _copy_sessions(self) -> None:
-        if not self._sessions_copied:
-            self.sessions, self._sessions_copied = dict(self.sessions), True
+    def finish(self) -> tuple[dict[str, immutables.Map[str, Any]], dict[str, tuple[dict[str, Any], tuple[str, ...]]]]:
+        """The maps of the new state by field name, and the changes of those that changed."""
+        tracked = {
+            "kv": self.kv,
+            "kv_versions": self.versions,
+            "sessions": self.sessions,
+            "kv_sessions": self.kv_sessions,
+        }
+        maps = {name: one.finish() for name, one in tracked.items()}
+        changes = {name: change for name, one in tracked.items() if (change := one.changes(maps[name])) is not None}
+        return maps, changes
 
 
 def _create_session(
@@ -246,8 +306,7 @@ def execute_batch(
     every batch moves to the best voting configuration.
     """
     nodes = dict(base.nodes)
-    new_version = _next_version(base, payloads)
-    keys = _Keys(base, new_version)
+    keys = _Keys(base, _next_version(base, payloads))
     repositories = base.repositories
     settings = base.persistent_settings
     exclusions = list(base.coordination.voting_config_exclusions)
@@ -302,32 +361,30 @@ def execute_batch(
                 else:
                     result = client.repository_missing_error(payload.name)
             elif isinstance(payload, RestoreSnapshot):
-                keys.replace_all(payload)
+                keys.replace_all(payload.kv, payload.kv_versions)
                 settings = dict(payload.persistent_settings)
         results.append(result)
     # A node session ends when its node leaves the cluster, in the state that removes the node.
     for session_id, session in list(keys.sessions.items()):
         if session.node is not None and session.node not in nodes:
             keys.end_session(session_id)
+    maps, map_changes = keys.finish()
     candidate = base.replace(
         master_node=context.master.id,
         nodes=nodes,
-        kv=keys.kv,
-        kv_versions=keys.versions,
-        sessions=keys.sessions,
-        kv_sessions=keys.kv_sessions,
         persistent_settings=settings,
         repositories=repositories,
         coordination=replace(base.coordination, voting_config_exclusions=tuple(exclusions)),
+        **maps,
     )
     candidate = improve_configuration(candidate, context.master.id, context.voters, context.auto_shrink)
+    if settings is not base.persistent_settings:
+        settings_diff = diff_maps(base.persistent_settings, candidate.persistent_settings)  # a few settings
+        if not settings_diff.is_empty():
+            map_changes["persistent_settings"] = (settings_diff.upserts, settings_diff.deletes)
     changed = elected or (
-        candidate.nodes != base.nodes
-        or keys.kv != base.kv
-        or keys.versions != base.kv_versions
-        or keys.sessions != base.sessions
-        or keys.kv_sessions != base.kv_sessions
-        or candidate.persistent_settings != base.persistent_settings
+        bool(map_changes)
+        or candidate.nodes != base.nodes
         or candidate.repositories != base.repositories
         or any(isinstance(task, ClientTask) and isinstance(task.request, RestoreSnapshot) for task in payloads)
         or candidate.coordination != base.coordination
@@ -335,12 +392,14 @@ def execute_batch(
     )
     if not changed:
         return None, [_stamped(result, base.term, base.version) for result in results]
-    results = [_stamped(result, context.term, new_version) for result in results]
+    results = [_stamped(result, context.term, keys.new_version) for result in results]
     new_state = candidate.replace(
         cluster_uuid=context.new_uuid() if base.cluster_uuid == NO_CLUSTER_UUID else base.cluster_uuid,
-        version=new_version,
+        version=keys.new_version,
         state_uuid=context.new_uuid(),
         parent_uuid=base.state_uuid,
         coordination=replace(candidate.coordination, term=context.term),
     )
+    # The batch knows what it changed: publication sends this diff without comparing the maps.
+    record_derivation(base, new_state, diff_between(base, new_state, map_changes))
     return new_state, results

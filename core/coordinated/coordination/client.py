@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from coordinated.coordination.state import KeyVersion, Long, Session
+from coordinated.coordination.state import KeyVersion, Long
 
 
 class _Request(msgspec.Struct, frozen=True, tag_field="op"):
@@ -133,10 +133,6 @@ class RestoreSnapshot(_Request, frozen=True, tag="restore"):
     kv: dict[str, Any]
     kv_versions: dict[str, KeyVersion]
     persistent_settings: dict[str, str]
-    # The sessions and which keys are theirs. A TTL session gets a fresh full TTL from the restore (as from a
-    # new master); a node session whose node is not in the cluster ends in the restored state, with its keys.
-    sessions: dict[str, Session] = {}
-    kv_sessions: dict[str, str] = {}
 
 
 ClientRequest = (
@@ -148,12 +144,12 @@ ClientRequest = (
     | UpdateSettings
     | AddVotingConfigExclusions
     | ClearVotingConfigExclusions
-    | PutRepository
-    | DeleteRepository
-    | RestoreSnapshot
     | SessionCreate
     | SessionKeepAlive
     | SessionEnd
+    | PutRepository
+    | DeleteRepository
+    | RestoreSnapshot
 )
 LinearizableRead = KvGet | ReadBarrier
 WRITE_REQUESTS = (
@@ -163,11 +159,11 @@ WRITE_REQUESTS = (
     UpdateSettings,
     AddVotingConfigExclusions,
     ClearVotingConfigExclusions,
+    SessionCreate,
+    SessionEnd,
     PutRepository,
     DeleteRepository,
     RestoreSnapshot,
-    SessionCreate,
-    SessionEnd,
 )
 
 
@@ -278,16 +274,16 @@ def version_conflict_error(key: str, expected: int, current: int) -> ClusterErro
     return ClusterError(type="version_conflict_engine_exception", reason=reason, status=409)
 
 
-def repository_missing_error(name: str) -> ClusterError:
-    return ClusterError(type="repository_missing_exception", reason=f"[{name}] missing", status=404)
-
-
 def session_not_found_error(session: str) -> ClusterError:
     return ClusterError(
         type="resource_not_found_exception",
         reason=f"session [{session}] not found: it has ended or never existed",
         status=404,
     )
+
+
+def repository_missing_error(name: str) -> ClusterError:
+    return ClusterError(type="repository_missing_exception", reason=f"[{name}] missing", status=404)
 
 
 def bad_request(reason: str) -> ClusterError:

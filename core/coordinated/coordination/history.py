@@ -25,13 +25,13 @@ class EventType(StrEnum):
     # Written offline by `coordinated node-tool` before it rewrites the node's record (see `offline_recovery`):
     UNSAFE_BOOTSTRAP = "unsafe_bootstrap"  # the node became the sole voter of a NEW cluster (cluster_uuid)
     DETACHED = "detached"  # the node forgot its term (0) and cluster membership, to join another cluster
-    # Written by the node that served the snapshot API, with the state's term, version and `snapshot`:
-    SNAPSHOT_TAKEN = "snapshot_taken"  # the committed state of `version` was written to a snapshot
-    SNAPSHOT_RESTORED = "snapshot_restored"  # the state of `version` (committed) holds a snapshot's keys
     # Recorded by the master when the state that makes the change is committed, with the `session` id:
     SESSION_CREATED = "session_created"
     SESSION_EXPIRED = "session_expired"  # the master heard no keepalive for the session's TTL
     SESSION_ENDED = "session_ended"  # ended by request, or its node left the cluster (`reason` says which)
+    # Written by the node that served the snapshot API, with the state's term, version and `snapshot`:
+    SNAPSHOT_TAKEN = "snapshot_taken"  # the committed state of `version` was written to a snapshot
+    SNAPSHOT_RESTORED = "snapshot_restored"  # the state of `version` (committed) holds a snapshot's keys
 
 
 SESSION_EVENT_TYPES: tuple[EventType, ...] = (

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coordinated.coordination.client import ClientResult, RestoreSnapshot, SessionEnd, SessionInfo
+from coordinated.coordination.client import ClientResult, SessionEnd, SessionInfo
 from coordinated.coordination.context import CoreContext
 from coordinated.coordination.history import EventType
 from coordinated.coordination.master_service import Priority, Task
@@ -105,10 +105,6 @@ def session_events(
     by_request = {
         p.request.session for p in payloads if isinstance(p, ClientTask) and isinstance(p.request, SessionEnd)
     }
-    restored = next(
-        (p.request.snapshot for p in payloads if isinstance(p, ClientTask) and isinstance(p.request, RestoreSnapshot)),
-        None,
-    )
     events: list[tuple[EventType, str, str]] = []
     for session_id, session in sorted(after.sessions.items()):
         if session_id not in before.sessions:
@@ -123,8 +119,6 @@ def session_events(
             events.append((EventType.SESSION_ENDED, session_id, f"node [{session.node}] left the cluster"))
         elif session_id in by_request:
             events.append((EventType.SESSION_ENDED, session_id, "ended by request"))
-        elif restored is not None:
-            events.append((EventType.SESSION_ENDED, session_id, f"replaced by the restore of snapshot [{restored}]"))
         else:
             events.append((EventType.SESSION_ENDED, session_id, "ended in a state published by an earlier master"))
     return events

@@ -45,10 +45,10 @@ from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingCo
 # Full matches: `$` would also accept a trailing newline.
 _KEY = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 _HOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # Repository and snapshot names, as Elasticsearch allows them: lowercase, no separators, not `_all`-like.
 _SNAPSHOT_NAME = re.compile(r"[a-z0-9][a-z0-9._+-]{0,254}")
 REPOSITORY_TYPES = ("fs",)
-_SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ABSENT_PREFIX = "_absent_"  # an exclusion by name of a node that is not in the cluster (yet)
 
 
@@ -163,12 +163,6 @@ def restore_problem(request: RestoreSnapshot) -> str | None:
             return f"snapshot [{request.snapshot}]: {problem}"
         if not 1 <= versions.create_version <= versions.version <= request.snapshot_version:
             return f"snapshot [{request.snapshot}]: key [{key}] has inconsistent versions (version [{versions.version}], create_version [{versions.create_version}])"
-    for key, session_id in request.kv_sessions.items():
-        if key not in request.kv or session_id not in request.sessions:
-            return f"snapshot [{request.snapshot}]: ephemeral key [{key}] names a key or session [{session_id}] it does not hold"
-    for session_id, session in request.sessions.items():
-        if _SESSION_ID.fullmatch(session_id) is None or (session.ttl_ms > 0) == (session.node is not None):
-            return f"snapshot [{request.snapshot}]: session [{session_id}] is not a TTL session or a node session"
     # The node tool's marker of an unsafe bootstrap is a fact about the snapshot's cluster, not a setting.
     settings = {k: v for k, v in request.persistent_settings.items() if k != UNSAFE_BOOTSTRAP_SETTING}
     if settings:

@@ -9,6 +9,7 @@ import signal
 import ssl
 import sys
 
+import uvloop
 from aiohttp import web
 
 from coordinated.coordination.settings import SettingsError
@@ -82,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     except DataDirError as error:
         print(f"coordinated node: error: refusing to start: {error}", file=sys.stderr)
         return EXIT_DATA_DIR
+    loop_factory = uvloop.new_event_loop if config.get("node.event_loop") == "uvloop" else None
     try:
-        return asyncio.run(serve(node, config))
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(serve(node, config))
     except KeyboardInterrupt:
         return 0
 

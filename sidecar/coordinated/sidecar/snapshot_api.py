@@ -118,7 +118,6 @@ def snapshot_info(repo: str, snapshot: SnapshotFile) -> dict[str, Any]:
         "state_term": snapshot.term,
         "state_version": snapshot.version,
         "keys": len(snapshot.kv),
-        "sessions": len(snapshot.sessions),
         "persistent_settings": len(snapshot.persistent_settings),
     }
 
@@ -339,8 +338,6 @@ async def snapshot_restore(request: web.Request) -> web.Response:
         kv=loaded.kv,
         kv_versions=loaded.kv_versions,
         persistent_settings=loaded.persistent_settings,
-        sessions=loaded.sessions,
-        kv_sessions=loaded.kv_sessions,
     )
     result = await node.submit(restore, timeout_ms)
     if isinstance(result, ClusterError):

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from coordinated.coordination.state import ClusterState, KeyVersion, Session
+from coordinated.coordination.state import ClusterState, KeyVersion
 
 MAGIC = b"COORDINATED-SNAPSHOT1"
 FORMAT = 1
@@ -29,8 +29,7 @@ PREFIX, SUFFIX = "snap-", ".dat"
 
 
 class SnapshotFile(msgspec.Struct, frozen=True, kw_only=True):
-    """The committed global state of one cluster-state version (keys, sessions, persistent settings), and
-    when it was taken."""
+    """The committed global state of one cluster-state version, and when it was taken."""
 
     format: int = FORMAT
     snapshot: str
@@ -45,8 +44,6 @@ class SnapshotFile(msgspec.Struct, frozen=True, kw_only=True):
     kv: dict[str, Any]
     kv_versions: dict[str, KeyVersion]  # for exactly the keys of `kv`
     persistent_settings: dict[str, str]
-    sessions: dict[str, Session] = {}
-    kv_sessions: dict[str, str] = {}  # an ephemeral key -> its session
 
 
 class SnapshotError(Exception):
@@ -114,8 +111,6 @@ def snapshot_of(state: ClusterState, name: str, start_ms: int, end_ms: int) -> S
         kv=dict(state.kv),
         kv_versions={key: v for key, v in versions.items() if v is not None},
         persistent_settings=dict(state.persistent_settings),
-        sessions=dict(state.sessions),
-        kv_sessions=dict(state.kv_sessions),
     )
 
 
