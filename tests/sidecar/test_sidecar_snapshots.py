@@ -50,6 +50,9 @@ def test_snapshot_then_restore_into_a_new_cluster(make_cluster: Callable[..., Lo
     assert nodes[1].request("DELETE", "/_cluster/metadata/app/key-4")[0] == 200
     status, body = nodes[2].put("/_cluster/settings", {"persistent": {"cluster.no_master_block": "all"}})
     assert status == 200, body
+    status, session = nodes[0].request("POST", "/_sessions", {"ttl": "60s"})
+    assert status == 201, session
+    assert nodes[0].put(f"/_cluster/metadata/lock?session={session['id']}", "held")[0] == 200
     # Registered through one node, known to all (cluster-state metadata); snapshotted through another.
     status, body = nodes[1].put("/_snapshot/backups", {"type": "fs", "settings": {"location": str(root / "demo")}})
     assert status == 200 and body == {"acknowledged": True}, body
@@ -59,7 +62,7 @@ def test_snapshot_then_restore_into_a_new_cluster(make_cluster: Callable[..., Lo
     status, taken = nodes[2].put("/_snapshot/backups/snap-1?wait_for_completion=true")
     assert status == 200, taken
     info = taken["snapshot"]
-    assert info["state"] == "SUCCESS" and info["keys"] == len(expected) == 19
+    assert info["state"] == "SUCCESS" and info["keys"] == len(expected) == 20 and info["sessions"] == 1
     source_uuid = nodes[0].get("/_cluster/state")[1]["cluster_uuid"]
     assert info["cluster_uuid"] == source_uuid
     status, listed = nodes[0].get("/_snapshot/backups/_all")
@@ -78,6 +81,9 @@ def test_snapshot_then_restore_into_a_new_cluster(make_cluster: Callable[..., Lo
     assert status == 200, restored
     assert every_key(new_nodes[0]) == expected  # every key, with its value, version and create_version
     assert every_key(new_nodes[1]) == expected
+    # The snapshot's session is not restored: its ephemeral key is a persistent key now.
+    assert new_nodes[0].get("/_sessions")[1]["sessions"] == []
+    assert new_nodes[0].get("/_cluster/state")[1]["metadata"]["kv"]["lock"] == "held"
     status, settings = new_nodes[0].get("/_cluster/settings")
     assert settings["persistent"] == {"cluster.no_master_block": "all"}
     # The restored state is above every restored version, so versions keep increasing after it.

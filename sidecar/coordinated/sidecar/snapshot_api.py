@@ -118,6 +118,7 @@ def snapshot_info(repo: str, snapshot: SnapshotFile) -> dict[str, Any]:
         "state_term": snapshot.term,
         "state_version": snapshot.version,
         "keys": len(snapshot.kv),
+        "sessions": len(snapshot.sessions),
         "persistent_settings": len(snapshot.persistent_settings),
     }
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from coordinated.coordination.state import ClusterState, KeyVersion
+from coordinated.coordination.state import ClusterState, KeyVersion, Session
 
 MAGIC = b"COORDINATED-SNAPSHOT1"
 FORMAT = 1
@@ -44,6 +44,9 @@ class SnapshotFile(msgspec.Struct, frozen=True, kw_only=True):
     kv: dict[str, Any]
     kv_versions: dict[str, KeyVersion]  # for exactly the keys of `kv`
     persistent_settings: dict[str, str]
+    # For the record (what the cluster held); a restore makes every key persistent and restores no session.
+    sessions: dict[str, Session] = {}
+    kv_sessions: dict[str, str] = {}  # an ephemeral key -> its session
 
 
 class SnapshotError(Exception):
@@ -111,6 +114,8 @@ def snapshot_of(state: ClusterState, name: str, start_ms: int, end_ms: int) -> S
         kv=dict(state.kv),
         kv_versions={key: v for key, v in versions.items() if v is not None},
         persistent_settings=dict(state.persistent_settings),
+        sessions=dict(state.sessions),
+        kv_sessions=dict(state.kv_sessions),
     )
 
 
