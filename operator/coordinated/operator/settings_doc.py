@@ -51,6 +51,10 @@ MEANINGS: dict[str, str] = {
     "cluster.fault_detection.follower_check.retry_count": "failed follower checks in a row before the "
     "master removes the node (at least 1)",
     "cluster.publish.timeout": "how long the master waits for a publication to commit",
+    "cluster.publish.diff_history.max_diffs": "how many recent diffs each node keeps to catch a lagging or "
+    "restarted node up without the full state (0: always the full state)",
+    "cluster.publish.diff_history.max_size": "the most bytes (encoded) those diffs may take; the oldest go first",
+    "node.event_loop": "`uvloop` (libuv's event loop) or `asyncio` (the standard library's)",
     "cluster.follower_lag.timeout": "a follower that has not applied a committed state after this long is removed",
     "cluster.no_master_block": "what is refused without a master: `write` (writes), `metadata_write` or `all` "
     "(reads too)",
