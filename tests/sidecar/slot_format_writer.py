@@ -1,6 +1,7 @@
 """The slot-file persistence of earlier versions, kept verbatim (but for this docstring) as a test fixture: it
 writes data directories exactly as a node of that version did, so the migration is tested on real files.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -12,6 +12,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from slot_format_writer import FilePersistedState as OldFilePersistedState
 
 from coordinated.coordination.state import (
     LEGACY_KEY_VERSION,
@@ -37,11 +38,9 @@ from coordinated.sidecar.slot_files import (
     LEGACY_STATE_FILE,
     SLOT_FILES,
     SLOT_HEADER_SIZE,
-    SLOT_MAGIC,
     encode_slot_record,
 )
 from coordinated.sidecar.state_store import DB_FILE
-from slot_format_writer import FilePersistedState as OldFilePersistedState
 
 
 def bootstrapped(name: str = "c") -> ClusterState:
