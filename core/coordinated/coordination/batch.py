@@ -36,6 +36,34 @@ from coordinated.coordination.state import (
 from coordinated.coordination.tasks import ClientTask, ElectedAsMaster, NodeJoin, NodeLeft, TaskPayload
 from coordinated.coordination.validation import ABSENT_PREFIX, exclusions_problem, resolve_exclusions
 
+_SIZE_ENCODER = msgspec.json.Encoder()
+_NO_LIMIT = 1 << 62
+
+
+def entry_size(key: str, value: Any) -> int:
+    """What a key costs against `cluster.metadata.max_state_size`: its UTF-8 name and JSON-encoded value."""
+    return len(key.encode()) + len(_SIZE_ENCODER.encode(value))
+
+
+class StateSizes:
+    """The total entry size of the master's newest states, so that a batch costs in proportion to its changes:
+    it is summed over every key only for a state the master did not build itself (after an election)."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, int] = {}
+
+    def of(self, state: ClusterState) -> int:
+        size = self._known.get(state.state_uuid)
+        if size is None:
+            size = sum(entry_size(key, value) for key, value in state.kv.items())
+            self.remember(state, size)
+        return size
+
+    def remember(self, state: ClusterState, size: int) -> None:
+        if len(self._known) >= 4:
+            self._known.pop(next(iter(self._known)))
+        self._known[state.state_uuid] = size
+
 
 @dataclass(frozen=True)
 class BatchContext:
@@ -45,6 +73,9 @@ class BatchContext:
     max_exclusions: int
     auto_shrink: bool
     new_uuid: Callable[[], str]
+    max_value_size: int = _NO_LIMIT  # cluster.metadata.max_value_size
+    max_state_size: int = _NO_LIMIT  # cluster.metadata.max_state_size
+    sizes: StateSizes | None = None  # the base state's size (None: the state size is not limited)
 
 
 def improve_configuration(
@@ -98,12 +129,46 @@ def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list
             exclusions[index] = VotingConfigExclusion(node.id, node.name)
 
 
-class _Keys:
-    """The key map of the state a batch builds, copied on its first change."""
+_ABSENT = object()
 
-    def __init__(self, kv: dict[str, Any], versions: dict[str, KeyVersion], new_version: int) -> None:
+
+class _Keys:
+    """The key map of the state a batch builds, copied on its first change; it keeps the total entry size
+    (when `size` is given) and an undo log, so that a task that would exceed a limit can be taken back."""
+
+    def __init__(
+        self, kv: dict[str, Any], versions: dict[str, KeyVersion], new_version: int, size: int | None = None
+    ) -> None:
         self.kv, self.versions, self.new_version = kv, versions, new_version
+        self.size = size
         self._copied = False
+        self._undo: list[tuple[str, Any, KeyVersion | None]] = []
+
+    def mark(self) -> int:
+        return len(self._undo)
+
+    def rollback(self, mark: int) -> None:
+        """Takes back every change since `mark`."""
+        while len(self._undo) > mark:
+            key, value, versions = self._undo.pop()
+            self._resize(key, value, self.kv.get(key, _ABSENT))
+            if value is _ABSENT:
+                del self.kv[key]
+            else:
+                self.kv[key] = value
+            if versions is None:
+                self.versions.pop(key, None)
+            else:
+                self.versions[key] = versions
+
+    def _resize(self, key: str, new: Any, old: Any) -> None:
+        if self.size is not None:
+            self.size += (entry_size(key, new) if new is not _ABSENT else 0) - (
+                entry_size(key, old) if old is not _ABSENT else 0
+            )
+
+    def _record(self, key: str) -> None:
+        self._undo.append((key, self.kv.get(key, _ABSENT), self.versions.get(key)))
 
     def get(self, key: str) -> KeyVersion | None:
         if key not in self.kv:
@@ -122,6 +187,8 @@ class _Keys:
     def put(self, key: str, value: Any) -> KeyVersion:
         existing = self.get(key)
         self._copy()
+        self._record(key)
+        self._resize(key, value, self.kv.get(key, _ABSENT))
         self.kv[key] = value
         versions = KeyVersion(self.new_version, existing.create_version if existing else self.new_version)
         self.versions[key] = versions
@@ -131,6 +198,8 @@ class _Keys:
         if key not in self.kv:
             return False
         self._copy()
+        self._record(key)
+        self._resize(key, _ABSENT, self.kv[key])
         del self.kv[key]
         self.versions.pop(key, None)
         return True
@@ -156,6 +225,31 @@ def _run_txn(txn: Txn, keys: _Keys) -> TxnResult:
     return TxnResult(succeeded, 0, 0, tuple(results))
 
 
+def value_too_large_error(key: str, size: int, limit: int) -> client.ClusterError:
+    return client.bad_request(
+        f"the value of key [{key}] is [{size}] bytes, which is larger than the limit of [{limit}] bytes set by "
+        "[cluster.metadata.max_value_size]"
+    )
+
+
+def state_too_large_error(before: int, after: int, limit: int) -> client.ClusterError:
+    return client.bad_request(
+        f"this write would make the stored keys and values [{after}] bytes (they are [{before}] bytes now), "
+        f"which is more than the limit of [{limit}] bytes set by [cluster.metadata.max_state_size]"
+    )
+
+
+def _oversized_value(task: KvPut | Txn, limit: int) -> client.ClusterError | None:
+    puts = [(task.key, task.value)] if isinstance(task, KvPut) else []
+    if isinstance(task, Txn):
+        puts = [(op.key, op.value) for op in (*task.success, *task.failure) if op.op == "put"]
+    for key, value in puts:
+        size = len(_SIZE_ENCODER.encode(None if value is msgspec.UNSET else value))
+        if size > limit:
+            return value_too_large_error(key, size, limit)
+    return None
+
+
 def _stamped(result: ClientResult | None, term: int, version: int) -> ClientResult | None:
     """A transaction's answer names the state it ends up in: the new one, or the base if nothing changed."""
     if isinstance(result, TxnResult):
@@ -172,7 +266,8 @@ def execute_batch(
     every batch moves to the best voting configuration.
     """
     nodes = dict(base.nodes)
-    keys = _Keys(base.kv, base.kv_versions, base.version + 1)
+    sizes = context.sizes
+    keys = _Keys(base.kv, base.kv_versions, base.version + 1, sizes.of(base) if sizes is not None else None)
     settings = base.persistent_settings
     exclusions = list(base.coordination.voting_config_exclusions)
     results: list[ClientResult | None] = []
@@ -188,7 +283,12 @@ def execute_batch(
             nodes.pop(task.node_id, None)
         elif isinstance(task, ClientTask):
             payload = task.request
-            if isinstance(payload, KvPut | KvDelete):
+            mark, size_before = keys.mark(), keys.size
+            if isinstance(payload, KvPut | Txn):
+                result = _oversized_value(payload, context.max_value_size)
+            if result is not None:
+                pass
+            elif isinstance(payload, KvPut | KvDelete):
                 # Decided against the state this batch builds, so of two conflicting conditional writes in
                 # one batch only the first applies.
                 current = keys.version(payload.key)
@@ -206,6 +306,12 @@ def execute_batch(
                 result = add_exclusions(payload, nodes, exclusions, context.max_exclusions)
             elif isinstance(payload, ClearVotingConfigExclusions):
                 exclusions = []
+            # Decided against the state this batch builds, so concurrent writes cannot jointly exceed it. A
+            # write that shrinks the state is always let through.
+            grown = keys.size is not None and size_before is not None and keys.size > size_before
+            if grown and keys.size is not None and size_before is not None and keys.size > context.max_state_size:
+                result = state_too_large_error(size_before, keys.size, context.max_state_size)
+                keys.rollback(mark)
         results.append(result)
     candidate = base.replace(
         master_node=context.master.id,
@@ -234,4 +340,6 @@ def execute_batch(
         parent_uuid=base.state_uuid,
         coordination=replace(candidate.coordination, term=context.term),
     )
+    if sizes is not None and keys.size is not None:
+        sizes.remember(new_state, keys.size)
     return new_state, results
