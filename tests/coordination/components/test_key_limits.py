@@ -113,5 +113,5 @@ def test_the_limits_are_dynamic_settings_with_byte_sizes() -> None:
     assert parsed == {"cluster.metadata.max_value_size": 65536}
     settings = CoordinationSettings().with_dynamic({"cluster.metadata.max_state_size": "2mb"})
     assert (settings.max_state_size, settings.max_value_size) == (2 * 1024 * 1024, 1024 * 1024)
-    with pytest.raises(SettingsError, match="cluster.metadata.max_state_size"):
+    with pytest.raises(SettingsError, match=r"cluster\.metadata\.max_state_size"):
         registry.validate_dynamic({"cluster.metadata.max_state_size": "lots"})
