@@ -270,8 +270,12 @@ def test_a_lost_wal_tail_that_was_acknowledged_refuses(tmp_path: Path, cut: str)
         os.truncate(log, log.stat().st_size - frame)
     else:
         log.unlink()
+    # (the -shm file is SQLite's shared-memory index, rebuilt from the WAL on every open)
+    files = {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.is_file() and path.suffix != ".db-shm"}
     message = refusal(tmp_path)
     assert "acknowledged write was lost" in message and str(tmp_path / DB_FILE) in message
+    after = {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()}
+    assert {name: after.get(name) for name in files} == files, "a refusal changes no file (no checkpoint either)"
 
 
 def test_a_database_copied_from_another_node_refuses(tmp_path: Path) -> None:

@@ -77,32 +77,26 @@ class _Survey:
     view: StorageView
     database: bool  # the directory holds the database (or its WAL): the slot files are not consulted
     record: StoredRecord | None = None  # the database's record, when valid
-    conn: sqlite3.Connection | None = None  # open on the database, when valid
     old_records: dict[str, StateFile] = field(default_factory=dict)  # slot or legacy file name -> its content
 
-    def close(self) -> None:
-        if self.conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self.conn.close()
-            self.conn = None
 
-
-def _read_database(path: Path, cluster_name: str) -> tuple[SlotReading, StoredRecord | None, sqlite3.Connection | None]:
+def _read_database(path: Path, cluster_name: str) -> tuple[SlotReading, StoredRecord | None]:
     wal = path.with_name(path.name + WAL_SUFFIX)
     has_wal = _file_size(wal) > 0
     name = f"[{path}] (with its write-ahead log [{wal}])" if has_wal else f"[{path}]"
     if not path.exists():
-        return SlotReading(name, "missing"), None, None
+        return SlotReading(name, "missing"), None
     if _file_size(path) == 0:
-        return SlotReading(name, "empty"), None, None
+        return SlotReading(name, "empty"), None
     conn: sqlite3.Connection | None = None
     try:
-        conn = connect(path)
+        conn = connect(path, read_only=True)
         stored = read_record(conn)
     except (sqlite3.Error, StoreCorrupt) as error:
+        return SlotReading(name, "damaged", str(error)), None
+    finally:
         if conn is not None:
             conn.close()
-        return SlotReading(name, "damaged", str(error)), None, None
     state = stored.state
     record = Record(
         generation=stored.generation,
@@ -113,7 +107,7 @@ def _read_database(path: Path, cluster_name: str) -> tuple[SlotReading, StoredRe
         fingerprint=stored.fingerprint,
         initial=stored.current_term == 0 and state == initial_state(cluster_name),
     )
-    return SlotReading(name, "valid", record=record), stored, conn
+    return SlotReading(name, "valid", record=record), stored
 
 
 def _survey(data_dir: Path, cluster_name: str) -> _Survey:
@@ -129,7 +123,7 @@ def _survey(data_dir: Path, cluster_name: str) -> _Survey:
     common = {"cluster_name": cluster_name, "node_id": node_id, "node_id_name": f"[{node_id_path}]"}
     old_files = [data_dir / name for name in (*SLOT_FILES, LEGACY_STATE_FILE)]
     if db.exists() or wal.exists() or not any(path.exists() for path in old_files):
-        reading, stored, conn = _read_database(db, cluster_name)
+        reading, stored = _read_database(db, cluster_name)
         if reading.kind == "missing" and wal.exists():
             others.append(f"[{wal}] holds a write-ahead log without its database")
         if reading.kind != "valid":
@@ -140,7 +134,7 @@ def _survey(data_dir: Path, cluster_name: str) -> _Survey:
                 if (data_dir / name).exists()
             )
         view = StorageView(slots=(reading,), history=history, others=tuple(others), **common)  # type: ignore[arg-type]
-        return _Survey(view, database=True, record=stored, conn=conn)
+        return _Survey(view, database=True, record=stored)
     old: dict[str, StateFile] = {}
     slots = []
     for slot_name in SLOT_FILES:
@@ -166,16 +160,13 @@ def _survey(data_dir: Path, cluster_name: str) -> _Survey:
 
 def survey_data_dir(data_dir: Path, cluster_name: str) -> StorageView:
     """Everything in the data directory that tells whether and how it was used, for `decide_startup`."""
-    survey = _survey(data_dir, cluster_name)
-    survey.close()
-    return survey.view
+    return _survey(data_dir, cluster_name).view
 
 
 def stored_cluster_name(data_dir: Path) -> str | None:
     """The cluster name in the stored record (the database, or the newest slot of an earlier version), or None
     when there is none (for tools that are not given the node's settings)."""
     survey = _survey(data_dir, "")
-    survey.close()
     valid = [reading.record for reading in survey.view.slots if reading.record is not None]
     if not valid:
         return None
@@ -205,35 +196,35 @@ class FilePersistedState:
     def _load(self, cluster_name: str) -> None:
         remove_database_files(self.path.with_name(self.path.name + ".tmp"))  # an interrupted creation's
         survey = _survey(self.data_dir, cluster_name)
-        try:
-            view = survey.view
-            self.history_summary = view.history
-            decision = decide_startup(view)
-            if isinstance(decision, Refuse):
-                raise DataDirError(decision.reason)
-            write_node_id = view.node_id is None
-            self.node_id = view.node_id or secrets.token_hex(8)
-            self.warnings = decision.warnings if isinstance(decision, LoadRecord) else ()
-            for warning in self.warnings:
-                log.warning("%s", warning)
-            if isinstance(decision, LoadRecord) and survey.database:
-                assert survey.conn is not None and survey.record is not None
-                conn, record = survey.conn, survey.record
-                survey.conn = None
+        view = survey.view
+        self.history_summary = view.history
+        decision = decide_startup(view)
+        if isinstance(decision, Refuse):
+            raise DataDirError(decision.reason)
+        write_node_id = view.node_id is None
+        self.node_id = view.node_id or secrets.token_hex(8)
+        self.warnings = decision.warnings if isinstance(decision, LoadRecord) else ()
+        for warning in self.warnings:
+            log.warning("%s", warning)
+        if isinstance(decision, LoadRecord) and survey.database:
+            assert survey.record is not None
+            # The record just read under the data-dir lock: nothing else writes the database.
+            record = survey.record
+            try:
+                conn = connect(self.path)
+            except sqlite3.Error as error:
+                raise DataDirError(f"cannot open [{self.path}]: {error}") from None
+        else:
+            if isinstance(decision, StartFresh):
+                term, state, generation = 0, initial_state(cluster_name), 1
             else:
-                survey.close()
-                if isinstance(decision, StartFresh):
-                    term, state, generation = 0, initial_state(cluster_name), 1
-                else:
-                    loaded = survey.old_records[decision.reading.name]
-                    assert decision.reading.record is not None
-                    term, state = loaded.current_term, loaded.last_accepted_state
-                    generation = max(decision.reading.record.generation, 1)
-                    log.info("migrating %s into [%s]", decision.reading.describe(), self.path)
-                self._create(generation, term, state)
-                conn, record = self._open_created()
-        finally:
-            survey.close()
+                loaded = survey.old_records[decision.reading.name]
+                assert decision.reading.record is not None
+                term, state = loaded.current_term, loaded.last_accepted_state
+                generation = max(decision.reading.record.generation, 1)
+                log.info("migrating %s into [%s]", decision.reading.describe(), self.path)
+            self._create(generation, term, state)
+            conn, record = self._open_created()
         self._store = StateStore(conn, record)
         if write_node_id:
             atomic_write(self.data_dir / NODE_ID_FILE, self.node_id.encode())

@@ -104,9 +104,10 @@ class StoredRecord(msgspec.Struct, frozen=True):
     fingerprint: str = ""
 
 
-def connect(path: Path, create: bool = False) -> sqlite3.Connection:
-    """A connection in WAL mode with full syncs; never creates the file unless `create`."""
-    mode = "rwc" if create else "rw"
+def connect(path: Path, create: bool = False, read_only: bool = False) -> sqlite3.Connection:
+    """A connection in WAL mode with full syncs; never creates the file unless `create`. A read-only one
+    never checkpoints the WAL into the database or removes it, so looking at a directory changes nothing."""
+    mode = "ro" if read_only else "rwc" if create else "rw"
     conn = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, isolation_level=None, check_same_thread=False)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
