@@ -78,7 +78,7 @@ class SeededOurs(System):
             os.environ.clear()
             os.environ.update(saved)
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        await self.wait_healthy(120)
+        await self.wait_healthy(300)
 
     async def stop(self) -> None:
         if self.session is not None:
@@ -129,7 +129,7 @@ async def seed_etcd(system: EtcdSystem, keys: int, clients: int = 64) -> None:
 
 
 async def measure(system: System, writes: int, seconds: float, clients: int) -> dict[str, Any]:
-    await system.wait_healthy(120)
+    await system.wait_healthy(300)
     figures: dict[str, Any] = dict(await sequential(system, 0, writes))
     figures["rate16"] = (await throughput(system, clients, seconds))["rate"]
     figures["rss_mb"] = [round(rss_mb(system.pid(i)), 1) for i in range(system.size)]

@@ -166,7 +166,8 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
         node_id=coordination.node_id,
         generation=coordination.generation,
         current_term=coordination.current_term,
-        state=rest.replace(kv=kv, kv_versions=kv_versions),
+        # Built through the constructor, so that the state holds its maps in whatever form it keeps them.
+        state=type(rest)(**{**msgspec.structs.asdict(rest), "kv": kv, "kv_versions": kv_versions}),
         kv_crc_sum=coordination.kv_crc_sum,
         fingerprint=f"{coordination.generation}:{coordination.kv_crc_sum}:{_crc(b'', meta['state'])}",
     )
