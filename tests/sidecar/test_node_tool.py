@@ -85,7 +85,7 @@ def test_the_tool_works_on_the_slot_files_of_an_earlier_version_and_migrates_the
     persisted = FilePersistedState(tmp_path, "c")
     assert persisted.node_id == node_id
     assert persisted.last_accepted_state.last_committed_config.node_ids == (node_id,)
-    assert persisted.last_accepted_state.kv == {"k1": 1, "k2": "two"}
+    assert dict(persisted.last_accepted_state.kv) == {"k1": 1, "k2": "two"}
     persisted.close()
 
 
