@@ -47,6 +47,7 @@ class SeededOurs(System):
     def __init__(self, name: str, source: Path | None, keys: int, large: int) -> None:
         self.label, self.size, self.tuned = f"coordinated ({name})", 3, False
         self.source, self.keys, self.large = source, keys, large
+        self.health_timeout = 150.0
         self.cluster: LocalCluster | None = None
         self.session: aiohttp.ClientSession | None = None
         self.names: list[str] = []
@@ -78,7 +79,7 @@ class SeededOurs(System):
             os.environ.clear()
             os.environ.update(saved)
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        await self.wait_healthy(300)
+        await self.wait_healthy(self.health_timeout)
 
     async def stop(self) -> None:
         if self.session is not None:
@@ -150,6 +151,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             workdir = workroot / f"{size_name.replace(' ', '').replace(',', '')}-{index}"
             before = conditions(workroot)
             started = time.perf_counter()
+            figures: dict[str, Any]
             try:
                 await system.start(workdir)
                 if isinstance(system, EtcdSystem):
@@ -157,6 +159,9 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 keys_before = await asyncio.to_thread(system.state_keys) if isinstance(system, SeededOurs) else keys
                 figures = await measure(system, args.writes, args.seconds, args.clients)
                 figures["keys"] = keys_before
+            except (TimeoutError, RuntimeError, OSError) as error:
+                # Reported, not hidden: a system that cannot serve this state is a result too.
+                figures = {"failed": f"{type(error).__name__}: {error} (logs in {workdir})"}
             finally:
                 await system.stop()
             row = {"state": size_name, "system": system.label, **figures, "conditions": before}
@@ -171,6 +176,9 @@ def report(rows: list[dict[str, Any]]) -> str:
     lines.append("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         cond = row["conditions"]
+        if "failed" in row:
+            lines.append(f"| {row['state']} | {row['system']} | - | {row['failed']} | | | | | |")
+            continue
         lines.append(
             f"| {row['state']} | {row['system']} | {row.get('keys', '-')} | {row['p50']:.2f} | {row['p99']:.2f} | "
             f"{row['rate16']:.0f} | {', '.join(f'{v:.0f}' for v in row['rss_mb'])} | {cond['fsync_p50']:.2f} | "
