@@ -120,7 +120,18 @@ def _survey(data_dir: Path, cluster_name: str) -> _Survey:
         others.append(f"[{hooks}] holds registered hooks")
     node_id = _read_node_id(node_id_path)
     history = summarize_history(data_dir / HISTORY_DIR)
-    common = {"cluster_name": cluster_name, "node_id": node_id, "node_id_name": f"[{node_id_path}]"}
+
+    def view(slots: tuple[SlotReading, ...], legacy: SlotReading | None = None) -> StorageView:
+        return StorageView(
+            cluster_name=cluster_name,
+            node_id=node_id,
+            node_id_name=f"[{node_id_path}]",
+            slots=slots,
+            history=history,
+            legacy=legacy,
+            others=tuple(others),
+        )
+
     old_files = [data_dir / name for name in (*SLOT_FILES, LEGACY_STATE_FILE)]
     if db.exists() or wal.exists() or not any(path.exists() for path in old_files):
         reading, stored = _read_database(db, cluster_name)
@@ -133,8 +144,7 @@ def _survey(data_dir: Path, cluster_name: str) -> _Survey:
                 for name in (*SLOT_FILES, LEGACY_STATE_FILE)
                 if (data_dir / name).exists()
             )
-        view = StorageView(slots=(reading,), history=history, others=tuple(others), **common)  # type: ignore[arg-type]
-        return _Survey(view, database=True, record=stored)
+        return _Survey(view((reading,)), database=True, record=stored)
     old: dict[str, StateFile] = {}
     slots = []
     for slot_name in SLOT_FILES:
@@ -148,14 +158,7 @@ def _survey(data_dir: Path, cluster_name: str) -> _Survey:
         legacy_reading, loaded = legacy
         if loaded is not None:
             old[legacy_reading.name] = loaded
-    view = StorageView(
-        slots=tuple(slots),
-        history=history,
-        legacy=legacy_reading,
-        others=tuple(others),
-        **common,  # type: ignore[arg-type]
-    )
-    return _Survey(view, database=False, old_records=old)
+    return _Survey(view(tuple(slots), legacy_reading), database=False, old_records=old)
 
 
 def survey_data_dir(data_dir: Path, cluster_name: str) -> StorageView:
