@@ -228,6 +228,9 @@ class FilePersistedState:
                 log.info("migrating %s into [%s]", decision.reading.describe(), self.path)
             self._create(generation, term, state)
             conn, record = self._open_created()
+        # The connection has created the WAL file; its directory entry must be durable before any commit in it
+        # is relied on.
+        fsync_dir(self.data_dir)
         self._store = StateStore(conn, record)
         if write_node_id:
             atomic_write(self.data_dir / NODE_ID_FILE, self.node_id.encode())
