@@ -50,6 +50,38 @@ from coordinated.coordination.state import (
 from coordinated.coordination.tasks import ClientTask, ElectedAsMaster, ExpireSessions, NodeJoin, NodeLeft, TaskPayload
 from coordinated.coordination.validation import ABSENT_PREFIX, exclusions_problem, resolve_exclusions
 
+_SIZE_ENCODER = msgspec.json.Encoder()
+_NO_LIMIT = 1 << 62
+
+
+def entry_size(key: str, value: Any) -> int:
+    """What a key costs against `cluster.metadata.max_state_size`: its UTF-8 name and JSON-encoded value."""
+    return len(key.encode()) + len(_SIZE_ENCODER.encode(value))
+
+
+def state_entries_size(kv: Mapping[str, Any]) -> int:
+    return sum(entry_size(key, value) for key, value in kv.items())
+
+
+class StateSizes:
+    """The total entry size of the master's newest states, so that a batch costs in proportion to its changes:
+    it is summed over every key only for a state the master did not build itself (after an election)."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, int] = {}
+
+    def of(self, state: ClusterState) -> int:
+        size = self._known.get(state.state_uuid)
+        if size is None:
+            size = state_entries_size(state.kv)
+            self.remember(state, size)
+        return size
+
+    def remember(self, state: ClusterState, size: int) -> None:
+        if len(self._known) >= 4:
+            self._known.pop(next(iter(self._known)))
+        self._known[state.state_uuid] = size
+
 
 @dataclass(frozen=True)
 class BatchContext:
@@ -61,6 +93,9 @@ class BatchContext:
     new_uuid: Callable[[], str]
     # The master's lease clock: whether a TTL session has gone without a keepalive for its TTL (now).
     session_expired: Callable[[str], bool] = lambda session_id: False
+    max_value_size: int = _NO_LIMIT  # cluster.metadata.max_value_size
+    max_state_size: int = _NO_LIMIT  # cluster.metadata.max_state_size
+    sizes: StateSizes | None = None  # the base state's size (None: the state size is not limited)
 
 
 def improve_configuration(
@@ -161,7 +196,12 @@ class _Tracked:
         if self.replaced:  # a restore: compared once, in full
             diff = diff_maps(self.base, finished)
             return None if diff.is_empty() else (diff.upserts, diff.deletes)
-        present = sorted(key for key in self.touched if key in finished)
+        # A key a rollback put back holds its base object again: no change.
+        present = sorted(
+            key
+            for key in self.touched
+            if key in finished and (key not in self.base or finished[key] is not self.base[key])
+        )
         # A key created and deleted again within the batch is no change.
         deleted = tuple(sorted(key for key in self.touched if key not in finished and key in self.base))
         if not present and not deleted:
@@ -169,13 +209,47 @@ class _Tracked:
         return {key: finished[key] for key in present}, deleted
 
 
-class _Keys:
-    """The key and session maps of the state a batch builds (persistent maps, changed in place)."""
+_ABSENT = object()
 
-    def __init__(self, base: ClusterState, new_version: int) -> None:
+
+class _Keys:
+    """The key and session maps of the state a batch builds (persistent maps, changed in place). It keeps the
+    total entry size (when `size` is given) and an undo log of key changes, so that a task that would exceed
+    a limit can be taken back."""
+
+    def __init__(self, base: ClusterState, new_version: int, size: int | None = None) -> None:
         self.new_version = new_version
         self.kv, self.versions = _Tracked(base.kv), _Tracked(base.kv_versions)
         self.kv_sessions, self.sessions = _Tracked(base.kv_sessions), _Tracked(base.sessions)
+        self.size = size
+        self._undo: list[tuple[str, Any, KeyVersion | None, str | None]] = []
+
+    def mark(self) -> int:
+        return len(self._undo)
+
+    def rollback(self, mark: int) -> None:
+        """Takes back every key change since `mark`."""
+        while len(self._undo) > mark:
+            key, value, versions, session = self._undo.pop()
+            self._resize(key, value, self.kv.get(key, _ABSENT))
+            if value is _ABSENT:
+                self.kv.pop(key)
+            else:
+                self.kv.set(key, value)
+            for tracked, old in ((self.versions, versions), (self.kv_sessions, session)):
+                if old is None:
+                    tracked.pop(key)
+                else:
+                    tracked.set(key, old)
+
+    def _resize(self, key: str, new: Any, old: Any) -> None:
+        if self.size is not None:
+            self.size += (entry_size(key, new) if new is not _ABSENT else 0) - (
+                entry_size(key, old) if old is not _ABSENT else 0
+            )
+
+    def _record(self, key: str) -> None:
+        self._undo.append((key, self.kv.get(key, _ABSENT), self.versions.get(key), self.kv_sessions.get(key)))
 
     def get(self, key: str) -> KeyVersion | None:
         if key not in self.kv:
@@ -191,6 +265,8 @@ class _Keys:
     def put(self, key: str, value: Any, session: str | None = None) -> KeyVersion:
         """A put with a session makes the key ephemeral; without one, persistent (as etcd's put without a lease)."""
         existing = self.get(key)
+        self._record(key)
+        self._resize(key, value, self.kv.get(key, _ABSENT))
         self.kv.set(key, value)
         versions = KeyVersion(self.new_version, existing.create_version if existing else self.new_version)
         self.versions.set(key, versions)
@@ -206,10 +282,15 @@ class _Keys:
         self.kv.replace_all(kv)
         self.versions.replace_all(versions)
         self.kv_sessions.replace_all({})
+        self._undo.clear()  # a restore is checked against the size limit before it replaces anything
+        if self.size is not None:
+            self.size = state_entries_size(kv)
 
     def delete(self, key: str) -> bool:
         if key not in self.kv:
             return False
+        self._record(key)
+        self._resize(key, _ABSENT, self.kv[key])
         self.kv.pop(key)
         self.versions.pop(key)
         self.kv_sessions.pop(key)
@@ -279,6 +360,38 @@ def _run_txn(txn: Txn, keys: _Keys) -> TxnResult | ClusterError:
     return TxnResult(succeeded, 0, 0, tuple(results))
 
 
+def value_too_large_error(key: str, size: int, limit: int) -> client.ClusterError:
+    return client.bad_request(
+        f"the value of key [{key}] is [{size}] bytes, which is larger than the limit of [{limit}] bytes set by "
+        "[cluster.metadata.max_value_size]"
+    )
+
+
+def state_too_large_error(before: int, after: int, limit: int) -> client.ClusterError:
+    return client.bad_request(
+        f"this write would make the stored keys and values [{after}] bytes (they are [{before}] bytes now), "
+        f"which is more than the limit of [{limit}] bytes set by [cluster.metadata.max_state_size]"
+    )
+
+
+def _restore_too_large(restore: RestoreSnapshot, size_now: int | None, limit: int) -> client.ClusterError | None:
+    if size_now is None:
+        return None
+    restored = state_entries_size(restore.kv)
+    return state_too_large_error(size_now, restored, limit) if restored > max(limit, size_now) else None
+
+
+def _oversized_value(task: KvPut | Txn, limit: int) -> client.ClusterError | None:
+    puts = [(task.key, task.value)] if isinstance(task, KvPut) else []
+    if isinstance(task, Txn):
+        puts = [(op.key, op.value) for op in (*task.success, *task.failure) if op.op == "put"]
+    for key, value in puts:
+        size = len(_SIZE_ENCODER.encode(None if value is msgspec.UNSET else value))
+        if size > limit:
+            return value_too_large_error(key, size, limit)
+    return None
+
+
 def _stamped(result: ClientResult | None, term: int, version: int) -> ClientResult | None:
     """A transaction's answer names the state it ends up in: the new one, or the base if nothing changed."""
     if isinstance(result, TxnResult | SessionInfo):
@@ -306,7 +419,8 @@ def execute_batch(
     every batch moves to the best voting configuration.
     """
     nodes = dict(base.nodes)
-    keys = _Keys(base, _next_version(base, payloads))
+    sizes = context.sizes
+    keys = _Keys(base, _next_version(base, payloads), sizes.of(base) if sizes is not None else None)
     repositories = base.repositories
     settings = base.persistent_settings
     exclusions = list(base.coordination.voting_config_exclusions)
@@ -327,7 +441,12 @@ def execute_batch(
                     keys.end_session(session_id)
         elif isinstance(task, ClientTask):
             payload = task.request
-            if isinstance(payload, KvPut | KvDelete):
+            mark, size_before = keys.mark(), keys.size
+            if isinstance(payload, KvPut | Txn):
+                result = _oversized_value(payload, context.max_value_size)
+            if result is not None:
+                pass
+            elif isinstance(payload, KvPut | KvDelete):
                 # Decided against the state this batch builds, so of two conflicting conditional writes in
                 # one batch only the first applies.
                 current = keys.version(payload.key)
@@ -361,8 +480,21 @@ def execute_batch(
                 else:
                     result = client.repository_missing_error(payload.name)
             elif isinstance(payload, RestoreSnapshot):
-                keys.replace_all(payload.kv, payload.kv_versions)
-                settings = dict(payload.persistent_settings)
+                result = _restore_too_large(payload, keys.size, context.max_state_size)
+                if result is None:
+                    keys.replace_all(payload.kv, payload.kv_versions)
+                    settings = dict(payload.persistent_settings)
+            # Decided against the state this batch builds, so concurrent writes cannot jointly exceed it. A
+            # write that shrinks the state is always let through.
+            grown = (
+                isinstance(payload, KvPut | Txn)
+                and keys.size is not None
+                and size_before is not None
+                and keys.size > size_before
+            )
+            if grown and keys.size is not None and size_before is not None and keys.size > context.max_state_size:
+                result = state_too_large_error(size_before, keys.size, context.max_state_size)
+                keys.rollback(mark)
         results.append(result)
     # A node session ends when its node leaves the cluster, in the state that removes the node.
     for session_id, session in list(keys.sessions.items()):
@@ -402,4 +534,6 @@ def execute_batch(
     )
     # The batch knows what it changed: publication sends this diff without comparing the maps.
     record_derivation(base, new_state, diff_between(base, new_state, map_changes))
+    if sizes is not None and keys.size is not None:
+        sizes.remember(new_state, keys.size)
     return new_state, results

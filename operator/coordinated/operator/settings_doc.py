@@ -61,6 +61,10 @@ MEANINGS: dict[str, str] = {
     "cluster.auto_shrink_voting_configuration": "`true` removes departed nodes from the voting configuration "
     "(keeping at least 3 voters)",
     "cluster.max_voting_config_exclusions": "most voting exclusions at once (at least 1)",
+    "cluster.metadata.max_value_size": "largest value of one key, JSON-encoded; a larger put gets 400 naming "
+    "the sizes (a body also needs to fit `http.max_content_length`)",
+    "cluster.metadata.max_state_size": "ceiling on all keys and values together (UTF-8 names plus JSON values), "
+    "decided by the master against the batch it builds; a write that would exceed it gets 400 naming the sizes",
     "transport.secret_file": "file with the cluster secret (at least 16 bytes); enables transport authentication",
     "transport.request_timeout": "time to wait for a peer to open a stream",
     "transport.connect_timeout": "TCP connect timeout to a peer",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,22 +14,10 @@ from coordinated.coordination.settings import (
     SettingsRegistry,
     coordination_registry,
     parse_bool,
+    parse_byte_size,
     parse_time_ms,
 )
 from coordinated.sidecar.security_settings import SECURITY_SETTINGS, check_security_settings
-
-_SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
-
-
-def parse_byte_size(value: str) -> int:
-    match = _SIZE.match(value)
-    if not match:
-        raise ValueError(f"expected a byte size such as 512kb or 1mb, got [{value}]")
-    size = int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "b").lower()]
-    if size <= 0:
-        raise ValueError(f"must be positive, got [{value}]")
-    return size
 
 
 def parse_secret_file(value: str) -> str:
