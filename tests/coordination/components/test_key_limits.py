@@ -8,9 +8,15 @@ from collections.abc import Iterator
 import pytest
 
 from coordinated.coordination.batch import BatchContext, StateSizes, entry_size, execute_batch
-from coordinated.coordination.client import ClusterError, KvDelete, KvPut, Txn, TxnOp, TxnResult
+from coordinated.coordination.client import ClusterError, KvDelete, KvPut, RestoreSnapshot, Txn, TxnOp, TxnResult
 from coordinated.coordination.settings import CoordinationSettings, SettingsError, coordination_registry
-from coordinated.coordination.state import ClusterState, CoordinationMetadata, DiscoveryNode, VotingConfiguration
+from coordinated.coordination.state import (
+    ClusterState,
+    CoordinationMetadata,
+    DiscoveryNode,
+    KeyVersion,
+    VotingConfiguration,
+)
 from coordinated.coordination.tasks import ClientTask
 
 MASTER = DiscoveryNode("m", "m", "m:9300")
@@ -125,3 +131,17 @@ def test_the_limits_are_dynamic_settings_with_byte_sizes() -> None:
     assert (settings.max_state_size, settings.max_value_size) == (2 * 1024 * 1024, 1024 * 1024)
     with pytest.raises(SettingsError, match=r"cluster\.metadata\.max_state_size"):
         registry.validate_dynamic({"cluster.metadata.max_state_size": "lots"})
+
+
+def test_a_restore_over_the_ceiling_is_refused_and_replaces_nothing() -> None:
+    state = base({"k": "x" * 10})
+    restored = {"a": "y" * 50, "b": "y" * 50}
+    limit = entry_size("a", "y" * 50) + 10  # room for one restored key, not both
+    versions = {key: KeyVersion(3, 3) for key in restored}
+    restore = RestoreSnapshot("repo:snap", 3, restored, versions, {})
+    new_state, results = execute_batch(state, [ClientTask(restore)], context(max_state=limit))
+    assert "cluster.metadata.max_state_size" in error(results[0]).reason
+    assert new_state is None or dict(new_state.kv) == {"k": "x" * 10}
+    # Within the ceiling the restore replaces every key.
+    new_state, results = execute_batch(state, [ClientTask(restore)], context())
+    assert results == [None] and new_state is not None and dict(new_state.kv) == restored
