@@ -315,9 +315,8 @@ def test_sidecar_series_carry_no_pod_ip(tools: dict[str, Path]) -> None:
     assert targets["instance"]["sourceLabels"] == ["__meta_kubernetes_pod_name"]
     assert targets["cluster"]["sourceLabels"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"]
     assert "pod_ip" not in yaml.safe_dump(endpoint)
-    # The one sidecar series labelled by a peer's address is dropped at scrape time.
-    (drop,) = endpoint["metricRelabelings"]
-    assert drop["action"] == "drop" and re.fullmatch(drop["regex"], "coordinated_transport_sent_bytes_total")
+    # No series is dropped: the sidecar labels peers by node name (see the transport tests).
+    assert "metricRelabelings" not in endpoint
     assert monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "node"
 
 

@@ -187,7 +187,8 @@ def test_restart_rejoins_full_state_then_diffs(make_cluster: Callable[..., Local
 def sent_bytes(master: LocalNode, to: LocalNode) -> int:
     _, text = master.get("/metrics")
     for line in text.splitlines():
-        if line.startswith("coordinated_transport_sent_bytes_total") and to.transport_address in line:
+        # Labelled by the peer's node name, never its address (an IP that changes with every pod restart).
+        if line.startswith(f'coordinated_transport_sent_bytes_total{{peer="{to.name}"}}'):
             return int(float(line.rsplit(" ", 1)[1]))
     return 0
 

@@ -36,7 +36,7 @@ from coordinated.sidecar.auth import TransportAuth
 from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.history import HistoryWriter
 from coordinated.sidecar.hooks import HookManager
-from coordinated.sidecar.metrics import NodeMetrics, StatusSnapshot
+from coordinated.sidecar.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.persistence import (
     HOOKS_FILE,
@@ -115,6 +115,7 @@ class Node:
             retries=cfg.get("transport.retries"),
             queue_size=cfg.get("transport.queue_size"),
             tls_client=self.transport_tls,
+            peer_name=self.peer_name,
         )
         await self.sender.start()
         await self.hooks.start()
@@ -339,6 +340,20 @@ class Node:
             except TimeoutError:
                 return predicate()
         return True
+
+    def peer_name(self, address: str) -> str:
+        """The node name at a transport address, for metric labels: from the applied state, the last accepted
+        one (a node that is joining), or the peers discovery found; UNKNOWN_PEER for a seed host not yet probed."""
+        states = (self.applied_state, self.persisted.last_accepted_state)
+        for state in states:
+            for node in state.nodes.values():
+                if node.transport_address == address:
+                    return node.name
+        if self.coordinator is not None:
+            peer = self.coordinator.peer_finder.peers.get(address)
+            if peer is not None:
+                return peer.name
+        return UNKNOWN_PEER
 
     def status_snapshot(self) -> StatusSnapshot | None:
         """What the metrics report, read at scrape time; None before the core starts."""
