@@ -68,4 +68,3 @@ def test_nodes_are_named_by_their_names_next_to_their_ids(reports: dict[str, dic
     assert {key: node["name"] for key, node in stats["per_node"].items()} == {"a": "A", "b": "B", "c": "C"}
     page = render_html(report, {})
     assert "<td>a</td><td>A</td>" in page  # the nodes table: id, then name
-
