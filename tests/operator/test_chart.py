@@ -233,8 +233,18 @@ def test_spark_audit_templates_validate_and_follow_spark_jobs_k8s(tools: dict[st
     assert result.returncode == 0, result.stdout + result.stderr
     documents = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
     scheduled = next(doc for doc in documents if doc["kind"] == "ScheduledSparkApplication")
-    urls = scheduled["spec"]["template"]["arguments"][1].split(",")
-    assert urls == [f"http://orders-{i}.orders-headless.ops.svc:9200" for i in range(5)]
+    arguments = scheduled["spec"]["template"]["arguments"]
+    urls = arguments[1].split(",")
+    # The operator's defaults: TLS with its CA, and tokens; the audit trusts the CA and sends the reader token.
+    assert urls == [f"https://orders-{i}.orders-headless.ops.svc:9200" for i in range(5)]
+    assert arguments[arguments.index("--ca-file") + 1] == "/etc/coordinated/tls/ca.crt"
+    driver = scheduled["spec"]["template"]["driver"]
+    token = next(env for env in driver["env"] if env["name"] == "COORDINATED_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"] == {"name": "orders-reader", "key": "token"}
+    (ca,) = [volume for volume in scheduled["spec"]["template"]["volumes"] if volume["name"] == "ca"]
+    assert ca["secret"] == {"secretName": "orders-certs", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+    executor_env = {env["name"] for env in scheduled["spec"]["template"]["executor"]["env"]}
+    assert "COORDINATED_TOKEN" not in executor_env  # the driver ships it to the fetching tasks
     applications = [doc for doc in documents if doc["kind"] in ("SparkApplication", "ScheduledSparkApplication")]
     assert_runs_under_the_spark_operator(applications)
     names = {(doc["kind"], doc["metadata"]["name"]) for doc in documents}
@@ -265,7 +275,21 @@ def assert_runs_under_the_spark_operator(applications: list[dict[str, Any]]) -> 
             (container,) = spec[role]["template"]["spec"]["containers"]
             assert container["command"] == ["/usr/local/bin/spark-entrypoint.sh"]
             assert spec[role]["podSecurityContext"]["runAsNonRoot"] is True
-        assert {mount["name"] for mount in spec["driver"]["volumeMounts"]} == {"reports", "spark-local"}
+        assert {mount["name"] for mount in spec["driver"]["volumeMounts"]} - {"ca"} == {"reports", "spark-local"}
+
+
+def test_spark_audit_of_a_cluster_without_security(tools: dict[str, Path]) -> None:
+    rendered = helm(
+        tools, "template", "demo", str(CHART), "--namespace", "ops", "--kube-version", KUBE_VERSION,
+        "--set", "sparkAudit.enabled=true", "--set", "sparkAudit.cluster.tls=false",
+        "--set", "sparkAudit.cluster.auth=false",
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    scheduled = next(doc for doc in yaml.safe_load_all(rendered.stdout) if doc and "Spark" in doc["kind"])
+    template = scheduled["spec"]["template"]
+    assert template["arguments"][1].startswith("http://") and "--ca-file" not in template["arguments"]
+    assert "COORDINATED_TOKEN" not in yaml.safe_dump(template)
+    assert all(volume["name"] != "ca" for volume in template["volumes"])
 
 
 MONITORING = ["--set", "podMonitor.enabled=true", "--set", "prometheusRule.enabled=true"]
