@@ -195,3 +195,30 @@ template:
       - name: {{ .container }}
         command: [/usr/local/bin/spark-entrypoint.sh]
 {{- end -}}
+
+{{/* One sidecar scrape endpoint: the http port, labels by pod and cluster (never by pod IP). */}}
+{{- define "coordinated-cluster.sidecarEndpoint" -}}
+port: http
+path: /metrics
+interval: {{ .Values.podMonitor.interval }}
+scrapeTimeout: {{ .Values.podMonitor.scrapeTimeout }}
+relabelings:
+  - action: replace
+    targetLabel: job
+    replacement: coordinated-sidecar
+  # instance is the pod (the node's name), not IP:port.
+  - action: replace
+    sourceLabels: [__meta_kubernetes_pod_name]
+    targetLabel: instance
+  - action: replace
+    sourceLabels: [__meta_kubernetes_pod_name]
+    targetLabel: pod
+  - action: replace
+    sourceLabels: [__meta_kubernetes_pod_label_app_kubernetes_io_instance]
+    targetLabel: cluster
+  - action: replace
+    sourceLabels: [__meta_kubernetes_namespace]
+    targetLabel: namespace
+  - action: labeldrop
+    regex: (endpoint|container)
+{{- end -}}
