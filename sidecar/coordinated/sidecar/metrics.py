@@ -34,6 +34,8 @@ class StatusSnapshot:
     persisted_bytes: int
     sent_bytes: dict[str, int] | None  # by peer node name; None without a transport
     dropped_messages: int
+    # On the master only: per follower (by node name), committed versions it has not applied yet.
+    follower_lag: dict[str, int] | None = None
 
 
 class _CoreCollector(Collector):
@@ -77,6 +79,15 @@ class _CoreCollector(Collector):
         yield CounterMetricFamily(
             "coordinated_state_bytes_persisted", "Bytes written to the state file", value=status.persisted_bytes
         )
+        if status.follower_lag is not None:
+            lag = GaugeMetricFamily(
+                "coordinated_follower_lag_versions",
+                "On the master: committed versions each follower has not applied yet (what the lag detector sees)",
+                labels=["peer"],
+            )
+            for peer, versions in sorted(status.follower_lag.items()):
+                lag.add_metric([peer], versions)
+            yield lag
         if status.sent_bytes is not None:
             sent = CounterMetricFamily(
                 "coordinated_transport_sent_bytes",

@@ -373,7 +373,22 @@ class Node:
             persisted_bytes=self.persisted.bytes_written,
             sent_bytes=dict(self.sender.bytes_sent) if self.sender is not None else None,
             dropped_messages=self.sender.dropped if self.sender is not None else 0,
+            follower_lag=self.follower_lag() if coordinator.mode is Mode.LEADER else None,
         )
+
+    def follower_lag(self) -> dict[str, int]:
+        """Per follower: the applied state's version minus the version the follower last reported applied,
+        both read here, at one moment (versions scraped from different pods at different moments differ by
+        the writes in between). Followers that reported nothing yet since this node became master are left
+        out rather than shown as behind by the whole history."""
+        assert self.coordinator is not None
+        reported = self.coordinator.lag_detector.applied_versions
+        state = self.applied_state
+        return {
+            node.name: max(0, state.version - reported[node_id])
+            for node_id, node in state.nodes.items()
+            if node_id != self.node_id and node_id in reported
+        }
 
     @property
     def history_dir(self) -> Path:
