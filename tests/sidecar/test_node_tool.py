@@ -81,7 +81,7 @@ def test_unsafe_bootstrap_writes_a_record_the_node_loads(tmp_path: Path) -> None
     persisted.close()
     assert state.last_committed_config == state.last_accepted_config == VotingConfiguration.of([node_id])
     assert state.cluster_uuid != "old-uuid" and state.cluster_uuid_committed
-    assert state.kv == {"k1": 1, "k2": "two"} and state.persistent_settings[UNSAFE_BOOTSTRAP_SETTING] == "true"
+    assert dict(state.kv) == {"k1": 1, "k2": "two"} and state.persistent_settings[UNSAFE_BOOTSTRAP_SETTING] == "true"
     last = events(tmp_path)[-1]
     assert last["type"] == "unsafe_bootstrap" and last["cluster_uuid"] == state.cluster_uuid
     assert (last["term"], last["version"], last["seq"]) == (4, 13, 3)

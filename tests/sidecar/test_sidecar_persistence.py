@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinated.coordination.state import (
+    ENCODE_HOOK,
     LEGACY_KEY_VERSION,
     ClusterState,
     DiscoveryNode,
@@ -398,7 +399,7 @@ def test_close_is_idempotent_and_later_writes_fail(tmp_path: Path) -> None:
 
 def write_legacy(data_dir: Path, term: int, state: ClusterState) -> Path:
     path = data_dir / LEGACY_STATE_FILE
-    atomic_write(path, msgspec.json.encode({"current_term": term, "last_accepted_state": state}))
+    atomic_write(path, msgspec.json.encode({"current_term": term, "last_accepted_state": state}, enc_hook=ENCODE_HOOK))
     return path
 
 
@@ -795,7 +796,9 @@ def test_node_id_file_replaced_by_another_nodes_refuses(tmp_path: Path) -> None:
 
 def test_records_of_earlier_versions_without_a_node_id_still_load(tmp_path: Path) -> None:
     given_node_id(tmp_path)
-    payload = msgspec.json.encode({"current_term": 4, "last_accepted_state": published(2, term=4)})
+    payload = msgspec.json.encode(
+        {"current_term": 4, "last_accepted_state": published(2, term=4)}, enc_hook=ENCODE_HOOK
+    )
     (tmp_path / SLOT_FILES[0]).write_bytes(encode_slot_record(1, payload))
     persisted = FilePersistedState(tmp_path, "c")
     assert (persisted.current_term, persisted.last_accepted_state) == (4, published(2, term=4))

@@ -36,6 +36,18 @@ def format_time_ms(ms: int) -> str:
     return f"{ms}ms"
 
 
+_BYTE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
+_BYTE_VALUE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb)\s*$", re.IGNORECASE)
+
+
+def parse_byte_size(value: str) -> int:
+    """A size such as 512kb or 64mb (units of 1024, as Elasticsearch's byte size values)."""
+    match = _BYTE_VALUE.match(value)
+    if not match:
+        raise ValueError(f"expected a byte size such as 512kb, 64mb or 1gb, got [{value}]")
+    return int(match.group(1)) * _BYTE_UNITS[match.group(2).lower()]
+
+
 def parse_bool(value: str) -> bool:
     if value in ("true", "false"):
         return value == "true"
@@ -262,6 +274,21 @@ def coordination_registry() -> SettingsRegistry:
         ),
         Setting("cluster.publish.timeout", time, "30s", dynamic=True, attribute="publish_timeout"),
         Setting("cluster.follower_lag.timeout", time, "90s", dynamic=True, attribute="follower_lag_timeout"),
+        # The recent diffs each node keeps to catch a lagging or rejoining node up without the full state.
+        Setting(
+            "cluster.publish.diff_history.max_diffs",
+            _int_at_least(0),
+            "10000",
+            dynamic=True,
+            attribute="diff_history_max_diffs",
+        ),
+        Setting(
+            "cluster.publish.diff_history.max_size",
+            parse_byte_size,
+            "64mb",
+            dynamic=True,
+            attribute="diff_history_max_size",
+        ),
         Setting("cluster.no_master_block", parse_no_master_block, "write", dynamic=True, attribute="no_master_block"),
         Setting(
             "cluster.auto_shrink_voting_configuration",
@@ -316,6 +343,8 @@ class CoordinationSettings:
     follower_check_retry_count: int = _default("cluster.fault_detection.follower_check.retry_count")
     publish_timeout: int = _default("cluster.publish.timeout")
     follower_lag_timeout: int = _default("cluster.follower_lag.timeout")
+    diff_history_max_diffs: int = _default("cluster.publish.diff_history.max_diffs")
+    diff_history_max_size: int = _default("cluster.publish.diff_history.max_size")
     no_master_block: str = _default("cluster.no_master_block")
     auto_shrink_voting_configuration: bool = _default("cluster.auto_shrink_voting_configuration")
     max_voting_config_exclusions: int = _default("cluster.max_voting_config_exclusions")

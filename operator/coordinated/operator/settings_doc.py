@@ -66,6 +66,8 @@ MEANINGS: dict[str, str] = {
     "history.segment_size": "history segment rotation size",
     "history.fsync": "`true` fsyncs each history line",
     "hooks.timeout": "timeout of one hook notification",
+    "path.repo": "comma list of absolute directories that `fs` snapshot repositories may live under "
+    "(none: snapshots are off)",
     # Security (docs/sidecar.md#security): static, files checked at startup and reloaded when they change.
     "transport.ssl.enabled": "`true` for mutual TLS between nodes",
     "transport.ssl.certificate": "this node's transport certificate (PEM)",

@@ -65,6 +65,24 @@ def parse_non_negative_int(value: str) -> int:
     return parsed
 
 
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
+def parse_event_loop(value: str) -> str:
+    if value not in EVENT_LOOPS:
+        raise ValueError(f"expected one of {list(EVENT_LOOPS)}, got [{value}]")
+    return value
+
+
+def parse_repo_paths(value: str) -> tuple[str, ...]:
+    """`path.repo`: a comma list of absolute directories that snapshot repositories may live under."""
+    paths = tuple(part.strip() for part in value.split(",") if part.strip())
+    for path in paths:
+        if not path.startswith("/"):
+            raise ValueError(f"[{path}] is not an absolute path")
+    return paths
+
+
 def _time(value: str) -> int:
     parsed = parse_time_ms(value)
     if parsed <= 0:
@@ -82,6 +100,9 @@ SIDECAR_SETTINGS = (
     Setting("history.segment_size", parse_byte_size, "16mb"),
     Setting("history.fsync", parse_bool, "false"),
     Setting("hooks.timeout", _time, "5s"),
+    # libuv's event loop (uvloop) or the standard library's; see docs/benchmarks.md for what it saves.
+    Setting("node.event_loop", parse_event_loop, "uvloop"),
+    Setting("path.repo", parse_repo_paths, None),
     *SECURITY_SETTINGS,
 )
 
