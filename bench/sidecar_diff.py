@@ -21,7 +21,7 @@ def sent_bytes(master: LocalNode) -> dict[str, int]:
     out = {}
     for line in text.splitlines():
         if line.startswith("coordinated_transport_sent_bytes_total{"):
-            destination = line.split('destination="', 1)[1].split('"', 1)[0]
+            destination = line.split('peer="', 1)[1].split('"', 1)[0]
             out[destination] = int(float(line.rsplit(" ", 1)[1]))
     return out
 

@@ -20,7 +20,7 @@ from coordinated.audit.synth import HistoryBuilder, SynthConfig, generate
 pytestmark = pytest.mark.spark
 
 _SEQ = re.compile(r'"seq"\s*:\s*(\d+)')
-REPORT_FIELDS = {"ok", "events", "nodes", "malformed_lines", "violations", "resets", "stats"}
+REPORT_FIELDS = {"ok", "events", "nodes", "malformed_lines", "violations", "resets", "missing_histories", "stats"}
 
 
 def history(tmp_path: Path) -> HistoryBuilder:

@@ -234,8 +234,18 @@ def test_spark_audit_templates_validate_and_follow_spark_jobs_k8s(tools: dict[st
     assert result.returncode == 0, result.stdout + result.stderr
     documents = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
     scheduled = next(doc for doc in documents if doc["kind"] == "ScheduledSparkApplication")
-    urls = scheduled["spec"]["template"]["arguments"][1].split(",")
-    assert urls == [f"http://orders-{i}.orders-headless.ops.svc:9200" for i in range(5)]
+    arguments = scheduled["spec"]["template"]["arguments"]
+    urls = arguments[1].split(",")
+    # The operator's defaults: TLS with its CA, and tokens; the audit trusts the CA and sends the reader token.
+    assert urls == [f"https://orders-{i}.orders-headless.ops.svc:9200" for i in range(5)]
+    assert arguments[arguments.index("--ca-file") + 1] == "/etc/coordinated/tls/ca.crt"
+    driver = scheduled["spec"]["template"]["driver"]
+    token = next(env for env in driver["env"] if env["name"] == "COORDINATED_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"] == {"name": "orders-reader", "key": "token"}
+    (ca,) = [volume for volume in scheduled["spec"]["template"]["volumes"] if volume["name"] == "ca"]
+    assert ca["secret"] == {"secretName": "orders-certs", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+    executor_env = {env["name"] for env in scheduled["spec"]["template"]["executor"]["env"]}
+    assert "COORDINATED_TOKEN" not in executor_env  # the driver ships it to the fetching tasks
     applications = [doc for doc in documents if doc["kind"] in ("SparkApplication", "ScheduledSparkApplication")]
     assert_runs_under_the_spark_operator(applications)
     names = {(doc["kind"], doc["metadata"]["name"]) for doc in documents}
@@ -266,7 +276,21 @@ def assert_runs_under_the_spark_operator(applications: list[dict[str, Any]]) -> 
             (container,) = spec[role]["template"]["spec"]["containers"]
             assert container["command"] == ["/usr/local/bin/spark-entrypoint.sh"]
             assert spec[role]["podSecurityContext"]["runAsNonRoot"] is True
-        assert {mount["name"] for mount in spec["driver"]["volumeMounts"]} == {"reports", "spark-local"}
+        assert {mount["name"] for mount in spec["driver"]["volumeMounts"]} - {"ca"} == {"reports", "spark-local"}
+
+
+def test_spark_audit_of_a_cluster_without_security(tools: dict[str, Path]) -> None:
+    rendered = helm(
+        tools, "template", "demo", str(CHART), "--namespace", "ops", "--kube-version", KUBE_VERSION,
+        "--set", "sparkAudit.enabled=true", "--set", "sparkAudit.cluster.tls=false",
+        "--set", "sparkAudit.cluster.auth=false",
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    scheduled = next(doc for doc in yaml.safe_load_all(rendered.stdout) if doc and "Spark" in doc["kind"])
+    template = scheduled["spec"]["template"]
+    assert template["arguments"][1].startswith("http://") and "--ca-file" not in template["arguments"]
+    assert "COORDINATED_TOKEN" not in yaml.safe_dump(template)
+    assert all(volume["name"] != "ca" for volume in template["volumes"])
 
 
 MONITORING = ["--set", "podMonitor.enabled=true", "--set", "prometheusRule.enabled=true"]
@@ -316,10 +340,68 @@ def test_sidecar_series_carry_no_pod_ip(tools: dict[str, Path]) -> None:
     assert targets["instance"]["sourceLabels"] == ["__meta_kubernetes_pod_name"]
     assert targets["cluster"]["sourceLabels"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"]
     assert "pod_ip" not in yaml.safe_dump(endpoint)
-    # The one sidecar series labelled by a peer's address is dropped at scrape time.
-    (drop,) = endpoint["metricRelabelings"]
-    assert drop["action"] == "drop" and re.fullmatch(drop["regex"], "coordinated_transport_sent_bytes_total")
+    # No series is dropped: the sidecar labels peers by node name (see the transport tests).
+    assert "metricRelabelings" not in endpoint
     assert monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "node"
+
+
+SECURED = [
+    "--set", "podMonitor.clusters[0].name=orders", "--set", "podMonitor.clusters[0].namespace=shop",
+    "--set", "podMonitor.clusters[1].name=legacy", "--set", "podMonitor.clusters[1].tls=false",
+    "--set", "podMonitor.clusters[1].auth=false",
+]  # fmt: skip
+
+
+def _pod_monitors(tools: dict[str, Path], *extra: str) -> dict[str, dict[str, Any]]:
+    rendered = helm(tools, "template", "demo", str(CHART), "--namespace", "ops", "--kube-version", KUBE_VERSION,
+                    *MONITORING, *extra)  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    return {
+        doc["metadata"]["name"]: doc
+        for doc in yaml.safe_load_all(rendered.stdout)
+        if doc and doc["kind"] == "PodMonitor"
+    }
+
+
+def test_pod_monitors_of_secured_clusters_validate_against_the_crd(tools: dict[str, Path], schema_dir: Path) -> None:
+    monitors = _pod_monitors(tools, *SECURED)
+    assert set(monitors) == {"demo-coordinated-cluster-sidecars", "orders-sidecars", "legacy-sidecars"}
+    result = kubeconform(tools, schema_dir, yaml.safe_dump_all(monitors.values()))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Valid: 3" in result.stdout, result.stdout
+    broken = yaml.safe_load(yaml.safe_dump(monitors["orders-sidecars"]))
+    broken["spec"]["podMetricsEndpoints"][0]["authorization"]["credentials"] = "orders-reader"  # not a key ref
+    assert kubeconform(tools, schema_dir, yaml.safe_dump(broken)).returncode != 0, "authorization is not checked"
+
+
+def test_a_secured_cluster_is_scraped_over_https_with_its_ca_and_reader_token(tools: dict[str, Path]) -> None:
+    monitors = _pod_monitors(tools, *SECURED)
+    orders = monitors["orders-sidecars"]
+    # In the cluster's namespace: the Prometheus Operator reads the CA and the token only from there.
+    assert orders["metadata"]["namespace"] == "shop"
+    assert orders["spec"]["namespaceSelector"] == {"matchNames": ["shop"]}
+    assert orders["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "orders"
+    (endpoint,) = orders["spec"]["podMetricsEndpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["ca"] == {"secret": {"name": "orders-certs", "key": "ca.crt"}}
+    assert endpoint["authorization"] == {"type": "Bearer", "credentials": {"name": "orders-reader", "key": "token"}}
+    assert endpoint["relabelings"] == monitors["legacy-sidecars"]["spec"]["podMetricsEndpoints"][0]["relabelings"]
+    # Targets are pod IPs: the certificate is checked against a name every pod's certificate carries.
+    server_name = endpoint["tlsConfig"]["serverName"]
+    spec = ClusterSpec.from_resource({"metadata": {"name": "orders", "namespace": "shop", "uid": "u"}, "spec": {}})
+    for pod in manifests.pod_names(spec, 3):
+        assert server_name in manifests.pod_certificate_dns_names(spec, pod)
+    assert server_name in manifests.wildcard_dns_names(spec)  # cert-manager's one certificate too
+    # A cluster with security off is scraped in plain HTTP; the catch-all leaves out the listed clusters.
+    (legacy,) = monitors["legacy-sidecars"]["spec"]["podMetricsEndpoints"]
+    assert not {"scheme", "tlsConfig", "authorization"} & set(legacy)
+    (excluded,) = monitors["demo-coordinated-cluster-sidecars"]["spec"]["selector"]["matchExpressions"]
+    assert excluded == {"key": "app.kubernetes.io/instance", "operator": "NotIn", "values": ["orders", "legacy"]}
+
+
+def test_the_catch_all_pod_monitor_can_be_left_out(tools: dict[str, Path]) -> None:
+    monitors = _pod_monitors(tools, *SECURED, "--set", "podMonitor.allClusters=false")
+    assert set(monitors) == {"orders-sidecars", "legacy-sidecars"}
 
 
 def test_alerts_have_runbooks_and_use_existing_metrics(tools: dict[str, Path]) -> None:

@@ -303,6 +303,7 @@ def test_the_audit_job_trusts_the_ca_and_reads_with_the_reader_token() -> None:
     env = {entry["name"]: entry for entry in container["env"]}
     assert env["COORDINATED_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "demo-reader", "key": "token"}
     assert env["SSL_CERT_FILE"]["value"] == "/etc/coordinated/tls/ca.crt"
+    assert container["args"][container["args"].index("--ca-file") + 1] == "/etc/coordinated/tls/ca.crt"
     ca_volume = {volume["name"]: volume for volume in pod["volumes"]}["ca"]
     assert ca_volume["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]  # no pod's private key
 

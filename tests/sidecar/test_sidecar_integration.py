@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -187,7 +188,8 @@ def test_restart_rejoins_with_the_diff_it_missed_then_diffs(make_cluster: Callab
 def sent_bytes(master: LocalNode, to: LocalNode) -> int:
     _, text = master.get("/metrics")
     for line in text.splitlines():
-        if line.startswith("coordinated_transport_sent_bytes_total") and to.transport_address in line:
+        # Labelled by the peer's node name, never its address (an IP that changes with every pod restart).
+        if line.startswith(f'coordinated_transport_sent_bytes_total{{peer="{to.name}"}}'):
             return int(float(line.rsplit(" ", 1)[1]))
     return 0
 
@@ -492,3 +494,26 @@ def test_the_master_removes_a_dead_follower_at_once_but_waits_for_a_hung_one(
         assert hung.name in members(), "a hung follower was removed before its checks failed"
     finally:
         cluster.kill(hung, signal.SIGCONT)
+
+
+def test_the_master_reports_each_followers_lag_by_name(make_cluster: Callable[..., LocalCluster]) -> None:
+    cluster = make_cluster()
+    nodes = cluster.bootstrap(3)
+    master = cluster.wait_master()
+    for i in range(20):
+        assert master.put(f"/_cluster/metadata/lag-{i}", i)[0] == 200
+    followers = [node for node in nodes if node is not master]
+
+    def lag() -> dict[str, float]:
+        _, text = master.get("/metrics")
+        found = re.findall(r'^coordinated_follower_lag_versions\{peer="([^"]+)"\} (\S+)$', text, re.M)
+        return {peer: float(value) for peer, value in found}
+
+    # Both followers by name, and none behind once they have applied the last write (no pod IP, no skew).
+    deadline = time.monotonic() + 10
+    while lag() != {node.name: 0.0 for node in followers} and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert lag() == {node.name: 0.0 for node in followers}
+    for follower in followers:  # only the master knows what its followers applied
+        _, text = follower.get("/metrics")
+        assert "coordinated_follower_lag_versions{" not in text

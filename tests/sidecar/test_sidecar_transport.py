@@ -12,6 +12,7 @@ import pytest
 from aiohttp import WSMsgType, web
 
 from coordinated.coordination.client import KvPut
+from coordinated.coordination.context import Mode
 from coordinated.coordination.messages import (
     Envelope,
     ForwardedRequest,
@@ -24,6 +25,7 @@ from coordinated.coordination.messages import (
 from coordinated.coordination.state import DiscoveryNode
 from coordinated.sidecar import transport
 from coordinated.sidecar.auth import MAC_BYTES, NONCE_BYTES, TransportAuth
+from coordinated.sidecar.metrics import NodeMetrics, StatusSnapshot
 from coordinated.sidecar.transport import (
     MESSAGE_PATH,
     PROTOCOL_HMAC,
@@ -184,6 +186,55 @@ def test_many_messages_arrive_in_order_over_one_stream() -> None:
         await peer.stop()
 
     run(scenario())
+
+
+def test_sent_bytes_are_counted_by_peer_name_across_address_changes() -> None:
+    # A pod restarted with a new IP is the same node: its bytes continue under its name, never its address.
+    async def scenario() -> None:
+        before, after = await Peer().start(), await Peer().start()
+        names = {before.address: "demo-1", after.address: "demo-1"}
+        failures: list[tuple[str, Message]] = []
+        sender = PeerSender(
+            SENDER,
+            lambda destination, message: failures.append((destination, message)),
+            None,
+            request_timeout_s=5.0,
+            connect_timeout_s=1.0,
+            retries=0,
+            queue_size=100,
+            peer_name=lambda address: names.get(address, "unknown"),
+        )
+        await sender.start()
+        sender.send(before.address, check(1))
+        await sender.flush(5)
+        first = sender.bytes_sent["demo-1"]
+        sender.send(after.address, check(2))
+        sender.send("seed.example:9300", check(3))  # no node known there (yet)
+        await sender.flush(5)
+        assert sender.bytes_sent == {"demo-1": first + len(envelope(check(2))), "unknown": len(envelope(check(3)))}
+        await sender.close()
+        await before.stop()
+        await after.stop()
+
+    run(scenario())
+
+
+def test_the_sent_bytes_metric_is_labelled_by_peer_name() -> None:
+    snapshot = StatusSnapshot(
+        current_term=1,
+        mode=Mode.LEADER,
+        applied_version=1,
+        applied_nodes=2,
+        elections_won=1,
+        failed_publications=0,
+        lagging_nodes_removed=0,
+        history_bytes=0,
+        persisted_bytes=0,
+        sent_bytes={"demo-1": 120},
+        dropped_messages=0,
+    )
+    text = NodeMetrics(lambda: snapshot).render().decode()
+    assert 'coordinated_transport_sent_bytes_total{peer="demo-1"} 120.0' in text
 
 
 def test_stream_outlives_the_request_timeout() -> None:

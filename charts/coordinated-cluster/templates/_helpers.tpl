@@ -115,6 +115,10 @@ arguments:
   - {{ join "," .urls | quote }}
   - --report-dir
   - /reports/{{ $audit.cluster.name }}
+  {{- if $audit.cluster.tls }}
+  - --ca-file
+  - /etc/coordinated/tls/ca.crt
+  {{- end }}
 sparkVersion: {{ $audit.sparkVersion | quote }}
 sparkConf:
   {{- range $key, $value := $audit.sparkConf }}
@@ -126,18 +130,27 @@ driver:
   cores: {{ $audit.driver.cores }}
   memory: {{ $audit.driver.memory | quote }}
   serviceAccount: {{ $name }}
-  {{- include "coordinated-cluster.auditPodSpec" (dict "container" "spark-kubernetes-driver" "reports" true) | nindent 2 }}
+  {{- include "coordinated-cluster.auditPodSpec" (dict "container" "spark-kubernetes-driver" "reports" true "cluster" $audit.cluster) | nindent 2 }}
 executor:
   instances: {{ $audit.executor.instances }}
   cores: {{ $audit.executor.cores }}
   memory: {{ $audit.executor.memory | quote }}
-  {{- include "coordinated-cluster.auditPodSpec" (dict "container" "spark-kubernetes-executor" "reports" false) | nindent 2 }}
+  {{- include "coordinated-cluster.auditPodSpec" (dict "container" "spark-kubernetes-executor" "reports" false "cluster" dict) | nindent 2 }}
 volumes:
   - name: reports
     persistentVolumeClaim:
       claimName: {{ $name }}-reports
   - name: spark-local
     emptyDir: {}
+  {{- if $audit.cluster.tls }}
+  # Only the CA's certificate: never the pods' keys that share its Secret.
+  - name: ca
+    secret:
+      secretName: {{ default (printf "%s-certs" $audit.cluster.name) $audit.cluster.caSecret }}
+      items:
+        - key: ca.crt
+          path: ca.crt
+  {{- end }}
 {{- end -}}
 
 {{/* What the driver and executor pods need beyond Spark's defaults (spark-jobs/k8s/sparkapplication.yaml). */}}
@@ -156,6 +169,14 @@ securityContext:
 env:
   - name: SPARK_LOCAL_DIRS
     value: /tmp/spark-local
+  {{- /* The driver reads the token and the CA and ships them to the fetching tasks. */}}
+  {{- if .cluster.auth }}
+  - name: COORDINATED_TOKEN
+    valueFrom:
+      secretKeyRef:
+        name: {{ .cluster.name }}-reader
+        key: token
+  {{- end }}
 volumeMounts:
   {{- if .reports }}
   - name: reports
@@ -163,10 +184,42 @@ volumeMounts:
   {{- end }}
   - name: spark-local
     mountPath: /tmp/spark-local
+  {{- if .cluster.tls }}
+  - name: ca
+    mountPath: /etc/coordinated/tls
+    readOnly: true
+  {{- end }}
 # The image runs `coordinated` by default; Spark's "driver"/"executor" arguments need its Spark entrypoint.
 template:
   spec:
     containers:
       - name: {{ .container }}
         command: [/usr/local/bin/spark-entrypoint.sh]
+{{- end -}}
+
+{{/* One sidecar scrape endpoint: the http port, labels by pod and cluster (never by pod IP). */}}
+{{- define "coordinated-cluster.sidecarEndpoint" -}}
+port: http
+path: /metrics
+interval: {{ .Values.podMonitor.interval }}
+scrapeTimeout: {{ .Values.podMonitor.scrapeTimeout }}
+relabelings:
+  - action: replace
+    targetLabel: job
+    replacement: coordinated-sidecar
+  # instance is the pod (the node's name), not IP:port.
+  - action: replace
+    sourceLabels: [__meta_kubernetes_pod_name]
+    targetLabel: instance
+  - action: replace
+    sourceLabels: [__meta_kubernetes_pod_name]
+    targetLabel: pod
+  - action: replace
+    sourceLabels: [__meta_kubernetes_pod_label_app_kubernetes_io_instance]
+    targetLabel: cluster
+  - action: replace
+    sourceLabels: [__meta_kubernetes_namespace]
+    targetLabel: namespace
+  - action: labeldrop
+    regex: (endpoint|container)
 {{- end -}}

@@ -560,6 +560,8 @@ def audit_cronjob(spec: ClusterSpec, replicas: int, tls_source: str | None = Non
         volumes.append({"name": "ca", "secret": {"secretName": secret, "items": items, "defaultMode": 0o440}})
         container["volumeMounts"].append({"name": "ca", "mountPath": TLS_DIR, "readOnly": True})
         env.append({"name": "SSL_CERT_FILE", "value": f"{TLS_DIR}/{CA_CERT_KEY}"})
+        # Read once by the driver and shipped to the tasks that fetch, wherever Spark runs them.
+        args += ["--ca-file", f"{TLS_DIR}/{CA_CERT_KEY}"]
     if spec.auth_enabled:
         reader = {"secretKeyRef": {"name": token_secret_name(spec, "reader"), "key": TOKEN_KEY}}
         env.append({"name": "COORDINATED_TOKEN", "valueFrom": reader})

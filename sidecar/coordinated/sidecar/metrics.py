@@ -16,6 +16,8 @@ from coordinated.coordination.history import SESSION_EVENT_TYPES
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 MODES = tuple(mode.value for mode in Mode)
+# The peer label of bytes sent to an address that no known node has (a seed host before discovery).
+UNKNOWN_PEER = "unknown"
 
 
 @dataclass(frozen=True)
@@ -31,8 +33,10 @@ class StatusSnapshot:
     lagging_nodes_removed: int
     history_bytes: int
     persisted_bytes: int
-    sent_bytes: dict[str, int] | None  # None without a transport
+    sent_bytes: dict[str, int] | None  # by peer node name; None without a transport
     dropped_messages: int
+    # On the master only: per follower (by node name), committed versions it has not applied yet.
+    follower_lag: dict[str, int] | None = None
     sessions_active: int = 0  # in the applied state
     ephemeral_keys: int = 0
 
@@ -78,6 +82,15 @@ class _CoreCollector(Collector):
         yield CounterMetricFamily(
             "coordinated_state_bytes_persisted", "Bytes written to the state file", value=status.persisted_bytes
         )
+        if status.follower_lag is not None:
+            lag = GaugeMetricFamily(
+                "coordinated_follower_lag_versions",
+                "On the master: committed versions each follower has not applied yet (what the lag detector sees)",
+                labels=["peer"],
+            )
+            for peer, versions in sorted(status.follower_lag.items()):
+                lag.add_metric([peer], versions)
+            yield lag
         yield GaugeMetricFamily(
             "coordinated_sessions_active", "Sessions in the applied state", value=status.sessions_active
         )
@@ -86,10 +99,12 @@ class _CoreCollector(Collector):
         )
         if status.sent_bytes is not None:
             sent = CounterMetricFamily(
-                "coordinated_transport_sent_bytes", "Envelope bytes sent, per destination", labels=["destination"]
+                "coordinated_transport_sent_bytes",
+                f"Envelope bytes sent, by the peer's node name ({UNKNOWN_PEER} for an address no known node has)",
+                labels=["peer"],
             )
-            for destination, count in sorted(status.sent_bytes.items()):
-                sent.add_metric([destination], count)
+            for peer, count in sorted(status.sent_bytes.items()):
+                sent.add_metric([peer], count)
             yield sent
             yield CounterMetricFamily(
                 "coordinated_transport_dropped_messages",

@@ -37,7 +37,7 @@ from coordinated.sidecar.auth import TransportAuth
 from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.history import HistoryWriter
 from coordinated.sidecar.hooks import HookManager
-from coordinated.sidecar.metrics import NodeMetrics, StatusSnapshot
+from coordinated.sidecar.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.persistence import (
     HOOKS_FILE,
@@ -116,6 +116,7 @@ class Node:
             retries=cfg.get("transport.retries"),
             queue_size=cfg.get("transport.queue_size"),
             tls_client=self.transport_tls,
+            peer_name=self.peer_name,
         )
         await self.sender.start()
         await self.hooks.start()
@@ -345,6 +346,20 @@ class Node:
                 return predicate()
         return True
 
+    def peer_name(self, address: str) -> str:
+        """The node name at a transport address, for metric labels: from the applied state, the last accepted
+        one (a node that is joining), or the peers discovery found; UNKNOWN_PEER for a seed host not yet probed."""
+        states = (self.applied_state, self.persisted.last_accepted_state)
+        for state in states:
+            for node in state.nodes.values():
+                if node.transport_address == address:
+                    return node.name
+        if self.coordinator is not None:
+            peer = self.coordinator.peer_finder.peers.get(address)
+            if peer is not None:
+                return peer.name
+        return UNKNOWN_PEER
+
     def status_snapshot(self) -> StatusSnapshot | None:
         """What the metrics report, read at scrape time; None before the core starts."""
         coordinator = self.coordinator
@@ -363,9 +378,24 @@ class Node:
             persisted_bytes=self.persisted.bytes_written,
             sent_bytes=dict(self.sender.bytes_sent) if self.sender is not None else None,
             dropped_messages=self.sender.dropped if self.sender is not None else 0,
+            follower_lag=self.follower_lag() if coordinator.mode is Mode.LEADER else None,
             sessions_active=len(state.sessions),
             ephemeral_keys=len(state.kv_sessions),
         )
+
+    def follower_lag(self) -> dict[str, int]:
+        """Per follower: the applied state's version minus the version the follower last reported applied,
+        both read here, at one moment (versions scraped from different pods at different moments differ by
+        the writes in between). Followers that reported nothing yet since this node became master are left
+        out rather than shown as behind by the whole history."""
+        assert self.coordinator is not None
+        reported = self.coordinator.lag_detector.applied_versions
+        state = self.applied_state
+        return {
+            node.name: max(0, state.version - reported[node_id])
+            for node_id, node in state.nodes.items()
+            if node_id != self.node_id and node_id in reported
+        }
 
     @property
     def history_dir(self) -> Path:

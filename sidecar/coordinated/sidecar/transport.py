@@ -164,8 +164,12 @@ class PeerSender:
         retries: int,
         queue_size: int,
         tls_client: ReloadingContext | None = None,
+        peer_name: Callable[[str], str] = str,
     ) -> None:
         self.local_address = local_address
+        # Maps a destination address to the stable name its bytes are counted under (a node name: pod IPs
+        # change with every restart, and a metric label holding them would start new series each time).
+        self.peer_name = peer_name
         self.tls_client = tls_client
         self.scheme = "https" if tls_client is not None else "http"
         self.on_failure = on_failure
@@ -178,7 +182,7 @@ class PeerSender:
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.streams: dict[str, _Stream] = {}
         self.session: aiohttp.ClientSession | None = None
-        self.bytes_sent: dict[str, int] = {}
+        self.bytes_sent: dict[str, int] = {}  # by peer name, counted when sent: never decreases
         self.dropped = 0
         # Destinations without a stream endpoint (an older version) -> loop time until which POSTs are used.
         self._post_until: dict[str, float] = {}
@@ -229,7 +233,8 @@ class PeerSender:
 
     async def _deliver(self, destination: str, message: Message) -> None:
         body = self._encode(message)
-        self.bytes_sent[destination] = self.bytes_sent.get(destination, 0) + len(body)
+        peer = self.peer_name(destination)
+        self.bytes_sent[peer] = self.bytes_sent.get(peer, 0) + len(body)
         post_until = self._post_until.get(destination)
         if post_until is not None:
             if asyncio.get_running_loop().time() < post_until:

@@ -124,7 +124,8 @@ def lag_heatmap(lag: dict[str, Any], names: list[str], t0: float) -> str:
         im = ax.imshow(data, aspect="auto", cmap="magma_r", interpolation="nearest",
                        extent=(x0, x1, len(names) - 0.5, -0.5), vmin=0)  # fmt: skip
         fig.colorbar(im, ax=ax, pad=0.01, label="versions behind")
-        ax.set_yticks(range(len(names)), names)
+        labels = lag.get("labels", {})
+        ax.set_yticks(range(len(names)), [labels.get(n, n) for n in names])
         _time_axis(ax)
     ax.set_title("Per-node applied-version lag (blank: no events yet)")
     return _png(fig)

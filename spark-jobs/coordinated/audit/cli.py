@@ -47,6 +47,20 @@ def parser() -> argparse.ArgumentParser:
         help="fetch GET /_history from these sidecar URLs (comma separated) instead of reading files",
     )
     p.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="with --from-cluster: a file holding the bearer token sent to the sidecars (a reader token is "
+        "enough); default: $COORDINATED_TOKEN",
+    )
+    p.add_argument(
+        "--ca-file",
+        type=Path,
+        metavar="FILE",
+        help="with --from-cluster: the CA certificate(s) (PEM) that sign the sidecars' HTTPS certificates; "
+        "default: $SSL_CERT_FILE, else the system's trust store",
+    )
+    p.add_argument(
         "--spark-master",
         default=None,
         help="Spark master (default local[*]; under spark-submit, the one spark-submit was given)",
@@ -95,9 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     inp = None
     try:
         if urls:
-            from coordinated.audit.fetch import load_from_cluster
+            from coordinated.audit.fetch import FetchAuth, load_from_cluster
 
-            inp = load_from_cluster(spark, urls, skip_malformed=args.skip_malformed)
+            auth = FetchAuth.resolve(args.token_file, args.ca_file)
+            inp = load_from_cluster(spark, urls, skip_malformed=args.skip_malformed, auth=auth)
         else:
             inp = load(spark, args.paths, fmt=args.format, skip_malformed=args.skip_malformed)
         if args.compact_to:
@@ -147,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['previous_cluster_uuid']} -> {r['cluster_uuid']}, (term, version) "
             f"{tuple(r['previous_term_version'])} -> {tuple(r['term_version'])}"
         )
+    for m in rep.get("missing_histories", []):
+        print(f"  note: no history in the input for node {m['node']}, which cluster {m['cluster']}'s states name")
     print(f"report: {json_path}" + (f" and {html_path}" if html_path else ""))
     return EXIT_OK if rep["ok"] else EXIT_VIOLATIONS
 

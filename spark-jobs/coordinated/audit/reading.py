@@ -35,6 +35,8 @@ from coordinated.audit.schema import (
     EVENT_COLUMNS,
     EVENT_SCHEMA,
     EVENT_TYPES,
+    NODE_NAME,
+    NODE_NAME_COLUMN,
     REQUIRED_ALWAYS,
     REQUIRED_FOR_STATES,
     STATE_TYPES,
@@ -212,7 +214,9 @@ def read_jsonl_lines(spark: SparkSession, paths: Sequence[str]) -> tuple[DataFra
 
 def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
     """Parse `value` lines; `lines` has `_source` and either `_line` or (`_block`, `_mid`)."""
-    schema = T.StructType([*EVENT_SCHEMA.fields, T.StructField(CORRUPT, T.StringType())])
+    schema = T.StructType(
+        [*EVENT_SCHEMA.fields, T.StructField(NODE_NAME, T.StringType()), T.StructField(CORRUPT, T.StringType())]
+    )
     has_line = "_line" in lines.columns
     position = ["_line"] if has_line else ["_block", "_mid"]
     parsed = lines.select(
@@ -223,6 +227,7 @@ def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
     ).select("_source", *position, "value", "p.*")
     parsed = parsed.select(
         *EVENT_COLUMNS,
+        F.col(NODE_NAME).alias(NODE_NAME_COLUMN),
         "_source",
         *position,
         _problem(F.col("value")).alias("_problem"),
@@ -230,6 +235,7 @@ def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
     )
     parsed = parsed.select(
         *EVENT_COLUMNS,
+        NODE_NAME_COLUMN,
         "_source",
         *position,
         "_problem",
@@ -238,7 +244,9 @@ def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
     # Fetched lines come from one sidecar per URL; files from a node's folder.
     origin = F.col("_source") if has_line else origin_of(F.col("_source"))
     result = Input(
-        events=parsed.filter(F.col("_problem").isNull()).select(*EVENT_COLUMNS, "_source", origin.alias("_origin")),
+        events=parsed.filter(F.col("_problem").isNull()).select(
+            *EVENT_COLUMNS, NODE_NAME_COLUMN, "_source", origin.alias("_origin")
+        ),
         persisted=[parsed],
     )
     bad = parsed.filter(F.col("_problem").isNotNull() & (F.col("_problem") != "blank"))
@@ -308,7 +316,10 @@ def read_parquet(spark: SparkSession, paths: Sequence[str], *, skip_malformed: b
     rows = rows.withColumn("_problem", _problem(None)).drop(CORRUPT)
     result = Input(
         events=rows.filter(F.col("_problem").isNull()).select(
-            *EVENT_COLUMNS, "_source", origin_of(F.col("_source")).alias("_origin")
+            *EVENT_COLUMNS,
+            F.lit(None).cast(T.StringType()).alias(NODE_NAME_COLUMN),  # compaction keeps the contract's fields
+            "_source",
+            origin_of(F.col("_source")).alias("_origin"),
         )
     )
     bad = rows.filter(F.col("_problem").isNotNull())

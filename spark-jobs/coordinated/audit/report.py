@@ -51,6 +51,7 @@ def build(
     order = {name: i for i, name in enumerate(INVARIANTS)}
     results = sorted(results, key=lambda r: order.get(r.invariant, len(order)))
     summary = dict(stats.summary)
+    missing = summary.pop("missing_histories", [])
     summary["violation_counts"] = {r.invariant: r.total for r in results}
     summary.update(extra)
     return {
@@ -61,6 +62,8 @@ def build(
         "violations": [v.to_json() for r in results for v in r.violations],
         # Operator resets: not violations, but a node's state was changed offline (writes may be lost).
         "resets": resets or [],
+        # Nodes the states name without a history in the input (removed with their volumes): not checked.
+        "missing_histories": missing,
         "stats": summary,
     }
 
@@ -117,14 +120,41 @@ def _table(rows: list[dict[str, Any]], cols: list[str] | None = None, cls: str =
     return f"<table class='{cls}'><tr>{head}</tr>{body}</table>"
 
 
-def _example_table(invariant: str, examples: list[dict[str, Any]]) -> str:
+def _example_table(invariant: str, examples: list[dict[str, Any]], stats: dict[str, Any]) -> str:
     rows = []
     for e in examples:
         where = str(e.get("file") or "")
         line = f":{e['line']}" if e.get("line") else ""
-        rows.append({"where": f"{where}{line} (seq {e.get('seq')})", "time (UTC)": utc_text(e.get("ts")), **e})
+        where = f"{where}{line} (seq {e.get('seq')})"
+        rows.append({"where": where, "time (UTC)": utc_text(e.get("ts")), **e, "node": _label(stats, e.get("node"))})
     cols = ["where", "time (UTC)", *RELEVANT.get(invariant, ("node", "type", "term", "version", "state_uuid"))]
     return _table(rows, cols, "ex")
+
+
+def _label(stats: dict[str, Any], node: str | None) -> str | None:
+    """`name (id)` when the node's events gave its name (a pod name on Kubernetes), else the id."""
+    name = stats.get("node_names", {}).get(node) if node is not None else None
+    return f"{name} ({node})" if name else node
+
+
+def _missing_note(missing: list[dict[str, Any]]) -> str:
+    if not missing:
+        return ""
+    nodes = ", ".join(m["node"] + (f" ({m['name']})" if m.get("name") else "") for m in missing)
+    return f"<p class='bad'>Histories missing for {len(missing)} node(s) the states name: {html.escape(nodes)}.</p>"
+
+
+def _missing_table(missing: list[dict[str, Any]]) -> str:
+    if not missing:
+        return "<p>none: every node the states name has its history in the input</p>"
+    note = (
+        "<p class='bad'>These nodes are named by the states (voting configurations, quorums or as master) but "
+        "their histories are not in the input: typically nodes removed with their volumes. Their accepts and "
+        "their commits as master could not be checked; ship histories off the nodes before removing them to "
+        "audit them too.</p>"
+    )
+    rows = [{"cluster": m["cluster"], "node": m["node"], "name": m.get("name") or "unknown"} for m in missing]
+    return note + _table(rows)
 
 
 def _img(title: str, png: str) -> str:
@@ -135,6 +165,7 @@ def _cluster_section(cid: str, stats: dict[str, Any], charts: dict[str, str]) ->
     nodes = [
         {
             "node": v["node"],
+            "name": v.get("name") or "",
             "events": v["events"],
             "first seq": v["first_seq"],
             "last seq": v["last_seq"],
@@ -151,8 +182,8 @@ def _cluster_section(cid: str, stats: dict[str, Any], charts: dict[str, str]) ->
         {
             "term": g["term"],
             "gap (s)": g["gap_s"],
-            "from master": g["from_master"],
-            "to master": g["to_master"],
+            "from master": _label(stats, g["from_master"]),
+            "to master": _label(stats, g["to_master"]),
             "last commit before (UTC)": utc_text(g["from_ts"]),
             "first commit after (UTC)": utc_text(g["to_ts"]),
         }
@@ -170,7 +201,7 @@ def _cluster_section(cid: str, stats: dict[str, Any], charts: dict[str, str]) ->
     )
 
 
-def _resets_table(resets: list[dict[str, Any]]) -> str:
+def _resets_table(resets: list[dict[str, Any]], stats: dict[str, Any]) -> str:
     if not resets:
         return "<p>none</p>"
     note = (
@@ -181,6 +212,7 @@ def _resets_table(resets: list[dict[str, Any]]) -> str:
     rows = [
         {
             **{c: r[c] for c in cols},
+            "node": _label(stats, r["node"]),
             "(term, version) before": tuple(r["previous_term_version"]),
             "(term, version) after": tuple(r["term_version"]),
         }
@@ -203,7 +235,7 @@ def render_html(report: dict[str, Any], charts: dict[str, dict[str, str]]) -> st
     for v in report["violations"]:
         items.append(
             f"<div class='v'><b>{html.escape(v['invariant'])}</b>: {html.escape(v['detail'])}"
-            f"{_example_table(v['invariant'], v['examples'])}</div>"
+            f"{_example_table(v['invariant'], v['examples'], stats)}</div>"
         )
     rng = stats.get("time_range", {})
     clusters = list(charts) or stats.get("clusters", [])
@@ -248,10 +280,12 @@ pre {{ background: #f6f6f6; padding: .5em; }}
 <p>{report["events"]:,} events from {report["nodes"]} nodes in {len(stats.get("clusters", []))} cluster(s),
 {utc_text(rng.get("first_ts"))} to {utc_text(rng.get("last_ts"))} (UTC);
 {report["malformed_lines"]} malformed lines skipped; {len(truncated)} crash-cut last lines noted.</p>
+{_missing_note(report.get("missing_histories", []))}
 {nav}
 <h2>Invariants</h2>{counts}
 <h2>Violations</h2>{"".join(items) or "<p>none</p>"}
-<h2>Operator resets (coordinated node-tool)</h2>{_resets_table(report.get("resets", []))}
+<h2>Operator resets (coordinated node-tool)</h2>{_resets_table(report.get("resets", []), stats)}
+<h2>Nodes without a history in the input</h2>{_missing_table(report.get("missing_histories", []))}
 <h2>Figures</h2>{figures}
 {sections}
 <h2>Crash-cut last lines</h2>{_table(truncated) or "<p>none</p>"}

@@ -77,6 +77,11 @@ def _event_schema() -> T.StructType:
 EVENT_SCHEMA = _event_schema()
 EVENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in EVENT_SCHEMA.fields)
 
+# The node's name (a pod name on Kubernetes) as events carry it: informational, so it is read into a column of
+# its own (null where absent, e.g. from Parquet) and used only to name nodes in the report.
+NODE_NAME = "node_name"
+NODE_NAME_COLUMN = "_node_name"
+
 # Fields every event must carry (non-null); state events also need their state's identity.
 REQUIRED_ALWAYS: tuple[str, ...] = ("cluster_uuid", "node", "seq", "type", "term")
 REQUIRED_FOR_STATES: tuple[str, ...] = ("version", "state_uuid")

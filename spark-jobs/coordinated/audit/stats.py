@@ -18,6 +18,9 @@ from pyspark.sql import functions as F
 from coordinated.audit.invariants.masters import winners
 from coordinated.audit.prepare import Frames
 from coordinated.audit.reading import display_source
+from coordinated.audit.schema import NODE_NAME_COLUMN, UNBOOTSTRAPPED
+from coordinated.coordination.offline_recovery import MUST_JOIN_ELECTED_MASTER
+from coordinated.coordination.state import PLACEHOLDER_PREFIX
 
 LAG_BINS = 120
 LAGGING_VERSIONS = 2  # a node at least this many committed versions behind, at some point, is listed
@@ -41,9 +44,72 @@ def node_key(histories: list[Any]) -> dict[tuple[str, str], str]:
     return {(h.cluster, h.node): h.node if counts[h.node] == 1 else f"{h.node}@{h.cluster}" for h in histories}
 
 
+@dataclass
+class Directory:
+    """Who the nodes are: each node id's name as its own events give it, and per cluster the node ids the
+    states name (voting configurations, quorums, masters)."""
+
+    names: dict[str, str]  # node id -> node name (a pod name on Kubernetes)
+    referenced: dict[str, set[str]]  # cluster -> node ids its states name
+
+    def name(self, node: str | None) -> str | None:
+        return self.names.get(node) if node is not None else None
+
+    def label(self, node: str | None) -> str | None:
+        """`name (id)` for people; the id alone when the node's name is unknown."""
+        name = self.name(node)
+        return f"{name} ({node})" if name and node else node
+
+
+def _not_a_node(node_id: str) -> bool:
+    """Configuration entries that stand for no node: a bootstrap placeholder, the detached node's marker."""
+    return node_id.startswith(PLACEHOLDER_PREFIX) or node_id in MUST_JOIN_ELECTED_MASTER.node_ids
+
+
+def directory(fr: Frames) -> Directory:
+    """One aggregation over the events: names per node, and the node ids each node's states name."""
+    ev = fr.events
+    has_names = NODE_NAME_COLUMN in ev.columns
+    name = F.max(NODE_NAME_COLUMN) if has_names else F.lit(None).cast("string")
+    rows = (
+        ev.groupBy("cluster_uuid", "node")
+        .agg(
+            name.alias("name"),
+            F.collect_set("last_committed_config").alias("committed"),
+            F.collect_set("last_accepted_config").alias("accepted"),
+            F.collect_set("quorum").alias("quorum"),
+            F.collect_set("master").alias("master"),
+        )
+        .collect()
+    )
+    names: dict[str, str] = {}
+    referenced: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        if r["name"]:
+            names.setdefault(r["node"], r["name"])
+        if r["cluster_uuid"] == UNBOOTSTRAPPED:
+            continue
+        ids = {i for key in ("committed", "accepted", "quorum") for ids in r[key] for i in ids} | set(r["master"])
+        referenced[r["cluster_uuid"]] |= {i for i in ids if i and not _not_a_node(i)}
+    return Directory(names, dict(referenced))
+
+
+def missing_histories(fr: Frames, who: Directory) -> list[dict[str, Any]]:
+    """Nodes a cluster's states name (as voters, quorum members or master) whose history is not in the input:
+    typically nodes removed with their volumes. Their part of the story (their accepts, their commits as master)
+    cannot be checked, so the report says so instead of staying silent."""
+    present = {h.node for h in fr.nodes.histories}
+    return [
+        {"cluster": cluster, "node": node, "name": who.name(node)}
+        for cluster, nodes in sorted(who.referenced.items())
+        for node in sorted(nodes - present)
+    ]
+
+
 def compute(fr: Frames, *, truncated: list[dict[str, object]] | None = None, cap: int = CAP) -> Stats:
     np = fr.nodes
     names = node_key(np.histories)
+    who = directory(fr)
     cut_by_node = Counter(_cut_node(t, np.streams) for t in truncated or [])
     clusters = sorted({h.cluster for h in np.histories})
     t0 = min((s.first_ts for s in np.streams if s.first_ts is not None), default=0.0)
@@ -53,6 +119,7 @@ def compute(fr: Frames, *, truncated: list[dict[str, object]] | None = None, cap
     for h in np.histories:
         per_node[names[(h.cluster, h.node)]] = {
             "node": h.node,
+            "name": who.name(h.node),
             "cluster": h.cluster,
             "events": h.figure("events"),
             "first_seq": min(p.first_seq for p in h.pieces),
@@ -80,12 +147,13 @@ def compute(fr: Frames, *, truncated: list[dict[str, object]] | None = None, cap
     by_term = {(r["cid"], r["term"]): r for r in commits}
     for (cid, term), vs in sorted(won.items()):
         commit = by_term.get((cid, term))
-        node, ts = vs[0][0], min((v[1] for v in vs if v[1] is not None), default=None)
+        ts = min((v[1] for v in vs if v[1] is not None), default=None)
         end = stepped.get((cid, term))
         reigns[cid].append(
             {
                 "term": term,
-                "master": node if len({v[0] for v in vs}) == 1 else ", ".join(sorted({v[0] for v in vs})),
+                # Charts only: a master is shown by its name and id.
+                "master": ", ".join(str(who.label(m)) for m in sorted({v[0] for v in vs})),
                 "elected_ts": ts,
                 "first_commit_ts": commit["first"] if commit else None,
                 "last_commit_ts": commit["last"] if commit else None,
@@ -124,6 +192,7 @@ def compute(fr: Frames, *, truncated: list[dict[str, object]] | None = None, cap
     p_lat = lat_agg["p"] or [None, None, None]
     latency = _latency_histograms(lat)
     lag = _lag(fr, names)
+    lag["series"]["labels"] = {key: who.label(node) for (_, node), key in names.items()}
     lagging = [
         {"node": name, **figures}
         for name, figures in sorted(lag["per_node"].items())
@@ -133,6 +202,8 @@ def compute(fr: Frames, *, truncated: list[dict[str, object]] | None = None, cap
     n_elections = sum(len(v) for v in won.values())
     summary: dict[str, object] = {
         "clusters": clusters,
+        "node_names": dict(sorted(who.names.items())),
+        "missing_histories": missing_histories(fr, who),
         "time_range": {"first_ts": _r(t0), "last_ts": _r(t1)},
         "per_node": per_node,
         "terms": {

@@ -1,0 +1,132 @@
+"""The chart's alert rules evaluated by Prometheus's own rule engine (`promtool test rules`, from Debian's
+`prometheus` package) on series shaped like what the sidecars export: every rule parses, and the lag alert
+fires on a follower the master sees behind, not on the skew between pods scraped at different moments."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from operator_schemas import REPO, install_tools
+
+CHART = REPO / "charts" / "coordinated-cluster"
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("go") is None, reason="building helm needs Go"),
+    pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (scripts/system-deps.sh test)"),
+]
+
+SIDECAR = 'job="coordinated-sidecar", namespace="shop", cluster="orders"'
+LAGGING_FOR_MINUTES = 2  # values.yaml: prometheusRule.laggingFor
+
+
+@pytest.fixture(scope="module")
+def rules_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    helm = install_tools()["HELM"]
+    rendered = subprocess.run(
+        [str(helm), "template", "demo", str(CHART), "--kube-version", "1.29.0", "--set", "prometheusRule.enabled=true"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    (rule,) = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc and doc["kind"] == "PrometheusRule"]
+    path = tmp_path_factory.mktemp("rules") / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    return path
+
+
+def promtool_test(rules_file: Path, tests: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+    spec = rules_file.parent / "test.yaml"
+    spec.write_text(yaml.safe_dump({"rule_files": [rules_file.name], "evaluation_interval": "1m", "tests": tests}))
+    return subprocess.run(
+        ["promtool", "test", "rules", str(spec)], capture_output=True, text=True, cwd=rules_file.parent
+    )
+
+
+def test_every_rule_parses(rules_file: Path) -> None:
+    checked = subprocess.run(["promtool", "check", "rules", str(rules_file)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def lag_scenario(lag_of_orders_2: int) -> dict[str, Any]:
+    """Steady writes (60 versions a minute). orders-1 is always scraped 20 versions "behind" orders-0, which
+    is the scrape skew of a healthy cluster; the master (orders-0) sees orders-1 one version behind at most and
+    orders-2 `lag_of_orders_2` versions behind."""
+    return {
+        "interval": "1m",
+        "input_series": [
+            {"series": f'coordinated_cluster_state_version{{{SIDECAR}, pod="orders-0"}}', "values": "1000+60x30"},
+            {"series": f'coordinated_cluster_state_version{{{SIDECAR}, pod="orders-1"}}', "values": "980+60x30"},
+            {"series": f'coordinated_cluster_state_version{{{SIDECAR}, pod="orders-2"}}', "values": "1000+60x30"},
+            {"series": f'coordinated_follower_lag_versions{{{SIDECAR}, pod="orders-0", peer="orders-1"}}', "values": "1+0x30"},
+            {"series": f'coordinated_follower_lag_versions{{{SIDECAR}, pod="orders-0", peer="orders-2"}}',
+             "values": f"{lag_of_orders_2}+0x30"},
+        ],
+    }  # fmt: skip
+
+
+def test_scrape_skew_between_pods_is_not_lag(rules_file: Path) -> None:
+    test = {
+        **lag_scenario(0),
+        "alert_rule_test": [{"eval_time": "20m", "alertname": "CoordinatedClusterNodeLagging", "exp_alerts": []}],
+    }
+    done = promtool_test(rules_file, [test])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_follower_the_master_sees_behind_fires_the_lag_alert(rules_file: Path) -> None:
+    alert = {
+        "exp_labels": {"severity": "warning", "namespace": "shop", "cluster": "orders", "peer": "orders-2"},
+        "exp_annotations": {
+            "summary": "orders-2 is 50 cluster state versions behind the master",
+            "description": "The node applies committed states late; the master removes it after cluster.follower_lag.timeout.",
+        },
+    }
+    test = {
+        **lag_scenario(50),
+        "alert_rule_test": [
+            {"eval_time": f"{LAGGING_FOR_MINUTES - 1}m", "alertname": "CoordinatedClusterNodeLagging", "exp_alerts": []},
+            {"eval_time": "20m", "alertname": "CoordinatedClusterNodeLagging", "exp_alerts": [alert]},
+        ],
+    }  # fmt: skip
+    done = promtool_test(rules_file, [test])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+DASHBOARD = CHART / "dashboards" / "coordinated-cluster.json"
+
+
+def panel_expr(title: str) -> str:
+    """A dashboard panel's query with its variables set to "All", as Grafana sends it."""
+    panel = next(p for p in json.loads(DASHBOARD.read_text())["panels"] if p["title"] == title)
+    (target,) = panel["targets"]
+    return str(target["expr"]).replace('=~"$namespace"', '=~".*"').replace('=~"$cluster"', '=~".*"')
+
+
+def test_the_failovers_panel_counts_a_master_that_died(rules_file: Path) -> None:
+    # orders-0 is master in term 1 and is killed at 5m (its series end); orders-1 wins term 2.
+    series = {
+        ("coordinated_is_master", "orders-0"): "1x20 stale",
+        ("coordinated_current_term", "orders-0"): "1x20 stale",
+        ("coordinated_is_master", "orders-1"): "0x20 1x20",
+        ("coordinated_current_term", "orders-1"): "1x20 2x20",
+        ("coordinated_is_master", "orders-2"): "0x40",
+        ("coordinated_current_term", "orders-2"): "1x20 2x20",
+    }
+    test = {
+        "interval": "15s",
+        "input_series": [
+            {"series": f'{name}{{{SIDECAR}, pod="{pod}"}}', "values": values} for (name, pod), values in series.items()
+        ],
+        "promql_expr_test": [
+            {"expr": panel_expr("Failovers"), "eval_time": "4m", "exp_samples": [
+                {"labels": '{namespace="shop", cluster="orders"}', "value": 0}]},
+            {"expr": panel_expr("Failovers"), "eval_time": "8m", "exp_samples": [
+                {"labels": '{namespace="shop", cluster="orders"}', "value": 1}]},
+        ],
+    }  # fmt: skip
+    done = promtool_test(rules_file, [test])
+    assert done.returncode == 0, done.stdout + done.stderr
