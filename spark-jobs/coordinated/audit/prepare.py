@@ -101,10 +101,10 @@ def majority_of(config: str, quorum: Column | None = None) -> Column:
 
 
 def config_members() -> Column:
-    """Both configurations of the event's state, sorted: a member's position is its bit in the masks."""
-    return F.array_sort(
-        F.array_union(F.coalesce("last_committed_config", F.array()), F.coalesce("last_accepted_config", F.array()))
-    )
+    """Both configurations of the event's state, in the order the event lists them: a member's position is its
+    bit in the masks. Events whose configurations differ (even in order only) have different `cfg` hashes, so
+    a state whose masks are compared at all has one order on all its events; the others are checked exactly."""
+    return F.array_union(F.coalesce("last_committed_config", F.array()), F.coalesce("last_accepted_config", F.array()))
 
 
 def _bit(position: Column) -> Column:
@@ -139,10 +139,14 @@ def state_table(events: DataFrame) -> DataFrame:
     acc = typ == "accepted"
     commit = is_master_commit()
     reset = typ == UNSAFE_BOOTSTRAP
-    members = config_members()
     quorum = F.coalesce("quorum", F.array())
     configs = F.xxhash64("last_committed_config", "last_accepted_config")
-    ev = events.filter(typ.isin("accepted", "committed", "applied", UNSAFE_BOOTSTRAP)).select(
+    # The members once per event that needs them (accepted and the master's commit), not once per use.
+    ev = events.filter(typ.isin("accepted", "committed", "applied", UNSAFE_BOOTSTRAP)).withColumn(
+        "_members", F.when(acc | commit, config_members())
+    )
+    members = F.col("_members")
+    ev = ev.select(
         F.col("cluster_uuid").alias("cid"),
         "state_uuid",
         "term",

@@ -107,7 +107,7 @@ class NodePass:
         return out
 
 
-CHUNK = 1 << 16  # seqs per window partition: a node's history spreads over many tasks
+CHUNK = 1 << 14  # seqs per window partition: a node's history spreads over many tasks
 
 
 def epoch_of(resets: list[Row]) -> Column:
