@@ -111,6 +111,10 @@ def test_route_table() -> None:
     assert required_role("PUT", "/_cluster/metadata/locks/a") is Role.WRITER
     assert required_role("POST", "/_cluster/metadata/_txn") is Role.WRITER
     assert required_role("POST", "/_sessions") is Role.WRITER
+    # Sessions are a writer's, their listing included; as route templates too.
+    assert required_role("GET", "/_sessions") is Role.WRITER
+    assert required_role("PUT", "/_sessions/{id}/_keepalive") is Role.WRITER
+    assert required_role("DELETE", "/_sessions/{id}") is Role.WRITER
     assert required_role("GET", "/_cluster/settings") is Role.ADMIN
     assert required_role("PUT", "/_snapshot/r/s") is Role.ADMIN
     assert required_role("GET", "/_hooks") is Role.ADMIN
@@ -182,6 +186,16 @@ def test_tokens_roles_and_loopback_listener(make_cluster: Callable[..., LocalClu
     hook = {"url": "http://127.0.0.1:9/hook"}
     assert call("PUT", "/_hooks/h", WRITER, hook) == 403
     assert call("GET", "/_hooks", WRITER) == 403
+    repository = {"type": "fs", "settings": {"location": str(tmp_path / "backups")}}
+    for method, path in (
+        ("PUT", "/_snapshot/r"),
+        ("GET", "/_snapshot"),
+        ("PUT", "/_snapshot/r/s?wait_for_completion=true"),
+        ("GET", "/_snapshot/r/_all"),
+        ("DELETE", "/_snapshot/r/s"),
+        ("POST", "/_snapshot/r/s/_restore"),
+    ):
+        assert call(method, path, WRITER, repository if path == "/_snapshot/r" else None) == 403, path
     # Escapes do not change the role: it is the handler's that runs (here none: 403 to the writer, 404 to the
     # admin), and a key with an escaped slash is a key.
     assert call("PUT", "/_cluster%2Fsettings", WRITER, {"persistent": {}}) == 403
@@ -189,6 +203,9 @@ def test_tokens_roles_and_loopback_listener(make_cluster: Callable[..., LocalClu
     # The admin may do all of it.
     assert call("PUT", "/_cluster/settings", ADMIN, {"persistent": {"cluster.publish.timeout": "20s"}}) == 200
     assert call("GET", "/_hooks", ADMIN) == 200
+    assert call("GET", "/_snapshot", ADMIN) == 200
+    assert call("PUT", "/_snapshot/r", ADMIN, repository) == 400  # the handler's answer: no path.repo here
+    assert call("GET", "/_snapshot/r/_all", ADMIN) == 404  # repository_missing_exception
     assert call("PUT", "/_cluster/metadata/k", ADMIN, {"v": 2}) == 200
 
     # Refusals are counted in the request metrics.

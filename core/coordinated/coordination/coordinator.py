@@ -29,14 +29,10 @@ from msgspec import UNSET, UnsetType
 
 from coordinated.coordination import client
 from coordinated.coordination import messages as m
-from coordinated.coordination.client import (
-    DEFAULT_REQUEST_TIMEOUT_MS,
-    ClientRequest,
-    ClientResult,
-    Committed,
-)
+from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult, Committed
 from coordinated.coordination.client_requests import ClientRequests
 from coordinated.coordination.context import CoreContext, Mode
+from coordinated.coordination.diff_history import CatchUp
 from coordinated.coordination.effects import Effect, RecordHistory, RequestCompleted, StateApplied
 from coordinated.coordination.elections import ElectionScheduler, PreVoteCollector
 from coordinated.coordination.exclusion_waits import ExclusionWaits
@@ -54,11 +50,9 @@ from coordinated.coordination.publication import Publication, PublicationListene
 from coordinated.coordination.publish_handler import PublishHandler, PublishListener
 from coordinated.coordination.reads import ReadService
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
+from coordinated.coordination.sessions import SessionEventLog, SessionLeases
 from coordinated.coordination.settings import CoordinationSettings
-from coordinated.coordination.state import (
-    ClusterState,
-    DiscoveryNode,
-)
+from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.tasks import ElectedAsMaster, NodeLeft, Reconfigure
 from coordinated.coordination.timers import Timers
 
@@ -147,14 +141,18 @@ class Coordinator:
                 publish=self._publish,
                 unchanged=self._after_publication,
                 refused=self._become_candidate,
+                session_expired=lambda session_id: self.sessions.is_expired(session_id),
             ),
         )
+        self.sessions = SessionLeases(ctx, self.master_tasks.submit)
+        self.session_events = SessionEventLog()
         self.publication: Publication | None = None
         self.applied_in_current_term = False
         self.followers_checker = FollowersChecker(
             ctx, on_node_failed=self._remove_node, on_healthy=self._catch_up, on_term_seen=self._update_max_term_seen
         )
         self.lag_detector = LagDetector(ctx, on_lagging=self._remove_node)
+        self.catch_up = CatchUp(ctx)  # lagging and rejoining nodes get the diffs they missed
         self.handover = Handover(
             ctx,
             applied_versions=lambda: self.lag_detector.applied_versions,
@@ -173,6 +171,7 @@ class Coordinator:
             forwarder=self.forwarder,
             reads=self.reads,
             exclusion_waits=self.exclusion_waits,
+            renew_session=self.sessions.renew,
         )
         # counters for metrics
         self.elections_won = 0
@@ -309,6 +308,7 @@ class Coordinator:
         state: ClusterState | None = None,
         quorum: tuple[str, ...] | None = None,
         reason: str | UnsetType = UNSET,
+        session: str | UnsetType = UNSET,
     ) -> None:
         """Record an event about `state`, or about the node's term and accepted configuration."""
         basis = state or self.last_accepted_state
@@ -326,6 +326,7 @@ class Coordinator:
             last_accepted_config=basis.last_accepted_config.node_ids,
             quorum=quorum,
             reason=reason,
+            session=session,
         )
         self._out.append(RecordHistory(event))
 
@@ -434,6 +435,7 @@ class Coordinator:
         self.elections_won += 1
         self.applied_in_current_term = False
         self._history(EventType.ELECTED)
+        self.sessions.promote(self.last_accepted_state)
         self._stop_elections()
         self.peer_finder.deactivate()
         self.formation.deactivate()
@@ -458,6 +460,7 @@ class Coordinator:
         self.lag_detector.clear_versions()
         self.reads.close(f"no longer master: {reason}")
         self.exclusion_waits.close(f"no longer master: {reason}")
+        self.sessions.demote()
 
     # ------------------------------------------------------------------------------------------------------
     # terms
@@ -565,6 +568,7 @@ class Coordinator:
             self._send(reply_to, m.JoinResponse(request.request_id, ok=False, reason=reason))
             return
         won_before = self.coordination_state.election_won and self.mode is Mode.LEADER
+        self.catch_up.on_join_request(request)
         if request.join is not None:
             self._handle_join(request.join)
         if self.mode is Mode.LEADER and self.coordination_state.election_won:
@@ -593,6 +597,7 @@ class Coordinator:
     def _publish(
         self, state: ClusterState, base: ClusterState, tasks: list[Task], results: list[ClientResult | None]
     ) -> None:
+        self.session_events.published(base, state, [task.payload for task in tasks])
         self.publication = Publication(self.ctx, self._publication_listener, state, base, tasks, results)
         self.publication.start()
 
@@ -611,6 +616,7 @@ class Coordinator:
             on_committed=lambda publication: self._history(EventType.COMMITTED, publication.state, publication.quorum),
             on_failed=self._fail_publication,
             on_completed=self._complete_publication,
+            catch_up_diff=self.catch_up.joiner_diff,
         )
 
     def _on_publish_response(self, sender: str, response: m.PublishResponse) -> None:
@@ -642,8 +648,12 @@ class Coordinator:
             raise AssertionError(
                 f"completing publication of {publication.state.state_uuid} but holding {state.state_uuid}"
             )
+        applied_before = self.applied_state
         self._apply(state)
         self.applied_in_current_term = True
+        for event_type, session_id, reason in self.session_events.committed(applied_before, state):
+            self._history(event_type, reason=reason, session=session_id)
+        self.sessions.sync(state)
         self._out.append(publication.finished(committed=True))
         for task, result in zip(publication.tasks, publication.results, strict=True):
             task.reply(result or Committed(state.term, state.version))
@@ -683,6 +693,7 @@ class Coordinator:
     # publication (receiver side)
 
     def _on_accepted(self, source: DiscoveryNode, state: ClusterState) -> None:
+        self.catch_up.on_accepted(state)
         self._history(EventType.ACCEPTED, state)
         if source.id != self.local_node.id:
             self._become_follower(source, "received a publication")
@@ -718,7 +729,7 @@ class Coordinator:
             if node.master_eligible and node_id not in state.last_accepted_config and self.applied_in_current_term:
                 self._improve_voting_configuration(state)  # a healthy node that could vote but does not yet
             return
-        missed = catch_up_message(self.local_node, state, response)
+        missed = catch_up_message(self.local_node, state, response, self.catch_up.diff_since)
         if missed is not None:
             self._send(node.transport_address, missed)
 
