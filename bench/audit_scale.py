@@ -7,7 +7,9 @@ terms, changing masters, failed publications re-published by the next master, la
 nodes), then runs `coordinated audit` as a subprocess on the JSONL, compacts it to Parquet, and audits
 the Parquet. It prints events/s (audit time as the CLI reports it, without JVM start-up, and end to
 end) and the peak RSS of the driver: the Python process plus its JVM, which in local mode also runs
-the executors. Figures only: nothing here asserts on timing.
+the executors, and the anchor's own events/s beside the ratio. With `--workdir` the generated (and
+compacted) histories are kept and reused by later runs, so several runs measure the same input.
+Figures only: nothing here asserts on timing.
 """
 
 from __future__ import annotations
@@ -142,17 +144,33 @@ def run_anchor(path: Path, form: str, master: str, driver_memory: str) -> float:
 
 
 def bench_one(
-    events: int, workdir: Path, master: str, driver_memory: str, seed: int, forms: list[str], fast_compact: bool
+    events: int,
+    workdir: Path,
+    master: str,
+    driver_memory: str,
+    seed: int,
+    forms: list[str],
+    fast_compact: bool,
+    prepare_only: bool = False,
 ) -> dict[str, object]:
     jsonl, pq, reports = workdir / f"h{events}", workdir / f"pq{events}", workdir / f"r{events}"
-    for p in (jsonl, pq, reports):
-        shutil.rmtree(p, ignore_errors=True)
-    t = time.monotonic()
     cfg = SynthConfig(events=events, seed=seed, nodes=5, mean_term_length=40, p_restart=0.1)
-    n = write_history(cfg, jsonl, segment_events=500_000)
-    gen_s = time.monotonic() - t
+    made = workdir / f"h{events}.done"  # what a finished generation wrote: reused by later runs with this workdir
+    shutil.rmtree(reports, ignore_errors=True)
+    if made.exists() and json.loads(made.read_text())["config"] == repr(cfg):
+        n, gen_s = int(json.loads(made.read_text())["events"]), float("nan")
+        print(f"[{events:,}] reusing {n:,} generated events in {jsonl}", flush=True)
+    else:
+        for p in (jsonl, pq):
+            shutil.rmtree(p, ignore_errors=True)
+        (workdir / f"pq{events}.done").unlink(missing_ok=True)
+        t = time.monotonic()
+        n = write_history(cfg, jsonl, segment_events=500_000)
+        gen_s = time.monotonic() - t
+        made.write_text(json.dumps({"config": repr(cfg), "events": n}))
     size = sum(f.stat().st_size for f in jsonl.rglob("*.jsonl"))
-    print(f"[{events:,}] generated {n:,} events ({size / 1e6:.0f} MB JSONL) in {gen_s:.1f}s", flush=True)
+    made_in = "reused" if gen_s != gen_s else f"generated in {gen_s:.1f}s"
+    print(f"[{events:,}] {n:,} events ({size / 1e6:.0f} MB JSONL), {made_in}", flush=True)
     result: dict[str, object] = {"events": n, "jsonl_mb": round(size / 1e6), "generate_s": round(gen_s, 1)}
 
     audit = [sys.executable, "-m", "coordinated.audit.cli", "--spark-master", master, "--no-html"]
@@ -163,16 +181,22 @@ def bench_one(
         if form == "parquet":
             t = time.monotonic()
             mode = "fast" if fast_compact else "audit"
-            subprocess.run(
-                [sys.executable, "-c", COMPACT, master, str(jsonl), str(pq), driver_memory, mode],
-                check=True,
-                capture_output=True,
-            )
-            result["compact_s"] = round(time.monotonic() - t, 1)
-            result["compact_mode"] = mode
+            compacted = workdir / f"pq{events}.done"
+            if not compacted.exists():
+                shutil.rmtree(pq, ignore_errors=True)
+                subprocess.run(
+                    [sys.executable, "-c", COMPACT, master, str(jsonl), str(pq), driver_memory, mode],
+                    check=True,
+                    capture_output=True,
+                )
+                compacted.write_text(mode)
+            result["compact_s"] = round(time.monotonic() - t, 1)  # about 0 when reused
+            result["compact_mode"] = compacted.read_text()
             pq_size = sum(f.stat().st_size for f in pq.rglob("*.parquet"))
             result["parquet_mb"] = round(pq_size / 1e6)
             print(f"[{events:,}] compacted to {pq_size / 1e6:.0f} MB Parquet in {result['compact_s']}s", flush=True)
+        if prepare_only:
+            continue
         anchor_s = run_anchor(path, form, master, driver_memory)
         rc, wall, out, meter = run_measured([*audit, str(path), "--report-dir", str(reports / form)])
         report = json.loads((reports / form / "audit-report.json").read_text())
@@ -204,7 +228,12 @@ def main() -> None:
     p.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
     p.add_argument("--master", default="local[2]")
     p.add_argument("--driver-memory", default="1g", help="spark.driver.memory (local mode: the whole JVM)")
-    p.add_argument("--workdir", type=Path, default=None, help="default: a temporary folder, removed after")
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="keep the generated histories here and reuse them in later runs (default: a temporary folder, removed after)",
+    )
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     p.add_argument("--forms", nargs="+", choices=("jsonl", "parquet"), default=["jsonl", "parquet"])
@@ -213,13 +242,20 @@ def main() -> None:
         action="store_true",
         help="make the Parquet form with Spark's plain JSON reader instead of the audit's --compact-to path",
     )
+    p.add_argument("--prepare-only", action="store_true", help="only generate (and compact) the histories")
     a = p.parse_args()
     workdir = a.workdir or Path(tempfile.mkdtemp(prefix="audit-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     try:
-        results = [bench_one(n, workdir, a.master, a.driver_memory, a.seed, a.forms, a.fast_compact) for n in a.events]
+        results = [
+            bench_one(n, workdir, a.master, a.driver_memory, a.seed, a.forms, a.fast_compact, a.prepare_only)
+            for n in a.events
+        ]
     finally:
         if a.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
+    if a.prepare_only:
+        return
     print(f"\nmaster {a.master}; load average now {os.getloadavg()}")
     print("events      form     audit s   events/s   anchor s  anchor ev/s  vs anchor  peak driver RSS (python + JVM)")
     for r in results:

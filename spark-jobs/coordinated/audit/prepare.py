@@ -21,12 +21,15 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from coordinated.audit.reading import Scout, scout
 from coordinated.audit.schema import UNBOOTSTRAPPED, UNSAFE_BOOTSTRAP
-from coordinated.audit.streams import NodePass, node_pass
+from coordinated.audit.streams import CHUNK, NodePass, node_pass
 
 NO_MASTER = "<none>"  # a state that names no master
 LAG_BINS = 120
 MAX_FLAGGED = 1000
+# Seqs per range of a node's history in the window (a Spark setting, e.g. `--conf`, so tests can make it tiny).
+CHUNK_SETTING = "coordinated.audit.windowChunk"
 
 
 def _holds(r: Row, condition: str) -> bool:
@@ -98,10 +101,10 @@ def majority_of(config: str, quorum: Column | None = None) -> Column:
 
 
 def config_members() -> Column:
-    """Both configurations of the event's state, sorted: a member's position is its bit in the masks."""
-    return F.array_sort(
-        F.array_union(F.coalesce("last_committed_config", F.array()), F.coalesce("last_accepted_config", F.array()))
-    )
+    """Both configurations of the event's state, in the order the event lists them: a member's position is its
+    bit in the masks. Events whose configurations differ (even in order only) have different `cfg` hashes, so
+    a state whose masks are compared at all has one order on all its events; the others are checked exactly."""
+    return F.array_union(F.coalesce("last_committed_config", F.array()), F.coalesce("last_accepted_config", F.array()))
 
 
 def _bit(position: Column) -> Column:
@@ -136,10 +139,14 @@ def state_table(events: DataFrame) -> DataFrame:
     acc = typ == "accepted"
     commit = is_master_commit()
     reset = typ == UNSAFE_BOOTSTRAP
-    members = config_members()
     quorum = F.coalesce("quorum", F.array())
     configs = F.xxhash64("last_committed_config", "last_accepted_config")
-    ev = events.filter(typ.isin("accepted", "committed", "applied", UNSAFE_BOOTSTRAP)).select(
+    # The members once per event that needs them (accepted and the master's commit), not once per use.
+    ev = events.filter(typ.isin("accepted", "committed", "applied", UNSAFE_BOOTSTRAP)).withColumn(
+        "_members", F.when(acc | commit, config_members())
+    )
+    members = F.col("_members")
+    ev = ev.select(
         F.col("cluster_uuid").alias("cid"),
         "state_uuid",
         "term",
@@ -202,15 +209,17 @@ def prepare(
     *,
     max_examples: int = 5,
     max_violations: int = 20,
+    scouted: Scout | None = None,
 ) -> Frames:
+    found = scouted or scout(events)
+    t0 = float(found.first_ts or 0.0)
+    t1 = float(found.last_ts or t0)
+    chunk = int(spark.conf.get(CHUNK_SETTING, str(CHUNK)) or CHUNK)
+    nodes = node_pass(events, t0, max((t1 - t0) / LAG_BINS, 1e-6), LAG_BINS, resets=found.resets, chunk=chunk)
     table = state_table(events).withColumn("state_h", F.xxhash64("state_uuid"))
     table = table.persist(StorageLevel.MEMORY_AND_DISK)
-    # The first job over the table builds it, and gives the time range the lag bins need.
-    span = table.agg(F.min("first_accepted_ts").alias("t0"), F.max("commit_ts").alias("t1")).collect()[0]
-    t0 = float(span["t0"] or 0.0)
-    t1 = float(span["t1"] or t0)
-    nodes = node_pass(events, t0, max((t1 - t0) / LAG_BINS, 1e-6), LAG_BINS)
     fr = Frames(spark, events, nodes, table, max_examples, max_violations, t0=t0, lag_width=(t1 - t0) / LAG_BINS)
+    # The first job over the table builds it.
     fr.flagged = table.filter(suspect()).limit(MAX_FLAGGED).collect()
     return fr
 

@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlparse
 
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -39,6 +39,7 @@ from coordinated.audit.schema import (
     NODE_NAME_COLUMN,
     REQUIRED_ALWAYS,
     REQUIRED_FOR_STATES,
+    RESET_TYPES,
     STATE_TYPES,
 )
 from coordinated.coordination.history_lines import NEWLINE, ends_with_cut_line
@@ -56,12 +57,27 @@ class UnusableInput(Exception):
 
 
 @dataclass
+class Scout:
+    """What the audit must know before its passes, from the same job that looks for malformed rows: the time
+    range (the lag's time bins) and the reset events (the per-node window's epochs). Resets are rare: past
+    `MAX_SCOUTED_RESETS` the list is None and the window counts them itself."""
+
+    first_ts: float | None
+    last_ts: float | None
+    resets: list[Row] | None  # cluster_uuid, node, _origin, seq of each reset event
+
+
+MAX_SCOUTED_RESETS = 200
+
+
+@dataclass
 class Input:
     events: DataFrame  # EVENT_COLUMNS plus `_source` (and `_origin`: the folder the events came from)
     malformed_lines: int = 0
     # {source, line, text, node}: crash-cut last lines, noted and skipped
     truncated: list[dict[str, object]] = field(default_factory=list)
     persisted: list[DataFrame] = field(default_factory=list)
+    scout: Scout | None = None  # None: the audit finds it out itself (`scout`)
 
     def release(self) -> None:
         for df in self.persisted:
@@ -186,6 +202,30 @@ def _problem(value: Column | None) -> Column:
     )
 
 
+def _scout_aggregates(ok: Column, origin: Column) -> list[Column]:
+    reset = ok & F.col("type").isin(*RESET_TYPES)
+    return [
+        F.min(F.when(ok, F.col("ts"))).alias("_first_ts"),
+        F.max(F.when(ok, F.col("ts"))).alias("_last_ts"),
+        F.count_if(reset).alias("_n_resets"),
+        F.slice(
+            F.collect_list(F.when(reset, F.struct("cluster_uuid", "node", origin.alias("_origin"), "seq"))),
+            1,
+            MAX_SCOUTED_RESETS,
+        ).alias("_resets"),
+    ]
+
+
+def _scout_of(r: Row) -> Scout:
+    resets = list(r["_resets"]) if r["_n_resets"] <= MAX_SCOUTED_RESETS else None
+    return Scout(r["_first_ts"], r["_last_ts"], resets)
+
+
+def scout(events: DataFrame) -> Scout:
+    """The scout for events that were read without one (one narrow job)."""
+    return _scout_of(events.agg(*_scout_aggregates(F.lit(True), F.col("_origin"))).collect()[0])
+
+
 def read_jsonl_lines(spark: SparkSession, paths: Sequence[str]) -> tuple[DataFrame, list[dict[str, object]]]:
     """Lines of every file under `paths` with `_source`, `_block` (split start) and `_mid`, without the
     crash-cut last lines, and the notes for those."""
@@ -249,8 +289,14 @@ def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
         ),
         persisted=[parsed],
     )
-    bad = parsed.filter(F.col("_problem").isNotNull() & (F.col("_problem") != "blank"))
-    if bad.isEmpty():
+    is_bad = F.col("_problem").isNotNull() & (F.col("_problem") != "blank")
+    bad = parsed.filter(is_bad)
+    # One job reads (and caches) every line: it counts the malformed ones and scouts the events.
+    checked = parsed.agg(
+        F.count_if(is_bad).alias("_bad"), *_scout_aggregates(F.col("_problem").isNull(), origin)
+    ).collect()[0]
+    result.scout = _scout_of(checked)
+    if checked["_bad"] == 0:
         return result
 
     if has_line:
@@ -264,7 +310,7 @@ def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
         located = bad.join(F.broadcast(splits), ["_source", "_block"]).withColumn(
             "_line", F.col("_before") + F.col("_mid") - F.col("_first") + 1
         )
-    result.malformed_lines = bad.count()
+    result.malformed_lines = int(checked["_bad"])
     if not skip_malformed:
         first = located.orderBy("_source", "_line").limit(MAX_REPORTED).collect()
         where = "; ".join(f"{display_source(r['_source'])}:{r['_line']}: {r['_problem']}: {r['_raw']!r}" for r in first)
@@ -323,8 +369,14 @@ def read_parquet(spark: SparkSession, paths: Sequence[str], *, skip_malformed: b
         )
     )
     bad = rows.filter(F.col("_problem").isNotNull())
-    if not bad.isEmpty():
-        result.malformed_lines = bad.count()
+    # One narrow job: the malformed rows' count and the scout (the passes that follow read the columns they need).
+    checked = rows.agg(
+        F.count_if(F.col("_problem").isNotNull()).alias("_bad"),
+        *_scout_aggregates(F.col("_problem").isNull(), origin_of(F.col("_source"))),
+    ).collect()[0]
+    result.scout = _scout_of(checked)
+    if checked["_bad"]:
+        result.malformed_lines = int(checked["_bad"])
         if not skip_malformed:
             r = bad.limit(1).collect()[0]
             raise UnusableInput(

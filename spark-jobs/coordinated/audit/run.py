@@ -24,7 +24,7 @@ class Outcome:
 def audit(
     spark: SparkSession, inp: Input, *, max_examples: int = 5, max_violations: int = 20, source: str = ""
 ) -> Outcome:
-    frames = prepare(spark, inp.events, max_examples=max_examples, max_violations=max_violations)
+    frames = prepare(spark, inp.events, max_examples=max_examples, max_violations=max_violations, scouted=inp.scout)
     try:
         results = run_all(frames)
         stats = compute(frames, truncated=inp.truncated)

@@ -46,6 +46,8 @@ def build_session(
     if cores is not None:
         # The default of 200 shuffle partitions is far too many for one machine.
         settings["spark.sql.shuffle.partitions"] = str(max(4, 4 * cores))
+        # Coalescing would merge them into about one per core; the window's seq ranges balance better as more.
+        settings["spark.sql.adaptive.coalescePartitions.enabled"] = "false"
         settings["spark.ui.enabled"] = "false"
     settings.update(conf or {})
     for k, v in settings.items():

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Any
 
-from pyspark.sql import DataFrame, Row, Window
+from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 
 from coordinated.audit.schema import RESET_TYPES, UNBOOTSTRAPPED
@@ -56,6 +57,7 @@ class Stream:
     first_type: str  # the type of the piece's first event: a reset event starts a new epoch
     min_term: int | None  # of the term-carrying events
     max_term: int | None
+    first_term: int | None  # the term of the piece's first term-carrying event (where it meets the piece before)
     home: str = ""  # the cluster this piece belongs to (its own, or where an "_na_" prefix continues)
     joined_from: Stream | None = None  # the piece this one continues (same node, seq right before)
 
@@ -105,26 +107,66 @@ class NodePass:
         return out
 
 
-def windowed(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int = 1) -> DataFrame:
+CHUNK = 1 << 14  # seqs per window partition: a node's history spreads over many tasks
+
+
+def epoch_of(resets: list[Row]) -> Column:
+    """The number of the node's reset events up to each row, from the scouted reset events (a few)."""
+    if not resets:
+        return F.lit(0).cast("long")
+    na_origin = F.col("_na_origin")
+    return reduce(
+        lambda a, b: a + b,
+        [
+            F.when(
+                (F.col("cluster_uuid") == r["cluster_uuid"])
+                & (F.col("node") == r["node"])
+                & (na_origin == (r["_origin"] if r["cluster_uuid"] == UNBOOTSTRAPPED else ""))
+                & (F.col("seq") >= r["seq"]),
+                1,
+            ).otherwise(0)
+            for r in resets
+        ],
+    ).cast("long")
+
+
+def windowed(
+    events: DataFrame,
+    t0: float = 0.0,
+    width: float = 1.0,
+    bins: int = 1,
+    *,
+    resets: list[Row] | None = None,
+    chunk: int | None = CHUNK,
+) -> DataFrame:
+    """The window's rows. Each node's history is cut into seq ranges of `chunk` (None: one range), each a
+    partition of its own; `merge_chunks` joins the ranges again on the driver. `resets` (scouted) gives the
+    epochs without a window of their own; None: the window counts them."""
     na_origin = F.when(F.col("cluster_uuid") == UNBOOTSTRAPPED, F.col("_origin")).otherwise(F.lit(""))
     ev = events.select(
         "cluster_uuid", "node", "seq", "ts", "type", "term", "version", "state_uuid", "_origin", *RESET_COLUMNS,
         na_origin.alias("_na_origin"),
+        (F.floor(F.col("seq") / F.lit(chunk)) if chunk else F.lit(0)).cast("long").alias("_chunk"),
     )  # fmt: skip
-    # The epoch window keeps the first's hash partitioning (a superset of its keys): one more sort, no shuffle.
-    ev = ev.withColumn(
-        "_epoch",
-        F.sum(F.col("type").isin(*RESET_TYPES).cast("long")).over(
-            Window.partitionBy(*NODE_PARTITION).orderBy("seq").rowsBetween(Window.unboundedPreceding, 0)
-        ),
-    )
-    by_seq = Window.partitionBy(*PARTITION).orderBy("seq")
+    if resets is not None:
+        ev = ev.withColumn("_epoch", epoch_of(resets))
+    else:
+        # The epoch window keeps the first's hash partitioning (a superset of its keys): one more sort, no shuffle.
+        ev = ev.withColumn(
+            "_epoch",
+            F.sum(F.col("type").isin(*RESET_TYPES).cast("long")).over(
+                Window.partitionBy(*NODE_PARTITION).orderBy("seq").rowsBetween(Window.unboundedPreceding, 0)
+            ),
+        )
+    by_seq = Window.partitionBy(*PARTITION, "_chunk").orderBy("seq")
     before = by_seq.rowsBetween(Window.unboundedPreceding, -1)
     upto = by_seq.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     typ = F.col("type")
     is_term = typ.isin(*TERM_TYPES)
     term_of = F.when(is_term, F.col("term"))
     is_applied = typ == "applied"
+    applied = F.when(is_applied, F.struct("term", "version", "seq"))
+    is_commit = typ.isin("committed", *RESET_TYPES)
     time_bin = F.greatest(F.lit(0), F.least(F.floor((F.col("ts") - F.lit(t0)) / F.lit(width)), F.lit(bins - 1))).cast(
         "int"
     )
@@ -137,13 +179,9 @@ def windowed(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int =
         F.lead("seq").over(by_seq).isNull().alias("last"),
         F.max(term_of).over(before).alias("max_term"),
         F.max_by(F.when(is_term, F.col("seq")), term_of).over(before).alias("max_term_seq"),
-        F.last(F.when(is_applied, F.struct("term", "version", "seq")), ignorenulls=True)
-        .over(before)
-        .alias("prev_applied"),
+        F.last(applied, ignorenulls=True).over(before).alias("prev_applied"),
         # The node's own reset event commits its state for it (see the state table).
-        F.last(F.when(typ.isin("committed", *RESET_TYPES), F.col("state_uuid")), ignorenulls=True)
-        .over(before)
-        .alias("last_commit"),
+        F.last(F.when(is_commit, F.col("state_uuid")), ignorenulls=True).over(before).alias("last_commit"),
         F.count(F.lit(1)).over(upto).alias("n"),
         F.first("seq").over(upto).alias("first_seq"),
         F.first("_origin").over(upto).alias("first_origin"),
@@ -154,13 +192,19 @@ def windowed(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int =
         F.sum(is_applied.cast("long")).over(upto).alias("n_applied"),
         F.sum((typ == "committed").cast("long")).over(upto).alias("n_committed"),
         F.min(term_of).over(upto).alias("min_term_all"),
+        F.first(term_of, ignorenulls=True).over(upto).alias("first_term"),
         F.max(term_of).over(upto).alias("max_term_all"),
+        # What the next seq range of the node needs from this one (read off the range's last row).
+        F.first(applied, ignorenulls=True).over(upto).alias("first_applied"),
+        F.last(applied, ignorenulls=True).over(upto).alias("last_applied"),
+        F.last(F.when(is_commit, F.col("state_uuid")), ignorenulls=True).over(upto).alias("last_commit_upto"),
     )
 
 
-def node_pass(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int = 1) -> NodePass:
-    """The window pass; `t0`, `width` and `bins` place each node's last event per time bin (for the lag)."""
-    w = windowed(events, t0, width, bins)
+def _kept_rows(
+    events: DataFrame, t0: float, width: float, bins: int, resets: list[Row] | None, chunk: int | None
+) -> list[Row]:
+    w = windowed(events, t0, width, bins, resets=resets, chunk=chunk)
     typ = F.col("type")
     prev_seq = F.col("prev_seq")
     gap = (
@@ -189,11 +233,107 @@ def node_pass(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int 
         | ~F.col("bin").eqNullSafe(F.col("next_bin"))
         | typ.isin("elected", "stepped_down", *RESET_TYPES)
     )
-    rows = flagged.filter(keep).drop("_origin").collect()
+    return flagged.filter(keep).drop("_origin").collect()
+
+
+def _is_flagged(r: Row) -> bool:
+    return r["gap"] is not None or bool(r["term_back"] or r["applied_back"] or r["unordered_apply"])
+
+
+def _after(a: Row | None, b: Row | None) -> bool:
+    """Whether applied (term, version) `a` comes strictly after `b` (or there is nothing to compare)."""
+    return a is None or b is None or (a["term"], a["version"]) > (b["term"], b["version"])
+
+
+def merge_chunks(rows: list[Row]) -> tuple[list[Row], list[Row], set[tuple[str, str]]]:
+    """Join the seq ranges of each window partition again: (the rows, the partitions' last rows as one per
+    partition, the (cluster, node)s whose ranges do not join exactly).
+
+    A range's first row was judged without the ranges before it. Its seq is compared with the previous range's
+    last, and an apply before the range's first commit with the last commit before it: both exact. A term or
+    an applied (term, version) that goes back right at a range's start would make every later row of the range
+    need the earlier ranges' maximum; those (rare: a violation) nodes are recomputed without ranges.
+    """
+    groups: dict[tuple[Any, ...], dict[int, Row]] = defaultdict(dict)
+    for r in rows:
+        if r["last"]:
+            groups[(r["cluster_uuid"], r["node"], r["_na_origin"], r["_epoch"])][r["_chunk"]] = r
+    fixes: dict[tuple[Any, ...], dict[str, Any]] = {}  # (group..., chunk) -> carried values
+    lasts: list[Row] = []
+    redo: set[tuple[str, str]] = set()
+    for key, by_chunk in groups.items():
+        order = sorted(by_chunk)
+        merged = by_chunk[order[0]].asDict()
+        for chunk in order[1:]:
+            cur = by_chunk[chunk]
+            carry = dict(merged)
+            fixes[(*key, chunk)] = carry
+            term_back = _pick_max(carry["max_term_all"], cur["first_term"]) != cur["first_term"]
+            if term_back or not _after(cur["first_applied"], carry["last_applied"]):
+                redo.add((key[0], key[1]))
+            merged.update(
+                seq=cur["seq"],
+                n=carry["n"] + cur["n"],
+                first_ts=_pick_min(carry["first_ts"], cur["first_ts"]),
+                last_ts=_pick_max(carry["last_ts"], cur["last_ts"]),
+                n_elected=carry["n_elected"] + cur["n_elected"],
+                n_applied=carry["n_applied"] + cur["n_applied"],
+                n_committed=carry["n_committed"] + cur["n_committed"],
+                min_term_all=_pick_min(carry["min_term_all"], cur["min_term_all"]),
+                max_term_all=_pick_max(carry["max_term_all"], cur["max_term_all"]),
+                first_term=carry["first_term"] if carry["first_term"] is not None else cur["first_term"],
+                first_applied=carry["first_applied"] or cur["first_applied"],
+                last_applied=cur["last_applied"] or carry["last_applied"],
+                last_commit_upto=cur["last_commit_upto"] or carry["last_commit_upto"],
+            )
+        lasts.append(Row(**merged))
+    out: list[Row] = []
+    for r in rows:
+        before = fixes.get((r["cluster_uuid"], r["node"], r["_na_origin"], r["_epoch"], r["_chunk"]))
+        starts = r["gap"] == "start" and r["prev_seq"] is None  # the range's first row
+        early = r["unordered_apply"] and r["last_commit"] is None  # an apply before the range's first commit
+        if before is None or not (starts or early):
+            out.append(r)
+            continue
+        d = r.asDict()
+        if starts:
+            d["prev_seq"] = before["seq"]
+            d["gap"] = "gap" if d["seq"] > before["seq"] + 1 else None
+        if early:
+            d["last_commit"] = before["last_commit_upto"]
+            d["unordered_apply"] = d["state_uuid"] != d["last_commit"]
+        out.append(Row(**d))
+    return out, lasts, redo
+
+
+def _pick_min(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _pick_max(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def node_pass(
+    events: DataFrame,
+    t0: float = 0.0,
+    width: float = 1.0,
+    bins: int = 1,
+    *,
+    resets: list[Row] | None = None,
+    chunk: int | None = CHUNK,
+) -> NodePass:
+    """The window pass; `t0`, `width` and `bins` place each node's last event per time bin (for the lag)."""
+    rows, lasts, redo = merge_chunks(_kept_rows(events, t0, width, bins, resets, chunk))
+    if redo:
+        again = reduce(lambda a, b: a | b, [(F.col("cluster_uuid") == c) & (F.col("node") == n) for c, n in redo])
+        rows = [r for r in rows if (r["cluster_uuid"], r["node"]) not in redo]
+        lasts = [r for r in lasts if (r["cluster_uuid"], r["node"]) not in redo]
+        more, more_lasts, _ = merge_chunks(_kept_rows(events.filter(again), t0, width, bins, resets, None))
+        rows += more
+        lasts += more_lasts
     result = NodePass(
-        flagged=[
-            r for r in rows if r["gap"] is not None or r["term_back"] or r["applied_back"] or r["unordered_apply"]
-        ],
+        flagged=[r for r in rows if _is_flagged(r)],
         streams=[
             Stream(
                 cluster=r["cluster_uuid"],
@@ -210,9 +350,9 @@ def node_pass(events: DataFrame, t0: float = 0.0, width: float = 1.0, bins: int 
                 first_type=r["first_type"],
                 min_term=r["min_term_all"],
                 max_term=r["max_term_all"],
+                first_term=r["first_term"],
             )
-            for r in rows
-            if r["last"]
+            for r in lasts
         ],
         elections=[r for r in rows if r["type"] == "elected"],
         stepdowns=[r for r in rows if r["type"] == "stepped_down"],

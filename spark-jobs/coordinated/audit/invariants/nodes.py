@@ -41,15 +41,16 @@ def check(fr: Frames) -> list[CheckResult]:
     ]
     mono = [r for r in np.flagged if r["term_back"] or r["applied_back"]]
     unordered = _verify_unordered_applies(fr, [r for r in np.flagged if r["unordered_apply"]])
-    # Across pieces: a piece that continues another must not go back to a lower term.
+    # Across pieces: a piece that continues another must not start below the term the node had reached. Only
+    # the piece's first term counts here: a term going back later inside the piece is the window's to report.
     seams = [
         s
         for s in np.streams
         if s.joined_from is not None
         and s.first_type not in RESET_TYPES  # a reset event starts the node's term over
-        and s.min_term is not None
+        and s.first_term is not None
         and s.joined_from.max_term is not None
-        and s.min_term < s.joined_from.max_term
+        and s.first_term < s.joined_from.max_term
     ]
     gaps.sort(key=lambda r: (r["node"], r["cluster_uuid"], r["seq"]))
     mono.sort(key=lambda r: (r["node"], r["cluster_uuid"], r["seq"]))
@@ -129,7 +130,7 @@ def _monotonic(rows: list[Row], seams: list[Stream], found: Found, limit: int) -
         assert prev is not None
         detail = (
             f"node {s.node}: term goes back from {prev.max_term} (up to seq {prev.last_seq}, cluster {prev.cluster}) "
-            f"to {s.min_term} (from seq {s.first_seq}, cluster {s.cluster})"
+            f"to {s.first_term} (from seq {s.first_seq}, cluster {s.cluster})"
         )
         violations.append(Violation(NODE_MONOTONIC, detail, _pick(found, s.cluster, s.node, s.first_seq)))
     return CheckResult(NODE_MONOTONIC, len(rows) + len(seams), violations)
