@@ -48,6 +48,7 @@ def test_a_skipped_span_is_one_step_with_the_latest_values() -> None:
     # The node lagged: versions 3..9 arrive as one full state.
     log.record(state(10, {"k": (3, 8, 2), "new": (4, 5, 5)}))
     events, version = log.events_after("", 2, 100)
+    assert version == 10
     assert summary(events) == [("put", "new", 4, 5), ("put", "k", 3, 8), ("delete", "gone", None, 10)]
     # A watcher that had seen up to 6 elsewhere gets what changed after 6 (the delete conservatively too).
     events, _ = log.events_after("", 6, 100)
