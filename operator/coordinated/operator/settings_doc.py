@@ -66,6 +66,7 @@ MEANINGS: dict[str, str] = {
     "history.segment_size": "history segment rotation size",
     "history.fsync": "`true` fsyncs each history line",
     "hooks.timeout": "timeout of one hook notification",
+    "watch.change_log.size": "key changes each node keeps for watches (1 to 1000000); a watch from before them gets 410",
     # Security (docs/sidecar.md#security): static, files checked at startup and reloaded when they change.
     "transport.ssl.enabled": "`true` for mutual TLS between nodes",
     "transport.ssl.certificate": "this node's transport certificate (PEM)",
