@@ -129,3 +129,11 @@ def test_a_watch_that_falls_behind_re_reads_and_resets() -> None:
     ]
     after = [request.url.params.get("after_version") for request in script.requests if "_watch" in request.url.path]
     assert after == ["10", "12", "40"]
+
+
+def test_addresses_and_token_from_the_pod_environment() -> None:
+    from coordinated.client.endpoints import from_environment
+
+    assert from_environment({}) == (["http://127.0.0.1:9200"], None)
+    env = {"COORDINATED_URL": "https://a:9200,https://b:9200", "COORDINATED_TOKEN": "secret"}
+    assert from_environment(env) == (["https://a:9200", "https://b:9200"], "secret")

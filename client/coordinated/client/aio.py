@@ -14,7 +14,16 @@ import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from coordinated.client import calls
-from coordinated.client.endpoints import DEFAULT_ADDRESS, Endpoints, Retryable, body_of, decode, failure, timeout_for
+from coordinated.client.endpoints import (
+    DEFAULT_ADDRESS,
+    Endpoints,
+    Retryable,
+    body_of,
+    decode,
+    failure,
+    from_environment,
+    timeout_for,
+)
 from coordinated.client.errors import ChangesGone, CoordinatedError, SessionNotFound
 from coordinated.client.models import KeyValue, SessionInfo, TxnResult, WatchBatch, WatchEvent, WriteResult
 
@@ -34,12 +43,20 @@ class AsyncClient:
         cert: str | tuple[str, str] | None = None,
         request_timeout: float = 10.0,
         retry_timeout: float = 30.0,
+        follow_master: bool = True,
     ) -> None:
-        self.endpoints = Endpoints(addresses)
+        self.endpoints = Endpoints(addresses, follow_master)
         self.request_timeout = request_timeout
         self.retry_timeout = retry_timeout
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(headers=headers, verify=verify, cert=cert)
+
+    @classmethod
+    def from_env(cls, **options: Any) -> AsyncClient:
+        """From `COORDINATED_URL` (default: the loopback listener) and `COORDINATED_TOKEN`, as the operator
+        sets them in the cluster's pods."""
+        addresses, token = from_environment()
+        return cls(addresses, token=token, **options)
 
     async def aclose(self) -> None:
         await self._http.aclose()

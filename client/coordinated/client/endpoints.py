@@ -9,8 +9,9 @@ repeating it is harmless (`Retry.ALWAYS`), otherwise the caller gets `OutcomeUnk
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -19,6 +20,14 @@ from coordinated.client.calls import NO_BODY, NOT_APPLIED_503, Call, Retry
 from coordinated.client.errors import CoordinatedError, NoNodeAvailable, OutcomeUnknown, api_error
 
 DEFAULT_ADDRESS = "http://127.0.0.1:9200"  # the sidecar's loopback listener in the application's pod
+
+
+def from_environment(environ: Mapping[str, str] | None = None) -> tuple[list[str], str | None]:
+    """The addresses (`COORDINATED_URL`, a comma list) and token (`COORDINATED_TOKEN`) that the operator
+    gives the containers of a cluster's pods."""
+    env = os.environ if environ is None else environ
+    urls = [url for url in env.get("COORDINATED_URL", DEFAULT_ADDRESS).split(",") if url.strip()]
+    return urls or [DEFAULT_ADDRESS], env.get("COORDINATED_TOKEN") or None
 
 
 class Retryable(Exception):
@@ -38,7 +47,7 @@ def normalize(address: str) -> str:
 
 
 class Endpoints:
-    def __init__(self, addresses: str | Sequence[str]) -> None:
+    def __init__(self, addresses: str | Sequence[str], follow_master: bool = True) -> None:
         listed = [addresses] if isinstance(addresses, str) else list(addresses)
         if not listed:
             raise ValueError("give at least one sidecar address")
@@ -46,7 +55,8 @@ class Endpoints:
         self.names: dict[str, str] = {}  # address -> node name, learned when looking for the master
         self._index = 0
         self._lock = threading.Lock()  # a session's keepalive thread shares the client
-        self.find_master = len(self.addresses) > 1
+        self.follow_master = follow_master and len(self.addresses) > 1
+        self.find_master = self.follow_master
 
     @property
     def current(self) -> str:
@@ -56,7 +66,7 @@ class Endpoints:
         with self._lock:
             if self.addresses[self._index] == address:
                 self._index = (self._index + 1) % len(self.addresses)
-                self.find_master = len(self.addresses) > 1
+                self.find_master = self.follow_master
 
     def use_node(self, name: str) -> None:
         with self._lock:

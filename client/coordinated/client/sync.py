@@ -14,7 +14,16 @@ import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from coordinated.client import calls
-from coordinated.client.endpoints import DEFAULT_ADDRESS, Endpoints, Retryable, body_of, decode, failure, timeout_for
+from coordinated.client.endpoints import (
+    DEFAULT_ADDRESS,
+    Endpoints,
+    Retryable,
+    body_of,
+    decode,
+    failure,
+    from_environment,
+    timeout_for,
+)
 from coordinated.client.errors import ChangesGone, CoordinatedError, SessionNotFound
 from coordinated.client.models import KeyValue, SessionInfo, TxnResult, WatchBatch, WatchEvent, WriteResult
 
@@ -29,7 +38,8 @@ class Client:
     the master among them and fails over when one stops answering. `token`: a bearer token (the
     `<cluster>-client` Secret on Kubernetes). `verify`/`cert`: TLS, as httpx takes them (a CA bundle path or
     an `ssl.SSLContext`; a client certificate). Calls that fail with a 503 or without a connection are
-    retried with exponential backoff and jitter for up to `retry_timeout` seconds.
+    retried with exponential backoff and jitter for up to `retry_timeout` seconds. With `follow_master=False`
+    it stays on one address until that fails (a follower forwards writes to the master itself).
     """
 
     def __init__(
@@ -41,12 +51,20 @@ class Client:
         cert: str | tuple[str, str] | None = None,
         request_timeout: float = 10.0,
         retry_timeout: float = 30.0,
+        follow_master: bool = True,
     ) -> None:
-        self.endpoints = Endpoints(addresses)
+        self.endpoints = Endpoints(addresses, follow_master)
         self.request_timeout = request_timeout
         self.retry_timeout = retry_timeout
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(headers=headers, verify=verify, cert=cert)
+
+    @classmethod
+    def from_env(cls, **options: Any) -> Client:
+        """From `COORDINATED_URL` (default: the loopback listener) and `COORDINATED_TOKEN`, as the operator
+        sets them in the cluster's pods."""
+        addresses, token = from_environment()
+        return cls(addresses, token=token, **options)
 
     def close(self) -> None:
         self._http.close()
