@@ -76,6 +76,8 @@ def test_events_prefixes_deletes_timeouts_and_local(make_cluster: Callable[..., 
         status, answer = results[name]
         assert status == 200 and summary(answer) == [("put", "app/d", 5)], (name, answer)
     assert "missing" not in results  # still waiting: no key under its prefix changed
+    _, metrics = follower.get("/metrics")
+    assert "coordinated_watches_waiting 1.0" in metrics
     master.put("/_cluster/metadata/app/missing", 6)
     threads[2].join(25)
     assert summary(results["missing"][1]) == [("put", "app/missing", 6)]

@@ -87,6 +87,10 @@ class ChangeLog:
         self._step_versions: deque[int] = deque()
         self._events = 0
 
+    @property
+    def events(self) -> int:
+        return self._events
+
     def record(self, state: ClusterState) -> list[str]:
         """Take in an applied state; returns the keys it changed (sorted), for waking their watchers.
 

@@ -32,6 +32,8 @@ class StatusSnapshot:
     persisted_bytes: int
     sent_bytes: dict[str, int] | None  # None without a transport
     dropped_messages: int
+    watches_waiting: int = 0  # key watches parked on this node
+    change_log_events: int = 0  # key changes held for watches
 
 
 class _CoreCollector(Collector):
@@ -74,6 +76,14 @@ class _CoreCollector(Collector):
         )
         yield CounterMetricFamily(
             "coordinated_state_bytes_persisted", "Bytes written to the state file", value=status.persisted_bytes
+        )
+        yield GaugeMetricFamily(
+            "coordinated_watches_waiting", "Key watches waiting on this node", value=status.watches_waiting
+        )
+        yield GaugeMetricFamily(
+            "coordinated_watch_change_log_events",
+            "Key changes this node keeps for watches",
+            value=status.change_log_events,
         )
         if status.sent_bytes is not None:
             sent = CounterMetricFamily(

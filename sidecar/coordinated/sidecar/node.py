@@ -366,6 +366,8 @@ class Node:
             persisted_bytes=self.persisted.bytes_written,
             sent_bytes=dict(self.sender.bytes_sent) if self.sender is not None else None,
             dropped_messages=self.sender.dropped if self.sender is not None else 0,
+            watches_waiting=self.key_watches.parked,
+            change_log_events=self.key_watches.log.events,
         )
 
     @property
