@@ -117,3 +117,20 @@ def test_prefixes_touched() -> None:
 def test_the_bound_must_be_positive() -> None:
     with pytest.raises(ValueError):
         ChangeLog(0)
+
+
+def test_a_log_that_started_without_keys_serves_a_watch_from_zero_until_it_drops_a_change() -> None:
+    log = ChangeLog(2)
+    log.record(state(3, {}))
+    log.record(state(4, {"a": (1, 4, 4)}))
+    assert summary(log.events_after("", 0, 100)[0]) == [("put", "a", 1, 4)]
+    with pytest.raises(ChangesGone):
+        log.events_after("", 2, 100)  # a watcher at 2 may have seen keys deleted before 3
+    log.record(state(5, {"a": (1, 4, 4), "b": (2, 5, 5)}))
+    log.record(state(6, {"a": (1, 4, 4), "b": (2, 5, 5), "c": (3, 6, 6)}))
+    with pytest.raises(ChangesGone):
+        log.events_after("", 0, 100)
+    started_with_keys = ChangeLog(10)
+    started_with_keys.record(state(3, {"a": (1, 2, 2)}))
+    with pytest.raises(ChangesGone):
+        started_with_keys.events_after("", 0, 100)

@@ -8,7 +8,8 @@ and a delete in it carries the version of the state that showed it. A watcher st
 and values, which is what it follows.
 
 The log knows every change after `base` (the first state this process applied; older changes are unknown
-here, so a restart starts a new log). It keeps at most `max_events` events, dropping the oldest steps
+here, so a restart starts a new log). If that first state held no keys, a watch from version 0 is served
+too (a watcher that has seen nothing misses nothing), until the bound drops a change. It keeps at most `max_events` events, dropping the oldest steps
 (and moving `base` up) beyond that; the newest step is always kept. A watch from before `base` is gone
 (410): the watcher must re-read.
 
@@ -86,6 +87,9 @@ class ChangeLog:
         self._steps: deque[Step] = deque()
         self._step_versions: deque[int] = deque()
         self._events = 0
+        # The log started from a state without keys, and nothing was dropped since: a watcher from version 0
+        # (one that has seen nothing) misses nothing, since no key existed at the start.
+        self._from_empty = False
 
     @property
     def events(self) -> int:
@@ -103,11 +107,11 @@ class ChangeLog:
         if last is None or state.version < last.version:
             # The first state of this process; or an older one, which a node never applies after a newer one
             # (if it ever did, the log could not say what changed, so it starts over).
-            self._restart(state.version)
+            self._restart(state.version, not state.kv)
             return []
         if state.version == last.version:
             if state.kv is not last.kv and state.kv != last.kv:
-                self._restart(state.version)
+                self._restart(state.version, False)
             return []
         self.version = state.version
         events = changed_keys(last, state)
@@ -121,10 +125,12 @@ class ChangeLog:
             self._step_versions.popleft()
             self._events -= len(dropped.events)
             self.base = dropped.version
+            self._from_empty = False
         return sorted({event.key for event in events})
 
-    def _restart(self, version: int) -> None:
+    def _restart(self, version: int, from_empty: bool) -> None:
         self.base = version
+        self._from_empty = from_empty
         self.version = version
         self._steps.clear()
         self._step_versions.clear()
@@ -138,7 +144,7 @@ class ChangeLog:
         Raises ChangesGone if the log does not reach back to `after_version`."""
         if self.base is None:
             return [], after_version  # nothing applied yet: nothing known to have changed
-        if after_version < self.base:
+        if after_version < self.base and not (after_version == 0 and self._from_empty):
             raise ChangesGone(after_version, self.base)
         found: list[WatchEvent] = []
         start = bisect.bisect_right(self._step_versions, after_version)
