@@ -28,6 +28,19 @@ def test_simulated_fault_runs_audit_clean(spark: SparkSession, tmp_path: Path, s
 
 
 @pytest.mark.spark
+def test_a_simulated_history_with_session_events_audits_clean(spark: SparkSession, tmp_path: Path) -> None:
+    report = run_random_schedule(2, 3, chaos_ms=15_000, sessions=2)
+    assert report.cluster is not None
+    paths = report.cluster.write_histories(tmp_path / "history")
+    lines = [json.loads(line) for path in paths for line in path.read_text().splitlines()]
+    kinds = {event["type"] for event in lines}
+    assert {"session_created", "session_expired"} <= kinds, kinds
+    result = audit_dir(spark, tmp_path / "history")
+    assert result["violations"] == [] and result["ok"] is True
+    assert result["events"] == len(lines) and result["malformed_lines"] == 0
+
+
+@pytest.mark.spark
 def test_a_forged_election_in_a_simulated_history_is_caught(spark: SparkSession, tmp_path: Path) -> None:
     report = run_random_schedule(5, 3, chaos_ms=10_000)
     assert report.cluster is not None

@@ -1,6 +1,9 @@
 """Random fault schedules with clients on 3 to 7 nodes: safety after every step, then stability and
 linearizability after healing. Two of the clients increment a counter with compare-and-set (a
-conditional PUT or a single-key transaction) through any node: no increment may be lost or doubled.
+conditional PUT or a single-key transaction) through any node: no increment may be lost or doubled. Two
+more hold sessions with ephemeral keys, kept alive through any node across master changes: no session ends
+within its TTL of an acknowledged keepalive, and an abandoned one (and its key) ends within its TTL of the
+later of its last keepalive and the last election, plus the publication slack (`session_clients`).
 
 A failure prints the seed and node count; replay it exactly with
     pytest tests/coordination/test_random_schedules.py --sim-seed SEED --sim-nodes N
@@ -22,7 +25,7 @@ EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "200"))
 
 def run_and_check(seed: int, nodes: int) -> RunReport:
     try:
-        report = run_random_schedule(seed, nodes, counters=2)
+        report = run_random_schedule(seed, nodes, counters=2, sessions=2)
     except AssertionError as error:
         raise AssertionError(f"{error}\nreplay with: --sim-seed {seed} --sim-nodes {nodes}") from error
     assert report.linearizability is not None
@@ -52,6 +55,7 @@ def test_replay_one_schedule(request: pytest.FixtureRequest) -> None:
         seed, nodes = 12345, 5  # without --sim-seed, one fixed schedule as a quick check
     report = run_and_check(seed, nodes)
     assert report.increments > 0, "the counter clients completed no increment"
+    assert report.sessions > 0, "the session holders created no session"
 
 
 def test_the_same_seed_replays_the_same_run() -> None:

@@ -111,6 +111,10 @@ def test_route_table() -> None:
     assert required_role("PUT", "/_cluster/metadata/locks/a") is Role.WRITER
     assert required_role("POST", "/_cluster/metadata/_txn") is Role.WRITER
     assert required_role("POST", "/_sessions") is Role.WRITER
+    # Sessions are a writer's, their listing included; as route templates too.
+    assert required_role("GET", "/_sessions") is Role.WRITER
+    assert required_role("PUT", "/_sessions/{id}/_keepalive") is Role.WRITER
+    assert required_role("DELETE", "/_sessions/{id}") is Role.WRITER
     assert required_role("GET", "/_cluster/settings") is Role.ADMIN
     assert required_role("PUT", "/_snapshot/r/s") is Role.ADMIN
     assert required_role("GET", "/_hooks") is Role.ADMIN

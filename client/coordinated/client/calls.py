@@ -128,8 +128,10 @@ def txn(
     return Call("POST", "/_cluster/metadata/_txn", parse, body=payload, retry=Retry.NEVER_BLIND)
 
 
-def put_op(key: str, value: Any) -> dict[str, Any]:
-    return {"op": "put", "key": key, "value": value}
+def put_op(key: str, value: Any, session: str | None = None) -> dict[str, Any]:
+    """A transaction's put; with `session`, the key is ephemeral."""
+    op = {"op": "put", "key": key, "value": value}
+    return op if session is None else {**op, "session": session}
 
 
 def delete_op(key: str) -> dict[str, Any]:

@@ -17,8 +17,12 @@ from coordinated.coordination.client import (
     AddVotingConfigExclusions,
     ClearVotingConfigExclusions,
     ClientResult,
+    ClusterError,
     KvDelete,
     KvPut,
+    SessionCreate,
+    SessionEnd,
+    SessionInfo,
     Txn,
     TxnOpResult,
     TxnResult,
@@ -31,9 +35,10 @@ from coordinated.coordination.state import (
     ClusterState,
     DiscoveryNode,
     KeyVersion,
+    Session,
     VotingConfigExclusion,
 )
-from coordinated.coordination.tasks import ClientTask, ElectedAsMaster, NodeJoin, NodeLeft, TaskPayload
+from coordinated.coordination.tasks import ClientTask, ElectedAsMaster, ExpireSessions, NodeJoin, NodeLeft, TaskPayload
 from coordinated.coordination.validation import ABSENT_PREFIX, exclusions_problem, resolve_exclusions
 
 
@@ -45,6 +50,8 @@ class BatchContext:
     max_exclusions: int
     auto_shrink: bool
     new_uuid: Callable[[], str]
+    # The master's lease clock: whether a TTL session has gone without a keepalive for its TTL (now).
+    session_expired: Callable[[str], bool] = lambda session_id: False
 
 
 def improve_configuration(
@@ -99,11 +106,13 @@ def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list
 
 
 class _Keys:
-    """The key map of the state a batch builds, copied on its first change."""
+    """The key and session maps of the state a batch builds, each copied on its first change."""
 
-    def __init__(self, kv: dict[str, Any], versions: dict[str, KeyVersion], new_version: int) -> None:
-        self.kv, self.versions, self.new_version = kv, versions, new_version
+    def __init__(self, base: ClusterState, new_version: int) -> None:
+        self.kv, self.versions, self.new_version = base.kv, base.kv_versions, new_version
+        self.kv_sessions, self.sessions = base.kv_sessions, base.sessions
         self._copied = False
+        self._sessions_copied = False
 
     def get(self, key: str) -> KeyVersion | None:
         if key not in self.kv:
@@ -118,13 +127,19 @@ class _Keys:
     def _copy(self) -> None:
         if not self._copied:
             self.kv, self.versions, self._copied = dict(self.kv), dict(self.versions), True
+            self.kv_sessions = dict(self.kv_sessions)
 
-    def put(self, key: str, value: Any) -> KeyVersion:
+    def put(self, key: str, value: Any, session: str | None = None) -> KeyVersion:
+        """A put with a session makes the key ephemeral; without one, persistent (as etcd's put without a lease)."""
         existing = self.get(key)
         self._copy()
         self.kv[key] = value
         versions = KeyVersion(self.new_version, existing.create_version if existing else self.new_version)
         self.versions[key] = versions
+        if session is None:
+            self.kv_sessions.pop(key, None)
+        else:
+            self.kv_sessions[key] = session
         return versions
 
     def delete(self, key: str) -> bool:
@@ -133,16 +148,54 @@ class _Keys:
         self._copy()
         del self.kv[key]
         self.versions.pop(key, None)
+        self.kv_sessions.pop(key, None)
         return True
 
+    def add_session(self, session_id: str, session: Session) -> None:
+        self._copy_sessions()
+        self.sessions[session_id] = session
 
-def _run_txn(txn: Txn, keys: _Keys) -> TxnResult:
-    """Compare, then run one branch against the state the batch builds. The version is stamped later."""
+    def end_session(self, session_id: str) -> bool:
+        """Remove the session and delete its ephemeral keys; False if there is no such session."""
+        if session_id not in self.sessions:
+            return False
+        self._copy_sessions()
+        del self.sessions[session_id]
+        for key in [key for key, owner in self.kv_sessions.items() if owner == session_id]:
+            self.delete(key)
+        return True
+
+    def _copy_sessions(self) -> None:
+        if not self._sessions_copied:
+            self.sessions, self._sessions_copied = dict(self.sessions), True
+
+
+def _create_session(
+    request: SessionCreate, keys: _Keys, nodes: dict[str, DiscoveryNode], new_uuid: str
+) -> ClientResult:
+    if len(keys.sessions) >= client.MAX_SESSIONS:
+        return client.bad_request(f"cannot create more than [{client.MAX_SESSIONS}] sessions")
+    node_id: str | None = None
+    if request.node_name is not None:
+        node_id = next((node.id for node in nodes.values() if node.name == request.node_name), None)
+        if node_id is None:
+            return client.bad_request(f"node [{request.node_name}] is not in the cluster: cannot bind a session to it")
+    keys.add_session(new_uuid, Session(request.ttl_ms if node_id is None else 0, node_id, keys.new_version))
+    return SessionInfo(new_uuid, request.ttl_ms if node_id is None else 0, node_id, 0, 0)
+
+
+def _run_txn(txn: Txn, keys: _Keys) -> TxnResult | ClusterError:
+    """Compare, then run one branch against the state the batch builds. The version is stamped later.
+    A put bound to a session that does not exist fails the whole transaction, before any op runs."""
     succeeded = all(keys.version(compare.key) == compare.version for compare in txn.compare)
+    ops = txn.success if succeeded else txn.failure
+    for op in ops:
+        if op.session is not None and op.session not in keys.sessions:
+            return client.session_not_found_error(op.session)
     results: list[TxnOpResult] = []
-    for op in txn.success if succeeded else txn.failure:
+    for op in ops:
         if op.op == "put":
-            versions = keys.put(op.key, None if op.value is msgspec.UNSET else op.value)
+            versions = keys.put(op.key, None if op.value is msgspec.UNSET else op.value, op.session)
             results.append(TxnOpResult("put", op.key, True, None, versions.version, versions.create_version))
         elif op.op == "delete":
             results.append(TxnOpResult("delete", op.key, keys.delete(op.key)))
@@ -158,7 +211,7 @@ def _run_txn(txn: Txn, keys: _Keys) -> TxnResult:
 
 def _stamped(result: ClientResult | None, term: int, version: int) -> ClientResult | None:
     """A transaction's answer names the state it ends up in: the new one, or the base if nothing changed."""
-    if isinstance(result, TxnResult):
+    if isinstance(result, TxnResult | SessionInfo):
         return replace(result, term=term, version=version)
     return result
 
@@ -172,7 +225,7 @@ def execute_batch(
     every batch moves to the best voting configuration.
     """
     nodes = dict(base.nodes)
-    keys = _Keys(base.kv, base.kv_versions, base.version + 1)
+    keys = _Keys(base, base.version + 1)
     settings = base.persistent_settings
     exclusions = list(base.coordination.voting_config_exclusions)
     results: list[ClientResult | None] = []
@@ -186,6 +239,10 @@ def execute_batch(
             _join(task.node, nodes, exclusions)
         elif isinstance(task, NodeLeft):
             nodes.pop(task.node_id, None)
+        elif isinstance(task, ExpireSessions):
+            for session_id in task.session_ids:
+                if context.session_expired(session_id):
+                    keys.end_session(session_id)
         elif isinstance(task, ClientTask):
             payload = task.request
             if isinstance(payload, KvPut | KvDelete):
@@ -195,11 +252,19 @@ def execute_batch(
                 if payload.if_version is not None and payload.if_version != current:
                     result = client.version_conflict_error(payload.key, payload.if_version, current)
                 elif isinstance(payload, KvPut):
-                    keys.put(payload.key, payload.value)
+                    if payload.session is not None and payload.session not in keys.sessions:
+                        result = client.session_not_found_error(payload.session)
+                    else:
+                        keys.put(payload.key, payload.value, payload.session)
                 else:
                     keys.delete(payload.key)
             elif isinstance(payload, Txn):
                 result = _run_txn(payload, keys)
+            elif isinstance(payload, SessionCreate):
+                result = _create_session(payload, keys, nodes, context.new_uuid())
+            elif isinstance(payload, SessionEnd):
+                if not keys.end_session(payload.session):
+                    result = client.session_not_found_error(payload.session)
             elif isinstance(payload, UpdateSettings):
                 settings = {k: v for k, v in {**settings, **payload.persistent}.items() if v is not None}
             elif isinstance(payload, AddVotingConfigExclusions):
@@ -207,11 +272,17 @@ def execute_batch(
             elif isinstance(payload, ClearVotingConfigExclusions):
                 exclusions = []
         results.append(result)
+    # A node session ends when its node leaves the cluster, in the state that removes the node.
+    for session_id, session in list(keys.sessions.items()):
+        if session.node is not None and session.node not in nodes:
+            keys.end_session(session_id)
     candidate = base.replace(
         master_node=context.master.id,
         nodes=nodes,
         kv=keys.kv,
         kv_versions=keys.versions,
+        sessions=keys.sessions,
+        kv_sessions=keys.kv_sessions,
         persistent_settings=settings,
         coordination=replace(base.coordination, voting_config_exclusions=tuple(exclusions)),
     )
@@ -220,6 +291,8 @@ def execute_batch(
         candidate.nodes != base.nodes
         or keys.kv != base.kv
         or keys.versions != base.kv_versions
+        or keys.sessions != base.sessions
+        or keys.kv_sessions != base.kv_sessions
         or candidate.persistent_settings != base.persistent_settings
         or candidate.coordination != base.coordination
         or candidate.master_node != base.master_node

@@ -18,11 +18,13 @@ class _Request(msgspec.Struct, frozen=True, tag_field="op"):
 
 
 class KvPut(_Request, frozen=True, tag="put"):
-    """With `if_version`, applies only if the key's version is that (0: only if the key does not exist)."""
+    """With `if_version`, applies only if the key's version is that (0: only if the key does not exist).
+    With `session`, the key is ephemeral: it ends with that session. Without, it is persistent."""
 
     key: str
     value: Any
     if_version: Long | None = None
+    session: str | None = None
 
 
 class KvDelete(_Request, frozen=True, tag="delete"):
@@ -52,6 +54,7 @@ class TxnOp(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaul
     op: Literal["put", "delete", "get"]
     key: str
     value: Any | msgspec.UnsetType = msgspec.UNSET  # a put's value (which may be null)
+    session: str | None = None  # a put's session: the key is ephemeral
 
 
 class Txn(_Request, frozen=True, tag="txn"):
@@ -63,6 +66,30 @@ class Txn(_Request, frozen=True, tag="txn"):
 
 
 MAX_TXN_OPS = 64
+
+
+class SessionCreate(_Request, frozen=True, tag="session_create"):
+    """A TTL session (`ttl_ms`), or a session bound to the membership of the node named `node_name`."""
+
+    ttl_ms: Long = 0
+    node_name: str | None = None
+
+
+class SessionKeepAlive(_Request, frozen=True, tag="session_keepalive"):
+    """Renews a TTL session on the master, which confirms its leadership first; no publication."""
+
+    session: str
+
+
+class SessionEnd(_Request, frozen=True, tag="session_end"):
+    session: str
+
+
+# TTL bounds. The lower one keeps a session above the time a master needs to notice a keepalive at all; the
+# upper one (Consul's) keeps an abandoned session from holding its keys for days.
+MIN_SESSION_TTL_MS = 1_000
+MAX_SESSION_TTL_MS = 86_400_000
+MAX_SESSIONS = 10_000  # in the cluster state at once
 
 
 class UpdateSettings(_Request, frozen=True, tag="settings"):
@@ -91,9 +118,21 @@ ClientRequest = (
     | UpdateSettings
     | AddVotingConfigExclusions
     | ClearVotingConfigExclusions
+    | SessionCreate
+    | SessionKeepAlive
+    | SessionEnd
 )
 LinearizableRead = KvGet | ReadBarrier
-WRITE_REQUESTS = (KvPut, KvDelete, Txn, UpdateSettings, AddVotingConfigExclusions, ClearVotingConfigExclusions)
+WRITE_REQUESTS = (
+    KvPut,
+    KvDelete,
+    Txn,
+    UpdateSettings,
+    AddVotingConfigExclusions,
+    ClearVotingConfigExclusions,
+    SessionCreate,
+    SessionEnd,
+)
 
 
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000  # a client request without a timeout of its own
@@ -118,6 +157,7 @@ class ReadValue(_Result, frozen=True, tag="value"):
     version: Long  # of the state read
     key_version: Long = 0  # of the write that last changed the key (0: not found)
     create_version: Long = 0  # of the write that created the key
+    session: str | None = None  # an ephemeral key's session
 
 
 class TxnOpResult(msgspec.Struct, frozen=True):
@@ -141,6 +181,16 @@ class TxnResult(_Result, frozen=True, tag="txn"):
         return any(result.op in ("put", "delete") and result.found for result in self.results)
 
 
+class SessionInfo(_Result, frozen=True, tag="session"):
+    """A session created or renewed, as of the master's state (term, version)."""
+
+    id: str
+    ttl_ms: Long
+    node: str | None
+    term: Long
+    version: Long
+
+
 class ClusterError(_Result, frozen=True, tag="error"):
     type: str
     reason: str
@@ -157,7 +207,7 @@ def error_body(error_type: str, reason: str, status: int) -> dict[str, Any]:
     return {"error": {"type": error_type, "reason": reason}, "status": status}
 
 
-ClientResult = Committed | ReadValue | TxnResult | ClusterError
+ClientResult = Committed | ReadValue | TxnResult | SessionInfo | ClusterError
 
 
 def no_master_error(block: str) -> ClusterError:
@@ -190,6 +240,14 @@ def version_conflict_error(key: str, expected: int, current: int) -> ClusterErro
     else:
         reason = f"[{key}]: version conflict, required version [{expected}], current version [{current}]"
     return ClusterError(type="version_conflict_engine_exception", reason=reason, status=409)
+
+
+def session_not_found_error(session: str) -> ClusterError:
+    return ClusterError(
+        type="resource_not_found_exception",
+        reason=f"session [{session}] not found: it has ended or never existed",
+        status=404,
+    )
 
 
 def bad_request(reason: str) -> ClusterError:

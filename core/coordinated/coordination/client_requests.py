@@ -19,6 +19,9 @@ from coordinated.coordination.client import (
     KvGet,
     KvPut,
     ReadBarrier,
+    SessionEnd,
+    SessionInfo,
+    SessionKeepAlive,
     Txn,
     TxnResult,
     UpdateSettings,
@@ -46,6 +49,7 @@ class ClientRequests:
         forwarder: Forwarder,
         reads: ReadService,
         exclusion_waits: ExclusionWaits,
+        renew_session: Callable[[str, int], SessionInfo | None],  # a keepalive that reached the master then
     ) -> None:
         self.ctx = ctx
         self.leader = leader
@@ -53,6 +57,7 @@ class ClientRequests:
         self.forwarder = forwarder
         self.reads = reads
         self.exclusion_waits = exclusion_waits
+        self.renew_session = renew_session
 
     def handle(self, request: ClientRequest, reply: Reply, timeout: int, forwarded: bool) -> None:
         mode, leader = self.ctx.mode(), self.leader()
@@ -84,6 +89,9 @@ class ClientRequests:
         if isinstance(request, KvGet | ReadBarrier):
             self.reads.submit(request, reply)
             return
+        if isinstance(request, SessionKeepAlive):
+            self._keepalive(request.session, reply)
+            return
         deadline = self.ctx.now + timeout
         if isinstance(request, ClearVotingConfigExclusions) and request.wait_for_removal:
             state = self.ctx.accepted
@@ -107,7 +115,7 @@ class ClientRequests:
                 else:
                     inner(result)
 
-        if isinstance(request, Txn | KvPut | KvDelete):
+        if isinstance(request, Txn | KvPut | KvDelete | SessionEnd):
             reply = self._confirmed_if_unwritten(reply)
         priority = (
             Priority.URGENT
@@ -116,13 +124,31 @@ class ClientRequests:
         )
         self.submit_task(Task(_describe(request), priority, ClientTask(request), reply, deadline))
 
+    def _keepalive(self, session: str, reply: Reply) -> None:
+        """Renewed on this master alone, without a publication, but only once it has confirmed with a quorum
+        that it still leads (as etcd does since a deposed leader renewed leases): a deposed master cannot
+        acknowledge a keepalive that the new master never hears of. The renewal counts from the arrival."""
+        arrived = self.ctx.now
+        if session not in self.ctx.accepted.sessions:
+            self.reads.submit(ReadBarrier(), lambda barrier: reply(_unless_error(barrier, session)))
+            return
+
+        def after_barrier(barrier: ClientResult) -> None:
+            if not isinstance(barrier, Committed):
+                reply(barrier)
+                return
+            reply(self.renew_session(session, arrived) or client.session_not_found_error(session))
+
+        self.reads.submit(ReadBarrier(), after_barrier)
+
     def _confirmed_if_unwritten(self, reply: Reply) -> Reply:
-        """A conflict, or a transaction that wrote nothing, is answered from the master's state without a
-        publication; like a read, it is linearizable only once the master has confirmed it still leads."""
+        """A conflict, a missing session, or a transaction that wrote nothing, is answered from the master's
+        state without a publication; like a read, it is linearizable only once the master has confirmed it
+        still leads."""
 
         def confirmed_reply(result: ClientResult) -> None:
             unwritten = (isinstance(result, TxnResult) and not result.wrote()) or (
-                isinstance(result, ClusterError) and result.status == 409
+                isinstance(result, ClusterError) and result.status in (404, 409)
             )
             if not unwritten:
                 reply(result)
@@ -134,6 +160,11 @@ class ClientRequests:
             self.reads.submit(ReadBarrier(), after_barrier)
 
         return confirmed_reply
+
+
+def _unless_error(barrier: ClientResult, session: str) -> ClientResult:
+    """A session this master does not hold is not found, once the master has confirmed that it leads."""
+    return barrier if isinstance(barrier, ClusterError) else client.session_not_found_error(session)
 
 
 def _describe(request: ClientRequest) -> str:

@@ -54,6 +54,7 @@ from coordinated.coordination.publication import Publication, PublicationListene
 from coordinated.coordination.publish_handler import PublishHandler, PublishListener
 from coordinated.coordination.reads import ReadService
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
+from coordinated.coordination.sessions import SessionEventLog, SessionLeases
 from coordinated.coordination.settings import CoordinationSettings
 from coordinated.coordination.state import (
     ClusterState,
@@ -147,8 +148,11 @@ class Coordinator:
                 publish=self._publish,
                 unchanged=self._after_publication,
                 refused=self._become_candidate,
+                session_expired=lambda session_id: self.sessions.is_expired(session_id),
             ),
         )
+        self.sessions = SessionLeases(ctx, self.master_tasks.submit)
+        self.session_events = SessionEventLog()
         self.publication: Publication | None = None
         self.applied_in_current_term = False
         self.followers_checker = FollowersChecker(
@@ -173,6 +177,7 @@ class Coordinator:
             forwarder=self.forwarder,
             reads=self.reads,
             exclusion_waits=self.exclusion_waits,
+            renew_session=self.sessions.renew,
         )
         # counters for metrics
         self.elections_won = 0
@@ -309,6 +314,7 @@ class Coordinator:
         state: ClusterState | None = None,
         quorum: tuple[str, ...] | None = None,
         reason: str | UnsetType = UNSET,
+        session: str | UnsetType = UNSET,
     ) -> None:
         """Record an event about `state`, or about the node's term and accepted configuration."""
         basis = state or self.last_accepted_state
@@ -326,6 +332,7 @@ class Coordinator:
             last_accepted_config=basis.last_accepted_config.node_ids,
             quorum=quorum,
             reason=reason,
+            session=session,
         )
         self._out.append(RecordHistory(event))
 
@@ -434,6 +441,7 @@ class Coordinator:
         self.elections_won += 1
         self.applied_in_current_term = False
         self._history(EventType.ELECTED)
+        self.sessions.promote(self.last_accepted_state)
         self._stop_elections()
         self.peer_finder.deactivate()
         self.formation.deactivate()
@@ -458,6 +466,7 @@ class Coordinator:
         self.lag_detector.clear_versions()
         self.reads.close(f"no longer master: {reason}")
         self.exclusion_waits.close(f"no longer master: {reason}")
+        self.sessions.demote()
 
     # ------------------------------------------------------------------------------------------------------
     # terms
@@ -593,6 +602,7 @@ class Coordinator:
     def _publish(
         self, state: ClusterState, base: ClusterState, tasks: list[Task], results: list[ClientResult | None]
     ) -> None:
+        self.session_events.published(base, state, [task.payload for task in tasks])
         self.publication = Publication(self.ctx, self._publication_listener, state, base, tasks, results)
         self.publication.start()
 
@@ -642,8 +652,12 @@ class Coordinator:
             raise AssertionError(
                 f"completing publication of {publication.state.state_uuid} but holding {state.state_uuid}"
             )
+        applied_before = self.applied_state
         self._apply(state)
         self.applied_in_current_term = True
+        for event_type, session_id, reason in self.session_events.committed(applied_before, state):
+            self._history(event_type, reason=reason, session=session_id)
+        self.sessions.sync(state)
         self._out.append(publication.finished(committed=True))
         for task, result in zip(publication.tasks, publication.results, strict=True):
             task.reply(result or Committed(state.term, state.version))

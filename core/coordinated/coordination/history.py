@@ -25,8 +25,17 @@ class EventType(StrEnum):
     # Written offline by `coordinated node-tool` before it rewrites the node's record (see `offline_recovery`):
     UNSAFE_BOOTSTRAP = "unsafe_bootstrap"  # the node became the sole voter of a NEW cluster (cluster_uuid)
     DETACHED = "detached"  # the node forgot its term (0) and cluster membership, to join another cluster
+    # Recorded by the master when the state that makes the change is committed, with the `session` id:
+    SESSION_CREATED = "session_created"
+    SESSION_EXPIRED = "session_expired"  # the master heard no keepalive for the session's TTL
+    SESSION_ENDED = "session_ended"  # ended by request, or its node left the cluster (`reason` says which)
 
 
+SESSION_EVENT_TYPES: tuple[EventType, ...] = (
+    EventType.SESSION_CREATED,
+    EventType.SESSION_EXPIRED,
+    EventType.SESSION_ENDED,
+)
 STATE_EVENT_TYPES: tuple[EventType, ...] = (EventType.ACCEPTED, EventType.COMMITTED, EventType.APPLIED)
 # An operator's reset of the node's coordination state: the node's term and cluster may start over after it.
 RESET_EVENT_TYPES: tuple[EventType, ...] = (EventType.UNSAFE_BOOTSTRAP, EventType.DETACHED)
@@ -50,7 +59,8 @@ class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
     last_committed_config: tuple[str, ...]
     last_accepted_config: tuple[str, ...]
     quorum: tuple[str, ...] | None = None  # the master's committed events only
-    reason: str | msgspec.UnsetType = msgspec.UNSET  # stepped_down only
+    reason: str | msgspec.UnsetType = msgspec.UNSET  # stepped_down and session events
+    session: str | msgspec.UnsetType = msgspec.UNSET  # session events only: the session's id
     # Reset events only: the record before the reset (`current_term` is the new record's term) ...
     current_term: int | msgspec.UnsetType = msgspec.UNSET
     cluster_uuid_committed: bool | msgspec.UnsetType = msgspec.UNSET

@@ -22,6 +22,7 @@ class MasterTasksListener:
     publish: Callable[[ClusterState, ClusterState, list[Task], list[ClientResult | None]], None]
     unchanged: Callable[[ClusterState], None]  # a batch that changed nothing completed at once
     refused: Callable[[str], None]  # the coordination state refused the new state: stop leading
+    session_expired: Callable[[str], bool] = lambda session_id: False  # by the master's lease clock
 
 
 class MasterTasks:
@@ -93,6 +94,7 @@ class MasterTasks:
             max_exclusions=settings.max_voting_config_exclusions,
             auto_shrink=settings.auto_shrink_voting_configuration,
             new_uuid=self._random_uuid,
+            session_expired=self.listener.session_expired,
         )
 
     def improved(self, state: ClusterState) -> ClusterState:

@@ -89,6 +89,15 @@ class KeyVersion(msgspec.Struct, frozen=True, array_like=True):
 LEGACY_KEY_VERSION = KeyVersion(1, 1)
 
 
+class Session(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A client's session. A TTL session lives while the master hears keepalives; a node session while its
+    node is in the cluster. Its ephemeral keys (`ClusterState.kv_sessions`) end with it, in the same state."""
+
+    ttl_ms: Long = 0  # a TTL session's time to live; 0 for a node session
+    node: str | None = None  # a node session's node id
+    create_version: Long = 0
+
+
 class ClusterState(msgspec.Struct, frozen=True):
     cluster_name: str
     cluster_uuid: str = NO_CLUSTER_UUID
@@ -102,6 +111,8 @@ class ClusterState(msgspec.Struct, frozen=True):
     persistent_settings: dict[str, str] = {}
     kv: dict[str, Any] = {}
     kv_versions: dict[str, KeyVersion] = {}  # for each key of `kv`; see LEGACY_KEY_VERSION
+    sessions: dict[str, Session] = {}
+    kv_sessions: dict[str, str] = {}  # an ephemeral key of `kv` -> the id of its session
 
     def key_version(self, key: str) -> KeyVersion | None:
         """The versions of a key, None if it does not exist."""
@@ -148,6 +159,11 @@ class KeyVersionsDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     deletes: tuple[str, ...] = ()
 
 
+class SessionsDiff(msgspec.Struct, frozen=True, omit_defaults=True):
+    upserts: dict[str, Session] = {}
+    deletes: tuple[str, ...] = ()
+
+
 class ClusterStateDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     """What changed between two states. Small parts are sent whole; the maps are sent as changes."""
 
@@ -163,6 +179,8 @@ class ClusterStateDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     persistent_settings: MapDiff = MapDiff()
     kv: MapDiff = MapDiff()
     kv_versions: KeyVersionsDiff = KeyVersionsDiff()
+    sessions: SessionsDiff = SessionsDiff()
+    kv_sessions: MapDiff = MapDiff()
 
 
 def diff_maps(before: Mapping[str, Any], after: Mapping[str, Any]) -> MapDiff:
@@ -197,6 +215,8 @@ def compute_diff(before: ClusterState, after: ClusterState) -> ClusterStateDiff:
         persistent_settings=diff_maps(before.persistent_settings, after.persistent_settings),
         kv=diff_maps(before.kv, after.kv),
         kv_versions=KeyVersionsDiff(**msgspec.structs.asdict(diff_maps(before.kv_versions, after.kv_versions))),
+        sessions=SessionsDiff(**msgspec.structs.asdict(diff_maps(before.sessions, after.sessions))),
+        kv_sessions=diff_maps(before.kv_sessions, after.kv_sessions),
     )
 
 
@@ -218,6 +238,8 @@ def apply_diff(base: ClusterState, diff: ClusterStateDiff) -> ClusterState:
         persistent_settings=apply_map_diff(base.persistent_settings, diff.persistent_settings),
         kv=apply_map_diff(base.kv, diff.kv),
         kv_versions=apply_map_diff(base.kv_versions, MapDiff(diff.kv_versions.upserts, diff.kv_versions.deletes)),
+        sessions=apply_map_diff(base.sessions, MapDiff(diff.sessions.upserts, diff.sessions.deletes)),
+        kv_sessions=apply_map_diff(base.kv_sessions, diff.kv_sessions),
     )
 
 

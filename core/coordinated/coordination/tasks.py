@@ -29,8 +29,15 @@ class Reconfigure:
 
 
 @dataclass(frozen=True)
+class ExpireSessions:
+    """End these TTL sessions if they are still expired when the batch runs (a keepalive may come first)."""
+
+    session_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ClientTask:
     request: ClientRequest
 
 
-TaskPayload = ElectedAsMaster | NodeJoin | NodeLeft | Reconfigure | ClientTask
+TaskPayload = ElectedAsMaster | NodeJoin | NodeLeft | Reconfigure | ExpireSessions | ClientTask

@@ -15,21 +15,33 @@ from collections.abc import Mapping
 import msgspec
 
 from coordinated.coordination.client import (
+    MAX_SESSION_TTL_MS,
     MAX_TXN_OPS,
+    MIN_SESSION_TTL_MS,
     AddVotingConfigExclusions,
     ClientRequest,
     KvDelete,
     KvGet,
     KvPut,
+    SessionCreate,
+    SessionEnd,
+    SessionKeepAlive,
     Txn,
     UpdateSettings,
 )
-from coordinated.coordination.settings import SettingsError, SettingsRegistry, coordination_registry, parse_node_name
+from coordinated.coordination.settings import (
+    SettingsError,
+    SettingsRegistry,
+    coordination_registry,
+    format_time_ms,
+    parse_node_name,
+)
 from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfigExclusion
 
 # Full matches: `$` would also accept a trailing newline.
 _KEY = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 _HOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ABSENT_PREFIX = "_absent_"  # an exclusion by name of a node that is not in the cluster (yet)
 
 
@@ -47,6 +59,30 @@ def metadata_key_problem(key: str) -> str | None:
         return problem
     if key.startswith("_"):
         return f"metadata key [{key}] is reserved: names starting with [_] are not allowed"
+    return None
+
+
+def session_id_problem(session: str) -> str | None:
+    if not isinstance(session, str) or _SESSION_ID.fullmatch(session) is None:
+        return f"invalid session id [{session}]: a session id is 1 to 64 letters, digits, '_' or '-'"
+    return None
+
+
+def session_create_problem(request: SessionCreate) -> str | None:
+    """Exactly one of [ttl] and [node]; a TTL within the bounds; a well-formed node name."""
+    if (request.ttl_ms > 0) == (request.node_name is not None):
+        return 'a session needs exactly one of [ttl] (e.g. {"ttl": "10s"}) and [node] (a node name)'
+    if request.node_name is not None:
+        try:
+            parse_node_name(request.node_name)
+        except ValueError as error:
+            return f"invalid [node]: {error}"
+        return None
+    if not MIN_SESSION_TTL_MS <= request.ttl_ms <= MAX_SESSION_TTL_MS:
+        return (
+            f"invalid [ttl]: [{format_time_ms(request.ttl_ms)}] is outside "
+            f"[{format_time_ms(MIN_SESSION_TTL_MS)}] to [{format_time_ms(MAX_SESSION_TTL_MS)}]"
+        )
     return None
 
 
@@ -69,6 +105,12 @@ def txn_problem(txn: Txn) -> str | None:
                 return f"{branch}: the put of [{op.key}] has no [value]"
             if op.op != "put" and op.value is not msgspec.UNSET:
                 return f"{branch}: a [{op.op}] op takes no [value]"
+            if op.session is not None:
+                if op.op != "put":
+                    return f"{branch}: a [{op.op}] op takes no [session]"
+                problem = session_id_problem(op.session)
+                if problem is not None:
+                    return f"{branch}: {problem}"
             if op.op in ("put", "delete"):
                 if op.key in written:
                     return f"{branch}: key [{op.key}] is put or deleted more than once"
@@ -149,8 +191,14 @@ def exclusions_problem(
 
 def request_problem(request: ClientRequest, state: ClusterState, max_exclusions: int) -> str | None:
     """The master's check of any client request against its current state."""
+    if isinstance(request, KvPut) and request.session is not None:
+        return metadata_key_problem(request.key) or session_id_problem(request.session)
     if isinstance(request, KvPut | KvDelete | KvGet):
         return metadata_key_problem(request.key)
+    if isinstance(request, SessionCreate):
+        return session_create_problem(request)
+    if isinstance(request, SessionKeepAlive | SessionEnd):
+        return session_id_problem(request.session)
     if isinstance(request, Txn):
         return txn_problem(request)
     if isinstance(request, UpdateSettings):

@@ -25,6 +25,7 @@ from coordinated.coordination.client import (
 from coordinated.simulation.cluster import SimulatedCluster
 from coordinated.simulation.linearizability import Operation, Verdict, check_history
 from coordinated.simulation.network import Link
+from coordinated.simulation.session_clients import SESSION_TTL_MS, SessionHolder, check_sessions
 from coordinated.simulation.storage import StorageFault
 
 KEYS = ("a", "b", "c")
@@ -41,6 +42,7 @@ class RunReport:
     operations: int = 0
     acknowledged_writes: int = 0
     increments: int = 0  # acknowledged compare-and-set increments of the counter clients
+    sessions: int = 0  # sessions the session holders created, all checked
     linearizability: Verdict | None = None
     cluster: SimulatedCluster | None = None
 
@@ -209,12 +211,13 @@ def _nemesis_action(cluster: SimulatedCluster, rng: random.Random, faults: Count
 
 
 def run_random_schedule(
-    seed: int, node_count: int, chaos_ms: int = 30_000, clients: int = 3, counters: int = 0
+    seed: int, node_count: int, chaos_ms: int = 30_000, clients: int = 3, counters: int = 0, sessions: int = 0
 ) -> RunReport:
     """Form a cluster, run faults and clients, heal, stabilise, and check linearizability.
 
-    `counters` clients increment one key with compare-and-set. They draw from the seed only when there are
-    some, so a run without them replays exactly as before they existed.
+    `counters` clients increment one key with compare-and-set; `sessions` clients hold sessions with
+    ephemeral keys (`session_clients`). Both draw from the seed only when there are some, so a run without
+    them replays exactly as before they existed.
 
     Raises SafetyViolation (with the seed) on any safety or liveness failure.
     """
@@ -226,8 +229,14 @@ def run_random_schedule(
     incrementers = [_Counter(cluster, clients + index, random.Random(rng.getrandbits(64))) for index in range(counters)]
     for worker in workers:
         worker.start()
+    holders = [
+        SessionHolder(cluster, clients + counters + index, random.Random(rng.getrandbits(64)), SESSION_TTL_MS)
+        for index in range(sessions)
+    ]
     for incrementer in incrementers:
         incrementer.start()
+    for holder in holders:
+        holder.start()
     end = cluster.now + chaos_ms
     while cluster.now < end:
         cluster.run_for(rng.randint(100, 3_000))
@@ -236,12 +245,23 @@ def run_random_schedule(
         worker.active = False
     for incrementer in incrementers:
         incrementer.active = False
+    for holder in holders:
+        holder.stop()
     cluster.network.heal()
     for node in cluster.nodes:
         node.persisted.failure_rate = 0.0
         if not node.alive:
             cluster.start_node(node.index)
     cluster.stabilise()
+    if holders:
+        # Every holder has stopped: their sessions expire within a TTL of the last election, or of now.
+        settings = cluster.nodes[0].settings
+        slack = 2 * settings.publish_timeout + 5_000  # an expiry may wait behind a publication, then publish
+        cluster.run_for(SESSION_TTL_MS + slack)
+        cluster.stabilise()
+        for holder in holders:
+            holder.abandon_now()
+        report.sessions = check_sessions(cluster, holders, slack)
     cluster.finish_pending_operations()
     report.steps = cluster.steps
     report.virtual_ms = cluster.now

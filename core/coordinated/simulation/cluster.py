@@ -44,7 +44,7 @@ from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.messages import Message
 from coordinated.coordination.recovery import LoadRecord, Refuse, recovered_state_event
 from coordinated.coordination.settings import CoordinationSettings
-from coordinated.coordination.state import DiscoveryNode
+from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.simulation.linearizability import MISSING, Operation
 from coordinated.simulation.network import Link, Network
 from coordinated.simulation.storage import FlakyPersistedState, InjectedIOError, StorageFault, summarize_events
@@ -145,6 +145,10 @@ class SimulatedCluster:
         self._committed: dict[str, dict[int, tuple[int, str]]] = {}
         self._parents: dict[str, tuple[str | None, int]] = {}
         self._unknown_uuid_owner: dict[int, str] = {}
+        # Sessions, as the applied (committed) states show them: when each was created (its version), and
+        # when a node first applied a later state without it.
+        self._session_created: dict[str, int] = {}
+        self.session_ended_at: dict[str, int] = {}
         eligible = master_eligible or [True] * node_count
         base = replace(settings, seed_hosts=())
         names = [f"node{index}" for index in range(node_count)]
@@ -310,7 +314,7 @@ class SimulatedCluster:
             elif isinstance(effect, Log):
                 self.logs.append((self.now, sim_node.name, effect.level, effect.message))
             elif isinstance(effect, StateApplied):
-                pass
+                self._check_sessions(effect.state)
 
     def _deliver_seeds(self, index: int) -> None:
         sim_node = self.nodes[index]
@@ -394,8 +398,8 @@ class SimulatedCluster:
             self._record_txn(op, request, result, completed)
             return
         kind = {"KvPut": "put", "KvDelete": "delete", "KvGet": "get"}.get(type(request).__name__)
-        if kind is None:
-            return
+        if kind is None or getattr(request, "session", None) is not None:
+            return  # an ephemeral key is deleted by its session's end, which the session checks judge
         key: str = getattr(request, "key", "")
         if kind == "get":
             if isinstance(result, ReadValue):
@@ -531,6 +535,20 @@ class SimulatedCluster:
             self._violation(
                 f"committed version {newer_version} does not descend from committed version {older_version}"
             )
+
+    def _check_sessions(self, state: ClusterState) -> None:
+        """An ephemeral key exists only with its session: ending a session deletes its keys in that state.
+        Also notes when each session first disappears from an applied state."""
+        for key, session in state.kv_sessions.items():
+            if session not in state.sessions or key not in state.kv:
+                self._violation(f"version {state.version} holds ephemeral key {key} of ended session {session}")
+        if not state.sessions and not self._session_created:
+            return
+        for session_id, held in state.sessions.items():
+            self._session_created.setdefault(session_id, held.create_version)
+        for session_id, created in self._session_created.items():
+            if session_id not in state.sessions and state.version > created:
+                self.session_ended_at.setdefault(session_id, self.now)
 
     def check_invariants(self) -> None:
         for sim_node in self.nodes:

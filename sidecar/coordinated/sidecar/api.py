@@ -27,6 +27,10 @@ from coordinated.coordination.client import (
     KvPut,
     ReadBarrier,
     ReadValue,
+    SessionCreate,
+    SessionEnd,
+    SessionInfo,
+    SessionKeepAlive,
     Txn,
     TxnOpResult,
     TxnResult,
@@ -35,12 +39,14 @@ from coordinated.coordination.client import (
     no_master_error,
 )
 from coordinated.coordination.context import Mode
-from coordinated.coordination.settings import parse_time_ms
+from coordinated.coordination.settings import format_time_ms, parse_time_ms
 from coordinated.coordination.state import LONG_MAX, state_to_api
 from coordinated.coordination.validation import (
     hook_name_problem,
     key_problem,
     metadata_key_problem,
+    session_create_problem,
+    session_id_problem,
     settings_problem,
     txn_problem,
 )
@@ -110,7 +116,10 @@ async def errors_middleware(
         response = error_response("internal_server_exception", f"{type(error).__name__}: {error}", 500)
     if response.status == 408:
         response.force_close()  # the rest of the body may still arrive: do not read it as a next request
-    request.app[NODE_KEY].metrics.http_requests.labels(str(response.status)).inc()
+    metrics = request.app[NODE_KEY].metrics
+    metrics.http_requests.labels(str(response.status)).inc()
+    if response.status == 409:  # only a conditional write answers 409
+        metrics.version_conflicts.inc()
     return response
 
 
@@ -245,6 +254,10 @@ def setup_routes(app: web.Application) -> None:
     r.add_put("/_cluster/settings", settings_put)
     r.add_post("/_cluster/voting_config_exclusions", exclusions_add)
     r.add_delete("/_cluster/voting_config_exclusions", exclusions_clear)
+    r.add_post("/_sessions", session_create)
+    r.add_get("/_sessions", sessions_list)
+    r.add_put("/_sessions/{id}/_keepalive", session_keepalive)
+    r.add_delete("/_sessions/{id}", session_delete)
     r.add_get("/_history", history)
     r.add_get("/metrics", metrics)
     r.add_get("/healthz", healthz)
@@ -421,12 +434,15 @@ def write_result(key: str, result: ClientResult) -> web.Response:
 
 
 async def metadata_put(request: web.Request) -> web.Response:
-    query = check_params(request, {"timeout", "master_timeout", "if_version", "op_type"})
+    query = check_params(request, {"timeout", "master_timeout", "if_version", "op_type", "session"})
     key = check_key(request)
     condition = write_condition(query)
+    session = query.get("session")
+    if session is not None:
+        check_session_id(session, "session")
     timeout_ms = timeout_of(query)
     value = await read_json(request)
-    return write_result(key, await node_of(request).submit(KvPut(key, value, condition), timeout_ms))
+    return write_result(key, await node_of(request).submit(KvPut(key, value, condition, session), timeout_ms))
 
 
 async def metadata_delete(request: web.Request) -> web.Response:
@@ -479,6 +495,13 @@ async def metadata_txn(request: web.Request) -> web.Response:
     return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
 
 
+def with_session(body: dict[str, Any], session: str | None) -> dict[str, Any]:
+    """An ephemeral key's answer names its session; a persistent key's has no `session` field."""
+    if session is not None:
+        body["session"] = session
+    return body
+
+
 def key_not_found(key: str) -> web.Response:
     return error_response("resource_not_found_exception", f"metadata key [{key}] not found", 404)
 
@@ -498,16 +521,24 @@ async def metadata_get(request: web.Request) -> web.Response:
         versions = state.key_version(key)
         if versions is None:
             return key_not_found(key)
-        return web.json_response(
-            {"key": key, "value": state.kv[key], "version": versions.version, "create_version": versions.create_version}
-        )
+        body = {
+            "key": key,
+            "value": state.kv[key],
+            "version": versions.version,
+            "create_version": versions.create_version,
+        }
+        return web.json_response(with_session(body, state.kv_sessions.get(key)))
     result = await node.submit(KvGet(key), timeout_ms)
     if isinstance(result, ReadValue):
         if not result.found:
             return key_not_found(key)
-        return web.json_response(
-            {"key": key, "value": result.value, "version": result.key_version, "create_version": result.create_version}
-        )
+        body = {
+            "key": key,
+            "value": result.value,
+            "version": result.key_version,
+            "create_version": result.create_version,
+        }
+        return web.json_response(with_session(body, result.session))
     if isinstance(result, ClusterError):
         return result_error(result)
     return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
@@ -593,6 +624,96 @@ async def metadata_watch(request: web.Request) -> web.Response:
         after = version
         if not await hub.wait(prefix, remaining):
             return web.json_response({"version": max(after, hub.log.version), "events": []})
+
+
+# -- sessions ---------------------------------------------------------------------------------------------
+
+
+def check_session_id(session: str, what: str) -> str:
+    problem = session_id_problem(session)
+    if problem is not None:
+        raise BadRequest(f"[{what}]: {problem}" if what == "session" else problem)
+    return session
+
+
+class _SessionBody(msgspec.Struct, forbid_unknown_fields=True):
+    ttl: str | None = None
+    node: str | None = None
+
+
+def session_body(session_id: str, ttl_ms: int, node_id: str | None, node: Node) -> dict[str, Any]:
+    if node_id is None:
+        return {"id": session_id, "ttl": format_time_ms(ttl_ms)}
+    known = node.applied_state.nodes.get(node_id)
+    return {"id": session_id, "node": known.name if known else node_id, "node_id": node_id}
+
+
+def session_result(result: ClientResult, node: Node, status: int = 200) -> web.Response:
+    if isinstance(result, SessionInfo):
+        return web.json_response(session_body(result.id, result.ttl_ms, result.node, node), status=status)
+    if isinstance(result, Committed):
+        return web.json_response({"acknowledged": True})
+    if isinstance(result, ClusterError):
+        return result_error(result)
+    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+
+
+async def session_create(request: web.Request) -> web.Response:
+    query = check_params(request, {"timeout", "master_timeout"})
+    timeout_ms = timeout_of(query)
+    body = decode_body(await read_json(request), _SessionBody, "session")
+    ttl_ms = 0
+    if body.ttl is not None:
+        try:
+            ttl_ms = parse_time_ms(body.ttl)
+        except ValueError as error:
+            raise BadRequest(f"failed to parse [ttl]: {error}") from None
+    create = SessionCreate(ttl_ms=ttl_ms, node_name=body.node)
+    problem = session_create_problem(create)
+    if problem is not None:
+        raise BadRequest(problem)
+    node = node_of(request)
+    return session_result(await node.submit(create, timeout_ms), node, status=201)
+
+
+async def session_keepalive(request: web.Request) -> web.Response:
+    query = check_params(request, {"timeout", "master_timeout"})
+    session = check_session_id(request.match_info["id"], "id")
+    timeout_ms = timeout_of(query)
+    await no_body(request)
+    node = node_of(request)
+    return session_result(await node.submit(SessionKeepAlive(session), timeout_ms), node)
+
+
+async def session_delete(request: web.Request) -> web.Response:
+    query = check_params(request, {"timeout", "master_timeout"})
+    session = check_session_id(request.match_info["id"], "id")
+    timeout_ms = timeout_of(query)
+    await no_body(request)
+    node = node_of(request)
+    return session_result(await node.submit(SessionEnd(session), timeout_ms), node)
+
+
+async def sessions_list(request: web.Request) -> web.Response:
+    """The sessions of the master's state (after a read barrier), or of this node's with `?local=true`."""
+    query = check_params(request, {"local", "timeout", "master_timeout"})
+    local = param_bool(query, "local", False)
+    node = node_of(request)
+    if not local:
+        if node.applied_state.master_node is None:
+            return master_not_discovered()
+        problem = await read_barrier(node, timeout_of(query))
+        if problem is not None:
+            return problem
+    state = node.applied_state
+    keys: dict[str, list[str]] = {}
+    for key, owner in sorted(state.kv_sessions.items()):
+        keys.setdefault(owner, []).append(key)
+    sessions = [
+        {**session_body(session_id, session.ttl_ms, session.node, node), "keys": keys.get(session_id, [])}
+        for session_id, session in sorted(state.sessions.items())
+    ]
+    return web.json_response({"version": state.version, "sessions": sessions})
 
 
 async def settings_get(request: web.Request) -> web.Response:

@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 
 from coordinated.coordination.context import Mode
 from coordinated.coordination.effects import PublicationFinished
+from coordinated.coordination.history import SESSION_EVENT_TYPES
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 MODES = tuple(mode.value for mode in Mode)
@@ -34,6 +35,8 @@ class StatusSnapshot:
     dropped_messages: int
     watches_waiting: int = 0  # key watches parked on this node
     change_log_events: int = 0  # key changes held for watches
+    sessions_active: int = 0  # in the applied state
+    ephemeral_keys: int = 0
 
 
 class _CoreCollector(Collector):
@@ -85,6 +88,12 @@ class _CoreCollector(Collector):
             "Key changes this node keeps for watches",
             value=status.change_log_events,
         )
+        yield GaugeMetricFamily(
+            "coordinated_sessions_active", "Sessions in the applied state", value=status.sessions_active
+        )
+        yield GaugeMetricFamily(
+            "coordinated_ephemeral_keys", "Ephemeral keys in the applied state", value=status.ephemeral_keys
+        )
         if status.sent_bytes is not None:
             sent = CounterMetricFamily(
                 "coordinated_transport_sent_bytes", "Envelope bytes sent, per destination", labels=["destination"]
@@ -121,6 +130,20 @@ class NodeMetrics:
         self.http_requests = Counter(
             "coordinated_http_requests", "Client API requests, by status", ["status"], registry=self.registry
         )
+        # Counted where the master records them (its history), so the cluster's total is the sum over nodes.
+        self.session_events = {
+            event_type.value: Counter(
+                f"coordinated_{event_type.value.replace('session_', 'sessions_')}",
+                f"Sessions {event_type.value.removeprefix('session_')} while this node was master",
+                registry=self.registry,
+            )
+            for event_type in SESSION_EVENT_TYPES
+        }
+        self.version_conflicts = Counter(
+            "coordinated_version_conflicts",
+            "Conditional writes and transaction compares answered 409 on this node's client port",
+            registry=self.registry,
+        )
 
     def on_publication(self, effect: PublicationFinished) -> None:
         self.publication_latency.observe(effect.total_latency_ms / 1000)
@@ -128,7 +151,10 @@ class NodeMetrics:
             self.commit_latency.observe(effect.commit_latency_ms / 1000)
 
     def on_history(self, event: dict[str, Any]) -> None:
-        self.history_events.labels(str(event.get("type"))).inc()
+        event_type = str(event.get("type"))
+        self.history_events.labels(event_type).inc()
+        if event_type in self.session_events:
+            self.session_events[event_type].inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -368,6 +368,8 @@ class Node:
             dropped_messages=self.sender.dropped if self.sender is not None else 0,
             watches_waiting=self.key_watches.parked,
             change_log_events=self.key_watches.log.events,
+            sessions_active=len(state.sessions),
+            ephemeral_keys=len(state.kv_sessions),
         )
 
     @property
