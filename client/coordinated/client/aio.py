@@ -7,6 +7,7 @@ import contextlib
 import logging
 import ssl
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -50,6 +51,7 @@ class AsyncClient:
         self.retry_timeout = retry_timeout
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(headers=headers, verify=verify, cert=cert)
+        self._sessions: weakref.WeakSet[AsyncSession] = weakref.WeakSet()
 
     @classmethod
     def from_env(cls, **options: Any) -> AsyncClient:
@@ -59,6 +61,9 @@ class AsyncClient:
         return cls(addresses, token=token, **options)
 
     async def aclose(self) -> None:
+        """Stops the keepalives of this client's sessions (without ending them) and closes its connections."""
+        for session in list(self._sessions):
+            await session.stop_keepalive()
         await self._http.aclose()
 
     async def __aenter__(self) -> AsyncClient:
@@ -179,7 +184,9 @@ class AsyncClient:
         return await self.call(calls.list_sessions())
 
     async def session(self, ttl: float = 10.0, on_expired: Callable[[], None] | None = None) -> AsyncSession:
-        return AsyncSession(self, await self.create_session(ttl), ttl, on_expired)
+        session = AsyncSession(self, await self.create_session(ttl), ttl, on_expired)
+        self._sessions.add(session)
+        return session
 
 
 class AsyncSession:
@@ -210,10 +217,14 @@ class AsyncSession:
             except CoordinatedError as error:
                 log.warning("keepalive of session %s failed: %s", self.id, error)
 
-    async def end(self) -> None:
+    async def stop_keepalive(self) -> None:
+        """Stops the keepalives; the session then expires after its TTL."""
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+
+    async def end(self) -> None:
+        await self.stop_keepalive()
         if not self.expired.is_set():
             with contextlib.suppress(SessionNotFound):
                 await self.client.end_session(self.id)

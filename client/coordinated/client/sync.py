@@ -7,6 +7,7 @@ import logging
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -58,6 +59,7 @@ class Client:
         self.retry_timeout = retry_timeout
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(headers=headers, verify=verify, cert=cert)
+        self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
 
     @classmethod
     def from_env(cls, **options: Any) -> Client:
@@ -67,6 +69,9 @@ class Client:
         return cls(addresses, token=token, **options)
 
     def close(self) -> None:
+        """Stops the keepalives of this client's sessions (without ending them) and closes its connections."""
+        for session in list(self._sessions):
+            session.stop_keepalive()
         self._http.close()
 
     def __enter__(self) -> Client:
@@ -208,7 +213,9 @@ class Client:
 
     def session(self, ttl: float = 10.0, on_expired: Callable[[], None] | None = None) -> Session:
         """A TTL session kept alive in the background until `end()` (or the end of a `with` block)."""
-        return Session(self, self.create_session(ttl), ttl, on_expired)
+        session = Session(self, self.create_session(ttl), ttl, on_expired)
+        self._sessions.add(session)
+        return session
 
 
 class Session:
@@ -247,11 +254,15 @@ class Session:
         if self._on_expired is not None:
             self._on_expired()
 
-    def end(self) -> None:
-        """Ends the session (its ephemeral keys go with it) and stops the keepalives."""
+    def stop_keepalive(self) -> None:
+        """Stops the keepalives; the session then expires after its TTL."""
         self._stop.set()
         if threading.current_thread() is not self._thread:
             self._thread.join(self.client.request_timeout + self.client.retry_timeout)
+
+    def end(self) -> None:
+        """Ends the session (its ephemeral keys go with it) and stops the keepalives."""
+        self.stop_keepalive()
         if not self.expired.is_set():
             with contextlib.suppress(SessionNotFound):
                 self.client.end_session(self.id)
