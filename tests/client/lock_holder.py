@@ -35,10 +35,10 @@ def main() -> None:
                     except LockTimeout:
                         continue
                     print(json.dumps({"holder": name, "token": token, "at": time.time()}), flush=True)
-                    for seq in range(5):
+                    for seq in range(10):
                         if not write(resource, name, token, seq):
                             break  # fenced off: a later holder exists
-                        time.sleep(0.05)
+                        time.sleep(0.1)
                     lock.release()
         except (SessionNotFound, CoordinatedError, OSError):
             time.sleep(0.2)

@@ -4,7 +4,8 @@ Every holder writes to a fenced resource with its token; the resource refuses a 
 has seen.
 
 What must hold:
-- no fencing token is ever given to two holders, and each token is the create_version of that holder's key;
+- no fencing token is ever given to two holders, and each token is the create_version of that holder's key,
+  which is never overwritten;
 - the lock key's holders, in the order the cluster committed them, have strictly increasing tokens;
 - the resource accepts only tokens in non-decreasing order, each from the holder the token was given to;
 so no two live holders ever act with valid tokens at once, even when a paused holder wakes up believing
@@ -13,6 +14,7 @@ it still holds the lock (its writes are then refused).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
@@ -27,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from coordinated.client import Client, WatchEvent
+from coordinated.client import Client, CoordinatedError, KeyValue, NotFound, WatchEvent
 from coordinated.tools.localcluster import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -116,6 +118,14 @@ class Holders:
         return found
 
 
+def holder_now(urls: list[str]) -> str | None:
+    try:
+        with Client(urls, retry_timeout=2, request_timeout=2) as client:
+            return str(client.get(LOCK, local=True).value["data"])
+    except CoordinatedError:
+        return None
+
+
 def test_fenced_lock_under_kills_and_pauses(make_cluster: Callable[..., LocalCluster], tmp_path: Path) -> None:
     rng = random.Random(20261123)
     cluster = make_cluster()
@@ -125,6 +135,7 @@ def test_fenced_lock_under_kills_and_pauses(make_cluster: Callable[..., LocalClu
     server = serve(resource)
     holders = Holders(urls, f"http://127.0.0.1:{server.server_address[1]}/", tmp_path)
     events: list[WatchEvent] = []
+    instances: list[KeyValue] = []
     watching = threading.Event()
     stop_watch = threading.Event()
 
@@ -135,6 +146,10 @@ def test_fenced_lock_under_kills_and_pauses(make_cluster: Callable[..., LocalClu
             for event in client.watch(LOCK, start, timeout=1):
                 if event.key == LOCK or event.type == "reset":
                     events.append(event)
+                if event.key == LOCK and event.type == "put":
+                    # The key as it is now (a linearizable read): versions and holder of one key instance.
+                    with contextlib.suppress(NotFound):
+                        instances.append(client.get(LOCK))
                 if stop_watch.is_set():
                     return
 
@@ -164,7 +179,8 @@ def test_fenced_lock_under_kills_and_pauses(make_cluster: Callable[..., LocalClu
                     cluster.kill(master, signal.SIGCONT)
             else:
                 live = [name for name, p in holders.processes.items() if p.poll() is None]
-                victim = rng.choice(live)
+                current = holder_now(urls)  # the holder, when there is one: the pause that matters
+                victim = current if current in live and fault == "pause-holder" else rng.choice(live)
                 if fault == "kill-holder":
                     holders.signal(victim, signal.SIGKILL)
                     holders.start()
@@ -194,6 +210,13 @@ def test_fenced_lock_under_kills_and_pauses(make_cluster: Callable[..., LocalClu
     for event in puts:
         if event.version in tokens:
             assert event.value["data"] == tokens[event.version], event
+    # A lock key is created once and never overwritten: its holder is whoever created it, its token that
+    # version. (A lock that let a second holder overwrite the key would fail here.)
+    assert instances, "the watcher saw no holder"
+    for instance in instances:
+        assert instance.version == instance.create_version, f"the lock key was overwritten: {instance}"
+        if instance.create_version in tokens:
+            assert instance.value["data"] == tokens[instance.create_version], instance
     last = 0
     for holder, token, _ in resource.accepted:
         assert token >= last, "the resource accepted an older token"
