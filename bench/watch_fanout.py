@@ -3,7 +3,7 @@ watcher (from the moment the write is sent) and the CPU the master (etcd: the le
 without the watchers, for us and, in the same run, for etcd (Debian's etcd-server, gRPC Watch streams).
 
 Our watchers long-poll `GET /_cluster/metadata/_watch` round-robin over the 3 nodes (as applications that
-each watch through their own pod's sidecar); etcd's watchers each hold a Watch stream, round-robin over the
+each watch through their own pod's sidecar), or with `--via followers` over the followers only; etcd's watchers each hold a Watch stream, round-robin over the
 3 members. The writer writes one key at a time and waits until every watcher has it before the next write,
 so each figure is one fan-out. The watchers and the writer run in this process, on the same 2 cores.
 
@@ -118,11 +118,11 @@ async def run_writes(
 # -- ours ---------------------------------------------------------------------------------------------------
 
 
-async def ours(watchers: int, writes: int) -> dict[str, dict[str, float]]:
+async def ours(watchers: int, writes: int, via: str) -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, float]] = {}
     with cluster(3) as local:
         master = local.wait_master()
-        nodes = local.running()
+        nodes = local.running() if via == "all" else [node for node in local.running() if node is not master]
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as http:
 
@@ -162,7 +162,8 @@ async def ours(watchers: int, writes: int) -> dict[str, dict[str, float]]:
             tasks = [asyncio.create_task(watcher(i)) for i in range(watchers)]
             await asyncio.wait_for(all_ready.wait(), 120)
             await asyncio.sleep(2)  # every watcher parked
-            results[f"{watchers} watchers"] = await run_writes("fan", write, deliveries, writes, master_pid)
+            label = f"{watchers} watchers" + ("" if via == "all" else " on followers")
+            results[label] = await run_writes("fan", write, deliveries, writes, master_pid)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -286,10 +287,13 @@ def main() -> None:
     parser.add_argument("--watchers", type=int, default=1000)
     parser.add_argument("--writes", type=int, default=30)
     parser.add_argument("--no-etcd", action="store_true")
+    parser.add_argument(
+        "--via", choices=("all", "followers"), default="all", help="our watchers on every node, or on followers only"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="coordinated-fanout-") as workdir:
         print(f"conditions: {conditions(Path(workdir))}; load {os.getloadavg()}")
-        show("coordinated", asyncio.run(ours(args.watchers, args.writes)))
+        show("coordinated", asyncio.run(ours(args.watchers, args.writes, args.via)))
         if args.no_etcd or shutil.which("etcd") is None:
             print("etcd: not run" + ("" if args.no_etcd else " (etcd-server is not installed)"))
         else:
