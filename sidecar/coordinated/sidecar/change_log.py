@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from coordinated.coordination.state import ClusterState
+from coordinated.coordination.state import ClusterState, compute_diff
 
 
 class WatchEvent(msgspec.Struct, frozen=True):
@@ -57,21 +57,27 @@ class ChangesGone(Exception):
 
 
 def changed_keys(before: ClusterState, after: ClusterState) -> list[WatchEvent]:
-    """What a watcher of every key sees between two applied states."""
+    """What a watcher of every key sees between two applied states. In proportion to the change when `after`
+    was derived from `before` in this process (the usual case: see `compute_diff`), else O(keys)."""
     if before.kv is after.kv and before.kv_versions is after.kv_versions:
-        return []  # the common case: a state that changed no key shares the maps with its parent
+        return []  # a state that changed no key shares the maps with its parent
+    diff = compute_diff(before, after)
+    touched = set(diff.kv.upserts) | set(diff.kv_versions.upserts) | set(diff.kv.deletes)
     events: list[WatchEvent] = []
-    for key, value in after.kv.items():
+    for key in touched:
         versions = after.key_version(key)
-        assert versions is not None
+        if versions is None:
+            if key in before.kv:
+                events.append(WatchEvent("delete", key, None, after.version))
+            continue
         old = before.key_version(key)
+        value = after.kv[key]
         if old is not None and old == versions and before.kv[key] == value:
             continue
         # A key's version is that of the write that changed it, so it lies in (before, after]; a key carried
         # over without a real version (written by an older release) is given the state's.
         version = versions.version if before.version < versions.version <= after.version else after.version
         events.append(WatchEvent("put", key, value, version))
-    events.extend(WatchEvent("delete", key, None, after.version) for key in before.kv if key not in after.kv)
     events.sort(key=lambda event: (event.version, event.key))
     return events
 
