@@ -20,10 +20,13 @@ from pathlib import Path
 from chaos import checks, netns
 from chaos.clients import Recorder, client_loop, final_reads
 from chaos.nemesis import Fault, run_nemesis
+from chaos.workloads import Counters, LockRecord, cas_loop, check_counters, check_lock, lock_loop
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster
 
 NODES = 5
 CLIENTS = 5
+CAS_CLIENTS = 2
+LOCK_CLIENTS = 3
 
 
 def cleanup() -> None:
@@ -41,12 +44,26 @@ async def workload(cluster: LocalCluster, names: list[str], seconds: float, seed
     rec, faults, crashes, stop = Recorder(), list[Fault](), list[str](), asyncio.Event()
     started = time.monotonic()
     until = started + seconds
+    counters, locks = Counters(), LockRecord()
     tasks = [client_loop(i, urls, random.Random(seed * 1000 + i), stop, rec, started) for i in range(CLIENTS)]
+    for i in range(CLIENTS, CLIENTS + CAS_CLIENTS):
+        tasks.append(cas_loop(i, urls, random.Random(seed * 1000 + i), stop, rec, counters, started))
+    for i in range(CLIENTS + CAS_CLIENTS, CLIENTS + CAS_CLIENTS + LOCK_CLIENTS):
+        tasks.append(lock_loop(i, urls, random.Random(seed * 1000 + i), stop, locks))
     await asyncio.gather(run_nemesis(seed, cluster, names, until, faults, crashes, stop), *tasks)
     ended = time.monotonic()
     await asyncio.to_thread(cluster.wait_master, 60.0, NODES)
     final = await final_reads(list(urls), rec)
-    return {"rec": rec, "faults": faults, "crashes": crashes, "final": final, "started": started, "ended": ended}
+    return {
+        "rec": rec,
+        "faults": faults,
+        "crashes": crashes,
+        "final": final,
+        "started": started,
+        "ended": ended,
+        "counters": counters,
+        "locks": locks,
+    }
 
 
 def summarize(out: dict[str, object], workdir: Path, cluster: LocalCluster, seed: int) -> bool:
@@ -55,7 +72,10 @@ def summarize(out: dict[str, object], workdir: Path, cluster: LocalCluster, seed
     crashes: list[str] = out["crashes"]  # type: ignore[assignment]
     final: dict[str, object] = out["final"]  # type: ignore[assignment]
     kinds = Counter((op.kind, "ok" if op.certain else "unknown") for op in rec.operations)
-    print(f"\n== chaos summary (seed {seed}, {NODES} nodes, {CLIENTS} clients)")
+    print(
+        f"\n== chaos summary (seed {seed}, {NODES} nodes, {CLIENTS} key clients, {CAS_CLIENTS} CAS counter clients, "
+        f"{LOCK_CLIENTS} lock clients)"
+    )
     print(
         f"operations: {len(rec.operations)} recorded, {rec.failed} failed without effect; "
         + ", ".join(f"{k[0]} {k[1]}: {n}" for k, n in sorted(kinds.items()))
@@ -86,6 +106,8 @@ def summarize(out: dict[str, object], workdir: Path, cluster: LocalCluster, seed
     writes = [op for op in rec.operations if op.kind != "get"]
     lost = checks.lost_writes(rec.acked_writes, final, writes)
     results["acknowledged writes kept"] = (not lost, "ok" if not lost else "; ".join(lost[:5]))
+    results["cas counters"] = check_counters(out["counters"], final)  # type: ignore[arg-type]
+    results["lock with fencing tokens"] = check_lock(out["locks"])  # type: ignore[arg-type]
     results["no unexpected node exits"] = (not crashes, "ok" if not crashes else "; ".join(crashes))
     history_dirs = [node.data_dir / "history" for node in cluster.nodes.values()]
     began = time.monotonic()

@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ROOTS = ("core", "sidecar", "operator", "spark-jobs", "tools")
+ROOTS = ("core", "sidecar", "operator", "spark-jobs", "tools", "client")
 CORE = REPO / "core" / "coordinated" / "coordination"
 
 

@@ -74,6 +74,7 @@ MEANINGS: dict[str, str] = {
     "history.segment_size": "history segment rotation size",
     "history.fsync": "`true` fsyncs each history line",
     "hooks.timeout": "timeout of one hook notification",
+    "watch.change_log.size": "key changes each node keeps for watches (1 to 1000000); a watch from before them gets 410",
     "path.repo": "comma list of absolute directories that `fs` snapshot repositories may live under "
     "(none: snapshots are off)",
     # Security (docs/sidecar.md#security): static, files checked at startup and reloaded when they change.

@@ -43,6 +43,7 @@ from coordinated.coordination.settings import format_time_ms, parse_time_ms
 from coordinated.coordination.state import LONG_MAX, state_to_api
 from coordinated.coordination.validation import (
     hook_name_problem,
+    key_problem,
     metadata_key_problem,
     session_create_problem,
     session_id_problem,
@@ -50,6 +51,7 @@ from coordinated.coordination.validation import (
     txn_problem,
 )
 from coordinated.sidecar.access import Tokens, access_middleware
+from coordinated.sidecar.change_log import ChangesGone
 from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
@@ -243,6 +245,7 @@ def setup_routes(app: web.Application) -> None:
     r.add_get("/_cluster/health", cluster_health)
     r.add_get("/_cat/master", cat_master)
     r.add_post("/_cluster/metadata/_txn", metadata_txn)  # `_` names are reserved: never a key
+    r.add_get("/_cluster/metadata/_watch", metadata_watch)
     # A key may hold `/`, written literally in the path; any other character reaches the key check.
     r.add_put("/_cluster/metadata/{key:[\\s\\S]+}", metadata_put)
     r.add_delete("/_cluster/metadata/{key:[\\s\\S]+}", metadata_delete)
@@ -539,6 +542,88 @@ async def metadata_get(request: web.Request) -> web.Response:
     if isinstance(result, ClusterError):
         return result_error(result)
     return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+
+
+# A watch waits at most this long per request (the client asks again); a longer wait only holds connections.
+WATCH_MAX_TIMEOUT_MS = 300_000
+# Events per answer: the rest follow on the next request (whole steps only, so a little more is possible).
+WATCH_MAX_EVENTS = 1000
+
+
+def watch_prefix(query: Mapping[str, str]) -> str:
+    prefix = query.get("prefix", "")
+    if prefix == "":
+        return prefix  # every key
+    if key_problem(prefix) is not None:
+        raise BadRequest("parameter [prefix] must be 0 to 256 characters without control characters")
+    if prefix.startswith("_"):
+        raise BadRequest(
+            f"parameter [prefix] is [{prefix}], but key names starting with [_] are reserved: it matches no key"
+        )
+    return prefix
+
+
+async def shared_read_barrier(node: Node, timeout_ms: int) -> web.Response | None:
+    """`read_barrier`, shared by every watch that arrives while one is in flight (see SharedBarrier)."""
+    assert node.loop is not None
+    deadline = node.loop.time() + timeout_ms / 1000
+    try:
+        result = await asyncio.wait_for(node.shared_read_barrier(), timeout_ms / 1000)
+    except TimeoutError:
+        return error_response("process_cluster_event_timeout_exception", "could not reach the master in time", 503)
+    if isinstance(result, ClusterError):
+        return result_error(result)
+    if not isinstance(result, Committed):
+        return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+    if not await node.wait_for_version(result.version, max(0.0, deadline - node.loop.time())):
+        reason = (
+            f"this node has not applied version [{result.version}] of the master's state in time "
+            f"(applied [{node.applied_state.version}]); retry, or watch with ?local=true"
+        )
+        return error_response("process_cluster_event_timeout_exception", reason, 503)
+    return None
+
+
+async def metadata_watch(request: web.Request) -> web.Response:
+    """Every change under `prefix` after `after_version` (omitted: from now), waiting up to `timeout` for one."""
+    query = check_params(request, {"prefix", "after_version", "timeout", "master_timeout", "local"})
+    prefix = watch_prefix(query)
+    after = param_int(query, "after_version", None)
+    timeout_ms = param_time_ms(query, "timeout", DEFAULT_TIMEOUT)
+    if timeout_ms > WATCH_MAX_TIMEOUT_MS:
+        raise BadRequest(f"parameter [timeout] must be at most 5m, got [{query['timeout']}]")
+    master_timeout_ms = param_time_ms(query, "master_timeout", DEFAULT_TIMEOUT)
+    local = param_bool(query, "local", False)
+    await no_body(request)
+    node = node_of(request)
+    assert node.loop is not None and node.coordinator is not None
+    deadline = node.loop.time() + timeout_ms / 1000
+    if local:
+        block = node.coordinator.settings.no_master_block
+        if node.applied_state.master_node is None and block == "all":
+            return result_error(no_master_error(block))
+    else:
+        if node.applied_state.master_node is None:
+            return master_not_discovered()
+        problem = await shared_read_barrier(node, master_timeout_ms)
+        if problem is not None:
+            return problem
+    hub = node.key_watches
+    if after is None:
+        after = hub.log.version
+    while True:
+        try:
+            events, version = hub.log.events_after(prefix, after, WATCH_MAX_EVENTS)
+        except ChangesGone as gone:
+            return error_response("resource_gone_exception", str(gone), 410)
+        remaining = deadline - node.loop.time()
+        if events or remaining <= 0 or hub.closed:
+            return web.json_response({"version": version, "events": [event.to_api() for event in events]})
+        # Nothing under the prefix up to `version`: park from there. Unless a state then changes a key under
+        # the prefix, nothing has changed for this watcher, however far the log moves on meanwhile.
+        after = version
+        if not await hub.wait(prefix, remaining):
+            return web.json_response({"version": max(after, hub.log.version), "events": []})
 
 
 # -- sessions ---------------------------------------------------------------------------------------------

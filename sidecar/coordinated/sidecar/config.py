@@ -52,6 +52,17 @@ def parse_non_negative_int(value: str) -> int:
     return parsed
 
 
+MAX_CHANGE_LOG_SIZE = 1_000_000
+
+
+def parse_change_log_size(value: str) -> int:
+    """How many key changes each node keeps for watches (docs/applications.md)."""
+    parsed = parse_positive_int(value)
+    if parsed > MAX_CHANGE_LOG_SIZE:
+        raise ValueError(f"must be at most {MAX_CHANGE_LOG_SIZE}, got [{value}]")
+    return parsed
+
+
 EVENT_LOOPS = ("uvloop", "asyncio")
 
 
@@ -87,6 +98,7 @@ SIDECAR_SETTINGS = (
     Setting("history.segment_size", parse_byte_size, "16mb"),
     Setting("history.fsync", parse_bool, "false"),
     Setting("hooks.timeout", _time, "5s"),
+    Setting("watch.change_log.size", parse_change_log_size, "10000"),
     # libuv's event loop (uvloop) or the standard library's; see docs/benchmarks.md for what it saves.
     Setting("node.event_loop", parse_event_loop, "uvloop"),
     Setting("path.repo", parse_repo_paths, None),

@@ -37,6 +37,8 @@ class StatusSnapshot:
     dropped_messages: int
     # On the master only: per follower (by node name), committed versions it has not applied yet.
     follower_lag: dict[str, int] | None = None
+    watches_waiting: int = 0  # key watches parked on this node
+    change_log_events: int = 0  # key changes held for watches
     sessions_active: int = 0  # in the applied state
     ephemeral_keys: int = 0
 
@@ -91,6 +93,14 @@ class _CoreCollector(Collector):
             for peer, versions in sorted(status.follower_lag.items()):
                 lag.add_metric([peer], versions)
             yield lag
+        yield GaugeMetricFamily(
+            "coordinated_watches_waiting", "Key watches waiting on this node", value=status.watches_waiting
+        )
+        yield GaugeMetricFamily(
+            "coordinated_watch_change_log_events",
+            "Key changes this node keeps for watches",
+            value=status.change_log_events,
+        )
         yield GaugeMetricFamily(
             "coordinated_sessions_active", "Sessions in the applied state", value=status.sessions_active
         )

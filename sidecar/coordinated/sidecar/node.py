@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import assert_never
 
-from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError
+from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, ReadBarrier
 from coordinated.coordination.coordinator import Coordinator, Mode
 from coordinated.coordination.effects import (
     Effect,
@@ -34,6 +34,7 @@ from coordinated.coordination.messages import Message
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.sidecar.auth import TransportAuth
+from coordinated.sidecar.change_log import ChangeLog
 from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.history import HistoryWriter
 from coordinated.sidecar.hooks import HookManager
@@ -47,8 +48,10 @@ from coordinated.sidecar.persistence import (
 )
 from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
 from coordinated.sidecar.transport import PeerSender, watch_until_closed
+from coordinated.sidecar.watches import SharedBarrier, WatchHub
 
 log = logging.getLogger("coordinated.node")
+READ_BARRIER_TIMEOUT_MS = 30_000
 _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
@@ -94,6 +97,9 @@ class Node:
         self._probing = False
         self.unresolved_seeds: list[str] = []
         self.stopping = False
+        # Key watches (the client API's), parked here until an applied state changes their prefix.
+        self.key_watches = WatchHub(ChangeLog(config.get("watch.change_log.size")))
+        self.shared_read_barrier = SharedBarrier(lambda: self.submit(ReadBarrier(), READ_BARRIER_TIMEOUT_MS))
         # Watch connections by peer address (see _watch_peers).
         self._watches: dict[str, asyncio.Task[None]] = {}
 
@@ -139,6 +145,7 @@ class Node:
         for task in self._watches.values():
             task.cancel()
         self._watches.clear()
+        self.key_watches.close()
         if self.sender is not None:
             await self.sender.flush(handover_timeout_s)
             await self.sender.close()
@@ -271,6 +278,7 @@ class Node:
         # Wake every long-poll; each re-checks its own version.
         self._applied_event.set()
         self._applied_event = asyncio.Event()
+        self.key_watches.on_applied(state)
         self.hooks.notify(state, self.node_id)
 
     async def _resolve_seeds(self) -> None:
@@ -379,6 +387,8 @@ class Node:
             sent_bytes=dict(self.sender.bytes_sent) if self.sender is not None else None,
             dropped_messages=self.sender.dropped if self.sender is not None else 0,
             follower_lag=self.follower_lag() if coordinator.mode is Mode.LEADER else None,
+            watches_waiting=self.key_watches.parked,
+            change_log_events=self.key_watches.log.events,
             sessions_active=len(state.sessions),
             ephemeral_keys=len(state.kv_sessions),
         )

@@ -1,0 +1,81 @@
+"""What the client raises. Every error the cluster answers with is an `ApiError` carrying Elasticsearch's
+error shape (`status`, `type`, `reason`); the subclasses name the ones an application handles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CoordinatedError(Exception):
+    """Anything this library raises."""
+
+
+class ApiError(CoordinatedError):
+    def __init__(self, status: int, error_type: str, reason: str, body: Any = None) -> None:
+        super().__init__(f"{status} {error_type}: {reason}")
+        self.status = status
+        self.type = error_type
+        self.reason = reason
+        self.body = body
+
+
+class BadRequest(ApiError):
+    """400: the request is malformed; the reason says how."""
+
+
+class AuthenticationError(ApiError):
+    """401 (no or unknown token) or 403 (the token's role may not do this)."""
+
+
+class NotFound(ApiError):
+    """404: the key (or session) does not exist."""
+
+
+class VersionConflict(ApiError):
+    """409: a conditional write's condition did not hold; nothing was written."""
+
+
+class ChangesGone(ApiError):
+    """410: a watch asked for changes older than the node's change log; re-read and watch from there."""
+
+
+class Unavailable(ApiError):
+    """503 that outlasted the client's retries (no master, a master change, a timeout)."""
+
+
+class SessionNotFound(NotFound):
+    """The session has ended (expired, ended, or its node left): its ephemeral keys are gone."""
+
+
+class OutcomeUnknown(CoordinatedError):
+    """A conditional write or a transaction may or may not have taken effect (the connection broke after it
+    was sent, or the master changed while committing it). It is not retried blindly, since a retry of an
+    applied conditional write fails with a conflict: read the key to find out."""
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class NoNodeAvailable(CoordinatedError):
+    """No address answered within the client's retry time."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    400: BadRequest,
+    401: AuthenticationError,
+    403: AuthenticationError,
+    404: NotFound,
+    409: VersionConflict,
+    410: ChangesGone,
+    503: Unavailable,
+}
+
+
+def api_error(status: int, body: Any) -> ApiError:
+    """The error for an answer with an error status, from its `{"error": {"type", "reason"}}` body."""
+    error_type, reason = "http_error", str(body)[:300]
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        error_type = str(body["error"].get("type", error_type))
+        reason = str(body["error"].get("reason", reason))
+    return _BY_STATUS.get(status, ApiError)(status, error_type, reason, body)

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinated.tools.localcluster import LocalCluster
+
+
+@pytest.fixture
+def make_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
+    """Builds clusters of real node processes; every process is stopped by PID at teardown."""
+    clusters: list[LocalCluster] = []
+
+    def make(**kwargs: object) -> LocalCluster:
+        cluster = LocalCluster(tmp_path / f"cluster{len(clusters)}", **kwargs)  # type: ignore[arg-type]
+        clusters.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in clusters:
+        cluster.stop_all(graceful=False)

@@ -1,0 +1,48 @@
+"""A lock holder process for test_lock_under_faults.py: acquires the lock through the client library, writes
+to the fenced resource with its token, releases, and again, until killed. One JSON line per acquisition on
+stdout. Run as `python lock_holder.py NAME RESOURCE_URL TTL_S ADDRESS...`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+
+from coordinated.client import Client, CoordinatedError, Lock, LockTimeout, SessionNotFound
+
+LOCK = "locks/resource"
+
+
+def write(resource: str, holder: str, token: int, seq: int) -> bool:
+    body = json.dumps({"holder": holder, "token": token, "seq": seq}).encode()
+    request = urllib.request.Request(resource, data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return bool(json.loads(response.read())["accepted"])
+
+
+def main() -> None:
+    name, resource, ttl = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    # Not following the master: each holder goes through its own first node (followers forward).
+    client = Client(sys.argv[4:], retry_timeout=10, request_timeout=5, follow_master=False)
+    while True:
+        try:
+            with client.session(ttl=ttl) as session:
+                while not session.expired.is_set():
+                    lock = Lock(client, LOCK, session, data=name)
+                    try:
+                        token = lock.acquire(timeout=10)
+                    except LockTimeout:
+                        continue
+                    print(json.dumps({"holder": name, "token": token, "at": time.time()}), flush=True)
+                    for seq in range(10):
+                        if not write(resource, name, token, seq):
+                            break  # fenced off: a later holder exists
+                        time.sleep(0.1)
+                    lock.release()
+        except (SessionNotFound, CoordinatedError, OSError):
+            time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    main()
