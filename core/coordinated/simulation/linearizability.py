@@ -9,6 +9,9 @@ A register holds a value and the key's version, so that compare-and-set is model
 (`conflict`) only where it is not. A single-key transaction is recorded as such a conditional write plus
 the get of its failure branch. The version a write of unknown outcome would have given is unknown to the
 checker (None) until a read reveals it.
+
+Transactions over several keys (`TxnOperation`, `check_transactions`) are checked apart, on keys that only
+they touch: there the keys are one register, since a transaction changes them together.
 """
 
 from __future__ import annotations
