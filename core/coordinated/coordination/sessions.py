@@ -7,6 +7,9 @@ leading forgets every deadline (`Demote`). A keepalive renews a deadline on the 
 publication, once the master has confirmed it still leads. An expired session ends through a master task,
 which deletes its ephemeral keys in the same state; the task checks again, so a keepalive that arrives while
 the task waits for its batch still saves the session.
+
+The master records the history events (`session_created`, `session_expired`, `session_ended`) once the state
+that makes the change is committed; why a session ended is noted when the state is published.
 """
 
 from __future__ import annotations
