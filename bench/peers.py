@@ -4,6 +4,10 @@
     .venv/bin/python bench/peers.py --tls [--rounds 2]    # the cost of TLS, ours and etcd's
     .venv/bin/python bench/peers.py --cpu-hog [--systems 'coordinated 3n,etcd 3n'] [--no-faults] [--force]
     .venv/bin/python bench/peers.py --report OUT/results.json [--doc FILE]   # re-render, no run
+    .venv/bin/python bench/peers.py --no-faults --no-docs --ab node.event_loop=asyncio \
+        --systems 'coordinated 3n,coordinated 3n [node.event_loop=asyncio],etcd 3n'  # A/B of one lever
+    .venv/bin/python bench/peers.py --no-faults --no-docs --ab-tree main \
+        --systems 'coordinated 3n,coordinated 3n [main],etcd 3n'  # this tree against another revision
 
 Around each system's phase the run measures the machine (fsync latency, load, CPU/IO pressure, other
 processes' CPU) and each system's and the harness's CPU per write, and prints them with the results. A run in
@@ -28,6 +32,7 @@ import json
 import shutil
 import signal
 import statistics
+import subprocess
 import tempfile
 import traceback
 from collections import defaultdict
@@ -68,6 +73,25 @@ def selected(factories: list[Factory], wanted: str | None) -> list[Factory]:
         return factories
     names = {name.strip() for name in wanted.split(",")}
     return [factory for factory in factories if factory().label in names]
+
+
+def ab_variant(setting: str) -> Factory:
+    """3 nodes of ours with one node setting changed (`name=value`), labelled `coordinated 3n [name=value]`: the
+    B side of an A/B of one hot-path lever against `coordinated 3n` in the same run."""
+    name, sep, value = setting.partition("=")
+    if not sep:
+        raise SystemExit(f"--ab expects SETTING=VALUE, got {setting!r}")
+    return lambda: OursSystem(3, extra={name.strip(): value.strip()})
+
+
+def export_tree(revision: str, into: Path) -> None:
+    """The source of `revision` (core, sidecar, tools) in `into`, for `--ab-tree`."""
+    into.mkdir(parents=True)
+    root = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", revision, "core", "sidecar", "tools"], check=True, capture_output=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
 
 
 def rotated(items: list[Factory], by: int) -> list[Factory]:
@@ -199,9 +223,15 @@ async def main_async(args: argparse.Namespace) -> Results:
                 lambda: EtcdSystem(3, tls=tls),
             ]
         else:
-            args.perf = selected(PERF, args.systems)
+            variants = [ab_variant(setting) for setting in args.ab]
+            if args.ab_tree:
+                tree = base / "ab-tree"
+                export_tree(args.ab_tree, tree)
+                variants.append(lambda: OursSystem(3, source=(args.ab_tree, tree)))
+            args.perf = selected(PERF + variants, args.systems)
             if not args.perf:
-                raise SystemExit(f"--systems {args.systems!r} matches none of: {', '.join(f().label for f in PERF)}")
+                choices = ", ".join(f().label for f in PERF + variants)
+                raise SystemExit(f"--systems {args.systems!r} matches none of: {choices}")
         for round_ in range(args.rounds):
             print(f"== round {round_ + 1}/{args.rounds}", flush=True)
             await perf_round(args, results, base, round_)
@@ -231,6 +261,19 @@ def main() -> None:
     )
     parser.add_argument("--systems", default=None, help="comma-separated labels to run, e.g. 'coordinated 3n,etcd 3n'")
     parser.add_argument("--no-faults", action="store_true", help="skip the failover trials")
+    parser.add_argument(
+        "--ab",
+        action="append",
+        default=[],
+        metavar="SETTING=VALUE",
+        help="also run 'coordinated 3n [SETTING=VALUE]': an A/B of one node setting (repeatable)",
+    )
+    parser.add_argument(
+        "--ab-tree",
+        default=None,
+        metavar="REV",
+        help="also run 'coordinated 3n [REV]': 3 nodes of the sidecar of git revision REV (an A/B of code)",
+    )
     parser.add_argument("--doc", default=str(DOC), help="the Markdown file whose generated block is rewritten")
     parser.add_argument("--report", default=None, help="no run: the report of an earlier run's results.json")
     parser.add_argument("--force", action="store_true", help="write ratios to the docs even from a flagged run")

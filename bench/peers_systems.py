@@ -90,11 +90,22 @@ class System(ABC):
 class OursSystem(System):
     """coordinated-cluster sidecars, driven over their HTTP API with one aiohttp session."""
 
-    def __init__(self, size: int, tuned: bool = False, tls: BenchTls | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        tuned: bool = False,
+        tls: BenchTls | None = None,
+        extra: dict[str, str] | None = None,
+        source: tuple[str, Path] | None = None,
+    ) -> None:
         self.size = size
         self.tuned = tuned
         self.tls = tls
+        self.extra = extra or {}
+        self.source = source  # (name, directory): run the sidecar of another source tree (an A/B of code)
         self.label = f"coordinated {size}n" + (" tuned" if tuned else "") + (" TLS" if tls else "")
+        self.label += "".join(f" [{name}={value}]" for name, value in self.extra.items())
+        self.label += f" [{source[0]}]" if source else ""
         self.cluster: LocalCluster | None = None
         self.names: list[str] = []
         self.ids: dict[str, int] = {}
@@ -107,11 +118,19 @@ class OursSystem(System):
 
     async def start(self, workdir: Path) -> None:
         settings = dict(FAST_SETTINGS) if self.tuned else {}
+        settings.update(self.extra)
         context = None
         if self.tls is not None:
             settings.update(self.tls.ours_settings())
             context = self.tls.client_context()
-        self.cluster = LocalCluster(workdir, settings=settings, max_nodes=self.size, client_tls=context)
+        prefix = None
+        if self.source is not None:
+            tree = self.source[1]
+            path = ":".join(str(tree / part) for part in ("core", "sidecar", "tools"))
+            prefix = lambda index: ["env", f"PYTHONPATH={path}"]  # noqa: E731
+        self.cluster = LocalCluster(
+            workdir, settings=settings, max_nodes=self.size, client_tls=context, argv_prefix=prefix
+        )
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=context or True))
         nodes = await asyncio.to_thread(self.cluster.bootstrap, self.size, 60)
         self.names = [node.name for node in nodes]

@@ -53,7 +53,7 @@ def test_unsafe_bootstrap_makes_the_node_the_sole_voter_of_a_new_cluster_with_it
     assert new.coordination.voting_config_exclusions == ()
     assert (new.cluster_uuid, new.cluster_uuid_committed) == ("new-uuid", True)
     assert new.kv == old.kv
-    assert new.persistent_settings == {"cluster.publish.timeout": "5s", UNSAFE_BOOTSTRAP_SETTING: "true"}
+    assert dict(new.persistent_settings) == {"cluster.publish.timeout": "5s", UNSAFE_BOOTSTRAP_SETTING: "true"}
     assert (new.term, new.version, new.state_uuid, new.parent_uuid) == (4, 13, "s-new", "s12")
     assert new.master_node is None and list(new.nodes) == ["a"]
     assert "(4, 12)" in plan.description and "new-uuid" in plan.description

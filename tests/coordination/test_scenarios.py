@@ -226,7 +226,7 @@ def test_an_incompatible_diff_is_followed_by_the_full_state() -> None:
     full = [m for _, dest, m in seen if dest == follower.address and isinstance(m, PublishRequest) and m.state]
     assert any(r.need_full_state for r in responses), "the follower should have asked for the full state"
     assert full, "the master should have resent the full state"
-    assert follower.running().applied_state.kv == {"missed": 1, "next": 2}
+    assert dict(follower.running().applied_state.kv) == {"missed": 1, "next": 2}
 
 
 def test_writes_and_reads_are_refused_without_a_master() -> None:
@@ -527,16 +527,21 @@ def test_losing_a_durable_but_unacknowledged_write_is_safe() -> None:
     assert leader_of(cluster).running().applied_state.kv["k"] == "v1"
 
 
-def test_a_torn_write_beside_the_newest_record_is_ignored() -> None:
+def test_a_torn_commit_is_dropped_at_the_next_open() -> None:
+    """A write that failed half-way (a torn WAL tail) is dropped when the store is opened again: the node loads
+    the last complete commit, which is the one it acknowledged."""
     cluster = formed(3)
     victim = follower_with_an_acknowledged_write(cluster)
-    state = victim.running().last_accepted_state
-    cluster.crash(victim.index)
-    slots = victim.persisted.slots
-    older = min(range(2), key=lambda index: getattr(slots[index], "generation", -1))
-    slots[older] = "damaged"
-    cluster.start_node(victim.index)
+    persisted = victim.persisted
+    state, term = persisted.last_accepted_state, persisted.current_term
+    persisted.failure_rate = 1.0
+    persisted.failed_write_leaves = "torn"
+    with pytest.raises(InjectedIOError):
+        persisted.set_current_term(term + 3)
+    persisted.failure_rate = 0.0
+    cluster.restart(victim.index)
     assert victim.alive and victim.running().last_accepted_state == state
+    assert victim.running().current_term == term
     cluster.stabilise()
 
 
@@ -560,17 +565,17 @@ def test_a_write_that_reached_the_disk_but_reported_failure_is_loaded_after_a_re
 
 
 def test_a_whole_storage_rollback_is_not_detectable_and_could_vote_twice() -> None:
-    """Why restoring a whole data directory from a backup is not supported (docs/sidecar.md): with the slots
+    """Why restoring a whole data directory from a backup is not supported (docs/sidecar.md): with the database
     and the history rolled back together, nothing local shows it, and the node can vote again in a term it
     already voted in."""
     cluster = formed(3)
     victim = follower_with_an_acknowledged_write(cluster)
     others = [node for node in cluster.nodes if node is not victim]
-    backup = (list(victim.persisted.slots), list(victim.history))
+    backup = (list(victim.persisted.commits or []), list(victim.history))
     term = victim.running().current_term + 1
     first = victim.running().coordination_state.handle_start_join(others[0].node.id, term)
     cluster.crash(victim.index)
-    victim.persisted.slots, victim.history = backup[0], backup[1]
+    victim.persisted.commits, victim.history = backup[0], backup[1]
     cluster.start_node(victim.index)
     assert victim.refused is None and victim.alive
     second = victim.running().coordination_state.handle_start_join(others[1].node.id, term)

@@ -1,21 +1,31 @@
 from __future__ import annotations
 
+from itertools import pairwise
+
+import immutables
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from coordinated.coordination import state as state_module
+from coordinated.coordination.batch import BatchContext, execute_batch
+from coordinated.coordination.client import KvDelete, KvPut
 from coordinated.coordination.state import (
     ClusterState,
     DiscoveryNode,
     IncompatibleDiffError,
+    MapDiff,
     VotingConfiguration,
     apply_diff,
+    compose_diffs,
     compute_diff,
     decode_diff,
     decode_state,
     encode_diff,
     encode_state,
 )
+from coordinated.coordination.tasks import ClientTask
 
 
 def make_state(kv: dict[str, object], version: int = 1, uuid: str = "s1") -> ClusterState:
@@ -92,3 +102,89 @@ def test_apply_of_computed_diff_is_the_target_state(before: dict[str, object], a
     old = make_state(before)
     new = old.replace(kv=after, version=2, state_uuid="s2", parent_uuid="s1")
     assert apply_diff(old, decode_diff(encode_diff(compute_diff(old, new)))) == new
+
+
+# -- persistent maps and diffs in proportion to the change -------------------------------------------------
+
+
+def _batch_state(keys: int) -> ClusterState:
+    """A state with `keys` keys, then one derived from it by a master's batch (one put, one delete)."""
+    base = make_state({f"k{index}": index for index in range(keys)})
+    master = base.nodes["n1"]
+    context = BatchContext(master, 1, {"n1"}, 10, True, iter(f"u{n}" for n in range(10)).__next__)
+    new_state, _ = execute_batch(base, [ClientTask(KvPut("new", 1)), ClientTask(KvDelete("k0"))], context)
+    assert new_state is not None
+    return new_state
+
+
+def test_a_state_holds_persistent_maps_and_encodes_them_as_sorted_objects() -> None:
+    state = make_state({"b": 2, "a": 1})
+    assert isinstance(state.kv, immutables.Map) and isinstance(state.persistent_settings, immutables.Map)
+    assert encode_state(state) == encode_state(decode_state(encode_state(state)))
+    assert b'"kv":{"a":1,"b":2}' in encode_state(state)
+    assert isinstance(decode_state(encode_state(state)).kv, immutables.Map)
+
+
+def test_the_diff_of_a_batch_is_known_without_comparing_the_maps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Publication's diff of a batch's state comes from the batch's own changes, not from a full comparison."""
+    base = make_state({f"k{index}": index for index in range(1000)})
+    master = base.nodes["n1"]
+    context = BatchContext(master, 1, {"n1"}, 10, True, iter(f"u{n}" for n in range(10)).__next__)
+    new_state, _ = execute_batch(base, [ClientTask(KvPut("new", 1)), ClientTask(KvDelete("k0"))], context)
+    assert new_state is not None
+
+    def compare_everything(before: object, after: object) -> MapDiff:
+        raise AssertionError("compared whole maps")
+
+    monkeypatch.setattr(state_module, "diff_maps", compare_everything)
+    diff = compute_diff(base, new_state)
+    assert diff.kv.upserts == {"new": 1} and diff.kv.deletes == ("k0",)
+    assert apply_diff(base, diff) == new_state
+
+
+def test_an_applied_diff_shares_the_untouched_entries_and_chains_without_comparing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = _batch_state(100)
+    second = first.replace(kv=first.kv.set("x", 9), version=first.version + 1, state_uuid="s3", parent_uuid="u1")
+    applied = apply_diff(first, compute_diff(first, second))
+    assert applied == second
+    third = apply_diff(applied, compute_diff(second, second.replace(kv={}, version=9, state_uuid="s4")))
+    monkeypatch.setattr(state_module, "diff_maps", lambda before, after: pytest.fail("compared whole maps"))
+    # applied -> third was recorded by apply_diff; applied was derived from first by apply_diff too.
+    chained = compute_diff(first, third)
+    assert apply_diff(first, chained) == third
+
+
+def test_a_composed_diff_refuses_a_gap() -> None:
+    first = _batch_state(10)
+    unrelated = compute_diff(make_state({}, uuid="x1"), make_state({"a": 1}, version=2, uuid="x2"))
+    with pytest.raises(IncompatibleDiffError):
+        compose_diffs([compute_diff(make_state({f"k{i}": i for i in range(10)}), first), unrelated])
+
+
+maps = st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 3), max_size=6)
+
+
+@given(st.lists(maps, min_size=2, max_size=6))
+def test_composed_diffs_rebuild_the_last_state(steps: list[dict[str, object]]) -> None:
+    states = [make_state(kv, version=index + 1, uuid=f"s{index}") for index, kv in enumerate(steps)]
+    diffs = [compute_diff(before, after) for before, after in pairwise(states)]
+    assert apply_diff(states[0], compose_diffs(diffs)) == states[-1]
+
+
+def test_encoding_states_one_after_another_gives_the_bytes_of_a_fresh_encoding() -> None:
+    """encode_state moves plain copies of the maps from state to state; the bytes must be exactly those of
+    encoding each state on its own (sorted fields and keys), whatever the order of encodings."""
+    reference = msgspec.json.Encoder(order="sorted", enc_hook=state_module.ENCODE_HOOK)
+    first = _batch_state(50)
+    diff = compute_diff(first, first.replace(kv=first.kv.set("zz", 1).delete("k7"), version=9, state_uuid="s9"))
+    second = apply_diff(first, diff)
+    master = first.nodes["n1"]
+    context = BatchContext(master, 1, {"n1"}, 10, True, iter(f"v{n}" for n in range(10)).__next__)
+    third, _ = execute_batch(second, [ClientTask(KvPut("a", {"b": [1]})), ClientTask(KvDelete("k9"))], context)
+    assert third is not None
+    unrelated = make_state({"q": 1, "p": 2})
+    committed = third.replace(cluster_uuid_committed=True)
+    for state in (first, second, third, committed, first, unrelated, third, second, third):
+        assert encode_state(state) == reference.encode(state)

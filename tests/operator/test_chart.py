@@ -195,6 +195,7 @@ def test_operator_rbac_is_least_privilege(tools: dict[str, Path]) -> None:
     # Secrets are read by name only: the operator cannot list a namespace's other Secrets.
     assert verbs[("", "secrets")] == {"get", "create", "patch"}
     assert verbs[("", "pods")] == {"list", "watch", "delete"}  # delete: the rolling restart
+    assert verbs[("", "persistentvolumeclaims")] == {"list", "create"}  # create: the snapshot volume
     assert verbs[("networking.k8s.io", "networkpolicies")] == {"create", "patch", "delete"}
     assert verbs[("cert-manager.io", "certificates")] == {"create", "patch"}
     assert not any("*" in granted or "escalate" in granted or "bind" in granted for granted in verbs.values())

@@ -190,6 +190,17 @@ def cluster(name: str, **spec: object) -> str:
         ({"tls": {"certificateLifetime": "90"}}, "spec.tls.certificateLifetime in body should match"),
         ({"tls": {"clientAuthentication": "always"}}, 'Unsupported value: "always"'),
         ({"clientAccess": [{}]}, "each clientAccess entry needs a podSelector, a namespaceSelector or both"),
+        ({"snapshots": {"schedule": "daily"}}, 'snapshots.schedule "daily" is not a cron expression'),
+        ({"snapshots": {"retention": 0}}, "Invalid value: 0: spec.snapshots.retention in body should be greater"),
+        (
+            {"snapshots": {"volume": {"claimName": "backups", "storageClassName": "fast"}}},
+            "snapshots.volume.storageClassName applies only to the claim the operator creates",
+        ),
+        ({"restoreFrom": {"snapshot": "demo-1"}}, "spec.restoreFrom reads the snapshot from the snapshot volume"),
+        (
+            {"snapshots": {}, "restoreFrom": {"snapshot": "Demo 1"}},
+            'restoreFrom.snapshot "Demo 1" is not a snapshot name',
+        ),
     ],
 )
 def test_invalid_clusters_are_rejected_with_a_clear_message(kubeconfig: Path, spec: dict, message: str) -> None:
@@ -220,6 +231,48 @@ def test_the_storage_class_cannot_be_added_removed_or_changed(
     same = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster(name, storage=before, replicas=5))
     assert same.returncode == 0, same.stderr
     kubectl(kubeconfig, "delete", "ccl", name, "--wait=false")
+
+
+def test_restore_from_only_at_creation(kubeconfig: Path) -> None:
+    snapshots = {"schedule": "0 * * * *", "volume": {"claimName": "demo-snapshots"}}
+    restore = {"snapshot": "demo-20261123-010203"}
+    assert kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("restoring", snapshots=snapshots)).returncode == 0
+    stored = yaml.safe_load(kubectl(kubeconfig, "get", "ccl", "restoring", "-o", "yaml").stdout)["spec"]
+    assert stored["snapshots"] == {
+        **snapshots,
+        "retention": 7,
+        "volume": {**snapshots["volume"], "size": "1Gi", "accessMode": "ReadWriteOnce"},
+    }
+    added = kubectl(
+        kubeconfig, "apply", "-f", "-", stdin=cluster("restoring", snapshots=snapshots, restoreFrom=restore)
+    )
+    assert "spec.restoreFrom can only be given when the cluster is created" in added.stderr, added.stderr
+    created = kubectl(
+        kubeconfig, "apply", "-f", "-", stdin=cluster("restored", snapshots=snapshots, restoreFrom=restore)
+    )
+    assert created.returncode == 0, created.stderr
+    changed = {"snapshot": "demo-20261123-020304"}
+    moved = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("restored", snapshots=snapshots, restoreFrom=changed))
+    assert "spec.restoreFrom can only be given when the cluster is created" in moved.stderr, moved.stderr
+    dropped = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("restored", snapshots=snapshots))
+    assert dropped.returncode == 0, dropped.stderr
+    status = {
+        "snapshots": {
+            "lastSnapshot": "restored-20261123-010203",
+            "lastSnapshotTime": "2026-11-23T01:02:03Z",
+            "lastSnapshotVersion": 12,
+            "consecutiveFailures": 0,
+            "retained": 1,
+        },
+        "restore": {"snapshot": "demo-20261123-010203", "completed": True, "version": 40, "keys": 3},
+    }
+    patch = json.dumps({"status": status})
+    patched = kubectl(kubeconfig, "patch", "ccl", "restored", "--subresource=status", "--type=merge", "-p", patch)
+    assert patched.returncode == 0, patched.stderr
+    got = json.loads(kubectl(kubeconfig, "get", "ccl", "restored", "-o", "json").stdout)["status"]
+    assert got["snapshots"] == status["snapshots"] and got["restore"] == status["restore"]
+    for name in ("restoring", "restored"):
+        kubectl(kubeconfig, "delete", "ccl", name, "--wait=false")
 
 
 def test_defaults_scale_and_immutable_fields(kubeconfig: Path) -> None:

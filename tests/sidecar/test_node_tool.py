@@ -35,9 +35,9 @@ def event(node_id: str, kind: str, state: ClusterState, term: int) -> dict[str, 
     }
 
 
-def used_data_dir(data_dir: Path, term: int = 4, version: int = 12) -> str:
+def used_data_dir(data_dir: Path, term: int = 4, version: int = 12, persistence: type = FilePersistedState) -> str:
     """A stopped node of a 3-node cluster, as the node leaves it: record and history agree."""
-    persisted = FilePersistedState(data_dir, "c")
+    persisted = persistence(data_dir, "c")
     node_id = persisted.node_id
     ids = [node_id, "b" * 16, "c" * 16]
     config = VotingConfiguration.of(ids)
@@ -71,6 +71,24 @@ def events(data_dir: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in read_events_after(data_dir / HISTORY_DIR, 0)]
 
 
+def test_the_tool_works_on_the_slot_files_of_an_earlier_version_and_migrates_them(tmp_path: Path) -> None:
+    """A node stopped by an earlier version (slot files written by that version's own code): the tool applies
+    the earlier rules, migrates the record into the database and rewrites it there."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from slot_format_writer import FilePersistedState as OldFilePersistedState
+
+    node_id = used_data_dir(tmp_path, persistence=OldFilePersistedState)
+    assert (tmp_path / "coordination-state.0").exists()
+    code, out = run(tmp_path, "unsafe-bootstrap", "--yes")
+    assert code == 0, out
+    assert not (tmp_path / "coordination-state.0").exists() and (tmp_path / "coordination-state.db").exists()
+    persisted = FilePersistedState(tmp_path, "c")
+    assert persisted.node_id == node_id
+    assert persisted.last_accepted_state.last_committed_config.node_ids == (node_id,)
+    assert dict(persisted.last_accepted_state.kv) == {"k1": 1, "k2": "two"}
+    persisted.close()
+
+
 def test_unsafe_bootstrap_writes_a_record_the_node_loads(tmp_path: Path) -> None:
     node_id = used_data_dir(tmp_path)
     code, out = run(tmp_path, "unsafe-bootstrap", "--yes")
@@ -81,7 +99,7 @@ def test_unsafe_bootstrap_writes_a_record_the_node_loads(tmp_path: Path) -> None
     persisted.close()
     assert state.last_committed_config == state.last_accepted_config == VotingConfiguration.of([node_id])
     assert state.cluster_uuid != "old-uuid" and state.cluster_uuid_committed
-    assert state.kv == {"k1": 1, "k2": "two"} and state.persistent_settings[UNSAFE_BOOTSTRAP_SETTING] == "true"
+    assert dict(state.kv) == {"k1": 1, "k2": "two"} and state.persistent_settings[UNSAFE_BOOTSTRAP_SETTING] == "true"
     last = events(tmp_path)[-1]
     assert last["type"] == "unsafe_bootstrap" and last["cluster_uuid"] == state.cluster_uuid
     assert (last["term"], last["version"], last["seq"]) == (4, 13, 3)

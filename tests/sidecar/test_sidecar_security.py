@@ -186,6 +186,16 @@ def test_tokens_roles_and_loopback_listener(make_cluster: Callable[..., LocalClu
     hook = {"url": "http://127.0.0.1:9/hook"}
     assert call("PUT", "/_hooks/h", WRITER, hook) == 403
     assert call("GET", "/_hooks", WRITER) == 403
+    repository = {"type": "fs", "settings": {"location": str(tmp_path / "backups")}}
+    for method, path in (
+        ("PUT", "/_snapshot/r"),
+        ("GET", "/_snapshot"),
+        ("PUT", "/_snapshot/r/s?wait_for_completion=true"),
+        ("GET", "/_snapshot/r/_all"),
+        ("DELETE", "/_snapshot/r/s"),
+        ("POST", "/_snapshot/r/s/_restore"),
+    ):
+        assert call(method, path, WRITER, repository if path == "/_snapshot/r" else None) == 403, path
     # Escapes do not change the role: it is the handler's that runs (here none: 403 to the writer, 404 to the
     # admin), and a key with an escaped slash is a key.
     assert call("PUT", "/_cluster%2Fsettings", WRITER, {"persistent": {}}) == 403
@@ -193,6 +203,9 @@ def test_tokens_roles_and_loopback_listener(make_cluster: Callable[..., LocalClu
     # The admin may do all of it.
     assert call("PUT", "/_cluster/settings", ADMIN, {"persistent": {"cluster.publish.timeout": "20s"}}) == 200
     assert call("GET", "/_hooks", ADMIN) == 200
+    assert call("GET", "/_snapshot", ADMIN) == 200
+    assert call("PUT", "/_snapshot/r", ADMIN, repository) == 400  # the handler's answer: no path.repo here
+    assert call("GET", "/_snapshot/r/_all", ADMIN) == 404  # repository_missing_exception
     assert call("PUT", "/_cluster/metadata/k", ADMIN, {"v": 2}) == 200
 
     # Refusals are counted in the request metrics.

@@ -489,3 +489,21 @@ def test_watch_still_works_on_the_sender_session() -> None:
         await sender.close()
 
     run(scenario())
+
+
+def test_one_message_sent_to_several_peers_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publication's diff goes to every follower as one object: its bytes are encoded once, not per peer."""
+    encoded: list[Message] = []
+
+    def counting(envelope: Envelope) -> bytes:
+        encoded.append(envelope.message)
+        return encode_envelope(envelope)
+
+    monkeypatch.setattr(transport, "encode_envelope", counting)
+    sender = make_sender([])
+    shared, other = LeaderCheck("n1", 7), LeaderCheck("n1", 8)
+    first = sender._encode(shared)
+    assert sender._encode(shared) is first
+    assert decode_envelope(sender._encode(other)).message == other
+    assert decode_envelope(first) == Envelope(SENDER, shared)
+    assert encoded == [shared, other]

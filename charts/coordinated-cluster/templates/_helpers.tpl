@@ -59,10 +59,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, delete]
-# Read only: a new cluster whose data claims exist already is reported as adopting that data.
+# list: a new cluster whose data claims exist already is reported as adopting that data. create: the
+# snapshot volume's claim (spec.snapshots), which is never deleted by the operator.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
-  verbs: [list]
+  verbs: [list, create]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [create, patch, delete]

@@ -5,10 +5,11 @@ Pure functions: the coordinator supplies the node, the term and the join votes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import immutables
 import msgspec
 from msgspec.structs import replace
 
@@ -18,8 +19,11 @@ from coordinated.coordination.client import (
     ClearVotingConfigExclusions,
     ClientResult,
     ClusterError,
+    DeleteRepository,
     KvDelete,
     KvPut,
+    PutRepository,
+    RestoreSnapshot,
     SessionCreate,
     SessionEnd,
     SessionInfo,
@@ -35,11 +39,48 @@ from coordinated.coordination.state import (
     ClusterState,
     DiscoveryNode,
     KeyVersion,
+    Repository,
     Session,
     VotingConfigExclusion,
+    diff_between,
+    diff_maps,
+    persistent,
+    record_derivation,
 )
 from coordinated.coordination.tasks import ClientTask, ElectedAsMaster, ExpireSessions, NodeJoin, NodeLeft, TaskPayload
 from coordinated.coordination.validation import ABSENT_PREFIX, exclusions_problem, resolve_exclusions
+
+_SIZE_ENCODER = msgspec.json.Encoder()
+_NO_LIMIT = 1 << 62
+
+
+def entry_size(key: str, value: Any) -> int:
+    """What a key costs against `cluster.metadata.max_state_size`: its UTF-8 name and JSON-encoded value."""
+    return len(key.encode()) + len(_SIZE_ENCODER.encode(value))
+
+
+def state_entries_size(kv: Mapping[str, Any]) -> int:
+    return sum(entry_size(key, value) for key, value in kv.items())
+
+
+class StateSizes:
+    """The total entry size of the master's newest states, so that a batch costs in proportion to its changes:
+    it is summed over every key only for a state the master did not build itself (after an election)."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, int] = {}
+
+    def of(self, state: ClusterState) -> int:
+        size = self._known.get(state.state_uuid)
+        if size is None:
+            size = state_entries_size(state.kv)
+            self.remember(state, size)
+        return size
+
+    def remember(self, state: ClusterState, size: int) -> None:
+        if len(self._known) >= 4:
+            self._known.pop(next(iter(self._known)))
+        self._known[state.state_uuid] = size
 
 
 @dataclass(frozen=True)
@@ -52,6 +93,9 @@ class BatchContext:
     new_uuid: Callable[[], str]
     # The master's lease clock: whether a TTL session has gone without a keepalive for its TTL (now).
     session_expired: Callable[[str], bool] = lambda session_id: False
+    max_value_size: int = _NO_LIMIT  # cluster.metadata.max_value_size
+    max_state_size: int = _NO_LIMIT  # cluster.metadata.max_state_size
+    sizes: StateSizes | None = None  # the base state's size (None: the state size is not limited)
 
 
 def improve_configuration(
@@ -105,69 +149,176 @@ def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list
             exclusions[index] = VotingConfigExclusion(node.id, node.name)
 
 
-class _Keys:
-    """The key and session maps of the state a batch builds, each copied on its first change."""
+class _Tracked:
+    """A persistent map a batch changes: a mutation of the base's map, and the keys the batch touched, from
+    which the batch's diff is built without comparing whole maps."""
 
-    def __init__(self, base: ClusterState, new_version: int) -> None:
-        self.kv, self.versions, self.new_version = base.kv, base.kv_versions, new_version
-        self.kv_sessions, self.sessions = base.kv_sessions, base.sessions
-        self._copied = False
-        self._sessions_copied = False
+    def __init__(self, base: Mapping[str, Any]) -> None:
+        self.base = persistent(base)
+        self.map = self.base.mutate()
+        self.touched: set[str] = set()
+        self.replaced = False
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.map
+
+    def __getitem__(self, key: str) -> Any:
+        return self.map[key]
+
+    def __len__(self) -> int:
+        return len(self.map)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.map.get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        self.map[key] = value
+        self.touched.add(key)
+
+    def pop(self, key: str) -> None:
+        if key in self.map:
+            del self.map[key]
+            self.touched.add(key)
+
+    def items(self) -> list[tuple[str, Any]]:
+        current = self.map.finish()
+        self.map = current.mutate()
+        return list(current.items())
+
+    def replace_all(self, mapping: Mapping[str, Any]) -> None:
+        self.map, self.replaced = persistent(mapping).mutate(), True
+
+    def finish(self) -> immutables.Map[str, Any]:
+        return self.map.finish()
+
+    def changes(self, finished: immutables.Map[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]] | None:
+        """The upserts and deletes from the base to `finished` (what `finish` returned); None: unchanged."""
+        if self.replaced:  # a restore: compared once, in full
+            diff = diff_maps(self.base, finished)
+            return None if diff.is_empty() else (diff.upserts, diff.deletes)
+        # A key a rollback put back holds its base object again: no change.
+        present = sorted(
+            key
+            for key in self.touched
+            if key in finished and (key not in self.base or finished[key] is not self.base[key])
+        )
+        # A key created and deleted again within the batch is no change.
+        deleted = tuple(sorted(key for key in self.touched if key not in finished and key in self.base))
+        if not present and not deleted:
+            return None
+        return {key: finished[key] for key in present}, deleted
+
+
+_ABSENT = object()
+
+
+class _Keys:
+    """The key and session maps of the state a batch builds (persistent maps, changed in place). It keeps the
+    total entry size (when `size` is given) and an undo log of key changes, so that a task that would exceed
+    a limit can be taken back."""
+
+    def __init__(self, base: ClusterState, new_version: int, size: int | None = None) -> None:
+        self.new_version = new_version
+        self.kv, self.versions = _Tracked(base.kv), _Tracked(base.kv_versions)
+        self.kv_sessions, self.sessions = _Tracked(base.kv_sessions), _Tracked(base.sessions)
+        self.size = size
+        self._undo: list[tuple[str, Any, KeyVersion | None, str | None]] = []
+
+    def mark(self) -> int:
+        return len(self._undo)
+
+    def rollback(self, mark: int) -> None:
+        """Takes back every key change since `mark`."""
+        while len(self._undo) > mark:
+            key, value, versions, session = self._undo.pop()
+            self._resize(key, value, self.kv.get(key, _ABSENT))
+            if value is _ABSENT:
+                self.kv.pop(key)
+            else:
+                self.kv.set(key, value)
+            for tracked, old in ((self.versions, versions), (self.kv_sessions, session)):
+                if old is None:
+                    tracked.pop(key)
+                else:
+                    tracked.set(key, old)
+
+    def _resize(self, key: str, new: Any, old: Any) -> None:
+        if self.size is not None:
+            self.size += (entry_size(key, new) if new is not _ABSENT else 0) - (
+                entry_size(key, old) if old is not _ABSENT else 0
+            )
+
+    def _record(self, key: str) -> None:
+        self._undo.append((key, self.kv.get(key, _ABSENT), self.versions.get(key), self.kv_sessions.get(key)))
 
     def get(self, key: str) -> KeyVersion | None:
         if key not in self.kv:
             return None
-        return self.versions.get(key, LEGACY_KEY_VERSION)
+        found: KeyVersion = self.versions.get(key, LEGACY_KEY_VERSION)
+        return found
 
     def version(self, key: str) -> int:
         """The key's version; 0 if it does not exist."""
         versions = self.get(key)
         return versions.version if versions else 0
 
-    def _copy(self) -> None:
-        if not self._copied:
-            self.kv, self.versions, self._copied = dict(self.kv), dict(self.versions), True
-            self.kv_sessions = dict(self.kv_sessions)
-
     def put(self, key: str, value: Any, session: str | None = None) -> KeyVersion:
         """A put with a session makes the key ephemeral; without one, persistent (as etcd's put without a lease)."""
         existing = self.get(key)
-        self._copy()
-        self.kv[key] = value
+        self._record(key)
+        self._resize(key, value, self.kv.get(key, _ABSENT))
+        self.kv.set(key, value)
         versions = KeyVersion(self.new_version, existing.create_version if existing else self.new_version)
-        self.versions[key] = versions
+        self.versions.set(key, versions)
         if session is None:
-            self.kv_sessions.pop(key, None)
+            self.kv_sessions.pop(key)
         else:
-            self.kv_sessions[key] = session
+            self.kv_sessions.set(key, session)
         return versions
+
+    def replace_all(self, kv: dict[str, Any], versions: dict[str, KeyVersion]) -> None:
+        """A restore: exactly these keys, with the versions they had. Restored keys are persistent: a
+        snapshot's sessions belonged to clients of another time, so no restored key is ephemeral."""
+        self.kv.replace_all(kv)
+        self.versions.replace_all(versions)
+        self.kv_sessions.replace_all({})
+        self._undo.clear()  # a restore is checked against the size limit before it replaces anything
+        if self.size is not None:
+            self.size = state_entries_size(kv)
 
     def delete(self, key: str) -> bool:
         if key not in self.kv:
             return False
-        self._copy()
-        del self.kv[key]
-        self.versions.pop(key, None)
-        self.kv_sessions.pop(key, None)
+        self._record(key)
+        self._resize(key, _ABSENT, self.kv[key])
+        self.kv.pop(key)
+        self.versions.pop(key)
+        self.kv_sessions.pop(key)
         return True
 
     def add_session(self, session_id: str, session: Session) -> None:
-        self._copy_sessions()
-        self.sessions[session_id] = session
+        self.sessions.set(session_id, session)
 
     def end_session(self, session_id: str) -> bool:
         """Remove the session and delete its ephemeral keys; False if there is no such session."""
         if session_id not in self.sessions:
             return False
-        self._copy_sessions()
-        del self.sessions[session_id]
+        self.sessions.pop(session_id)
         for key in [key for key, owner in self.kv_sessions.items() if owner == session_id]:
             self.delete(key)
         return True
 
-    def _copy_sessions(self) -> None:
-        if not self._sessions_copied:
-            self.sessions, self._sessions_copied = dict(self.sessions), True
+    def finish(self) -> tuple[dict[str, immutables.Map[str, Any]], dict[str, tuple[dict[str, Any], tuple[str, ...]]]]:
+        """The maps of the new state by field name, and the changes of those that changed."""
+        tracked = {
+            "kv": self.kv,
+            "kv_versions": self.versions,
+            "sessions": self.sessions,
+            "kv_sessions": self.kv_sessions,
+        }
+        maps = {name: one.finish() for name, one in tracked.items()}
+        changes = {name: change for name, one in tracked.items() if (change := one.changes(maps[name])) is not None}
+        return maps, changes
 
 
 def _create_session(
@@ -209,11 +360,54 @@ def _run_txn(txn: Txn, keys: _Keys) -> TxnResult | ClusterError:
     return TxnResult(succeeded, 0, 0, tuple(results))
 
 
+def value_too_large_error(key: str, size: int, limit: int) -> client.ClusterError:
+    return client.bad_request(
+        f"the value of key [{key}] is [{size}] bytes, which is larger than the limit of [{limit}] bytes set by "
+        "[cluster.metadata.max_value_size]"
+    )
+
+
+def state_too_large_error(before: int, after: int, limit: int) -> client.ClusterError:
+    return client.bad_request(
+        f"this write would make the stored keys and values [{after}] bytes (they are [{before}] bytes now), "
+        f"which is more than the limit of [{limit}] bytes set by [cluster.metadata.max_state_size]"
+    )
+
+
+def _restore_too_large(restore: RestoreSnapshot, size_now: int | None, limit: int) -> client.ClusterError | None:
+    if size_now is None:
+        return None
+    restored = state_entries_size(restore.kv)
+    return state_too_large_error(size_now, restored, limit) if restored > max(limit, size_now) else None
+
+
+def _oversized_value(task: KvPut | Txn, limit: int) -> client.ClusterError | None:
+    puts = [(task.key, task.value)] if isinstance(task, KvPut) else []
+    if isinstance(task, Txn):
+        puts = [(op.key, op.value) for op in (*task.success, *task.failure) if op.op == "put"]
+    for key, value in puts:
+        size = len(_SIZE_ENCODER.encode(None if value is msgspec.UNSET else value))
+        if size > limit:
+            return value_too_large_error(key, size, limit)
+    return None
+
+
 def _stamped(result: ClientResult | None, term: int, version: int) -> ClientResult | None:
     """A transaction's answer names the state it ends up in: the new one, or the base if nothing changed."""
     if isinstance(result, TxnResult | SessionInfo):
         return replace(result, term=term, version=version)
     return result
+
+
+def _next_version(base: ClusterState, payloads: list[TaskPayload]) -> int:
+    """The version of the state a batch builds: the next one, unless a restore brings keys (or a snapshot)
+    with higher versions, which the new state must be above so that a key's version never goes back."""
+    floor = base.version
+    for task in payloads:
+        if isinstance(task, ClientTask) and isinstance(task.request, RestoreSnapshot):
+            restore = task.request
+            floor = max(floor, restore.snapshot_version, *(v.version for v in restore.kv_versions.values()))
+    return floor + 1
 
 
 def execute_batch(
@@ -225,7 +419,9 @@ def execute_batch(
     every batch moves to the best voting configuration.
     """
     nodes = dict(base.nodes)
-    keys = _Keys(base, base.version + 1)
+    sizes = context.sizes
+    keys = _Keys(base, _next_version(base, payloads), sizes.of(base) if sizes is not None else None)
+    repositories = base.repositories
     settings = base.persistent_settings
     exclusions = list(base.coordination.voting_config_exclusions)
     results: list[ClientResult | None] = []
@@ -245,7 +441,12 @@ def execute_batch(
                     keys.end_session(session_id)
         elif isinstance(task, ClientTask):
             payload = task.request
-            if isinstance(payload, KvPut | KvDelete):
+            mark, size_before = keys.mark(), keys.size
+            if isinstance(payload, KvPut | Txn):
+                result = _oversized_value(payload, context.max_value_size)
+            if result is not None:
+                pass
+            elif isinstance(payload, KvPut | KvDelete):
                 # Decided against the state this batch builds, so of two conflicting conditional writes in
                 # one batch only the first applies.
                 current = keys.version(payload.key)
@@ -271,40 +472,68 @@ def execute_batch(
                 result = add_exclusions(payload, nodes, exclusions, context.max_exclusions)
             elif isinstance(payload, ClearVotingConfigExclusions):
                 exclusions = []
+            elif isinstance(payload, PutRepository):
+                repositories = {**repositories, payload.name: Repository(payload.type, payload.location)}
+            elif isinstance(payload, DeleteRepository):
+                if payload.name in repositories:
+                    repositories = {name: repo for name, repo in repositories.items() if name != payload.name}
+                else:
+                    result = client.repository_missing_error(payload.name)
+            elif isinstance(payload, RestoreSnapshot):
+                result = _restore_too_large(payload, keys.size, context.max_state_size)
+                if result is None:
+                    keys.replace_all(payload.kv, payload.kv_versions)
+                    settings = dict(payload.persistent_settings)
+            # Decided against the state this batch builds, so concurrent writes cannot jointly exceed it. A
+            # write that shrinks the state is always let through.
+            grown = (
+                isinstance(payload, KvPut | Txn)
+                and keys.size is not None
+                and size_before is not None
+                and keys.size > size_before
+            )
+            if grown and keys.size is not None and size_before is not None and keys.size > context.max_state_size:
+                result = state_too_large_error(size_before, keys.size, context.max_state_size)
+                keys.rollback(mark)
         results.append(result)
     # A node session ends when its node leaves the cluster, in the state that removes the node.
     for session_id, session in list(keys.sessions.items()):
         if session.node is not None and session.node not in nodes:
             keys.end_session(session_id)
+    maps, map_changes = keys.finish()
     candidate = base.replace(
         master_node=context.master.id,
         nodes=nodes,
-        kv=keys.kv,
-        kv_versions=keys.versions,
-        sessions=keys.sessions,
-        kv_sessions=keys.kv_sessions,
         persistent_settings=settings,
+        repositories=repositories,
         coordination=replace(base.coordination, voting_config_exclusions=tuple(exclusions)),
+        **maps,
     )
     candidate = improve_configuration(candidate, context.master.id, context.voters, context.auto_shrink)
+    if settings is not base.persistent_settings:
+        settings_diff = diff_maps(base.persistent_settings, candidate.persistent_settings)  # a few settings
+        if not settings_diff.is_empty():
+            map_changes["persistent_settings"] = (settings_diff.upserts, settings_diff.deletes)
     changed = elected or (
-        candidate.nodes != base.nodes
-        or keys.kv != base.kv
-        or keys.versions != base.kv_versions
-        or keys.sessions != base.sessions
-        or keys.kv_sessions != base.kv_sessions
-        or candidate.persistent_settings != base.persistent_settings
+        bool(map_changes)
+        or candidate.nodes != base.nodes
+        or candidate.repositories != base.repositories
+        or any(isinstance(task, ClientTask) and isinstance(task.request, RestoreSnapshot) for task in payloads)
         or candidate.coordination != base.coordination
         or candidate.master_node != base.master_node
     )
     if not changed:
         return None, [_stamped(result, base.term, base.version) for result in results]
-    results = [_stamped(result, context.term, base.version + 1) for result in results]
+    results = [_stamped(result, context.term, keys.new_version) for result in results]
     new_state = candidate.replace(
         cluster_uuid=context.new_uuid() if base.cluster_uuid == NO_CLUSTER_UUID else base.cluster_uuid,
-        version=base.version + 1,
+        version=keys.new_version,
         state_uuid=context.new_uuid(),
         parent_uuid=base.state_uuid,
         coordination=replace(candidate.coordination, term=context.term),
     )
+    # The batch knows what it changed: publication sends this diff without comparing the maps.
+    record_derivation(base, new_state, diff_between(base, new_state, map_changes))
+    if sizes is not None and keys.size is not None:
+        sizes.remember(new_state, keys.size)
     return new_state, results

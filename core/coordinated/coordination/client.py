@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from coordinated.coordination.state import Long
+from coordinated.coordination.state import KeyVersion, Long
 
 
 class _Request(msgspec.Struct, frozen=True, tag_field="op"):
@@ -109,6 +109,32 @@ class ClearVotingConfigExclusions(_Request, frozen=True, tag="clear_exclusions")
     wait_for_removal: bool = True
 
 
+class PutRepository(_Request, frozen=True, tag="put_repository"):
+    """Register (or re-register) a snapshot repository. The node that receives the request checks the
+    location against its `path.repo`; the master checks the name and the type."""
+
+    name: str
+    type: str
+    location: str
+
+
+class DeleteRepository(_Request, frozen=True, tag="delete_repository"):
+    name: str
+
+
+class RestoreSnapshot(_Request, frozen=True, tag="restore"):
+    """Replace every key (with its versions) and every persistent setting in one committed state.
+
+    The new state's version is above `snapshot_version` and every restored key version, so that versions
+    (and the fencing tokens built on them) keep increasing across a restore, even into a new cluster."""
+
+    snapshot: str  # `repo:snap`, for messages
+    snapshot_version: Long
+    kv: dict[str, Any]
+    kv_versions: dict[str, KeyVersion]
+    persistent_settings: dict[str, str]
+
+
 ClientRequest = (
     KvPut
     | KvDelete
@@ -121,6 +147,9 @@ ClientRequest = (
     | SessionCreate
     | SessionKeepAlive
     | SessionEnd
+    | PutRepository
+    | DeleteRepository
+    | RestoreSnapshot
 )
 LinearizableRead = KvGet | ReadBarrier
 WRITE_REQUESTS = (
@@ -132,6 +161,9 @@ WRITE_REQUESTS = (
     ClearVotingConfigExclusions,
     SessionCreate,
     SessionEnd,
+    PutRepository,
+    DeleteRepository,
+    RestoreSnapshot,
 )
 
 
@@ -248,6 +280,10 @@ def session_not_found_error(session: str) -> ClusterError:
         reason=f"session [{session}] not found: it has ended or never existed",
         status=404,
     )
+
+
+def repository_missing_error(name: str) -> ClusterError:
+    return ClusterError(type="repository_missing_exception", reason=f"[{name}] missing", status=404)
 
 
 def bad_request(reason: str) -> ClusterError:

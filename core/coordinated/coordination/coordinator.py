@@ -27,14 +27,10 @@ from typing import Any
 
 from coordinated.coordination import client
 from coordinated.coordination import messages as m
-from coordinated.coordination.client import (
-    DEFAULT_REQUEST_TIMEOUT_MS,
-    ClientRequest,
-    ClientResult,
-    Committed,
-)
+from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult, Committed
 from coordinated.coordination.client_requests import ClientRequests
 from coordinated.coordination.context import CoreContext, Mode
+from coordinated.coordination.diff_history import CatchUp
 from coordinated.coordination.effects import Effect, RequestCompleted, StateApplied
 from coordinated.coordination.elections import ElectionScheduler, PreVoteCollector
 from coordinated.coordination.exclusion_waits import ExclusionWaits
@@ -54,10 +50,7 @@ from coordinated.coordination.reads import ReadService
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
 from coordinated.coordination.sessions import SessionLeases
 from coordinated.coordination.settings import CoordinationSettings
-from coordinated.coordination.state import (
-    ClusterState,
-    DiscoveryNode,
-)
+from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.tasks import ElectedAsMaster, NodeLeft, Reconfigure
 from coordinated.coordination.timers import Timers
 
@@ -156,6 +149,7 @@ class Coordinator:
             ctx, on_node_failed=self._remove_node, on_healthy=self._catch_up, on_term_seen=self._update_max_term_seen
         )
         self.lag_detector = LagDetector(ctx, on_lagging=self._remove_node)
+        self.catch_up = CatchUp(ctx)  # lagging and rejoining nodes get the diffs they missed
         self.handover = Handover(
             ctx,
             applied_versions=lambda: self.lag_detector.applied_versions,
@@ -546,6 +540,7 @@ class Coordinator:
             self._send(reply_to, m.JoinResponse(request.request_id, ok=False, reason=reason))
             return
         won_before = self.coordination_state.election_won and self.mode is Mode.LEADER
+        self.catch_up.on_join_request(request)
         if request.join is not None:
             self._handle_join(request.join)
         if self.mode is Mode.LEADER and self.coordination_state.election_won:
@@ -595,6 +590,7 @@ class Coordinator:
             ),
             on_failed=self._fail_publication,
             on_completed=self._complete_publication,
+            catch_up_diff=self.catch_up.joiner_diff,
         )
 
     def _on_publish_response(self, sender: str, response: m.PublishResponse) -> None:
@@ -669,6 +665,7 @@ class Coordinator:
     # publication (receiver side)
 
     def _on_accepted(self, source: DiscoveryNode, state: ClusterState) -> None:
+        self.catch_up.on_accepted(state)
         self._history(EventType.ACCEPTED, state)
         if source.id != self.local_node.id:
             self._become_follower(source, "received a publication")
@@ -704,7 +701,7 @@ class Coordinator:
             if node.master_eligible and node_id not in state.last_accepted_config and self.applied_in_current_term:
                 self._improve_voting_configuration(state)  # a healthy node that could vote but does not yet
             return
-        missed = catch_up_message(self.local_node, state, response)
+        missed = catch_up_message(self.local_node, state, response, self.catch_up.diff_since)
         if missed is not None:
             self._send(node.transport_address, missed)
 

@@ -29,6 +29,9 @@ class EventType(StrEnum):
     SESSION_CREATED = "session_created"
     SESSION_EXPIRED = "session_expired"  # the master heard no keepalive for the session's TTL
     SESSION_ENDED = "session_ended"  # ended by request, or its node left the cluster (`reason` says which)
+    # Written by the node that served the snapshot API, with the state's term, version and `snapshot`:
+    SNAPSHOT_TAKEN = "snapshot_taken"  # the committed state of `version` was written to a snapshot
+    SNAPSHOT_RESTORED = "snapshot_restored"  # the state of `version` (committed) holds a snapshot's keys
 
 
 SESSION_EVENT_TYPES: tuple[EventType, ...] = (
@@ -43,7 +46,9 @@ RESET_EVENT_TYPES: tuple[EventType, ...] = (EventType.UNSAFE_BOOTSTRAP, EventTyp
 # Fields the shell adds to every event, right after `node`: a per-node sequence number and seconds.
 SHELL_FIELDS: tuple[tuple[str, type], ...] = (("seq", int), ("ts", float))
 # Fields for people reading a history; the audit does not rely on them.
-INFORMATIONAL_FIELDS = frozenset({"node_name", "reason", "cluster_uuid_committed", "marks_term", "marks_accepted"})
+INFORMATIONAL_FIELDS = frozenset(
+    {"node_name", "reason", "cluster_uuid_committed", "marks_term", "marks_accepted", "snapshot"}
+)
 
 
 class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,6 +66,7 @@ class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
     quorum: tuple[str, ...] | None = None  # the master's committed events only
     reason: str | msgspec.UnsetType = msgspec.UNSET  # stepped_down and session events
     session: str | msgspec.UnsetType = msgspec.UNSET  # session events only: the session's id
+    snapshot: str | msgspec.UnsetType = msgspec.UNSET  # snapshot events only: `repository:snapshot`
     # Reset events only: the record before the reset (`current_term` is the new record's term) ...
     current_term: int | msgspec.UnsetType = msgspec.UNSET
     cluster_uuid_committed: bool | msgspec.UnsetType = msgspec.UNSET

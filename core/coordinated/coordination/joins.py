@@ -61,6 +61,8 @@ class JoinHelper:
                 join=join,
                 cluster_uuid=state.cluster_uuid,
                 cluster_uuid_committed=state.cluster_uuid_committed,
+                accepted_term=state.term,
+                accepted_version=state.version,
             ),
         )
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinated.coordination import client
-from coordinated.coordination.batch import BatchContext, execute_batch, improve_configuration
+from coordinated.coordination.batch import BatchContext, StateSizes, execute_batch, improve_configuration
 from coordinated.coordination.client import ClientResult, Committed
 from coordinated.coordination.context import CoreContext
 from coordinated.coordination.master_service import MasterService, Task
@@ -31,6 +31,7 @@ class MasterTasks:
         self.coordination_state = coordination_state
         self.listener = listener
         self.queue = MasterService()
+        self._state_sizes = StateSizes()  # for cluster.metadata.max_state_size
 
     def submit(self, task: Task) -> None:
         self.queue.add(task)
@@ -95,6 +96,9 @@ class MasterTasks:
             auto_shrink=settings.auto_shrink_voting_configuration,
             new_uuid=self._random_uuid,
             session_expired=self.listener.session_expired,
+            max_value_size=settings.max_value_size,
+            max_state_size=settings.max_state_size,
+            sizes=self._state_sizes,
         )
 
     def improved(self, state: ClusterState) -> ClusterState:

@@ -12,7 +12,7 @@ import msgspec
 
 from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult
 from coordinated.coordination.history import NO_CLUSTER_UUID
-from coordinated.coordination.state import ClusterState, ClusterStateDiff, DiscoveryNode, Long
+from coordinated.coordination.state import ENCODE_HOOK, ClusterState, ClusterStateDiff, DiscoveryNode, Long
 
 
 class Join(msgspec.Struct, frozen=True):
@@ -73,6 +73,10 @@ class JoinRequest(_Message, frozen=True, tag="join"):
     join: Join | None
     cluster_uuid: str
     cluster_uuid_committed: bool
+    # The sender's last-accepted state, so that the master can send it the diffs it missed rather than the
+    # full state (0, 0: unknown, e.g. from an older version; it gets the full state).
+    accepted_term: Long = 0
+    accepted_version: Long = 0
 
 
 class JoinResponse(_Message, frozen=True, tag="join_response"):
@@ -207,7 +211,7 @@ class Envelope(msgspec.Struct, frozen=True, omit_defaults=True):
     request_nonce: str = ""
 
 
-_ENCODER = msgspec.json.Encoder()
+_ENCODER = msgspec.json.Encoder(enc_hook=ENCODE_HOOK)  # a state's persistent maps
 _DECODER = msgspec.json.Decoder(Envelope)
 
 

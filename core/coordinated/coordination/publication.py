@@ -23,7 +23,14 @@ from coordinated.coordination.messages import (
 )
 from coordinated.coordination.quorum import joint_quorum
 from coordinated.coordination.safety import CoordinationStateRejected
-from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfiguration, compute_diff
+from coordinated.coordination.state import (
+    ClusterState,
+    ClusterStateDiff,
+    DiscoveryNode,
+    VotingConfiguration,
+    compose_diffs,
+    compute_diff,
+)
 
 
 class TargetState(Enum):
@@ -44,6 +51,9 @@ class PublicationListener:
     on_committed: Callable[[Publication], None]
     on_failed: Callable[[Publication, str], None]
     on_completed: Callable[[Publication], None]
+    # A diff from a node's last-accepted state to the publication's base, if the master has one (a node
+    # joining in this publication, which would otherwise get the full state).
+    catch_up_diff: Callable[[str], ClusterStateDiff | None] = lambda node_id: None
 
 
 class Publication:
@@ -66,6 +76,7 @@ class Publication:
         self.targets: dict[str, TargetState] = {}
         self.committed_at: int | None = None
         self.quorum: tuple[str, ...] = ()
+        self._apply_commit: ApplyCommit | None = None  # one object for every node (encoded once)
 
     @property
     def version(self) -> int:
@@ -79,14 +90,20 @@ class Publication:
         ctx, state, previous = self.ctx, self.state, self.previous
         local = ctx.local_node
         diff = compute_diff(previous, state)
+        # One message object for every member: the transport encodes it once for all of them.
+        with_diff = PublishRequest(local, state.term, state.version, diff=diff)
         for node in state.nodes.values():
             self.targets[node.id] = TargetState.SENT_PUBLISH
             if node.id == local.id:
                 continue
-            if node.id not in previous.nodes:
-                message = PublishRequest(local, state.term, state.version, state=state)
+            if node.id in previous.nodes:
+                message = with_diff
+            elif (missed := self.listener.catch_up_diff(node.id)) is not None and missed.state_uuid == diff.base_uuid:
+                # A node that rejoins gets what it missed and this publication's change, in one diff; if it
+                # does not hold the diff's base after all, it asks for the full state.
+                message = PublishRequest(local, state.term, state.version, diff=compose_diffs([missed, diff]))
             else:
-                message = PublishRequest(local, state.term, state.version, diff=diff)
+                message = PublishRequest(local, state.term, state.version, state=state)
             ctx.send(node.transport_address, message)
         # The master's own copy goes last, through the shell, so that it is written to disk while the
         # followers write theirs rather than before they are even sent theirs.
@@ -146,7 +163,9 @@ class Publication:
     def _send_apply_commit(self, node_id: str) -> None:
         self.targets[node_id] = TargetState.SENT_APPLY_COMMIT
         node = self.state.nodes[node_id]
-        self.ctx.send(node.transport_address, ApplyCommit(self.ctx.local_node.id, self.state.term, self.version))
+        if self._apply_commit is None:
+            self._apply_commit = ApplyCommit(self.ctx.local_node.id, self.state.term, self.version)
+        self.ctx.send(node.transport_address, self._apply_commit)
 
     def on_apply_commit_response(self, response: ApplyCommitResponse) -> None:
         if response.version != self.version:
@@ -196,10 +215,17 @@ class Publication:
 
 
 def catch_up_message(
-    master: DiscoveryNode, state: ClusterState, response: FollowerCheckResponse
+    master: DiscoveryNode,
+    state: ClusterState,
+    response: FollowerCheckResponse,
+    diff_since: Callable[[int, int], ClusterStateDiff | None] = lambda term, version: None,
 ) -> PublishRequest | ApplyCommit | None:
-    """What a follower that has not applied the master's latest state missed: the state, or its commit."""
+    """What a follower that has not applied the master's latest state missed: the changes since the state it
+    accepted (when the master still has them), the state, or its commit."""
     if (response.accepted_term, response.accepted_version) < (state.term, state.version):
+        diff = diff_since(response.accepted_term, response.accepted_version)
+        if diff is not None:
+            return PublishRequest(master, state.term, state.version, diff=diff)
         return PublishRequest(master, state.term, state.version, state=state)
     if (response.accepted_term, response.accepted_version) == (state.term, state.version):
         return ApplyCommit(master.id, state.term, state.version)

@@ -13,6 +13,8 @@ from typing import Any
 
 _TIME_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _TIME_VALUE = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 NO_MASTER_BLOCKS = ("all", "write", "metadata_write")
@@ -34,6 +36,23 @@ def format_time_ms(ms: int) -> str:
         if ms % size == 0 and ms >= size:
             return f"{ms // size}{unit}"
     return f"{ms}ms"
+
+
+def parse_byte_size(value: str) -> int:
+    match = _SIZE.match(value)
+    if not match:
+        raise ValueError(f"expected a byte size such as 512kb or 1mb, got [{value}]")
+    size = int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "b").lower()]
+    if size <= 0:
+        raise ValueError(f"must be positive, got [{value}]")
+    return size
+
+
+def format_byte_size(size: int) -> str:
+    for unit, factor in (("gb", 1024**3), ("mb", 1024**2), ("kb", 1024)):
+        if size % factor == 0 and size >= factor:
+            return f"{size // factor}{unit}"
+    return f"{size}b"
 
 
 def parse_bool(value: str) -> bool:
@@ -262,6 +281,21 @@ def coordination_registry() -> SettingsRegistry:
         ),
         Setting("cluster.publish.timeout", time, "30s", dynamic=True, attribute="publish_timeout"),
         Setting("cluster.follower_lag.timeout", time, "90s", dynamic=True, attribute="follower_lag_timeout"),
+        # The recent diffs each node keeps to catch a lagging or rejoining node up without the full state.
+        Setting(
+            "cluster.publish.diff_history.max_diffs",
+            _int_at_least(0),
+            "10000",
+            dynamic=True,
+            attribute="diff_history_max_diffs",
+        ),
+        Setting(
+            "cluster.publish.diff_history.max_size",
+            parse_byte_size,
+            "64mb",
+            dynamic=True,
+            attribute="diff_history_max_size",
+        ),
         Setting("cluster.no_master_block", parse_no_master_block, "write", dynamic=True, attribute="no_master_block"),
         Setting(
             "cluster.auto_shrink_voting_configuration",
@@ -277,6 +311,10 @@ def coordination_registry() -> SettingsRegistry:
             dynamic=True,
             attribute="max_voting_config_exclusions",
         ),
+        # Ceilings on what clients can store, checked by the master against the state each batch builds.
+        # Every node holds the whole state in memory and a joining node receives all of it.
+        Setting("cluster.metadata.max_value_size", parse_byte_size, "1mb", dynamic=True, attribute="max_value_size"),
+        Setting("cluster.metadata.max_state_size", parse_byte_size, "256mb", dynamic=True, attribute="max_state_size"),
     ):
         registry.register(setting)
     registry.cross_checks.append(_max_timeout_covers_initial_timeout)
@@ -316,9 +354,13 @@ class CoordinationSettings:
     follower_check_retry_count: int = _default("cluster.fault_detection.follower_check.retry_count")
     publish_timeout: int = _default("cluster.publish.timeout")
     follower_lag_timeout: int = _default("cluster.follower_lag.timeout")
+    diff_history_max_diffs: int = _default("cluster.publish.diff_history.max_diffs")
+    diff_history_max_size: int = _default("cluster.publish.diff_history.max_size")
     no_master_block: str = _default("cluster.no_master_block")
     auto_shrink_voting_configuration: bool = _default("cluster.auto_shrink_voting_configuration")
     max_voting_config_exclusions: int = _default("cluster.max_voting_config_exclusions")
+    max_value_size: int = _default("cluster.metadata.max_value_size")
+    max_state_size: int = _default("cluster.metadata.max_state_size")
 
     @classmethod
     def from_parsed(cls, parsed: Mapping[str, Any]) -> CoordinationSettings:

@@ -3,13 +3,22 @@
 A state is never mutated: every change builds a new `ClusterState`. Two states with the same
 (term, version) published by the same master are the same state; `state_uuid` names it and
 `parent_uuid` names the state it was derived from, which is what the audit's chain check follows.
+
+The state's maps (`MAP_FIELDS`) are persistent maps (`immutables.Map`, a hash array mapped trie): a new
+state shares every untouched entry with the state it was derived from, so deriving a state, applying a
+diff and computing the diff between a state and one derived from it cost in proportion to the change, not
+to the number of keys. They encode as JSON objects with sorted keys, exactly as the dicts they replaced.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+import threading
+import weakref
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from itertools import pairwise
 from typing import Annotated, Any
 
+import immutables
 import msgspec
 
 from coordinated.coordination.history import NO_CLUSTER_UUID
@@ -83,10 +92,30 @@ class KeyVersion(msgspec.Struct, frozen=True, array_like=True):
     create_version: Long
 
 
+class Repository(msgspec.Struct, frozen=True):
+    """A registered snapshot repository (`PUT /_snapshot/{repo}`); only the `fs` type exists."""
+
+    type: str
+    location: str
+
+
 # A key written before keys carried versions (a state persisted by an older release) has no entry in
 # `kv_versions`. Every node must see the same version for it, so it is a constant rather than something a
 # node derives from the state it happened to load; its next write gives it a real version, which is larger.
 LEGACY_KEY_VERSION = KeyVersion(1, 1)
+
+
+# The state's fields that hold persistent maps and travel in a diff as a `MapDiff` each (upserts and
+# deletes), under the same name in `ClusterStateDiff`. A new map field is added here and to both structs.
+MAP_FIELDS: tuple[str, ...] = ("persistent_settings", "kv", "kv_versions", "sessions", "kv_sessions")
+EMPTY_MAP: immutables.Map[str, Any] = immutables.Map()
+
+
+def persistent(mapping: Mapping[str, Any]) -> immutables.Map[str, Any]:
+    """The mapping as a persistent map: itself if it is one (no copy), else a one-off conversion."""
+    if isinstance(mapping, immutables.Map):
+        return mapping
+    return immutables.Map(mapping) if mapping else EMPTY_MAP
 
 
 class Session(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -98,7 +127,7 @@ class Session(msgspec.Struct, frozen=True, omit_defaults=True):
     create_version: Long = 0
 
 
-class ClusterState(msgspec.Struct, frozen=True):
+class ClusterState(msgspec.Struct, frozen=True, weakref=True):
     cluster_name: str
     cluster_uuid: str = NO_CLUSTER_UUID
     cluster_uuid_committed: bool = False
@@ -108,11 +137,22 @@ class ClusterState(msgspec.Struct, frozen=True):
     master_node: str | None = None
     nodes: dict[str, DiscoveryNode] = {}
     coordination: CoordinationMetadata = CoordinationMetadata()
-    persistent_settings: dict[str, str] = {}
-    kv: dict[str, Any] = {}
-    kv_versions: dict[str, KeyVersion] = {}  # for each key of `kv`; see LEGACY_KEY_VERSION
-    sessions: dict[str, Session] = {}
-    kv_sessions: dict[str, str] = {}  # an ephemeral key of `kv` -> the id of its session
+    # The maps of MAP_FIELDS: declared as mappings (decoded as dicts, validated), held as persistent maps.
+    persistent_settings: Mapping[str, str] = EMPTY_MAP
+    kv: Mapping[str, Any] = EMPTY_MAP
+    kv_versions: Mapping[str, KeyVersion] = EMPTY_MAP  # for each key of `kv`; see LEGACY_KEY_VERSION
+    sessions: Mapping[str, Session] = EMPTY_MAP
+    kv_sessions: Mapping[str, str] = EMPTY_MAP  # an ephemeral key of `kv` -> the id of its session
+    # Cluster-wide metadata, as Elasticsearch keeps repositories, so that every node knows them. A handful:
+    # a plain dict, sent whole in a diff when it changes (as `nodes`).
+    repositories: dict[str, Repository] = {}
+
+    def __post_init__(self) -> None:
+        # A state built from dicts (decoded, or by a caller) holds persistent maps from then on.
+        for name in MAP_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, immutables.Map):
+                msgspec.structs.force_setattr(self, name, persistent(value))
 
     def key_version(self, key: str) -> KeyVersion | None:
         """The versions of a key, None if it does not exist."""
@@ -181,27 +221,54 @@ class ClusterStateDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     kv_versions: KeyVersionsDiff = KeyVersionsDiff()
     sessions: SessionsDiff = SessionsDiff()
     kv_sessions: MapDiff = MapDiff()
+    repositories: dict[str, Repository] | None = None  # None: unchanged
 
 
 def diff_maps(before: Mapping[str, Any], after: Mapping[str, Any]) -> MapDiff:
+    """The full comparison of two maps: O(keys). `compute_diff` avoids it for states derived one from another."""
     if before is after:
         return MapDiff()
     upserts = {key: value for key, value in after.items() if key not in before or before[key] != value}
-    deletes = tuple(key for key in before if key not in after)
+    deletes = tuple(sorted(key for key in before if key not in after))
     return MapDiff(upserts, deletes)
 
 
-def apply_map_diff(base: dict[str, Any], diff: MapDiff) -> dict[str, Any]:
-    if diff.is_empty():
-        return base
-    merged = dict(base)
+def apply_map_diff(base: Mapping[str, Any], diff: MapDiff | KeyVersionsDiff | SessionsDiff) -> immutables.Map[str, Any]:
+    """The base map with the diff applied, sharing every untouched entry with the base: O(change)."""
+    merged = persistent(base)
+    if not diff.upserts and not diff.deletes:
+        return merged
+    mutation = merged.mutate()
     for key in diff.deletes:
-        merged.pop(key, None)
-    merged.update(diff.upserts)
-    return merged
+        mutation.pop(key, None)
+    for key, value in diff.upserts.items():
+        mutation[key] = value
+    return mutation.finish()
 
 
-def compute_diff(before: ClusterState, after: ClusterState) -> ClusterStateDiff:
+# The diff type of each map field (its values' type, for decoding).
+_MAP_DIFF_TYPES: dict[str, type[MapDiff] | type[KeyVersionsDiff] | type[SessionsDiff]] = {
+    "persistent_settings": MapDiff,
+    "kv": MapDiff,
+    "kv_versions": KeyVersionsDiff,
+    "sessions": SessionsDiff,
+    "kv_sessions": MapDiff,
+}
+assert tuple(_MAP_DIFF_TYPES) == MAP_FIELDS
+
+
+def _typed_map_diff(name: str, upserts: dict[str, Any], deletes: tuple[str, ...]) -> Any:
+    return _MAP_DIFF_TYPES[name](upserts, deletes)
+
+
+def diff_between(
+    before: ClusterState, after: ClusterState, map_changes: Mapping[str, tuple[dict[str, Any], tuple[str, ...]]]
+) -> ClusterStateDiff:
+    """The diff from `before` to `after` given the changes of each map field (missing: unchanged).
+
+    The caller vouches that applying these upserts and deletes to `before`'s maps gives `after`'s.
+    """
+    maps = {name: _typed_map_diff(name, *map_changes[name]) for name in MAP_FIELDS if name in map_changes}
     return ClusterStateDiff(
         base_uuid=before.state_uuid,
         state_uuid=after.state_uuid,
@@ -211,12 +278,99 @@ def compute_diff(before: ClusterState, after: ClusterState) -> ClusterStateDiff:
         cluster_uuid_committed=after.cluster_uuid_committed,
         master_node=after.master_node,
         coordination=after.coordination,
-        nodes=None if before.nodes == after.nodes else after.nodes,
-        persistent_settings=diff_maps(before.persistent_settings, after.persistent_settings),
-        kv=diff_maps(before.kv, after.kv),
-        kv_versions=KeyVersionsDiff(**msgspec.structs.asdict(diff_maps(before.kv_versions, after.kv_versions))),
-        sessions=SessionsDiff(**msgspec.structs.asdict(diff_maps(before.sessions, after.sessions))),
-        kv_sessions=diff_maps(before.kv_sessions, after.kv_sessions),
+        nodes=None if before.nodes is after.nodes or before.nodes == after.nodes else after.nodes,
+        repositories=(
+            None
+            if before.repositories is after.repositories or before.repositories == after.repositories
+            else after.repositories
+        ),
+        **maps,
+    )
+
+
+# How states were derived from one another in this process: id(derived) -> (derived, base, diff), both
+# held weakly, so that an entry lives exactly as long as the derived state and holds no state alive. It
+# lets `compute_diff` answer in proportion to the change instead of comparing every key.
+_DERIVATIONS: dict[int, tuple[weakref.ref[ClusterState], weakref.ref[ClusterState], ClusterStateDiff]] = {}
+# How many derivation steps compute_diff follows before it compares the maps instead.
+MAX_DERIVATION_STEPS = 1024
+
+
+def record_derivation(base: ClusterState, derived: ClusterState, diff: ClusterStateDiff) -> None:
+    """Remember that applying `diff` to `base` gives `derived` (for `compute_diff`)."""
+    key = id(derived)
+
+    def forget(ref: weakref.ref[ClusterState]) -> None:
+        entry = _DERIVATIONS.get(key)
+        if entry is not None and entry[0] is ref:
+            del _DERIVATIONS[key]
+
+    _DERIVATIONS[key] = (weakref.ref(derived, forget), weakref.ref(base), diff)
+
+
+def _recorded_chain(before: ClusterState, after: ClusterState) -> list[ClusterStateDiff] | None:
+    """The recorded diffs leading from `before` to `after`, oldest first; None if they are not all known."""
+    chain: list[ClusterStateDiff] = []
+    state = after
+    while state is not before:
+        entry = _DERIVATIONS.get(id(state))
+        if entry is None or entry[0]() is not state or len(chain) >= MAX_DERIVATION_STEPS:
+            return None
+        parent = entry[1]()
+        if parent is None:
+            return None
+        chain.append(entry[2])
+        state = parent
+    chain.reverse()
+    return chain
+
+
+def compose_diffs(diffs: Sequence[ClusterStateDiff]) -> ClusterStateDiff:
+    """One diff with the effect of applying `diffs` in order: O(their total size)."""
+    for earlier, later in pairwise(diffs):
+        if later.base_uuid != earlier.state_uuid:
+            raise IncompatibleDiffError(f"diff to [{later.state_uuid}] does not follow [{earlier.state_uuid}]")
+    if len(diffs) == 1:
+        return diffs[0]
+    last = diffs[-1]
+    changes: dict[str, tuple[dict[str, Any], set[str]]] = {}
+    nodes = repositories = None
+    for diff in diffs:
+        if diff.nodes is not None:
+            nodes = diff.nodes
+        if diff.repositories is not None:
+            repositories = diff.repositories
+        for name in MAP_FIELDS:
+            step: MapDiff | KeyVersionsDiff | SessionsDiff = getattr(diff, name)
+            if not step.upserts and not step.deletes:
+                continue
+            upserts, deletes = changes.setdefault(name, ({}, set()))
+            for key in step.deletes:
+                upserts.pop(key, None)
+                deletes.add(key)
+            for key, value in step.upserts.items():
+                deletes.discard(key)
+                upserts[key] = value
+    maps = {
+        name: _typed_map_diff(name, upserts, tuple(sorted(deletes))) for name, (upserts, deletes) in changes.items()
+    }
+    return msgspec.structs.replace(last, base_uuid=diffs[0].base_uuid, nodes=nodes, repositories=repositories, **maps)
+
+
+def compute_diff(before: ClusterState, after: ClusterState) -> ClusterStateDiff:
+    """What changed from `before` to `after`. In proportion to the change when `after` was derived from
+    `before` (by a batch, `apply_diff` or a chain of them) in this process; otherwise every key is compared."""
+    chain = _recorded_chain(before, after)
+    if chain is not None and chain:
+        return compose_diffs(chain)
+    return diff_between(
+        before,
+        after,
+        {
+            name: (map_diff.upserts, map_diff.deletes)
+            for name in MAP_FIELDS
+            if not (map_diff := diff_maps(getattr(before, name), getattr(after, name))).is_empty()
+        },
     )
 
 
@@ -225,7 +379,7 @@ def apply_diff(base: ClusterState, diff: ClusterStateDiff) -> ClusterState:
         raise IncompatibleDiffError(
             f"diff is based on state [{diff.base_uuid}] but this node holds state [{base.state_uuid}]"
         )
-    return ClusterState(
+    derived = ClusterState(
         cluster_name=base.cluster_name,
         cluster_uuid=diff.cluster_uuid,
         cluster_uuid_committed=diff.cluster_uuid_committed,
@@ -235,22 +389,75 @@ def apply_diff(base: ClusterState, diff: ClusterStateDiff) -> ClusterState:
         master_node=diff.master_node,
         nodes=base.nodes if diff.nodes is None else diff.nodes,
         coordination=diff.coordination,
-        persistent_settings=apply_map_diff(base.persistent_settings, diff.persistent_settings),
-        kv=apply_map_diff(base.kv, diff.kv),
-        kv_versions=apply_map_diff(base.kv_versions, MapDiff(diff.kv_versions.upserts, diff.kv_versions.deletes)),
-        sessions=apply_map_diff(base.sessions, MapDiff(diff.sessions.upserts, diff.sessions.deletes)),
-        kv_sessions=apply_map_diff(base.kv_sessions, diff.kv_sessions),
+        **{name: apply_map_diff(getattr(base, name), getattr(diff, name)) for name in MAP_FIELDS},
+        repositories=base.repositories if diff.repositories is None else diff.repositories,
     )
+    record_derivation(base, derived, diff)
+    return derived
 
 
-_ENCODER = msgspec.json.Encoder(order="sorted")
+def _encode_hook(value: Any) -> Any:
+    if isinstance(value, immutables.Map):
+        return dict(value.items())  # encoded with sorted keys, as any dict
+    raise NotImplementedError(f"cannot encode a {type(value).__name__}")
+
+
+# Deterministic: the same state always encodes to the same bytes (sorted keys), whatever its maps' type.
+_ENCODER = msgspec.json.Encoder(order="sorted", enc_hook=_encode_hook)
+# For messages and records that embed a state or a diff (the key order does not matter there).
+ENCODE_HOOK = _encode_hook
 _STATE_DECODER = msgspec.json.Decoder(ClusterState)
 _DIFF_DECODER = msgspec.json.Decoder(ClusterStateDiff)
 
 
+class _PlainMaps:
+    """The maps of the last state encoded, as plain dicts, moved forward to the next state encoded.
+
+    Walking a persistent map is slower than walking a dict, and sorting keys that arrive in hash order is
+    slower than sorting keys that are nearly in order. So the plain dicts are built once (in key order) and
+    then patched with the recorded diffs that lead to the next state encoded: encoding the states a node
+    accepts one after the other costs msgspec's encoding of dicts plus the change, as with dict maps.
+    """
+
+    def __init__(self) -> None:
+        self.state: weakref.ref[ClusterState] | None = None
+        self.maps: dict[str, tuple[immutables.Map[str, Any], dict[str, Any]]] = {}
+        self.lock = threading.Lock()  # a shell may encode on more than one thread
+
+    def moved_to(self, state: ClusterState) -> dict[str, dict[str, Any]]:
+        previous = self.state() if self.state is not None else None
+        chain = _recorded_chain(previous, state) if previous is not None else None
+        plain: dict[str, dict[str, Any]] = {}
+        for name in MAP_FIELDS:
+            current: immutables.Map[str, Any] = getattr(state, name)
+            cached = self.maps.get(name)
+            if cached is not None and cached[0] is current:
+                plain[name] = cached[1]
+                continue
+            if cached is not None and chain is not None:
+                patched = cached[1]
+                for diff in chain:
+                    step: MapDiff | KeyVersionsDiff | SessionsDiff = getattr(diff, name)
+                    for key in step.deletes:
+                        patched.pop(key, None)
+                    patched.update(step.upserts)
+            else:
+                patched = {key: current[key] for key in sorted(current)}
+            self.maps[name] = (current, patched)
+            plain[name] = patched
+        self.state = weakref.ref(state)
+        return plain
+
+
+_PLAIN_MAPS = _PlainMaps()
+
+
 def encode_state(state: ClusterState) -> bytes:
-    """Deterministic, compact JSON: the same state always encodes to the same bytes."""
-    return _ENCODER.encode(state)
+    """Deterministic, compact JSON: the same state always encodes to the same bytes (fields and keys sorted)."""
+    fields = msgspec.structs.asdict(state)
+    with _PLAIN_MAPS.lock:
+        fields.update(_PLAIN_MAPS.moved_to(state))
+        return _ENCODER.encode(fields)  # under the lock: the dicts are patched by the next encoding
 
 
 def decode_state(data: bytes) -> ClusterState:
@@ -295,6 +502,10 @@ def state_to_api(state: ClusterState) -> dict[str, Any]:
                 ],
             },
             "persistent_settings": dict(state.persistent_settings),
-            "kv": state.kv,
+            "kv": dict(state.kv),
+            "repositories": {
+                name: {"type": repo.type, "settings": {"location": repo.location}}
+                for name, repo in sorted(state.repositories.items())
+            },
         },
     }

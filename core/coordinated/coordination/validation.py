@@ -20,15 +20,19 @@ from coordinated.coordination.client import (
     MIN_SESSION_TTL_MS,
     AddVotingConfigExclusions,
     ClientRequest,
+    DeleteRepository,
     KvDelete,
     KvGet,
     KvPut,
+    PutRepository,
+    RestoreSnapshot,
     SessionCreate,
     SessionEnd,
     SessionKeepAlive,
     Txn,
     UpdateSettings,
 )
+from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
 from coordinated.coordination.settings import (
     SettingsError,
     SettingsRegistry,
@@ -42,6 +46,9 @@ from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingCo
 _KEY = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 _HOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# Repository and snapshot names, as Elasticsearch allows them: lowercase, no separators, not `_all`-like.
+_SNAPSHOT_NAME = re.compile(r"[a-z0-9][a-z0-9._+-]{0,254}")
+REPOSITORY_TYPES = ("fs",)
 ABSENT_PREFIX = "_absent_"  # an exclusion by name of a node that is not in the cluster (yet)
 
 
@@ -121,6 +128,47 @@ def txn_problem(txn: Txn) -> str | None:
 def hook_name_problem(name: str) -> str | None:
     if _HOOK_NAME.fullmatch(name) is None:
         return "a hook name must be 1-63 letters, digits, '.', '_' or '-'"
+    return None
+
+
+def snapshot_name_problem(name: str, what: str = "snapshot") -> str | None:
+    """`what` is `snapshot` or `repository`; the reason reads as Elasticsearch's."""
+    if _SNAPSHOT_NAME.fullmatch(name) is None:
+        return (
+            f"Invalid {what} name [{name}], must be 1 to 255 lowercase letters, digits, '.', '_', '+' or '-', "
+            "starting with a letter or digit"
+        )
+    return None
+
+
+def repository_problem(request: PutRepository) -> str | None:
+    problem = snapshot_name_problem(request.name, "repository")
+    if problem is not None:
+        return problem
+    if request.type not in REPOSITORY_TYPES:
+        return f"[{request.name}] repository type [{request.type}] does not exist; the supported types are {list(REPOSITORY_TYPES)}"
+    if not request.location.startswith("/"):
+        return f"[{request.name}] location [{request.location}] must be an absolute path"
+    return None
+
+
+def restore_problem(request: RestoreSnapshot) -> str | None:
+    """Every key named well, with consistent versions, and every setting valid: a damaged or hand-edited
+    snapshot must not commit what the API would refuse."""
+    if set(request.kv) != set(request.kv_versions):
+        return f"snapshot [{request.snapshot}] does not give versions for exactly its keys"
+    for key, versions in request.kv_versions.items():
+        problem = metadata_key_problem(key)
+        if problem is not None:
+            return f"snapshot [{request.snapshot}]: {problem}"
+        if not 1 <= versions.create_version <= versions.version <= request.snapshot_version:
+            return f"snapshot [{request.snapshot}]: key [{key}] has inconsistent versions (version [{versions.version}], create_version [{versions.create_version}])"
+    # The node tool's marker of an unsafe bootstrap is a fact about the snapshot's cluster, not a setting.
+    settings = {k: v for k, v in request.persistent_settings.items() if k != UNSAFE_BOOTSTRAP_SETTING}
+    if settings:
+        problem = settings_problem(settings)
+        if problem is not None:
+            return f"snapshot [{request.snapshot}]: {problem}"
     return None
 
 
@@ -205,4 +253,10 @@ def request_problem(request: ClientRequest, state: ClusterState, max_exclusions:
         return settings_problem(request.persistent)
     if isinstance(request, AddVotingConfigExclusions):
         return exclusions_problem(request, state.nodes, state.coordination.voting_config_exclusions, max_exclusions)
+    if isinstance(request, PutRepository):
+        return repository_problem(request)
+    if isinstance(request, DeleteRepository):
+        return snapshot_name_problem(request.name, "repository")
+    if isinstance(request, RestoreSnapshot):
+        return restore_problem(request)
     return None

@@ -1,6 +1,11 @@
-"""A simulated node's storage: two state slots written alternately, as the sidecar writes its files, with the
-faults a disk, an operator or a restore can cause. A restart reads the slots back through the same
-`decide_startup` rule as the sidecar, so a node that must refuse to start stays down.
+"""A simulated node's storage: one database of commits, as the sidecar's SQLite store, with the faults a disk, an
+operator or a restore can cause. A restart reads it back through the same `decide_startup` rule as the
+sidecar, so a node that must refuse to start stays down.
+
+What the model keeps of the real store: a write is one commit, durable when it returns; a crash in the middle
+of a commit leaves a torn WAL tail that the next open drops (so a failed write leaves nothing, or, when the
+data reached the disk but the sync reported an error, the complete commit); and the faults are the WAL's tail
+lost (the newest commit gone), the database lost, and the database replaced by an older copy.
 """
 
 from __future__ import annotations
@@ -30,9 +35,9 @@ class InjectedIOError(OSError):
 
 
 class StorageFault(enum.Enum):
-    LOSE_LAST_WRITE = "lose_last_write"  # the newest slot is emptied (deleted, truncated, a lost page)
-    LOSE_BOTH = "lose_both"  # both slots are emptied
-    ROLLBACK = "rollback"  # both slots are replaced by an older copy of themselves (the history is kept)
+    LOSE_LAST_WRITE = "lose_last_write"  # the WAL's tail is lost: the newest commit is gone
+    LOSE_BOTH = "lose_both"  # the database and its WAL are lost
+    ROLLBACK = "rollback"  # the database is replaced by an older copy of itself (the history is kept)
 
 
 @dataclass(frozen=True)
@@ -43,10 +48,8 @@ class SimRecord:
     node_id: str
 
 
-# A slot holds a record, the remains of a torn write, or nothing.
-Slot = SimRecord | Literal["damaged"] | None
-
 _COPIES_KEPT = 8
+DATABASE = "the database"
 
 
 class FlakyPersistedState(InMemoryPersistedState):
@@ -59,28 +62,24 @@ class FlakyPersistedState(InMemoryPersistedState):
         self.cluster_name = cluster_name
         self.node_id = node_id
         self.failure_rate = 0.0
-        # What a failed write leaves in its slot; None draws it at random.
+        # What a failed write leaves; None draws it at random. A torn commit is dropped at the next open.
         self.failed_write_leaves: Literal["nothing", "torn", "complete"] | None = None
-        self.slots: list[Slot] = [SimRecord(1, 0, initial, node_id), None]
-        self._newest = 0
-        # Earlier contents of both slots, oldest first: what a rollback puts back.
-        self._copies: deque[tuple[Slot, Slot]] = deque(maxlen=_COPIES_KEPT)
+        # The commits on disk, newest last (the older ones are what a lost WAL tail falls back to); None when
+        # the database is gone.
+        self.commits: list[SimRecord] | None = [SimRecord(1, 0, initial, node_id)]
+        # Earlier contents of the database, oldest first: what a rollback puts back.
+        self._copies: deque[tuple[SimRecord, ...]] = deque(maxlen=_COPIES_KEPT)
 
     def _write(self, term: int, state: ClusterState, what: str) -> None:
-        newest = self.slots[self._newest]
-        assert isinstance(newest, SimRecord)
-        target = 1 - self._newest
-        record = SimRecord(newest.generation + 1, term, state, self.node_id)
+        assert self.commits, "a node whose database is gone does not run"
+        record = SimRecord(self.commits[-1].generation + 1, term, state, self.node_id)
         if self.failure_rate and self._rng.random() < self.failure_rate:
-            # A failed write changes nothing the node relies on, but may leave the target slot torn, or even
-            # complete (the data reached the disk but the sync reported an error).
             leaves = self.failed_write_leaves or self._rng.choice(["nothing", "torn", "complete"])
-            if leaves != "nothing":
-                self.slots[target] = "damaged" if leaves == "torn" else record
+            if leaves == "complete":
+                self.commits.append(record)
             raise InjectedIOError(f"injected I/O error writing {what}")
-        self._copies.append((self.slots[0], self.slots[1]))
-        self.slots[target] = record
-        self._newest = target
+        self._copies.append(tuple(self.commits))
+        self.commits = [*self.commits[-_COPIES_KEPT:], record]
 
     def set_current_term(self, term: int) -> None:
         self._write(term, self._state, "the term")
@@ -92,55 +91,45 @@ class FlakyPersistedState(InMemoryPersistedState):
 
     def apply_fault(self, fault: StorageFault, rng: random.Random) -> None:
         if fault is StorageFault.LOSE_LAST_WRITE:
-            records = [index for index, slot in enumerate(self.slots) if isinstance(slot, SimRecord)]
-            if records:
-                self.slots[max(records, key=lambda index: self._generation(index))] = None
+            if self.commits and len(self.commits) > 1:
+                self.commits = self.commits[:-1]
         elif fault is StorageFault.LOSE_BOTH:
-            self.slots = [None, None]
+            self.commits = None
         elif self._copies:
-            self.slots = list(rng.choice(list(self._copies)))
-
-    def _generation(self, index: int) -> int:
-        slot = self.slots[index]
-        return slot.generation if isinstance(slot, SimRecord) else -1
+            self.commits = list(rng.choice(list(self._copies)))
 
     def view(self, history: HistorySummary) -> StorageView:
         return StorageView(
             cluster_name=self.cluster_name,
             node_id=self.node_id,
             node_id_name="the node id",
-            slots=tuple(self._reading(index) for index in range(2)),
+            slots=(self._reading(),),
             history=history,
         )
 
-    def _reading(self, index: int) -> SlotReading:
-        slot = self.slots[index]
-        name = f"slot {index}"
-        if slot is None:
-            return SlotReading(name, "empty")
-        if slot == "damaged":
-            return SlotReading(name, "damaged", "torn write")
-        state = slot.state
+    def _reading(self) -> SlotReading:
+        if not self.commits:
+            return SlotReading(DATABASE, "missing")
+        newest = self.commits[-1]
+        state = newest.state
         record = Record(
-            generation=slot.generation,
-            current_term=slot.term,
+            generation=newest.generation,
+            current_term=newest.term,
             accepted=(state.term, state.version),
             cluster_name=state.cluster_name,
-            node_id=slot.node_id,
-            fingerprint=f"{slot.term}/{state.state_uuid}/{state.cluster_uuid_committed}",
-            initial=slot.term == 0 and state == initial_state(self.cluster_name),
+            node_id=newest.node_id,
+            fingerprint=f"{newest.term}/{state.state_uuid}/{state.cluster_uuid_committed}",
+            initial=newest.term == 0 and state == initial_state(self.cluster_name),
         )
-        return SlotReading(name, "valid", record=record)
+        return SlotReading(DATABASE, "valid", record=record)
 
     def reopen(self, history: HistorySummary) -> Decision:
-        """What a restarted process does: read the slots back and load the record the rule picks."""
+        """What a restarted process does: read the database back and load the record the rule picks."""
         decision = decide_startup(self.view(history))
         if isinstance(decision, LoadRecord):
-            self._newest = int(decision.reading.name.removeprefix("slot "))
-            record = self.slots[self._newest]
-            assert isinstance(record, SimRecord)
-            self._term = record.term
-            self._state = record.state
+            assert self.commits
+            self._term = self.commits[-1].term
+            self._state = self.commits[-1].state
         return decision
 
 

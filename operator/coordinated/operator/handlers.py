@@ -23,7 +23,16 @@ from typing import Any
 import aiohttp
 import kopf
 
-from coordinated.operator import GROUP, PLURAL, VERSION, certificates, manifests, metrics, security
+from coordinated.operator import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    certificates,
+    manifests,
+    metrics,
+    security,
+    snapshot_schedule,
+)
 from coordinated.operator.kube import Kube, load_kube_config
 from coordinated.operator.observation import ClusterView, Observation, PodObservation, summarize_states
 from coordinated.operator.planner import Action, ActionKind, plan
@@ -219,6 +228,8 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     kube: Kube = memo.kube
     previous_status: Mapping[str, Any] = body.get("status") or {}
     problems = validate_settings(spec.settings) + security.validate_security(spec)
+    if spec.snapshots is not None and (schedule := snapshot_schedule.schedule_problem(spec.snapshots.schedule)):
+        problems.append(schedule)
 
     statefulset_replicas = await kube.statefulset_replicas(manifests.statefulset_name(spec), spec.namespace)
     update_revision = None
@@ -291,7 +302,43 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     )
     # Written at once (not deferred) so an overlapping pass reads this status as its previous one.
     await kube.patch_status(spec.namespace, spec.name, status)
+    if not problems and not spec.paused and obs.cluster.master is not None and spec.recorded_cluster_uuid:
+        await _snapshots_and_restore(spec, obs, body, memo, logger, secured, previous_status)
     return action.kind is ActionKind.NONE
+
+
+async def _snapshots_and_restore(
+    spec: ClusterSpec,
+    obs: Observation,
+    body: kopf.Body,
+    memo: kopf.Memo,
+    logger: kopf.Logger | logging.Logger,
+    secured: Secured,
+    previous_status: Mapping[str, Any],
+) -> None:
+    """Once the cluster has formed: restore spec.restoreFrom once, then snapshots as scheduled or requested."""
+    kube: Kube = memo.kube
+    now = datetime.datetime.now(datetime.UTC)
+    outcomes: list[tuple[str, snapshot_schedule.Outcome]] = []
+    previous_restore = previous_status.get("restore") or {}
+    if snapshot_schedule.restore_wanted(spec, previous_restore):
+        client = _coordinator(memo.http, spec, obs, secured)
+        outcomes.append(("restore", await snapshot_schedule.restore_once(client, spec, previous_restore, now)))
+    previous_snapshots = previous_status.get("snapshots") or {}
+    restoring = bool(outcomes) and not outcomes[0][1].status.get("completed")
+    why = snapshot_schedule.snapshot_wanted(spec, previous_snapshots, now)
+    if why is not None and not restoring:  # a snapshot before the restore would hold nothing of use
+        client = _coordinator(memo.http, spec, obs, secured)
+        outcomes.append(
+            ("snapshots", await snapshot_schedule.take_snapshot(client, spec, previous_snapshots, why, now))
+        )
+    for section, outcome in outcomes:
+        if outcome.annotations:
+            await kube.patch_annotations(spec.namespace, spec.name, outcome.annotations)
+        await kube.patch_status(spec.namespace, spec.name, {section: outcome.status})
+        for event_type, reason, message in outcome.events:
+            (logger.warning if event_type == "Warning" else logger.info)("%s: %s", reason, message)
+            await post_event(memo, body, event_type, reason, message, logger)
 
 
 async def _data_claims(kube: Kube, spec: ClusterSpec) -> tuple[str, ...]:
@@ -392,6 +439,8 @@ async def _carry_out(
         await kube.patch_annotations(spec.namespace, spec.name, annotations)
 
     await kube.create_if_absent(manifests.transport_secret(spec, secrets.token_urlsafe(48)))
+    if (snapshot_claim := manifests.snapshot_claim(spec)) is not None:
+        await kube.create_if_absent(snapshot_claim)  # before the pods that mount it
     children = manifests.desired_children(
         spec,
         replicas=action.statefulset_replicas or 0,

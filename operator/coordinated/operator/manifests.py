@@ -259,9 +259,50 @@ def security_settings(spec: ClusterSpec, tls_source: str | None) -> dict[str, st
     return settings
 
 
+SNAPSHOT_DIR = "/snapshots"  # where the snapshot volume is mounted, and the pods' path.repo
+SNAPSHOT_VOLUME = "snapshots"
+
+
+def snapshot_claim_name(spec: ClusterSpec) -> str | None:
+    """The claim of the snapshot volume: the one spec.snapshots names, else <name>-snapshots."""
+    if spec.snapshots is None:
+        return None
+    return spec.snapshots.claim_name or f"{spec.name}-snapshots"
+
+
+def snapshot_claim(spec: ClusterSpec) -> Manifest | None:
+    """The claim the operator creates when spec.snapshots names none. It has no owner: like the data claims
+    kept on deletion, it outlives the cluster, so that a new cluster can restore from it (spec.restoreFrom)."""
+    if spec.snapshots is None or spec.snapshots.claim_name:
+        return None
+    claim: Manifest = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": snapshot_claim_name(spec),
+            "namespace": spec.namespace,
+            # Not the instance label: deleting a cluster's claims by its selector must not take its snapshots.
+            "labels": {
+                "app.kubernetes.io/name": "coordinated-cluster",
+                "app.kubernetes.io/component": "snapshots",
+                "app.kubernetes.io/managed-by": "coordinated-operator",
+                "coordinated.dev/snapshots-of": spec.name,
+            },
+        },
+        "spec": {
+            "accessModes": [spec.snapshots.access_mode],
+            "resources": {"requests": {"storage": spec.snapshots.size}},
+        },
+    }
+    if spec.snapshots.storage_class_name:
+        claim["spec"]["storageClassName"] = spec.snapshots.storage_class_name
+    return claim
+
+
 def sidecar_args(spec: ClusterSpec, tls_source: str | None = None) -> list[str]:
     settings: dict[str, str] = {
         **security_settings(spec, tls_source),
+        **({"path.repo": SNAPSHOT_DIR} if spec.snapshots is not None else {}),
         **{key: value for key, value in spec.settings.items()},
         "cluster.name": spec.cluster_name,
         "discovery.seed_hosts": seed_hosts(spec),
@@ -288,6 +329,8 @@ def _sidecar_container(spec: ClusterSpec, tls_source: str | None) -> dict[str, A
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
     if spec.auth_enabled:
         mounts.append({"name": "tokens", "mountPath": TOKENS_DIR, "readOnly": True})
+    if spec.snapshots is not None:
+        mounts.append({"name": SNAPSHOT_VOLUME, "mountPath": SNAPSHOT_DIR})
     container: dict[str, Any] = {
         "name": SIDECAR_CONTAINER,
         "image": spec.image,
@@ -414,6 +457,11 @@ def statefulset(spec: ClusterSpec, replicas: int, tls_source: str | None = None)
             {"name": "transport-secret", "secret": {"secretName": transport_secret_name(spec), "defaultMode": 0o440}},
             {"name": "tmp", "emptyDir": {}},
             *_security_volumes(spec, tls_source),
+            *(
+                [{"name": SNAPSHOT_VOLUME, "persistentVolumeClaim": {"claimName": snapshot_claim_name(spec)}}]
+                if spec.snapshots is not None
+                else []
+            ),
             *(spec.template.get("volumes") or ()),
         ],
     }

@@ -51,12 +51,20 @@ MEANINGS: dict[str, str] = {
     "cluster.fault_detection.follower_check.retry_count": "failed follower checks in a row before the "
     "master removes the node (at least 1)",
     "cluster.publish.timeout": "how long the master waits for a publication to commit",
+    "cluster.publish.diff_history.max_diffs": "how many recent diffs each node keeps to catch a lagging or "
+    "restarted node up without the full state (0: always the full state)",
+    "cluster.publish.diff_history.max_size": "the most bytes (encoded) those diffs may take; the oldest go first",
+    "node.event_loop": "`uvloop` (libuv's event loop) or `asyncio` (the standard library's)",
     "cluster.follower_lag.timeout": "a follower that has not applied a committed state after this long is removed",
     "cluster.no_master_block": "what is refused without a master: `write` (writes), `metadata_write` or `all` "
     "(reads too)",
     "cluster.auto_shrink_voting_configuration": "`true` removes departed nodes from the voting configuration "
     "(keeping at least 3 voters)",
     "cluster.max_voting_config_exclusions": "most voting exclusions at once (at least 1)",
+    "cluster.metadata.max_value_size": "largest value of one key, JSON-encoded; a larger put gets 400 naming "
+    "the sizes (a body also needs to fit `http.max_content_length`)",
+    "cluster.metadata.max_state_size": "ceiling on all keys and values together (UTF-8 names plus JSON values), "
+    "decided by the master against the batch it builds; a write that would exceed it gets 400 naming the sizes",
     "transport.secret_file": "file with the cluster secret (at least 16 bytes); enables transport authentication",
     "transport.request_timeout": "time to wait for a peer to open a stream",
     "transport.connect_timeout": "TCP connect timeout to a peer",
@@ -66,6 +74,8 @@ MEANINGS: dict[str, str] = {
     "history.segment_size": "history segment rotation size",
     "history.fsync": "`true` fsyncs each history line",
     "hooks.timeout": "timeout of one hook notification",
+    "path.repo": "comma list of absolute directories that `fs` snapshot repositories may live under "
+    "(none: snapshots are off)",
     # Security (docs/sidecar.md#security): static, files checked at startup and reloaded when they change.
     "transport.ssl.enabled": "`true` for mutual TLS between nodes",
     "transport.ssl.certificate": "this node's transport certificate (PEM)",

@@ -43,6 +43,7 @@ OPERATOR_MANAGED_SETTINGS: dict[str, str] = {
     },
     "http.ssl.client_authentication": "set spec.tls.clientAuthentication instead",
     "http.auth.tokens_file": "the operator sets tokens from spec.auth and mounts the tokens file it manages",
+    "path.repo": "the operator sets it to the snapshot volume's mount path from spec.snapshots",
 }
 
 # Zen1 names, rejected with what replaced them (the sidecar rejects them the same way at startup).

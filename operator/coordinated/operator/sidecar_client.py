@@ -20,7 +20,11 @@ TRANSPORT_PORT = 9300
 
 
 class SidecarError(Exception):
-    """The sidecar could not be reached or gave an unexpected answer."""
+    """The sidecar could not be reached or gave an unexpected answer (`status`: its HTTP status, if any)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -163,7 +167,12 @@ class SidecarClient:
         self._headers = {"Authorization": f"Bearer {access.token}"} if access.token else {}
 
     async def _request(
-        self, method: str, path: str, params: Mapping[str, str] | None = None, timeout: float | None = None
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        body: Any = None,
     ) -> Any:
         url = f"{self.base_url}{path}"
         request_timeout = aiohttp.ClientTimeout(total=timeout) if timeout else self._timeout
@@ -172,6 +181,7 @@ class SidecarClient:
                 method,
                 url,
                 params=params,
+                json=body,
                 timeout=request_timeout,
                 headers=self._headers,
                 ssl=self._access.ssl_context if self._access.ssl_context is not None else True,
@@ -179,7 +189,7 @@ class SidecarClient:
             ) as response:
                 if response.status >= 400:
                     text = await response.text()
-                    raise SidecarError(f"{method} {url} answered {response.status}: {text[:300]}")
+                    raise SidecarError(f"{method} {url} answered {response.status}: {text[:300]}", response.status)
                 if response.content_type == "application/json":
                     return await response.json()
                 return await response.text()
@@ -201,6 +211,56 @@ class SidecarClient:
     async def clear_voting_config_exclusions(self, wait_for_removal: bool) -> None:
         params = {"wait_for_removal": "true" if wait_for_removal else "false"}
         await self._request("DELETE", "/_cluster/voting_config_exclusions", params, timeout=45)
+
+    # -- snapshots (an fs repository in the snapshot volume) ----------------------------------------------
+
+    async def put_repository(self, repository: str, location: str) -> None:
+        await self._request("PUT", f"/_snapshot/{repository}", body={"type": "fs", "settings": {"location": location}})
+
+    async def create_snapshot(self, repository: str, snapshot: str) -> SnapshotInfo:
+        params = {"wait_for_completion": "true"}
+        answer = await self._request("PUT", f"/_snapshot/{repository}/{snapshot}", params, timeout=60)
+        return parse_snapshot_info(answer["snapshot"])
+
+    async def list_snapshots(self, repository: str) -> list[SnapshotInfo]:
+        answer = await self._request("GET", f"/_snapshot/{repository}/_all", timeout=30)
+        return [parse_snapshot_info(entry) for entry in answer.get("snapshots") or ()]
+
+    async def delete_snapshot(self, repository: str, snapshot: str) -> None:
+        await self._request("DELETE", f"/_snapshot/{repository}/{snapshot}", timeout=30)
+
+    async def restore_snapshot(self, repository: str, snapshot: str) -> RestoreInfo:
+        answer = await self._request("POST", f"/_snapshot/{repository}/{snapshot}/_restore", timeout=60)
+        restored = answer["snapshot"]
+        return RestoreInfo(snapshot=snapshot, version=int(restored["version"]), keys=int(restored.get("keys", 0)))
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    name: str
+    state: str  # SUCCESS, or FAILED for a damaged file
+    start_time_in_millis: int
+    state_version: int | None = None  # the cluster-state version the snapshot holds
+    keys: int | None = None
+
+
+@dataclass(frozen=True)
+class RestoreInfo:
+    snapshot: str
+    version: int  # the committed state that holds the restored keys
+    keys: int
+
+
+def parse_snapshot_info(body: Mapping[str, Any]) -> SnapshotInfo:
+    version = body.get("state_version")
+    keys = body.get("keys")
+    return SnapshotInfo(
+        name=str(body["snapshot"]),
+        state=str(body.get("state", "SUCCESS")),
+        start_time_in_millis=int(body.get("start_time_in_millis") or 0),
+        state_version=None if version is None else int(version),
+        keys=None if keys is None else int(keys),
+    )
 
 
 def sidecar_url(template: str, *, pod: str, ip: str | None, service: str, namespace: str, scheme: str = "http") -> str:

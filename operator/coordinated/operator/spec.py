@@ -14,6 +14,9 @@ INITIAL_MASTER_NODES_ANNOTATION = f"{ANNOTATION_PREFIX}/initial-master-nodes"
 CLUSTER_UUID_ANNOTATION = f"{ANNOTATION_PREFIX}/cluster-uuid"
 PAUSE_ANNOTATION = f"{ANNOTATION_PREFIX}/pause"
 ADOPTED_CLAIMS_ANNOTATION = f"{ANNOTATION_PREFIX}/adopted-claims"
+# Any new value asks for one snapshot now (spec.snapshots); the restore done for spec.restoreFrom.
+SNAPSHOT_REQUEST_ANNOTATION = f"{ANNOTATION_PREFIX}/snapshot-request"
+RESTORED_FROM_ANNOTATION = f"{ANNOTATION_PREFIX}/restored-from"
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,18 @@ class AuditSpec:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     resources: Mapping[str, Any] = field(default_factory=dict)
     report_volume_claim: str | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotsSpec:
+    """Snapshots into one volume mounted in every pod: on a schedule (cron, UTC), the newest `retention` kept."""
+
+    schedule: str | None = None  # None: only on request (the snapshot-request annotation)
+    retention: int = 7
+    claim_name: str | None = None  # None: the operator creates <name>-snapshots
+    size: str = "1Gi"
+    storage_class_name: str | None = None
+    access_mode: str = "ReadWriteOnce"
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,9 @@ class ClusterSpec:
     auth_enabled: bool = True
     network_policy_enabled: bool = True
     client_access: tuple[Mapping[str, Any], ...] | None = None  # None: the default peers (docs/operator.md)
+    snapshots: SnapshotsSpec | None = None
+    restore_from: str | None = None  # a snapshot in the snapshot volume, restored once after the cluster forms
+    creation_timestamp: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -115,6 +133,8 @@ class ClusterSpec:
         tls = spec.get("tls") or {}
         issuer = tls.get("issuerRef") or None
         access = spec.get("clientAccess")
+        snapshots = spec.get("snapshots")
+        volume = (snapshots or {}).get("volume") or {}
         return cls(
             name=metadata["name"],
             namespace=metadata.get("namespace") or "default",
@@ -164,5 +184,19 @@ class ClusterSpec:
             auth_enabled=bool((spec.get("auth") or {}).get("enabled", True)),
             network_policy_enabled=bool((spec.get("networkPolicy") or {}).get("enabled", True)),
             client_access=None if access is None else tuple(dict(peer) for peer in access),
+            snapshots=(
+                None
+                if snapshots is None
+                else SnapshotsSpec(
+                    schedule=snapshots.get("schedule") or None,
+                    retention=int(snapshots.get("retention", 7)),
+                    claim_name=volume.get("claimName") or None,
+                    size=str(volume.get("size") or "1Gi"),
+                    storage_class_name=volume.get("storageClassName") or None,
+                    access_mode=str(volume.get("accessMode") or "ReadWriteOnce"),
+                )
+            ),
+            restore_from=(spec.get("restoreFrom") or {}).get("snapshot") or None,
+            creation_timestamp=metadata.get("creationTimestamp"),
             annotations=dict(metadata.get("annotations") or {}),
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -787,8 +787,11 @@ async def hook_delete(request: web.Request) -> web.Response:
     return web.json_response({"acknowledged": True})
 
 
-def client_app(node: Node, tokens: Tokens | None = None) -> web.Application:
-    """With `tokens`, every request is checked (before its body is read) by the access middleware."""
+def client_app(
+    node: Node, tokens: Tokens | None = None, extra_routes: Sequence[Callable[[web.UrlDispatcher], None]] = ()
+) -> web.Application:
+    """With `tokens`, every request is checked (before its body is read) by the access middleware.
+    `extra_routes` add the APIs that live in their own modules (snapshots)."""
     middlewares: list[Callable[..., Awaitable[web.StreamResponse]]] = [errors_middleware]
     if tokens is not None:
         counted = node.metrics.http_requests
@@ -796,4 +799,6 @@ def client_app(node: Node, tokens: Tokens | None = None) -> web.Application:
     app = web.Application(client_max_size=node.config.get("http.max_content_length"), middlewares=middlewares)
     app[NODE_KEY] = node
     setup_routes(app)
+    for add_routes in extra_routes:
+        add_routes(app.router)
     return app

@@ -9,6 +9,7 @@ import signal
 import ssl
 import sys
 
+import uvloop
 from aiohttp import web
 
 from coordinated.coordination.settings import SettingsError
@@ -18,6 +19,7 @@ from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
 from coordinated.sidecar.http_server import ClientAppRunner
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.persistence import DataDirError
+from coordinated.sidecar.snapshot_api import setup_snapshot_routes
 from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
 from coordinated.sidecar.transport import transport_app
 
@@ -81,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     except DataDirError as error:
         print(f"coordinated node: error: refusing to start: {error}", file=sys.stderr)
         return EXIT_DATA_DIR
+    loop_factory = uvloop.new_event_loop if config.get("node.event_loop") == "uvloop" else None
     try:
-        return asyncio.run(serve(node, config))
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(serve(node, config))
     except KeyboardInterrupt:
         return 0
 
@@ -97,7 +101,9 @@ async def serve(node: Node, config: NodeConfig) -> int:
         transport_app(node.handle_message, node.auth, max_body), access_log=None, handle_signals=False
     )
     tokens_file = config.get("http.auth.tokens_file")
-    client_runner = ClientAppRunner(client_app(node, Tokens(tokens_file) if tokens_file else None))
+    client_runner = ClientAppRunner(
+        client_app(node, Tokens(tokens_file) if tokens_file else None, [setup_snapshot_routes])
+    )
     await transport_runner.setup()
     await client_runner.setup()
     sites = [

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,22 +14,10 @@ from coordinated.coordination.settings import (
     SettingsRegistry,
     coordination_registry,
     parse_bool,
+    parse_byte_size,
     parse_time_ms,
 )
 from coordinated.sidecar.security_settings import SECURITY_SETTINGS, check_security_settings
-
-_SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
-
-
-def parse_byte_size(value: str) -> int:
-    match = _SIZE.match(value)
-    if not match:
-        raise ValueError(f"expected a byte size such as 512kb or 1mb, got [{value}]")
-    size = int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "b").lower()]
-    if size <= 0:
-        raise ValueError(f"must be positive, got [{value}]")
-    return size
 
 
 def parse_secret_file(value: str) -> str:
@@ -65,6 +52,24 @@ def parse_non_negative_int(value: str) -> int:
     return parsed
 
 
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
+def parse_event_loop(value: str) -> str:
+    if value not in EVENT_LOOPS:
+        raise ValueError(f"expected one of {list(EVENT_LOOPS)}, got [{value}]")
+    return value
+
+
+def parse_repo_paths(value: str) -> tuple[str, ...]:
+    """`path.repo`: a comma list of absolute directories that snapshot repositories may live under."""
+    paths = tuple(part.strip() for part in value.split(",") if part.strip())
+    for path in paths:
+        if not path.startswith("/"):
+            raise ValueError(f"[{path}] is not an absolute path")
+    return paths
+
+
 def _time(value: str) -> int:
     parsed = parse_time_ms(value)
     if parsed <= 0:
@@ -82,6 +87,9 @@ SIDECAR_SETTINGS = (
     Setting("history.segment_size", parse_byte_size, "16mb"),
     Setting("history.fsync", parse_bool, "false"),
     Setting("hooks.timeout", _time, "5s"),
+    # libuv's event loop (uvloop) or the standard library's; see docs/benchmarks.md for what it saves.
+    Setting("node.event_loop", parse_event_loop, "uvloop"),
+    Setting("path.repo", parse_repo_paths, None),
     *SECURITY_SETTINGS,
 )
 

@@ -21,7 +21,7 @@ import aiohttp
 import msgspec
 
 from coordinated.coordination.state import ClusterState
-from coordinated.sidecar.persistence import DataDirError, atomic_write, read_checked
+from coordinated.sidecar.durable_files import DataDirError, atomic_write, read_checked
 
 log = logging.getLogger("coordinated.hooks")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")

@@ -29,6 +29,7 @@ from coordinated.coordination.effects import (
     Send,
     StateApplied,
 )
+from coordinated.coordination.history import HistoryEvent
 from coordinated.coordination.messages import Message
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.state import ClusterState, DiscoveryNode
@@ -240,9 +241,7 @@ class Node:
                 assert self.sender is not None
                 self.sender.send(effect.destination, effect.message)
             elif isinstance(effect, RecordHistory):
-                event = effect.event.to_dict()
-                self.history.append(event)
-                self.metrics.on_history(event)
+                self.record_history(effect.event)
             elif isinstance(effect, StateApplied):
                 self._on_applied(effect.state)
             elif isinstance(effect, RequestCompleted):
@@ -259,6 +258,12 @@ class Node:
                 log.log(_LOG_LEVELS.get(effect.level, logging.INFO), effect.message)
             else:
                 assert_never(effect)
+
+    def record_history(self, event: HistoryEvent) -> None:
+        """Append an event to this node's history: the core's, or the shell's own (a snapshot taken)."""
+        encoded = event.to_dict()
+        self.history.append(encoded)
+        self.metrics.on_history(encoded)
 
     def _on_applied(self, state: ClusterState) -> None:
         self.applied_state = state

@@ -1,31 +1,31 @@
 """Durable node identity, current term and last-accepted state in the data directory.
 
-Term and last-accepted state are written before every Join and every publish ack, so they avoid the cost of
-a rename: they live in two slot files, `coordination-state.0` and `.1`, created once and kept open. A write
-puts one record in place (`pwrite` at offset 0, `ftruncate` if it shrank, `fdatasync`) into the slot that
-does not hold the newest valid record, so a torn write can only destroy the older copy. A record is a 60-byte
-header (magic `COORDINATED2`, u64 write generation, u64 payload length, sha256 of those fields and the
-payload; big-endian) followed by the JSON `{"node_id", "current_term", "last_accepted_state"}`. What the node
-loads at startup, or why it refuses, is decided by `coordination.recovery.decide_startup` from a survey of the
-whole directory (slots, node id, history, hooks, a `coordination-state.dat` of earlier versions): the newest
-valid record, unless the history proves that a newer one was acknowledged, or the files disagree on whose
-they are. The first record reaches slot 0 by temp file and rename, so a slot file never holds only a torn
-record, and it is durable before the node id file is written. The rarely written node id keeps the older
-format (`atomic_write`: temp file, fsync, rename, directory fsync, one-line checksummed header).
+Term and state live in `coordination-state.db`, a SQLite database that `state_store` writes in proportion to
+each change (one row per key, one for the rest of the state, one for the term): see there for the format and
+why a crash leaves the last commit or the one before. The term is durable before a Join is sent and the
+accepted state before it is acknowledged, because each setter returns only after its commit is fsynced.
+
+What the node loads at startup, or why it refuses, is decided by `coordination.recovery.decide_startup` from a
+survey of the whole directory (database, node id, history, hooks, and the slot files of earlier versions):
+the database's record, unless the history proves that a newer one was acknowledged, or the files disagree on
+whose they are. A data directory of an earlier version (the slot files `coordination-state.0`/`.1`, or a
+`coordination-state.dat`) is judged by the same rule as before and migrated on the first start: the database
+is built beside it and renamed into place, and only then are the old files removed, so a crash at any point
+leaves either the old files or the complete database. The first record, too, reaches the database file by
+rename, and is durable before the node id file is written. The rarely written node id keeps its own file
+(`atomic_write`: temp file, fsync, rename, directory fsync, one-line checksummed header).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import logging
 import os
 import secrets
-import struct
+import sqlite3
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import msgspec
 
 from coordinated.coordination.recovery import (
     LoadRecord,
@@ -36,160 +36,31 @@ from coordinated.coordination.recovery import (
     StorageView,
     decide_startup,
 )
-from coordinated.coordination.state import ClusterState, encode_state, initial_state
+from coordinated.coordination.state import ClusterState, initial_state
+from coordinated.sidecar.durable_files import DataDirError, atomic_write, fsync_dir, read_checked
 from coordinated.sidecar.history import summarize_history
+from coordinated.sidecar.slot_files import LEGACY_STATE_FILE, SLOT_FILES, StateFile, read_legacy, read_slot
+from coordinated.sidecar.state_store import (
+    DB_FILE,
+    StateStore,
+    StoreCorrupt,
+    StoredRecord,
+    connect,
+    crash_point,
+    create_database,
+    read_record,
+    remove_database_files,
+)
 
-MAGIC = b"COORDINATED1"
-SLOT_MAGIC = b"COORDINATED2"
-SLOT_FILES = ("coordination-state.0", "coordination-state.1")
-LEGACY_STATE_FILE = "coordination-state.dat"
+__all__ = ["DataDirError", "atomic_write", "fsync_dir", "read_checked"]
+
 NODE_ID_FILE = "node-id.dat"
 LOCK_FILE = "node.lock"
 HOOKS_FILE = "hooks.json"
 HISTORY_DIR = "history"
-
-# Slot record header: magic, write generation (u64), payload length (u64), then sha256(fields + payload).
-_SLOT_FIELDS = struct.Struct(">12sQQ")
-_DIGEST_SIZE = hashlib.sha256().digest_size
-SLOT_HEADER_SIZE = _SLOT_FIELDS.size + _DIGEST_SIZE
+WAL_SUFFIX = "-wal"
 
 log = logging.getLogger("coordinated.persistence")
-
-
-class DataDirError(Exception):
-    """The data directory cannot be used; the message names the file and what is wrong."""
-
-
-def atomic_write(path: Path, payload: bytes) -> None:
-    """Write `MAGIC sha256 length\\n payload` so that readers see the old file or the new one, never a mix."""
-    header = b"%s %s %d\n" % (MAGIC, hashlib.sha256(payload).hexdigest().encode(), len(payload))
-    _replace_file(path, header + payload)
-    fsync_dir(path.parent)
-
-
-def _replace_file(path: Path, data: bytes) -> None:
-    """Write a temp file, fsync it and rename it over `path`; the caller fsyncs the directory."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-def fsync_dir(path: Path) -> None:
-    dir_fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Write `data` at the start of the file, however many calls that takes."""
-    view = memoryview(data)
-    offset = 0
-    while offset < len(data):
-        offset += os.pwrite(fd, view[offset:], offset)
-
-
-def _read_file(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as error:
-        raise DataDirError(f"cannot read [{path}]: {error.strerror or error}") from None
-
-
-def read_checked(path: Path) -> bytes:
-    """The payload of a file written by `atomic_write`; raises DataDirError saying what is wrong."""
-    data = _read_file(path)
-    header, sep, payload = data.partition(b"\n")
-    parts = header.split(b" ")
-    if not sep or len(parts) != 3 or parts[0] != MAGIC:
-        raise DataDirError(f"[{path}] is corrupt: missing or malformed header (expected {MAGIC.decode()} ...)")
-    try:
-        length = int(parts[2])
-    except ValueError:
-        raise DataDirError(f"[{path}] is corrupt: malformed length in header") from None
-    if len(payload) != length:
-        raise DataDirError(f"[{path}] is corrupt: truncated, {len(payload)} of {length} payload bytes")
-    if hashlib.sha256(payload).hexdigest().encode() != parts[1]:
-        raise DataDirError(f"[{path}] is corrupt: checksum mismatch")
-    return payload
-
-
-def encode_slot_record(generation: int, payload: bytes) -> bytes:
-    """One slot record: header (magic, generation, length, sha256 of those fields and the payload), payload."""
-    fields = _SLOT_FIELDS.pack(SLOT_MAGIC, generation, len(payload))
-    digest = hashlib.sha256(fields)
-    digest.update(payload)
-    return b"".join((fields, digest.digest(), payload))
-
-
-def _read_slot(path: Path, cluster_name: str) -> SlotReading:
-    """What one slot file holds, for `decide_startup`; a record that passes its checksum but cannot be decoded
-    is not a torn write but a bug or a foreign file, so it stops the node at once."""
-    name = f"[{path}]"
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return SlotReading(name, "missing")
-    except OSError as error:
-        raise DataDirError(f"cannot read [{path}]: {error.strerror or error}") from None
-    if not data:
-        return SlotReading(name, "empty")
-    if len(data) < SLOT_HEADER_SIZE:
-        return SlotReading(name, "damaged", f"truncated header, {len(data)} of {SLOT_HEADER_SIZE} bytes")
-    magic, generation, length = _SLOT_FIELDS.unpack_from(data)
-    if magic != SLOT_MAGIC:
-        return SlotReading(name, "damaged", f"malformed header (expected {SLOT_MAGIC.decode()})")
-    available = len(data) - SLOT_HEADER_SIZE
-    if length > available:
-        return SlotReading(name, "damaged", f"truncated, {available} of {length} payload bytes")
-    payload = data[SLOT_HEADER_SIZE : SLOT_HEADER_SIZE + length]
-    digest = hashlib.sha256(data[: _SLOT_FIELDS.size])
-    digest.update(payload)
-    if digest.digest() != data[_SLOT_FIELDS.size : SLOT_HEADER_SIZE]:
-        return SlotReading(name, "damaged", "checksum mismatch")
-    # Bytes after the record are ignored: only a crash between pwrite and ftruncate leaves any.
-    loaded = _decode_state_file(path, payload)
-    return SlotReading(name, "valid", record=_summary(loaded, generation, digest.hexdigest(), cluster_name))
-
-
-def _summary(loaded: _StateFile, generation: int, fingerprint: str, cluster_name: str) -> Record:
-    state = loaded.last_accepted_state
-    return Record(
-        generation=generation,
-        current_term=loaded.current_term,
-        accepted=(state.term, state.version),
-        cluster_name=state.cluster_name,
-        node_id=loaded.node_id,
-        fingerprint=fingerprint,
-        initial=loaded.current_term == 0 and state == initial_state(cluster_name),
-    )
-
-
-class _StateFile(msgspec.Struct):
-    current_term: int
-    last_accepted_state: ClusterState
-    node_id: str | None = None  # absent in records written by earlier versions
-
-
-_STATE_DECODER = msgspec.json.Decoder(_StateFile)
-
-
-def _decode_state_file(path: Path, payload: bytes) -> _StateFile:
-    try:
-        return _STATE_DECODER.decode(payload)
-    except msgspec.MsgspecError as error:
-        raise DataDirError(f"[{path}] is corrupt: {error}") from None
-
-
-def _payload(node_id: str, term: int, state_bytes: bytes) -> bytes:
-    # Builds the JSON around the cached state encoding: a term change does not re-encode the state.
-    return b'{"node_id":"%s","current_term":%d,"last_accepted_state":%s}' % (node_id.encode(), term, state_bytes)
 
 
 def _read_node_id(path: Path) -> str | None:
@@ -201,56 +72,124 @@ def _read_node_id(path: Path) -> str | None:
     return node_id
 
 
+@dataclass
+class _Survey:
+    view: StorageView
+    database: bool  # the directory holds the database (or its WAL): the slot files are not consulted
+    record: StoredRecord | None = None  # the database's record, when valid
+    old_records: dict[str, StateFile] = field(default_factory=dict)  # slot or legacy file name -> its content
+
+
+def _read_database(path: Path, cluster_name: str) -> tuple[SlotReading, StoredRecord | None]:
+    wal = path.with_name(path.name + WAL_SUFFIX)
+    has_wal = _file_size(wal) > 0
+    name = f"[{path}] (with its write-ahead log [{wal}])" if has_wal else f"[{path}]"
+    if not path.exists():
+        return SlotReading(name, "missing"), None
+    if _file_size(path) == 0:
+        return SlotReading(name, "empty"), None
+    conn: sqlite3.Connection | None = None
+    try:
+        conn = connect(path, read_only=True)
+        stored = read_record(conn)
+    except (sqlite3.Error, StoreCorrupt) as error:
+        return SlotReading(name, "damaged", str(error)), None
+    finally:
+        if conn is not None:
+            conn.close()
+    state = stored.state
+    record = Record(
+        generation=stored.generation,
+        current_term=stored.current_term,
+        accepted=(state.term, state.version),
+        cluster_name=state.cluster_name,
+        node_id=stored.node_id,
+        fingerprint=stored.fingerprint,
+        initial=stored.current_term == 0 and state == initial_state(cluster_name),
+    )
+    return SlotReading(name, "valid", record=record), stored
+
+
+def _survey(data_dir: Path, cluster_name: str) -> _Survey:
+    node_id_path = data_dir / NODE_ID_FILE
+    db = data_dir / DB_FILE
+    wal = db.with_name(db.name + WAL_SUFFIX)
+    others = []
+    hooks = data_dir / HOOKS_FILE
+    if hooks.exists():
+        others.append(f"[{hooks}] holds registered hooks")
+    node_id = _read_node_id(node_id_path)
+    history = summarize_history(data_dir / HISTORY_DIR)
+
+    def view(slots: tuple[SlotReading, ...], legacy: SlotReading | None = None) -> StorageView:
+        return StorageView(
+            cluster_name=cluster_name,
+            node_id=node_id,
+            node_id_name=f"[{node_id_path}]",
+            slots=slots,
+            history=history,
+            legacy=legacy,
+            others=tuple(others),
+        )
+
+    old_files = [data_dir / name for name in (*SLOT_FILES, LEGACY_STATE_FILE)]
+    if db.exists() or wal.exists() or not any(path.exists() for path in old_files):
+        reading, stored = _read_database(db, cluster_name)
+        if reading.kind == "missing" and wal.exists():
+            others.append(f"[{wal}] holds a write-ahead log without its database")
+        if reading.kind != "valid":
+            # Left by an interrupted migration, they may be the only copy the operator still has: name them.
+            others.extend(
+                f"[{data_dir / name}] (a state file of an earlier version) is present"
+                for name in (*SLOT_FILES, LEGACY_STATE_FILE)
+                if (data_dir / name).exists()
+            )
+        return _Survey(view((reading,)), database=True, record=stored)
+    old: dict[str, StateFile] = {}
+    slots = []
+    for slot_name in SLOT_FILES:
+        reading, loaded = read_slot(data_dir / slot_name, cluster_name)
+        slots.append(reading)
+        if loaded is not None:
+            old[reading.name] = loaded
+    legacy = read_legacy(data_dir / LEGACY_STATE_FILE, cluster_name)
+    legacy_reading = None
+    if legacy is not None:
+        legacy_reading, loaded = legacy
+        if loaded is not None:
+            old[legacy_reading.name] = loaded
+    return _Survey(view(tuple(slots), legacy_reading), database=False, old_records=old)
+
+
 def survey_data_dir(data_dir: Path, cluster_name: str) -> StorageView:
     """Everything in the data directory that tells whether and how it was used, for `decide_startup`."""
-    node_id_path = data_dir / NODE_ID_FILE
-    legacy_path = data_dir / LEGACY_STATE_FILE
-    legacy: SlotReading | None = None
-    if legacy_path.exists():
-        try:
-            loaded = _decode_state_file(legacy_path, read_checked(legacy_path))
-            legacy = SlotReading(f"[{legacy_path}]", "valid", record=_summary(loaded, 0, "legacy", cluster_name))
-        except DataDirError as error:
-            legacy = SlotReading(
-                f"[{legacy_path}]", "damaged", str(error).removeprefix(f"[{legacy_path}] is corrupt: ")
-            )
-    hooks = data_dir / HOOKS_FILE
-    return StorageView(
-        cluster_name=cluster_name,
-        node_id=_read_node_id(node_id_path),
-        node_id_name=f"[{node_id_path}]",
-        slots=tuple(_read_slot(data_dir / name, cluster_name) for name in SLOT_FILES),
-        history=summarize_history(data_dir / HISTORY_DIR),
-        legacy=legacy,
-        others=(f"[{hooks}] holds registered hooks",) if hooks.exists() else (),
-    )
+    return _survey(data_dir, cluster_name).view
 
 
 def stored_cluster_name(data_dir: Path) -> str | None:
-    """The cluster name in the newest valid slot record, or None when no slot holds one (for tools that are
-    not given the node's settings)."""
-    readings = [_read_slot(data_dir / name, "") for name in SLOT_FILES]
-    valid = [reading.record for reading in readings if reading.record is not None]
+    """The cluster name in the stored record (the database, or the newest slot of an earlier version), or None
+    when there is none (for tools that are not given the node's settings)."""
+    survey = _survey(data_dir, "")
+    valid = [reading.record for reading in survey.view.slots if reading.record is not None]
     if not valid:
         return None
     return max(valid, key=lambda record: record.generation).cluster_name
 
 
 class FilePersistedState:
-    """The core's `PersistedState`: term and state in one record, so that they can never disagree on disk.
+    """The core's `PersistedState`: term and state in one database, so that they can never disagree on disk.
 
-    Opening it decides, by `decide_startup`, whether the directory starts fresh, loads a record, or refuses
+    Opening it decides, by `decide_startup`, whether the directory starts fresh, loads the record, or refuses
     (DataDirError naming each file and what it holds). On a fresh start the first record is written before the
     node id file, so that a crash in between leaves a directory that is recognisably unused.
     """
 
     def __init__(self, data_dir: Path, cluster_name: str) -> None:
         self.data_dir = data_dir
-        self.paths = tuple(data_dir / name for name in SLOT_FILES)
-        self.bytes_written = 0
+        self.path = data_dir / DB_FILE
         self.warnings: tuple[str, ...] = ()
-        self.writes = 0
-        self._fds: list[int] = []
+        self._store: StateStore | None = None
+        self._closed = False
         try:
             self._load(cluster_name)
         except BaseException:
@@ -258,138 +197,113 @@ class FilePersistedState:
             raise
 
     def _load(self, cluster_name: str) -> None:
-        view = survey_data_dir(self.data_dir, cluster_name)
+        remove_database_files(self.path.with_name(self.path.name + ".tmp"))  # an interrupted creation's
+        survey = _survey(self.data_dir, cluster_name)
+        view = survey.view
         self.history_summary = view.history
         decision = decide_startup(view)
         if isinstance(decision, Refuse):
             raise DataDirError(decision.reason)
-        legacy = self.data_dir / LEGACY_STATE_FILE
         write_node_id = view.node_id is None
         self.node_id = view.node_id or secrets.token_hex(8)
-        if isinstance(decision, StartFresh):
-            self._install_first_record(_payload(self.node_id, 0, encode_state(initial_state(cluster_name))))
-        elif decision.reading is view.legacy:
-            # The first start after an upgrade: the legacy file is removed below, once slot 0 is durable.
-            loaded = _decode_state_file(legacy, read_checked(legacy))
-            self._install_first_record(
-                _payload(self.node_id, loaded.current_term, encode_state(loaded.last_accepted_state))
-            )
         self.warnings = decision.warnings if isinstance(decision, LoadRecord) else ()
         for warning in self.warnings:
             log.warning("%s", warning)
-        sync_dir = False
-        for path in self.paths:
+        if isinstance(decision, LoadRecord) and survey.database:
+            assert survey.record is not None
+            # The record just read under the data-dir lock: nothing else writes the database.
+            record = survey.record
             try:
-                try:
-                    fd = os.open(path, os.O_RDWR)
-                except FileNotFoundError:
-                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-                    sync_dir = True
-            except OSError as error:
-                raise DataDirError(f"cannot open [{path}]: {error.strerror or error}") from None
-            self._fds.append(fd)
-        if sync_dir:
-            fsync_dir(self.data_dir)
-        contents = [_read_file(path) for path in self.paths]
-        # Bytes that may be in each slot file, so that a shrinking write knows to truncate.
-        self._sizes = [len(data) for data in contents]
-        readings = [_read_slot(path, cluster_name) for path in self.paths]
-        newest = max(
-            (index for index, reading in enumerate(readings) if reading.record is not None),
-            key=lambda index: _generation_of(readings[index]),
-        )
-        payload = contents[newest][SLOT_HEADER_SIZE:]
-        loaded = _decode_state_file(self.paths[newest], payload[: _SLOT_FIELDS.unpack_from(contents[newest])[2]])
-        self._term = loaded.current_term
-        self._state = loaded.last_accepted_state
-        self._state_bytes = encode_state(self._state)
-        self._generation = _generation_of(readings[newest])
-        self._newest = newest  # the slot holding the newest valid record
+                conn = connect(self.path)
+            except sqlite3.Error as error:
+                raise DataDirError(f"cannot open [{self.path}]: {error}") from None
+        else:
+            if isinstance(decision, StartFresh):
+                term, state, generation = 0, initial_state(cluster_name), 1
+            else:
+                loaded = survey.old_records[decision.reading.name]
+                assert decision.reading.record is not None
+                term, state = loaded.current_term, loaded.last_accepted_state
+                generation = max(decision.reading.record.generation, 1)
+                log.info("migrating %s into [%s]", decision.reading.describe(), self.path)
+            self._create(generation, term, state)
+            conn, record = self._open_created()
+        # The connection has created the WAL file; its directory entry must be durable before any commit in it
+        # is relied on.
+        fsync_dir(self.data_dir)
+        self._store = StateStore(conn, record)
         if write_node_id:
             atomic_write(self.data_dir / NODE_ID_FILE, self.node_id.encode())
-        if legacy.exists():
-            log.info("removing [%s]: [%s] holds its content or a newer state", legacy, self.paths[newest])
-            self._remove_legacy(legacy)
+        self._remove_old_files()
 
-    def _install_first_record(self, payload: bytes) -> None:
-        """Slot 0 gets the first record by rename, so a slot file never holds only a torn first record; slot 1
-        is emptied (it can hold at most an initial record left by an interrupted first start)."""
+    def _create(self, generation: int, term: int, state: ClusterState) -> None:
         try:
-            _replace_file(self.paths[0], encode_slot_record(1, payload))
-            if _file_size(self.paths[1]):
-                os.truncate(self.paths[1], 0)
-                with open(self.paths[1], "rb+") as slot1:
-                    os.fsync(slot1.fileno())
+            remove_database_files(self.path)  # a fresh start may replace an initial record without a node id
+            create_database(self.path, self.node_id, generation, term, state)
+            fsync_dir(self.data_dir)
+        except (OSError, sqlite3.Error) as error:
+            raise DataDirError(f"cannot write [{self.path}]: {error}") from None
+        crash_point("create:renamed")
+
+    def _open_created(self) -> tuple[sqlite3.Connection, StoredRecord]:
+        conn = connect(self.path)
+        try:
+            return conn, read_record(conn)
+        except (sqlite3.Error, StoreCorrupt) as error:
+            conn.close()
+            raise DataDirError(f"[{self.path}] is corrupt right after it was written: {error}") from None
+
+    def _remove_old_files(self) -> None:
+        """The state files of earlier versions, once the database holds their record (or a newer one)."""
+        old = [self.data_dir / name for name in (*SLOT_FILES, LEGACY_STATE_FILE) if (self.data_dir / name).exists()]
+        if not old:
+            return
+        log.info("removing %s: [%s] holds their content or a newer state", [str(path) for path in old], self.path)
+        try:
+            for path in old:
+                path.unlink()
             fsync_dir(self.data_dir)
         except OSError as error:
-            raise DataDirError(f"cannot write [{self.paths[0]}]: {error.strerror or error}") from None
+            raise DataDirError(f"cannot remove a state file of an earlier version: {error}") from None
 
-    def _remove_legacy(self, legacy: Path) -> None:
-        try:
-            legacy.unlink(missing_ok=True)
-            fsync_dir(self.data_dir)
-        except OSError as error:
-            raise DataDirError(f"cannot remove [{legacy}]: {error.strerror or error}") from None
+    def _open_store(self) -> StateStore:
+        if self._store is None:
+            raise ValueError("the persisted state is closed")
+        return self._store
 
     @property
     def current_term(self) -> int:
-        return self._term
+        return self._open_store().current_term
 
     @property
     def last_accepted_state(self) -> ClusterState:
-        return self._state
+        return self._open_store().state
+
+    @property
+    def bytes_written(self) -> int:
+        return self._store.bytes_written if self._store is not None else 0
+
+    @property
+    def writes(self) -> int:
+        return self._store.writes if self._store is not None else 0
 
     def replace_record(self, term: int, state: ClusterState) -> None:
-        """Term and state in one durable write (the offline tool's, which changes both at once)."""
-        state_bytes = encode_state(state)
-        self._write(term, state_bytes)
-        self._term = term
-        self._state = state
-        self._state_bytes = state_bytes
+        """Term and state in one durable write that rewrites every row (the offline tool's)."""
+        self._open_store().write(term, state, full=True)
 
     def set_current_term(self, term: int) -> None:
-        self._write(term, self._state_bytes)
-        self._term = term
+        store = self._open_store()
+        store.write(term, store.state)
 
     def set_last_accepted_state(self, state: ClusterState) -> None:
-        state_bytes = encode_state(state)
-        self._write(self._term, state_bytes)
-        self._state = state
-        self._state_bytes = state_bytes
-
-    def _write(self, term: int, state_bytes: bytes) -> None:
-        if len(self._fds) != len(SLOT_FILES):
-            raise ValueError("the persisted state is closed")
-        payload = _payload(self.node_id, term, state_bytes)
-        # Never overwrite the newest durable record: a torn write then destroys only the older copy. After a
-        # failed write the same slot is the target again, and the generation is reused.
-        target = 1 - self._newest
-        generation = self._generation + 1
-        record = encode_slot_record(generation, payload)
-        fd = self._fds[target]
-        self._sizes[target] = max(self._sizes[target], len(record))
-        _write_all(fd, record)
-        if self._sizes[target] > len(record):
-            os.ftruncate(fd, len(record))
-            self._sizes[target] = len(record)
-        # fdatasync also flushes the file size, which reading the record back needs.
-        getattr(os, "fdatasync", os.fsync)(fd)
-        self._generation = generation
-        self._newest = target
-        self.bytes_written += len(payload)
-        self.writes += 1
+        store = self._open_store()
+        store.write(store.current_term, state)
 
     def close(self) -> None:
-        """Closes the slot files; later writes raise. Idempotent."""
-        fds, self._fds = self._fds, []
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
-def _generation_of(reading: SlotReading) -> int:
-    assert reading.record is not None
-    return reading.record.generation
+        """Closes the database; later writes raise. Idempotent."""
+        store, self._store = self._store, None
+        if store is not None:
+            store.close()
 
 
 def _file_size(path: Path) -> int:

@@ -183,6 +183,7 @@ class PeerSender:
         # Destinations without a stream endpoint (an older version) -> loop time until which POSTs are used.
         self._post_until: dict[str, float] = {}
         self._warnings = _RateLimitedWarnings()
+        self._last_encoded: tuple[Message, bytes] | None = None
         self._protocols = (PROTOCOL_HMAC, PROTOCOL_PLAIN) if auth is not None else (PROTOCOL_PLAIN,)
 
     def ssl_context(self) -> ssl.SSLContext | bool:
@@ -217,8 +218,17 @@ class PeerSender:
             finally:
                 queue.task_done()
 
-    async def _deliver(self, destination: str, message: Message) -> None:
+    def _encode(self, message: Message) -> bytes:
+        # The core sends one message object to several peers (a publication's diff, its commit): the drain
+        # tasks run one after the other, so the body encoded for the first is reused for the others.
+        if self._last_encoded is not None and self._last_encoded[0] is message:
+            return self._last_encoded[1]
         body = encode_envelope(Envelope(self.local_address, message))
+        self._last_encoded = (message, body)
+        return body
+
+    async def _deliver(self, destination: str, message: Message) -> None:
+        body = self._encode(message)
         self.bytes_sent[destination] = self.bytes_sent.get(destination, 0) + len(body)
         post_until = self._post_until.get(destination)
         if post_until is not None:
@@ -294,6 +304,18 @@ class PeerSender:
                 if attempt < self.retries:
                     await _pause_before_retry(attempt)
                     continue
+                if self.tls_client is not None and not isinstance(
+                    getattr(error, "os_error", None), ConnectionRefusedError
+                ):
+                    # The peer listens but dropped the connection in or right after the TLS handshake (with
+                    # uvloop a refused client certificate shows this way rather than as a reset stream).
+                    self._warnings.warn(
+                        f"reset {destination}",
+                        "peer %s closed the connection during the TLS handshake (%s): does this node's "
+                        "certificate (transport.ssl.certificate) come from the cluster's CA?",
+                        url,
+                        error,
+                    )
                 log.debug("cannot connect to %s: %s", url, error)
                 return UNREACHABLE
             except (TimeoutError, aiohttp.ClientError, OSError) as error:

@@ -1,0 +1,205 @@
+"""Write latency and throughput against the size of the stored state: 3 nodes, states of 10 keys, 10,000
+keys, 100,000 keys and about 10 MB (ten ~900 KB values plus 5,000 small keys); etcd at 100,000 keys in the
+same run; each node's RSS at 100,000 keys.
+
+`--source NAME=DIR` runs the nodes from another checkout's source tree (its `core`, `sidecar` and `tools` put
+first on PYTHONPATH), e.g. main's, exported with `git archive main | tar -x -C DIR`: before and after
+figures in one run, interleaved per state size. The states are seeded into the stopped nodes through their
+own persistence layer (bench/state_seed.py); then every write is a one-key write of a fresh value.
+
+flock /tmp/bench.lock .venv/bin/python bench/state_size.py --source main=/tmp/main-src [--writes 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from peers_env import conditions
+from peers_etcd import EtcdSystem
+from peers_harness import sequential, throughput
+from peers_systems import System, http_put
+from sidecar_rss import rss_mb
+
+from coordinated.tools.localcluster import LocalCluster
+
+SIZES: dict[str, tuple[int, int]] = {  # name -> (small keys, ~900 KB values)
+    "10 keys": (10, 0),
+    "10,000 keys": (10_000, 0),
+    "100,000 keys": (100_000, 0),
+    "10 MB": (5_000, 10),
+}
+BENCH = Path(__file__).resolve().parent
+
+
+class SeededOurs(System):
+    """Three sidecars of one source tree, seeded with a state of the given size before they are measured."""
+
+    def __init__(self, name: str, source: Path | None, keys: int, large: int) -> None:
+        self.label, self.size, self.tuned = f"coordinated ({name})", 3, False
+        self.source, self.keys, self.large = source, keys, large
+        self.health_timeout = 150.0
+        self.cluster: LocalCluster | None = None
+        self.session: aiohttp.ClientSession | None = None
+        self.names: list[str] = []
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("PYTHONPATH", None)
+        if self.source is not None:
+            env["PYTHONPATH"] = os.pathsep.join(str(self.source / part) for part in ("core", "sidecar", "tools"))
+        return env
+
+    async def start(self, workdir: Path) -> None:
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(self._env())  # LocalCluster's nodes inherit it
+        try:
+            self.cluster = LocalCluster(workdir, settings={}, max_nodes=3)
+            nodes = await asyncio.to_thread(self.cluster.bootstrap, 3, 60)
+            self.names = [node.name for node in nodes]
+            await asyncio.to_thread(self.cluster.stop_all, True)
+            argv = [sys.executable, str(BENCH / "state_seed.py"), "--keys", str(self.keys), "--large", str(self.large)]
+            argv += [str(node.data_dir) for node in nodes]
+            subprocess.run(argv, check=True, env=self._env(), capture_output=True, timeout=600)
+            for name in self.names:
+                self.cluster.start(name)
+            for node in nodes:
+                await asyncio.to_thread(self.cluster.wait_http, node, 120.0)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        await self.wait_healthy(self.health_timeout)
+
+    async def stop(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.stop_all, False)
+
+    def _node(self, index: int):  # type: ignore[no-untyped-def]
+        assert self.cluster is not None
+        return self.cluster.nodes[self.names[index]]
+
+    def pid(self, node: int) -> int:
+        pid = self._node(node).pid
+        assert pid is not None
+        return int(pid)
+
+    async def put(self, node: int, key: str, value: int, timeout: float) -> bool:
+        assert self.session is not None
+        return await http_put(self.session, f"{self._node(node).url}/_cluster/metadata/{key}", value, timeout)
+
+    async def leader_of(self, node: int) -> int | None:
+        assert self.session is not None
+        async with self.session.get(f"{self._node(node).url}/_cluster/health") as response:
+            master = (await response.json()).get("master_node")
+        ids = {self._node(i).node_id(): i for i in range(3)}
+        return ids.get(master or "")
+
+    async def restart(self, node: int) -> None:
+        raise NotImplementedError
+
+    def detection_settings(self) -> str:
+        return "defaults"
+
+    def state_keys(self) -> int:
+        _, state = self._node(0).get("/_cluster/state", timeout=60)
+        return len(state["metadata"]["kv"])
+
+
+async def seed_etcd(system: EtcdSystem, keys: int, clients: int = 64) -> None:
+    queue = iter(range(keys))
+
+    async def client() -> None:
+        for i in queue:
+            if not await system.put(i % system.size, f"seed-{i:06d}", i, timeout=30):
+                raise RuntimeError("etcd seeding failed")
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+
+
+async def measure(system: System, writes: int, seconds: float, clients: int) -> dict[str, Any]:
+    await system.wait_healthy(300)
+    figures: dict[str, Any] = dict(await sequential(system, 0, writes))
+    figures["rate16"] = (await throughput(system, clients, seconds))["rate"]
+    figures["rss_mb"] = [round(rss_mb(system.pid(i)), 1) for i in range(system.size)]
+    return figures
+
+
+async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    workroot = Path(tempfile.mkdtemp(prefix="state-size-"))
+    variants: list[tuple[str, Path | None]] = [*args.sources, ("branch", None)]
+    for size_name, (keys, large) in SIZES.items():
+        if args.only and size_name not in args.only:
+            continue
+        systems: list[System] = [SeededOurs(name, source, keys, large) for name, source in variants]
+        if keys == 100_000 and not args.no_etcd:
+            systems.append(EtcdSystem(3))
+        for index, system in enumerate(systems):
+            workdir = workroot / f"{size_name.replace(' ', '').replace(',', '')}-{index}"
+            before = conditions(workroot)
+            started = time.perf_counter()
+            figures: dict[str, Any]
+            try:
+                await system.start(workdir)
+                if isinstance(system, EtcdSystem):
+                    await seed_etcd(system, keys)
+                keys_before = await asyncio.to_thread(system.state_keys) if isinstance(system, SeededOurs) else keys
+                figures = await measure(system, args.writes, args.seconds, args.clients)
+                figures["keys"] = keys_before
+            except (TimeoutError, RuntimeError, OSError) as error:
+                # Reported, not hidden: a system that cannot serve this state is a result too.
+                figures = {"failed": f"{type(error).__name__}: {error} (logs in {workdir})"}
+            finally:
+                await system.stop()
+            row = {"state": size_name, "system": system.label, **figures, "conditions": before}
+            row["phase_s"] = round(time.perf_counter() - started, 1)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def report(rows: list[dict[str, Any]]) -> str:
+    lines = ["| state | system | keys | p50 ms | p99 ms | 16 clients w/s | RSS MB (3 nodes) | fsync p50 ms | load |"]
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        cond = row["conditions"]
+        if "failed" in row:
+            lines.append(f"| {row['state']} | {row['system']} | - | {row['failed']} | | | | | |")
+            continue
+        lines.append(
+            f"| {row['state']} | {row['system']} | {row.get('keys', '-')} | {row['p50']:.2f} | {row['p99']:.2f} | "
+            f"{row['rate16']:.0f} | {', '.join(f'{v:.0f}' for v in row['rss_mb'])} | {cond['fsync_p50']:.2f} | "
+            f"{cond['load1']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--source", action="append", default=[], metavar="NAME=DIR", help="another source tree")
+    parser.add_argument("--writes", type=int, default=200, help="sequential one-key writes per state")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of the 16-client phase")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--only", action="append", choices=list(SIZES), help="only these states")
+    parser.add_argument("--no-etcd", action="store_true")
+    args = parser.parse_args()
+    args.sources = [(spec.split("=", 1)[0], Path(spec.split("=", 1)[1])) for spec in args.source]
+    rows = asyncio.run(run(args))
+    print(report(rows))
+
+
+if __name__ == "__main__":
+    main()

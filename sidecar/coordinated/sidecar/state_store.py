@@ -1,0 +1,302 @@
+"""The node's term and last-accepted state in one SQLite database, written in proportion to each change.
+
+Like Elasticsearch's `PersistedClusterStateService` (a Lucene index with one document per index's metadata, one
+for the global metadata, and the term and node id in the commit's user data), every write is one atomic commit
+that holds only what changed:
+
+- `kv`: one row per key (the value and its versions), upserted or deleted as the diff from the previous state
+  says;
+- `meta` row `state`: every other part of the state (nodes, coordination metadata, settings, and any field
+  added later), encoded generically as one record;
+- `meta` row `coordination`: node id, write generation, current term, and the count and checksum sum of the
+  key rows. A term change writes only this row.
+
+The database is in WAL mode with `synchronous=FULL`: a commit returns once its WAL frames are fsynced, and a
+crash in the middle of a commit leaves frames whose checksums fail, which SQLite discards at the next open, so
+the database holds the last commit or the one before, never a mix. Rows carry a CRC32 of their key and bytes,
+and the coordination row the count and CRC sum of all key rows: reading the database back checks each, so a
+damaged page or a lost row is reported as corruption rather than loaded. A write that fails (an I/O error) is
+rolled back, and the next write rewrites every row, since what reached the disk is then unknown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from coordinated.coordination.state import ClusterState, KeyVersion, compute_diff, decode_state, encode_state
+
+DB_FILE = "coordination-state.db"
+FORMAT = "1"
+_CRC_MASK = (1 << 64) - 1
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL, crc INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, crc INTEGER NOT NULL) WITHOUT ROWID",
+)
+
+
+class StoreCorrupt(Exception):
+    """The database cannot be read back as a record; the message says what is wrong."""
+
+
+class StorageWriteError(OSError):
+    """A write did not become durable (the core's PersistedState raises OSError for that)."""
+
+
+class _Coordination(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    format: str
+    node_id: str
+    generation: int
+    current_term: int
+    kv_count: int
+    kv_crc_sum: int
+
+
+# A key row: the value, and its versions (None for a key written before keys carried versions).
+_KeyRow = tuple[Any, KeyVersion | None]
+_ENCODER = msgspec.json.Encoder(order="sorted")
+_ROW_DECODER = msgspec.json.Decoder(_KeyRow)
+_COORDINATION_DECODER = msgspec.json.Decoder(_Coordination)
+
+
+def _crc(key: bytes, value: bytes) -> int:
+    return zlib.crc32(value, zlib.crc32(key))
+
+
+def encode_key_row(value: Any, versions: KeyVersion | None) -> bytes:
+    return _ENCODER.encode((value, versions))
+
+
+def _rest_of_state(state: ClusterState) -> bytes:
+    """Every part of the state but the keys, generically: a field added to the state later is kept too."""
+    return encode_state(state.replace(kv={}, kv_versions={}))
+
+
+# A test hook: `COORDINATED_TEST_CRASH_POINT=<name>[@<n>]` kills the process with SIGKILL the n-th time (default
+# the first) it reaches the named point between two steps of a write, as a power cut there would.
+_CRASH_POINT, _, _CRASH_AFTER = os.environ.get("COORDINATED_TEST_CRASH_POINT", "").partition("@")
+_crash_countdown = int(_CRASH_AFTER or "1")
+
+
+def crash_point(name: str) -> None:
+    global _crash_countdown
+    if name == _CRASH_POINT:
+        _crash_countdown -= 1
+        if _crash_countdown == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class StoredRecord(msgspec.Struct, frozen=True):
+    node_id: str
+    generation: int
+    current_term: int
+    state: ClusterState
+    kv_crc_sum: int = 0
+    fingerprint: str = ""
+
+
+def connect(path: Path, create: bool = False, read_only: bool = False) -> sqlite3.Connection:
+    """A connection in WAL mode with full syncs; never creates the file unless `create`. A read-only one
+    never checkpoints the WAL into the database or removes it, so looking at a directory changes nothing."""
+    mode = "ro" if read_only else "rwc" if create else "rw"
+    conn = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA cell_size_check=ON")
+        # After a checkpoint, the WAL file is cut back to this size rather than kept at its largest.
+        conn.execute("PRAGMA journal_size_limit=8388608")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def read_record(conn: sqlite3.Connection) -> StoredRecord:
+    """The whole record, every row checked; raises StoreCorrupt, or sqlite3.Error when SQLite finds damage."""
+    problems = [str(row[0]) for row in conn.execute("PRAGMA quick_check")]
+    if problems != ["ok"]:
+        raise StoreCorrupt("; ".join(problems[:3]))
+    meta: dict[str, bytes] = {}
+    for name, value, crc in conn.execute("SELECT name, value, crc FROM meta"):
+        if not isinstance(name, str) or not isinstance(value, bytes):
+            raise StoreCorrupt("a row of the wrong type in table [meta]")
+        if _crc(name.encode(), value) != crc:
+            raise StoreCorrupt(f"checksum mismatch in row [{name}]")
+        meta[name] = value
+    if "coordination" not in meta or "state" not in meta:
+        raise StoreCorrupt(f"missing rows: expected [coordination] and [state], found {sorted(meta)}")
+    try:
+        coordination = _COORDINATION_DECODER.decode(meta["coordination"])
+        rest = decode_state(meta["state"])
+    except msgspec.MsgspecError as error:
+        raise StoreCorrupt(f"cannot decode: {error}") from None
+    if coordination.format != FORMAT:
+        raise StoreCorrupt(f"unknown format [{coordination.format}] (this version reads format [{FORMAT}])")
+    kv: dict[str, Any] = {}
+    kv_versions: dict[str, KeyVersion] = {}
+    crc_sum = 0
+    for key, value, crc in conn.execute("SELECT key, value, crc FROM kv"):
+        if not isinstance(key, str) or not isinstance(value, bytes):
+            raise StoreCorrupt("a row of the wrong type in table [kv]")
+        if _crc(key.encode(), value) != crc:
+            raise StoreCorrupt(f"checksum mismatch in the row of key [{key}]")
+        crc_sum += crc
+        try:
+            kv[key], versions = _ROW_DECODER.decode(value)
+        except msgspec.MsgspecError as error:
+            raise StoreCorrupt(f"cannot decode the row of key [{key}]: {error}") from None
+        if versions is not None:
+            kv_versions[key] = versions
+    if (len(kv), crc_sum & _CRC_MASK) != (coordination.kv_count, coordination.kv_crc_sum):
+        raise StoreCorrupt(
+            f"the key rows do not match their summary ({len(kv)} rows, the record says {coordination.kv_count}, "
+            "or their checksums differ): rows were lost or replaced"
+        )
+    return StoredRecord(
+        node_id=coordination.node_id,
+        generation=coordination.generation,
+        current_term=coordination.current_term,
+        # Built through the constructor, so that the state holds its maps in whatever form it keeps them.
+        state=type(rest)(**{**msgspec.structs.asdict(rest), "kv": kv, "kv_versions": kv_versions}),
+        kv_crc_sum=coordination.kv_crc_sum,
+        fingerprint=f"{coordination.generation}:{coordination.kv_crc_sum}:{_crc(b'', meta['state'])}",
+    )
+
+
+def create_database(path: Path, node_id: str, generation: int, term: int, state: ClusterState) -> None:
+    """Writes a complete database at `path` + `.tmp`, syncs it and renames it into place, so the database file
+    either holds a whole first record or does not exist. The caller fsyncs the directory."""
+    tmp = path.with_name(path.name + ".tmp")
+    remove_database_files(tmp)
+    conn = connect(tmp, create=True)
+    try:
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        store = StateStore(conn, StoredRecord(node_id, generation - 1, term, state.replace(kv={}, kv_versions={})))
+        store.write(term, state, full=True, generation=generation)
+    finally:
+        conn.close()  # checkpoints the WAL into the database file and removes the WAL
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    crash_point("create:synced")
+    os.replace(tmp, path)
+
+
+def database_files(path: Path) -> tuple[Path, ...]:
+    return (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
+
+
+def remove_database_files(path: Path) -> None:
+    for file in database_files(path):
+        file.unlink(missing_ok=True)
+
+
+class StateStore:
+    """Writes to an open database whose content is `record`; each write is one durable commit."""
+
+    def __init__(self, conn: sqlite3.Connection, record: StoredRecord) -> None:
+        self.conn = conn
+        self.node_id = record.node_id
+        self.generation = record.generation
+        self.current_term = record.current_term
+        self.state = record.state
+        self._kv_crc_sum = record.kv_crc_sum
+        # After a failed write, what reached the disk is unknown: the next write rewrites every row.
+        self._full_write_needed = False
+        self.bytes_written = 0
+        self.writes = 0
+
+    def write(self, term: int, state: ClusterState, full: bool = False, generation: int | None = None) -> None:
+        """One commit holding the term, the state's changes since the last write, and a new generation."""
+        generation = self.generation + 1 if generation is None else generation
+        full = full or self._full_write_needed
+        written = 0
+        crc_sum = self._kv_crc_sum
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                if state is not self.state or full:
+                    crc_sum, written = self._write_keys(state, full)
+                    rest = _rest_of_state(state)
+                    self._put_meta("state", rest)
+                    written += len(rest)
+                coordination = _ENCODER.encode(
+                    _Coordination(FORMAT, self.node_id, generation, term, len(state.kv), crc_sum)
+                )
+                self._put_meta("coordination", coordination)
+                written += len(coordination)
+                crash_point("write:rows")
+                self.conn.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self.conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as error:
+            self._full_write_needed = True
+            raise StorageWriteError(f"cannot write the coordination state: {error}") from error
+        except OSError:
+            self._full_write_needed = True
+            raise
+        crash_point("write:committed")
+        self._full_write_needed = False
+        self.generation = generation
+        self.current_term = term
+        self.state = state
+        self._kv_crc_sum = crc_sum
+        self.bytes_written += written
+        self.writes += 1
+
+    def _put_meta(self, name: str, value: bytes) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO meta (name, value, crc) VALUES (?, ?, ?)", (name, value, _crc(name.encode(), value))
+        )
+
+    def _write_keys(self, state: ClusterState, full: bool) -> tuple[int, int]:
+        """Rows for the keys that changed (every key when `full`); returns the new CRC sum and bytes written."""
+        conn = self.conn
+        if full:
+            conn.execute("DELETE FROM kv")
+            crc_sum = 0
+            changed: Iterable[str] = state.kv
+        else:
+            diff = compute_diff(self.state, state)
+            crc_sum = self._kv_crc_sum
+            gone = set(diff.kv.deletes)
+            for key in gone:
+                crc_sum -= self._drop_row(key)
+            changed = (set(diff.kv.upserts) | set(diff.kv_versions.upserts) | set(diff.kv_versions.deletes)) - gone
+        written = 0
+        for key in changed:
+            if key not in state.kv:
+                continue
+            row = encode_key_row(state.kv[key], state.kv_versions.get(key))
+            crc = _crc(key.encode(), row)
+            if not full:
+                crc_sum -= self._drop_row(key)
+            conn.execute("INSERT INTO kv (key, value, crc) VALUES (?, ?, ?)", (key, row, crc))
+            crc_sum += crc
+            written += len(row)
+        return crc_sum & _CRC_MASK, written
+
+    def _drop_row(self, key: str) -> int:
+        """Deletes a key's row; returns its CRC (0 if it had none)."""
+        rows = self.conn.execute("DELETE FROM kv WHERE key = ? RETURNING crc", (key,)).fetchall()
+        return int(rows[0][0]) if rows else 0
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self.conn.close()

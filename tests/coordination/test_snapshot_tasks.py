@@ -1,0 +1,118 @@
+"""The master's side of snapshots: repositories as cluster-state metadata, and a restore as one batch task."""
+
+from __future__ import annotations
+
+import itertools
+
+from coordinated.coordination.batch import BatchContext, execute_batch
+from coordinated.coordination.client import (
+    ClusterError,
+    Committed,
+    DeleteRepository,
+    KvPut,
+    PutRepository,
+    RestoreSnapshot,
+)
+from coordinated.coordination.state import (
+    ClusterState,
+    CoordinationMetadata,
+    DiscoveryNode,
+    KeyVersion,
+    Repository,
+    VotingConfiguration,
+    apply_diff,
+    compute_diff,
+)
+from coordinated.coordination.tasks import ClientTask
+from coordinated.coordination.validation import request_problem
+
+MASTER = DiscoveryNode("m", "node-1", "127.0.0.1:9300")
+_uuids = itertools.count()
+
+
+def context() -> BatchContext:
+    return BatchContext(MASTER, 3, {"m"}, 10, True, lambda: f"uuid-{next(_uuids)}")
+
+
+def base(version: int = 7) -> ClusterState:
+    config = VotingConfiguration.of(["m"])
+    return ClusterState(
+        cluster_name="c",
+        cluster_uuid="new-cluster",
+        version=version,
+        state_uuid="s",
+        master_node="m",
+        nodes={"m": MASTER},
+        coordination=CoordinationMetadata(3, config, config),
+        kv={"stale": 1, "kept": "old"},
+        kv_versions={"stale": KeyVersion(2, 2), "kept": KeyVersion(5, 3)},
+        persistent_settings={"cluster.no_master_block": "all"},
+    )
+
+
+def restore(**changes: object) -> RestoreSnapshot:
+    fields: dict[str, object] = {
+        "snapshot": "r:s",
+        "snapshot_version": 40,
+        "kv": {"kept": "from-snapshot", "a/b": [1]},
+        "kv_versions": {"kept": KeyVersion(30, 12), "a/b": KeyVersion(40, 40)},
+        "persistent_settings": {"cluster.publish.timeout": "10s"},
+    }
+    fields.update(changes)
+    return RestoreSnapshot(**fields)  # type: ignore[arg-type]
+
+
+def test_a_restore_replaces_keys_and_settings_with_their_versions_above_the_snapshot() -> None:
+    state, results = execute_batch(base(), [ClientTask(restore())], context())
+    assert state is not None and results == [None]
+    assert dict(state.kv) == {"kept": "from-snapshot", "a/b": [1]}
+    assert state.key_version("kept") == KeyVersion(30, 12) and state.key_version("a/b") == KeyVersion(40, 40)
+    assert dict(state.persistent_settings) == {"cluster.publish.timeout": "10s"}
+    assert state.version == 41  # above the snapshot: a key's version never goes back
+    assert state.cluster_uuid == "new-cluster" and state.parent_uuid == "s"
+
+
+def test_writes_batched_after_a_restore_apply_on_top_of_it_with_the_new_version() -> None:
+    tasks = [ClientTask(KvPut("x", 1)), ClientTask(restore()), ClientTask(KvPut("kept", "later"))]
+    state, results = execute_batch(base(version=100), tasks, context())
+    assert state is not None and state.version == 101 and results == [None, None, None]
+    assert "x" not in state.kv  # the restore replaced every key written before it
+    assert state.kv["kept"] == "later" and state.key_version("kept") == KeyVersion(101, 12)
+
+
+def test_an_identical_restore_still_commits_a_state() -> None:
+    restored, _ = execute_batch(base(), [ClientTask(restore())], context())
+    assert restored is not None
+    again, _ = execute_batch(restored, [ClientTask(restore())], context())
+    assert again is not None and again.version == restored.version + 1
+
+
+def test_repositories_are_cluster_metadata_and_travel_in_diffs() -> None:
+    put = PutRepository("backups", "fs", "/snapshots/demo")
+    state, results = execute_batch(base(), [ClientTask(put)], context())
+    assert state is not None and state.repositories == {"backups": Repository("fs", "/snapshots/demo")}
+    assert apply_diff(base(), compute_diff(base(), state)) == state
+    deleted, results = execute_batch(state, [ClientTask(DeleteRepository("backups"))], context())
+    assert deleted is not None and deleted.repositories == {}
+    unchanged, results = execute_batch(deleted, [ClientTask(DeleteRepository("backups"))], context())
+    assert unchanged is None and isinstance(results[0], ClusterError) and results[0].status == 404
+    assert not isinstance(results[0], Committed)
+
+
+def test_the_master_refuses_a_bad_restore_or_repository() -> None:
+    def problem(request: object) -> str | None:
+        return request_problem(request, base(), 10)  # type: ignore[arg-type]
+
+    assert problem(restore()) is None
+    assert "exactly its keys" in str(problem(restore(kv_versions={"kept": KeyVersion(30, 12)})))
+    assert "reserved" in str(problem(restore(kv={"_txn": 1}, kv_versions={"_txn": KeyVersion(1, 1)})))
+    assert "inconsistent versions" in str(
+        problem(restore(kv_versions={"kept": KeyVersion(3, 12), "a/b": KeyVersion(40, 40)}))
+    )
+    assert "inconsistent versions" in str(problem(restore(snapshot_version=10)))
+    assert "cluster.publish.timeout" in str(problem(restore(persistent_settings={"cluster.publish.timeout": "x"})))
+    assert "unknown setting [made.up]" in str(problem(restore(persistent_settings={"made.up": "1"})))
+    assert problem(PutRepository("backups", "fs", "/x")) is None
+    assert "does not exist" in str(problem(PutRepository("backups", "s3", "/x")))
+    assert "absolute" in str(problem(PutRepository("backups", "fs", "x")))
+    assert "Invalid repository name" in str(problem(PutRepository("Backups", "fs", "/x")))
