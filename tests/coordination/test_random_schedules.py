@@ -3,7 +3,9 @@ linearizability after healing. Two of the clients increment a counter with compa
 conditional PUT or a single-key transaction) through any node: no increment may be lost or doubled. Two
 more hold sessions with ephemeral keys, kept alive through any node across master changes: no session ends
 within its TTL of an acknowledged keepalive, and an abandoned one (and its key) ends within its TTL of the
-later of its last keepalive and the last election, plus the publication slack (`session_clients`).
+later of its last keepalive and the last election, plus the publication slack (`session_clients`). Two
+move units between accounts with multi-key transactions: their history must be linearizable with the
+accounts as one register, and the balances must still sum to 0.
 
 A failure prints the seed and node count; replay it exactly with
     pytest tests/coordination/test_random_schedules.py --sim-seed SEED --sim-nodes N
@@ -25,7 +27,7 @@ EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "200"))
 
 def run_and_check(seed: int, nodes: int) -> RunReport:
     try:
-        report = run_random_schedule(seed, nodes, counters=2, sessions=2)
+        report = run_random_schedule(seed, nodes, counters=2, sessions=2, transfers=2)
     except AssertionError as error:
         raise AssertionError(f"{error}\nreplay with: --sim-seed {seed} --sim-nodes {nodes}") from error
     assert report.linearizability is not None
@@ -33,6 +35,10 @@ def run_and_check(seed: int, nodes: int) -> RunReport:
         f"{report.linearizability.detail}\nreplay with: --sim-seed {seed} --sim-nodes {nodes}"
     )
     assert report.operations > 0, "the clients completed no operations"
+    assert report.txn_linearizability is not None
+    assert report.txn_linearizability.ok, (
+        f"{report.txn_linearizability.detail}\nreplay with: --sim-seed {seed} --sim-nodes {nodes}"
+    )
     return report
 
 
@@ -56,6 +62,7 @@ def test_replay_one_schedule(request: pytest.FixtureRequest) -> None:
     report = run_and_check(seed, nodes)
     assert report.increments > 0, "the counter clients completed no increment"
     assert report.sessions > 0, "the session holders created no session"
+    assert report.transfers > 0, "the transfer clients completed no multi-key transaction"
 
 
 def test_the_same_seed_replays_the_same_run() -> None:

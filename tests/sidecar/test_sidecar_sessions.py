@@ -113,7 +113,7 @@ def test_a_session_survives_killing_the_master_and_its_key_vanishes_once_keepali
     master = cluster.wait_master()
     assert master is not None
     follower = next(node for node in nodes if node is not master)
-    status, session = follower.request("POST", "/_sessions", {"ttl": "4s"})
+    status, session = follower.request("POST", "/_sessions", {"ttl": "5s"})
     assert status == 201, session
     sid = session["id"]
     assert follower.put(f"/_cluster/metadata/leader?session={sid}", follower.name)[0] == 200
@@ -124,7 +124,7 @@ def test_a_session_survives_killing_the_master_and_its_key_vanishes_once_keepali
         cluster.kill(master)
         new_master = cluster.wait_master(timeout=30, exclude=master)
         assert new_master is not None and new_master is not master
-        time.sleep(6)  # longer than the TTL, with keepalives going to the new master
+        time.sleep(7)  # longer than the TTL, with keepalives going to the new master
         status, key = new_master.get("/_cluster/metadata/leader")
         assert status == 200 and key["session"] == sid, key
         assert [s["id"] for s in new_master.get("/_sessions")[1]["sessions"]] == [sid]

@@ -8,10 +8,11 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
-from coordinated.coordination.effects import Effect, Log, Send
+from coordinated.coordination.effects import Effect, Log, RecordHistory, Send
 from coordinated.coordination.foreign_clusters import ForeignClusters
-from coordinated.coordination.history import NO_CLUSTER_UUID
+from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 from coordinated.coordination.messages import Message
 from coordinated.coordination.settings import CoordinationSettings
 from coordinated.coordination.state import ClusterState, DiscoveryNode
@@ -60,6 +61,33 @@ class CoreContext:
 
     def log(self, level: str, message: str) -> None:
         self.emit(Log(level, message))
+
+    def record_history(
+        self,
+        event_type: EventType,
+        state: ClusterState | None = None,
+        quorum: tuple[str, ...] | None = None,
+        **fields: Any,
+    ) -> None:
+        """Record an event about `state`, or about the node's term and accepted configuration. `fields` are the
+        event's optional fields (`reason`, `session`)."""
+        basis = state or self.accepted
+        event = HistoryEvent(
+            cluster_uuid=basis.cluster_uuid,
+            node=self.local_node.id,
+            node_name=self.local_node.name,
+            type=event_type,
+            term=basis.term if state is not None else self.current_term,
+            version=state.version if state is not None else None,
+            state_uuid=state.state_uuid if state is not None else None,
+            parent_uuid=state.parent_uuid if state is not None else None,
+            master=state.master_node if state is not None else None,
+            last_committed_config=basis.last_committed_config.node_ids,
+            last_accepted_config=basis.last_accepted_config.node_ids,
+            quorum=quorum,
+            **fields,
+        )
+        self.emit(RecordHistory(event))
 
     def committed_uuid(self) -> str:
         """This node's cluster UUID once committed; until then the "no cluster yet" marker."""

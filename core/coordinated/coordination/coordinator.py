@@ -25,22 +25,20 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from msgspec import UNSET, UnsetType
-
 from coordinated.coordination import client
 from coordinated.coordination import messages as m
 from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult, Committed
 from coordinated.coordination.client_requests import ClientRequests
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.diff_history import CatchUp
-from coordinated.coordination.effects import Effect, RecordHistory, RequestCompleted, StateApplied
+from coordinated.coordination.effects import Effect, RequestCompleted, StateApplied
 from coordinated.coordination.elections import ElectionScheduler, PreVoteCollector
 from coordinated.coordination.exclusion_waits import ExclusionWaits
 from coordinated.coordination.followers_checker import FollowersChecker, LagDetector
 from coordinated.coordination.formation import ClusterBootstrapService, ClusterFormationFailureHelper
 from coordinated.coordination.forwarding import Forwarder
 from coordinated.coordination.handover import Handover
-from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
+from coordinated.coordination.history import NO_CLUSTER_UUID, EventType
 from coordinated.coordination.joins import JoinHelper
 from coordinated.coordination.leader_checker import LeaderChecker, answer_leader_check
 from coordinated.coordination.master_service import Priority, Task
@@ -50,7 +48,7 @@ from coordinated.coordination.publication import Publication, PublicationListene
 from coordinated.coordination.publish_handler import PublishHandler, PublishListener
 from coordinated.coordination.reads import ReadService
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
-from coordinated.coordination.sessions import SessionEventLog, SessionLeases
+from coordinated.coordination.sessions import SessionLeases
 from coordinated.coordination.settings import CoordinationSettings
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.tasks import ElectedAsMaster, NodeLeft, Reconfigure
@@ -145,7 +143,6 @@ class Coordinator:
             ),
         )
         self.sessions = SessionLeases(ctx, self.master_tasks.submit)
-        self.session_events = SessionEventLog()
         self.publication: Publication | None = None
         self.applied_in_current_term = False
         self.followers_checker = FollowersChecker(
@@ -302,33 +299,8 @@ class Coordinator:
         self._next_request_id += 1
         return self._next_request_id
 
-    def _history(
-        self,
-        event_type: EventType,
-        state: ClusterState | None = None,
-        quorum: tuple[str, ...] | None = None,
-        reason: str | UnsetType = UNSET,
-        session: str | UnsetType = UNSET,
-    ) -> None:
-        """Record an event about `state`, or about the node's term and accepted configuration."""
-        basis = state or self.last_accepted_state
-        event = HistoryEvent(
-            cluster_uuid=basis.cluster_uuid,
-            node=self.local_node.id,
-            node_name=self.local_node.name,
-            type=event_type,
-            term=basis.term if state is not None else self.current_term,
-            version=state.version if state is not None else None,
-            state_uuid=state.state_uuid if state is not None else None,
-            parent_uuid=state.parent_uuid if state is not None else None,
-            master=state.master_node if state is not None else None,
-            last_committed_config=basis.last_committed_config.node_ids,
-            last_accepted_config=basis.last_accepted_config.node_ids,
-            quorum=quorum,
-            reason=reason,
-            session=session,
-        )
-        self._out.append(RecordHistory(event))
+    def _history(self, event_type: EventType, state: ClusterState | None = None, **fields: Any) -> None:
+        self.ctx.record_history(event_type, state, **fields)
 
     # ------------------------------------------------------------------------------------------------------
     # dispatch
@@ -597,7 +569,7 @@ class Coordinator:
     def _publish(
         self, state: ClusterState, base: ClusterState, tasks: list[Task], results: list[ClientResult | None]
     ) -> None:
-        self.session_events.published(base, state, [task.payload for task in tasks])
+        self.sessions.published(base, state, [task.payload for task in tasks])
         self.publication = Publication(self.ctx, self._publication_listener, state, base, tasks, results)
         self.publication.start()
 
@@ -613,7 +585,9 @@ class Coordinator:
             ),
             publish_votes=lambda: self.coordination_state.publish_votes,
             last_committed_config=lambda: self.coordination_state.last_committed_config,
-            on_committed=lambda publication: self._history(EventType.COMMITTED, publication.state, publication.quorum),
+            on_committed=lambda publication: self._history(
+                EventType.COMMITTED, publication.state, quorum=publication.quorum
+            ),
             on_failed=self._fail_publication,
             on_completed=self._complete_publication,
             catch_up_diff=self.catch_up.joiner_diff,
@@ -651,9 +625,7 @@ class Coordinator:
         applied_before = self.applied_state
         self._apply(state)
         self.applied_in_current_term = True
-        for event_type, session_id, reason in self.session_events.committed(applied_before, state):
-            self._history(event_type, reason=reason, session=session_id)
-        self.sessions.sync(state)
+        self.sessions.committed(applied_before, state)
         self._out.append(publication.finished(committed=True))
         for task, result in zip(publication.tasks, publication.results, strict=True):
             task.reply(result or Committed(state.term, state.version))

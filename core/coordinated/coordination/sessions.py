@@ -7,6 +7,9 @@ leading forgets every deadline (`Demote`). A keepalive renews a deadline on the 
 publication, once the master has confirmed it still leads. An expired session ends through a master task,
 which deletes its ephemeral keys in the same state; the task checks again, so a keepalive that arrives while
 the task waits for its batch still saves the session.
+
+The master records the history events (`session_created`, `session_expired`, `session_ended`) once the state
+that makes the change is committed; why a session ended is noted when the state is published.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from coordinated.coordination.master_service import Priority, Task
 from coordinated.coordination.state import ClusterState
 from coordinated.coordination.tasks import ClientTask, ExpireSessions, TaskPayload
 
+MAX_END_CAUSES = 10_000  # causes of ends published but not (yet) committed, kept at most
+
 
 class SessionLeases:
     def __init__(self, ctx: CoreContext, submit_task: Callable[[Task], None]) -> None:
@@ -28,6 +33,7 @@ class SessionLeases:
         self.deadlines: dict[str, int] = {}  # TTL session id -> when it expires (master only)
         self.expiring: set[str] = set()  # in an ExpireSessions task not yet run
         self.leading = False
+        self.end_causes: dict[str, tuple[EventType, str]] = {}  # session id -> why a published state ended it
 
     def promote(self, state: ClusterState) -> None:
         """This node became master: every TTL session gets a fresh full TTL from now."""
@@ -52,6 +58,27 @@ class SessionLeases:
                 deadlines[session_id] = self.deadlines.get(session_id, now + session.ttl_ms)
         self.deadlines = deadlines
         self._schedule()
+
+    def published(self, base: ClusterState, state: ClusterState, payloads: list[TaskPayload]) -> None:
+        """Note why `state` ends sessions of `base` (the batch's tasks say it), for when it is committed."""
+        if not base.sessions:
+            return
+        for event_type, session_id, reason in session_events(base, state, payloads):
+            if event_type is not EventType.SESSION_CREATED:
+                self.end_causes[session_id] = (event_type, reason)
+        while len(self.end_causes) > MAX_END_CAUSES:
+            del self.end_causes[next(iter(self.end_causes))]
+
+    def committed(self, applied_before: ClusterState, state: ClusterState) -> None:
+        """A state this master published is committed: record its session events, against the state this node
+        had applied before, so that an end that an earlier, failed publication made and that commits only now
+        (the next master's state carries it) is recorded too, with its cause. Then track its sessions."""
+        if applied_before.sessions or state.sessions:
+            for event_type, session_id, reason in session_events(applied_before, state, []):
+                if event_type is not EventType.SESSION_CREATED:
+                    event_type, reason = self.end_causes.pop(session_id, (event_type, reason))
+                self.ctx.record_history(event_type, reason=reason, session=session_id)
+        self.sync(state)
 
     def renew(self, session_id: str, arrived: int) -> SessionInfo | None:
         """A keepalive that reached the master at `arrived`; None if the session has ended."""
@@ -122,36 +149,3 @@ def session_events(
         else:
             events.append((EventType.SESSION_ENDED, session_id, "ended in a state published by an earlier master"))
     return events
-
-
-class SessionEventLog:
-    """The session events of the states this master published, recorded once a state is committed.
-
-    They are computed at publication, where the batch's tasks say why a session ended, and recorded against
-    the state this node had applied before, so that a change that an earlier publication made and that commits
-    only now (a failed publication that the next master's state carries) is recorded too, with its cause.
-    """
-
-    MAX_CAUSES = 10_000
-
-    def __init__(self) -> None:
-        self.causes: dict[str, tuple[EventType, str]] = {}  # session id -> why a published state ended it
-
-    def published(self, base: ClusterState, state: ClusterState, payloads: list[TaskPayload]) -> None:
-        if not base.sessions:
-            return
-        for event_type, session_id, reason in session_events(base, state, payloads):
-            if event_type is not EventType.SESSION_CREATED:
-                self.causes[session_id] = (event_type, reason)
-        while len(self.causes) > self.MAX_CAUSES:
-            del self.causes[next(iter(self.causes))]
-
-    def committed(self, applied_before: ClusterState, state: ClusterState) -> list[tuple[EventType, str, str]]:
-        if not applied_before.sessions and not state.sessions:
-            return []
-        events = []
-        for event_type, session_id, reason in session_events(applied_before, state, []):
-            if event_type is not EventType.SESSION_CREATED:
-                event_type, reason = self.causes.pop(session_id, (event_type, reason))
-            events.append((event_type, session_id, reason))
-        return events

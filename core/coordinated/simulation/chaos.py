@@ -22,8 +22,8 @@ from coordinated.coordination.client import (
     TxnOp,
     TxnResult,
 )
-from coordinated.simulation.cluster import SimulatedCluster
-from coordinated.simulation.linearizability import Operation, Verdict, check_history
+from coordinated.simulation.cluster import MULTI_KEY_PREFIX, SimulatedCluster
+from coordinated.simulation.linearizability import Operation, Verdict, check_history, check_transactions
 from coordinated.simulation.network import Link
 from coordinated.simulation.session_clients import SESSION_TTL_MS, SessionHolder, check_sessions
 from coordinated.simulation.storage import StorageFault
@@ -43,6 +43,8 @@ class RunReport:
     acknowledged_writes: int = 0
     increments: int = 0  # acknowledged compare-and-set increments of the counter clients
     sessions: int = 0  # sessions the session holders created, all checked
+    transfers: int = 0  # acknowledged multi-key transfers
+    txn_linearizability: Verdict | None = None  # of the multi-key transactions, when there are transfer clients
     linearizability: Verdict | None = None
     cluster: SimulatedCluster | None = None
 
@@ -132,6 +134,67 @@ class _Counter:
             self.cluster.schedule(self.cluster.now + self.rng.randint(1, 300), self.read)
 
 
+ACCOUNTS = tuple(f"{MULTI_KEY_PREFIX}{index}" for index in range(3))
+
+
+class _Transfers:
+    """Multi-key transactions through any node: read every account in one transaction, then move one unit
+    between two accounts on condition of both versions, or read all of them again. A transfer keeps the sum
+    of the balances (an absent account holds 0) at 0, so a torn or doubled transaction shows."""
+
+    def __init__(self, cluster: SimulatedCluster, client_id: int, rng: random.Random) -> None:
+        self.cluster = cluster
+        self.client_id = client_id
+        self.rng = rng
+        self.active = True
+        self.acknowledged = 0
+
+    def start(self) -> None:
+        self.cluster.schedule(self.cluster.now + self.rng.randint(0, 200), self.read)
+
+    def _node(self) -> int:
+        return self.rng.randrange(len(self.cluster.nodes))
+
+    def read(self) -> None:
+        if self.active:
+            txn = Txn(success=tuple(TxnOp("get", account) for account in ACCOUNTS))
+            self.cluster.submit(self._node(), txn, client=self.client_id, on_done=self.transfer)
+
+    def transfer(self, result: ClientResult) -> None:
+        if not self.active:
+            return
+        if not isinstance(result, TxnResult) or self.rng.random() < 0.2:
+            self._again()
+            return
+        balances = {r.key: (r.value if r.found else 0, r.version if r.found else 0) for r in result.results}
+        source, target = self.rng.sample(ACCOUNTS, 2)
+        txn = Txn(
+            compare=(TxnCompare(source, balances[source][1]), TxnCompare(target, balances[target][1])),
+            success=(TxnOp("put", source, balances[source][0] - 1), TxnOp("put", target, balances[target][0] + 1)),
+            failure=tuple(TxnOp("get", account) for account in (source, target)),
+        )
+
+        def done(outcome: ClientResult) -> None:
+            if isinstance(outcome, TxnResult) and outcome.succeeded:
+                self.acknowledged += 1
+            self._again()
+
+        self.cluster.submit(self._node(), txn, client=self.client_id, on_done=done)
+
+    def _again(self) -> None:
+        if self.active:
+            self.cluster.schedule(self.cluster.now + self.rng.randint(1, 300), self.read)
+
+
+def _check_transfers(cluster: SimulatedCluster) -> None:
+    leader = cluster.leader()
+    assert leader is not None
+    kv = leader.running().applied_state.kv
+    total = sum(kv.get(account, 0) for account in ACCOUNTS)
+    if total != 0:
+        cluster._violation(f"the transfers do not add up: the balances {[kv.get(a) for a in ACCOUNTS]} sum to {total}")
+
+
 def _check_counter(cluster: SimulatedCluster, counters: list[_Counter]) -> None:
     """No acknowledged increment was lost (overwritten by a concurrent one) or applied twice: the acknowledged
     values are distinct, and the final value lies between their count and that plus the uncertain ones."""
@@ -211,13 +274,20 @@ def _nemesis_action(cluster: SimulatedCluster, rng: random.Random, faults: Count
 
 
 def run_random_schedule(
-    seed: int, node_count: int, chaos_ms: int = 30_000, clients: int = 3, counters: int = 0, sessions: int = 0
+    seed: int,
+    node_count: int,
+    chaos_ms: int = 30_000,
+    clients: int = 3,
+    counters: int = 0,
+    sessions: int = 0,
+    transfers: int = 0,
 ) -> RunReport:
     """Form a cluster, run faults and clients, heal, stabilise, and check linearizability.
 
     `counters` clients increment one key with compare-and-set; `sessions` clients hold sessions with
-    ephemeral keys (`session_clients`). Both draw from the seed only when there are some, so a run without
-    them replays exactly as before they existed.
+    ephemeral keys (`session_clients`); `transfers` clients run multi-key transactions between accounts.
+    Each draws from the seed only when there are some, so a run without them replays exactly as before
+    they existed.
 
     Raises SafetyViolation (with the seed) on any safety or liveness failure.
     """
@@ -233,10 +303,16 @@ def run_random_schedule(
         SessionHolder(cluster, clients + counters + index, random.Random(rng.getrandbits(64)), SESSION_TTL_MS)
         for index in range(sessions)
     ]
+    movers = [
+        _Transfers(cluster, clients + counters + sessions + index, random.Random(rng.getrandbits(64)))
+        for index in range(transfers)
+    ]
     for incrementer in incrementers:
         incrementer.start()
     for holder in holders:
         holder.start()
+    for mover in movers:
+        mover.start()
     end = cluster.now + chaos_ms
     while cluster.now < end:
         cluster.run_for(rng.randint(100, 3_000))
@@ -247,6 +323,8 @@ def run_random_schedule(
         incrementer.active = False
     for holder in holders:
         holder.stop()
+    for mover in movers:
+        mover.active = False
     cluster.network.heal()
     for node in cluster.nodes:
         node.persisted.failure_rate = 0.0
@@ -274,6 +352,10 @@ def run_random_schedule(
     _check_final_state(cluster)
     _check_counter(cluster, incrementers)
     report.increments = sum(len(incrementer.acknowledged) for incrementer in incrementers)
+    if movers:
+        _check_transfers(cluster)
+        report.transfers = sum(mover.acknowledged for mover in movers)
+        report.txn_linearizability = check_transactions(cluster.txn_operations)
     return report
 
 

@@ -27,6 +27,7 @@ from coordinated.coordination.client import (
     Committed,
     ReadValue,
     Txn,
+    TxnOp,
     TxnResult,
 )
 from coordinated.coordination.coordinator import Coordinator, Mode
@@ -45,9 +46,11 @@ from coordinated.coordination.messages import Message
 from coordinated.coordination.recovery import LoadRecord, Refuse, recovered_state_event
 from coordinated.coordination.settings import CoordinationSettings
 from coordinated.coordination.state import ClusterState, DiscoveryNode
-from coordinated.simulation.linearizability import MISSING, Operation
+from coordinated.simulation.linearizability import MISSING, Operation, TxnOperation
 from coordinated.simulation.network import Link, Network
 from coordinated.simulation.storage import FlakyPersistedState, InjectedIOError, StorageFault, summarize_events
+
+MULTI_KEY_PREFIX = "acct/"
 
 __all__ = ["FlakyPersistedState", "InjectedIOError", "SafetyViolation", "SimNode", "SimulatedCluster", "StorageFault"]
 
@@ -132,6 +135,8 @@ class SimulatedCluster:
         self._request_ids = itertools.count(1)
         self._pending: dict[tuple[int, int], PendingOp] = {}
         self.operations: list[Operation] = []
+        # Transactions over keys under MULTI_KEY_PREFIX, which only such transactions touch: checked together.
+        self.txn_operations: list[TxnOperation] = []
         self.logs: list[tuple[int, str, str, str]] = []
         self.publications: list[PublicationFinished] = []
         self.steps = 0
@@ -428,6 +433,10 @@ class SimulatedCluster:
     def _record_txn(self, op: PendingOp, txn: Txn, result: ClientResult, completed: int) -> None:
         """A single-key transaction as the checker models it: [compare version] then [put] else [get]. Other
         transactions are not recorded: the checker tests keys one at a time."""
+        keys = {compare.key for compare in txn.compare} | {o.key for o in (*txn.success, *txn.failure)}
+        if keys and all(key.startswith(MULTI_KEY_PREFIX) for key in keys):
+            self._record_multi_key_txn(op, txn, result, completed)
+            return
         shape = [(op.op, op.key) for op in (*txn.success, *txn.failure)]
         if len(txn.compare) != 1 or shape != [("put", txn.compare[0].key), ("get", txn.compare[0].key)]:
             return
@@ -467,6 +476,35 @@ class SimulatedCluster:
         elif isinstance(result, ClusterError) and result.maybe_applied:
             self.operations.append(
                 Operation(op.client, key, "put", op.invoked, math.inf, value, certain=False, if_version=compare.version)
+            )
+
+    def _record_multi_key_txn(self, op: PendingOp, txn: Txn, result: ClientResult, completed: int) -> None:
+        def ops(branch: tuple[TxnOp, ...]) -> tuple[tuple[str, str, Any], ...]:
+            return tuple((o.op, o.key, None if o.value is msgspec.UNSET else o.value) for o in branch)
+
+        compares = tuple((compare.key, compare.version) for compare in txn.compare)
+        if isinstance(result, TxnResult):
+            reads = tuple(
+                (r.key, r.value if r.found else MISSING, r.version if r.found else 0)
+                for r in result.results
+                if r.op == "get"
+            )
+            self.txn_operations.append(
+                TxnOperation(
+                    op.client,
+                    op.invoked,
+                    completed,
+                    compares,
+                    ops(txn.success),
+                    ops(txn.failure),
+                    result.succeeded,
+                    result.version if result.wrote() else None,
+                    reads,
+                )
+            )
+        elif isinstance(result, ClusterError) and result.maybe_applied:
+            self.txn_operations.append(
+                TxnOperation(op.client, op.invoked, math.inf, compares, ops(txn.success), ops(txn.failure), None)
             )
 
     def finish_pending_operations(self) -> None:
@@ -542,8 +580,8 @@ class SimulatedCluster:
         for key, session in state.kv_sessions.items():
             if session not in state.sessions or key not in state.kv:
                 self._violation(f"version {state.version} holds ephemeral key {key} of ended session {session}")
-        if not state.sessions and not self._session_created:
-            return
+        if state.master_node is None or (not state.sessions and not self._session_created):
+            return  # a no-master view may be a node's last-accepted state, loaded at start and not committed
         for session_id, held in state.sessions.items():
             self._session_created.setdefault(session_id, held.create_version)
         for session_id, created in self._session_created.items():

@@ -9,6 +9,9 @@ A register holds a value and the key's version, so that compare-and-set is model
 (`conflict`) only where it is not. A single-key transaction is recorded as such a conditional write plus
 the get of its failure branch. The version a write of unknown outcome would have given is unknown to the
 checker (None) until a read reveals it.
+
+Transactions over several keys (`TxnOperation`, `check_transactions`) are checked apart, on keys that only
+they touch: there the keys are one register, since a transaction changes them together.
 """
 
 from __future__ import annotations
@@ -163,3 +166,119 @@ def check_history(operations: Iterable[Operation], max_states_per_key: int | Non
             )
             return Verdict(False, key, f"history of key [{key}] is not linearizable:\n{lines}")
     return Verdict(True)
+
+
+# -- multi-key transactions ------------------------------------------------------------------------------
+#
+# A transaction over several keys takes effect on all of them at once, so its keys are no longer independent:
+# they are checked together, as one register holding (value, version) per key. The search is the same.
+
+
+@dataclass(frozen=True)
+class TxnOperation:
+    """A transaction over several keys: its compares, both branches, and what was seen of its outcome."""
+
+    client: int
+    invoked: float
+    completed: float  # math.inf when the outcome is unknown
+    compares: tuple[tuple[str, int], ...]  # (key, version); 0 means absent
+    success: tuple[tuple[str, str, Any], ...]  # (op, key, value) with op "put", "delete" or "get"
+    failure: tuple[tuple[str, str, Any], ...]
+    succeeded: bool | None  # None: failed, but may have taken effect (either branch, as the compares say)
+    version: int | None = None  # the state version its puts gave their keys (when it wrote)
+    reads: tuple[tuple[str, Any, int], ...] = ()  # its gets, in order: (key, value or MISSING, version)
+
+    @property
+    def certain(self) -> bool:
+        return self.succeeded is not None
+
+
+Registers = tuple[tuple[str, Any, int | None], ...]  # sorted (key, value, version); a key not listed is absent
+
+
+def _compares_hold(compares: tuple[tuple[str, int], ...], registers: dict[str, tuple[Any, int | None]]) -> bool | None:
+    """True or False, or None when a version that an unread write of unknown outcome gave a key decides it."""
+    unknown = False
+    for key, expected in compares:
+        value, version = registers.get(key, (MISSING, 0))
+        if expected == 0:
+            holds: bool | None = value == MISSING
+        elif value == MISSING:
+            holds = False
+        else:
+            holds = None if version is None else version == expected
+        if holds is False:
+            return False
+        unknown = unknown or holds is None
+    return None if unknown else True
+
+
+def _txn_steps(op: TxnOperation, registers: dict[str, tuple[Any, int | None]]) -> list[Registers]:
+    """The registers after `op` takes effect: none if it cannot take effect there, two if either branch may."""
+    holds = _compares_hold(op.compares, registers)
+    if op.succeeded is None:
+        branches = [True, False] if holds is None else [holds]
+    elif holds is not None and holds != op.succeeded:
+        return []
+    else:
+        branches = [op.succeeded]
+    after: list[Registers] = []
+    for branch in branches:
+        new = dict(registers)
+        reads = iter(op.reads)
+        consistent = True
+        for kind, key, value in op.success if branch else op.failure:
+            if kind == "put":
+                new[key] = (_freeze(value), op.version if op.certain else None)
+            elif kind == "delete":
+                new[key] = (MISSING, 0)
+            elif op.certain:
+                _, read_value, read_version = next(reads)
+                current, version = new.get(key, (MISSING, 0))
+                if _freeze(read_value) != current or (version is not None and version != read_version):
+                    consistent = False
+                    break
+                new[key] = (current, read_version)  # a read reveals a version an uncertain write gave
+        if consistent:
+            after.append(tuple(sorted((key, value, version) for key, (value, version) in new.items())))
+    return after
+
+
+def check_transactions(operations: list[TxnOperation], max_states: int | None = None) -> Verdict:
+    """Linearizability of transactions over a set of keys that only these transactions touch."""
+    ops = sorted(operations, key=lambda op: (op.invoked, op.completed))
+    count = len(ops)
+    required_mask = 0
+    for index, op in enumerate(ops):
+        if op.certain:
+            required_mask |= 1 << index
+    seen: set[tuple[int, Registers]] = set()
+    stack: list[tuple[int, Registers]] = [(0, ())]
+    while stack:
+        done, registers = stack.pop()
+        if done & required_mask == required_mask:
+            return Verdict(True)
+        if (done, registers) in seen:
+            continue
+        seen.add((done, registers))
+        if max_states is not None and len(seen) > max_states:
+            return Verdict(False, None, f"undecided: the search of the transactions exceeded {max_states} states")
+        horizon = math.inf
+        for index in range(count):
+            if not done >> index & 1 and ops[index].completed < horizon:
+                horizon = ops[index].completed
+        current = {key: (value, version) for key, value, version in registers}
+        for index in range(count):
+            if done >> index & 1:
+                continue
+            op = ops[index]
+            if op.invoked > horizon:
+                break
+            for after in _txn_steps(op, current):
+                stack.append((done | 1 << index, after))
+    lines = "\n".join(
+        f"  client {op.client} compares={op.compares} success={op.success} failure={op.failure} "
+        f"succeeded={op.succeeded} version={op.version} reads={op.reads} [{op.invoked}, {op.completed}]"
+        for op in ops
+    )
+    return Verdict(False, None, f"the multi-key transactions are not linearizable:\n{lines}")

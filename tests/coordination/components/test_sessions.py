@@ -10,6 +10,7 @@ import pytest
 from coordinated.coordination.batch import BatchContext, execute_batch
 from coordinated.coordination.client import (
     MAX_SESSION_TTL_MS,
+    MAX_SESSIONS,
     MIN_SESSION_TTL_MS,
     ClientRequest,
     ClusterError,
@@ -305,3 +306,14 @@ def test_a_deleted_ephemeral_key_is_no_longer_bound_to_its_session() -> None:
     result_of(node, KvPut("k", 2))
     result_of(node, SessionEnd(session))
     assert read(node, "k").value == 2
+
+
+def test_the_number_of_sessions_is_bounded() -> None:
+    master = DiscoveryNode("m-id", "m", "m:9300")
+    full = {f"s{n}": Session(TTL, None, 1) for n in range(MAX_SESSIONS)}
+    base = ClusterState(cluster_name="t", cluster_uuid="u", version=3, state_uuid="s3", nodes={"m-id": master})
+    context = BatchContext(master, 1, {"m-id"}, 10, True, lambda: "new")
+    after, results = execute_batch(base.replace(sessions=full), [ClientTask(SessionCreate(ttl_ms=TTL))], context)
+    assert after is None or dict(after.sessions) == full
+    assert isinstance(results[0], ClusterError) and results[0].status == 400
+    assert f"[{MAX_SESSIONS}]" in results[0].reason
