@@ -74,3 +74,15 @@ def test_a_transfer_of_unknown_outcome_may_be_revealed_by_a_later_read_or_never_
     # Once a read saw it, a later read cannot see the state before it.
     history = [uncertain, read_both(5, 6, -1, 7, 1, 7), read_both(8, 9, MISSING, 0, MISSING, 0)]
     assert not check_transactions(history).ok
+
+
+def test_a_search_over_its_budget_is_undecided_not_a_verdict() -> None:
+    uncertain = [
+        TxnOperation(client, 0, math.inf, (), (("put", f"k{client}", client),), (), None) for client in range(2, 14)
+    ]
+    # A read of values nobody wrote: only an exhaustive search over which uncertain puts took effect refutes it.
+    impossible = read_both(5, 6, 99, 7, 99, 7)
+    verdict = check_transactions([*uncertain, impossible], max_states=50)
+    assert not verdict.ok and verdict.undecided and "exceeded 50 states" in verdict.detail
+    refuted = check_transactions([*uncertain, impossible])
+    assert not refuted.ok and not refuted.undecided

@@ -49,6 +49,7 @@ class Verdict:
     ok: bool
     key: str | None = None
     detail: str = ""
+    undecided: bool = False  # the search ran out of its state budget: neither proven nor refuted
 
 
 def _freeze(value: Any) -> Any:
@@ -262,7 +263,9 @@ def check_transactions(operations: list[TxnOperation], max_states: int | None = 
             continue
         seen.add((done, registers))
         if max_states is not None and len(seen) > max_states:
-            return Verdict(False, None, f"undecided: the search of the transactions exceeded {max_states} states")
+            return Verdict(
+                False, None, f"undecided: the search of the transactions exceeded {max_states} states", undecided=True
+            )
         horizon = math.inf
         for index in range(count):
             if not done >> index & 1 and ops[index].completed < horizon:
