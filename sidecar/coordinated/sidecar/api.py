@@ -321,6 +321,13 @@ async def read_barrier(node: Node, timeout_ms: int) -> web.Response | None:
     assert node.loop is not None
     deadline = node.loop.time() + timeout_ms / 1000
     result = await node.submit(ReadBarrier(), timeout_ms)
+    return await _applied_in_time(node, result, deadline, "read")
+
+
+async def _applied_in_time(node: Node, result: object, deadline: float, local_verb: str) -> web.Response | None:
+    """The barrier's answer names the master's committed version: wait until this node has applied it, until
+    `deadline`. None when done, otherwise the error to answer with."""
+    assert node.loop is not None
     if isinstance(result, ClusterError):
         return result_error(result)
     if not isinstance(result, Committed):
@@ -328,7 +335,7 @@ async def read_barrier(node: Node, timeout_ms: int) -> web.Response | None:
     if not await node.wait_for_version(result.version, max(0.0, deadline - node.loop.time())):
         reason = (
             f"this node has not applied version [{result.version}] of the master's state in time "
-            f"(applied [{node.applied_state.version}]); retry, or read with ?local=true"
+            f"(applied [{node.applied_state.version}]); retry, or {local_verb} with ?local=true"
         )
         return error_response("process_cluster_event_timeout_exception", reason, 503)
     return None
@@ -571,17 +578,7 @@ async def shared_read_barrier(node: Node, timeout_ms: int) -> web.Response | Non
         result = await asyncio.wait_for(node.shared_read_barrier(), timeout_ms / 1000)
     except TimeoutError:
         return error_response("process_cluster_event_timeout_exception", "could not reach the master in time", 503)
-    if isinstance(result, ClusterError):
-        return result_error(result)
-    if not isinstance(result, Committed):
-        return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
-    if not await node.wait_for_version(result.version, max(0.0, deadline - node.loop.time())):
-        reason = (
-            f"this node has not applied version [{result.version}] of the master's state in time "
-            f"(applied [{node.applied_state.version}]); retry, or watch with ?local=true"
-        )
-        return error_response("process_cluster_event_timeout_exception", reason, 503)
-    return None
+    return await _applied_in_time(node, result, deadline, "watch")
 
 
 async def metadata_watch(request: web.Request) -> web.Response:
