@@ -123,6 +123,7 @@ class Node:
             queue_size=cfg.get("transport.queue_size"),
             tls_client=self.transport_tls,
             peer_name=self.peer_name,
+            max_chunk_size=cfg.get("transport.max_chunk_size"),
         )
         await self.sender.start()
         await self.hooks.start()
@@ -171,6 +172,10 @@ class Node:
         self._execute(effects)
         self._arm_timer()
         self._watch_peers()
+
+    def current_term(self) -> int:
+        """The node's current term (0 before it starts), for the transport to drop stale chunked states."""
+        return self.coordinator.current_term if self.coordinator is not None else 0
 
     def handle_message(self, sender: str, message: Message) -> None:
         assert self.coordinator is not None
