@@ -84,7 +84,9 @@ class Node:
         self.local_node = DiscoveryNode(self.node_id, config.coordination.node_name, config.transport_address, roles)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.coordinator: Coordinator | None = None
-        self.persist_monitor = MonitoredPersistedState(self.persisted)  # for health: did the last write fail?
+        # For health (did the last write fail?), and so that the change log keeps each accepted state until it
+        # is applied (its comparison of applied states stays in proportion to the change).
+        self.persist_monitor = MonitoredPersistedState(self.persisted, lambda state: self.key_watches.log.hold(state))
         self.metrics = NodeMetrics(self.status_snapshot)
         self.hooks = HookManager(config.data_dir / HOOKS_FILE, config.get("hooks.timeout") / 1000)
         self.sender: PeerSender | None = None
