@@ -61,7 +61,7 @@ def chunk_frames(body: bytes, transfer_id: int, chunk_size: int, term: int, vers
 class Complete:
     """A reassembled, verified message body, with the term and version its chunks claimed."""
 
-    body: bytes
+    body: bytearray  # not copied into bytes: the decoder reads any buffer
     term: int
     version: int
 
@@ -166,7 +166,7 @@ class Reassembler:
             )
         if transfer.hasher.digest() != digest:
             return self._discard(transfer_id, f"{transfer.describe()} failed its checksum")
-        return Complete(bytes(transfer.buffer), term, version)
+        return Complete(transfer.buffer, term, version)
 
     def take_interrupted(self) -> Discarded | None:
         """The unfinished transfer that the last `accept` dropped because a new one began, if any."""

@@ -619,6 +619,7 @@ async def _serve_frames(
                 warnings.warn("bad mac", "closing the stream from %s: a frame failed its MAC check", peer)
                 await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"bad frame MAC")
                 return
+            payload: bytes | bytearray | memoryview = body
             claimed: Complete | None = None
             if reassembler is not None and is_chunk(body):
                 result = reassembler.accept(body)
@@ -626,9 +627,9 @@ async def _serve_frames(
                 if not isinstance(result, Complete):
                     _log_discarded(warnings, peer, result)
                     continue
-                body, claimed = result.body, result
+                payload, claimed = result.body, result
             try:
-                envelope = decode_envelope(body)  # type: ignore[arg-type]  # msgspec takes any buffer
+                envelope = decode_envelope(payload)  # type: ignore[arg-type]  # msgspec takes any buffer
             except (msgspec.ValidationError, msgspec.DecodeError) as error:
                 warnings.warn("undecodable", "closing the stream from %s: undecodable envelope: %s", peer, error)
                 await ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=b"undecodable envelope")
