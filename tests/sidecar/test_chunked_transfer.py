@@ -150,6 +150,12 @@ def test_a_transfer_of_an_older_term_is_dropped_before_it_is_buffered() -> None:
     assert results[1:] == [None] * 4
 
 
+def test_a_large_message_that_is_not_a_publication_has_no_term_to_be_old() -> None:
+    body = body_of(4500)
+    results = feed(reassembler(current_term=7), frames(body, term=0, version=0))
+    assert results[-1] == Complete(bytearray(body), 0, 0)
+
+
 def test_a_transfer_whose_term_the_node_leaves_mid_way_is_dropped() -> None:
     term = [3]
     receiver = Reassembler(1 << 20, lambda: term[0])

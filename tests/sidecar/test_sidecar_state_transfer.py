@@ -77,3 +77,16 @@ def test_a_joining_node_gets_a_state_of_many_chunks(make_cluster: Callable[..., 
     kv = local_kv(joining, body["version"])
     assert kv == local_kv(master, body["version"]) and len(kv) == KEYS + 1
     assert discarded_chunks(joining) == []
+
+
+def test_a_write_larger_than_a_chunk_is_forwarded_in_chunks(make_cluster: Callable[..., LocalCluster]) -> None:
+    # A follower forwards the write to the master: a message of no term (not a publication), in chunks.
+    cluster = make_cluster(settings=SETTINGS)
+    nodes = cluster.bootstrap(3)
+    master = cluster.wait_master()
+    follower = next(n for n in nodes if n is not master)
+    value = "f" * (4 * CHUNK)
+    status, body = follower.put("/_cluster/metadata/forwarded?timeout=5s", value, timeout=15.0)
+    assert status == 200, body
+    assert local_kv(master, body["version"])["forwarded"] == value
+    assert discarded_chunks(master) == []

@@ -2,8 +2,9 @@
 
 Sending: one queue and one sender task per destination, so that messages to a node arrive in the order the
 core emitted them. The task holds a WebSocket to the destination's `GET /_transport/stream` and writes each
-message as one binary frame holding one encoded envelope (with a MAC in front when a cluster secret is
-configured, see `auth`). Messages that are already queued are written back to back, without waiting for the
+message as one binary frame holding one encoded envelope, with a MAC in front when a cluster secret is
+configured (see `auth`); a message larger than `transport.max_chunk_size` goes as chunk frames (see "Large
+messages" below). Messages that are already queued are written back to back, without waiting for the
 peer in between: a frame has no ack, the stream is ordered, and aiohttp only suspends a writer when the
 socket's buffer is full.
 
