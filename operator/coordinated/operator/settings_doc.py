@@ -55,6 +55,10 @@ MEANINGS: dict[str, str] = {
     "restarted node up without the full state (0: always the full state)",
     "cluster.publish.diff_history.max_size": "the most bytes (encoded) those diffs may take; the oldest go first",
     "node.event_loop": "`uvloop` (libuv's event loop) or `asyncio` (the standard library's)",
+    "persistence.sync": "where the durable store's fsync runs: `inline` (on the event loop; each term or accepted-state "
+    "write is durable when it returns) or `background` (a worker thread with group commit: every message, reply and "
+    "apply that follows a write waits for one fsync covering it; a failed fsync silences the node until it is "
+    "restarted); docs/benchmarks.md has the A/B",
     "cluster.follower_lag.timeout": "a follower that has not applied a committed state after this long is removed",
     "cluster.no_master_block": "what is refused without a master: `write` (writes), `metadata_write` or `all` "
     "(reads too)",
