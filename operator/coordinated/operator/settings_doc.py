@@ -51,6 +51,10 @@ MEANINGS: dict[str, str] = {
     "cluster.fault_detection.follower_check.retry_count": "failed follower checks in a row before the "
     "master removes the node (at least 1)",
     "cluster.publish.timeout": "how long the master waits for a publication to commit",
+    "cluster.publish.master_applies_last": "`true` (Elasticsearch's order): the master applies a committed state, "
+    "and answers the writes in it, once a quorum of nodes has applied it; `false`: as soon as it has committed its "
+    "own copy, which takes one round trip off every write (the followers apply as their commits arrive; reads "
+    "without `?local` stay linearizable)",
     "cluster.publish.diff_history.max_diffs": "how many recent diffs each node keeps to catch a lagging or "
     "restarted node up without the full state (0: always the full state)",
     "cluster.publish.diff_history.max_size": "the most bytes (encoded) those diffs may take; the oldest go first",
