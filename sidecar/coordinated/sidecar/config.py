@@ -72,6 +72,15 @@ def parse_event_loop(value: str) -> str:
     return value
 
 
+PERSISTENCE_SYNCS = ("background", "inline")
+
+
+def parse_persistence_sync(value: str) -> str:
+    if value not in PERSISTENCE_SYNCS:
+        raise ValueError(f"expected one of {list(PERSISTENCE_SYNCS)}, got [{value}]")
+    return value
+
+
 def parse_repo_paths(value: str) -> tuple[str, ...]:
     """`path.repo`: a comma list of absolute directories that snapshot repositories may live under."""
     paths = tuple(part.strip() for part in value.split(",") if part.strip())
@@ -115,6 +124,9 @@ SIDECAR_SETTINGS = (
     Setting("watch.change_log.size", parse_change_log_size, "10000"),
     # libuv's event loop (uvloop) or the standard library's; see docs/benchmarks.md for what it saves.
     Setting("node.event_loop", parse_event_loop, "uvloop"),
+    # Where the durable store's fsync runs: on the event loop, or a worker thread with group commit (see
+    # group_commit; measured slower on a 2-core machine with a fast disk, docs/benchmarks.md).
+    Setting("persistence.sync", parse_persistence_sync, "inline"),
     Setting("path.repo", parse_repo_paths, None),
     *SECURITY_SETTINGS,
 )

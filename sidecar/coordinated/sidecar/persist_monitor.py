@@ -22,7 +22,7 @@ class MonitoredPersistedState:
 
     def __init__(self, inner: PersistedState, on_accepted: Callable[[ClusterState], None] | None = None) -> None:
         self.inner = inner
-        self.on_accepted = on_accepted  # told of each accepted state once it is durable
+        self.on_accepted = on_accepted  # told of each accepted state once it is written
         self.failure: str | None = None  # why the last write failed; None once a write succeeds again
 
     @property
