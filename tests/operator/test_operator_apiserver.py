@@ -201,6 +201,7 @@ def cluster(name: str, **spec: object) -> str:
         ({"tls": {"certificateLifetime": "90"}}, "spec.tls.certificateLifetime in body should match"),
         ({"tls": {"clientAuthentication": "always"}}, 'Unsupported value: "always"'),
         ({"clientAccess": [{}]}, "each clientAccess entry needs a podSelector, a namespaceSelector or both"),
+        ({"metricsAccess": [{}]}, "each metricsAccess entry needs a podSelector, a namespaceSelector or both"),
         ({"snapshots": {"schedule": "daily"}}, 'snapshots.schedule "daily" is not a cron expression'),
         ({"snapshots": {"retention": 0}}, "Invalid value: 0: spec.snapshots.retention in body should be greater"),
         (

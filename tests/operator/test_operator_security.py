@@ -327,6 +327,15 @@ def test_network_policy() -> None:
     assert namespace_peer in peers and not any("coordinated.dev/client" in str(peer) for peer in peers)
     closed = security.network_policy(cluster(clientAccess=[]), None)
     assert closed is not None and len(closed["spec"]["ingress"][1]["from"]) == 2  # own pods and audit only
+    prometheus = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+    scraped = security.network_policy(cluster(metricsAccess=[prometheus]), None)
+    assert scraped is not None
+    peers = scraped["spec"]["ingress"][1]["from"]  # added to the default client peers, not replacing them
+    assert prometheus in peers and {"podSelector": {"matchLabels": {"coordinated.dev/client": "demo"}}} in peers
+    assert prometheus not in scraped["spec"]["ingress"][0]["from"]  # never the transport port
     assert security.network_policy(cluster(networkPolicy={"enabled": False}), operator) is None
     assert security.operator_peer(None, {"a": "b"}) is None
 

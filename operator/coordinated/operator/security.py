@@ -164,14 +164,20 @@ def client_peers(spec: ClusterSpec) -> list[dict[str, Any]]:
 
 
 def network_policy(spec: ClusterSpec, operator: Mapping[str, Any] | None) -> Manifest | None:
-    """Transport port: the cluster's own pods only. Client port: those, the audit job, the operator and the
-    `spec.clientAccess` peers. Egress is left open (DNS, peers' published addresses). The kubelet's probes
+    """Transport port: the cluster's own pods only. Client port: those, the audit job, the operator, the
+    `spec.clientAccess` peers and the `spec.metricsAccess` peers (Prometheus). Egress is left open (DNS, peers' published addresses). The kubelet's probes
     come from the node, which NetworkPolicy implementations admit."""
     if not spec.network_policy_enabled:
         return None
     nodes = {"podSelector": {"matchLabels": manifests.common_labels(spec)}}
     audit = {"podSelector": {"matchLabels": manifests.common_labels(spec, component="audit")}}
-    client_from = [nodes, audit, *([dict(operator)] if operator else []), *client_peers(spec)]
+    client_from = [
+        nodes,
+        audit,
+        *([dict(operator)] if operator else []),
+        *client_peers(spec),
+        *(dict(peer) for peer in spec.metrics_access),
+    ]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

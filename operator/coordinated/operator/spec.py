@@ -94,6 +94,7 @@ class ClusterSpec:
     auth_enabled: bool = True
     network_policy_enabled: bool = True
     client_access: tuple[Mapping[str, Any], ...] | None = None  # None: the default peers (docs/operator.md)
+    metrics_access: tuple[Mapping[str, Any], ...] = ()  # also admitted to the client port: who scrapes /metrics
     snapshots: SnapshotsSpec | None = None
     restore_from: str | None = None  # a snapshot in the snapshot volume, restored once after the cluster forms
     creation_timestamp: str | None = None
@@ -184,6 +185,7 @@ class ClusterSpec:
             auth_enabled=bool((spec.get("auth") or {}).get("enabled", True)),
             network_policy_enabled=bool((spec.get("networkPolicy") or {}).get("enabled", True)),
             client_access=None if access is None else tuple(dict(peer) for peer in access),
+            metrics_access=tuple(dict(peer) for peer in spec.get("metricsAccess") or ()),
             snapshots=(
                 None
                 if snapshots is None
