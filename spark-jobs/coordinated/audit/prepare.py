@@ -31,6 +31,7 @@ from coordinated.audit.streams import CHUNK, NodePass, node_pass
 NO_MASTER = "<none>"  # a state that names no master
 LAG_BINS = 120
 MAX_FLAGGED = 1000
+WINDOW_ROWS_PER_TASK = 250_000
 # Seqs per range of a node's history in the window (a Spark setting, e.g. `--conf`, so tests can make it tiny).
 CHUNK_SETTING = "coordinated.audit.windowChunk"
 
@@ -233,7 +234,17 @@ def prepare(
     t1 = float(found.last_ts or t0)
     chunk = int(spark.conf.get(CHUNK_SETTING, str(CHUNK)) or CHUNK)
     width = max((t1 - t0) / LAG_BINS, 1e-6)
-    nodes = node_pass(events, t0, width, LAG_BINS, resets=found.resets, chunk=chunk, folder=folder)
+    # Enough window tasks that each sorts its rows in memory: at 10M events, 8 tasks of 1.25M wide rows spilled.
+    setting = "spark.sql.shuffle.partitions"
+    configured = spark.conf.get(setting)
+    tasks = -(-found.events // WINDOW_ROWS_PER_TASK)
+    if configured is not None and tasks > int(configured):
+        spark.conf.set(setting, str(tasks))
+    try:
+        nodes = node_pass(events, t0, width, LAG_BINS, resets=found.resets, chunk=chunk, folder=folder)
+    finally:
+        if configured is not None:
+            spark.conf.set(setting, configured)
     fr = Frames(
         spark, events, nodes, table, max_examples, max_violations, t0=t0, lag_width=(t1 - t0) / LAG_BINS, scout=found
     )

@@ -75,6 +75,7 @@ class Scout:
     names: list[Row] = field(default_factory=list)  # distinct (node, name) pairs
     # distinct (cluster_uuid, last_committed_config, last_accepted_config, quorum, master) of bootstrapped events
     refs: list[Row] = field(default_factory=list)
+    events: int = 0
 
 
 MAX_SCOUTED_RESETS = 200
@@ -238,6 +239,7 @@ def _scout_aggregates(ok: Column, origin: Column, name: Column | None) -> list[C
     if name is not None:
         names = [F.collect_set(F.when(ok & name.isNotNull(), F.struct("node", name.alias("name")))).alias("_names")]
     return [
+        F.count_if(ok).alias("_events"),
         *names,
         F.collect_set(
             F.when(
@@ -261,7 +263,7 @@ def _scout_aggregates(ok: Column, origin: Column, name: Column | None) -> list[C
 def _scout_of(r: Row | Mapping[str, Any]) -> Scout:
     resets = list(r["_resets"]) if r["_n_resets"] <= MAX_SCOUTED_RESETS else None
     names = list(r["_names"]) if "_names" in r else []
-    return Scout(r["_first_ts"], r["_last_ts"], resets, names, list(r["_refs"]))
+    return Scout(r["_first_ts"], r["_last_ts"], resets, names, list(r["_refs"]), int(r["_events"]))
 
 
 def scout(events: DataFrame) -> Scout:
