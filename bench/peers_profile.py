@@ -2,7 +2,7 @@
 while clients write, then prints the heaviest frames, inclusive, by wall clock (idle included: a sequential
 write is mostly waiting) and by CPU.
 
-    .venv/bin/python bench/peers_profile.py [--clients 1] [--seconds 10]
+    .venv/bin/python bench/peers_profile.py [--clients 1] [--seconds 10] [--set SETTING=VALUE ...]
 """
 
 from __future__ import annotations
@@ -29,6 +29,15 @@ def collapsed(path: Path) -> Counter[str]:
     return stacks
 
 
+def leaves(stacks: Counter[str], top: int) -> list[tuple[str, float]]:
+    """Self time: the share of samples whose innermost frame is each function."""
+    total = sum(stacks.values()) or 1
+    per_frame: Counter[str] = Counter()
+    for stack, count in stacks.items():
+        per_frame[stack.rsplit(";", 1)[-1]] += count
+    return [(frame, 100 * count / total) for frame, count in per_frame.most_common(top)]
+
+
 def inclusive(stacks: Counter[str], top: int) -> list[tuple[str, float]]:
     total = sum(stacks.values()) or 1
     per_frame: Counter[str] = Counter()
@@ -38,9 +47,9 @@ def inclusive(stacks: Counter[str], top: int) -> list[tuple[str, float]]:
     return [(frame, 100 * count / total) for frame, count in per_frame.most_common(top)]
 
 
-async def profile(clients: int, seconds: float, workdir: Path) -> None:
+async def profile(clients: int, seconds: float, workdir: Path, extra: dict[str, str]) -> None:
     py_spy = shutil.which("py-spy") or str(Path(__import__("sys").executable).with_name("py-spy"))
-    system = OursSystem(3)
+    system = OursSystem(3, extra=extra)
     try:
         await system.start(workdir)
         leader = await system.wait_healthy()
@@ -59,6 +68,10 @@ async def profile(clients: int, seconds: float, workdir: Path) -> None:
             print(f"\n== {role}, {'wall clock (idle included)' if mode == 'wall' else 'CPU only'}: % of samples")
             for frame, share in inclusive(collapsed(out), 28):
                 print(f"{share:5.1f}%  {frame}")
+            if mode == "cpu":
+                print(f"\n== {role}, CPU only, self time (innermost frame): % of samples")
+                for frame, share in leaves(collapsed(out), 25):
+                    print(f"{share:5.1f}%  {frame}")
     finally:
         await system.stop()
 
@@ -67,9 +80,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--set", action="append", default=[], metavar="SETTING=VALUE", help="a node setting")
     args = parser.parse_args()
+    extra = dict(setting.split("=", 1) for setting in args.set)
     with tempfile.TemporaryDirectory(prefix="coordinated-profile-") as workdir:
-        asyncio.run(profile(args.clients, args.seconds, Path(workdir)))
+        asyncio.run(profile(args.clients, args.seconds, Path(workdir), extra))
 
 
 if __name__ == "__main__":

@@ -32,9 +32,11 @@ if alive kubelet && alive kube-apiserver; then
     sleep 1
   done
 fi
-log "stopping kubelet, kube-proxy, apiserver, etcd, containerd"
+log "stopping kubelet, kube-proxy, kube-network-policies, apiserver, etcd, containerd"
 stop kubelet
 stop kube-proxy
+# It deletes its nftables table on SIGTERM; network.sh down removes it if it could not.
+stop kube-network-policies
 stop kube-apiserver
 stop etcd
 # Whatever the kubelet did not finish: kill and delete the containers through containerd,

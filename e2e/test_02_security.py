@@ -198,7 +198,10 @@ def test_the_client_token_is_needed_and_roles_apply(secured: Cluster) -> None:
 
 
 def _network_policy_enforced(namespace: str) -> bool:
-    """A canary: a pod under a deny-all NetworkPolicy. Reaching it means the network plugin ignores policies."""
+    """A canary: a listening pod that a probe reaches first without a policy, then under a deny-all NetworkPolicy.
+
+    Reached both times means the network plugin ignores policies. Not reached the first time is a broken canary
+    (an error, never a skip), so a pod that is merely not listening cannot pass for enforcement."""
     canary = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -211,6 +214,8 @@ def _network_policy_enforced(namespace: str) -> bool:
                     "imagePullPolicy": "Never",
                     "command": ["python", "-m", "http.server", "9200", "--directory", "/tmp"],
                     "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "allowPrivilegeEscalation": False},
+                    # Ready only once it listens (the kubelet's probe comes from the node, which policies admit).
+                    "readinessProbe": {"tcpSocket": {"port": 9200}, "periodSeconds": 1},
                 }
             ]
         },
@@ -222,28 +227,48 @@ def _network_policy_enforced(namespace: str) -> bool:
         "spec": {"podSelector": {"matchLabels": {"e2e-canary": "np"}}, "policyTypes": ["Ingress"]},
     }
     apply(canary)
-    apply(deny)
     try:
         kubectl("-n", namespace, "wait", "--for=condition=Ready", "pod/np-canary", "--timeout=120s", timeout=130)
         ip = kubectl("-n", namespace, "get", "pod", "np-canary", "-o", "jsonpath={.status.podIP}").stdout
-        probe = client_pod(namespace, "np-canary-probe", "reach", ip, "secured")
-        return run_client(probe, 120)["9200"] != "open"
+        before = run_client(client_pod(namespace, "np-canary-open", "reach", ip, "secured"), 120)
+        assert before["9200"] == "open", f"the canary is unreachable even without a policy: {before}"
+        apply(deny)
+        after = run_client(client_pod(namespace, "np-canary-denied", "reach", ip, "secured"), 120)
+        return after["9200"] != "open"
     finally:
         kubectl("-n", namespace, "delete", "pod", "np-canary", "--wait=false", check=False)
         kubectl("-n", namespace, "delete", "networkpolicy", "np-canary", check=False)
 
 
+def _client_port_peer_labels(cluster: Cluster, component: str) -> dict[str, str]:
+    """The pod labels of the cluster's NetworkPolicy peer on the client port for `component` (e.g. the audit job)."""
+    policy = json.loads(kubectl("-n", cluster.namespace, "get", "networkpolicy", cluster.name, "-o", "json").stdout)
+    for rule in policy["spec"]["ingress"]:
+        if any(port.get("port") == 9200 for port in rule.get("ports", [])):
+            for peer in rule["from"]:
+                labels: dict[str, str] = peer.get("podSelector", {}).get("matchLabels", {})
+                if labels.get("app.kubernetes.io/component") == component and "namespaceSelector" not in peer:
+                    return labels
+    raise AssertionError(f"no {component} peer on port 9200 in the NetworkPolicy: {policy['spec']}")
+
+
 def test_a_pod_outside_the_network_policy_reaches_neither_port(secured: Cluster) -> None:
     if not _network_policy_enforced(secured.namespace):
         pytest.skip("this cluster's network plugin does not enforce NetworkPolicy (a deny-all canary was reachable)")
+    # The cluster became Ready under its policy: its pods reach each other's transport, and the operator (a pod
+    # admitted on 9200) reaches the sidecars.
     pod_host = f"{secured.name}-0.{secured.name}-headless.{secured.namespace}.svc"
     outsider = run_client(client_pod(secured.namespace, "outsider", "reach", pod_host, secured.name), 120)
     # Dropped (a timeout) or rejected, depending on the network plugin; never open.
     assert "open" not in outsider.values(), outsider
-    # The control: the same probe from an admitted client pod reaches the client port, not the transport.
+    # The controls: the same probe from an admitted client pod, and from a pod labelled as the cluster's audit
+    # job, reaches the client port, not the transport.
     labels = {CLIENT_LABEL: secured.name}
     insider = run_client(client_pod(secured.namespace, "insider", "reach", pod_host, secured.name, labels), 120)
     assert insider["9200"] == "open" and insider["9300"] != "open", insider
+    audit_labels = _client_port_peer_labels(secured, "audit")
+    audit = run_client(client_pod(secured.namespace, "audit-like", "reach", pod_host, secured.name, audit_labels), 120)
+    assert audit["9200"] == "open" and audit["9300"] != "open", audit
 
 
 def test_certificates_rotate_while_a_writer_runs(operator_release: str, namespace: str, figure: Figure) -> None:

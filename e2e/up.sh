@@ -9,6 +9,7 @@ t0=$SECONDS
 "$lib/packages.sh"
 "$lib/build-kubernetes.sh"
 "$lib/build-coredns.sh"
+"$lib/build-kube-network-policies.sh"
 # helm and kubeconform for the suite, built with `go install` and cached by version
 # (scripts/install-tools.sh is the one place that pins them). It has a K8S_VERSION of its own.
 env -u K8S_VERSION "$REPO_DIR/scripts/install-tools.sh" >/dev/null
@@ -91,6 +92,25 @@ else
     --root-dir "$STATE/kubelet" --cert-dir "$STATE/kubelet/pki" \
     --node-ip "$NODE_IP" --hostname-override "$NODE_NAME"
   start kube-proxy kube-proxy --config "$STATE/kube-proxy.yaml"
+  # NetworkPolicy enforcement, which the bridge CNI lacks: kube-network-policies on the node,
+  # queueing pods' new connections to itself (nfqueue $KNP_QUEUE) from an nftables table of
+  # its own, and dropping those its policies refuse. It reads pods, namespaces and policies.
+  kubectl apply -f - >/dev/null <<EOT
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: coordinated-e2e:kube-network-policies}
+rules:
+- {apiGroups: [""], resources: [pods, namespaces, nodes], verbs: [get, list, watch]}
+- {apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [get, list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: coordinated-e2e:kube-network-policies}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: coordinated-e2e:kube-network-policies}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: coordinated-e2e:kube-network-policies}]
+EOT
+  start kube-network-policies "$KNP_BIN" --kubeconfig "$pki/kube-network-policies.kubeconfig" \
+    --hostname-override "$NODE_NAME" --nfqueue-id "$KNP_QUEUE"
   # A default StorageClass with a provisioner, as kind has: StatefulSets need volumes.
   kubectl apply -f - >/dev/null <<EOT
 apiVersion: storage.k8s.io/v1
@@ -110,7 +130,8 @@ EOT
   log "cluster Ready: ${t_build}s builds and checks, $((SECONDS - t1))s to Ready" \
     "(image import ${t_import}s, apiserver start to node Ready $((SECONDS - t3))s)"
 fi
-for name in etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy provisioner coredns; do
+for name in etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy \
+  kube-network-policies provisioner coredns; do
   alive "$name" || die "$name is not running: see $STATE/logs/$name.log"
 done
 log "KUBECONFIG=$KUBECONFIG"

@@ -34,11 +34,13 @@ cert controller-manager /CN=system:kube-controller-manager "$client"
 cert scheduler /CN=system:kube-scheduler "$client"
 cert kube-proxy /CN=system:kube-proxy "$client"
 cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" "$client"
+# The NetworkPolicy enforcer; up.sh grants this user what it reads.
+cert kube-network-policies /CN=coordinated-e2e:kube-network-policies "$client"
 # The service-account token signing pair.
 key sa && openssl pkey -in sa.key -pubout -out sa.pub
 
 # One kubeconfig per identity, all talking to the apiserver on the bridge address.
-for id in admin controller-manager scheduler kube-proxy kubelet; do
+for id in admin controller-manager scheduler kube-proxy kubelet kube-network-policies; do
   cat >"$id.kubeconfig" <<KC
 apiVersion: v1
 kind: Config

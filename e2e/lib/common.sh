@@ -9,6 +9,14 @@ CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/coordinated-cluster"
 K8S_BIN="$CACHE/kubernetes/$K8S_VERSION/bin"
 COREDNS_VERSION=v1.14.7
 COREDNS_BIN="$CACHE/coredns/$COREDNS_VERSION/coredns"
+# The NetworkPolicy enforcer (e2e/lib/build-kube-network-policies.sh). The checksum database
+# does not list this module, so its go.sum lines are pinned here instead.
+KNP_VERSION=v0.8.0
+KNP_SUMS="sigs.k8s.io/kube-network-policies $KNP_VERSION h1:dzecRNzdmg+VmHEQWTIjxnCgf412J+8CKHqbKgCiWkk=
+sigs.k8s.io/kube-network-policies $KNP_VERSION/go.mod h1:QNAmb/exAiL032oNq0/QhfYl5H+jEFFDF0qVXpIOkeI="
+KNP_BIN="$CACHE/kube-network-policies/$KNP_VERSION/kube-network-policies"
+KNP_TABLE=kube-network-policies  # its nftables table (inet family), named by the controller
+KNP_QUEUE=233                    # its nfqueue number, away from the default 100 other tools take
 # The bridge is the node's only network: its address is the node IP (loopback is refused).
 BRIDGE=cc-e2e0
 NODE_IP=10.233.0.1

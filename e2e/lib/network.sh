@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The node's network: a bridge that is the node's address and the pods' gateway, and
 # rules so nothing from it is routed off the machine. `up` snapshots the sysctls the
-# cluster changes; `down` removes the bridge, our and Kubernetes' iptables rules, and
-# restores the sysctls.
+# cluster changes; `down` removes the bridge, our and Kubernetes' iptables rules, the
+# NetworkPolicy enforcer's nftables table, and restores the sysctls.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -49,6 +49,8 @@ down() {
       grep -vE 'KUBE-|CNI-|CC-E2E-' <<<"$rules" | $ipt-restore
     done
   done
+  # The NetworkPolicy enforcer's table, if it was killed before it could delete it.
+  nft delete table inet "$KNP_TABLE" 2>/dev/null || true
   ip route del "$SERVICE_CIDR" dev "$BRIDGE" 2>/dev/null || true
   ip link del "$BRIDGE" 2>/dev/null || true
   if [[ -f $saved ]]; then

@@ -25,6 +25,9 @@ import pytest
 import yaml
 from operator_schemas import REPO
 
+from coordinated.coordination.settings import coordination_registry
+from coordinated.operator.settings_validation import USER_SETTINGS
+
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
 
 CRD = REPO / "crds" / "coordinatedclusters.coordinated.dev.yaml"
@@ -173,6 +176,14 @@ def cluster(name: str, **spec: object) -> str:
             {"settings": {"cluster.auto_shrink_voting_configuration": "yes"}},
             '[cluster.auto_shrink_voting_configuration] (yes): expected "true" or "false"',
         ),
+        (
+            {"settings": {"cluster.metadata.max_value_size": "2 mib"}},
+            "invalid value for setting [cluster.metadata.max_value_size] (2 mib): expected a positive byte size",
+        ),
+        (
+            {"settings": {"cluster.publish.master_applies_last": "no"}},
+            '[cluster.publish.master_applies_last] (no): expected "true" or "false"',
+        ),
         ({"podDisruptionBudget": {"mode": "Custom"}}, "custom is required with mode Custom"),
         (
             {"podDisruptionBudget": {"mode": "Custom", "custom": {"minAvailable": 1, "maxUnavailable": 1}}},
@@ -209,6 +220,14 @@ def test_invalid_clusters_are_rejected_with_a_clear_message(kubeconfig: Path, sp
     assert message in result.stderr, result.stderr
     # One message per mistake, and never the CEL placeholder instead of the value.
     assert result.stderr.count(message) == 1 and 'Invalid value: "integer"' not in result.stderr, result.stderr
+
+
+def test_every_user_setting_is_accepted_at_its_default(kubeconfig: Path) -> None:
+    """docs/settings.md says each of these may go in spec.settings, so the API server must take them."""
+    registry = coordination_registry().settings
+    settings = {name: registry[name].default for name in sorted(USER_SETTINGS) if registry[name].default is not None}
+    applied = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("defaults", settings=settings))
+    assert applied.returncode == 0, applied.stderr
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from operator_schemas import REPO
 
 from coordinated.operator.settings_validation import (
     OPERATOR_MANAGED_SETTINGS,
@@ -72,3 +75,15 @@ def test_ranges_and_rules_between_settings_are_the_sidecars() -> None:
         "[cluster.election.initial_timeout] which is [5s]"
     ]
     assert validate_settings({"cluster.election.initial_timeout": "1s", "cluster.election.max_timeout": "30s"}) == []
+
+
+def test_the_crd_admits_every_user_setting_and_checks_its_value() -> None:
+    """The CRD's CEL repeats the registry by hand: a setting added to the sidecar must be added there too, or
+    the API server refuses a setting that docs/settings.md says goes in spec.settings."""
+    crd = (REPO / "crds" / "coordinatedclusters.coordinated.dev.yaml").read_text()
+    allowed = re.search(r"self\.all\(k, k in \[(.*?)\]", crd, re.DOTALL)
+    assert allowed is not None
+    listed = {name.strip().strip("'") for name in allowed.group(1).split(",")}
+    assert listed == set(USER_SETTINGS), (sorted(USER_SETTINGS - listed), sorted(listed - USER_SETTINGS))
+    checked = set(re.findall(r"rule: \"!\('([^']+)' in self\)", crd))
+    assert set(USER_SETTINGS) <= checked, f"no value rule for {sorted(set(USER_SETTINGS) - checked)}"

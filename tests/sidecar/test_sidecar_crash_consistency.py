@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from coordinated.tools.localcluster import LocalCluster, LocalNode
+from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode
 
 
 class Writer:
@@ -69,13 +69,23 @@ def test_kill_9_at_random_moments_under_writes_loses_no_acknowledged_write(
         assert not missing_after_restart(cluster, node, acked), f"round {round_}: acknowledged writes lost"
 
 
-@pytest.mark.parametrize("point", ["write:rows", "write:committed"])
+@pytest.mark.parametrize(
+    ("point", "sync"),
+    [
+        ("write:rows", "inline"),
+        ("write:committed", "inline"),
+        ("write:committed", "background"),  # committed, not yet synced, nothing after it released
+        ("sync:before", "background"),
+        ("sync:done", "background"),  # synced, the held effects not yet released
+    ],
+)
 def test_kill_inside_a_write_of_the_real_node(
-    make_cluster: Callable[..., LocalCluster], monkeypatch: pytest.MonkeyPatch, point: str
+    make_cluster: Callable[..., LocalCluster], monkeypatch: pytest.MonkeyPatch, point: str, sync: str
 ) -> None:
     """The node kills itself at a step of its 40th write (rows written but not committed, or committed but not
-    yet acknowledged); restarted without the hook, it holds every acknowledged write."""
-    cluster = make_cluster()
+    yet acknowledged, or around the sync of `persistence.sync: background`); restarted without the hook, it
+    holds every acknowledged write."""
+    cluster = make_cluster(settings={**FAST_SETTINGS, "persistence.sync": sync})
     monkeypatch.setenv("COORDINATED_TEST_CRASH_POINT", f"{point}@40")
     (node,) = cluster.bootstrap(1)
     monkeypatch.delenv("COORDINATED_TEST_CRASH_POINT")

@@ -55,6 +55,10 @@ def test_the_sessions_api(make_cluster: Callable[..., LocalCluster]) -> None:
 
     status, node_session = node.request("POST", "/_sessions", {"node": node.name})
     assert status == 201 and node_session["node"] == node.name, node_session
+    metadata = node.get("/_cluster/state")[1]["metadata"]
+    assert metadata["sessions"][sid]["ttl"] == "10s", metadata["sessions"]
+    assert metadata["sessions"][node_session["id"]]["node"] == node.name, metadata["sessions"]
+    assert metadata["ephemeral_keys"] == {"locks/a": sid, "locks/b": sid}, metadata["ephemeral_keys"]
     assert "not in the cluster" in error_of(
         *node.request("POST", "/_sessions", {"node": "elsewhere"}), 400, "illegal_argument_exception"
     )

@@ -175,7 +175,7 @@ class Publication:
             self.check_progress()
 
     def on_own_commit_applied(self, version: int) -> None:
-        """The master committed its own copy; it applies last, when the publication completes."""
+        """The master committed its own copy; it applies when the publication completes (see check_progress)."""
         if version == self.version:
             self.targets[self.ctx.local_node.id] = TargetState.APPLIED
             self.check_progress()
@@ -196,8 +196,14 @@ class Publication:
                 self.listener.on_failed(self, "a publish quorum is no longer possible")
             return
         if self.targets.get(self.ctx.local_node.id) is not TargetState.APPLIED:
-            return  # the master applies last, and only what it holds
-        if self._all_targets_done() or self._quorum_of(last_committed, self.ids_in(TargetState.APPLIED)):
+            return  # the master applies only what it holds
+        if (
+            not self.ctx.settings.master_applies_last
+            or self._all_targets_done()
+            or self._quorum_of(last_committed, self.ids_in(TargetState.APPLIED))
+        ):
+            # By default the master applies last: after a quorum applied (or every node answered). Without
+            # `cluster.publish.master_applies_last`, at once: the followers apply as their commits arrive.
             self.listener.on_completed(self)
 
     def _quorum_of(self, last_committed: VotingConfiguration, votes: set[str]) -> bool:

@@ -96,7 +96,8 @@ class PublishHandler:
             ctx.send(sender, ApplyCommitResponse(local_id, commit.term, commit.version, ok=False))
             return
         if commit.source_id == local_id:
-            # The master commits its own copy here; it applies last, when the publication completes.
+            # The master commits its own copy here; it applies when the publication completes (by default last,
+            # after a quorum of nodes applied: `cluster.publish.master_applies_last`).
             self.listener.on_own_commit(commit.version)
             return
         self.listener.on_committed(ctx.accepted)

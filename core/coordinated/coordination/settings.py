@@ -281,6 +281,16 @@ def coordination_registry() -> SettingsRegistry:
         ),
         Setting("cluster.publish.timeout", time, "30s", dynamic=True, attribute="publish_timeout"),
         Setting("cluster.follower_lag.timeout", time, "90s", dynamic=True, attribute="follower_lag_timeout"),
+        # Elasticsearch's order: the master applies a committed state (and answers the writes in it) only once a
+        # quorum of nodes has applied it. `false` drops that round from a write's latency: the master applies as
+        # soon as it has committed its own copy, and the followers apply as their commits arrive.
+        Setting(
+            "cluster.publish.master_applies_last",
+            parse_bool,
+            "true",
+            dynamic=True,
+            attribute="master_applies_last",
+        ),
         # The recent diffs each node keeps to catch a lagging or rejoining node up without the full state.
         Setting(
             "cluster.publish.diff_history.max_diffs",
@@ -354,6 +364,7 @@ class CoordinationSettings:
     follower_check_retry_count: int = _default("cluster.fault_detection.follower_check.retry_count")
     publish_timeout: int = _default("cluster.publish.timeout")
     follower_lag_timeout: int = _default("cluster.follower_lag.timeout")
+    master_applies_last: bool = _default("cluster.publish.master_applies_last")
     diff_history_max_diffs: int = _default("cluster.publish.diff_history.max_diffs")
     diff_history_max_size: int = _default("cluster.publish.diff_history.max_size")
     no_master_block: str = _default("cluster.no_master_block")

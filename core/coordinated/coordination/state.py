@@ -22,6 +22,7 @@ import immutables
 import msgspec
 
 from coordinated.coordination.history import NO_CLUSTER_UUID
+from coordinated.coordination.settings import format_time_ms
 
 # Terms, versions and request ids are 64-bit signed integers, as in Elasticsearch (and never negative). A
 # message or record holding a number outside that range fails to decode, so it is refused before it can
@@ -476,6 +477,17 @@ def initial_state(cluster_name: str) -> ClusterState:
     return ClusterState(cluster_name=cluster_name)
 
 
+def _session_to_api(session: Session, state: ClusterState) -> dict[str, Any]:
+    if session.node is None:
+        return {"ttl": format_time_ms(session.ttl_ms), "create_version": session.create_version}
+    known = state.nodes.get(session.node)
+    return {
+        "node": known.name if known else session.node,
+        "node_id": session.node,
+        "create_version": session.create_version,
+    }
+
+
 def state_to_api(state: ClusterState) -> dict[str, Any]:
     """The `GET /_cluster/state` shape (docs/sidecar.md, Client API)."""
     coordination = state.coordination
@@ -503,6 +515,10 @@ def state_to_api(state: ClusterState) -> dict[str, Any]:
             },
             "persistent_settings": dict(state.persistent_settings),
             "kv": dict(state.kv),
+            "sessions": {
+                session_id: _session_to_api(session, state) for session_id, session in sorted(state.sessions.items())
+            },
+            "ephemeral_keys": dict(sorted(state.kv_sessions.items())),
             "repositories": {
                 name: {"type": repo.type, "settings": {"location": repo.location}}
                 for name, repo in sorted(state.repositories.items())

@@ -22,6 +22,7 @@ from coordinated.coordination.client import (
     TxnOp,
     TxnResult,
 )
+from coordinated.coordination.settings import CoordinationSettings
 from coordinated.simulation.cluster import MULTI_KEY_PREFIX, SimulatedCluster
 from coordinated.simulation.linearizability import Operation, Verdict, check_history, check_transactions
 from coordinated.simulation.network import Link
@@ -285,6 +286,7 @@ def run_random_schedule(
     counters: int = 0,
     sessions: int = 0,
     transfers: int = 0,
+    settings: CoordinationSettings | None = None,
 ) -> RunReport:
     """Form a cluster, run faults and clients, heal, stabilise, and check linearizability.
 
@@ -296,7 +298,11 @@ def run_random_schedule(
     Raises SafetyViolation (with the seed) on any safety or liveness failure.
     """
     rng = random.Random(seed)
-    cluster = SimulatedCluster(seed, node_count)
+    cluster = (
+        SimulatedCluster(seed, node_count)
+        if settings is None
+        else SimulatedCluster(seed, node_count, settings=settings)
+    )
     report = RunReport(seed, node_count, 0, 0)
     cluster.run_for(3_000)
     workers = [_Client(cluster, index, random.Random(rng.getrandbits(64))) for index in range(clients)]

@@ -51,10 +51,18 @@ MEANINGS: dict[str, str] = {
     "cluster.fault_detection.follower_check.retry_count": "failed follower checks in a row before the "
     "master removes the node (at least 1)",
     "cluster.publish.timeout": "how long the master waits for a publication to commit",
+    "cluster.publish.master_applies_last": "`true` (Elasticsearch's order): the master applies a committed state, "
+    "and answers the writes in it, once a quorum of nodes has applied it; `false`: as soon as it has committed its "
+    "own copy, which takes one round trip off every write (the followers apply as their commits arrive; reads "
+    "without `?local` stay linearizable)",
     "cluster.publish.diff_history.max_diffs": "how many recent diffs each node keeps to catch a lagging or "
     "restarted node up without the full state (0: always the full state)",
     "cluster.publish.diff_history.max_size": "the most bytes (encoded) those diffs may take; the oldest go first",
     "node.event_loop": "`uvloop` (libuv's event loop) or `asyncio` (the standard library's)",
+    "persistence.sync": "where the durable store's fsync runs: `inline` (on the event loop; each term or accepted-state "
+    "write is durable when it returns) or `background` (a worker thread with group commit: every message, reply and "
+    "apply that follows a write waits for one fsync covering it; a failed fsync silences the node until it is "
+    "restarted); docs/benchmarks.md has the A/B",
     "cluster.follower_lag.timeout": "a follower that has not applied a committed state after this long is removed",
     "cluster.no_master_block": "what is refused without a master: `write` (writes), `metadata_write` or `all` "
     "(reads too)",
@@ -70,6 +78,9 @@ MEANINGS: dict[str, str] = {
     "transport.connect_timeout": "TCP connect timeout to a peer",
     "transport.retries": "retries when a message was certainly not delivered (0 or more)",
     "transport.queue_size": "per-destination send queue; messages beyond it are dropped",
+    "transport.max_chunk_size": "largest frame on a peer stream (4kb to 64mb); a larger message, such as a "
+    "multi-MB full state, goes in chunks that the receiver reassembles and verifies; set the same on every node "
+    "(a node refuses frames over its own)",
     "http.max_content_length": "client request body limit (413 beyond it)",
     "history.segment_size": "history segment rotation size",
     "history.fsync": "`true` fsyncs each history line",

@@ -72,6 +72,15 @@ def parse_event_loop(value: str) -> str:
     return value
 
 
+PERSISTENCE_SYNCS = ("background", "inline")
+
+
+def parse_persistence_sync(value: str) -> str:
+    if value not in PERSISTENCE_SYNCS:
+        raise ValueError(f"expected one of {list(PERSISTENCE_SYNCS)}, got [{value}]")
+    return value
+
+
 def parse_repo_paths(value: str) -> tuple[str, ...]:
     """`path.repo`: a comma list of absolute directories that snapshot repositories may live under."""
     paths = tuple(part.strip() for part in value.split(",") if part.strip())
@@ -79,6 +88,19 @@ def parse_repo_paths(value: str) -> tuple[str, ...]:
         if not path.startswith("/"):
             raise ValueError(f"[{path}] is not an absolute path")
     return paths
+
+
+MIN_CHUNK_SIZE = 4 * 1024
+MAX_CHUNK_SIZE = 64 * 1024 * 1024
+
+
+def parse_chunk_size(value: str) -> int:
+    """`transport.max_chunk_size`: the largest peer frame; a smaller one costs more frames per large state, a
+    larger one more memory per connection."""
+    parsed = parse_byte_size(value)
+    if not MIN_CHUNK_SIZE <= parsed <= MAX_CHUNK_SIZE:
+        raise ValueError(f"must be between [4kb] and [64mb], got [{value}]")
+    return parsed
 
 
 def _time(value: str) -> int:
@@ -94,6 +116,7 @@ SIDECAR_SETTINGS = (
     Setting("transport.connect_timeout", _time, "1s"),
     Setting("transport.retries", parse_non_negative_int, "2"),
     Setting("transport.queue_size", parse_positive_int, "10000"),
+    Setting("transport.max_chunk_size", parse_chunk_size, "1mb"),
     Setting("http.max_content_length", parse_byte_size, "1mb"),
     Setting("history.segment_size", parse_byte_size, "16mb"),
     Setting("history.fsync", parse_bool, "false"),
@@ -101,6 +124,9 @@ SIDECAR_SETTINGS = (
     Setting("watch.change_log.size", parse_change_log_size, "10000"),
     # libuv's event loop (uvloop) or the standard library's; see docs/benchmarks.md for what it saves.
     Setting("node.event_loop", parse_event_loop, "uvloop"),
+    # Where the durable store's fsync runs: on the event loop, or a worker thread with group commit (see
+    # group_commit; measured slower on a 2-core machine with a fast disk, docs/benchmarks.md).
+    Setting("persistence.sync", parse_persistence_sync, "inline"),
     Setting("path.repo", parse_repo_paths, None),
     *SECURITY_SETTINGS,
 )

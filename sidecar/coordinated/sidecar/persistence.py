@@ -3,7 +3,9 @@
 Term and state live in `coordination-state.db`, a SQLite database that `state_store` writes in proportion to
 each change (one row per key, one for the rest of the state, one for the term): see there for the format and
 why a crash leaves the last commit or the one before. The term is durable before a Join is sent and the
-accepted state before it is acknowledged, because each setter returns only after its commit is fsynced.
+accepted state before it is acknowledged, because each setter returns only after its commit is fsynced, or,
+with `deferred_sync` (`persistence.sync: background`), because the node holds back everything it does after a
+write until `sync` has made that write durable (`group_commit`).
 
 What the node loads at startup, or why it refuses, is decided by `coordination.recovery.decide_startup` from a
 survey of the whole directory (database, node id, history, hooks, and the slot files of earlier versions):
@@ -184,8 +186,9 @@ class FilePersistedState:
     node id file, so that a crash in between leaves a directory that is recognisably unused.
     """
 
-    def __init__(self, data_dir: Path, cluster_name: str) -> None:
+    def __init__(self, data_dir: Path, cluster_name: str, deferred_sync: bool = False) -> None:
         self.data_dir = data_dir
+        self.deferred_sync = deferred_sync
         self.path = data_dir / DB_FILE
         self.warnings: tuple[str, ...] = ()
         self._store: StateStore | None = None
@@ -214,7 +217,7 @@ class FilePersistedState:
             # The record just read under the data-dir lock: nothing else writes the database.
             record = survey.record
             try:
-                conn = connect(self.path)
+                conn = connect(self.path, deferred_sync=self.deferred_sync)
             except sqlite3.Error as error:
                 raise DataDirError(f"cannot open [{self.path}]: {error}") from None
         else:
@@ -231,7 +234,9 @@ class FilePersistedState:
         # The connection has created the WAL file; its directory entry must be durable before any commit in it
         # is relied on.
         fsync_dir(self.data_dir)
-        self._store = StateStore(conn, record)
+        self._store = StateStore(
+            conn, record, wal=self.path.with_name(self.path.name + WAL_SUFFIX) if self.deferred_sync else None
+        )
         if write_node_id:
             atomic_write(self.data_dir / NODE_ID_FILE, self.node_id.encode())
         self._remove_old_files()
@@ -246,7 +251,7 @@ class FilePersistedState:
         crash_point("create:renamed")
 
     def _open_created(self) -> tuple[sqlite3.Connection, StoredRecord]:
-        conn = connect(self.path)
+        conn = connect(self.path, deferred_sync=self.deferred_sync)
         try:
             return conn, read_record(conn)
         except (sqlite3.Error, StoreCorrupt) as error:
@@ -287,9 +292,26 @@ class FilePersistedState:
     def writes(self) -> int:
         return self._store.writes if self._store is not None else 0
 
+    @property
+    def staged(self) -> int:
+        """Writes committed so far (with `deferred_sync`, not all of them durable yet: see `synced`)."""
+        return self._store.staged if self._store is not None else 0
+
+    @property
+    def synced(self) -> int:
+        """Of `staged`, the writes known to be durable."""
+        return self._store.synced if self._store is not None else 0
+
+    def sync(self) -> None:
+        """Makes every write committed so far durable (a no-op without `deferred_sync`); callable from a thread.
+        Raises OSError, after which every write is refused (see `state_store`)."""
+        self._open_store().sync()
+
     def replace_record(self, term: int, state: ClusterState) -> None:
         """Term and state in one durable write that rewrites every row (the offline tool's)."""
-        self._open_store().write(term, state, full=True)
+        store = self._open_store()
+        store.write(term, state, full=True)
+        store.sync()
 
     def set_current_term(self, term: int) -> None:
         store = self._open_store()

@@ -17,6 +17,13 @@ the database holds the last commit or the one before, never a mix. Rows carry a 
 and the coordination row the count and CRC sum of all key rows: reading the database back checks each, so a
 damaged page or a lost row is reported as corruption rather than loaded. A write that fails (an I/O error) is
 rolled back, and the next write rewrites every row, since what reached the disk is then unknown.
+
+With `deferred_sync` (the running node's store, see `group_commit`), a commit is written to the WAL without
+waiting for the disk (`synchronous=NORMAL`, under which SQLite still syncs around every checkpoint) and `sync`
+makes every commit written before it durable with one `fdatasync` of the WAL, which is what FULL would have done
+at each commit. The caller holds back whatever depends on a commit until its sync returns. A sync that fails
+leaves the store failed: what reached the disk is unknown and the WAL's later frames would chain onto frames
+that may be lost, so every later write is refused until the node is restarted (and reads its database anew).
 """
 
 from __future__ import annotations
@@ -104,14 +111,17 @@ class StoredRecord(msgspec.Struct, frozen=True):
     fingerprint: str = ""
 
 
-def connect(path: Path, create: bool = False, read_only: bool = False) -> sqlite3.Connection:
-    """A connection in WAL mode with full syncs; never creates the file unless `create`. A read-only one
-    never checkpoints the WAL into the database or removes it, so looking at a directory changes nothing."""
+def connect(
+    path: Path, create: bool = False, read_only: bool = False, deferred_sync: bool = False
+) -> sqlite3.Connection:
+    """A connection in WAL mode with full syncs (commits not synced with `deferred_sync`: see `StateStore.sync`);
+    never creates the file unless `create`. A read-only one never checkpoints the WAL into the database or
+    removes it, so looking at a directory changes nothing."""
     mode = "ro" if read_only else "rwc" if create else "rw"
     conn = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, isolation_level=None, check_same_thread=False)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(f"PRAGMA synchronous={'NORMAL' if deferred_sync else 'FULL'}")
         conn.execute("PRAGMA cell_size_check=ON")
         # After a checkpoint, the WAL file is cut back to this size rather than kept at its largest.
         conn.execute("PRAGMA journal_size_limit=8388608")
@@ -205,10 +215,17 @@ def remove_database_files(path: Path) -> None:
 
 
 class StateStore:
-    """Writes to an open database whose content is `record`; each write is one durable commit."""
+    """Writes to an open database whose content is `record`; each write is one commit, durable when `write`
+    returns, or (with `wal` given: a connection opened with `deferred_sync`) once a later `sync` returns."""
 
-    def __init__(self, conn: sqlite3.Connection, record: StoredRecord) -> None:
+    def __init__(self, conn: sqlite3.Connection, record: StoredRecord, wal: Path | None = None) -> None:
         self.conn = conn
+        self.wal = wal
+        self._wal_fd = -1
+        self.staged = 0  # writes committed so far
+        self.synced = 0  # of those, the ones known to be durable
+        self.sync_failure: str | None = None
+        self.syncs = 0
         self.node_id = record.node_id
         self.generation = record.generation
         self.current_term = record.current_term
@@ -221,6 +238,11 @@ class StateStore:
 
     def write(self, term: int, state: ClusterState, full: bool = False, generation: int | None = None) -> None:
         """One commit holding the term, the state's changes since the last write, and a new generation."""
+        if self.sync_failure is not None:
+            raise StorageWriteError(
+                f"cannot write the coordination state: an earlier sync failed ({self.sync_failure}); "
+                "restart the node to read its database anew"
+            )
         generation = self.generation + 1 if generation is None else generation
         full = full or self._full_write_needed
         written = 0
@@ -259,6 +281,35 @@ class StateStore:
         self._kv_crc_sum = crc_sum
         self.bytes_written += written
         self.writes += 1
+        self.staged += 1
+        if self.wal is None:
+            self.synced = self.staged
+
+    def sync(self) -> None:
+        """Makes every write committed before this call durable: one fdatasync of the WAL. Safe to call from
+        another thread while the event loop commits more (those may or may not be covered). Raises
+        StorageWriteError, after which the store refuses every write (see the module's docstring)."""
+        if self.wal is None or self.sync_failure is not None:
+            if self.sync_failure is not None:
+                raise StorageWriteError(f"an earlier sync failed: {self.sync_failure}")
+            return
+        covered = self.staged  # read before the fdatasync: every write counted here is in the file already
+        try:
+            crash_point("sync:before")
+            if self._wal_fd < 0 or os.fstat(self._wal_fd).st_ino != os.stat(self.wal).st_ino:
+                # SQLite keeps its WAL file while the connection is open (it truncates, never replaces it);
+                # the check is cheap insurance that the fd names the file SQLite writes.
+                if self._wal_fd >= 0:
+                    os.close(self._wal_fd)
+                    self._wal_fd = -1
+                self._wal_fd = os.open(self.wal, os.O_RDONLY)
+            os.fdatasync(self._wal_fd)
+        except OSError as error:
+            self.sync_failure = str(error)
+            raise StorageWriteError(f"cannot sync the coordination state: {error}") from error
+        self.syncs += 1
+        self.synced = max(self.synced, covered)
+        crash_point("sync:done")
 
     def _put_meta(self, name: str, value: bytes) -> None:
         self.conn.execute(
@@ -298,5 +349,10 @@ class StateStore:
         return int(rows[0][0]) if rows else 0
 
     def close(self) -> None:
+        """Closes the database; the caller makes sure no `sync` is running."""
+        if self._wal_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._wal_fd)
+            self._wal_fd = -1
         with contextlib.suppress(sqlite3.Error):
             self.conn.close()

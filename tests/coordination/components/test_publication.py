@@ -3,6 +3,8 @@ its timeout until it is closed."""
 
 from __future__ import annotations
 
+from dataclasses import replace as replace_settings
+
 from msgspec.structs import replace
 
 from coordinated.coordination.context import Mode
@@ -11,7 +13,7 @@ from coordinated.coordination.publication import Publication, PublicationListene
 from coordinated.coordination.quorum import joint_quorum
 from coordinated.coordination.state import ClusterState, VotingConfiguration
 
-from .context import Bench
+from .context import SETTINGS, Bench
 from .harness import discovery_node
 
 A, B = discovery_node("a"), discovery_node("b")
@@ -66,6 +68,26 @@ def test_a_quorum_of_acks_commits_and_the_commit_goes_to_the_acked_nodes() -> No
     publication.on_own_commit_applied(publication.version)
     publication.on_apply_commit_response(ApplyCommitResponse(A.id, publication.state.term, publication.version, True))
     assert events == ["committed", "completed"]
+
+
+def test_by_default_the_master_applies_last_after_a_quorum_applied() -> None:
+    bench = Bench(mode=Mode.LEADER)
+    publication, events = three_node_publication(bench)
+    publication.on_publish_response(ack(publication, bench.ctx.local_node.id))
+    publication.on_publish_response(ack(publication, A.id))
+    publication.on_own_commit_applied(publication.version)
+    assert events == ["committed"]  # the master holds its copy, but only the master applied it so far
+
+
+def test_without_master_applies_last_the_publication_completes_once_the_master_committed_its_copy() -> None:
+    bench = Bench(mode=Mode.LEADER, settings=replace_settings(SETTINGS, master_applies_last=False))
+    publication, events = three_node_publication(bench)
+    publication.on_publish_response(ack(publication, A.id))
+    assert events == []
+    publication.on_publish_response(ack(publication, bench.ctx.local_node.id))
+    assert events == ["committed"]  # and not completed: the master has not committed its own copy yet
+    publication.on_own_commit_applied(publication.version)
+    assert events == ["committed", "completed"]  # no follower has answered its commit
 
 
 def test_a_publication_fails_once_a_quorum_is_no_longer_possible() -> None:
