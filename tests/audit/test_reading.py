@@ -202,3 +202,37 @@ def test_format_detection(tmp_path: Path) -> None:
     assert detect_format(["s3a://bucket/h/*.jsonl"]) == "jsonl"
     with pytest.raises(UnusableInput, match="mix"):
         detect_format([str(tmp_path / "j"), str(tmp_path / "p")])
+
+
+def test_parquet_rows_are_checked_and_scouted_by_the_audits_first_pass(spark: SparkSession, tmp_path: Path) -> None:
+    """Parquet input has no pass of its own for malformed rows and the scout (time range, resets, the nodes the
+    states name): the state table's pass observes them. A bad row still fails the audit naming its file, is
+    counted with --skip-malformed, and the report's figures equal those of the same history as JSONL."""
+    from pyspark.sql import functions as F
+
+    from coordinated.audit.schema import EVENT_SCHEMA
+
+    hb = small()
+    hb.write(tmp_path / "h")
+    events = spark.read.schema(EVENT_SCHEMA).option("recursiveFileLookup", "true").json(str(tmp_path / "h"))
+    good = tmp_path / "pq-good"
+    events.coalesce(1).write.parquet(str(good))
+    bad = tmp_path / "pq-bad"
+    odd = events.filter(F.col("seq") == 2).limit(1).withColumn("type", F.lit("bogus"))
+    events.unionByName(odd).coalesce(1).write.parquet(str(bad))
+
+    as_jsonl = audit_dir(spark, tmp_path / "h")
+    as_parquet = audit_dir(spark, good)
+    assert as_parquet["ok"] and as_parquet["events"] == as_jsonl["events"]
+    for key in ("time_range", "terms", "elections", "failover_gaps", "commit_latencies"):
+        assert as_parquet["stats"][key] == as_jsonl["stats"][key], key
+    assert as_parquet["missing_histories"] == as_jsonl["missing_histories"]
+    figures = ("events", "first_seq", "last_seq", "first_ts", "last_ts", "elections", "applied")
+    assert {n: {k: v[k] for k in figures} for n, v in as_parquet["stats"]["per_node"].items()} == {
+        n: {k: v[k] for k in figures} for n, v in as_jsonl["stats"]["per_node"].items()
+    }
+
+    with pytest.raises(UnusableInput, match=r"malformed row in .*\.parquet: unknown event type bogus \(1 such rows\)"):
+        audit_dir(spark, bad)
+    skipped = audit_dir(spark, bad, skip_malformed=True)
+    assert skipped["malformed_lines"] == 1 and skipped["ok"] and skipped["events"] == as_jsonl["events"]

@@ -55,6 +55,7 @@ def _existing(spark: SparkSession, target: str) -> DataFrame | None:
 
 
 def compact(spark: SparkSession, inp: Input, target: str) -> None:
+    inp.checked()  # malformed input fails before anything is written
     new = compacted(inp.events)
     existing = _existing(spark, target)
     if existing is not None:

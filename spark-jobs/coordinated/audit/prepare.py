@@ -1,5 +1,7 @@
 """The frames every check shares, built with as few passes over the events as possible.
 
+0. The state table's pass also checks the input for malformed rows and scouts it (the time range, the reset
+   events, the node names), where the reader has not done that already (Parquet: `DataFrame.observe`).
 1. One window over each node's events in seq order (`streams.py`): the per-node invariants, the per-node
    figures and the few `elected`/`stepped_down` events; only flagged rows and one row per node reach the
    driver, where the per-node histories are put together (`streams.stitch`).
@@ -15,19 +17,21 @@ the cluster the same node's history continues in.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from coordinated.audit.reading import Scout, scout
+from coordinated.audit.reading import Scout, folder_of, scout
 from coordinated.audit.schema import UNBOOTSTRAPPED, UNSAFE_BOOTSTRAP
 from coordinated.audit.streams import CHUNK, NodePass, node_pass
 
 NO_MASTER = "<none>"  # a state that names no master
 LAG_BINS = 120
 MAX_FLAGGED = 1000
+WINDOW_ROWS_PER_TASK = 250_000
 # Seqs per range of a node's history in the window (a Spark setting, e.g. `--conf`, so tests can make it tiny).
 CHUNK_SETTING = "coordinated.audit.windowChunk"
 
@@ -55,6 +59,7 @@ class Frames:
     t0: float = 0.0
     lag_width: float = 1.0
     flagged: list[Row] = field(default_factory=list)  # up to MAX_FLAGGED `suspect` states
+    scout: Scout | None = None  # what the input's first pass found out (time range, resets, node names)
 
     def flags(self, condition: str) -> bool:
         """Whether a check has anything to look at: any flagged state meets `condition` (a column name or
@@ -210,17 +215,40 @@ def prepare(
     max_examples: int = 5,
     max_violations: int = 20,
     scouted: Scout | None = None,
+    observed: DataFrame | None = None,
+    settle: Callable[[], Scout] | None = None,
+    folder: Callable[[str], str] = folder_of,
 ) -> Frames:
-    found = scouted or scout(events)
+    """The state table first: its pass over `observed` (the events with the input's checks attached, when the
+    reader left them to the first pass) also yields the scout, which the window pass needs."""
+    table = state_table(observed if observed is not None else events).withColumn("state_h", F.xxhash64("state_uuid"))
+    table = table.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        # The first job over the table builds it.
+        flagged = table.filter(suspect()).limit(MAX_FLAGGED).collect()
+        found = scouted or (settle() if settle is not None else None) or scout(events)
+    except BaseException:
+        table.unpersist()
+        raise
     t0 = float(found.first_ts or 0.0)
     t1 = float(found.last_ts or t0)
     chunk = int(spark.conf.get(CHUNK_SETTING, str(CHUNK)) or CHUNK)
-    nodes = node_pass(events, t0, max((t1 - t0) / LAG_BINS, 1e-6), LAG_BINS, resets=found.resets, chunk=chunk)
-    table = state_table(events).withColumn("state_h", F.xxhash64("state_uuid"))
-    table = table.persist(StorageLevel.MEMORY_AND_DISK)
-    fr = Frames(spark, events, nodes, table, max_examples, max_violations, t0=t0, lag_width=(t1 - t0) / LAG_BINS)
-    # The first job over the table builds it.
-    fr.flagged = table.filter(suspect()).limit(MAX_FLAGGED).collect()
+    width = max((t1 - t0) / LAG_BINS, 1e-6)
+    # Enough window tasks that each sorts its rows in memory: at 10M events, 8 tasks of 1.25M wide rows spilled.
+    setting = "spark.sql.shuffle.partitions"
+    configured = spark.conf.get(setting)
+    tasks = -(-found.events // WINDOW_ROWS_PER_TASK)
+    if configured is not None and tasks > int(configured):
+        spark.conf.set(setting, str(tasks))
+    try:
+        nodes = node_pass(events, t0, width, LAG_BINS, resets=found.resets, chunk=chunk, folder=folder)
+    finally:
+        if configured is not None:
+            spark.conf.set(setting, configured)
+    fr = Frames(
+        spark, events, nodes, table, max_examples, max_violations, t0=t0, lag_width=(t1 - t0) / LAG_BINS, scout=found
+    )
+    fr.flagged = flagged
     return fr
 
 

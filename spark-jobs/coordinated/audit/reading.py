@@ -19,7 +19,7 @@ import lzma
 import os
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlparse
 
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -41,6 +41,7 @@ from coordinated.audit.schema import (
     REQUIRED_FOR_STATES,
     RESET_TYPES,
     STATE_TYPES,
+    UNBOOTSTRAPPED,
 )
 from coordinated.coordination.history_lines import NEWLINE, ends_with_cut_line
 
@@ -56,15 +57,25 @@ class UnusableInput(Exception):
     """The input cannot be audited (exit code 2). The message names the file (and line, where there is one)."""
 
 
+def folder_of(source: str) -> str:
+    """`origin_of` on the driver, for one file."""
+    return source[: source.rindex("/")] if "/" in source else source
+
+
 @dataclass
 class Scout:
     """What the audit must know before its passes, from the same job that looks for malformed rows: the time
     range (the lag's time bins) and the reset events (the per-node window's epochs). Resets are rare: past
-    `MAX_SCOUTED_RESETS` the list is None and the window counts them itself."""
+    `MAX_SCOUTED_RESETS` the list is None and the window counts them itself. The same job gathers who the
+    nodes are for the report (their names, and the node ids the states name), so no pass of its own does."""
 
     first_ts: float | None
     last_ts: float | None
     resets: list[Row] | None  # cluster_uuid, node, _origin, seq of each reset event
+    names: list[Row] = field(default_factory=list)  # distinct (node, name) pairs
+    # distinct (cluster_uuid, last_committed_config, last_accepted_config, quorum, master) of bootstrapped events
+    refs: list[Row] = field(default_factory=list)
+    events: int = 0
 
 
 MAX_SCOUTED_RESETS = 200
@@ -77,11 +88,22 @@ class Input:
     # {source, line, text, node}: crash-cut last lines, noted and skipped
     truncated: list[dict[str, object]] = field(default_factory=list)
     persisted: list[DataFrame] = field(default_factory=list)
-    scout: Scout | None = None  # None: the audit finds it out itself (`scout`)
+    scout: Scout | None = None  # None: `settle` gives it after the first pass, or the audit finds it out itself
+    # Parquet: `events` with the malformed-row check and the scout observed (`DataFrame.observe`): the first
+    # pass over them (the state table) does that work too, and `settle` reads it afterwards.
+    observed: DataFrame | None = None
+    settle: Callable[[], Scout] | None = None
+    origin: Callable[[str], str] = folder_of  # a `_source`'s `_origin`, on the driver
 
     def release(self) -> None:
         for df in self.persisted:
             df.unpersist()
+
+    def checked(self) -> Scout | None:
+        """The scout, after the malformed-row check has run (a job of its own if no pass has done it yet)."""
+        if self.settle is not None:
+            return self.settle()
+        return self.scout
 
 
 def display_source(source: str) -> str:
@@ -97,7 +119,8 @@ def local_path(uri: str) -> str | None:
 
 
 def origin_of(source: Column) -> Column:
-    """The folder a file is in: a node's history folder, or a compacted cluster partition."""
+    """The folder a file is in: a node's history folder, or a compacted cluster partition. A string function
+    per event costs about a microsecond: the passes carry `_source` and ask for this where they need it."""
     return F.regexp_replace(source, "/[^/]*$", "")
 
 
@@ -195,16 +218,37 @@ def _problem(value: Column | None) -> Column:
         rule = F.when(F.trim(value) == "", F.lit("blank")).when(
             F.col(CORRUPT).isNotNull(), F.lit("not a JSON object with the schema's field types")
         )
-    return (
+    problem = (
         rule.when(missing != "", F.concat(F.lit("missing field(s): "), missing))
         .when(~F.col("type").isin(*EVENT_TYPES), F.concat(F.lit("unknown event type "), F.col("type")))
         .otherwise(F.lit(None).cast(T.StringType()))
     )
+    # The message is built only for the rows that are not events: a cheap test first (every row takes it).
+    complete = reduce(lambda a, b: a & b, [F.col(c).isNotNull() for c in REQUIRED_ALWAYS]) & (
+        ~F.col("type").isin(*STATE_TYPES)
+        | reduce(lambda a, b: a & b, [F.col(c).isNotNull() for c in REQUIRED_FOR_STATES])
+    )
+    event = F.col(CORRUPT).isNull() & complete & F.col("type").isin(*EVENT_TYPES)  # a blank line has no fields
+    return F.when(~event, problem)
 
 
-def _scout_aggregates(ok: Column, origin: Column) -> list[Column]:
+def _scout_aggregates(ok: Column, origin: Column, name: Column | None) -> list[Column]:
     reset = ok & F.col("type").isin(*RESET_TYPES)
+    refs = ("last_committed_config", "last_accepted_config", "quorum", "master")
+    names = []
+    if name is not None:
+        names = [F.collect_set(F.when(ok & name.isNotNull(), F.struct("node", name.alias("name")))).alias("_names")]
     return [
+        F.count_if(ok).alias("_events"),
+        *names,
+        F.collect_set(
+            F.when(
+                ok
+                & (F.col("cluster_uuid") != UNBOOTSTRAPPED)
+                & reduce(lambda a, b: a | b, [F.col(c).isNotNull() for c in refs]),
+                F.struct("cluster_uuid", *refs),
+            )
+        ).alias("_refs"),
         F.min(F.when(ok, F.col("ts"))).alias("_first_ts"),
         F.max(F.when(ok, F.col("ts"))).alias("_last_ts"),
         F.count_if(reset).alias("_n_resets"),
@@ -216,14 +260,16 @@ def _scout_aggregates(ok: Column, origin: Column) -> list[Column]:
     ]
 
 
-def _scout_of(r: Row) -> Scout:
+def _scout_of(r: Row | Mapping[str, Any]) -> Scout:
     resets = list(r["_resets"]) if r["_n_resets"] <= MAX_SCOUTED_RESETS else None
-    return Scout(r["_first_ts"], r["_last_ts"], resets)
+    names = list(r["_names"]) if "_names" in r else []
+    return Scout(r["_first_ts"], r["_last_ts"], resets, names, list(r["_refs"]), int(r["_events"]))
 
 
 def scout(events: DataFrame) -> Scout:
     """The scout for events that were read without one (one narrow job)."""
-    return _scout_of(events.agg(*_scout_aggregates(F.lit(True), F.col("_origin"))).collect()[0])
+    name = F.col(NODE_NAME_COLUMN) if NODE_NAME_COLUMN in events.columns else None
+    return _scout_of(events.agg(*_scout_aggregates(F.lit(True), F.col("_origin"), name)).collect()[0])
 
 
 def read_jsonl_lines(spark: SparkSession, paths: Sequence[str]) -> tuple[DataFrame, list[dict[str, object]]]:
@@ -288,12 +334,14 @@ def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
             *EVENT_COLUMNS, NODE_NAME_COLUMN, "_source", origin.alias("_origin")
         ),
         persisted=[parsed],
+        origin=(lambda source: source) if has_line else folder_of,
     )
     is_bad = F.col("_problem").isNotNull() & (F.col("_problem") != "blank")
     bad = parsed.filter(is_bad)
     # One job reads (and caches) every line: it counts the malformed ones and scouts the events.
     checked = parsed.agg(
-        F.count_if(is_bad).alias("_bad"), *_scout_aggregates(F.col("_problem").isNull(), origin)
+        F.count_if(is_bad).alias("_bad"),
+        *_scout_aggregates(F.col("_problem").isNull(), origin, F.col(NODE_NAME_COLUMN)),
     ).collect()[0]
     result.scout = _scout_of(checked)
     if checked["_bad"] == 0:
@@ -360,29 +408,43 @@ def read_parquet(spark: SparkSession, paths: Sequence[str], *, skip_malformed: b
     source = F.col("_metadata.file_path")
     rows = df.select(*EVENT_COLUMNS, source.alias("_source"), F.lit(None).alias(CORRUPT))
     rows = rows.withColumn("_problem", _problem(None)).drop(CORRUPT)
-    result = Input(
-        events=rows.filter(F.col("_problem").isNull()).select(
+    # The malformed rows' count and the scout are observed during the audit's first pass (no pass of their
+    # own): `settle` reads them afterwards, and fails as an eager check would have.
+    observation = Observation()
+    observed = rows.observe(
+        observation,
+        F.count_if(F.col("_problem").isNotNull()).alias("_bad"),
+        *_scout_aggregates(F.col("_problem").isNull(), origin_of(F.col("_source")), None),
+    )
+
+    def events_of(frame: DataFrame) -> DataFrame:
+        return frame.filter(F.col("_problem").isNull()).select(
             *EVENT_COLUMNS,
             F.lit(None).cast(T.StringType()).alias(NODE_NAME_COLUMN),  # compaction keeps the contract's fields
             "_source",
             origin_of(F.col("_source")).alias("_origin"),
         )
-    )
-    bad = rows.filter(F.col("_problem").isNotNull())
-    # One narrow job: the malformed rows' count and the scout (the passes that follow read the columns they need).
-    checked = rows.agg(
-        F.count_if(F.col("_problem").isNotNull()).alias("_bad"),
-        *_scout_aggregates(F.col("_problem").isNull(), origin_of(F.col("_source"))),
-    ).collect()[0]
-    result.scout = _scout_of(checked)
-    if checked["_bad"]:
-        result.malformed_lines = int(checked["_bad"])
-        if not skip_malformed:
-            r = bad.limit(1).collect()[0]
-            raise UnusableInput(
-                f"malformed row in {display_source(r['_source'])}: {r['_problem']} "
-                f"({result.malformed_lines} such rows); see --skip-malformed"
-            )
+
+    result = Input(events=events_of(rows), observed=events_of(observed))
+
+    def settle() -> Scout:
+        jo = observation._jo
+        if jo is None or not jo.future().isCompleted():
+            observed.agg(F.count(F.lit(1))).collect()  # no pass observed them yet: one narrow job
+        checked = observation.get
+        if checked["_bad"]:
+            result.malformed_lines = int(checked["_bad"])
+            if not skip_malformed:
+                r = rows.filter(F.col("_problem").isNotNull()).limit(1).collect()[0]
+                raise UnusableInput(
+                    f"malformed row in {display_source(r['_source'])}: {r['_problem']} "
+                    f"({result.malformed_lines} such rows); see --skip-malformed"
+                )
+        result.scout = _scout_of(checked)
+        result.settle = None
+        return result.scout
+
+    result.settle = settle
     notes = _read_notes(spark, paths)
     if notes is not None:
         result.truncated = [r.asDict() for r in notes.dropDuplicates(["source", "line"]).limit(1000).collect()]

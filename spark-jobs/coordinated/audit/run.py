@@ -24,7 +24,16 @@ class Outcome:
 def audit(
     spark: SparkSession, inp: Input, *, max_examples: int = 5, max_violations: int = 20, source: str = ""
 ) -> Outcome:
-    frames = prepare(spark, inp.events, max_examples=max_examples, max_violations=max_violations, scouted=inp.scout)
+    frames = prepare(
+        spark,
+        inp.events,
+        max_examples=max_examples,
+        max_violations=max_violations,
+        scouted=inp.scout,
+        observed=inp.observed,
+        settle=inp.settle,
+        folder=inp.origin,
+    )
     try:
         results = run_all(frames)
         stats = compute(frames, truncated=inp.truncated)

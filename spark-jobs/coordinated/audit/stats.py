@@ -17,8 +17,7 @@ from pyspark.sql import functions as F
 
 from coordinated.audit.invariants.masters import winners
 from coordinated.audit.prepare import Frames
-from coordinated.audit.reading import display_source
-from coordinated.audit.schema import NODE_NAME_COLUMN, UNBOOTSTRAPPED
+from coordinated.audit.reading import display_source, scout
 from coordinated.coordination.offline_recovery import MUST_JOIN_ELECTED_MASTER
 from coordinated.coordination.state import PLACEHOLDER_PREFIX
 
@@ -67,29 +66,16 @@ def _not_a_node(node_id: str) -> bool:
 
 
 def directory(fr: Frames) -> Directory:
-    """One aggregation over the events: names per node, and the node ids each node's states name."""
-    ev = fr.events
-    has_names = NODE_NAME_COLUMN in ev.columns
-    name = F.max(NODE_NAME_COLUMN) if has_names else F.lit(None).cast("string")
-    rows = (
-        ev.groupBy("cluster_uuid", "node")
-        .agg(
-            name.alias("name"),
-            F.collect_set("last_committed_config").alias("committed"),
-            F.collect_set("last_accepted_config").alias("accepted"),
-            F.collect_set("quorum").alias("quorum"),
-            F.collect_set("master").alias("master"),
-        )
-        .collect()
-    )
+    """Names per node, and the node ids each cluster's states name: from the scout (the input's first pass
+    gathered the distinct names and the distinct configurations, quorums and masters), else one aggregation."""
+    found = fr.scout or scout(fr.events)
     names: dict[str, str] = {}
+    for r in sorted(found.names, key=lambda r: (r["node"], r["name"]), reverse=True):
+        names.setdefault(r["node"], r["name"])
     referenced: dict[str, set[str]] = defaultdict(set)
-    for r in rows:
-        if r["name"]:
-            names.setdefault(r["node"], r["name"])
-        if r["cluster_uuid"] == UNBOOTSTRAPPED:
-            continue
-        ids = {i for key in ("committed", "accepted", "quorum") for ids in r[key] for i in ids} | set(r["master"])
+    for r in found.refs:
+        ids = {i for key in ("last_committed_config", "last_accepted_config", "quorum") for i in r[key] or []}
+        ids.add(r["master"])
         referenced[r["cluster_uuid"]] |= {i for i in ids if i and not _not_a_node(i)}
     return Directory(names, dict(referenced))
 

@@ -2,7 +2,7 @@
 
 The window is partitioned by (cluster_uuid, node), plus the folder for events written before bootstrap
 ("_na_") and the node's epoch (the number of reset events, `unsafe_bootstrap` or `detached`, so far), so it scales with the number of nodes and never mixes two clusters' nodes that share an id. Each
-row is compared with the node's earlier events (running aggregates, no buffered frames):
+row is compared with the node's earlier events (running aggregates; the range's own figures over the whole range):
 
 - history-gap: seq starts at 1, has no holes and no repeats;
 - node-monotonic: the term of `term`, `elected`, `accepted` and `stepped_down` events never decreases, and
@@ -24,6 +24,7 @@ violation rather than a gap, unless a reset event comes right before the move.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 
+from coordinated.audit.reading import folder_of
 from coordinated.audit.schema import RESET_TYPES, UNBOOTSTRAPPED
 
 TERM_TYPES = ("term", "elected", "accepted", "stepped_down")
@@ -144,7 +146,7 @@ def windowed(
     epochs without a window of their own; None: the window counts them."""
     na_origin = F.when(F.col("cluster_uuid") == UNBOOTSTRAPPED, F.col("_origin")).otherwise(F.lit(""))
     ev = events.select(
-        "cluster_uuid", "node", "seq", "ts", "type", "term", "version", "state_uuid", "_origin", *RESET_COLUMNS,
+        "cluster_uuid", "node", "seq", "ts", "type", "term", "version", "state_uuid", "_source", *RESET_COLUMNS,
         na_origin.alias("_na_origin"),
         (F.floor(F.col("seq") / F.lit(chunk)) if chunk else F.lit(0)).cast("long").alias("_chunk"),
     )  # fmt: skip
@@ -161,6 +163,9 @@ def windowed(
     by_seq = Window.partitionBy(*PARTITION, "_chunk").orderBy("seq")
     before = by_seq.rowsBetween(Window.unboundedPreceding, -1)
     upto = by_seq.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    # The range's figures are read off its last row only: a whole-range frame computes them once per range,
+    # where a running frame would evaluate them again for every row.
+    whole = by_seq.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     typ = F.col("type")
     is_term = typ.isin(*TERM_TYPES)
     term_of = F.when(is_term, F.col("term"))
@@ -182,22 +187,23 @@ def windowed(
         F.last(applied, ignorenulls=True).over(before).alias("prev_applied"),
         # The node's own reset event commits its state for it (see the state table).
         F.last(F.when(is_commit, F.col("state_uuid")), ignorenulls=True).over(before).alias("last_commit"),
-        F.count(F.lit(1)).over(upto).alias("n"),
-        F.first("seq").over(upto).alias("first_seq"),
-        F.first("_origin").over(upto).alias("first_origin"),
-        F.first("type").over(upto).alias("first_type"),
-        F.min("ts").over(upto).alias("first_ts"),
-        F.max("ts").over(upto).alias("last_ts"),
-        F.sum((typ == "elected").cast("long")).over(upto).alias("n_elected"),
-        F.sum(is_applied.cast("long")).over(upto).alias("n_applied"),
-        F.sum((typ == "committed").cast("long")).over(upto).alias("n_committed"),
-        F.min(term_of).over(upto).alias("min_term_all"),
-        F.first(term_of, ignorenulls=True).over(upto).alias("first_term"),
-        F.max(term_of).over(upto).alias("max_term_all"),
+        F.count(F.lit(1)).over(whole).alias("n"),
+        F.first("seq").over(whole).alias("first_seq"),
+        # The file, not its folder: the folder is a string function per row, costly at this scale (`folder`).
+        F.first("_source").over(whole).alias("first_source"),
+        F.first("type").over(whole).alias("first_type"),
+        F.min("ts").over(whole).alias("first_ts"),
+        F.max("ts").over(whole).alias("last_ts"),
+        F.sum((typ == "elected").cast("long")).over(whole).alias("n_elected"),
+        F.sum(is_applied.cast("long")).over(whole).alias("n_applied"),
+        F.sum((typ == "committed").cast("long")).over(whole).alias("n_committed"),
+        F.min(term_of).over(whole).alias("min_term_all"),
+        F.first(term_of, ignorenulls=True).over(whole).alias("first_term"),
+        F.max(term_of).over(whole).alias("max_term_all"),
         # What the next seq range of the node needs from this one (read off the range's last row).
-        F.first(applied, ignorenulls=True).over(upto).alias("first_applied"),
-        F.last(applied, ignorenulls=True).over(upto).alias("last_applied"),
-        F.last(F.when(is_commit, F.col("state_uuid")), ignorenulls=True).over(upto).alias("last_commit_upto"),
+        F.first(applied, ignorenulls=True).over(whole).alias("first_applied"),
+        F.last(applied, ignorenulls=True).over(whole).alias("last_applied"),
+        F.last(F.when(is_commit, F.col("state_uuid")), ignorenulls=True).over(whole).alias("last_commit_upto"),
     )
 
 
@@ -233,7 +239,7 @@ def _kept_rows(
         | ~F.col("bin").eqNullSafe(F.col("next_bin"))
         | typ.isin("elected", "stepped_down", *RESET_TYPES)
     )
-    return flagged.filter(keep).drop("_origin").collect()
+    return flagged.filter(keep).drop("_source").collect()
 
 
 def _is_flagged(r: Row) -> bool:
@@ -322,8 +328,10 @@ def node_pass(
     *,
     resets: list[Row] | None = None,
     chunk: int | None = CHUNK,
+    folder: Callable[[str], str] = folder_of,
 ) -> NodePass:
-    """The window pass; `t0`, `width` and `bins` place each node's last event per time bin (for the lag)."""
+    """The window pass; `t0`, `width` and `bins` place each node's last event per time bin (for the lag).
+    `folder` gives a file's `_origin` (the events' own column, computed for a piece's first file only)."""
     rows, lasts, redo = merge_chunks(_kept_rows(events, t0, width, bins, resets, chunk))
     if redo:
         again = reduce(lambda a, b: a | b, [(F.col("cluster_uuid") == c) & (F.col("node") == n) for c, n in redo])
@@ -338,7 +346,7 @@ def node_pass(
             Stream(
                 cluster=r["cluster_uuid"],
                 node=r["node"],
-                origin=r["first_origin"],
+                origin=folder(r["first_source"]),
                 events=int(r["n"]),
                 first_seq=int(r["first_seq"]),
                 last_seq=int(r["seq"]),

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Row, Window
+from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -35,6 +36,19 @@ class CheckResult:
     violations: list[Violation] = field(default_factory=list)
 
 
+LOCAL_ROWS = 100_000
+
+
+def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: T.StructType) -> DataFrame:
+    """A small DataFrame of driver-side rows. Up to `LOCAL_ROWS` of them travel as one JSON literal parsed in
+    the JVM: a Python list given to `createDataFrame` is read back by Python workers, which cost a second or
+    two to start, and a literal per value costs a Py4J call each."""
+    if len(rows) > LOCAL_ROWS:
+        return spark.createDataFrame([tuple(r) for r in rows], schema)
+    text = json.dumps([dict(zip(schema.fieldNames(), r, strict=True)) for r in rows])
+    return spark.range(1).select(F.inline(F.from_json(F.lit(text), T.ArrayType(schema))))
+
+
 def as_example(row: Row | None) -> Example | None:
     """Every field of the event, and the file it is in."""
     if row is None:
@@ -57,7 +71,7 @@ def lookup_events(events: DataFrame, refs: set[tuple[str, str, int]]) -> dict[tu
             T.StructField("seq", T.LongType()),
         ]
     )
-    wanted = events.sparkSession.createDataFrame(sorted(refs), schema)
+    wanted = local_frame(events.sparkSession, sorted(refs), schema)
     out: dict[tuple[str, str, int], list[Example]] = {}
     rows = events.join(F.broadcast(wanted), ["cluster_uuid", "node", "seq"]).collect()
     for r in sorted(rows, key=lambda r: (r["node"], r["seq"], r["type"], r["_source"] or "")):
@@ -86,7 +100,7 @@ def examples_for(
         return {}
     spark = events.sparkSession
     schema = T.StructType([events.schema[c] for c in key_cols] + [T.StructField(c, T.StringType()) for c in carry])
-    wanted = spark.createDataFrame([tuple(k[c] for c in (*key_cols, *carry)) for k in keys], schema)
+    wanted = local_frame(spark, [tuple(k[c] for c in (*key_cols, *carry)) for k in keys], schema)
     df = events.join(F.broadcast(wanted), list(key_cols))
     if where is not None:
         df = df.filter(where)

@@ -18,7 +18,7 @@ from pyspark.sql import types as T
 
 from coordinated.audit.prepare import Frames
 from coordinated.audit.schema import COMMITTED_CHAIN, STATE_TYPES
-from coordinated.audit.violations import CheckResult, Violation, examples_for, first_rows
+from coordinated.audit.violations import CheckResult, Violation, examples_for, first_rows, local_frame
 
 MAX_ROUNDS = 40  # 2**40 uncommitted states in a row is beyond any real history: a cycle
 DRIVER_WALK_LIMIT = 2_000_000
@@ -94,7 +94,7 @@ def walk_ends(fr: Frames) -> DataFrame:
     rows = uncommitted.limit(DRIVER_WALK_LIMIT + 1).collect()
     if len(rows) <= DRIVER_WALK_LIMIT:
         ends = walk_on_driver([(r["cid"], r["state_h"], r["parent_h"]) for r in rows])
-        return fr.spark.createDataFrame(ends, ENDS_SCHEMA)
+        return local_frame(fr.spark, ends, ENDS_SCHEMA)
     return walk_in_spark(fr.states.select("cid", "state_h", "parent_h", "committed"))
 
 

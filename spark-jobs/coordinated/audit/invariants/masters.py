@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from coordinated.audit.prepare import NO_MASTER, Frames
 from coordinated.audit.schema import ONE_MASTER, STATE_TYPES
@@ -29,8 +28,9 @@ def _hashes(fr: Frames, names: list[str]) -> dict[str, int]:
     """Spark's xxhash64 of a few node ids (the state table holds the masters' names as these)."""
     if not names:
         return {}
-    df = fr.spark.createDataFrame([(n,) for n in names], T.StructType([T.StructField("n", T.StringType())]))
-    return {r["n"]: r["h"] for r in df.select("n", F.xxhash64("n").alias("h")).collect()}
+    # Literals over one row: no Python worker (createDataFrame would start them just for this).
+    row = fr.spark.range(1).select(F.array(*[F.xxhash64(F.lit(n)) for n in names]).alias("h")).collect()[0]
+    return dict(zip(names, row["h"], strict=True))
 
 
 def check(fr: Frames) -> list[CheckResult]:

@@ -27,7 +27,7 @@ from coordinated.audit.schema import (
     RESET_TYPES,
 )
 from coordinated.audit.streams import Stream
-from coordinated.audit.violations import CheckResult, Example, Violation, lookup_events
+from coordinated.audit.violations import CheckResult, Example, Violation, local_frame, lookup_events
 
 
 def check(fr: Frames) -> list[CheckResult]:
@@ -164,8 +164,8 @@ def _verify_unordered_applies(fr: Frames, rows: list[Row]) -> list[Row]:
             T.StructField("applied_seq", T.LongType()),
         ]
     )
-    wanted = fr.spark.createDataFrame(
-        [(r["cluster_uuid"], r["node"], r["state_uuid"], r["_na_origin"], r["seq"]) for r in rows], schema
+    wanted = local_frame(
+        fr.spark, [(r["cluster_uuid"], r["node"], r["state_uuid"], r["_na_origin"], r["seq"]) for r in rows], schema
     )
     # A state its master never committed is reported once, by the state check, not again per apply.
     decided = {

@@ -18,7 +18,7 @@ from pyspark.sql import types as T
 
 from coordinated.audit.prepare import Frames, is_master_commit, quorum_candidates
 from coordinated.audit.schema import COMMIT_QUORUM
-from coordinated.audit.violations import CheckResult, Violation, as_example, first_rows
+from coordinated.audit.violations import CheckResult, Violation, as_example, first_rows, local_frame
 
 KEY = ["cluster_uuid", "state_uuid"]
 
@@ -42,7 +42,8 @@ def check(fr: Frames) -> list[CheckResult]:
         )
     )
     present_rows = [(c, sorted(nodes)) for c, nodes in fr.nodes.present().items()]
-    present = fr.spark.createDataFrame(
+    present = local_frame(
+        fr.spark,
         present_rows,
         T.StructType(
             [T.StructField("cluster_uuid", T.StringType()), T.StructField("present", T.ArrayType(T.StringType()))]
