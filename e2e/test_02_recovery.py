@@ -48,10 +48,13 @@ def run_procedure(namespace: str) -> str:
     return done.stdout
 
 
-def claim_uid(cluster: Cluster, ordinal: int) -> str | None:
-    found = kubectl("-n", cluster.namespace, "get", "pvc", f"data-{NAME}-{ordinal}", "-o",
-                    "jsonpath={.metadata.uid}", check=False)  # fmt: skip
+def uid_of(cluster: Cluster, kind: str, name: str) -> str | None:
+    found = kubectl("-n", cluster.namespace, "get", kind, name, "-o", "jsonpath={.metadata.uid}", check=False)
     return found.stdout.strip() or None if found.returncode == 0 else None
+
+
+def claim_uid(cluster: Cluster, ordinal: int) -> str | None:
+    return uid_of(cluster, "pvc", f"data-{NAME}-{ordinal}")
 
 
 def test_unsafe_bootstrap_after_losing_two_of_three_claims(
@@ -83,7 +86,16 @@ def lose_two_claims_and_recover(cluster: Cluster, figure: Figure) -> None:
     lost = {ordinal: claim_uid(cluster, ordinal) for ordinal in (1, 2)}
     # Two volumes lost for good: their claims (and data: reclaimPolicy Delete) go, and so do their pods.
     kubectl("-n", namespace, "delete", "pvc", f"data-{NAME}-1", f"data-{NAME}-2", "--wait=false")
-    kubectl("-n", namespace, "delete", "pod", f"{NAME}-1", f"{NAME}-2", "--wait=true", timeout=180)
+    lost_pods = {name: uid_of(cluster, "pod", name) for name in (f"{NAME}-1", f"{NAME}-2")}
+    kubectl("-n", namespace, "delete", "pod", *lost_pods, "--wait=false")
+    # Gone once the name is free or holds a new pod: the StatefulSet recreates it at once. (Not `kubectl delete
+    # --wait`: its watch once hung for 180 s after both pods had been replaced, on a loaded machine.)
+    wait_until(
+        "the lost pods to be deleted",
+        lambda: all(uid_of(cluster, "pod", name) != uid for name, uid in lost_pods.items()) or None,
+        180,
+        interval=1,
+    )
     wait_until(
         "the StatefulSet to give the lost pods new, empty claims",
         lambda: all(claim_uid(cluster, o) not in (None, uid) for o, uid in lost.items()) or None,
