@@ -25,6 +25,7 @@ from functools import reduce
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession, Window
 from pyspark.sql import functions as F
@@ -298,12 +299,7 @@ def read_jsonl_lines(spark: SparkSession, paths: Sequence[str]) -> tuple[DataFra
 
 
 def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
-    """Parse `value` lines; `lines` has `_source` and either `_line` or (`_block`, `_mid`).
-
-    Nothing is cached and no job runs here: like Parquet, the malformed-line count and the scout are observed
-    during the audit's first pass (`settle` reads them, and locates the bad lines only when there are any).
-    Parsing twice (the state pass and the window) costs less than building a cache of every parsed line.
-    """
+    """Parse `value` lines; `lines` has `_source` and either `_line` or (`_block`, `_mid`)."""
     schema = T.StructType(
         [*EVENT_SCHEMA.fields, T.StructField(NODE_NAME, T.StringType()), T.StructField(CORRUPT, T.StringType())]
     )
@@ -320,50 +316,37 @@ def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
         F.col(NODE_NAME).alias(NODE_NAME_COLUMN),
         "_source",
         *position,
-        "value",
         _problem(F.col("value")).alias("_problem"),
+        F.when(F.trim("value") != "", F.substring("value", 1, 160)).alias("_raw"),
     )
+    parsed = parsed.select(
+        *EVENT_COLUMNS,
+        NODE_NAME_COLUMN,
+        "_source",
+        *position,
+        "_problem",
+        F.when(F.col("_problem").isNotNull(), F.col("_raw")).alias("_raw"),
+    ).persist(StorageLevel.MEMORY_AND_DISK)
     # Fetched lines come from one sidecar per URL; files from a node's folder.
     origin = F.col("_source") if has_line else origin_of(F.col("_source"))
-    is_bad = F.col("_problem").isNotNull() & (F.col("_problem") != "blank")
-    observation = Observation()
-    observed = parsed.observe(
-        observation,
-        F.count_if(is_bad).alias("_bad"),
-        *_scout_aggregates(F.col("_problem").isNull(), origin, F.col(NODE_NAME_COLUMN)),
-    )
-
-    def events_of(frame: DataFrame) -> DataFrame:
-        return frame.filter(F.col("_problem").isNull()).select(
-            *EVENT_COLUMNS, NODE_NAME_COLUMN, "_source", origin.alias("_origin")
-        )
-
     result = Input(
-        events=events_of(parsed),
-        observed=events_of(observed),
+        events=parsed.filter(F.col("_problem").isNull()).select(
+            *EVENT_COLUMNS, NODE_NAME_COLUMN, "_source", origin.alias("_origin")
+        ),
+        persisted=[parsed],
         origin=(lambda source: source) if has_line else folder_of,
     )
+    is_bad = F.col("_problem").isNotNull() & (F.col("_problem") != "blank")
+    bad = parsed.filter(is_bad)
+    # One job reads (and caches) every line: it counts the malformed ones and scouts the events.
+    checked = parsed.agg(
+        F.count_if(is_bad).alias("_bad"),
+        *_scout_aggregates(F.col("_problem").isNull(), origin, F.col(NODE_NAME_COLUMN)),
+    ).collect()[0]
+    result.scout = _scout_of(checked)
+    if checked["_bad"] == 0:
+        return result
 
-    def settle() -> Scout:
-        jo = observation._jo
-        if jo is None or not jo.future().isCompleted():
-            observed.agg(F.count(F.lit(1))).collect()  # no pass observed them yet: one narrow job
-        checked = observation.get
-        result.scout = _scout_of(checked)
-        result.settle = None
-        if checked["_bad"]:
-            result.malformed_lines = int(checked["_bad"])
-            if not skip_malformed:
-                raise UnusableInput(_malformed_message(parsed, is_bad, has_line, result.malformed_lines))
-        return result.scout
-
-    result.settle = settle
-    return result
-
-
-def _malformed_message(parsed: DataFrame, is_bad: Column, has_line: bool, count: int) -> str:
-    """The first malformed lines with their file and line number (jobs of their own, only when there are any)."""
-    bad = parsed.filter(is_bad).withColumn("_raw", F.substring("value", 1, 160))
     if has_line:
         located = bad
     else:
@@ -375,10 +358,15 @@ def _malformed_message(parsed: DataFrame, is_bad: Column, has_line: bool, count:
         located = bad.join(F.broadcast(splits), ["_source", "_block"]).withColumn(
             "_line", F.col("_before") + F.col("_mid") - F.col("_first") + 1
         )
-    first = located.orderBy("_source", "_line").limit(MAX_REPORTED).collect()
-    where = "; ".join(f"{display_source(r['_source'])}:{r['_line']}: {r['_problem']}: {r['_raw']!r}" for r in first)
-    more = count - len(first)
-    return f"malformed line: {where}" + (f" (and {more} more)" if more > 0 else "") + "; see --skip-malformed"
+    result.malformed_lines = int(checked["_bad"])
+    if not skip_malformed:
+        first = located.orderBy("_source", "_line").limit(MAX_REPORTED).collect()
+        where = "; ".join(f"{display_source(r['_source'])}:{r['_line']}: {r['_problem']}: {r['_raw']!r}" for r in first)
+        more = result.malformed_lines - len(first)
+        raise UnusableInput(
+            f"malformed line: {where}" + (f" (and {more} more)" if more > 0 else "") + "; see --skip-malformed"
+        )
+    return result
 
 
 PARQUET_MAGIC = b"PAR1"
