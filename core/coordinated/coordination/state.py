@@ -477,15 +477,13 @@ def initial_state(cluster_name: str) -> ClusterState:
     return ClusterState(cluster_name=cluster_name)
 
 
-def _session_to_api(session: Session, state: ClusterState) -> dict[str, Any]:
-    if session.node is None:
-        return {"ttl": format_time_ms(session.ttl_ms), "create_version": session.create_version}
-    known = state.nodes.get(session.node)
-    return {
-        "node": known.name if known else session.node,
-        "node_id": session.node,
-        "create_version": session.create_version,
-    }
+def session_binding_to_api(ttl_ms: int, node_id: str | None, nodes: Mapping[str, DiscoveryNode]) -> dict[str, Any]:
+    """What a session lives by, as the API shows it: `{"ttl"}` for a TTL session, `{"node", "node_id"}` for a
+    node session (the node's name while it is in `nodes`)."""
+    if node_id is None:
+        return {"ttl": format_time_ms(ttl_ms)}
+    known = nodes.get(node_id)
+    return {"node": known.name if known else node_id, "node_id": node_id}
 
 
 def state_to_api(state: ClusterState) -> dict[str, Any]:
@@ -516,7 +514,11 @@ def state_to_api(state: ClusterState) -> dict[str, Any]:
             "persistent_settings": dict(state.persistent_settings),
             "kv": dict(state.kv),
             "sessions": {
-                session_id: _session_to_api(session, state) for session_id, session in sorted(state.sessions.items())
+                session_id: {
+                    **session_binding_to_api(session.ttl_ms, session.node, state.nodes),
+                    "create_version": session.create_version,
+                }
+                for session_id, session in sorted(state.sessions.items())
             },
             "ephemeral_keys": dict(sorted(state.kv_sessions.items())),
             "repositories": {

@@ -39,8 +39,8 @@ from coordinated.coordination.client import (
     no_master_error,
 )
 from coordinated.coordination.context import Mode
-from coordinated.coordination.settings import format_time_ms, parse_time_ms
-from coordinated.coordination.state import LONG_MAX, state_to_api
+from coordinated.coordination.settings import parse_time_ms
+from coordinated.coordination.state import LONG_MAX, session_binding_to_api, state_to_api
 from coordinated.coordination.validation import (
     hook_name_problem,
     key_problem,
@@ -639,10 +639,7 @@ class _SessionBody(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def session_body(session_id: str, ttl_ms: int, node_id: str | None, node: Node) -> dict[str, Any]:
-    if node_id is None:
-        return {"id": session_id, "ttl": format_time_ms(ttl_ms)}
-    known = node.applied_state.nodes.get(node_id)
-    return {"id": session_id, "node": known.name if known else node_id, "node_id": node_id}
+    return {"id": session_id, **session_binding_to_api(ttl_ms, node_id, node.applied_state.nodes)}
 
 
 def session_result(result: ClientResult, node: Node, status: int = 200) -> web.Response:
