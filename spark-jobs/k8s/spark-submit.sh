@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Run the audit on Kubernetes with spark-submit in cluster mode. Needs rbac.yaml applied first.
 #   NAMESPACE=prod CLUSTER=my-cluster REPLICAS=3 spark-jobs/k8s/spark-submit.sh
+# Secure by default, like the operator's clusters: https with the cluster's CA (only `ca.crt` of the Secret
+# CA_SECRET, default <cluster>-certs, is mounted in the driver; never the pods' keys that share it) and the
+# reader token (key `token` of TOKEN_SECRET, default <cluster>-reader) in the driver's $COORDINATED_TOKEN.
+# For a cluster created without them (spec.tls.enabled / spec.auth.enabled false): TLS=false, AUTH=false.
+# Driver and executors carry the label coordinated.dev/client=<cluster>, which the cluster's NetworkPolicy
+# admits to the client port unless spec.clientAccess says otherwise.
 # SPARK_SUBMIT_EXTRA adds spark-submit options (split on spaces), e.g. smaller CPU requests on a small node:
 #   SPARK_SUBMIT_EXTRA="--conf spark.kubernetes.driver.request.cores=250m" spark-jobs/k8s/spark-submit.sh
 # The sidecar URLs assume the operator's per-pod DNS names (StatefulSet pods behind a headless
@@ -11,19 +17,70 @@ NAMESPACE="${NAMESPACE:-default}"
 CLUSTER="${CLUSTER:-coordinated}"
 REPLICAS="${REPLICAS:-3}"
 IMAGE="${IMAGE:-coordinated-cluster:0.1.0}"
-APISERVER="${APISERVER:-$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')}"
+TLS="${TLS:-true}"
+AUTH="${AUTH:-true}"
+CA_SECRET="${CA_SECRET:-${CLUSTER}-certs}"
+TOKEN_SECRET="${TOKEN_SECRET:-${CLUSTER}-reader}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
+CA_DIR=/etc/coordinated/tls
+
+for setting in TLS AUTH; do
+  case "${!setting}" in
+    true | false) ;;
+    *)
+      echo "spark-submit.sh: ${setting} must be true or false, not '${!setting}'" >&2
+      exit 2
+      ;;
+  esac
+done
+APISERVER="${APISERVER:-$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')}"
 
 if [[ -z "${SIDECARS:-}" ]]; then
+  scheme=http
+  [[ $TLS == true ]] && scheme=https
   urls=()
   for ((i = 0; i < REPLICAS; i++)); do
-    urls+=("http://${CLUSTER}-${i}.${CLUSTER}-headless.${NAMESPACE}.svc:9200")
+    urls+=("${scheme}://${CLUSTER}-${i}.${CLUSTER}-headless.${NAMESPACE}.svc:9200")
   done
   SIDECARS="$(IFS=,; echo "${urls[*]}")"
 fi
 read -r -a extra <<<"${SPARK_SUBMIT_EXTRA:-}"
 
-exec spark-submit \
+conf=(
+  --conf "spark.kubernetes.driver.label.coordinated.dev/client=${CLUSTER}"
+  --conf "spark.kubernetes.executor.label.coordinated.dev/client=${CLUSTER}"
+)
+audit_args=()
+driver_template="${HERE}/pod-template.yaml"
+if [[ $AUTH == true ]]; then
+  # Resolved by the kubelet when it starts the driver: the driver's service account needs no Secret access.
+  conf+=(--conf "spark.kubernetes.driver.secretKeyRef.COORDINATED_TOKEN=${TOKEN_SECRET}:token")
+fi
+if [[ $TLS == true ]]; then
+  # spark.kubernetes.driver.secrets.* would mount the whole Secret, the pods' private keys included; a pod
+  # template can mount the one item. spark-submit reads it before it returns, so it lives for this run only.
+  driver_template="$(mktemp "${TMPDIR:-/tmp}/coordinated-audit-driver.XXXXXX")"
+  trap 'rm -f "$driver_template"' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  awk -v secret="$CA_SECRET" -v dir="$CA_DIR" '
+    { print }
+    /^      volumeMounts:$/ {
+      print "        - name: ca"; print "          mountPath: " dir; print "          readOnly: true"; mounts++
+    }
+    /^  volumes:$/ {
+      print "    - name: ca"; print "      secret:"; print "        secretName: " secret
+      print "        items:"; print "          - key: ca.crt"; print "            path: ca.crt"; volumes++
+    }
+    END { exit !(mounts == 1 && volumes == 1) }
+  ' "${HERE}/pod-template.yaml" >"$driver_template" || {
+    echo "spark-submit.sh: ${HERE}/pod-template.yaml lacks the container's volumeMounts or the pod's volumes" >&2
+    exit 2
+  }
+  audit_args+=(--ca-file "${CA_DIR}/ca.crt")
+fi
+
+spark-submit \
   --master "k8s://${APISERVER}" \
   --deploy-mode cluster \
   --name "coordinated-audit-${CLUSTER}" \
@@ -31,7 +88,7 @@ exec spark-submit \
   --conf spark.kubernetes.container.image="${IMAGE}" \
   --conf spark.kubernetes.container.image.pullPolicy=Never \
   --conf spark.kubernetes.authenticate.driver.serviceAccountName=coordinated-audit \
-  --conf spark.kubernetes.driver.podTemplateFile="${HERE}/pod-template.yaml" \
+  --conf spark.kubernetes.driver.podTemplateFile="${driver_template}" \
   --conf spark.kubernetes.executor.podTemplateFile="${HERE}/pod-template.yaml" \
   --conf spark.kubernetes.pyspark.pythonVersion=3 \
   --conf spark.executor.instances="${EXECUTORS:-2}" \
@@ -39,8 +96,10 @@ exec spark-submit \
   --conf spark.executor.memory=1g \
   --conf spark.driver.memory=1g \
   --conf spark.sql.shuffle.partitions=16 \
+  "${conf[@]}" \
   "${extra[@]}" \
   local:///app/spark-jobs/audit_main.py \
   --from-cluster "${SIDECARS}" \
   --report-dir /reports/"${CLUSTER}" \
+  "${audit_args[@]}" \
   "$@"

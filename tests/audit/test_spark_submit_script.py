@@ -1,0 +1,171 @@
+"""spark-jobs/k8s/spark-submit.sh, run with stub `spark-submit` and `kubectl` on PATH that record what they got.
+
+Secure by default, like the operator's clusters and the SparkApplication manifests: https, the reader token
+on the driver from its Secret, and only `ca.crt` of the certificates Secret mounted; TLS=false / AUTH=false
+for clusters created without them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+K8S = REPO / "spark-jobs" / "k8s"
+SCRIPT = K8S / "spark-submit.sh"
+BASE_TEMPLATE = K8S / "pod-template.yaml"
+CA_FILE = "/etc/coordinated/tls/ca.crt"
+
+# The stubs write into $RECORD: the arguments (NUL-separated) and, while spark-submit "runs", a copy of the
+# driver's pod template, which the script removes when it exits.
+SPARK_SUBMIT_STUB = r"""#!/usr/bin/env bash
+printf '%s\0' "$@" >"$RECORD/spark-submit.args"
+for arg in "$@"; do
+  case "$arg" in
+    spark.kubernetes.driver.podTemplateFile=*)
+      echo "${arg#*=}" >"$RECORD/driver-template.path"
+      cp "${arg#*=}" "$RECORD/driver-template.yaml" ;;
+  esac
+done
+exit "${STUB_EXIT:-0}"
+"""
+KUBECTL_STUB = r"""#!/usr/bin/env bash
+printf '%s\0' "$@" >"$RECORD/kubectl.args"
+echo "https://apiserver.example:6443"
+"""
+
+
+@dataclass
+class Submitted:
+    returncode: int
+    stderr: str
+    args: list[str]
+    record: Path
+
+    def conf(self) -> dict[str, str]:
+        """The spark-submit `--conf key=value` pairs."""
+        pairs = [self.args[i + 1] for i, arg in enumerate(self.args[:-1]) if arg == "--conf"]
+        return dict(pair.split("=", 1) for pair in pairs)
+
+    def audit_args(self) -> list[str]:
+        """What follows the application file: the audit's own arguments."""
+        return self.args[self.args.index("local:///app/spark-jobs/audit_main.py") + 1 :]
+
+    def option(self, name: str) -> str | None:
+        audit = self.audit_args()
+        return audit[audit.index(name) + 1] if name in audit else None
+
+    def driver_template(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = yaml.safe_load((self.record / "driver-template.yaml").read_text())
+        return loaded
+
+
+def submit(tmp_path: Path, **env: str) -> Submitted:
+    stubs, record = tmp_path / "bin", tmp_path / "record"
+    stubs.mkdir()
+    record.mkdir()
+    for name, text in (("spark-submit", SPARK_SUBMIT_STUB), ("kubectl", KUBECTL_STUB)):
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    environment = {
+        "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}",
+        "RECORD": str(record),
+        "TMPDIR": str(tmp_path),
+        "NAMESPACE": "ops",
+        "CLUSTER": "orders",
+        **env,
+    }
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--max-examples", "3"], env=environment, capture_output=True, text=True, timeout=60
+    )
+    args_file = record / "spark-submit.args"
+    args = args_file.read_text().split("\0")[:-1] if args_file.exists() else []
+    return Submitted(done.returncode, done.stderr, args, record)
+
+
+def ca_mounts(template: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The template's volumes that come from a Secret, and the container's mounts of them."""
+    volumes = [volume for volume in template["spec"]["volumes"] if "secret" in volume]
+    names = {volume["name"] for volume in volumes}
+    (container,) = template["spec"]["containers"]
+    return volumes, [mount for mount in container["volumeMounts"] if mount["name"] in names]
+
+
+def test_by_default_the_audit_uses_https_the_clusters_ca_only_and_the_reader_token(tmp_path: Path) -> None:
+    submitted = submit(tmp_path, REPLICAS="3")
+    assert submitted.returncode == 0, submitted.stderr
+    assert submitted.args[submitted.args.index("--master") + 1] == "k8s://https://apiserver.example:6443"
+    urls = submitted.option("--from-cluster")
+    assert urls == ",".join(f"https://orders-{i}.orders-headless.ops.svc:9200" for i in range(3))
+    assert submitted.option("--ca-file") == CA_FILE
+    assert submitted.audit_args()[-2:] == ["--max-examples", "3"]  # the caller's arguments still come last
+    conf = submitted.conf()
+    # The token comes from the reader Secret into the driver only (it ships it to the fetching tasks).
+    assert conf["spark.kubernetes.driver.secretKeyRef.COORDINATED_TOKEN"] == "orders-reader:token"
+    assert not [key for key in conf if "secretKeyRef" in key and key.startswith("spark.kubernetes.executor")]
+    # Never spark.kubernetes.*.secrets.*: that mounts every key of a Secret, the pods' private keys included.
+    assert not [key for key in conf if ".secrets." in key]
+    # The NetworkPolicy's default client peer.
+    assert conf["spark.kubernetes.driver.label.coordinated.dev/client"] == "orders"
+    assert conf["spark.kubernetes.executor.label.coordinated.dev/client"] == "orders"
+
+    template = submitted.driver_template()
+    volumes, mounts = ca_mounts(template)
+    assert volumes == [
+        {"name": "ca", "secret": {"secretName": "orders-certs", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}
+    ]
+    assert mounts == [{"name": "ca", "mountPath": str(Path(CA_FILE).parent), "readOnly": True}]
+    # Otherwise the driver's template is the shipped one; the executors use that one as it is.
+    template["spec"]["volumes"].remove(volumes[0])
+    template["spec"]["containers"][0]["volumeMounts"].remove(mounts[0])
+    assert template == yaml.safe_load(BASE_TEMPLATE.read_text())
+    assert conf["spark.kubernetes.executor.podTemplateFile"] == str(BASE_TEMPLATE)
+    # The generated template lived for the run only.
+    assert conf["spark.kubernetes.driver.podTemplateFile"] != str(BASE_TEMPLATE)
+    assert not Path(conf["spark.kubernetes.driver.podTemplateFile"]).exists()
+
+
+def test_the_opt_out_is_plain_http_without_token_or_ca(tmp_path: Path) -> None:
+    submitted = submit(tmp_path, TLS="false", AUTH="false", REPLICAS="2", APISERVER="https://given:6443")
+    assert submitted.returncode == 0, submitted.stderr
+    assert submitted.option("--from-cluster") == ",".join(
+        f"http://orders-{i}.orders-headless.ops.svc:9200" for i in range(2)
+    )
+    assert submitted.option("--ca-file") is None
+    conf = submitted.conf()
+    assert not [key for key in conf if "secretKeyRef" in key or ".secrets." in key]
+    assert conf["spark.kubernetes.driver.podTemplateFile"] == str(BASE_TEMPLATE)
+    assert ca_mounts(submitted.driver_template()) == ([], [])
+    assert not (tmp_path / "record" / "kubectl.args").exists()  # APISERVER given: kubectl is not asked
+
+
+def test_tls_and_tokens_are_chosen_separately_and_the_ca_secret_can_be_named(tmp_path: Path) -> None:
+    # A cluster with cert-manager certificates (NAME-cert-manager-tls) and tokens off.
+    submitted = submit(tmp_path, AUTH="false", CA_SECRET="orders-cert-manager-tls", REPLICAS="1")
+    assert submitted.returncode == 0, submitted.stderr
+    assert submitted.option("--from-cluster") == "https://orders-0.orders-headless.ops.svc:9200"
+    assert submitted.option("--ca-file") == CA_FILE
+    assert not [key for key in submitted.conf() if "secretKeyRef" in key]
+    (volume,), _ = ca_mounts(submitted.driver_template())
+    assert volume["secret"]["secretName"] == "orders-cert-manager-tls"
+
+
+def test_the_audits_exit_code_is_kept_and_the_template_removed(tmp_path: Path) -> None:
+    submitted = submit(tmp_path, STUB_EXIT="1")
+    assert submitted.returncode == 1
+    path = Path((tmp_path / "record" / "driver-template.path").read_text().strip())
+    assert path.parent == tmp_path and not path.exists()
+
+
+@pytest.mark.parametrize("setting", ["TLS", "AUTH"])
+def test_a_setting_other_than_true_or_false_is_refused(tmp_path: Path, setting: str) -> None:
+    submitted = submit(tmp_path, **{setting: "off"})
+    assert submitted.returncode == 2
+    assert f"{setting} must be true or false, not 'off'" in submitted.stderr
+    assert submitted.args == []  # spark-submit never ran
