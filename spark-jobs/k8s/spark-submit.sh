@@ -3,7 +3,8 @@
 #   NAMESPACE=prod CLUSTER=my-cluster REPLICAS=3 spark-jobs/k8s/spark-submit.sh
 # Secure by default, like the operator's clusters: https with the cluster's CA (only `ca.crt` of the Secret
 # CA_SECRET, default <cluster>-certs, is mounted in the driver; never the pods' keys that share it) and the
-# reader token (key `token` of TOKEN_SECRET, default <cluster>-reader) in the driver's $COORDINATED_TOKEN.
+# reader token (key `token` of TOKEN_SECRET, default <cluster>-reader) in the driver's $COORDINATED_TOKEN,
+# through a driver pod template written for the run (a temporary file, removed on exit).
 # For a cluster created without them (spec.tls.enabled / spec.auth.enabled false): TLS=false, AUTH=false.
 # Driver and executors carry the label coordinated.dev/client=<cluster>, which the cluster's NetworkPolicy
 # admits to the client port unless spec.clientAccess says otherwise.
@@ -52,32 +53,47 @@ conf=(
 )
 audit_args=()
 driver_template="${HERE}/pod-template.yaml"
-if [[ $AUTH == true ]]; then
-  # Resolved by the kubelet when it starts the driver: the driver's service account needs no Secret access.
-  conf+=(--conf "spark.kubernetes.driver.secretKeyRef.COORDINATED_TOKEN=${TOKEN_SECRET}:token")
-fi
-if [[ $TLS == true ]]; then
-  # spark.kubernetes.driver.secrets.* would mount the whole Secret, the pods' private keys included; a pod
-  # template can mount the one item. spark-submit reads it before it returns, so it lives for this run only.
+if [[ $TLS == true || $AUTH == true ]]; then
+  # The driver's pod template for this run: the shipped one plus the token and the CA. Both come from
+  # Secrets that the kubelet reads when it starts the driver (its service account needs no Secret access).
+  # Only the `ca.crt` item is mounted: the Secret also holds the pods' private keys, all of which
+  # spark.kubernetes.driver.secrets.* would mount. `optional`: a cluster without TLS or tokens has no such
+  # Secret, and the audit then says what it misses (exit 2) instead of the driver pod waiting for ever.
+  # Executors need neither: the driver ships both to the fetching tasks.
   driver_template="$(mktemp "${TMPDIR:-/tmp}/coordinated-audit-driver.XXXXXX")"
   trap 'rm -f "$driver_template"' EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
-  awk -v secret="$CA_SECRET" -v dir="$CA_DIR" '
+  awk -v tls="$TLS" -v auth="$AUTH" -v ca_secret="$CA_SECRET" -v token_secret="$TOKEN_SECRET" -v dir="$CA_DIR" '
     { print }
+    /^      env:$/ {
+      found["env"]++
+      if (auth == "true") {
+        print "        - name: COORDINATED_TOKEN"; print "          valueFrom:"; print "            secretKeyRef:"
+        print "              name: " token_secret; print "              key: token"; print "              optional: true"
+      }
+    }
     /^      volumeMounts:$/ {
-      print "        - name: ca"; print "          mountPath: " dir; print "          readOnly: true"; mounts++
+      found["mounts"]++
+      if (tls == "true") {
+        print "        - name: ca"; print "          mountPath: " dir; print "          readOnly: true"
+      }
     }
     /^  volumes:$/ {
-      print "    - name: ca"; print "      secret:"; print "        secretName: " secret
-      print "        items:"; print "          - key: ca.crt"; print "            path: ca.crt"; volumes++
+      found["volumes"]++
+      if (tls == "true") {
+        print "    - name: ca"; print "      secret:"; print "        secretName: " ca_secret; print "        optional: true"
+        print "        items:"; print "          - key: ca.crt"; print "            path: ca.crt"
+      }
     }
-    END { exit !(mounts == 1 && volumes == 1) }
+    END { exit !(found["env"] == 1 && found["mounts"] == 1 && found["volumes"] == 1) }
   ' "${HERE}/pod-template.yaml" >"$driver_template" || {
-    echo "spark-submit.sh: ${HERE}/pod-template.yaml lacks the container's volumeMounts or the pod's volumes" >&2
+    echo "spark-submit.sh: ${HERE}/pod-template.yaml lacks the container's env or volumeMounts, or the pod's volumes" >&2
     exit 2
   }
-  audit_args+=(--ca-file "${CA_DIR}/ca.crt")
+  if [[ $TLS == true ]]; then
+    audit_args+=(--ca-file "${CA_DIR}/ca.crt")
+  fi
 fi
 
 spark-submit \

@@ -1,8 +1,8 @@
 """spark-jobs/k8s/spark-submit.sh, run with stub `spark-submit` and `kubectl` on PATH that record what they got.
 
 Secure by default, like the operator's clusters and the SparkApplication manifests: https, the reader token
-on the driver from its Secret, and only `ca.crt` of the certificates Secret mounted; TLS=false / AUTH=false
-for clusters created without them.
+on the driver from its Secret, and only `ca.crt` of the certificates Secret mounted (both through a driver pod
+template written for the run); TLS=false / AUTH=false for clusters created without them.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Submitted:
 
 def submit(tmp_path: Path, **env: str) -> Submitted:
     stubs, record = tmp_path / "bin", tmp_path / "record"
-    stubs.mkdir()
+    stubs.mkdir(parents=True)
     record.mkdir()
     for name, text in (("spark-submit", SPARK_SUBMIT_STUB), ("kubectl", KUBECTL_STUB)):
         (stubs / name).write_text(text)
@@ -89,12 +89,27 @@ def submit(tmp_path: Path, **env: str) -> Submitted:
     return Submitted(done.returncode, done.stderr, args, record)
 
 
-def ca_mounts(template: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The template's volumes that come from a Secret, and the container's mounts of them."""
+def added_by_the_script(template: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """What the driver's template has beyond the shipped one: Secret volumes, their mounts, env from Secrets."""
+    (container,) = template["spec"]["containers"]
     volumes = [volume for volume in template["spec"]["volumes"] if "secret" in volume]
     names = {volume["name"] for volume in volumes}
-    (container,) = template["spec"]["containers"]
-    return volumes, [mount for mount in container["volumeMounts"] if mount["name"] in names]
+    return {
+        "volumes": volumes,
+        "mounts": [mount for mount in container["volumeMounts"] if mount["name"] in names],
+        "env": [env for env in container["env"] if "secretKeyRef" in env.get("valueFrom", {})],
+    }
+
+
+TOKEN_ENV = {
+    "name": "COORDINATED_TOKEN",
+    "valueFrom": {"secretKeyRef": {"name": "orders-reader", "key": "token", "optional": True}},
+}
+CA_VOLUME = {
+    "name": "ca",
+    "secret": {"secretName": "orders-certs", "optional": True, "items": [{"key": "ca.crt", "path": "ca.crt"}]},
+}
+CA_MOUNT = {"name": "ca", "mountPath": str(Path(CA_FILE).parent), "readOnly": True}
 
 
 def test_by_default_the_audit_uses_https_the_clusters_ca_only_and_the_reader_token(tmp_path: Path) -> None:
@@ -106,24 +121,20 @@ def test_by_default_the_audit_uses_https_the_clusters_ca_only_and_the_reader_tok
     assert submitted.option("--ca-file") == CA_FILE
     assert submitted.audit_args()[-2:] == ["--max-examples", "3"]  # the caller's arguments still come last
     conf = submitted.conf()
-    # The token comes from the reader Secret into the driver only (it ships it to the fetching tasks).
-    assert conf["spark.kubernetes.driver.secretKeyRef.COORDINATED_TOKEN"] == "orders-reader:token"
-    assert not [key for key in conf if "secretKeyRef" in key and key.startswith("spark.kubernetes.executor")]
     # Never spark.kubernetes.*.secrets.*: that mounts every key of a Secret, the pods' private keys included.
     assert not [key for key in conf if ".secrets." in key]
     # The NetworkPolicy's default client peer.
     assert conf["spark.kubernetes.driver.label.coordinated.dev/client"] == "orders"
     assert conf["spark.kubernetes.executor.label.coordinated.dev/client"] == "orders"
 
+    # The driver gets the reader token and only the CA's certificate; it ships both to the fetching tasks.
     template = submitted.driver_template()
-    volumes, mounts = ca_mounts(template)
-    assert volumes == [
-        {"name": "ca", "secret": {"secretName": "orders-certs", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}
-    ]
-    assert mounts == [{"name": "ca", "mountPath": str(Path(CA_FILE).parent), "readOnly": True}]
+    added = added_by_the_script(template)
+    assert added == {"volumes": [CA_VOLUME], "mounts": [CA_MOUNT], "env": [TOKEN_ENV]}
     # Otherwise the driver's template is the shipped one; the executors use that one as it is.
-    template["spec"]["volumes"].remove(volumes[0])
-    template["spec"]["containers"][0]["volumeMounts"].remove(mounts[0])
+    template["spec"]["volumes"].remove(CA_VOLUME)
+    template["spec"]["containers"][0]["volumeMounts"].remove(CA_MOUNT)
+    template["spec"]["containers"][0]["env"].remove(TOKEN_ENV)
     assert template == yaml.safe_load(BASE_TEMPLATE.read_text())
     assert conf["spark.kubernetes.executor.podTemplateFile"] == str(BASE_TEMPLATE)
     # The generated template lived for the run only.
@@ -138,22 +149,30 @@ def test_the_opt_out_is_plain_http_without_token_or_ca(tmp_path: Path) -> None:
         f"http://orders-{i}.orders-headless.ops.svc:9200" for i in range(2)
     )
     assert submitted.option("--ca-file") is None
-    conf = submitted.conf()
-    assert not [key for key in conf if "secretKeyRef" in key or ".secrets." in key]
-    assert conf["spark.kubernetes.driver.podTemplateFile"] == str(BASE_TEMPLATE)
-    assert ca_mounts(submitted.driver_template()) == ([], [])
+    assert not [key for key in submitted.conf() if "secretKeyRef" in key or ".secrets." in key]
+    assert submitted.conf()["spark.kubernetes.driver.podTemplateFile"] == str(BASE_TEMPLATE)
+    assert added_by_the_script(submitted.driver_template()) == {"volumes": [], "mounts": [], "env": []}
     assert not (tmp_path / "record" / "kubectl.args").exists()  # APISERVER given: kubectl is not asked
 
 
 def test_tls_and_tokens_are_chosen_separately_and_the_ca_secret_can_be_named(tmp_path: Path) -> None:
     # A cluster with cert-manager certificates (NAME-cert-manager-tls) and tokens off.
-    submitted = submit(tmp_path, AUTH="false", CA_SECRET="orders-cert-manager-tls", REPLICAS="1")
+    submitted = submit(tmp_path / "tls", AUTH="false", CA_SECRET="orders-cert-manager-tls", REPLICAS="1")
     assert submitted.returncode == 0, submitted.stderr
     assert submitted.option("--from-cluster") == "https://orders-0.orders-headless.ops.svc:9200"
     assert submitted.option("--ca-file") == CA_FILE
-    assert not [key for key in submitted.conf() if "secretKeyRef" in key]
-    (volume,), _ = ca_mounts(submitted.driver_template())
-    assert volume["secret"]["secretName"] == "orders-cert-manager-tls"
+    added = added_by_the_script(submitted.driver_template())
+    assert added["env"] == [] and [volume["secret"]["secretName"] for volume in added["volumes"]] == [
+        "orders-cert-manager-tls"
+    ]
+    # Tokens without TLS, from a Secret of another name.
+    submitted = submit(tmp_path / "auth", TLS="false", TOKEN_SECRET="audit-token", REPLICAS="1")
+    assert submitted.returncode == 0, submitted.stderr
+    assert submitted.option("--from-cluster") == "http://orders-0.orders-headless.ops.svc:9200"
+    assert submitted.option("--ca-file") is None
+    added = added_by_the_script(submitted.driver_template())
+    assert added["volumes"] == [] and added["mounts"] == []
+    assert [env["valueFrom"]["secretKeyRef"]["name"] for env in added["env"]] == ["audit-token"]
 
 
 def test_the_audits_exit_code_is_kept_and_the_template_removed(tmp_path: Path) -> None:
