@@ -8,6 +8,7 @@
 # For a cluster created without them (spec.tls.enabled / spec.auth.enabled false): TLS=false, AUTH=false.
 # Driver and executors carry the label coordinated.dev/client=<cluster>, which the cluster's NetworkPolicy
 # admits to the client port unless spec.clientAccess says otherwise.
+# Exits with the audit's exit code (0 ok, 1 violations, 2 unusable input), read from the driver's pod.
 # SPARK_SUBMIT_EXTRA adds spark-submit options (split on spaces), e.g. smaller CPU requests on a small node:
 #   SPARK_SUBMIT_EXTRA="--conf spark.kubernetes.driver.request.cores=250m" spark-jobs/k8s/spark-submit.sh
 # The sidecar URLs assume the operator's per-pod DNS names (StatefulSet pods behind a headless
@@ -47,7 +48,10 @@ if [[ -z "${SIDECARS:-}" ]]; then
 fi
 read -r -a extra <<<"${SPARK_SUBMIT_EXTRA:-}"
 
+# Finds this run's driver pod afterwards, whatever its name.
+run_id="$(date +%s)-$$-${RANDOM}"
 conf=(
+  --conf "spark.kubernetes.driver.label.coordinated.dev/audit-run=${run_id}"
   --conf "spark.kubernetes.driver.label.coordinated.dev/client=${CLUSTER}"
   --conf "spark.kubernetes.executor.label.coordinated.dev/client=${CLUSTER}"
 )
@@ -96,6 +100,7 @@ if [[ $TLS == true || $AUTH == true ]]; then
   fi
 fi
 
+submitted=0
 spark-submit \
   --master "k8s://${APISERVER}" \
   --deploy-mode cluster \
@@ -118,4 +123,15 @@ spark-submit \
   --from-cluster "${SIDECARS}" \
   --report-dir /reports/"${CLUSTER}" \
   "${audit_args[@]}" \
-  "$@"
+  "$@" || submitted=$?
+[[ $submitted -eq 0 ]] || exit "$submitted"
+
+# spark-submit exits 0 in cluster mode whatever the driver did (Spark's SPARK-26365), so the audit's own exit
+# code (1: violations, 2: unusable input) is read from the finished driver container.
+driver_exit="$(kubectl -n "$NAMESPACE" get pods -l "coordinated.dev/audit-run=${run_id}" \
+  -o jsonpath='{.items[0].status.containerStatuses[0].state.terminated.exitCode}' 2>/dev/null)" || driver_exit=""
+if [[ ! $driver_exit =~ ^[0-9]+$ ]]; then
+  echo "spark-submit.sh: the driver's exit code is unknown (no finished pod labelled coordinated.dev/audit-run=${run_id}); read its log" >&2
+  exit 0
+fi
+exit "$driver_exit"

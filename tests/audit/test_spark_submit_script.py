@@ -35,9 +35,14 @@ for arg in "$@"; do
 done
 exit "${STUB_EXIT:-0}"
 """
+# kubectl: the API server's address, and the exit code of the finished driver (STUB_DRIVER_EXIT).
 KUBECTL_STUB = r"""#!/usr/bin/env bash
-printf '%s\0' "$@" >"$RECORD/kubectl.args"
-echo "https://apiserver.example:6443"
+echo "$*" >>"$RECORD/kubectl.calls"
+case "$*" in
+  "config view "*) echo "https://apiserver.example:6443" ;;
+  *" get pods "*) printf '%s' "${STUB_DRIVER_EXIT-0}" ;;
+  *) exit 1 ;;
+esac
 """
 
 
@@ -152,7 +157,9 @@ def test_the_opt_out_is_plain_http_without_token_or_ca(tmp_path: Path) -> None:
     assert not [key for key in submitted.conf() if "secretKeyRef" in key or ".secrets." in key]
     assert submitted.conf()["spark.kubernetes.driver.podTemplateFile"] == str(BASE_TEMPLATE)
     assert added_by_the_script(submitted.driver_template()) == {"volumes": [], "mounts": [], "env": []}
-    assert not (tmp_path / "record" / "kubectl.args").exists()  # APISERVER given: kubectl is not asked
+    # APISERVER given: kubectl is not asked for it.
+    calls = tmp_path / "record" / "kubectl.calls"
+    assert "config view" not in (calls.read_text() if calls.exists() else "")
 
 
 def test_tls_and_tokens_are_chosen_separately_and_the_ca_secret_can_be_named(tmp_path: Path) -> None:
@@ -175,11 +182,28 @@ def test_tls_and_tokens_are_chosen_separately_and_the_ca_secret_can_be_named(tmp
     assert [env["valueFrom"]["secretKeyRef"]["name"] for env in added["env"]] == ["audit-token"]
 
 
-def test_the_audits_exit_code_is_kept_and_the_template_removed(tmp_path: Path) -> None:
-    submitted = submit(tmp_path, STUB_EXIT="1")
-    assert submitted.returncode == 1
+def test_the_exit_code_is_the_drivers_and_the_template_is_removed(tmp_path: Path) -> None:
+    # spark-submit exits 0 in cluster mode whatever the driver did: the audit's code comes from the driver pod.
+    submitted = submit(tmp_path, STUB_DRIVER_EXIT="1")
+    assert submitted.returncode == 1, submitted.stderr
+    run = submitted.conf()["spark.kubernetes.driver.label.coordinated.dev/audit-run"]
+    asked = (tmp_path / "record" / "kubectl.calls").read_text().splitlines()[-1]
+    assert asked.startswith(f"-n ops get pods -l coordinated.dev/audit-run={run} ")
     path = Path((tmp_path / "record" / "driver-template.path").read_text().strip())
     assert path.parent == tmp_path and not path.exists()
+
+
+def test_a_failed_submission_keeps_its_exit_code(tmp_path: Path) -> None:
+    submitted = submit(tmp_path, STUB_EXIT="3", STUB_DRIVER_EXIT="0")
+    assert submitted.returncode == 3
+    assert " get pods " not in (tmp_path / "record" / "kubectl.calls").read_text()
+
+
+def test_an_unknown_driver_exit_code_is_said_not_hidden(tmp_path: Path) -> None:
+    # E.g. spark.kubernetes.submission.waitAppCompletion=false: the driver has not finished.
+    submitted = submit(tmp_path, STUB_DRIVER_EXIT="")
+    assert submitted.returncode == 0
+    assert "the driver's exit code is unknown" in submitted.stderr
 
 
 @pytest.mark.parametrize("setting", ["TLS", "AUTH"])
