@@ -334,6 +334,8 @@ def run_spark_submit_audit(cluster: Cluster, replicas: int, **settings: str) -> 
     elapsed = time.monotonic() - started
     driver_log = kubectl("-n", namespace, "logs", driver_pod, check=False).stdout
     assert submitted.returncode == 0, f"spark-submit failed:\n{submitted.stderr[-4000:]}\n{driver_log[-4000:]}"
+    # The script found the driver's exit code (spark-submit alone exits 0 whatever the driver did).
+    assert "exit code is unknown" not in submitted.stderr, submitted.stderr[-2000:]
     driver = cluster.core.read_namespaced_pod(driver_pod, namespace)
     assert driver.status.phase == "Succeeded", f"driver {driver.status.phase}:\n{driver_log[-4000:]}"
     assert "one-master-per-term" in driver_log and "VIOLATION" not in driver_log, driver_log[-4000:]
