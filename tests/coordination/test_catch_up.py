@@ -156,3 +156,26 @@ def test_a_follower_that_missed_a_reconfiguration_is_caught_up_with_the_state_as
     assert caught_up_with, "the lagging follower was never sent what it missed"
     accepted = lagging.running().applied_state
     assert accepted.last_committed_config == leader.running().applied_state.last_committed_config
+
+
+def test_a_follower_that_cannot_apply_a_catch_up_diff_gets_the_full_state_at_once() -> None:
+    """Outside a publication too: the follower's `need_full_state` answer to a catch-up diff is met with the full
+    state, not with the same diff at every follower check until the lag detector removes the node."""
+    cluster = formed(3)
+    _write(cluster, 0, 10)
+    leader = leader_of(cluster)
+    follower = next(node for node in cluster.nodes if node is not leader)
+    cluster.network.set_link(leader.address, follower.address, Link.BLACKHOLE, both_ways=False)
+    _write(cluster, leader.index, 3, prefix="missed")
+    history = leader.running().catch_up.history
+    diff_since = history.diff_since
+
+    def from_an_older_state(term: int, version: int, current: ClusterState) -> ClusterStateDiff | None:
+        return diff_since(term, version - 1, current)  # based on a state the follower does not hold
+
+    history.diff_since = from_an_older_state  # type: ignore[method-assign]
+    seen = _publications_to(cluster, follower)
+    cluster.network.heal()
+    assert cluster.run_until(lambda: _caught_up(leader, follower), 5 * SECOND)
+    assert [message.state is not None for message in seen][:2] == [False, True], "a diff, then the full state"
+    assert follower.node.id in leader.running().applied_state.nodes, "caught up without being removed"
