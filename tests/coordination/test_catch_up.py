@@ -43,6 +43,18 @@ def _down_while_writing(cluster: SimulatedCluster, writes: int) -> tuple[SimNode
     return leader, follower
 
 
+def _follower_missing_three_writes(written_before: int) -> tuple[SimulatedCluster, SimNode, SimNode]:
+    """A formed cluster in which one follower missed three writes: the master's messages to it are lost (one
+    way) until the caller heals the network."""
+    cluster = formed(3)
+    _write(cluster, 0, written_before)
+    leader = leader_of(cluster)
+    follower = next(node for node in cluster.nodes if node is not leader)
+    cluster.network.set_link(leader.address, follower.address, Link.BLACKHOLE, both_ways=False)
+    _write(cluster, leader.index, 3, prefix="missed")
+    return cluster, leader, follower
+
+
 def _caught_up(leader: SimNode, follower: SimNode) -> bool:
     return (
         follower.alive
@@ -109,12 +121,7 @@ def test_a_catch_up_diff_the_node_cannot_apply_is_followed_by_the_full_state() -
 
 
 def test_a_follower_that_missed_publications_is_caught_up_by_diff_on_its_next_check() -> None:
-    cluster = formed(3)
-    _write(cluster, 0, 20)
-    leader = leader_of(cluster)
-    follower = next(node for node in cluster.nodes if node is not leader)
-    cluster.network.set_link(leader.address, follower.address, Link.BLACKHOLE, both_ways=False)
-    _write(cluster, leader.index, 3, prefix="missed")
+    cluster, leader, follower = _follower_missing_three_writes(written_before=20)
     seen = _publications_to(cluster, follower)
     cluster.network.heal()
     assert cluster.run_until(lambda: _caught_up(leader, follower), 10 * SECOND)
@@ -161,12 +168,7 @@ def test_a_follower_that_missed_a_reconfiguration_is_caught_up_with_the_state_as
 def test_a_follower_that_cannot_apply_a_catch_up_diff_gets_the_full_state_at_once() -> None:
     """Outside a publication too: the follower's `need_full_state` answer to a catch-up diff is met with the full
     state, not with the same diff at every follower check until the lag detector removes the node."""
-    cluster = formed(3)
-    _write(cluster, 0, 10)
-    leader = leader_of(cluster)
-    follower = next(node for node in cluster.nodes if node is not leader)
-    cluster.network.set_link(leader.address, follower.address, Link.BLACKHOLE, both_ways=False)
-    _write(cluster, leader.index, 3, prefix="missed")
+    cluster, leader, follower = _follower_missing_three_writes(written_before=10)
     history = leader.running().catch_up.history
     diff_since = history.diff_since
 
