@@ -132,3 +132,27 @@ def test_random_fault_schedules_exercise_catch_up_by_diff_and_stay_safe() -> Non
         assert report.cluster is not None
         sent += sum(node.coordinator.catch_up.diffs_sent for node in report.cluster.nodes if node.coordinator)
     assert sent > 0
+
+
+def test_a_follower_that_missed_a_reconfiguration_is_caught_up_with_the_state_as_published() -> None:
+    """A commit marks the master's copy of a reconfiguration state (its last-committed configuration becomes
+    the new one) under the same state UUID. A follower that missed the publication must be sent the state as
+    it was published, not the master's marked copy: one state UUID names one content on every node, which
+    the simulator's safety checks and the audit's unique-state-per-version hold every history to."""
+    cluster = formed(3)
+    leader = leader_of(cluster)
+    lagging = next(node for node in cluster.nodes if node is not leader)
+    cluster.add_node()
+    assert cluster.run_until(lambda: len(leader.running().applied_state.nodes) == 4, 10 * SECOND)
+    cluster.stabilise(5 * SECOND)
+    assert len(leader.running().applied_state.last_committed_config) == 3
+    cluster.network.set_link(leader.address, lagging.address, Link.BLACKHOLE, both_ways=False)
+    seen = _publications_to(cluster, lagging)
+    cluster.add_node()  # five master-eligible nodes: the master reconfigures from three voters to five
+    assert cluster.run_until(lambda: len(leader.running().applied_state.last_committed_config) == 5, 10 * SECOND)
+    cluster.network.heal()
+    assert cluster.run_until(lambda: _caught_up(leader, lagging), 10 * SECOND)
+    caught_up_with = [message for message in seen if message.state is not None or message.diff is not None]
+    assert caught_up_with, "the lagging follower was never sent what it missed"
+    accepted = lagging.running().applied_state
+    assert accepted.last_committed_config == leader.running().applied_state.last_committed_config

@@ -701,7 +701,8 @@ class Coordinator:
             if node.master_eligible and node_id not in state.last_accepted_config and self.applied_in_current_term:
                 self._improve_voting_configuration(state)  # a healthy node that could vote but does not yet
             return
-        missed = catch_up_message(self.local_node, state, response, self.catch_up.diff_since)
+        published = self.catch_up.as_published(state)
+        missed = catch_up_message(self.local_node, published, response, self.catch_up.diff_since)
         if missed is not None:
             self._send(node.transport_address, missed)
 
