@@ -2,7 +2,7 @@
 while clients write, then prints the heaviest frames, inclusive, by wall clock (idle included: a sequential
 write is mostly waiting) and by CPU.
 
-    .venv/bin/python bench/peers_profile.py [--clients 1] [--seconds 10] [--set SETTING=VALUE ...]
+    .venv/bin/python bench/peers_profile.py [--clients 1] [--seconds 10] [--top 28] [--set SETTING=VALUE ...]
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def inclusive(stacks: Counter[str], top: int) -> list[tuple[str, float]]:
     return [(frame, 100 * count / total) for frame, count in per_frame.most_common(top)]
 
 
-async def profile(clients: int, seconds: float, workdir: Path, extra: dict[str, str]) -> None:
+async def profile(clients: int, seconds: float, workdir: Path, extra: dict[str, str], top: int = 28) -> None:
     py_spy = shutil.which("py-spy") or str(Path(__import__("sys").executable).with_name("py-spy"))
     system = OursSystem(3, extra=extra)
     try:
@@ -66,11 +66,11 @@ async def profile(clients: int, seconds: float, workdir: Path, extra: dict[str, 
         for role, mode, out, process in recorders:
             await asyncio.to_thread(process.wait, 30)
             print(f"\n== {role}, {'wall clock (idle included)' if mode == 'wall' else 'CPU only'}: % of samples")
-            for frame, share in inclusive(collapsed(out), 28):
+            for frame, share in inclusive(collapsed(out), top):
                 print(f"{share:5.1f}%  {frame}")
             if mode == "cpu":
                 print(f"\n== {role}, CPU only, self time (innermost frame): % of samples")
-                for frame, share in leaves(collapsed(out), 25):
+                for frame, share in leaves(collapsed(out), top):
                     print(f"{share:5.1f}%  {frame}")
     finally:
         await system.stop()
@@ -80,11 +80,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--top", type=int, default=28, help="frames listed per table")
     parser.add_argument("--set", action="append", default=[], metavar="SETTING=VALUE", help="a node setting")
     args = parser.parse_args()
     extra = dict(setting.split("=", 1) for setting in args.set)
     with tempfile.TemporaryDirectory(prefix="coordinated-profile-") as workdir:
-        asyncio.run(profile(args.clients, args.seconds, Path(workdir), extra))
+        asyncio.run(profile(args.clients, args.seconds, Path(workdir), extra, args.top))
 
 
 if __name__ == "__main__":

@@ -4,18 +4,20 @@ Sending: one queue and one sender task per destination, so that messages to a no
 core emitted them. The task holds a WebSocket to the destination's `GET /_transport/stream` and writes each
 message as one binary frame holding one encoded envelope, with a MAC in front when a cluster secret is
 configured (see `auth`); a message larger than `transport.max_chunk_size` goes as chunk frames (see "Large
-messages" below). Messages that are already queued are written back to back, without waiting for the
-peer in between: a frame has no ack, the stream is ordered, and aiohttp only suspends a writer when the
-socket's buffer is full.
+messages" below). The messages queued for one destination when its task runs (those the core emitted in one
+event-loop turn: a publication's batch of replies to forwarded writes, say) go out as one burst: the frames of
+the small ones are joined and handed to the socket in one write, so the peer's kernel and event loop wake once
+per burst rather than once per frame. A frame has no ack and the stream is ordered, so nothing waits for the
+peer in between; aiohttp only suspends a writer when the socket's buffer is full.
 
 Failures: the stream is (re)opened on demand. A message is reported to the core (`on_failure`, which leads
 to `handle_send_failure`) only when it certainly was not delivered: no connection could be made after
-`retries` retries with backoff, or the stream broke while the frame was being written and the message
-could not be written on a new stream either. A message written on a stream that later turns out to be dead
-is not reported, nor is a timeout: the core's own timers cover both. A peer that refuses the stream
-(401, say) gets the message dropped with a warning, as a refused POST was. A peer of an older version that
-has no stream endpoint (404/405) is sent POSTs to `/_transport/message` instead, and the upgrade is tried
-again after `UPGRADE_RETRY_S`.
+`retries` retries with backoff, or the stream broke while its burst was being written (a burst reaches the
+socket whole or not at all) and the message could not be written on a new stream either. A message written on
+a stream that later turns out to be dead is not reported, nor is a timeout: the core's own timers cover both.
+A peer that refuses the stream (401, say) gets the message dropped with a warning, as a refused POST was. A
+peer of an older version that has no stream endpoint (404/405) is sent POSTs to `/_transport/message` instead,
+and the upgrade is tried again after `UPGRADE_RETRY_S`.
 
 Large messages: on a stream of protocol v2 a message whose envelope is larger than `transport.max_chunk_size`
 goes as chunk frames that the receiver reassembles and verifies before passing it on (see `chunked`); the
@@ -93,6 +95,9 @@ HEARTBEAT_S = 10.0  # a ping after this long without traffic; no pong within hal
 UPGRADE_RETRY_S = 30.0  # how long a peer without the stream endpoint is sent POSTs before trying again
 CLOSE_TIMEOUT_S = 1.0  # how long a graceful close waits for the peer's close frame
 WARNING_INTERVAL_S = 10.0
+MAX_BURST = 256  # messages taken from a destination's queue at once
+JOIN_LIMIT = 256 * 1024  # bytes of frames joined into one socket write at most
+ENCODED_CACHE_SIZE = 512  # encoded bodies kept for reuse by the other destinations' tasks
 
 
 async def _pause_before_retry(attempt: int) -> None:
@@ -143,6 +148,32 @@ class _Stream:
         # raise means the frame did not reach the peer.
         await self.ws.send_bytes(body if self.mac is None else self.mac.seal(body))
 
+    async def send_joined(self, bodies: list[bytes]) -> None:
+        """One frame per body, all handed to the socket in one write. A raise means that none of the frames
+        reached the peer."""
+        writer = getattr(self.ws, "_writer", None)
+        transport = getattr(writer, "transport", None)
+        if writer is None or transport is None:
+            # An aiohttp whose writer looks different: frame by frame (a raise may then follow whole frames).
+            for body in bodies:
+                await self.send(body)
+            return
+        # aiohttp writes each frame with its own transport.write, which uvloop turns into its own send():
+        # the writer's transport is swapped for a buffer while it frames the burst, and the buffer goes out
+        # in one write. Anything else written meanwhile (a pong, a close frame) joins the buffer in order.
+        buffer = _BufferedTransport(transport)
+        writer.transport = buffer
+        try:
+            for body in bodies:
+                await self.send(body)
+        finally:
+            writer.transport = transport
+            joined = buffer.joined()
+        if transport.is_closing():
+            raise ConnectionResetError("the stream closed while a burst was framed")
+        if joined:
+            transport.write(joined)
+
     async def send_message(self, body: bytes, message: Message, transfer_id: int) -> None:
         """`body` in one frame, or in chunk frames when it is over the chunk size. A raise part-way leaves an
         unfinished transfer, which the receiver drops whole when the stream ends."""
@@ -176,6 +207,36 @@ class _Stream:
         self.reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self.reader
+
+
+class _BufferedTransport:
+    """What aiohttp's frame writer needs of a transport, collecting the writes instead of sending them."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.chunks: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.chunks.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return self.transport.get_extra_info(name, default)
+
+    def joined(self) -> bytes:
+        chunks, self.chunks = self.chunks, []
+        return b"".join(chunks)
+
+
+class _BurstBroken(Exception):
+    """The stream broke during a burst, after `written` of its messages had been written whole."""
+
+    def __init__(self, written: int, cause: Exception) -> None:
+        super().__init__(written, cause)
+        self.written = written
+        self.cause = cause
 
 
 class _Outcome:
@@ -231,7 +292,8 @@ class PeerSender:
         # Destinations without a stream endpoint (an older version) -> loop time until which POSTs are used.
         self._post_until: dict[str, float] = {}
         self._warnings = _RateLimitedWarnings()
-        self._last_encoded: tuple[Message, bytes] | None = None
+        # id(message) -> (message, its encoded envelope); the message is kept so that its id stays its own.
+        self._encoded: dict[int, tuple[Message, bytes]] = {}
         self._protocols = (*_HMAC_PROTOCOLS, *_PLAIN_PROTOCOLS) if auth is not None else _PLAIN_PROTOCOLS
 
     def ssl_context(self) -> ssl.SSLContext | bool:
@@ -256,33 +318,78 @@ class PeerSender:
 
     async def _drain(self, destination: str, queue: asyncio.Queue[Message]) -> None:
         while True:
-            # Does not suspend while messages are queued, and neither does writing a frame unless the socket's
-            # buffer is full: a burst of messages is written back to back in one event-loop turn.
-            message = await queue.get()
+            # Wakes up in the loop turn after the first put; whatever else was queued for this destination by
+            # then (the rest of the core's effects of that turn) goes out in the same burst.
+            burst = [await queue.get()]
+            while len(burst) < MAX_BURST and not queue.empty():
+                burst.append(queue.get_nowait())
             try:
-                await self._deliver(destination, message)
+                await self._deliver(destination, burst)
             except Exception:
-                log.exception("failed to send a %s to %s", type(message).__name__, destination)
+                log.exception("failed to send %d message(s) to %s", len(burst), destination)
             finally:
-                queue.task_done()
+                for _ in burst:
+                    queue.task_done()
 
     def _encode(self, message: Message) -> bytes:
         # The core sends one message object to several peers (a publication's diff, its commit): the drain
-        # tasks run one after the other, so the body encoded for the first is reused for the others.
-        if self._last_encoded is not None and self._last_encoded[0] is message:
-            return self._last_encoded[1]
+        # tasks run one after the other, so the bodies encoded for the first are reused for the others.
+        # The cache lives for one event-loop turn, so that a large body (a full state) is not held any longer.
+        cached = self._encoded.get(id(message))
+        if cached is not None and cached[0] is message:
+            return cached[1]
         body = encode_envelope(Envelope(self.local_address, message))
-        self._last_encoded = (message, body)
+        if not self._encoded:
+            with contextlib.suppress(RuntimeError):  # no running loop (a direct call): the next call clears it
+                asyncio.get_running_loop().call_soon(self._encoded.clear)
+        elif len(self._encoded) >= ENCODED_CACHE_SIZE:
+            self._encoded.clear()
+        self._encoded[id(message)] = (message, body)
         return body
 
-    async def _deliver(self, destination: str, message: Message) -> None:
-        body = self._encode(message)
+    async def _write_burst(self, stream: _Stream, messages: list[Message], bodies: list[bytes]) -> None:
+        """Writes the burst in order: runs of small messages joined into one socket write each, a large one (over
+        JOIN_LIMIT, or chunked) on its own. Raises _BurstBroken with how many messages were written whole
+        before the stream broke; the one being written and those after it did not reach the peer."""
+        written = 0
+        run: list[bytes] = []
+
+        async def write_run() -> None:
+            nonlocal written, run
+            try:
+                await (stream.send(run[0]) if len(run) == 1 else stream.send_joined(run))
+            except (ConnectionError, aiohttp.ClientError) as error:
+                raise _BurstBroken(written, error) from error
+            written += len(run)
+            run = []
+
+        size = 0
+        for message, body in zip(messages, bodies, strict=True):
+            large = len(body) > JOIN_LIMIT or (stream.chunk_size is not None and len(body) > stream.chunk_size)
+            if run and (large or size + len(body) > JOIN_LIMIT):
+                await write_run()
+                size = 0
+            if not large:
+                run.append(body)
+                size += len(body)
+                continue
+            try:
+                await stream.send_message(body, message, next(self._transfer_ids))
+            except (ConnectionError, aiohttp.ClientError) as error:
+                raise _BurstBroken(written, error) from error
+            written += 1
+        if run:
+            await write_run()
+
+    async def _deliver(self, destination: str, messages: list[Message]) -> None:
+        bodies = [self._encode(message) for message in messages]
         peer = self.peer_name(destination)
-        self.bytes_sent[peer] = self.bytes_sent.get(peer, 0) + len(body)
+        self.bytes_sent[peer] = self.bytes_sent.get(peer, 0) + sum(len(body) for body in bodies)
         post_until = self._post_until.get(destination)
         if post_until is not None:
             if asyncio.get_running_loop().time() < post_until:
-                await self._post_or_report(destination, message)
+                for message in messages:
+                    await self._post_or_report(destination, message)
                 return
             del self._post_until[destination]
         for attempt in range(2):
@@ -293,29 +400,40 @@ class PeerSender:
                     await stream.close()
                 opened = await self._open(destination)
                 if opened is UNREACHABLE:
-                    self.on_failure(destination, message)
+                    for message in messages:
+                        self.on_failure(destination, message)
                     return
                 if opened is OLD_PEER:
-                    await self._post_or_report(destination, message)
+                    for message in messages:
+                        await self._post_or_report(destination, message)
                     return
                 if not isinstance(opened, _Stream):
                     return  # REFUSED or LOST: logged; not reported, as before
                 stream = self.streams[destination] = opened
             try:
-                await stream.send_message(body, message, next(self._transfer_ids))
+                await self._write_burst(stream, messages, bodies)
                 return
-            except (ConnectionError, aiohttp.ClientError) as error:
-                log.debug("stream to %s broke while sending a %s: %r", destination, type(message).__name__, error)
+            except _BurstBroken as broken:
+                log.debug(
+                    "stream to %s broke while sending %d message(s): %r", destination, len(messages), broken.cause
+                )
                 if self.streams.get(destination) is stream:
                     del self.streams[destination]
                 await stream.close()
-                # The frame did not reach the peer (see _Stream.send). Sent again once on a new stream; but
-                # not a forwarded client request: if it had arrived after all, a second copy would execute
-                # the write twice. The core answers its failure with "maybe applied".
-                if attempt == 0 and not isinstance(message, ForwardedRequest):
-                    continue
-                self.on_failure(destination, message)
-                return
+                # The messages written whole before the break are delivered as far as we can know; the others
+                # did not reach the peer (see _Stream.send). They are sent again once on a new stream; but not
+                # a forwarded client request: if it had arrived after all, a second copy would execute the
+                # write twice. The core answers its failure with "maybe applied".
+                messages = messages[broken.written :]
+                failed = messages if attempt == 1 else [m for m in messages if isinstance(m, ForwardedRequest)]
+                for message in failed:
+                    self.on_failure(destination, message)
+                if attempt == 1:
+                    return
+                messages = [message for message in messages if not isinstance(message, ForwardedRequest)]
+                if not messages:
+                    return
+                bodies = [self._encode(message) for message in messages]
 
     async def _open(self, destination: str) -> _Stream | _Outcome:
         assert self.session is not None
