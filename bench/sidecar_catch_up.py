@@ -1,6 +1,7 @@
 """Catch-up of a node that was down while writes happened: time until it holds the master's state again, and
 the bytes the master sent it, with the catch-up by diffs on (the default) and off (the full state, as before:
-`cluster.publish.diff_history.max_diffs=0`), in the same run. Also each node's RSS afterwards.
+`cluster.publish.diff_history.max_diffs=0`; also with `transport.max_chunk_size=64kb`, the full state in many
+chunk frames), in the same run. Also each node's RSS afterwards.
 
 3 local nodes. The state holds `--keys` keys (with `--pad` bytes each); a follower is stopped gracefully, the
 master takes `--writes` writes (updates of `--hot` keys, 32 concurrent clients), then the follower is started
@@ -68,7 +69,7 @@ def run(label: str, settings: dict[str, str], args: argparse.Namespace) -> None:
         asyncio.run(write_all(master, hot, args.pad))
         write_s = time.perf_counter() - written
         target = applied_version(master)
-        before = sent_bytes(master).get(follower.transport_address, 0)
+        before = sent_bytes(master).get(follower.name, 0)
         started = time.perf_counter()
         local.start(follower.name)
         local.wait_http(follower, timeout=60.0)
@@ -78,8 +79,11 @@ def run(label: str, settings: dict[str, str], args: argparse.Namespace) -> None:
         done = time.perf_counter()
         caught_up, after_http = done - started, done - serving
         time.sleep(0.5)  # the master's later messages to it (commits, checks) settle
-        sent = sent_bytes(master).get(follower.transport_address, 0) - before
-        rss = ", ".join(f"{node.name} {rss_mib(node):.0f} MiB" for node in local.running())
+        sent = sent_bytes(master).get(follower.name, 0) - before
+        rss = ", ".join(
+            f"{'rejoined' if node is follower else 'master' if node is master else 'follower'} {rss_mib(node):.0f} MiB"
+            for node in local.running()
+        )
         print(
             f"{label:<24} | {args.writes} writes in {write_s:5.1f}s while down | back and caught up in "
             f"{caught_up:6.2f}s (incl. process start; {after_http:5.2f}s after its HTTP port answered) | sent to it {sent / 1024:9.1f} KiB | RSS {rss}"
@@ -94,7 +98,10 @@ def main() -> None:
     parser.add_argument("--pad", type=int, default=100, help="bytes of padding per value")
     args = parser.parse_args()
     print(f"state {args.keys} keys of ~{args.pad + 30} bytes; {args.writes} writes to {args.hot} keys while down")
-    run("full state (diffs off)", {"cluster.publish.diff_history.max_diffs": "0"}, args)
+    full_state = {"cluster.publish.diff_history.max_diffs": "0"}
+    run("full state (diffs off)", full_state, args)
+    # The same full state in many frames: what chunking costs (the default 1mb chunk sends it in 2 frames).
+    run("full state, 64 KB chunks", {**full_state, "transport.max_chunk_size": "64kb"}, args)
     run("catch-up by diffs", {}, args)
 
 

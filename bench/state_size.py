@@ -1,6 +1,8 @@
 """Write latency and throughput against the size of the stored state: 3 nodes, states of 10 keys, 10,000
 keys, 100,000 keys and about 10 MB (ten ~900 KB values plus 5,000 small keys); etcd at 100,000 keys in the
-same run; each node's RSS at 100,000 keys.
+same run; each node's RSS after the writes, checked at 100,000 keys against the memory budget per node
+(`RSS_BUDGET_MB`, docs/benchmarks.md). The report ends with each system's p50 against its own 10-key p50 and,
+at 100,000 keys, against etcd's (the goals: at most 1.5x both).
 
 `--source NAME=DIR` runs the nodes from another checkout's source tree (its `core`, `sidecar` and `tools` put
 first on PYTHONPATH), e.g. main's, exported with `git archive main | tar -x -C DIR`: before and after
@@ -39,6 +41,11 @@ SIZES: dict[str, tuple[int, int]] = {  # name -> (small keys, ~900 KB values)
     "10 MB": (5_000, 10),
 }
 BENCH = Path(__file__).resolve().parent
+# The memory budget of one node holding 100,000 small keys (~40-byte values), RSS after the writes: a node's
+# own baseline (about 50 MB: Python, aiohttp, SQLite), the state's persistent maps (about 55 MB), room for a
+# second copy while a full state is received or loaded, and the bounded rings (docs/benchmarks.md).
+RSS_BUDGET_MB = 192
+BUDGET_STATE = "100,000 keys"
 
 
 class SeededOurs(System):
@@ -184,7 +191,34 @@ def report(rows: list[dict[str, Any]]) -> str:
             f"{row['rate16']:.0f} | {', '.join(f'{v:.0f}' for v in row['rss_mb'])} | {cond['fsync_p50']:.2f} | "
             f"{cond['load1']:.1f} |"
         )
+    lines.append("")
+    lines.extend(ratios(rows))
     return "\n".join(lines)
+
+
+def ratios(rows: list[dict[str, Any]]) -> list[str]:
+    """Each system's p50 per state size against its own 10-key p50, and at 100,000 keys against etcd's; the
+    RSS of each node at 100,000 keys against the budget."""
+    measured = [row for row in rows if "failed" not in row]
+    etcd = next((row for row in measured if row["system"].startswith("etcd")), None)
+    lines = []
+    for system in dict.fromkeys(row["system"] for row in measured if not row["system"].startswith("etcd")):
+        own = {row["state"]: row for row in measured if row["system"] == system}
+        base = own.get("10 keys")
+        parts = [
+            f"{state} {row['p50'] / base['p50']:.2f}x" for state, row in own.items() if base and state != "10 keys"
+        ]
+        line = f"{system}: p50 vs its 10-key p50: {', '.join(parts) or '-'}"
+        at_budget = own.get(BUDGET_STATE)
+        if at_budget is not None:
+            if etcd is not None:
+                line += f"; at {BUDGET_STATE} vs etcd: p50 {at_budget['p50'] / etcd['p50']:.2f}x"
+                line += f", 16-client throughput {at_budget['rate16'] / etcd['rate16']:.2f}x"
+            over = [rss for rss in at_budget["rss_mb"] if rss > RSS_BUDGET_MB]
+            line += f"; RSS at {BUDGET_STATE} max {max(at_budget['rss_mb']):.0f} MB, budget {RSS_BUDGET_MB} MB"
+            line += f" ({'OVER' if over else 'within'})"
+        lines.append(line)
+    return lines
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 
 BRIDGE = "ccchaos0"
+VETH_PREFIX = "ccc-v"  # the host ends of the nodes' veths
 SUBNET = "10.77.0"  # a private /24 that is routed nowhere on this machine
 HOST_IP = f"{SUBNET}.1"
 COMMENT = "coordinated-chaos"
@@ -60,7 +61,7 @@ def create(count: int) -> None:
     for rule in reversed(HOST_RULES):
         sh("iptables", "-I", "FORWARD", *rule, "-m", "comment", "--comment", COMMENT)
     for index in range(count):
-        ns, host_end = ns_name(index), f"ccc-v{index}"
+        ns, host_end = ns_name(index), f"{VETH_PREFIX}{index}"
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", ns)
         sh("ip", "link", "set", host_end, "master", BRIDGE)
@@ -83,6 +84,11 @@ def destroy() -> None:
     """Remove namespaces, veths, the bridge and the host rules; each step tolerates what is already gone."""
     for ns in namespaces():
         sh("ip", "netns", "del", ns, check=False)  # takes its veth end, and so the pair, with it
+    # ... unless a process still lives in a namespace whose name is gone: then the host end stays behind.
+    for line in sh("ip", "-o", "link", "show", check=False).stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if line.count(":") >= 2 else ""
+        if name.startswith(VETH_PREFIX):
+            sh("ip", "link", "del", name, check=False)
     sh("ip", "link", "del", BRIDGE, check=False)
     for rule in HOST_RULES:
         while (

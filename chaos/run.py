@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import random
 import signal
@@ -118,11 +119,26 @@ def summarize(out: dict[str, object], workdir: Path, cluster: LocalCluster, seed
     return all(ok for ok, _ in results.values())
 
 
+# The run's namespaces, bridge and ports have fixed names: a second run at the same time would tear down the
+# first one's network (its start-up removes leftovers). Runs on one machine therefore take turns.
+RUN_LOCK = Path(tempfile.gettempdir()) / "coordinated-chaos.lock"
+
+
 def run(seconds: float, seed: int) -> int:
-    reason = netns.available()
-    if reason is not None:
-        print(f"network namespaces are unavailable here: {reason}")
-        return 2
+    with RUN_LOCK.open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"another chaos run holds {RUN_LOCK}: waiting for it to finish", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        reason = netns.available()
+        if reason is not None:
+            print(f"network namespaces are unavailable here: {reason}")
+            return 2
+        return _run_alone(seconds, seed)
+
+
+def _run_alone(seconds: float, seed: int) -> int:
     cleanup()  # leftovers of an earlier run that was itself killed
     # SIGTERM (a CI timeout, `make` interrupted) must still reach the `finally` below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

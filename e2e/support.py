@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import tomllib
@@ -281,3 +283,90 @@ class ContinuousWriter:
         """Acknowledged keys missing from (or changed in) a committed state."""
         kv = state["metadata"].get("kv") or {}
         return [key for key, n in self.acknowledged.items() if kv.get(key) != {"n": n}]
+
+
+@dataclass
+class SparkSubmitAudit:
+    """One run of spark-jobs/k8s/spark-submit.sh: the client's result, the driver pod and its log, the report."""
+
+    submitted: subprocess.CompletedProcess[str]
+    elapsed: float
+    driver: client.V1Pod
+    driver_log: str
+    report: dict[str, Any]
+
+
+def run_spark_submit_audit(cluster: Cluster, replicas: int, **settings: str) -> SparkSubmitAudit:
+    """spark-submit.sh in cluster mode against `cluster`, as a user runs it (rbac.yaml applied first); `settings`
+    are the script's environment (TLS, AUTH, ...). Asserts that the driver succeeded, then reads the report."""
+    namespace = cluster.namespace
+    kubectl("-n", namespace, "apply", "-f", str(REPO / "spark-jobs" / "k8s" / "rbac.yaml"))
+    driver_pod = f"coordinated-audit-{cluster.name}-driver"
+    kubectl("-n", namespace, "delete", "pod", driver_pod, "--ignore-not-found", "--wait=true")
+    environment = {
+        **os.environ,
+        # spark-submit from the dev virtualenv (pyspark) is the client; the image runs driver and executors.
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "NAMESPACE": namespace,
+        "CLUSTER": cluster.name,
+        "REPLICAS": str(replicas),
+        "IMAGE": IMAGE,
+        "EXECUTORS": "1",
+        # Spark asks for a whole core per pod by default; the e2e node has two.
+        "SPARK_SUBMIT_EXTRA": " ".join(
+            [
+                f"--conf spark.kubernetes.driver.pod.name={driver_pod}",
+                "--conf spark.kubernetes.driver.request.cores=250m",
+                "--conf spark.kubernetes.executor.request.cores=250m",
+            ]
+        ),
+        **settings,
+    }
+    started = time.monotonic()
+    submitted = subprocess.run(
+        ["bash", str(REPO / "spark-jobs" / "k8s" / "spark-submit.sh")],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    driver_log = kubectl("-n", namespace, "logs", driver_pod, check=False).stdout
+    assert submitted.returncode == 0, f"spark-submit failed:\n{submitted.stderr[-4000:]}\n{driver_log[-4000:]}"
+    # The script found the driver's exit code (spark-submit alone exits 0 whatever the driver did).
+    assert "exit code is unknown" not in submitted.stderr, submitted.stderr[-2000:]
+    driver = cluster.core.read_namespaced_pod(driver_pod, namespace)
+    assert driver.status.phase == "Succeeded", f"driver {driver.status.phase}:\n{driver_log[-4000:]}"
+    assert "one-master-per-term" in driver_log and "VIOLATION" not in driver_log, driver_log[-4000:]
+    report = read_report(namespace, f"/reports/{cluster.name}/audit-report.json")
+    return SparkSubmitAudit(submitted, elapsed, driver, driver_log, report)
+
+
+def read_report(namespace: str, path: str) -> dict[str, Any]:
+    """Retrieve a report from the audit's PVC the way a user would: a pod that mounts it, and kubectl exec."""
+    reader = "audit-report-reader"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": reader, "namespace": namespace},
+        "spec": {
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 185, "fsGroup": 185},
+            "containers": [
+                {
+                    "name": "reader",
+                    "image": IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "600"],
+                    "volumeMounts": [{"name": "reports", "mountPath": "/reports", "readOnly": True}],
+                }
+            ],
+            "volumes": [{"name": "reports", "persistentVolumeClaim": {"claimName": "coordinated-audit-reports"}}],
+        },
+    }
+    apply(pod)
+    try:
+        kubectl("-n", namespace, "wait", "--for=condition=Ready", f"pod/{reader}", "--timeout=120s", timeout=130)
+        return json.loads(kubectl("-n", namespace, "exec", reader, "--", "cat", path).stdout)
+    finally:
+        kubectl("-n", namespace, "delete", "pod", reader, "--wait=false", check=False)

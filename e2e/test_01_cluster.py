@@ -4,13 +4,8 @@ operator is killed. The tests run in file order and share the cluster; each leav
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,14 +13,13 @@ from kubernetes import client
 
 from e2e.conftest import OPERATOR_NAMESPACE, OPERATOR_SELECTOR
 from e2e.support import (
-    IMAGE,
-    REPO,
     Cluster,
     ContinuousWriter,
     apply,
     cluster_manifest,
     exclusions,
     kubectl,
+    run_spark_submit_audit,
     voting_config,
     wait_until,
 )
@@ -146,78 +140,15 @@ def test_scaling_up_to_five_grows_the_voting_configuration(cluster: Cluster, fig
 
 
 def test_the_audit_runs_with_spark_submit_in_cluster_mode(cluster: Cluster, figure: Figure) -> None:
-    namespace = cluster.namespace
-    kubectl("-n", namespace, "apply", "-f", str(REPO / "spark-jobs" / "k8s" / "rbac.yaml"))
-    driver_pod = f"coordinated-audit-{NAME}-driver"
-    kubectl("-n", namespace, "delete", "pod", driver_pod, "--ignore-not-found", "--wait=true")
-    environment = {
-        **os.environ,
-        # spark-submit from the dev virtualenv (pyspark) is the client; the image runs driver and executors.
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "NAMESPACE": namespace,
-        "CLUSTER": NAME,
-        "REPLICAS": "5",
-        "IMAGE": IMAGE,
-        "EXECUTORS": "1",
-        # Spark asks for a whole core per pod by default; the e2e node has two.
-        "SPARK_SUBMIT_EXTRA": " ".join(
-            [
-                f"--conf spark.kubernetes.driver.pod.name={driver_pod}",
-                "--conf spark.kubernetes.driver.request.cores=250m",
-                "--conf spark.kubernetes.executor.request.cores=250m",
-            ]
-        ),
-    }
-    started = time.monotonic()
-    submitted = subprocess.run(
-        ["bash", str(REPO / "spark-jobs" / "k8s" / "spark-submit.sh")],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    elapsed = time.monotonic() - started
-    driver_log = kubectl("-n", namespace, "logs", driver_pod, check=False).stdout
-    assert submitted.returncode == 0, f"spark-submit failed:\n{submitted.stderr[-4000:]}\n{driver_log[-4000:]}"
-    driver = cluster.core.read_namespaced_pod(driver_pod, namespace)
-    assert driver.status.phase == "Succeeded", f"driver {driver.status.phase}:\n{driver_log[-4000:]}"
-    assert "one-master-per-term" in driver_log and "VIOLATION" not in driver_log, driver_log[-4000:]
-
-    report = read_report(namespace, f"/reports/{NAME}/audit-report.json")
+    # This cluster runs without TLS and tokens (the API server's proxy reaches it): the script's opt-out.
+    # test_02_security.py runs the script's secure default against a secured cluster.
+    audit = run_spark_submit_audit(cluster, 5, TLS="false", AUTH="false")
+    assert "https://" not in " ".join(audit.driver.spec.containers[0].args or [])
+    report = audit.report
     assert report["ok"] is True, report["violations"][:5]
     assert report["nodes"] == 5
     assert report["malformed_lines"] == 0
-    figure(f"audit (spark-submit, cluster mode, 1 executor): {report['events']} events, ok, {elapsed:.0f} s")
-
-
-def read_report(namespace: str, path: str) -> dict[str, Any]:
-    """Retrieve a report from the audit's PVC the way a user would: a pod that mounts it, and kubectl exec."""
-    reader = "audit-report-reader"
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": reader, "namespace": namespace},
-        "spec": {
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 185, "fsGroup": 185},
-            "containers": [
-                {
-                    "name": "reader",
-                    "image": IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["sleep", "600"],
-                    "volumeMounts": [{"name": "reports", "mountPath": "/reports", "readOnly": True}],
-                }
-            ],
-            "volumes": [{"name": "reports", "persistentVolumeClaim": {"claimName": "coordinated-audit-reports"}}],
-        },
-    }
-    apply(pod)
-    try:
-        kubectl("-n", namespace, "wait", "--for=condition=Ready", f"pod/{reader}", "--timeout=120s", timeout=130)
-        return json.loads(kubectl("-n", namespace, "exec", reader, "--", "cat", path).stdout)
-    finally:
-        kubectl("-n", namespace, "delete", "pod", reader, "--wait=false", check=False)
+    figure(f"audit (spark-submit, cluster mode, 1 executor): {report['events']} events, ok, {audit.elapsed:.0f} s")
 
 
 def test_scaling_down_to_three_and_one_uses_exclusions_without_a_long_gap(cluster: Cluster, figure: Figure) -> None:

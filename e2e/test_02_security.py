@@ -15,7 +15,17 @@ from typing import Any
 
 import pytest
 
-from e2e.support import IMAGE, REPO, Cluster, apply, cluster_manifest, kubectl, remove_cluster, wait_until
+from e2e.support import (
+    IMAGE,
+    REPO,
+    Cluster,
+    apply,
+    cluster_manifest,
+    kubectl,
+    remove_cluster,
+    run_spark_submit_audit,
+    wait_until,
+)
 
 
 def _sidecar_supports_tokens() -> bool:
@@ -195,6 +205,27 @@ def test_the_client_token_is_needed_and_roles_apply(secured: Cluster) -> None:
         "reader_read": 200,
         "writer_settings": 403,  # the settings API is admin-only
     }, result
+
+
+def test_the_audit_runs_with_spark_submit_against_the_secured_cluster(secured: Cluster, figure: Figure) -> None:
+    """spark-submit.sh with its defaults: https verified against the cluster's CA, the reader token, and the
+    NetworkPolicy's client label; the sidecars refuse anything less (the test above)."""
+    audit = run_spark_submit_audit(secured, 3)
+    args = " ".join(audit.driver.spec.containers[0].args or [])
+    assert "https://secured-0.secured-headless" in args and "--ca-file /etc/coordinated/tls/ca.crt" in args, args
+    # Only the CA's certificate reaches the driver, never the pods' keys of the same Secret.
+    secret_volumes = [volume.secret for volume in audit.driver.spec.volumes if volume.secret is not None]
+    secret_volumes = [secret for secret in secret_volumes if secret.secret_name == "secured-certs"]
+    assert [(item.key, item.path) for secret in secret_volumes for item in secret.items or []] == [
+        ("ca.crt", "ca.crt")
+    ], secret_volumes
+    token = next(env for env in audit.driver.spec.containers[0].env if env.name == "COORDINATED_TOKEN")
+    assert (token.value_from.secret_key_ref.name, token.value_from.secret_key_ref.key) == ("secured-reader", "token")
+    report = audit.report
+    assert report["ok"] is True, report["violations"][:5]
+    assert report["nodes"] == 3
+    assert report["malformed_lines"] == 0
+    figure(f"audit (spark-submit, TLS and token, 1 executor): {report['events']} events, ok, {audit.elapsed:.0f} s")
 
 
 def _network_policy_enforced(namespace: str) -> bool:

@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
 # Run the audit on Kubernetes with spark-submit in cluster mode. Needs rbac.yaml applied first.
 #   NAMESPACE=prod CLUSTER=my-cluster REPLICAS=3 spark-jobs/k8s/spark-submit.sh
+# Secure by default, like the operator's clusters: https with the cluster's CA (only `ca.crt` of the Secret
+# CA_SECRET, default <cluster>-certs, is mounted in the driver; never the pods' keys that share it) and the
+# reader token (key `token` of TOKEN_SECRET, default <cluster>-reader) in the driver's $COORDINATED_TOKEN,
+# through a driver pod template written for the run (a temporary file, removed on exit).
+# For a cluster created without them (spec.tls.enabled / spec.auth.enabled false): TLS=false, AUTH=false.
+# Driver and executors carry the label coordinated.dev/client=<cluster>, which the cluster's NetworkPolicy
+# admits to the client port unless spec.clientAccess says otherwise.
+# Exits with the audit's exit code (0 ok, 1 violations, 2 unusable input), read from the driver's pod.
 # SPARK_SUBMIT_EXTRA adds spark-submit options (split on spaces), e.g. smaller CPU requests on a small node:
 #   SPARK_SUBMIT_EXTRA="--conf spark.kubernetes.driver.request.cores=250m" spark-jobs/k8s/spark-submit.sh
 # The sidecar URLs assume the operator's per-pod DNS names (StatefulSet pods behind a headless
@@ -11,19 +19,89 @@ NAMESPACE="${NAMESPACE:-default}"
 CLUSTER="${CLUSTER:-coordinated}"
 REPLICAS="${REPLICAS:-3}"
 IMAGE="${IMAGE:-coordinated-cluster:0.1.0}"
-APISERVER="${APISERVER:-$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')}"
+TLS="${TLS:-true}"
+AUTH="${AUTH:-true}"
+CA_SECRET="${CA_SECRET:-${CLUSTER}-certs}"
+TOKEN_SECRET="${TOKEN_SECRET:-${CLUSTER}-reader}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
+CA_DIR=/etc/coordinated/tls
+
+for setting in TLS AUTH; do
+  case "${!setting}" in
+    true | false) ;;
+    *)
+      echo "spark-submit.sh: ${setting} must be true or false, not '${!setting}'" >&2
+      exit 2
+      ;;
+  esac
+done
+APISERVER="${APISERVER:-$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')}"
 
 if [[ -z "${SIDECARS:-}" ]]; then
+  scheme=http
+  [[ $TLS == true ]] && scheme=https
   urls=()
   for ((i = 0; i < REPLICAS; i++)); do
-    urls+=("http://${CLUSTER}-${i}.${CLUSTER}-headless.${NAMESPACE}.svc:9200")
+    urls+=("${scheme}://${CLUSTER}-${i}.${CLUSTER}-headless.${NAMESPACE}.svc:9200")
   done
   SIDECARS="$(IFS=,; echo "${urls[*]}")"
 fi
 read -r -a extra <<<"${SPARK_SUBMIT_EXTRA:-}"
 
-exec spark-submit \
+# Finds this run's driver pod afterwards, whatever its name.
+run_id="$(date +%s)-$$-${RANDOM}"
+conf=(
+  --conf "spark.kubernetes.driver.label.coordinated.dev/audit-run=${run_id}"
+  --conf "spark.kubernetes.driver.label.coordinated.dev/client=${CLUSTER}"
+  --conf "spark.kubernetes.executor.label.coordinated.dev/client=${CLUSTER}"
+)
+audit_args=()
+driver_template="${HERE}/pod-template.yaml"
+if [[ $TLS == true || $AUTH == true ]]; then
+  # The driver's pod template for this run: the shipped one plus the token and the CA. Both come from
+  # Secrets that the kubelet reads when it starts the driver (its service account needs no Secret access).
+  # Only the `ca.crt` item is mounted: the Secret also holds the pods' private keys, all of which
+  # spark.kubernetes.driver.secrets.* would mount. `optional`: a cluster without TLS or tokens has no such
+  # Secret, and the audit then says what it misses (exit 2) instead of the driver pod waiting for ever.
+  # Executors need neither: the driver ships both to the fetching tasks.
+  driver_template="$(mktemp "${TMPDIR:-/tmp}/coordinated-audit-driver.XXXXXX")"
+  trap 'rm -f "$driver_template"' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  awk -v tls="$TLS" -v auth="$AUTH" -v ca_secret="$CA_SECRET" -v token_secret="$TOKEN_SECRET" -v dir="$CA_DIR" '
+    { print }
+    /^      env:$/ {
+      found["env"]++
+      if (auth == "true") {
+        print "        - name: COORDINATED_TOKEN"; print "          valueFrom:"; print "            secretKeyRef:"
+        print "              name: " token_secret; print "              key: token"; print "              optional: true"
+      }
+    }
+    /^      volumeMounts:$/ {
+      found["mounts"]++
+      if (tls == "true") {
+        print "        - name: ca"; print "          mountPath: " dir; print "          readOnly: true"
+      }
+    }
+    /^  volumes:$/ {
+      found["volumes"]++
+      if (tls == "true") {
+        print "    - name: ca"; print "      secret:"; print "        secretName: " ca_secret; print "        optional: true"
+        print "        items:"; print "          - key: ca.crt"; print "            path: ca.crt"
+      }
+    }
+    END { exit !(found["env"] == 1 && found["mounts"] == 1 && found["volumes"] == 1) }
+  ' "${HERE}/pod-template.yaml" >"$driver_template" || {
+    echo "spark-submit.sh: ${HERE}/pod-template.yaml lacks the container's env or volumeMounts, or the pod's volumes" >&2
+    exit 2
+  }
+  if [[ $TLS == true ]]; then
+    audit_args+=(--ca-file "${CA_DIR}/ca.crt")
+  fi
+fi
+
+submitted=0
+spark-submit \
   --master "k8s://${APISERVER}" \
   --deploy-mode cluster \
   --name "coordinated-audit-${CLUSTER}" \
@@ -31,7 +109,7 @@ exec spark-submit \
   --conf spark.kubernetes.container.image="${IMAGE}" \
   --conf spark.kubernetes.container.image.pullPolicy=Never \
   --conf spark.kubernetes.authenticate.driver.serviceAccountName=coordinated-audit \
-  --conf spark.kubernetes.driver.podTemplateFile="${HERE}/pod-template.yaml" \
+  --conf spark.kubernetes.driver.podTemplateFile="${driver_template}" \
   --conf spark.kubernetes.executor.podTemplateFile="${HERE}/pod-template.yaml" \
   --conf spark.kubernetes.pyspark.pythonVersion=3 \
   --conf spark.executor.instances="${EXECUTORS:-2}" \
@@ -39,8 +117,21 @@ exec spark-submit \
   --conf spark.executor.memory=1g \
   --conf spark.driver.memory=1g \
   --conf spark.sql.shuffle.partitions=16 \
+  "${conf[@]}" \
   "${extra[@]}" \
   local:///app/spark-jobs/audit_main.py \
   --from-cluster "${SIDECARS}" \
   --report-dir /reports/"${CLUSTER}" \
-  "$@"
+  "${audit_args[@]}" \
+  "$@" || submitted=$?
+[[ $submitted -eq 0 ]] || exit "$submitted"
+
+# spark-submit exits 0 in cluster mode whatever the driver did (Spark's SPARK-26365), so the audit's own exit
+# code (1: violations, 2: unusable input) is read from the finished driver container.
+driver_exit="$(kubectl -n "$NAMESPACE" get pods -l "coordinated.dev/audit-run=${run_id}" \
+  -o jsonpath='{.items[0].status.containerStatuses[0].state.terminated.exitCode}' 2>/dev/null)" || driver_exit=""
+if [[ ! $driver_exit =~ ^[0-9]+$ ]]; then
+  echo "spark-submit.sh: the driver's exit code is unknown (no finished pod labelled coordinated.dev/audit-run=${run_id}); read its log" >&2
+  exit 0
+fi
+exit "$driver_exit"

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import fcntl
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 # The `chaos` package lives at the repository root (it runs as `python -m chaos`), which pytest does not put
 # on the path; without it, `chaos` would resolve to this test folder.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import pytest
+
+from chaos import netns
+from chaos import run as chaos_run
 from chaos.workloads import Counters, Holding, LockRecord, check_counters, check_lock
 from coordinated.simulation.linearizability import MISSING
 
@@ -34,3 +41,35 @@ def test_the_lock_check_catches_overlaps_repeated_or_falling_tokens_and_refusals
     fenced.fenced_write(1, 10)
     fenced.fenced_write(2, 9)
     assert fenced.accepted == 1 and not check_lock(fenced)[0]
+
+
+def test_a_chaos_run_waits_for_one_already_running(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Two runs at once would tear down each other's namespaces (their names are fixed): the second waits."""
+    started = threading.Event()
+    monkeypatch.setattr(chaos_run, "RUN_LOCK", tmp_path / "chaos.lock")
+    monkeypatch.setattr(chaos_run.netns, "available", lambda: None)
+    monkeypatch.setattr(chaos_run, "_run_alone", lambda seconds, seed: started.set() or 0)
+    with (tmp_path / "chaos.lock").open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a run in progress
+        second = threading.Thread(target=chaos_run.run, args=(1.0, 7))
+        second.start()
+        assert not started.wait(0.5), "a second run started while the first held the machine"
+        fcntl.flock(held, fcntl.LOCK_UN)
+    assert started.wait(10), "the second run never started after the first finished"
+    second.join(10)
+
+
+def test_cleanup_removes_host_veths_left_behind_by_a_namespace_still_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ip netns del` only drops the name: a veth whose namespace a stray process keeps alive stays on the host,
+    and the next run's `ip link add` failed with "File exists"."""
+    links = "1: lo: <LOOPBACK> mtu 65536\n730: ccc-v0@if2: <BROADCAST> mtu 1500\n731: eth0: <BROADCAST> mtu 1500\n"
+    calls: list[tuple[str, ...]] = []
+
+    def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        return subprocess.CompletedProcess(list(argv), 1, stdout=links if argv[:3] == ("ip", "-o", "link") else "")
+
+    monkeypatch.setattr(netns, "sh", sh)
+    netns.destroy()
+    assert ("ip", "link", "del", "ccc-v0") in calls
+    assert not any(call[:3] == ("ip", "link", "del") and call[3] in ("lo", "eth0") for call in calls)

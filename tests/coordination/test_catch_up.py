@@ -43,6 +43,18 @@ def _down_while_writing(cluster: SimulatedCluster, writes: int) -> tuple[SimNode
     return leader, follower
 
 
+def _follower_missing_three_writes(written_before: int) -> tuple[SimulatedCluster, SimNode, SimNode]:
+    """A formed cluster in which one follower missed three writes: the master's messages to it are lost (one
+    way) until the caller heals the network."""
+    cluster = formed(3)
+    _write(cluster, 0, written_before)
+    leader = leader_of(cluster)
+    follower = next(node for node in cluster.nodes if node is not leader)
+    cluster.network.set_link(leader.address, follower.address, Link.BLACKHOLE, both_ways=False)
+    _write(cluster, leader.index, 3, prefix="missed")
+    return cluster, leader, follower
+
+
 def _caught_up(leader: SimNode, follower: SimNode) -> bool:
     return (
         follower.alive
@@ -109,12 +121,7 @@ def test_a_catch_up_diff_the_node_cannot_apply_is_followed_by_the_full_state() -
 
 
 def test_a_follower_that_missed_publications_is_caught_up_by_diff_on_its_next_check() -> None:
-    cluster = formed(3)
-    _write(cluster, 0, 20)
-    leader = leader_of(cluster)
-    follower = next(node for node in cluster.nodes if node is not leader)
-    cluster.network.set_link(leader.address, follower.address, Link.BLACKHOLE, both_ways=False)
-    _write(cluster, leader.index, 3, prefix="missed")
+    cluster, leader, follower = _follower_missing_three_writes(written_before=20)
     seen = _publications_to(cluster, follower)
     cluster.network.heal()
     assert cluster.run_until(lambda: _caught_up(leader, follower), 10 * SECOND)
@@ -132,3 +139,45 @@ def test_random_fault_schedules_exercise_catch_up_by_diff_and_stay_safe() -> Non
         assert report.cluster is not None
         sent += sum(node.coordinator.catch_up.diffs_sent for node in report.cluster.nodes if node.coordinator)
     assert sent > 0
+
+
+def test_a_follower_that_missed_a_reconfiguration_is_caught_up_with_the_state_as_published() -> None:
+    """A commit marks the master's copy of a reconfiguration state (its last-committed configuration becomes
+    the new one) under the same state UUID. A follower that missed the publication must be sent the state as
+    it was published, not the master's marked copy: one state UUID names one content on every node, which
+    the simulator's safety checks and the audit's unique-state-per-version hold every history to."""
+    cluster = formed(3)
+    leader = leader_of(cluster)
+    lagging = next(node for node in cluster.nodes if node is not leader)
+    cluster.add_node()
+    assert cluster.run_until(lambda: len(leader.running().applied_state.nodes) == 4, 10 * SECOND)
+    cluster.stabilise(5 * SECOND)
+    assert len(leader.running().applied_state.last_committed_config) == 3
+    cluster.network.set_link(leader.address, lagging.address, Link.BLACKHOLE, both_ways=False)
+    seen = _publications_to(cluster, lagging)
+    cluster.add_node()  # five master-eligible nodes: the master reconfigures from three voters to five
+    assert cluster.run_until(lambda: len(leader.running().applied_state.last_committed_config) == 5, 10 * SECOND)
+    cluster.network.heal()
+    assert cluster.run_until(lambda: _caught_up(leader, lagging), 10 * SECOND)
+    caught_up_with = [message for message in seen if message.state is not None or message.diff is not None]
+    assert caught_up_with, "the lagging follower was never sent what it missed"
+    accepted = lagging.running().applied_state
+    assert accepted.last_committed_config == leader.running().applied_state.last_committed_config
+
+
+def test_a_follower_that_cannot_apply_a_catch_up_diff_gets_the_full_state_at_once() -> None:
+    """Outside a publication too: the follower's `need_full_state` answer to a catch-up diff is met with the full
+    state, not with the same diff at every follower check until the lag detector removes the node."""
+    cluster, leader, follower = _follower_missing_three_writes(written_before=10)
+    history = leader.running().catch_up.history
+    diff_since = history.diff_since
+
+    def from_an_older_state(term: int, version: int, current: ClusterState) -> ClusterStateDiff | None:
+        return diff_since(term, version - 1, current)  # based on a state the follower does not hold
+
+    history.diff_since = from_an_older_state  # type: ignore[method-assign]
+    seen = _publications_to(cluster, follower)
+    cluster.network.heal()
+    assert cluster.run_until(lambda: _caught_up(leader, follower), 5 * SECOND)
+    assert [message.state is not None for message in seen][:2] == [False, True], "a diff, then the full state"
+    assert follower.node.id in leader.running().applied_state.nodes, "caught up without being removed"

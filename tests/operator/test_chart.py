@@ -27,6 +27,7 @@ from operator_schemas import (
 )
 
 from coordinated.operator import certificates, manifests, security
+from coordinated.operator.sidecar_client import HTTP_PORT
 from coordinated.operator.spec import ClusterSpec
 
 CHART = REPO / "charts" / "coordinated-cluster"
@@ -291,6 +292,47 @@ def test_spark_audit_of_a_cluster_without_security(tools: dict[str, Path]) -> No
     assert template["arguments"][1].startswith("http://") and "--ca-file" not in template["arguments"]
     assert "COORDINATED_TOKEN" not in yaml.safe_dump(template)
     assert all(volume["name"] != "ca" for volume in template["volumes"])
+
+
+def admitted_to_the_client_port(spec: ClusterSpec, labels: dict[str, str]) -> bool:
+    """Whether the operator's NetworkPolicy lets a pod with these labels, in the cluster's namespace, reach
+    the sidecars' client port."""
+    policy = security.network_policy(spec, operator=None)
+    assert policy is not None
+    (client_rule,) = [rule for rule in policy["spec"]["ingress"] if rule["ports"][0]["port"] == HTTP_PORT]
+    return any(
+        set(peer["podSelector"]["matchLabels"].items()) <= set(labels.items())
+        for peer in client_rule["from"]
+        if "namespaceSelector" not in peer
+    )
+
+
+def test_the_audit_pods_are_peers_the_clusters_network_policy_admits(tools: dict[str, Path]) -> None:
+    """The audit's fetching tasks run on the driver and the executors: every audit pod, of the chart's
+    SparkApplications and of the plain manifests, must be let in by the policy the operator writes for a
+    cluster with default settings (without it, the audit times out wherever policies are enforced)."""
+    rendered = helm(
+        tools, "template", "demo", str(CHART), "--namespace", "ops", "--kube-version", KUBE_VERSION,
+        "--set", "sparkAudit.enabled=true", "--set", "sparkAudit.runOnce=true",
+        "--set", "sparkAudit.cluster.name=orders",
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    charted = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc and "Spark" in doc["kind"]]
+    plain = [
+        doc
+        for doc in load_yaml_documents(sorted((REPO / "spark-jobs" / "k8s").glob("*.yaml")))
+        if "Spark" in doc["kind"]
+    ]
+    for applications, cluster_name in ((charted, "orders"), (plain, "coordinated")):
+        spec = ClusterSpec.from_resource(
+            {"metadata": {"name": cluster_name, "namespace": "ops", "uid": "u"}, "spec": {}}
+        )
+        assert applications
+        for application in applications:
+            template = application["spec"].get("template", application["spec"])
+            for role in ("driver", "executor"):
+                labels = template[role]["labels"]
+                assert admitted_to_the_client_port(spec, labels), (application["metadata"]["name"], role, labels)
 
 
 MONITORING = ["--set", "podMonitor.enabled=true", "--set", "prometheusRule.enabled=true"]

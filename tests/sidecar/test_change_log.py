@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
 
-from coordinated.coordination.state import ClusterState, KeyVersion
+from coordinated.coordination import state as state_module
+from coordinated.coordination.state import ClusterState, KeyVersion, apply_diff, diff_between
 from coordinated.sidecar.change_log import ChangeLog, ChangesGone, prefixes_touched
 
 
@@ -134,3 +136,39 @@ def test_a_log_that_started_without_keys_serves_a_watch_from_zero_until_it_drops
     started_with_keys.record(state(3, {"a": (1, 2, 2)}))
     with pytest.raises(ChangesGone):
         started_with_keys.events_after("", 0, 100)
+
+
+def derived(base: ClusterState, version: int, key: str, value: Any) -> ClusterState:
+    """`base` with one key written, the way a node gets it: `apply_diff`, which records the derivation."""
+    shape = base.replace(version=version, state_uuid=f"s{version}", parent_uuid=base.state_uuid)
+    diff = diff_between(
+        base, shape, {"kv": ({key: value}, ()), "kv_versions": ({key: KeyVersion(version, version)}, ())}
+    )
+    return apply_diff(base, diff)
+
+
+def test_states_accepted_but_never_applied_keep_the_comparison_in_proportion_to_the_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = ChangeLog(100)
+    applied = state(1, {f"k{i}": (i, 1, 1) for i in range(1000)}).replace(state_uuid="s1")
+    log.record(applied)
+    # A follower accepts versions 2 and 3 but applies only 4 (the commit of 2 and 3 came too late): nothing
+    # but the change log's hold keeps them alive.
+    accepted = derived(applied, 2, "k1", "two")
+    log.hold(accepted)
+    accepted = derived(accepted, 3, "k2", "three")
+    log.hold(accepted)
+    newest = derived(accepted, 4, "k3", "four")
+    log.hold(newest)
+    del accepted
+    gc.collect()
+
+    def compare_every_key(*args: object) -> None:
+        raise AssertionError("compared every key of the state")
+
+    monkeypatch.setattr(state_module, "diff_maps", compare_every_key)
+    assert log.record(newest) == ["k1", "k2", "k3"]
+    events, _ = log.events_after("", 1, 100)
+    assert summary(events) == [("put", "k1", "two", 2), ("put", "k2", "three", 3), ("put", "k3", "four", 4)]
+    assert len(log._held) == 0  # released once applied

@@ -130,12 +130,12 @@ driver:
   cores: {{ $audit.driver.cores }}
   memory: {{ $audit.driver.memory | quote }}
   serviceAccount: {{ $name }}
-  {{- include "coordinated-cluster.auditPodSpec" (dict "container" "spark-kubernetes-driver" "reports" true "cluster" $audit.cluster) | nindent 2 }}
+  {{- include "coordinated-cluster.auditPodSpec" (dict "container" "spark-kubernetes-driver" "reports" true "cluster" $audit.cluster "client" $audit.cluster.name) | nindent 2 }}
 executor:
   instances: {{ $audit.executor.instances }}
   cores: {{ $audit.executor.cores }}
   memory: {{ $audit.executor.memory | quote }}
-  {{- include "coordinated-cluster.auditPodSpec" (dict "container" "spark-kubernetes-executor" "reports" false "cluster" dict) | nindent 2 }}
+  {{- include "coordinated-cluster.auditPodSpec" (dict "container" "spark-kubernetes-executor" "reports" false "cluster" dict "client" $audit.cluster.name) | nindent 2 }}
 volumes:
   - name: reports
     persistentVolumeClaim:
@@ -158,6 +158,8 @@ volumes:
 labels:
   app.kubernetes.io/name: coordinated-audit
   app.kubernetes.io/part-of: coordinated-cluster
+  {{- /* The peer the cluster's NetworkPolicy admits to the client port: the fetching tasks run here too. */}}
+  coordinated.dev/client: {{ .client | quote }}
 podSecurityContext:
   runAsNonRoot: true
   runAsUser: 185

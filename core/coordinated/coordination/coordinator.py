@@ -598,6 +598,20 @@ class Coordinator:
             self._handle_join(response.join)
         if self.publication is not None and self.mode is Mode.LEADER:
             self.publication.on_publish_response(response)
+        elif response.need_full_state and self.mode is Mode.LEADER:
+            self._send_full_state(response)
+
+    def _send_full_state(self, refused: m.PublishResponse) -> None:
+        """A follower could not apply a catch-up diff (its state is not the diff's base): send it the whole
+        state, as a publication does, rather than the same diff again at every follower check."""
+        state = self.last_accepted_state
+        node = state.nodes.get(refused.source_id)
+        if node is None or (refused.term, refused.version) != state.term_version():
+            return  # about an older state: the next follower check finds what the node still misses
+        published = self.catch_up.as_published(state)
+        self._send(
+            node.transport_address, m.PublishRequest(self.local_node, state.term, state.version, state=published)
+        )
 
     def _on_apply_commit_response(self, sender: str, response: m.ApplyCommitResponse) -> None:
         if response.ok:
@@ -701,7 +715,8 @@ class Coordinator:
             if node.master_eligible and node_id not in state.last_accepted_config and self.applied_in_current_term:
                 self._improve_voting_configuration(state)  # a healthy node that could vote but does not yet
             return
-        missed = catch_up_message(self.local_node, state, response, self.catch_up.diff_since)
+        published = self.catch_up.as_published(state)
+        missed = catch_up_message(self.local_node, published, response, self.catch_up.diff_since)
         if missed is not None:
             self._send(node.transport_address, missed)
 

@@ -49,6 +49,11 @@ class DiffHistory:
         return len(self._entries)
 
     @property
+    def last(self) -> ClusterState | None:
+        """The last state recorded, as it was accepted."""
+        return self._last
+
+    @property
     def size(self) -> int:
         """The encoded size of the diffs held, in bytes."""
         return self._size
@@ -141,9 +146,19 @@ class CatchUp:
         accepted = self._joiners.pop(node_id, None)
         return None if accepted is None else self.diff_since(*accepted)
 
+    def as_published(self, state: ClusterState) -> ClusterState:
+        """`state` (this node's last-accepted state) as it was published and accepted. A commit marks this
+        node's copy (the last-committed configuration becomes the accepted one) under the same state UUID; a
+        node that missed the publication must be sent what the others accepted, or one UUID would name two
+        contents (the audit's unique-state-per-version). As in Elasticsearch, the marking stays local."""
+        accepted = self.history.last
+        if accepted is not None and accepted.state_uuid == state.state_uuid:
+            return accepted
+        return state
+
     def diff_since(self, term: int, version: int) -> ClusterStateDiff | None:
         """The changes from the state (term, version) to this node's last-accepted one, if it still has them."""
-        diff = self.history.diff_since(term, version, current=self.ctx.accepted)
+        diff = self.history.diff_since(term, version, current=self.as_published(self.ctx.accepted))
         if diff is not None:
             self.diffs_sent += 1
         return diff

@@ -5,6 +5,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Hashable
 
+# A cancelled or replaced timer stays in the heap (and keeps its key, e.g. a finished Publication with its
+# state and tasks, alive) until it reaches the top. Once the heap holds more than twice the live timers (and at
+# least this many entries), it is rebuilt from them: amortized O(1), as asyncio does with its cancelled timers.
+COMPACT_AT_LEAST = 64
+
 
 class Timers:
     def __init__(self) -> None:
@@ -17,9 +22,16 @@ class Timers:
         self._sequence += 1
         self._active[key] = (at, self._sequence, callback)
         heapq.heappush(self._heap, (at, self._sequence, key))
+        self._compact_if_mostly_stale()
 
     def cancel(self, key: Hashable) -> None:
-        self._active.pop(key, None)
+        if self._active.pop(key, None) is not None:
+            self._compact_if_mostly_stale()
+
+    def _compact_if_mostly_stale(self) -> None:
+        if len(self._heap) >= COMPACT_AT_LEAST and len(self._heap) > 2 * len(self._active):
+            self._heap = [(at, sequence, key) for key, (at, sequence, _) in self._active.items()]
+            heapq.heapify(self._heap)
 
     def is_scheduled(self, key: Hashable) -> bool:
         return key in self._active

@@ -149,6 +149,9 @@ class SimulatedCluster:
         self._state_by_version: dict[tuple[str, int, int], str] = {}
         self._committed: dict[str, dict[int, tuple[int, str]]] = {}
         self._parents: dict[str, tuple[str | None, int]] = {}
+        # What each state_uuid was recorded with, as the audit's unique-state-per-version compares it.
+        self._content: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._committed_config: dict[tuple[str, str], Any] = {}
         self._unknown_uuid_owner: dict[int, str] = {}
         # Sessions, as the applied (committed) states show them: when each was created (its version), and
         # when a node first applied a later state without it.
@@ -540,8 +543,27 @@ class SimulatedCluster:
             if master is not None and event["master"] != master:
                 self._violation(f"state {key} names master {event['master']} but {master} was elected")
             self._parents[event["state_uuid"]] = (event["parent_uuid"], event["version"])
+            self._check_content(event)
             if kind == "committed" or kind == "applied":
                 self._check_committed(self._committed.setdefault(cluster_uuid, {}), event)
+
+    def _check_content(self, event: dict[str, Any]) -> None:
+        """Every event of one state_uuid carries the same state. A commit makes the last-committed configuration
+        equal to the last-accepted one, so a `committed` or `applied` event may carry that marked form."""
+        key = (event["cluster_uuid"], event["state_uuid"])
+        fields = ("term", "version", "parent_uuid", "master", "last_accepted_config")
+        content = tuple(event[name] for name in fields)
+        known = self._content.setdefault(key, content)
+        if known != content:
+            self._violation(f"state {key[1]} recorded with different content: {known} and {content}")
+        committed_config = event["last_committed_config"]
+        if event["type"] == "accepted" or committed_config != event["last_accepted_config"]:
+            first = self._committed_config.setdefault(key, committed_config)
+            if first != committed_config:
+                self._violation(
+                    f"state {key[1]} recorded with last_committed_config {first} and {committed_config} "
+                    f"(a {event['type']} event on {event['node']})"
+                )
 
     def _check_committed(self, committed: dict[int, tuple[int, str]], event: dict[str, Any]) -> None:
         version, term, uuid = event["version"], event["term"], event["state_uuid"]

@@ -78,6 +78,9 @@ MEANINGS: dict[str, str] = {
     "transport.connect_timeout": "TCP connect timeout to a peer",
     "transport.retries": "retries when a message was certainly not delivered (0 or more)",
     "transport.queue_size": "per-destination send queue; messages beyond it are dropped",
+    "transport.max_chunk_size": "largest frame on a peer stream (4kb to 64mb); a larger message, such as a "
+    "multi-MB full state, goes in chunks that the receiver reassembles and verifies; set the same on every node "
+    "(a node refuses frames over its own)",
     "http.max_content_length": "client request body limit (413 beyond it)",
     "history.segment_size": "history segment rotation size",
     "history.fsync": "`true` fsyncs each history line",

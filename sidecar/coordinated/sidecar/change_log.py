@@ -13,6 +13,12 @@ too (a watcher that has seen nothing misses nothing), until the bound drops a ch
 (and moving `base` up) beyond that; the newest step is always kept. A watch from before `base` is gone
 (410): the watcher must re-read.
 
+Comparing two applied states costs in proportion to the change only while the states between them are
+alive (`compute_diff` follows the recorded derivations, which hold their parents weakly). A follower does not
+apply every state it accepts (a commit can arrive after the next publication), so the node hands every
+accepted state to `hold`, which keeps it until a state of its version or later is applied; without that, a
+skipped version would cost a comparison of every key.
+
 Pure data: no I/O, no clock.
 """
 
@@ -82,6 +88,11 @@ def changed_keys(before: ClusterState, after: ClusterState) -> list[WatchEvent]:
     return events
 
 
+# Accepted states held for the next comparison; beyond this many unapplied ones the oldest go (the comparison
+# then costs O(keys) once, as compute_diff follows at most MAX_DERIVATION_STEPS steps anyway).
+MAX_HELD_STATES = 1024
+
+
 class ChangeLog:
     def __init__(self, max_events: int) -> None:
         if max_events < 1:
@@ -90,6 +101,7 @@ class ChangeLog:
         self.base: int | None = None  # the log knows every change with a version above this
         self.version = 0  # the version of the last state recorded
         self._last: ClusterState | None = None
+        self._held: deque[ClusterState] = deque(maxlen=MAX_HELD_STATES)  # accepted, not yet applied
         self._steps: deque[Step] = deque()
         self._step_versions: deque[int] = deque()
         self._events = 0
@@ -101,7 +113,22 @@ class ChangeLog:
     def events(self) -> int:
         return self._events
 
+    def hold(self, accepted: ClusterState) -> None:
+        """Keep an accepted state alive until a state of its version or later is recorded (see above)."""
+        self._held.append(accepted)
+
+    def _release_held(self, applied_version: int) -> None:
+        while self._held and self._held[0].version <= applied_version:
+            self._held.popleft()
+
     def record(self, state: ClusterState) -> list[str]:
+        try:
+            return self._record(state)
+        finally:
+            if state.master_node is not None:
+                self._release_held(state.version)
+
+    def _record(self, state: ClusterState) -> list[str]:
         """Take in an applied state; returns the keys it changed (sorted), for waking their watchers.
 
         A state without a master is not a new application but the node showing it has none (or, at startup,

@@ -26,7 +26,9 @@ from coordinated.sidecar.transport import transport_app
 EXIT_SETTINGS = 2
 EXIT_DATA_DIR = 3
 EXIT_BIND = 4
-TRANSPORT_MAX_BODY = 512 * 1024 * 1024  # a full state can be large; peers are authenticated or trusted
+# The largest peer message, whole (a POST of an older version) or reassembled from chunks: a full state can be
+# large (cluster.metadata.max_state_size is 256mb by default). Frames are limited by transport.max_chunk_size.
+TRANSPORT_MAX_BODY = 512 * 1024 * 1024
 HANDOVER_WAIT_S = 2.0
 LOOPBACK = "127.0.0.1"
 # A host whose listener already takes loopback connections, or is loopback itself.
@@ -98,7 +100,15 @@ async def serve(node: Node, config: NodeConfig) -> int:
         loop.add_signal_handler(signum, stop.set)
     max_body = TRANSPORT_MAX_BODY
     transport_runner = web.AppRunner(
-        transport_app(node.handle_message, node.auth, max_body), access_log=None, handle_signals=False
+        transport_app(
+            node.handle_message,
+            node.auth,
+            max_body,
+            max_chunk_size=config.get("transport.max_chunk_size"),
+            current_term=node.current_term,
+        ),
+        access_log=None,
+        handle_signals=False,
     )
     tokens_file = config.get("http.auth.tokens_file")
     client_runner = ClientAppRunner(

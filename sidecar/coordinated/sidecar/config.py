@@ -90,6 +90,19 @@ def parse_repo_paths(value: str) -> tuple[str, ...]:
     return paths
 
 
+MIN_CHUNK_SIZE = 4 * 1024
+MAX_CHUNK_SIZE = 64 * 1024 * 1024
+
+
+def parse_chunk_size(value: str) -> int:
+    """`transport.max_chunk_size`: the largest peer frame; a smaller one costs more frames per large state, a
+    larger one more memory per connection."""
+    parsed = parse_byte_size(value)
+    if not MIN_CHUNK_SIZE <= parsed <= MAX_CHUNK_SIZE:
+        raise ValueError(f"must be between [4kb] and [64mb], got [{value}]")
+    return parsed
+
+
 def _time(value: str) -> int:
     parsed = parse_time_ms(value)
     if parsed <= 0:
@@ -103,6 +116,7 @@ SIDECAR_SETTINGS = (
     Setting("transport.connect_timeout", _time, "1s"),
     Setting("transport.retries", parse_non_negative_int, "2"),
     Setting("transport.queue_size", parse_positive_int, "10000"),
+    Setting("transport.max_chunk_size", parse_chunk_size, "1mb"),
     Setting("http.max_content_length", parse_byte_size, "1mb"),
     Setting("history.segment_size", parse_byte_size, "16mb"),
     Setting("history.fsync", parse_bool, "false"),

@@ -93,7 +93,9 @@ class Node:
         self.local_node = DiscoveryNode(self.node_id, config.coordination.node_name, config.transport_address, roles)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.coordinator: Coordinator | None = None
-        self.persist_monitor = MonitoredPersistedState(self.persisted)  # for health: did the last write fail?
+        # For health (did the last write fail?), and so that the change log keeps each accepted state until it
+        # is applied (its comparison of applied states stays in proportion to the change).
+        self.persist_monitor = MonitoredPersistedState(self.persisted, lambda state: self.key_watches.log.hold(state))
         self.group_commit = GroupCommit(self.persisted, self._execute, self._on_sync_failure)
         self.metrics = NodeMetrics(self.status_snapshot)
         self.hooks = HookManager(config.data_dir / HOOKS_FILE, config.get("hooks.timeout") / 1000)
@@ -133,6 +135,7 @@ class Node:
             queue_size=cfg.get("transport.queue_size"),
             tls_client=self.transport_tls,
             peer_name=self.peer_name,
+            max_chunk_size=cfg.get("transport.max_chunk_size"),
         )
         await self.sender.start()
         await self.hooks.start()
@@ -192,6 +195,10 @@ class Node:
         self.group_commit.submit(effects)
         self._arm_timer()
         self._watch_peers()
+
+    def current_term(self) -> int:
+        """The node's current term (0 before it starts), for the transport to drop stale chunked states."""
+        return self.coordinator.current_term if self.coordinator is not None else 0
 
     def _on_sync_failure(self, reason: str) -> None:
         self.persist_monitor.failure = reason

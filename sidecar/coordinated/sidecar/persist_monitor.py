@@ -20,8 +20,9 @@ log = logging.getLogger("coordinated.node")
 class MonitoredPersistedState:
     """A PersistedState that passes everything through and records whether the last write failed."""
 
-    def __init__(self, inner: PersistedState) -> None:
+    def __init__(self, inner: PersistedState, on_accepted: Callable[[ClusterState], None] | None = None) -> None:
         self.inner = inner
+        self.on_accepted = on_accepted  # told of each accepted state once it is written
         self.failure: str | None = None  # why the last write failed; None once a write succeeds again
 
     @property
@@ -40,6 +41,8 @@ class MonitoredPersistedState:
             f"the accepted state (term {state.term}, version {state.version})",
             lambda: self.inner.set_last_accepted_state(state),
         )
+        if self.on_accepted is not None:
+            self.on_accepted(state)
 
     def _write(self, what: str, write: Callable[[], None]) -> None:
         try:

@@ -2,8 +2,9 @@
 
 Sending: one queue and one sender task per destination, so that messages to a node arrive in the order the
 core emitted them. The task holds a WebSocket to the destination's `GET /_transport/stream` and writes each
-message as one binary frame holding one encoded envelope (with a MAC in front when a cluster secret is
-configured, see `auth`). Messages that are already queued are written back to back, without waiting for the
+message as one binary frame holding one encoded envelope, with a MAC in front when a cluster secret is
+configured (see `auth`); a message larger than `transport.max_chunk_size` goes as chunk frames (see "Large
+messages" below). Messages that are already queued are written back to back, without waiting for the
 peer in between: a frame has no ack, the stream is ordered, and aiohttp only suspends a writer when the
 socket's buffer is full.
 
@@ -15,6 +16,11 @@ is not reported, nor is a timeout: the core's own timers cover both. A peer that
 (401, say) gets the message dropped with a warning, as a refused POST was. A peer of an older version that
 has no stream endpoint (404/405) is sent POSTs to `/_transport/message` instead, and the upgrade is tried
 again after `UPGRADE_RETRY_S`.
+
+Large messages: on a stream of protocol v2 a message whose envelope is larger than `transport.max_chunk_size`
+goes as chunk frames that the receiver reassembles and verifies before passing it on (see `chunked`); the
+receiver refuses any frame larger than its own `max_chunk_size` (plus the chunk header and MAC). A peer that
+only speaks v1 (an older version) is sent whole frames, as before.
 
 Receiving: the transport app serves the stream, the POST route (older senders during a rolling upgrade)
 and the connection watch (`watch_until_closed`).
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import ssl
@@ -54,6 +61,16 @@ from coordinated.sidecar.auth import (
     TransportAuth,
     signed_at_or_problem,
 )
+from coordinated.sidecar.chunked import (
+    HEADER_BYTES,
+    Complete,
+    Discarded,
+    Reassembler,
+    chunk_frames,
+    header_mismatch,
+    is_chunk,
+    transfer_term_version,
+)
 from coordinated.sidecar.tls import ReloadingContext
 
 log = logging.getLogger("coordinated.transport")
@@ -61,9 +78,16 @@ log = logging.getLogger("coordinated.transport")
 MESSAGE_PATH = "/_transport/message"
 STREAM_PATH = "/_transport/stream"
 WATCH_PATH = "/_transport/watch"
-# WebSocket subprotocols: plain envelopes, or MAC || envelope (see auth). The server picks one.
+# WebSocket subprotocols: plain envelopes, or MAC || envelope (see auth). The server picks one. v2 adds chunk
+# frames (see `chunked`); a v1 peer (an older version) gets every message as one frame.
 PROTOCOL_PLAIN = "coordinated.v1"
 PROTOCOL_HMAC = "coordinated.v1.hmac-sha256"
+PROTOCOL_PLAIN_V2 = "coordinated.v2"
+PROTOCOL_HMAC_V2 = "coordinated.v2.hmac-sha256"
+_HMAC_PROTOCOLS = (PROTOCOL_HMAC_V2, PROTOCOL_HMAC)
+_PLAIN_PROTOCOLS = (PROTOCOL_PLAIN_V2, PROTOCOL_PLAIN)
+_CHUNKED_PROTOCOLS = (PROTOCOL_HMAC_V2, PROTOCOL_PLAIN_V2)
+DEFAULT_MAX_CHUNK_SIZE = 1024 * 1024  # transport.max_chunk_size
 RETRY_BACKOFF_S = (0.02, 0.1, 0.25)
 HEARTBEAT_S = 10.0  # a ping after this long without traffic; no pong within half of it closes the stream
 UPGRADE_RETRY_S = 30.0  # how long a peer without the stream endpoint is sent POSTs before trying again
@@ -96,10 +120,17 @@ class _RateLimitedWarnings:
 class _Stream:
     """One open WebSocket to a peer, with a task reading control frames so that close and ping are seen."""
 
-    def __init__(self, destination: str, ws: aiohttp.ClientWebSocketResponse, mac: StreamMac | None) -> None:
+    def __init__(
+        self,
+        destination: str,
+        ws: aiohttp.ClientWebSocketResponse,
+        mac: StreamMac | None,
+        chunk_size: int | None = None,
+    ) -> None:
         self.destination = destination
         self.ws = ws
         self.mac = mac
+        self.chunk_size = chunk_size  # None: the peer takes whole frames only (v1)
         self.reader = asyncio.get_running_loop().create_task(self._read())
 
     @property
@@ -111,6 +142,16 @@ class _Stream:
         # raise after the frame's tail was left in a send buffer that is then dropped (flow control), so a
         # raise means the frame did not reach the peer.
         await self.ws.send_bytes(body if self.mac is None else self.mac.seal(body))
+
+    async def send_message(self, body: bytes, message: Message, transfer_id: int) -> None:
+        """`body` in one frame, or in chunk frames when it is over the chunk size. A raise part-way leaves an
+        unfinished transfer, which the receiver drops whole when the stream ends."""
+        if self.chunk_size is None or len(body) <= self.chunk_size:
+            await self.send(body)
+            return
+        term, version = transfer_term_version(message)
+        for frame in chunk_frames(body, transfer_id, self.chunk_size, term, version):
+            await self.send(frame)
 
     async def _read(self) -> None:
         # The server sends nothing but the nonce (already read) and control frames; receive() answers pings
@@ -165,8 +206,11 @@ class PeerSender:
         queue_size: int,
         tls_client: ReloadingContext | None = None,
         peer_name: Callable[[str], str] = str,
+        max_chunk_size: int = DEFAULT_MAX_CHUNK_SIZE,
     ) -> None:
         self.local_address = local_address
+        self.max_chunk_size = max_chunk_size
+        self._transfer_ids = itertools.count(1)
         # Maps a destination address to the stable name its bytes are counted under (a node name: pod IPs
         # change with every restart, and a metric label holding them would start new series each time).
         self.peer_name = peer_name
@@ -188,7 +232,7 @@ class PeerSender:
         self._post_until: dict[str, float] = {}
         self._warnings = _RateLimitedWarnings()
         self._last_encoded: tuple[Message, bytes] | None = None
-        self._protocols = (PROTOCOL_HMAC, PROTOCOL_PLAIN) if auth is not None else (PROTOCOL_PLAIN,)
+        self._protocols = (*_HMAC_PROTOCOLS, *_PLAIN_PROTOCOLS) if auth is not None else _PLAIN_PROTOCOLS
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         """For a new connection: this node's newest client context, or True (aiohttp's default) without TLS."""
@@ -258,7 +302,7 @@ class PeerSender:
                     return  # REFUSED or LOST: logged; not reported, as before
                 stream = self.streams[destination] = opened
             try:
-                await stream.send(body)
+                await stream.send_message(body, message, next(self._transfer_ids))
                 return
             except (ConnectionError, aiohttp.ClientError) as error:
                 log.debug("stream to %s broke while sending a %s: %r", destination, type(message).__name__, error)
@@ -342,7 +386,7 @@ class PeerSender:
 
     async def _handshake(self, destination: str, ws: aiohttp.ClientWebSocketResponse) -> _Stream | _Outcome:
         mac: StreamMac | None = None
-        if ws.protocol == PROTOCOL_HMAC and self.auth is not None:
+        if ws.protocol in _HMAC_PROTOCOLS and self.auth is not None:
             try:
                 msg = await ws.receive(timeout=self.request_timeout_s)
             except (TimeoutError, aiohttp.ClientError, OSError) as error:
@@ -354,13 +398,14 @@ class PeerSender:
                 await _close_quietly(ws)
                 return LOST
             mac = self.auth.stream_mac(msg.data)
-        elif ws.protocol != PROTOCOL_PLAIN:
+        elif ws.protocol not in _PLAIN_PROTOCOLS:
             self._warnings.warn(
                 f"protocol {destination}", "peer %s accepted the stream without a known protocol", destination
             )
             await _close_quietly(ws)
             return REFUSED
-        return _Stream(destination, ws, mac)
+        chunk_size = self.max_chunk_size if ws.protocol in _CHUNKED_PROTOCOLS else None
+        return _Stream(destination, ws, mac, chunk_size)
 
     async def _post_or_report(self, destination: str, message: Message) -> None:
         # A unique POST: the receiver refuses a replay of it (see auth), retries of this one included.
@@ -435,8 +480,15 @@ def _error(status: int, error_type: str, reason: str) -> web.Response:
 
 
 def transport_app(
-    on_message: Callable[[str, Message], None], auth: TransportAuth | None, max_body: int
+    on_message: Callable[[str, Message], None],
+    auth: TransportAuth | None,
+    max_body: int,
+    max_chunk_size: int = DEFAULT_MAX_CHUNK_SIZE,
+    current_term: Callable[[], int] = lambda: 0,
 ) -> web.Application:
+    """`max_body`: the largest message, whole (a POST) or reassembled from chunks; `max_chunk_size`: the
+    largest frame of a stream, besides the chunk header and MAC; `current_term`: the node's term, below which
+    a chunked publication is dropped before it is buffered."""
     warnings = _RateLimitedWarnings()
     replays = ReplayCache()
     streams: set[web.WebSocketResponse] = set()
@@ -471,15 +523,19 @@ def transport_app(
             if problem is not None:
                 warnings.warn("stream 401", "refused a stream from %s: %s", peer, problem)
                 return _error(401, "security_exception", problem)
-        protocol = PROTOCOL_HMAC if auth is not None else PROTOCOL_PLAIN
-        if protocol not in _offered_protocols(request):
-            return _error(400, "illegal_argument_exception", f"the stream needs subprotocol [{protocol}]")
+        wanted = _HMAC_PROTOCOLS if auth is not None else _PLAIN_PROTOCOLS
+        offered = _offered_protocols(request)
+        protocol = next((candidate for candidate in wanted if candidate in offered), None)
+        if protocol is None:
+            return _error(400, "illegal_argument_exception", f"the stream needs subprotocol [{wanted[-1]}]")
         ws = web.WebSocketResponse(
             protocols=(protocol,),
             heartbeat=HEARTBEAT_S,
             timeout=CLOSE_TIMEOUT_S,  # for the peer's close frame, so that a hung peer cannot hold up our stop
             compress=False,
-            max_msg_size=max_body + MAC_BYTES,
+            # One frame: a whole message up to the chunk size, or a chunk. Larger messages come in chunks
+            # (v2); a v1 sender's larger frame is refused (1009), see `_serve_stream`.
+            max_msg_size=max_chunk_size + HEADER_BYTES + MAC_BYTES + 1,  # aiohttp refuses a frame of this size
         )
         await ws.prepare(request)
         if closing.is_set():
@@ -492,7 +548,8 @@ def transport_app(
                 nonce = os.urandom(NONCE_BYTES)
                 mac = auth.stream_mac(nonce)
                 await ws.send_bytes(nonce)
-            await _serve_stream(ws, mac, peer, on_message, warnings)
+            reassembler = Reassembler(max_body, current_term) if protocol in _CHUNKED_PROTOCOLS else None
+            await _serve_stream(ws, mac, peer, on_message, warnings, reassembler)
         except (ConnectionError, aiohttp.ClientError) as error:
             log.debug("stream from %s: %r", peer, error)
         finally:
@@ -530,8 +587,30 @@ async def _serve_stream(
     peer: str,
     on_message: Callable[[str, Message], None],
     warnings: _RateLimitedWarnings,
+    reassembler: Reassembler | None = None,
 ) -> None:
-    """Pass each frame's envelope to `on_message`, in order, until the stream ends or a frame is bad."""
+    """Pass each frame's envelope to `on_message`, in order, until the stream ends or a frame is bad. With a
+    `reassembler` (v2), chunk frames are collected and their message passed on once whole and verified."""
+    try:
+        await _serve_frames(ws, mac, peer, on_message, warnings, reassembler)
+    finally:
+        if reassembler is not None:
+            _log_discarded(warnings, peer, reassembler.close())
+
+
+def _log_discarded(warnings: _RateLimitedWarnings, peer: str, discarded: Discarded | None) -> None:
+    if discarded is not None:
+        warnings.warn("chunks", "discarded a chunked message from %s: %s", peer, discarded.reason)
+
+
+async def _serve_frames(
+    ws: web.WebSocketResponse,
+    mac: StreamMac | None,
+    peer: str,
+    on_message: Callable[[str, Message], None],
+    warnings: _RateLimitedWarnings,
+    reassembler: Reassembler | None,
+) -> None:
     while True:
         msg = await ws.receive()
         if msg.type is WSMsgType.BINARY:
@@ -541,12 +620,26 @@ async def _serve_stream(
                 warnings.warn("bad mac", "closing the stream from %s: a frame failed its MAC check", peer)
                 await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"bad frame MAC")
                 return
+            payload: bytes | bytearray | memoryview = body
+            claimed: Complete | None = None
+            if reassembler is not None and is_chunk(body):
+                result = reassembler.accept(body)
+                _log_discarded(warnings, peer, reassembler.take_interrupted())
+                if not isinstance(result, Complete):
+                    _log_discarded(warnings, peer, result)
+                    continue
+                payload, claimed = result.body, result
             try:
-                envelope = decode_envelope(body)  # type: ignore[arg-type]  # msgspec takes any buffer
+                envelope = decode_envelope(payload)  # type: ignore[arg-type]  # msgspec takes any buffer
             except (msgspec.ValidationError, msgspec.DecodeError) as error:
                 warnings.warn("undecodable", "closing the stream from %s: undecodable envelope: %s", peer, error)
                 await ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=b"undecodable envelope")
                 return
+            if claimed is not None:
+                mismatch = header_mismatch(envelope.message, claimed.term, claimed.version)
+                if mismatch is not None:
+                    _log_discarded(warnings, peer, Discarded(-1, mismatch))
+                    continue
             try:
                 on_message(envelope.sender, envelope.message)
             except Exception:
@@ -557,7 +650,13 @@ async def _serve_stream(
             return
         elif msg.type is WSMsgType.ERROR:
             # E.g. a frame over the size limit: aiohttp has already closed the stream (1009).
-            warnings.warn("stream error", "stream from %s failed: %s", peer, msg.data)
+            warnings.warn(
+                "stream error",
+                "stream from %s failed: %s (frames are limited by transport.max_chunk_size; a node of an older "
+                "version sends a large message as one frame)",
+                peer,
+                msg.data,
+            )
             return
         else:  # CLOSE, CLOSING, CLOSED
             return
