@@ -9,6 +9,9 @@ the Parquet. It prints events/s (audit time as the CLI reports it, without JVM s
 end) and the peak RSS of the driver: the Python process plus its JVM, which in local mode also runs
 the executors, and the anchor's own events/s beside the ratio. With `--workdir` the generated (and
 compacted) histories are kept and reused by later runs, so several runs measure the same input.
+With `--event-log DIR` both the audit and the anchor write Spark's event log there, and the figures add each
+one's Spark job count and executor CPU-seconds (the sum over its tasks): on a shared machine the CPU-seconds
+move much less with the load than the wall time does.
 Figures only: nothing here asserts on timing.
 """
 
@@ -111,12 +114,13 @@ print(f"compacted in {time.monotonic() - t:.1f}s")
 
 
 ANCHOR = """
-import sys, time
+import json, sys, time
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 from coordinated.audit.schema import EVENT_SCHEMA
 from coordinated.audit.session import build_session
-spark = build_session(sys.argv[1], {"spark.ui.showConsoleProgress": "false", "spark.driver.memory": sys.argv[4]})
+conf = {"spark.ui.showConsoleProgress": "false", "spark.driver.memory": sys.argv[4], **json.loads(sys.argv[5])}
+spark = build_session(sys.argv[1], conf)
 t = time.monotonic()
 reader = spark.read.schema(EVENT_SCHEMA).option("recursiveFileLookup", "true")
 df = reader.parquet(sys.argv[2]) if sys.argv[3] == "parquet" else reader.json(sys.argv[2])
@@ -130,11 +134,39 @@ print(f"anchor {time.monotonic() - t:.2f}s")
 """
 
 
-def run_anchor(path: Path, form: str, master: str, driver_memory: str) -> float:
+def event_log_conf(folder: Path | None) -> dict[str, str]:
+    """Spark settings that write one application's event log (uncompressed) into `folder`."""
+    if folder is None:
+        return {}
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": folder.resolve().as_uri(),
+        "spark.eventLog.compress": "false",
+    }
+
+
+def event_log_figures(folder: Path | None) -> dict[str, float]:
+    """Spark jobs and executor CPU-seconds (all tasks) of the one application that logged into `folder`."""
+    if folder is None:
+        return {}
+    jobs, cpu_ns = 0, 0
+    for log in sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith((".", "appstatus"))):
+        with log.open() as fh:
+            for line in fh:
+                if '"SparkListenerJobStart"' in line:
+                    jobs += 1
+                elif '"SparkListenerTaskEnd"' in line:
+                    cpu_ns += (json.loads(line).get("Task Metrics") or {}).get("Executor CPU Time", 0)
+    return {"spark_jobs": jobs, "cpu_s": round(cpu_ns / 1e9, 1)}
+
+
+def run_anchor(path: Path, form: str, master: str, driver_memory: str, conf: dict[str, str] | None = None) -> float:
     """The minimal job the audit is measured against: one scan, one window over (node, seq), one per-state
     groupBy. Seconds, without JVM start-up (as the audit's own figure)."""
     out = subprocess.run(
-        [sys.executable, "-c", ANCHOR, master, str(path), form, driver_memory],
+        [sys.executable, "-c", ANCHOR, master, str(path), form, driver_memory, json.dumps(conf or {})],
         check=True,
         capture_output=True,
         text=True,
@@ -152,6 +184,7 @@ def bench_one(
     forms: list[str],
     fast_compact: bool,
     prepare_only: bool = False,
+    event_log: Path | None = None,
 ) -> dict[str, object]:
     jsonl, pq, reports = workdir / f"h{events}", workdir / f"pq{events}", workdir / f"r{events}"
     cfg = SynthConfig(events=events, seed=seed, nodes=5, mean_term_length=40, p_restart=0.1)
@@ -197,8 +230,10 @@ def bench_one(
             print(f"[{events:,}] compacted to {pq_size / 1e6:.0f} MB Parquet in {result['compact_s']}s", flush=True)
         if prepare_only:
             continue
-        anchor_s = run_anchor(path, form, master, driver_memory)
-        rc, wall, out, meter = run_measured([*audit, str(path), "--report-dir", str(reports / form)])
+        logs = {who: event_log / f"{events}-{form}-{who}" if event_log else None for who in ("anchor", "audit")}
+        anchor_s = run_anchor(path, form, master, driver_memory, event_log_conf(logs["anchor"]))
+        audit_conf = [x for k, v in event_log_conf(logs["audit"]).items() for x in ("--conf", f"{k}={v}")]
+        rc, wall, out, meter = run_measured([*audit, *audit_conf, str(path), "--report-dir", str(reports / form)])
         report = json.loads((reports / form / "audit-report.json").read_text())
         m = re.search(r"audited (\d+) events from \d+ nodes in ([\d.]+)s", out)
         audit_s = float(m.group(2)) if m else float("nan")
@@ -218,6 +253,11 @@ def bench_one(
             "peak_rss_mb_python": round(meter.peak_python / 2**20),
             "peak_rss_mb_jvm": round(meter.peak_jvm / 2**20),
         }
+        if event_log is not None:
+            mine, anchor = event_log_figures(logs["audit"]), event_log_figures(logs["anchor"])
+            figures |= {f"audit_{k}": v for k, v in mine.items()} | {f"anchor_{k}": v for k, v in anchor.items()}
+            if mine["cpu_s"]:
+                figures["vs_anchor_cpu"] = round(anchor["cpu_s"] / mine["cpu_s"], 2)
         result[form] = figures
         print(f"[{events:,}] {form}: {json.dumps(figures)}", flush=True)
     return result
@@ -243,12 +283,22 @@ def main() -> None:
         help="make the Parquet form with Spark's plain JSON reader instead of the audit's --compact-to path",
     )
     p.add_argument("--prepare-only", action="store_true", help="only generate (and compact) the histories")
+    p.add_argument(
+        "--event-log",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write the audit's and the anchor's Spark event logs under DIR and report their job counts and "
+        "executor CPU-seconds",
+    )
     a = p.parse_args()
     workdir = a.workdir or Path(tempfile.mkdtemp(prefix="audit-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         results = [
-            bench_one(n, workdir, a.master, a.driver_memory, a.seed, a.forms, a.fast_compact, a.prepare_only)
+            bench_one(
+                n, workdir, a.master, a.driver_memory, a.seed, a.forms, a.fast_compact, a.prepare_only, a.event_log
+            )
             for n in a.events
         ]
     finally:
@@ -267,6 +317,11 @@ def main() -> None:
                 f"{f['anchor_s']:>8.1f} {f['anchor_events_per_s']:>12,} {f['vs_anchor']:>9}x  "
                 f"{f['peak_rss_mb_driver_total']:,} MB ({f['peak_rss_mb_python']} + {f['peak_rss_mb_jvm']})"
             )
+            if "audit_cpu_s" in f:
+                print(
+                    f"{'':30}executor CPU-s: audit {f['audit_cpu_s']} in {f['audit_spark_jobs']} jobs, anchor "
+                    f"{f['anchor_cpu_s']} in {f['anchor_spark_jobs']} jobs: {f.get('vs_anchor_cpu')}x"
+                )
     if a.json:
         a.json.write_text(json.dumps(results, indent=2) + "\n")
 
