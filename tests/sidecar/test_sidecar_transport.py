@@ -139,6 +139,21 @@ def make_sender(
     )
 
 
+async def connected(failures: list[tuple[str, Message]], auth: TransportAuth | None = None) -> tuple[Peer, PeerSender]:
+    """A peer, and a started sender whose stream to it is open (one message delivered)."""
+    peer = await Peer(auth=auth).start()
+    sender = make_sender(failures, auth=auth)
+    await sender.start()
+    sender.send(peer.address, check(0))
+    await until(lambda: len(peer.received) == 1)
+    return peer, sender
+
+
+async def stream_reset(*args: object) -> None:
+    """A write on a stream the peer has reset."""
+    raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
+
+
 async def until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not predicate():
@@ -226,12 +241,8 @@ class CountingTransport:
 def test_messages_queued_in_one_loop_turn_leave_in_one_socket_write(secret: bytes | None) -> None:
     async def scenario() -> None:
         auth = TransportAuth(secret) if secret else None
-        peer = await Peer(auth=auth).start()
         failures: list[tuple[str, Message]] = []
-        sender = make_sender(failures, auth=auth)
-        await sender.start()
-        sender.send(peer.address, check(0))
-        await until(lambda: len(peer.received) == 1)
+        peer, sender = await connected(failures, auth)
         writer = sender.streams[peer.address].ws._writer
         counting = CountingTransport(writer.transport)
         writer.transport = counting  # type: ignore[assignment]
@@ -419,12 +430,8 @@ def test_tampered_injected_or_replayed_frames_are_rejected() -> None:
 def test_an_undecodable_frame_closes_only_its_stream(secret: bytes | None) -> None:
     async def scenario() -> None:
         auth = TransportAuth(secret) if secret else None
-        peer = await Peer(auth=auth).start()
         failures: list[tuple[str, Message]] = []
-        sender = make_sender(failures, auth=auth)
-        await sender.start()
-        sender.send(peer.address, check(0))
-        await until(lambda: len(peer.received) == 1)
+        peer, sender = await connected(failures, auth)
         bad_bodies = [b"not json", b'{"sender": "x", "message": {"type": "no_such_message"}}', b"", b"\xff" * 50]
         async with aiohttp.ClientSession() as session:
             for body in bad_bodies:
@@ -517,20 +524,11 @@ def test_peer_restart_mid_stream() -> None:
 
 def test_a_message_whose_write_fails_is_resent_once_on_a_new_stream() -> None:
     async def scenario() -> None:
-        peer = await Peer().start()
         failures: list[tuple[str, Message]] = []
-        sender = make_sender(failures)
-        await sender.start()
-        sender.send(peer.address, check(0))
-        await until(lambda: len(peer.received) == 1)
+        peer, sender = await connected(failures)
 
         def break_stream() -> None:
-            stream = sender.streams[peer.address]
-
-            async def broken(body: bytes) -> None:
-                raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
-
-            stream.send = broken  # type: ignore[method-assign]
+            sender.streams[peer.address].send = stream_reset  # type: ignore[method-assign]
 
         break_stream()
         sender.send(peer.address, check(1))
@@ -555,18 +553,9 @@ def test_a_message_whose_write_fails_is_resent_once_on_a_new_stream() -> None:
 
 def test_a_burst_whose_write_fails_is_resent_without_its_forwarded_requests() -> None:
     async def scenario() -> None:
-        peer = await Peer().start()
         failures: list[tuple[str, Message]] = []
-        sender = make_sender(failures)
-        await sender.start()
-        sender.send(peer.address, check(0))
-        await until(lambda: len(peer.received) == 1)
-        stream = sender.streams[peer.address]
-
-        async def broken(bodies: list[bytes]) -> None:
-            raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
-
-        stream.send_joined = broken  # type: ignore[method-assign]
+        peer, sender = await connected(failures)
+        sender.streams[peer.address].send_joined = stream_reset  # type: ignore[method-assign]
         forwarded = ForwardedRequest(source_id="x", request_id=7, request=KvPut("k", 1))
         for message in (check(1), forwarded, check(2)):
             sender.send(peer.address, message)
@@ -583,18 +572,9 @@ def test_a_burst_whose_write_fails_is_resent_without_its_forwarded_requests() ->
 
 def test_the_messages_of_a_burst_written_before_a_break_are_not_sent_again() -> None:
     async def scenario() -> None:
-        peer = await Peer().start()
         failures: list[tuple[str, Message]] = []
-        sender = make_sender(failures)
-        await sender.start()
-        sender.send(peer.address, check(0))
-        await until(lambda: len(peer.received) == 1)
-        stream = sender.streams[peer.address]
-
-        async def broken(body: bytes, message: Message, transfer_id: int) -> None:
-            raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
-
-        stream.send_message = broken  # type: ignore[method-assign]
+        peer, sender = await connected(failures)
+        sender.streams[peer.address].send_message = stream_reset  # type: ignore[method-assign]
         large = LeaderCheck(source_id="x" * (transport.JOIN_LIMIT + 1), request_id=2)  # written on its own
         for message in (check(1), large, check(3)):
             sender.send(peer.address, message)
