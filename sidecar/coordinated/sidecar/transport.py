@@ -424,16 +424,19 @@ class PeerSender:
                 # did not reach the peer (see _Stream.send). They are sent again once on a new stream; but not
                 # a forwarded client request: if it had arrived after all, a second copy would execute the
                 # write twice. The core answers its failure with "maybe applied".
-                messages = messages[broken.written :]
+                messages, bodies = messages[broken.written :], bodies[broken.written :]
                 failed = messages if attempt == 1 else [m for m in messages if isinstance(m, ForwardedRequest)]
                 for message in failed:
                     self.on_failure(destination, message)
                 if attempt == 1:
                     return
-                messages = [message for message in messages if not isinstance(message, ForwardedRequest)]
-                if not messages:
+                # The bodies go with their messages: the encoding cache is gone by now (it lasts one loop turn).
+                resent = [
+                    (m, body) for m, body in zip(messages, bodies, strict=True) if not isinstance(m, ForwardedRequest)
+                ]
+                if not resent:
                     return
-                bodies = [self._encode(message) for message in messages]
+                messages, bodies = [m for m, _ in resent], [body for _, body in resent]
 
     async def _open(self, destination: str) -> _Stream | _Outcome:
         assert self.session is not None
