@@ -451,6 +451,9 @@ def test_two_states_with_one_term_and_version(scenarios: dict[str, Any]) -> None
     (v,), b = view(scenarios, "twin_states")
     assert v["invariant"] == "unique-state-per-version"
     assert {e["state_uuid"] for e in v["examples"]} == {b.facts["s3"].state_uuid, "twin-of-s3"}
+    # The detail names both states, sorted, as the table's rows for that version hold them.
+    uuids = ", ".join(sorted([b.facts["s3"].state_uuid, "twin-of-s3"]))
+    assert f"term 1 version 3 has 2 different states: {uuids}" in v["detail"]
     assert all(e["version"] == 3 and e["term"] == 1 for e in v["examples"])
 
 

@@ -3,6 +3,7 @@ of nodes the states name are missing from the input (nodes removed with their vo
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from audit_helpers import audit_dir
 from pyspark.sql import SparkSession
 
 from coordinated.audit.report import render_html
+from coordinated.audit.schema import EVENT_SCHEMA
 from coordinated.audit.synth import HistoryBuilder
 
 CLUSTER = "the-cluster"
@@ -68,3 +70,22 @@ def test_nodes_are_named_by_their_names_next_to_their_ids(reports: dict[str, dic
     assert {key: node["name"] for key, node in stats["per_node"].items()} == {"a": "A", "b": "B", "c": "C"}
     page = render_html(report, {})
     assert "<td>a</td><td>A</td>" in page  # the nodes table: id, then name
+
+
+def test_a_node_named_only_by_an_apply_is_reported_missing(spark: SparkSession, tmp_path: Path) -> None:
+    """Every event's references count, not only those of accepted events and masters' commits: an apply that
+    names a node no other event names reports that node's history missing, from JSONL and from Parquet (where
+    the state table's pass scouts the input)."""
+    directory = tmp_path / "history"
+    removed_node_history(directory)
+    (path,) = sorted((directory / "b").glob("*.jsonl"))
+    lines = path.read_text().splitlines()
+    last_apply = max(i for i, line in enumerate(lines) if json.loads(line)["type"] == "applied")
+    event = json.loads(lines[last_apply])
+    event["master"] = "z"
+    lines[last_apply] = json.dumps(event)
+    path.write_text("\n".join(lines) + "\n")
+    compacted = tmp_path / "parquet"  # the Parquet path scouts in the state table's pass (observed)
+    spark.read.schema(EVENT_SCHEMA).json(str(directory / "*")).coalesce(1).write.parquet(str(compacted))
+    for report in (audit_dir(spark, directory), audit_dir(spark, compacted)):
+        assert {(m["cluster"], m["node"]) for m in report["missing_histories"]} == {(CLUSTER, "z")}

@@ -24,7 +24,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from coordinated.audit.reading import Scout, folder_of, scout
+from coordinated.audit.reading import SCOUTED_OK, Scout, Scouting, folder_of, scout
 from coordinated.audit.schema import UNBOOTSTRAPPED, UNSAFE_BOOTSTRAP
 from coordinated.audit.streams import CHUNK, NodePass, node_pass
 
@@ -127,7 +127,7 @@ def hash_of(col: str) -> Column:
     return F.when(F.col(col).isNotNull(), F.xxhash64(col))
 
 
-def state_table(events: DataFrame) -> DataFrame:
+def state_table(events: DataFrame, scouting: Scouting | None = None) -> DataFrame:
     """One row per (cid, state_uuid) of what happened to the state, in numeric buffers only.
 
     An `unsafe_bootstrap` event counts as its state's commit (`committed`, `reset_root`): the operator decided
@@ -139,6 +139,10 @@ def state_table(events: DataFrame) -> DataFrame:
     bit i stands for the i-th member of the state's configurations. `acc_mask` has the members that accepted
     it, `quorum_mask` those the master counted; any quorum member outside the configurations, or a state
     whose configurations are too large for a mask, is marked for the exact check (`quorum_odd`).
+
+    With `scouting`, the pass reads the input's rows (malformed ones too) and scouts them on the way: the
+    scout's inputs are computed in the same projection as the state columns, observed, and only then are the
+    state events kept.
     """
     typ = F.col("type")
     acc = typ == "accepted"
@@ -147,9 +151,9 @@ def state_table(events: DataFrame) -> DataFrame:
     quorum = F.coalesce("quorum", F.array())
     configs = F.xxhash64("last_committed_config", "last_accepted_config")
     # The members once per event that needs them (accepted and the master's commit), not once per use.
-    ev = events.filter(typ.isin("accepted", "committed", "applied", UNSAFE_BOOTSTRAP)).withColumn(
-        "_members", F.when(acc | commit, config_members())
-    )
+    kept = typ.isin("accepted", "committed", "applied", UNSAFE_BOOTSTRAP)
+    source = events.filter(kept) if scouting is None else scouting.rows
+    ev = source.withColumn("_members", F.when(acc | commit, config_members()))
     members = F.col("_members")
     ev = ev.select(
         F.col("cluster_uuid").alias("cid"),
@@ -181,7 +185,12 @@ def state_table(events: DataFrame) -> DataFrame:
             (F.size(members) > MAX_BITS) | F.exists(quorum, lambda x: F.array_position(members, x) == 0),
         ).alias("q_odd"),
         F.when(commit, majority_of("last_committed_config") & majority_of("last_accepted_config")).alias("q_ok"),
+        *(scouting.columns if scouting is not None else []),
     )
+    if scouting is not None:
+        ev = scouting.watch(ev).filter(
+            F.col(SCOUTED_OK) & (F.col("acc") | F.col("comm") | F.col("app") | F.col("reset"))
+        )
     return ev.groupBy("cid", "state_uuid").agg(
         F.min("term").alias("term"),
         F.min("version").alias("version"),
@@ -215,13 +224,13 @@ def prepare(
     max_examples: int = 5,
     max_violations: int = 20,
     scouted: Scout | None = None,
-    observed: DataFrame | None = None,
+    scouting: Scouting | None = None,
     settle: Callable[[], Scout] | None = None,
     folder: Callable[[str], str] = folder_of,
 ) -> Frames:
-    """The state table first: its pass over `observed` (the events with the input's checks attached, when the
-    reader left them to the first pass) also yields the scout, which the window pass needs."""
-    table = state_table(observed if observed is not None else events).withColumn("state_h", F.xxhash64("state_uuid"))
+    """The state table first: its pass also yields the scout, which the window pass needs, where the reader
+    left the input's checks to the first pass (`scouting`)."""
+    table = state_table(events, scouting).withColumn("state_h", F.xxhash64("state_uuid"))
     table = table.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         # The first job over the table builds it.

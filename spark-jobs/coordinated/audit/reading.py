@@ -79,6 +79,19 @@ class Scout:
 
 
 MAX_SCOUTED_RESETS = 200
+REFS = ("last_committed_config", "last_accepted_config", "quorum", "master")  # the node ids an event names
+SCOUTED_OK = "_s_ok"  # the scout's column: the row is an event (not malformed)
+
+
+@dataclass
+class Scouting:
+    """How a pass over the input's rows also scouts them: it adds `columns` (the scout's narrow inputs, and
+    `SCOUTED_OK`) to its own first projection, passes the result through `watch`, and only then keeps the
+    events it needs (`SCOUTED_OK`)."""
+
+    rows: DataFrame  # every row read, with `_source` and `_problem` (null for an event)
+    columns: list[Column]
+    watch: Callable[[DataFrame], DataFrame]
 
 
 @dataclass
@@ -89,9 +102,9 @@ class Input:
     truncated: list[dict[str, object]] = field(default_factory=list)
     persisted: list[DataFrame] = field(default_factory=list)
     scout: Scout | None = None  # None: `settle` gives it after the first pass, or the audit finds it out itself
-    # Parquet: `events` with the malformed-row check and the scout observed (`DataFrame.observe`): the first
-    # pass over them (the state table) does that work too, and `settle` reads it afterwards.
-    observed: DataFrame | None = None
+    # Parquet: the malformed-row check and the scout are observed (`DataFrame.observe`) in the first pass
+    # over the rows (the state table's), and `settle` reads them afterwards.
+    scouting: Scouting | None = None
     settle: Callable[[], Scout] | None = None
     origin: Callable[[str], str] = folder_of  # a `_source`'s `_origin`, on the driver
 
@@ -232,31 +245,40 @@ def _problem(value: Column | None) -> Column:
     return F.when(~event, problem)
 
 
-def _scout_aggregates(ok: Column, origin: Column, name: Column | None) -> list[Column]:
+def _scout_inputs(ok: Column, origin: Column, name: Column | None) -> list[Column]:
+    """What the scout aggregates, one narrow column each (null where the row adds nothing): computed in the
+    pass's generated code, so the aggregation (an observation, where it is one) sees a few columns per row
+    instead of the whole event."""
     reset = ok & F.col("type").isin(*RESET_TYPES)
-    refs = ("last_committed_config", "last_accepted_config", "quorum", "master")
-    names = []
-    if name is not None:
-        names = [F.collect_set(F.when(ok & name.isNotNull(), F.struct("node", name.alias("name")))).alias("_names")]
+    named = (
+        [F.when(ok & name.isNotNull(), F.struct("node", name.alias("name"))).alias("_s_name")]
+        if name is not None
+        else []
+    )
     return [
-        F.count_if(ok).alias("_events"),
-        *names,
-        F.collect_set(
-            F.when(
-                ok
-                & (F.col("cluster_uuid") != UNBOOTSTRAPPED)
-                & reduce(lambda a, b: a | b, [F.col(c).isNotNull() for c in refs]),
-                F.struct("cluster_uuid", *refs),
-            )
-        ).alias("_refs"),
-        F.min(F.when(ok, F.col("ts"))).alias("_first_ts"),
-        F.max(F.when(ok, F.col("ts"))).alias("_last_ts"),
-        F.count_if(reset).alias("_n_resets"),
-        F.slice(
-            F.collect_list(F.when(reset, F.struct("cluster_uuid", "node", origin.alias("_origin"), "seq"))),
-            1,
-            MAX_SCOUTED_RESETS,
-        ).alias("_resets"),
+        ok.alias(SCOUTED_OK),
+        F.when(ok, F.col("ts")).alias("_s_ts"),
+        F.when(reset, F.struct("cluster_uuid", "node", origin.alias("_origin"), "seq")).alias("_s_reset"),
+        F.when(
+            ok
+            & (F.col("cluster_uuid") != UNBOOTSTRAPPED)
+            & reduce(lambda a, b: a | b, [F.col(c).isNotNull() for c in REFS]),
+            F.struct("cluster_uuid", *REFS),
+        ).alias("_s_ref"),
+        *named,
+    ]
+
+
+def _scout_aggregates(names: bool) -> list[Column]:
+    """The scout over `_scout_inputs`."""
+    return [
+        F.count_if(SCOUTED_OK).alias("_events"),
+        *([F.collect_set("_s_name").alias("_names")] if names else []),
+        F.collect_set("_s_ref").alias("_refs"),
+        F.min("_s_ts").alias("_first_ts"),
+        F.max("_s_ts").alias("_last_ts"),
+        F.count("_s_reset").alias("_n_resets"),
+        F.slice(F.collect_list("_s_reset"), 1, MAX_SCOUTED_RESETS).alias("_resets"),
     ]
 
 
@@ -269,7 +291,8 @@ def _scout_of(r: Row | Mapping[str, Any]) -> Scout:
 def scout(events: DataFrame) -> Scout:
     """The scout for events that were read without one (one narrow job)."""
     name = F.col(NODE_NAME_COLUMN) if NODE_NAME_COLUMN in events.columns else None
-    return _scout_of(events.agg(*_scout_aggregates(F.lit(True), F.col("_origin"), name)).collect()[0])
+    inputs = events.select(*_scout_inputs(F.lit(True), F.col("_origin"), name))
+    return _scout_of(inputs.agg(*_scout_aggregates(name is not None)).collect()[0])
 
 
 def read_jsonl_lines(spark: SparkSession, paths: Sequence[str]) -> tuple[DataFrame, list[dict[str, object]]]:
@@ -339,10 +362,10 @@ def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
     is_bad = F.col("_problem").isNotNull() & (F.col("_problem") != "blank")
     bad = parsed.filter(is_bad)
     # One job reads (and caches) every line: it counts the malformed ones and scouts the events.
-    checked = parsed.agg(
-        F.count_if(is_bad).alias("_bad"),
-        *_scout_aggregates(F.col("_problem").isNull(), origin, F.col(NODE_NAME_COLUMN)),
-    ).collect()[0]
+    inputs = parsed.select(
+        is_bad.alias("_s_bad"), *_scout_inputs(F.col("_problem").isNull(), origin, F.col(NODE_NAME_COLUMN))
+    )
+    checked = inputs.agg(F.count_if("_s_bad").alias("_bad"), *_scout_aggregates(True)).collect()[0]
     result.scout = _scout_of(checked)
     if checked["_bad"] == 0:
         return result
@@ -411,26 +434,30 @@ def read_parquet(spark: SparkSession, paths: Sequence[str], *, skip_malformed: b
     # The malformed rows' count and the scout are observed during the audit's first pass (no pass of their
     # own): `settle` reads them afterwards, and fails as an eager check would have.
     observation = Observation()
-    observed = rows.observe(
-        observation,
-        F.count_if(F.col("_problem").isNotNull()).alias("_bad"),
-        *_scout_aggregates(F.col("_problem").isNull(), origin_of(F.col("_source")), None),
+    watched: list[DataFrame] = []
+
+    def watch(frame: DataFrame) -> DataFrame:
+        observed = frame.observe(observation, F.count_if("_s_bad").alias("_bad"), *_scout_aggregates(False))
+        watched.append(observed)
+        return observed
+
+    columns = [
+        F.col("_problem").isNotNull().alias("_s_bad"),
+        *_scout_inputs(F.col("_problem").isNull(), origin_of(F.col("_source")), None),
+    ]
+    events = rows.filter(F.col("_problem").isNull()).select(
+        *EVENT_COLUMNS,
+        F.lit(None).cast(T.StringType()).alias(NODE_NAME_COLUMN),  # compaction keeps the contract's fields
+        "_source",
+        origin_of(F.col("_source")).alias("_origin"),
     )
-
-    def events_of(frame: DataFrame) -> DataFrame:
-        return frame.filter(F.col("_problem").isNull()).select(
-            *EVENT_COLUMNS,
-            F.lit(None).cast(T.StringType()).alias(NODE_NAME_COLUMN),  # compaction keeps the contract's fields
-            "_source",
-            origin_of(F.col("_source")).alias("_origin"),
-        )
-
-    result = Input(events=events_of(rows), observed=events_of(observed))
+    result = Input(events=events, scouting=Scouting(rows, columns, watch))
 
     def settle() -> Scout:
         jo = observation._jo
         if jo is None or not jo.future().isCompleted():
-            observed.agg(F.count(F.lit(1))).collect()  # no pass observed them yet: one narrow job
+            # No pass observed them yet: one narrow job.
+            (watched[-1] if watched else watch(rows.select(*columns))).agg(F.count(F.lit(1))).collect()
         checked = observation.get
         if checked["_bad"]:
             result.malformed_lines = int(checked["_bad"])

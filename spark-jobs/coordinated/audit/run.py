@@ -30,7 +30,7 @@ def audit(
         max_examples=max_examples,
         max_violations=max_violations,
         scouted=inp.scout,
-        observed=inp.observed,
+        scouting=inp.scouting,
         settle=inp.settle,
         folder=inp.origin,
     )

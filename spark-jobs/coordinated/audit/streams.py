@@ -164,7 +164,8 @@ def windowed(
     before = by_seq.rowsBetween(Window.unboundedPreceding, -1)
     upto = by_seq.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     # The range's figures are read off its last row only: a whole-range frame computes them once per range,
-    # where a running frame would evaluate them again for every row.
+    # where a running frame would evaluate them again for every row. Each is still written into every row, so
+    # what the range's first and last rows tell by themselves is read off them instead (`range_figures`).
     whole = by_seq.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     typ = F.col("type")
     is_term = typ.isin(*TERM_TYPES)
@@ -188,10 +189,6 @@ def windowed(
         # The node's own reset event commits its state for it (see the state table).
         F.last(F.when(is_commit, F.col("state_uuid")), ignorenulls=True).over(before).alias("last_commit"),
         F.count(F.lit(1)).over(whole).alias("n"),
-        F.first("seq").over(whole).alias("first_seq"),
-        # The file, not its folder: the folder is a string function per row, costly at this scale (`folder`).
-        F.first("_source").over(whole).alias("first_source"),
-        F.first("type").over(whole).alias("first_type"),
         F.min("ts").over(whole).alias("first_ts"),
         F.max("ts").over(whole).alias("last_ts"),
         F.sum((typ == "elected").cast("long")).over(whole).alias("n_elected"),
@@ -202,8 +199,6 @@ def windowed(
         F.max(term_of).over(whole).alias("max_term_all"),
         # What the next seq range of the node needs from this one (read off the range's last row).
         F.first(applied, ignorenulls=True).over(whole).alias("first_applied"),
-        F.last(applied, ignorenulls=True).over(whole).alias("last_applied"),
-        F.last(F.when(is_commit, F.col("state_uuid")), ignorenulls=True).over(whole).alias("last_commit_upto"),
     )
 
 
@@ -238,8 +233,11 @@ def _kept_rows(
         | F.col("last")
         | ~F.col("bin").eqNullSafe(F.col("next_bin"))
         | typ.isin("elected", "stepped_down", *RESET_TYPES)
+        | F.col("prev_seq").isNull()  # the range's first row: its seq, type and file are the range's
     )
-    return flagged.filter(keep).drop("_source").collect()
+    # The file, not its folder (a string function per row, costly at this scale): `folder` on the driver.
+    first_file = F.when(F.col("prev_seq").isNull(), F.col("_source")).alias("_source")
+    return flagged.filter(keep).select(*[first_file if c == "_source" else c for c in flagged.columns]).collect()
 
 
 def _is_flagged(r: Row) -> bool:
@@ -261,9 +259,12 @@ def merge_chunks(rows: list[Row]) -> tuple[list[Row], list[Row], set[tuple[str, 
     need the earlier ranges' maximum; those (rare: a violation) nodes are recomputed without ranges.
     """
     groups: dict[tuple[Any, ...], dict[int, Row]] = defaultdict(dict)
+    firsts = {_range_of(r): r for r in rows if r["prev_seq"] is None}
     for r in rows:
         if r["last"]:
-            groups[(r["cluster_uuid"], r["node"], r["_na_origin"], r["_epoch"])][r["_chunk"]] = r
+            groups[(r["cluster_uuid"], r["node"], r["_na_origin"], r["_epoch"])][r["_chunk"]] = range_figures(
+                r, firsts[_range_of(r)]
+            )
     fixes: dict[tuple[Any, ...], dict[str, Any]] = {}  # (group..., chunk) -> carried values
     lasts: list[Row] = []
     redo: set[tuple[str, str]] = set()
@@ -310,6 +311,27 @@ def merge_chunks(rows: list[Row]) -> tuple[list[Row], list[Row], set[tuple[str, 
             d["unordered_apply"] = d["state_uuid"] != d["last_commit"]
         out.append(Row(**d))
     return out, lasts, redo
+
+
+def _range_of(r: Row) -> tuple[Any, ...]:
+    return (r["cluster_uuid"], r["node"], r["_na_origin"], r["_epoch"], r["_chunk"])
+
+
+def range_figures(last: Row, first: Row) -> Row:
+    """A range's last row with the figures its own fields and its range's first row give: the first seq,
+    type and file; the last applied (term, version, seq) and the last committed state up to the end."""
+    d = last.asDict()
+    commits = d["type"] in ("committed", *RESET_TYPES) and d["state_uuid"] is not None
+    d.update(
+        first_seq=first["seq"],
+        first_type=first["type"],
+        first_source=first["_source"],
+        last_applied=Row(term=d["term"], version=d["version"], seq=d["seq"])
+        if d["type"] == "applied"
+        else d["prev_applied"],
+        last_commit_upto=d["state_uuid"] if commits else d["last_commit"],
+    )
+    return Row(**d)
 
 
 def _pick_min(a: Any, b: Any) -> Any:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pyspark.sql import Row
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from coordinated.audit.prepare import Frames
 from coordinated.audit.schema import APPLIED_COMMITTED, STATE_TYPES, UNIQUE_STATE
-from coordinated.audit.violations import CheckResult, Violation, examples_for, first_rows
+from coordinated.audit.violations import CheckResult, Violation, examples_for, first_rows, local_frame
 
 # What defines a state besides its uuid: events of one state_uuid must agree on all of them. A commit makes the
 # last-committed configuration equal to the last-accepted one, so `committed` and `applied` events may carry
@@ -20,13 +22,16 @@ def check(fr: Frames) -> list[CheckResult]:
 
 def unique_state(fr: Frames) -> CheckResult:
     """Each (term, version) has exactly one state_uuid across all nodes."""
+    # The table has one row per (cid, state_uuid): a count finds the versions with several states in a hash
+    # aggregation with a numeric buffer; their uuids are gathered for the few reported ones only.
     bad = (
         fr.states.groupBy("cid", "term", "version")
-        .agg(F.count(F.lit(1)).alias("n"), F.sort_array(F.collect_set("state_uuid")).alias("uuids"))
+        .agg(F.count(F.lit(1)).alias("n"))
         .filter(F.col("n") > 1)
         .withColumnRenamed("cid", "cluster_uuid")
     )
     total, rows = first_rows(bad, ["cluster_uuid", "term", "version"], fr.max_violations)
+    uuids = _state_uuids(fr, rows)
     examples = examples_for(
         fr.events,
         rows,
@@ -38,13 +43,36 @@ def unique_state(fr: Frames) -> CheckResult:
     violations = [
         Violation(
             UNIQUE_STATE,
-            f"cluster {r['cluster_uuid']}: term {r['term']} version {r['version']} has {len(r['uuids'])} "
-            f"different states: {', '.join(r['uuids'])}",
+            f"cluster {r['cluster_uuid']}: term {r['term']} version {r['version']} has "
+            f"{len(uuids.get(_key(r), []))} different states: {', '.join(uuids.get(_key(r), []))}",
             examples.get((r["cluster_uuid"], r["term"], r["version"]), []),
         )
         for r in rows
     ]
     return CheckResult(UNIQUE_STATE, total, violations)
+
+
+def _state_uuids(fr: Frames, rows: list[Row]) -> dict[tuple[str, int, int], list[str]]:
+    """The state_uuids of each reported (cluster, term, version), sorted (one small job, only when any)."""
+    if not rows:
+        return {}
+    key = ["cid", "term", "version"]
+    schema = T.StructType([fr.states.schema[c] for c in key])
+    wanted = local_frame(fr.spark, [(r["cluster_uuid"], r["term"], r["version"]) for r in rows], schema)
+    found = (
+        fr.states.join(F.broadcast(wanted), key, "left_semi")
+        .filter(F.col("state_uuid").isNotNull())
+        .select(*key, "state_uuid")
+        .collect()
+    )
+    out: dict[tuple[str, int, int], list[str]] = {}
+    for f in sorted(found, key=lambda f: f["state_uuid"]):
+        out.setdefault((f["cid"], f["term"], f["version"]), []).append(f["state_uuid"])
+    return out
+
+
+def _key(r: Row) -> tuple[str, int, int]:
+    return (r["cluster_uuid"], r["term"], r["version"])
 
 
 def content(fr: Frames) -> CheckResult:
