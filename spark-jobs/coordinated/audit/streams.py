@@ -39,6 +39,8 @@ TERM_TYPES = ("term", "elected", "accepted", "stepped_down")
 NODE_PARTITION = ("cluster_uuid", "node", "_na_origin")
 PARTITION = (*NODE_PARTITION, "_epoch")
 RESET_COLUMNS = ("previous_cluster_uuid", "previous_term", "previous_version", "current_term")
+# The events that commit their state on the node itself: its own reset event commits it (see the state table).
+COMMIT_TYPES = ("committed", *RESET_TYPES)
 
 
 @dataclass
@@ -172,7 +174,7 @@ def windowed(
     term_of = F.when(is_term, F.col("term"))
     is_applied = typ == "applied"
     applied = F.when(is_applied, F.struct("term", "version", "seq"))
-    is_commit = typ.isin("committed", *RESET_TYPES)
+    is_commit = typ.isin(*COMMIT_TYPES)
     time_bin = F.greatest(F.lit(0), F.least(F.floor((F.col("ts") - F.lit(t0)) / F.lit(width)), F.lit(bins - 1))).cast(
         "int"
     )
@@ -321,7 +323,7 @@ def range_figures(last: Row, first: Row) -> Row:
     """A range's last row with the figures its own fields and its range's first row give: the first seq,
     type and file; the last applied (term, version, seq) and the last committed state up to the end."""
     d = last.asDict()
-    commits = d["type"] in ("committed", *RESET_TYPES) and d["state_uuid"] is not None
+    commits = d["type"] in COMMIT_TYPES and d["state_uuid"] is not None
     d.update(
         first_seq=first["seq"],
         first_type=first["type"],

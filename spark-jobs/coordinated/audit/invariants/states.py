@@ -40,15 +40,17 @@ def unique_state(fr: Frames) -> CheckResult:
         where=F.col("type").isin(*STATE_TYPES),
         spread=["state_uuid"],
     )
-    violations = [
-        Violation(
-            UNIQUE_STATE,
-            f"cluster {r['cluster_uuid']}: term {r['term']} version {r['version']} has "
-            f"{len(uuids.get(_key(r), []))} different states: {', '.join(uuids.get(_key(r), []))}",
-            examples.get((r["cluster_uuid"], r["term"], r["version"]), []),
+    violations = []
+    for r in rows:
+        states = uuids.get(_key(r), [])
+        violations.append(
+            Violation(
+                UNIQUE_STATE,
+                f"cluster {r['cluster_uuid']}: term {r['term']} version {r['version']} has {len(states)} "
+                f"different states: {', '.join(states)}",
+                examples.get(_key(r), []),
+            )
         )
-        for r in rows
-    ]
     return CheckResult(UNIQUE_STATE, total, violations)
 
 
@@ -58,7 +60,7 @@ def _state_uuids(fr: Frames, rows: list[Row]) -> dict[tuple[str, int, int], list
         return {}
     key = ["cid", "term", "version"]
     schema = T.StructType([fr.states.schema[c] for c in key])
-    wanted = local_frame(fr.spark, [(r["cluster_uuid"], r["term"], r["version"]) for r in rows], schema)
+    wanted = local_frame(fr.spark, [_key(r) for r in rows], schema)
     found = (
         fr.states.join(F.broadcast(wanted), key, "left_semi")
         .filter(F.col("state_uuid").isNotNull())
