@@ -6,13 +6,15 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import threading
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -294,6 +296,38 @@ class SparkSubmitAudit:
     driver: client.V1Pod
     driver_log: str
     report: dict[str, Any]
+    executors: set[str]  # the executor pods seen running
+
+    @property
+    def audit_seconds(self) -> float:
+        """The audit's own time as its driver printed it: from the Spark session's start (executors already
+        registered) to the report, without the pods' start-up."""
+        found = re.search(r"^audited \d+ events from \d+ nodes in ([\d.]+)s$", self.driver_log, re.MULTILINE)
+        assert found, self.driver_log[-2000:]
+        return float(found.group(1))
+
+
+class ExecutorWatch(threading.Thread):
+    """Records the executor pods of `cluster`'s audits that are running, until stopped."""
+
+    def __init__(self, namespace: str, cluster: str) -> None:
+        super().__init__(daemon=True)
+        self.selector = f"spark-role=executor,coordinated.dev/client={cluster}"
+        self.namespace = namespace
+        self.seen: set[str] = set()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(1.0):
+            listed = kubectl("-n", self.namespace, "get", "pods", "-l", self.selector, "-o", "json", check=False)
+            if listed.returncode == 0:
+                pods = json.loads(listed.stdout)["items"]
+                self.seen |= {p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"}
+
+    def stop(self) -> set[str]:
+        self.done.set()
+        self.join(timeout=30)
+        return self.seen
 
 
 def run_spark_submit_audit(cluster: Cluster, replicas: int, **settings: str) -> SparkSubmitAudit:
@@ -322,16 +356,21 @@ def run_spark_submit_audit(cluster: Cluster, replicas: int, **settings: str) -> 
         ),
         **settings,
     }
+    watch = ExecutorWatch(namespace, cluster.name)
+    watch.start()
     started = time.monotonic()
-    submitted = subprocess.run(
-        ["bash", str(REPO / "spark-jobs" / "k8s" / "spark-submit.sh")],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    elapsed = time.monotonic() - started
+    try:
+        submitted = subprocess.run(
+            ["bash", str(REPO / "spark-jobs" / "k8s" / "spark-submit.sh")],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+    finally:
+        elapsed = time.monotonic() - started
+        executors = watch.stop()
     driver_log = kubectl("-n", namespace, "logs", driver_pod, check=False).stdout
     assert submitted.returncode == 0, f"spark-submit failed:\n{submitted.stderr[-4000:]}\n{driver_log[-4000:]}"
     # The script found the driver's exit code (spark-submit alone exits 0 whatever the driver did).
@@ -340,33 +379,46 @@ def run_spark_submit_audit(cluster: Cluster, replicas: int, **settings: str) -> 
     assert driver.status.phase == "Succeeded", f"driver {driver.status.phase}:\n{driver_log[-4000:]}"
     assert "one-master-per-term" in driver_log and "VIOLATION" not in driver_log, driver_log[-4000:]
     report = read_report(namespace, f"/reports/{cluster.name}/audit-report.json")
-    return SparkSubmitAudit(submitted, elapsed, driver, driver_log, report)
+    return SparkSubmitAudit(submitted, elapsed, driver, driver_log, report, executors)
 
 
-def read_report(namespace: str, path: str) -> dict[str, Any]:
-    """Retrieve a report from the audit's PVC the way a user would: a pod that mounts it, and kubectl exec."""
-    reader = "audit-report-reader"
+@contextmanager
+def on_reports_volume(namespace: str, *, writable: bool = False) -> Iterator[Callable[..., str]]:
+    """A pod that mounts the audit's PVC, as a user would use one; yields `run(*command)`, which runs a command
+    in it (kubectl exec) and returns its output. The pod is deleted afterwards."""
+    name = "audit-volume-" + ("writer" if writable else "reader")
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": reader, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "securityContext": {"runAsNonRoot": True, "runAsUser": 185, "fsGroup": 185},
             "containers": [
                 {
-                    "name": "reader",
+                    "name": "shell",
                     "image": IMAGE,
                     "imagePullPolicy": "Never",
-                    "command": ["sleep", "600"],
-                    "volumeMounts": [{"name": "reports", "mountPath": "/reports", "readOnly": True}],
+                    "command": ["sleep", "900"],
+                    "volumeMounts": [{"name": "reports", "mountPath": "/reports", "readOnly": not writable}],
                 }
             ],
             "volumes": [{"name": "reports", "persistentVolumeClaim": {"claimName": "coordinated-audit-reports"}}],
         },
     }
     apply(pod)
+
+    def run(*command: str, timeout: float = 120) -> str:
+        return kubectl("-n", namespace, "exec", name, "--", *command, timeout=timeout).stdout
+
     try:
-        kubectl("-n", namespace, "wait", "--for=condition=Ready", f"pod/{reader}", "--timeout=120s", timeout=130)
-        return json.loads(kubectl("-n", namespace, "exec", reader, "--", "cat", path).stdout)
+        kubectl("-n", namespace, "wait", "--for=condition=Ready", f"pod/{name}", "--timeout=120s", timeout=130)
+        yield run
     finally:
-        kubectl("-n", namespace, "delete", "pod", reader, "--wait=false", check=False)
+        kubectl("-n", namespace, "delete", "pod", name, "--wait=false", check=False)
+
+
+def read_report(namespace: str, path: str) -> dict[str, Any]:
+    """Retrieve a report from the audit's PVC the way a user would: a pod that mounts it, and kubectl exec."""
+    with on_reports_volume(namespace) as run:
+        loaded: dict[str, Any] = json.loads(run("cat", path))
+        return loaded

@@ -1,6 +1,6 @@
 """One CoordinatedCluster through its life: formed, written, its master deleted, scaled to 5, audited with
-spark-submit in cluster mode, scaled to 3 and 1 under a continuous writer, and scaled down again while the
-operator is killed. The tests run in file order and share the cluster; each leaves it settled."""
+spark-submit in cluster mode (its own histories, then an archived input on 1 and on 2 executors), scaled to 3
+and 1 under a continuous writer, and scaled down again while the operator is killed. The tests run in file order and share the cluster; each leaves it settled."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from e2e.support import (
     cluster_manifest,
     exclusions,
     kubectl,
+    on_reports_volume,
     run_spark_submit_audit,
     voting_config,
     wait_until,
@@ -149,6 +150,35 @@ def test_the_audit_runs_with_spark_submit_in_cluster_mode(cluster: Cluster, figu
     assert report["nodes"] == 5
     assert report["malformed_lines"] == 0
     figure(f"audit (spark-submit, cluster mode, 1 executor): {report['events']} events, ok, {audit.elapsed:.0f} s")
+
+
+ARCHIVED_EVENTS = 300_000  # enough that the audit's passes, not its fixed costs, take most of its time
+
+
+def test_an_archived_input_is_audited_alike_on_one_and_on_two_executors(cluster: Cluster, figure: Figure) -> None:
+    """A history on the report volume (a synthetic valid one, as `coordinated.audit.synth` writes it) audited with
+    INPUT: the same report on 1 and on 2 executors, and the audit's own time on each (no timing assertion: the
+    e2e node has two cores, shared with the cluster and the control plane)."""
+    folder = f"/reports/{NAME}-archive"
+    with on_reports_volume(cluster.namespace, writable=True) as run:
+        run("rm", "-rf", folder)
+        written = run("python", "-m", "coordinated.audit.synth", folder, "--events", str(ARCHIVED_EVENTS), timeout=600)
+    events = int(written.split()[0])
+    assert events >= ARCHIVED_EVENTS, written
+    runs = {count: run_spark_submit_audit(cluster, 5, INPUT=folder, EXECUTORS=str(count)) for count in (1, 2)}
+    for count, audit in runs.items():
+        assert len(audit.executors) == count, f"{count} executor(s) asked for, pods seen running: {audit.executors}"
+        report = audit.report
+        assert report["ok"] is True, report["violations"][:5]
+        assert (report["events"], report["nodes"], report["malformed_lines"]) == (events, 5, 0)
+    one, two = (runs[count].report["stats"] for count in (1, 2))
+    assert one["violation_counts"] == two["violation_counts"]
+    assert {n: s["events"] for n, s in one["per_node"].items()} == {n: s["events"] for n, s in two["per_node"].items()}
+    single, double = runs[1].audit_seconds, runs[2].audit_seconds
+    figure(
+        f"audit of {events:,} archived events (JSONL, spark-submit): 1 executor {single:.1f} s, "
+        f"2 executors {double:.1f} s ({single / double:.2f}x; pods' start-up excluded)"
+    )
 
 
 def test_scaling_down_to_three_and_one_uses_exclusions_without_a_long_gap(cluster: Cluster, figure: Figure) -> None:

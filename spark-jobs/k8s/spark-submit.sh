@@ -13,6 +13,11 @@
 #   SPARK_SUBMIT_EXTRA="--conf spark.kubernetes.driver.request.cores=250m" spark-jobs/k8s/spark-submit.sh
 # The sidecar URLs assume the operator's per-pod DNS names (StatefulSet pods behind a headless
 # service named <cluster>-headless); adjust SIDECARS for other layouts.
+# INPUT audits history files instead (JSONL or compacted Parquet, comma-separated paths or Hadoop URIs) that
+# the driver and every executor can read, e.g. a folder on the report volume (ReadWriteMany when executors run
+# on several nodes); no sidecar is asked, so TLS, AUTH, SIDECARS and REPLICAS play no part:
+#   INPUT=/reports/archive/2026-11 EXECUTORS=4 CLUSTER=my-cluster spark-jobs/k8s/spark-submit.sh
+# EXECUTORS (default 2) sets how many executors the audit's tasks spread over.
 set -euo pipefail
 
 NAMESPACE="${NAMESPACE:-default}"
@@ -26,6 +31,9 @@ TOKEN_SECRET="${TOKEN_SECRET:-${CLUSTER}-reader}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 CA_DIR=/etc/coordinated/tls
 
+if [[ -n ${INPUT:-} ]]; then
+  TLS=false AUTH=false  # nothing to fetch: the files are read directly
+fi
 for setting in TLS AUTH; do
   case "${!setting}" in
     true | false) ;;
@@ -35,9 +43,16 @@ for setting in TLS AUTH; do
       ;;
   esac
 done
+EXECUTORS="${EXECUTORS:-2}"
+if [[ ! $EXECUTORS =~ ^[1-9][0-9]{0,3}$ ]]; then
+  echo "spark-submit.sh: EXECUTORS must be a whole number from 1 to 9999, not '${EXECUTORS}'" >&2
+  exit 2
+fi
 APISERVER="${APISERVER:-$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')}"
 
-if [[ -z "${SIDECARS:-}" ]]; then
+if [[ -n ${INPUT:-} ]]; then
+  IFS=, read -r -a sources <<<"$INPUT"
+elif [[ -z "${SIDECARS:-}" ]]; then
   scheme=http
   [[ $TLS == true ]] && scheme=https
   urls=()
@@ -46,6 +61,7 @@ if [[ -z "${SIDECARS:-}" ]]; then
   done
   SIDECARS="$(IFS=,; echo "${urls[*]}")"
 fi
+[[ -n ${INPUT:-} ]] || sources=(--from-cluster "${SIDECARS}")
 read -r -a extra <<<"${SPARK_SUBMIT_EXTRA:-}"
 
 # Finds this run's driver pod afterwards, whatever its name.
@@ -112,7 +128,7 @@ spark-submit \
   --conf spark.kubernetes.driver.podTemplateFile="${driver_template}" \
   --conf spark.kubernetes.executor.podTemplateFile="${HERE}/pod-template.yaml" \
   --conf spark.kubernetes.pyspark.pythonVersion=3 \
-  --conf spark.executor.instances="${EXECUTORS:-2}" \
+  --conf spark.executor.instances="${EXECUTORS}" \
   --conf spark.executor.cores=1 \
   --conf spark.executor.memory=1g \
   --conf spark.driver.memory=1g \
@@ -120,7 +136,7 @@ spark-submit \
   "${conf[@]}" \
   "${extra[@]}" \
   local:///app/spark-jobs/audit_main.py \
-  --from-cluster "${SIDECARS}" \
+  "${sources[@]}" \
   --report-dir /reports/"${CLUSTER}" \
   "${audit_args[@]}" \
   "$@" || submitted=$?

@@ -212,3 +212,27 @@ def test_a_setting_other_than_true_or_false_is_refused(tmp_path: Path, setting: 
     assert submitted.returncode == 2
     assert f"{setting} must be true or false, not 'off'" in submitted.stderr
     assert submitted.args == []  # spark-submit never ran
+
+
+def test_input_files_are_audited_directly_on_as_many_executors_as_asked(tmp_path: Path) -> None:
+    # Archived histories on a volume that driver and executors mount: no sidecar is asked, so neither the
+    # reader token nor the CA is mounted, whatever TLS and AUTH say.
+    submitted = submit(tmp_path, INPUT="/reports/archive/a,/reports/archive/b", EXECUTORS="3", TLS="true")
+    assert submitted.returncode == 0, submitted.stderr
+    audit = submitted.audit_args()
+    assert audit[:2] == ["/reports/archive/a", "/reports/archive/b"]
+    assert submitted.option("--from-cluster") is None and submitted.option("--ca-file") is None
+    assert submitted.option("--report-dir") == "/reports/orders"
+    assert audit[-2:] == ["--max-examples", "3"]
+    conf = submitted.conf()
+    assert conf["spark.executor.instances"] == "3"
+    assert conf["spark.kubernetes.driver.podTemplateFile"] == str(BASE_TEMPLATE)
+
+
+def test_the_default_is_two_executors_and_a_bad_count_is_refused_before_submitting(tmp_path: Path) -> None:
+    assert submit(tmp_path / "default").conf()["spark.executor.instances"] == "2"
+    for count in ("0", "two", "-1", "1.5", "100000"):
+        submitted = submit(tmp_path / f"bad{count}", EXECUTORS=count)
+        assert submitted.returncode == 2
+        assert f"EXECUTORS must be a whole number from 1 to 9999, not '{count}'" in submitted.stderr
+        assert submitted.args == []  # spark-submit never ran
