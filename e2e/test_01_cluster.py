@@ -1,6 +1,7 @@
 """One CoordinatedCluster through its life: formed, written, its master deleted, scaled to 5, audited with
 spark-submit in cluster mode (its own histories, then an archived input on 1 and on 2 executors), scaled to 3
-and 1 under a continuous writer, and scaled down again while the operator is killed. The tests run in file order and share the cluster; each leaves it settled."""
+and 1 under a continuous writer, and scaled down again while the operator is killed. The tests run in file
+order and share the cluster; each leaves it settled."""
 
 from __future__ import annotations
 

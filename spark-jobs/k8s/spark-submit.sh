@@ -52,16 +52,18 @@ APISERVER="${APISERVER:-$(kubectl config view --minify -o jsonpath='{.clusters[0
 
 if [[ -n ${INPUT:-} ]]; then
   IFS=, read -r -a sources <<<"$INPUT"
-elif [[ -z "${SIDECARS:-}" ]]; then
-  scheme=http
-  [[ $TLS == true ]] && scheme=https
-  urls=()
-  for ((i = 0; i < REPLICAS; i++)); do
-    urls+=("${scheme}://${CLUSTER}-${i}.${CLUSTER}-headless.${NAMESPACE}.svc:9200")
-  done
-  SIDECARS="$(IFS=,; echo "${urls[*]}")"
+else
+  if [[ -z "${SIDECARS:-}" ]]; then
+    scheme=http
+    [[ $TLS == true ]] && scheme=https
+    urls=()
+    for ((i = 0; i < REPLICAS; i++)); do
+      urls+=("${scheme}://${CLUSTER}-${i}.${CLUSTER}-headless.${NAMESPACE}.svc:9200")
+    done
+    SIDECARS="$(IFS=,; echo "${urls[*]}")"
+  fi
+  sources=(--from-cluster "${SIDECARS}")
 fi
-[[ -n ${INPUT:-} ]] || sources=(--from-cluster "${SIDECARS}")
 read -r -a extra <<<"${SPARK_SUBMIT_EXTRA:-}"
 
 # Finds this run's driver pod afterwards, whatever its name.
