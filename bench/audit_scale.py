@@ -185,6 +185,7 @@ def bench_one(
     fast_compact: bool,
     prepare_only: bool = False,
     event_log: Path | None = None,
+    conf: dict[str, str] | None = None,
 ) -> dict[str, object]:
     jsonl, pq, reports = workdir / f"h{events}", workdir / f"pq{events}", workdir / f"r{events}"
     cfg = SynthConfig(events=events, seed=seed, nodes=5, mean_term_length=40, p_restart=0.1)
@@ -208,6 +209,7 @@ def bench_one(
 
     audit = [sys.executable, "-m", "coordinated.audit.cli", "--spark-master", master, "--no-html"]
     audit += ["--conf", f"spark.driver.memory={driver_memory}", "--conf", "spark.ui.showConsoleProgress=false"]
+    audit += [x for k, v in (conf or {}).items() for x in ("--conf", f"{k}={v}")]
     for form, path in (("jsonl", jsonl), ("parquet", pq)):
         if form not in forms:
             continue
@@ -231,7 +233,7 @@ def bench_one(
         if prepare_only:
             continue
         logs = {who: event_log / f"{events}-{form}-{who}" if event_log else None for who in ("anchor", "audit")}
-        anchor_s = run_anchor(path, form, master, driver_memory, event_log_conf(logs["anchor"]))
+        anchor_s = run_anchor(path, form, master, driver_memory, (conf or {}) | event_log_conf(logs["anchor"]))
         audit_conf = [x for k, v in event_log_conf(logs["audit"]).items() for x in ("--conf", f"{k}={v}")]
         rc, wall, out, meter = run_measured([*audit, *audit_conf, str(path), "--report-dir", str(reports / form)])
         report = json.loads((reports / form / "audit-report.json").read_text())
@@ -291,13 +293,30 @@ def main() -> None:
         help="write the audit's and the anchor's Spark event logs under DIR and report their job counts and "
         "executor CPU-seconds",
     )
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for both the audit and the anchor (repeatable), e.g. for an A/B of JVM options",
+    )
     a = p.parse_args()
+    conf = dict(kv.split("=", 1) for kv in a.conf)
     workdir = a.workdir or Path(tempfile.mkdtemp(prefix="audit-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         results = [
             bench_one(
-                n, workdir, a.master, a.driver_memory, a.seed, a.forms, a.fast_compact, a.prepare_only, a.event_log
+                n,
+                workdir,
+                a.master,
+                a.driver_memory,
+                a.seed,
+                a.forms,
+                a.fast_compact,
+                a.prepare_only,
+                a.event_log,
+                conf,
             )
             for n in a.events
         ]
