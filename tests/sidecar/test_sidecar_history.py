@@ -93,3 +93,16 @@ def test_summary_reports_unreadable_lines_but_not_a_line_cut_by_a_crash(tmp_path
     damaged = summarize_history(tmp_path)
     assert damaged.damaged == f"unreadable [{segment}] line 1"
     assert (damaged.term, damaged.accepted) == (2, (2, 5))
+
+
+def test_a_line_is_one_compact_json_object_with_sorted_keys(tmp_path: Path) -> None:
+    # The mark scan (`newest_durable_marks`) looks for `"type":"accepted"` byte for byte, and a reader splits
+    # lines on newlines only: no spaces, one line per event, UTF-8 kept as is, odd values as strings.
+    writer = HistoryWriter(tmp_path, 1 << 20)
+    writer.append({"type": "accepted", "node_name": "pod-ä", "term": 2, "quorum": None, "where": tmp_path})
+    writer.close()
+    (line,) = (tmp_path / "segment-000000000001.jsonl").read_bytes().splitlines()
+    assert line.startswith(b'{"node_name":"pod-\xc3\xa4","quorum":null,"seq":1,"term":2,"ts":')
+    assert line.endswith(b',"type":"accepted","where":"%s"}' % str(tmp_path).encode())
+    assert b" " not in line.replace(str(tmp_path).encode(), b"")
+    assert list(json.loads(line)) == sorted(json.loads(line))

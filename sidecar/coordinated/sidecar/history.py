@@ -15,12 +15,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from coordinated.coordination.history_lines import ends_with_cut_line, is_complete
 from coordinated.coordination.offline_recovery import RESET_EVENTS
 from coordinated.coordination.recovery import HistorySummary
 
 _SEGMENT = re.compile(r"^segment-(\d{12})\.jsonl$")
 _TAIL_BYTES = 64 * 1024
+# One line per event, keys sorted, no spaces (the form `_MARK_MARKERS` searches for); a few lines per write on
+# every node, so msgspec rather than `json` (about 2 µs a line instead of 15).
+_LINE_ENCODER = msgspec.json.Encoder(order="sorted", enc_hook=str)
 # The events whose marks bound what a restarted node may load (see `summarize_history`).
 _MARK_MARKERS = tuple(b'"type":"%s"' % kind.encode() for kind in ("term", "accepted", *RESET_EVENTS))
 
@@ -99,7 +104,7 @@ class HistoryWriter:
         """Assign seq and ts, write the line, and return the full event."""
         seq = self.last_seq + 1
         full = {**event, "seq": seq, "ts": round(time.time(), 6)}
-        line = (json.dumps(full, separators=(",", ":"), sort_keys=True, default=str) + "\n").encode()
+        line = _LINE_ENCODER.encode(full) + b"\n"
         if self._size > 0 and self._size + len(line) > self.segment_size:
             self._open(seq)
         view = memoryview(line)
