@@ -135,7 +135,7 @@ def state_table(events: DataFrame, scouting: Scouting | None = None) -> DataFram
     quorum to check.
 
     `conflict`: events of one state_uuid disagree on a field that defines the state (term, version, parent,
-    master, configurations; see `cfg_pre` for the last-committed configuration). The quorum check works on masks:
+    master, configurations; see `pre` for the last-committed configuration). The quorum check works on masks:
     bit i stands for the i-th member of the state's configurations. `acc_mask` has the members that accepted
     it, `quorum_mask` those the master counted; any quorum member outside the configurations, or a state
     whose configurations are too large for a mask, is marked for the exact check (`quorum_odd`).
@@ -150,6 +150,7 @@ def state_table(events: DataFrame, scouting: Scouting | None = None) -> DataFram
     reset = typ == UNSAFE_BOOTSTRAP
     quorum = F.coalesce("quorum", F.array())
     configs = F.xxhash64("last_committed_config", "last_accepted_config")
+    pre = acc | ~F.col("last_committed_config").eqNullSafe(F.col("last_accepted_config"))
     # The members once per event that needs them (accepted and the master's commit), not once per use.
     kept = typ.isin("accepted", "committed", "applied", UNSAFE_BOOTSTRAP)
     source = events.filter(kept) if scouting is None else scouting.rows
@@ -168,13 +169,12 @@ def state_table(events: DataFrame, scouting: Scouting | None = None) -> DataFram
         (typ == "committed").alias("comm"),
         F.xxhash64("term", "version", "parent_uuid", "master", "last_accepted_config").alias("content"),
         # A commit makes the state's last-committed configuration its last-accepted one, so `committed` and
-        # `applied` events may carry either form; only the accepted form is compared (`cfg`, below).
-        F.when(acc | ~F.col("last_committed_config").eqNullSafe(F.col("last_accepted_config")), configs).alias(
-            "cfg_pre"
-        ),
+        # `applied` events may carry either form; only the accepted form is compared (`cfg_pre`, below).
+        pre.alias("pre"),
         hash_of("parent_uuid").alias("parent_h"),
         hash_of("master").alias("master_h"),
-        configs.alias("cfg"),
+        # Hashed only where a buffer reads it: most events are applies and followers' commits in the accepted form.
+        F.when(pre | commit, configs).alias("cfg"),
         F.when(acc, _bit(F.array_position(members, F.col("node")))).alias("acc_bit"),
         F.when(
             commit,
@@ -191,10 +191,11 @@ def state_table(events: DataFrame, scouting: Scouting | None = None) -> DataFram
         ev = scouting.watch(ev).filter(
             F.col(SCOUTED_OK) & (F.col("acc") | F.col("comm") | F.col("app") | F.col("reset"))
         )
+    cfg_pre = F.when(F.col("pre"), F.col("cfg"))
     return ev.groupBy("cid", "state_uuid").agg(
         F.min("term").alias("term"),
         F.min("version").alias("version"),
-        ((F.min("content") != F.max("content")) | (F.min("cfg_pre") != F.max("cfg_pre"))).alias("conflict"),
+        ((F.min("content") != F.max("content")) | (F.min(cfg_pre) != F.max(cfg_pre))).alias("conflict"),
         # The master's commit says which parent the committed state has; conflicting copies are flagged apart.
         F.coalesce(F.min(F.when(F.col("mcommit"), F.col("parent_h"))), F.min("parent_h")).alias("parent_h"),
         F.min("master_h").alias("master_min_h"),
