@@ -162,6 +162,19 @@ def event_log_figures(folder: Path | None) -> dict[str, float]:
     return {"spark_jobs": jobs, "cpu_s": round(cpu_ns / 1e9, 1)}
 
 
+def conf_args(conf: dict[str, str]) -> list[str]:
+    """Spark settings as the audit CLI's `--conf KEY=VALUE` arguments."""
+    return [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
+
+
+def setting(text: str) -> tuple[str, str]:
+    """One `--conf` argument of this bench, refused by argparse unless it is KEY=VALUE."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
 def run_anchor(path: Path, form: str, master: str, driver_memory: str, conf: dict[str, str] | None = None) -> float:
     """The minimal job the audit is measured against: one scan, one window over (node, seq), one per-state
     groupBy. Seconds, without JVM start-up (as the audit's own figure)."""
@@ -187,6 +200,7 @@ def bench_one(
     event_log: Path | None = None,
     conf: dict[str, str] | None = None,
 ) -> dict[str, object]:
+    conf = conf or {}
     jsonl, pq, reports = workdir / f"h{events}", workdir / f"pq{events}", workdir / f"r{events}"
     cfg = SynthConfig(events=events, seed=seed, nodes=5, mean_term_length=40, p_restart=0.1)
     made = workdir / f"h{events}.done"  # what a finished generation wrote: reused by later runs with this workdir
@@ -209,7 +223,7 @@ def bench_one(
 
     audit = [sys.executable, "-m", "coordinated.audit.cli", "--spark-master", master, "--no-html"]
     audit += ["--conf", f"spark.driver.memory={driver_memory}", "--conf", "spark.ui.showConsoleProgress=false"]
-    audit += [x for k, v in (conf or {}).items() for x in ("--conf", f"{k}={v}")]
+    audit += conf_args(conf)
     for form, path in (("jsonl", jsonl), ("parquet", pq)):
         if form not in forms:
             continue
@@ -233,8 +247,8 @@ def bench_one(
         if prepare_only:
             continue
         logs = {who: event_log / f"{events}-{form}-{who}" if event_log else None for who in ("anchor", "audit")}
-        anchor_s = run_anchor(path, form, master, driver_memory, (conf or {}) | event_log_conf(logs["anchor"]))
-        audit_conf = [x for k, v in event_log_conf(logs["audit"]).items() for x in ("--conf", f"{k}={v}")]
+        anchor_s = run_anchor(path, form, master, driver_memory, conf | event_log_conf(logs["anchor"]))
+        audit_conf = conf_args(event_log_conf(logs["audit"]))
         rc, wall, out, meter = run_measured([*audit, *audit_conf, str(path), "--report-dir", str(reports / form)])
         report = json.loads((reports / form / "audit-report.json").read_text())
         m = re.search(r"audited (\d+) events from \d+ nodes in ([\d.]+)s", out)
@@ -296,12 +310,13 @@ def main() -> None:
     p.add_argument(
         "--conf",
         action="append",
+        type=setting,
         default=[],
         metavar="KEY=VALUE",
         help="a Spark setting for both the audit and the anchor (repeatable), e.g. for an A/B of JVM options",
     )
     a = p.parse_args()
-    conf = dict(kv.split("=", 1) for kv in a.conf)
+    conf = dict(a.conf)
     workdir = a.workdir or Path(tempfile.mkdtemp(prefix="audit-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
