@@ -3,6 +3,8 @@
     .venv/bin/python bench/peers.py [--quick] [--rounds 3] [--out DIR] [--no-docs]
     .venv/bin/python bench/peers.py --tls [--rounds 2]    # the cost of TLS, ours and etcd's
     .venv/bin/python bench/peers.py --cpu-hog [--systems 'coordinated 3n,etcd 3n'] [--no-faults] [--force]
+    .venv/bin/python bench/peers.py --no-faults --no-docs \
+        --systems 'coordinated 3n,floor 3n,floor 3n apply-round,etcd 3n'  # against the floor of our stack
     .venv/bin/python bench/peers.py --report OUT/results.json [--doc FILE]   # re-render, no run
     .venv/bin/python bench/peers.py --no-faults --no-docs --ab node.event_loop=asyncio \
         --systems 'coordinated 3n,coordinated 3n [node.event_loop=asyncio],etcd 3n'  # A/B of one lever
@@ -43,6 +45,7 @@ from typing import Any
 from peers_checks import ETCD, etcd_check
 from peers_env import CpuHog, CpuMeter, conditions
 from peers_etcd import EtcdSystem
+from peers_floor import FloorSystem
 from peers_harness import fault_trial, idle_rss, sequential, throughput
 from peers_pso import PySyncObjSystem
 from peers_report import DOC, HOG, write_report
@@ -57,6 +60,13 @@ PERF: list[Factory] = [
     lambda: EtcdSystem(5),
     lambda: PySyncObjSystem(3),
     lambda: PySyncObjSystem(3, batch=False),
+]
+# Physical anchors, run only when named in --systems: the least work a replicated write costs in our stack.
+FLOOR: list[Factory] = [
+    lambda: FloorSystem(3),
+    lambda: FloorSystem(3, apply_round=True),
+    lambda: FloorSystem(5),
+    lambda: FloorSystem(5, apply_round=True),
 ]
 FAULT: list[Factory] = [lambda: OursSystem(3), lambda: EtcdSystem(3), lambda: PySyncObjSystem(3)]
 TUNED: list[Factory] = [
@@ -228,9 +238,9 @@ async def main_async(args: argparse.Namespace) -> Results:
                 tree = base / "ab-tree"
                 export_tree(args.ab_tree, tree)
                 variants.append(lambda: OursSystem(3, source=(args.ab_tree, tree)))
-            args.perf = selected(PERF + variants, args.systems)
+            args.perf = selected(PERF + variants + FLOOR, args.systems) if args.systems else PERF + variants
             if not args.perf:
-                choices = ", ".join(f().label for f in PERF + variants)
+                choices = ", ".join(f().label for f in PERF + variants + FLOOR)
                 raise SystemExit(f"--systems {args.systems!r} matches none of: {choices}")
         for round_ in range(args.rounds):
             print(f"== round {round_ + 1}/{args.rounds}", flush=True)
