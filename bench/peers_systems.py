@@ -9,17 +9,20 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+from peers_procs import kill9, spawn, stop
 from peers_tls import BenchTls
 from sidecar_common import percentile
 
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster
 
-__all__ = ["OursSystem", "System", "http_put", "percentile"]
+__all__ = ["HttpNodesSystem", "OursSystem", "System", "http_put", "percentile"]
 
 
 async def http_put(session: aiohttp.ClientSession, url: str, value: int, timeout: float) -> bool:
@@ -85,6 +88,70 @@ class System(ABC):
                     return leader
             await asyncio.sleep(0.1)
         raise TimeoutError(f"{self.label}: not healthy within {timeout}s")
+
+
+class HttpNodesSystem(System):
+    """Benchmark node processes of this repo's own (PySyncObj's front, the floor), each with an HTTP front on
+    127.0.0.1: `PUT /kv/{key}` writes, `GET /status` answers `{"leader": ...}`. Started, signalled, restarted
+    and stopped by PID; a subclass builds each node's command line and reads the leader off `status`."""
+
+    log_prefix = "n"  # each node's log in the workdir: f"{log_prefix}{index}.log"
+
+    def __init__(self) -> None:
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.argvs: list[list[str]] = []
+        self.http_ports: list[int] = []
+        self.session: aiohttp.ClientSession | None = None
+        self.workdir = Path()
+
+    async def launch(self, workdir: Path, argvs: list[list[str]]) -> None:
+        """Start one node per command line (whose HTTP port is `http_ports[i]`) and wait for every front."""
+        self.workdir = workdir
+        self.argvs = argvs
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        self.processes = [spawn(argv, self._log(i)) for i, argv in enumerate(argvs)]
+        for i in range(len(argvs)):
+            await self._wait_http(i)
+
+    def _log(self, node: int) -> Path:
+        return self.workdir / f"{self.log_prefix}{node}.log"
+
+    async def _wait_http(self, node: int, timeout: float = 30.0) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            try:
+                await self.status(node)
+                return
+            except (aiohttp.ClientError, OSError, TimeoutError):
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+
+    async def status(self, node: int) -> dict[str, Any]:
+        assert self.session is not None
+        url = f"http://127.0.0.1:{self.http_ports[node]}/status"
+        async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=1.0)) as response:
+            status: dict[str, Any] = await response.json()
+        return status
+
+    async def stop(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+        for process in self.processes:
+            await asyncio.to_thread(stop, process)
+
+    def pid(self, node: int) -> int:
+        return int(self.processes[node].pid)
+
+    async def put(self, node: int, key: str, value: int, timeout: float) -> bool:
+        assert self.session is not None
+        return await http_put(self.session, f"http://127.0.0.1:{self.http_ports[node]}/kv/{key}", value, timeout)
+
+    async def restart(self, node: int) -> None:
+        if self.processes[node].poll() is None:
+            kill9(self.processes[node])
+        self.processes[node] = spawn(self.argvs[node], self._log(node))
+        await self._wait_http(node)
 
 
 class OursSystem(System):

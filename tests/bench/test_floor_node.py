@@ -5,7 +5,6 @@ follower, with and without the apply round."""
 from __future__ import annotations
 
 import json
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -15,19 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from coordinated.tools.localcluster import free_ports
+
 pytestmark = pytest.mark.integration
 
 NODE = Path(__file__).resolve().parents[2] / "bench" / "floor_node.py"
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def call(method: str, url: str, body: object = None) -> object:
