@@ -120,6 +120,22 @@ def test_deletes_and_version_only_changes_are_persisted(tmp_path: Path) -> None:
     again.close()
 
 
+def test_a_write_changing_more_keys_than_one_statement_takes_keeps_every_row(tmp_path: Path) -> None:
+    """The changed keys' old rows go in one DELETE per 500 keys: 1,203 upserts and 700 deletes in one write,
+    then a reload, whose row checksums and summary must all agree."""
+    persisted = FilePersistedState(tmp_path, "c")
+    first = state_with(1, {f"k{i:04d}": i for i in range(2_000)})
+    persisted.set_last_accepted_state(first)
+    kv = {key: value for key, value in first.kv.items() if int(key[1:]) >= 700}
+    kv.update({f"k{i:04d}": -i for i in range(1_000, 2_203)})
+    second = first.replace(version=2, state_uuid="s2", kv=kv, kv_versions={key: KeyVersion(2, 1) for key in kv})
+    persisted.set_last_accepted_state(second)
+    persisted.close()
+    again = FilePersistedState(tmp_path, "c")
+    assert again.last_accepted_state == second
+    again.close()
+
+
 def test_a_failed_commit_keeps_the_old_value_and_the_next_write_rewrites_everything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -137,6 +153,9 @@ def test_a_failed_commit_keeps_the_old_value_and_the_next_write_rewrites_everyth
             if sql == "COMMIT":
                 raise sqlite3.OperationalError("disk I/O error")
             return self.conn.execute(sql, *args)
+
+        def executemany(self, sql: str, rows: list[tuple[object, ...]]) -> object:
+            return self.conn.executemany(sql, rows)
 
         @property
         def in_transaction(self) -> bool:

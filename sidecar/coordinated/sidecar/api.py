@@ -59,6 +59,7 @@ from coordinated.sidecar.http_server import BODY_TIMEOUT_S
 from coordinated.sidecar.node import Node
 
 log = logging.getLogger("coordinated.api")
+_JSON_ENCODER = msgspec.json.Encoder()
 NODE_KEY: web.AppKey[Node] = web.AppKey("node", Node)
 _WAIT_FOR_NODES = re.compile(r"^(>=|<=|>|<|ge\(|le\(|gt\(|lt\()?(\d+)\)?$")
 DEFAULT_TIMEOUT = "30s"
@@ -89,7 +90,8 @@ async def errors_middleware(
         if request.body_exists:
             # Read whole (and cached for the handler) within a bound, so a slow sender cannot hold a handler.
             try:
-                await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
+                async with asyncio.timeout(BODY_TIMEOUT_S):  # no task per request, as wait_for would make
+                    await request.read()
             except TimeoutError:
                 raise BadRequest(
                     f"the request body was not received within {BODY_TIMEOUT_S:.0f}s", "request_timeout_exception", 408
@@ -117,7 +119,7 @@ async def errors_middleware(
     if response.status == 408:
         response.force_close()  # the rest of the body may still arrive: do not read it as a next request
     metrics = request.app[NODE_KEY].metrics
-    metrics.http_requests.labels(str(response.status)).inc()
+    metrics.count_request(response.status)
     if response.status == 409:  # only a conditional write answers 409
         metrics.version_conflicts.inc()
     return response
@@ -434,7 +436,9 @@ async def cat_master(request: web.Request) -> web.Response:
 
 def write_result(key: str, result: ClientResult) -> web.Response:
     if isinstance(result, Committed):
-        return web.json_response({"key": key, "term": result.term, "version": result.version})
+        # Every acknowledged write answers this: msgspec rather than json_response's json.dumps.
+        body = _JSON_ENCODER.encode({"key": key, "term": result.term, "version": result.version})
+        return web.Response(body=body, content_type="application/json", charset="utf-8")
     if isinstance(result, ClusterError):
         return result_error(result)
     return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
@@ -873,8 +877,7 @@ def client_app(
     `extra_routes` add the APIs that live in their own modules (snapshots)."""
     middlewares: list[Callable[..., Awaitable[web.StreamResponse]]] = [errors_middleware]
     if tokens is not None:
-        counted = node.metrics.http_requests
-        middlewares.insert(0, access_middleware(tokens, lambda status: counted.labels(str(status)).inc()))
+        middlewares.insert(0, access_middleware(tokens, node.metrics.count_request))
     app = web.Application(client_max_size=node.config.get("http.max_content_length"), middlewares=middlewares)
     app[NODE_KEY] = node
     setup_routes(app)

@@ -145,6 +145,10 @@ class NodeMetrics:
         self.http_requests = Counter(
             "coordinated_http_requests", "Client API requests, by status", ["status"], registry=self.registry
         )
+        # The labelled children, looked up once: labels() takes a lock and builds a key on every call, and
+        # these two count every request and every history line.
+        self._requests_by_status: dict[int, Counter] = {}
+        self._history_by_type: dict[str, Counter] = {}
         # Counted where the master records them (its history), so the cluster's total is the sum over nodes.
         self.session_events = {
             event_type.value: Counter(
@@ -165,9 +169,19 @@ class NodeMetrics:
         if effect.commit_latency_ms is not None:
             self.commit_latency.observe(effect.commit_latency_ms / 1000)
 
+    def count_request(self, status: int) -> None:
+        """One client API request answered with `status`."""
+        child = self._requests_by_status.get(status)
+        if child is None:
+            child = self._requests_by_status[status] = self.http_requests.labels(str(status))
+        child.inc()
+
     def on_history(self, event: dict[str, Any]) -> None:
         event_type = str(event.get("type"))
-        self.history_events.labels(event_type).inc()
+        child = self._history_by_type.get(event_type)
+        if child is None:
+            child = self._history_by_type[event_type] = self.history_events.labels(event_type)
+        child.inc()
         if event_type in self.session_events:
             self.session_events[event_type].inc()
 

@@ -59,6 +59,9 @@ READ_BARRIER_TIMEOUT_MS = 30_000
 STORE_CLOSE_TIMEOUT_S = 10.0
 _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
+# How long after a request's own timeout the shell stops waiting for the core's answer (a lost completion).
+LOST_COMPLETION_MARGIN_S = 5.0
+
 
 class Node:
     def __init__(self, config: NodeConfig) -> None:
@@ -114,6 +117,8 @@ class Node:
         self.shared_read_barrier = SharedBarrier(lambda: self.submit(ReadBarrier(), READ_BARRIER_TIMEOUT_MS))
         # Watch connections by peer address (see _watch_peers).
         self._watches: dict[str, asyncio.Task[None]] = {}
+        # What _watch_peers last decided from: (mode, leader, the applied state's nodes map).
+        self._watched_for: tuple[Mode, DiscoveryNode | None, dict[str, DiscoveryNode]] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -232,11 +237,18 @@ class Node:
         follower checks give up). A hung peer (SIGSTOP, a partition) keeps its connection: the checks decide."""
         coordinator = self.coordinator
         assert coordinator is not None
+        # This runs after every event: skip the sets below while nothing they depend on changed (an applied
+        # state keeps its nodes map object while its nodes do not change).
+        nodes = coordinator.applied_state.nodes
+        leader = coordinator.leader
+        inputs = self._watched_for
+        if inputs is not None and inputs[0] is coordinator.mode and inputs[1] == leader and inputs[2] is nodes:
+            return
+        self._watched_for = None if self.stopping else (coordinator.mode, leader, nodes)
         wanted: set[str] = set()
         if not self.stopping:
             if coordinator.mode is Mode.LEADER:
-                nodes = coordinator.applied_state.nodes.values()
-                wanted = {node.transport_address for node in nodes if node.id != self.node_id}
+                wanted = {node.transport_address for node in nodes.values() if node.id != self.node_id}
             elif coordinator.leader is not None and coordinator.leader.id != self.node_id:
                 wanted = {coordinator.leader.transport_address}
         for address in set(self._watches) - wanted:
@@ -256,6 +268,7 @@ class Node:
         if self._watches.get(address) is not this or self.stopping:
             return
         del self._watches[address]
+        self._watched_for = None
         log.info("connection to %s lost (%s)", address, reason)
         coordinator = self.coordinator
         assert coordinator is not None
@@ -350,13 +363,19 @@ class Node:
         self._pending[request_id] = future
         coordinator = self.coordinator
         self._run(lambda now: coordinator.submit(request_id, request, now, timeout_ms))
-        # The core times the request out itself; this is only a safety net against a lost completion.
-        safety_s = (timeout_ms or 30_000) / 1000 + 5
+        # The core times the request out itself; this is only a safety net against a lost completion. A timer
+        # handle rather than wait_for(shield(...)): this runs for every write.
+        safety_s = (timeout_ms or 30_000) / 1000 + LOST_COMPLETION_MARGIN_S
+        safety_net = self.loop.call_later(safety_s, self._give_up, request_id)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), safety_s)
-        except TimeoutError:
-            self._pending.pop(request_id, None)
-            return ClusterError("timeout_exception", "no result from the coordinator in time", 503, True)
+            return await future
+        finally:
+            safety_net.cancel()
+
+    def _give_up(self, request_id: int) -> None:
+        future = self._pending.pop(request_id, None)
+        if future is not None and not future.done():
+            future.set_result(ClusterError("timeout_exception", "no result from the coordinator in time", 503, True))
 
     async def wait_for_version(self, version: int, timeout_s: float) -> bool:
         """True once this node has applied `version` or later, False on timeout."""

@@ -44,6 +44,8 @@ from coordinated.coordination.state import ClusterState, KeyVersion, compute_dif
 DB_FILE = "coordination-state.db"
 FORMAT = "1"
 _CRC_MASK = (1 << 64) - 1
+# Bound parameters per statement: well under SQLite's limit (32,766 since 3.32, 999 before).
+_KEYS_PER_STATEMENT = 500
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL, crc INTEGER NOT NULL) WITHOUT ROWID",
@@ -317,7 +319,9 @@ class StateStore:
         )
 
     def _write_keys(self, state: ClusterState, full: bool) -> tuple[int, int]:
-        """Rows for the keys that changed (every key when `full`); returns the new CRC sum and bytes written."""
+        """Rows for the keys that changed (every key when `full`); returns the new CRC sum and bytes written.
+        A few statements per write whatever the number of keys: one delete of the changed keys' old rows (their
+        CRCs leave the sum) and one executemany of their new rows."""
         conn = self.conn
         if full:
             conn.execute("DELETE FROM kv")
@@ -325,28 +329,31 @@ class StateStore:
             changed: Iterable[str] = state.kv
         else:
             diff = compute_diff(self.state, state)
-            crc_sum = self._kv_crc_sum
-            gone = set(diff.kv.deletes)
-            for key in gone:
-                crc_sum -= self._drop_row(key)
-            changed = (set(diff.kv.upserts) | set(diff.kv_versions.upserts) | set(diff.kv_versions.deletes)) - gone
+            changed = set(diff.kv.upserts) | set(diff.kv_versions.upserts) | set(diff.kv_versions.deletes)
+            crc_sum = self._kv_crc_sum - self._drop_rows(changed | set(diff.kv.deletes))
+        rows = []
         written = 0
         for key in changed:
             if key not in state.kv:
                 continue
             row = encode_key_row(state.kv[key], state.kv_versions.get(key))
             crc = _crc(key.encode(), row)
-            if not full:
-                crc_sum -= self._drop_row(key)
-            conn.execute("INSERT INTO kv (key, value, crc) VALUES (?, ?, ?)", (key, row, crc))
+            rows.append((key, row, crc))
             crc_sum += crc
             written += len(row)
+        conn.executemany("INSERT INTO kv (key, value, crc) VALUES (?, ?, ?)", rows)
         return crc_sum & _CRC_MASK, written
 
-    def _drop_row(self, key: str) -> int:
-        """Deletes a key's row; returns its CRC (0 if it had none)."""
-        rows = self.conn.execute("DELETE FROM kv WHERE key = ? RETURNING crc", (key,)).fetchall()
-        return int(rows[0][0]) if rows else 0
+    def _drop_rows(self, keys: set[str]) -> int:
+        """Deletes the keys' rows; returns the sum of their CRCs (a key without a row adds 0)."""
+        dropped = 0
+        keys_list = list(keys)
+        for start in range(0, len(keys_list), _KEYS_PER_STATEMENT):
+            part = keys_list[start : start + _KEYS_PER_STATEMENT]
+            marks = ",".join("?" * len(part))
+            for (crc,) in self.conn.execute(f"DELETE FROM kv WHERE key IN ({marks}) RETURNING crc", part):
+                dropped += int(crc)
+        return dropped
 
     def close(self) -> None:
         """Closes the database; the caller makes sure no `sync` is running."""
