@@ -3,14 +3,21 @@ while clients write, then prints the heaviest frames, inclusive, by wall clock (
 write is mostly waiting) and by CPU.
 
     .venv/bin/python bench/peers_profile.py [--clients 1] [--seconds 10] [--top 28] [--set SETTING=VALUE ...]
+        [--sampler py-spy|cpu-time]
+
+With `--sampler cpu-time` each node runs under bench/cpu_sampler.py, which samples on the process's CPU time
+rather than the wall clock (see its docstring for why that matters on two shared cores).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -47,8 +54,40 @@ def inclusive(stacks: Counter[str], top: int) -> list[tuple[str, float]]:
     return [(frame, 100 * count / total) for frame, count in per_frame.most_common(top)]
 
 
+def print_cpu(role: str, stacks: Counter[str], top: int) -> None:
+    print(f"\n== {role}, CPU time ({sum(stacks.values())} samples): % of samples, inclusive")
+    for frame, share in inclusive(stacks, top):
+        print(f"{share:5.1f}%  {frame}")
+    print(f"\n== {role}, CPU time, self time (innermost frame): % of samples")
+    for frame, share in leaves(stacks, top):
+        print(f"{share:5.1f}%  {frame}")
+
+
+async def profile_cpu_time(clients: int, seconds: float, workdir: Path, extra: dict[str, str], top: int) -> None:
+    """Every node runs under bench/cpu_sampler.py; the samples of the measured writes only (not the warm-up)."""
+    sampler = Path(__file__).with_name("cpu_sampler.py")
+    outputs = [workdir / f"cpu-samples-{index}.txt" for index in range(3)]
+    system = OursSystem(3, extra=extra, wrap=lambda index: [sys.executable, str(sampler), str(outputs[index])])
+    try:
+        await system.start(workdir)
+        leader = await system.wait_healthy()
+        follower = next(i for i in range(3) if i != leader)
+        await throughput(system, clients, 1.0)  # warm-up, not sampled
+        for index in range(3):
+            os.kill(system.pid(index), signal.SIGUSR1)
+        result = await throughput(system, clients, seconds)
+        for index in range(3):
+            os.kill(system.pid(index), signal.SIGUSR2)
+        await asyncio.sleep(1.0)
+        print(f"{clients} client(s): {result['rate']:.1f} writes/s while sampling")
+        for role, node in (("master", leader), ("follower", follower)):
+            print_cpu(role, collapsed(outputs[node]), top)
+    finally:
+        await system.stop()
+
+
 async def profile(clients: int, seconds: float, workdir: Path, extra: dict[str, str], top: int = 28) -> None:
-    py_spy = shutil.which("py-spy") or str(Path(__import__("sys").executable).with_name("py-spy"))
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     system = OursSystem(3, extra=extra)
     try:
         await system.start(workdir)
@@ -82,10 +121,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--top", type=int, default=28, help="frames listed per table")
     parser.add_argument("--set", action="append", default=[], metavar="SETTING=VALUE", help="a node setting")
+    parser.add_argument(
+        "--sampler",
+        choices=("py-spy", "cpu-time"),
+        default="py-spy",
+        help="py-spy: wall clock and CPU as py-spy sees it; cpu-time: SIGPROF per slice of CPU time (bench/cpu_sampler.py)",
+    )
     args = parser.parse_args()
     extra = dict(setting.split("=", 1) for setting in args.set)
+    run = profile_cpu_time if args.sampler == "cpu-time" else profile
     with tempfile.TemporaryDirectory(prefix="coordinated-profile-") as workdir:
-        asyncio.run(profile(args.clients, args.seconds, Path(workdir), extra, args.top))
+        asyncio.run(run(args.clients, args.seconds, Path(workdir), extra, args.top))
 
 
 if __name__ == "__main__":

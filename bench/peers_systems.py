@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +165,10 @@ class OursSystem(System):
         tls: BenchTls | None = None,
         extra: dict[str, str] | None = None,
         source: tuple[str, Path] | None = None,
+        wrap: Callable[[int], list[str]] | None = None,
     ) -> None:
         self.size = size
+        self.wrap = wrap  # node index -> a command line that runs the node's (a profiler: bench/cpu_sampler.py)
         self.tuned = tuned
         self.tls = tls
         self.extra = extra or {}
@@ -190,11 +193,14 @@ class OursSystem(System):
         if self.tls is not None:
             settings.update(self.tls.ours_settings())
             context = self.tls.client_context()
-        prefix = None
+        env: list[str] = []
         if self.source is not None:
             tree = self.source[1]
-            path = ":".join(str(tree / part) for part in ("core", "sidecar", "tools"))
-            prefix = lambda index: ["env", f"PYTHONPATH={path}"]  # noqa: E731
+            env = ["env", "PYTHONPATH=" + ":".join(str(tree / part) for part in ("core", "sidecar", "tools"))]
+        wrap = self.wrap
+        prefix = None
+        if env or wrap is not None:
+            prefix = lambda index: env + (wrap(index) if wrap is not None else [])  # noqa: E731
         self.cluster = LocalCluster(
             workdir, settings=settings, max_nodes=self.size, client_tls=context, argv_prefix=prefix
         )

@@ -19,6 +19,7 @@ from coordinated.coordination.client import KvPut, UpdateSettings
 from coordinated.coordination.messages import Envelope, ForwardedRequest, encode_envelope
 from coordinated.coordination.state import LONG_MAX, DiscoveryNode
 from coordinated.sidecar import api, http_server
+from coordinated.sidecar.metrics import NodeMetrics
 from coordinated.tools.localcluster import LocalCluster, free_ports, http
 
 pytestmark = pytest.mark.timeout(120)
@@ -97,18 +98,10 @@ def test_hostile_http_gets_elasticsearch_errors_and_one_log_line(make_cluster: C
 # -- timeouts, in process with short limits ------------------------------------------------------------------
 
 
-class _Counter:
-    def labels(self, *_: str) -> _Counter:
-        return self
-
-    def inc(self) -> None:
-        pass
-
-
 async def start_client_port(port: int) -> web.AppRunner:
     """The API's middleware and runner around a handler that echoes the body's length."""
     stand_in = types.SimpleNamespace(
-        metrics=types.SimpleNamespace(http_requests=_Counter()),
+        metrics=NodeMetrics(lambda: None),
         config=types.SimpleNamespace(get=lambda name: 1024),
     )
 
