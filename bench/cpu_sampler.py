@@ -53,7 +53,11 @@ def main() -> None:
     signal.signal(signal.SIGPROF, sample)
     signal.setitimer(signal.ITIMER_PROF, INTERVAL_S, INTERVAL_S)
     sys.argv = [module, *sys.argv[5:]]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    finally:
+        # Disarmed before the interpreter exits: SIGPROF's default action would end the process with it.
+        signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 if __name__ == "__main__":
