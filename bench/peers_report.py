@@ -198,8 +198,9 @@ def plots(results: dict[str, Any], img: Path = IMG) -> list[str]:
         lows = [values[i] - min(perf[label][key]) for i, label in enumerate(labels)]
         highs = [max(perf[label][key]) - values[i] for i, label in enumerate(labels)]
         ax.barh(labels, values, xerr=[lows, highs], color="#4878a8")
-        ax.set_title(title + ", median and min-max")
+        ax.set_title(title)
         ax.invert_yaxis()
+    fig.suptitle("median and min-max over the rounds")
     fig.tight_layout()
     fig.savefig(img / "peers-latency-throughput.png", dpi=100)
     written.append("peers-latency-throughput.png")
