@@ -54,12 +54,9 @@ def inclusive(stacks: Counter[str], top: int) -> list[tuple[str, float]]:
     return [(frame, 100 * count / total) for frame, count in per_frame.most_common(top)]
 
 
-def print_cpu(role: str, stacks: Counter[str], top: int) -> None:
-    print(f"\n== {role}, CPU time ({sum(stacks.values())} samples): % of samples, inclusive")
-    for frame, share in inclusive(stacks, top):
-        print(f"{share:5.1f}%  {frame}")
-    print(f"\n== {role}, CPU time, self time (innermost frame): % of samples")
-    for frame, share in leaves(stacks, top):
+def print_shares(title: str, shares: list[tuple[str, float]]) -> None:
+    print(f"\n== {title}: % of samples")
+    for frame, share in shares:
         print(f"{share:5.1f}%  {frame}")
 
 
@@ -81,7 +78,9 @@ async def profile_cpu_time(clients: int, seconds: float, workdir: Path, extra: d
         await asyncio.sleep(1.0)
         print(f"{clients} client(s): {result['rate']:.1f} writes/s while sampling")
         for role, node in (("master", leader), ("follower", follower)):
-            print_cpu(role, collapsed(outputs[node]), top)
+            stacks = collapsed(outputs[node])
+            print_shares(f"{role}, CPU time ({sum(stacks.values())} samples), inclusive", inclusive(stacks, top))
+            print_shares(f"{role}, CPU time, self time (innermost frame)", leaves(stacks, top))
     finally:
         await system.stop()
 
@@ -104,13 +103,12 @@ async def profile(clients: int, seconds: float, workdir: Path, extra: dict[str, 
         print(f"{clients} client(s): {result['rate']:.1f} writes/s while sampling")
         for role, mode, out, process in recorders:
             await asyncio.to_thread(process.wait, 30)
-            print(f"\n== {role}, {'wall clock (idle included)' if mode == 'wall' else 'CPU only'}: % of samples")
-            for frame, share in inclusive(collapsed(out), top):
-                print(f"{share:5.1f}%  {frame}")
+            stacks = collapsed(out)
+            print_shares(
+                f"{role}, {'wall clock (idle included)' if mode == 'wall' else 'CPU only'}", inclusive(stacks, top)
+            )
             if mode == "cpu":
-                print(f"\n== {role}, CPU only, self time (innermost frame): % of samples")
-                for frame, share in leaves(collapsed(out), top):
-                    print(f"{share:5.1f}%  {frame}")
+                print_shares(f"{role}, CPU only, self time (innermost frame)", leaves(stacks, top))
     finally:
         await system.stop()
 

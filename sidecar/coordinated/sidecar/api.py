@@ -90,11 +90,10 @@ async def errors_middleware(
         if request.body_exists:
             # Read whole (and cached for the handler) within a bound, so a slow sender cannot hold a handler.
             try:
-                if request.content.is_eof():
-                    await request.read()  # all there already (a small body usually is): no timer needed
-                else:
-                    async with asyncio.timeout(BODY_TIMEOUT_S):  # no task per request, as wait_for would make
-                        await request.read()
+                # No timer when the body is all there already (a small one usually is); asyncio.timeout rather
+                # than wait_for, which would make a task per request.
+                async with asyncio.timeout(None if request.content.is_eof() else BODY_TIMEOUT_S):
+                    await request.read()
             except TimeoutError:
                 raise BadRequest(
                     f"the request body was not received within {BODY_TIMEOUT_S:.0f}s", "request_timeout_exception", 408

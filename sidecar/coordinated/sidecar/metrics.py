@@ -123,6 +123,14 @@ class _CoreCollector(Collector):
             )
 
 
+def _child(counter: Counter, children: dict[str, Counter], label: str) -> Counter:
+    """`counter.labels(label)`, looked up once and kept in `children`."""
+    child = children.get(label)
+    if child is None:
+        child = children[label] = counter.labels(label)
+    return child
+
+
 class NodeMetrics:
     def __init__(self, snapshot: Callable[[], StatusSnapshot | None]) -> None:
         self.registry = CollectorRegistry()
@@ -147,7 +155,7 @@ class NodeMetrics:
         )
         # The labelled children, looked up once: labels() takes a lock and builds a key on every call, and
         # these two count every request and every history line.
-        self._requests_by_status: dict[int, Counter] = {}
+        self._requests_by_status: dict[str, Counter] = {}
         self._history_by_type: dict[str, Counter] = {}
         # Counted where the master records them (its history), so the cluster's total is the sum over nodes.
         self.session_events = {
@@ -171,17 +179,11 @@ class NodeMetrics:
 
     def count_request(self, status: int) -> None:
         """One client API request answered with `status`."""
-        child = self._requests_by_status.get(status)
-        if child is None:
-            child = self._requests_by_status[status] = self.http_requests.labels(str(status))
-        child.inc()
+        _child(self.http_requests, self._requests_by_status, str(status)).inc()
 
     def on_history(self, event: dict[str, Any]) -> None:
         event_type = str(event.get("type"))
-        child = self._history_by_type.get(event_type)
-        if child is None:
-            child = self._history_by_type[event_type] = self.history_events.labels(event_type)
-        child.inc()
+        _child(self.history_events, self._history_by_type, event_type).inc()
         if event_type in self.session_events:
             self.session_events[event_type].inc()
 

@@ -249,8 +249,8 @@ class Node:
         if not self.stopping:
             if coordinator.mode is Mode.LEADER:
                 wanted = {node.transport_address for node in nodes.values() if node.id != self.node_id}
-            elif coordinator.leader is not None and coordinator.leader.id != self.node_id:
-                wanted = {coordinator.leader.transport_address}
+            elif leader is not None and leader.id != self.node_id:
+                wanted = {leader.transport_address}
         for address in set(self._watches) - wanted:
             self._watches.pop(address).cancel()
         for address in wanted - set(self._watches):

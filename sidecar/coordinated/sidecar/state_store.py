@@ -33,7 +33,7 @@ import os
 import signal
 import sqlite3
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -330,31 +330,34 @@ class StateStore:
             changed: Iterable[str] = state.kv
         else:
             diff = compute_diff(self.state, state)
-            changed = set(diff.kv.upserts) | set(diff.kv_versions.upserts) | set(diff.kv_versions.deletes)
-            gone = set(diff.kv.deletes) | {key for key in changed if key not in state.kv}
-            changed -= gone
-            crc_sum = self._kv_crc_sum - self._old_crcs("SELECT crc FROM kv", changed)
-            crc_sum -= self._old_crcs("DELETE FROM kv", gone, " RETURNING crc")
-        rows = []
+            upserted = set(diff.kv.upserts) | set(diff.kv_versions.upserts) | set(diff.kv_versions.deletes)
+            gone = set(diff.kv.deletes) | {key for key in upserted if key not in state.kv}
+            changed = upserted - gone
+            crc_sum = self._kv_crc_sum - self._crc_sum_of("SELECT crc FROM kv WHERE key IN ({})", changed)
+            crc_sum -= self._crc_sum_of("DELETE FROM kv WHERE key IN ({}) RETURNING crc", gone)
         written = 0
-        for key in changed:
-            row = encode_key_row(state.kv[key], state.kv_versions.get(key))
-            crc = _crc(key.encode(), row)
-            rows.append((key, row, crc))
-            crc_sum += crc
-            written += len(row)
-        conn.executemany("INSERT OR REPLACE INTO kv (key, value, crc) VALUES (?, ?, ?)", rows)
+
+        def rows() -> Iterator[tuple[str, bytes, int]]:
+            # Streamed to executemany: after a full state arrives, its rows are not held all at once.
+            nonlocal crc_sum, written
+            for key in changed:
+                row = encode_key_row(state.kv[key], state.kv_versions.get(key))
+                crc = _crc(key.encode(), row)
+                crc_sum += crc
+                written += len(row)
+                yield key, row, crc
+
+        conn.executemany("INSERT OR REPLACE INTO kv (key, value, crc) VALUES (?, ?, ?)", rows())
         return crc_sum & _CRC_MASK, written
 
-    def _old_crcs(self, statement: str, keys: set[str], returning: str = "") -> int:
-        """The sum of the CRCs of the keys' rows that `statement` (a SELECT of crc, or a DELETE) finds; a key
-        without a row adds 0."""
+    def _crc_sum_of(self, template: str, keys: set[str]) -> int:
+        """The sum of the CRCs that `template` (SQL returning `crc`, with `{}` for the key list) gives for `keys`,
+        at most _KEYS_PER_STATEMENT keys per statement; a key without a row adds 0."""
         total = 0
         keys_list = list(keys)
         for start in range(0, len(keys_list), _KEYS_PER_STATEMENT):
             part = keys_list[start : start + _KEYS_PER_STATEMENT]
-            marks = ",".join("?" * len(part))
-            for (crc,) in self.conn.execute(f"{statement} WHERE key IN ({marks}){returning}", part):
+            for (crc,) in self.conn.execute(template.format(",".join("?" * len(part))), part):
                 total += int(crc)
         return total
 
