@@ -7,9 +7,13 @@ that holds only what changed:
 - `kv`: one row per key (the value and its versions), upserted or deleted as the diff from the previous state
   says;
 - `meta` row `state`: every other part of the state (nodes, coordination metadata, settings, and any field
-  added later), encoded generically as one record;
-- `meta` row `coordination`: node id, write generation, current term, and the count and checksum sum of the
-  key rows. A term change writes only this row.
+  added later), encoded generically as one record, without the three fields that every state changes
+  (`PER_STATE_FIELDS`). It is rewritten only when something in it changed, which most writes of keys do not;
+- `meta` row `coordination`: node id, write generation, current term, the count and checksum sum of the key
+  rows, and the state's version, uuid and parent uuid. A term change writes only this row.
+
+Format 1 (before format 2) kept the version and uuids in the `state` row and rewrote it on every write; a
+format-1 database is read as it is, and its first write makes it format 2.
 
 The database is in WAL mode with `synchronous=FULL`: a commit returns once its WAL frames are fsynced, and a
 crash in the middle of a commit leaves frames whose checksums fail, which SQLite discards at the next open, so
@@ -42,7 +46,12 @@ import msgspec
 from coordinated.coordination.state import ClusterState, KeyVersion, compute_diff, decode_state, encode_state
 
 DB_FILE = "coordination-state.db"
-FORMAT = "1"
+FORMAT = "2"
+READABLE_FORMATS = ("1", FORMAT)
+# The fields that every new state changes: kept in the `coordination` row (format 2), so that the `state` row
+# is rewritten only when the rest of the state changes.
+PER_STATE_FIELDS = ("version", "state_uuid", "parent_uuid")
+_KEY_FIELDS = ("kv", "kv_versions")
 _CRC_MASK = (1 << 64) - 1
 # Bound parameters per statement: well under SQLite's limit (32,766 since 3.32, 999 before).
 _KEYS_PER_STATEMENT = 500
@@ -68,6 +77,10 @@ class _Coordination(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     current_term: int
     kv_count: int
     kv_crc_sum: int
+    # Format 2: the PER_STATE_FIELDS of the state (format 1 kept them in the `state` row).
+    version: int = 0
+    state_uuid: str = ""
+    parent_uuid: str | None = None
 
 
 # A key row: the value, and its versions (None for a key written before keys carried versions).
@@ -86,8 +99,21 @@ def encode_key_row(value: Any, versions: KeyVersion | None) -> bytes:
 
 
 def _rest_of_state(state: ClusterState) -> bytes:
-    """Every part of the state but the keys, generically: a field added to the state later is kept too."""
-    return encode_state(state.replace(kv={}, kv_versions={}))
+    """Every part of the state but the keys and PER_STATE_FIELDS, generically: a field added to the state later
+    is kept too."""
+    return encode_state(state.replace(kv={}, kv_versions={}, version=0, state_uuid="", parent_uuid=None))
+
+
+def _rest_changed(before: ClusterState, after: ClusterState) -> bool:
+    """Whether the `state` row of `after` differs from that of `before`. A state derived from another shares
+    every part it did not change, so this is mostly identity checks."""
+    for name in after.__struct_fields__:
+        if name in PER_STATE_FIELDS or name in _KEY_FIELDS:
+            continue
+        old, new = getattr(before, name), getattr(after, name)
+        if old is not new and old != new:
+            return True
+    return False
 
 
 # A test hook: `COORDINATED_TEST_CRASH_POINT=<name>[@<n>]` kills the process with SIGKILL the n-th time (default
@@ -111,6 +137,7 @@ class StoredRecord(msgspec.Struct, frozen=True):
     state: ClusterState
     kv_crc_sum: int = 0
     fingerprint: str = ""
+    key_crcs: dict[str, int] = {}  # the CRC of each key's row, as read
 
 
 def connect(
@@ -125,6 +152,10 @@ def connect(
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={'NORMAL' if deferred_sync else 'FULL'}")
         conn.execute("PRAGMA cell_size_check=ON")
+        if not read_only:
+            # The data directory's lock keeps every other process out, so the writer takes SQLite's file locks
+            # once and keeps them, instead of taking and releasing them around every commit (fcntl calls).
+            conn.execute("PRAGMA locking_mode=EXCLUSIVE")
         # After a checkpoint, the WAL file is cut back to this size rather than kept at its largest.
         conn.execute("PRAGMA journal_size_limit=8388608")
     except BaseException:
@@ -152,10 +183,17 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
         rest = decode_state(meta["state"])
     except msgspec.MsgspecError as error:
         raise StoreCorrupt(f"cannot decode: {error}") from None
-    if coordination.format != FORMAT:
-        raise StoreCorrupt(f"unknown format [{coordination.format}] (this version reads format [{FORMAT}])")
+    if coordination.format not in READABLE_FORMATS:
+        raise StoreCorrupt(
+            f"unknown format [{coordination.format}] (this version reads formats {list(READABLE_FORMATS)})"
+        )
+    if coordination.format != "1":
+        rest = rest.replace(
+            version=coordination.version, state_uuid=coordination.state_uuid, parent_uuid=coordination.parent_uuid
+        )
     kv: dict[str, Any] = {}
     kv_versions: dict[str, KeyVersion] = {}
+    key_crcs: dict[str, int] = {}
     crc_sum = 0
     for key, value, crc in conn.execute("SELECT key, value, crc FROM kv"):
         if not isinstance(key, str) or not isinstance(value, bytes):
@@ -163,6 +201,7 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
         if _crc(key.encode(), value) != crc:
             raise StoreCorrupt(f"checksum mismatch in the row of key [{key}]")
         crc_sum += crc
+        key_crcs[key] = crc
         try:
             kv[key], versions = _ROW_DECODER.decode(value)
         except msgspec.MsgspecError as error:
@@ -181,7 +220,8 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
         # Built through the constructor, so that the state holds its maps in whatever form it keeps them.
         state=type(rest)(**{**msgspec.structs.asdict(rest), "kv": kv, "kv_versions": kv_versions}),
         kv_crc_sum=coordination.kv_crc_sum,
-        fingerprint=f"{coordination.generation}:{coordination.kv_crc_sum}:{_crc(b'', meta['state'])}",
+        fingerprint=f"{coordination.generation}:{_crc(b'', meta['coordination'])}:{_crc(b'', meta['state'])}",
+        key_crcs=key_crcs,
     )
 
 
@@ -233,6 +273,9 @@ class StateStore:
         self.current_term = record.current_term
         self.state = record.state
         self._kv_crc_sum = record.kv_crc_sum
+        # The CRC of every key row in the database, so that a write subtracts a replaced row's CRC from the sum
+        # without reading it back (a key missing here is read back: see `_old_crc_sum`).
+        self._key_crcs = record.key_crcs
         # After a failed write, what reached the disk is unknown: the next write rewrites every row.
         self._full_write_needed = False
         self.bytes_written = 0
@@ -249,16 +292,29 @@ class StateStore:
         full = full or self._full_write_needed
         written = 0
         crc_sum = self._kv_crc_sum
+        written_crcs: dict[str, int] = {}
+        gone: set[str] = set()
         try:
             self.conn.execute("BEGIN IMMEDIATE")
             try:
                 if state is not self.state or full:
-                    crc_sum, written = self._write_keys(state, full)
-                    rest = _rest_of_state(state)
-                    self._put_meta("state", rest)
-                    written += len(rest)
+                    crc_sum, written, written_crcs, gone = self._write_keys(state, full)
+                    if full or _rest_changed(self.state, state):
+                        rest = _rest_of_state(state)
+                        self._put_meta("state", rest)
+                        written += len(rest)
                 coordination = _ENCODER.encode(
-                    _Coordination(FORMAT, self.node_id, generation, term, len(state.kv), crc_sum)
+                    _Coordination(
+                        FORMAT,
+                        self.node_id,
+                        generation,
+                        term,
+                        len(state.kv),
+                        crc_sum,
+                        state.version,
+                        state.state_uuid,
+                        state.parent_uuid,
+                    )
                 )
                 self._put_meta("coordination", coordination)
                 written += len(coordination)
@@ -276,6 +332,12 @@ class StateStore:
             self._full_write_needed = True
             raise
         crash_point("write:committed")
+        if full:
+            self._key_crcs = written_crcs
+        else:
+            for key in gone:
+                self._key_crcs.pop(key, None)
+            self._key_crcs.update(written_crcs)
         self._full_write_needed = False
         self.generation = generation
         self.current_term = term
@@ -318,12 +380,13 @@ class StateStore:
             "INSERT OR REPLACE INTO meta (name, value, crc) VALUES (?, ?, ?)", (name, value, _crc(name.encode(), value))
         )
 
-    def _write_keys(self, state: ClusterState, full: bool) -> tuple[int, int]:
-        """Rows for the keys that changed (every key when `full`); returns the new CRC sum and bytes written.
-        A few statements per write whatever the number of keys: the old CRCs of the changed keys are read (they
-        leave the sum), deleted keys' rows deleted, and the new rows written with one executemany of
-        INSERT OR REPLACE (half the CPU of a delete and an insert per key, measured)."""
+    def _write_keys(self, state: ClusterState, full: bool) -> tuple[int, int, dict[str, int], set[str]]:
+        """Rows for the keys that changed (every key when `full`); returns the new CRC sum, the bytes written, the
+        new rows' CRCs and the deleted keys. A few statements per write whatever the number of keys: deleted keys'
+        rows deleted, and the new rows written with one executemany of INSERT OR REPLACE (half the CPU of a
+        delete and an insert per key, measured). A replaced row's CRC leaves the sum from `_key_crcs`."""
         conn = self.conn
+        gone: set[str] = set()
         if full:
             conn.execute("DELETE FROM kv")
             crc_sum = 0
@@ -333,9 +396,10 @@ class StateStore:
             upserted = set(diff.kv.upserts) | set(diff.kv_versions.upserts) | set(diff.kv_versions.deletes)
             gone = set(diff.kv.deletes) | {key for key in upserted if key not in state.kv}
             changed = upserted - gone
-            crc_sum = self._kv_crc_sum - self._crc_sum_of("SELECT crc FROM kv WHERE key IN ({})", changed)
+            crc_sum = self._kv_crc_sum - self._old_crc_sum(changed)
             crc_sum -= self._crc_sum_of("DELETE FROM kv WHERE key IN ({}) RETURNING crc", gone)
         written = 0
+        written_crcs: dict[str, int] = {}
 
         def rows() -> Iterator[tuple[str, bytes, int]]:
             # Streamed to executemany: after a full state arrives, its rows are not held all at once.
@@ -345,10 +409,26 @@ class StateStore:
                 crc = _crc(key.encode(), row)
                 crc_sum += crc
                 written += len(row)
+                written_crcs[key] = crc
                 yield key, row, crc
 
         conn.executemany("INSERT OR REPLACE INTO kv (key, value, crc) VALUES (?, ?, ?)", rows())
-        return crc_sum & _CRC_MASK, written
+        return crc_sum & _CRC_MASK, written, written_crcs, gone
+
+    def _old_crc_sum(self, keys: set[str]) -> int:
+        """The sum of the CRCs of the rows that `keys` have now (0 for a key without a row). From `_key_crcs`,
+        which holds every row's CRC when the store was built from `read_record` or a full write; a key of the
+        last state that it lacks is read back, so that a store built otherwise keeps a correct sum."""
+        total = 0
+        unknown: set[str] = set()
+        crcs = self._key_crcs
+        for key in keys:
+            crc = crcs.get(key)
+            if crc is not None:
+                total += crc
+            elif key in self.state.kv:
+                unknown.add(key)
+        return total + self._crc_sum_of("SELECT crc FROM kv WHERE key IN ({})", unknown)
 
     def _crc_sum_of(self, template: str, keys: set[str]) -> int:
         """The sum of the CRCs that `template` (SQL returning `crc`, with `{}` for the key list) gives for `keys`,
