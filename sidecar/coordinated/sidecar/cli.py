@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import ssl
@@ -41,6 +42,20 @@ def listening_context(config: NodeConfig, prefix: str) -> ssl.SSLContext | None:
     """The server context of a port with TLS (reloaded from disk per new connection), or None."""
     files = TlsFiles.from_settings(config.parsed, prefix)
     return ReloadingContext(files, Side.SERVER).listening_context() if files is not None else None
+
+
+# The cyclic garbage collector's first-generation threshold (CPython's default is 700 allocations). Almost
+# everything a node allocates per request is freed by reference counting; at the default, collections ran about
+# once per 50 writes at 64 clients and, with the full collections they lead to (18-21 ms each, scanning every
+# object the node holds), took about 5 % of the nodes' CPU.
+GC_THRESHOLDS = (10_000, 10, 10)
+
+
+def tune_garbage_collector() -> None:
+    """Once the node has started: what exists now (modules, the app, the state loaded from disk) is moved out of
+    the collector's sight (`gc.freeze`; reference counting still frees it), and collections run less often."""
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,6 +167,7 @@ async def serve(node: Node, config: NodeConfig) -> int:
         node.lock.release()
         return EXIT_BIND
     await node.start()
+    tune_garbage_collector()
     log.info(
         "node %s (%s) started: %s, transport %s%s",
         config.coordination.node_name,
