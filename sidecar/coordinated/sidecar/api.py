@@ -11,6 +11,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
@@ -63,6 +64,8 @@ _JSON_ENCODER = msgspec.json.Encoder()
 NODE_KEY: web.AppKey[Node] = web.AppKey("node", Node)
 _WAIT_FOR_NODES = re.compile(r"^(>=|<=|>|<|ge\(|le\(|gt\(|lt\()?(\d+)\)?$")
 DEFAULT_TIMEOUT = "30s"
+_DEFAULT_TIMEOUT_MS = parse_time_ms(DEFAULT_TIMEOUT)
+_NO_PARAMS: Mapping[str, str] = MappingProxyType({})
 _COMMON_PARAMS = {"pretty", "human", "error_trace", "filter_path"}
 
 
@@ -90,10 +93,12 @@ async def errors_middleware(
         if request.body_exists:
             # Read whole (and cached for the handler) within a bound, so a slow sender cannot hold a handler.
             try:
-                # No timer when the body is all there already (a small one usually is); asyncio.timeout rather
-                # than wait_for, which would make a task per request.
-                async with asyncio.timeout(None if request.content.is_eof() else BODY_TIMEOUT_S):
-                    await request.read()
+                if request.content.is_eof():
+                    await request.read()  # all there already, as a small body usually is: nothing to bound
+                else:
+                    # asyncio.timeout rather than wait_for, which would make a task per request.
+                    async with asyncio.timeout(BODY_TIMEOUT_S):
+                        await request.read()
             except TimeoutError:
                 raise BadRequest(
                     f"the request body was not received within {BODY_TIMEOUT_S:.0f}s", "request_timeout_exception", 408
@@ -131,6 +136,8 @@ async def errors_middleware(
 
 
 def check_params(request: web.Request, allowed: set[str]) -> Mapping[str, str]:
+    if not request.query_string:
+        return _NO_PARAMS  # most requests: no query to parse (yarl's parse of even an empty one costs)
     unknown = sorted(set(request.query) - allowed - _COMMON_PARAMS)
     if unknown:
         raise BadRequest(
@@ -178,6 +185,8 @@ def param_int(query: Mapping[str, str], name: str, default: int | None, minimum:
 
 
 def timeout_of(query: Mapping[str, str]) -> int:
+    if not query:
+        return _DEFAULT_TIMEOUT_MS
     if "timeout" in query and "master_timeout" in query:
         raise BadRequest("give only one of [timeout] and [master_timeout]")
     name = "master_timeout" if "master_timeout" in query else "timeout"
@@ -218,6 +227,8 @@ def check_key(request: web.Request) -> str:
 
 def write_condition(query: Mapping[str, str]) -> int | None:
     """`if_version=N` (0: the key must not exist) or `op_type=create`; None for an unconditional write."""
+    if not query:
+        return None
     op_type = query.get("op_type", "index")
     if op_type not in ("index", "create"):
         raise BadRequest(f"opType must be 'create' or 'index', found: [{op_type}]")
