@@ -46,7 +46,10 @@ def main() -> None:
         samples[";".join(reversed(stack))] += 1
 
     def dump(signum: int, frame: FrameType | None) -> None:
-        out.write_text("".join(f"{stack} {count}\n" for stack, count in samples.items()))
+        # A copy first, in one C call: SIGPROF's handler runs between bytecodes and would add to `samples`
+        # while a Python loop walked it ("dictionary changed size during iteration").
+        taken = dict(samples)
+        out.write_text("".join(f"{stack} {count}\n" for stack, count in taken.items()))
 
     signal.signal(signal.SIGUSR1, lambda signum, frame: samples.clear())
     signal.signal(signal.SIGUSR2, dump)

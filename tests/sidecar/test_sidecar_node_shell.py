@@ -77,6 +77,7 @@ def test_a_request_whose_completion_is_lost_gets_a_timeout_and_leaves_nothing_pe
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(node_module, "LOST_COMPLETION_MARGIN_S", 0.2)
+    monkeypatch.setattr(node_module, "LOST_COMPLETION_SWEEP_S", 0.05)
 
     async def scenario() -> None:
         nodes = three_nodes(tmp_path)

@@ -59,8 +59,10 @@ READ_BARRIER_TIMEOUT_MS = 30_000
 STORE_CLOSE_TIMEOUT_S = 10.0
 _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
-# How long after a request's own timeout the shell stops waiting for the core's answer (a lost completion).
+# How long after a request's own timeout the shell stops waiting for the core's answer (a lost completion), and
+# how often it looks for such requests.
 LOST_COMPLETION_MARGIN_S = 5.0
+LOST_COMPLETION_SWEEP_S = 1.0
 
 
 class Node:
@@ -105,7 +107,9 @@ class Node:
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
         self._applied_event = asyncio.Event()
-        self._pending: dict[int, asyncio.Future[ClientResult]] = {}
+        # request id -> (the future its handler awaits, the loop time after which the shell gives up on it)
+        self._pending: dict[int, tuple[asyncio.Future[ClientResult], float]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
         self._request_ids = itertools.count(1)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
@@ -152,6 +156,7 @@ class Node:
             now=self.now_ms(),
         )
         self._run(self.coordinator.start)
+        self._sweeper = self.loop.create_task(self._sweep_lost_completions())
 
     async def stop(self, handover_timeout_s: float = 2.0) -> None:
         """Graceful stop: a master hands over leadership first; the handover message leaves before we close."""
@@ -164,6 +169,8 @@ class Node:
         self.group_commit.close()  # anything still held is dropped, as a crash would
         if self._timer is not None:
             self._timer.cancel()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for task in self._watches.values():
             task.cancel()
         self._watches.clear()
@@ -172,7 +179,7 @@ class Node:
             await self.sender.flush(handover_timeout_s)
             await self.sender.close()
         await self.hooks.close()
-        for future in self._pending.values():
+        for future, _ in self._pending.values():
             if not future.done():
                 future.set_result(ClusterError("node_closed_exception", "the node is stopping", 503, True))
         self.history.close()
@@ -297,9 +304,9 @@ class Node:
             elif isinstance(effect, StateApplied):
                 self._on_applied(effect.state)
             elif isinstance(effect, RequestCompleted):
-                future = self._pending.pop(effect.request_id, None)
-                if future is not None and not future.done():
-                    future.set_result(effect.result)
+                pending = self._pending.pop(effect.request_id, None)
+                if pending is not None and not pending[0].done():
+                    pending[0].set_result(effect.result)
             elif isinstance(effect, ProbeSeeds):
                 if not self._probing:
                     self._probing = True
@@ -360,22 +367,27 @@ class Node:
             return ClusterError("node_closed_exception", "the node is stopping", 503)
         request_id = next(self._request_ids)
         future: asyncio.Future[ClientResult] = self.loop.create_future()
-        self._pending[request_id] = future
+        # The core times the request out itself; the give-up time is only a safety net against a lost
+        # completion (see `_sweep_lost_completions`).
+        give_up_at = self.loop.time() + (timeout_ms or 30_000) / 1000 + LOST_COMPLETION_MARGIN_S
+        self._pending[request_id] = (future, give_up_at)
         coordinator = self.coordinator
         self._run(lambda now: coordinator.submit(request_id, request, now, timeout_ms))
-        # The core times the request out itself; this is only a safety net against a lost completion. A timer
-        # handle rather than wait_for(shield(...)): this runs for every write.
-        safety_s = (timeout_ms or 30_000) / 1000 + LOST_COMPLETION_MARGIN_S
-        safety_net = self.loop.call_later(safety_s, self._give_up, request_id)
-        try:
-            return await future
-        finally:
-            safety_net.cancel()
+        return await future
 
-    def _give_up(self, request_id: int) -> None:
-        future = self._pending.pop(request_id, None)
-        if future is not None and not future.done():
-            future.set_result(ClusterError("timeout_exception", "no result from the coordinator in time", 503, True))
+    async def _sweep_lost_completions(self) -> None:
+        """Answers the requests whose completion the core never reported in time: one pass every
+        LOST_COMPLETION_SWEEP_S rather than a timer per request, which every write would create and cancel."""
+        assert self.loop is not None
+        while True:
+            await asyncio.sleep(LOST_COMPLETION_SWEEP_S)
+            now = self.loop.time()
+            for request_id in [rid for rid, (_, give_up_at) in self._pending.items() if give_up_at <= now]:
+                future, _ = self._pending.pop(request_id)
+                if not future.done():
+                    future.set_result(
+                        ClusterError("timeout_exception", "no result from the coordinator in time", 503, True)
+                    )
 
     async def wait_for_version(self, version: int, timeout_s: float) -> bool:
         """True once this node has applied `version` or later, False on timeout."""
