@@ -1,10 +1,13 @@
 """What the core asks its shell to do. The shell must carry effects out in the order they are returned:
 a history event comes before the message or apply that it records.
+
+Effects are msgspec structs rather than frozen dataclasses: a few are made for every write, and a struct is
+built about four times faster.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from coordinated.coordination.client import ClientResult
 from coordinated.coordination.history import HistoryEvent
@@ -12,8 +15,7 @@ from coordinated.coordination.messages import Message
 from coordinated.coordination.state import ClusterState
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
+class Send(msgspec.Struct, frozen=True):
     """Send a message. A Send to the node's own address is handed back to it (`handle_message`) once the
     sends before it are under way: the master writes its copy of a state while the followers write theirs."""
 
@@ -21,34 +23,29 @@ class Send:
     message: Message
 
 
-@dataclass(frozen=True, slots=True)
-class ProbeSeeds:
+class ProbeSeeds(msgspec.Struct, frozen=True):
     """Resolve `discovery.seed_hosts` (a DNS name may stand for many addresses), then call
     `Coordinator.handle_seed_addresses` with the result."""
 
 
-@dataclass(frozen=True, slots=True)
-class RecordHistory:
+class RecordHistory(msgspec.Struct, frozen=True):
     """One history event without its `seq` and `ts`, which the shell assigns."""
 
     event: HistoryEvent
 
 
-@dataclass(frozen=True, slots=True)
-class StateApplied:
+class StateApplied(msgspec.Struct, frozen=True):
     """A state became visible on this node (also a no-master view, with `master_node` None)."""
 
     state: ClusterState
 
 
-@dataclass(frozen=True, slots=True)
-class RequestCompleted:
+class RequestCompleted(msgspec.Struct, frozen=True):
     request_id: int
     result: ClientResult
 
 
-@dataclass(frozen=True, slots=True)
-class PublicationFinished:
+class PublicationFinished(msgspec.Struct, frozen=True):
     """On the master: a publication ended, committed or not (for latency metrics)."""
 
     version: int
@@ -57,8 +54,7 @@ class PublicationFinished:
     total_latency_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class Log:
+class Log(msgspec.Struct, frozen=True):
     level: str  # debug, info, warning
     message: str
 
