@@ -98,17 +98,20 @@ def test_hostile_http_gets_elasticsearch_errors_and_one_log_line(make_cluster: C
 # -- timeouts, in process with short limits ------------------------------------------------------------------
 
 
-async def start_client_port(port: int) -> web.AppRunner:
-    """The API's middleware and runner around a handler that echoes the body's length."""
+async def start_client_port(
+    port: int, metrics: NodeMetrics | None = None, access: Callable[..., Any] | None = None
+) -> web.AppRunner:
+    """The API's middlewares (`access` in front, as with tokens) and runner around a handler that echoes the
+    body's length."""
     stand_in = types.SimpleNamespace(
-        metrics=NodeMetrics(lambda: None),
+        metrics=metrics or NodeMetrics(lambda: None),
         config=types.SimpleNamespace(get=lambda name: 1024),
     )
 
     async def echo(request: web.Request) -> web.Response:
         return web.json_response({"length": len(await request.read())})
 
-    app = web.Application(middlewares=[api.errors_middleware])
+    app = web.Application(middlewares=[*([access] if access else []), api.errors_middleware])
     app[api.NODE_KEY] = stand_in  # type: ignore[misc]  # the middleware only needs metrics and config
     app.router.add_put("/echo", echo)
     runner = http_server.ClientAppRunner(app)
@@ -158,3 +161,41 @@ def test_slow_headers_idle_connections_and_slow_bodies_are_cut_off(monkeypatch: 
             await runner.cleanup()
 
     asyncio.run(scenario())
+
+
+def test_aiohttp_own_404_and_405_get_the_error_shape_the_access_check_and_the_metrics() -> None:
+    """No route, or a method the route does not take: aiohttp raises before any handler runs, and the client
+    port answers in the error shape, counted, after the access check."""
+    metrics = NodeMetrics(lambda: None)
+
+    @web.middleware
+    async def refuse_without_token(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
+        if request.headers.get("Authorization"):
+            return await handler(request)
+        metrics.count_request(401)
+        body = {"error": {"type": "security_exception", "reason": "no token"}, "status": 401}
+        return web.json_response(body, status=401)
+
+    async def scenario() -> None:
+        port = free_ports(1)[0]
+        runner = await start_client_port(port, metrics, refuse_without_token)
+        token = {"Authorization": "Bearer t"}
+        try:
+            async with aiohttp.ClientSession() as session:
+                for method, path, status in (("GET", "/nope", 404), ("GET", "/echo", 405)):
+                    async with session.request(method, f"http://127.0.0.1:{port}{path}", headers=token) as response:
+                        body = await response.json()
+                    assert response.status == status and body["status"] == status, body
+                    reason = f"no handler found for uri [{path}] and method [{method}]"
+                    assert body["error"]["reason"] == reason, body
+                async with session.get(f"http://127.0.0.1:{port}/nope") as response:
+                    assert response.status == 401 and (await response.json())["error"]["type"] == "security_exception"
+                async with session.put(f"http://127.0.0.1:{port}/echo", data=b"abc", headers=token) as response:
+                    assert response.status == 200 and (await response.json()) == {"length": 3}
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())
+    text = metrics.render().decode()
+    for status in (200, 401, 404, 405):
+        assert f'coordinated_http_requests_total{{status="{status}"}} 1.0' in text, (status, text)
