@@ -51,7 +51,9 @@ READABLE_FORMATS = ("1", FORMAT)
 # The fields that every new state changes: kept in the `coordination` row (format 2), so that the `state` row
 # is rewritten only when the rest of the state changes.
 PER_STATE_FIELDS = ("version", "state_uuid", "parent_uuid")
-_KEY_FIELDS = ("kv", "kv_versions")
+# The fields the `state` row leaves out (the keys have their table, PER_STATE_FIELDS the `coordination` row), with
+# the empty values it holds in their place.
+_STORED_ELSEWHERE: dict[str, Any] = {"kv": {}, "kv_versions": {}, "version": 0, "state_uuid": "", "parent_uuid": None}
 _CRC_MASK = (1 << 64) - 1
 # Bound parameters per statement: well under SQLite's limit (32,766 since 3.32, 999 before).
 _KEYS_PER_STATEMENT = 500
@@ -101,14 +103,14 @@ def encode_key_row(value: Any, versions: KeyVersion | None) -> bytes:
 def _rest_of_state(state: ClusterState) -> bytes:
     """Every part of the state but the keys and PER_STATE_FIELDS, generically: a field added to the state later
     is kept too."""
-    return encode_state(state.replace(kv={}, kv_versions={}, version=0, state_uuid="", parent_uuid=None))
+    return encode_state(state.replace(**_STORED_ELSEWHERE))
 
 
 def _rest_changed(before: ClusterState, after: ClusterState) -> bool:
     """Whether the `state` row of `after` differs from that of `before`. A state derived from another shares
     every part it did not change, so this is mostly identity checks."""
     for name in after.__struct_fields__:
-        if name in PER_STATE_FIELDS or name in _KEY_FIELDS:
+        if name in _STORED_ELSEWHERE:
             continue
         old, new = getattr(before, name), getattr(after, name)
         if old is not new and old != new:
@@ -137,7 +139,7 @@ class StoredRecord(msgspec.Struct, frozen=True):
     state: ClusterState
     kv_crc_sum: int = 0
     fingerprint: str = ""
-    key_crcs: dict[str, int] = {}  # the CRC of each key's row, as read
+    key_crcs: dict[str, int] = {}  # the CRC of each key's row, as read; a StateStore built on it keeps it current
 
 
 def connect(
@@ -188,9 +190,7 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
             f"unknown format [{coordination.format}] (this version reads formats {list(READABLE_FORMATS)})"
         )
     if coordination.format != "1":
-        rest = rest.replace(
-            version=coordination.version, state_uuid=coordination.state_uuid, parent_uuid=coordination.parent_uuid
-        )
+        rest = rest.replace(**{name: getattr(coordination, name) for name in PER_STATE_FIELDS})
     kv: dict[str, Any] = {}
     kv_versions: dict[str, KeyVersion] = {}
     key_crcs: dict[str, int] = {}
