@@ -29,7 +29,7 @@ import aiohttp
 from peers_env import conditions
 from peers_etcd import EtcdSystem
 from peers_harness import sequential, throughput
-from peers_systems import System, http_put
+from peers_systems import OursSystem, System
 from sidecar_rss import rss_mb
 
 from coordinated.tools.localcluster import LocalCluster
@@ -48,22 +48,21 @@ RSS_BUDGET_MB = 192
 BUDGET_STATE = "100,000 keys"
 
 
-class SeededOurs(System):
-    """Three sidecars of one source tree, seeded with a state of the given size before they are measured."""
+class SeededOurs(OursSystem):
+    """Three sidecars of one source tree, seeded with a state of the given size before they are measured; the
+    rest (writes, leader, PIDs, stop) is `OursSystem`'s."""
 
-    def __init__(self, name: str, source: Path | None, keys: int, large: int) -> None:
-        self.label, self.size, self.tuned = f"coordinated ({name})", 3, False
-        self.source, self.keys, self.large = source, keys, large
+    def __init__(self, name: str, tree: Path | None, keys: int, large: int) -> None:
+        super().__init__(3)
+        self.label = f"coordinated ({name})"
+        self.tree, self.keys, self.large = tree, keys, large
         self.health_timeout = 150.0
-        self.cluster: LocalCluster | None = None
-        self.session: aiohttp.ClientSession | None = None
-        self.names: list[str] = []
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.pop("PYTHONPATH", None)
-        if self.source is not None:
-            env["PYTHONPATH"] = os.pathsep.join(str(self.source / part) for part in ("core", "sidecar", "tools"))
+        if self.tree is not None:
+            env["PYTHONPATH"] = os.pathsep.join(str(self.tree / part) for part in ("core", "sidecar", "tools"))
         return env
 
     async def start(self, workdir: Path) -> None:
@@ -74,6 +73,7 @@ class SeededOurs(System):
             self.cluster = LocalCluster(workdir, settings={}, max_nodes=3)
             nodes = await asyncio.to_thread(self.cluster.bootstrap, 3, 60)
             self.names = [node.name for node in nodes]
+            self.ids = {node.node_id(): index for index, node in enumerate(nodes)}
             await asyncio.to_thread(self.cluster.stop_all, True)
             argv = [sys.executable, str(BENCH / "state_seed.py"), "--keys", str(self.keys), "--large", str(self.large)]
             argv += [str(node.data_dir) for node in nodes]
@@ -88,37 +88,8 @@ class SeededOurs(System):
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         await self.wait_healthy(self.health_timeout)
 
-    async def stop(self) -> None:
-        if self.session is not None:
-            await self.session.close()
-        if self.cluster is not None:
-            await asyncio.to_thread(self.cluster.stop_all, False)
-
-    def _node(self, index: int):  # type: ignore[no-untyped-def]
-        assert self.cluster is not None
-        return self.cluster.nodes[self.names[index]]
-
-    def pid(self, node: int) -> int:
-        pid = self._node(node).pid
-        assert pid is not None
-        return int(pid)
-
-    async def put(self, node: int, key: str, value: int, timeout: float) -> bool:
-        assert self.session is not None
-        return await http_put(self.session, f"{self._node(node).url}/_cluster/metadata/{key}", value, timeout)
-
-    async def leader_of(self, node: int) -> int | None:
-        assert self.session is not None
-        async with self.session.get(f"{self._node(node).url}/_cluster/health") as response:
-            master = (await response.json()).get("master_node")
-        ids = {self._node(i).node_id(): i for i in range(3)}
-        return ids.get(master or "")
-
     async def restart(self, node: int) -> None:
         raise NotImplementedError
-
-    def detection_settings(self) -> str:
-        return "defaults"
 
     def state_keys(self) -> int:
         _, state = self._node(0).get("/_cluster/state", timeout=60)
