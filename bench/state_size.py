@@ -89,6 +89,7 @@ class SeededOurs(OursSystem):
         await self.wait_healthy(self.health_timeout)
 
     async def restart(self, node: int) -> None:
+        # OursSystem's restart would start the node without `_env()`'s PYTHONPATH, i.e. from another tree.
         raise NotImplementedError
 
     def state_keys(self) -> int:
