@@ -155,6 +155,11 @@ class HttpNodesSystem(System):
         await self._wait_http(node)
 
 
+def tree_pythonpath(tree: Path) -> str:
+    """The PYTHONPATH that runs the sidecar and its tools from source tree `tree` (an A/B of code)."""
+    return os.pathsep.join(str(tree / part) for part in ("core", "sidecar", "tools"))
+
+
 class OursSystem(System):
     """coordinated-cluster sidecars, driven over their HTTP API with one aiohttp session."""
 
@@ -186,6 +191,14 @@ class OursSystem(System):
             return "defaults: leader_check/follower_check interval 1s, timeout 10s, retry_count 3"
         return "tuned: leader_check/follower_check interval 200ms, timeout 500ms, retry_count 2 (FAST_SETTINGS)"
 
+    def argv_prefix(self) -> Callable[[int], list[str]] | None:
+        """What each node's command line starts with: the source tree's PYTHONPATH, then the wrapper."""
+        env = ["env", "PYTHONPATH=" + tree_pythonpath(self.source[1])] if self.source is not None else []
+        wrap = self.wrap
+        if not env and wrap is None:
+            return None
+        return lambda index: env + (wrap(index) if wrap is not None else [])
+
     async def start(self, workdir: Path) -> None:
         settings = dict(FAST_SETTINGS) if self.tuned else {}
         settings.update(self.extra)
@@ -193,16 +206,8 @@ class OursSystem(System):
         if self.tls is not None:
             settings.update(self.tls.ours_settings())
             context = self.tls.client_context()
-        env: list[str] = []
-        if self.source is not None:
-            tree = self.source[1]
-            env = ["env", "PYTHONPATH=" + ":".join(str(tree / part) for part in ("core", "sidecar", "tools"))]
-        wrap = self.wrap
-        prefix = None
-        if env or wrap is not None:
-            prefix = lambda index: env + (wrap(index) if wrap is not None else [])  # noqa: E731
         self.cluster = LocalCluster(
-            workdir, settings=settings, max_nodes=self.size, client_tls=context, argv_prefix=prefix
+            workdir, settings=settings, max_nodes=self.size, client_tls=context, argv_prefix=self.argv_prefix()
         )
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=context or True))
         nodes = await asyncio.to_thread(self.cluster.bootstrap, self.size, 60)

@@ -29,7 +29,7 @@ import aiohttp
 from peers_env import conditions
 from peers_etcd import EtcdSystem
 from peers_harness import sequential, throughput
-from peers_systems import OursSystem, System
+from peers_systems import OursSystem, System, tree_pythonpath
 from sidecar_rss import rss_mb
 
 from coordinated.tools.localcluster import LocalCluster
@@ -50,47 +50,32 @@ BUDGET_STATE = "100,000 keys"
 
 class SeededOurs(OursSystem):
     """Three sidecars of one source tree, seeded with a state of the given size before they are measured; the
-    rest (writes, leader, PIDs, stop) is `OursSystem`'s."""
+    rest (writes, leader, PIDs, restart, stop) is `OursSystem`'s."""
 
     def __init__(self, name: str, tree: Path | None, keys: int, large: int) -> None:
-        super().__init__(3)
+        super().__init__(3, source=(name, tree) if tree is not None else None)
         self.label = f"coordinated ({name})"
-        self.tree, self.keys, self.large = tree, keys, large
+        self.keys, self.large = keys, large
         self.health_timeout = 150.0
 
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.pop("PYTHONPATH", None)
-        if self.tree is not None:
-            env["PYTHONPATH"] = os.pathsep.join(str(self.tree / part) for part in ("core", "sidecar", "tools"))
-        return env
-
     async def start(self, workdir: Path) -> None:
-        saved = dict(os.environ)
-        os.environ.clear()
-        os.environ.update(self._env())  # LocalCluster's nodes inherit it
-        try:
-            self.cluster = LocalCluster(workdir, settings={}, max_nodes=3)
-            nodes = await asyncio.to_thread(self.cluster.bootstrap, 3, 60)
-            self.names = [node.name for node in nodes]
-            self.ids = {node.node_id(): index for index, node in enumerate(nodes)}
-            await asyncio.to_thread(self.cluster.stop_all, True)
-            argv = [sys.executable, str(BENCH / "state_seed.py"), "--keys", str(self.keys), "--large", str(self.large)]
-            argv += [str(node.data_dir) for node in nodes]
-            subprocess.run(argv, check=True, env=self._env(), capture_output=True, timeout=600)
-            for name in self.names:
-                self.cluster.start(name)
-            for node in nodes:
-                await asyncio.to_thread(self.cluster.wait_http, node, 120.0)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        self.cluster = LocalCluster(workdir, settings={}, max_nodes=3, argv_prefix=self.argv_prefix())
+        nodes = await asyncio.to_thread(self.cluster.bootstrap, 3, 60)
+        self.names = [node.name for node in nodes]
+        self.ids = {node.node_id(): index for index, node in enumerate(nodes)}
+        await asyncio.to_thread(self.cluster.stop_all, True)
+        argv = [sys.executable, str(BENCH / "state_seed.py"), "--keys", str(self.keys), "--large", str(self.large)]
+        argv += [str(node.data_dir) for node in nodes]
+        env = dict(os.environ)
+        if self.source is not None:
+            env["PYTHONPATH"] = tree_pythonpath(self.source[1])
+        subprocess.run(argv, check=True, env=env, capture_output=True, timeout=600)
+        for name in self.names:
+            self.cluster.start(name)
+        for node in nodes:
+            await asyncio.to_thread(self.cluster.wait_http, node, 120.0)
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         await self.wait_healthy(self.health_timeout)
-
-    async def restart(self, node: int) -> None:
-        # OursSystem's restart would start the node without `_env()`'s PYTHONPATH, i.e. from another tree.
-        raise NotImplementedError
 
     def state_keys(self) -> int:
         _, state = self._node(0).get("/_cluster/state", timeout=60)

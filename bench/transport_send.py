@@ -12,7 +12,7 @@ receiver has them. Two ways, each in its own child process, alternated `--runs` 
 
 The figure is the CPU time (= wall time: one process) per round; the best of the runs counts, since the
 shared machine only ever slows a run down. `--source DIR` measures the transport of another source tree (its
-`core` and `sidecar` first on the child's path), for an A/B of a change to the send path in one run.
+`core`, `sidecar` and `tools` first on the child's path), for an A/B of a change to the send path in one run.
 
     .venv/bin/python bench/transport_send.py [--destinations 4] [--per-turn 1] [--rounds 5000] [--runs 3]
         [--source DIR]
@@ -30,6 +30,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from peers_systems import tree_pythonpath
 
 FRAME_HEADER = struct.Struct("!I")
 
@@ -151,8 +153,7 @@ def child(kind: str, destinations: int, per_turn: int, rounds: int) -> None:
 def run_child(kind: str, args: argparse.Namespace) -> float:
     env = dict(os.environ)
     if args.source is not None and kind == "transport":
-        source = Path(args.source).resolve()
-        env["PYTHONPATH"] = os.pathsep.join([str(source / "core"), str(source / "sidecar"), env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join([tree_pythonpath(Path(args.source).resolve()), env.get("PYTHONPATH", "")])
     argv = [sys.executable, __file__, "--child", kind, "--destinations", str(args.destinations)]
     argv += ["--per-turn", str(args.per_turn), "--rounds", str(args.rounds)]
     out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=True).stdout
