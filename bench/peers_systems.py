@@ -155,9 +155,10 @@ class HttpNodesSystem(System):
         await self._wait_http(node)
 
 
-def tree_pythonpath(tree: Path) -> str:
-    """The PYTHONPATH that runs the sidecar and its tools from source tree `tree` (an A/B of code)."""
-    return os.pathsep.join(str(tree / part) for part in ("core", "sidecar", "tools"))
+def tree_pythonpath(tree: Path, parts: tuple[str, ...] = ("core", "sidecar", "tools")) -> str:
+    """The PYTHONPATH that runs the sidecar and its tools (or other deployables' `parts`) from source tree `tree`
+    (an A/B of code)."""
+    return os.pathsep.join(str(tree / part) for part in parts)
 
 
 class OursSystem(System):
