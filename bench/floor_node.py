@@ -13,7 +13,10 @@ batches the writes that arrive while a batch is in flight (one publication at a 
    without it (Raft's order) the leader applies at once;
 4. the writes are answered. A follower forwards its clients' writes to the leader over its stream.
 
-    python bench/floor_node.py --index I --ports P0,P1,... --data-dir D [--apply-round]
+With `--raw-peers PORT` the followers' streams are plain TCP connections to the leader's PORT instead of
+WebSockets: each message is its length (4 bytes) and its JSON. That is the floor of a leaner peer transport.
+
+    python bench/floor_node.py --index I --ports P0,P1,... --data-dir D [--apply-round] [--raw-peers PORT]
 """
 
 from __future__ import annotations
@@ -23,15 +26,47 @@ import asyncio
 import functools
 import itertools
 import json
+import socket
 import sqlite3
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import uvloop
 from aiohttp import ClientSession, WSMsgType, web
 
 Write = tuple[str, Any, "asyncio.Future[None]"]
+
+
+class Stream(Protocol):
+    async def send_str(self, data: str) -> None: ...
+
+
+class RawStream:
+    """A peer stream on a plain TCP connection: each message is its length (4 bytes, big-endian) and its JSON."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle delay
+
+    async def send_str(self, data: str) -> None:
+        body = data.encode()
+        self.writer.write(len(body).to_bytes(4, "big") + body)
+
+    async def messages(self) -> AsyncIterator[dict[str, Any]]:
+        while True:
+            try:
+                size = int.from_bytes(await self.reader.readexactly(4), "big")
+                yield json.loads(await self.reader.readexactly(size))
+            except asyncio.IncompleteReadError:
+                return
+
+
+async def ws_messages(ws: Any) -> AsyncIterator[dict[str, Any]]:
+    async for msg in ws:
+        if msg.type != WSMsgType.TEXT:
+            return
+        yield json.loads(msg.data)
 
 
 class Store:
@@ -58,7 +93,7 @@ class Leader:
         self.store = store
         self.majority = (followers + 1) // 2 + 1
         self.apply_round = apply_round
-        self.streams: list[web.WebSocketResponse] = []
+        self.streams: list[Stream] = []
         self.pending: list[Write] = []
         self.acks: dict[tuple[str, int], asyncio.Future[None]] = {}
         self.counts: dict[tuple[str, int], int] = {}
@@ -144,53 +179,64 @@ async def serve(args: argparse.Namespace) -> None:
         ready = len(leader.streams) == len(ports) - 1 if leader is not None else bool(upstream)
         return web.json_response({"leader": 0 if ready else None})
 
-    async def stream(request: web.Request) -> web.WebSocketResponse:
+    async def lead(peer: Stream, messages: AsyncIterator[dict[str, Any]]) -> None:
         """The leader's end of one follower's stream: its acks and forwarded writes."""
         assert leader is not None
-        ws = web.WebSocketResponse(max_msg_size=0)
-        await ws.prepare(request)
-        leader.streams.append(ws)
-        async for msg in ws:
-            m = json.loads(msg.data)
+        leader.streams.append(peer)
+        async for m in messages:
             if "a" in m:
                 leader.acked("a", m["a"])
             elif "p" in m:
                 leader.acked("p", m["p"])
             else:
-                task = asyncio.ensure_future(answer_forwarded(ws, m))
+                task = asyncio.ensure_future(answer_forwarded(peer, m))
                 answering.add(task)
                 task.add_done_callback(answering.discard)
+
+    async def stream(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(max_msg_size=0)
+        await ws.prepare(request)
+        await lead(ws, ws_messages(ws))
         return ws
 
-    async def answer_forwarded(ws: web.WebSocketResponse, m: dict[str, Any]) -> None:
+    async def raw_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = RawStream(reader, writer)
+        await lead(peer, peer.messages())
+
+    async def answer_forwarded(peer: Stream, m: dict[str, Any]) -> None:
         assert leader is not None
         await leader.submit(m["k"], m["v"])
-        await ws.send_str(json.dumps({"r": m["f"]}))
+        await peer.send_str(json.dumps({"r": m["f"]}))
 
     async def follow() -> None:
         """A follower's stream to the leader: persist and ack each batch, apply and ack each commit."""
-        batches: dict[int, list[list[Any]]] = {}
         async with ClientSession() as session:
             while True:
                 try:
-                    ws = await session.ws_connect(f"http://127.0.0.1:{ports[0]}/stream", max_msg_size=0)
+                    if args.raw_peers is None:
+                        ws = await session.ws_connect(f"http://127.0.0.1:{ports[0]}/stream", max_msg_size=0)
+                        peer, messages = ws, ws_messages(ws)
+                    else:
+                        raw = RawStream(*await asyncio.open_connection("127.0.0.1", args.raw_peers))
+                        peer, messages = raw, raw.messages()
                     break
                 except OSError:
                     await asyncio.sleep(0.05)
-            upstream.append(ws)
-            async for msg in ws:
-                if msg.type != WSMsgType.TEXT:
-                    break
-                m = json.loads(msg.data)
-                if "w" in m:
-                    store.persist(m["w"])
-                    batches[m["b"]] = m["w"]
-                    await ws.send_str(json.dumps({"a": m["b"]}))
-                elif "c" in m:
-                    store.apply(batches.pop(m["c"]))
-                    await ws.send_str(json.dumps({"p": m["c"]}))
-                else:
-                    forwarded[m["r"]].set_result(None)
+            await follow_on(peer, messages)
+
+    async def follow_on(peer: Stream, messages: AsyncIterator[dict[str, Any]]) -> None:
+        batches: dict[int, list[list[Any]]] = {}
+        upstream.append(peer)
+        async for m in messages:
+            if "w" in m:
+                store.persist(m["w"])
+                batches[m["b"]] = m["w"]
+                await peer.send_str(json.dumps({"a": m["b"]}))
+            elif "c" in m:
+                store.apply(batches.pop(m["c"]))
+                await peer.send_str(json.dumps({"p": m["c"]}))
+            else:
+                forwarded[m["r"]].set_result(None)
 
     app.router.add_put("/kv/{key}", put)
     app.router.add_get("/status", status)
@@ -198,6 +244,8 @@ async def serve(args: argparse.Namespace) -> None:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", ports[args.index]).start()
+    if leader is not None and args.raw_peers is not None:
+        await asyncio.start_server(raw_stream, "127.0.0.1", args.raw_peers)
     await (leader.run() if leader is not None else follow())
 
 
@@ -207,6 +255,7 @@ def main() -> None:
     parser.add_argument("--ports", required=True, help="every node's HTTP port, comma-separated")
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--apply-round", action="store_true", help="commit and apply as a second round")
+    parser.add_argument("--raw-peers", type=int, metavar="PORT", help="peer streams on plain TCP to the leader's PORT")
     uvloop.run(serve(parser.parse_args()))
 
 

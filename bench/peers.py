@@ -5,6 +5,8 @@
     .venv/bin/python bench/peers.py --cpu-hog [--systems 'coordinated 3n,etcd 3n'] [--no-faults] [--force]
     .venv/bin/python bench/peers.py --no-faults --no-docs \
         --systems 'coordinated 3n,floor 3n,floor 3n apply-round,etcd 3n'  # against the floor of our stack
+    .venv/bin/python bench/peers.py --no-faults --no-docs \
+        --systems 'floor 3n apply-round,floor 3n apply-round raw-tcp,etcd 3n'  # the floor on plain TCP streams
     .venv/bin/python bench/peers.py --report OUT/results.json [--doc FILE]   # re-render, no run
     .venv/bin/python bench/peers.py --no-faults --no-docs --ab node.event_loop=asyncio \
         --systems 'coordinated 3n,coordinated 3n [node.event_loop=asyncio],etcd 3n'  # A/B of one lever
@@ -67,6 +69,8 @@ FLOOR: list[Factory] = [
     lambda: FloorSystem(3, apply_round=True),
     lambda: FloorSystem(5),
     lambda: FloorSystem(5, apply_round=True),
+    lambda: FloorSystem(3, apply_round=True, raw_peers=True),
+    lambda: FloorSystem(5, apply_round=True, raw_peers=True),
 ]
 FAULT: list[Factory] = [lambda: OursSystem(3), lambda: EtcdSystem(3), lambda: PySyncObjSystem(3)]
 TUNED: list[Factory] = [

@@ -17,19 +17,23 @@ NODE_SCRIPT = Path(__file__).with_name("floor_node.py")
 class FloorSystem(HttpNodesSystem):
     log_prefix = "f"
 
-    def __init__(self, size: int, apply_round: bool = False) -> None:
+    def __init__(self, size: int, apply_round: bool = False, raw_peers: bool = False) -> None:
         super().__init__()
         self.size = size
         self.tuned = False
         self.apply_round = apply_round
-        self.label = f"floor {size}n" + (" apply-round" if apply_round else "")
+        self.raw_peers = raw_peers
+        self.label = f"floor {size}n" + (" apply-round" if apply_round else "") + (" raw-tcp" if raw_peers else "")
 
     def detection_settings(self) -> str:
         return "none: node 0 leads for ever (a floor for the write path, not a coordination system)"
 
     async def start(self, workdir: Path) -> None:
-        self.http_ports = free_ports(self.size)
+        *self.http_ports, peer_port = free_ports(self.size + 1)
         ports = ",".join(map(str, self.http_ports))
+        options = (["--apply-round"] if self.apply_round else []) + (
+            ["--raw-peers", str(peer_port)] if self.raw_peers else []
+        )
         argvs = [
             [
                 sys.executable,
@@ -40,8 +44,8 @@ class FloorSystem(HttpNodesSystem):
                 ports,
                 "--data-dir",
                 str(workdir / f"f{i}"),
+                *options,
             ]
-            + (["--apply-round"] if self.apply_round else [])
             for i in range(self.size)
         ]
         await self.launch(workdir, argvs)

@@ -1,6 +1,6 @@
 """The write-path floor (bench/floor_node.py) is an anchor only if it does the durable work it stands for:
 every write reaches the leader's and the followers' SQLite, written through the leader or forwarded by a
-follower, with and without the apply round."""
+follower, with and without the apply round, over WebSocket streams and over plain TCP ones."""
 
 from __future__ import annotations
 
@@ -33,11 +33,11 @@ def rows(db: Path) -> dict[str, object]:
         return {k: json.loads(v) for k, v in conn.execute("SELECT k, v FROM kv")}
 
 
-@pytest.mark.parametrize("apply_round", [False, True])
-def test_every_write_is_durable_on_every_node(tmp_path: Path, apply_round: bool) -> None:
-    ports = free_ports(3)
+@pytest.mark.parametrize(("apply_round", "raw_peers"), [(False, False), (True, False), (True, True)])
+def test_every_write_is_durable_on_every_node(tmp_path: Path, apply_round: bool, raw_peers: bool) -> None:
+    *ports, peer_port = free_ports(4)
     argv = [sys.executable, str(NODE), "--ports", ",".join(map(str, ports))]
-    extra = ["--apply-round"] if apply_round else []
+    extra = (["--apply-round"] if apply_round else []) + (["--raw-peers", str(peer_port)] if raw_peers else [])
     nodes = [
         subprocess.Popen([*argv, "--index", str(i), "--data-dir", str(tmp_path / str(i)), *extra]) for i in range(3)
     ]
