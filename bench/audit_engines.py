@@ -171,8 +171,11 @@ def duckdb_rounds(path: str, threads: int, rounds: int) -> Iterator[dict[str, An
 
 
 def cores_of(master: str) -> int:
-    inside = master.partition("[")[2].rstrip("]")
-    return os.cpu_count() or 1 if inside in ("", "*") else int(inside)
+    """The cores a local master runs tasks on (`local` is one, `local[N]` or `local[N,F]` N); else this machine's."""
+    if master == "local":
+        return 1
+    inside = master.partition("[")[2].partition("]")[0].split(",")[0]
+    return int(inside) if inside.isdigit() else os.cpu_count() or 1
 
 
 def run_child(engine: str, a: argparse.Namespace) -> list[dict[str, Any]]:
