@@ -149,25 +149,34 @@ def spark_rounds(path: str, master: str, rounds: int, driver_memory: str) -> Ite
         spark.stop()
 
 
-def duckdb_rounds(path: str, threads: int, rounds: int) -> Iterator[dict[str, Any]]:
+def duckdb_connection(threads: int | None = None) -> Any:
+    """A DuckDB connection with the state table's macros (and `threads` threads, else DuckDB's default)."""
     import duckdb
 
     connection = duckdb.connect()
-    connection.execute(f"SET threads = {threads}")
+    if threads is not None:
+        connection.execute(f"SET threads = {threads}")
     for macro in DUCKDB_MACROS:
         connection.execute(macro)
-    table = DUCKDB_STATE_TABLE.format(files=f"{path.rstrip('/')}/**/*.parquet")
+    return connection
+
+
+def duckdb_state_table(path: str) -> str:
+    """`DUCKDB_STATE_TABLE` over the Parquet files under `path`."""
+    return DUCKDB_STATE_TABLE.format(files=f"{path.rstrip('/')}/**/*.parquet")
+
+
+def duckdb_rows(connection: Any, query: str) -> list[dict[str, Any]]:
+    result = connection.execute(query)
+    names = [d[0] for d in result.description]
+    return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+
+
+def duckdb_rounds(path: str, threads: int, rounds: int) -> Iterator[dict[str, Any]]:
+    connection = duckdb_connection(threads)
     columns = ", ".join(f"{sql} AS {name}" for name, sql in SUMMARY.items()).replace("<=>", "IS NOT DISTINCT FROM")
-    query = f"SELECT {columns} FROM ({table})"
-
-    def one() -> dict[str, Any]:
-        result = connection.execute(query)
-        names = [d[0] for d in result.description]
-        row = result.fetchone()
-        assert row is not None
-        return dict(zip(names, row, strict=True))
-
-    yield from timed_rounds(rounds, one)
+    query = f"SELECT {columns} FROM ({duckdb_state_table(path)})"
+    yield from timed_rounds(rounds, lambda: duckdb_rows(connection, query)[0])
 
 
 def cores_of(master: str) -> int:

@@ -209,7 +209,7 @@ async def serve(args: argparse.Namespace) -> None:
         await peer.send_str(json.dumps({"r": m["f"]}))
 
     async def follow() -> None:
-        """A follower's stream to the leader: persist and ack each batch, apply and ack each commit."""
+        """A follower connects its stream to the leader (WebSocket, or plain TCP with --raw-peers)."""
         async with ClientSession() as session:
             while True:
                 try:
@@ -225,6 +225,7 @@ async def serve(args: argparse.Namespace) -> None:
             await follow_on(peer, messages)
 
     async def follow_on(peer: Stream, messages: AsyncIterator[dict[str, Any]]) -> None:
+        """A follower's end of its stream: persist and ack each batch, apply and ack each commit."""
         batches: dict[int, list[list[Any]]] = {}
         upstream.append(peer)
         async for m in messages:

@@ -71,19 +71,12 @@ def history(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 def test_duckdb_builds_the_same_state_table_as_spark(spark: SparkSession, history: Path) -> None:
-    import duckdb
-
     table = state_table(read_parquet(spark, [str(history)], skip_malformed=False).events)
     table.createOrReplaceTempView("states")
     ours = {r["state_uuid"]: r.asDict() for r in spark.sql(f"SELECT state_uuid, {COMPARED} FROM states").collect()}
 
-    connection = duckdb.connect()
-    for macro in audit_engines.DUCKDB_MACROS:
-        connection.execute(macro)
-    query = audit_engines.DUCKDB_STATE_TABLE.format(files=f"{history}/**/*.parquet")
-    result = connection.execute(f"SELECT state_uuid, {COMPARED} FROM ({query})")
-    names = [d[0] for d in result.description]
-    theirs = {row[0]: dict(zip(names, row, strict=True)) for row in result.fetchall()}
+    query = f"SELECT state_uuid, {COMPARED} FROM ({audit_engines.duckdb_state_table(str(history))})"
+    theirs = {r["state_uuid"]: r for r in audit_engines.duckdb_rows(audit_engines.duckdb_connection(), query)}
 
     assert set(ours) == set(theirs)
     differing = {uuid: (ours[uuid], theirs[uuid]) for uuid in ours if ours[uuid] != theirs[uuid]}
