@@ -37,6 +37,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python -m coordinated.operator.generate --check
 
 simulate: $(STAMP)
 	$(BIN)/coordinated simulate

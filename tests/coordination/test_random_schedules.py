@@ -16,20 +16,20 @@ The number of schedules is SIM_EXAMPLES (default 200); CI draws the same ones ea
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.publication import MASTER_APPLIES_LAST
+from coordinated.coordination.settings import Settings
 from coordinated.simulation.chaos import RunReport, run_random_schedule
 from coordinated.simulation.cluster import SIM_SETTINGS
 
 EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "200"))
 
 
-def run_and_check(seed: int, nodes: int, settings: CoordinationSettings | None = None) -> RunReport:
+def run_and_check(seed: int, nodes: int, settings: Settings | None = None) -> RunReport:
     try:
         report = run_random_schedule(seed, nodes, counters=2, sessions=2, transfers=2, settings=settings)
     except AssertionError as error:
@@ -64,7 +64,7 @@ def test_random_schedules_are_safe_live_and_linearizable(seed: int, nodes: int) 
 def test_random_schedules_without_master_applies_last(seed: int, nodes: int) -> None:
     """`cluster.publish.master_applies_last: false` (the master applies at once, followers as their commits
     arrive) keeps every invariant and linearizability under faults."""
-    report = run_and_check(seed, nodes, replace(SIM_SETTINGS, master_applies_last=False))
+    report = run_and_check(seed, nodes, SIM_SETTINGS.with_values({MASTER_APPLIES_LAST: False}))
     assert report.increments > 0 and report.transfers > 0
 
 

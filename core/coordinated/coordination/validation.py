@@ -34,10 +34,11 @@ from coordinated.coordination.client import (
 )
 from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
 from coordinated.coordination.settings import (
+    Settings,
     SettingsError,
     SettingsRegistry,
-    coordination_registry,
     format_time_ms,
+    int_setting,
     parse_node_name,
 )
 from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfigExclusion
@@ -50,6 +51,15 @@ _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SNAPSHOT_NAME = re.compile(r"[a-z0-9][a-z0-9._+-]{0,254}")
 REPOSITORY_TYPES = ("fs",)
 ABSENT_PREFIX = "_absent_"  # an exclusion by name of a node that is not in the cluster (yet)
+
+MAX_VOTING_CONFIG_EXCLUSIONS = int_setting(
+    "cluster.max_voting_config_exclusions",
+    10,
+    minimum=1,
+    maximum=1000,
+    dynamic=True,
+    doc="most voting exclusions at once",
+)
 
 
 def key_problem(key: str) -> str | None:
@@ -152,9 +162,10 @@ def repository_problem(request: PutRepository) -> str | None:
     return None
 
 
-def restore_problem(request: RestoreSnapshot) -> str | None:
+def restore_problem(request: RestoreSnapshot, registry: SettingsRegistry) -> str | None:
     """Every key named well, with consistent versions, and every setting valid: a damaged or hand-edited
-    snapshot must not commit what the API would refuse."""
+    snapshot must not commit what the API would refuse. A node-level setting that an older version persisted is
+    kept, and ignored, as it is in a running cluster."""
     if set(request.kv) != set(request.kv_versions):
         return f"snapshot [{request.snapshot}] does not give versions for exactly its keys"
     for key, versions in request.kv_versions.items():
@@ -165,19 +176,19 @@ def restore_problem(request: RestoreSnapshot) -> str | None:
             return f"snapshot [{request.snapshot}]: key [{key}] has inconsistent versions (version [{versions.version}], create_version [{versions.create_version}])"
     # The node tool's marker of an unsafe bootstrap is a fact about the snapshot's cluster, not a setting.
     settings = {k: v for k, v in request.persistent_settings.items() if k != UNSAFE_BOOTSTRAP_SETTING}
-    if settings:
-        problem = settings_problem(settings)
-        if problem is not None:
-            return f"snapshot [{request.snapshot}]: {problem}"
+    try:
+        registry.validate_persisted(settings)
+    except SettingsError as error:
+        return f"snapshot [{request.snapshot}]: {error}"
     return None
 
 
-def settings_problem(updates: Mapping[str, str | None], registry: SettingsRegistry | None = None) -> str | None:
-    """A `persistent` settings update: every setting known, dynamic and valid (None resets to the default)."""
+def settings_problem(updates: Mapping[str, str | None], registry: SettingsRegistry) -> str | None:
+    """A `persistent` settings update: every setting known, dynamic and valid (None removes it: the default)."""
     if not updates:
         return 'no settings to update: give {"persistent": {"setting.name": "value"}}'
     try:
-        (registry or coordination_registry()).validate_dynamic(updates)
+        registry.validate_dynamic(updates)
     except SettingsError as error:
         return str(error)
     return None
@@ -237,8 +248,8 @@ def exclusions_problem(
     return None
 
 
-def request_problem(request: ClientRequest, state: ClusterState, max_exclusions: int) -> str | None:
-    """The master's check of any client request against its current state."""
+def request_problem(request: ClientRequest, state: ClusterState, settings: Settings) -> str | None:
+    """The master's check of any client request against its current state and settings."""
     if isinstance(request, KvPut) and request.session is not None:
         return metadata_key_problem(request.key) or session_id_problem(request.session)
     if isinstance(request, KvPut | KvDelete | KvGet):
@@ -250,13 +261,14 @@ def request_problem(request: ClientRequest, state: ClusterState, max_exclusions:
     if isinstance(request, Txn):
         return txn_problem(request)
     if isinstance(request, UpdateSettings):
-        return settings_problem(request.persistent)
+        return settings_problem(request.persistent, settings.registry)
     if isinstance(request, AddVotingConfigExclusions):
-        return exclusions_problem(request, state.nodes, state.coordination.voting_config_exclusions, max_exclusions)
+        limit = settings[MAX_VOTING_CONFIG_EXCLUSIONS]
+        return exclusions_problem(request, state.nodes, state.coordination.voting_config_exclusions, limit)
     if isinstance(request, PutRepository):
         return repository_problem(request)
     if isinstance(request, DeleteRepository):
         return snapshot_name_problem(request.name, "repository")
     if isinstance(request, RestoreSnapshot):
-        return restore_problem(request)
+        return restore_problem(request, settings.registry)
     return None

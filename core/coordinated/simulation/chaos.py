@@ -22,7 +22,8 @@ from coordinated.coordination.client import (
     TxnOp,
     TxnResult,
 )
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.publication import PUBLISH_TIMEOUT
+from coordinated.coordination.settings import Settings
 from coordinated.simulation.cluster import MULTI_KEY_PREFIX, SimulatedCluster
 from coordinated.simulation.linearizability import Operation, Verdict, check_history, check_transactions
 from coordinated.simulation.network import Link
@@ -286,7 +287,7 @@ def run_random_schedule(
     counters: int = 0,
     sessions: int = 0,
     transfers: int = 0,
-    settings: CoordinationSettings | None = None,
+    settings: Settings | None = None,
 ) -> RunReport:
     """Form a cluster, run faults and clients, heal, stabilise, and check linearizability.
 
@@ -343,8 +344,9 @@ def run_random_schedule(
     cluster.stabilise()
     if holders:
         # Every holder has stopped: their sessions expire within a TTL of the last election, or of now.
-        settings = cluster.nodes[0].settings
-        slack = 2 * settings.publish_timeout + 5_000  # an expiry may wait behind a publication, then publish
+        slack = (
+            2 * cluster.nodes[0].settings[PUBLISH_TIMEOUT] + 5_000
+        )  # an expiry may wait behind a publication, then publish
         cluster.run_for(SESSION_TTL_MS + slack)
         cluster.stabilise()
         for holder in holders:

@@ -13,7 +13,7 @@ import json
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -41,10 +41,25 @@ from coordinated.coordination.effects import (
     Send,
     StateApplied,
 )
+from coordinated.coordination.elections import ELECTION_DURATION, ELECTION_MAX_TIMEOUT
+from coordinated.coordination.followers_checker import (
+    FOLLOWER_CHECK_INTERVAL,
+    FOLLOWER_CHECK_RETRY_COUNT,
+    FOLLOWER_CHECK_TIMEOUT,
+)
+from coordinated.coordination.formation import INITIAL_MASTER_NODES
 from coordinated.coordination.history import NO_CLUSTER_UUID
+from coordinated.coordination.leader_checker import (
+    LEADER_CHECK_INTERVAL,
+    LEADER_CHECK_RETRY_COUNT,
+    LEADER_CHECK_TIMEOUT,
+)
 from coordinated.coordination.messages import Message
+from coordinated.coordination.peer_finder import SEED_HOSTS
+from coordinated.coordination.publication import PUBLISH_TIMEOUT
 from coordinated.coordination.recovery import LoadRecord, Refuse, recovered_state_event
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.registry import default_settings
+from coordinated.coordination.settings import CLUSTER_NAME, NODE_NAME, NODE_ROLES, Settings
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.simulation.linearizability import MISSING, Operation, TxnOperation
 from coordinated.simulation.network import Link, Network
@@ -55,19 +70,23 @@ MULTI_KEY_PREFIX = "acct/"
 __all__ = ["FlakyPersistedState", "InjectedIOError", "SafetyViolation", "SimNode", "SimulatedCluster", "StorageFault"]
 
 # Fast-but-realistic settings for the simulator: default fault detection, short election backoff.
-SIM_SETTINGS = CoordinationSettings()
+SIM_SETTINGS = default_settings()
 
 
-def stabilisation_time(settings: CoordinationSettings) -> int:
+def stabilisation_time(settings: Settings) -> int:
     """Virtual time in which a healed cluster must settle (after Elasticsearch's DEFAULT_STABILISATION_TIME)."""
-    election_delay = settings.election_max_timeout + settings.election_duration * 4
-    leader_failure = (
-        settings.leader_check_interval + settings.leader_check_timeout
-    ) * settings.leader_check_retry_count
-    follower_failure = (
-        settings.follower_check_interval + settings.follower_check_timeout
-    ) * settings.follower_check_retry_count
-    return leader_failure + election_delay + settings.publish_timeout + election_delay + follower_failure + 2_000
+    election_delay = settings[ELECTION_MAX_TIMEOUT] + settings[ELECTION_DURATION] * 4
+    leader_failure = (settings[LEADER_CHECK_INTERVAL] + settings[LEADER_CHECK_TIMEOUT]) * settings[
+        LEADER_CHECK_RETRY_COUNT
+    ]
+    follower_failure = (settings[FOLLOWER_CHECK_INTERVAL] + settings[FOLLOWER_CHECK_TIMEOUT]) * settings[
+        FOLLOWER_CHECK_RETRY_COUNT
+    ]
+    return leader_failure + election_delay + settings[PUBLISH_TIMEOUT] + election_delay + follower_failure + 2_000
+
+
+def _roles(master_eligible: bool) -> tuple[str, ...]:
+    return ("master",) if master_eligible else ()
 
 
 class SafetyViolation(AssertionError):
@@ -79,7 +98,7 @@ class SimNode:
     index: int
     node: DiscoveryNode
     persisted: FlakyPersistedState
-    settings: CoordinationSettings
+    settings: Settings
     coordinator: Coordinator | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     seq: int = 0
@@ -119,7 +138,7 @@ class SimulatedCluster:
         seed: int,
         node_count: int = 3,
         *,
-        settings: CoordinationSettings = SIM_SETTINGS,
+        settings: Settings = SIM_SETTINGS,
         master_eligible: list[bool] | None = None,
         initial_master_nodes: int | None = None,
         check_safety: bool = True,
@@ -158,24 +177,26 @@ class SimulatedCluster:
         self._session_created: dict[str, int] = {}
         self.session_ended_at: dict[str, int] = {}
         eligible = master_eligible or [True] * node_count
-        base = replace(settings, seed_hosts=())
+        base = settings.with_values({SEED_HOSTS: ()})
         names = [f"node{index}" for index in range(node_count)]
         bootstrap_count = node_count if initial_master_nodes is None else initial_master_nodes
         bootstrap = tuple(name for name, ok in zip(names, eligible, strict=True) if ok)[:bootstrap_count]
         for index in range(node_count):
             self.add_node(
                 eligible[index],
-                replace(base, node_name=names[index], master_eligible=eligible[index], initial_master_nodes=bootstrap),
+                base.with_values(
+                    {NODE_NAME: names[index], NODE_ROLES: _roles(eligible[index]), INITIAL_MASTER_NODES: bootstrap}
+                ),
             )
 
     # ---------------------------------------------------------------------------------------------------
     # nodes
 
-    def add_node(self, master_eligible: bool = True, settings: CoordinationSettings | None = None) -> SimNode:
+    def add_node(self, master_eligible: bool = True, settings: Settings | None = None) -> SimNode:
         index = len(self.nodes)
         name = f"node{index}"
-        node_settings = settings or replace(
-            SIM_SETTINGS, node_name=name, master_eligible=master_eligible, initial_master_nodes=()
+        node_settings = settings or SIM_SETTINGS.with_values(
+            {NODE_NAME: name, NODE_ROLES: _roles(master_eligible), INITIAL_MASTER_NODES: ()}
         )
         node = DiscoveryNode(
             id=f"{name}-{self.rng.getrandbits(32):08x}",
@@ -183,7 +204,7 @@ class SimulatedCluster:
             transport_address=f"{name}:9300",
             roles=("master",) if master_eligible else (),
         )
-        persisted = FlakyPersistedState(node_settings.cluster_name, random.Random(self.rng.getrandbits(64)), node.id)
+        persisted = FlakyPersistedState(node_settings[CLUSTER_NAME], random.Random(self.rng.getrandbits(64)), node.id)
         sim_node = SimNode(index, node, persisted, node_settings)
         self.nodes.append(sim_node)
         self.start_node(index)

@@ -39,8 +39,9 @@ from coordinated.coordination.client import (
     error_body,
     no_master_error,
 )
+from coordinated.coordination.client_requests import NO_MASTER_BLOCK
 from coordinated.coordination.context import Mode
-from coordinated.coordination.settings import parse_time_ms
+from coordinated.coordination.settings import CLUSTER_NAME, parse_time_ms
 from coordinated.coordination.state import LONG_MAX, session_binding_to_api, state_to_api
 from coordinated.coordination.validation import (
     hook_name_problem,
@@ -53,10 +54,9 @@ from coordinated.coordination.validation import (
 )
 from coordinated.sidecar.access import Tokens, access_middleware
 from coordinated.sidecar.change_log import ChangesGone
-from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
-from coordinated.sidecar.http_server import BODY_TIMEOUT_S
+from coordinated.sidecar.http_server import BODY_TIMEOUT_S, MAX_CONTENT_LENGTH
 from coordinated.sidecar.node import Node
 
 log = logging.getLogger("coordinated.api")
@@ -107,7 +107,7 @@ async def errors_middleware(
     except BadRequest as error:
         response = error_response(error.error_type, error.reason, error.status)
     except web.HTTPRequestEntityTooLarge:
-        limit = request.app[NODE_KEY].config.get("http.max_content_length")
+        limit = request.app[NODE_KEY].config.settings[MAX_CONTENT_LENGTH]
         reason = f"request body too large: the limit is {limit} bytes (setting http.max_content_length)"
         response = error_response("content_too_long_exception", reason, 413)
     except web.HTTPException as error:
@@ -294,7 +294,7 @@ async def root(request: web.Request) -> web.Response:
         {
             "name": node.local_node.name,
             "node_id": node.node_id,
-            "cluster_name": node.config.coordination.cluster_name,
+            "cluster_name": node.config.settings[CLUSTER_NAME],
             "cluster_uuid": node.applied_state.cluster_uuid,
             "transport_address": node.local_node.transport_address,
             "mode": str(node.coordinator.mode),
@@ -539,7 +539,7 @@ async def metadata_get(request: web.Request) -> web.Response:
     if local:
         state = node.applied_state
         assert node.coordinator is not None
-        block = node.coordinator.settings.no_master_block
+        block = node.coordinator.settings[NO_MASTER_BLOCK]
         if state.master_node is None and block == "all":
             return result_error(no_master_error(block))
         versions = state.key_version(key)
@@ -613,7 +613,7 @@ async def metadata_watch(request: web.Request) -> web.Response:
     assert node.loop is not None and node.coordinator is not None
     deadline = node.loop.time() + timeout_ms / 1000
     if local:
-        block = node.coordinator.settings.no_master_block
+        block = node.coordinator.settings[NO_MASTER_BLOCK]
         if node.applied_state.master_node is None and block == "all":
             return result_error(no_master_error(block))
     else:
@@ -758,7 +758,7 @@ async def settings_put(request: web.Request) -> web.Response:
     body = decode_body(await read_json(request), _SettingsBody, "settings body")
     updates: dict[str, str | None] = {}
     flatten_settings("", body.persistent, updates)
-    problem = settings_problem(updates, sidecar_registry())
+    problem = settings_problem(updates, node_of(request).config.settings.registry)
     if problem is not None:
         raise BadRequest(problem)
     result = await node_of(request).submit(UpdateSettings(persistent=updates), timeout_ms)
@@ -891,7 +891,7 @@ def client_app(
     middlewares: list[Callable[..., Awaitable[web.StreamResponse]]] = [errors_middleware]
     if tokens is not None:
         middlewares.insert(0, access_middleware(tokens, node.metrics.count_request))
-    app = web.Application(client_max_size=node.config.get("http.max_content_length"), middlewares=middlewares)
+    app = web.Application(client_max_size=node.config.settings[MAX_CONTENT_LENGTH], middlewares=middlewares)
     app[NODE_KEY] = node
     setup_routes(app)
     for add_routes in extra_routes:

@@ -42,7 +42,7 @@ from coordinated.sidecar.api import (
     timeout_of,
 )
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.snapshots import SnapshotCorrupt, SnapshotFile
+from coordinated.sidecar.snapshots import PATH_REPO, SnapshotCorrupt, SnapshotFile
 
 
 def setup_snapshot_routes(router: web.UrlDispatcher) -> None:
@@ -68,8 +68,7 @@ def _name(request: web.Request, part: str, what: str) -> str:
 
 
 def _roots(node: Node) -> tuple[str, ...]:
-    roots: tuple[str, ...] = node.config.get("path.repo") or ()
-    return roots
+    return node.config.settings[PATH_REPO] or ()
 
 
 def _repository_exception(repo: str, reason: str, status: int = 400) -> BadRequest:
