@@ -138,6 +138,11 @@ class ValueType(ABC, Generic[T_co]):
         """The range, as docs/settings.md shows it; empty when the type has none."""
         return ""
 
+    def extremes(self) -> tuple[str, ...]:
+        """The values at the ends of the range, as users write them (every choice of a choice): what the tests of
+        dynamic settings set, to show that no value within the bounds can take the cluster down."""
+        return ()
+
     def syntax(self) -> Syntax | None:
         return None
 
@@ -163,6 +168,9 @@ class TimeValue(ValueType[int]):
 
     def bounds(self) -> str:
         return f"{format_time_ms(self.minimum_ms)} to {format_time_ms(self.maximum_ms)}"
+
+    def extremes(self) -> tuple[str, ...]:
+        return (format_time_ms(self.minimum_ms), format_time_ms(self.maximum_ms))
 
     def syntax(self) -> Syntax:
         # At most as many digits as the maximum has in milliseconds, so that no unit can exceed it by far.
@@ -192,6 +200,9 @@ class ByteSize(ValueType[int]):
     def bounds(self) -> str:
         return f"{format_byte_size(self.minimum)} to {format_byte_size(self.maximum)}"
 
+    def extremes(self) -> tuple[str, ...]:
+        return (format_byte_size(self.minimum), format_byte_size(self.maximum))
+
     def syntax(self) -> Syntax:
         return Syntax(
             "expected a positive byte size such as 512kb or 1mb",
@@ -218,6 +229,9 @@ class Integer(ValueType[int]):
     def bounds(self) -> str:
         return f"{self.minimum} to {self.maximum}"
 
+    def extremes(self) -> tuple[str, ...]:
+        return (str(self.minimum), str(self.maximum))
+
     def syntax(self) -> Syntax:
         first = "[1-9]" if self.minimum >= 1 else "[0-9]"
         return Syntax(
@@ -231,6 +245,9 @@ class Boolean(ValueType[bool]):
     def parse(self, text: str) -> bool:
         return parse_bool(text)
 
+    def extremes(self) -> tuple[str, ...]:
+        return ("false", "true")
+
     def syntax(self) -> Syntax:
         return Syntax('expected "true" or "false"', choices=("true", "false"))
 
@@ -243,6 +260,9 @@ class Choice(ValueType[str]):
         if text not in self.choices:
             raise ValueError(f"expected one of {list(self.choices)}, got [{text}]")
         return text
+
+    def extremes(self) -> tuple[str, ...]:
+        return self.choices
 
     def syntax(self) -> Syntax:
         listed = ", ".join(self.choices[:-1]) + f" or {self.choices[-1]}"
