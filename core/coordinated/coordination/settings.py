@@ -319,6 +319,12 @@ class Setting(Generic[T_co]):
     def default_value(self) -> T_co | None:
         return None if self.default is None else self.parse(self.default)
 
+    def required_default(self) -> T_co:
+        """The parsed default, for a tool that runs without the node's settings; the setting must have one."""
+        if self.default is None:
+            raise ValueError(f"setting [{self.name}] has no default")
+        return self.parse(self.default)
+
 
 def time_setting(
     name: str, default: str, *, minimum: str, maximum: str, doc: str, dynamic: bool = False

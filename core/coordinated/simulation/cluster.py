@@ -12,7 +12,7 @@ import itertools
 import json
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -48,13 +48,14 @@ from coordinated.coordination.followers_checker import (
     FOLLOWER_CHECK_TIMEOUT,
 )
 from coordinated.coordination.formation import INITIAL_MASTER_NODES
-from coordinated.coordination.history import NO_CLUSTER_UUID
+from coordinated.coordination.history import NO_CLUSTER_UUID, HistoryEvent
 from coordinated.coordination.leader_checker import (
     LEADER_CHECK_INTERVAL,
     LEADER_CHECK_RETRY_COUNT,
     LEADER_CHECK_TIMEOUT,
 )
 from coordinated.coordination.messages import Message
+from coordinated.coordination.offline_recovery import plan_remove_settings
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.publication import PUBLISH_TIMEOUT
 from coordinated.coordination.reconfigurator import AUTO_SHRINK_VOTING_CONFIGURATION
@@ -169,6 +170,8 @@ class SimulatedCluster:
         self._state_by_version: dict[tuple[str, int, int], str] = {}
         self._committed: dict[str, dict[int, tuple[int, str]]] = {}
         self._parents: dict[str, tuple[str | None, int]] = {}
+        # A node's copy of a state that `remove_settings` rewrote offline -> the state it stands for.
+        self._rewritten: dict[str, str] = {}
         # What each state_uuid was recorded with, as the audit's unique-state-per-version compares it.
         self._content: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._committed_config: dict[tuple[str, str], Any] = {}
@@ -247,6 +250,18 @@ class SimulatedCluster:
         sim_node.coordinator = None
         for key in [key for key in self._pending if key[0] == index]:
             self._complete_op(key, ClusterError("node_closed", "the node crashed", 503, maybe_applied=True))
+
+    def remove_settings(self, index: int, patterns: Sequence[str]) -> None:
+        """`coordinated node-tool remove-settings` on a stopped node: its history event, then its new record."""
+        sim_node = self.nodes[index]
+        assert not sim_node.alive, "the node tool runs on a stopped node"
+        persisted = sim_node.persisted
+        uuid = f"{self.rng.getrandbits(128):032x}"
+        plan = plan_remove_settings(
+            sim_node.node.id, persisted.current_term, persisted.last_accepted_state, patterns, uuid
+        )
+        self._run_effects(sim_node, [RecordHistory(msgspec.convert(plan.event, HistoryEvent))])
+        persisted.set_last_accepted_state(plan.state)
 
     def restart(self, index: int, new_address: str | None = None) -> None:
         """Crash and start a node; with `new_address` it comes back elsewhere, as a rescheduled pod gets a new IP."""
@@ -568,6 +583,9 @@ class SimulatedCluster:
             self._check_content(event)
             if kind == "committed" or kind == "applied":
                 self._check_committed(self._committed.setdefault(cluster_uuid, {}), event)
+        elif kind == "settings_removed":
+            # The same (term, version) as the state it replaced, under a new uuid: it stands for that state.
+            self._rewritten[event["state_uuid"]] = event["parent_uuid"]
 
     def _check_content(self, event: dict[str, Any]) -> None:
         """Every event of one state_uuid carries the same state. A commit makes the last-committed configuration
@@ -613,6 +631,8 @@ class SimulatedCluster:
             if version <= older_version:
                 break
             uuid = parent
+        while uuid is not None and uuid in self._rewritten:
+            uuid = self._rewritten[uuid]
         if uuid != older_uuid:
             self._violation(
                 f"committed version {newer_version} does not descend from committed version {older_version}"

@@ -63,7 +63,21 @@ timeout shorter than an apply removes every follower, so a cluster-wide value co
 in a way that the cluster itself can no longer undo. A value that an older version persisted for either
 is ignored (the node's own applies), as is a persisted dynamic value beyond today's bounds; remove it with
 `null`.
-"""
+
+## When a persisted setting is wrong and there is no master
+
+`coordinated node-tool remove-settings` removes persistent settings from a stopped node's copy of the
+cluster state, without a master, as Elasticsearch's `elasticsearch-node remove-settings` does. Stop every
+master-eligible node, run it on each of them (names may end in `*`), then start them again:
+
+```sh
+.venv/bin/coordinated node-tool remove-settings --data-dir /tmp/demo/node-1 cluster.no_master_block 'cluster.metadata.*'
+```
+
+It prints what it will remove and asks for confirmation (`--yes` skips the question), records a
+`settings_removed` event in the node's history, and keeps the node's term, version and keys. A node that
+did not run it may still hold the setting; if that node is elected, its copy wins, so run it on all of
+them. On Kubernetes, run it in each pod's data volume with the StatefulSet scaled to 0 (docs/operator.md)."""
 
 
 def all_settings() -> list[Setting[object]]:
