@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinated.coordination.client import Committed, KvPut, UpdateSettings
+from coordinated.coordination.client import ClientRequest, Committed, KvPut, UpdateSettings
 from coordinated.coordination.offline_recovery import (
     MUST_JOIN_ELECTED_MASTER,
     UNSAFE_BOOTSTRAP_SETTING,
@@ -141,32 +141,36 @@ def test_remove_settings_refuses_when_nothing_matches_and_never_removes_the_unsa
         plan_remove_settings("a", 5, three_node_state().replace(persistent_settings={}), ["*"], "s")
 
 
+def _commit_through_the_master(cluster: SimulatedCluster, *requests: ClientRequest) -> None:
+    cluster.stabilise()
+    leader = cluster.leader()
+    assert leader is not None
+    results: list[object] = []
+    for request in requests:
+        cluster.submit(leader.index, request, on_done=results.append)
+    assert cluster.run_until(lambda: len(results) == len(requests), 10_000)
+    assert all(isinstance(result, Committed) for result in results), results
+    cluster.run_for(2_000)
+
+
+def _remove_settings_on(cluster: SimulatedCluster, indexes: list[int]) -> None:
+    """Stop every node, run the node tool on some of them, start them all again."""
+    for node in cluster.nodes:
+        cluster.crash(node.index)
+    for index in indexes:
+        cluster.remove_settings(index, ["cluster.no_master_block"])
+    for node in cluster.nodes:
+        cluster.start_node(node.index)
+
+
 def test_remove_settings_on_every_node_of_a_stopped_cluster_removes_them_for_good() -> None:
     """The way out without a master: the simulator's checks (one state per (term, version) among the states the
     nodes publish, committed states descending from each other) hold across the rewritten copies, the nodes
     that held the old copy get the full state, and the setting is gone everywhere."""
     cluster = SimulatedCluster(3, 3)
-    cluster.stabilise()
-    leader = cluster.leader()
-    assert leader is not None
-    done: list[object] = []
-    cluster.submit(leader.index, UpdateSettings({"cluster.no_master_block": "all"}), on_done=done.append)
-    cluster.submit(leader.index, KvPut("kept", 1), on_done=done.append)
-    assert cluster.run_until(lambda: len(done) == 2, 10_000) and all(isinstance(r, Committed) for r in done)
-    cluster.run_for(2_000)
-    for node in cluster.nodes:
-        cluster.crash(node.index)
-    for node in cluster.nodes:
-        cluster.remove_settings(node.index, ["cluster.no_master_block"])
-    for node in cluster.nodes:
-        cluster.start_node(node.index)
-    cluster.stabilise()
-    leader = cluster.leader()
-    assert leader is not None
-    after: list[object] = []
-    cluster.submit(leader.index, KvPut("after", 2), on_done=after.append)
-    assert cluster.run_until(lambda: bool(after), 10_000) and isinstance(after[0], Committed)
-    cluster.run_for(2_000)
+    _commit_through_the_master(cluster, UpdateSettings({"cluster.no_master_block": "all"}), KvPut("kept", 1))
+    _remove_settings_on(cluster, [0, 1, 2])
+    _commit_through_the_master(cluster, KvPut("after", 2))
     for node in cluster.nodes:
         state = node.running().applied_state
         assert dict(state.persistent_settings) == {} and dict(state.kv) == {"kept": 1, "after": 2}
@@ -178,25 +182,9 @@ def test_a_node_that_removed_settings_alone_never_holds_a_state_that_differs_und
     """Run on one node only, the removal lasts only if that node is elected; either way every node ends with the
     same settings, because the rewritten copy has its own uuid and a diff against the old one is refused."""
     cluster = SimulatedCluster(seed, 3)
-    cluster.stabilise()
-    leader = cluster.leader()
-    assert leader is not None
-    done: list[object] = []
-    cluster.submit(leader.index, UpdateSettings({"cluster.no_master_block": "all"}), on_done=done.append)
-    assert cluster.run_until(lambda: bool(done), 10_000) and isinstance(done[0], Committed)
-    cluster.run_for(2_000)
-    for node in cluster.nodes:
-        cluster.crash(node.index)
-    cluster.remove_settings(seed % 3, ["cluster.no_master_block"])
-    for node in cluster.nodes:
-        cluster.start_node(node.index)
-    cluster.stabilise()
-    leader = cluster.leader()
-    assert leader is not None
-    after: list[object] = []
-    cluster.submit(leader.index, KvPut("after", 2), on_done=after.append)
-    assert cluster.run_until(lambda: bool(after), 10_000) and isinstance(after[0], Committed)
-    cluster.run_for(2_000)
+    _commit_through_the_master(cluster, UpdateSettings({"cluster.no_master_block": "all"}))
+    _remove_settings_on(cluster, [seed % 3])
+    _commit_through_the_master(cluster, KvPut("after", 2))
     states = [node.running().applied_state for node in cluster.nodes]
     assert len({state.state_uuid for state in states}) == 1
     assert all(dict(state.persistent_settings) == dict(states[0].persistent_settings) for state in states)

@@ -30,6 +30,7 @@ import msgspec
 
 from coordinated.coordination.history import NO_CLUSTER_UUID, RESET_EVENT_TYPES, EventType, HistoryEvent
 from coordinated.coordination.state import ClusterState, CoordinationMetadata, VotingConfiguration
+from coordinated.coordination.state_events import state_event
 
 UNSAFE_BOOTSTRAP_SETTING = "cluster.metadata.unsafe-bootstrap"
 # A voting configuration no real node can satisfy: the node cannot win an election, only join (as in Elasticsearch).
@@ -157,19 +158,11 @@ def plan_remove_settings(
         "apply instead. A master-eligible node that still holds these settings and wins the next election "
         "brings them back: run this on every master-eligible node of the cluster, all stopped."
     )
-    node = state.nodes.get(node_id)
-    event = HistoryEvent(
-        cluster_uuid=new_state.cluster_uuid,
-        node=node_id,
-        node_name=node.name if node is not None else node_id,
-        type=SETTINGS_REMOVED_EVENT,
-        term=new_state.term,
-        version=new_state.version,
-        state_uuid=new_state.state_uuid,
-        parent_uuid=new_state.parent_uuid,
-        master=new_state.master_node,
-        last_committed_config=new_state.last_committed_config.node_ids,
-        last_accepted_config=new_state.last_accepted_config.node_ids,
+    event = state_event(
+        SETTINGS_REMOVED_EVENT,
+        node_id,
+        _name_of(node_id, state),
+        new_state,
         current_term=current_term,
         previous_state_uuid=state.state_uuid,
         settings=tuple(removed),
@@ -180,20 +173,13 @@ def plan_remove_settings(
 def _event(
     event_type: EventType, node_id: str, old_term: int, old: ClusterState, new_term: int, new: ClusterState
 ) -> dict[str, Any]:
-    node = old.nodes.get(node_id)
-    event = HistoryEvent(
-        cluster_uuid=new.cluster_uuid,
+    event = state_event(
+        event_type,
+        node_id,
+        _name_of(node_id, old),
+        new,
         cluster_uuid_committed=new.cluster_uuid_committed,
-        node=node_id,
-        node_name=node.name if node is not None else node_id,
-        type=event_type,
-        term=new.term,
-        version=new.version,
-        state_uuid=new.state_uuid,
-        parent_uuid=new.parent_uuid,
         master=None,
-        last_committed_config=new.last_committed_config.node_ids,
-        last_accepted_config=new.last_accepted_config.node_ids,
         current_term=new_term,
         previous_cluster_uuid=old.cluster_uuid,
         previous_term=old.term,
@@ -204,6 +190,11 @@ def _event(
         marks_accepted=min(old.term_version(), new.term_version()),
     )
     return _shaped(event)
+
+
+def _name_of(node_id: str, state: ClusterState) -> str:
+    node = state.nodes.get(node_id)
+    return node.name if node is not None else node_id
 
 
 def _shaped(event: HistoryEvent) -> dict[str, Any]:
