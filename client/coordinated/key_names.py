@@ -1,0 +1,151 @@
+"""The rules a key name follows: one definition for the server, the client and the docs.
+
+The server refuses a name that breaks a rule with a 400 that names the rule; the client refuses it before
+sending; docs/applications.md lists the rules from `RULES` (a test keeps it up to date). This module needs
+only the standard library, so the server's protocol core imports it without the client's HTTP stack.
+
+A name that follows the rules is stored and returned exactly as given, byte for byte: nothing normalizes it
+(not Unicode normalization, not path segments). That is why the rules refuse what something on the way could
+rewrite: `.` and `..` segments (URL dot-segment removal), empty segments (merged slashes), and characters
+that are invisible or reorder the text around them.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+
+MAX_KEY_LENGTH = 256  # characters (code points), not bytes
+RESERVED_START = "_"  # the API's own paths under /_cluster/metadata/ (`_txn`, `_watch`) start with it
+SEPARATOR = "/"
+
+
+@dataclass(frozen=True)
+class KeyRule:
+    """One rule: `name` is what a refusal quotes, `summary` the line the docs give it, and `broken_by`
+    returns what in a name breaks the rule (None when the name keeps it)."""
+
+    name: str
+    summary: str
+    broken_by: Callable[[str], str | None]
+
+
+def _shown(text: str) -> str:
+    """`text` safe to print in an error message: characters a terminal would hide or act on are escaped."""
+    return "".join(
+        char if char.isprintable() and unicodedata.category(char) not in ("Cf", "Zl", "Zp") else _code(char)
+        for char in text
+    )
+
+
+def _code(char: str) -> str:
+    return f"U+{ord(char):04X}"
+
+
+def _length(name: str) -> str | None:
+    if 1 <= len(name) <= MAX_KEY_LENGTH:
+        return None
+    return f"it has {len(name)} characters"
+
+
+def _reserved(name: str) -> str | None:
+    return f"it starts with [{RESERVED_START}]" if name.startswith(RESERVED_START) else None
+
+
+def _empty_segment(name: str) -> str | None:
+    if name.startswith(SEPARATOR):
+        return "it starts with [/]"
+    if name.endswith(SEPARATOR):
+        return "it ends with [/]"
+    return "it has [//]" if SEPARATOR * 2 in name else None
+
+
+def _dot_segment(name: str) -> str | None:
+    for segment in name.split(SEPARATOR):
+        if segment in (".", ".."):
+            return f"it has a [{segment}] segment"
+    return None
+
+
+def _character_in(categories: tuple[str, ...], what: str) -> Callable[[str], str | None]:
+    def broken_by(name: str) -> str | None:
+        for char in name:
+            category = unicodedata.category(char)
+            if category in categories:
+                return f"it has {_code(char)} ({what}, Unicode category {category})"
+        return None
+
+    return broken_by
+
+
+# What a prefix must also follow: a prefix is the start of a name, so only the rules on its characters apply.
+CHARACTER_RULES = (
+    KeyRule(
+        "no control characters",
+        "no control character (Unicode category Cc: C0 and C1 controls, DEL)",
+        _character_in(("Cc",), "a control character"),
+    ),
+    KeyRule(
+        "no format characters",
+        "no format character (Unicode category Cf: bidirectional overrides and marks, zero-width characters, "
+        "the soft hyphen, the byte order mark)",
+        _character_in(("Cf",), "a format character"),
+    ),
+    KeyRule(
+        "no line or paragraph separators",
+        "no line or paragraph separator (U+2028, U+2029)",
+        _character_in(("Zl", "Zp"), "a line or paragraph separator"),
+    ),
+    KeyRule(
+        "no surrogates",
+        "no lone surrogate (Unicode category Cs: not a character, and not encodable in UTF-8)",
+        _character_in(("Cs",), "a lone surrogate"),
+    ),
+)
+
+RULES = (
+    KeyRule("1 to 256 characters", f"1 to {MAX_KEY_LENGTH} characters (code points)", _length),
+    KeyRule(
+        "no leading underscore",
+        "does not start with `_` (reserved for the API's own paths, such as `_txn` and `_watch`)",
+        _reserved,
+    ),
+    KeyRule(
+        "no empty segments", "no empty segment: it does not start or end with `/`, and has no `//`", _empty_segment
+    ),
+    KeyRule("no dot segments", "no `.` or `..` segment (`a/./b`, `../a`)", _dot_segment),
+    *CHARACTER_RULES,
+)
+
+
+def key_problem(name: object) -> str | None:
+    """Why `name` cannot be a key, naming the rule it breaks; None when it can."""
+    if not isinstance(name, str):
+        return f"a key name is a string, not {type(name).__name__}"
+    for rule in RULES:
+        broken = rule.broken_by(name)
+        if broken is not None:
+            return f"key name [{_shown(name[:300])}] breaks the rule [{rule.name}]: {broken}"
+    return None
+
+
+def prefix_problem(prefix: object) -> str | None:
+    """Why `prefix` cannot start any key, naming the rule; None when it can. The empty prefix matches
+    every key; segments are not checked, since a prefix may end inside a segment (`a/.` matches `a/.env`)."""
+    if not isinstance(prefix, str):
+        return f"a key prefix is a string, not {type(prefix).__name__}"
+    if len(prefix) > MAX_KEY_LENGTH:
+        return f"key prefix has {len(prefix)} characters, but a key has at most {MAX_KEY_LENGTH}"
+    if prefix.startswith(RESERVED_START):
+        return f"key prefix [{_shown(prefix)}] starts with [{RESERVED_START}]: names starting with it are reserved"
+    for rule in CHARACTER_RULES:
+        broken = rule.broken_by(prefix)
+        if broken is not None:
+            return f"key prefix [{_shown(prefix)}] breaks the rule [{rule.name}]: {broken}"
+    return None
+
+
+def rules_markdown() -> str:
+    """The rules as the docs list them."""
+    return "\n".join(f"- {rule.summary}" for rule in RULES) + "\n"
