@@ -23,7 +23,7 @@ SEPARATOR = "/"
 
 @dataclass(frozen=True)
 class KeyRule:
-    """One rule: `name` is what a refusal quotes, `summary` the line the docs give it, and `broken_by`
+    """One rule: `name` is what a refusal quotes, `summary` what the docs add to it, and `broken_by`
     returns what in a name breaks the rule (None when the name keeps it)."""
 
     name: str
@@ -50,7 +50,9 @@ def _length(name: str) -> str | None:
 
 
 def _reserved(name: str) -> str | None:
-    return f"it starts with [{RESERVED_START}]" if name.startswith(RESERVED_START) else None
+    if name.startswith(RESERVED_START):
+        return f"it starts with [{RESERVED_START}], which is reserved for the API's own paths"
+    return None
 
 
 def _empty_segment(name: str) -> str | None:
@@ -83,38 +85,38 @@ def _character_in(categories: tuple[str, ...], what: str) -> Callable[[str], str
 CHARACTER_RULES = (
     KeyRule(
         "no control characters",
-        "no control character (Unicode category Cc: C0 and C1 controls, DEL)",
+        "Unicode category Cc: the C0 and C1 controls and DEL",
         _character_in(("Cc",), "a control character"),
     ),
     KeyRule(
         "no format characters",
-        "no format character (Unicode category Cf: bidirectional overrides and marks, zero-width characters, "
-        "the soft hyphen, the byte order mark)",
+        "Unicode category Cf: bidirectional overrides, isolates and marks, zero-width characters, the soft "
+        "hyphen, the byte order mark",
         _character_in(("Cf",), "a format character"),
     ),
     KeyRule(
         "no line or paragraph separators",
-        "no line or paragraph separator (U+2028, U+2029)",
+        "U+2028 and U+2029",
         _character_in(("Zl", "Zp"), "a line or paragraph separator"),
     ),
     KeyRule(
         "no surrogates",
-        "no lone surrogate (Unicode category Cs: not a character, and not encodable in UTF-8)",
+        "Unicode category Cs: a lone surrogate is not a character, and UTF-8 cannot carry it",
         _character_in(("Cs",), "a lone surrogate"),
     ),
 )
 
 RULES = (
-    KeyRule("1 to 256 characters", f"1 to {MAX_KEY_LENGTH} characters (code points)", _length),
+    KeyRule("1 to 256 characters", "counted in code points, not bytes", _length),
     KeyRule(
         "no leading underscore",
-        "does not start with `_` (reserved for the API's own paths, such as `_txn` and `_watch`)",
+        "names starting with `_` are reserved for the API's own paths (`_txn`, `_watch`)",
         _reserved,
     ),
+    KeyRule("no empty segments", "no `/` at the start or the end, no `//`", _empty_segment),
     KeyRule(
-        "no empty segments", "no empty segment: it does not start or end with `/`, and has no `//`", _empty_segment
+        "no dot segments", "no segment that is `.` or `..` (`a/./b`, `../a`); `.env` and `a..b` are fine", _dot_segment
     ),
-    KeyRule("no dot segments", "no `.` or `..` segment (`a/./b`, `../a`)", _dot_segment),
     *CHARACTER_RULES,
 )
 
@@ -148,4 +150,4 @@ def prefix_problem(prefix: object) -> str | None:
 
 def rules_markdown() -> str:
     """The rules as the docs list them."""
-    return "\n".join(f"- {rule.summary}" for rule in RULES) + "\n"
+    return "\n".join(f"- [{rule.name}]: {rule.summary}" for rule in RULES) + "\n"
