@@ -13,6 +13,8 @@ from coordinated.client.calls import Call, Retry, duration, ok, segment
 ANSWER_MARGIN_S = 10.0
 # Writing or restoring a snapshot reads or writes the whole state on disk: give it this long on top.
 SNAPSHOT_WAIT_S = 55.0
+# Listing or deleting snapshots reads the repository's folder.
+REPOSITORY_WAIT_S = 25.0
 
 
 def cluster_health(wait_for_nodes: int | None = None, timeout_s: float = 30.0) -> Call[dict[str, Any]]:
@@ -71,12 +73,12 @@ def create_snapshot(repository: str, snapshot: str) -> Call[dict[str, Any]]:
 
 
 def list_snapshots(repository: str) -> Call[dict[str, Any]]:
-    return Call("GET", f"/_snapshot/{segment(repository)}/_all", ok, wait_s=ANSWER_MARGIN_S)
+    return Call("GET", f"/_snapshot/{segment(repository)}/_all", ok, wait_s=REPOSITORY_WAIT_S)
 
 
 def delete_snapshot(repository: str, snapshot: str) -> Call[dict[str, Any]]:
     path = f"/_snapshot/{segment(repository)}/{segment(snapshot)}"
-    return Call("DELETE", path, ok, retry=Retry.NEVER_BLIND, wait_s=ANSWER_MARGIN_S)
+    return Call("DELETE", path, ok, retry=Retry.NEVER_BLIND, wait_s=REPOSITORY_WAIT_S)
 
 
 def restore_snapshot(repository: str, snapshot: str) -> Call[dict[str, Any]]:

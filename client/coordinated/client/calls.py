@@ -49,9 +49,11 @@ class Call(Generic[T]):
 
 
 def duration(seconds: float, name: str) -> str:
+    """A time value as the API takes it: whole seconds as `30s`, anything else in milliseconds."""
     if seconds < 0:
         raise ValueError(f"{name} must not be negative, got {seconds}")
-    return f"{round(seconds * 1000)}ms"
+    millis = round(seconds * 1000)
+    return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
 
 
 def checked_key(key: str) -> str:
