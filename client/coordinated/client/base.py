@@ -55,6 +55,7 @@ class ClientOptions(TypedDict, total=False):
     follow_master: bool
     master_timeout: float | None
     server_hostname: str | None
+    headers: Mapping[str, str] | None
 
 
 class ClientBase:
@@ -64,7 +65,8 @@ class ClientBase:
     the master among them and fails over when one stops answering. `token`: a bearer token (the
     `<cluster>-client` Secret on Kubernetes). `verify`/`cert`: TLS, as httpx takes them (a CA bundle path or
     an `ssl.SSLContext`; a client certificate). `server_hostname`: the name to check the server's
-    certificate against, when the address is an IP that the certificate does not name. Calls that fail
+    certificate against, when the address is an IP that the certificate does not name. `headers`: sent with
+    every request (a proxy's, say), beside the token's `Authorization`. Calls that fail
     with a 503 or without a connection are retried with exponential backoff and jitter for up to
     `retry_timeout` seconds (0: one attempt). With `follow_master=False` the client stays on one address
     until that fails (a follower forwards writes to the master itself). `master_timeout`: how long the
@@ -83,6 +85,7 @@ class ClientBase:
         follow_master: bool = True,
         master_timeout: float | None = None,
         server_hostname: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.endpoints = Endpoints(addresses, follow_master)
         self.request_timeout = request_timeout
@@ -90,7 +93,10 @@ class ClientBase:
         self.master_timeout = None if master_timeout is None else calls.duration(master_timeout, "master_timeout")
         self.verify = verify
         self.cert = cert
-        self._headers: Mapping[str, str] = {"Authorization": f"Bearer {token}"} if token else {}
+        self._headers: Mapping[str, str] = {
+            **(headers or {}),
+            **({"Authorization": f"Bearer {token}"} if token else {}),
+        }
         self._extensions: Mapping[str, Any] = {"sni_hostname": server_hostname} if server_hostname else {}
 
     @classmethod
