@@ -81,7 +81,7 @@ def _character_in(categories: tuple[str, ...], what: str) -> Callable[[str], str
     return broken_by
 
 
-# What a prefix must also follow: a prefix is the start of a name, so only the rules on its characters apply.
+# The rules on characters: a prefix (the start of a name) follows these and the reserved `_`, no others.
 CHARACTER_RULES = (
     KeyRule(
         "no control characters",
@@ -106,13 +106,15 @@ CHARACTER_RULES = (
     ),
 )
 
+RESERVED_RULE = KeyRule(
+    "no leading underscore",
+    "names starting with `_` are reserved for the API's own paths (`_txn`, `_watch`)",
+    _reserved,
+)
+PREFIX_RULES = (RESERVED_RULE, *CHARACTER_RULES)
 RULES = (
     KeyRule("1 to 256 characters", "counted in code points, not bytes", _length),
-    KeyRule(
-        "no leading underscore",
-        "names starting with `_` are reserved for the API's own paths (`_txn`, `_watch`)",
-        _reserved,
-    ),
+    RESERVED_RULE,
     KeyRule("no empty segments", "no `/` at the start or the end, no `//`", _empty_segment),
     KeyRule(
         "no dot segments", "no segment that is `.` or `..` (`a/./b`, `../a`); `.env` and `a..b` are fine", _dot_segment
@@ -121,15 +123,19 @@ RULES = (
 )
 
 
+def _first_broken(rules: tuple[KeyRule, ...], text: str, what: str) -> str | None:
+    for rule in rules:
+        broken = rule.broken_by(text)
+        if broken is not None:
+            return f"{what} [{_shown(text[:300])}] breaks the rule [{rule.name}]: {broken}"
+    return None
+
+
 def key_problem(name: object) -> str | None:
     """Why `name` cannot be a key, naming the rule it breaks; None when it can."""
     if not isinstance(name, str):
         return f"a key name is a string, not {type(name).__name__}"
-    for rule in RULES:
-        broken = rule.broken_by(name)
-        if broken is not None:
-            return f"key name [{_shown(name[:300])}] breaks the rule [{rule.name}]: {broken}"
-    return None
+    return _first_broken(RULES, name, "key name")
 
 
 def prefix_problem(prefix: object) -> str | None:
@@ -139,13 +145,7 @@ def prefix_problem(prefix: object) -> str | None:
         return f"a key prefix is a string, not {type(prefix).__name__}"
     if len(prefix) > MAX_KEY_LENGTH:
         return f"key prefix has {len(prefix)} characters, but a key has at most {MAX_KEY_LENGTH}"
-    if prefix.startswith(RESERVED_START):
-        return f"key prefix [{_shown(prefix)}] starts with [{RESERVED_START}]: names starting with it are reserved"
-    for rule in CHARACTER_RULES:
-        broken = rule.broken_by(prefix)
-        if broken is not None:
-            return f"key prefix [{_shown(prefix)}] breaks the rule [{rule.name}]: {broken}"
-    return None
+    return _first_broken(PREFIX_RULES, prefix, "key prefix")
 
 
 def rules_markdown() -> str:

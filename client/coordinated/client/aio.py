@@ -16,7 +16,7 @@ from coordinated.client import operations
 from coordinated.client import sessions as session_flows
 from coordinated.client.base import ClientBase, ClientOptions
 from coordinated.client.endpoints import DEFAULT_ADDRESS
-from coordinated.client.flow import Emit, Flow, NotAStream, Sleep, Stepper, Stream, awaiting, awaiting_stream
+from coordinated.client.flow import Emit, Flow, Sleep, Stepper, Stream, awaiting, awaiting_stream
 from coordinated.client.models import SessionInfo
 
 T = TypeVar("T")
@@ -56,29 +56,24 @@ class AsyncClient(ClientBase):
 
     async def run_flow(self, flow: Flow[T]) -> T:
         """Performs the flow's steps and returns its result; cancelling the task closes the flow."""
-        stepper = Stepper(flow)
-        async for _ in self._drive(stepper, stream=False):
+        stepper = Stepper(flow, stream=False)
+        async for _ in self._drive(stepper):
             pass
         return cast(T, stepper.result)
 
     def iterate_flow(self, stream: Stream[E]) -> AsyncIterator[E]:
-        return cast(AsyncIterator[E], self._drive(Stepper(stream), stream=True))
+        return cast(AsyncIterator[E], self._drive(Stepper(stream, stream=True)))
 
-    async def _drive(self, stepper: Stepper[Any], *, stream: bool) -> AsyncIterator[Any]:
+    async def _drive(self, stepper: Stepper[Any]) -> AsyncIterator[Any]:
         with contextlib.closing(stepper.flow):
             while (step := stepper.next_step()) is not None:
                 if isinstance(step, Emit):
-                    if not stream:
-                        raise NotAStream(f"{stepper.flow!r} emitted {step.item!r}")
                     yield step.item
                 elif isinstance(step, Sleep):
                     await asyncio.sleep(step.seconds)
                 else:
-                    try:
+                    with stepper.sending():
                         response = await self._http.request(step.method, step.url, **self.request_options(step))
-                    except httpx.TransportError as error:
-                        stepper.failed(error)
-                    else:
                         stepper.succeeded(response)
 
     # -- the calls (operations.py) ----------------------------------------------------------------------

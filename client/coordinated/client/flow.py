@@ -19,6 +19,7 @@ driver (docs/applications.md, "Adding a call or a recipe").
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator, Mapping
@@ -63,11 +64,12 @@ Stream: TypeAlias = Generator[Step | Emit[E], Any, None]
 
 class Stepper(Generic[T]):
     """Moves a flow on by one step at a time, for a driver: `next_step` returns the step to perform (None
-    once the flow has returned, its value in `result`); the driver reports the outcome with `succeeded` or
-    `failed` before asking for the next one."""
+    once the flow has returned, its value in `result`); the driver reports a request's outcome with
+    `succeeded`, or performs it inside `sending`, which hands a transport error to the flow."""
 
-    def __init__(self, flow: Generator[Step | Emit[Any], Any, T]) -> None:
+    def __init__(self, flow: Generator[Step | Emit[Any], Any, T], stream: bool) -> None:
         self.flow = flow
+        self.stream = stream
         self.result: T | None = None
         self._value: Any = None
         self._error: BaseException | None = None
@@ -76,16 +78,23 @@ class Stepper(Generic[T]):
         value, error = self._value, self._error
         self._value, self._error = None, None
         try:
-            return self.flow.throw(error) if error is not None else self.flow.send(value)
+            step = self.flow.throw(error) if error is not None else self.flow.send(value)
         except StopIteration as done:
             self.result = done.value
             return None
+        if isinstance(step, Emit) and not self.stream:
+            raise NotAStream(f"{self.flow!r} emitted {step.item!r}")
+        return step
 
     def succeeded(self, value: Any = None) -> None:
         self._value = value
 
-    def failed(self, error: BaseException) -> None:
-        self._error = error
+    @contextlib.contextmanager
+    def sending(self) -> Iterator[None]:
+        try:
+            yield
+        except httpx.TransportError as error:
+            self._error = error
 
 
 class NotAStream(TypeError):
@@ -93,16 +102,8 @@ class NotAStream(TypeError):
     `awaiting_stream`."""
 
 
-class BlockingDriver(Protocol):
-    def run_flow(self, flow: Flow[T], /) -> T: ...
-
-    def iterate_flow(self, stream: Stream[E], /) -> Iterator[E]: ...
-
-
 class AsyncDriver(Protocol):
     async def run_flow(self, flow: Flow[T], /) -> T: ...
-
-    def iterate_flow(self, stream: Stream[E], /) -> AsyncIterator[E]: ...
 
 
 # A method's subject (a client, or a recipe holding one) runs the flow through its driver: the subject's
@@ -118,45 +119,38 @@ def _presented(method: Callable[..., Any], flow: Callable[..., Any], returns: st
         method.__signature__ = signature.replace(return_annotation=returns.format(inner))  # type: ignore[attr-defined]
 
 
+def _method(flow: Callable[..., Any], drive: str, returns: str) -> Callable[..., Any]:
+    """A method that builds the flow and hands it to its subject's `drive` (`run_flow` or `iterate_flow`)."""
+
+    @functools.wraps(flow)
+    def method(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self, drive)(flow(self, *args, **kwargs))
+
+    _presented(method, flow, returns)
+    return method
+
+
 def blocking(flow: Callable[Concatenate[S, P], Flow[T]]) -> Callable[Concatenate[S, P], T]:
     """The flow as a blocking method."""
-
-    @functools.wraps(flow)
-    def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return cast(BlockingDriver, self).run_flow(flow(self, *args, **kwargs))
-
-    _presented(method, flow, "{}")
-    return method
-
-
-def awaiting(flow: Callable[Concatenate[S, P], Flow[T]]) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
-    """The flow as a coroutine method."""
-
-    @functools.wraps(flow)
-    async def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await cast(AsyncDriver, self).run_flow(flow(self, *args, **kwargs))
-
-    _presented(method, flow, "{}")
-    return method
+    return _method(flow, "run_flow", "{}")
 
 
 def blocking_stream(stream: Callable[Concatenate[S, P], Stream[E]]) -> Callable[Concatenate[S, P], Iterator[E]]:
     """The stream as a method that returns an iterator of its items."""
-
-    @functools.wraps(stream)
-    def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[E]:
-        return cast(BlockingDriver, self).iterate_flow(stream(self, *args, **kwargs))
-
-    _presented(method, stream, "Iterator[{}]")
-    return method
+    return _method(stream, "iterate_flow", "Iterator[{}]")
 
 
 def awaiting_stream(stream: Callable[Concatenate[S, P], Stream[E]]) -> Callable[Concatenate[S, P], AsyncIterator[E]]:
     """The stream as a method that returns an async iterator of its items."""
+    return _method(stream, "iterate_flow", "AsyncIterator[{}]")
 
-    @functools.wraps(stream)
-    def method(self: S, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[E]:
-        return cast(AsyncDriver, self).iterate_flow(stream(self, *args, **kwargs))
 
-    _presented(method, stream, "AsyncIterator[{}]")
+def awaiting(flow: Callable[Concatenate[S, P], Flow[T]]) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """The flow as a coroutine method (a coroutine function, as `inspect` and frameworks expect)."""
+
+    @functools.wraps(flow)
+    async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await cast(AsyncDriver, self).run_flow(flow(self, *args, **kwargs))
+
+    _presented(method, flow, "{}")
     return method

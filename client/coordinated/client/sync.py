@@ -16,7 +16,7 @@ from coordinated.client import operations
 from coordinated.client import sessions as session_flows
 from coordinated.client.base import ClientBase, ClientOptions
 from coordinated.client.endpoints import DEFAULT_ADDRESS
-from coordinated.client.flow import Emit, Flow, NotAStream, Sleep, Stepper, Stream, blocking, blocking_stream
+from coordinated.client.flow import Emit, Flow, Sleep, Stepper, Stream, blocking, blocking_stream
 from coordinated.client.models import SessionInfo
 
 T = TypeVar("T")
@@ -57,33 +57,27 @@ class Client(ClientBase):
     def run_flow(self, flow: Flow[T], stop: threading.Event | None = None) -> T:
         """Performs the flow's steps and returns its result; with `stop`, a pause ends early when `stop` is
         set, and so does the flow (its result is then None)."""
-        stepper = Stepper(flow)
-        for _ in self._drive(stepper, stream=False, stop=stop):
+        stepper = Stepper(flow, stream=False)
+        for _ in self._drive(stepper, stop):
             pass
         return cast(T, stepper.result)
 
     def iterate_flow(self, stream: Stream[E]) -> Iterator[E]:
-        return cast(Iterator[E], self._drive(Stepper(stream), stream=True))
+        return cast(Iterator[E], self._drive(Stepper(stream, stream=True)))
 
-    def _drive(self, stepper: Stepper[Any], *, stream: bool, stop: threading.Event | None = None) -> Iterator[Any]:
+    def _drive(self, stepper: Stepper[Any], stop: threading.Event | None = None) -> Iterator[Any]:
         with contextlib.closing(stepper.flow):
             while (step := stepper.next_step()) is not None:
                 if isinstance(step, Emit):
-                    if not stream:
-                        raise NotAStream(f"{stepper.flow!r} emitted {step.item!r}")
                     yield step.item
                 elif isinstance(step, Sleep):
                     if stop is None:
                         time.sleep(step.seconds)
                     elif stop.wait(step.seconds):
-                        return
+                        return  # stopped: the flow is closed
                 else:
-                    try:
-                        response = self._http.request(step.method, step.url, **self.request_options(step))
-                    except httpx.TransportError as error:
-                        stepper.failed(error)
-                    else:
-                        stepper.succeeded(response)
+                    with stepper.sending():
+                        stepper.succeeded(self._http.request(step.method, step.url, **self.request_options(step)))
 
     # -- the calls (operations.py) ----------------------------------------------------------------------
 
