@@ -36,7 +36,7 @@ class AsyncClient(ClientBase):
     ) -> None:
         super().__init__(addresses, **options)
         self._owns_http = http is None
-        self._http = http if http is not None else httpx.AsyncClient(verify=self.verify, cert=self.cert)
+        self.http = http if http is not None else httpx.AsyncClient(verify=self.verify, cert=self.cert)
         self._sessions: weakref.WeakSet[AsyncSession] = weakref.WeakSet()
 
     async def aclose(self) -> None:
@@ -44,7 +44,7 @@ class AsyncClient(ClientBase):
         for session in list(self._sessions):
             await session.stop_keepalive()
         if self._owns_http:
-            await self._http.aclose()
+            await self.http.aclose()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -73,7 +73,7 @@ class AsyncClient(ClientBase):
                     await asyncio.sleep(step.seconds)
                 else:
                     with stepper.sending():
-                        response = await self._http.request(step.method, step.url, **self.request_options(step))
+                        response = await self.http.request(step.method, step.url, **self.request_options(step))
                         stepper.succeeded(response)
 
     # -- the calls (operations.py) ----------------------------------------------------------------------

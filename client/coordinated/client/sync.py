@@ -36,7 +36,7 @@ class Client(ClientBase):
     ) -> None:
         super().__init__(addresses, **options)
         self._owns_http = http is None
-        self._http = http if http is not None else httpx.Client(verify=self.verify, cert=self.cert)
+        self.http = http if http is not None else httpx.Client(verify=self.verify, cert=self.cert)
         self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
 
     def close(self) -> None:
@@ -44,7 +44,7 @@ class Client(ClientBase):
         for session in list(self._sessions):
             session.stop_keepalive()
         if self._owns_http:
-            self._http.close()
+            self.http.close()
 
     def __enter__(self) -> Client:
         return self
@@ -77,7 +77,7 @@ class Client(ClientBase):
                         return  # stopped: the flow is closed
                 else:
                     with stepper.sending():
-                        stepper.succeeded(self._http.request(step.method, step.url, **self.request_options(step)))
+                        stepper.succeeded(self.http.request(step.method, step.url, **self.request_options(step)))
 
     # -- the calls (operations.py) ----------------------------------------------------------------------
 
