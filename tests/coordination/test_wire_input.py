@@ -25,7 +25,7 @@ from coordinated.coordination.validation import (
     MAX_VOTING_CONFIG_EXCLUSIONS,
     exclusions_problem,
     hook_name_problem,
-    key_problem,
+    metadata_key_problem,
     settings_problem,
 )
 from coordinated.simulation.cluster import SIM_SETTINGS, SimulatedCluster
@@ -67,7 +67,7 @@ def test_invalid_utf8_is_a_decode_error() -> None:
 
 @pytest.mark.parametrize("key", ["a\n", "\n", "", "a\x00b", "x" * 257])
 def test_bad_keys(key: str) -> None:
-    assert key_problem(key) is not None
+    assert metadata_key_problem(key) is not None
 
 
 @pytest.mark.parametrize("name", ["hook\n", "-x", "", "a/b"])
@@ -76,7 +76,7 @@ def test_bad_hook_names(name: str) -> None:
 
 
 def test_good_names() -> None:
-    assert key_problem("app/config.yaml") is None and hook_name_problem("reload-app.1") is None
+    assert metadata_key_problem("app/config.yaml") is None and hook_name_problem("reload-app.1") is None
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def submit(cluster: SimulatedCluster, index: int, request: object) -> object:
 @pytest.mark.parametrize(
     ("request_", "reason"),
     [
-        (KvPut("bad\x07key\n", 1), "metadata key"),
+        (KvPut("bad\x07key\n", 1), "key name"),
         (UpdateSettings({"no.such.setting": "1"}), "unknown setting"),
         (UpdateSettings({"cluster.publish.timeout": "-5s"}), "cluster.publish.timeout"),
         (AddVotingConfigExclusions(node_names=("node0", "node1", "node2")), "every master-eligible node"),

@@ -339,12 +339,12 @@ def test_examples_are_accepted(kubeconfig: Path) -> None:
 
 def test_operator_writes_are_accepted(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Bootstrap passes through the real handler: pin, then create every child by server-side apply."""
-    import aiohttp
     import kopf
     from kubernetes import config
 
     from coordinated.operator import handlers
     from coordinated.operator.kube import Kube
+    from coordinated.operator.sidecar_client import SidecarConnections
 
     monkeypatch.setattr(kopf, "info", lambda *args, **kwargs: None)
     monkeypatch.setattr(kopf, "warn", lambda *args, **kwargs: None)
@@ -353,7 +353,7 @@ def test_operator_writes_are_accepted(kubeconfig: Path, monkeypatch: pytest.Monk
     config.load_kube_config(config_file=str(kubeconfig))
 
     async def three_passes() -> None:
-        async with aiohttp.ClientSession() as http:
+        async with SidecarConnections() as http:
             memo = kopf.Memo(kube=Kube(), http=http)
             body = kopf.Body({"metadata": {"namespace": "default", "name": "orders"}})
             for _ in range(3):  # pin the bootstrap list, create the StatefulSet, then wait

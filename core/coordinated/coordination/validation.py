@@ -42,9 +42,10 @@ from coordinated.coordination.settings import (
     parse_node_name,
 )
 from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfigExclusion
+from coordinated.key_names import key_problem, prefix_problem
 
 # Full matches: `$` would also accept a trailing newline.
-_KEY = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
+_NODE_ID = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 _HOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # Repository and snapshot names, as Elasticsearch allows them: lowercase, no separators, not `_all`-like.
@@ -62,21 +63,22 @@ MAX_VOTING_CONFIG_EXCLUSIONS = int_setting(
 )
 
 
-def key_problem(key: str) -> str | None:
-    if not isinstance(key, str) or _KEY.fullmatch(key) is None:
-        return "a metadata key must be 1 to 256 characters without control characters"
-    return None
-
-
 def metadata_key_problem(key: str) -> str | None:
-    """A key of the metadata map. Names starting with `_` are reserved for the API's own endpoints
-    (`_txn`, `_watch`), which can then never clash with a key."""
-    problem = key_problem(key)
-    if problem is not None:
-        return problem
-    if key.startswith("_"):
-        return f"metadata key [{key}] is reserved: names starting with [_] are not allowed"
-    return None
+    """A key of the metadata map, as every write checks it: the rules of `coordinated.key_names`, the one
+    definition that the client and the docs share. Names starting with `_` are reserved for the API's own
+    endpoints (`_txn`, `_watch`), which can then never clash with a key."""
+    return key_problem(key)
+
+
+def key_prefix_problem(prefix: str) -> str | None:
+    """A prefix of key names (a watch's): the rules of `coordinated.key_names` for characters."""
+    return prefix_problem(prefix)
+
+
+def stored_key_problem(key: str, state: ClusterState) -> str | None:
+    """A key a read or a delete names: any key the state holds, whatever its name (an earlier version may
+    have stored one that the rules now refuse; it stays readable and deletable), else the rules."""
+    return None if key in state.kv else metadata_key_problem(key)
 
 
 def session_id_problem(session: str) -> str | None:
@@ -227,7 +229,7 @@ def exclusions_problem(
     except ValueError as error:
         return f"invalid parameter [node_names]: {error}"
     for node_id in request.node_ids:
-        if key_problem(node_id) is not None:
+        if not isinstance(node_id, str) or _NODE_ID.fullmatch(node_id) is None:
             return f"invalid parameter [node_ids]: [{node_id!r}] is not a node id"
     to_add = resolve_exclusions(request, nodes)
     existing_ids = {exclusion.node_id for exclusion in existing}
@@ -252,8 +254,10 @@ def request_problem(request: ClientRequest, state: ClusterState, settings: Setti
     """The master's check of any client request against its current state and settings."""
     if isinstance(request, KvPut) and request.session is not None:
         return metadata_key_problem(request.key) or session_id_problem(request.session)
-    if isinstance(request, KvPut | KvDelete | KvGet):
+    if isinstance(request, KvPut):
         return metadata_key_problem(request.key)
+    if isinstance(request, KvDelete | KvGet):
+        return stored_key_problem(request.key, state)
     if isinstance(request, SessionCreate):
         return session_create_problem(request)
     if isinstance(request, SessionKeepAlive | SessionEnd):

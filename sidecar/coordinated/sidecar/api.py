@@ -13,6 +13,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import parse_qsl, unquote
 
 import msgspec
 from aiohttp import web
@@ -45,11 +46,12 @@ from coordinated.coordination.settings import CLUSTER_NAME, parse_time_ms
 from coordinated.coordination.state import LONG_MAX, session_binding_to_api, state_to_api
 from coordinated.coordination.validation import (
     hook_name_problem,
-    key_problem,
+    key_prefix_problem,
     metadata_key_problem,
     session_create_problem,
     session_id_problem,
     settings_problem,
+    stored_key_problem,
     txn_problem,
 )
 from coordinated.sidecar.access import Tokens, access_middleware
@@ -138,6 +140,12 @@ async def errors_middleware(
 def check_params(request: web.Request, allowed: set[str]) -> Mapping[str, str]:
     if not request.query_string:
         return _NO_PARAMS  # most requests: no query to parse (yarl's parse of even an empty one costs)
+    raw_query = request.rel_url.raw_query_string
+    if "%" in raw_query:  # yarl would decode invalid UTF-8 to U+FFFD: a parameter changed without a word
+        try:
+            parse_qsl(raw_query, keep_blank_values=True, errors="strict")
+        except UnicodeDecodeError as error:
+            raise BadRequest(f"the query string is not UTF-8 once percent-decoded: {error}") from None
     unknown = sorted(set(request.query) - allowed - _COMMON_PARAMS)
     if unknown:
         raise BadRequest(
@@ -216,10 +224,30 @@ def decode_body(data: Any, type_: type[Any], what: str) -> Any:
         raise BadRequest(f"invalid {what}: {error}", "x_content_parse_exception") from None
 
 
+def key_in_path(request: web.Request) -> str:
+    """The key named by the rest of the path, percent-decoded once as UTF-8: `%2F` names the same key as `/`,
+    and `%252F` a key with `%2F` in it. aiohttp's decoded path cannot tell those two apart, so the raw path
+    is decoded here, exactly once."""
+    encoded = request.rel_url.raw_path.split("/", 3)[3]  # after "", "_cluster" and "metadata"
+    try:
+        return unquote(encoded, errors="strict")
+    except UnicodeDecodeError as error:
+        raise BadRequest(f"the key in the path is not UTF-8 once percent-decoded: {error}") from None
+
+
 def check_key(request: web.Request) -> str:
-    """The key named by the rest of the path, `/` included; `%2F` names the same key as `/`."""
-    key = request.match_info["key"].replace("%2F", "/").replace("%2f", "/")
+    """The key a write names, as every write checks it."""
+    key = key_in_path(request)
     problem = metadata_key_problem(key)
+    if problem is not None:
+        raise BadRequest(problem)
+    return key
+
+
+def check_stored_key(request: web.Request) -> str:
+    """The key a read or a delete names: any key this node's state holds, else a name the rules allow."""
+    key = key_in_path(request)
+    problem = stored_key_problem(key, node_of(request).applied_state)
     if problem is not None:
         raise BadRequest(problem)
     return key
@@ -471,7 +499,7 @@ async def metadata_put(request: web.Request) -> web.Response:
 
 async def metadata_delete(request: web.Request) -> web.Response:
     query = check_params(request, {"timeout", "master_timeout", "if_version"})
-    key = check_key(request)
+    key = check_stored_key(request)
     condition = write_condition(query)
     timeout_ms = timeout_of(query)
     await no_body(request)
@@ -532,7 +560,7 @@ def key_not_found(key: str) -> web.Response:
 
 async def metadata_get(request: web.Request) -> web.Response:
     query = check_params(request, {"local", "timeout", "master_timeout"})
-    key = check_key(request)
+    key = check_stored_key(request)
     local = param_bool(query, "local", False)
     timeout_ms = timeout_of(query)
     node = node_of(request)
@@ -578,12 +606,9 @@ def watch_prefix(query: Mapping[str, str]) -> str:
     prefix = query.get("prefix", "")
     if prefix == "":
         return prefix  # every key
-    if key_problem(prefix) is not None:
-        raise BadRequest("parameter [prefix] must be 0 to 256 characters without control characters")
-    if prefix.startswith("_"):
-        raise BadRequest(
-            f"parameter [prefix] is [{prefix}], but key names starting with [_] are reserved: it matches no key"
-        )
+    problem = key_prefix_problem(prefix)
+    if problem is not None:
+        raise BadRequest(f"invalid parameter [prefix]: {problem}")
     return prefix
 
 
