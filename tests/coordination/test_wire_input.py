@@ -14,6 +14,7 @@ from coordinated.coordination.client import (
     KvPut,
     UpdateSettings,
 )
+from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.messages import (
     Envelope,
     PublishRequest,
@@ -22,7 +23,7 @@ from coordinated.coordination.messages import (
     encode_envelope,
 )
 from coordinated.coordination.settings import CoordinationSettings
-from coordinated.coordination.state import LONG_MAX, ClusterState, DiscoveryNode
+from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.validation import (
     exclusions_problem,
     hook_name_problem,

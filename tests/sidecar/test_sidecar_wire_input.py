@@ -10,8 +10,9 @@ import msgspec
 import pytest
 from test_sidecar_transport import SECRET, Peer, close_code, make_sender, raw_stream, run, until
 
+from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.messages import Envelope, LeaderCheck, Message, encode_envelope
-from coordinated.coordination.state import LONG_MAX, DiscoveryNode
+from coordinated.coordination.state import DiscoveryNode
 from coordinated.sidecar.auth import MAX_CLOCK_SKEW_S, NONCE_BYTES, ReplayCache, TransportAuth
 from coordinated.sidecar.transport import MESSAGE_PATH
 

@@ -32,6 +32,7 @@ from coordinated.coordination.client import (
     Txn,
     UpdateSettings,
 )
+from coordinated.coordination.counters import CEILING
 from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
 from coordinated.coordination.settings import (
     SettingsError,
@@ -152,11 +153,19 @@ def repository_problem(request: PutRepository) -> str | None:
     return None
 
 
-def restore_problem(request: RestoreSnapshot) -> str | None:
+def restore_problem(request: RestoreSnapshot, current_version: int) -> str | None:
     """Every key named well, with consistent versions, and every setting valid: a damaged or hand-edited
-    snapshot must not commit what the API would refuse."""
+    snapshot must not commit what the API would refuse. Its versions must also leave the cluster room to count
+    on: no higher than the cluster's own version or `counters.CEILING`, whichever is higher (the restored
+    state's version is one above them, and the nodes take it from the master as any publication)."""
     if set(request.kv) != set(request.kv_versions):
         return f"snapshot [{request.snapshot}] does not give versions for exactly its keys"
+    highest = max(current_version, CEILING)
+    if request.snapshot_version > highest:
+        return (
+            f"snapshot [{request.snapshot}] is of version [{request.snapshot_version}], beyond the highest version "
+            f"a restore may bring [{highest}]"
+        )
     for key, versions in request.kv_versions.items():
         problem = metadata_key_problem(key)
         if problem is not None:
@@ -258,5 +267,5 @@ def request_problem(request: ClientRequest, state: ClusterState, max_exclusions:
     if isinstance(request, DeleteRepository):
         return snapshot_name_problem(request.name, "repository")
     if isinstance(request, RestoreSnapshot):
-        return restore_problem(request)
+        return restore_problem(request, state.version)
     return None

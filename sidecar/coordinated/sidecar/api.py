@@ -40,8 +40,9 @@ from coordinated.coordination.client import (
     no_master_error,
 )
 from coordinated.coordination.context import Mode
+from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.settings import parse_time_ms
-from coordinated.coordination.state import LONG_MAX, session_binding_to_api, state_to_api
+from coordinated.coordination.state import session_binding_to_api, state_to_api
 from coordinated.coordination.validation import (
     hook_name_problem,
     key_problem,
