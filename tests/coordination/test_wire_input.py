@@ -17,6 +17,7 @@ from coordinated.coordination.client import (
 from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.messages import (
     Envelope,
+    JoinRequest,
     PublishRequest,
     StartJoinRequest,
     decode_envelope,
@@ -185,3 +186,20 @@ def test_a_forwarded_error_status_must_be_an_http_error(status: int) -> None:
     ).encode()
     with pytest.raises(msgspec.ValidationError, match="status"):
         decode_envelope(body)
+
+
+def test_a_join_claiming_the_masters_own_address_is_refused_and_the_master_stays() -> None:
+    """Found by the forged-numbers property test: a join from another id at the master's own address made the
+    master drop itself from its state, publish to itself as another node, and fail an assertion."""
+    cluster = formed()
+    leader = cluster.leader()
+    assert leader is not None
+    impostor = DiscoveryNode("impostor", leader.name, leader.address)
+    join = JoinRequest(impostor, 1, 0, None, leader.running().applied_state.cluster_uuid, True)
+    assert (
+        cluster.deliver_from_wire(leader, "elsewhere:9300", encode_envelope(Envelope("elsewhere:9300", join))) is None
+    )
+    cluster.run_for(35 * SECOND)
+    assert cluster.leader() is leader
+    assert "impostor" not in leader.running().applied_state.nodes
+    assert isinstance(submit(cluster, leader.index, KvPut("after", 1)), Committed)

@@ -139,7 +139,12 @@ def add_exclusions(
     return None
 
 
-def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list[VotingConfigExclusion]) -> None:
+def _join(
+    node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list[VotingConfigExclusion], master: DiscoveryNode
+) -> client.ClusterError | None:
+    if node.transport_address == master.transport_address and node.id != master.id:
+        # Never a restart of the master (it is running): a forged or confused join must not remove it.
+        return client.bad_request(f"node [{node.name}] claims the master's own address [{node.transport_address}]")
     for other_id, other in list(nodes.items()):
         if other.transport_address == node.transport_address and other_id != node.id:
             del nodes[other_id]  # a restarted node with a new id at the same address
@@ -147,6 +152,7 @@ def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list
     for index, exclusion in enumerate(exclusions):
         if exclusion.node_id == f"{ABSENT_PREFIX}{node.name}":
             exclusions[index] = VotingConfigExclusion(node.id, node.name)
+    return None
 
 
 class _Tracked:
@@ -444,7 +450,7 @@ def execute_batch(
             elected = True
             nodes[context.master.id] = context.master
         elif isinstance(task, NodeJoin):
-            _join(task.node, nodes, exclusions)
+            result = _join(task.node, nodes, exclusions, context.master)
         elif isinstance(task, NodeLeft):
             nodes.pop(task.node_id, None)
         elif isinstance(task, ExpireSessions):
