@@ -109,8 +109,9 @@ class Coordinator:
             on_term_seen=self._update_max_term_seen,
         )
         self.bootstrap = ClusterBootstrapService(ctx, self.coordination_state.set_initial_state)
+        self.joins = JoinHelper(ctx)
         self.formation = ClusterFormationFailureHelper(
-            ctx, self.peer_finder.discovered_nodes, lambda: self.peer_finder.unreachable
+            ctx, self.peer_finder.discovered_nodes, lambda: self.peer_finder.unreachable, self.joins.recent_rejection
         )
         self.election_scheduler: ElectionScheduler | None = None
         self.pre_votes = PreVoteCollector(
@@ -119,7 +120,6 @@ class Coordinator:
             start_election=self._start_election,
             on_term_seen=self._update_max_term_seen,
         )
-        self.joins = JoinHelper(ctx)
         self.publish_handler = PublishHandler(
             ctx,
             self.coordination_state,

@@ -59,6 +59,7 @@ from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
 from coordinated.sidecar.http_server import BODY_TIMEOUT_S
 from coordinated.sidecar.node import Node
+from coordinated.sidecar.problems import BLOCKING, RED, ProblemKind
 
 log = logging.getLogger("coordinated.api")
 _JSON_ENCODER = msgspec.json.Encoder()
@@ -376,8 +377,13 @@ def health_body(node: Node) -> dict[str, Any]:
     if foreign:
         problem = f"{problem}; {foreign}" if problem else foreign
     persistence_problem = node.persist_monitor.failure
-    if persistence_problem:
+    problems = node.problems()
+    if any(found.kind in RED for found in problems):
         status = "red"  # this node cannot accept states: whatever it serves may be stale
+    if problem:
+        # Why no master, as far as the transport can tell: peers that refused this node, or that it refused.
+        refused = [found.reason for found in problems if found.kind is ProblemKind.TRANSPORT]
+        problem = "; ".join([problem, *refused])
     return {
         "cluster_name": state.cluster_name,
         "cluster_uuid": state.cluster_uuid,
@@ -388,6 +394,7 @@ def health_body(node: Node) -> dict[str, Any]:
         "number_of_master_eligible_nodes": sum(1 for n in nodes.values() if n.master_eligible),
         "formation_problem": problem,
         "persistence_problem": persistence_problem,
+        "problems": [found.to_api() for found in problems],
         "mode": str(node.coordinator.mode),
         "term": node.coordinator.current_term,
         "version": state.version,
@@ -841,8 +848,9 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     node = node_of(request)
     assert node.coordinator is not None
-    if node.persist_monitor.failure:
-        return web.json_response({"ready": False, "reason": node.persist_monitor.failure}, status=503)
+    blocking = [found.reason for found in node.problems() if found.kind in BLOCKING]
+    if blocking:
+        return web.json_response({"ready": False, "reason": "; ".join(blocking)}, status=503)
     if node.applied_state.master_node is not None and node.coordinator.mode is not Mode.CANDIDATE:
         return web.json_response({"ready": True, "master_node": node.applied_state.master_node})
     return web.json_response({"ready": False, "reason": node.coordinator.formation_problem or "no master"}, status=503)

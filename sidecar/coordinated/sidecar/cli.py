@@ -14,7 +14,6 @@ import uvloop
 from aiohttp import web
 
 from coordinated.coordination.settings import SettingsError
-from coordinated.sidecar.access import Tokens
 from coordinated.sidecar.api import client_app
 from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
 from coordinated.sidecar.http_server import ClientAppRunner
@@ -121,14 +120,12 @@ async def serve(node: Node, config: NodeConfig) -> int:
             max_body,
             max_chunk_size=config.get("transport.max_chunk_size"),
             current_term=node.current_term,
+            refusals=node.refusals,
         ),
         access_log=None,
         handle_signals=False,
     )
-    tokens_file = config.get("http.auth.tokens_file")
-    client_runner = ClientAppRunner(
-        client_app(node, Tokens(tokens_file) if tokens_file else None, [setup_snapshot_routes])
-    )
+    client_runner = ClientAppRunner(client_app(node, node.tokens, [setup_snapshot_routes]))
     await transport_runner.setup()
     await client_runner.setup()
     sites = [

@@ -36,9 +36,11 @@ from coordinated.coordination.history import HistoryEvent
 from coordinated.coordination.messages import Message
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.state import ClusterState, DiscoveryNode
+from coordinated.sidecar.access import Tokens
 from coordinated.sidecar.auth import TransportAuth
 from coordinated.sidecar.change_log import ChangeLog
 from coordinated.sidecar.config import NodeConfig
+from coordinated.sidecar.file_watch import FileWatch
 from coordinated.sidecar.group_commit import GroupCommit
 from coordinated.sidecar.history import HistoryWriter
 from coordinated.sidecar.hooks import HookManager
@@ -46,10 +48,13 @@ from coordinated.sidecar.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapsho
 from coordinated.sidecar.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.persistence import (
     HOOKS_FILE,
+    NODE_ID_FILE,
     DataDirLock,
     FilePersistedState,
     prepare_data_dir,
 )
+from coordinated.sidecar.problems import NodeProblem, ProblemKind, count_by_kind
+from coordinated.sidecar.refusals import Refusals
 from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
 from coordinated.sidecar.transport import PeerSender, watch_until_closed
 from coordinated.sidecar.watches import SharedBarrier, WatchHub
@@ -79,6 +84,11 @@ class Node:
             deferred_sync=config.get("persistence.sync") == "background",
         )
         self.node_id = self.persisted.node_id
+        # Files of the data directory besides the store's (which `persisted.files` watches): lost under the node,
+        # they would be missing at the next start.
+        self.file_watch = FileWatch()
+        self.file_watch.watch(config.data_dir / NODE_ID_FILE, "the node id file")
+        self.file_watch.watch(self.lock.path, "the data directory's lock file", fd=self.lock.fd)
         self.history = HistoryWriter(
             config.data_dir / "history", config.get("history.segment_size"), config.get("history.fsync")
         )
@@ -92,6 +102,9 @@ class Node:
             self.history.append(recovered.to_dict())
         secret_file = config.get("transport.secret_file")
         self.auth = TransportAuth.from_file(secret_file) if secret_file else None
+        tokens_file = config.get("http.auth.tokens_file")
+        self.tokens = Tokens(tokens_file) if tokens_file else None
+        self.refusals = Refusals()  # transport connections refused either way, for health
         transport_tls = TlsFiles.from_settings(config.parsed, "transport.ssl")
         self.transport_tls = ReloadingContext(transport_tls, Side.CLIENT) if transport_tls is not None else None
         roles = ("master",) if config.coordination.master_eligible else ()
@@ -145,6 +158,7 @@ class Node:
             tls_client=self.transport_tls,
             peer_name=self.peer_name,
             max_chunk_size=cfg.get("transport.max_chunk_size"),
+            refusals=self.refusals,
         )
         await self.sender.start()
         await self.hooks.start()
@@ -453,7 +467,23 @@ class Node:
             change_log_events=self.key_watches.log.events,
             sessions_active=len(state.sessions),
             ephemeral_keys=len(state.kv_sessions),
+            problems=count_by_kind(self.problems()),
         )
+
+    def problems(self) -> list[NodeProblem]:
+        """What is wrong with this node now (see `problems`)."""
+        found: list[NodeProblem] = []
+        if self.persist_monitor.failure:
+            found.append(NodeProblem(ProblemKind.PERSISTENCE, self.persist_monitor.failure))
+        for lost in (*self.persisted.files.problems(), *self.file_watch.problems()):
+            found.append(NodeProblem(ProblemKind.DATA_FILE, lost.describe()))
+        if self.tokens is not None:
+            self.tokens.check()
+            if self.tokens.problem is not None:
+                found.append(NodeProblem(ProblemKind.TOKENS_FILE, self.tokens.problem))
+        for refusal in self.refusals.recent():
+            found.append(NodeProblem(ProblemKind.TRANSPORT, refusal.describe()))
+        return found
 
     def follower_lag(self) -> dict[str, int]:
         """Per follower: the applied state's version minus the version the follower last reported applied,

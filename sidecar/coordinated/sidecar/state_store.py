@@ -360,13 +360,12 @@ class StateStore:
         covered = self.staged  # read before the fdatasync: every write counted here is in the file already
         try:
             crash_point("sync:before")
-            if self._wal_fd < 0 or os.fstat(self._wal_fd).st_ino != os.stat(self.wal).st_ino:
-                # SQLite keeps its WAL file while the connection is open (it truncates, never replaces it);
-                # the check is cheap insurance that the fd names the file SQLite writes.
-                if self._wal_fd >= 0:
-                    os.close(self._wal_fd)
-                    self._wal_fd = -1
+            if self._wal_fd < 0:
                 self._wal_fd = os.open(self.wal, os.O_RDONLY)
+            elif os.fstat(self._wal_fd).st_ino != os.stat(self.wal).st_ino:
+                # SQLite keeps its WAL file while the connection is open (it truncates, never replaces it), so
+                # another file at its path was put there from outside: syncing that one would prove nothing.
+                raise OSError(f"[{self.wal}] was replaced by another file while the node ran")
             os.fdatasync(self._wal_fd)
         except OSError as error:
             self.sync_failure = str(error)

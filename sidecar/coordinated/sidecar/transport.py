@@ -41,7 +41,7 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import aiohttp
 import msgspec
@@ -57,6 +57,7 @@ from coordinated.coordination.messages import (
 )
 from coordinated.sidecar.auth import (
     MAC_BYTES,
+    MAX_CLOCK_SKEW_S,
     NONCE_BYTES,
     ReplayCache,
     StreamMac,
@@ -73,6 +74,7 @@ from coordinated.sidecar.chunked import (
     is_chunk,
     transfer_term_version,
 )
+from coordinated.sidecar.refusals import REFUSAL_HEADER, Refusals, clock_difference, describe_clock_difference
 from coordinated.sidecar.tls import ReloadingContext
 
 log = logging.getLogger("coordinated.transport")
@@ -268,8 +270,10 @@ class PeerSender:
         tls_client: ReloadingContext | None = None,
         peer_name: Callable[[str], str] = str,
         max_chunk_size: int = DEFAULT_MAX_CHUNK_SIZE,
+        refusals: Refusals | None = None,
     ) -> None:
         self.local_address = local_address
+        self.refusals = refusals or Refusals()  # peers that refused this node, for health
         self.max_chunk_size = max_chunk_size
         self._transfer_ids = itertools.count(1)
         # Maps a destination address to the stable name its bytes are counted under (a node name: pod IPs
@@ -462,12 +466,13 @@ class PeerSender:
                     )
                     self._post_until[destination] = asyncio.get_running_loop().time() + UPGRADE_RETRY_S
                     return OLD_PEER
-                self._warnings.warn(
-                    f"refused {destination}", "peer %s refused the stream: %s %s", url, error.status, error.message
-                )
+                reason = refusal_reason(error.status, error.message, error.headers)
+                self.refusals.refused(destination, reason, by_peer=True)
+                self._warnings.warn(f"refused {destination}", "peer %s refused the stream: %s", url, reason)
                 return REFUSED
             except aiohttp.ClientSSLError as error:
                 # A peer whose certificate is not of this cluster's CA (or that refused ours): never a member.
+                self.refusals.refused(destination, f"TLS handshake failed: {error}", by_peer=True)
                 self._warnings.warn(f"tls {destination}", "TLS handshake with %s failed: %s", url, error)
                 return REFUSED
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as error:
@@ -479,6 +484,7 @@ class PeerSender:
                 ):
                     # The peer listens but dropped the connection in or right after the TLS handshake (with
                     # uvloop a refused client certificate shows this way rather than as a reset stream).
+                    self.refusals.refused(destination, CERTIFICATE_REFUSED, by_peer=True)
                     self._warnings.warn(
                         f"reset {destination}",
                         "peer %s closed the connection during the TLS handshake (%s): does this node's "
@@ -493,6 +499,7 @@ class PeerSender:
                 if self.tls_client is not None and isinstance(error, aiohttp.ClientOSError):
                     # With TLS 1.3 a peer checks our certificate after our side of the handshake is done; a
                     # refusal then shows here only as a reset connection, so say what it likely means.
+                    self.refusals.refused(destination, CERTIFICATE_REFUSED, by_peer=True)
                     self._warnings.warn(
                         f"reset {destination}",
                         "peer %s closed the connection as the stream was opened (%s): does this node's "
@@ -526,17 +533,19 @@ class PeerSender:
             await _close_quietly(ws)
             return REFUSED
         chunk_size = self.max_chunk_size if ws.protocol in _CHUNKED_PROTOCOLS else None
+        self.refusals.accepted(destination)
         return _Stream(destination, ws, mac, chunk_size)
 
     async def _post_or_report(self, destination: str, message: Message) -> None:
         # A unique POST: the receiver refuses a replay of it (see auth), retries of this one included.
         body = encode_envelope(Envelope(self.local_address, message, request_nonce=os.urandom(NONCE_BYTES).hex()))
-        if not await self._post(f"{self.scheme}://{destination}{MESSAGE_PATH}", body):
+        if not await self._post(destination, body):
             self.on_failure(destination, message)
 
-    async def _post(self, url: str, body: bytes) -> bool:
+    async def _post(self, destination: str, body: bytes) -> bool:
         """The transport of older versions, for peers without the stream endpoint."""
         assert self.session is not None
+        url = f"{self.scheme}://{destination}{MESSAGE_PATH}"
         for attempt in range(self.retries + 1):
             headers = {"Content-Type": "application/json"}
             if self.auth is not None:
@@ -544,8 +553,9 @@ class PeerSender:
             try:
                 async with self.session.post(url, data=body, headers=headers, ssl=self.ssl_context()) as response:
                     if response.status >= 400:
-                        text = (await response.text())[:200]
-                        log.warning("peer %s refused a message: %s %s", url, response.status, text)
+                        reason = refusal_reason(response.status, (await response.text())[:200], response.headers)
+                        self.refusals.refused(destination, reason, by_peer=True)
+                        log.warning("peer %s refused a message: %s", url, reason)
                     return True  # delivered (or refused for good): either way not a connection failure
             except aiohttp.ClientSSLError as error:
                 self._warnings.warn(f"tls {url}", "TLS handshake with %s failed: %s", url, error)
@@ -600,17 +610,44 @@ def _error(status: int, error_type: str, reason: str) -> web.Response:
     return web.json_response(error_body(error_type, reason, status), status=status)
 
 
+CERTIFICATE_REFUSED = (
+    "closed the connection during the TLS handshake: does this node's certificate (transport.ssl.certificate) "
+    "come from the cluster's CA?"
+)
+
+
+def refusal_reason(status: int, message: str, headers: Mapping[str, str] | None) -> str:
+    """What a peer's refusal says, from its status and headers; with how far this node's clock is from the
+    peer's when that is beyond what transport authentication allows (the likely cause of a 401 then)."""
+    headers = headers or {}
+    reason = f"{status} {headers.get(REFUSAL_HEADER) or message}"
+    difference = clock_difference(headers.get("Date"))
+    if status == 401 and difference is not None and abs(difference) > MAX_CLOCK_SKEW_S:
+        reason += f" ({describe_clock_difference(difference)}; transport authentication allows {MAX_CLOCK_SKEW_S}s)"
+    return reason
+
+
+def _refused(refusals: Refusals, request: web.Request, problem: str, status: int = 401) -> web.Response:
+    """A transport request refused for authentication: recorded for health, the reason in a header as well."""
+    refusals.refused(request.remote or "?", problem, by_peer=False)
+    response = _error(status, "security_exception", problem)
+    response.headers[REFUSAL_HEADER] = problem
+    return response
+
+
 def transport_app(
     on_message: Callable[[str, Message], None],
     auth: TransportAuth | None,
     max_body: int,
     max_chunk_size: int = DEFAULT_MAX_CHUNK_SIZE,
     current_term: Callable[[], int] = lambda: 0,
+    refusals: Refusals | None = None,
 ) -> web.Application:
     """`max_body`: the largest message, whole (a POST) or reassembled from chunks; `max_chunk_size`: the
     largest frame of a stream, besides the chunk header and MAC; `current_term`: the node's term, below which
     a chunked publication is dropped before it is buffered."""
     warnings = _RateLimitedWarnings()
+    refused = refusals or Refusals()  # peers this node refused, for health
     replays = ReplayCache()
     streams: set[web.WebSocketResponse] = set()
     closing = asyncio.Event()
@@ -621,7 +658,7 @@ def transport_app(
             problem = auth.verify(request.headers, body)
             if problem is not None:
                 warnings.warn("post 401", "refused a message from %s: %s", request.remote, problem)
-                return _error(401, "security_exception", problem)
+                return _refused(refused, request, problem)
         try:
             envelope = decode_envelope(body)
         except (msgspec.ValidationError, msgspec.DecodeError) as error:
@@ -633,7 +670,7 @@ def transport_app(
             problem = replays.admit(envelope.request_nonce, signed_at)
             if problem is not None:
                 warnings.warn("post replay", "refused a message from %s: %s", request.remote, problem)
-                return _error(401, "security_exception", problem)
+                return _refused(refused, request, problem)
         on_message(envelope.sender, envelope.message)
         return web.Response(status=204)
 
@@ -643,7 +680,7 @@ def transport_app(
             problem = auth.verify_stream_handshake(request.headers)
             if problem is not None:
                 warnings.warn("stream 401", "refused a stream from %s: %s", peer, problem)
-                return _error(401, "security_exception", problem)
+                return _refused(refused, request, problem)
         wanted = _HMAC_PROTOCOLS if auth is not None else _PLAIN_PROTOCOLS
         offered = _offered_protocols(request)
         protocol = next((candidate for candidate in wanted if candidate in offered), None)
@@ -680,8 +717,9 @@ def transport_app(
     async def watch(request: web.Request) -> web.StreamResponse:
         # Held open until this process stops: a follower watching its master sees the connection close at
         # once when the master dies (kill -9 included), instead of waiting for the next leader check.
-        if auth is not None and auth.verify(request.headers, b"") is not None:
-            return web.Response(status=401)
+        problem = auth.verify(request.headers, b"") if auth is not None else None
+        if problem is not None:
+            return _refused(refused, request, problem)
         response = web.StreamResponse(status=200)
         await response.prepare(request)
         await closing.wait()
