@@ -121,6 +121,7 @@ async def serve(node: Node, config: NodeConfig) -> int:
             max_chunk_size=config.get("transport.max_chunk_size"),
             current_term=node.current_term,
             refusals=node.refusals,
+            local_address=config.transport_address,
         ),
         access_log=None,
         handle_signals=False,

@@ -538,7 +538,8 @@ class PeerSender:
 
     async def _post_or_report(self, destination: str, message: Message) -> None:
         # A unique POST: the receiver refuses a replay of it (see auth), retries of this one included.
-        body = encode_envelope(Envelope(self.local_address, message, request_nonce=os.urandom(NONCE_BYTES).hex()))
+        nonce = os.urandom(NONCE_BYTES).hex()
+        body = encode_envelope(Envelope(self.local_address, message, request_nonce=nonce, receiver=destination))
         if not await self._post(destination, body):
             self.on_failure(destination, message)
 
@@ -627,6 +628,28 @@ def refusal_reason(status: int, message: str, headers: Mapping[str, str] | None)
     return reason
 
 
+def replay_problem(envelope: Envelope, signed_at: int, started_at: int, receivers: set[str]) -> str | None:
+    """Why a signed POST may be a replay from before this node started, or of one sent to another node."""
+    if envelope.receiver not in receivers:
+        return (
+            f"the request is addressed to [{envelope.receiver or 'no receiver'}], not to this node {sorted(receivers)}: "
+            "a signed POST must name the node it is sent to"
+        )
+    if signed_at <= started_at:
+        return "the request was signed before this node started: a replay from an earlier run is refused"
+    return None
+
+
+def _receivers(request: web.Request, local_address: str) -> set[str]:
+    """The addresses a POST to this node may name: its published one, and the one the connection reached."""
+    receivers = {local_address} if local_address else set()
+    sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+    if isinstance(sockname, tuple) and len(sockname) >= 2:
+        host = str(sockname[0])
+        receivers.add(f"[{host}]:{sockname[1]}" if ":" in host else f"{host}:{sockname[1]}")
+    return receivers
+
+
 def _refused(refusals: Refusals, request: web.Request, problem: str, status: int = 401) -> web.Response:
     """A transport request refused for authentication: recorded for health, the reason in a header as well."""
     refusals.refused(request.remote or "?", problem, by_peer=False)
@@ -642,13 +665,18 @@ def transport_app(
     max_chunk_size: int = DEFAULT_MAX_CHUNK_SIZE,
     current_term: Callable[[], int] = lambda: 0,
     refusals: Refusals | None = None,
+    local_address: str = "",
 ) -> web.Application:
     """`max_body`: the largest message, whole (a POST) or reassembled from chunks; `max_chunk_size`: the
     largest frame of a stream, besides the chunk header and MAC; `current_term`: the node's term, below which
-    a chunked publication is dropped before it is buffered."""
+    a chunked publication is dropped before it is buffered; `local_address`: this node's published transport
+    address, which a signed POST must name as its receiver."""
     warnings = _RateLimitedWarnings()
     refused = refusals or Refusals()  # peers this node refused, for health
     replays = ReplayCache()
+    # A signed POST from before this process started may have been seen by the one before it (whose replay
+    # cache is gone): refused, as are those signed in the very second it started.
+    started_at = int(time.time())
     streams: set[web.WebSocketResponse] = set()
     closing = asyncio.Event()
 
@@ -667,7 +695,8 @@ def transport_app(
         if auth is not None:
             signed_at = signed_at_or_problem(request.headers)
             assert isinstance(signed_at, int)  # verified above
-            problem = replays.admit(envelope.request_nonce, signed_at)
+            problem = replay_problem(envelope, signed_at, started_at, _receivers(request, local_address))
+            problem = problem or replays.admit(envelope.request_nonce, signed_at)
             if problem is not None:
                 warnings.warn("post replay", "refused a message from %s: %s", request.remote, problem)
                 return _refused(refused, request, problem)
