@@ -30,8 +30,7 @@ TOKENS = f"# roles\nadmin {ADMIN}\nwriter {WRITER}\nreader {READER}\n"
 
 
 def require_openssl() -> None:
-    if not have_openssl():
-        pytest.skip("needs the openssl command (make test installs it)")
+    assert have_openssl(), "needs the openssl command: make test installs it (scripts/system-deps.sh)"
 
 
 def bearer(token: str) -> dict[str, str]:

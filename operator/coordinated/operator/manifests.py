@@ -254,6 +254,8 @@ def security_settings(spec: ClusterSpec, tls_source: str | None) -> dict[str, st
             settings[f"{port}.ssl.key"] = key
             settings[f"{port}.ssl.certificate_authorities"] = f"{TLS_DIR}/{CA_CERT_KEY}"
         settings["http.ssl.client_authentication"] = spec.tls.client_authentication
+        # Only the pods' certificates are nodes': a client certificate from the same CA cannot join the transport.
+        settings["transport.ssl.trust_restrictions"] = f"*.{headless_service_name(spec)}.{spec.namespace}.svc"
     if spec.auth_enabled:
         settings["http.auth.tokens_file"] = f"{TOKENS_DIR}/{TOKENS_KEY}"
     return settings

@@ -93,6 +93,9 @@ MEANINGS: dict[str, str] = {
     "transport.ssl.certificate": "this node's transport certificate (PEM)",
     "transport.ssl.key": "the transport certificate's private key (PEM)",
     "transport.ssl.certificate_authorities": "the cluster's CA (PEM); a peer's certificate must chain to it",
+    "transport.ssl.trust_restrictions": "comma list of name patterns (`*` within one DNS label): only a certificate "
+    "with a matching DNS name, IP address or common name is a node's (required when client certificates come from "
+    "the transport's CA)",
     "http.ssl.enabled": "`true` for HTTPS on the client port's published address",
     "http.ssl.certificate": "the client port's certificate (PEM)",
     "http.ssl.key": "the client port certificate's private key (PEM)",

@@ -26,6 +26,7 @@ SECURITY_SETTINGS: frozenset[str] = frozenset(
             for port in ("transport", "http")
             for name in ("enabled", "certificate", "key", "certificate_authorities")
         ),
+        "transport.ssl.trust_restrictions",
         "http.ssl.client_authentication",
         "http.auth.tokens_file",
     }

@@ -122,6 +122,7 @@ async def serve(node: Node, config: NodeConfig) -> int:
             current_term=node.current_term,
             refusals=node.refusals,
             local_address=config.transport_address,
+            trust=node.transport_trust,
         ),
         access_log=None,
         handle_signals=False,

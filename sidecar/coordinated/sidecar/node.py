@@ -55,7 +55,7 @@ from coordinated.sidecar.persistence import (
 )
 from coordinated.sidecar.problems import NodeProblem, ProblemKind, count_by_kind
 from coordinated.sidecar.refusals import Refusals
-from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
+from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles, TrustRestrictions
 from coordinated.sidecar.transport import PeerSender, watch_until_closed
 from coordinated.sidecar.watches import SharedBarrier, WatchHub
 
@@ -107,6 +107,8 @@ class Node:
         self.refusals = Refusals()  # transport connections refused either way, for health
         transport_tls = TlsFiles.from_settings(config.parsed, "transport.ssl")
         self.transport_tls = ReloadingContext(transport_tls, Side.CLIENT) if transport_tls is not None else None
+        patterns = config.get("transport.ssl.trust_restrictions")
+        self.transport_trust = TrustRestrictions(patterns) if transport_tls is not None and patterns else None
         roles = ("master",) if config.coordination.master_eligible else ()
         self.local_node = DiscoveryNode(self.node_id, config.coordination.node_name, config.transport_address, roles)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -159,6 +161,7 @@ class Node:
             peer_name=self.peer_name,
             max_chunk_size=cfg.get("transport.max_chunk_size"),
             refusals=self.refusals,
+            trust=self.transport_trust,
         )
         await self.sender.start()
         await self.hooks.start()
@@ -282,7 +285,9 @@ class Node:
         loop = asyncio.get_running_loop()
         this = asyncio.current_task()
         started = loop.time()
-        reason = await watch_until_closed(self.sender.session, address, self.auth, self.transport_tls)
+        reason = await watch_until_closed(
+            self.sender.session, address, self.auth, self.transport_tls, self.transport_trust
+        )
         if loop.time() - started < 0.05:
             # Could not even connect (a peer still starting, say): do not report it at a high rate.
             await asyncio.sleep(0.5)

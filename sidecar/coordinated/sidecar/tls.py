@@ -10,18 +10,23 @@ but its key not yet, say) keeps the previous context and is tried again at the n
 
 The transport is mutual TLS: both sides present a certificate and require the peer's to chain to the
 cluster's CA (`certificate_authorities`). Peers are addressed by IP (resolved seeds, published addresses),
-so the chain is verified but not the host name, as with Elasticsearch's `verification_mode: certificate`:
-any certificate of the cluster's own CA is a member of the cluster.
+so the chain is verified but not the host name, as with Elasticsearch's `verification_mode: certificate`.
+A certificate the transport accepts is a node of the cluster, with every power of one (it can publish states),
+so when the CA also issues other certificates (client certificates for the client port, say), the transport's
+`TrustRestrictions` (`transport.ssl.trust_restrictions`, like Elasticsearch's trust restrictions) say which of
+its certificates are nodes': those with a name that matches one of the patterns.
 """
 
 from __future__ import annotations
 
 import enum
+import fnmatch
 import logging
 import os
+import re
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,3 +161,44 @@ class ReloadingContext:
 
         listener.sni_callback = use_newest
         return listener
+
+
+class TrustRestrictions:
+    """Which certificates of the CA are nodes: those with a DNS name, IP address or common name that matches one
+    of `patterns`. A pattern matches a name of as many dot-separated labels, label by label, where `*` matches
+    any characters within one label (`*.demo-headless.ns.svc` matches `demo-0.demo-headless.ns.svc`)."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.patterns = tuple(pattern.strip().lower() for pattern in patterns if pattern.strip())
+
+    def problem(self, peercert: Mapping[str, Any] | None) -> str | None:
+        """Why the peer's certificate (as `SSLObject.getpeercert()` gives it) is not a node's; None if it is."""
+        names = certificate_names(peercert or {})
+        if any(_matches(pattern, name) for pattern in self.patterns for name in names):
+            return None
+        return (
+            f"its certificate (names {names}) matches none of [transport.ssl.trust_restrictions] "
+            f"{list(self.patterns)}: it is not a node certificate of this cluster"
+        )
+
+
+def certificate_names(peercert: Mapping[str, Any]) -> list[str]:
+    names = [str(value) for kind, value in peercert.get("subjectAltName", ()) if kind in ("DNS", "IP Address")]
+    names += [str(value) for rdn in peercert.get("subject", ()) for key, value in rdn if key == "commonName"]
+    return names
+
+
+def _matches(pattern: str, name: str) -> bool:
+    wanted, labels = pattern.split("."), name.lower().split(".")
+    return len(wanted) == len(labels) and all(
+        fnmatch.fnmatchcase(label, want) for want, label in zip(wanted, labels, strict=True)
+    )
+
+
+_PEM_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
+
+
+def pem_certificates(path: str) -> set[bytes]:
+    """The certificates of a PEM bundle, as DER (to compare two bundles); raises OSError."""
+    with open(path, encoding="ascii", errors="replace") as bundle:
+        return {ssl.PEM_cert_to_DER_cert(block) for block in _PEM_CERTIFICATE.findall(bundle.read())}

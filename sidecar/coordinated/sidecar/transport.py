@@ -41,7 +41,7 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import aiohttp
 import msgspec
@@ -75,7 +75,7 @@ from coordinated.sidecar.chunked import (
     transfer_term_version,
 )
 from coordinated.sidecar.refusals import REFUSAL_HEADER, Refusals, clock_difference, describe_clock_difference
-from coordinated.sidecar.tls import ReloadingContext
+from coordinated.sidecar.tls import ReloadingContext, TrustRestrictions
 
 log = logging.getLogger("coordinated.transport")
 
@@ -271,8 +271,10 @@ class PeerSender:
         peer_name: Callable[[str], str] = str,
         max_chunk_size: int = DEFAULT_MAX_CHUNK_SIZE,
         refusals: Refusals | None = None,
+        trust: TrustRestrictions | None = None,
     ) -> None:
         self.local_address = local_address
+        self.trust = trust  # which certificates are nodes': messages go to no other peer
         self.refusals = refusals or Refusals()  # peers that refused this node, for health
         self.max_chunk_size = max_chunk_size
         self._transfer_ids = itertools.count(1)
@@ -458,7 +460,7 @@ class PeerSender:
                     ssl=self.ssl_context(),
                 )
             except aiohttp.WSServerHandshakeError as error:
-                if error.status in (404, 405):
+                if error.status in (404, 405) and self.trust is None:
                     log.info(
                         "%s has no stream endpoint (an older version?): sending POSTs for %.0fs",
                         destination,
@@ -513,6 +515,14 @@ class PeerSender:
         return UNREACHABLE
 
     async def _handshake(self, destination: str, ws: aiohttp.ClientWebSocketResponse) -> _Stream | _Outcome:
+        if self.trust is not None:
+            ssl_object = ws.get_extra_info("ssl_object")
+            problem = self.trust.problem(ssl_object.getpeercert() if ssl_object is not None else None)
+            if problem is not None:
+                self.refusals.refused(destination, f"this node refuses to send to it: {problem}", by_peer=True)
+                self._warnings.warn(f"trust {destination}", "not sending to %s: %s", destination, problem)
+                await _close_quietly(ws)
+                return REFUSED
         mac: StreamMac | None = None
         if ws.protocol in _HMAC_PROTOCOLS and self.auth is not None:
             try:
@@ -666,6 +676,7 @@ def transport_app(
     current_term: Callable[[], int] = lambda: 0,
     refusals: Refusals | None = None,
     local_address: str = "",
+    trust: TrustRestrictions | None = None,
 ) -> web.Application:
     """`max_body`: the largest message, whole (a POST) or reassembled from chunks; `max_chunk_size`: the
     largest frame of a stream, besides the chunk header and MAC; `current_term`: the node's term, below which
@@ -761,7 +772,19 @@ def transport_app(
             return_exceptions=True,
         )
 
-    app = web.Application(client_max_size=max_body)
+    @web.middleware
+    async def node_certificates_only(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        assert trust is not None
+        ssl_object = request.transport.get_extra_info("ssl_object") if request.transport is not None else None
+        problem = trust.problem(ssl_object.getpeercert() if ssl_object is not None else None)
+        if problem is not None:
+            warnings.warn("trust", "refused a transport request from %s: %s", request.remote, problem)
+            return _refused(refused, request, problem, status=403)
+        return await handler(request)
+
+    app = web.Application(client_max_size=max_body, middlewares=[node_certificates_only] if trust else [])
     app.router.add_post(MESSAGE_PATH, receive)
     app.router.add_get(STREAM_PATH, stream)
     app.router.add_get(WATCH_PATH, watch)
@@ -851,7 +874,11 @@ async def _serve_frames(
 
 
 async def watch_until_closed(
-    session: aiohttp.ClientSession, address: str, auth: TransportAuth | None, tls_client: ReloadingContext | None = None
+    session: aiohttp.ClientSession,
+    address: str,
+    auth: TransportAuth | None,
+    tls_client: ReloadingContext | None = None,
+    trust: TrustRestrictions | None = None,
 ) -> str:
     """Return (with the reason) when the peer's watch connection ends or cannot be opened."""
     headers = auth.sign(b"") if auth is not None else {}
@@ -862,6 +889,11 @@ async def watch_until_closed(
         async with session.get(url, headers=headers, timeout=timeout, ssl=context) as response:
             if response.status != 200:
                 return f"watch refused with {response.status}"
+            if trust is not None and response.connection is not None and response.connection.transport is not None:
+                ssl_object = response.connection.transport.get_extra_info("ssl_object")
+                problem = trust.problem(ssl_object.getpeercert() if ssl_object is not None else None)
+                if problem is not None:
+                    return f"not a node: {problem}"
             while await response.content.readany():
                 pass
             return "connection closed"
