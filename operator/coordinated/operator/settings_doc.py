@@ -74,6 +74,8 @@ MEANINGS: dict[str, str] = {
     "cluster.metadata.max_state_size": "ceiling on all keys and values together (UTF-8 names plus JSON values), "
     "decided by the master against the batch it builds; a write that would exceed it gets 400 naming the sizes",
     "transport.secret_file": "file with the cluster secret (at least 16 bytes); enables transport authentication",
+    "snapshot.secret_file": "file with the snapshot secret (at least 16 bytes): snapshots are written signed "
+    "(HMAC-SHA256) and only snapshots signed with it are read or restored",
     "transport.request_timeout": "time to wait for a peer to open a stream",
     "transport.connect_timeout": "TCP connect timeout to a peer",
     "transport.retries": "retries when a message was certainly not delivered (0 or more)",

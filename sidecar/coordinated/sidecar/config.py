@@ -112,6 +112,7 @@ def _time(value: str) -> int:
 
 SIDECAR_SETTINGS = (
     Setting("transport.secret_file", parse_secret_file, None),
+    Setting("snapshot.secret_file", parse_secret_file, None),
     Setting("transport.request_timeout", _time, "10s"),
     Setting("transport.connect_timeout", _time, "1s"),
     Setting("transport.retries", parse_non_negative_int, "2"),

@@ -102,6 +102,8 @@ class Node:
             self.history.append(recovered.to_dict())
         secret_file = config.get("transport.secret_file")
         self.auth = TransportAuth.from_file(secret_file) if secret_file else None
+        snapshot_secret_file = config.get("snapshot.secret_file")
+        self.snapshot_secret = Path(snapshot_secret_file).read_bytes().strip() if snapshot_secret_file else None
         tokens_file = config.get("http.auth.tokens_file")
         self.tokens = Tokens(tokens_file) if tokens_file else None
         self.refusals = Refusals()  # transport connections refused either way, for health
