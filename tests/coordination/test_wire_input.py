@@ -12,6 +12,8 @@ from coordinated.coordination.client import (
     ClusterError,
     Committed,
     KvPut,
+    Txn,
+    TxnOp,
     UpdateSettings,
 )
 from coordinated.coordination.counters import LONG_MAX
@@ -26,6 +28,7 @@ from coordinated.coordination.messages import (
 from coordinated.coordination.settings import CoordinationSettings
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.validation import (
+    MAX_VALUE_DEPTH,
     exclusions_problem,
     hook_name_problem,
     key_problem,
@@ -118,6 +121,13 @@ def formed() -> SimulatedCluster:
     return cluster
 
 
+def nested(depth: int) -> object:
+    value: object = 1
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
 def follower_index(cluster: SimulatedCluster) -> int:
     leader = cluster.leader()
     return next(node.index for node in cluster.nodes if node is not leader)
@@ -137,6 +147,8 @@ def submit(cluster: SimulatedCluster, index: int, request: object) -> object:
         (UpdateSettings({"no.such.setting": "1"}), "unknown setting"),
         (UpdateSettings({"cluster.publish.timeout": "-5s"}), "cluster.publish.timeout"),
         (AddVotingConfigExclusions(node_names=("node0", "node1", "node2")), "every master-eligible node"),
+        (KvPut("deep", nested(MAX_VALUE_DEPTH + 1)), "nests deeper than [100] levels"),
+        (Txn(success=(TxnOp("put", "deep", nested(MAX_VALUE_DEPTH + 1)),)), "nests deeper"),
     ],
 )
 def test_the_master_refuses_a_bad_forwarded_request(request_: object, reason: str) -> None:
@@ -158,6 +170,8 @@ def test_the_master_refuses_a_bad_forwarded_request(request_: object, reason: st
 def test_a_good_forwarded_request_still_commits() -> None:
     cluster = formed()
     result = submit(cluster, follower_index(cluster), KvPut("good", 1))
+    assert isinstance(result, Committed)
+    result = submit(cluster, follower_index(cluster), KvPut("deep-enough", nested(MAX_VALUE_DEPTH)))
     assert isinstance(result, Committed)
 
 

@@ -228,6 +228,8 @@ def decode_envelope(data: bytes) -> Envelope:
         return _DECODER.decode(data)
     except UnicodeDecodeError as error:  # msgspec raises this for a string that is not UTF-8
         raise msgspec.DecodeError(f"invalid UTF-8: {error}") from None
+    except RecursionError:  # arrays or objects nested past what the decoder's stack holds
+        raise msgspec.DecodeError("nested too deeply") from None
 
 
 def message_type(message: Any) -> str:

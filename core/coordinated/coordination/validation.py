@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
@@ -50,6 +51,11 @@ _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # Repository and snapshot names, as Elasticsearch allows them: lowercase, no separators, not `_all`-like.
 _SNAPSHOT_NAME = re.compile(r"[a-z0-9][a-z0-9._+-]{0,254}")
 REPOSITORY_TYPES = ("fs",)
+# How deeply a key's value may nest arrays and objects. Every decoder of the wire and the disk holds a value
+# inside a few levels of its own (an envelope, a message, a state, a map), and a decoder's depth is bounded
+# (msgspec's and Python's near 1000): a value that one node took but another could not decode would stop
+# every publication that carries it. Jackson's default, which Elasticsearch keeps, is 1000 for a document.
+MAX_VALUE_DEPTH = 100
 ABSENT_PREFIX = "_absent_"  # an exclusion by name of a node that is not in the cluster (yet)
 
 
@@ -94,6 +100,19 @@ def session_create_problem(request: SessionCreate) -> str | None:
     return None
 
 
+def value_problem(key: str, value: Any) -> str | None:
+    """A key's value nested deeper than MAX_VALUE_DEPTH levels of arrays and objects; measured without
+    recursion, so that any value can be judged."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth > MAX_VALUE_DEPTH:
+                return f"the value of key [{key}] nests deeper than [{MAX_VALUE_DEPTH}] levels of arrays and objects"
+            pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return None
+
+
 def txn_problem(txn: Txn) -> str | None:
     """Every key named well, at most MAX_TXN_OPS compares and ops, a value for every put, and in each branch a
     key at most once among the put and delete ops (their order within a state would be ambiguous)."""
@@ -111,6 +130,8 @@ def txn_problem(txn: Txn) -> str | None:
                 return f"{branch}: {problem}"
             if op.op == "put" and op.value is msgspec.UNSET:
                 return f"{branch}: the put of [{op.key}] has no [value]"
+            if op.op == "put" and (problem := value_problem(op.key, op.value)) is not None:
+                return f"{branch}: {problem}"
             if op.op != "put" and op.value is not msgspec.UNSET:
                 return f"{branch}: a [{op.op}] op takes no [value]"
             if op.session is not None:
@@ -167,7 +188,7 @@ def restore_problem(request: RestoreSnapshot, current_version: int) -> str | Non
             f"a restore may bring [{highest}]"
         )
     for key, versions in request.kv_versions.items():
-        problem = metadata_key_problem(key)
+        problem = metadata_key_problem(key) or value_problem(key, request.kv.get(key))
         if problem is not None:
             return f"snapshot [{request.snapshot}]: {problem}"
         if not 1 <= versions.create_version <= versions.version <= request.snapshot_version:
@@ -248,9 +269,12 @@ def exclusions_problem(
 
 def request_problem(request: ClientRequest, state: ClusterState, max_exclusions: int) -> str | None:
     """The master's check of any client request against its current state."""
-    if isinstance(request, KvPut) and request.session is not None:
-        return metadata_key_problem(request.key) or session_id_problem(request.session)
-    if isinstance(request, KvPut | KvDelete | KvGet):
+    if isinstance(request, KvPut):
+        problem = metadata_key_problem(request.key) or value_problem(request.key, request.value)
+        if problem is None and request.session is not None:
+            problem = session_id_problem(request.session)
+        return problem
+    if isinstance(request, KvDelete | KvGet):
         return metadata_key_problem(request.key)
     if isinstance(request, SessionCreate):
         return session_create_problem(request)

@@ -51,6 +51,7 @@ from coordinated.coordination.validation import (
     session_id_problem,
     settings_problem,
     txn_problem,
+    value_problem,
 )
 from coordinated.sidecar.access import Tokens, access_middleware
 from coordinated.sidecar.change_log import ChangesGone
@@ -474,6 +475,9 @@ async def metadata_put(request: web.Request) -> web.Response:
         check_session_id(session, "session")
     timeout_ms = timeout_of(query)
     value = await read_json(request)
+    problem = value_problem(key, value)  # before it is forwarded: every node must be able to decode it
+    if problem is not None:
+        raise BadRequest(problem)
     return write_result(key, await node_of(request).submit(KvPut(key, value, condition, session), timeout_ms))
 
 

@@ -30,6 +30,11 @@ _LINE_ENCODER = msgspec.json.Encoder(order="sorted", enc_hook=str)
 _MARK_MARKERS = tuple(b'"type":"%s"' % kind.encode() for kind in ("term", "accepted", *RESET_EVENTS))
 
 
+# What reading one history line can raise: a line that is not JSON, lacks a field or holds the wrong type, a
+# number too large for an int (`1e999`), or arrays nested past the decoder's stack.
+_UNREADABLE = (ValueError, KeyError, TypeError, OverflowError, RecursionError)
+
+
 def segment_name(first_seq: int) -> str:
     return f"segment-{first_seq:012d}.jsonl"
 
@@ -58,7 +63,7 @@ def last_seq_in(path: Path) -> tuple[int | None, bool]:
             continue
         try:
             return int(json.loads(line)["seq"]), partial
-        except (ValueError, KeyError, TypeError):
+        except _UNREADABLE:
             continue  # the first line of the tail window may be cut; keep looking back
     return None, partial
 
@@ -139,7 +144,7 @@ def read_events_after(directory: Path, after_seq: int, limit: int | None = None)
                     continue  # a crash-cut line
                 try:
                     seq = int(json.loads(line)["seq"])
-                except (ValueError, KeyError, TypeError):
+                except _UNREADABLE:
                     continue
                 if seq > after_seq:
                     yield line
@@ -193,7 +198,7 @@ def summarize_history(directory: Path) -> HistorySummary:
                         marks_term, marks_version = (int(part) for part in event["marks_accepted"])
                         segment_term, segment_accepted = int(event["marks_term"]), (marks_term, marks_version)
                         reset = True
-                except (ValueError, KeyError, TypeError):
+                except _UNREADABLE:
                     damaged.append(f"[{path}] line {number}")
                     continue
                 events += 1

@@ -174,6 +174,8 @@ def decode_snapshot(data: bytes, path: Path, secret: bytes | None = None) -> Sna
         snapshot = _DECODER.decode(payload)
     except (msgspec.DecodeError, UnicodeDecodeError) as error:
         raise SnapshotCorrupt(f"snapshot file [{path}] is damaged: {error}") from None
+    except RecursionError:
+        raise SnapshotCorrupt(f"snapshot file [{path}] is damaged: nested too deeply") from None
     if snapshot.format != FORMAT:
         raise SnapshotCorrupt(f"snapshot file [{path}] has format [{snapshot.format}]; this version reads [{FORMAT}]")
     problem = content_problem(snapshot)

@@ -185,6 +185,8 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
         rest = decode_state(meta["state"])
     except msgspec.MsgspecError as error:
         raise StoreCorrupt(f"cannot decode: {error}") from None
+    except RecursionError:
+        raise StoreCorrupt("cannot decode: nested too deeply") from None
     if coordination.format not in READABLE_FORMATS:
         raise StoreCorrupt(
             f"unknown format [{coordination.format}] (this version reads formats {list(READABLE_FORMATS)})"
@@ -206,6 +208,8 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
             kv[key], versions = _ROW_DECODER.decode(value)
         except msgspec.MsgspecError as error:
             raise StoreCorrupt(f"cannot decode the row of key [{key}]: {error}") from None
+        except RecursionError:
+            raise StoreCorrupt(f"cannot decode the row of key [{key}]: nested too deeply") from None
         if versions is not None:
             kv_versions[key] = versions
     if (len(kv), crc_sum & _CRC_MASK) != (coordination.kv_count, coordination.kv_crc_sum):
