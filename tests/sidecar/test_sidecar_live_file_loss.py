@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_sidecar_security import wait_until
 
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.sidecar.file_watch import FileWatch
@@ -91,15 +92,6 @@ def health(node: LocalNode) -> dict[str, object]:
     _, body = node.get("/_cluster/health")
     assert isinstance(body, dict)
     return body
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting until {what}")
 
 
 def data_file_problems(node: LocalNode) -> list[str]:
