@@ -226,6 +226,7 @@ HISTORY_LINES = [
 @given(st.lists(mutated(HISTORY_LINES) | st.binary(max_size=80), max_size=6))
 @example([HISTORY_LINES[0].replace(b'"term":4', b'"term":1e999')])  # found: OverflowError (infinity to int)
 @example([HISTORY_LINES[0].replace(b"4", DEEP)])  # found: RecursionError
+@example([HISTORY_LINES[2].replace(b'"marks_term":4', b'"marks_term":-1')])  # found: a negative mark was taken
 def test_any_history_lines_are_read_or_reported_as_damage(lines: list[bytes]) -> None:
     with tempfile.TemporaryDirectory() as directory:
         history = Path(directory)
