@@ -1,17 +1,22 @@
-"""The `coordinated` command: one entry point for the sidecar, the demo, the audit job and the operator.
+"""The `coordinated` command: one entry point for the sidecar, the demo, the audit job, the operator and the
+command-line client.
 
 Each subcommand lives in its own package and is imported lazily, so that running a node never imports
-pyspark or kopf.
+pyspark or kopf. The programs that parse their own arguments (`node`, `audit`, ...) get the rest of the
+command line as it is; the client's commands (`kv`, `lock`, `endpoint`, ...) are click groups, which give
+their help, their exit codes and shell completion (`coordinated completion bash|zsh|fish`).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
+from typing import Any
 
-# subcommand -> (module exposing `main(argv) -> int`, one-line help)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
+import click
+
+# subcommand -> (module exposing `main(argv) -> int`, one-line help): programs with their own parsers.
+PROGRAMS: dict[str, tuple[str, str]] = {
     "node": ("coordinated.sidecar.cli", "run one sidecar node in the foreground"),
     "demo": ("coordinated.tools.demo", "run a local multi-node cluster demo, then audit it"),
     "node-tool": ("coordinated.sidecar.node_tool", "recover a stopped node after a quorum loss (unsafe-bootstrap)"),
@@ -20,18 +25,86 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("coordinated.simulation.cli", "run the deterministic simulator"),
 }
 
+# subcommand -> (module, attribute: a click command, one-line help): the command-line client (docs/cli.md).
+CLIENT_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "kv": ("coordinated.ctl.kv", "kv", "read and write keys: get, put, del, txn, export, import"),
+    "lock": (
+        "coordinated.ctl.recipes",
+        "lock",
+        "run a command while holding a lock (fencing token in $COORDINATED_LOCK_TOKEN)",
+    ),
+    "elect": ("coordinated.ctl.recipes", "elect", "campaign for leadership, or --listen to the leader"),
+    "session": ("coordinated.ctl.sessions", "session", "TTL sessions: grant, keepalive, revoke, list"),
+    "endpoint": ("coordinated.ctl.endpoint", "endpoint", "the nodes' status and health as a table"),
+    "member": ("coordinated.ctl.member", "member", "voting members: list, exclude, clear-exclusions"),
+    "snapshot": ("coordinated.ctl.snapshot", "snapshot", "snapshots: save, restore, list, delete"),
+    "settings": ("coordinated.ctl.settings", "settings", "the cluster's dynamic settings: get, set"),
+    "local": ("coordinated.ctl.local", "local", "a local 3-node cluster in the background: up, down"),
+    "completion": ("coordinated.ctl.completion", "completion", "print the shell completion script (bash, zsh, fish)"),
+}
+
+
+class LazyGroup(click.Group):
+    """Imports a subcommand's module only when that subcommand runs (or when completion or help needs it)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*PROGRAMS, *CLIENT_COMMANDS]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in PROGRAMS:
+            return program_command(name)
+        if name in CLIENT_COMMANDS:
+            module, attribute, _ = CLIENT_COMMANDS[name]
+            command = getattr(importlib.import_module(module), attribute)
+            assert isinstance(command, click.Command)
+            return command
+        return None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # The listing from the tables above, without importing every module.
+        rows = [(name, text) for name, (_, text) in PROGRAMS.items()]
+        rows += [(name, text) for name, (_, _, text) in CLIENT_COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def program_command(name: str) -> click.Command:
+    """A subcommand that hands the rest of the command line to a program's own `main(argv)`."""
+    module_name, help_text = PROGRAMS[name]
+
+    def run(args: tuple[str, ...]) -> int:
+        module = importlib.import_module(module_name)
+        return int(module.main(list(args)) or 0)
+
+    return click.Command(
+        name,
+        callback=run,
+        params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
+        help=help_text,
+        short_help=help_text,
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """The `coordinated` command: nodes, tools and the command-line client (docs/cli.md)."""
+
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="coordinated", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (_, help_text) in SUBCOMMANDS.items():
-        sub.add_parser(name, help=help_text, add_help=False)
-    if not argv or argv[0] not in SUBCOMMANDS:
-        parser.parse_args(argv)  # prints usage and exits 2
-        return 2
-    module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
-    return int(module.main(argv[1:]) or 0)
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        result: Any = cli.main(args, prog_name="coordinated", standalone_mode=False)
+    except click.exceptions.Exit as done:
+        return int(done.exit_code)
+    except click.ClickException as error:
+        error.show()
+        return error.exit_code
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        return 1
+    return int(result or 0)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ snapshots need the `admin` role when tokens are on."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coordinated.client.calls import Call, Retry, duration, ok, segment
@@ -31,6 +31,22 @@ def cluster_health(wait_for_nodes: int | None = None, timeout_s: float = 30.0) -
 def cluster_state(local: bool = False) -> Call[dict[str, Any]]:
     """The whole cluster state; `local`: this node's applied state, without asking the master."""
     return Call("GET", "/_cluster/state", ok, {"local": "true"} if local else {})
+
+
+def node_info() -> Call[dict[str, Any]]:
+    """`GET /`: the answering node's `name`, `node_id`, `cluster_name`, `cluster_uuid`, `mode` and `term`."""
+    return Call("GET", "/", ok, master_timeout=False)
+
+
+def cluster_settings() -> Call[dict[str, Any]]:
+    """The persistent settings that the answering node has applied: `{"persistent": {...}}`."""
+    return Call("GET", "/_cluster/settings", ok, master_timeout=False)
+
+
+def put_cluster_settings(persistent: Mapping[str, Any]) -> Call[dict[str, Any]]:
+    """Changes dynamic settings (a None value resets one); the answer holds the accepted settings. Writing
+    the same values twice ends in the same state, so a lost answer may be retried."""
+    return Call("PUT", "/_cluster/settings", ok, body={"persistent": dict(persistent)})
 
 
 def add_voting_config_exclusions(node_names: Sequence[str], timeout_s: float = 30.0) -> Call[dict[str, Any]]:

@@ -17,6 +17,7 @@ __all__ = [
     "cas",
     "clear_voting_config_exclusions",
     "cluster_health",
+    "cluster_settings",
     "cluster_state",
     "create",
     "create_session",
@@ -27,7 +28,9 @@ __all__ = [
     "get",
     "keepalive",
     "list_snapshots",
+    "node_info",
     "put",
+    "put_cluster_settings",
     "put_fs_repository",
     "restore_snapshot",
     "sessions",
@@ -159,6 +162,21 @@ def cluster_health(
 def cluster_state(client: ClientBase, *, local: bool = False) -> Flow[dict[str, Any]]:
     """`GET /_cluster/state`: from the master, or with `local` this node's applied state."""
     return (yield from perform(client, admin_calls.cluster_state(local)))
+
+
+def node_info(client: ClientBase) -> Flow[dict[str, Any]]:
+    """`GET /`: the node's `name`, `node_id`, `cluster_name`, `cluster_uuid`, `mode` and `term`."""
+    return (yield from perform(client, admin_calls.node_info()))
+
+
+def cluster_settings(client: ClientBase) -> Flow[dict[str, Any]]:
+    """`GET /_cluster/settings`: `{"persistent": {...}}`, the dynamic settings set on the cluster."""
+    return (yield from perform(client, admin_calls.cluster_settings()))
+
+
+def put_cluster_settings(client: ClientBase, persistent: Mapping[str, Any]) -> Flow[dict[str, Any]]:
+    """Sets dynamic settings (docs/settings.md); a None value resets a setting to its default."""
+    return (yield from perform(client, admin_calls.put_cluster_settings(persistent)))
 
 
 def add_voting_config_exclusions(

@@ -1,0 +1,102 @@
+"""The connection options every client command takes, and the `Client` they make.
+
+Endpoints come from `--endpoints` or `COORDINATED_ENDPOINTS` (a comma list), else from the cluster that
+`coordinated local up` started, else the sidecar's loopback listener (http://127.0.0.1:9200). The token and
+the CA bundle come from `--token`/`COORDINATED_TOKEN` and `--cacert`/`COORDINATED_CACERT`.
+"""
+
+from __future__ import annotations
+
+import functools
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
+
+import click
+
+from coordinated.client import Client
+from coordinated.client.endpoints import DEFAULT_ADDRESS, normalize
+from coordinated.ctl.failures import BadInput, as_exit_codes
+from coordinated.ctl.localstate import local_dir, read_record
+from coordinated.ctl.output import output_option
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# How long a command keeps retrying a cluster that does not answer (no connection, no master).
+DEFAULT_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class Connection:
+    endpoints: list[str]
+    token: str | None
+    verify: bool | ssl.SSLContext
+    timeout: float
+    output: str
+
+    def client(self, addresses: list[str] | None = None, *, retry: bool = True) -> Client:
+        """A client of the endpoints (or of `addresses`); without `retry`, one attempt per call."""
+        return Client(
+            addresses or self.endpoints,
+            token=self.token,
+            verify=self.verify,
+            request_timeout=min(self.timeout, 10.0) if self.timeout > 0 else 10.0,
+            retry_timeout=self.timeout if retry else 0,
+            follow_master=retry,
+        )
+
+
+def endpoints_from(given: str | None) -> list[str]:
+    if given is not None:
+        try:
+            endpoints = [normalize(address) for address in given.split(",") if address.strip()]
+        except ValueError as error:
+            raise BadInput(f"--endpoints: {error}") from error
+        if not endpoints:
+            raise BadInput("--endpoints: give at least one address, such as https://10.0.0.1:9200")
+        return endpoints
+    record = read_record(local_dir())
+    return record.endpoints if record is not None else [DEFAULT_ADDRESS]
+
+
+def verify_from(cacert: str | None) -> bool | ssl.SSLContext:
+    if cacert is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=cacert)
+    except (OSError, ssl.SSLError, ValueError) as error:
+        raise BadInput(f"--cacert {cacert}: not a readable PEM CA bundle ({error})") from error
+
+
+def connection_options(command: Callable[..., R]) -> Callable[..., R]:
+    """Adds the connection and output options to a command, which gets them as `connection`, and turns what
+    the client raises into the documented exit codes."""
+
+    @click.option("--endpoints", envvar="COORDINATED_ENDPOINTS", help="sidecar URLs, comma separated")
+    @click.option("--token", envvar="COORDINATED_TOKEN", help="bearer token (the cluster's client or admin token)")
+    @click.option(
+        "--cacert",
+        envvar="COORDINATED_CACERT",
+        type=click.Path(exists=True, dir_okay=False),
+        help="CA bundle that signed the sidecars' certificates",
+    )
+    @click.option(
+        "--timeout",
+        envvar="COORDINATED_TIMEOUT",
+        type=click.FloatRange(min=0),
+        default=DEFAULT_TIMEOUT_S,
+        show_default=True,
+        help="seconds to keep retrying an unreachable cluster (0: one attempt)",
+    )
+    @output_option
+    @functools.wraps(command)
+    def wrapper(
+        endpoints: str | None, token: str | None, cacert: str | None, timeout: float, output: str, **kwargs: Any
+    ) -> R:
+        connection = Connection(endpoints_from(endpoints), token or None, verify_from(cacert), timeout, output)
+        with as_exit_codes():
+            return command(connection=connection, **kwargs)
+
+    return wrapper

@@ -1,0 +1,162 @@
+"""`coordinated kv`: get, put, del and txn on keys, and export/import of every key as JSON Lines."""
+
+from __future__ import annotations
+
+import json
+from typing import IO, Any
+
+import click
+import msgspec
+
+from coordinated.client import Client, TxnResult, put_op
+from coordinated.ctl.connection import Connection, connection_options
+from coordinated.ctl.failures import BadInput, Failed
+from coordinated.ctl.inputs import json_document, json_lines, value_argument
+from coordinated.ctl.output import emit
+
+# The server takes at most this many ops in one transaction; an import writes in transactions of this size.
+MAX_TXN_OPS = 64
+
+
+@click.group()
+def kv() -> None:
+    """Read and write keys. Values are JSON."""
+
+
+@kv.command()
+@click.argument("key")
+@click.option("--local", is_flag=True, help="this node's applied state, without asking the master")
+@connection_options
+def get(connection: Connection, key: str, local: bool) -> None:
+    """The value of KEY, its version and create_version (exit 1 if it does not exist)."""
+    with connection.client() as client:
+        found = client.get(key, local=local)
+    data = {
+        "key": found.key,
+        "value": found.value,
+        "version": found.version,
+        "create_version": found.create_version,
+        "session": found.session,
+    }
+    emit(data, connection.output, ("key", "value", "version", "create_version", "session"))
+
+
+@kv.command()
+@click.argument("key")
+@click.argument("value")
+@click.option("--if-version", type=click.IntRange(min=0), help="write only if the key is at this version (0: absent)")
+@click.option("--create", is_flag=True, help="write only if the key does not exist")
+@click.option("--session", help="an ephemeral key of this session: deleted when the session ends")
+@connection_options
+def put(
+    connection: Connection, key: str, value: str, if_version: int | None, create: bool, session: str | None
+) -> None:
+    """Writes VALUE (JSON, or - to read it from stdin) to KEY. A failed condition exits 1."""
+    if create and if_version is not None:
+        raise click.UsageError("give --create or --if-version, not both")
+    parsed = value_argument(value)
+    with connection.client() as client:
+        if create:
+            written = client.create(key, parsed, session=session)
+        elif if_version is not None:
+            written = client.cas(key, parsed, if_version, session=session)
+        else:
+            written = client.put(key, parsed, session=session)
+    emit(write_data(written), connection.output, ("key", "version", "term"))
+
+
+@kv.command(name="del")
+@click.argument("key")
+@click.option("--if-version", type=click.IntRange(min=1), help="delete only if the key is at this version")
+@connection_options
+def delete(connection: Connection, key: str, if_version: int | None) -> None:
+    """Deletes KEY (exit 1 if it does not exist, or is not at --if-version)."""
+    with connection.client() as client:
+        written = client.delete(key, if_version=if_version)
+    emit(write_data(written), connection.output, ("key", "version", "term"))
+
+
+def write_data(written: Any) -> dict[str, Any]:
+    return {"key": written.key, "version": written.version, "term": written.term}
+
+
+class Compare(msgspec.Struct, forbid_unknown_fields=True):
+    key: str
+    version: int
+
+
+class TxnFile(msgspec.Struct, forbid_unknown_fields=True):
+    compare: list[Compare] = []
+    success: list[dict[str, Any]] = []
+    failure: list[dict[str, Any]] = []
+
+
+@kv.command()
+@click.argument("file", type=click.File("r"), default="-")
+@connection_options
+def txn(connection: Connection, file: IO[str]) -> None:
+    """Runs the transaction in FILE (default: stdin), all or nothing:
+
+    {"compare": [{"key": "a", "version": 3}], "success": [{"op": "put", "key": "a", "value": 1}],
+    "failure": [{"op": "get", "key": "a"}]}
+
+    Exits 1 when a compare failed (the failure ops ran instead)."""
+    document = json_document(file)
+    try:
+        spec = msgspec.convert(document, TxnFile)
+    except msgspec.ValidationError as error:
+        raise BadInput(f"the transaction in {file.name}: {error}") from error
+    with connection.client() as client:
+        result = client.txn([(c.key, c.version) for c in spec.compare], spec.success, spec.failure)
+    emit(txn_data(result), connection.output, ("succeeded", "version", "results"))
+    if not result.succeeded:
+        raise Failed("the transaction's compares failed: the failure ops ran")
+
+
+def txn_data(result: TxnResult) -> dict[str, Any]:
+    return {"succeeded": result.succeeded, "version": result.version, "results": result.results}
+
+
+@kv.command(name="export")
+@click.option("--include-ephemeral", is_flag=True, help="also the keys of live sessions")
+@click.option("--file", "file", type=click.File("w"), default="-", help="write here instead of stdout")
+@connection_options
+def export_keys(connection: Connection, include_ephemeral: bool, file: IO[str]) -> None:
+    """Every key and its value as JSON Lines ({"key", "value"} per line, sorted by key), read at one
+    committed state. Ephemeral keys are left out unless --include-ephemeral."""
+    with connection.client() as client:
+        state = client.cluster_state()
+    metadata = state["metadata"]
+    ephemeral = set() if include_ephemeral else set(metadata.get("ephemeral_keys", {}))
+    for key in sorted(metadata["kv"]):
+        if key not in ephemeral:
+            line = json.dumps({"key": key, "value": metadata["kv"][key]}, ensure_ascii=False, sort_keys=True)
+            click.echo(line, file=file)
+
+
+class ExportedKey(msgspec.Struct, forbid_unknown_fields=True):
+    key: str
+    value: Any
+
+
+@kv.command(name="import")
+@click.argument("file", type=click.File("r"), default="-")
+@connection_options
+def import_keys(connection: Connection, file: IO[str]) -> None:
+    """Writes the keys of FILE (default: stdin; the JSON Lines of `kv export`), in transactions of 64 keys.
+    A malformed line stops the import before anything is written."""
+    try:
+        entries = [msgspec.convert(line, ExportedKey) for line in json_lines(file)]
+    except msgspec.ValidationError as error:
+        raise BadInput(f'{file.name}: each line is {{"key": ..., "value": ...}}: {error}') from error
+    version = write_all(connection.client(), entries)
+    emit({"imported": len(entries), "version": version}, connection.output, ("imported", "version"))
+
+
+def write_all(client: Client, entries: list[ExportedKey]) -> int | None:
+    version = None
+    with client:
+        for start in range(0, len(entries), MAX_TXN_OPS):
+            chunk = entries[start : start + MAX_TXN_OPS]
+            version = client.txn([], [put_op(entry.key, entry.value) for entry in chunk]).version
+    return version
