@@ -72,9 +72,9 @@ def program_command(name: str) -> click.Command:
     """A subcommand that hands the rest of the command line to a program's own `main(argv)`."""
     module_name, help_text = PROGRAMS[name]
 
-    def run(args: tuple[str, ...]) -> int:
+    def run(args: tuple[str, ...]) -> None:
         module = importlib.import_module(module_name)
-        return int(module.main(list(args)) or 0)
+        raise click.exceptions.Exit(int(module.main(list(args)) or 0))
 
     return click.Command(
         name,
@@ -95,6 +95,7 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        # Not click's standalone mode, which ends with sys.exit: the caller gets the exit code.
         result: Any = cli.main(args, prog_name="coordinated", standalone_mode=False)
     except click.exceptions.Exit as done:
         return int(done.exit_code)

@@ -62,7 +62,7 @@ def end_quietly(session: Session) -> None:
 @ttl_option
 @click.option("--wait", type=click.FloatRange(min=0), help="give up (exit 1) if not acquired within these seconds")
 @connection_options
-def lock(connection: Connection, name: str, command: tuple[str, ...], ttl: float, wait: float | None) -> int:
+def lock(connection: Connection, name: str, command: tuple[str, ...], ttl: float, wait: float | None) -> None:
     """Holds the lock NAME while COMMAND runs (`coordinated lock NAME -- COMMAND ARGS...`), and exits with
     COMMAND's exit code. COMMAND gets COORDINATED_LOCK_NAME, COORDINATED_LOCK_TOKEN (the fencing token) and
     COORDINATED_SESSION in its environment."""
@@ -91,7 +91,7 @@ def lock(connection: Connection, name: str, command: tuple[str, ...], ttl: float
             if session.expired.is_set():
                 raise Failed(f"lost the lock [{name}]: the cluster ended the session; the command was stopped")
             held.release()
-            return code
+            raise click.exceptions.Exit(code)
         finally:
             end_quietly(session)
 
@@ -116,7 +116,7 @@ def wait_for(child: subprocess.Popen[bytes]) -> int:
 @click.option("--listen", is_flag=True, help="do not campaign: print the leader now and at every change")
 @ttl_option
 @connection_options
-def elect(connection: Connection, name: str, identity: str | None, listen: bool, ttl: float) -> int:
+def elect(connection: Connection, name: str, identity: str | None, listen: bool, ttl: float) -> None:
     """Campaigns in the election NAME as IDENTITY (default: host:pid), prints the leader and its token once
     elected, and leads until interrupted (then resigns). With --listen, prints the leader at every change."""
     identity = identity or f"{socket.gethostname()}:{os.getpid()}"
@@ -125,7 +125,8 @@ def elect(connection: Connection, name: str, identity: str | None, listen: bool,
         try:
             election = LeaderElection(client, name, session, identity)
             if listen:
-                return listen_to(election, connection.output)
+                listen_to(election, connection.output)
+                return
             token = election.campaign()
             emit({"name": name, "leader": identity, "token": token}, connection.output, ("name", "leader", "token"))
             sys.stdout.flush()
@@ -133,13 +134,13 @@ def elect(connection: Connection, name: str, identity: str | None, listen: bool,
                 session.expired.wait()
             except KeyboardInterrupt:
                 election.resign()
-                return 0
+                return
             raise Failed(f"lost the leadership of [{name}]: the cluster ended the session")
         finally:
             end_quietly(session)
 
 
-def listen_to(election: LeaderElection, output: str) -> int:
+def listen_to(election: LeaderElection, output: str) -> None:
     """One line per change of leader: JSON with `-o json`, else `NAME: LEADER (token N)`."""
     try:
         for leader in election.observe():
@@ -152,4 +153,3 @@ def listen_to(election: LeaderElection, output: str) -> int:
             sys.stdout.flush()
     except KeyboardInterrupt:
         pass
-    return 0

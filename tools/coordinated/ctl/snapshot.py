@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from coordinated.ctl.connection import Connection, connection_options
+from coordinated.ctl.failures import Failed
 from coordinated.ctl.output import emit
 
 COLUMNS = ("snapshot", "state", "state_version", "keys", "end_time")
@@ -72,8 +73,8 @@ def delete(connection: Connection, repository: str, name: str) -> None:
 def restore(connection: Connection, repository: str, name: str, yes: bool) -> None:
     """Replaces every key and the persistent settings with those of snapshot NAME, in one committed state.
     Keys written since the snapshot are gone. Asks first, unless --yes."""
-    if not yes:
-        click.confirm(f"replace every key with snapshot [{repository}:{name}]?", abort=True, err=True)
+    if not yes and not click.confirm(f"replace every key with snapshot [{repository}:{name}]?", err=True):
+        raise Failed("not restored: not confirmed (--yes restores without asking)")
     with connection.client() as client:
         answer = client.restore_snapshot(repository, name)
     restored = answer["snapshot"]
