@@ -235,7 +235,7 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     update_revision = None
     if statefulset_replicas is not None:
         update_revision = await kube.statefulset_update_revision(manifests.statefulset_name(spec), spec.namespace)
-    pods = await kube.pods(spec.namespace, manifests.selector_string(spec))
+    pods = await kube.pods(spec.namespace, manifests.node_selector_string(spec))
     # Certificates are renewed even while paused: letting them expire would be worse than any change.
     secured = await ensure_security(
         kube,
@@ -294,7 +294,7 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         obs,
         action,
         generation=spec.generation,
-        selector=manifests.selector_string(spec),
+        selector=manifests.node_selector_string(spec),
         previous=previous_status,
         now=now,
         problems=problems,
@@ -507,7 +507,6 @@ def certificate_pods(
 ) -> tuple[str, ...]:
     """Every pod that may run before the next pass: the spec's, the StatefulSet's and any still present."""
     prefix = f"{manifests.statefulset_name(spec)}-"
-    # Only the StatefulSet's pods: an audit job's pods carry the cluster's labels too.
     ordinals = [int(name[len(prefix) :]) for name in pods if name.startswith(prefix) and name[len(prefix) :].isdigit()]
     count = max(spec.replicas, statefulset_replicas or 0, *(ordinal + 1 for ordinal in ordinals))
     return manifests.pod_names(spec, count)

@@ -142,7 +142,33 @@ def selector_labels(spec: ClusterSpec) -> dict[str, str]:
 
 
 def selector_string(spec: ClusterSpec) -> str:
-    return ",".join(f"{key}={value}" for key, value in sorted(selector_labels(spec).items()))
+    """The StatefulSet's selector; it also matches the data claims (their template carries these labels)."""
+    return _label_string(selector_labels(spec))
+
+
+def node_selector_labels(spec: ClusterSpec) -> dict[str, str]:
+    """The cluster's nodes, and nothing else: the Services, the disruption budget and the operator select by these."""
+    return {**selector_labels(spec), "app.kubernetes.io/component": "node"}
+
+
+def node_selector_string(spec: ClusterSpec) -> str:
+    """The pods the operator observes, and the scale subresource's status.selector."""
+    return _label_string(node_selector_labels(spec))
+
+
+def _label_string(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+def audit_labels(spec: ClusterSpec) -> dict[str, str]:
+    """The audit job's pods. Not the cluster's `app.kubernetes.io/name`: a selector of the cluster's nodes (the
+    StatefulSet's, kept for compatibility, is only name and instance) must never count a finished audit pod."""
+    return {
+        "app.kubernetes.io/name": "coordinated-audit",
+        "app.kubernetes.io/instance": spec.name,
+        "app.kubernetes.io/component": "audit",
+        "app.kubernetes.io/managed-by": "coordinated-operator",
+    }
 
 
 def common_labels(spec: ClusterSpec, component: str = "node") -> dict[str, str]:
@@ -182,7 +208,7 @@ def headless_service(spec: ClusterSpec) -> Manifest:
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": selector_labels(spec),
+            "selector": node_selector_labels(spec),
             "ports": [
                 {"name": "transport", "port": TRANSPORT_PORT, "targetPort": "transport"},
                 {"name": "http", "port": HTTP_PORT, "targetPort": "http"},
@@ -199,7 +225,7 @@ def client_service(spec: ClusterSpec) -> Manifest:
         "metadata": _metadata(spec, client_service_name(spec)),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(spec),
+            "selector": node_selector_labels(spec),
             "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http"}],
         },
     }
@@ -511,7 +537,7 @@ def pod_disruption_budget(spec: ClusterSpec, health: str | None, voters: int) ->
     budget = spec.disruption_budget
     if budget.mode == "Disabled":
         return None
-    pdb_spec: dict[str, Any] = {"selector": {"matchLabels": selector_labels(spec)}}
+    pdb_spec: dict[str, Any] = {"selector": {"matchLabels": node_selector_labels(spec)}}
     if budget.mode == "Custom":
         if budget.min_available is not None:
             pdb_spec["minAvailable"] = budget.min_available
@@ -587,7 +613,7 @@ def audit_cronjob(spec: ClusterSpec, replicas: int, tls_source: str | None = Non
                 "spec": {
                     "backoffLimit": 1,
                     "template": {
-                        "metadata": {"labels": common_labels(spec, component="audit")},
+                        "metadata": {"labels": audit_labels(spec)},
                         "spec": {
                             "restartPolicy": "Never",
                             "serviceAccountName": spec.name,
