@@ -20,7 +20,7 @@ from aiohttp import web
 from kubernetes.client.exceptions import ApiException
 
 from coordinated.operator import handlers
-from coordinated.operator.observation import PodObservation
+from coordinated.operator.observation import PodObservation, StatefulSetObservation
 from coordinated.operator.spec import (
     ADOPTED_CLAIMS_ANNOTATION,
     CLUSTER_UUID_ANNOTATION,
@@ -96,11 +96,16 @@ class FakeKube:
     async def delete_if_present(self, *args: str) -> bool:
         return False
 
-    async def statefulset_replicas(self, name: str, namespace: str) -> int | None:
-        return self.replicas
-
-    async def statefulset_update_revision(self, name: str, namespace: str) -> str | None:
-        return self.update_revision
+    async def statefulset(self, name: str, namespace: str) -> StatefulSetObservation | None:
+        if self.replicas is None:
+            return None
+        applied = [m for m in self.applied if m["kind"] == "StatefulSet"]
+        template = applied[-1]["spec"]["template"]["spec"] if applied else {"volumes": []}
+        return StatefulSetObservation(
+            replicas=self.replicas,
+            update_revision=self.update_revision,
+            volumes=frozenset(volume["name"] for volume in template["volumes"]),
+        )
 
     async def delete_pod(self, name: str, namespace: str) -> None:
         self.deleted_pods.append(name)
@@ -245,7 +250,7 @@ def test_bootstrap_and_first_scale_down_step(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_failures_are_reported_not_raised() -> None:
     class BrokenKube(FakeKube):
-        async def statefulset_replicas(self, name: str, namespace: str) -> int | None:
+        async def statefulset(self, name: str, namespace: str) -> StatefulSetObservation | None:
             raise RuntimeError("API server unreachable")
 
     kube = BrokenKube(resource())

@@ -34,7 +34,13 @@ from coordinated.operator import (
     snapshot_schedule,
 )
 from coordinated.operator.kube import Kube, load_kube_config
-from coordinated.operator.observation import ClusterView, Observation, PodObservation, summarize_states
+from coordinated.operator.observation import (
+    ClusterView,
+    Observation,
+    PodObservation,
+    StatefulSetObservation,
+    summarize_states,
+)
 from coordinated.operator.planner import Action, ActionKind, plan
 from coordinated.operator.settings_validation import validate_settings
 from coordinated.operator.sidecar_client import (
@@ -231,10 +237,9 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     if spec.snapshots is not None and (schedule := snapshot_schedule.schedule_problem(spec.snapshots.schedule)):
         problems.append(schedule)
 
-    statefulset_replicas = await kube.statefulset_replicas(manifests.statefulset_name(spec), spec.namespace)
-    update_revision = None
-    if statefulset_replicas is not None:
-        update_revision = await kube.statefulset_update_revision(manifests.statefulset_name(spec), spec.namespace)
+    statefulset = await kube.statefulset(manifests.statefulset_name(spec), spec.namespace)
+    statefulset_replicas = statefulset.replicas if statefulset is not None else None
+    update_revision = statefulset.update_revision if statefulset is not None else None
     pods = await kube.pods(spec.namespace, manifests.node_selector_string(spec))
     # Certificates are renewed even while paused: letting them expire would be worse than any change.
     secured = await ensure_security(
@@ -302,9 +307,27 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     )
     # Written at once (not deferred) so an overlapping pass reads this status as its previous one.
     await kube.patch_status(spec.namespace, spec.name, status)
-    if not problems and not spec.paused and obs.cluster.master is not None and spec.recorded_cluster_uuid:
+    if (
+        not problems
+        and not spec.paused
+        and obs.cluster.master is not None
+        and spec.recorded_cluster_uuid
+        and snapshot_volume_mounted(statefulset, obs)
+    ):
         await _snapshots_and_restore(spec, obs, body, memo, logger, secured, previous_status)
     return action.kind is ActionKind.NONE
+
+
+def snapshot_volume_mounted(statefulset: StatefulSetObservation | None, obs: Observation) -> bool:
+    """Whether every pod runs with the snapshot volume at path.repo. Right after spec.snapshots is added the
+    pods still run the previous template, and a snapshot or restore asked of them fails (400: no path.repo); a
+    request waits for the rolling restart instead."""
+    return (
+        statefulset is not None
+        and manifests.SNAPSHOT_VOLUME in statefulset.volumes
+        and not obs.outdated_pods
+        and not statefulset.deleting
+    )
 
 
 async def _snapshots_and_restore(

@@ -18,7 +18,8 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from coordinated.operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from coordinated.operator.observation import PodObservation
+from coordinated.operator.manifests import DATA_VOLUME
+from coordinated.operator.observation import PodObservation, StatefulSetObservation
 
 FIELD_MANAGER = "coordinated-operator"
 
@@ -106,30 +107,30 @@ class Kube:
         """Whether the API server knows this kind (for example cert-manager's Certificate), by discovery."""
         return await asyncio.to_thread(self._serves, api_version, kind)
 
-    def _statefulset_replicas(self, name: str, namespace: str) -> int | None:
+    def _statefulset(self, name: str, namespace: str) -> StatefulSetObservation | None:
         try:
             sts = self._apps.read_namespaced_stateful_set(name, namespace)
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
-        return int(sts.spec.replicas or 0)
+        template = sts.spec.template.spec if sts.spec.template else None
+        claims = {claim.metadata.name: claim for claim in sts.spec.volume_claim_templates or () if claim.metadata}
+        data = claims.get(DATA_VOLUME)
+        requests = (data.spec.resources.requests or {}) if data and data.spec and data.spec.resources else {}
+        policy = sts.spec.persistent_volume_claim_retention_policy
+        return StatefulSetObservation(
+            replicas=int(sts.spec.replicas or 0),
+            update_revision=str(sts.status.update_revision) if sts.status and sts.status.update_revision else None,
+            volumes=frozenset(volume.name for volume in (template.volumes or ())) if template else frozenset(),
+            claim_size=str(requests["storage"]) if "storage" in requests else None,
+            when_scaled=policy.when_scaled if policy else None,
+            deleting=sts.metadata.deletion_timestamp is not None,
+        )
 
-    async def statefulset_replicas(self, name: str, namespace: str) -> int | None:
-        return await asyncio.to_thread(self._statefulset_replicas, name, namespace)
-
-    def _statefulset_update_revision(self, name: str, namespace: str) -> str | None:
-        try:
-            sts = self._apps.read_namespaced_stateful_set(name, namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return str(sts.status.update_revision) if sts.status and sts.status.update_revision else None
-
-    async def statefulset_update_revision(self, name: str, namespace: str) -> str | None:
-        """The revision of the StatefulSet's current pod template (its status.updateRevision)."""
-        return await asyncio.to_thread(self._statefulset_update_revision, name, namespace)
+    async def statefulset(self, name: str, namespace: str) -> StatefulSetObservation | None:
+        """The StatefulSet as stored (None when it does not exist): its size, template revision and claims."""
+        return await asyncio.to_thread(self._statefulset, name, namespace)
 
     def _delete_pod(self, name: str, namespace: str) -> None:
         try:

@@ -22,6 +22,18 @@ class PodObservation:
 
 
 @dataclass(frozen=True)
+class StatefulSetObservation:
+    """What the operator reads back from one of its StatefulSets (as stored, before this pass applies it)."""
+
+    replicas: int
+    update_revision: str | None = None  # status.updateRevision: the revision of the current pod template
+    volumes: frozenset[str] = frozenset()  # the pod template's volume names
+    claim_size: str | None = None  # the data claim template's storage request
+    when_scaled: str | None = None  # persistentVolumeClaimRetentionPolicy.whenScaled
+    deleting: bool = False  # a deletion (for example an orphaning one, to change the claim template) is under way
+
+
+@dataclass(frozen=True)
 class ClusterView:
     """The cluster as the sidecars report it; empty when no sidecar answered."""
 
