@@ -125,7 +125,7 @@ class Kube:
             volumes=frozenset(volume.name for volume in (template.volumes or ())) if template else frozenset(),
             claim_size=str(requests["storage"]) if "storage" in requests else None,
             when_scaled=policy.when_scaled if policy else None,
-            deleting=sts.metadata.deletion_timestamp is not None,
+            deleting=sts.metadata is not None and sts.metadata.deletion_timestamp is not None,
         )
 
     async def statefulset(self, name: str, namespace: str) -> StatefulSetObservation | None:
