@@ -438,3 +438,91 @@ def test_a_rolling_restart_deletes_one_pod_per_pass_and_reports_each() -> None:
     assert kube.status["phase"] == "Restarting"
     statefulset = next(m for m in kube.applied if m["kind"] == "StatefulSet")
     assert statefulset["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+def test_follow_up_passes_come_at_once_after_a_change_and_back_off_while_waiting() -> None:
+    action = handlers.Action
+    exclude = action(handlers.ActionKind.EXCLUDE, "excluding demo-4", 5, nodes=("demo-4",))
+    wait = action(handlers.ActionKind.WAIT, "waiting for removed node(s) demo-4 to leave", 4)
+    assert handlers.follow_up_delay(exclude, 0, 15) == 0.0
+    assert [handlers.follow_up_delay(wait, n, 15) for n in range(7)] == [0.5, 1, 2, 4, 8, 15, 15]
+    # The same change again and again (one that does not take) backs off too: never a tight loop.
+    assert [handlers.follow_up_delay(exclude, n, 15) for n in range(1, 4)] == [1, 2, 4]
+    for idle in (
+        action(handlers.ActionKind.NONE, "3 node(s), as requested", 3),
+        action(handlers.ActionKind.REFUSE, "not removing demo-2: no master", 3),
+        action(handlers.ActionKind.WAIT, handlers.PAUSED_REASON, 3),
+    ):
+        assert handlers.follow_up_delay(idle, 0, 15) is None
+
+
+class ScalingSidecars(FakeSidecars):
+    """A master (demo-0) that honours voting exclusions and drops a node from its state once its pod is gone."""
+
+    def __init__(self, kube: FakeKube) -> None:
+        super().__init__()
+        self.kube, self.uuid, self.excluded = kube, "uuid-1", []
+
+    def state(self) -> dict[str, Any]:
+        state = super().state()
+        state["nodes"] = {i: n for i, n in state["nodes"].items() if n["name"] in self.kube.pod_map}
+        coordination = state["metadata"]["cluster_coordination"]
+        coordination["voting_config_exclusions"] = [{"node_id": "x", "node_name": n} for n in self.excluded]
+        return state
+
+    async def handle(self, request: web.Request) -> web.Response:
+        path = "/" + request.match_info["path"]
+        if path == "/_cluster/voting_config_exclusions":
+            self.requests.append((request.method, path, dict(request.query)))
+            if request.method == "POST":
+                self.excluded = request.query["node_names"].split(",")
+                self.voters = [f"id{i}" for i in range(3) if f"demo-{i}" not in self.excluded]
+            else:
+                self.excluded = []
+            return web.json_response({})
+        return await super().handle(request)
+
+
+def test_a_scale_down_runs_its_steps_without_waiting_for_the_periodic_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the chart's 15 s interval, each removed node took two intervals: 5 -> 3 in 60 s."""
+    kube = FakeKube(resource(replicas=2))
+    kube.stored["metadata"]["annotations"] = {CLUSTER_UUID_ANNOTATION: "uuid-1"}
+    kube.replicas = 3
+    kube.pod_map = {f"demo-{i}": PodObservation(f"demo-{i}", ready=True, ip="127.0.0.1") for i in range(3)}
+    sidecars = ScalingSidecars(kube)
+    monkeypatch.setattr(handlers, "RECONCILE_INTERVAL_SECONDS", 3600.0)  # the periodic pass never comes
+
+    async def scenario() -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{pod}/{path:.*}", sidecars.handle)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        monkeypatch.setattr(
+            handlers.CONFIG, "sidecar_url_template", f"http://127.0.0.1:{runner.addresses[0][1]}/{{pod}}"
+        )
+        body = kopf.Body(kube.stored)
+        handlers.track(event={"type": "ADDED"}, body=body)
+        try:
+            async with aiohttp.ClientSession() as http:
+                memo = kopf.Memo(kube=kube, http=http)
+                await handlers.reconcile(body, memo, logging.getLogger("test"))  # the spec change: one pass
+                deadline = asyncio.get_running_loop().time() + 10
+                while kube.replicas != 2 and asyncio.get_running_loop().time() < deadline:
+                    await asyncio.sleep(0.05)
+                assert kube.replicas == 2, kube.status.get("lastAction")  # excluded, then removed: no event needed
+                del kube.pod_map["demo-2"]  # the StatefulSet controller's part; no pod event reaches the operator
+                while sidecars.excluded and asyncio.get_running_loop().time() < deadline:
+                    await asyncio.sleep(0.05)
+                assert not sidecars.excluded, kube.status.get("lastAction")
+                assert [r[0] for r in sidecars.requests if r[1].endswith("exclusions")] == ["POST", "DELETE"]
+        finally:
+            handlers.track(event={"type": "DELETED"}, body=body)
+            await runner.cleanup()
+
+    asyncio.run(scenario())
+    assert [reason for reason, _ in kube.events if reason not in ("MasterElected", "EvenReplicas")] == [
+        "ExcludeFromVoting",
+        "SetReplicas",
+        "ClearExclusions",
+    ]

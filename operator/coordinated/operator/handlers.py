@@ -41,7 +41,7 @@ from coordinated.operator.observation import (
     StatefulSetObservation,
     summarize_states,
 )
-from coordinated.operator.planner import Action, ActionKind, plan
+from coordinated.operator.planner import PAUSED_REASON, Action, ActionKind, plan
 from coordinated.operator.settings_validation import validate_settings
 from coordinated.operator.sidecar_client import (
     ClusterHealth,
@@ -149,6 +149,9 @@ def track(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         _progress.forget(key)
         _soon.pop(key, None)  # a pass under way ends by itself: it finds the cluster gone
         _again.discard(key)
+        _streaks.pop(key, None)
+        if (later := _later.pop(key, None)) is not None:
+            later.cancel()
     else:
         _known[key] = body
 
@@ -185,6 +188,44 @@ def request_pass(key: str, memo: kopf.Memo) -> None:
     _soon[key] = asyncio.create_task(_pass_now(key, memo, logging.getLogger(__name__)))
 
 
+# A step that changed something (an exclusion, a new StatefulSet size, a restarted pod) is followed by a pass at
+# once, and a step that waits (for a removed node to leave, a pod to join) by passes after 0.5, 1, 2, 4 ... s,
+# up to the reconcile interval: the steps of a scale-down follow each other as soon as the cluster allows, not a
+# reconcile interval apart. The same decision again backs off the same way (a change that does not take is not
+# retried in a tight loop), and nothing polls faster than the interval while a cluster is idle or refusing.
+_later: dict[str, asyncio.Task[None]] = {}
+_streaks: dict[str, tuple[tuple[str, str], int]] = {}  # key -> (the last decision, how many passes in a row)
+
+
+def follow_up_delay(action: Action, repeats: int, interval: float) -> float | None:
+    """Seconds until the next pass after `action`, taken `repeats` times in a row before (None: the periodic pass
+    and the pod watch suffice)."""
+    if action.changes_something and repeats == 0:
+        return 0.0
+    if action.changes_something or (action.kind is ActionKind.WAIT and action.reason != PAUSED_REASON):
+        return min(interval, 0.5 * 2**repeats)
+    return None
+
+
+def follow_up(key: str, memo: kopf.Memo, action: Action) -> None:
+    decision = (action.kind.value, action.reason)
+    previous, count = _streaks.get(key, (None, 0))
+    repeats = count if previous == decision else 0
+    _streaks[key] = (decision, repeats + 1)
+    delay = follow_up_delay(action, repeats, RECONCILE_INTERVAL_SECONDS)
+    if delay is None or key not in _known:
+        return
+    pending = _later.get(key)
+    if pending is not None and not pending.done():
+        pending.cancel()
+    _later[key] = asyncio.create_task(_pass_after(key, memo, delay))
+
+
+async def _pass_after(key: str, memo: kopf.Memo, delay: float) -> None:
+    await asyncio.sleep(delay)
+    request_pass(key, memo)
+
+
 async def _pass_now(key: str, memo: kopf.Memo, logger: logging.Logger) -> None:
     while (body := _known.get(key)) is not None:
         _again.discard(key)
@@ -205,9 +246,10 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger | logg
                 return  # deleted meanwhile
             body = kopf.Body(fresh)
             spec = ClusterSpec.from_resource(body)
-            converged = await _reconcile_once(spec, body, memo, logger)
+            action = await _reconcile_once(spec, body, memo, logger)
             metrics.RECONCILIATIONS.labels(result="success").inc()
-            _progress.observe(key, converged)
+            _progress.observe(key, action.kind is ActionKind.NONE)
+            follow_up(key, memo, action)
         except Exception as error:  # the next pass retries; report, do not crash the handler
             metrics.RECONCILIATIONS.labels(result="failure").inc()
             metrics.FAILURES.labels(reason=type(error).__name__).inc()
@@ -230,7 +272,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger | logg
             metrics.DURATION.observe(time.monotonic() - started)
 
 
-async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger) -> bool:
+async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger) -> Action:
     kube: Kube = memo.kube
     previous_status: Mapping[str, Any] = body.get("status") or {}
     problems = validate_settings(spec.settings) + security.validate_security(spec)
@@ -315,7 +357,7 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         and snapshot_volume_mounted(statefulset, obs)
     ):
         await _snapshots_and_restore(spec, obs, body, memo, logger, secured, previous_status)
-    return action.kind is ActionKind.NONE
+    return action
 
 
 def snapshot_volume_mounted(statefulset: StatefulSetObservation | None, obs: Observation) -> bool:

@@ -54,6 +54,9 @@ class Action:
         return self.kind in (ActionKind.SET_REPLICAS, ActionKind.EXCLUDE, ActionKind.CLEAR_EXCLUSIONS)
 
 
+PAUSED_REASON = "reconciliation is paused by annotation"
+
+
 def _hold(kind: ActionKind, reason: str, obs: Observation) -> Action:
     return Action(kind, reason, obs.statefulset_replicas)
 
@@ -68,7 +71,7 @@ def plan(obs: Observation) -> Action:
     cluster = obs.cluster
 
     if obs.paused:
-        return _hold(ActionKind.WAIT, "reconciliation is paused by annotation", obs)
+        return _hold(ActionKind.WAIT, PAUSED_REASON, obs)
     if desired < 1:
         return _hold(ActionKind.REFUSE, f"replicas must be at least 1, got {desired}", obs)
 
