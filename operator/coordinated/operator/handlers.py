@@ -203,7 +203,7 @@ def follow_up_delay(action: Action, repeats: int, interval: float) -> float | No
     if action.changes_something and repeats == 0:
         return 0.0
     if action.changes_something or (action.kind is ActionKind.WAIT and action.reason != PAUSED_REASON):
-        return min(interval, 0.5 * 2**repeats)
+        return min(interval, 0.5 * 2.0**repeats)
     return None
 
 
