@@ -1,4 +1,5 @@
-# One image for the sidecar, the operator and the audit job; the entrypoint is the `coordinated` CLI.
+# One image for the sidecar, the operator, the audit job and the Python client (coordinated.client); the
+# entrypoint is the `coordinated` CLI.
 #   docker build -t coordinated-cluster:0.1.0 .
 #   docker build --build-arg BASE_IMAGE=python:3.13-slim-trixie --build-arg JAVA_PACKAGE=openjdk-21-jre-headless .
 ARG BASE_IMAGE=python:3.12-slim-bookworm
@@ -14,7 +15,7 @@ WORKDIR /src
 COPY pyproject.toml ./
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 extras = p['optional-dependencies']; \
-print('\n'.join(p['dependencies'] + extras['operator'] + extras['audit']))" > /tmp/requirements.txt \
+print('\n'.join(p['dependencies'] + extras['operator'] + extras['audit'] + extras['client']))" > /tmp/requirements.txt \
  && pip install -r /tmp/requirements.txt
 
 COPY README.md ./
@@ -23,6 +24,7 @@ COPY sidecar/ sidecar/
 COPY operator/ operator/
 COPY spark-jobs/ spark-jobs/
 COPY tools/ tools/
+COPY client/ client/
 RUN pip install --no-deps . \
  && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} + \
  && rm -rf /opt/venv/lib/python3*/site-packages/pyspark/examples /opt/venv/lib/python3*/site-packages/pyspark/data

@@ -197,3 +197,18 @@ def test_spec_reads_annotations() -> None:
     assert (
         manifests.selector_string(spec) == "app.kubernetes.io/instance=demo,app.kubernetes.io/name=coordinated-cluster"
     )
+
+
+def test_every_example_gives_the_sidecar_cpu_and_memory_requests() -> None:
+    """A pod without requests is scheduled as if it needed nothing and is the first evicted under pressure."""
+    import yaml
+    from operator_schemas import REPO
+
+    for example in sorted((REPO / "examples").glob("*.yaml")):
+        for document in yaml.safe_load_all(example.read_text()):
+            if not document or document.get("kind") != "CoordinatedCluster":
+                continue
+            spec = ClusterSpec.from_resource({**document, "metadata": {**document["metadata"], "namespace": "x"}})
+            sidecar = manifests.statefulset(spec, spec.replicas)["spec"]["template"]["spec"]["containers"][0]
+            requests = sidecar.get("resources", {}).get("requests", {})
+            assert {"cpu", "memory"} <= requests.keys(), (example.name, requests)
