@@ -248,6 +248,7 @@ def test_the_storage_class_cannot_be_added_removed_or_changed(
     changed = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster(name, storage=after))
     assert changed.returncode != 0 and "storage.storageClassName is immutable" in changed.stderr, changed.stderr
     assert message in changed.stderr, changed.stderr
+    assert "spec.storage.storageClassName: Forbidden:" in changed.stderr and "Invalid value" not in changed.stderr
     same = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster(name, storage=before, replicas=5))
     assert same.returncode == 0, same.stderr
     kubectl(kubeconfig, "delete", "ccl", name, "--wait=false")
@@ -319,8 +320,18 @@ def test_defaults_scale_and_immutable_fields(kubeconfig: Path) -> None:
     assert kubectl(kubeconfig, "get", "ccl", "scaled", "-o", "jsonpath={.spec.replicas}").stdout == "5"
     renamed = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", settings={"cluster.name": "other"}))
     assert "setting [cluster.name] cannot change after creation (it was 'keep')" in renamed.stderr
-    resized = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec, storage={"size": "5Gi"}))
-    assert "storage.size is immutable" in resized.stderr and "it is 1Gi, not 5Gi" in resized.stderr
+    grown = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec, storage={"size": "5Gi"}))
+    assert grown.returncode == 0, grown.stderr  # volumes grow in place (where the StorageClass allows it)
+    same = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec, storage={"size": "5120Mi"}))
+    assert same.returncode == 0, same.stderr  # the same quantity, spelt otherwise
+    shrunk = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec, storage={"size": "1Gi"}))
+    assert shrunk.returncode != 0
+    # The field, and both values; never the CEL placeholder 'Invalid value: "string"'.
+    assert (
+        "spec.storage.size: Forbidden: storage.size cannot shrink (a volume can grow in place, never shrink): "
+        "it is 5120Mi, not 1Gi" in shrunk.stderr
+    ), shrunk.stderr
+    assert 'Invalid value: "string"' not in shrunk.stderr
 
 
 def test_examples_are_accepted(kubeconfig: Path) -> None:

@@ -20,7 +20,7 @@ from aiohttp import web
 from kubernetes.client.exceptions import ApiException
 
 from coordinated.operator import handlers
-from coordinated.operator.observation import PodObservation, StatefulSetObservation
+from coordinated.operator.observation import ClaimObservation, PodObservation, StatefulSetObservation
 from coordinated.operator.spec import (
     ADOPTED_CLAIMS_ANNOTATION,
     CLUSTER_UUID_ANNOTATION,
@@ -58,8 +58,17 @@ class FakeKube:
     async def post_event(self, body: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         self.events.append((reason, message))
 
-    async def claims(self, namespace: str, selector: str) -> list[str]:
-        return list(self.claim_names)
+    async def claims(self, namespace: str, selector: str) -> list[ClaimObservation]:
+        return [ClaimObservation(name) for name in self.claim_names]
+
+    async def storage_class_expandable(self, name: str) -> bool | None:
+        return None
+
+    async def resize_claim(self, name: str, namespace: str, size: str) -> None:
+        raise AssertionError("no claim is resized here")
+
+    async def orphan_statefulset(self, name: str, namespace: str) -> None:
+        raise AssertionError("no StatefulSet is re-created here")
 
     async def cluster(self, namespace: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.stored)

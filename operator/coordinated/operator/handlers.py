@@ -32,9 +32,11 @@ from coordinated.operator import (
     metrics,
     security,
     snapshot_schedule,
+    volumes,
 )
 from coordinated.operator.kube import Kube, load_kube_config
 from coordinated.operator.observation import (
+    ClaimObservation,
     ClusterView,
     Observation,
     PodObservation,
@@ -295,9 +297,13 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     for event_type, reason, text in secured.events:
         await post_event(memo, body, event_type, reason, text, logger)
     view = await observe_sidecars(memo.http, spec, pods, secured)
+    claims = await data_claims(kube, spec)
     existing_claims: tuple[str, ...] = ()
     if spec.recorded_cluster_uuid is None and not spec.pinned_initial_master_nodes and statefulset_replicas is None:
-        existing_claims = await _data_claims(kube, spec)
+        existing_claims = tuple(claim.name for claim in claims)
+    storage_class = volumes.class_to_check(spec.storage.size, statefulset, claims)
+    expandable = await kube.storage_class_expandable(storage_class) if storage_class else None
+    volume_plan = volumes.plan_volumes(spec.storage.size, statefulset, claims, expandable, storage_class)
     obs = Observation(
         statefulset_name=manifests.statefulset_name(spec),
         desired_replicas=spec.replicas,
@@ -310,13 +316,20 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         existing_claims=existing_claims,
         adopted_claims=spec.adopted_claims,
         update_revision=update_revision,
+        statefulset_deleting=statefulset is not None and statefulset.deleting,
     )
     if problems:
         action = Action(ActionKind.REFUSE, "invalid spec: " + "; ".join(problems), statefulset_replicas)
     else:
         action = plan(obs)
         if not spec.paused:
-            await _carry_out(action, spec, obs, body, memo, logger, secured)
+            await _carry_out(action, spec, obs, body, memo, logger, secured, volume_plan.template_size)
+            await _grow_volumes(kube, spec, volume_plan, may_recreate=action.kind is ActionKind.NONE)
+    previous_storage = next(
+        (c.get("reason") for c in previous_status.get("conditions") or () if c.get("type") == volumes.CONDITION), None
+    )
+    if (storage_event := volumes.event_for(volume_plan, previous_storage)) is not None:
+        await post_event(memo, body, *storage_event, logger)
 
     if (message := election_event(previous_status, obs)) is not None:
         await post_event(memo, body, "Normal", "MasterElected", message, logger)
@@ -345,7 +358,7 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         previous=previous_status,
         now=now,
         problems=problems,
-        extra_conditions=secured.conditions,
+        extra_conditions=(*secured.conditions, *([volume_plan.condition] if volume_plan.condition else [])),
     )
     # Written at once (not deferred) so an overlapping pass reads this status as its previous one.
     await kube.patch_status(spec.namespace, spec.name, status)
@@ -406,11 +419,20 @@ async def _snapshots_and_restore(
             await post_event(memo, body, event_type, reason, message, logger)
 
 
-async def _data_claims(kube: Kube, spec: ClusterSpec) -> tuple[str, ...]:
-    """The claims the StatefulSet's pods would mount (data-NAME-ORDINAL) that exist already."""
+async def data_claims(kube: Kube, spec: ClusterSpec) -> list[ClaimObservation]:
+    """The claims the StatefulSet's pods mount (data-NAME-ORDINAL) that exist."""
     prefix = f"{manifests.DATA_VOLUME}-{manifests.statefulset_name(spec)}-"
-    names = await kube.claims(spec.namespace, manifests.selector_string(spec))
-    return tuple(name for name in names if name.startswith(prefix) and name[len(prefix) :].isdigit())
+    claims = await kube.claims(spec.namespace, manifests.selector_string(spec))
+    return [claim for claim in claims if claim.name.startswith(prefix) and claim.name[len(prefix) :].isdigit()]
+
+
+async def _grow_volumes(kube: Kube, spec: ClusterSpec, volume_plan: volumes.VolumePlan, may_recreate: bool) -> None:
+    """Raises the claims the plan names, then (once nothing else is under way) deletes the StatefulSet, orphaning
+    its pods and claims, so that the next pass creates it with the larger claim template."""
+    for claim in volume_plan.expand:
+        await kube.resize_claim(claim, spec.namespace, spec.storage.size)
+    if volume_plan.recreate_statefulset and may_recreate:
+        await kube.orphan_statefulset(manifests.statefulset_name(spec), spec.namespace)
 
 
 def event_reason(action: Action) -> str:
@@ -481,6 +503,7 @@ async def _carry_out(
     memo: kopf.Memo,
     logger: kopf.Logger | logging.Logger,
     secured: Secured | None = None,
+    claim_size: str | None = None,
 ) -> None:
     kube: Kube = memo.kube
     annotations: dict[str, str | None] = {}
@@ -513,10 +536,11 @@ async def _carry_out(
         health=obs.cluster.health,
         voters=len(obs.cluster.voters),
         tls_source=tls_source,
+        claim_size=claim_size,
     )
     for child in children:
-        if child["kind"] == "StatefulSet" and action.statefulset_replicas is None:
-            continue  # not before the bootstrap list is pinned
+        if child["kind"] == "StatefulSet" and (action.statefulset_replicas is None or obs.statefulset_deleting):
+            continue  # not before the bootstrap list is pinned, nor while it is deleted to be created again
         await kube.apply(child)
     kinds = {child["kind"] for child in children}
     if "PodDisruptionBudget" not in kinds:

@@ -19,7 +19,7 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from coordinated.operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from coordinated.operator.manifests import DATA_VOLUME
-from coordinated.operator.observation import PodObservation, StatefulSetObservation
+from coordinated.operator.observation import ClaimObservation, PodObservation, StatefulSetObservation
 
 FIELD_MANAGER = "coordinated-operator"
 
@@ -38,6 +38,7 @@ class Kube:
         self._core = client.CoreV1Api(self._api_client)
         self._apps = client.AppsV1Api(self._api_client)
         self._custom = client.CustomObjectsApi(self._api_client)
+        self._storage = client.StorageV1Api(self._api_client)
 
     def _resource(self, api_version: str, kind: str) -> Any:
         if self._dynamic is None:  # discovery happens once, lazily, on first use
@@ -205,13 +206,51 @@ class Kube:
     async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         await asyncio.to_thread(self._patch_status, namespace, name, status)
 
-    def _claims(self, namespace: str, selector: str) -> list[str]:
+    def _claims(self, namespace: str, selector: str) -> list[ClaimObservation]:
         claims = self._core.list_namespaced_persistent_volume_claim(namespace, label_selector=selector).items
-        return sorted(claim.metadata.name for claim in claims if claim.metadata and claim.metadata.name)
+        return sorted(
+            (_claim_observation(claim) for claim in claims if claim.metadata and claim.metadata.name),
+            key=lambda claim: claim.name,
+        )
 
-    async def claims(self, namespace: str, selector: str) -> list[str]:
-        """Names of the PersistentVolumeClaims with these labels (a StatefulSet's claims carry its selector)."""
+    async def claims(self, namespace: str, selector: str) -> list[ClaimObservation]:
+        """The PersistentVolumeClaims with these labels (a StatefulSet's claims carry its selector)."""
         return await asyncio.to_thread(self._claims, namespace, selector)
+
+    def _storage_class_expandable(self, name: str) -> bool | None:
+        try:
+            storage_class = self._storage.read_storage_class(name)
+        except ApiException as error:
+            if error.status in (403, 404):
+                return None
+            raise
+        return bool(storage_class.allow_volume_expansion)
+
+    async def storage_class_expandable(self, name: str) -> bool | None:
+        """Whether a StorageClass has allowVolumeExpansion: true (None: not found, or not readable)."""
+        return await asyncio.to_thread(self._storage_class_expandable, name)
+
+    def _resize_claim(self, name: str, namespace: str, size: str) -> None:
+        body = {"spec": {"resources": {"requests": {"storage": size}}}}
+        self._core.patch_namespaced_persistent_volume_claim(name, namespace, body)
+
+    async def resize_claim(self, name: str, namespace: str, size: str) -> None:
+        """Asks for a larger volume; the storage system grows it (the API server refuses where it cannot)."""
+        await asyncio.to_thread(self._resize_claim, name, namespace, size)
+
+    def _orphan_statefulset(self, name: str, namespace: str) -> None:
+        try:
+            self._apps.delete_namespaced_stateful_set(
+                name, namespace, body=client.V1DeleteOptions(propagation_policy="Orphan")
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    async def orphan_statefulset(self, name: str, namespace: str) -> None:
+        """Deletes a StatefulSet but not its pods and claims, so that it can be created again with another
+        claim template (which cannot be changed in place); the new one adopts the pods."""
+        await asyncio.to_thread(self._orphan_statefulset, name, namespace)
 
     def _post_event(self, body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         metadata = body["metadata"]
@@ -242,3 +281,27 @@ class Kube:
 
     async def post_event(self, body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         await asyncio.to_thread(self._post_event, body, event_type, reason, message)
+
+
+RESIZE_FAILURES = ("ControllerResizeError", "NodeResizeError")  # claim conditions (Kubernetes 1.31+)
+
+
+def _claim_observation(claim: Any) -> ClaimObservation:
+    spec, status = claim.spec, claim.status
+    requests = (spec.resources.requests or {}) if spec and spec.resources else {}
+    capacity = (status.capacity or {}) if status else {}
+    problems = [
+        f"{condition.type}: {condition.message}"
+        for condition in (status.conditions or () if status else ())
+        if condition.type in RESIZE_FAILURES
+    ]
+    allocated = (status.allocated_resource_statuses or {}) if status else {}
+    if str(allocated.get("storage", "")).endswith("Infeasible"):
+        problems.append(f"the storage system refuses the size ({allocated['storage']})")
+    return ClaimObservation(
+        name=claim.metadata.name,
+        requested=str(requests["storage"]) if "storage" in requests else None,
+        capacity=str(capacity["storage"]) if "storage" in capacity else None,
+        storage_class=spec.storage_class_name if spec else None,
+        problem="; ".join(problems) or None,
+    )

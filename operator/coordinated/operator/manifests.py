@@ -440,15 +440,19 @@ def _security_volumes(spec: ClusterSpec, tls_source: str | None) -> list[dict[st
     return volumes
 
 
-def statefulset(spec: ClusterSpec, replicas: int, tls_source: str | None = None) -> Manifest:
-    """`replicas` comes from the planner, not straight from the spec: scaling moves one node at a time."""
+def statefulset(
+    spec: ClusterSpec, replicas: int, tls_source: str | None = None, claim_size: str | None = None
+) -> Manifest:
+    """`replicas` comes from the planner, not straight from the spec: scaling moves one node at a time.
+    `claim_size` likewise comes from volumes.py: a claim template cannot change, so it is the spec's size only
+    once the StatefulSet can be created with it."""
     template_metadata = spec.template.get("metadata") or {}
     pod_labels = {**(template_metadata.get("labels") or {}), **common_labels(spec)}
     volume_claim: dict[str, Any] = {
         "metadata": {"name": DATA_VOLUME, "labels": selector_labels(spec)},
         "spec": {
             "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": spec.storage.size}},
+            "resources": {"requests": {"storage": claim_size or spec.storage.size}},
         },
     }
     if spec.storage.storage_class_name:
@@ -651,6 +655,7 @@ def desired_children(
     health: str | None,
     voters: int,
     tls_source: str | None = None,
+    claim_size: str | None = None,
 ) -> list[Manifest]:
     """Everything the operator re-applies each pass; the Secrets (security.py) are written apart."""
     manifests: list[Manifest | None] = [
@@ -658,7 +663,7 @@ def desired_children(
         headless_service(spec),
         client_service(spec),
         bootstrap_configmap(spec, initial_master_nodes),
-        statefulset(spec, replicas, tls_source),
+        statefulset(spec, replicas, tls_source, claim_size),
         pod_disruption_budget(spec, health, voters),
         audit_cronjob(spec, replicas, tls_source),
     ]

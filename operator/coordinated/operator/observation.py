@@ -34,6 +34,17 @@ class StatefulSetObservation:
 
 
 @dataclass(frozen=True)
+class ClaimObservation:
+    """One data claim as stored: what it asks for and what it has."""
+
+    name: str
+    requested: str | None = None  # spec.resources.requests.storage
+    capacity: str | None = None  # status.capacity.storage (None while unbound)
+    storage_class: str | None = None
+    problem: str | None = None  # a resize failure the claim reports (its conditions)
+
+
+@dataclass(frozen=True)
 class ClusterView:
     """The cluster as the sidecars report it; empty when no sidecar answered."""
 
@@ -70,6 +81,8 @@ class Observation:
     adopted_claims: tuple[str, ...] = ()
     # The StatefulSet's status.updateRevision: pods of another revision still run an older pod template.
     update_revision: str | None = None
+    # The StatefulSet is being deleted (orphaning its pods), to come back with a larger claim template.
+    statefulset_deleting: bool = False
 
     def pod_name(self, ordinal: int) -> str:
         return f"{self.statefulset_name}-{ordinal}"

@@ -84,9 +84,15 @@ def plan(obs: Observation) -> Action:
     if obs.recorded_cluster_uuid is None:
         return _plan_bootstrap(obs)
 
+    if obs.statefulset_deleting:
+        return _hold(ActionKind.WAIT, "waiting for the StatefulSet to be deleted, to create it again", obs)
     if current is None:
-        # The StatefulSet was deleted under a bootstrapped cluster: recreate it without a bootstrap list.
-        return Action(ActionKind.SET_REPLICAS, "recreating the StatefulSet of a bootstrapped cluster", desired)
+        # The StatefulSet was deleted under a bootstrapped cluster (by hand, or orphaning its pods to change its
+        # claim template): recreate it without a bootstrap list, at the size its pods have, so that it adopts
+        # them as they are; scaling then goes on one node at a time.
+        running = [ordinal for name in obs.pods if (ordinal := obs.ordinal(name)) is not None]
+        size = max(running) + 1 if running else desired
+        return Action(ActionKind.SET_REPLICAS, "recreating the StatefulSet of a bootstrapped cluster", size)
 
     # Finish or cancel earlier scale-down steps before anything new.
     victim = obs.pod_name(current - 1) if desired < current else None
