@@ -44,6 +44,8 @@ class FakeKube:
         self.cert_manager = False
         self.update_revision: str | None = None
         self.deleted_pods: list[str] = []
+        self.nonvoter_replicas: int | None = None
+        self.node_zones: dict[str, str] = {}  # Kubernetes node -> zone label
 
     def _keep_secret(self, manifest: dict[str, Any]) -> None:
         if manifest["kind"] == "Secret":
@@ -93,7 +95,10 @@ class FakeKube:
         self.applied.append(manifest)
         self._keep_secret(manifest)
         if manifest["kind"] == "StatefulSet":
-            self.replicas = manifest["spec"]["replicas"]
+            if manifest["metadata"]["name"].endswith("-nonvoter"):
+                self.nonvoter_replicas = manifest["spec"]["replicas"]
+            else:
+                self.replicas = manifest["spec"]["replicas"]
 
     async def create_if_absent(self, manifest: dict[str, Any]) -> bool:
         if manifest["kind"] == "Secret" and manifest["metadata"]["name"] in self.secrets:
@@ -105,10 +110,17 @@ class FakeKube:
     async def delete_if_present(self, *args: str) -> bool:
         return False
 
+    async def zones(self, nodes: frozenset[str]) -> dict[str, str | None]:
+        return {node: self.node_zones.get(node) for node in nodes}
+
     async def statefulset(self, name: str, namespace: str) -> StatefulSetObservation | None:
+        if name.endswith("-nonvoter"):
+            if self.nonvoter_replicas is None:
+                return None
+            return StatefulSetObservation(replicas=self.nonvoter_replicas)
         if self.replicas is None:
             return None
-        applied = [m for m in self.applied if m["kind"] == "StatefulSet"]
+        applied = [m for m in self.applied if m["kind"] == "StatefulSet" and m["metadata"]["name"] == name]
         template = applied[-1]["spec"]["template"]["spec"] if applied else {"volumes": []}
         return StatefulSetObservation(
             replicas=self.replicas,
@@ -131,6 +143,7 @@ class FakeSidecars:
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.authorizations: set[str | None] = set()
         self.voters = ["id0", "id1", "id2"]
+        self.node_ids: dict[str, str] = {}  # pod -> the id it reports when not id<ordinal> (new data)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -158,6 +171,8 @@ class FakeSidecars:
         self.authorizations.add(request.headers.get("Authorization"))
         if path == "/_cluster/state":
             return web.json_response(self.state())
+        if path == "/":
+            return web.json_response({"name": pod, "node_id": self.node_ids.get(pod, "id" + pod.rsplit("-", 1)[1])})
         if path == "/_cluster/health":
             return web.json_response(
                 {"status": "green", "master_node": "id0", "number_of_nodes": 3, "number_of_master_eligible_nodes": 3}
@@ -516,7 +531,7 @@ def test_a_scale_down_runs_its_steps_without_waiting_for_the_periodic_pass(monke
             async with aiohttp.ClientSession() as http:
                 memo = kopf.Memo(kube=kube, http=http)
                 await handlers.reconcile(body, memo, logging.getLogger("test"))  # the spec change: one pass
-                deadline = asyncio.get_running_loop().time() + 10
+                deadline = asyncio.get_running_loop().time() + 30  # a bound for a loaded machine, not a timing
                 while kube.replicas != 2 and asyncio.get_running_loop().time() < deadline:
                     await asyncio.sleep(0.05)
                 assert kube.replicas == 2, kube.status.get("lastAction")  # excluded, then removed: no event needed

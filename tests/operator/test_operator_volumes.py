@@ -133,7 +133,7 @@ class StorageKube(FakeKube):
         self.deleting = True
 
     async def statefulset(self, name: str, namespace: str) -> StatefulSetObservation | None:
-        if self.replicas is None:
+        if self.replicas is None or name.endswith("-nonvoter"):
             return None
         return StatefulSetObservation(self.replicas, claim_size=self.claim_template, deleting=self.deleting)
 

@@ -29,7 +29,9 @@ from coordinated.operator import (
     VERSION,
     certificates,
     manifests,
+    membership,
     metrics,
+    placement,
     security,
     snapshot_schedule,
     volumes,
@@ -57,10 +59,12 @@ from coordinated.operator.sidecar_client import (
 from coordinated.operator.spec import (
     ADOPTED_CLAIMS_ANNOTATION,
     CLUSTER_UUID_ANNOTATION,
+    HIBERNATED_VOTERS_ANNOTATION,
+    HIBERNATION_SNAPSHOT_ANNOTATION,
     INITIAL_MASTER_NODES_ANNOTATION,
     ClusterSpec,
 )
-from coordinated.operator.status import Condition, compute_status, election_event
+from coordinated.operator.status import Condition, Members, compute_status, election_event
 
 
 @dataclass
@@ -210,12 +214,14 @@ def follow_up_delay(action: Action, repeats: int, interval: float) -> float | No
 
 
 def follow_up(key: str, memo: kopf.Memo, action: Action) -> None:
+    if key not in _known:
+        return  # deleted meanwhile, or a pass outside the watch (tests)
     decision = (action.kind.value, action.reason)
     previous, count = _streaks.get(key, (None, 0))
     repeats = count if previous == decision else 0
     _streaks[key] = (decision, repeats + 1)
     delay = follow_up_delay(action, repeats, RECONCILE_INTERVAL_SECONDS)
-    if delay is None or key not in _known:
+    if delay is None:
         return
     pending = _later.get(key)
     if pending is not None and not pending.done():
@@ -282,14 +288,14 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         problems.append(schedule)
 
     statefulset = await kube.statefulset(manifests.statefulset_name(spec), spec.namespace)
+    nonvoter_set = await kube.statefulset(manifests.nonvoter_statefulset_name(spec), spec.namespace)
     statefulset_replicas = statefulset.replicas if statefulset is not None else None
-    update_revision = statefulset.update_revision if statefulset is not None else None
     pods = await kube.pods(spec.namespace, manifests.node_selector_string(spec))
     # Certificates are renewed even while paused: letting them expire would be worse than any change.
     secured = await ensure_security(
         kube,
         spec,
-        certificate_pods(spec, statefulset_replicas, pods),
+        certificate_pods(spec, statefulset, nonvoter_set, pods),
         write=not problems,
         logger=logger,
         previous_status=previous_status,
@@ -297,16 +303,18 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     for event_type, reason, text in secured.events:
         await post_event(memo, body, event_type, reason, text, logger)
     view = await observe_sidecars(memo.http, spec, pods, secured)
-    claims = await data_claims(kube, spec)
+    voter_claims, nonvoter_claims = await data_claims(kube, spec)
     existing_claims: tuple[str, ...] = ()
     if spec.recorded_cluster_uuid is None and not spec.pinned_initial_master_nodes and statefulset_replicas is None:
-        existing_claims = tuple(claim.name for claim in claims)
-    storage_class = volumes.class_to_check(spec.storage.size, statefulset, claims)
-    expandable = await kube.storage_class_expandable(storage_class) if storage_class else None
-    volume_plan = volumes.plan_volumes(spec.storage.size, statefulset, claims, expandable, storage_class)
+        existing_claims = tuple(claim.name for claim in voter_claims)
+    volume_plans = (
+        await _plan_volumes(kube, spec, statefulset, voter_claims),
+        await _plan_volumes(kube, spec, nonvoter_set, nonvoter_claims),
+    )
+    zones = await kube.zones(frozenset(pod.node_name for pod in pods.values() if pod.node_name))
     obs = Observation(
         statefulset_name=manifests.statefulset_name(spec),
-        desired_replicas=spec.replicas,
+        desired_replicas=spec.voters,
         statefulset_replicas=statefulset_replicas,
         pods=pods,
         cluster=view,
@@ -315,39 +323,49 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         paused=spec.paused,
         existing_claims=existing_claims,
         adopted_claims=spec.adopted_claims,
-        update_revision=update_revision,
+        update_revision=statefulset.update_revision if statefulset is not None else None,
         statefulset_deleting=statefulset is not None and statefulset.deleting,
+        desired_nonvoters=spec.non_voters,
+        nonvoter_statefulset_replicas=nonvoter_set.replicas if nonvoter_set is not None else None,
+        hibernated_voters=spec.hibernated_voters,
+        snapshot_before_hibernation=(
+            spec.hibernating and spec.snapshots is not None and HIBERNATION_SNAPSHOT_ANNOTATION not in spec.annotations
+        ),
     )
     if problems:
         action = Action(ActionKind.REFUSE, "invalid spec: " + "; ".join(problems), statefulset_replicas)
     else:
         action = plan(obs)
         if not spec.paused:
-            await _carry_out(action, spec, obs, body, memo, logger, secured, volume_plan.template_size)
-            await _grow_volumes(kube, spec, volume_plan, may_recreate=action.kind is ActionKind.NONE)
-    previous_storage = next(
-        (c.get("reason") for c in previous_status.get("conditions") or () if c.get("type") == volumes.CONDITION), None
-    )
-    if (storage_event := volumes.event_for(volume_plan, previous_storage)) is not None:
-        await post_event(memo, body, *storage_event, logger)
+            layout = Layout(volume_plans[0].template_size, nonvoter_layout(obs, nonvoter_set, volume_plans[1]))
+            await _carry_out(action, spec, obs, body, memo, logger, secured, layout)
+            may_recreate = action.kind is ActionKind.NONE
+            await _grow_volumes(kube, spec, volume_plans[0], manifests.statefulset_name(spec), may_recreate)
+            await _grow_volumes(kube, spec, volume_plans[1], manifests.nonvoter_statefulset_name(spec), may_recreate)
 
-    if (message := election_event(previous_status, obs)) is not None:
-        await post_event(memo, body, "Normal", "MasterElected", message, logger)
-    last = previous_status.get("lastAction") or {}
-    if action.kind is ActionKind.REFUSE and last.get("reason") != action.reason:
-        await post_event(memo, body, "Warning", "ScalingRefused", action.reason, logger)
-    was_even = any(
-        c.get("type") == "EvenReplicas" and c.get("status") == "True" for c in previous_status.get("conditions") or ()
+    replaced = membership.replacements(obs, previous_status.get("nodes") or ())
+    members = Members(
+        voting_config=tuple(membership.voting_config_names(obs, replaced, previous_status.get("nodes") or ())),
+        nodes=tuple(membership.node_entries(obs, replaced, zones)),
+        quorum_lost=membership.quorum_lost(obs, replaced),
     )
-    if spec.replicas % 2 == 0 and not was_even:
-        await post_event(
-            memo,
-            body,
-            "Warning",
-            "EvenReplicas",
-            f"{spec.replicas} nodes: an odd number tolerates as many failures",
-            logger,
-        )
+    voter_nodes = {name: pod.node_name for name, pod in obs.voter_pods.items() if pod.node_name}
+    unschedulable = {name: pod.unschedulable for name, pod in pods.items() if pod.unschedulable}
+    conditions = [
+        *secured.conditions,
+        *(plan.condition for plan in volume_plans[:1] if plan.condition),
+        *(plan.condition for plan in volume_plans[1:] if plan.condition and not plan.condition.status),
+        *([spread] if (spread := placement.voters_spread(voter_nodes, zones)) else []),
+        placement.pods_scheduled(unschedulable),
+        membership.replacement_condition(replaced, _condition(previous_status, membership.REPLACEMENT_CONDITION)),
+    ]
+    events = [
+        *membership.replacement_events(replaced, previous_status.get("nodes") or (), obs),
+        *condition_events(previous_status, conditions, quorum_lost=members.quorum_lost),
+        *_spec_events(spec, obs, action, previous_status),
+    ]
+    for event in events:
+        await post_event(memo, body, *event, logger)
 
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     status = compute_status(
@@ -358,7 +376,8 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         previous=previous_status,
         now=now,
         problems=problems,
-        extra_conditions=(*secured.conditions, *([volume_plan.condition] if volume_plan.condition else [])),
+        extra_conditions=conditions,
+        members=members,
     )
     # Written at once (not deferred) so an overlapping pass reads this status as its previous one.
     await kube.patch_status(spec.namespace, spec.name, status)
@@ -371,6 +390,96 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     ):
         await _snapshots_and_restore(spec, obs, body, memo, logger, secured, previous_status)
     return action
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    return next((c for c in status.get("conditions") or () if c.get("type") == kind), None)
+
+
+# The Events sent when a condition changes (its status or reason): (type, reason) for True and for False.
+CONDITION_EVENTS: dict[str, tuple[tuple[str, str] | None, tuple[str, str]]] = {
+    placement.SPREAD_CONDITION: (("Normal", "VotersSpread"), ("Warning", "VotersNotSpread")),
+    placement.SCHEDULED_CONDITION: (("Normal", "PodsScheduled"), ("Warning", "Unschedulable")),
+}
+
+
+def condition_events(
+    previous_status: Mapping[str, Any], conditions: list[Condition], quorum_lost: str | None
+) -> list[tuple[str, str, str]]:
+    """One Event per change of the placement conditions and of the storage size (not one per pass); a quorum
+    lost for good is announced once."""
+    events = []
+    for condition in conditions:
+        before = _condition(previous_status, condition.type)
+        if condition.type == volumes.CONDITION:
+            plan = volumes.VolumePlan("", condition=condition)
+            if (event := volumes.event_for(plan, (before or {}).get("reason"))) is not None:
+                events.append(event)
+            continue
+        if condition.type not in CONDITION_EVENTS:
+            continue
+        status = "True" if condition.status else "False"
+        changed = before is None or (before.get("status"), before.get("reason")) != (status, condition.reason)
+        if not changed and (condition.status or before is None or before.get("message") == condition.message):
+            continue
+        if condition.status and (before is None or before.get("status") == "True"):
+            continue  # fine from the start: nothing to announce
+        announced = CONDITION_EVENTS[condition.type][0 if condition.status else 1]
+        if announced is not None:
+            events.append((*announced, condition.message))
+    if quorum_lost and (_condition(previous_status, "Quorate") or {}).get("reason") != "QuorumLost":
+        events.append(("Warning", "QuorumLost", quorum_lost))
+    return events
+
+
+def _spec_events(
+    spec: ClusterSpec, obs: Observation, action: Action, previous_status: Mapping[str, Any]
+) -> list[tuple[str, str, str]]:
+    events = []
+    if (message := election_event(previous_status, obs)) is not None:
+        events.append(("Normal", "MasterElected", message))
+    last = previous_status.get("lastAction") or {}
+    if action.kind is ActionKind.REFUSE and last.get("reason") != action.reason:
+        events.append(("Warning", "ScalingRefused", action.reason))
+    was_even = (_condition(previous_status, "EvenReplicas") or {}).get("status") == "True"
+    if spec.voters > 0 and spec.voters % 2 == 0 and not was_even:
+        events.append(
+            ("Warning", "EvenReplicas", f"{spec.voters} voting nodes: an odd number tolerates as many failures")
+        )
+    return events
+
+
+async def _plan_volumes(
+    kube: Kube, spec: ClusterSpec, statefulset: StatefulSetObservation | None, claims: list[ClaimObservation]
+) -> volumes.VolumePlan:
+    storage_class = volumes.class_to_check(spec.storage.size, statefulset, claims)
+    expandable = await kube.storage_class_expandable(storage_class) if storage_class else None
+    return volumes.plan_volumes(spec.storage.size, statefulset, claims, expandable, storage_class)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What this pass writes into the StatefulSets besides the planner's voter count."""
+
+    claim_size: str  # the voters' claim template
+    nonvoters: NonVoterLayout | None = None  # None: no non-voters' StatefulSet is wanted or there
+
+
+@dataclass(frozen=True)
+class NonVoterLayout:
+    replicas: int
+    claim_size: str
+    deleting: bool = False
+
+
+def nonvoter_layout(
+    obs: Observation, statefulset: StatefulSetObservation | None, volume_plan: volumes.VolumePlan
+) -> NonVoterLayout | None:
+    replicas = membership.nonvoter_replicas(obs)
+    if replicas is None or (replicas == 0 and statefulset is None):
+        return None
+    deleting = statefulset is not None and statefulset.deleting
+    return NonVoterLayout(replicas, volume_plan.template_size, deleting)
 
 
 def snapshot_volume_mounted(statefulset: StatefulSetObservation | None, obs: Observation) -> bool:
@@ -419,20 +528,26 @@ async def _snapshots_and_restore(
             await post_event(memo, body, event_type, reason, message, logger)
 
 
-async def data_claims(kube: Kube, spec: ClusterSpec) -> list[ClaimObservation]:
-    """The claims the StatefulSet's pods mount (data-NAME-ORDINAL) that exist."""
-    prefix = f"{manifests.DATA_VOLUME}-{manifests.statefulset_name(spec)}-"
+async def data_claims(kube: Kube, spec: ClusterSpec) -> tuple[list[ClaimObservation], list[ClaimObservation]]:
+    """The data claims that exist, of the voters' pods (data-NAME-N) and of the non-voters' (data-NAME-nonvoter-N)."""
     claims = await kube.claims(spec.namespace, manifests.selector_string(spec))
-    return [claim for claim in claims if claim.name.startswith(prefix) and claim.name[len(prefix) :].isdigit()]
+
+    def of(statefulset: str) -> list[ClaimObservation]:
+        prefix = f"{manifests.DATA_VOLUME}-{statefulset}-"
+        return [claim for claim in claims if claim.name.startswith(prefix) and claim.name[len(prefix) :].isdigit()]
+
+    return of(manifests.statefulset_name(spec)), of(manifests.nonvoter_statefulset_name(spec))
 
 
-async def _grow_volumes(kube: Kube, spec: ClusterSpec, volume_plan: volumes.VolumePlan, may_recreate: bool) -> None:
+async def _grow_volumes(
+    kube: Kube, spec: ClusterSpec, volume_plan: volumes.VolumePlan, statefulset: str, may_recreate: bool
+) -> None:
     """Raises the claims the plan names, then (once nothing else is under way) deletes the StatefulSet, orphaning
     its pods and claims, so that the next pass creates it with the larger claim template."""
     for claim in volume_plan.expand:
         await kube.resize_claim(claim, spec.namespace, spec.storage.size)
     if volume_plan.recreate_statefulset and may_recreate:
-        await kube.orphan_statefulset(manifests.statefulset_name(spec), spec.namespace)
+        await kube.orphan_statefulset(statefulset, spec.namespace)
 
 
 def event_reason(action: Action) -> str:
@@ -447,14 +562,16 @@ async def observe_sidecars(
 ) -> ClusterView:
     clients = {name: _client(http, spec, pod, secured) for name, pod in pods.items() if pod.ip}
 
-    async def state_of(name: str) -> tuple[str, ClusterState | None]:
+    async def state_of(name: str) -> tuple[str, ClusterState | None, str | None]:
         try:
-            return name, await clients[name].cluster_state(local=True)
+            state, node_id = await asyncio.gather(clients[name].cluster_state(local=True), clients[name].node_id())
+            return name, state, node_id
         except SidecarError:
-            return name, None
+            return name, None, None
 
     answers = await asyncio.gather(*(state_of(name) for name in clients))
-    states = {name: state for name, state in answers if state is not None}
+    states = {name: state for name, state, _ in answers if state is not None}
+    node_ids = {name: node_id for name, _, node_id in answers if node_id is not None}
     health: ClusterHealth | None = None
     view = summarize_states(states)
     asked = view.master if view.master in clients else next(iter(states), None)
@@ -463,7 +580,7 @@ async def observe_sidecars(
             health = await clients[asked].cluster_health()
         except SidecarError:
             health = None
-    return summarize_states(states, health)
+    return summarize_states(states, health, node_ids)
 
 
 def _client(
@@ -503,11 +620,12 @@ async def _carry_out(
     memo: kopf.Memo,
     logger: kopf.Logger | logging.Logger,
     secured: Secured | None = None,
-    claim_size: str | None = None,
+    layout: Layout | None = None,
 ) -> None:
     kube: Kube = memo.kube
     annotations: dict[str, str | None] = {}
     tls_source = secured.tls_source if secured is not None else None
+    nonvoters = layout.nonvoters if layout is not None else None
 
     # What the bootstrap ConfigMap must hold after this step.
     if action.kind is ActionKind.PIN_BOOTSTRAP:
@@ -523,6 +641,11 @@ async def _carry_out(
     if action.kind is ActionKind.COMPLETE_BOOTSTRAP:
         annotations[CLUSTER_UUID_ANNOTATION] = action.cluster_uuid
         annotations[INITIAL_MASTER_NODES_ANNOTATION] = None  # the list is never used again
+    if action.kind is ActionKind.HIBERNATE:
+        annotations[HIBERNATED_VOTERS_ANNOTATION] = str(action.hibernated_voters)
+    if action.kind is ActionKind.WAKE:
+        annotations[HIBERNATED_VOTERS_ANNOTATION] = None
+        annotations[HIBERNATION_SNAPSHOT_ANNOTATION] = None
     if annotations:
         await kube.patch_annotations(spec.namespace, spec.name, annotations)
 
@@ -536,11 +659,19 @@ async def _carry_out(
         health=obs.cluster.health,
         voters=len(obs.cluster.voters),
         tls_source=tls_source,
-        claim_size=claim_size,
+        claim_size=layout.claim_size if layout is not None else None,
+        nonvoters=nonvoters.replicas if nonvoters is not None else None,
+        nonvoter_claim_size=nonvoters.claim_size if nonvoters is not None else None,
+        # Hibernating or waking: a StatefulSet scaled to 0 keeps its claims, whatever whenScaled says.
+        keep_claims=spec.hibernating or obs.hibernated_voters is not None,
     )
     for child in children:
-        if child["kind"] == "StatefulSet" and (action.statefulset_replicas is None or obs.statefulset_deleting):
-            continue  # not before the bootstrap list is pinned, nor while it is deleted to be created again
+        if child["kind"] == "StatefulSet":
+            voting = child["metadata"]["name"] == manifests.statefulset_name(spec)
+            if voting and (action.statefulset_replicas is None or obs.statefulset_deleting):
+                continue  # not before the bootstrap list is pinned, nor while it is deleted to be created again
+            if not voting and (nonvoters is None or nonvoters.deleting):
+                continue
         await kube.apply(child)
     kinds = {child["kind"] for child in children}
     if "PodDisruptionBudget" not in kinds:
@@ -592,13 +723,22 @@ def _context_for(ca_pem: bytes | None) -> ssl.SSLContext | None:
 
 
 def certificate_pods(
-    spec: ClusterSpec, statefulset_replicas: int | None, pods: Mapping[str, PodObservation]
+    spec: ClusterSpec,
+    statefulset: StatefulSetObservation | None,
+    nonvoter_set: StatefulSetObservation | None,
+    pods: Mapping[str, PodObservation],
 ) -> tuple[str, ...]:
-    """Every pod that may run before the next pass: the spec's, the StatefulSet's and any still present."""
-    prefix = f"{manifests.statefulset_name(spec)}-"
-    ordinals = [int(name[len(prefix) :]) for name in pods if name.startswith(prefix) and name[len(prefix) :].isdigit()]
-    count = max(spec.replicas, statefulset_replicas or 0, *(ordinal + 1 for ordinal in ordinals))
-    return manifests.pod_names(spec, count)
+    """Every pod that may run before the next pass, in both pools: the spec's, the StatefulSets', the hibernated
+    voters', and any still present."""
+
+    def count(name: str, wanted: int, current: StatefulSetObservation | None) -> int:
+        prefix = f"{name}-"
+        ordinals = [int(pod[len(prefix) :]) for pod in pods if pod.startswith(prefix) and pod[len(prefix) :].isdigit()]
+        return max(wanted, current.replicas if current else 0, *(ordinal + 1 for ordinal in ordinals))
+
+    voters = count(manifests.statefulset_name(spec), max(spec.voters, spec.hibernated_voters or 0), statefulset)
+    nonvoters = count(manifests.nonvoter_statefulset_name(spec), spec.non_voters, nonvoter_set)
+    return (*manifests.pod_names(spec, voters), *manifests.nonvoter_pod_names(spec, nonvoters))
 
 
 async def _read_secret(kube: Kube, name: str, namespace: str) -> dict[str, bytes]:

@@ -18,8 +18,9 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from coordinated.operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from coordinated.operator.manifests import DATA_VOLUME
+from coordinated.operator.manifests import DATA_VOLUME, SIDECAR_CONTAINER
 from coordinated.operator.observation import ClaimObservation, PodObservation, StatefulSetObservation
+from coordinated.operator.placement import VOTING_LABEL, ZONE_LABEL
 
 FIELD_MANAGER = "coordinated-operator"
 
@@ -152,12 +153,27 @@ class Kube:
                 continue
             conditions = (pod.status.conditions or []) if pod.status else []
             ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+            unscheduled = next(
+                (
+                    c
+                    for c in conditions
+                    if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+                ),
+                None,
+            )
+            labels = pod.metadata.labels or {}
+            containers = pod.spec.containers if pod.spec else []
+            sidecar = next((c for c in containers if c.name == SIDECAR_CONTAINER), None)
             observed[pod.metadata.name] = PodObservation(
                 name=pod.metadata.name,
                 ready=ready,
                 terminating=pod.metadata.deletion_timestamp is not None,
                 ip=pod.status.pod_ip if pod.status else None,
-                revision=(pod.metadata.labels or {}).get("controller-revision-hash"),
+                revision=labels.get("controller-revision-hash"),
+                voting=labels.get(VOTING_LABEL) != "false",
+                image=sidecar.image if sidecar else None,
+                node_name=pod.spec.node_name if pod.spec else None,
+                unschedulable=(unscheduled.message or "no reason given") if unscheduled else None,
             )
         return observed
 
@@ -216,6 +232,23 @@ class Kube:
     async def claims(self, namespace: str, selector: str) -> list[ClaimObservation]:
         """The PersistentVolumeClaims with these labels (a StatefulSet's claims carry its selector)."""
         return await asyncio.to_thread(self._claims, namespace, selector)
+
+    def _zones(self, nodes: frozenset[str]) -> dict[str, str | None]:
+        zones: dict[str, str | None] = {}
+        for name in sorted(nodes):
+            try:
+                node = self._core.read_node(name)
+            except ApiException as error:
+                if error.status in (403, 404):
+                    zones[name] = None
+                    continue
+                raise
+            zones[name] = ((node.metadata.labels or {}) if node.metadata else {}).get(ZONE_LABEL)
+        return zones
+
+    async def zones(self, nodes: frozenset[str]) -> dict[str, str | None]:
+        """Each Kubernetes node's topology.kubernetes.io/zone label (None: none, or the node is unknown)."""
+        return await asyncio.to_thread(self._zones, nodes)
 
     def _storage_class_expandable(self, name: str) -> bool | None:
         try:

@@ -200,6 +200,13 @@ class SidecarClient:
         params = {"local": "true"} if local else None
         return parse_cluster_state(await self._request("GET", "/_cluster/state", params))
 
+    async def node_id(self) -> str:
+        """The node's own id (`GET /`): a node that lost its data comes back under a new one."""
+        answer = await self._request("GET", "/")
+        if not isinstance(answer, Mapping) or not answer.get("node_id"):
+            raise SidecarError(f"GET {self.base_url}/ gave no node_id: {str(answer)[:200]}")
+        return str(answer["node_id"])
+
     async def cluster_health(self) -> ClusterHealth:
         return parse_cluster_health(await self._request("GET", "/_cluster/health"))
 
