@@ -201,6 +201,7 @@ def test_operator_rbac_is_least_privilege(tools: dict[str, Path]) -> None:
     # delete: re-creating the StatefulSet with a larger claim template, orphaning its pods and claims.
     assert verbs[("apps", "statefulsets")] == {"get", "create", "patch", "delete"}
     assert verbs[("storage.k8s.io", "storageclasses")] == {"get"}  # whether a class can expand
+    assert verbs[("", "nodes")] == {"get"}  # the zone each pod runs in
     assert verbs[("networking.k8s.io", "networkpolicies")] == {"create", "patch", "delete"}
     assert verbs[("cert-manager.io", "certificates")] == {"create", "patch"}
     assert not any("*" in granted or "escalate" in granted or "bind" in granted for granted in verbs.values())

@@ -85,9 +85,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "coordinated-cluster.clusterRules" -}}
-# Cluster-scoped, read only: whether a StorageClass allows volume expansion (a larger storage.size).
+# Cluster-scoped, read only: whether a StorageClass allows volume expansion (a larger storage.size), and the
+# zone label of the nodes the pods run on (whether the voters share a zone).
 - apiGroups: [storage.k8s.io]
   resources: [storageclasses]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [nodes]
   verbs: [get]
 {{- end -}}
 
