@@ -65,8 +65,8 @@ def plan_volumes(
         storage_class = f"StorageClass {class_name}" if class_name else "the claims' StorageClass"
         message = (
             f"storage.size asks for {desired}, but {storage_class} does not allow volume expansion "
-            f"(allowVolumeExpansion is not true): the volumes stay at {template} and nothing was changed. "
-            f"Set storage.size back to {template}, or use a class that can expand"
+            f"(allowVolumeExpansion is not true): the volumes stay at {template} and nothing was changed. The "
+            "expansion proceeds by itself once the class allows it (where its provisioner can resize)"
         )
         return VolumePlan(template, condition=Condition(CONDITION, False, "ExpansionNotSupported", message))
     expand = tuple(claim.name for claim in short)
