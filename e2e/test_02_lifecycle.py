@@ -49,6 +49,30 @@ def test_the_status_follows_a_pod_deletion_within_seconds(cluster: Cluster, figu
     figure(f"pod deleted to Ready again: {time.monotonic() - started:.1f} s")
 
 
+def test_a_larger_volume_on_a_class_that_cannot_expand_changes_nothing(cluster: Cluster) -> None:
+    """The harness's default class, like kind's, has no allowVolumeExpansion: the operator says so and leaves the
+    StatefulSet and the claim as they are (test_02_production.py grows volumes on a class that can)."""
+    kubectl("-n", cluster.namespace, "patch", "ccl", NAME, "--type=merge", "-p", '{"spec":{"storage":{"size":"2Gi"}}}')
+
+    def refused() -> dict[str, Any] | None:
+        size = condition(cluster, "StorageSize") or {}
+        return size if size.get("reason") == "ExpansionNotSupported" else None
+
+    size = wait_until("the ExpansionNotSupported condition", refused, 120)
+    assert size["status"] == "False"
+    assert "storage.size asks for 2Gi, but StorageClass standard does not allow volume expansion" in size["message"]
+    template = kubectl(
+        "-n", cluster.namespace, "get", "statefulset", NAME,
+        "-o", "jsonpath={.spec.volumeClaimTemplates[0].spec.resources.requests.storage}",
+    ).stdout  # fmt: skip
+    claim = kubectl(
+        "-n", cluster.namespace, "get", "pvc", f"data-{NAME}-0", "-o", "jsonpath={.spec.resources.requests.storage}"
+    ).stdout
+    assert (template, claim) == ("1Gi", "1Gi")
+    assert any(event.reason == "VolumeExpansionNotSupported" for event in cluster.events())
+    assert cluster.status()["phase"] == "Ready"  # nothing else is affected
+
+
 def test_a_cluster_recreated_over_retained_claims_says_it_adopts_their_data(cluster: Cluster) -> None:
     written = cluster.sidecars.request(f"pods/{NAME}-0", "PUT", "_cluster/metadata/kept", {"n": 1})
     assert written.status == 200, written

@@ -342,6 +342,10 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
             may_recreate = action.kind is ActionKind.NONE
             await _grow_volumes(kube, spec, volume_plans[0], manifests.statefulset_name(spec), may_recreate)
             await _grow_volumes(kube, spec, volume_plans[1], manifests.nonvoter_statefulset_name(spec), may_recreate)
+            growing = [p.condition for p in volume_plans if p.condition and p.condition.reason == "Expanding"]
+            if growing and action.kind is ActionKind.NONE:
+                # Not converged until the volumes have grown, and followed up like any wait (no pod event comes).
+                action = Action(ActionKind.WAIT, growing[0].message, action.statefulset_replicas)
 
     replaced = membership.replacements(obs, previous_status.get("nodes") or ())
     members = Members(
