@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -178,6 +180,22 @@ class FakeSidecars:
                 {"status": "green", "master_node": "id0", "number_of_nodes": 3, "number_of_master_eligible_nodes": 3}
             )
         return web.json_response({})
+
+
+@contextlib.asynccontextmanager
+async def serving(sidecars: FakeSidecars, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[aiohttp.ClientSession]:
+    """The fake sidecars on a local port, the operator's sidecar URLs pointed at them, and an HTTP session."""
+    app = web.Application()
+    app.router.add_route("*", "/{pod}/{path:.*}", sidecars.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    monkeypatch.setattr(handlers.CONFIG, "sidecar_url_template", f"http://127.0.0.1:{runner.addresses[0][1]}/{{pod}}")
+    try:
+        async with aiohttp.ClientSession() as http:
+            yield http
+    finally:
+        await runner.cleanup()
 
 
 def resource(replicas: int = 3) -> dict[str, Any]:
@@ -517,18 +535,10 @@ def test_a_scale_down_runs_its_steps_without_waiting_for_the_periodic_pass(monke
     monkeypatch.setattr(handlers, "RECONCILE_INTERVAL_SECONDS", 3600.0)  # the periodic pass never comes
 
     async def scenario() -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{pod}/{path:.*}", sidecars.handle)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        monkeypatch.setattr(
-            handlers.CONFIG, "sidecar_url_template", f"http://127.0.0.1:{runner.addresses[0][1]}/{{pod}}"
-        )
         body = kopf.Body(kube.stored)
         handlers.track(event={"type": "ADDED"}, body=body)
         try:
-            async with aiohttp.ClientSession() as http:
+            async with serving(sidecars, monkeypatch) as http:
                 memo = kopf.Memo(kube=kube, http=http)
                 await handlers.reconcile(body, memo, logging.getLogger("test"))  # the spec change: one pass
                 deadline = asyncio.get_running_loop().time() + 30  # a bound for a loaded machine, not a timing
@@ -542,7 +552,6 @@ def test_a_scale_down_runs_its_steps_without_waiting_for_the_periodic_pass(monke
                 assert [r[0] for r in sidecars.requests if r[1].endswith("exclusions")] == ["POST", "DELETE"]
         finally:
             handlers.track(event={"type": "DELETED"}, body=body)
-            await runner.cleanup()
 
     asyncio.run(scenario())
     assert [reason for reason, _ in kube.events if reason not in ("MasterElected", "EvenReplicas")] == [

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import Any
 
-import aiohttp
-import kopf
 import pytest
 from aiohttp import web
-from test_operator_handlers import FakeKube, FakeSidecars, resource
-from test_operator_snapshots import MergingKube, SnapshotSidecars
+from test_operator_handlers import FakeKube, resource
+from test_operator_snapshots import MergingKube, SnapshotSidecars, drive
 
-from coordinated.operator import handlers
 from coordinated.operator.observation import PodObservation
 from coordinated.operator.spec import (
     CLUSTER_UUID_ANNOTATION,
@@ -54,30 +49,6 @@ def bootstrapped(**spec: Any) -> MergingKube:
     kube.replicas = 3
     kube.pod_map = {f"demo-{i}": PodObservation(f"demo-{i}", ready=True, ip="127.0.0.1") for i in range(3)}
     return kube
-
-
-def drive(monkeypatch: pytest.MonkeyPatch, kube: FakeKube, sidecars: FakeSidecars, steps: Any) -> None:
-    async def scenario() -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{pod}/{path:.*}", sidecars.handle)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        monkeypatch.setattr(
-            handlers.CONFIG, "sidecar_url_template", f"http://127.0.0.1:{runner.addresses[0][1]}/{{pod}}"
-        )
-        try:
-            async with aiohttp.ClientSession() as http:
-                memo = kopf.Memo(kube=kube, http=http)
-
-                async def reconcile() -> None:
-                    await handlers.reconcile(kopf.Body(kube.stored), memo, logging.getLogger("test"))
-
-                await steps(reconcile)
-        finally:
-            await runner.cleanup()
-
-    asyncio.run(scenario())
 
 
 def applied(kube: FakeKube, name: str, kind: str = "StatefulSet") -> dict[str, Any]:
@@ -122,7 +93,7 @@ def test_non_voters_scale_in_one_step_and_never_vote(monkeypatch: pytest.MonkeyP
         await reconcile()
         assert applied(kube, "demo-nonvoter")["spec"]["replicas"] == 0 and kube.replicas == 3
 
-    drive(monkeypatch, kube, sidecars, steps)
+    drive(monkeypatch, kube, sidecars, steps, running=False)
 
 
 def test_hibernation_takes_a_snapshot_stops_every_pod_keeps_the_claims_and_wakes(
@@ -170,4 +141,4 @@ def test_hibernation_takes_a_snapshot_stops_every_pod_keeps_the_claims_and_wakes
         reasons = [reason for reason, _ in kube.events]
         assert reasons.index("SnapshotTaken") < reasons.index("Hibernate") < reasons.index("Wake")
 
-    drive(monkeypatch, kube, sidecars, steps)
+    drive(monkeypatch, kube, sidecars, steps, running=False)

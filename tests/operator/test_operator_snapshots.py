@@ -8,11 +8,10 @@ import datetime
 import logging
 from typing import Any
 
-import aiohttp
 import kopf
 import pytest
 from aiohttp import web
-from test_operator_handlers import FakeKube, FakeSidecars, resource
+from test_operator_handlers import FakeKube, FakeSidecars, resource, serving
 
 from coordinated.operator import handlers, manifests
 from coordinated.operator.observation import PodObservation
@@ -141,23 +140,13 @@ def drive(
     kube.pod_map = {f"demo-{i}": PodObservation(f"demo-{i}", ready=True, ip="127.0.0.1") for i in range(3)}
 
     async def scenario() -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{pod}/{path:.*}", sidecars.handle)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        port = runner.addresses[0][1]
-        monkeypatch.setattr(handlers.CONFIG, "sidecar_url_template", f"http://127.0.0.1:{port}/{{pod}}")
-        try:
-            async with aiohttp.ClientSession() as http:
-                memo = kopf.Memo(kube=kube, http=http)
+        async with serving(sidecars, monkeypatch) as http:
+            memo = kopf.Memo(kube=kube, http=http)
 
-                async def reconcile() -> None:
-                    await handlers.reconcile(kopf.Body(kube.stored), memo, logging.getLogger("test"))
+            async def reconcile() -> None:
+                await handlers.reconcile(kopf.Body(kube.stored), memo, logging.getLogger("test"))
 
-                await steps(reconcile)
-        finally:
-            await runner.cleanup()
+            await steps(reconcile)
 
     asyncio.run(scenario())
 
