@@ -214,6 +214,15 @@ class Cluster:
     def status(self) -> dict[str, Any]:
         return self.resource().get("status") or {}
 
+    def condition(self, kind: str) -> dict[str, Any]:
+        """The status condition of this type ({} while there is none)."""
+        return next((c for c in self.status().get("conditions") or () if c["type"] == kind), {})
+
+    def condition_with_reason(self, kind: str, reason: str) -> dict[str, Any] | None:
+        """The condition once it has this reason, else None (a wait_until probe)."""
+        found = self.condition(kind)
+        return found if found.get("reason") == reason else None
+
     def pods(self) -> list[client.V1Pod]:
         selector = f"app.kubernetes.io/name=coordinated-cluster,app.kubernetes.io/instance={self.name}"
         return self.core.list_namespaced_pod(self.namespace, label_selector=selector).items

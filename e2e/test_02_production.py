@@ -69,10 +69,6 @@ def settled(cluster: Cluster, nonvoters: int) -> dict[str, Any] | None:
     return status if done else None
 
 
-def condition(cluster: Cluster, kind: str) -> dict[str, Any]:
-    return next((c for c in cluster.status().get("conditions") or () if c["type"] == kind), {})
-
-
 def committed(cluster: Cluster) -> dict[str, Any]:
     return cluster.sidecars.state(f"{NAME}-0", local=False)
 
@@ -97,9 +93,9 @@ def test_voters_and_non_voters_form_one_cluster(cluster: Cluster, figure: Figure
     header, row = wide[0].split(), wide[1].split()
     assert header[-2:] == ["NON-VOTERS", "IMAGE"] and row[-2:] == ["2", nodes[0]["image"]], wide
     # One Kubernetes node here: the voters share it, and the status says so; every pod was scheduled.
-    spread = condition(cluster, "VotersSpread")
+    spread = cluster.condition("VotersSpread")
     assert (spread["status"], spread["reason"]) == ("False", "SharedNode") and "share node" in spread["message"]
-    assert condition(cluster, "PodsScheduled")["status"] == "True"
+    assert cluster.condition("PodsScheduled")["status"] == "True"
     # The documented Python client runs in the project image (httpx was missing).
     kubectl(
         "-n",
@@ -172,7 +168,7 @@ def test_the_volumes_grow_in_place(cluster: Cluster, figure: Figure) -> None:
     kubectl("-n", cluster.namespace, "patch", "ccl", NAME, "--type=merge", "-p", '{"spec":{"storage":{"size":"2Gi"}}}')
 
     def grown() -> dict[str, Any] | None:
-        size = condition(cluster, "StorageSize")
+        size = cluster.condition("StorageSize")
         return size if size.get("status") == "True" and "2Gi" in size.get("message", "") else None
 
     wait_until("the StorageSize condition at 2Gi", grown, SETTLE, interval=1)
@@ -214,7 +210,7 @@ def test_a_voter_that_loses_its_claim_is_replaced_under_a_writer(cluster: Cluste
     messages = {event.reason: event.message or "" for event in cluster.events()}
     assert old_id in messages.get("ReplacingMember", "") and new_id in messages.get("ReplacingMember", ""), messages
     assert f"{lost}'s lost node {old_id} left the voting configuration" in messages.get("MemberReplaced", "")
-    replacement = condition(cluster, "MemberReplacement")
+    replacement = cluster.condition("MemberReplacement")
     assert (replacement["status"], replacement["reason"]) == ("False", "Replaced")
     figure(
         f"voter pod and claim deleted to 3 voters again (no human action): {elapsed:.0f} s; "

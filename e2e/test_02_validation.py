@@ -69,12 +69,11 @@ def test_invalid_settings_give_a_condition_and_an_event_not_a_crash_loop(operato
     cluster = Cluster(namespace, "bad-settings")
     expected = "[cluster.election.max_timeout] is [1s], but must be at least [cluster.election.initial_timeout]"
 
-    def refused() -> dict[str, Any] | None:
-        conditions = {c["type"]: c for c in cluster.status().get("conditions") or ()}
-        reconciled = conditions.get("ReconciliationComplete") or {}
-        return reconciled if reconciled.get("reason") == "InvalidSpec" else None
-
-    condition = wait_until("the InvalidSpec condition", refused, 120)
+    condition = wait_until(
+        "the InvalidSpec condition",
+        lambda: cluster.condition_with_reason("ReconciliationComplete", "InvalidSpec"),
+        120,
+    )
     assert condition["status"] == "False"
     assert expected in condition["message"]
     events = wait_until("a ScalingRefused event", lambda: cluster.events("ScalingRefused"), 60)
@@ -105,12 +104,9 @@ def test_a_placement_that_cannot_be_scheduled_is_a_condition_with_the_schedulers
     apply(cluster_manifest(namespace, "nowhere", 1, scheduling={"nodeSelector": {"coordinated.dev/e2e": "nowhere"}}))
     cluster = Cluster(namespace, "nowhere")
 
-    def unschedulable() -> dict[str, Any] | None:
-        conditions = {c["type"]: c for c in cluster.status().get("conditions") or ()}
-        scheduled = conditions.get("PodsScheduled") or {}
-        return scheduled if scheduled.get("reason") == "Unschedulable" else None
-
-    scheduled = wait_until("the PodsScheduled condition", unschedulable, 180)
+    scheduled = wait_until(
+        "the PodsScheduled condition", lambda: cluster.condition_with_reason("PodsScheduled", "Unschedulable"), 180
+    )
     assert scheduled["status"] == "False"
     assert scheduled["message"].startswith("nowhere-0 cannot be scheduled: 0/1 nodes are available")
     assert "didn't match Pod's node affinity/selector" in scheduled["message"]
