@@ -131,7 +131,9 @@ def conditions_of(
             f"them, so the last one adds no fault tolerance; {obs.desired_replicas - 1} or "
             f"{obs.desired_replicas + 1} nodes tolerate as many or more failures"
             if even
-            else f"{obs.desired_replicas} master-eligible nodes tolerate {(obs.desired_replicas - 1) // 2} failure(s)",
+            else f"{obs.desired_replicas} master-eligible nodes tolerate {(obs.desired_replicas - 1) // 2} failure(s)"
+            if obs.desired_replicas
+            else "no master-eligible node is asked for (hibernating)",
         )
     )
     if adopted := obs.adopted_claims or action.adopted_claims:
