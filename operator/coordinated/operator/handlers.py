@@ -28,6 +28,7 @@ from coordinated.operator import (
     PLURAL,
     VERSION,
     certificates,
+    events,
     manifests,
     membership,
     metrics,
@@ -64,7 +65,7 @@ from coordinated.operator.spec import (
     INITIAL_MASTER_NODES_ANNOTATION,
     ClusterSpec,
 )
-from coordinated.operator.status import Condition, Members, compute_status, election_event
+from coordinated.operator.status import Condition, Members, compute_status
 
 
 @dataclass
@@ -337,7 +338,10 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     else:
         action = plan(obs)
         if not spec.paused:
-            layout = Layout(volume_plans[0].template_size, nonvoter_layout(obs, nonvoter_set, volume_plans[1]))
+            layout = membership.Layout(
+                volume_plans[0].template_size,
+                membership.nonvoter_layout(obs, nonvoter_set, volume_plans[1].template_size),
+            )
             await _carry_out(action, spec, obs, body, memo, logger, secured, layout)
             may_recreate = action.kind is ActionKind.NONE
             await _grow_volumes(kube, spec, volume_plans[0], manifests.statefulset_name(spec), may_recreate)
@@ -361,14 +365,16 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         *(plan.condition for plan in volume_plans[1:] if plan.condition and not plan.condition.status),
         *([spread] if (spread := placement.voters_spread(voter_nodes, zones)) else []),
         placement.pods_scheduled(unschedulable),
-        membership.replacement_condition(replaced, _condition(previous_status, membership.REPLACEMENT_CONDITION)),
+        membership.replacement_condition(
+            replaced, events.condition_of(previous_status, membership.REPLACEMENT_CONDITION)
+        ),
     ]
-    events = [
+    announced = [
         *membership.replacement_events(replaced, previous_status.get("nodes") or (), obs),
-        *condition_events(previous_status, conditions, quorum_lost=members.quorum_lost),
-        *_spec_events(spec, obs, action, previous_status),
+        *events.condition_events(previous_status, conditions, quorum_lost=members.quorum_lost),
+        *events.spec_events(spec, obs, action, previous_status),
     ]
-    for event in events:
+    for event in announced:
         await post_event(memo, body, *event, logger)
 
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -396,94 +402,12 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     return action
 
 
-def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    return next((c for c in status.get("conditions") or () if c.get("type") == kind), None)
-
-
-# The Events sent when a condition changes (its status or reason): (type, reason) for True and for False.
-CONDITION_EVENTS: dict[str, tuple[tuple[str, str] | None, tuple[str, str]]] = {
-    placement.SPREAD_CONDITION: (("Normal", "VotersSpread"), ("Warning", "VotersNotSpread")),
-    placement.SCHEDULED_CONDITION: (("Normal", "PodsScheduled"), ("Warning", "Unschedulable")),
-}
-
-
-def condition_events(
-    previous_status: Mapping[str, Any], conditions: list[Condition], quorum_lost: str | None
-) -> list[tuple[str, str, str]]:
-    """One Event per change of the placement conditions and of the storage size (not one per pass); a quorum
-    lost for good is announced once."""
-    events = []
-    for condition in conditions:
-        before = _condition(previous_status, condition.type)
-        if condition.type == volumes.CONDITION:
-            plan = volumes.VolumePlan("", condition=condition)
-            if (event := volumes.event_for(plan, (before or {}).get("reason"))) is not None:
-                events.append(event)
-            continue
-        if condition.type not in CONDITION_EVENTS:
-            continue
-        status = "True" if condition.status else "False"
-        changed = before is None or (before.get("status"), before.get("reason")) != (status, condition.reason)
-        if not changed and (condition.status or before is None or before.get("message") == condition.message):
-            continue
-        if condition.status and (before is None or before.get("status") == "True"):
-            continue  # fine from the start: nothing to announce
-        announced = CONDITION_EVENTS[condition.type][0 if condition.status else 1]
-        if announced is not None:
-            events.append((*announced, condition.message))
-    if quorum_lost and (_condition(previous_status, "Quorate") or {}).get("reason") != "QuorumLost":
-        events.append(("Warning", "QuorumLost", quorum_lost))
-    return events
-
-
-def _spec_events(
-    spec: ClusterSpec, obs: Observation, action: Action, previous_status: Mapping[str, Any]
-) -> list[tuple[str, str, str]]:
-    events = []
-    if (message := election_event(previous_status, obs)) is not None:
-        events.append(("Normal", "MasterElected", message))
-    last = previous_status.get("lastAction") or {}
-    if action.kind is ActionKind.REFUSE and last.get("reason") != action.reason:
-        events.append(("Warning", "ScalingRefused", action.reason))
-    was_even = (_condition(previous_status, "EvenReplicas") or {}).get("status") == "True"
-    if spec.voters > 0 and spec.voters % 2 == 0 and not was_even:
-        events.append(
-            ("Warning", "EvenReplicas", f"{spec.voters} voting nodes: an odd number tolerates as many failures")
-        )
-    return events
-
-
 async def _plan_volumes(
     kube: Kube, spec: ClusterSpec, statefulset: StatefulSetObservation | None, claims: list[ClaimObservation]
 ) -> volumes.VolumePlan:
     storage_class = volumes.class_to_check(spec.storage.size, statefulset, claims)
     expandable = await kube.storage_class_expandable(storage_class) if storage_class else None
     return volumes.plan_volumes(spec.storage.size, statefulset, claims, expandable, storage_class)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What this pass writes into the StatefulSets besides the planner's voter count."""
-
-    claim_size: str  # the voters' claim template
-    nonvoters: NonVoterLayout | None = None  # None: no non-voters' StatefulSet is wanted or there
-
-
-@dataclass(frozen=True)
-class NonVoterLayout:
-    replicas: int
-    claim_size: str
-    deleting: bool = False
-
-
-def nonvoter_layout(
-    obs: Observation, statefulset: StatefulSetObservation | None, volume_plan: volumes.VolumePlan
-) -> NonVoterLayout | None:
-    replicas = membership.nonvoter_replicas(obs)
-    if replicas is None or (replicas == 0 and statefulset is None):
-        return None
-    deleting = statefulset is not None and statefulset.deleting
-    return NonVoterLayout(replicas, volume_plan.template_size, deleting)
 
 
 def snapshot_volume_mounted(statefulset: StatefulSetObservation | None, obs: Observation) -> bool:
@@ -624,7 +548,7 @@ async def _carry_out(
     memo: kopf.Memo,
     logger: kopf.Logger | logging.Logger,
     secured: Secured | None = None,
-    layout: Layout | None = None,
+    layout: membership.Layout | None = None,
 ) -> None:
     kube: Kube = memo.kube
     annotations: dict[str, str | None] = {}

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from coordinated.operator.observation import Observation, PodObservation
+from coordinated.operator.observation import Observation, PodObservation, StatefulSetObservation
 from coordinated.operator.status import Condition
 
 REPLACEMENT_CONDITION = "MemberReplacement"
@@ -36,6 +36,32 @@ def nonvoter_replicas(obs: Observation) -> int | None:
     if obs.recorded_cluster_uuid is None or obs.cluster.master is None or obs.hibernated_voters is not None:
         return current  # more only once there is a master to join (and the voters woke)
     return wanted
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What this pass writes into the StatefulSets besides the planner's voter count."""
+
+    claim_size: str  # the voters' claim template
+    nonvoters: NonVoterLayout | None = None  # None: no non-voters' StatefulSet is wanted or there
+
+
+@dataclass(frozen=True)
+class NonVoterLayout:
+    replicas: int
+    claim_size: str
+    deleting: bool = False
+
+
+def nonvoter_layout(
+    obs: Observation, statefulset: StatefulSetObservation | None, claim_size: str
+) -> NonVoterLayout | None:
+    """The non-voters' StatefulSet this pass writes; None when none is wanted and none exists."""
+    replicas = nonvoter_replicas(obs)
+    if replicas is None or (replicas == 0 and statefulset is None):
+        return None
+    deleting = statefulset is not None and statefulset.deleting
+    return NonVoterLayout(replicas, claim_size, deleting)
 
 
 @dataclass(frozen=True)
