@@ -199,7 +199,7 @@ def test_a_voter_that_loses_its_claim_is_replaced_under_a_writer(cluster: Cluste
             if status is None:
                 return None
             node = next(n for n in status["nodes"] if n["name"] == lost)
-            return status if node["nodeId"] != old_id and node["voting"] and not node["replacing"] else None
+            return status if node.get("nodeId") != old_id and node["voting"] and not node.get("replacing") else None
 
         status = wait_until("full voting strength again", healed, SETTLE, interval=1)
         elapsed = time.monotonic() - started
