@@ -3,7 +3,7 @@
 # $CACHE/image, without a Docker daemon or a registry, following the repo's Dockerfile:
 #   layer 1: Debian bookworm (debootstrap minbase) + python3 + a Java runtime + the
 #            users coordinated (10001) and spark (185) + /data, /reports
-#   layer 2: /opt/venv with `pip install .[operator,audit,client]`, and the Spark-on-Kubernetes files
+#   layer 2: /opt/venv with `pip install ./client .[operator,audit]`, and the Spark-on-Kubernetes files
 # Prints the paths of the two archives (pause first). Cached by content.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -11,8 +11,9 @@ source "$(dirname "$0")/common.sh"
 dir="$CACHE/image"
 mkdir -p "$dir"
 BASE_PKGS=python3,python3-venv,openjdk-17-jre-headless,procps,ca-certificates
-# What the Dockerfile installs: the extras, and the package folders the image is built from (its cache key).
-IMAGE_EXTRAS=operator,audit,client
+# What the Dockerfile installs: the extras (the client, client/, is a dependency of its own), and the package
+# folders the image is built from (its cache key).
+IMAGE_EXTRAS=operator,audit
 IMAGE_SOURCES="core sidecar operator spark-jobs tools client"
 
 # Pause image: one static binary.
@@ -58,8 +59,10 @@ if [[ ! -f $image_tar ]]; then
   py=${PYTHON:-python3}
   [[ $("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])') == 3.11 ]] ||
     die "$py must be CPython 3.11 (bookworm's python3) to build wheels for the image"
-  log "building wheels for coordinated-cluster[$IMAGE_EXTRAS]"
-  "$py" -m pip wheel -q --wheel-dir "$dir/wheels" "${REPO_DIR}[$IMAGE_EXTRAS]"
+  # The client (client/) is a distribution of its own that the project pins: built in the same resolve, so
+  # that pip takes it from this checkout.
+  log "building wheels for coordinated-client and coordinated-cluster[$IMAGE_EXTRAS]"
+  "$py" -m pip wheel -q --wheel-dir "$dir/wheels" "${REPO_DIR}/client" "${REPO_DIR}[$IMAGE_EXTRAS]"
   root="$base/rootfs"
   app=(opt/venv app usr/local/bin/spark-entrypoint.sh opt/coordinated)
   (cd "$root" && rm -rf "${app[@]}" tmp/wheels) && cp -r "$dir/wheels" "$root/tmp/wheels"
@@ -67,6 +70,8 @@ if [[ ! -f $image_tar ]]; then
   chroot "$root" /opt/venv/bin/pip install -q --no-index --no-cache-dir --find-links /tmp/wheels \
     --force-reinstall "coordinated-cluster[$IMAGE_EXTRAS]==$IMAGE_VERSION"
   chroot "$root" /opt/venv/bin/coordinated --help >/dev/null || die "coordinated does not run in the image"
+  chroot "$root" /opt/venv/bin/python -c "from coordinated.client import Client, AsyncClient, Lock, LeaderElection" ||
+    die "the documented Python client (coordinated.client) does not import in the image"
   find "$root/opt/venv" -name __pycache__ -prune -exec rm -rf {} +
   rm -rf "$root"/opt/venv/lib/python3*/site-packages/pyspark/{examples,data}
   install -D -m 644 "$REPO_DIR/spark-jobs/audit_main.py" "$root/app/spark-jobs/audit_main.py"

@@ -9,21 +9,24 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-# Everything but the dev and bench tooling: the sidecar, operator, audit job and the application client.
-EXTRAS = {"operator", "audit", "client"}
+# Everything but the dev and bench tooling: the sidecar, operator and audit job. The application client is a
+# distribution of its own (client/), installed beside the project from the same checkout.
+EXTRAS = {"operator", "audit"}
+CLIENT_FOLDER = "client"
 
 
 def wheel_folders() -> set[str]:
-    """The top-level folders the wheel's packages come from (core, sidecar, ... client)."""
+    """The top-level folders the project wheel's packages come from (core, sidecar, ... tools)."""
     packages = PYPROJECT["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
     return {package.split("/", 1)[0] for package in packages}
 
 
 def test_the_dockerfile_installs_every_runtime_extra_and_copies_every_package() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
-    assert set(re.findall(r"extras\['(\w+)'\]", dockerfile)) == EXTRAS  # the client needs httpx and tenacity
+    assert set(re.findall(r"extras\['(\w+)'\]", dockerfile)) == EXTRAS
     copied = set(re.findall(r"^COPY (\S+)/ \1/$", dockerfile, re.MULTILINE))
-    assert wheel_folders() <= copied, wheel_folders() - copied
+    assert wheel_folders() | {CLIENT_FOLDER} <= copied, (wheel_folders() | {CLIENT_FOLDER}) - copied
+    assert re.search(rf"pip install --no-deps \./{CLIENT_FOLDER} \.", dockerfile)  # httpx and tenacity with it
 
 
 def test_the_harness_image_installs_the_same_extras_and_is_rebuilt_when_any_package_changes() -> None:
@@ -32,5 +35,6 @@ def test_the_harness_image_installs_the_same_extras_and_is_rebuilt_when_any_pack
     sources = re.search(r'^IMAGE_SOURCES="([^"]+)"$', script, re.MULTILINE)
     assert extras is not None and sources is not None
     assert set(extras.group(1).split(",")) == EXTRAS
+    assert f'"${{REPO_DIR}}/{CLIENT_FOLDER}"' in script  # the client's wheel is built in the same resolve
     # The cache key hashes these folders: a change to one that is missing (core/ was) kept a stale image.
-    assert set(sources.group(1).split()) == wheel_folders()
+    assert set(sources.group(1).split()) == wheel_folders() | {CLIENT_FOLDER}

@@ -15,7 +15,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import kopf
 import pytest
 from aiohttp import web
@@ -23,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from coordinated.operator import handlers
 from coordinated.operator.observation import ClaimObservation, PodObservation, StatefulSetObservation
+from coordinated.operator.sidecar_client import SidecarConnections
 from coordinated.operator.spec import (
     ADOPTED_CLAIMS_ANNOTATION,
     CLUSTER_UUID_ANNOTATION,
@@ -183,8 +183,9 @@ class FakeSidecars:
 
 
 @contextlib.asynccontextmanager
-async def serving(sidecars: FakeSidecars, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[aiohttp.ClientSession]:
-    """The fake sidecars on a local port, the operator's sidecar URLs pointed at them, and an HTTP session."""
+async def serving(sidecars: FakeSidecars, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SidecarConnections]:
+    """The fake sidecars on a local port, the operator's sidecar URLs pointed at them, and the operator's
+    connections to them."""
     app = web.Application()
     app.router.add_route("*", "/{pod}/{path:.*}", sidecars.handle)
     runner = web.AppRunner(app)
@@ -192,7 +193,7 @@ async def serving(sidecars: FakeSidecars, monkeypatch: pytest.MonkeyPatch) -> As
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     monkeypatch.setattr(handlers.CONFIG, "sidecar_url_template", f"http://127.0.0.1:{runner.addresses[0][1]}/{{pod}}")
     try:
-        async with aiohttp.ClientSession() as http:
+        async with SidecarConnections() as http:
             yield http
     finally:
         await runner.cleanup()
@@ -222,7 +223,7 @@ def test_bootstrap_and_first_scale_down_step(monkeypatch: pytest.MonkeyPatch) ->
         await site.start()
         port = runner.addresses[0][1]
         monkeypatch.setattr(handlers.CONFIG, "sidecar_url_template", f"http://127.0.0.1:{port}/{{pod}}")
-        async with aiohttp.ClientSession() as http:
+        async with SidecarConnections() as http:
             memo = kopf.Memo(kube=kube, http=http)
 
             async def reconcile() -> None:
@@ -328,7 +329,7 @@ def test_a_failing_pass_gives_one_short_condition_and_one_event_per_change() -> 
     memo = kopf.Memo(kube=kube, http=None)
 
     async def passes(count: int) -> None:
-        async with aiohttp.ClientSession() as http:
+        async with SidecarConnections() as http:
             memo.http = http
             for _ in range(count):
                 await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
@@ -352,7 +353,7 @@ def test_retained_claims_are_announced_as_adopted_data() -> None:
     memo = kopf.Memo(kube=kube, http=None)
 
     async def one_pass() -> None:
-        async with aiohttp.ClientSession() as http:
+        async with SidecarConnections() as http:
             memo.http = http
             await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
 
@@ -370,7 +371,7 @@ def test_an_even_replica_count_is_warned_about_once() -> None:
     memo = kopf.Memo(kube=kube, http=None)
 
     async def passes() -> None:
-        async with aiohttp.ClientSession() as http:
+        async with SidecarConnections() as http:
             memo.http = http
             for _ in range(3):
                 await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
@@ -466,7 +467,7 @@ def test_a_rolling_restart_deletes_one_pod_per_pass_and_reports_each() -> None:
         template = f"http://127.0.0.1:{runner.addresses[0][1]}/{{pod}}"
         original, handlers.CONFIG.sidecar_url_template = handlers.CONFIG.sidecar_url_template, template
         try:
-            async with aiohttp.ClientSession() as http:
+            async with SidecarConnections() as http:
                 memo = kopf.Memo(kube=kube, http=http)
                 await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
         finally:
@@ -536,9 +537,9 @@ def test_a_scale_down_runs_its_steps_without_waiting_for_the_periodic_pass(monke
 
     async def scenario() -> None:
         body = kopf.Body(kube.stored)
-        handlers.track(event={"type": "ADDED"}, body=body)
-        try:
-            async with serving(sidecars, monkeypatch) as http:
+        async with serving(sidecars, monkeypatch) as http:
+            handlers.track(event={"type": "ADDED"}, body=body)
+            try:
                 memo = kopf.Memo(kube=kube, http=http)
                 await handlers.reconcile(body, memo, logging.getLogger("test"))  # the spec change: one pass
                 deadline = asyncio.get_running_loop().time() + 30  # a bound for a loaded machine, not a timing
@@ -550,8 +551,13 @@ def test_a_scale_down_runs_its_steps_without_waiting_for_the_periodic_pass(monke
                     await asyncio.sleep(0.05)
                 assert not sidecars.excluded, kube.status.get("lastAction")
                 assert [r[0] for r in sidecars.requests if r[1].endswith("exclusions")] == ["POST", "DELETE"]
-        finally:
-            handlers.track(event={"type": "DELETED"}, body=body)
+            finally:
+                # Stop following the cluster, and let a pass under way end, before the connections close: a pass
+                # that used closed connections would fail (ReconcileFailed), as it would not in the operator.
+                under_way = handlers._soon.get("ns/demo")
+                handlers.track(event={"type": "DELETED"}, body=body)
+                if under_way is not None:
+                    await under_way
 
     asyncio.run(scenario())
     assert [reason for reason, _ in kube.events if reason not in ("MasterElected", "EvenReplicas")] == [

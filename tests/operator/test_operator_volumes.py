@@ -6,13 +6,13 @@ import asyncio
 import logging
 from typing import Any
 
-import aiohttp
 import kopf
 import pytest
 from test_operator_handlers import FakeKube, resource
 
 from coordinated.operator import handlers, manifests, volumes
 from coordinated.operator.observation import ClaimObservation, PodObservation, StatefulSetObservation
+from coordinated.operator.sidecar_client import SidecarConnections
 from coordinated.operator.spec import CLUSTER_UUID_ANNOTATION, ClusterSpec
 
 
@@ -149,7 +149,7 @@ class StorageKube(FakeKube):
 
 def run_passes(kube: FakeKube, count: int, between: Any = None) -> None:
     async def passes() -> None:
-        async with aiohttp.ClientSession() as http:
+        async with SidecarConnections() as http:
             memo = kopf.Memo(kube=kube, http=http)
             for index in range(count):
                 await handlers.reconcile(kopf.Body(kube.stored), memo, logging.getLogger("test"))
