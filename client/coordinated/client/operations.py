@@ -152,6 +152,12 @@ def sessions(client: ClientBase) -> Flow[Any]:
 # -- the admin API ------------------------------------------------------------------------------------------
 
 
+def node_info(client: ClientBase) -> Flow[dict[str, Any]]:
+    """`GET /`: `{"name", "node_id", "cluster_name", ...}` of the node the client is sent to. A node that lost its
+    data comes back under a new `node_id`."""
+    return (yield from perform(client, admin_calls.node_info()))
+
+
 def cluster_health(
     client: ClientBase, *, wait_for_nodes: int | None = None, timeout: float = 30.0
 ) -> Flow[dict[str, Any]]:
