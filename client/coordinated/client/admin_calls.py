@@ -38,11 +38,6 @@ def cluster_state(local: bool = False) -> Call[dict[str, Any]]:
     return Call("GET", "/_cluster/state", ok, {"local": "true"} if local else {})
 
 
-def node_info() -> Call[dict[str, Any]]:
-    """`GET /`: the answering node's `name`, `node_id`, `cluster_name`, `cluster_uuid`, `mode` and `term`."""
-    return Call("GET", "/", ok, master_timeout=False)
-
-
 def cluster_settings() -> Call[dict[str, Any]]:
     """The persistent settings that the answering node has applied: `{"persistent": {...}}`."""
     return Call("GET", "/_cluster/settings", ok, master_timeout=False)

@@ -93,7 +93,6 @@ class AsyncClient(ClientBase):
     node_info = awaiting(operations.node_info)
     cluster_health = awaiting(operations.cluster_health)
     cluster_state = awaiting(operations.cluster_state)
-    node_info = awaiting(operations.node_info)
     cluster_settings = awaiting(operations.cluster_settings)
     put_cluster_settings = awaiting(operations.put_cluster_settings)
     add_voting_config_exclusions = awaiting(operations.add_voting_config_exclusions)

@@ -170,11 +170,6 @@ def cluster_state(client: ClientBase, *, local: bool = False) -> Flow[dict[str, 
     return (yield from perform(client, admin_calls.cluster_state(local)))
 
 
-def node_info(client: ClientBase) -> Flow[dict[str, Any]]:
-    """`GET /`: the node's `name`, `node_id`, `cluster_name`, `cluster_uuid`, `mode` and `term`."""
-    return (yield from perform(client, admin_calls.node_info()))
-
-
 def cluster_settings(client: ClientBase) -> Flow[dict[str, Any]]:
     """`GET /_cluster/settings`: `{"persistent": {...}}`, the dynamic settings set on the cluster."""
     return (yield from perform(client, admin_calls.cluster_settings()))

@@ -96,7 +96,6 @@ class Client(ClientBase):
     node_info = blocking(operations.node_info)
     cluster_health = blocking(operations.cluster_health)
     cluster_state = blocking(operations.cluster_state)
-    node_info = blocking(operations.node_info)
     cluster_settings = blocking(operations.cluster_settings)
     put_cluster_settings = blocking(operations.put_cluster_settings)
     add_voting_config_exclusions = blocking(operations.add_voting_config_exclusions)
