@@ -95,7 +95,10 @@ def connection_options(command: Callable[..., R]) -> Callable[..., R]:
     def wrapper(
         endpoints: str | None, token: str | None, cacert: str | None, timeout: float, output: str, **kwargs: Any
     ) -> R:
-        connection = Connection(endpoints_from(endpoints), token or None, verify_from(cacert), timeout, output)
+        addresses = endpoints_from(endpoints)
+        # Without an https endpoint nothing is verified: skip loading the CA store (a third of a call's time).
+        verify = verify_from(cacert) if any(a.startswith("https://") for a in addresses) else False
+        connection = Connection(addresses, token or None, verify, timeout, output)
         with as_exit_codes():
             return command(connection=connection, **kwargs)
 
