@@ -192,7 +192,8 @@ def test_connection_failures_have_their_exit_codes(secured: Secured, tmp_path: P
         secured, "kv", "get", "k", COORDINATED_ENDPOINTS=f"https://127.0.0.1:{refused_port}", COORDINATED_TIMEOUT="0"
     )
     assert refused.exit_code == UNREACHABLE and "cannot reach" in refused.stderr
-    assert run(secured, "kv", "get", "k", COORDINATED_ENDPOINTS=" , ").exit_code == BAD_INPUT
+    for wrong in (" , ", "ftp://127.0.0.1:9200", "http://:9200", "127.0.0.1:port"):
+        assert run(secured, "kv", "get", "k", COORDINATED_ENDPOINTS=wrong).exit_code == BAD_INPUT, wrong
     # Tokens: none, unknown, and a role too low for a write.
     assert run(secured, "kv", "put", "k", "1", token=None).exit_code == UNREACHABLE
     assert run(secured, "kv", "put", "k", "1", token="not-a-token-0123456789").exit_code == UNREACHABLE

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 import click
+import httpx
 
 from coordinated.client import Client
 from coordinated.client.endpoints import DEFAULT_ADDRESS, normalize
@@ -48,12 +49,21 @@ class Connection:
         )
 
 
+def checked_endpoint(address: str) -> str:
+    """The address as the client takes it (`host:port` means http://), or BadInput naming what is wrong."""
+    endpoint = normalize(address)
+    try:
+        url = httpx.URL(endpoint)
+    except httpx.InvalidURL as error:
+        raise BadInput(f"--endpoints: [{address.strip()}] is not a URL: {error}") from error
+    if url.scheme not in ("http", "https") or not url.host:
+        raise BadInput(f"--endpoints: [{address.strip()}] is not an http:// or https:// address with a host")
+    return endpoint
+
+
 def endpoints_from(given: str | None) -> list[str]:
     if given is not None:
-        try:
-            endpoints = [normalize(address) for address in given.split(",") if address.strip()]
-        except ValueError as error:
-            raise BadInput(f"--endpoints: {error}") from error
+        endpoints = [checked_endpoint(address) for address in given.split(",") if address.strip()]
         if not endpoints:
             raise BadInput("--endpoints: give at least one address, such as https://10.0.0.1:9200")
         return endpoints
