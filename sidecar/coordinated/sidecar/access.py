@@ -74,6 +74,7 @@ RULES: tuple[Rule, ...] = (
     _rule(_READ, r"/_cat/master", Role.READER),
     _rule(_READ, r"/_cluster/metadata/.+", Role.READER),
     _rule(_READ, r"/_history", Role.READER),
+    _rule(_READ, r"/_openapi", Role.READER),
     # Writes: keys, transactions, sessions. Sessions are a writer's, listing included: their ids are what a
     # writer keeps alive and binds keys to.
     _rule(frozenset({"PUT", "DELETE", "POST"}), r"/_cluster/metadata/.+", Role.WRITER),

@@ -57,6 +57,7 @@ from coordinated.coordination.validation import (
     value_problem,
 )
 from coordinated.sidecar.access import Tokens, access_middleware
+from coordinated.sidecar.api_types import SessionBody, SettingsBody
 from coordinated.sidecar.change_log import ChangesGone
 from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
@@ -687,11 +688,6 @@ def check_session_id(session: str, what: str) -> str:
     return session
 
 
-class _SessionBody(msgspec.Struct, forbid_unknown_fields=True):
-    ttl: str | None = None
-    node: str | None = None
-
-
 def session_body(session_id: str, ttl_ms: int, node_id: str | None, node: Node) -> dict[str, Any]:
     return {"id": session_id, **session_binding_to_api(ttl_ms, node_id, node.applied_state.nodes)}
 
@@ -709,7 +705,7 @@ def session_result(result: ClientResult, node: Node, status: int = 200) -> web.R
 async def session_create(request: web.Request) -> web.Response:
     query = check_params(request, {"timeout", "master_timeout"})
     timeout_ms = timeout_of(query)
-    body = decode_body(await read_json(request), _SessionBody, "session")
+    body = decode_body(await read_json(request), SessionBody, "session")
     ttl_ms = 0
     if body.ttl is not None:
         try:
@@ -770,10 +766,6 @@ async def settings_get(request: web.Request) -> web.Response:
     return web.json_response({"persistent": dict(node.applied_state.persistent_settings), "transient": {}})
 
 
-class _SettingsBody(msgspec.Struct, forbid_unknown_fields=True):
-    persistent: dict[str, Any] = {}
-
-
 def flatten_settings(prefix: str, values: Mapping[str, Any], out: dict[str, str | None]) -> None:
     for name, value in values.items():
         full = f"{prefix}{name}"
@@ -792,7 +784,7 @@ def flatten_settings(prefix: str, values: Mapping[str, Any], out: dict[str, str 
 async def settings_put(request: web.Request) -> web.Response:
     query = check_params(request, {"timeout", "master_timeout", "flat_settings"})
     timeout_ms = timeout_of(query)
-    body = decode_body(await read_json(request), _SettingsBody, "settings body")
+    body = decode_body(await read_json(request), SettingsBody, "settings body")
     updates: dict[str, str | None] = {}
     flatten_settings("", body.persistent, updates)
     problem = settings_problem(updates, node_of(request).config.settings.registry)
