@@ -187,10 +187,10 @@ def param_int(query: Mapping[str, str], name: str, default: int | None, minimum:
     value = query.get(name)
     if value is None:
         return default
-    try:
-        parsed = int(value)
-    except ValueError:
-        raise BadRequest(f"failed to parse parameter [{name}]: expected an integer, got [{value}]") from None
+    # Plain ASCII digits only: int() would also take " 5", "+5", "1_000" and other scripts' digits.
+    if not value.isascii() or not value.isdigit() or int(value) > LONG_MAX:
+        raise BadRequest(f"failed to parse parameter [{name}]: expected a non-negative long, got [{value}]")
+    parsed = int(value)
     if parsed < minimum:
         raise BadRequest(f"parameter [{name}] must be at least {minimum}, got [{value}]")
     return parsed
@@ -469,6 +469,8 @@ async def cluster_health(request: web.Request) -> web.Response:
 
 async def cat_master(request: web.Request) -> web.Response:
     query = check_params(request, {"format", "v", "h", "local"})
+    param_bool(query, "local", False)  # the answer is this node's applied state either way
+    header = param_bool(query, "v", False)
     fmt = query.get("format", "text")
     if fmt not in ("json", "text"):
         raise BadRequest(f"unsupported format [{fmt}]; use json or text")
@@ -481,8 +483,8 @@ async def cat_master(request: web.Request) -> web.Response:
     row = {"id": master.id, "host": host, "ip": host, "node": master.name}
     if fmt == "json":
         return web.json_response([row])
-    header = "id host ip node\n" if param_bool(query, "v", False) else ""
-    return web.Response(text=f"{header}{row['id']} {row['host']} {row['ip']} {row['node']}\n")
+    header_line = "id host ip node\n" if header else ""
+    return web.Response(text=f"{header_line}{row['id']} {row['host']} {row['ip']} {row['node']}\n")
 
 
 def write_result(key: str, result: ClientResult) -> web.Response:
@@ -761,7 +763,9 @@ async def sessions_list(request: web.Request) -> web.Response:
 
 
 async def settings_get(request: web.Request) -> web.Response:
-    check_params(request, {"local", "include_defaults", "flat_settings"})
+    query = check_params(request, {"local", "include_defaults", "flat_settings"})
+    for name in ("local", "include_defaults", "flat_settings"):  # accepted for Elasticsearch's clients: no effect
+        param_bool(query, name, False)
     node = node_of(request)
     return web.json_response({"persistent": dict(node.applied_state.persistent_settings), "transient": {}})
 
@@ -783,6 +787,7 @@ def flatten_settings(prefix: str, values: Mapping[str, Any], out: dict[str, str 
 
 async def settings_put(request: web.Request) -> web.Response:
     query = check_params(request, {"timeout", "master_timeout", "flat_settings"})
+    param_bool(query, "flat_settings", False)  # accepted for Elasticsearch's clients: no effect
     timeout_ms = timeout_of(query)
     body = decode_body(await read_json(request), SettingsBody, "settings body")
     updates: dict[str, str | None] = {}

@@ -252,6 +252,8 @@ def _with_end(snapshot: SnapshotFile, end_ms: int) -> SnapshotFile:
 
 async def snapshot_get(request: web.Request) -> web.Response:
     query = check_params(request, {"master_timeout", "timeout", "ignore_unavailable", "verbose"})
+    for name in ("ignore_unavailable", "verbose"):  # accepted for Elasticsearch's clients: no effect
+        param_bool(query, name, False)
     repo = _name(request, "repo", "repository")
     wanted = request.match_info["snap"]
     node = node_of(request)
