@@ -63,6 +63,8 @@ class Operation:
     body_required: bool = True
     errors: tuple[int, ...] = (400,)  # besides 401 and 403, which every route behind a token may answer
     description: str = ""
+    or_text: bool = False  # the answer may also be `text/plain` (a format chosen by a parameter)
+    also: tuple[tuple[int, str], ...] = ()  # other statuses answered with the answer's type, and what they mean
 
 
 class Text(msgspec.Struct):
@@ -85,7 +87,7 @@ ERROR_TEXT = {
     401: "No token, or one this node does not know (when `http.auth.tokens_file` is set).",
     403: "The token's role is below the role this route needs (`x-required-role`).",
     404: "Not found: the key, session, hook, repository or snapshot named in the path.",
-    408: "The request body was not received in time, or `wait_for_nodes` did not hold in time.",
+    408: "The request body was not received within 30 s.",
     409: "A conditional write whose condition failed (`version_conflict_engine_exception`); nothing was written.",
     410: "`after_version` is older than this node's change log: read again, then watch from the read's version.",
     413: "The body is over `http.max_content_length`.",
@@ -118,11 +120,12 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
             LOCAL,
             MASTER_TIMEOUT,
         ),
-        errors=(400, 408),
+        also=((408, "`wait_for_nodes` did not hold within `timeout`: the health as it is, with `timed_out: true`."),),
     ),
     ("GET", "/_cat/master"): Operation(
         "The master node as a row: `format=json` for JSON, otherwise one line of text.",
         list[t.MasterRow],
+        or_text=True,
         params=(
             Param("format", {"type": "string", "enum": ["json", "text"]}, "json, or text (the default)"),
             Param("v", BOOLEAN, "with a header line (text)"),
@@ -240,20 +243,25 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "Readiness: 200 once this node has a master and no blocking problem, else 503 with the reason.",
         t.Readiness,
         errors=(),
+        also=((503, "Not ready; `reason` says why."),),
     ),
     ("GET", "/_hooks"): Operation("The local hooks, with their delivery counts.", dict[str, t.HookAnswer]),
     ("PUT", "/_hooks/{name}"): Operation(
         "Register (201) or replace (200) a local hook: each applied state is posted to it.",
         t.HookPut,
+        also=((201, "The hook was registered."),),
         body=HookSpec,
         errors=(400, 408, 413),
     ),
     ("DELETE", "/_hooks/{name}"): Operation("Remove a local hook.", t.Acknowledged, errors=(400, 404)),
     ("GET", "/_snapshot"): Operation(
-        "Every snapshot repository.", dict[str, t.RepositoryAnswer], params=(LOCAL, MASTER_TIMEOUT)
+        "Every snapshot repository.", dict[str, t.RepositoryAnswer], params=(LOCAL, MASTER_TIMEOUT), errors=(400, 503)
     ),
     ("GET", "/_snapshot/{repo}"): Operation(
-        "One snapshot repository.", dict[str, t.RepositoryAnswer], params=(LOCAL, MASTER_TIMEOUT), errors=(400, 404)
+        "One snapshot repository.",
+        dict[str, t.RepositoryAnswer],
+        params=(LOCAL, MASTER_TIMEOUT),
+        errors=(400, 404, 503),
     ),
     ("PUT", "/_snapshot/{repo}"): Operation(
         "Register an `fs` snapshot repository under one of the nodes' `path.repo` roots.",
@@ -370,18 +378,17 @@ def _parameters(path: str, operation: Operation) -> list[dict[str, Any]]:
 def _responses(operation: Operation, role: Role, schema_of: dict[Any, dict[str, Any]]) -> dict[str, Any]:
     media = _media(operation.answer)
     answer_schema = schema_of[operation.answer] if media == JSON else {"type": "string"}
-    responses: dict[str, Any] = {
-        str(operation.status): {"description": operation.summary, "content": _content(answer_schema, media)}
-    }
+    content = _content(answer_schema, media)
+    if operation.or_text:
+        content["text/plain"] = {"schema": {"type": "string"}}
+    responses: dict[str, Any] = {str(operation.status): {"description": operation.summary, "content": content}}
     statuses = set(operation.errors)
     if role is not Role.OPEN:
         statuses |= {401, 403}
     for status in sorted(statuses):
         responses[str(status)] = {"$ref": f"#/components/responses/Error{status}"}
-    if operation.answer is t.Readiness:
-        responses["503"] = {"description": "Not ready; `reason` says why.", "content": _content(answer_schema, JSON)}
-    if operation.answer is t.HookPut:
-        responses["201"] = {"description": "The hook was registered.", "content": _content(answer_schema, JSON)}
+    for status, meaning in operation.also:
+        responses[str(status)] = {"description": meaning, "content": _content(answer_schema, JSON)}
     return responses
 
 
