@@ -81,6 +81,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzedCluster]:
             assert status == 200, body
             fuzzed.acknowledged[key] = (value, body["version"])
         yield fuzzed
+        print(f"\napi fuzzing: {fuzzed.requests} requests ({EXAMPLES} examples per operation and mode)")
     finally:
         cluster.stop_all(graceful=False)
 
