@@ -96,6 +96,22 @@ ERROR_TEXT = {
 }
 WRITE_ERRORS = (400, 408, 413, 503)
 KEY = "/_cluster/metadata/{key}"
+# Taken with PUT or POST, as Elasticsearch does.
+REGISTER_REPOSITORY = Operation(
+    "Register an `fs` snapshot repository under one of the nodes' `path.repo` roots.",
+    t.Acknowledged,
+    params=(*TIMEOUTS, Param("verify", BOOLEAN, "check first that this node can write there; default true")),
+    body=t.RepositoryBody,
+    errors=(*WRITE_ERRORS, 500),
+)
+TAKE_SNAPSHOT = Operation(
+    "Take a snapshot of the committed state.",
+    t.SnapshotCreated,
+    params=(WAIT_FOR_COMPLETION, *TIMEOUTS),
+    body=t.SnapshotBody,
+    body_required=False,
+    errors=(400, 404, 408, 413, 500, 503),
+)
 
 OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/"): Operation("This node's name, id, cluster, mode and term.", t.NodeInfo),
@@ -263,39 +279,13 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         params=(LOCAL, MASTER_TIMEOUT),
         errors=(400, 404, 503),
     ),
-    ("PUT", "/_snapshot/{repo}"): Operation(
-        "Register an `fs` snapshot repository under one of the nodes' `path.repo` roots.",
-        t.Acknowledged,
-        params=(*TIMEOUTS, Param("verify", BOOLEAN, "check first that this node can write there; default true")),
-        body=t.RepositoryBody,
-        errors=(*WRITE_ERRORS, 500),
-    ),
-    ("POST", "/_snapshot/{repo}"): Operation(
-        "Register an `fs` snapshot repository (as PUT).",
-        t.Acknowledged,
-        params=(*TIMEOUTS, Param("verify", BOOLEAN, "check first that this node can write there; default true")),
-        body=t.RepositoryBody,
-        errors=(*WRITE_ERRORS, 500),
-    ),
+    ("PUT", "/_snapshot/{repo}"): REGISTER_REPOSITORY,
+    ("POST", "/_snapshot/{repo}"): REGISTER_REPOSITORY,
     ("DELETE", "/_snapshot/{repo}"): Operation(
         "Unregister a snapshot repository (its files stay).", t.Acknowledged, params=TIMEOUTS, errors=(400, 404, 503)
     ),
-    ("PUT", "/_snapshot/{repo}/{snap}"): Operation(
-        "Take a snapshot of the committed state.",
-        t.SnapshotCreated,
-        params=(WAIT_FOR_COMPLETION, *TIMEOUTS),
-        body=t.SnapshotBody,
-        body_required=False,
-        errors=(400, 404, 408, 413, 500, 503),
-    ),
-    ("POST", "/_snapshot/{repo}/{snap}"): Operation(
-        "Take a snapshot of the committed state (as PUT).",
-        t.SnapshotCreated,
-        params=(WAIT_FOR_COMPLETION, *TIMEOUTS),
-        body=t.SnapshotBody,
-        body_required=False,
-        errors=(400, 404, 408, 413, 500, 503),
-    ),
+    ("PUT", "/_snapshot/{repo}/{snap}"): TAKE_SNAPSHOT,
+    ("POST", "/_snapshot/{repo}/{snap}"): TAKE_SNAPSHOT,
     ("GET", "/_snapshot/{repo}/{snap}"): Operation(
         "One snapshot, or every one with `_all` or `*`.",
         t.SnapshotsAnswer,
