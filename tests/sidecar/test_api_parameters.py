@@ -24,6 +24,11 @@ REFUSED = [
     ("PUT", "/_cluster/settings?flat_settings=yes", "flat_settings"),
     ("GET", "/_snapshot/repo/snap?verbose=x", "verbose"),
     ("GET", "/_snapshot/repo/_all?ignore_unavailable=x", "ignore_unavailable"),
+    # Timeouts that were parsed only when the request waited for the master.
+    ("GET", "/_cluster/state?local=true&master_timeout=%C3%A9", "master_timeout"),
+    ("GET", "/_sessions?local=&timeout=", "timeout"),
+    ("GET", "/_snapshot?local=true&master_timeout=soon", "master_timeout"),
+    ("GET", "/_cluster/health?master_timeout=soon", "master_timeout"),
     # Counts beyond a long, or not plain ASCII digits, which int() took.
     ("GET", "/_history?size=9223372036854775808", "size"),
     ("GET", "/_history?after_seq=%2B5", "after_seq"),

@@ -345,6 +345,7 @@ async def cluster_state(request: web.Request) -> web.Response:
     local = param_bool(query, "local", False)
     wait_for = param_int(query, "wait_for_version", None)
     wait_ms = param_time_ms(query, "wait_for_timeout", "30s")
+    timeout_ms = timeout_of(query)  # checked even with `local`, which does not wait for the master
     node = node_of(request)
     timed_out = False
     if wait_for is not None:
@@ -352,7 +353,7 @@ async def cluster_state(request: web.Request) -> web.Response:
     if not local:
         if node.applied_state.master_node is None:
             return master_not_discovered()
-        problem = await read_barrier(node, timeout_of(query))
+        problem = await read_barrier(node, timeout_ms)
         if problem is not None:
             return problem
     body = state_to_api(node.applied_state)
@@ -452,6 +453,7 @@ def nodes_predicate(spec: str) -> Callable[[int], bool]:
 async def cluster_health(request: web.Request) -> web.Response:
     query = check_params(request, {"wait_for_nodes", "timeout", "local", "master_timeout"})
     param_bool(query, "local", False)
+    param_time_ms(query, "master_timeout", DEFAULT_TIMEOUT)  # accepted for Elasticsearch's clients: no effect
     timeout_ms = param_time_ms(query, "timeout", "30s")
     node = node_of(request)
     if "wait_for_nodes" in query:
@@ -744,11 +746,12 @@ async def sessions_list(request: web.Request) -> web.Response:
     """The sessions of the master's state (after a read barrier), or of this node's with `?local=true`."""
     query = check_params(request, {"local", "timeout", "master_timeout"})
     local = param_bool(query, "local", False)
+    timeout_ms = timeout_of(query)  # checked even with `local`, which does not wait for the master
     node = node_of(request)
     if not local:
         if node.applied_state.master_node is None:
             return master_not_discovered()
-        problem = await read_barrier(node, timeout_of(query))
+        problem = await read_barrier(node, timeout_ms)
         if problem is not None:
             return problem
     state = node.applied_state

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[3]
 DOC = REPO / "docs" / "openapi.json"
 JSON = "application/json"
 TIME_VALUE = {"type": "string", "pattern": r"^\s*\d+\s*(ms|s|m|h|d)\s*$", "examples": ["30s", "500ms"]}
-BOOLEAN = {"type": "string", "enum": ["true", "false"]}
+BOOLEAN = {"type": "string", "enum": ["true", "false", ""]}  # `?local` alone, or `?local=`, means true
 COUNT = {"type": "integer", "minimum": 0, "maximum": 9223372036854775807}
 
 
