@@ -52,10 +52,10 @@ class SeededOurs(OursSystem):
     """Three sidecars of one source tree, seeded with a state of the given size before they are measured; the
     rest (writes, leader, PIDs, restart, stop) is `OursSystem`'s."""
 
-    def __init__(self, name: str, tree: Path | None, keys: int, large: int) -> None:
+    def __init__(self, name: str, tree: Path | None, keys: int, large: int, sessions: int = 0) -> None:
         super().__init__(3, source=(name, tree) if tree is not None else None)
         self.label = f"coordinated ({name})"
-        self.keys, self.large = keys, large
+        self.keys, self.large, self.sessions = keys, large, sessions
         self.health_timeout = 150.0
 
     async def start(self, workdir: Path) -> None:
@@ -65,6 +65,7 @@ class SeededOurs(OursSystem):
         self.ids = {node.node_id(): index for index, node in enumerate(nodes)}
         await asyncio.to_thread(self.cluster.stop_all, True)
         argv = [sys.executable, str(BENCH / "state_seed.py"), "--keys", str(self.keys), "--large", str(self.large)]
+        argv += ["--sessions", str(self.sessions)]
         argv += [str(node.data_dir) for node in nodes]
         env = dict(os.environ)
         if self.source is not None:
