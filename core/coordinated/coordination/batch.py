@@ -47,7 +47,15 @@ from coordinated.coordination.state import (
     persistent,
     record_derivation,
 )
-from coordinated.coordination.tasks import ClientTask, ElectedAsMaster, ExpireSessions, NodeJoin, NodeLeft, TaskPayload
+from coordinated.coordination.tasks import (
+    CheckpointSessions,
+    ClientTask,
+    ElectedAsMaster,
+    ExpireSessions,
+    NodeJoin,
+    NodeLeft,
+    TaskPayload,
+)
 from coordinated.coordination.validation import ABSENT_PREFIX, exclusions_problem, resolve_exclusions
 
 _SIZE_ENCODER = msgspec.json.Encoder()
@@ -91,8 +99,12 @@ class BatchContext:
     max_exclusions: int
     auto_shrink: bool
     new_uuid: Callable[[], str]
-    # The master's lease clock: whether a TTL session has gone without a keepalive for its TTL (now).
+    # The master's lease clock: whether a TTL session has gone without a keepalive for its TTL (now), and a
+    # session as a checkpoint of its remaining TTL records it now (sessions.py).
     session_expired: Callable[[str], bool] = lambda session_id: False
+    checkpoint_session: Callable[[str, Session], Session] = lambda session_id, session: session
+    # The ephemeral keys of a session in the base state (state_index.SessionKeys); None: found by a scan.
+    session_keys: Callable[[str], Collection[str]] | None = None
     max_value_size: int = _NO_LIMIT  # cluster.metadata.max_value_size
     max_state_size: int = _NO_LIMIT  # cluster.metadata.max_state_size
     sizes: StateSizes | None = None  # the base state's size (None: the state size is not limited)
@@ -217,11 +229,20 @@ class _Keys:
     total entry size (when `size` is given) and an undo log of key changes, so that a task that would exceed
     a limit can be taken back."""
 
-    def __init__(self, base: ClusterState, new_version: int, size: int | None = None) -> None:
+    def __init__(
+        self,
+        base: ClusterState,
+        new_version: int,
+        size: int | None = None,
+        session_keys: Callable[[str], Collection[str]] | None = None,
+    ) -> None:
         self.new_version = new_version
         self.kv, self.versions = _Tracked(base.kv), _Tracked(base.kv_versions)
         self.kv_sessions, self.sessions = _Tracked(base.kv_sessions), _Tracked(base.sessions)
         self.size = size
+        self._base_session_keys = session_keys or (
+            lambda session_id: [key for key, owner in base.kv_sessions.items() if owner == session_id]
+        )
         self._undo: list[tuple[str, Any, KeyVersion | None, str | None]] = []
 
     def mark(self) -> int:
@@ -304,9 +325,20 @@ class _Keys:
         if session_id not in self.sessions:
             return False
         self.sessions.pop(session_id)
-        for key in [key for key, owner in self.kv_sessions.items() if owner == session_id]:
-            self.delete(key)
+        # Its keys in the base state, and any this batch made ephemeral: in proportion to those, not to all keys.
+        candidates = {*self._base_session_keys(session_id), *self.kv_sessions.touched}
+        for key in sorted(candidates):
+            if self.kv_sessions.get(key) == session_id:
+                self.delete(key)
         return True
+
+    def checkpoint_sessions(self, session_ids: tuple[str, ...], checkpoint: Callable[[str, Session], Session]) -> None:
+        for session_id in session_ids:
+            session = self.sessions.get(session_id)
+            if session is not None:
+                recorded = checkpoint(session_id, session)
+                if recorded != session:
+                    self.sessions.set(session_id, recorded)
 
     def finish(self) -> tuple[dict[str, immutables.Map[str, Any]], dict[str, tuple[dict[str, Any], tuple[str, ...]]]]:
         """The maps of the new state by field name, and the changes of those that changed."""
@@ -420,7 +452,9 @@ def execute_batch(
     """
     nodes = dict(base.nodes)
     sizes = context.sizes
-    keys = _Keys(base, _next_version(base, payloads), sizes.of(base) if sizes is not None else None)
+    keys = _Keys(
+        base, _next_version(base, payloads), sizes.of(base) if sizes is not None else None, context.session_keys
+    )
     repositories = base.repositories
     settings = base.persistent_settings
     exclusions = list(base.coordination.voting_config_exclusions)
@@ -439,6 +473,8 @@ def execute_batch(
             for session_id in task.session_ids:
                 if context.session_expired(session_id):
                     keys.end_session(session_id)
+        elif isinstance(task, CheckpointSessions):
+            keys.checkpoint_sessions(task.session_ids, context.checkpoint_session)
         elif isinstance(task, ClientTask):
             payload = task.request
             mark, size_before = keys.mark(), keys.size
@@ -497,9 +533,10 @@ def execute_batch(
                 keys.rollback(mark)
         results.append(result)
     # A node session ends when its node leaves the cluster, in the state that removes the node.
-    for session_id, session in list(keys.sessions.items()):
-        if session.node is not None and session.node not in nodes:
-            keys.end_session(session_id)
+    if any(node_id not in nodes for node_id in base.nodes):
+        for session_id, session in list(keys.sessions.items()):
+            if session.node is not None and session.node not in nodes:
+                keys.end_session(session_id)
     maps, map_changes = keys.finish()
     candidate = base.replace(
         master_node=context.master.id,

@@ -214,13 +214,15 @@ class TxnResult(_Result, frozen=True, tag="txn"):
 
 
 class SessionInfo(_Result, frozen=True, tag="session"):
-    """A session created or renewed, as of the master's state (term, version)."""
+    """A session created or renewed, as of the master's state (term, version), with the time it has left by
+    the master's clock (a TTL session; 0 for a node session)."""
 
     id: str
     ttl_ms: Long
     node: str | None
     term: Long
     version: Long
+    remaining_ms: Long = 0
 
 
 class ClusterError(_Result, frozen=True, tag="error"):

@@ -20,7 +20,6 @@ from coordinated.coordination.client import (
     KvPut,
     ReadBarrier,
     SessionEnd,
-    SessionInfo,
     SessionKeepAlive,
     Txn,
     TxnResult,
@@ -49,7 +48,7 @@ class ClientRequests:
         forwarder: Forwarder,
         reads: ReadService,
         exclusion_waits: ExclusionWaits,
-        renew_session: Callable[[str, int], SessionInfo | None],  # a keepalive that reached the master then
+        renew_session: Callable[[str, int, Reply], None],  # a keepalive that reached the master then
     ) -> None:
         self.ctx = ctx
         self.leader = leader
@@ -125,9 +124,9 @@ class ClientRequests:
         self.submit_task(Task(_describe(request), priority, ClientTask(request), reply, deadline))
 
     def _keepalive(self, session: str, reply: Reply) -> None:
-        """Renewed on this master alone, without a publication, but only once it has confirmed with a quorum
-        that it still leads (as etcd does since a deposed leader renewed leases): a deposed master cannot
-        acknowledge a keepalive that the new master never hears of. The renewal counts from the arrival."""
+        """Renewed on this master, but only once it has confirmed with a quorum that it still leads (as etcd
+        does since a deposed leader renewed leases): a deposed master cannot acknowledge a keepalive that the
+        new master never hears of. The renewal counts from the arrival; the leases answer it (sessions.py)."""
         arrived = self.ctx.now
         if session not in self.ctx.accepted.sessions:
             self.reads.submit(ReadBarrier(), lambda barrier: reply(_unless_error(barrier, session)))
@@ -137,7 +136,7 @@ class ClientRequests:
             if not isinstance(barrier, Committed):
                 reply(barrier)
                 return
-            reply(self.renew_session(session, arrived) or client.session_not_found_error(session))
+            self.renew_session(session, arrived, reply)
 
         self.reads.submit(ReadBarrier(), after_barrier)
 

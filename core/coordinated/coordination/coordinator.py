@@ -140,6 +140,7 @@ class Coordinator:
                 unchanged=self._after_publication,
                 refused=self._become_candidate,
                 session_expired=lambda session_id: self.sessions.is_expired(session_id),
+                checkpoint_session=lambda session_id, session: self.sessions.checkpoint(session_id, session),
             ),
         )
         self.sessions = SessionLeases(ctx, self.master_tasks.submit)
