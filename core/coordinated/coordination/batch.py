@@ -363,8 +363,9 @@ def _create_session(
         node_id = next((node.id for node in nodes.values() if node.name == request.node_name), None)
         if node_id is None:
             return client.bad_request(f"node [{request.node_name}] is not in the cluster: cannot bind a session to it")
-    keys.add_session(new_uuid, Session(request.ttl_ms if node_id is None else 0, node_id, keys.new_version))
-    return SessionInfo(new_uuid, request.ttl_ms if node_id is None else 0, node_id, 0, 0)
+    ttl_ms = request.ttl_ms if node_id is None else 0
+    keys.add_session(new_uuid, Session(ttl_ms, node_id, keys.new_version))
+    return SessionInfo(new_uuid, ttl_ms, node_id, 0, 0, remaining_ms=ttl_ms)
 
 
 def _run_txn(txn: Txn, keys: _Keys) -> TxnResult | ClusterError:

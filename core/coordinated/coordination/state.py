@@ -520,6 +520,7 @@ def state_to_api(state: ClusterState) -> dict[str, Any]:
                 session_id: {
                     **session_binding_to_api(session.ttl_ms, session.node, state.nodes),
                     "create_version": session.create_version,
+                    **({} if session.remaining_ms is None else {"checkpoint_remaining_ms": session.remaining_ms}),
                 }
                 for session_id, session in sorted(state.sessions.items())
             },

@@ -157,6 +157,9 @@ class SimulatedCluster:
         # when a node first applied a later state without it.
         self._session_created: dict[str, int] = {}
         self.session_ended_at: dict[str, int] = {}
+        # When some node was master (in LEADER mode): closed intervals, and the start of the open one.
+        self.master_intervals: list[tuple[int, int]] = []
+        self._master_since: int | None = None
         eligible = master_eligible or [True] * node_count
         base = replace(settings, seed_hosts=())
         names = [f"node{index}" for index in range(node_count)]
@@ -223,6 +226,7 @@ class SimulatedCluster:
         """Stop a node at once; what it persisted survives, everything else is lost."""
         sim_node = self.nodes[index]
         sim_node.coordinator = None
+        self._note_mastership()
         for key in [key for key in self._pending if key[0] == index]:
             self._complete_op(key, ClusterError("node_closed", "the node crashed", 503, maybe_applied=True))
 
@@ -284,7 +288,23 @@ class SimulatedCluster:
         self.steps += 1
         if self.check_safety:
             self.check_invariants()
+        self._note_mastership()
         return True
+
+    def _note_mastership(self) -> None:
+        leading = any(node.coordinator is not None and node.coordinator.mode is Mode.LEADER for node in self.nodes)
+        if leading and self._master_since is None:
+            self._master_since = self.now
+        elif not leading and self._master_since is not None:
+            self.master_intervals.append((self._master_since, self.now))
+            self._master_since = None
+
+    def master_time(self, start: int, end: int) -> int:
+        """How long within [start, end] some node was master: the time in which masters count a session down."""
+        intervals = [*self.master_intervals]
+        if self._master_since is not None:
+            intervals.append((self._master_since, self.now))
+        return sum(max(0, min(end, stop) - max(start, begin)) for begin, stop in intervals)
 
     def run_for(self, duration: int) -> None:
         until = self.now + duration

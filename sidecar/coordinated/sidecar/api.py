@@ -661,7 +661,10 @@ def session_body(session_id: str, ttl_ms: int, node_id: str | None, node: Node) 
 
 def session_result(result: ClientResult, node: Node, status: int = 200) -> web.Response:
     if isinstance(result, SessionInfo):
-        return web.json_response(session_body(result.id, result.ttl_ms, result.node, node), status=status)
+        body = session_body(result.id, result.ttl_ms, result.node, node)
+        if result.ttl_ms > 0:
+            body["remaining_ms"] = result.remaining_ms  # by the master's clock, when it answered
+        return web.json_response(body, status=status)
     if isinstance(result, Committed):
         return web.json_response({"acknowledged": True})
     if isinstance(result, ClusterError):
