@@ -16,6 +16,7 @@ from coordinated.coordination.client import (
     ClusterError,
     Committed,
     KvDelete,
+    KvDeletePrefix,
     KvGet,
     KvPut,
     ReadBarrier,
@@ -114,8 +115,8 @@ class ClientRequests:
                 else:
                     inner(result)
 
-        if isinstance(request, Txn | KvPut | KvDelete | SessionEnd):
-            reply = self._confirmed_if_unwritten(reply)
+        if isinstance(request, Txn | KvPut | KvDelete | KvDeletePrefix | SessionEnd):
+            reply = self._confirmed_if_unwritten(reply, self.ctx.accepted.version)
         priority = (
             Priority.URGENT
             if isinstance(request, AddVotingConfigExclusions | ClearVotingConfigExclusions)
@@ -140,14 +141,17 @@ class ClientRequests:
 
         self.reads.submit(ReadBarrier(), after_barrier)
 
-    def _confirmed_if_unwritten(self, reply: Reply) -> Reply:
-        """A conflict, a missing session, or a transaction that wrote nothing, is answered from the master's
-        state without a publication; like a read, it is linearizable only once the master has confirmed it
-        still leads."""
+    def _confirmed_if_unwritten(self, reply: Reply, accepted_version: int) -> Reply:
+        """A conflict, a missing session, a transaction that wrote nothing, or a write that changed nothing (the
+        delete of a missing key, a prefix with no key under it), is answered from the master's state without a
+        publication; like a read, it is linearizable only once the master has confirmed it still leads. A write
+        that changed something commits a state above `accepted_version`, the one the request arrived at."""
 
         def confirmed_reply(result: ClientResult) -> None:
-            unwritten = (isinstance(result, TxnResult) and not result.wrote()) or (
-                isinstance(result, ClusterError) and result.status in (404, 409)
+            unwritten = (
+                (isinstance(result, TxnResult) and not result.wrote())
+                or (isinstance(result, ClusterError) and result.status in (404, 409))
+                or (isinstance(result, Committed) and result.version <= accepted_version)
             )
             if not unwritten:
                 reply(result)
@@ -169,6 +173,8 @@ def _unless_error(barrier: ClientResult, session: str) -> ClientResult:
 def _describe(request: ClientRequest) -> str:
     if isinstance(request, KvPut | KvDelete | KvGet):
         return f"{type(request).__name__} [{request.key}]"
+    if isinstance(request, KvDeletePrefix):
+        return f"KvDeletePrefix [{request.prefix}]"
     if isinstance(request, Txn):
         return f"Txn [{len(request.compare)} compares, {len(request.success)}/{len(request.failure)} ops]"
     return type(request).__name__

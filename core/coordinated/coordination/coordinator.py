@@ -160,7 +160,7 @@ class Coordinator:
         )
         self.leader_checker: LeaderChecker | None = None
         self.forwarder = Forwarder(ctx)
-        self.reads = ReadService(ctx, lambda: self.applied_state, lambda: self.applied_in_current_term)
+        self.reads = ReadService(ctx, lambda: self.applied_state, self._reads_ready)
         self.exclusion_waits = ExclusionWaits(ctx)
         self.requests = ClientRequests(
             ctx,
@@ -396,10 +396,11 @@ class Coordinator:
         # no longer the master) nor its timeout may count against this one.
         if self.leader_checker is not None:
             self.leader_checker.close()
-        self.leader_checker = LeaderChecker(self.ctx, leader, self._leader_failed)
+        self.leader_checker = LeaderChecker(self.ctx, leader, self._become_candidate)
 
-    def _leader_failed(self, reason: str) -> None:
-        self._become_candidate(reason)
+    def _reads_ready(self) -> bool:
+        # Every committed state applied here: followers may show one before the master applies it (applies last).
+        return self.applied_in_current_term and (self.publication is None or not self.publication.committed)
 
     def _become_leader(self) -> None:
         self._log("info", f"elected as master in term {self.current_term}")

@@ -22,6 +22,7 @@ from coordinated.coordination.client import (
     ClientRequest,
     DeleteRepository,
     KvDelete,
+    KvDeletePrefix,
     KvGet,
     KvPut,
     PutRepository,
@@ -30,6 +31,8 @@ from coordinated.coordination.client import (
     SessionEnd,
     SessionKeepAlive,
     Txn,
+    TxnCompare,
+    TxnOp,
     UpdateSettings,
 )
 from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
@@ -69,6 +72,20 @@ def metadata_key_problem(key: str) -> str | None:
     return None
 
 
+# A prefix of key names: what a key may hold, but possibly empty (every key) and ending anywhere.
+_PREFIX = re.compile(r"[^\x00-\x1f\x7f]{0,256}")
+
+
+def prefix_problem(prefix: str, name: str = "prefix") -> str | None:
+    """A prefix of key names (a range read, a prefix delete, a watch). Empty means every key; one starting
+    with `_` would match no key (those names are reserved), so it is refused rather than silently empty."""
+    if not isinstance(prefix, str) or _PREFIX.fullmatch(prefix) is None:
+        return f"[{name}] must be 0 to 256 characters without control characters"
+    if prefix.startswith("_"):
+        return f"[{name}] is [{prefix}], but key names starting with [_] are reserved: it matches no key"
+    return None
+
+
 def session_id_problem(session: str) -> str | None:
     if not isinstance(session, str) or _SESSION_ID.fullmatch(session) is None:
         return f"invalid session id [{session}]: a session id is 1 to 64 letters, digits, '_' or '-'"
@@ -93,21 +110,52 @@ def session_create_problem(request: SessionCreate) -> str | None:
     return None
 
 
+def compare_problem(compare: TxnCompare) -> str | None:
+    """A key named well, exactly one of `version`, `create_version` and `value`, and an ordering of values
+    only between numbers or strings."""
+    problem = metadata_key_problem(compare.key)
+    if problem is not None:
+        return problem
+    given = [name for name in ("version", "create_version", "value") if getattr(compare, name) is not msgspec.UNSET]
+    if len(given) != 1:
+        return f"the compare of [{compare.key}] needs exactly one of [version], [create_version] and [value]"
+    if given == ["value"] and compare.op in ("<", ">"):
+        value = compare.value
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            return f"the compare of [{compare.key}] orders values with [{compare.op}]: give a number or a string"
+    return None
+
+
+def _op_problem(op: TxnOp) -> str | None:
+    """The fields one op takes: a delete_prefix a `prefix` and nothing else, any other op a key."""
+    if op.op == "delete_prefix":
+        if op.key or op.value is not msgspec.UNSET or op.session is not None or op.prev_value:
+            return "a [delete_prefix] op takes only a [prefix]"
+        return prefix_problem(op.prefix) if op.prefix is not None else "a [delete_prefix] op needs a [prefix]"
+    if op.prefix is not None:
+        return f"a [{op.op}] op takes no [prefix]"
+    if op.prev_value and op.op == "get":
+        return "a [get] op takes no [prev_value]"
+    return metadata_key_problem(op.key)
+
+
 def txn_problem(txn: Txn) -> str | None:
     """Every key named well, at most MAX_TXN_OPS compares and ops, a value for every put, and in each branch a
     key at most once among the put and delete ops (their order within a state would be ambiguous)."""
     if len(txn.compare) > MAX_TXN_OPS or len(txn.success) + len(txn.failure) > MAX_TXN_OPS:
         return f"a transaction has at most [{MAX_TXN_OPS}] compares and [{MAX_TXN_OPS}] ops"
     for compare in txn.compare:
-        problem = metadata_key_problem(compare.key)
+        problem = compare_problem(compare)
         if problem is not None:
             return f"compare: {problem}"
     for branch, ops in (("success", txn.success), ("failure", txn.failure)):
         written: set[str] = set()
         for op in ops:
-            problem = metadata_key_problem(op.key)
+            problem = _op_problem(op)
             if problem is not None:
                 return f"{branch}: {problem}"
+            if op.op == "delete_prefix":
+                continue
             if op.op == "put" and op.value is msgspec.UNSET:
                 return f"{branch}: the put of [{op.key}] has no [value]"
             if op.op != "put" and op.value is not msgspec.UNSET:
@@ -243,6 +291,8 @@ def request_problem(request: ClientRequest, state: ClusterState, max_exclusions:
         return metadata_key_problem(request.key) or session_id_problem(request.session)
     if isinstance(request, KvPut | KvDelete | KvGet):
         return metadata_key_problem(request.key)
+    if isinstance(request, KvDeletePrefix):
+        return prefix_problem(request.prefix)
     if isinstance(request, SessionCreate):
         return session_create_problem(request)
     if isinstance(request, SessionKeepAlive | SessionEnd):

@@ -23,9 +23,11 @@ from coordinated.coordination.client import (
     TxnResult,
 )
 from coordinated.coordination.settings import CoordinationSettings
-from coordinated.simulation.cluster import MULTI_KEY_PREFIX, SimulatedCluster
+from coordinated.simulation.cluster import SimulatedCluster
 from coordinated.simulation.linearizability import Operation, Verdict, check_history, check_transactions
 from coordinated.simulation.network import Link
+from coordinated.simulation.range_clients import RangeClient
+from coordinated.simulation.recorder import MULTI_KEY_PREFIX
 from coordinated.simulation.session_clients import SESSION_TTL_MS, SessionHolder, check_sessions
 from coordinated.simulation.storage import StorageFault
 
@@ -50,6 +52,8 @@ class RunReport:
     sessions: int = 0  # sessions the session holders created, all checked
     transfers: int = 0  # acknowledged multi-key transfers
     txn_linearizability: Verdict | None = None  # of the multi-key transactions, when there are transfer clients
+    listings: int = 0  # range reads the range clients completed
+    range_linearizability: Verdict | None = None  # of the range clients' operations, when there are some
     linearizability: Verdict | None = None
     cluster: SimulatedCluster | None = None
 
@@ -87,7 +91,8 @@ class _Client:
 
 class _Counter:
     """Read-modify-write increments of one key through any node: read the key and its version, then write
-    value + 1 on condition of that version, as a conditional PUT or as a single-key transaction."""
+    value + 1 on condition of that version, as a conditional PUT or as a single-key transaction, or on
+    condition of the value read, as a transaction comparing the value."""
 
     def __init__(self, cluster: SimulatedCluster, client_id: int, rng: random.Random) -> None:
         self.cluster = cluster
@@ -116,11 +121,14 @@ class _Counter:
         current = result.value if result.found else 0
         version = result.key_version if result.found else 0
         request: KvPut | Txn
-        if self.rng.random() < 0.5:
+        roll = self.rng.random()
+        if roll < 0.4:
             request = KvPut(COUNTER_KEY, current + 1, if_version=version)
         else:
+            # A value compare never holds on a missing key: the first increment compares the version (0).
+            by_value = roll >= 0.7 and result.found
             request = Txn(
-                compare=(TxnCompare(COUNTER_KEY, version),),
+                compare=(TxnCompare(COUNTER_KEY, value=current) if by_value else TxnCompare(COUNTER_KEY, version),),
                 success=(TxnOp("put", COUNTER_KEY, current + 1),),
                 failure=(TxnOp("get", COUNTER_KEY),),
             )
@@ -287,11 +295,13 @@ def run_random_schedule(
     sessions: int = 0,
     transfers: int = 0,
     settings: CoordinationSettings | None = None,
+    ranges: int = 0,
 ) -> RunReport:
     """Form a cluster, run faults and clients, heal, stabilise, and check linearizability.
 
     `counters` clients increment one key with compare-and-set; `sessions` clients hold sessions with
-    ephemeral keys (`session_clients`); `transfers` clients run multi-key transactions between accounts.
+    ephemeral keys (`session_clients`); `transfers` clients run multi-key transactions between accounts;
+    `ranges` clients write, prefix-delete and list the keys under a prefix (`range_clients`).
     Each draws from the seed only when there are some, so a run without them replays exactly as before
     they existed.
 
@@ -317,12 +327,18 @@ def run_random_schedule(
         _Transfers(cluster, clients + counters + sessions + index, random.Random(rng.getrandbits(64)))
         for index in range(transfers)
     ]
+    listers = [
+        RangeClient(cluster, clients + counters + sessions + transfers + index, random.Random(rng.getrandbits(64)))
+        for index in range(ranges)
+    ]
     for incrementer in incrementers:
         incrementer.start()
     for holder in holders:
         holder.start()
     for mover in movers:
         mover.start()
+    for lister in listers:
+        lister.start()
     end = cluster.now + chaos_ms
     while cluster.now < end:
         cluster.run_for(rng.randint(100, 3_000))
@@ -335,6 +351,8 @@ def run_random_schedule(
         holder.stop()
     for mover in movers:
         mover.active = False
+    for lister in listers:
+        lister.active = False
     cluster.network.heal()
     for node in cluster.nodes:
         node.persisted.failure_rate = 0.0
@@ -366,6 +384,9 @@ def run_random_schedule(
         _check_transfers(cluster)
         report.transfers = sum(mover.acknowledged for mover in movers)
         report.txn_linearizability = check_transactions(cluster.txn_operations, max_states=TXN_SEARCH_STATES)
+    if listers:
+        report.listings = sum(lister.listings for lister in listers)
+        report.range_linearizability = check_transactions(cluster.range_operations, max_states=TXN_SEARCH_STATES)
     return report
 
 

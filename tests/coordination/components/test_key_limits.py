@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordinated.coordination.batch import BatchContext, StateSizes, entry_size, execute_batch
+from coordinated.coordination.batch import BatchContext, StateSizes, execute_batch
+from coordinated.coordination.batch_keys import entry_size
 from coordinated.coordination.client import ClusterError, KvDelete, KvPut, RestoreSnapshot, Txn, TxnOp, TxnResult
 from coordinated.coordination.settings import CoordinationSettings, SettingsError, coordination_registry
 from coordinated.coordination.state import (
