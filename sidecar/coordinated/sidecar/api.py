@@ -24,8 +24,10 @@ from coordinated.coordination.client import (
     ClusterError,
     Committed,
     KvDelete,
+    KvDeletePrefix,
     KvGet,
     KvPut,
+    PrevKey,
     ReadBarrier,
     ReadValue,
     SessionCreate,
@@ -40,12 +42,13 @@ from coordinated.coordination.client import (
     no_master_error,
 )
 from coordinated.coordination.context import Mode
+from coordinated.coordination.ranges import DEFAULT_RANGE_LIMIT, MAX_RANGE_LIMIT
 from coordinated.coordination.settings import parse_time_ms
 from coordinated.coordination.state import LONG_MAX, session_binding_to_api, state_to_api
 from coordinated.coordination.validation import (
     hook_name_problem,
-    key_problem,
     metadata_key_problem,
+    prefix_problem,
     session_create_problem,
     session_id_problem,
     settings_problem,
@@ -57,6 +60,7 @@ from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
 from coordinated.sidecar.http_server import BODY_TIMEOUT_S
+from coordinated.sidecar.listings import ListingGone
 from coordinated.sidecar.node import Node
 
 log = logging.getLogger("coordinated.api")
@@ -261,6 +265,8 @@ def setup_routes(app: web.Application) -> None:
     r.add_get("/_cat/master", cat_master)
     r.add_post("/_cluster/metadata/_txn", metadata_txn)  # `_` names are reserved: never a key
     r.add_get("/_cluster/metadata/_watch", metadata_watch)
+    r.add_get("/_cluster/metadata", metadata_range)
+    r.add_delete("/_cluster/metadata", metadata_delete_prefix)
     # A key may hold `/`, written literally in the path; any other character reaches the key check.
     r.add_put("/_cluster/metadata/{key:[\\s\\S]+}", metadata_put)
     r.add_delete("/_cluster/metadata/{key:[\\s\\S]+}", metadata_delete)
@@ -447,10 +453,25 @@ async def cat_master(request: web.Request) -> web.Response:
     return web.Response(text=f"{header}{row['id']} {row['host']} {row['ip']} {row['node']}\n")
 
 
+def prev_to_api(prev: PrevKey | msgspec.UnsetType | None) -> dict[str, Any]:
+    """A write's `prev` field when it asked for `prev_value`: the key as it was, or null if it did not exist."""
+    if prev is msgspec.UNSET:
+        return {}
+    if prev is None:
+        return {"prev": None}
+    return {
+        "prev": with_session(
+            {"value": prev.value, "version": prev.version, "create_version": prev.create_version}, prev.session
+        )
+    }
+
+
 def write_result(key: str, result: ClientResult) -> web.Response:
     if isinstance(result, Committed):
         # Every acknowledged write answers this: msgspec rather than json_response's json.dumps.
-        body = _JSON_ENCODER.encode({"key": key, "term": result.term, "version": result.version})
+        body = _JSON_ENCODER.encode(
+            {"key": key, "term": result.term, "version": result.version, **prev_to_api(result.prev)}
+        )
         return web.Response(body=body, content_type="application/json", charset="utf-8")
     if isinstance(result, ClusterError):
         return result_error(result)
@@ -458,31 +479,128 @@ def write_result(key: str, result: ClientResult) -> web.Response:
 
 
 async def metadata_put(request: web.Request) -> web.Response:
-    query = check_params(request, {"timeout", "master_timeout", "if_version", "op_type", "session"})
+    query = check_params(request, {"timeout", "master_timeout", "if_version", "op_type", "session", "prev_value"})
     key = check_key(request)
     condition = write_condition(query)
     session = query.get("session")
     if session is not None:
         check_session_id(session, "session")
+    prev = param_bool(query, "prev_value", False)
     timeout_ms = timeout_of(query)
     value = await read_json(request)
-    return write_result(key, await node_of(request).submit(KvPut(key, value, condition, session), timeout_ms))
+    return write_result(key, await node_of(request).submit(KvPut(key, value, condition, session, prev), timeout_ms))
 
 
 async def metadata_delete(request: web.Request) -> web.Response:
-    query = check_params(request, {"timeout", "master_timeout", "if_version"})
+    query = check_params(request, {"timeout", "master_timeout", "if_version", "prev_value"})
     key = check_key(request)
     condition = write_condition(query)
+    prev = param_bool(query, "prev_value", False)
     timeout_ms = timeout_of(query)
     await no_body(request)
-    return write_result(key, await node_of(request).submit(KvDelete(key, condition), timeout_ms))
+    return write_result(key, await node_of(request).submit(KvDelete(key, condition, prev), timeout_ms))
+
+
+def query_prefix(query: Mapping[str, str]) -> str:
+    prefix = query.get("prefix", "")
+    problem = prefix_problem(prefix)
+    if problem is not None:
+        raise BadRequest(f"parameter {problem}")
+    return prefix
+
+
+async def metadata_delete_prefix(request: web.Request) -> web.Response:
+    """Every key under `prefix` (every key if it is empty), deleted in one committed state."""
+    query = check_params(request, {"prefix", "timeout", "master_timeout"})
+    if "prefix" not in query:
+        raise BadRequest("a delete of [/_cluster/metadata] needs [prefix]: the keys it deletes (empty: every key)")
+    prefix = query_prefix(query)
+    timeout_ms = timeout_of(query)
+    await no_body(request)
+    result = await node_of(request).submit(KvDeletePrefix(prefix), timeout_ms)
+    if isinstance(result, Committed):
+        deleted = 0 if result.deleted is msgspec.UNSET else result.deleted
+        return web.json_response({"prefix": prefix, "deleted": deleted, "term": result.term, "version": result.version})
+    if isinstance(result, ClusterError):
+        return result_error(result)
+    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+
+
+_RANGE_ENCODER = msgspec.json.Encoder()
+_RANGE_PARAMS = {
+    "prefix",
+    "keys_only",
+    "limit",
+    "after",
+    "at_version",
+    "count_only",
+    "local",
+    "timeout",
+    "master_timeout",
+}
+
+
+async def metadata_range(request: web.Request) -> web.Response:
+    """A page of the keys under `prefix`, in key order, from one state version (listings.py): linearizable
+    unless `local`; a continuation (`at_version` and `after`) reads the state of its listing's first page."""
+    query = check_params(request, _RANGE_PARAMS)
+    prefix = query_prefix(query)
+    keys_only = param_bool(query, "keys_only", False)
+    count_only = param_bool(query, "count_only", False)
+    limit = param_int(query, "limit", DEFAULT_RANGE_LIMIT, minimum=1) or DEFAULT_RANGE_LIMIT
+    if limit > MAX_RANGE_LIMIT:
+        raise BadRequest(f"parameter [limit] must be at most {MAX_RANGE_LIMIT}, got [{limit}]")
+    after = query.get("after")
+    at_version = param_int(query, "at_version", None)
+    local = param_bool(query, "local", False)
+    if count_only and (keys_only or after is not None or at_version is not None or "limit" in query):
+        raise BadRequest(
+            "[count_only] counts every key under [prefix]: it takes no [keys_only], [limit], [after] or [at_version]"
+        )
+    await no_body(request)
+    node = node_of(request)
+    assert node.loop is not None
+    if at_version is not None:
+        try:
+            page = node.listings.next_page(
+                node.applied_state, at_version, prefix, after, limit, keys_only, node.loop.time()
+            )
+        except ListingGone as gone:
+            return error_response("resource_gone_exception", str(gone), 410)
+        return web.Response(body=_RANGE_ENCODER.encode(page), content_type="application/json", charset="utf-8")
+    problem = await consistent_read(node, local, timeout_of(query))
+    if problem is not None:
+        return problem
+    state = node.applied_state
+    if count_only:
+        return web.json_response({"version": state.version, "count": node.listings.count(state, prefix)})
+    page = node.listings.first_page(state, prefix, after, limit, keys_only, node.loop.time())
+    return web.Response(body=_RANGE_ENCODER.encode(page), content_type="application/json", charset="utf-8")
+
+
+async def consistent_read(node: Node, local: bool, timeout_ms: int) -> web.Response | None:
+    """Before a read of this node's applied state: with `local`, only the no-master block; otherwise a read
+    barrier (shared with the reads that arrive with it), so that the state read holds every write acknowledged
+    before the request. None when the read may go ahead, otherwise the error to answer with."""
+    assert node.coordinator is not None
+    if local:
+        block = node.coordinator.settings.no_master_block
+        if node.applied_state.master_node is None and block == "all":
+            return result_error(no_master_error(block))
+        return None
+    if node.applied_state.master_node is None:
+        return master_not_discovered()
+    return await shared_read_barrier(node, timeout_ms)
 
 
 def txn_op_to_api(result: TxnOpResult) -> dict[str, Any]:
     if result.op == "put":
-        return {"op": "put", "key": result.key, "version": result.version, "create_version": result.create_version}
+        put = {"op": "put", "key": result.key, "version": result.version, "create_version": result.create_version}
+        return {**put, **prev_to_api(result.prev)}
     if result.op == "delete":
-        return {"op": "delete", "key": result.key, "deleted": result.found}
+        return {"op": "delete", "key": result.key, "deleted": result.found, **prev_to_api(result.prev)}
+    if result.op == "delete_prefix":
+        return {"op": "delete_prefix", "prefix": result.key, "deleted": result.deleted}
     if not result.found:
         return {"op": "get", "key": result.key, "found": False}
     return {
@@ -574,19 +692,6 @@ WATCH_MAX_TIMEOUT_MS = 300_000
 WATCH_MAX_EVENTS = 1000
 
 
-def watch_prefix(query: Mapping[str, str]) -> str:
-    prefix = query.get("prefix", "")
-    if prefix == "":
-        return prefix  # every key
-    if key_problem(prefix) is not None:
-        raise BadRequest("parameter [prefix] must be 0 to 256 characters without control characters")
-    if prefix.startswith("_"):
-        raise BadRequest(
-            f"parameter [prefix] is [{prefix}], but key names starting with [_] are reserved: it matches no key"
-        )
-    return prefix
-
-
 async def shared_read_barrier(node: Node, timeout_ms: int) -> web.Response | None:
     """`read_barrier`, shared by every watch that arrives while one is in flight (see SharedBarrier)."""
     assert node.loop is not None
@@ -601,7 +706,7 @@ async def shared_read_barrier(node: Node, timeout_ms: int) -> web.Response | Non
 async def metadata_watch(request: web.Request) -> web.Response:
     """Every change under `prefix` after `after_version` (omitted: from now), waiting up to `timeout` for one."""
     query = check_params(request, {"prefix", "after_version", "timeout", "master_timeout", "local"})
-    prefix = watch_prefix(query)
+    prefix = query_prefix(query)
     after = param_int(query, "after_version", None)
     timeout_ms = param_time_ms(query, "timeout", DEFAULT_TIMEOUT)
     if timeout_ms > WATCH_MAX_TIMEOUT_MS:
@@ -612,16 +717,9 @@ async def metadata_watch(request: web.Request) -> web.Response:
     node = node_of(request)
     assert node.loop is not None and node.coordinator is not None
     deadline = node.loop.time() + timeout_ms / 1000
-    if local:
-        block = node.coordinator.settings.no_master_block
-        if node.applied_state.master_node is None and block == "all":
-            return result_error(no_master_error(block))
-    else:
-        if node.applied_state.master_node is None:
-            return master_not_discovered()
-        problem = await shared_read_barrier(node, master_timeout_ms)
-        if problem is not None:
-            return problem
+    problem = await consistent_read(node, local, master_timeout_ms)
+    if problem is not None:
+        return problem
     hub = node.key_watches
     if after is None:
         after = hub.log.version

@@ -42,6 +42,7 @@ from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.group_commit import GroupCommit
 from coordinated.sidecar.history import HistoryWriter
 from coordinated.sidecar.hooks import HookManager
+from coordinated.sidecar.listings import Listings
 from coordinated.sidecar.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.persistence import (
@@ -118,6 +119,7 @@ class Node:
         self.stopping = False
         # Key watches (the client API's), parked here until an applied state changes their prefix.
         self.key_watches = WatchHub(ChangeLog(config.get("watch.change_log.size")))
+        self.listings = Listings()  # range reads: the sorted keys of the applied state, and pinned listings
         self.shared_read_barrier = SharedBarrier(lambda: self.submit(ReadBarrier(), READ_BARRIER_TIMEOUT_MS))
         # Watch connections by peer address (see _watch_peers).
         self._watches: dict[str, asyncio.Task[None]] = {}
@@ -325,6 +327,7 @@ class Node:
         self.metrics.on_history(encoded)
 
     def _on_applied(self, state: ClusterState) -> None:
+        self.listings.on_applied(self.applied_state, state)
         self.applied_state = state
         # Wake every long-poll; each re-checks its own version.
         self._applied_event.set()
