@@ -22,11 +22,13 @@ _ENTRY_OVERHEAD = 64  # the field names, the versions and the punctuation of one
 _VALUE_ENCODER = msgspec.json.Encoder()
 
 
-class RangeEntry(msgspec.Struct, frozen=True, omit_defaults=True):
+class RangeEntry(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+    """A key as `GET /_cluster/metadata/{key}` shows it (`value` left out with `keys_only`)."""
+
     key: str
+    value: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
     version: int
     create_version: int
-    value: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET  # left out with `keys_only`
     session: str | None = None  # an ephemeral key's session
 
 
@@ -62,7 +64,15 @@ def range_page(
         if entries and size + entry_size > max_bytes:
             return RangePage(state.version, entries, True, entries[-1].key)
         size += entry_size
-        entries.append(RangeEntry(key, versions.version, versions.create_version, value, state.kv_sessions.get(key)))
+        entries.append(
+            RangeEntry(
+                key=key,
+                value=value,
+                version=versions.version,
+                create_version=versions.create_version,
+                session=state.kv_sessions.get(key),
+            )
+        )
     return RangePage(state.version, entries, False, entries[-1].key if entries else None)
 
 
