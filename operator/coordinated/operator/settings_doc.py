@@ -86,6 +86,9 @@ MEANINGS: dict[str, str] = {
     "history.fsync": "`true` fsyncs each history line",
     "hooks.timeout": "timeout of one hook notification",
     "watch.change_log.size": "key changes each node keeps for watches (1 to 1000000); a watch from before them gets 410",
+    "watch.stream.buffer_size": "unread bytes a streaming watch may leave in the node's buffer before the node ends "
+    "it with a `closed` line (the kernel's socket buffer of a stream is set to half this)",
+    "watch.stream.progress_interval": "how often an idle streaming watch gets a `progress` line",
     "path.repo": "comma list of absolute directories that `fs` snapshot repositories may live under "
     "(none: snapshots are off)",
     # Security (docs/sidecar.md#security): static, files checked at startup and reloaded when they change.

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 import msgspec
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from coordinated.coordination.client import (
     AddVotingConfigExclusions,
@@ -62,6 +62,8 @@ from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
 from coordinated.sidecar.http_server import BODY_TIMEOUT_S
 from coordinated.sidecar.listings import ListingGone
 from coordinated.sidecar.node import Node
+from coordinated.sidecar.watch_streams import CLOSE_GRACE_S, Filter, chunk, event_line
+from coordinated.sidecar.watch_streams import line as stream_line
 
 log = logging.getLogger("coordinated.api")
 _JSON_ENCODER = msgspec.json.Encoder()
@@ -139,7 +141,11 @@ async def errors_middleware(
 # -- parameter and body parsing ---------------------------------------------------------------------------
 
 
-def check_params(request: web.Request, allowed: set[str]) -> Mapping[str, str]:
+def check_params(
+    request: web.Request, allowed: set[str], repeatable: frozenset[str] = frozenset()
+) -> Mapping[str, str]:
+    """The query, once every parameter is known and given once (those of `repeatable` may repeat: read them
+    with `request.query.getall`)."""
     if not request.query_string:
         return _NO_PARAMS  # most requests: no query to parse (yarl's parse of even an empty one costs)
     unknown = sorted(set(request.query) - allowed - _COMMON_PARAMS)
@@ -148,7 +154,7 @@ def check_params(request: web.Request, allowed: set[str]) -> Mapping[str, str]:
             f"request [{request.path}] contains unrecognized parameter{'s' if len(unknown) > 1 else ''}: {unknown}"
         )
     for name in request.query:
-        if len(request.query.getall(name)) > 1:
+        if name not in repeatable and len(request.query.getall(name)) > 1:
             raise BadRequest(f"parameter [{name}] is given more than once")
     return request.query
 
@@ -703,17 +709,39 @@ async def shared_read_barrier(node: Node, timeout_ms: int) -> web.Response | Non
     return await _applied_in_time(node, result, deadline, "watch")
 
 
-async def metadata_watch(request: web.Request) -> web.Response:
-    """Every change under `prefix` after `after_version` (omitted: from now), waiting up to `timeout` for one."""
-    query = check_params(request, {"prefix", "after_version", "timeout", "master_timeout", "local"})
-    prefix = query_prefix(query)
+_WATCH_PARAMS = {"prefix", "after_version", "timeout", "master_timeout", "local", "stream", "prev_value", "filter"}
+_STREAM_ONLY = ("prev_value", "filter")
+
+
+async def metadata_watch(request: web.Request) -> web.StreamResponse:
+    """Every change under `prefix` after `after_version` (omitted: from now): with `stream=true` on one held
+    response as they come (watch_streams.py), otherwise in one answer, waiting up to `timeout` for one."""
+    query = check_params(request, _WATCH_PARAMS, repeatable=frozenset({"prefix"}))
+    given = request.query.getall("prefix", []) if query else []
+    prefixes = tuple(query_prefix({"prefix": prefix}) for prefix in given) or ("",)
     after = param_int(query, "after_version", None)
-    timeout_ms = param_time_ms(query, "timeout", DEFAULT_TIMEOUT)
-    if timeout_ms > WATCH_MAX_TIMEOUT_MS:
-        raise BadRequest(f"parameter [timeout] must be at most 5m, got [{query['timeout']}]")
     master_timeout_ms = param_time_ms(query, "master_timeout", DEFAULT_TIMEOUT)
     local = param_bool(query, "local", False)
     await no_body(request)
+    if param_bool(query, "stream", False):
+        if "timeout" in query:
+            raise BadRequest("a stream has no [timeout]: it lasts until the client closes it")
+        filter_: Filter = None
+        if "filter" in query:
+            if query["filter"] not in ("put", "delete"):
+                raise BadRequest(f"parameter [filter] must be [put] or [delete], got [{query['filter']}]")
+            filter_ = "put" if query["filter"] == "put" else "delete"
+        prev_value = param_bool(query, "prev_value", False)
+        return await watch_stream(request, prefixes, after, filter_, prev_value, local, master_timeout_ms)
+    if len(prefixes) > 1:
+        raise BadRequest("several [prefix] parameters need [stream=true]")
+    for name in _STREAM_ONLY:
+        if name in query:
+            raise BadRequest(f"parameter [{name}] needs [stream=true]")
+    prefix = prefixes[0]
+    timeout_ms = param_time_ms(query, "timeout", DEFAULT_TIMEOUT)
+    if timeout_ms > WATCH_MAX_TIMEOUT_MS:
+        raise BadRequest(f"parameter [timeout] must be at most 5m, got [{query['timeout']}]")
     node = node_of(request)
     assert node.loop is not None and node.coordinator is not None
     deadline = node.loop.time() + timeout_ms / 1000
@@ -736,6 +764,60 @@ async def metadata_watch(request: web.Request) -> web.Response:
         after = version
         if not await hub.wait(prefix, remaining):
             return web.json_response({"version": max(after, hub.log.version), "events": []})
+
+
+async def watch_stream(
+    request: web.Request,
+    prefixes: tuple[str, ...],
+    after: int | None,
+    filter_: Filter,
+    prev_value: bool,
+    local: bool,
+    master_timeout_ms: int,
+) -> web.StreamResponse:
+    """One read barrier, the changes the log holds after `after` (written as the client reads them), then the
+    stream joins its group in the node's StreamHub, which feeds it as states are applied, until it ends."""
+    if request.version < HttpVersion11:
+        raise BadRequest("a watch stream needs HTTP/1.1: its body is chunked")
+    node = node_of(request)
+    problem = await consistent_read(node, local, master_timeout_ms)
+    if problem is not None:
+        return problem
+    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    changes = node.key_watches.log
+    after = changes.version if after is None else after
+    while True:  # the backlog, flow-controlled; then, without an await in between, the live stream
+        try:
+            events, version = changes.events_after(prefixes, after, WATCH_MAX_EVENTS)
+        except ChangesGone as gone:
+            await response.write(stream_line(type="gone", version=changes.version, oldest=gone.base))
+            await response.write_eof()
+            return response
+        if not events:
+            break
+        lines = [event_line(event, prev_value) for event in events if filter_ is None or event.type == filter_]
+        if lines:
+            await response.write(b"".join(lines))
+        after = version
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        return response
+    hub = node.watch_streams
+    stream = hub.add(transport, prefixes, filter_, prev_value, after)
+    transport.write(chunk(stream_line(type="progress", version=after)))  # live from here
+    try:
+        await stream.ended
+    finally:
+        hub.end(stream, "the handler ended")
+    if not transport.is_closing():
+        try:
+            async with asyncio.timeout(CLOSE_GRACE_S):
+                await response.write_eof()
+        except (TimeoutError, ConnectionError):
+            transport.abort()  # a client that does not read even its stream's end
+    return response
 
 
 # -- sessions ---------------------------------------------------------------------------------------------

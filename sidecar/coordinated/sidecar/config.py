@@ -122,6 +122,9 @@ SIDECAR_SETTINGS = (
     Setting("history.fsync", parse_bool, "false"),
     Setting("hooks.timeout", _time, "5s"),
     Setting("watch.change_log.size", parse_change_log_size, "10000"),
+    # A streaming watch whose client leaves more than this unread ends (docs/applications.md, Watches).
+    Setting("watch.stream.buffer_size", parse_byte_size, "1mb"),
+    Setting("watch.stream.progress_interval", _time, "10s"),
     # libuv's event loop (uvloop) or the standard library's; see docs/benchmarks.md for what it saves.
     Setting("node.event_loop", parse_event_loop, "uvloop"),
     # Where the durable store's fsync runs: on the event loop, or a worker thread with group commit (see

@@ -53,6 +53,7 @@ from coordinated.sidecar.persistence import (
 )
 from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
 from coordinated.sidecar.transport import PeerSender, watch_until_closed
+from coordinated.sidecar.watch_streams import StreamHub
 from coordinated.sidecar.watches import SharedBarrier, WatchHub
 
 log = logging.getLogger("coordinated.node")
@@ -119,6 +120,8 @@ class Node:
         self.stopping = False
         # Key watches (the client API's), parked here until an applied state changes their prefix.
         self.key_watches = WatchHub(ChangeLog(config.get("watch.change_log.size")))
+        self.watch_streams = StreamHub(self.key_watches.log, config.get("watch.stream.buffer_size"))
+        self._progress: asyncio.Task[None] | None = None
         self.listings = Listings()  # range reads: the sorted keys of the applied state, and pinned listings
         self.shared_read_barrier = SharedBarrier(lambda: self.submit(ReadBarrier(), READ_BARRIER_TIMEOUT_MS))
         # Watch connections by peer address (see _watch_peers).
@@ -159,6 +162,7 @@ class Node:
         )
         self._run(self.coordinator.start)
         self._sweeper = self.loop.create_task(self._sweep_lost_completions())
+        self._progress = self.loop.create_task(self._stream_progress(cfg.get("watch.stream.progress_interval") / 1000))
 
     async def stop(self, handover_timeout_s: float = 2.0) -> None:
         """Graceful stop: a master hands over leadership first; the handover message leaves before we close."""
@@ -173,6 +177,9 @@ class Node:
             self._timer.cancel()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._progress is not None:
+            self._progress.cancel()
+        self.watch_streams.close()
         for task in self._watches.values():
             task.cancel()
         self._watches.clear()
@@ -333,6 +340,10 @@ class Node:
         self._applied_event.set()
         self._applied_event = asyncio.Event()
         self.key_watches.on_applied(state)
+        step = self.key_watches.log.newest
+        if step is not None and self.watch_streams.streams:
+            # After the effects of this state (a write's answer among them) are handed to the event loop.
+            asyncio.get_running_loop().call_soon(self.watch_streams.deliver, step)
         self.hooks.notify(state, self.node_id)
 
     async def _resolve_seeds(self) -> None:
@@ -377,6 +388,12 @@ class Node:
         coordinator = self.coordinator
         self._run(lambda now: coordinator.submit(request_id, request, now, timeout_ms))
         return await future
+
+    async def _stream_progress(self, interval_s: float) -> None:
+        """Progress lines to the idle watch streams, one round every interval."""
+        while True:
+            await asyncio.sleep(interval_s)
+            self.watch_streams.progress()
 
     async def _sweep_lost_completions(self) -> None:
         """Answers the requests whose completion the core never reported in time: one pass every
@@ -453,6 +470,7 @@ class Node:
             dropped_messages=self.sender.dropped if self.sender is not None else 0,
             follower_lag=self.follower_lag() if coordinator.mode is Mode.LEADER else None,
             watches_waiting=self.key_watches.parked,
+            watch_streams=self.watch_streams.streams,
             change_log_events=self.key_watches.log.events,
             sessions_active=len(state.sessions),
             ephemeral_keys=len(state.kv_sessions),
