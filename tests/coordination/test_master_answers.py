@@ -75,3 +75,20 @@ def test_a_read_on_the_master_shows_a_state_a_follower_applied_before_it() -> No
     assert "k" not in master.running().applied_state.kv  # the window: committed, shown by a follower
     answers = results_of(cluster, master.index, KvGet("k"), 3_000)
     assert isinstance(answers[0], ReadValue) and answers[0].value == "new", answers
+
+
+def test_a_follower_that_answers_after_the_publication_completed_gets_its_commit_at_once() -> None:
+    """The master applies once a quorum has: a slower follower's answer then finds the publication over. It is
+    sent the commit when its answer arrives, not at the next follower check a second later (its watchers would
+    wait that long)."""
+    cluster = SimulatedCluster(5, 3)
+    cluster.stabilise()
+    master = cluster.leader()
+    assert master is not None
+    slow = next(node for node in cluster.nodes if node is not master)
+    cluster.network._slow[(slow.address, master.address)] = 200  # its answers to the master take 200 ms more
+    written = results_of(cluster, master.index, KvPut("k", "v"), 100)
+    assert isinstance(written[0], Committed), written  # committed and applied without the slow follower
+    assert slow.running().applied_state.version < written[0].version
+    cluster.run_for(300)  # its answer arrives after ~200 ms; the commit follows within a hop
+    assert slow.running().applied_state.version >= written[0].version

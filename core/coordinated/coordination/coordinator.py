@@ -600,20 +600,20 @@ class Coordinator:
             self._handle_join(response.join)
         if self.publication is not None and self.mode is Mode.LEADER:
             self.publication.on_publish_response(response)
-        elif response.need_full_state and self.mode is Mode.LEADER:
-            self._send_full_state(response)
+        elif self.mode is Mode.LEADER:
+            self._late_publish_response(response)
 
-    def _send_full_state(self, refused: m.PublishResponse) -> None:
-        """A follower could not apply a catch-up diff (its state is not the diff's base): send it the whole
-        state, as a publication does, rather than the same diff again at every follower check."""
+    def _late_publish_response(self, response: m.PublishResponse) -> None:
+        """Answered late (or to a catch-up): the commit, or the whole state if no diff applies, not at a later check."""
         state = self.last_accepted_state
-        node = state.nodes.get(refused.source_id)
-        if node is None or (refused.term, refused.version) != state.term_version():
+        node = state.nodes.get(response.source_id)
+        if node is None or (response.term, response.version) != state.term_version():
             return  # about an older state: the next follower check finds what the node still misses
-        published = self.catch_up.as_published(state)
-        self._send(
-            node.transport_address, m.PublishRequest(self.local_node, state.term, state.version, state=published)
-        )
+        if response.need_full_state:
+            full = m.PublishRequest(self.local_node, state.term, state.version, state=self.catch_up.as_published(state))
+            self._send(node.transport_address, full)
+        elif response.ok:
+            self._send(node.transport_address, m.ApplyCommit(self.local_node.id, state.term, state.version))
 
     def _on_apply_commit_response(self, sender: str, response: m.ApplyCommitResponse) -> None:
         if response.ok:
