@@ -342,8 +342,10 @@ class Node:
         self.key_watches.on_applied(state)
         step = self.key_watches.log.newest
         if step is not None and self.watch_streams.streams:
-            # After the effects of this state (a write's answer among them) are handed to the event loop.
-            asyncio.get_running_loop().call_soon(self.watch_streams.deliver, step)
+            # Two turns of the event loop later: after the effects of this state (an apply's ack to the master, a
+            # write's answer, whose handler resumes in the next turn) have gone out.
+            loop = asyncio.get_running_loop()
+            loop.call_soon(loop.call_soon, self.watch_streams.deliver, step)
         self.hooks.notify(state, self.node_id)
 
     async def _resolve_seeds(self) -> None:
