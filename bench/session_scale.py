@@ -25,6 +25,7 @@ from typing import Any
 
 import aiohttp
 from peers_env import conditions, process_cpu_s
+from peers_systems import source_trees
 from sidecar_common import percentile
 from state_size import SeededOurs
 
@@ -168,7 +169,7 @@ def main() -> None:
         "--ttl", default="1h", help="of the sessions measured (with 10s, keepalives come after checkpoints)"
     )
     args = parser.parse_args()
-    args.sources = [(spec.split("=", 1)[0], Path(spec.split("=", 1)[1])) for spec in args.source]
+    args.sources = source_trees(args.source)
     rows = asyncio.run(run(args))
     print(report(rows))
 

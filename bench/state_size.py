@@ -29,7 +29,7 @@ import aiohttp
 from peers_env import conditions
 from peers_etcd import EtcdSystem
 from peers_harness import sequential, throughput
-from peers_systems import OursSystem, System, tree_pythonpath
+from peers_systems import OursSystem, System, source_trees, tree_pythonpath
 from sidecar_rss import rss_mb
 
 from coordinated.tools.localcluster import LocalCluster
@@ -188,7 +188,7 @@ def main() -> None:
     parser.add_argument("--only", action="append", choices=list(SIZES), help="only these states")
     parser.add_argument("--no-etcd", action="store_true")
     args = parser.parse_args()
-    args.sources = [(spec.split("=", 1)[0], Path(spec.split("=", 1)[1])) for spec in args.source]
+    args.sources = source_trees(args.source)
     rows = asyncio.run(run(args))
     print(report(rows))
 

@@ -111,18 +111,26 @@ def keepalive_via_any(nodes: list[LocalNode], sid: str, stop: threading.Event, a
             stop.wait(0.5)
 
 
+def ephemeral_key_on_a_follower(
+    cluster: LocalCluster, nodes: list[LocalNode], ttl: str, key: str
+) -> tuple[LocalNode, LocalNode, str]:
+    """(the master, a follower, a session of `ttl` created through the follower, holding the ephemeral `key`)."""
+    master = cluster.wait_master()
+    assert master is not None
+    follower = next(node for node in nodes if node is not master)
+    status, session = follower.request("POST", "/_sessions", {"ttl": ttl})
+    assert status == 201, session
+    sid = str(session["id"])
+    assert follower.put(f"/_cluster/metadata/{key}?session={sid}", follower.name)[0] == 200
+    return master, follower, sid
+
+
 def test_a_session_survives_killing_the_master_and_its_key_vanishes_once_keepalives_stop(
     make_cluster: Callable[..., LocalCluster],
 ) -> None:
     cluster = make_cluster()
     nodes = cluster.bootstrap(3)
-    master = cluster.wait_master()
-    assert master is not None
-    follower = next(node for node in nodes if node is not master)
-    status, session = follower.request("POST", "/_sessions", {"ttl": "5s"})
-    assert status == 201, session
-    sid = session["id"]
-    assert follower.put(f"/_cluster/metadata/leader?session={sid}", follower.name)[0] == 200
+    master, _, sid = ephemeral_key_on_a_follower(cluster, nodes, "5s", "leader")
     stop, acked = threading.Event(), []
     thread = threading.Thread(target=keepalive_via_any, args=(nodes, sid, stop, acked), daemon=True)
     thread.start()
@@ -156,16 +164,11 @@ def test_a_new_master_continues_an_abandoned_session_from_its_checkpoint(
     within a few seconds of the election, where a whole new TTL would have kept it for 10s."""
     cluster = make_cluster()
     nodes = cluster.bootstrap(3)
-    master = cluster.wait_master()
-    assert master is not None
-    follower = next(node for node in nodes if node is not master)
-    status, session = follower.request("POST", "/_sessions", {"ttl": "10s"})
-    assert status == 201, session
-    sid = session["id"]
-    assert follower.put(f"/_cluster/metadata/lock?session={sid}", "me")[0] == 200
+    master, follower, sid = ephemeral_key_on_a_follower(cluster, nodes, "10s", "lock")
     assert follower.put(f"/_sessions/{sid}/_keepalive")[0] == 200
     time.sleep(7.5)
     status, state = follower.get("/_cluster/state?local=true")
+    assert status == 200, state
     recorded = state["metadata"]["sessions"][sid]["checkpoint_remaining_ms"]
     assert 2_000 <= recorded <= 3_500, recorded  # checkpointed at most half the 2s allowance ago
     cluster.kill(master)

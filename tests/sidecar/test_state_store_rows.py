@@ -218,21 +218,26 @@ def test_a_format_2_database_keeps_its_sessions_and_its_first_write_gives_them_r
     assert loaded(tmp_path) == second
 
 
-def test_a_lost_or_changed_session_row_is_caught(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("damage", "refusal"),
+    [
+        (
+            "DELETE FROM sessions WHERE id = 'session-00002'",
+            r"the rows of table \[sessions\] do not match their summary",
+        ),
+        (
+            "UPDATE sessions SET value = CAST(REPLACE(CAST(value AS TEXT), '10000', '99999') AS BLOB)",
+            r"checksum mismatch in the row of \[session-00000\] in table \[sessions\]",
+        ),
+    ],
+)
+def test_a_lost_or_changed_session_row_is_caught(tmp_path: Path, damage: str, refusal: str) -> None:
     write(tmp_path, with_sessions(state_with(1, {"a": 1}), 5))
     conn = sqlite3.connect(tmp_path / DB_FILE, isolation_level=None)
-    conn.execute("DELETE FROM sessions WHERE id = 'session-00002'")
+    conn.execute(damage)
     conn.close()
-    with pytest.raises(DataDirError, match=r"the rows of table \[sessions\] do not match their summary"):
+    with pytest.raises(DataDirError, match=refusal):
         FilePersistedState(tmp_path, "c")
-    write_dir = tmp_path / "other"
-    write_dir.mkdir()
-    write(write_dir, with_sessions(state_with(1, {"a": 1}), 5))
-    conn = sqlite3.connect(write_dir / DB_FILE, isolation_level=None)
-    conn.execute("UPDATE sessions SET value = CAST(REPLACE(CAST(value AS TEXT), '10000', '99999') AS BLOB)")
-    conn.close()
-    with pytest.raises(DataDirError, match=r"checksum mismatch in the row of \[session-00000\] in table \[sessions\]"):
-        FilePersistedState(write_dir, "c")
 
 
 def test_an_unknown_format_refuses_naming_it(tmp_path: Path) -> None:

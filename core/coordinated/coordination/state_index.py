@@ -9,23 +9,23 @@ one indexed (after an election, or a full state received) is indexed afresh. Pur
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Self
 
 from sortedcontainers import SortedList
 
-from coordinated.coordination.state import ClusterState, compute_diff
+from coordinated.coordination.state import ClusterState, ClusterStateDiff, compute_diff
 
 
-class SortedKeys:
-    """The key names of one state, sorted, for prefix and range lookups in O(log keys + found)."""
+class _StateIndex:
+    """An index of one state (`_uuid`), built from a state, or moved on from the state it indexes by their diff."""
 
     def __init__(self) -> None:
         self._uuid: str | None = None
-        self._keys: SortedList[str] = SortedList()
 
-    def at(self, state: ClusterState) -> SortedKeys:
+    def at(self, state: ClusterState) -> Self:
         """Indexed for `state` (built afresh if it is not the state indexed)."""
         if self._uuid != state.state_uuid:
-            self._keys = SortedList(state.kv)
+            self._build(state)
             self._uuid = state.state_uuid
         return self
 
@@ -37,15 +37,33 @@ class SortedKeys:
         if self._uuid != before.state_uuid:
             self._uuid = None
             return
-        diff = compute_diff(before, after).kv
-        keys = self._keys
-        for key in diff.deletes:
-            if key in before.kv:
-                keys.remove(key)
-        for key in diff.upserts:
-            if key not in before.kv:
-                keys.add(key)
+        self._move(before, compute_diff(before, after))
         self._uuid = after.state_uuid
+
+    def _build(self, state: ClusterState) -> None:
+        raise NotImplementedError
+
+    def _move(self, before: ClusterState, diff: ClusterStateDiff) -> None:
+        raise NotImplementedError
+
+
+class SortedKeys(_StateIndex):
+    """The key names of one state, sorted, for prefix and range lookups in O(log keys + found)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._keys: SortedList[str] = SortedList()
+
+    def _build(self, state: ClusterState) -> None:
+        self._keys = SortedList(state.kv)
+
+    def _move(self, before: ClusterState, diff: ClusterStateDiff) -> None:
+        for key in diff.kv.deletes:
+            if key in before.kv:
+                self._keys.remove(key)
+        for key in diff.kv.upserts:
+            if key not in before.kv:
+                self._keys.add(key)
 
     def with_prefix(self, prefix: str, after: str | None = None) -> Iterator[str]:
         """The keys that start with `prefix`, in order; with `after`, only those above it."""
@@ -73,28 +91,20 @@ def prefix_end(prefix: str) -> str:
     return stripped[:-1] + chr(ord(stripped[-1]) + 1)
 
 
-class SessionKeys:
+class SessionKeys(_StateIndex):
     """The ephemeral keys of each session in one state (the inverse of `ClusterState.kv_sessions`)."""
 
     def __init__(self) -> None:
-        self._uuid: str | None = None
+        super().__init__()
         self._keys: dict[str, set[str]] = {}
 
-    def at(self, state: ClusterState) -> SessionKeys:
-        if self._uuid != state.state_uuid:
-            self._keys = {}
-            for key, session in state.kv_sessions.items():
-                self._keys.setdefault(session, set()).add(key)
-            self._uuid = state.state_uuid
-        return self
+    def _build(self, state: ClusterState) -> None:
+        self._keys = {}
+        for key, session in state.kv_sessions.items():
+            self._keys.setdefault(session, set()).add(key)
 
-    def advance(self, before: ClusterState, after: ClusterState) -> None:
-        if self._uuid is None or self._uuid == after.state_uuid:
-            return
-        if self._uuid != before.state_uuid:
-            self._uuid = None
-            return
-        diff = compute_diff(before, after).kv_sessions
+    def _move(self, before: ClusterState, state_diff: ClusterStateDiff) -> None:
+        diff = state_diff.kv_sessions
         for key in (*diff.deletes, *diff.upserts):
             owner = before.kv_sessions.get(key)
             if owner is not None:
@@ -105,7 +115,6 @@ class SessionKeys:
                         del self._keys[owner]
         for key, session in diff.upserts.items():
             self._keys.setdefault(session, set()).add(key)
-        self._uuid = after.state_uuid
 
     def of(self, session: str) -> frozenset[str]:
         return frozenset(self._keys.get(session, ()))

@@ -29,6 +29,7 @@ from coordinated.simulation.network import Link
 from coordinated.simulation.range_clients import RangeClient
 from coordinated.simulation.recorder import MULTI_KEY_PREFIX
 from coordinated.simulation.session_clients import SESSION_TTL_MS, SessionHolder, check_sessions
+from coordinated.simulation.sim_client import SimClient
 from coordinated.simulation.storage import StorageFault
 
 KEYS = ("a", "b", "c")
@@ -58,16 +59,10 @@ class RunReport:
     cluster: SimulatedCluster | None = None
 
 
-class _Client:
+class _Client(SimClient):
     def __init__(self, cluster: SimulatedCluster, client_id: int, rng: random.Random) -> None:
-        self.cluster = cluster
-        self.client_id = client_id
-        self.rng = rng
-        self.active = True
+        super().__init__(cluster, client_id, rng)
         self.counter = 0
-
-    def start(self) -> None:
-        self.cluster.schedule(self.cluster.now + self.rng.randint(0, 200), self.next_operation)
 
     def next_operation(self) -> None:
         if not self.active:
@@ -81,42 +76,29 @@ class _Client:
             request = KvDelete(key)
         else:
             request = KvGet(key)
-        node = self.rng.randrange(len(self.cluster.nodes))
-        self.cluster.submit(node, request, client=self.client_id, on_done=self.done)
-
-    def done(self, result: ClientResult) -> None:
-        if self.active:
-            self.cluster.schedule(self.cluster.now + self.rng.randint(1, 300), self.next_operation)
+        self.cluster.submit(self.node(), request, client=self.client_id, on_done=self.again)
 
 
-class _Counter:
+class _Counter(SimClient):
     """Read-modify-write increments of one key through any node: read the key and its version, then write
     value + 1 on condition of that version, as a conditional PUT or as a single-key transaction, or on
     condition of the value read, as a transaction comparing the value."""
 
     def __init__(self, cluster: SimulatedCluster, client_id: int, rng: random.Random) -> None:
-        self.cluster = cluster
-        self.client_id = client_id
-        self.rng = rng
-        self.active = True
+        super().__init__(cluster, client_id, rng)
         self.acknowledged: list[int] = []  # the values of the increments acknowledged to this client
         self.uncertain = 0  # increments that failed but may have taken effect
 
-    def start(self) -> None:
-        self.cluster.schedule(self.cluster.now + self.rng.randint(0, 200), self.read)
-
-    def _node(self) -> int:
-        return self.rng.randrange(len(self.cluster.nodes))
-
-    def read(self) -> None:
+    def next_operation(self) -> None:
+        """Read the counter, then increment it."""
         if self.active:
-            self.cluster.submit(self._node(), KvGet(COUNTER_KEY), client=self.client_id, on_done=self.increment)
+            self.cluster.submit(self.node(), KvGet(COUNTER_KEY), client=self.client_id, on_done=self.increment)
 
     def increment(self, result: ClientResult) -> None:
         if not self.active:
             return
         if not isinstance(result, ReadValue):
-            self._again()
+            self.again()
             return
         current = result.value if result.found else 0
         version = result.key_version if result.found else 0
@@ -138,46 +120,34 @@ class _Counter:
                 self.acknowledged.append(current + 1)
             elif isinstance(outcome, ClusterError) and outcome.maybe_applied:
                 self.uncertain += 1
-            self._again()
+            self.again()
 
-        self.cluster.submit(self._node(), request, client=self.client_id, on_done=done)
-
-    def _again(self) -> None:
-        if self.active:
-            self.cluster.schedule(self.cluster.now + self.rng.randint(1, 300), self.read)
+        self.cluster.submit(self.node(), request, client=self.client_id, on_done=done)
 
 
 ACCOUNTS = tuple(f"{MULTI_KEY_PREFIX}{index}" for index in range(3))
 
 
-class _Transfers:
+class _Transfers(SimClient):
     """Multi-key transactions through any node: read every account in one transaction, then move one unit
     between two accounts on condition of both versions, or read all of them again. A transfer keeps the sum
     of the balances (an absent account holds 0) at 0, so a torn or doubled transaction shows."""
 
     def __init__(self, cluster: SimulatedCluster, client_id: int, rng: random.Random) -> None:
-        self.cluster = cluster
-        self.client_id = client_id
-        self.rng = rng
-        self.active = True
+        super().__init__(cluster, client_id, rng)
         self.acknowledged = 0
 
-    def start(self) -> None:
-        self.cluster.schedule(self.cluster.now + self.rng.randint(0, 200), self.read)
-
-    def _node(self) -> int:
-        return self.rng.randrange(len(self.cluster.nodes))
-
-    def read(self) -> None:
+    def next_operation(self) -> None:
+        """Read every account, then transfer."""
         if self.active:
             txn = Txn(success=tuple(TxnOp("get", account) for account in ACCOUNTS))
-            self.cluster.submit(self._node(), txn, client=self.client_id, on_done=self.transfer)
+            self.cluster.submit(self.node(), txn, client=self.client_id, on_done=self.transfer)
 
     def transfer(self, result: ClientResult) -> None:
         if not self.active:
             return
         if not isinstance(result, TxnResult) or self.rng.random() < 0.2:
-            self._again()
+            self.again()
             return
         balances = {r.key: (r.value if r.found else 0, r.version if r.found else 0) for r in result.results}
         source, target = self.rng.sample(ACCOUNTS, 2)
@@ -190,13 +160,9 @@ class _Transfers:
         def done(outcome: ClientResult) -> None:
             if isinstance(outcome, TxnResult) and outcome.succeeded:
                 self.acknowledged += 1
-            self._again()
+            self.again()
 
-        self.cluster.submit(self._node(), txn, client=self.client_id, on_done=done)
-
-    def _again(self) -> None:
-        if self.active:
-            self.cluster.schedule(self.cluster.now + self.rng.randint(1, 300), self.read)
+        self.cluster.submit(self.node(), txn, client=self.client_id, on_done=done)
 
 
 def _check_transfers(cluster: SimulatedCluster) -> None:

@@ -10,7 +10,6 @@ import pytest
 
 from coordinated.coordination.batch_keys import BatchKeys
 from coordinated.coordination.client import (
-    ClientResult,
     ClusterError,
     Committed,
     CompareOp,
@@ -31,20 +30,7 @@ from coordinated.coordination.state_index import SessionKeys, SortedKeys, prefix
 from coordinated.coordination.transactions import compare_holds
 from coordinated.coordination.validation import prefix_problem, request_problem
 
-from .harness import OneNode
-
-
-def leader() -> OneNode:
-    node = OneNode.start()
-    node.advance(5_000)
-    assert node.coordinator.leader == node.node
-    return node
-
-
-def result_of(node: OneNode, request: Any) -> ClientResult:
-    request_id = node.submit(request)
-    node.advance(1)  # a one-node leadership round (for an answer that wrote nothing) completes at once
-    return node.results[request_id]
+from .harness import OneNode, leader, result_of
 
 
 def committed(node: OneNode, request: Any) -> Committed:

@@ -53,23 +53,10 @@ from coordinated.coordination.state import (
 from coordinated.coordination.tasks import ClientTask, NodeJoin, NodeLeft
 from coordinated.coordination.validation import request_problem
 
-from .harness import OneNode
+from .harness import OneNode, leader, result_of
 
 TTL = 10_000
 FOLLOWER = "follower:9300"
-
-
-def leader() -> OneNode:
-    node = OneNode.start()
-    node.advance(5_000)
-    assert node.coordinator.leader == node.node
-    return node
-
-
-def result_of(node: OneNode, request: ClientRequest) -> object:
-    request_id = node.submit(request)
-    node.advance(1)  # a one-node leadership round completes at once
-    return node.results[request_id]
 
 
 def create(node: OneNode, ttl_ms: int = TTL) -> str:
