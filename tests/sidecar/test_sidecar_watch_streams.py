@@ -1,7 +1,7 @@
 """Streaming watches on real node processes: the backlog then live changes on one held response, several
 prefixes, previous values, filters, progress lines, the final `gone` line, a slow reader ended with a
-`closed` line while writes go on, bad parameters, and a stream on a follower that carries on through a
-master kill."""
+`closed` line while writes go on, bad parameters, and a master kill: a stream on a follower ends (its node
+lost its master) and resumes through another node without a gap, while a local stream carries on."""
 
 from __future__ import annotations
 
@@ -118,7 +118,9 @@ def test_gone_bad_parameters_and_a_slow_reader(make_cluster: Callable[..., Local
     assert "coordinated_watch_streams 0.0" in metrics
 
 
-def test_a_stream_on_a_follower_carries_on_through_a_master_kill(make_cluster: Callable[..., LocalCluster]) -> None:
+def test_a_master_kill_ends_a_stream_which_resumes_without_a_gap_and_a_local_stream_carries_on(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
     cluster = make_cluster(settings=FAST_PROGRESS)
     nodes = cluster.bootstrap(3)
     master = cluster.wait_master()
@@ -131,7 +133,7 @@ def test_a_stream_on_a_follower_carries_on_through_a_master_kill(make_cluster: C
         while not stop.is_set():
             for node in cluster.running():
                 try:
-                    if node.put(f"/_cluster/metadata/w/{index}", index, timeout=2)[0] == 200:
+                    if node.put(f"/_cluster/metadata/w/{index:04d}", index, timeout=2)[0] == 200:
                         written.append(index)
                         index += 1
                         break
@@ -139,18 +141,25 @@ def test_a_stream_on_a_follower_carries_on_through_a_master_kill(make_cluster: C
                     continue
             time.sleep(0.02)
 
-    with stream(follower, "w/") as lines:
-        until(lines, lambda line: line["type"] == "progress")
-        thread = threading.Thread(target=writer, daemon=True)
-        thread.start()
-        try:
-            until(lines, lambda line: line.get("value", -1) >= 5)
+    thread = threading.Thread(target=writer, daemon=True)
+    try:
+        with stream(follower, "w/", local=True) as local, stream(follower, "w/", after_version=0) as lines:
+            thread.start()
+            first = until(lines, lambda line: line.get("value", -1) >= 5)
             cluster.kill(master)
+            first += until(lines, lambda line: line["type"] == "closed")
+            assert "lost its master" in first[-1]["reason"], first[-1]
             assert cluster.wait_master(timeout=30, exclude=master) is not None
             mark = len(written)
-            seen = until(lines, lambda line: line.get("value", -1) >= mark + 5)
-        finally:
-            stop.set()
-            thread.join(10)
-    values = [line["value"] for line in seen if "key" in line]
-    assert values == sorted(values) and mark + 5 in values  # in order, through the new master's writes
+            kept = until(local, lambda line: line.get("value", -1) >= mark + 5)  # a local stream goes on
+        # Every line before `closed` was read: resume from its version, through another node.
+        resumed_on = next(node for node in cluster.running() if node is not follower)
+        with stream(resumed_on, "w/", after_version=first[-1]["version"]) as lines:
+            second = until(lines, lambda line: line.get("value", -1) >= mark + 5)
+    finally:
+        stop.set()
+        thread.join(10)
+    seen = {line["value"] for line in [*first, *second] if line["type"] == "put"}
+    assert set(range(mark + 6)) <= seen, sorted(set(range(mark + 6)) - seen)  # no acknowledged write missed
+    local_values = [line["value"] for line in kept if line["type"] == "put"]
+    assert local_values == sorted(local_values) and mark + 5 in local_values

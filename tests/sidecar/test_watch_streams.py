@@ -9,7 +9,7 @@ from typing import Any
 from coordinated.coordination.state import ClusterState, KeyVersion
 from coordinated.sidecar import watch_streams
 from coordinated.sidecar.change_log import ChangeLog
-from coordinated.sidecar.watch_streams import StreamHub
+from coordinated.sidecar.watch_streams import LOST_MASTER, STOPPING, StreamHub
 
 
 class FakeTransport:
@@ -93,10 +93,24 @@ def test_a_reader_that_falls_behind_is_ended_with_a_closed_line_and_a_gone_clien
         assert log.newest is not None
         hub.deliver(log.newest)
         assert slow.lines()[-1].startswith(b'{"type":"closed","version":2,"reason":"the watcher fell behind')
-        assert streams[0].ended.result() == "too slow" and gone.written == []
+        assert streams[0].ended.result().startswith("the watcher fell behind") and gone.written == []
         assert streams[1].ended.result() == "the client closed the connection" and not streams[2].ended.done()
         assert hub.streams == 1
         hub.close()
-        assert streams[2].ended.result() == "the node is stopping" and hub.streams == 0
+        assert streams[2].ended.result() == STOPPING and hub.streams == 0
+        assert fine.lines()[-1].startswith(b'{"type":"closed","version":2,"reason":"this node is stopping')
+
+    asyncio.run(run())
+
+
+def test_streams_end_when_their_node_loses_its_master_but_local_ones_go_on() -> None:
+    async def run() -> None:
+        hub = StreamHub(ChangeLog(100), buffer_size=1_000)
+        linearizable, local = FakeTransport(), FakeTransport()
+        ended = hub.add(linearizable, ("",), None, False, 1)
+        kept = hub.add(local, ("",), None, False, 1, needs_master=False)
+        hub.lost_master()
+        assert ended.ended.result() == LOST_MASTER and not kept.ended.done() and hub.streams == 1
+        assert linearizable.lines()[-1].startswith(b'{"type":"closed","version":1,"reason":"this node lost its master')
 
     asyncio.run(run())

@@ -62,7 +62,7 @@ from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
 from coordinated.sidecar.http_server import BODY_TIMEOUT_S
 from coordinated.sidecar.listings import ListingGone
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.watch_streams import CLOSE_GRACE_S, Filter, chunk, event_line
+from coordinated.sidecar.watch_streams import CLOSE_GRACE_S, LOST_MASTER, Filter, chunk, event_line
 from coordinated.sidecar.watch_streams import line as stream_line
 
 log = logging.getLogger("coordinated.api")
@@ -805,12 +805,14 @@ async def watch_stream(
     if transport is None or transport.is_closing():
         return response
     hub = node.watch_streams
-    stream = hub.add(transport, prefixes, filter_, prev_value, after)
+    stream = hub.add(transport, prefixes, filter_, prev_value, after, needs_master=not local)
     transport.write(chunk(stream_line(type="progress", version=after)))  # live from here
+    if not local and node.applied_state.master_node is None:
+        hub.end(stream, LOST_MASTER)  # lost during the backlog
     try:
         await stream.ended
     finally:
-        hub.end(stream, "the handler ended")
+        hub.remove(stream)
     if not transport.is_closing():
         try:
             async with asyncio.timeout(CLOSE_GRACE_S):

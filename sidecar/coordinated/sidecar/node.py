@@ -340,6 +340,8 @@ class Node:
         self._applied_event.set()
         self._applied_event = asyncio.Event()
         self.key_watches.on_applied(state)
+        if state.master_node is None:
+            self.watch_streams.lost_master()
         step = self.key_watches.log.newest
         if step is not None and self.watch_streams.streams:
             # Two turns of the event loop later: after the effects of this state (an apply's ack to the master, a

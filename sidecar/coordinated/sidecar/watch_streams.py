@@ -15,6 +15,8 @@ The fan-out is built for cost, as etcd's watchableStore and the Kubernetes watch
   from the last version it finished, and a slow watcher costs the node about twice that buffer, never a write.
 - Every `progress_interval`, each stream that was sent nothing since the previous round gets a
   `{"type":"progress","version"}` line: everything up to that version has been delivered.
+- A stream ends with a `closed` line too when its node stops, or loses its master (as etcd's watches with
+  `WithRequireLeader`): what it would serve then may be stale. A `local` stream goes on without a master.
 
 Lines: `{"type":"put","key","value","version"}` and `{"type":"delete","key","value":null,"version"}`, each with
 `"prev_value"` when the stream asked for it and the key existed before; `progress`; a final `gone` (the version
@@ -41,6 +43,8 @@ _ENCODER = msgspec.json.Encoder()
 # A stream's final line is written even into a full buffer; its connection closes once that is sent, or after
 # this long if the client never reads it.
 CLOSE_GRACE_S = 30.0
+STOPPING = "this node is stopping: watch through another node"
+LOST_MASTER = "this node lost its master, so what it serves may be stale: watch through another node"
 
 
 class _Line(msgspec.Struct, omit_defaults=True):
@@ -74,6 +78,7 @@ class Stream:
     group: GroupKey
     version: int  # everything up to this version has been written to the connection
     ended: asyncio.Future[str]  # resolved with why the stream ended
+    needs_master: bool = True  # ends when the node loses its master (every stream but a `local` one)
     fed: bool = False  # something was written since the last progress round
 
 
@@ -110,7 +115,15 @@ class StreamHub:
     def streams(self) -> int:
         return sum(len(group.streams) for group in self._groups.values())
 
-    def add(self, transport: Any, prefixes: tuple[str, ...], filter_: Filter, prev_value: bool, version: int) -> Stream:
+    def add(
+        self,
+        transport: Any,
+        prefixes: tuple[str, ...],
+        filter_: Filter,
+        prev_value: bool,
+        version: int,
+        needs_master: bool = True,
+    ) -> Stream:
         """A stream that has been sent everything up to `version`, the change log's current version: from now
         on it is fed as states are applied. The caller awaits `ended`."""
         key: GroupKey = (tuple(sorted(set(prefixes))), filter_, prev_value)
@@ -124,10 +137,10 @@ class StreamHub:
             # The kernel's share of what waits unread is bounded too (its autotuning would grow it to megabytes
             # per connection): a stream then buffers at most about twice `buffer_size`.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(4096, self.buffer_size // 2))
-        stream = Stream(transport, key, version, asyncio.get_running_loop().create_future())
+        stream = Stream(transport, key, version, asyncio.get_running_loop().create_future(), needs_master)
         group.streams.add(stream)
         if self.closed:
-            self.end(stream, "the node is stopping")
+            self.end(stream, STOPPING)
         return stream
 
     def remove(self, stream: Stream) -> None:
@@ -181,21 +194,31 @@ class StreamHub:
         stream.version = max(stream.version, version)
         stream.fed = True
         if transport.get_write_buffer_size() > self.buffer_size:
-            reason = (
-                f"the watcher fell behind: more than {self.buffer_size} bytes of this stream were waiting to be read; "
-                "resume from the last version you finished"
+            self.end(
+                stream,
+                f"the watcher fell behind: more than {self.buffer_size} bytes of this stream were waiting to be read",
             )
-            transport.write(chunk(line(type="closed", version=stream.version, reason=reason)))
-            self.end(stream, "too slow")
 
     def end(self, stream: Stream, why: str) -> None:
+        """The stream ends; unless its client is gone, with a final `closed` line that says why."""
         self.remove(stream)
-        if not stream.ended.done():
-            stream.ended.set_result(why)
+        if stream.ended.done():
+            return
+        if not stream.transport.is_closing():
+            reason = f"{why}; resume from the last version you finished"
+            stream.transport.write(chunk(line(type="closed", version=stream.version, reason=reason)))
+        stream.ended.set_result(why)
+
+    def lost_master(self) -> None:
+        """The node has no master: what it applies may be stale, so every stream but the local ones ends."""
+        for group in list(self._groups.values()):
+            for stream in list(group.streams):
+                if stream.needs_master:
+                    self.end(stream, LOST_MASTER)
 
     def close(self) -> None:
         """The node is stopping: every stream ends."""
         self.closed = True
         for group in list(self._groups.values()):
             for stream in list(group.streams):
-                self.end(stream, "the node is stopping")
+                self.end(stream, STOPPING)
