@@ -114,3 +114,20 @@ def test_streams_end_when_their_node_loses_its_master_but_local_ones_go_on() -> 
         assert linearizable.lines()[-1].startswith(b'{"type":"closed","version":1,"reason":"this node lost its master')
 
     asyncio.run(run())
+
+
+def test_a_stream_that_joined_after_a_step_was_recorded_does_not_get_it_twice() -> None:
+    async def run() -> None:
+        log = ChangeLog(100)
+        hub = StreamHub(log, buffer_size=1_000)
+        log.record(state(1, {"k": 0}))
+        log.record(state(2, {"k": 1}))  # recorded, its delivery still to come
+        step = log.newest
+        assert step is not None
+        earlier, later = FakeTransport(), FakeTransport()
+        hub.add(earlier, ("",), None, False, 1)
+        hub.add(later, ("",), None, False, 2)  # its backlog went up to version 2
+        hub.deliver(step)
+        assert len(earlier.lines()) == 1 and later.written == []
+
+    asyncio.run(run())

@@ -170,7 +170,9 @@ class StreamHub:
                 continue
             data = chunk(b"".join(lines))
             for stream in list(group.streams):
-                self._write(stream, data, step.version)
+                # A stream that joined after this step was recorded had it in its backlog.
+                if stream.version < step.version:
+                    self._write(stream, data, step.version)
 
     def progress(self) -> None:
         """One progress line, encoded once, to every stream fed nothing since the last round."""
