@@ -21,7 +21,7 @@ from coordinated.coordination.state import Session
 from coordinated.simulation.cluster import SafetyViolation, SimulatedCluster
 from coordinated.simulation.session_clients import SESSION_TTL_MS, SessionHolder, check_sessions, run_master_kills
 
-KILL_EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "60")) // 2 or 1
+KILL_EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "200")) // 10 or 1
 
 
 def test_a_kept_alive_session_survives_repeated_master_crashes_and_ends_once_abandoned() -> None:
