@@ -7,7 +7,7 @@ live, then, for each key under the prefix that every one of its watchers has see
 which each watcher read it. It runs until stdin closes.
 
 - `--http URL...`: streaming watches (NDJSON over one held HTTP/1.1 response each, read with aiohttp; ours
-  and the floor's): live at the first progress line.
+  and the floor's): live at the first progress line. With `--raw`, read off the sockets without aiohttp.
 - `--etcd ADDRESS...`: etcd gRPC Watch streams, over `--channels` connections; live once created.
 """
 
@@ -19,6 +19,7 @@ import importlib
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import msgspec
@@ -76,13 +77,80 @@ async def http_watcher(http: aiohttp.ClientSession, url: str, seen: Seen, gate: 
             gate.release()
 
 
-async def http_watchers(urls: list[str], count: int) -> None:
+async def http_watchers(urls: list[str], count: int, raw: bool) -> None:
     seen = Seen(count)
+    gate = asyncio.Semaphore(OPEN_AT_ONCE)
+    if raw:
+        await run(seen, [asyncio.create_task(raw_watcher(urls[i % len(urls)], seen, gate)) for i in range(count)])
+        return
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as http:
-        gate = asyncio.Semaphore(OPEN_AT_ONCE)
         tasks = [asyncio.create_task(http_watcher(http, urls[i % len(urls)], seen, gate)) for i in range(count)]
         await run(seen, tasks)
+
+
+class RawStream(asyncio.Protocol):
+    """An NDJSON stream read straight off the socket: the chunked body parsed in `data_received`, with no
+    HTTP client library and no task switch per line (a diagnostic: how much of a delivery is the client's)."""
+
+    def __init__(self, request: bytes, seen: Seen, live: asyncio.Future[None], ended: asyncio.Future[None]) -> None:
+        self.request = request
+        self.seen = seen
+        self.live = live
+        self.ended = ended
+        self.buffer = b""
+        self.in_body = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.write(self.request)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer + data
+        if not self.in_body:
+            head, found, buffer = buffer.partition(b"\r\n\r\n")
+            if not found:
+                self.buffer = head
+                return
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(head.split(b"\r\n", 1)[0].decode())
+            self.in_body = True
+        while True:
+            size_line, found, rest = buffer.partition(b"\r\n")
+            if not found:
+                break
+            size = int(size_line, 16)
+            if len(rest) < size + 2:
+                break
+            for raw in rest[:size].splitlines():
+                line = _LINE.decode(raw)
+                if line.type == "put":
+                    self.seen.saw(line.key)
+                elif line.type == "progress" and not self.live.done():
+                    self.live.set_result(None)
+            buffer = rest[size + 2 :]
+        self.buffer = buffer
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+
+async def raw_watcher(url: str, seen: Seen, gate: asyncio.Semaphore) -> None:
+    parts = urlsplit(url)
+    request = f"GET {parts.path}?{parts.query} HTTP/1.1\r\nHost: {parts.netloc}\r\n\r\n".encode()
+    loop = asyncio.get_running_loop()
+    live, ended = loop.create_future(), loop.create_future()
+    async with gate:
+        transport, _ = await loop.create_connection(
+            lambda: RawStream(request, seen, live, ended), parts.hostname, parts.port
+        )
+        await asyncio.wait([live, ended], return_when=asyncio.FIRST_COMPLETED)
+    if live.done():
+        seen.went_live()
+    try:
+        await ended
+    finally:
+        transport.close()
 
 
 async def etcd_watchers(addresses: list[str], count: int, channels: int, prefix: str, stubs: Path) -> None:
@@ -143,9 +211,10 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=20)
     parser.add_argument("--prefix", default="fan/")
     parser.add_argument("--stubs", type=Path)
+    parser.add_argument("--raw", action="store_true", help="read the HTTP streams off the sockets, without aiohttp")
     args = parser.parse_args()
     if args.http:
-        asyncio.run(http_watchers(args.http, args.watchers))
+        asyncio.run(http_watchers(args.http, args.watchers, args.raw))
     else:
         asyncio.run(etcd_watchers(args.etcd, args.watchers, args.channels, args.prefix, args.stubs))
 

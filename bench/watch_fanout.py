@@ -243,7 +243,7 @@ async def measure_phases(
 # -- ours ---------------------------------------------------------------------------------------------------
 
 
-async def ours(watchers: int, writes: int, via: str, harnesses: int) -> dict[str, dict[str, float]]:
+async def ours(watchers: int, writes: int, via: str, harnesses: int, raw: list[str]) -> dict[str, dict[str, float]]:
     with cluster(3) as local:
         master = local.wait_master()
         assert master is not None and master.pid is not None
@@ -255,7 +255,7 @@ async def ours(watchers: int, writes: int, via: str, harnesses: int) -> dict[str
                 writer.write,
                 [master.pid],
                 pids,
-                lambda: Deliveries(watchers, harnesses, lambda n: ["--http", *urls]),
+                lambda: Deliveries(watchers, harnesses, lambda n: ["--http", *urls, *raw]),
                 watchers,
                 writes,
             )
@@ -264,7 +264,9 @@ async def ours(watchers: int, writes: int, via: str, harnesses: int) -> dict[str
 # -- the floor ----------------------------------------------------------------------------------------------
 
 
-async def floor(watchers: int, writes: int, workdir: Path, harnesses: int) -> dict[str, dict[str, float]]:
+async def floor(
+    watchers: int, writes: int, workdir: Path, harnesses: int, raw: list[str]
+) -> dict[str, dict[str, float]]:
     ports = free_ports(3)
     script = Path(__file__).with_name("fanout_floor.py")
     processes = [
@@ -290,7 +292,9 @@ async def floor(watchers: int, writes: int, workdir: Path, harnesses: int) -> di
                 writer.write,
                 pids,
                 pids,
-                lambda: Deliveries(watchers, harnesses, lambda n: ["--http", *(f"{base}/watch" for base in bases)]),
+                lambda: Deliveries(
+                    watchers, harnesses, lambda n: ["--http", *(f"{base}/watch" for base in bases), *raw]
+                ),
                 watchers,
                 writes,
             )
@@ -444,6 +448,11 @@ def main() -> None:
     parser.add_argument("--no-floor", action="store_true")
     parser.add_argument("--harnesses", type=int, default=2, help="processes that read the watchers' events")
     parser.add_argument(
+        "--raw-client",
+        action="store_true",
+        help="read our streams and the floor's off the sockets, without aiohttp (how much of a delivery is the client's)",
+    )
+    parser.add_argument(
         "--etcd-per-connection",
         type=int,
         nargs="+",
@@ -454,8 +463,9 @@ def main() -> None:
         "--via", choices=("all", "followers"), default="all", help="our watchers on every node, or on followers only"
     )
     args = parser.parse_args()
+    raw = ["--raw"] if args.raw_client else []
     systems: list[tuple[str, Callable[[int, Path], Awaitable[dict[str, dict[str, float]]]]]] = [
-        ("coordinated", lambda watchers, workdir: ours(watchers, args.writes, args.via, args.harnesses))
+        ("coordinated", lambda watchers, workdir: ours(watchers, args.writes, args.via, args.harnesses, raw))
     ]
     if not args.no_etcd and shutil.which("etcd") is not None:
         for per in args.etcd_per_connection:
@@ -466,7 +476,7 @@ def main() -> None:
     elif not args.no_etcd:
         print("etcd: not run (etcd-server is not installed)")
     if not args.no_floor:
-        systems.append(("floor", lambda watchers, workdir: floor(watchers, args.writes, workdir, args.harnesses)))
+        systems.append(("floor", lambda watchers, workdir: floor(watchers, args.writes, workdir, args.harnesses, raw)))
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="coordinated-fanout-") as workdir:
         for round_index in range(args.rounds):
