@@ -475,9 +475,10 @@ def prev_to_api(prev: PrevKey | msgspec.UnsetType | None) -> dict[str, Any]:
 def write_result(key: str, result: ClientResult) -> web.Response:
     if isinstance(result, Committed):
         # Every acknowledged write answers this: msgspec rather than json_response's json.dumps.
-        body = _JSON_ENCODER.encode(
-            {"key": key, "term": result.term, "version": result.version, **prev_to_api(result.prev)}
-        )
+        answer = {"key": key, "term": result.term, "version": result.version}
+        if result.prev is not msgspec.UNSET:
+            answer.update(prev_to_api(result.prev))
+        body = _JSON_ENCODER.encode(answer)
         return web.Response(body=body, content_type="application/json", charset="utf-8")
     if isinstance(result, ClusterError):
         return result_error(result)
