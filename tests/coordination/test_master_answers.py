@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from coordinated.coordination.client import (
     ClientRequest,
     ClientResult,
@@ -23,6 +21,8 @@ from coordinated.coordination.client import (
     ReadValue,
 )
 from coordinated.coordination.context import Mode
+from coordinated.coordination.followers_checker import FOLLOWER_CHECK_INTERVAL, FOLLOWER_CHECK_TIMEOUT
+from coordinated.coordination.leader_checker import LEADER_CHECK_INTERVAL, LEADER_CHECK_TIMEOUT
 from coordinated.simulation.cluster import SIM_SETTINGS, SimulatedCluster
 from coordinated.simulation.network import Link
 
@@ -37,12 +37,13 @@ def results_of(cluster: SimulatedCluster, node: int, request: ClientRequest, wai
 def test_a_replaced_master_does_not_acknowledge_a_write_that_changed_nothing() -> None:
     # The followers notice a silent master within a second; the master's own checks of its followers take a
     # minute, so the cut-off master stays master, idle, long after it was replaced (as a paused one would).
-    settings = replace(
-        SIM_SETTINGS,
-        leader_check_interval=200,
-        leader_check_timeout=300,
-        follower_check_interval=60_000,
-        follower_check_timeout=60_000,
+    settings = SIM_SETTINGS.with_values(
+        {
+            LEADER_CHECK_INTERVAL: 200,
+            LEADER_CHECK_TIMEOUT: 300,
+            FOLLOWER_CHECK_INTERVAL: 60_000,
+            FOLLOWER_CHECK_TIMEOUT: 60_000,
+        }
     )
     cluster = SimulatedCluster(3, 3, settings=settings)
     cluster.run_for(5_000)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import msgspec
 import pytest
 
@@ -12,24 +10,30 @@ from coordinated.coordination.client import (
     ClusterError,
     Committed,
     KvPut,
+    Txn,
+    TxnOp,
     UpdateSettings,
 )
+from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.messages import (
     Envelope,
+    JoinRequest,
     PublishRequest,
     StartJoinRequest,
     decode_envelope,
     encode_envelope,
 )
-from coordinated.coordination.settings import CoordinationSettings
-from coordinated.coordination.state import LONG_MAX, ClusterState, DiscoveryNode
+from coordinated.coordination.registry import coordination_registry
+from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.validation import (
+    MAX_VALUE_DEPTH,
+    MAX_VOTING_CONFIG_EXCLUSIONS,
     exclusions_problem,
     hook_name_problem,
-    key_problem,
+    metadata_key_problem,
     settings_problem,
 )
-from coordinated.simulation.cluster import SimulatedCluster
+from coordinated.simulation.cluster import SIM_SETTINGS, SimulatedCluster
 
 SECOND = 1000
 NODE = DiscoveryNode("id1", "node1", "127.0.0.1:9300")
@@ -68,7 +72,7 @@ def test_invalid_utf8_is_a_decode_error() -> None:
 
 @pytest.mark.parametrize("key", ["a\n", "\n", "", "a\x00b", "x" * 257])
 def test_bad_keys(key: str) -> None:
-    assert key_problem(key) is not None
+    assert metadata_key_problem(key) is not None
 
 
 @pytest.mark.parametrize("name", ["hook\n", "-x", "", "a/b"])
@@ -77,20 +81,22 @@ def test_bad_hook_names(name: str) -> None:
 
 
 def test_good_names() -> None:
-    assert key_problem("app/config.yaml") is None and hook_name_problem("reload-app.1") is None
+    assert metadata_key_problem("app/config.yaml") is None and hook_name_problem("reload-app.1") is None
 
 
 @pytest.mark.parametrize(
     ("updates", "reason"),
     [
         ({"no.such.setting": "1"}, "unknown setting [no.such.setting]"),
-        ({"cluster.publish.timeout": "soon"}, "invalid value for setting [cluster.publish.timeout]"),
+        ({"cluster.no_master_block": "soon"}, "invalid value for setting [cluster.no_master_block]"),
+        ({"cluster.metadata.max_state_size": "99999999999999999999d"}, "[cluster.metadata.max_state_size]"),
         ({"cluster.name": "other"}, "not dynamically updateable"),
+        ({"cluster.publish.timeout": "1ms"}, "[cluster.publish.timeout] is not dynamically updateable"),
         ({}, "no settings to update"),
     ],
 )
 def test_bad_settings(updates: dict[str, str | None], reason: str) -> None:
-    problem = settings_problem(updates)
+    problem = settings_problem(updates, coordination_registry())
     assert problem is not None and reason in problem
 
 
@@ -116,6 +122,13 @@ def formed() -> SimulatedCluster:
     return cluster
 
 
+def nested(depth: int) -> object:
+    value: object = 1
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
 def follower_index(cluster: SimulatedCluster) -> int:
     leader = cluster.leader()
     return next(node.index for node in cluster.nodes if node is not leader)
@@ -131,10 +144,12 @@ def submit(cluster: SimulatedCluster, index: int, request: object) -> object:
 @pytest.mark.parametrize(
     ("request_", "reason"),
     [
-        (KvPut("bad\x07key\n", 1), "metadata key"),
+        (KvPut("bad\x07key\n", 1), "key name"),
         (UpdateSettings({"no.such.setting": "1"}), "unknown setting"),
         (UpdateSettings({"cluster.publish.timeout": "-5s"}), "cluster.publish.timeout"),
         (AddVotingConfigExclusions(node_names=("node0", "node1", "node2")), "every master-eligible node"),
+        (KvPut("deep", nested(MAX_VALUE_DEPTH + 1)), "nests deeper than [100] levels"),
+        (Txn(success=(TxnOp("put", "deep", nested(MAX_VALUE_DEPTH + 1)),)), "nests deeper"),
     ],
 )
 def test_the_master_refuses_a_bad_forwarded_request(request_: object, reason: str) -> None:
@@ -157,11 +172,13 @@ def test_a_good_forwarded_request_still_commits() -> None:
     cluster = formed()
     result = submit(cluster, follower_index(cluster), KvPut("good", 1))
     assert isinstance(result, Committed)
+    result = submit(cluster, follower_index(cluster), KvPut("deep-enough", nested(MAX_VALUE_DEPTH)))
+    assert isinstance(result, Committed)
 
 
 def test_exclusions_that_would_leave_no_voter_are_refused_in_the_same_batch() -> None:
     # Two requests that are each fine but together exclude every node: the second one is refused.
-    cluster = SimulatedCluster(1, 3, settings=replace(CoordinationSettings(), max_voting_config_exclusions=5))
+    cluster = SimulatedCluster(1, 3, settings=SIM_SETTINGS.with_values({MAX_VOTING_CONFIG_EXCLUSIONS: 5}))
     assert cluster.run_until(lambda: cluster.leader() is not None, 30 * SECOND)
     cluster.run_for(5 * SECOND)
     leader = cluster.leader()
@@ -184,3 +201,20 @@ def test_a_forwarded_error_status_must_be_an_http_error(status: int) -> None:
     ).encode()
     with pytest.raises(msgspec.ValidationError, match="status"):
         decode_envelope(body)
+
+
+def test_a_join_claiming_the_masters_own_address_is_refused_and_the_master_stays() -> None:
+    """Found by the forged-numbers property test: a join from another id at the master's own address made the
+    master drop itself from its state, publish to itself as another node, and fail an assertion."""
+    cluster = formed()
+    leader = cluster.leader()
+    assert leader is not None
+    impostor = DiscoveryNode("impostor", leader.name, leader.address)
+    join = JoinRequest(impostor, 1, 0, None, leader.running().applied_state.cluster_uuid, True)
+    assert (
+        cluster.deliver_from_wire(leader, "elsewhere:9300", encode_envelope(Envelope("elsewhere:9300", join))) is None
+    )
+    cluster.run_for(35 * SECOND)
+    assert cluster.leader() is leader
+    assert "impostor" not in leader.running().applied_state.nodes
+    assert isinstance(submit(cluster, leader.index, KvPut("after", 1)), Committed)

@@ -14,7 +14,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import kopf
 import pytest
 from aiohttp import web
@@ -24,8 +23,9 @@ from test_operator_handlers import FakeKube, FakeSidecars
 from coordinated.operator import certificates, handlers, manifests, security
 from coordinated.operator.certificates import KeyPair
 from coordinated.operator.observation import PodObservation
-from coordinated.operator.sidecar_client import sidecar_url
+from coordinated.operator.sidecar_client import SidecarConnections, sidecar_url
 from coordinated.operator.spec import ClusterSpec
+from coordinated.sidecar.tls import TrustRestrictions
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 HOUR = datetime.timedelta(hours=1)
@@ -61,6 +61,23 @@ def test_pod_certificate_names_the_pod_and_the_services_not_an_ip() -> None:
         )
         == []
     )
+
+
+def test_the_transport_admits_the_pods_certificates_and_no_client_certificate() -> None:
+    """The trust restriction the operator sets matches every pod certificate it or cert-manager issues, and not
+    a client certificate made from the same CA."""
+    spec = cluster(tls={"clientAuthentication": "required"})
+    settings = args_settings(pod_spec(spec, manifests.BUILTIN_TLS)["containers"][0])
+    trust = TrustRestrictions(settings["transport.ssl.trust_restrictions"].split(","))
+    for pod in ("demo-0", "demo-4"):
+        names = certificates.dns_names_of(
+            certificates.issue(ca(), pod, manifests.pod_certificate_dns_names(spec, pod), NOW, HOUR).certificate
+        )
+        assert trust.problem({"subjectAltName": tuple(("DNS", name) for name in names)}) is None
+    wildcard = {"subjectAltName": tuple(("DNS", name) for name in manifests.wildcard_dns_names(spec))}
+    assert trust.problem(wildcard) is None  # cert-manager's one certificate for every pod
+    client = {"subject": ((("commonName", "reporting-app"),),), "subjectAltName": (("DNS", "reporting.ns.svc"),)}
+    assert trust.problem(client) is not None
 
 
 def test_renewal_is_due_after_the_fraction_of_the_lifetime() -> None:
@@ -385,7 +402,7 @@ def _observe_over_tls(kube: FakeKube, certificate: bytes, key: bytes) -> tuple[F
         original = handlers.CONFIG.sidecar_url_template
         handlers.CONFIG.sidecar_url_template = template
         try:
-            async with aiohttp.ClientSession() as http:
+            async with SidecarConnections() as http:
                 memo = kopf.Memo(kube=kube, http=http)
                 await handlers.reconcile(kopf.Body(kube.stored), memo, logging.getLogger("test"))
         finally:
@@ -510,7 +527,7 @@ def test_real_sidecars_run_on_the_operators_files_and_answer_its_calls(tmp_path:
         async def calls() -> dict[str, Any]:
             results: dict[str, Any] = {}
             context = ca_ssl_context(authority.certificate)
-            async with aiohttp.ClientSession() as http:
+            async with SidecarConnections() as http:
 
                 def client(pod: str, token: str | None, name: str | None = None) -> SidecarClient:
                     node = local.nodes[pod]

@@ -16,8 +16,9 @@ import pytest
 from aiohttp import web
 
 from coordinated.coordination.client import KvPut, UpdateSettings
+from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.messages import Envelope, ForwardedRequest, encode_envelope
-from coordinated.coordination.state import LONG_MAX, DiscoveryNode
+from coordinated.coordination.state import DiscoveryNode
 from coordinated.sidecar import api, http_server
 from coordinated.sidecar.metrics import NodeMetrics
 from coordinated.tools.localcluster import LocalCluster, free_ports, http
@@ -82,7 +83,8 @@ def test_hostile_http_gets_elasticsearch_errors_and_one_log_line(make_cluster: C
     for request in [
         KvPut("bad\x07key\n", 1),
         UpdateSettings({"no.such.setting": "1"}),
-        UpdateSettings({"cluster.publish.timeout": "never"}),
+        UpdateSettings({"cluster.no_master_block": "never"}),
+        UpdateSettings({"cluster.publish.timeout": "1ms"}),
     ]:
         forged = encode_envelope(Envelope("127.0.0.1:1", ForwardedRequest("forger", 1, request)))
         assert http("POST", f"http://{node.transport_address}/_transport/message", raw=forged)[0] == 204

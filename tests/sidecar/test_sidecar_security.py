@@ -30,8 +30,7 @@ TOKENS = f"# roles\nadmin {ADMIN}\nwriter {WRITER}\nreader {READER}\n"
 
 
 def require_openssl() -> None:
-    if not have_openssl():
-        pytest.skip("needs the openssl command (make test installs it)")
+    assert have_openssl(), "needs the openssl command: make test installs it (scripts/system-deps.sh)"
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -181,7 +180,7 @@ def test_tokens_roles_and_loopback_listener(make_cluster: Callable[..., LocalClu
     # A writer writes and reads, but the admin APIs are closed to it.
     assert call("PUT", "/_cluster/metadata/k", WRITER, {"v": 1}) == 200
     assert call("GET", "/_cluster/metadata/k", READER) == 200
-    assert call("PUT", "/_cluster/settings", WRITER, {"persistent": {"cluster.publish.timeout": "20s"}}) == 403
+    assert call("PUT", "/_cluster/settings", WRITER, {"persistent": {"cluster.no_master_block": "all"}}) == 403
     assert call("GET", "/_cluster/settings", WRITER) == 403
     assert call("POST", "/_cluster/voting_config_exclusions?node_names=node-1", WRITER) == 403
     assert call("DELETE", "/_cluster/voting_config_exclusions", WRITER) == 403
@@ -203,7 +202,7 @@ def test_tokens_roles_and_loopback_listener(make_cluster: Callable[..., LocalClu
     assert call("PUT", "/_cluster%2Fsettings", WRITER, {"persistent": {}}) == 403
     assert call("PUT", "/_cluster/metadata/a%2Fb", WRITER, {"v": 1}) == 200
     # The admin may do all of it.
-    assert call("PUT", "/_cluster/settings", ADMIN, {"persistent": {"cluster.publish.timeout": "20s"}}) == 200
+    assert call("PUT", "/_cluster/settings", ADMIN, {"persistent": {"cluster.no_master_block": "all"}}) == 200
     assert call("GET", "/_hooks", ADMIN) == 200
     assert call("GET", "/_snapshot", ADMIN) == 200
     assert call("PUT", "/_snapshot/r", ADMIN, repository) == 400  # the handler's answer: no path.repo here
@@ -233,12 +232,25 @@ def test_tokens_roles_and_loopback_listener(make_cluster: Callable[..., LocalClu
     os.replace(replacement, tokens)
     wait_until(lambda: call("PUT", "/_cluster/metadata/k", newcomer, {"v": 4}) == 200, 10, "the new token works")
     assert call("GET", "/_cluster/health", READER) == 401
-    # A broken file keeps the tokens that worked.
+    # Fail closed: a broken file, or none, revokes every token; /readyz (open) says why. A good file brings
+    # them back.
     broken = tmp_path / "tokens.broken"
     broken.write_text("nonsense\n")
     os.replace(broken, tokens)
-    time.sleep(1.5)  # past the reload check interval, so that the broken file has been looked at
-    assert call("PUT", "/_cluster/metadata/k", newcomer, {"v": 5}) == 200
+    wait_until(lambda: call("PUT", "/_cluster/metadata/k", newcomer, {"v": 5}) == 401, 10, "a broken file revokes")
+    assert call("GET", "/_cluster/health", ADMIN) == 401
+    status, ready = http("GET", node.url + "/readyz", context=context)
+    assert status == 503 and "tokens_file" in ready["reason"] and "every token is refused" in ready["reason"]
+    tokens.unlink()
+    time.sleep(1.5)  # past the reload check interval, so that the missing file has been looked at
+    assert call("PUT", "/_cluster/metadata/k", newcomer, {"v": 5}) == 401
+    assert call("GET", "/_cluster/metadata/k", READER, url=loopback) == 401
+    replacement.write_text(f"admin {ADMIN}\nwriter {newcomer}\n")
+    os.replace(replacement, tokens)
+    wait_until(lambda: call("PUT", "/_cluster/metadata/k", newcomer, {"v": 6}) == 200, 10, "a good file is read")
+    _, health = http("GET", node.url + "/_cluster/health", headers=bearer(ADMIN), context=context)
+    assert not [found for found in health["problems"] if found["kind"] == "tokens_file"]
+    assert http("GET", node.url + "/readyz", context=context)[0] == 200
     assert node.alive()
 
 

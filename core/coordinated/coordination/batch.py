@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 from msgspec.structs import replace
@@ -33,6 +34,7 @@ from coordinated.coordination.client import (
 )
 from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.reconfigurator import reconfigure
+from coordinated.coordination.settings import size_setting
 from coordinated.coordination.state import (
     ClusterState,
     DiscoveryNode,
@@ -56,6 +58,29 @@ from coordinated.coordination.transactions import run_txn
 from coordinated.coordination.validation import ABSENT_PREFIX, exclusions_problem, resolve_exclusions
 
 _NO_LIMIT = 1 << 62
+
+# Ceilings on what clients can store, checked by the master against the state each batch builds. Every node holds
+# the whole state in memory and a joining node receives all of it, in one peer message of at most 512mb: hence
+# the largest ceiling. Settings changes and writes that shrink the state are never refused, so no value within
+# the bounds can keep the cluster from resetting them; the floors catch a size given without its unit.
+MAX_VALUE_SIZE = size_setting(
+    "cluster.metadata.max_value_size",
+    "1mb",
+    minimum="64b",
+    maximum="64mb",
+    dynamic=True,
+    doc="largest value of one key, JSON-encoded; a larger put gets 400 naming the sizes (a body also needs to fit "
+    "`http.max_content_length`)",
+)
+MAX_STATE_SIZE = size_setting(
+    "cluster.metadata.max_state_size",
+    "256mb",
+    minimum="1kb",
+    maximum="256mb",
+    dynamic=True,
+    doc="ceiling on all keys and values together (UTF-8 names plus JSON values), decided by the master against the "
+    "batch it builds; a write that would exceed it gets 400 naming the sizes",
+)
 
 
 class StateSizes:
@@ -140,7 +165,12 @@ def add_exclusions(
     return None
 
 
-def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list[VotingConfigExclusion]) -> None:
+def _join(
+    node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list[VotingConfigExclusion], master: DiscoveryNode
+) -> client.ClusterError | None:
+    if node.transport_address == master.transport_address and node.id != master.id:
+        # Never a restart of the master (it is running): a forged or confused join must not remove it.
+        return client.bad_request(f"node [{node.name}] claims the master's own address [{node.transport_address}]")
     for other_id, other in list(nodes.items()):
         if other.transport_address == node.transport_address and other_id != node.id:
             del nodes[other_id]  # a restarted node with a new id at the same address
@@ -148,6 +178,7 @@ def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list
     for index, exclusion in enumerate(exclusions):
         if exclusion.node_id == f"{ABSENT_PREFIX}{node.name}":
             exclusions[index] = VotingConfigExclusion(node.id, node.name)
+    return None
 
 
 def _create_session(
@@ -190,6 +221,18 @@ def _oversized_value(task: KvPut | Txn, limit: int) -> client.ClusterError | Non
     puts = [(task.key, task.value)] if isinstance(task, KvPut) else []
     if isinstance(task, Txn):
         puts = [(op.key, op.value) for op in (*task.success, *task.failure) if op.op == "put"]
+    return _first_oversized(puts, limit)
+
+
+def _oversized_restored_value(restore: RestoreSnapshot, limit: int) -> client.ClusterError | None:
+    """A restored key is held to `cluster.metadata.max_value_size` as a write of it would be."""
+    oversized = _first_oversized(restore.kv.items(), limit)
+    if oversized is None:
+        return None
+    return client.bad_request(f"snapshot [{restore.snapshot}]: {oversized.reason}")
+
+
+def _first_oversized(puts: Iterable[tuple[str, Any]], limit: int) -> client.ClusterError | None:
     for key, value in puts:
         size = value_size(None if value is msgspec.UNSET else value)
         if size > limit:
@@ -243,7 +286,7 @@ def execute_batch(
             elected = True
             nodes[context.master.id] = context.master
         elif isinstance(task, NodeJoin):
-            _join(task.node, nodes, exclusions)
+            result = _join(task.node, nodes, exclusions, context.master)
         elif isinstance(task, NodeLeft):
             nodes.pop(task.node_id, None)
         elif isinstance(task, ExpireSessions):
@@ -298,7 +341,9 @@ def execute_batch(
                 else:
                     result = client.repository_missing_error(payload.name)
             elif isinstance(payload, RestoreSnapshot):
-                result = _restore_too_large(payload, keys.size, context.max_state_size)
+                result = _oversized_restored_value(payload, context.max_value_size) or _restore_too_large(
+                    payload, keys.size, context.max_state_size
+                )
                 if result is None:
                     keys.replace_all(payload.kv, payload.kv_versions)
                     settings = dict(payload.persistent_settings)

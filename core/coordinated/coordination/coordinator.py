@@ -30,6 +30,7 @@ from coordinated.coordination import messages as m
 from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult, Committed
 from coordinated.coordination.client_requests import ClientRequests
 from coordinated.coordination.context import CoreContext, Mode
+from coordinated.coordination.counters import successor
 from coordinated.coordination.diff_history import CatchUp
 from coordinated.coordination.effects import Effect, RequestCompleted, StateApplied
 from coordinated.coordination.elections import ElectionScheduler, PreVoteCollector
@@ -49,7 +50,7 @@ from coordinated.coordination.publish_handler import PublishHandler, PublishList
 from coordinated.coordination.reads import ReadService
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
 from coordinated.coordination.sessions import SessionLeases
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.settings import Settings
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.tasks import ElectedAsMaster, NodeLeft, Reconfigure
 from coordinated.coordination.timers import Timers
@@ -62,7 +63,7 @@ class Coordinator:
         self,
         *,
         local_node: DiscoveryNode,
-        settings: CoordinationSettings,
+        settings: Settings,
         persisted: PersistedState,
         rng: random.Random,
         now: int,
@@ -108,8 +109,9 @@ class Coordinator:
             on_term_seen=self._update_max_term_seen,
         )
         self.bootstrap = ClusterBootstrapService(ctx, self.coordination_state.set_initial_state)
+        self.joins = JoinHelper(ctx)
         self.formation = ClusterFormationFailureHelper(
-            ctx, self.peer_finder.discovered_nodes, lambda: self.peer_finder.unreachable
+            ctx, self.peer_finder.discovered_nodes, lambda: self.peer_finder.unreachable, self.joins.recent_rejection
         )
         self.election_scheduler: ElectionScheduler | None = None
         self.pre_votes = PreVoteCollector(
@@ -118,7 +120,6 @@ class Coordinator:
             start_election=self._start_election,
             on_term_seen=self._update_max_term_seen,
         )
-        self.joins = JoinHelper(ctx)
         self.publish_handler = PublishHandler(
             ctx,
             self.coordination_state,
@@ -178,7 +179,7 @@ class Coordinator:
     # ------------------------------------------------------------------------------------------------------
     # public API
     @property
-    def settings(self) -> CoordinationSettings:
+    def settings(self) -> Settings:
         """The node's settings with the dynamic ones of the applied state, parsed once per applied state."""
         persistent = self.applied_state.persistent_settings
         if persistent is not self._settings_basis:
@@ -440,6 +441,8 @@ class Coordinator:
     # terms
 
     def _update_max_term_seen(self, term: int) -> None:
+        if (too_far := self.coordination_state.term_reach.problem(term, self.current_term)) is not None:
+            return self._log("warning", f"ignoring a peer's term: {too_far}")
         self.max_term_seen = max(self.max_term_seen, term)
         if self.mode is Mode.LEADER and self.max_term_seen > self.current_term and self.publication is None:
             # Someone is in a newer term: move past it and win again rather than wait to be deposed.
@@ -456,7 +459,7 @@ class Coordinator:
         try:
             join = self.coordination_state.handle_start_join(candidate.id, term)
         except CoordinationStateRejected as rejected:
-            self._log("debug", f"not joining term {term}: {rejected}")
+            self._log("warning" if term > self.max_term_seen else "debug", f"not joining term {term}: {rejected}")
             return None
         except OSError as error:
             self._log("warning", f"failed to persist term {term}: {error}")
@@ -503,8 +506,15 @@ class Coordinator:
     def _on_pre_vote_request(self, sender: str, request: m.PreVoteRequest) -> None:
         self.pre_votes.on_request(sender, request, self.leader)
 
+    def _next_term(self) -> int | None:
+        term = successor(max(self.current_term, self.max_term_seen))
+        if term is None:
+            self._log("error", "the term has reached the largest 64-bit value: this node cannot start an election")
+        return term
+
     def _start_election(self) -> None:
-        term = max(self.current_term, self.max_term_seen) + 1
+        if (term := self._next_term()) is None:
+            return
         request = m.StartJoinRequest(self.local_node, term, self.ctx.committed_uuid())
         self._log("debug", f"starting election for term {term}")
         self._send(self.local_node.transport_address, request)
@@ -601,19 +611,7 @@ class Coordinator:
         if self.publication is not None and self.mode is Mode.LEADER:
             self.publication.on_publish_response(response)
         elif self.mode is Mode.LEADER:
-            self._late_publish_response(response)
-
-    def _late_publish_response(self, response: m.PublishResponse) -> None:
-        """Answered late (or to a catch-up): the commit, or the whole state if no diff applies, not at a later check."""
-        state = self.last_accepted_state
-        node = state.nodes.get(response.source_id)
-        if node is None or (response.term, response.version) != state.term_version():
-            return  # about an older state: the next follower check finds what the node still misses
-        if response.need_full_state:
-            full = m.PublishRequest(self.local_node, state.term, state.version, state=self.catch_up.as_published(state))
-            self._send(node.transport_address, full)
-        elif response.ok:
-            self._send(node.transport_address, m.ApplyCommit(self.local_node.id, state.term, state.version))
+            self.catch_up.on_late_response(response)
 
     def _on_apply_commit_response(self, sender: str, response: m.ApplyCommitResponse) -> None:
         if response.ok:
@@ -669,7 +667,8 @@ class Coordinator:
             self.master_tasks.submit(Task("reconfigure", Priority.URGENT, Reconfigure(), lambda result: None))
 
     def _abdicate_to(self, node: DiscoveryNode) -> None:
-        term = max(self.current_term, self.max_term_seen) + 1
+        if (term := self._next_term()) is None:
+            return
         self._log("info", f"abdicating to {node.name} with term {term}")
         request = m.StartJoinRequest(node, term, self.ctx.committed_uuid())
         for other in self.last_accepted_state.nodes.values():
@@ -742,8 +741,9 @@ class Coordinator:
             ok = False
         else:
             self._ensure_term_at_least(leader, request.term)
-            self._become_follower(leader, "received a follower check")
-            ok = True
+            ok = request.term == self.current_term  # not when the term was out of reach or failed to persist
+            if ok:
+                self._become_follower(leader, "received a follower check")
         state = self.last_accepted_state
         answer = m.FollowerCheckResponse(
             self.local_node.id,

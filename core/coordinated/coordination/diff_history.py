@@ -17,7 +17,8 @@ from collections import deque
 from itertools import islice
 
 from coordinated.coordination.context import CoreContext
-from coordinated.coordination.messages import JoinRequest
+from coordinated.coordination.messages import ApplyCommit, JoinRequest, PublishRequest, PublishResponse
+from coordinated.coordination.settings import int_setting, size_setting
 from coordinated.coordination.state import (
     MAP_FIELDS,
     ClusterState,
@@ -25,6 +26,25 @@ from coordinated.coordination.state import (
     compose_diffs,
     compute_diff,
     encode_diff,
+)
+
+# Each node's memory: any value leaves the cluster working (0 diffs: a node that missed a state gets the full one).
+DIFF_HISTORY_MAX_DIFFS = int_setting(
+    "cluster.publish.diff_history.max_diffs",
+    10_000,
+    minimum=0,
+    maximum=1_000_000,
+    dynamic=True,
+    doc="how many recent diffs each node keeps to catch a lagging or restarted node up without the full state "
+    "(0: always the full state)",
+)
+DIFF_HISTORY_MAX_SIZE = size_setting(
+    "cluster.publish.diff_history.max_size",
+    "64mb",
+    minimum="1b",
+    maximum="1gb",
+    dynamic=True,
+    doc="the most bytes (encoded) those diffs may take; the oldest go first",
 )
 
 
@@ -124,14 +144,14 @@ class CatchUp:
     def __init__(self, ctx: CoreContext) -> None:
         self.ctx = ctx
         settings = ctx.settings
-        self.history = DiffHistory(settings.diff_history_max_diffs, settings.diff_history_max_size)
+        self.history = DiffHistory(settings[DIFF_HISTORY_MAX_DIFFS], settings[DIFF_HISTORY_MAX_SIZE])
         self.history.record(ctx.accepted)
         self._joiners: dict[str, tuple[int, int]] = {}
         self.diffs_sent = 0  # catch-ups by diff rather than by the full state, for metrics and tests
 
     def on_accepted(self, state: ClusterState) -> None:
         settings = self.ctx.settings  # dynamic: follows the applied state's settings
-        self.history.resize(settings.diff_history_max_diffs, settings.diff_history_max_size)
+        self.history.resize(settings[DIFF_HISTORY_MAX_DIFFS], settings[DIFF_HISTORY_MAX_SIZE])
         self.history.record(state)
 
     def on_join_request(self, request: JoinRequest) -> None:
@@ -155,6 +175,23 @@ class CatchUp:
         if accepted is not None and accepted.state_uuid == state.state_uuid:
             return accepted
         return state
+
+    def on_late_response(self, response: PublishResponse) -> None:
+        """A follower's answer that came after its publication completed, or to a catch-up: the follower gets
+        what it still misses now rather than at the next follower check. That is the whole state, as a
+        publication sends it, when it could not apply a diff (its state is not the diff's base), and otherwise
+        the commit of the state it accepted (the leader's last-accepted state is committed once no publication
+        is in flight); without it, the follower's watchers would see the change up to a check interval late."""
+        ctx = self.ctx
+        state = ctx.accepted
+        node = state.nodes.get(response.source_id)
+        if node is None or (response.term, response.version) != state.term_version():
+            return  # about an older state: the next follower check finds what the node still misses
+        if response.need_full_state:
+            published = self.as_published(state)
+            ctx.send(node.transport_address, PublishRequest(ctx.local_node, state.term, state.version, state=published))
+        elif response.ok:
+            ctx.send(node.transport_address, ApplyCommit(ctx.local_node.id, state.term, state.version))
 
     def diff_since(self, term: int, version: int) -> ClusterStateDiff | None:
         """The changes from the state (term, version) to this node's last-accepted one, if it still has them."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
@@ -35,55 +36,59 @@ from coordinated.coordination.client import (
     TxnOp,
     UpdateSettings,
 )
+from coordinated.coordination.counters import CEILING
 from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
 from coordinated.coordination.settings import (
+    Settings,
     SettingsError,
     SettingsRegistry,
-    coordination_registry,
     format_time_ms,
+    int_setting,
     parse_node_name,
 )
 from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfigExclusion
+from coordinated.key_names import key_problem, prefix_problem
 
 # Full matches: `$` would also accept a trailing newline.
-_KEY = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
+_NODE_ID = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 _HOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # Repository and snapshot names, as Elasticsearch allows them: lowercase, no separators, not `_all`-like.
 _SNAPSHOT_NAME = re.compile(r"[a-z0-9][a-z0-9._+-]{0,254}")
 REPOSITORY_TYPES = ("fs",)
+# How deeply a key's value may nest arrays and objects. Every decoder of the wire and the disk holds a value
+# inside a few levels of its own (an envelope, a message, a state, a map), and a decoder's depth is bounded
+# (msgspec's and Python's near 1000): a value that one node took but another could not decode would stop
+# every publication that carries it. Jackson's default, which Elasticsearch keeps, is 1000 for a document.
+MAX_VALUE_DEPTH = 100
 ABSENT_PREFIX = "_absent_"  # an exclusion by name of a node that is not in the cluster (yet)
 
-
-def key_problem(key: str) -> str | None:
-    if not isinstance(key, str) or _KEY.fullmatch(key) is None:
-        return "a metadata key must be 1 to 256 characters without control characters"
-    return None
+MAX_VOTING_CONFIG_EXCLUSIONS = int_setting(
+    "cluster.max_voting_config_exclusions",
+    10,
+    minimum=1,
+    maximum=1000,
+    dynamic=True,
+    doc="most voting exclusions at once",
+)
 
 
 def metadata_key_problem(key: str) -> str | None:
-    """A key of the metadata map. Names starting with `_` are reserved for the API's own endpoints
-    (`_txn`, `_watch`), which can then never clash with a key."""
-    problem = key_problem(key)
-    if problem is not None:
-        return problem
-    if key.startswith("_"):
-        return f"metadata key [{key}] is reserved: names starting with [_] are not allowed"
-    return None
+    """A key of the metadata map, as every write checks it: the rules of `coordinated.key_names`, the one
+    definition that the client and the docs share. Names starting with `_` are reserved for the API's own
+    endpoints (`_txn`, `_watch`), which can then never clash with a key."""
+    return key_problem(key)
 
 
-# A prefix of key names: what a key may hold, but possibly empty (every key) and ending anywhere.
-_PREFIX = re.compile(r"[^\x00-\x1f\x7f]{0,256}")
+def key_prefix_problem(prefix: str) -> str | None:
+    """A prefix of key names (a watch's): the rules of `coordinated.key_names` for characters."""
+    return prefix_problem(prefix)
 
 
-def prefix_problem(prefix: str, name: str = "prefix") -> str | None:
-    """A prefix of key names (a range read, a prefix delete, a watch). Empty means every key; one starting
-    with `_` would match no key (those names are reserved), so it is refused rather than silently empty."""
-    if not isinstance(prefix, str) or _PREFIX.fullmatch(prefix) is None:
-        return f"[{name}] must be 0 to 256 characters without control characters"
-    if prefix.startswith("_"):
-        return f"[{name}] is [{prefix}], but key names starting with [_] are reserved: it matches no key"
-    return None
+def stored_key_problem(key: str, state: ClusterState) -> str | None:
+    """A key a read or a delete names: any key the state holds, whatever its name (an earlier version may
+    have stored one that the rules now refuse; it stays readable and deletable), else the rules."""
+    return None if key in state.kv else metadata_key_problem(key)
 
 
 def session_id_problem(session: str) -> str | None:
@@ -111,14 +116,16 @@ def session_create_problem(request: SessionCreate) -> str | None:
 
 
 def compare_problem(compare: TxnCompare) -> str | None:
-    """A key named well, exactly one of `version`, `create_version` and `value`, and an ordering of values
-    only between numbers or strings."""
+    """A key named well, exactly one of `version`, `create_version` and `value` (nested no deeper than a key's
+    value may be), and an ordering of values only between numbers or strings."""
     problem = metadata_key_problem(compare.key)
     if problem is not None:
         return problem
     given = [name for name in ("version", "create_version", "value") if getattr(compare, name) is not msgspec.UNSET]
     if len(given) != 1:
         return f"the compare of [{compare.key}] needs exactly one of [version], [create_version] and [value]"
+    if given == ["value"] and (problem := value_problem(compare.key, compare.value)) is not None:
+        return problem
     if given == ["value"] and compare.op in ("<", ">"):
         value = compare.value
         if isinstance(value, bool) or not isinstance(value, int | float | str):
@@ -131,12 +138,25 @@ def _op_problem(op: TxnOp) -> str | None:
     if op.op == "delete_prefix":
         if op.key or op.value is not msgspec.UNSET or op.session is not None or op.prev_value:
             return "a [delete_prefix] op takes only a [prefix]"
-        return prefix_problem(op.prefix) if op.prefix is not None else "a [delete_prefix] op needs a [prefix]"
+        return key_prefix_problem(op.prefix) if op.prefix is not None else "a [delete_prefix] op needs a [prefix]"
     if op.prefix is not None:
         return f"a [{op.op}] op takes no [prefix]"
     if op.prev_value and op.op == "get":
         return "a [get] op takes no [prev_value]"
     return metadata_key_problem(op.key)
+
+
+def value_problem(key: str, value: Any) -> str | None:
+    """A key's value nested deeper than MAX_VALUE_DEPTH levels of arrays and objects; measured without
+    recursion, so that any value can be judged."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth > MAX_VALUE_DEPTH:
+                return f"the value of key [{key}] nests deeper than [{MAX_VALUE_DEPTH}] levels of arrays and objects"
+            pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return None
 
 
 def txn_problem(txn: Txn) -> str | None:
@@ -158,6 +178,8 @@ def txn_problem(txn: Txn) -> str | None:
                 continue
             if op.op == "put" and op.value is msgspec.UNSET:
                 return f"{branch}: the put of [{op.key}] has no [value]"
+            if op.op == "put" and (problem := value_problem(op.key, op.value)) is not None:
+                return f"{branch}: {problem}"
             if op.op != "put" and op.value is not msgspec.UNSET:
                 return f"{branch}: a [{op.op}] op takes no [value]"
             if op.session is not None:
@@ -200,32 +222,41 @@ def repository_problem(request: PutRepository) -> str | None:
     return None
 
 
-def restore_problem(request: RestoreSnapshot) -> str | None:
+def restore_problem(request: RestoreSnapshot, registry: SettingsRegistry, current_version: int) -> str | None:
     """Every key named well, with consistent versions, and every setting valid: a damaged or hand-edited
-    snapshot must not commit what the API would refuse."""
+    snapshot must not commit what the API would refuse. Its versions must also leave the cluster room to count
+    on: no higher than the cluster's own version or `counters.CEILING`, whichever is higher (the restored
+    state's version is one above them, and the nodes take it from the master as any publication). A node-level
+    setting that an older version persisted is kept, and ignored, as it is in a running cluster."""
     if set(request.kv) != set(request.kv_versions):
         return f"snapshot [{request.snapshot}] does not give versions for exactly its keys"
+    highest = max(current_version, CEILING)
+    if request.snapshot_version > highest:
+        return (
+            f"snapshot [{request.snapshot}] is of version [{request.snapshot_version}], beyond the highest version "
+            f"a restore may bring [{highest}]"
+        )
     for key, versions in request.kv_versions.items():
-        problem = metadata_key_problem(key)
+        problem = metadata_key_problem(key) or value_problem(key, request.kv.get(key))
         if problem is not None:
             return f"snapshot [{request.snapshot}]: {problem}"
         if not 1 <= versions.create_version <= versions.version <= request.snapshot_version:
             return f"snapshot [{request.snapshot}]: key [{key}] has inconsistent versions (version [{versions.version}], create_version [{versions.create_version}])"
     # The node tool's marker of an unsafe bootstrap is a fact about the snapshot's cluster, not a setting.
     settings = {k: v for k, v in request.persistent_settings.items() if k != UNSAFE_BOOTSTRAP_SETTING}
-    if settings:
-        problem = settings_problem(settings)
-        if problem is not None:
-            return f"snapshot [{request.snapshot}]: {problem}"
+    try:
+        registry.validate_persisted(settings)
+    except SettingsError as error:
+        return f"snapshot [{request.snapshot}]: {error}"
     return None
 
 
-def settings_problem(updates: Mapping[str, str | None], registry: SettingsRegistry | None = None) -> str | None:
-    """A `persistent` settings update: every setting known, dynamic and valid (None resets to the default)."""
+def settings_problem(updates: Mapping[str, str | None], registry: SettingsRegistry) -> str | None:
+    """A `persistent` settings update: every setting known, dynamic and valid (None removes it: the default)."""
     if not updates:
         return 'no settings to update: give {"persistent": {"setting.name": "value"}}'
     try:
-        (registry or coordination_registry()).validate_dynamic(updates)
+        registry.validate_dynamic(updates)
     except SettingsError as error:
         return str(error)
     return None
@@ -264,7 +295,7 @@ def exclusions_problem(
     except ValueError as error:
         return f"invalid parameter [node_names]: {error}"
     for node_id in request.node_ids:
-        if key_problem(node_id) is not None:
+        if not isinstance(node_id, str) or _NODE_ID.fullmatch(node_id) is None:
             return f"invalid parameter [node_ids]: [{node_id!r}] is not a node id"
     to_add = resolve_exclusions(request, nodes)
     existing_ids = {exclusion.node_id for exclusion in existing}
@@ -285,14 +316,17 @@ def exclusions_problem(
     return None
 
 
-def request_problem(request: ClientRequest, state: ClusterState, max_exclusions: int) -> str | None:
-    """The master's check of any client request against its current state."""
-    if isinstance(request, KvPut) and request.session is not None:
-        return metadata_key_problem(request.key) or session_id_problem(request.session)
-    if isinstance(request, KvPut | KvDelete | KvGet):
-        return metadata_key_problem(request.key)
+def request_problem(request: ClientRequest, state: ClusterState, settings: Settings) -> str | None:
+    """The master's check of any client request against its current state and settings."""
+    if isinstance(request, KvPut):
+        problem = metadata_key_problem(request.key) or value_problem(request.key, request.value)
+        if problem is None and request.session is not None:
+            problem = session_id_problem(request.session)
+        return problem
+    if isinstance(request, KvDelete | KvGet):
+        return stored_key_problem(request.key, state)
     if isinstance(request, KvDeletePrefix):
-        return prefix_problem(request.prefix)
+        return key_prefix_problem(request.prefix)
     if isinstance(request, SessionCreate):
         return session_create_problem(request)
     if isinstance(request, SessionKeepAlive | SessionEnd):
@@ -300,13 +334,14 @@ def request_problem(request: ClientRequest, state: ClusterState, max_exclusions:
     if isinstance(request, Txn):
         return txn_problem(request)
     if isinstance(request, UpdateSettings):
-        return settings_problem(request.persistent)
+        return settings_problem(request.persistent, settings.registry)
     if isinstance(request, AddVotingConfigExclusions):
-        return exclusions_problem(request, state.nodes, state.coordination.voting_config_exclusions, max_exclusions)
+        limit = settings[MAX_VOTING_CONFIG_EXCLUSIONS]
+        return exclusions_problem(request, state.nodes, state.coordination.voting_config_exclusions, limit)
     if isinstance(request, PutRepository):
         return repository_problem(request)
     if isinstance(request, DeleteRepository):
         return snapshot_name_problem(request.name, "repository")
     if isinstance(request, RestoreSnapshot):
-        return restore_problem(request)
+        return restore_problem(request, settings.registry, state.version)
     return None

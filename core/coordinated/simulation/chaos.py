@@ -22,13 +22,14 @@ from coordinated.coordination.client import (
     TxnOp,
     TxnResult,
 )
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.settings import Settings
 from coordinated.simulation.cluster import SimulatedCluster
 from coordinated.simulation.linearizability import Operation, Verdict, check_history, check_transactions
 from coordinated.simulation.network import Link
 from coordinated.simulation.range_clients import RangeClient
 from coordinated.simulation.recorder import MULTI_KEY_PREFIX
-from coordinated.simulation.session_clients import SESSION_TTL_MS, SessionHolder, check_sessions
+from coordinated.simulation.session_clients import SESSION_TTL_MS, SessionHolder, check_sessions, expiry_slack_ms
+from coordinated.simulation.setting_changes import SettingsChanger, check_repair
 from coordinated.simulation.sim_client import SimClient
 from coordinated.simulation.storage import StorageFault
 
@@ -52,6 +53,7 @@ class RunReport:
     increments: int = 0  # acknowledged compare-and-set increments of the counter clients
     sessions: int = 0  # sessions the session holders created, all checked
     transfers: int = 0  # acknowledged multi-key transfers
+    setting_changes: int = 0  # dynamic settings set to an end of their range, or reset, and committed
     txn_linearizability: Verdict | None = None  # of the multi-key transactions, when there are transfer clients
     listings: int = 0  # range reads the range clients completed
     range_linearizability: Verdict | None = None  # of the range clients' operations, when there are some
@@ -260,16 +262,18 @@ def run_random_schedule(
     counters: int = 0,
     sessions: int = 0,
     transfers: int = 0,
-    settings: CoordinationSettings | None = None,
+    settings: Settings | None = None,
+    setting_changers: int = 0,
     ranges: int = 0,
 ) -> RunReport:
     """Form a cluster, run faults and clients, heal, stabilise, and check linearizability.
 
     `counters` clients increment one key with compare-and-set; `sessions` clients hold sessions with
     ephemeral keys (`session_clients`); `transfers` clients run multi-key transactions between accounts;
-    `ranges` clients write, prefix-delete and list the keys under a prefix (`range_clients`).
-    Each draws from the seed only when there are some, so a run without them replays exactly as before
-    they existed.
+    `ranges` clients write, prefix-delete and list the keys under a prefix (`range_clients`);
+    `setting_changers` set dynamic settings to the ends of their ranges, and the settled cluster must then
+    commit their reset and a write (`setting_changes`). Each draws from the seed only when there are some, so
+    a run without them replays exactly as before they existed.
 
     Raises SafetyViolation (with the seed) on any safety or liveness failure.
     """
@@ -301,10 +305,17 @@ def run_random_schedule(
         incrementer.start()
     for holder in holders:
         holder.start()
+    first_changer = clients + counters + sessions + transfers + ranges
+    changers = [
+        SettingsChanger(cluster, first_changer + index, random.Random(rng.getrandbits(64)))
+        for index in range(setting_changers)
+    ]
     for mover in movers:
         mover.start()
     for lister in listers:
         lister.start()
+    for changer in changers:
+        changer.start()
     end = cluster.now + chaos_ms
     while cluster.now < end:
         cluster.run_for(rng.randint(100, 3_000))
@@ -319,6 +330,8 @@ def run_random_schedule(
         mover.active = False
     for lister in listers:
         lister.active = False
+    for changer in changers:
+        changer.active = False
     cluster.network.heal()
     for node in cluster.nodes:
         node.persisted.failure_rate = 0.0
@@ -327,13 +340,15 @@ def run_random_schedule(
     cluster.stabilise()
     if holders:
         # Every holder has stopped: their sessions expire within a TTL of the last election, or of now.
-        settings = cluster.nodes[0].settings
-        slack = 2 * settings.publish_timeout + 5_000  # an expiry may wait behind a publication, then publish
+        slack = expiry_slack_ms(cluster)
         cluster.run_for(SESSION_TTL_MS + slack)
         cluster.stabilise()
         for holder in holders:
             holder.abandon_now()
         report.sessions = check_sessions(cluster, holders, slack)
+    if changers:
+        check_repair(cluster, first_changer + setting_changers)
+        report.setting_changes = sum(changer.committed for changer in changers)
     cluster.finish_pending_operations()
     report.steps = cluster.steps
     report.virtual_ms = cluster.now

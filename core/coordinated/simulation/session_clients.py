@@ -34,6 +34,7 @@ from coordinated.coordination.client import (
     SessionInfo,
     SessionKeepAlive,
 )
+from coordinated.coordination.publication import PUBLISH_TIMEOUT
 from coordinated.coordination.sessions import failover_allowance_ms
 from coordinated.simulation.cluster import SimulatedCluster
 
@@ -139,6 +140,12 @@ class SessionHolder:
             self.current = None
 
 
+def expiry_slack_ms(cluster: SimulatedCluster) -> int:
+    """How long past its TTL a stopped holder's session may live: its expiry may wait behind a publication, then
+    publish."""
+    return 2 * cluster.nodes[0].settings[PUBLISH_TIMEOUT] + 5_000
+
+
 def check_sessions(cluster: SimulatedCluster, holders: list[SessionHolder], slack_ms: int) -> int:
     """The session properties of the module docstring; returns how many sessions were checked."""
     elected = elections(cluster)
@@ -232,7 +239,7 @@ def run_master_kills(
         if not node.alive:
             cluster.start_node(node.index)
     cluster.stabilise()
-    slack = 2 * cluster.nodes[0].settings.publish_timeout + 5_000
+    slack = expiry_slack_ms(cluster)
     cluster.run_for(SESSION_TTL_MS + slack)
     cluster.stabilise()
     for holder in holders:

@@ -34,26 +34,48 @@ from coordinated.coordination.effects import (
 )
 from coordinated.coordination.history import HistoryEvent
 from coordinated.coordination.messages import Message
+from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.recovery import recovered_state_event
+from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, DiscoveryNode
-from coordinated.sidecar.auth import TransportAuth
-from coordinated.sidecar.change_log import ChangeLog
+from coordinated.sidecar.access import TOKENS_FILE, Tokens
+from coordinated.sidecar.auth import SECRET_FILE, TransportAuth
+from coordinated.sidecar.change_log import CHANGE_LOG_SIZE, ChangeLog
 from coordinated.sidecar.config import NodeConfig
-from coordinated.sidecar.group_commit import GroupCommit
-from coordinated.sidecar.history import HistoryWriter
-from coordinated.sidecar.hooks import HookManager
+from coordinated.sidecar.file_watch import FileWatch
+from coordinated.sidecar.group_commit import PERSISTENCE_SYNC, GroupCommit
+from coordinated.sidecar.history import HISTORY_FSYNC, HISTORY_SEGMENT_SIZE, HistoryWriter
+from coordinated.sidecar.hooks import HOOKS_TIMEOUT, HookManager
 from coordinated.sidecar.listings import Listings
 from coordinated.sidecar.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.persistence import (
     HOOKS_FILE,
+    NODE_ID_FILE,
     DataDirLock,
     FilePersistedState,
     prepare_data_dir,
 )
-from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
-from coordinated.sidecar.transport import PeerSender, watch_until_closed
-from coordinated.sidecar.watch_streams import StreamHub
+from coordinated.sidecar.problems import NodeProblem, ProblemKind, count_by_kind
+from coordinated.sidecar.refusals import Refusals
+from coordinated.sidecar.snapshots import SNAPSHOT_SECRET_FILE
+from coordinated.sidecar.tls import (
+    TRANSPORT_SSL_TRUST_RESTRICTIONS,
+    TRANSPORT_TLS,
+    ReloadingContext,
+    Side,
+    TrustRestrictions,
+)
+from coordinated.sidecar.transport import (
+    TRANSPORT_CONNECT_TIMEOUT,
+    TRANSPORT_MAX_CHUNK_SIZE,
+    TRANSPORT_QUEUE_SIZE,
+    TRANSPORT_REQUEST_TIMEOUT,
+    TRANSPORT_RETRIES,
+    PeerSender,
+    watch_until_closed,
+)
+from coordinated.sidecar.watch_streams import STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL, StreamHub
 from coordinated.sidecar.watches import SharedBarrier, WatchHub
 
 log = logging.getLogger("coordinated.node")
@@ -71,33 +93,45 @@ class Node:
     def __init__(self, config: NodeConfig) -> None:
         """Opens the data directory; raises DataDirError (naming the file) if it cannot be used."""
         self.config = config
+        settings = config.settings
         prepare_data_dir(config.data_dir)
         self.lock = DataDirLock(config.data_dir)
         # Decides from the whole directory (node id, slots, history, hooks) whether to start fresh, load or
         # refuse; on a fresh start it also makes the node id.
         self.persisted = FilePersistedState(
             config.data_dir,
-            config.coordination.cluster_name,
-            deferred_sync=config.get("persistence.sync") == "background",
+            settings[CLUSTER_NAME],
+            deferred_sync=settings[PERSISTENCE_SYNC] == "background",
         )
         self.node_id = self.persisted.node_id
+        # Files of the data directory besides the store's (which `persisted.files` watches): lost under the node,
+        # they would be missing at the next start.
+        self.file_watch = FileWatch()
+        self.file_watch.watch(config.data_dir / NODE_ID_FILE, "the node id file")
+        self.file_watch.watch(self.lock.path, "the data directory's lock file", fd=self.lock.fd)
         self.history = HistoryWriter(
-            config.data_dir / "history", config.get("history.segment_size"), config.get("history.fsync")
+            config.data_dir / "history", settings[HISTORY_SEGMENT_SIZE], settings[HISTORY_FSYNC]
         )
         recovered = recovered_state_event(
             self.node_id,
-            config.coordination.node_name,
+            config.node_name,
             self.persisted.last_accepted_state,
             self.persisted.history_summary,
         )
         if recovered is not None:
             self.history.append(recovered.to_dict())
-        secret_file = config.get("transport.secret_file")
+        secret_file = settings[SECRET_FILE]
         self.auth = TransportAuth.from_file(secret_file) if secret_file else None
-        transport_tls = TlsFiles.from_settings(config.parsed, "transport.ssl")
+        snapshot_secret_file = settings[SNAPSHOT_SECRET_FILE]
+        self.snapshot_secret = Path(snapshot_secret_file).read_bytes().strip() if snapshot_secret_file else None
+        tokens_file = settings[TOKENS_FILE]
+        self.tokens = Tokens(tokens_file) if tokens_file else None
+        self.refusals = Refusals()  # transport connections refused either way, for health
+        transport_tls = TRANSPORT_TLS.files(settings)
         self.transport_tls = ReloadingContext(transport_tls, Side.CLIENT) if transport_tls is not None else None
-        roles = ("master",) if config.coordination.master_eligible else ()
-        self.local_node = DiscoveryNode(self.node_id, config.coordination.node_name, config.transport_address, roles)
+        patterns = settings[TRANSPORT_SSL_TRUST_RESTRICTIONS]
+        self.transport_trust = TrustRestrictions(patterns) if transport_tls is not None and patterns else None
+        self.local_node = DiscoveryNode(self.node_id, config.node_name, config.transport_address, settings[NODE_ROLES])
         self.loop: asyncio.AbstractEventLoop | None = None
         self.coordinator: Coordinator | None = None
         # For health (did the last write fail?), and so that the change log keeps each accepted state until it
@@ -105,7 +139,7 @@ class Node:
         self.persist_monitor = MonitoredPersistedState(self.persisted, lambda state: self.key_watches.log.hold(state))
         self.group_commit = GroupCommit(self.persisted, self._execute, self._on_sync_failure)
         self.metrics = NodeMetrics(self.status_snapshot)
-        self.hooks = HookManager(config.data_dir / HOOKS_FILE, config.get("hooks.timeout") / 1000)
+        self.hooks = HookManager(config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000)
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
         self._applied_event = asyncio.Event()
@@ -119,8 +153,8 @@ class Node:
         self.unresolved_seeds: list[str] = []
         self.stopping = False
         # Key watches (the client API's), parked here until an applied state changes their prefix.
-        self.key_watches = WatchHub(ChangeLog(config.get("watch.change_log.size")))
-        self.watch_streams = StreamHub(self.key_watches.log, config.get("watch.stream.buffer_size"))
+        self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE]))
+        self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE])
         self._progress: asyncio.Task[None] | None = None
         self.listings = Listings()  # range reads: the sorted keys of the applied state, and pinned listings
         self.shared_read_barrier = SharedBarrier(lambda: self.submit(ReadBarrier(), READ_BARRIER_TIMEOUT_MS))
@@ -138,31 +172,33 @@ class Node:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._applied_event = asyncio.Event()
-        cfg = self.config
+        cfg, settings = self.config, self.config.settings
         self.sender = PeerSender(
             cfg.transport_address,
             self._on_send_failure,
             self.auth,
-            request_timeout_s=cfg.get("transport.request_timeout") / 1000,
-            connect_timeout_s=cfg.get("transport.connect_timeout") / 1000,
-            retries=cfg.get("transport.retries"),
-            queue_size=cfg.get("transport.queue_size"),
+            request_timeout_s=settings[TRANSPORT_REQUEST_TIMEOUT] / 1000,
+            connect_timeout_s=settings[TRANSPORT_CONNECT_TIMEOUT] / 1000,
+            retries=settings[TRANSPORT_RETRIES],
+            queue_size=settings[TRANSPORT_QUEUE_SIZE],
             tls_client=self.transport_tls,
             peer_name=self.peer_name,
-            max_chunk_size=cfg.get("transport.max_chunk_size"),
+            max_chunk_size=settings[TRANSPORT_MAX_CHUNK_SIZE],
+            refusals=self.refusals,
+            trust=self.transport_trust,
         )
         await self.sender.start()
         await self.hooks.start()
         self.coordinator = Coordinator(
             local_node=self.local_node,
-            settings=cfg.coordination,
+            settings=settings,
             persisted=self.persist_monitor,
             rng=random.Random(),
             now=self.now_ms(),
         )
         self._run(self.coordinator.start)
         self._sweeper = self.loop.create_task(self._sweep_lost_completions())
-        self._progress = self.loop.create_task(self._stream_progress(cfg.get("watch.stream.progress_interval") / 1000))
+        self._progress = self.loop.create_task(self._stream_progress(settings[STREAM_PROGRESS_INTERVAL] / 1000))
 
     async def stop(self, handover_timeout_s: float = 2.0) -> None:
         """Graceful stop: a master hands over leadership first; the handover message leaves before we close."""
@@ -277,7 +313,9 @@ class Node:
         loop = asyncio.get_running_loop()
         this = asyncio.current_task()
         started = loop.time()
-        reason = await watch_until_closed(self.sender.session, address, self.auth, self.transport_tls)
+        reason = await watch_until_closed(
+            self.sender.session, address, self.auth, self.transport_tls, self.transport_trust
+        )
         if loop.time() - started < 0.05:
             # Could not even connect (a peer still starting, say): do not report it at a high rate.
             await asyncio.sleep(0.5)
@@ -356,7 +394,7 @@ class Node:
         try:
             addresses: list[str] = []
             unresolved: list[str] = []
-            for seed in self.coordinator.settings.seed_hosts:
+            for seed in self.coordinator.settings[SEED_HOSTS]:
                 host, _, port = seed.rpartition(":")
                 host = host.strip("[]")
                 try:
@@ -478,7 +516,23 @@ class Node:
             change_log_events=self.key_watches.log.events,
             sessions_active=len(state.sessions),
             ephemeral_keys=len(state.kv_sessions),
+            problems=count_by_kind(self.problems()),
         )
+
+    def problems(self) -> list[NodeProblem]:
+        """What is wrong with this node now (see `problems`)."""
+        found: list[NodeProblem] = []
+        if self.persist_monitor.failure:
+            found.append(NodeProblem(ProblemKind.PERSISTENCE, self.persist_monitor.failure))
+        for lost in (*self.persisted.files.problems(), *self.file_watch.problems()):
+            found.append(NodeProblem(ProblemKind.DATA_FILE, lost.describe()))
+        if self.tokens is not None:
+            self.tokens.check()
+            if self.tokens.problem is not None:
+                found.append(NodeProblem(ProblemKind.TOKENS_FILE, self.tokens.problem))
+        for refusal in self.refusals.recent():
+            found.append(NodeProblem(ProblemKind.TRANSPORT, refusal.describe()))
+        return found
 
     def follower_lag(self) -> dict[str, int]:
         """Per follower: the applied state's version minus the version the follower last reported applied,

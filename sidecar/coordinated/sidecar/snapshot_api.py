@@ -27,6 +27,7 @@ from coordinated.coordination.client import (
 )
 from coordinated.coordination.history import EventType, HistoryEvent
 from coordinated.coordination.state import ClusterState, Repository
+from coordinated.coordination.state_events import state_event
 from coordinated.coordination.validation import repository_problem, snapshot_name_problem
 from coordinated.sidecar import snapshots
 from coordinated.sidecar.api import (
@@ -42,7 +43,7 @@ from coordinated.sidecar.api import (
     timeout_of,
 )
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.snapshots import SnapshotCorrupt, SnapshotFile
+from coordinated.sidecar.snapshots import PATH_REPO, SnapshotCorrupt, SnapshotFile
 
 
 def setup_snapshot_routes(router: web.UrlDispatcher) -> None:
@@ -68,8 +69,7 @@ def _name(request: web.Request, part: str, what: str) -> str:
 
 
 def _roots(node: Node) -> tuple[str, ...]:
-    roots: tuple[str, ...] = node.config.get("path.repo") or ()
-    return roots
+    return node.config.settings[PATH_REPO] or ()
 
 
 def _repository_exception(repo: str, reason: str, status: int = 400) -> BadRequest:
@@ -136,20 +136,7 @@ def _damaged_info(repo: str, name: str, error: SnapshotCorrupt, mtime: float) ->
 
 
 def _state_event(node: Node, event_type: EventType, state: ClusterState, name: str) -> HistoryEvent:
-    return HistoryEvent(
-        cluster_uuid=state.cluster_uuid,
-        node=node.node_id,
-        node_name=node.local_node.name,
-        type=event_type,
-        term=state.term,
-        version=state.version,
-        state_uuid=state.state_uuid,
-        parent_uuid=state.parent_uuid,
-        master=state.master_node,
-        last_committed_config=state.last_committed_config.node_ids,
-        last_accepted_config=state.last_accepted_config.node_ids,
-        snapshot=name,
-    )
+    return state_event(event_type, node.node_id, node.local_node.name, state, snapshot=name)
 
 
 # -- repositories ---------------------------------------------------------------------------------------
@@ -239,7 +226,7 @@ async def snapshot_create(request: web.Request) -> web.Response:
     state = node.applied_state  # committed, and immutable: the snapshot is one version's state
     snapshot = snapshots.snapshot_of(state, snap, start_ms, start_ms)
     try:
-        await asyncio.to_thread(_write, location, snapshot)
+        await asyncio.to_thread(_write, location, snapshot, node.snapshot_secret)
     except snapshots.SnapshotExists:
         reason = f"[{repo}:{snap}] Invalid snapshot name [{snap}], snapshot with the same name already exists"
         return error_response("invalid_snapshot_name_exception", reason, 400)
@@ -249,14 +236,14 @@ async def snapshot_create(request: web.Request) -> web.Response:
     node.record_history(_state_event(node, EventType.SNAPSHOT_TAKEN, state, f"{repo}:{snap}"))
     if not wait:
         return web.json_response({"accepted": True})
-    written = await asyncio.to_thread(snapshots.read_snapshot, location, snap)
+    written = await asyncio.to_thread(snapshots.read_snapshot, location, snap, node.snapshot_secret)
     return web.json_response({"snapshot": snapshot_info(repo, written)})
 
 
-def _write(location: Path, snapshot: SnapshotFile) -> None:
+def _write(location: Path, snapshot: SnapshotFile, secret: bytes | None) -> None:
     location.mkdir(parents=True, exist_ok=True)
     end_ms = max(snapshot.start_time_in_millis, int(time.time() * 1000))
-    snapshots.write_snapshot(location, _with_end(snapshot, end_ms))
+    snapshots.write_snapshot(location, _with_end(snapshot, end_ms), secret)
 
 
 def _with_end(snapshot: SnapshotFile, end_ms: int) -> SnapshotFile:
@@ -272,22 +259,22 @@ async def snapshot_get(request: web.Request) -> web.Response:
     if isinstance(location, web.Response):
         return location
     if wanted in ("_all", "*"):
-        listed = await asyncio.to_thread(snapshots.list_snapshots, location)
+        listed = await asyncio.to_thread(snapshots.list_snapshots, location, node.snapshot_secret)
         infos = [
             snapshot_info(repo, entry) if isinstance(entry, SnapshotFile) else _damaged_info(repo, name, entry, mtime)
             for name, entry, mtime in listed
         ]
         return web.json_response({"snapshots": infos, "total": len(infos), "remaining": 0})
     snap = _name(request, "snap", "snapshot")
-    loaded = await _read(location, repo, snap)
+    loaded = await _read(node, location, repo, snap)
     if isinstance(loaded, web.Response):
         return loaded
     return web.json_response({"snapshots": [snapshot_info(repo, loaded)], "total": 1, "remaining": 0})
 
 
-async def _read(location: Path, repo: str, snap: str) -> SnapshotFile | web.Response:
+async def _read(node: Node, location: Path, repo: str, snap: str) -> SnapshotFile | web.Response:
     try:
-        return await asyncio.to_thread(snapshots.read_snapshot, location, snap)
+        return await asyncio.to_thread(snapshots.read_snapshot, location, snap, node.snapshot_secret)
     except snapshots.SnapshotMissing:
         return _missing_snapshot(repo, snap)
     except SnapshotCorrupt as error:
@@ -330,7 +317,7 @@ async def snapshot_restore(request: web.Request) -> web.Response:
     location = await _location(node, repo, timeout_ms)
     if isinstance(location, web.Response):
         return location
-    loaded = await _read(location, repo, snap)
+    loaded = await _read(node, location, repo, snap)
     if isinstance(loaded, web.Response):
         return loaded
     restore = RestoreSnapshot(

@@ -219,6 +219,8 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
         rest = decode_state(meta["state"])
     except msgspec.MsgspecError as error:
         raise StoreCorrupt(f"cannot decode: {error}") from None
+    except RecursionError:
+        raise StoreCorrupt("cannot decode: nested too deeply") from None
     if coordination.format not in READABLE_FORMATS:
         raise StoreCorrupt(
             f"unknown format [{coordination.format}] (this version reads formats {list(READABLE_FORMATS)})"
@@ -278,6 +280,8 @@ def _checked_rows(
             decoded = decoder.decode(value)
         except msgspec.MsgspecError as error:
             raise StoreCorrupt(f"cannot decode {what}: {error}") from None
+        except RecursionError:
+            raise StoreCorrupt(f"cannot decode {what}: nested too deeply") from None
         yield name, decoded
     if (len(crcs), crc_sum & _CRC_MASK) != summary:
         rows = "key rows" if table == "kv" else f"rows of table [{table}]"
@@ -507,13 +511,12 @@ class StateStore:
         covered = self.staged  # read before the fdatasync: every write counted here is in the file already
         try:
             crash_point("sync:before")
-            if self._wal_fd < 0 or os.fstat(self._wal_fd).st_ino != os.stat(self.wal).st_ino:
-                # SQLite keeps its WAL file while the connection is open (it truncates, never replaces it);
-                # the check is cheap insurance that the fd names the file SQLite writes.
-                if self._wal_fd >= 0:
-                    os.close(self._wal_fd)
-                    self._wal_fd = -1
+            if self._wal_fd < 0:
                 self._wal_fd = os.open(self.wal, os.O_RDONLY)
+            elif os.fstat(self._wal_fd).st_ino != os.stat(self.wal).st_ino:
+                # SQLite keeps its WAL file while the connection is open (it truncates, never replaces it), so
+                # another file at its path was put there from outside: syncing that one would prove nothing.
+                raise OSError(f"[{self.wal}] was replaced by another file while the node ran")
             os.fdatasync(self._wal_fd)
         except OSError as error:
             self.sync_failure = str(error)

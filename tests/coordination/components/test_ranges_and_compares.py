@@ -25,10 +25,11 @@ from coordinated.coordination.client import (
     TxnResult,
 )
 from coordinated.coordination.ranges import range_page
+from coordinated.coordination.registry import default_settings
 from coordinated.coordination.state import ClusterState, KeyVersion, Session, compute_diff, record_derivation
 from coordinated.coordination.state_index import SessionKeys, SortedKeys, prefix_end
 from coordinated.coordination.transactions import compare_holds
-from coordinated.coordination.validation import prefix_problem, request_problem
+from coordinated.coordination.validation import key_prefix_problem, request_problem
 
 from .harness import OneNode, leader, result_of
 
@@ -123,7 +124,7 @@ def test_a_transaction_compares_the_values_and_versions_of_the_state_its_batch_b
     ],
 )
 def test_malformed_compares_and_ops_are_refused_naming_the_problem(txn: Txn, problem: str) -> None:
-    reason = request_problem(txn, ClusterState(cluster_name="t"), 10)
+    reason = request_problem(txn, ClusterState(cluster_name="t"), default_settings())
     assert reason is not None and problem in reason, reason
     result = result_of(leader(), txn)
     assert isinstance(result, ClusterError) and result.status == 400 and problem in result.reason
@@ -267,4 +268,4 @@ def test_a_page_holds_at_most_its_limit_or_its_bytes_and_names_where_the_next_co
     [("", True), ("a/", True), ("x" * 256, True), ("x" * 257, False), ("_a", False), ("a\n", False)],
 )
 def test_prefix_names(prefix: str, valid: bool) -> None:
-    assert (prefix_problem(prefix) is None) is valid
+    assert (key_prefix_problem(prefix) is None) is valid
