@@ -82,8 +82,16 @@ MEANINGS: dict[str, str] = {
     "multi-MB full state, goes in chunks that the receiver reassembles and verifies; set the same on every node "
     "(a node refuses frames over its own)",
     "http.max_content_length": "client request body limit (413 beyond it)",
-    "history.segment_size": "history segment rotation size",
+    "history.segment_size": "a history segment is closed (then compressed) once it would grow past this; at most a "
+    "quarter of `history.retention.max_size` is used",
     "history.fsync": "`true` fsyncs each history line",
+    "history.retention.max_size": "the most bytes the history keeps on disk (compressed segments and the open one); "
+    "the oldest closed segments beyond it are deleted, once an archive has them if there is one",
+    "history.retention.max_age": "closed segments last written longer ago than this are deleted (`0`: no age limit)",
+    "history.disk.watermark.high": "share of the data volume in use above which health turns yellow and names the "
+    "disk (`85%` or `0.85`)",
+    "history.disk.watermark.flood_stage": "share of the data volume in use above which the oldest history segments "
+    "are deleted down to the high watermark, even where the archive does not have them yet; recorded in the history",
     "hooks.timeout": "timeout of one hook notification",
     "watch.change_log.size": "key changes each node keeps for watches (1 to 1000000); a watch from before them gets 410",
     "path.repo": "comma list of absolute directories that `fs` snapshot repositories may live under "

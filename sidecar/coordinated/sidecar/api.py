@@ -375,6 +375,9 @@ def health_body(node: Node) -> dict[str, Any]:
     if foreign:
         problem = f"{problem}; {foreign}" if problem else foreign
     persistence_problem = node.persist_monitor.failure
+    history = node.history_maintenance.status
+    if status == "green" and (history.disk_problem or history.history_problem):
+        status = "yellow"  # the node works, but its volume is filling up or its history lost something
     if persistence_problem:
         status = "red"  # this node cannot accept states: whatever it serves may be stale
     return {
@@ -387,6 +390,8 @@ def health_body(node: Node) -> dict[str, Any]:
         "number_of_master_eligible_nodes": sum(1 for n in nodes.values() if n.master_eligible),
         "formation_problem": problem,
         "persistence_problem": persistence_problem,
+        "disk_problem": history.disk_problem or None,
+        "history_problem": history.history_problem or None,
         "mode": str(node.coordinator.mode),
         "term": node.coordinator.current_term,
         "version": state.version,

@@ -13,10 +13,10 @@ from coordinated.coordination.settings import (
     SettingsError,
     SettingsRegistry,
     coordination_registry,
-    parse_bool,
     parse_byte_size,
     parse_time_ms,
 )
+from coordinated.sidecar.history_settings import HISTORY_SETTINGS, check_history_settings
 from coordinated.sidecar.security_settings import SECURITY_SETTINGS, check_security_settings
 
 
@@ -118,8 +118,7 @@ SIDECAR_SETTINGS = (
     Setting("transport.queue_size", parse_positive_int, "10000"),
     Setting("transport.max_chunk_size", parse_chunk_size, "1mb"),
     Setting("http.max_content_length", parse_byte_size, "1mb"),
-    Setting("history.segment_size", parse_byte_size, "16mb"),
-    Setting("history.fsync", parse_bool, "false"),
+    *HISTORY_SETTINGS,
     Setting("hooks.timeout", _time, "5s"),
     Setting("watch.change_log.size", parse_change_log_size, "10000"),
     # libuv's event loop (uvloop) or the standard library's; see docs/benchmarks.md for what it saves.
@@ -137,6 +136,7 @@ def sidecar_registry() -> SettingsRegistry:
     for setting in SIDECAR_SETTINGS:
         registry.register(setting)
     registry.cross_checks.append(check_security_settings)
+    registry.cross_checks.append(check_history_settings)
     return registry
 
 

@@ -73,9 +73,13 @@ def run(action: str, data_dir: Path, yes: bool, stdin: TextIO | None, out: TextI
             # a directory that the node loads, and the tool can be run again.
             history = HistoryWriter(data_dir / HISTORY_DIR, HISTORY_SEGMENT_SIZE, fsync=True)
             try:
-                event = history.append(plan.event)
+                seq = history.append_fields(plan.event)
+                failure = history.write_failure
             finally:
                 history.close()
+            if failure:
+                raise DataDirError(f"cannot record the {action} in the history, so nothing was changed: {failure}")
+            event = {**plan.event, "seq": seq}
             persisted.replace_record(plan.current_term, plan.state)
         finally:
             persisted.close()

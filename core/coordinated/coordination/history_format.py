@@ -1,0 +1,227 @@
+"""History lines, format 2: the compact form the sidecar writes, and the reader that turns it back into events.
+
+Format 1 (earlier releases) writes every event as one JSON object with every field. Format 2 keeps the fields
+and types of format 1 and saves bytes and CPU two ways (docs/sidecar.md, "History format"):
+
+- the first line of each segment carries `"format": 2` and every field; a later line of the same segment
+  leaves out `cluster_uuid`, `node_name`, `master`, `last_committed_config` and `last_accepted_config` when
+  the value is the same as on the line before it;
+- a follower's `committed` and `applied` of one state, written together, are one line of type `applied` with
+  `"committed": true`. Its `seq` is the `applied` event's; the `committed` event has the seq before it and the
+  same `ts`.
+
+`SegmentExpander` reads a segment of either format line by line and gives exactly the events of format 1,
+so every reader (the node's own startup check and `GET /_history`, the audit) sees one schema. This module
+imports only msgspec, so the audit's Python workers can use it without the rest of the core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
+
+FORMAT = 2
+# Left out of a format-2 line when equal to the line before it in the same segment.
+ELIDED_FIELDS: tuple[str, ...] = (
+    "cluster_uuid",
+    "node_name",
+    "master",
+    "last_committed_config",
+    "last_accepted_config",
+)
+FOLDED = "committed"  # the flag of a folded `applied` line
+
+
+class CompactLine(msgspec.Struct, kw_only=True):
+    """One format-2 line. UNSET fields are left out of the JSON; the others are written, null included."""
+
+    format: int | msgspec.UnsetType = msgspec.UNSET
+    cluster_uuid: str | msgspec.UnsetType = msgspec.UNSET
+    node: str
+    node_name: str | msgspec.UnsetType = msgspec.UNSET
+    seq: int
+    ts: float
+    type: str
+    committed: bool | msgspec.UnsetType = msgspec.UNSET
+    term: int
+    version: int | None
+    state_uuid: str | None
+    parent_uuid: str | None
+    master: str | msgspec.UnsetType | None = msgspec.UNSET
+    last_committed_config: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
+    last_accepted_config: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
+    quorum: tuple[str, ...] | None
+    reason: str | msgspec.UnsetType = msgspec.UNSET
+    session: str | msgspec.UnsetType = msgspec.UNSET
+    snapshot: str | msgspec.UnsetType = msgspec.UNSET
+    current_term: int | msgspec.UnsetType = msgspec.UNSET
+    cluster_uuid_committed: bool | msgspec.UnsetType = msgspec.UNSET
+    previous_cluster_uuid: str | msgspec.UnsetType = msgspec.UNSET
+    previous_term: int | msgspec.UnsetType = msgspec.UNSET
+    previous_version: int | msgspec.UnsetType = msgspec.UNSET
+    previous_state_uuid: str | msgspec.UnsetType = msgspec.UNSET
+    marks_term: int | msgspec.UnsetType = msgspec.UNSET
+    marks_accepted: tuple[int, int] | msgspec.UnsetType = msgspec.UNSET
+    first_kept_seq: int | msgspec.UnsetType = msgspec.UNSET
+    first_lost_seq: int | msgspec.UnsetType = msgspec.UNSET
+    last_lost_seq: int | msgspec.UnsetType = msgspec.UNSET
+
+
+# The optional fields of an event, copied as they are (UNSET stays out of the line).
+_OPTIONAL: tuple[str, ...] = tuple(
+    field.name
+    for field in msgspec.structs.fields(HistoryEvent)
+    if field.default is msgspec.UNSET and field.name in CompactLine.__struct_fields__
+)
+_ENCODER = msgspec.json.Encoder()
+
+
+class LineEncoder:
+    """Writes events as format-2 lines for one segment at a time: `start_segment` before its first line."""
+
+    def __init__(self) -> None:
+        self._previous: tuple[Any, ...] | None = None
+
+    def start_segment(self) -> None:
+        self._previous = None
+
+    def encode(self, event: HistoryEvent, seq: int, ts: float, *, folds_commit: bool = False) -> bytes:
+        """The line (with its newline) for `event` at `seq`; with `folds_commit`, an `applied` event that also
+        stands for the node's `committed` of the same state at `seq - 1`."""
+        current = (
+            event.cluster_uuid,
+            event.node_name,
+            event.master,
+            event.last_committed_config,
+            event.last_accepted_config,
+        )
+        previous = self._previous
+        line = CompactLine(
+            node=event.node,
+            seq=seq,
+            ts=ts,
+            type=event.type.value,
+            term=event.term,
+            version=event.version,
+            state_uuid=event.state_uuid,
+            parent_uuid=event.parent_uuid,
+            quorum=event.quorum,
+        )
+        if folds_commit:
+            line.committed = True
+        if previous is None:
+            line.format = FORMAT
+        if previous is None or previous[0] != current[0]:
+            line.cluster_uuid = current[0]
+        if previous is None or previous[1] != current[1]:
+            line.node_name = current[1]
+        if previous is None or previous[2] != current[2]:
+            line.master = current[2]
+        if previous is None or previous[3] != current[3]:
+            line.last_committed_config = current[3]
+        if previous is None or previous[4] != current[4]:
+            line.last_accepted_config = current[4]
+        for name in _OPTIONAL:
+            value = getattr(event, name)
+            if value is not msgspec.UNSET:
+                setattr(line, name, value)
+        self._previous = current
+        return _ENCODER.encode(line) + b"\n"
+
+
+def coerce_event(fields: Mapping[str, Any]) -> HistoryEvent:
+    """A HistoryEvent from a mapping that may leave out fields (a tool's or a test's): missing identity fields
+    get neutral values, so any mapping with a `type` and a `term` can be recorded."""
+    defaults: dict[str, Any] = {
+        "cluster_uuid": NO_CLUSTER_UUID,
+        "node": "",
+        "last_committed_config": (),
+        "last_accepted_config": (),
+    }
+    merged = {**defaults, **fields}
+    merged.setdefault("node_name", merged["node"])
+    merged.pop("seq", None)
+    merged.pop("ts", None)
+    return msgspec.convert(merged, HistoryEvent)
+
+
+_NULLABLE = ("version", "state_uuid", "parent_uuid", "master", "quorum")
+_DECODER = msgspec.json.Decoder()
+
+
+@dataclass
+class ExpandedLine:
+    """One line of a segment: its events (format 1), or None when the line is not a JSON object."""
+
+    number: int  # 1-based line number in the segment
+    raw: bytes  # as read, without the line ending
+    events: list[dict[str, Any]] | None
+
+
+class SegmentExpander:
+    """Reads one segment's complete lines in order, of format 1 or 2, and gives format-1 events.
+
+    A line that is not a JSON object gives no events (`events` is None): it is damaged, and the caller names
+    it. A format-2 line that leaves out a field no earlier line of its segment set gives an event without that
+    field, which the audit's schema then calls malformed, naming the line.
+    """
+
+    def __init__(self) -> None:
+        self.format = 1
+        self._context: dict[str, Any] = {}
+        self._lines = 0
+
+    def expand(self, raw: bytes) -> ExpandedLine:
+        self._lines += 1
+        stripped = raw.rstrip(b"\r\n")
+        try:
+            decoded = _DECODER.decode(stripped)
+        except msgspec.DecodeError:
+            return ExpandedLine(self._lines, stripped, None)
+        if not isinstance(decoded, dict):
+            return ExpandedLine(self._lines, stripped, None)
+        if self._lines == 1 and decoded.get("format") == FORMAT:
+            self.format = FORMAT
+        if self.format == 1:
+            return ExpandedLine(self._lines, stripped, [decoded])
+        decoded.pop("format", None)
+        context = self._context
+        for name in ELIDED_FIELDS:
+            if name in decoded:
+                context[name] = decoded[name]
+            elif name in context:
+                decoded[name] = context[name]
+        for name in _NULLABLE:
+            decoded.setdefault(name, None)
+        if decoded.pop(FOLDED, False) is True and decoded.get("type") == EventType.APPLIED.value:
+            committed = dict(decoded)
+            committed["type"] = EventType.COMMITTED.value
+            seq = decoded.get("seq")
+            committed["seq"] = seq - 1 if isinstance(seq, int) else seq
+            return ExpandedLine(self._lines, stripped, [committed, decoded])
+        return ExpandedLine(self._lines, stripped, [decoded])
+
+
+FORMAT2_START = b'{"format":2,'
+
+
+def is_format2_start(first_line: bytes) -> bool:
+    """Whether a segment whose first line is `first_line` is of format 2: the writer puts `format` first."""
+    return first_line.startswith(FORMAT2_START)
+
+
+__all__ = [
+    "ELIDED_FIELDS",
+    "FORMAT",
+    "CompactLine",
+    "ExpandedLine",
+    "LineEncoder",
+    "SegmentExpander",
+    "coerce_event",
+    "is_format2_start",
+]
