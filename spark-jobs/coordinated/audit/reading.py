@@ -25,12 +25,14 @@ from functools import reduce
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import zstandard
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from coordinated.audit import segments
 from coordinated.audit.schema import (
     EVENT_COLUMNS,
     EVENT_SCHEMA,
@@ -50,7 +52,7 @@ NOTES_DIR = "_coordinated_notes"  # beside compacted Parquet; Spark skips names 
 MAX_REPORTED = 5
 _CHUNK = 1 << 20
 _NODE = re.compile(r'"node"\s*:\s*"((?:[^"\\]|\\.)*)"')
-OPENERS: dict[str, Any] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+OPENERS: dict[str, Any] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".zst": lambda path, _mode: segments.open_source(path)}
 
 
 class UnusableInput(Exception):
@@ -173,7 +175,7 @@ def cut_line(path: str) -> tuple[int, bytes] | None:
             while chunk := fh.read(_CHUNK):
                 newlines += chunk.count(NEWLINE)
                 tail = (tail + chunk)[-_CHUNK:] if NEWLINE not in chunk else chunk[chunk.rindex(NEWLINE) + 1 :]
-    except (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError) as e:
+    except (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError, zstandard.ZstdError) as e:
         raise UnusableInput(f"cannot read {path}: {e}") from None
     return (newlines + 1, tail) if ends_with_cut_line(tail) else None
 
@@ -295,9 +297,20 @@ def scout(events: DataFrame) -> Scout:
     return _scout_of(inputs.agg(*_scout_aggregates(name is not None)).collect()[0])
 
 
+EXPANDED_SCHEMA = T.StructType(
+    [
+        T.StructField("value", T.StringType()),
+        T.StructField("_source", T.StringType()),
+        T.StructField("_block", T.LongType()),
+        T.StructField("_mid", T.LongType()),
+    ]
+)
+
+
 def read_jsonl_lines(spark: SparkSession, paths: Sequence[str]) -> tuple[DataFrame, list[dict[str, object]]]:
     """Lines of every file under `paths` with `_source`, `_block` (split start) and `_mid`, without the
-    crash-cut last lines, and the notes for those."""
+    crash-cut last lines, and the notes for those. Compressed (`.zst`) and format-2 segments are read and
+    expanded in Python tasks (`segments`); every other file by Spark's text reader."""
     try:
         raw = spark.read.option("recursiveFileLookup", "true").text(list(paths))
     except AnalysisException as e:
@@ -306,18 +319,27 @@ def read_jsonl_lines(spark: SparkSession, paths: Sequence[str]) -> tuple[DataFra
     if not files:
         raise UnusableInput(f"no history files found in {', '.join(paths)}")
     cuts = crash_cut_lines(spark, files)
-    lines = raw.select(
-        F.col("value"),
-        F.col("_metadata.file_path").alias("_source"),
-        F.col("_metadata.file_block_start").alias("_block"),
-        F.monotonically_increasing_id().alias("_mid"),
-    )
-    if cuts:
-        is_cut = reduce(
-            lambda a, b: a | b,
-            [(F.col("_source") == src) & (F.col("value") == str(n["_text"])) for src, n in cuts.items()],
+    native, expanded = segments.split(files)
+    frames = []
+    if native:
+        source = raw if not expanded else spark.read.text(native)
+        lines = source.select(
+            F.col("value"),
+            F.col("_metadata.file_path").alias("_source"),
+            F.col("_metadata.file_block_start").alias("_block"),
+            F.monotonically_increasing_id().alias("_mid"),
         )
-        lines = lines.filter(~is_cut)
+        if cuts:
+            is_cut = reduce(
+                lambda a, b: a | b,
+                [(F.col("_source") == src) & (F.col("value") == str(n["_text"])) for src, n in cuts.items()],
+            )
+            lines = lines.filter(~is_cut)
+        frames.append(lines)
+    if expanded:
+        rdd = spark.sparkContext.parallelize(expanded, len(expanded)).mapPartitions(segments.rows_of)
+        frames.append(spark.createDataFrame(rdd, EXPANDED_SCHEMA))
+    lines = reduce(DataFrame.unionByName, frames)
     return lines, [{k: v for k, v in n.items() if not k.startswith("_")} for n in cuts.values()]
 
 
