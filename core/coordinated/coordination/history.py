@@ -51,10 +51,9 @@ MARK_CARRYING_EVENT_TYPES: tuple[EventType, ...] = (EventType.RETENTION_CUT, Eve
 
 # Fields the shell adds to every event, right after `node`: a per-node sequence number and seconds.
 SHELL_FIELDS: tuple[tuple[str, type], ...] = (("seq", int), ("ts", float))
-# Fields for people reading a history; the audit does not rely on them.
-INFORMATIONAL_FIELDS = frozenset(
-    {"node_name", "reason", "cluster_uuid_committed", "marks_term", "marks_accepted", "snapshot"}
-)
+# Fields for people reading a history; the audit does not rely on them (it reads `marks_accepted` of a
+# `retention_cut`: the newest state the deleted segments may have held evidence about).
+INFORMATIONAL_FIELDS = frozenset({"node_name", "reason", "cluster_uuid_committed", "marks_term", "snapshot"})
 
 
 class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):

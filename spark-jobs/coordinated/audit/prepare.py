@@ -24,6 +24,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from coordinated.audit.horizon import Horizon, cut_events
 from coordinated.audit.reading import SCOUTED_OK, Scout, Scouting, folder_of, scout
 from coordinated.audit.schema import UNBOOTSTRAPPED, UNSAFE_BOOTSTRAP
 from coordinated.audit.streams import CHUNK, NodePass, node_pass
@@ -60,6 +61,7 @@ class Frames:
     lag_width: float = 1.0
     flagged: list[Row] = field(default_factory=list)  # up to MAX_FLAGGED `suspect` states
     scout: Scout | None = None  # what the input's first pass found out (time range, resets, node names)
+    horizon: Horizon = field(default_factory=Horizon)  # where histories start on purpose (`horizon`)
 
     def flags(self, condition: str) -> bool:
         """Whether a check has anything to look at: any flagged state meets `condition` (a column name or
@@ -251,12 +253,22 @@ def prepare(
     if configured is not None and tasks > int(configured):
         spark.conf.set(setting, str(tasks))
     try:
-        nodes = node_pass(events, t0, width, LAG_BINS, resets=found.resets, chunk=chunk, folder=folder)
+        horizon = Horizon.of(cut_events(events, found))
+        nodes = node_pass(events, t0, width, LAG_BINS, resets=found.resets, chunk=chunk, folder=folder, horizon=horizon)
     finally:
         if configured is not None:
             spark.conf.set(setting, configured)
     fr = Frames(
-        spark, events, nodes, table, max_examples, max_violations, t0=t0, lag_width=(t1 - t0) / LAG_BINS, scout=found
+        spark,
+        events,
+        nodes,
+        table,
+        max_examples,
+        max_violations,
+        t0=t0,
+        lag_width=(t1 - t0) / LAG_BINS,
+        scout=found,
+        horizon=horizon,
     )
     fr.flagged = flagged
     return fr

@@ -52,7 +52,12 @@ NOTES_DIR = "_coordinated_notes"  # beside compacted Parquet; Spark skips names 
 MAX_REPORTED = 5
 _CHUNK = 1 << 20
 _NODE = re.compile(r'"node"\s*:\s*"((?:[^"\\]|\\.)*)"')
-OPENERS: dict[str, Any] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".zst": lambda path, _mode: segments.open_source(path)}
+OPENERS: dict[str, Any] = {
+    ".gz": gzip.open,
+    ".bz2": bz2.open,
+    ".xz": lzma.open,
+    ".zst": lambda path, _mode: segments.open_source(path),
+}
 
 
 class UnusableInput(Exception):
@@ -78,9 +83,13 @@ class Scout:
     # distinct (cluster_uuid, last_committed_config, last_accepted_config, quorum, master) of bootstrapped events
     refs: list[Row] = field(default_factory=list)
     events: int = 0
+    # cluster_uuid, node, first_kept_seq, marks_accepted of each `retention_cut` event; None past MAX_SCOUTED_CUTS
+    cuts: list[Row] | None = field(default_factory=list)
 
 
 MAX_SCOUTED_RESETS = 200
+MAX_SCOUTED_CUTS = 20_000
+RETENTION_CUT = "retention_cut"
 REFS = ("last_committed_config", "last_accepted_config", "quorum", "master")  # the node ids an event names
 SCOUTED_OK = "_s_ok"  # the scout's column: the row is an event (not malformed)
 
@@ -262,6 +271,10 @@ def _scout_inputs(ok: Column, origin: Column, name: Column | None) -> list[Colum
         F.when(ok, F.col("ts")).alias("_s_ts"),
         F.when(reset, F.struct("cluster_uuid", "node", origin.alias("_origin"), "seq")).alias("_s_reset"),
         F.when(
+            ok & (F.col("type") == RETENTION_CUT),
+            F.struct("cluster_uuid", "node", "first_kept_seq", "marks_accepted"),
+        ).alias("_s_cut"),
+        F.when(
             ok
             & (F.col("cluster_uuid") != UNBOOTSTRAPPED)
             & reduce(lambda a, b: a | b, [F.col(c).isNotNull() for c in REFS]),
@@ -281,13 +294,16 @@ def _scout_aggregates(names: bool) -> list[Column]:
         F.max("_s_ts").alias("_last_ts"),
         F.count("_s_reset").alias("_n_resets"),
         F.slice(F.collect_list("_s_reset"), 1, MAX_SCOUTED_RESETS).alias("_resets"),
+        F.count("_s_cut").alias("_n_cuts"),
+        F.slice(F.collect_list("_s_cut"), 1, MAX_SCOUTED_CUTS).alias("_cuts"),
     ]
 
 
 def _scout_of(r: Row | Mapping[str, Any]) -> Scout:
     resets = list(r["_resets"]) if r["_n_resets"] <= MAX_SCOUTED_RESETS else None
     names = list(r["_names"]) if "_names" in r else []
-    return Scout(r["_first_ts"], r["_last_ts"], resets, names, list(r["_refs"]), int(r["_events"]))
+    cuts = list(r["_cuts"]) if r["_n_cuts"] <= MAX_SCOUTED_CUTS else None
+    return Scout(r["_first_ts"], r["_last_ts"], resets, names, list(r["_refs"]), int(r["_events"]), cuts)
 
 
 def scout(events: DataFrame) -> Scout:

@@ -38,6 +38,7 @@ def audit(
         results = run_all(frames)
         stats = compute(frames, truncated=inp.truncated)
         resets = report_mod.resets_of(frames.nodes.resets)
+        horizon = frames.horizon.describe()
     finally:
         frames.release()
     add_line_numbers([v for r in results for v in r.violations])
@@ -50,6 +51,6 @@ def audit(
         results=results,
         stats=stats,
         resets=resets,
-        extra={"input": {"source": source, "truncated_lines": inp.truncated}},
+        extra={"input": {"source": source, "truncated_lines": inp.truncated, "horizon": horizon}},
     )
     return Outcome(report, stats.charts)

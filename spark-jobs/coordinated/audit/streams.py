@@ -32,6 +32,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 
+from coordinated.audit.horizon import Horizon
 from coordinated.audit.reading import folder_of
 from coordinated.audit.schema import RESET_TYPES, UNBOOTSTRAPPED
 
@@ -142,15 +143,20 @@ def windowed(
     *,
     resets: list[Row] | None = None,
     chunk: int | None = CHUNK,
+    horizon: Horizon | None = None,
 ) -> DataFrame:
     """The window's rows. Each node's history is cut into seq ranges of `chunk` (None: one range), each a
     partition of its own; `merge_chunks` joins the ranges again on the driver. `resets` (scouted) gives the
     epochs without a window of their own; None: the window counts them."""
     na_origin = F.when(F.col("cluster_uuid") == UNBOOTSTRAPPED, F.col("_origin")).otherwise(F.lit(""))
+    horizon = horizon or Horizon()
     ev = events.select(
         "cluster_uuid", "node", "seq", "ts", "type", "term", "version", "state_uuid", "_source", *RESET_COLUMNS,
         na_origin.alias("_na_origin"),
         (F.floor(F.col("seq") / F.lit(chunk)) if chunk else F.lit(0)).cast("long").alias("_chunk"),
+        # Holes below these seqs are not gaps (see `horizon`): deleted by retention, or not carried.
+        horizon.seq_column(horizon.cut_from).alias("_cut_from"),
+        horizon.seq_column(horizon.checkpoint_from).alias("_ckpt_from"),
     )  # fmt: skip
     if resets is not None:
         ev = ev.withColumn("_epoch", epoch_of(resets))
@@ -205,16 +211,28 @@ def windowed(
 
 
 def _kept_rows(
-    events: DataFrame, t0: float, width: float, bins: int, resets: list[Row] | None, chunk: int | None
+    events: DataFrame,
+    t0: float,
+    width: float,
+    bins: int,
+    resets: list[Row] | None,
+    chunk: int | None,
+    horizon: Horizon | None = None,
 ) -> list[Row]:
-    w = windowed(events, t0, width, bins, resets=resets, chunk=chunk)
+    w = windowed(events, t0, width, bins, resets=resets, chunk=chunk, horizon=horizon)
     typ = F.col("type")
     prev_seq = F.col("prev_seq")
+    seq = F.col("seq")
+    # A hole whose seqs all lie below the node's horizon is not a gap; one below its retention cut only (not
+    # merely before a checkpoint) shows that the node's history was trimmed (`_trimmed`).
+    explained = seq <= F.greatest("_cut_from", "_ckpt_from")
     gap = (
-        F.when(prev_seq.isNull() & (F.col("seq") != 1), F.lit("start"))
-        .when(F.col("seq") == prev_seq, F.lit("reused"))
-        .when(F.col("seq") > prev_seq + 1, F.lit("gap"))
+        F.when(prev_seq.isNull() & (seq != 1) & ~explained, F.lit("start"))
+        .when(seq == prev_seq, F.lit("reused"))
+        .when((seq > prev_seq + 1) & ~explained, F.lit("gap"))
     )
+    hole = (prev_seq.isNull() & (seq != 1)) | (seq > prev_seq + 1)
+    trimmed = hole & (seq <= F.col("_cut_from")) & (seq > F.col("_ckpt_from"))
     pa = F.col("prev_applied")
     is_applied = typ == "applied"
     applied_back = is_applied & (
@@ -223,12 +241,14 @@ def _kept_rows(
     flagged = w.select(
         "*",
         gap.alias("gap"),
+        F.coalesce(trimmed, F.lit(False)).alias("_trimmed"),
         F.coalesce(typ.isin(*TERM_TYPES) & (F.col("term") < F.col("max_term")), F.lit(False)).alias("term_back"),
         F.coalesce(applied_back, F.lit(False)).alias("applied_back"),
         (is_applied & ~F.col("state_uuid").eqNullSafe(F.col("last_commit"))).alias("unordered_apply"),
     )
     keep = (
         F.col("gap").isNotNull()
+        | F.col("_trimmed")
         | F.col("term_back")
         | F.col("applied_back")
         | F.col("unordered_apply")
@@ -307,7 +327,10 @@ def merge_chunks(rows: list[Row]) -> tuple[list[Row], list[Row], set[tuple[str, 
         d = r.asDict()
         if starts:
             d["prev_seq"] = before["seq"]
-            d["gap"] = "gap" if d["seq"] > before["seq"] + 1 else None
+            hole = d["seq"] > before["seq"] + 1
+            explained = d["seq"] <= max(d["_cut_from"], d["_ckpt_from"])
+            d["gap"] = "gap" if hole and not explained else None
+            d["_trimmed"] = hole and d["_ckpt_from"] < d["seq"] <= d["_cut_from"]
         if early:
             d["last_commit"] = before["last_commit_upto"]
             d["unordered_apply"] = d["state_uuid"] != d["last_commit"]
@@ -353,17 +376,20 @@ def node_pass(
     resets: list[Row] | None = None,
     chunk: int | None = CHUNK,
     folder: Callable[[str], str] = folder_of,
+    horizon: Horizon | None = None,
 ) -> NodePass:
     """The window pass; `t0`, `width` and `bins` place each node's last event per time bin (for the lag).
     `folder` gives a file's `_origin` (the events' own column, computed for a piece's first file only)."""
-    rows, lasts, redo = merge_chunks(_kept_rows(events, t0, width, bins, resets, chunk))
+    rows, lasts, redo = merge_chunks(_kept_rows(events, t0, width, bins, resets, chunk, horizon))
     if redo:
         again = reduce(lambda a, b: a | b, [(F.col("cluster_uuid") == c) & (F.col("node") == n) for c, n in redo])
         rows = [r for r in rows if (r["cluster_uuid"], r["node"]) not in redo]
         lasts = [r for r in lasts if (r["cluster_uuid"], r["node"]) not in redo]
-        more, more_lasts, _ = merge_chunks(_kept_rows(events.filter(again), t0, width, bins, resets, None))
+        more, more_lasts, _ = merge_chunks(_kept_rows(events.filter(again), t0, width, bins, resets, None, horizon))
         rows += more
         lasts += more_lasts
+    if horizon is not None:
+        horizon.trimmed.update((r["cluster_uuid"], r["node"]) for r in rows if r["_trimmed"])
     result = NodePass(
         flagged=[r for r in rows if _is_flagged(r)],
         streams=[

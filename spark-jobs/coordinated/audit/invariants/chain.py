@@ -107,6 +107,8 @@ def check(fr: Frames) -> list[CheckResult]:
         .select("cid", "term", "version", "state_uuid", "state_h", "parent_h")
         .withColumn("prev", F.lag(F.struct("term", "version", "state_uuid", "state_h")).over(by_version))
         .filter(F.col("prev").isNotNull())
+        # Up to the horizon, committed states between two others may be gone with trimmed histories.
+        .filter(fr.horizon.beyond("cid", "prev.term", "prev.version"))
     )
     walked = committed.join(F.broadcast(ends), ["cid", "parent_h"], "left").select(
         "*",

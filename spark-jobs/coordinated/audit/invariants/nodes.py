@@ -152,7 +152,9 @@ def _moves(moves: list[tuple[Stream, Stream]], found: Found, limit: int) -> Chec
 
 
 def _verify_unordered_applies(fr: Frames, rows: list[Row]) -> list[Row]:
-    """The applies that no earlier `committed` event of the same node for the same state precedes."""
+    """The applies that no earlier `committed` event of the same node for the same state precedes (states older
+    than the horizon aside: a trimmed history may have lost that commit)."""
+    rows = [r for r in rows if fr.horizon.judges(r["cluster_uuid"], r["term"], r["version"])]
     if not rows:
         return []
     schema = T.StructType(
