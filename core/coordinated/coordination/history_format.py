@@ -143,7 +143,7 @@ def coerce_event(fields: Mapping[str, Any]) -> HistoryEvent:
         "last_committed_config": (),
         "last_accepted_config": (),
     }
-    merged = {**defaults, **fields}
+    merged = {**defaults, **{k: v for k, v in fields.items() if v is not None or k not in defaults}}
     merged.setdefault("node_name", merged["node"])
     merged.pop("seq", None)
     merged.pop("ts", None)
