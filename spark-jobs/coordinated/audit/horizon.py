@@ -68,7 +68,8 @@ class Horizon:
     checkpoint_from: dict[NodeKey, int] = field(default_factory=dict)  # holes below: events not carried
     cut_marks: dict[NodeKey, tuple[int, int]] = field(default_factory=dict)
     trimmed: set[NodeKey] = field(default_factory=set)  # nodes whose history lacks seqs below their cut
-    carried_states: dict[str, tuple[int, int]] = field(default_factory=dict)  # per cluster: see `checkpoint`
+    # Per cluster: the oldest version an incremental audit's checkpoint carries states of (see `checkpoint`).
+    version_floor: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, cuts: Iterable[CutEvent]) -> Horizon:
@@ -94,7 +95,7 @@ class Horizon:
 
     def by_cluster(self) -> dict[str, tuple[int, int]]:
         """Per cluster: the newest (term, version) whose evidence may be gone from some node's history."""
-        out = dict(self.carried_states)
+        out: dict[str, tuple[int, int]] = {}
         for key in self.trimmed:
             marks = self.cut_marks.get(key)
             if marks is not None and key[0] != UNBOOTSTRAPPED:
@@ -104,25 +105,30 @@ class Horizon:
     def beyond(self, cid: str = "cid", term: str = "term", version: str = "version") -> Column:
         """True for a state newer than its cluster's horizon: every check judges it."""
         limits = self.by_cluster()
-        if not limits:
+        version_of = F.coalesce(F.col(version), F.lit(0))
+        within = [
+            (F.col(cid) == c) & ((F.col(term) < t) | ((F.col(term) == t) & (version_of <= v)))
+            for c, (t, v) in limits.items()
+        ]
+        within += [(F.col(cid) == c) & (version_of < floor) for c, floor in self.version_floor.items()]
+        if not within:
             return F.lit(True)
-        within = reduce(
-            lambda a, b: a | b,
-            [
-                (F.col(cid) == c)
-                & ((F.col(term) < t) | ((F.col(term) == t) & (F.coalesce(F.col(version), F.lit(0)) <= v)))
-                for c, (t, v) in limits.items()
-            ],
-        )
-        return ~within
+        return ~reduce(lambda a, b: a | b, within)
 
     def judges(self, cid: str, term: int, version: int | None) -> bool:
         """`beyond` for one state on the driver."""
         limit = self.by_cluster().get(cid)
-        return limit is None or (term, version or 0) > limit
+        if limit is not None and (term, version or 0) <= limit:
+            return False
+        return (version or 0) >= self.version_floor.get(cid, 0)
 
     def describe(self) -> list[dict[str, object]]:
-        return [
-            {"cluster": c, "term": t, "version": v, "why": "histories trimmed by retention, or before the checkpoint"}
+        trimmed = [
+            {"cluster": c, "term": t, "version": v, "why": "histories trimmed by retention"}
             for c, (t, v) in sorted(self.by_cluster().items())
+        ]
+        return trimmed + [
+            {"cluster": c, "below_version": floor, "why": "older than the states the checkpoint carries"}
+            for c, floor in sorted(self.version_floor.items())
+            if floor > 0
         ]

@@ -48,6 +48,7 @@ from coordinated.audit.schema import (
 from coordinated.coordination.history_lines import NEWLINE, ends_with_cut_line
 
 CORRUPT = "_corrupt_record"
+CARRIED = "_carried"  # an event an incremental audit's checkpoint carried in from an earlier audit
 NOTES_DIR = "_coordinated_notes"  # beside compacted Parquet; Spark skips names starting with "_"
 MAX_REPORTED = 5
 _CHUNK = 1 << 20
@@ -306,6 +307,26 @@ def _scout_of(r: Row | Mapping[str, Any]) -> Scout:
     return Scout(r["_first_ts"], r["_last_ts"], resets, names, list(r["_refs"]), int(r["_events"]), cuts)
 
 
+def merged_scouts(a: Scout, b: Scout) -> Scout:
+    """What two inputs' scouts found together (an incremental audit's new events and its carried ones)."""
+
+    def joined(x: list[Row] | None, y: list[Row] | None) -> list[Row] | None:
+        return None if x is None or y is None else [*x, *y]
+
+    def pick(f: Callable[..., float], x: float | None, y: float | None) -> float | None:
+        return y if x is None else x if y is None else f(x, y)
+
+    return Scout(
+        pick(min, a.first_ts, b.first_ts),
+        pick(max, a.last_ts, b.last_ts),
+        joined(a.resets, b.resets),
+        [*a.names, *b.names],
+        [*a.refs, *b.refs],
+        a.events + b.events,
+        joined(a.cuts, b.cuts),
+    )
+
+
 def scout(events: DataFrame) -> Scout:
     """The scout for events that were read without one (one narrow job)."""
     name = F.col(NODE_NAME_COLUMN) if NODE_NAME_COLUMN in events.columns else None
@@ -323,22 +344,25 @@ EXPANDED_SCHEMA = T.StructType(
 )
 
 
-def read_jsonl_lines(spark: SparkSession, paths: Sequence[str]) -> tuple[DataFrame, list[dict[str, object]]]:
-    """Lines of every file under `paths` with `_source`, `_block` (split start) and `_mid`, without the
-    crash-cut last lines, and the notes for those. Compressed (`.zst`) and format-2 segments are read and
-    expanded in Python tasks (`segments`); every other file by Spark's text reader."""
+def read_jsonl_lines(
+    spark: SparkSession, paths: Sequence[str], select: Callable[[list[str]], list[str]] | None = None
+) -> tuple[DataFrame, list[dict[str, object]]]:
+    """Lines of every file under `paths` (or of those `select` keeps) with `_source`, `_block` (split start) and
+    `_mid`, without the crash-cut last lines, and the notes for those. Compressed (`.zst`) and format-2
+    segments are read and expanded in Python tasks (`segments`); every other file by Spark's text reader."""
     try:
         raw = spark.read.option("recursiveFileLookup", "true").text(list(paths))
     except AnalysisException as e:
         raise UnusableInput(f"cannot read {', '.join(paths)}: {str(e).splitlines()[0]}") from None
-    files = raw.inputFiles()
-    if not files:
+    listed = raw.inputFiles()
+    if not listed:
         raise UnusableInput(f"no history files found in {', '.join(paths)}")
+    files = select(list(listed)) if select is not None else list(listed)
     cuts = crash_cut_lines(spark, files)
     native, expanded = segments.split(files)
     frames = []
     if native:
-        source = raw if not expanded else spark.read.text(native)
+        source = raw if len(native) == len(listed) else spark.read.text(native)
         lines = source.select(
             F.col("value"),
             F.col("_metadata.file_path").alias("_source"),
@@ -355,6 +379,8 @@ def read_jsonl_lines(spark: SparkSession, paths: Sequence[str]) -> tuple[DataFra
     if expanded:
         rdd = spark.sparkContext.parallelize(expanded, len(expanded)).mapPartitions(segments.rows_of)
         frames.append(spark.createDataFrame(rdd, EXPANDED_SCHEMA))
+    if not frames:  # nothing new to read: an empty frame of the same shape
+        frames.append(spark.createDataFrame([], EXPANDED_SCHEMA))
     lines = reduce(DataFrame.unionByName, frames)
     return lines, [{k: v for k, v in n.items() if not k.startswith("_")} for n in cuts.values()]
 
@@ -392,7 +418,7 @@ def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
     origin = F.col("_source") if has_line else origin_of(F.col("_source"))
     result = Input(
         events=parsed.filter(F.col("_problem").isNull()).select(
-            *EVENT_COLUMNS, NODE_NAME_COLUMN, "_source", origin.alias("_origin")
+            *EVENT_COLUMNS, NODE_NAME_COLUMN, "_source", origin.alias("_origin"), F.lit(False).alias(CARRIED)
         ),
         persisted=[parsed],
         origin=(lambda source: source) if has_line else folder_of,
@@ -488,6 +514,7 @@ def read_parquet(spark: SparkSession, paths: Sequence[str], *, skip_malformed: b
         F.lit(None).cast(T.StringType()).alias(NODE_NAME_COLUMN),  # compaction keeps the contract's fields
         "_source",
         origin_of(F.col("_source")).alias("_origin"),
+        F.lit(False).alias(CARRIED),
     )
     result = Input(events=events, scouting=Scouting(rows, columns, watch))
 
@@ -536,11 +563,21 @@ def _read_notes(spark: SparkSession, paths: Sequence[str]) -> DataFrame | None:
     return reduce(DataFrame.unionByName, frames) if frames else None
 
 
-def load(spark: SparkSession, paths: Sequence[str], *, fmt: str = "auto", skip_malformed: bool = False) -> Input:
+def load(
+    spark: SparkSession,
+    paths: Sequence[str],
+    *,
+    fmt: str = "auto",
+    skip_malformed: bool = False,
+    select: Callable[[list[str]], list[str]] | None = None,
+) -> Input:
+    """The input's events; `select` picks the files to read among those found (an incremental audit's)."""
     fmt = detect_format(paths) if fmt == "auto" else fmt
     if fmt == "parquet":
+        if select is not None:
+            raise UnusableInput("an incremental audit (--checkpoint) reads history segments, not Parquet")
         return read_parquet(spark, paths, skip_malformed=skip_malformed)
-    lines, cuts = read_jsonl_lines(spark, paths)
+    lines, cuts = read_jsonl_lines(spark, paths, select)
     result = parse_lines(lines, skip_malformed=skip_malformed)
     result.truncated = cuts
     return result

@@ -110,8 +110,15 @@ def rows_of(uris: Iterable[str]) -> Iterator[Row]:
         yield from expanded_rows(uri)
 
 
+def as_spark_names(uri: str) -> str:
+    """A file URI as Spark's `_metadata.file_path` spells it (`file:/x`, where the file listing says
+    `file:///x`), so that rows of both readers name a file, and its folder, alike."""
+    path = local_file(uri)
+    return "file:" + path if path is not None and uri.startswith("file:") else uri
+
+
 def split(files: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(the files Spark's text reader reads, the files the Python reader expands)."""
+    """(the files Spark's text reader reads, the files the Python reader expands, named as Spark names them)."""
     expanded = [uri for uri in files if needs_expansion(uri)]
     chosen = set(expanded)
-    return [uri for uri in files if uri not in chosen], expanded
+    return [uri for uri in files if uri not in chosen], [as_spark_names(uri) for uri in expanded]

@@ -47,6 +47,7 @@ def check(fr: Frames) -> list[CheckResult]:
         s
         for s in np.streams
         if s.joined_from is not None
+        and not s.first_carried  # judged by the audit that read it
         and s.first_type not in RESET_TYPES  # a reset event starts the node's term over
         and s.first_term is not None
         and s.joined_from.max_term is not None
