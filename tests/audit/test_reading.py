@@ -101,9 +101,7 @@ def test_cut_last_line_is_noted_and_takes_no_seq(spark: SparkSession, tmp_path: 
     assert report["stats"]["per_node"]["a"]["truncated_lines"] == 1
 
 
-def test_an_earlier_releases_history_audits_ok_and_continues_in_format_2(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def test_an_earlier_releases_history_audits_ok_and_continues_in_format_2(spark: SparkSession, tmp_path: Path) -> None:
     """A format-1 history written by the previous release (stored in tests/audit/data): 3 nodes, writes, and
     node-1 killed while writing, so its first segment ends in a cut line and its next seq starts a new
     segment. It audits as ok; then this release's writer continues node-1 in format 2, its closed segments
