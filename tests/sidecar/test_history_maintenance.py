@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import msgspec
 import pytest
+from test_sidecar_storage import state_with
 
 from coordinated.coordination.history import EventType, HistoryEvent
-from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfiguration, initial_state
 from coordinated.sidecar.history import HistoryWriter, read_events_after, summarize_history
 from coordinated.sidecar.history_maintenance import HistoryMaintenance
 from coordinated.sidecar.history_retention import ClosedSegment, VolumeUsage, plan_cut
@@ -188,22 +188,6 @@ def test_a_damaged_compressed_segment_is_reported(tmp_path: Path) -> None:
 # -- the startup rule with a trimmed history ---------------------------------------------------------------
 
 
-def state_with(version: int, term: int = 1) -> ClusterState:
-    state = initial_state("c")
-    config = VotingConfiguration.of(["a"])
-    return state.replace(
-        cluster_uuid="u" * 22,
-        cluster_uuid_committed=True,
-        version=version,
-        state_uuid=f"s{version}",
-        master_node="a",
-        nodes={"a": DiscoveryNode("a", "node-a", "127.0.0.1:9300")},
-        coordination=msgspec.structs.replace(
-            state.coordination, term=term, last_committed_config=config, last_accepted_config=config
-        ),
-    )
-
-
 class Crash(Exception):
     pass
 
@@ -238,7 +222,7 @@ def test_the_startup_rule_holds_when_retention_deleted_the_marks(tmp_path: Path,
     persisted.set_current_term(3)
     writer.append_fields({"node": persisted.node_id, "type": "term", "term": 3})
     older = (tmp_path / DB_FILE).read_bytes()
-    persisted.set_last_accepted_state(state_with(5, term=3))
+    persisted.set_last_accepted_state(state_with(5, {}, term=3))
     writer.append_fields({"node": persisted.node_id, "type": "accepted", "term": 3, "version": 5})
     fill(writer, 3000, node=persisted.node_id)  # many segments after the marks
     first_segment = list_segments(history)[0].path

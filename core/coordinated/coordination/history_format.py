@@ -37,46 +37,35 @@ ELIDED_FIELDS: tuple[str, ...] = (
 FOLDED = "committed"  # the flag of a folded `applied` line
 
 
-class CompactLine(msgspec.Struct, kw_only=True):
-    """One format-2 line. UNSET fields are left out of the JSON; the others are written, null included."""
-
-    format: int | msgspec.UnsetType = msgspec.UNSET
-    cluster_uuid: str | msgspec.UnsetType = msgspec.UNSET
-    node: str
-    node_name: str | msgspec.UnsetType = msgspec.UNSET
-    seq: int
-    ts: float
-    type: str
-    committed: bool | msgspec.UnsetType = msgspec.UNSET
-    term: int
-    version: int | None
-    state_uuid: str | None
-    parent_uuid: str | None
-    master: str | msgspec.UnsetType | None = msgspec.UNSET
-    last_committed_config: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
-    last_accepted_config: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
-    quorum: tuple[str, ...] | None
-    reason: str | msgspec.UnsetType = msgspec.UNSET
-    session: str | msgspec.UnsetType = msgspec.UNSET
-    snapshot: str | msgspec.UnsetType = msgspec.UNSET
-    current_term: int | msgspec.UnsetType = msgspec.UNSET
-    cluster_uuid_committed: bool | msgspec.UnsetType = msgspec.UNSET
-    previous_cluster_uuid: str | msgspec.UnsetType = msgspec.UNSET
-    previous_term: int | msgspec.UnsetType = msgspec.UNSET
-    previous_version: int | msgspec.UnsetType = msgspec.UNSET
-    previous_state_uuid: str | msgspec.UnsetType = msgspec.UNSET
-    marks_term: int | msgspec.UnsetType = msgspec.UNSET
-    marks_accepted: tuple[int, int] | msgspec.UnsetType = msgspec.UNSET
-    first_kept_seq: int | msgspec.UnsetType = msgspec.UNSET
-    first_lost_seq: int | msgspec.UnsetType = msgspec.UNSET
-    last_lost_seq: int | msgspec.UnsetType = msgspec.UNSET
+def _compact_line_type() -> type[msgspec.Struct]:
+    """One format-2 line: `format` first (a reader tells the format by the line's first bytes), then the
+    fields of `HistoryEvent` in its order with `seq`, `ts` and the fold flag after `node`. The elided fields
+    may be UNSET (left out of the JSON); every other field keeps its type, and is written even when null.
+    Derived from `HistoryEvent`, so that a field added there is written in format 2 too."""
+    fields: list[tuple[str, Any, Any]] = [("format", int | msgspec.UnsetType, msgspec.UNSET)]
+    for field in msgspec.structs.fields(HistoryEvent):
+        if field.name in ELIDED_FIELDS:
+            fields.append((field.name, field.type | msgspec.UnsetType, msgspec.UNSET))
+        elif field.default is msgspec.NODEFAULT:
+            fields.append((field.name, field.type, msgspec.NODEFAULT))
+        else:
+            fields.append((field.name, field.type, field.default))
+        if field.name == "node":
+            fields += [("seq", int, msgspec.NODEFAULT), ("ts", float, msgspec.NODEFAULT)]
+            fields.append((FOLDED, bool | msgspec.UnsetType, msgspec.UNSET))
+    specs = [(name, kind) if default is msgspec.NODEFAULT else (name, kind, default) for name, kind, default in fields]
+    return msgspec.defstruct("CompactLine", specs, kw_only=True)
 
 
+CompactLine = _compact_line_type()
 # The optional fields of an event, copied as they are (UNSET stays out of the line).
 _OPTIONAL: tuple[str, ...] = tuple(
+    field.name for field in msgspec.structs.fields(HistoryEvent) if field.default is msgspec.UNSET
+)
+_ALWAYS: tuple[str, ...] = tuple(
     field.name
     for field in msgspec.structs.fields(HistoryEvent)
-    if field.default is msgspec.UNSET and field.name in CompactLine.__struct_fields__
+    if field.name not in ELIDED_FIELDS and field.default is not msgspec.UNSET and field.name != "type"
 )
 _ENCODER = msgspec.json.Encoder()
 
@@ -101,37 +90,21 @@ class LineEncoder:
             event.last_accepted_config,
         )
         previous = self._previous
-        line = CompactLine(
-            node=event.node,
-            seq=seq,
-            ts=ts,
-            type=event.type.value,
-            term=event.term,
-            version=event.version,
-            state_uuid=event.state_uuid,
-            parent_uuid=event.parent_uuid,
-            quorum=event.quorum,
-        )
+        fields: dict[str, Any] = {name: getattr(event, name) for name in _ALWAYS}
+        fields.update(seq=seq, ts=ts, type=event.type.value)
         if folds_commit:
-            line.committed = True
+            fields[FOLDED] = True
         if previous is None:
-            line.format = FORMAT
-        if previous is None or previous[0] != current[0]:
-            line.cluster_uuid = current[0]
-        if previous is None or previous[1] != current[1]:
-            line.node_name = current[1]
-        if previous is None or previous[2] != current[2]:
-            line.master = current[2]
-        if previous is None or previous[3] != current[3]:
-            line.last_committed_config = current[3]
-        if previous is None or previous[4] != current[4]:
-            line.last_accepted_config = current[4]
+            fields["format"] = FORMAT
+        for index, name in enumerate(ELIDED_FIELDS):
+            if previous is None or previous[index] != current[index]:
+                fields[name] = current[index]
         for name in _OPTIONAL:
             value = getattr(event, name)
             if value is not msgspec.UNSET:
-                setattr(line, name, value)
+                fields[name] = value
         self._previous = current
-        return _ENCODER.encode(line) + b"\n"
+        return _ENCODER.encode(CompactLine(**fields)) + b"\n"
 
 
 def coerce_event(fields: Mapping[str, Any]) -> HistoryEvent:
