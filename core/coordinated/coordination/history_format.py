@@ -37,37 +37,8 @@ ELIDED_FIELDS: tuple[str, ...] = (
 FOLDED = "committed"  # the flag of a folded `applied` line
 
 
-def _compact_line_type() -> type[msgspec.Struct]:
-    """One format-2 line: `format` first (a reader tells the format by the line's first bytes), then the
-    fields of `HistoryEvent` in its order with `seq`, `ts` and the fold flag after `node`. The elided fields
-    may be UNSET (left out of the JSON); every other field keeps its type, and is written even when null.
-    Derived from `HistoryEvent`, so that a field added there is written in format 2 too."""
-    fields: list[tuple[str, Any, Any]] = [("format", int | msgspec.UnsetType, msgspec.UNSET)]
-    for field in msgspec.structs.fields(HistoryEvent):
-        if field.name in ELIDED_FIELDS:
-            fields.append((field.name, field.type | msgspec.UnsetType, msgspec.UNSET))
-        elif field.default is msgspec.NODEFAULT:
-            fields.append((field.name, field.type, msgspec.NODEFAULT))
-        else:
-            fields.append((field.name, field.type, field.default))
-        if field.name == "node":
-            fields += [("seq", int, msgspec.NODEFAULT), ("ts", float, msgspec.NODEFAULT)]
-            fields.append((FOLDED, bool | msgspec.UnsetType, msgspec.UNSET))
-    specs = [(name, kind) if default is msgspec.NODEFAULT else (name, kind, default) for name, kind, default in fields]
-    return msgspec.defstruct("CompactLine", specs, kw_only=True)
-
-
-CompactLine = _compact_line_type()
-# The optional fields of an event, copied as they are (UNSET stays out of the line).
-_OPTIONAL: tuple[str, ...] = tuple(
-    field.name for field in msgspec.structs.fields(HistoryEvent) if field.default is msgspec.UNSET
-)
-_ALWAYS: tuple[str, ...] = tuple(
-    field.name
-    for field in msgspec.structs.fields(HistoryEvent)
-    if field.name not in ELIDED_FIELDS and field.default is not msgspec.UNSET and field.name != "type"
-)
 _ENCODER = msgspec.json.Encoder()
+_ALL_UNCHANGED = dict.fromkeys(ELIDED_FIELDS, msgspec.UNSET)
 
 
 class LineEncoder:
@@ -81,7 +52,10 @@ class LineEncoder:
 
     def encode(self, event: HistoryEvent, seq: int, ts: float, *, folds_commit: bool = False) -> bytes:
         """The line (with its newline) for `event` at `seq`; with `folds_commit`, an `applied` event that also
-        stands for the node's `committed` of the same state at `seq - 1`."""
+        stands for the node's `committed` of the same state at `seq - 1`.
+
+        The event is encoded as it is (msgspec leaves UNSET fields out), with the fields that did not change
+        since the segment's previous line set to UNSET; `format`, `seq`, `ts` and the fold flag go first."""
         current = (
             event.cluster_uuid,
             event.node_name,
@@ -90,21 +64,22 @@ class LineEncoder:
             event.last_accepted_config,
         )
         previous = self._previous
-        fields: dict[str, Any] = {name: getattr(event, name) for name in _ALWAYS}
-        fields.update(seq=seq, ts=ts, type=event.type.value)
-        if folds_commit:
-            fields[FOLDED] = True
-        if previous is None:
-            fields["format"] = FORMAT
-        for index, name in enumerate(ELIDED_FIELDS):
-            if previous is None or previous[index] != current[index]:
-                fields[name] = current[index]
-        for name in _OPTIONAL:
-            value = getattr(event, name)
-            if value is not msgspec.UNSET:
-                fields[name] = value
         self._previous = current
-        return _ENCODER.encode(CompactLine(**fields)) + b"\n"
+        if previous is None:
+            body = _ENCODER.encode(event)
+            head = b'{"format":%d,"seq":%d,"ts":%r,' % (FORMAT, seq, ts)
+        else:
+            if previous == current:  # the common case: one write after another, nothing of these changed
+                unchanged = _ALL_UNCHANGED
+            else:
+                unchanged = {
+                    name: msgspec.UNSET for name, a, b in zip(ELIDED_FIELDS, previous, current, strict=True) if a == b
+                }
+            body = _ENCODER.encode(msgspec.structs.replace(event, **unchanged) if unchanged else event)
+            head = b'{"seq":%d,"ts":%r,' % (seq, ts)
+        if folds_commit:
+            head += b'"%s":true,' % FOLDED.encode()
+        return head + body[1:] + b"\n"
 
 
 def coerce_event(fields: Mapping[str, Any]) -> HistoryEvent:
@@ -191,7 +166,6 @@ def is_format2_start(first_line: bytes) -> bool:
 __all__ = [
     "ELIDED_FIELDS",
     "FORMAT",
-    "CompactLine",
     "ExpandedLine",
     "LineEncoder",
     "SegmentExpander",

@@ -240,9 +240,11 @@ class HistoryWriter:
         return seq
 
     def _write(self, line: bytes) -> None:
-        view = memoryview(line)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        written = os.write(self._fd, line)
+        if written < len(line):  # a short write (a signal, a nearly full disk): write the rest
+            view = memoryview(line)[written:]
+            while view:
+                view = view[os.write(self._fd, view) :]
         if self.fsync:
             os.fsync(self._fd)
 
