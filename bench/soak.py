@@ -32,6 +32,7 @@ from typing import Any
 
 import aiohttp
 
+from coordinated.sidecar.history_segments import list_segments
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode
 
 RETENTION = {
@@ -110,12 +111,28 @@ class Writer:
         self.failures = 0
         self.writes = 0
         self._stop = asyncio.Event()
+        self._go = asyncio.Event()
+        self._go.set()
+        self._idle = asyncio.Event()
+
+    async def paused(self) -> None:
+        """Stop writing until `resume`, once the write under way is answered."""
+        self._go.clear()
+        await self._idle.wait()
+
+    def resume(self) -> None:
+        self._go.set()
 
     async def run(self) -> None:
         interval = 1.0 / self.rate
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
             next_at = time.monotonic()
             while not self._stop.is_set():
+                if not self._go.is_set():
+                    self._idle.set()
+                    await self._go.wait()
+                    self._idle.clear()
+                    next_at = time.monotonic()
                 key = f"soak/{self.writes % KEYS}"
                 node = self.nodes[self.writes % len(self.nodes)]
                 value = self.writes
@@ -134,6 +151,7 @@ class Writer:
 
     def stop(self) -> None:
         self._stop.set()
+        self._go.set()
 
 
 def grew(samples: list[Sample], field: str, start_s: float) -> list[str]:
@@ -150,6 +168,29 @@ def grew(samples: list[Sample], field: str, start_s: float) -> list[str]:
         if second > first * (1 + relative) + absolute:
             problems.append(f"{node}: {field} grew from {first:.1f} to {second:.1f}")
     return problems
+
+
+def snapshot(dirs: list[Path], into: Path) -> list[Path]:
+    """The nodes' segment files at one moment, in folders that keep their paths from one audit to the next: the
+    nodes compress and delete segments while an audit reads, and a listing must hold still. Closed segments
+    are linked, the open (plain) ones copied, so that later appends stay out."""
+    shutil.rmtree(into, ignore_errors=True)
+    out = []
+    for folder in dirs:
+        target = into / folder.parent.name
+        target.mkdir(parents=True)
+        for segment in list_segments(folder):  # one file per segment, the compressed one where both exist
+            for path in (segment.path, segment.path.with_name(segment.path.name + ".zst")):
+                try:
+                    if path.name.endswith(".zst"):
+                        (target / path.name).hardlink_to(path)
+                    else:
+                        shutil.copyfile(path, target / path.name)
+                    break
+                except FileNotFoundError:
+                    continue  # compressed since the listing (try that), or deleted
+        out.append(target)
+    return out
 
 
 def audit(dirs: list[Path], report: Path, checkpoint: Path | None) -> dict[str, Any]:
@@ -221,7 +262,13 @@ async def soak(args: argparse.Namespace, cluster: LocalCluster, out: Path) -> li
                     flush=True,
                 )
             if next_audit is not None and elapsed >= next_audit:
-                reports.append(await asyncio.to_thread(audit, dirs, out / f"audit-{len(reports)}", checkpoint))
+                # Writes pause while the snapshot is taken: every node then holds the same writes, whole
+                # (a node read a moment after another would show commits whose acks the other has not yet).
+                await writer.paused()
+                await asyncio.sleep(1.0)
+                taken = snapshot(dirs, out / "snapshot")
+                writer.resume()
+                reports.append(await asyncio.to_thread(audit, taken, out / f"audit-{len(reports)}", checkpoint))
                 next_audit += args.audit_every * 60
             await asyncio.sleep(1.0)
     finally:
@@ -229,7 +276,8 @@ async def soak(args: argparse.Namespace, cluster: LocalCluster, out: Path) -> li
         await task
     samples.extend(sample(n, (time.monotonic() - started) / 60) for n in nodes)
     await asyncio.sleep(2.0)
-    reports.append(await asyncio.to_thread(audit, dirs, out / f"audit-{len(reports)}", checkpoint))
+    taken = snapshot(dirs, out / "snapshot")
+    reports.append(await asyncio.to_thread(audit, taken, out / f"audit-{len(reports)}", checkpoint))
     problems = []
     for field in TOLERANCE:
         problems += grew(samples, field, WARM_UP_S)
