@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from audit_helpers import remove_settings
 from pyspark.sql import SparkSession
 
 from coordinated.audit import cli
@@ -56,6 +57,19 @@ def valid_across_the_boundary(name: str, boundary: Callable[[HistoryBuilder], No
     hb.step_down(n("a"))
     hb.elect(n("b"), 2, [n("a"), n("c")])
     hb.publish(n("b"), [n("a"), n("c")])
+    return hb
+
+
+@scenario
+def valid_settings_removed_before_the_boundary(name: str, boundary: Callable[[HistoryBuilder], None]) -> HistoryBuilder:
+    """`node-tool remove-settings` on every stopped node before the boundary; after it, the new master's first
+    state descends from its own rewritten copy, which only the carried `settings_removed` event names."""
+    hb, n = start(name)
+    for x in "abc":
+        remove_settings(hb, n(x))
+    hb.elect(n("a"), 2, [n("b"), n("c")])  # so that no node's last event is its `settings_removed`
+    boundary(hb)
+    hb.publish(n("a"), [n("b"), n("c")])
     return hb
 
 

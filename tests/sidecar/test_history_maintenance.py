@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,8 @@ import pytest
 from test_sidecar_storage import state_with
 
 from coordinated.coordination.history import EventType, HistoryEvent
+from coordinated.coordination.settings import SettingsError
+from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.history import HistoryWriter, read_events_after, summarize_history
 from coordinated.sidecar.history_maintenance import HistoryMaintenance
 from coordinated.sidecar.history_retention import ClosedSegment, VolumeUsage, plan_cut
@@ -31,6 +34,37 @@ def policy(max_size: int = 64 * 1024, max_age_s: float = 0, segment_size: int = 
     return RetentionPolicy(
         max_size=max_size, max_age_s=max_age_s, high_watermark=0.85, flood_stage=0.95, segment_size=segment_size
     )
+
+
+def parsed_policy(**raw: str) -> RetentionPolicy:
+    return RetentionPolicy.from_settings(sidecar_registry().parse({"node.name": "n1", **raw}))
+
+
+def test_the_history_settings_parse_with_their_bounds_and_rule() -> None:
+    default = parsed_policy()
+    assert (default.max_size, default.max_age_s, default.segment_size) == (256 * MB, 7 * 86400, 16 * MB)
+    assert (default.high_watermark, default.flood_stage) == (0.85, 0.95)
+    # A watermark as a percentage or a ratio; no age limit; a segment never above a quarter of the retention.
+    custom = parsed_policy(
+        **{
+            "history.disk.watermark.high": "0.5",
+            "history.disk.watermark.flood_stage": "70%",
+            "history.retention.max_age": "0s",
+            "history.retention.max_size": "1mb",
+        }
+    )
+    assert (custom.high_watermark, custom.flood_stage, custom.max_age_s, custom.segment_size) == (0.5, 0.7, 0, MB // 4)
+    for name, value, problem in [
+        ("history.disk.watermark.high", "100%", "below 100%"),
+        ("history.disk.watermark.high", "lots", "expected a percentage"),
+        ("history.segment_size", "1kb", "[4kb]"),
+        ("history.retention.max_size", "8kb", "[16kb]"),
+        ("history.retention.max_age", "0", "such as 500ms"),
+    ]:
+        with pytest.raises(SettingsError, match=rf"\[{name}\].*{re.escape(problem)}"):
+            parsed_policy(**{name: value})
+    with pytest.raises(SettingsError, match=r"\[history.disk.watermark.high\] \(95%\) must be below"):
+        parsed_policy(**{"history.disk.watermark.high": "95%", "history.disk.watermark.flood_stage": "90%"})
 
 
 def base(node: str = "n1") -> HistoryEvent:

@@ -25,6 +25,9 @@ class EventType(StrEnum):
     # Written offline by `coordinated node-tool` before it rewrites the node's record (see `offline_recovery`):
     UNSAFE_BOOTSTRAP = "unsafe_bootstrap"  # the node became the sole voter of a NEW cluster (cluster_uuid)
     DETACHED = "detached"  # the node forgot its term (0) and cluster membership, to join another cluster
+    # The node's copy of its last-accepted state lost the persistent `settings`: same term, version and keys,
+    # a new state_uuid (its parent is the copy it replaced), so that no diff is applied to it as if unchanged.
+    SETTINGS_REMOVED = "settings_removed"
     # Recorded by the master when the state that makes the change is committed, with the `session` id:
     SESSION_CREATED = "session_created"
     SESSION_EXPIRED = "session_expired"  # the master heard no keepalive for the session's TTL
@@ -53,7 +56,9 @@ MARK_CARRYING_EVENT_TYPES: tuple[EventType, ...] = (EventType.RETENTION_CUT, Eve
 SHELL_FIELDS: tuple[tuple[str, type], ...] = (("seq", int), ("ts", float))
 # Fields for people reading a history; the audit does not rely on them (it reads `marks_accepted` of a
 # `retention_cut`: the newest state the deleted segments may have held evidence about).
-INFORMATIONAL_FIELDS = frozenset({"node_name", "reason", "cluster_uuid_committed", "marks_term", "snapshot"})
+INFORMATIONAL_FIELDS = frozenset(
+    {"node_name", "reason", "cluster_uuid_committed", "marks_term", "snapshot", "settings"}
+)
 
 
 class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,6 +77,7 @@ class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
     reason: str | msgspec.UnsetType = msgspec.UNSET  # stepped_down and session events
     session: str | msgspec.UnsetType = msgspec.UNSET  # session events only: the session's id
     snapshot: str | msgspec.UnsetType = msgspec.UNSET  # snapshot events only: `repository:snapshot`
+    settings: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET  # settings_removed only: the names removed
     # Reset events only: the record before the reset (`current_term` is the new record's term) ...
     current_term: int | msgspec.UnsetType = msgspec.UNSET
     cluster_uuid_committed: bool | msgspec.UnsetType = msgspec.UNSET

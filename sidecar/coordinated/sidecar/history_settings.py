@@ -7,69 +7,103 @@ the volume is full.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from coordinated.coordination.settings import Setting, SettingsError, parse_bool, parse_byte_size, parse_time_ms
+from coordinated.coordination.settings import (
+    Setting,
+    Settings,
+    SettingsRule,
+    Syntax,
+    ValueType,
+    bool_setting,
+    size_setting,
+    time_setting,
+)
 
-MIN_SEGMENT_SIZE = 4 * 1024
-MIN_RETENTION_SIZE = 4 * MIN_SEGMENT_SIZE
+MIN_SEGMENT_SIZE = "4kb"
+MIN_RETENTION_SIZE = "16kb"  # four of the smallest segments, since a segment is at most a quarter of it
 
-
-def parse_segment_size(value: str) -> int:
-    parsed = parse_byte_size(value)
-    if parsed < MIN_SEGMENT_SIZE:
-        raise ValueError(f"must be at least [4kb], got [{value}]")
-    return parsed
-
-
-def parse_retention_size(value: str) -> int:
-    parsed = parse_byte_size(value)
-    if parsed < MIN_RETENTION_SIZE:
-        raise ValueError(f"must be at least [16kb], got [{value}]")
-    return parsed
-
-
-def parse_max_age(value: str) -> int:
-    """A time, or `0` for no age limit (then only the size limit deletes segments)."""
-    if value.strip() == "0":
-        return 0
-    parsed = parse_time_ms(value)
-    if parsed <= 0:
-        raise ValueError(f"must be positive, or 0 for no limit, got [{value}]")
-    return parsed
-
-
-def parse_watermark(value: str) -> float:
-    """A share of the data volume: `85%` or `0.85`."""
-    text = value.strip()
-    try:
-        share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise ValueError(f"expected a percentage such as 85% (or a ratio such as 0.85), got [{value}]") from None
-    if not 0.0 < share < 1.0:
-        raise ValueError(f"must be above 0% and below 100%, got [{value}]")
-    return share
-
-
-HISTORY_SETTINGS = (
-    Setting("history.segment_size", parse_segment_size, "16mb"),
-    Setting("history.fsync", parse_bool, "false"),
-    Setting("history.retention.max_size", parse_retention_size, "256mb"),
-    Setting("history.retention.max_age", parse_max_age, "7d"),
-    Setting("history.disk.watermark.high", parse_watermark, "85%"),
-    Setting("history.disk.watermark.flood_stage", parse_watermark, "95%"),
+HISTORY_SEGMENT_SIZE = size_setting(
+    "history.segment_size",
+    "16mb",
+    minimum=MIN_SEGMENT_SIZE,
+    maximum="1gb",
+    doc="a history segment is closed (then compressed) once it would grow past this; at most a quarter of "
+    "`history.retention.max_size` is used",
+)
+HISTORY_FSYNC = bool_setting("history.fsync", False, doc="`true` fsyncs each history line")
+RETENTION_MAX_SIZE = size_setting(
+    "history.retention.max_size",
+    "256mb",
+    minimum=MIN_RETENTION_SIZE,
+    maximum="1024gb",
+    doc="the most bytes the history keeps on disk (compressed segments and the open one); the oldest closed "
+    "segments beyond it are deleted, once an archive has them if there is one",
+)
+RETENTION_MAX_AGE = time_setting(
+    "history.retention.max_age",
+    "7d",
+    minimum="0s",
+    maximum="3650d",
+    doc="closed segments last written longer ago than this are deleted (`0s`: no age limit)",
 )
 
 
-def check_history_settings(parsed: Mapping[str, Any]) -> None:
-    high, flood = parsed.get("history.disk.watermark.high"), parsed.get("history.disk.watermark.flood_stage")
-    if high is not None and flood is not None and high >= flood:
-        raise SettingsError(
-            f"setting [history.disk.watermark.high] ({high:.0%}) must be below "
-            f"[history.disk.watermark.flood_stage] ({flood:.0%})"
+@dataclass(frozen=True)
+class VolumeShare(ValueType[float]):
+    """A share of the data volume, written `85%` or `0.85`, strictly between 0 and 1."""
+
+    def parse(self, text: str) -> float:
+        stripped = text.strip()
+        try:
+            share = float(stripped[:-1]) / 100 if stripped.endswith("%") else float(stripped)
+        except ValueError:
+            raise ValueError(f"expected a percentage such as 85% (or a ratio such as 0.85), got [{text}]") from None
+        if not 0.0 < share < 1.0:
+            raise ValueError(f"must be above 0% and below 100%, got [{text}]")
+        return share
+
+    def bounds(self) -> str:
+        return "above 0% and below 100%"
+
+    def extremes(self) -> tuple[str, ...]:
+        return ("1%", "99%")
+
+    def syntax(self) -> Syntax:
+        return Syntax(
+            "expected a percentage such as 85% or a ratio such as 0.85",
+            "^([0-9]{1,2}([.][0-9]+)?%|0?[.][0-9]+)$",
         )
+
+
+DISK_WATERMARK_HIGH = Setting(
+    "history.disk.watermark.high",
+    VolumeShare(),
+    "85%",
+    "share of the data volume in use above which health turns yellow and names the disk (`85%` or `0.85`)",
+)
+DISK_WATERMARK_FLOOD_STAGE = Setting(
+    "history.disk.watermark.flood_stage",
+    VolumeShare(),
+    "95%",
+    "share of the data volume in use above which the oldest history segments are deleted down to the high "
+    "watermark, even where the archive does not have them yet; recorded in the history",
+)
+
+
+def _watermarks_in_order(settings: Settings) -> str | None:
+    high, flood = settings[DISK_WATERMARK_HIGH], settings[DISK_WATERMARK_FLOOD_STAGE]
+    if high < flood:
+        return None
+    return (
+        f"setting [{DISK_WATERMARK_HIGH.name}] ({high:.0%}) must be below "
+        f"[{DISK_WATERMARK_FLOOD_STAGE.name}] ({flood:.0%})"
+    )
+
+
+WATERMARKS_IN_ORDER = SettingsRule(
+    "`history.disk.watermark.high` must be below `history.disk.watermark.flood_stage`", _watermarks_in_order
+)
 
 
 @dataclass(frozen=True)
@@ -83,12 +117,12 @@ class RetentionPolicy:
     segment_size: int  # never more than a quarter of max_size, so a cut keeps the history near its limit
 
     @classmethod
-    def from_settings(cls, parsed: Mapping[str, Any]) -> RetentionPolicy:
-        max_size = int(parsed["history.retention.max_size"])
+    def from_settings(cls, settings: Settings) -> RetentionPolicy:
+        max_size = settings[RETENTION_MAX_SIZE]
         return cls(
             max_size=max_size,
-            max_age_s=int(parsed["history.retention.max_age"]) / 1000,
-            high_watermark=float(parsed["history.disk.watermark.high"]),
-            flood_stage=float(parsed["history.disk.watermark.flood_stage"]),
-            segment_size=min(int(parsed["history.segment_size"]), max_size // 4),
+            max_age_s=settings[RETENTION_MAX_AGE] / 1000,
+            high_watermark=settings[DISK_WATERMARK_HIGH],
+            flood_stage=settings[DISK_WATERMARK_FLOOD_STAGE],
+            segment_size=min(settings[HISTORY_SEGMENT_SIZE], max_size // 4),
         )

@@ -34,17 +34,19 @@ from coordinated.coordination.effects import (
 )
 from coordinated.coordination.history import EventType, HistoryEvent
 from coordinated.coordination.messages import Message
+from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.recovery import recovered_state_event
+from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, DiscoveryNode
-from coordinated.sidecar.auth import TransportAuth
-from coordinated.sidecar.change_log import ChangeLog
+from coordinated.sidecar.auth import SECRET_FILE, TransportAuth
+from coordinated.sidecar.change_log import CHANGE_LOG_SIZE, ChangeLog
 from coordinated.sidecar.config import NodeConfig
-from coordinated.sidecar.group_commit import GroupCommit
+from coordinated.sidecar.group_commit import PERSISTENCE_SYNC, GroupCommit
 from coordinated.sidecar.history import HistoryWriter, folds_with_next
 from coordinated.sidecar.history_maintenance import HistoryMaintenance
 from coordinated.sidecar.history_metrics import HistoryCollector
-from coordinated.sidecar.history_settings import RetentionPolicy
-from coordinated.sidecar.hooks import HookManager
+from coordinated.sidecar.history_settings import HISTORY_FSYNC, RetentionPolicy
+from coordinated.sidecar.hooks import HOOKS_TIMEOUT, HookManager
 from coordinated.sidecar.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.persistence import (
@@ -53,8 +55,16 @@ from coordinated.sidecar.persistence import (
     FilePersistedState,
     prepare_data_dir,
 )
-from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
-from coordinated.sidecar.transport import PeerSender, watch_until_closed
+from coordinated.sidecar.tls import TRANSPORT_TLS, ReloadingContext, Side
+from coordinated.sidecar.transport import (
+    TRANSPORT_CONNECT_TIMEOUT,
+    TRANSPORT_MAX_CHUNK_SIZE,
+    TRANSPORT_QUEUE_SIZE,
+    TRANSPORT_REQUEST_TIMEOUT,
+    TRANSPORT_RETRIES,
+    PeerSender,
+    watch_until_closed,
+)
 from coordinated.sidecar.watches import SharedBarrier, WatchHub
 
 log = logging.getLogger("coordinated.node")
@@ -72,38 +82,36 @@ class Node:
     def __init__(self, config: NodeConfig) -> None:
         """Opens the data directory; raises DataDirError (naming the file) if it cannot be used."""
         self.config = config
+        settings = config.settings
         prepare_data_dir(config.data_dir)
         self.lock = DataDirLock(config.data_dir)
         # Decides from the whole directory (node id, slots, history, hooks) whether to start fresh, load or
         # refuse; on a fresh start it also makes the node id.
         self.persisted = FilePersistedState(
             config.data_dir,
-            config.coordination.cluster_name,
-            deferred_sync=config.get("persistence.sync") == "background",
+            settings[CLUSTER_NAME],
+            deferred_sync=settings[PERSISTENCE_SYNC] == "background",
         )
         self.node_id = self.persisted.node_id
         summary = self.persisted.history_summary
-        policy = RetentionPolicy.from_settings(config.parsed)
+        policy = RetentionPolicy.from_settings(settings)
         self.history = HistoryWriter(
             self.history_dir,
             policy.segment_size,
-            config.get("history.fsync"),
+            settings[HISTORY_FSYNC],
             marks=(summary.term, summary.accepted),
             on_rotate=lambda path: self.history_maintenance.segment_closed(path),
         )
         # Compression, retention, and the watch over the files and the volume (an archive hooks in here).
         self.history_maintenance = HistoryMaintenance(self.history, config.data_dir, policy, self.history_identity)
-        recovered = recovered_state_event(
-            self.node_id, config.coordination.node_name, self.persisted.last_accepted_state, summary
-        )
+        recovered = recovered_state_event(self.node_id, config.node_name, self.persisted.last_accepted_state, summary)
         if recovered is not None:
             self.history.append(recovered)
-        secret_file = config.get("transport.secret_file")
+        secret_file = settings[SECRET_FILE]
         self.auth = TransportAuth.from_file(secret_file) if secret_file else None
-        transport_tls = TlsFiles.from_settings(config.parsed, "transport.ssl")
+        transport_tls = TRANSPORT_TLS.files(settings)
         self.transport_tls = ReloadingContext(transport_tls, Side.CLIENT) if transport_tls is not None else None
-        roles = ("master",) if config.coordination.master_eligible else ()
-        self.local_node = DiscoveryNode(self.node_id, config.coordination.node_name, config.transport_address, roles)
+        self.local_node = DiscoveryNode(self.node_id, config.node_name, config.transport_address, settings[NODE_ROLES])
         self.loop: asyncio.AbstractEventLoop | None = None
         self.coordinator: Coordinator | None = None
         # For health (did the last write fail?), and so that the change log keeps each accepted state until it
@@ -112,7 +120,7 @@ class Node:
         self.group_commit = GroupCommit(self.persisted, self._execute, self._on_sync_failure)
         self.metrics = NodeMetrics(self.status_snapshot)
         self.metrics.registry.register(HistoryCollector(lambda: self.history_maintenance.status))
-        self.hooks = HookManager(config.data_dir / HOOKS_FILE, config.get("hooks.timeout") / 1000)
+        self.hooks = HookManager(config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000)
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
         self._applied_event = asyncio.Event()
@@ -126,7 +134,7 @@ class Node:
         self.unresolved_seeds: list[str] = []
         self.stopping = False
         # Key watches (the client API's), parked here until an applied state changes their prefix.
-        self.key_watches = WatchHub(ChangeLog(config.get("watch.change_log.size")))
+        self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE]))
         self.shared_read_barrier = SharedBarrier(lambda: self.submit(ReadBarrier(), READ_BARRIER_TIMEOUT_MS))
         # Watch connections by peer address (see _watch_peers).
         self._watches: dict[str, asyncio.Task[None]] = {}
@@ -142,24 +150,24 @@ class Node:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._applied_event = asyncio.Event()
-        cfg = self.config
+        cfg, settings = self.config, self.config.settings
         self.sender = PeerSender(
             cfg.transport_address,
             self._on_send_failure,
             self.auth,
-            request_timeout_s=cfg.get("transport.request_timeout") / 1000,
-            connect_timeout_s=cfg.get("transport.connect_timeout") / 1000,
-            retries=cfg.get("transport.retries"),
-            queue_size=cfg.get("transport.queue_size"),
+            request_timeout_s=settings[TRANSPORT_REQUEST_TIMEOUT] / 1000,
+            connect_timeout_s=settings[TRANSPORT_CONNECT_TIMEOUT] / 1000,
+            retries=settings[TRANSPORT_RETRIES],
+            queue_size=settings[TRANSPORT_QUEUE_SIZE],
             tls_client=self.transport_tls,
             peer_name=self.peer_name,
-            max_chunk_size=cfg.get("transport.max_chunk_size"),
+            max_chunk_size=settings[TRANSPORT_MAX_CHUNK_SIZE],
         )
         await self.sender.start()
         await self.hooks.start()
         self.coordinator = Coordinator(
             local_node=self.local_node,
-            settings=cfg.coordination,
+            settings=settings,
             persisted=self.persist_monitor,
             rng=random.Random(),
             now=self.now_ms(),
@@ -375,7 +383,7 @@ class Node:
         try:
             addresses: list[str] = []
             unresolved: list[str] = []
-            for seed in self.coordinator.settings.seed_hosts:
+            for seed in self.coordinator.settings[SEED_HOSTS]:
                 host, _, port = seed.rpartition(":")
                 host = host.strip("[]")
                 try:

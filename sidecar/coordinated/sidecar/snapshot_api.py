@@ -27,6 +27,7 @@ from coordinated.coordination.client import (
 )
 from coordinated.coordination.history import EventType, HistoryEvent
 from coordinated.coordination.state import ClusterState, Repository
+from coordinated.coordination.state_events import state_event
 from coordinated.coordination.validation import repository_problem, snapshot_name_problem
 from coordinated.sidecar import snapshots
 from coordinated.sidecar.api import (
@@ -42,7 +43,7 @@ from coordinated.sidecar.api import (
     timeout_of,
 )
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.snapshots import SnapshotCorrupt, SnapshotFile
+from coordinated.sidecar.snapshots import PATH_REPO, SnapshotCorrupt, SnapshotFile
 
 
 def setup_snapshot_routes(router: web.UrlDispatcher) -> None:
@@ -68,8 +69,7 @@ def _name(request: web.Request, part: str, what: str) -> str:
 
 
 def _roots(node: Node) -> tuple[str, ...]:
-    roots: tuple[str, ...] = node.config.get("path.repo") or ()
-    return roots
+    return node.config.settings[PATH_REPO] or ()
 
 
 def _repository_exception(repo: str, reason: str, status: int = 400) -> BadRequest:
@@ -136,20 +136,7 @@ def _damaged_info(repo: str, name: str, error: SnapshotCorrupt, mtime: float) ->
 
 
 def _state_event(node: Node, event_type: EventType, state: ClusterState, name: str) -> HistoryEvent:
-    return HistoryEvent(
-        cluster_uuid=state.cluster_uuid,
-        node=node.node_id,
-        node_name=node.local_node.name,
-        type=event_type,
-        term=state.term,
-        version=state.version,
-        state_uuid=state.state_uuid,
-        parent_uuid=state.parent_uuid,
-        master=state.master_node,
-        last_committed_config=state.last_committed_config.node_ids,
-        last_accepted_config=state.last_accepted_config.node_ids,
-        snapshot=name,
-    )
+    return state_event(event_type, node.node_id, node.local_node.name, state, snapshot=name)
 
 
 # -- repositories ---------------------------------------------------------------------------------------

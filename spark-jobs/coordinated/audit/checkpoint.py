@@ -13,9 +13,9 @@ catches a violation whose events lie on both sides of the boundary. It is a JSON
 The carried events are the few old events the checks need to judge new ones: per node its last event, the
 event with its newest term, its last applied state and its last commit (since its last reset, if any), its
 reset events and its newest `retention_cut`; per cluster one event of every state in the last
-`CARRY_VERSIONS` versions below the tip (the master's `committed` where there is one), every `accepted`
-event of those states no master has committed yet (a commit after the boundary is judged against them), and
-the `elected` events of their terms. The next audit reads them with its new events: holes below each node's
+`CARRY_VERSIONS` versions below the tip (the master's `committed` where there is one, the `settings_removed`
+of a node's copy rewritten offline), every `accepted` event of those states no master has committed yet (a
+commit after the boundary is judged against them), and the `elected` events of their terms. The next audit reads them with its new events: holes below each node's
 first new seq are not gaps, and a state, term or node is judged only where at least one of its events is new
 (a violation among carried events alone was reported by the audit that read them). States older than the
 carried window that a new event names are outside the horizon (`horizon`), like states a retention cut
@@ -44,7 +44,14 @@ from pyspark.sql import types as T
 
 from coordinated.audit.horizon import Horizon
 from coordinated.audit.reading import CARRIED, Input, UnusableInput, merged_scouts, scout
-from coordinated.audit.schema import EVENT_COLUMNS, EVENT_SCHEMA, NODE_NAME_COLUMN, RESET_TYPES, STATE_TYPES
+from coordinated.audit.schema import (
+    EVENT_COLUMNS,
+    EVENT_SCHEMA,
+    NODE_NAME_COLUMN,
+    RESET_TYPES,
+    SETTINGS_REMOVED,
+    STATE_TYPES,
+)
 from coordinated.audit.segments import as_spark_names
 from coordinated.audit.violations import local_frame
 
@@ -304,7 +311,8 @@ def _since(last_reset: dict[tuple[str, str], int]) -> Column:
 
 
 def _window_events(events: DataFrame, floors: dict[str, int]) -> list[str]:
-    """One event per state of the carried window (the master's commit where there is one), the accepted
+    """One event per state of the carried window (the master's commit, or the `settings_removed` event of a
+    rewritten copy, where there is one), the accepted
     events of its states no master has committed, and the elected events of its terms (as JSON)."""
     if not floors:
         return []
@@ -312,9 +320,10 @@ def _window_events(events: DataFrame, floors: dict[str, int]) -> list[str]:
     for cid, value in floors.items():
         floor = F.when(F.col("cluster_uuid") == cid, F.lit(value)).otherwise(floor)
     typ = F.col("type")
-    in_window = typ.isin(*STATE_TYPES) & floor.isNotNull() & (F.col("version") >= floor)
+    rewritten = typ == SETTINGS_REMOVED  # a copy rewritten offline: its event says so (see `state_table`)
+    in_window = (typ.isin(*STATE_TYPES) | rewritten) & floor.isNotNull() & (F.col("version") >= floor)
     master_commit = (typ == "committed") & (F.col("node") == F.col("master"))
-    rank = F.when(master_commit, 3).when(typ == "accepted", 2).otherwise(1)
+    rank = F.when(master_commit | rewritten, 3).when(typ == "accepted", 2).otherwise(1)
     states = (
         events.filter(in_window)
         .groupBy("cluster_uuid", "state_uuid")
