@@ -25,6 +25,7 @@ from coordinated.operator.certificates import KeyPair
 from coordinated.operator.observation import PodObservation
 from coordinated.operator.sidecar_client import SidecarConnections, sidecar_url
 from coordinated.operator.spec import ClusterSpec
+from coordinated.sidecar.tls import TrustRestrictions
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 HOUR = datetime.timedelta(hours=1)
@@ -60,6 +61,23 @@ def test_pod_certificate_names_the_pod_and_the_services_not_an_ip() -> None:
         )
         == []
     )
+
+
+def test_the_transport_admits_the_pods_certificates_and_no_client_certificate() -> None:
+    """The trust restriction the operator sets matches every pod certificate it or cert-manager issues, and not
+    a client certificate made from the same CA."""
+    spec = cluster(tls={"clientAuthentication": "required"})
+    settings = args_settings(pod_spec(spec, manifests.BUILTIN_TLS)["containers"][0])
+    trust = TrustRestrictions(settings["transport.ssl.trust_restrictions"].split(","))
+    for pod in ("demo-0", "demo-4"):
+        names = certificates.dns_names_of(
+            certificates.issue(ca(), pod, manifests.pod_certificate_dns_names(spec, pod), NOW, HOUR).certificate
+        )
+        assert trust.problem({"subjectAltName": tuple(("DNS", name) for name in names)}) is None
+    wildcard = {"subjectAltName": tuple(("DNS", name) for name in manifests.wildcard_dns_names(spec))}
+    assert trust.problem(wildcard) is None  # cert-manager's one certificate for every pod
+    client = {"subject": ((("commonName", "reporting-app"),),), "subjectAltName": (("DNS", "reporting.ns.svc"),)}
+    assert trust.problem(client) is not None
 
 
 def test_renewal_is_due_after_the_fraction_of_the_lifetime() -> None:

@@ -195,6 +195,26 @@ def test_summary_reports_unreadable_lines_but_not_a_line_cut_by_a_crash(tmp_path
     assert (damaged.term, damaged.accepted) == (2, (2, 5))
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"node":"n1","seq":3,"type":"detached","term":0,"marks_term":-1,"marks_accepted":[2,5]}',
+        b'{"node":"n1","seq":3,"type":"retention_cut","term":2,"marks_term":2,"marks_accepted":[2,-5]}',
+        b'{"node":"n1","seq":3,"type":"term","term":9223372036854775808}',
+    ],
+)
+def test_a_mark_outside_the_wires_range_is_damage_not_a_mark(tmp_path: Path, line: bytes) -> None:
+    writer = HistoryWriter(tmp_path, 1 << 20)
+    writer.append_fields({"type": "term", "term": 2, "node": "n1"})
+    writer.append_fields({"type": "accepted", "term": 2, "version": 5, "node": "n1"})
+    writer.close()
+    segment = list_segments(tmp_path)[-1].path
+    segment.write_bytes(segment.read_bytes() + line + b"\n")
+    summary = summarize_history(tmp_path)
+    assert summary.damaged == f"unreadable [{segment}] line 3"
+    assert (summary.term, summary.accepted) == (2, (2, 5))
+
+
 def test_damage_inside_a_well_formed_line_is_reported_at_startup(tmp_path: Path) -> None:
     # A changed byte can leave `{...}` around a line that is no event any more: every line is decoded.
     writer = HistoryWriter(tmp_path, 1 << 20)

@@ -129,7 +129,7 @@ class SegmentExpander:
         stripped = raw.rstrip(b"\r\n")
         try:
             decoded = _DECODER.decode(stripped)
-        except msgspec.DecodeError:
+        except (ValueError, RecursionError):  # msgspec.DecodeError, invalid UTF-8, or arrays nested too deep
             return ExpandedLine(self._lines, stripped, None)
         if not isinstance(decoded, dict):
             return ExpandedLine(self._lines, stripped, None)

@@ -54,7 +54,7 @@ from coordinated.coordination.leader_checker import (
     LEADER_CHECK_RETRY_COUNT,
     LEADER_CHECK_TIMEOUT,
 )
-from coordinated.coordination.messages import Message
+from coordinated.coordination.messages import Message, decode_envelope
 from coordinated.coordination.offline_recovery import plan_remove_settings
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.publication import PUBLISH_TIMEOUT
@@ -401,6 +401,17 @@ class SimulatedCluster:
         (SIGSTOP) or of a slow link, and arrives after the receiver has moved on."""
         if target.coordinator is not None:
             self._run_effects(target, target.coordinator.handle_message(sender.address, message, self.now))
+
+    def deliver_from_wire(self, target: SimNode, sender_address: str, data: bytes) -> str | None:
+        """Hand `target` an encoded envelope as the sidecar's transport would: decoded first, and refused (with
+        the reason returned) if it does not decode; None once delivered. For tests that forge peer messages."""
+        try:
+            envelope = decode_envelope(data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as error:
+            return str(error)
+        if target.coordinator is not None:
+            self._run_effects(target, target.coordinator.handle_message(sender_address, envelope.message, self.now))
+        return None
 
     def _fail_send(self, index: int, boots: int, destination: str, message: Message) -> None:
         sim_node = self.nodes[index]

@@ -19,7 +19,12 @@ from coordinated.operator.spec import ClusterSpec
 from coordinated.sidecar.access import TOKENS_FILE
 from coordinated.sidecar.auth import SECRET_FILE
 from coordinated.sidecar.snapshots import PATH_REPO
-from coordinated.sidecar.tls import HTTP_SSL_CLIENT_AUTHENTICATION, HTTP_TLS, TRANSPORT_TLS
+from coordinated.sidecar.tls import (
+    HTTP_SSL_CLIENT_AUTHENTICATION,
+    HTTP_TLS,
+    TRANSPORT_SSL_TRUST_RESTRICTIONS,
+    TRANSPORT_TLS,
+)
 
 Manifest = dict[str, Any]
 
@@ -261,6 +266,8 @@ def security_settings(spec: ClusterSpec, tls_source: str | None) -> dict[str, st
             settings[port.key.name] = key
             settings[port.certificate_authorities.name] = f"{TLS_DIR}/{CA_CERT_KEY}"
         settings[HTTP_SSL_CLIENT_AUTHENTICATION.name] = spec.tls.client_authentication
+        # Only the pods' certificates are nodes': a client certificate from the same CA cannot join the transport.
+        settings[TRANSPORT_SSL_TRUST_RESTRICTIONS.name] = f"*.{headless_service_name(spec)}.{spec.namespace}.svc"
     if spec.auth_enabled:
         settings[TOKENS_FILE.name] = f"{TOKENS_DIR}/{TOKENS_KEY}"
     return settings

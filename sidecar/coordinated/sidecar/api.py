@@ -42,8 +42,9 @@ from coordinated.coordination.client import (
 )
 from coordinated.coordination.client_requests import NO_MASTER_BLOCK
 from coordinated.coordination.context import Mode
+from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.settings import CLUSTER_NAME, parse_time_ms
-from coordinated.coordination.state import LONG_MAX, session_binding_to_api, state_to_api
+from coordinated.coordination.state import session_binding_to_api, state_to_api
 from coordinated.coordination.validation import (
     hook_name_problem,
     key_prefix_problem,
@@ -53,6 +54,7 @@ from coordinated.coordination.validation import (
     settings_problem,
     stored_key_problem,
     txn_problem,
+    value_problem,
 )
 from coordinated.sidecar.access import Tokens, access_middleware
 from coordinated.sidecar.change_log import ChangesGone
@@ -60,6 +62,7 @@ from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
 from coordinated.sidecar.http_server import BODY_TIMEOUT_S, MAX_CONTENT_LENGTH
 from coordinated.sidecar.node import Node
+from coordinated.sidecar.problems import BLOCKING, RED, YELLOW, ProblemKind
 
 log = logging.getLogger("coordinated.api")
 _JSON_ENCODER = msgspec.json.Encoder()
@@ -403,11 +406,16 @@ def health_body(node: Node) -> dict[str, Any]:
     if foreign:
         problem = f"{problem}; {foreign}" if problem else foreign
     persistence_problem = node.persist_monitor.failure
+    problems = node.problems()
     history = node.history_maintenance.status
-    if status == "green" and (history.disk_problem or history.history_problem):
+    if status == "green" and any(found.kind in YELLOW for found in problems):
         status = "yellow"  # the node works, but its volume is filling up or its history lost something
-    if persistence_problem:
+    if any(found.kind in RED for found in problems):
         status = "red"  # this node cannot accept states: whatever it serves may be stale
+    if problem:
+        # Why no master, as far as the transport can tell: peers that refused this node, or that it refused.
+        refused = [found.reason for found in problems if found.kind is ProblemKind.TRANSPORT]
+        problem = "; ".join([problem, *refused])
     return {
         "cluster_name": state.cluster_name,
         "cluster_uuid": state.cluster_uuid,
@@ -420,6 +428,7 @@ def health_body(node: Node) -> dict[str, Any]:
         "persistence_problem": persistence_problem,
         "disk_problem": history.disk_problem or None,
         "history_problem": history.history_problem or None,
+        "problems": [found.to_api() for found in problems],
         "mode": str(node.coordinator.mode),
         "term": node.coordinator.current_term,
         "version": state.version,
@@ -499,6 +508,9 @@ async def metadata_put(request: web.Request) -> web.Response:
         check_session_id(session, "session")
     timeout_ms = timeout_of(query)
     value = await read_json(request)
+    problem = value_problem(key, value)  # before it is forwarded: every node must be able to decode it
+    if problem is not None:
+        raise BadRequest(problem)
     return write_result(key, await node_of(request).submit(KvPut(key, value, condition, session), timeout_ms))
 
 
@@ -870,8 +882,9 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     node = node_of(request)
     assert node.coordinator is not None
-    if node.persist_monitor.failure:
-        return web.json_response({"ready": False, "reason": node.persist_monitor.failure}, status=503)
+    blocking = [found.reason for found in node.problems() if found.kind in BLOCKING]
+    if blocking:
+        return web.json_response({"ready": False, "reason": "; ".join(blocking)}, status=503)
     if node.applied_state.master_node is not None and node.coordinator.mode is not Mode.CANDIDATE:
         return web.json_response({"ready": True, "master_node": node.applied_state.master_node})
     return web.json_response({"ready": False, "reason": node.coordinator.formation_problem or "no master"}, status=503)

@@ -13,7 +13,6 @@ import sys
 from aiohttp import web
 
 from coordinated.coordination.settings import SettingsError
-from coordinated.sidecar.access import TOKENS_FILE, Tokens
 from coordinated.sidecar.api import client_app
 from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
 from coordinated.sidecar.event_loop import loop_factory
@@ -120,14 +119,14 @@ async def serve(node: Node, config: NodeConfig) -> int:
             max_body,
             max_chunk_size=config.settings[TRANSPORT_MAX_CHUNK_SIZE],
             current_term=node.current_term,
+            refusals=node.refusals,
+            local_address=config.transport_address,
+            trust=node.transport_trust,
         ),
         access_log=None,
         handle_signals=False,
     )
-    tokens_file = config.settings[TOKENS_FILE]
-    client_runner = ClientAppRunner(
-        client_app(node, Tokens(tokens_file) if tokens_file else None, [setup_snapshot_routes])
-    )
+    client_runner = ClientAppRunner(client_app(node, node.tokens, [setup_snapshot_routes]))
     await transport_runner.setup()
     await client_runner.setup()
     sites = [

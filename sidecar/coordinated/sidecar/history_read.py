@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 import zstandard
 
+from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.history import MARK_CARRYING_EVENT_TYPES, RESET_EVENT_TYPES, EventType
 from coordinated.coordination.history_lines import is_complete
 from coordinated.coordination.recovery import HistorySummary
@@ -22,17 +24,21 @@ _FORMAT1_LINE = msgspec.json.Encoder(order="sorted")
 _RETRIES = 3  # a segment compressed or deleted under a reader: list the segments again, this often
 
 
+# A term or version a line records: an integer of the wire's range, or the line is damage (not a mark).
+_Mark = Annotated[int, msgspec.Meta(ge=0, le=LONG_MAX)]
+
+
 class _Head(msgspec.Struct):
     """What every line of either format carries, and the marks: decoding only this checks a line's shape."""
 
     node: str
     seq: int
     type: str
-    term: int
-    version: int | None = None
+    term: _Mark
+    version: _Mark | None = None
     committed: bool = False  # a folded line of format 2 stands for two events
-    marks_term: int | None = None
-    marks_accepted: tuple[int, int] | None = None
+    marks_term: _Mark | None = None
+    marks_accepted: tuple[_Mark, _Mark] | None = None
 
 
 _HEAD = msgspec.json.Decoder(_Head)
@@ -41,7 +47,7 @@ _HEAD = msgspec.json.Decoder(_Head)
 def _head(line: bytes) -> _Head | None:
     try:
         return _HEAD.decode(line)
-    except msgspec.DecodeError:
+    except (ValueError, RecursionError):  # msgspec.DecodeError, invalid UTF-8, or arrays nested too deep
         return None
 
 

@@ -41,6 +41,7 @@ class StatusSnapshot:
     change_log_events: int = 0  # key changes held for watches
     sessions_active: int = 0  # in the applied state
     ephemeral_keys: int = 0
+    problems: dict[str, int] | None = None  # by kind (`problems.ProblemKind`), every kind present
 
 
 class _CoreCollector(Collector):
@@ -107,6 +108,15 @@ class _CoreCollector(Collector):
         yield GaugeMetricFamily(
             "coordinated_ephemeral_keys", "Ephemeral keys in the applied state", value=status.ephemeral_keys
         )
+        if status.problems is not None:
+            problems = GaugeMetricFamily(
+                "coordinated_node_problems",
+                "What is wrong with this node now, by kind (the node's health lists each one with its reason)",
+                labels=["kind"],
+            )
+            for kind, count in sorted(status.problems.items()):
+                problems.add_metric([kind], count)
+            yield problems
         if status.sent_bytes is not None:
             sent = CounterMetricFamily(
                 "coordinated_transport_sent_bytes",

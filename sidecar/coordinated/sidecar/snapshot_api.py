@@ -226,7 +226,7 @@ async def snapshot_create(request: web.Request) -> web.Response:
     state = node.applied_state  # committed, and immutable: the snapshot is one version's state
     snapshot = snapshots.snapshot_of(state, snap, start_ms, start_ms)
     try:
-        await asyncio.to_thread(_write, location, snapshot)
+        await asyncio.to_thread(_write, location, snapshot, node.snapshot_secret)
     except snapshots.SnapshotExists:
         reason = f"[{repo}:{snap}] Invalid snapshot name [{snap}], snapshot with the same name already exists"
         return error_response("invalid_snapshot_name_exception", reason, 400)
@@ -236,14 +236,14 @@ async def snapshot_create(request: web.Request) -> web.Response:
     node.record_history(_state_event(node, EventType.SNAPSHOT_TAKEN, state, f"{repo}:{snap}"))
     if not wait:
         return web.json_response({"accepted": True})
-    written = await asyncio.to_thread(snapshots.read_snapshot, location, snap)
+    written = await asyncio.to_thread(snapshots.read_snapshot, location, snap, node.snapshot_secret)
     return web.json_response({"snapshot": snapshot_info(repo, written)})
 
 
-def _write(location: Path, snapshot: SnapshotFile) -> None:
+def _write(location: Path, snapshot: SnapshotFile, secret: bytes | None) -> None:
     location.mkdir(parents=True, exist_ok=True)
     end_ms = max(snapshot.start_time_in_millis, int(time.time() * 1000))
-    snapshots.write_snapshot(location, _with_end(snapshot, end_ms))
+    snapshots.write_snapshot(location, _with_end(snapshot, end_ms), secret)
 
 
 def _with_end(snapshot: SnapshotFile, end_ms: int) -> SnapshotFile:
@@ -259,22 +259,22 @@ async def snapshot_get(request: web.Request) -> web.Response:
     if isinstance(location, web.Response):
         return location
     if wanted in ("_all", "*"):
-        listed = await asyncio.to_thread(snapshots.list_snapshots, location)
+        listed = await asyncio.to_thread(snapshots.list_snapshots, location, node.snapshot_secret)
         infos = [
             snapshot_info(repo, entry) if isinstance(entry, SnapshotFile) else _damaged_info(repo, name, entry, mtime)
             for name, entry, mtime in listed
         ]
         return web.json_response({"snapshots": infos, "total": len(infos), "remaining": 0})
     snap = _name(request, "snap", "snapshot")
-    loaded = await _read(location, repo, snap)
+    loaded = await _read(node, location, repo, snap)
     if isinstance(loaded, web.Response):
         return loaded
     return web.json_response({"snapshots": [snapshot_info(repo, loaded)], "total": 1, "remaining": 0})
 
 
-async def _read(location: Path, repo: str, snap: str) -> SnapshotFile | web.Response:
+async def _read(node: Node, location: Path, repo: str, snap: str) -> SnapshotFile | web.Response:
     try:
-        return await asyncio.to_thread(snapshots.read_snapshot, location, snap)
+        return await asyncio.to_thread(snapshots.read_snapshot, location, snap, node.snapshot_secret)
     except snapshots.SnapshotMissing:
         return _missing_snapshot(repo, snap)
     except SnapshotCorrupt as error:
@@ -317,7 +317,7 @@ async def snapshot_restore(request: web.Request) -> web.Response:
     location = await _location(node, repo, timeout_ms)
     if isinstance(location, web.Response):
         return location
-    loaded = await _read(location, repo, snap)
+    loaded = await _read(node, location, repo, snap)
     if isinstance(loaded, web.Response):
         return loaded
     restore = RestoreSnapshot(
