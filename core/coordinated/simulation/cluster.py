@@ -271,6 +271,18 @@ class SimulatedCluster:
             sim_node.node = msgspec.structs.replace(sim_node.node, transport_address=new_address)
         self.start_node(index)
 
+    def lose_data(self, index: int) -> None:
+        """Crash a node and start it again on an empty disk, under the same name and address: a pod that gets a
+        new, empty claim after its volume was lost for good. It is a new node (a new id, no history), and it
+        has no bootstrap list (the operator empties it once the cluster has bootstrapped): it can only join."""
+        self.crash(index)
+        sim_node = self.nodes[index]
+        node = msgspec.structs.replace(sim_node.node, id=f"{sim_node.name}-{self.rng.getrandbits(32):08x}")
+        settings = sim_node.settings.with_values({INITIAL_MASTER_NODES: ()})
+        persisted = FlakyPersistedState(settings[CLUSTER_NAME], random.Random(self.rng.getrandbits(64)), node.id)
+        self.nodes[index] = SimNode(index, node, persisted, settings)
+        self.start_node(index)
+
     def storage_fault(self, index: int, fault: StorageFault) -> None:
         """Crash a node, damage its storage as `fault` says, and start it again: it loads what the startup
         rule allows, or refuses and stays down."""
