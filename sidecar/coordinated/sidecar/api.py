@@ -66,7 +66,7 @@ from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
 from coordinated.sidecar.http_server import BODY_TIMEOUT_S, MAX_CONTENT_LENGTH
 from coordinated.sidecar.listings import ListingGone
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.problems import BLOCKING, RED, ProblemKind
+from coordinated.sidecar.problems import BLOCKING, RED, YELLOW, ProblemKind
 from coordinated.sidecar.watch_streams import CLOSE_GRACE_S, LOST_MASTER, Filter, chunk, event_line
 from coordinated.sidecar.watch_streams import line as stream_line
 
@@ -419,6 +419,9 @@ def health_body(node: Node) -> dict[str, Any]:
         problem = f"{problem}; {foreign}" if problem else foreign
     persistence_problem = node.persist_monitor.failure
     problems = node.problems()
+    history = node.history_maintenance.status
+    if status == "green" and any(found.kind in YELLOW for found in problems):
+        status = "yellow"  # the node works, but its volume is filling up or its history lost something
     if any(found.kind in RED for found in problems):
         status = "red"  # this node cannot accept states: whatever it serves may be stale
     if problem:
@@ -435,6 +438,8 @@ def health_body(node: Node) -> dict[str, Any]:
         "number_of_master_eligible_nodes": sum(1 for n in nodes.values() if n.master_eligible),
         "formation_problem": problem,
         "persistence_problem": persistence_problem,
+        "disk_problem": history.disk_problem or None,
+        "history_problem": history.history_problem or None,
         "problems": [found.to_api() for found in problems],
         "mode": str(node.coordinator.mode),
         "term": node.coordinator.current_term,

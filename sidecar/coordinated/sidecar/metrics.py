@@ -195,8 +195,7 @@ class NodeMetrics:
         """One client API request answered with `status`."""
         _child(self.http_requests, self._requests_by_status, str(status)).inc()
 
-    def on_history(self, event: dict[str, Any]) -> None:
-        event_type = str(event.get("type"))
+    def on_history(self, event_type: str) -> None:
         _child(self.history_events, self._history_by_type, event_type).inc()
         if event_type in self.session_events:
             self.session_events[event_type].inc()
