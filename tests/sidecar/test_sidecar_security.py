@@ -109,6 +109,8 @@ def test_route_table() -> None:
     assert required_role("GET", "/_cluster/metadata/_watch") is Role.READER
     assert required_role("PUT", "/_cluster/metadata/locks/a") is Role.WRITER
     assert required_role("POST", "/_cluster/metadata/_txn") is Role.WRITER
+    assert required_role("GET", "/_cluster/metadata") is Role.READER  # a range read
+    assert required_role("DELETE", "/_cluster/metadata") is Role.WRITER  # a prefix delete
     assert required_role("POST", "/_sessions") is Role.WRITER
     # Sessions are a writer's, their listing included; as route templates too.
     assert required_role("GET", "/_sessions") is Role.WRITER
@@ -219,9 +221,20 @@ def test_tokens_roles_and_loopback_listener(make_cluster: Callable[..., LocalClu
     assert call("PUT", "/_cluster/metadata/k", READER, {"v": 3}, url=loopback) == 403
     assert call("GET", "/_cluster/metadata/k", READER, url=loopback) == 200
 
-    # Plain HTTP on the TLS port is refused: no HTTP answer at all.
-    with pytest.raises((ConnectionError, HTTPException, urllib.error.URLError)):
-        http("GET", f"http://127.0.0.2:{node.http_port}/healthz", timeout=5)
+    # Plain HTTP on the TLS port is refused with a 400 that says to use https (it used to be a bare close),
+    # whatever the request, and the port still speaks TLS afterwards.
+    for method, path in (("GET", "/healthz"), ("PUT", "/_cluster/metadata/k")):
+        status, answer = http(method, f"http://127.0.0.2:{node.http_port}{path}", {"v": 9}, timeout=5)
+        assert status == 400, answer
+        assert answer["error"]["type"] == "bad_request_exception"
+        assert (
+            f"this port speaks HTTPS only: send the request to https://<host>:{node.http_port}/"
+            in (answer["error"]["reason"])
+        )
+    assert call("GET", "/_cluster/metadata/k", READER) == 200
+    # A client that connects and leaves without a byte costs nothing and breaks nothing.
+    socket.create_connection(("127.0.0.2", node.http_port), timeout=5).close()
+    assert call("GET", "/healthz", None) == 200
 
     # The tokens file is re-read when it changes: a new token works, a removed one no longer does.
     newcomer = "newcomer-token-0123456789"

@@ -129,12 +129,36 @@ class MasterRow(msgspec.Struct):
     node: str
 
 
+class PrevKey(msgspec.Struct):
+    """A key as it was before a write (asked for with `prev_value`)."""
+
+    value: Any
+    version: int
+    create_version: int
+    session: str | Omitted = msgspec.UNSET
+
+
 class WriteAnswer(msgspec.Struct):
     """An acknowledged write: committed by a quorum in the state of this `version`."""
 
     key: str
     term: int
     version: int
+    prev: PrevKey | Omitted | None = msgspec.UNSET  # with `prev_value`: null if the key did not exist
+
+
+class PrefixDeleted(msgspec.Struct):
+    prefix: str
+    deleted: int  # how many keys
+    term: int
+    version: int
+
+
+class KeyCount(msgspec.Struct):
+    """`count_only`: how many keys are under the prefix in the state of this `version`."""
+
+    version: int
+    count: int
 
 
 class KeyAnswer(msgspec.Struct):
@@ -146,10 +170,12 @@ class KeyAnswer(msgspec.Struct):
 
 
 class TxnOpAnswer(msgspec.Struct):
-    op: Literal["put", "delete", "get"]
-    key: str
+    op: Literal["put", "delete", "get", "delete_prefix"]
+    key: str | Omitted = msgspec.UNSET  # every op's but delete_prefix's
+    prefix: str | Omitted = msgspec.UNSET  # a delete_prefix's
+    prev: PrevKey | Omitted | None = msgspec.UNSET  # a put's or a delete's, with `prev_value`
     found: bool | Omitted = msgspec.UNSET  # a get's
-    deleted: bool | Omitted = msgspec.UNSET  # a delete's
+    deleted: bool | int | Omitted = msgspec.UNSET  # a delete's (whether it existed), a delete_prefix's (how many)
     value: Any | Omitted = msgspec.UNSET  # a get's, when found
     version: int | Omitted = msgspec.UNSET
     create_version: int | Omitted = msgspec.UNSET

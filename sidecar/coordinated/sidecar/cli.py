@@ -17,6 +17,7 @@ from coordinated.sidecar.api import client_app
 from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
 from coordinated.sidecar.event_loop import loop_factory
 from coordinated.sidecar.http_server import ClientAppRunner
+from coordinated.sidecar.https_site import HttpsSite
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.openapi import EXTRA_ROUTES
 from coordinated.sidecar.persistence import DataDirError
@@ -106,6 +107,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def client_site(runner: web.BaseRunner, config: NodeConfig) -> web.TCPSite:
+    """With TLS on, a plain-HTTP request gets a 400 that says to use https (https_site.py), not a closed socket."""
+    context = listening_context(config, HTTP_TLS)
+    if context is None:
+        return web.TCPSite(runner, config.host, config.http_port, reuse_address=True)
+    return HttpsSite(runner, config.host, config.http_port, ssl_context=context)
+
+
 async def serve(node: Node, config: NodeConfig) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -137,13 +146,7 @@ async def serve(node: Node, config: NodeConfig) -> int:
             reuse_address=True,
             ssl_context=listening_context(config, TRANSPORT_TLS),
         ),
-        web.TCPSite(
-            client_runner,
-            config.host,
-            config.http_port,
-            reuse_address=True,
-            ssl_context=listening_context(config, HTTP_TLS),
-        ),
+        client_site(client_runner, config),
     ]
     try:
         for site in sites:

@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from coordinated.coordination.ranges import MAX_RANGE_LIMIT, RangePage
 from coordinated.sidecar import api_types as t
 from coordinated.sidecar.access import Role, required_role
 from coordinated.sidecar.api import setup_routes
@@ -43,6 +44,7 @@ class Param:
     name: str
     schema: dict[str, Any]
     description: str
+    required: bool = False
 
 
 TIMEOUT = Param("timeout", TIME_VALUE, "how long to wait for the master to answer; default 30s, at most 1h")
@@ -50,13 +52,17 @@ MASTER_TIMEOUT = Param("master_timeout", TIME_VALUE, "another name of `timeout` 
 TIMEOUTS = (TIMEOUT, MASTER_TIMEOUT)
 LOCAL = Param("local", BOOLEAN, "answer from this node's applied state at once, without asking the master")
 IF_VERSION = Param("if_version", COUNT, "write only if the key's version is this (0: only if it does not exist)")
+PREFIX = Param("prefix", {"type": "string"}, "only the keys that start with this; default every key")
+PREV_VALUE = Param(
+    "prev_value", BOOLEAN, "the answer carries the key as it was before (`prev`; null: it did not exist)"
+)
 WAIT_FOR_COMPLETION = Param("wait_for_completion", BOOLEAN, "answer when the work is done")
 
 
 @dataclass(frozen=True)
 class Operation:
     summary: str
-    answer: Any  # the JSON answer's type, or a media type's schema (`Text`, `NdJson`)
+    answer: Any  # the JSON answer's type (a tuple: one of them), or a media type's schema (`Text`, `NdJson`)
     status: int = 200
     params: tuple[Param, ...] = ()
     body: Any = None  # the request body's type; None: the route takes no body
@@ -64,6 +70,7 @@ class Operation:
     errors: tuple[int, ...] = (400,)  # besides 401 and 403, which every route behind a token may answer
     description: str = ""
     or_text: bool = False  # the answer may also be `text/plain` (a format chosen by a parameter)
+    or_ndjson: bool = False  # the answer may also be `application/x-ndjson` (a stream chosen by a parameter)
     also: tuple[tuple[int, str], ...] = ()  # other statuses answered with the answer's type, and what they mean
 
 
@@ -158,16 +165,44 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         errors=WRITE_ERRORS,
     ),
     ("GET", "/_cluster/metadata/_watch"): Operation(
-        "The changes under `prefix` after `after_version`, waiting up to `timeout` for one.",
+        "The changes under `prefix` after `after_version`, waiting up to `timeout` for one; with `stream=true`,"
+        " every change as it comes, one JSON object per line, until the client closes the stream.",
         t.WatchAnswer,
         params=(
-            Param("prefix", {"type": "string"}, "only keys that start with this; default every key"),
+            PREFIX,
             Param("after_version", COUNT, "changes after this version; default from now"),
-            Param("timeout", TIME_VALUE, "how long to wait for a change; default 30s, at most 5m"),
+            Param("timeout", TIME_VALUE, "how long to wait for a change; default 30s, at most 5m; not with `stream`"),
             MASTER_TIMEOUT,
             LOCAL,
+            Param("stream", BOOLEAN, "a stream (`application/x-ndjson`); `prefix` may then be given several times"),
+            Param("prev_value", BOOLEAN, "a stream's events carry the key as it was before (needs `stream`)"),
+            Param("filter", {"type": "string", "enum": ["put", "delete"]}, "only these events (needs `stream`)"),
+        ),
+        or_ndjson=True,
+        errors=(400, 410, 503),
+    ),
+    ("GET", "/_cluster/metadata"): Operation(
+        "A page of the keys under `prefix`, in key order, from one state version; or their count.",
+        (RangePage, t.KeyCount),  # one of
+        params=(
+            PREFIX,
+            Param("keys_only", BOOLEAN, "without the values"),
+            Param("limit", {"type": "integer", "minimum": 1, "maximum": MAX_RANGE_LIMIT}, "keys per page"),
+            Param("after", {"type": "string"}, "the next page: the keys after this one (the last page's `next`)"),
+            Param("at_version", COUNT, "the next page: from the state of the first page (its `version`)"),
+            Param("count_only", BOOLEAN, "only the count of the keys under `prefix`"),
+            LOCAL,
+            *TIMEOUTS,
         ),
         errors=(400, 410, 503),
+        description="Linearizable unless `local`; a continuation reads the state of its listing's first page, "
+        "or answers 410 once that state is no longer kept.",
+    ),
+    ("DELETE", "/_cluster/metadata"): Operation(
+        "Delete every key under `prefix` (every key if it is empty) in one committed state.",
+        t.PrefixDeleted,
+        params=(Param("prefix", {"type": "string"}, "the keys to delete: those starting with this", True), *TIMEOUTS),
+        errors=(400, 503),
     ),
     ("PUT", KEY): Operation(
         "Write a key (any JSON value), acknowledged once a quorum has committed it.",
@@ -177,6 +212,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
             IF_VERSION,
             Param("op_type", {"type": "string", "enum": ["index", "create"]}, "`create`: only if it does not exist"),
             Param("session", {"type": "string"}, "bind the key to this session: it ends with the session"),
+            PREV_VALUE,
         ),
         body=Any,
         errors=(*WRITE_ERRORS, 404, 409),
@@ -184,7 +220,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("DELETE", KEY): Operation(
         "Delete a key (acknowledged even if it did not exist).",
         t.WriteAnswer,
-        params=(*TIMEOUTS, IF_VERSION),
+        params=(*TIMEOUTS, IF_VERSION, PREV_VALUE),
         errors=(400, 409, 503),
     ),
     ("GET", KEY): Operation(
@@ -361,16 +397,19 @@ def _parameters(path: str, operation: Operation) -> list[dict[str, Any]]:
         for name in in_path
     ]
     for param in operation.params:
-        parameters.append({"name": param.name, "in": "query", "description": param.description, "schema": param.schema})
+        parameter = {"name": param.name, "in": "query", "description": param.description, "schema": param.schema}
+        parameters.append({**parameter, "required": True} if param.required else parameter)
     return parameters
 
 
 def _responses(operation: Operation, role: Role, schema_of: dict[Any, dict[str, Any]]) -> dict[str, Any]:
     media = _media(operation.answer)
-    answer_schema = schema_of[operation.answer] if media == JSON else {"type": "string"}
+    answer_schema = _answer_schema(operation.answer, schema_of) if media == JSON else {"type": "string"}
     content = _content(answer_schema, media)
     if operation.or_text:
         content["text/plain"] = {"schema": {"type": "string"}}
+    if operation.or_ndjson:
+        content["application/x-ndjson"] = {"schema": {"type": "string"}}
     responses: dict[str, Any] = {str(operation.status): {"description": operation.summary, "content": content}}
     statuses = set(operation.errors)
     if role is not Role.OPEN:
@@ -380,6 +419,15 @@ def _responses(operation: Operation, role: Role, schema_of: dict[Any, dict[str, 
     for status, meaning in operation.also:
         responses[str(status)] = {"description": meaning, "content": _content(answer_schema, JSON)}
     return responses
+
+
+def _answer_types(answer: Any) -> tuple[Any, ...]:
+    return answer if isinstance(answer, tuple) else (answer,)
+
+
+def _answer_schema(answer: Any, schema_of: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+    schemas = [schema_of[one] for one in _answer_types(answer)]
+    return schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
 
 
 def _operation(method: str, path: str, operation: Operation, schema_of: dict[Any, dict[str, Any]]) -> dict[str, Any]:
@@ -412,7 +460,8 @@ def build_document() -> dict[str, Any]:
     if undocumented or unserved:
         raise ValueError(f"routes without an entry in OPERATIONS: {undocumented}; entries without a route: {unserved}")
     types = sorted({op.body for op in OPERATIONS.values() if op.body is not None}, key=repr)
-    types += sorted({op.answer for op in OPERATIONS.values() if _media(op.answer) == JSON}, key=repr)
+    answers = {one for op in OPERATIONS.values() if _media(op.answer) == JSON for one in _answer_types(op.answer)}
+    types += sorted(answers, key=repr)
     types = [*dict.fromkeys([t.ErrorAnswer, *types])]
     schemas, components = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
     schema_of = dict(zip(types, schemas, strict=True))
