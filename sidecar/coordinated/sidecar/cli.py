@@ -19,8 +19,8 @@ from coordinated.sidecar.event_loop import loop_factory
 from coordinated.sidecar.http_server import ClientAppRunner
 from coordinated.sidecar.https_site import HttpsSite
 from coordinated.sidecar.node import Node
+from coordinated.sidecar.openapi import EXTRA_ROUTES
 from coordinated.sidecar.persistence import DataDirError
-from coordinated.sidecar.snapshot_api import setup_snapshot_routes
 from coordinated.sidecar.tls import HTTP_TLS, TRANSPORT_TLS, ReloadingContext, Side, TlsSettings
 from coordinated.sidecar.transport import TRANSPORT_MAX_CHUNK_SIZE, transport_app
 
@@ -135,7 +135,7 @@ async def serve(node: Node, config: NodeConfig) -> int:
         access_log=None,
         handle_signals=False,
     )
-    client_runner = ClientAppRunner(client_app(node, node.tokens, [setup_snapshot_routes]))
+    client_runner = ClientAppRunner(client_app(node, node.tokens, EXTRA_ROUTES))
     await transport_runner.setup()
     await client_runner.setup()
     sites = [

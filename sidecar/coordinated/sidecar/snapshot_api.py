@@ -148,9 +148,10 @@ def _repository_body(repo: Repository) -> dict[str, Any]:
 
 async def repositories_get(request: web.Request) -> web.Response:
     query = check_params(request, {"local", "master_timeout"})
+    timeout_ms = timeout_of(query)  # checked even with `local`, which does not wait for the master
     node = node_of(request)
     if not param_bool(query, "local", False):
-        problem = await read_barrier(node, timeout_of(query))
+        problem = await read_barrier(node, timeout_ms)
         if problem is not None:
             return problem
     registered = node.applied_state.repositories
@@ -252,6 +253,8 @@ def _with_end(snapshot: SnapshotFile, end_ms: int) -> SnapshotFile:
 
 async def snapshot_get(request: web.Request) -> web.Response:
     query = check_params(request, {"master_timeout", "timeout", "ignore_unavailable", "verbose"})
+    for name in ("ignore_unavailable", "verbose"):  # accepted for Elasticsearch's clients: no effect
+        param_bool(query, name, False)
     repo = _name(request, "repo", "repository")
     wanted = request.match_info["snap"]
     node = node_of(request)
