@@ -11,6 +11,7 @@ import pytest
 from audit_helpers import audit_dir
 from pyspark.sql import SparkSession
 
+from coordinated.sidecar.history_read import read_events_after
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
@@ -32,12 +33,8 @@ def test_histories_with_snapshot_events_audit_clean(spark: SparkSession, tmp_pat
         assert nodes[0].put("/_cluster/metadata/after", 1)[0] == 200
     finally:
         cluster.stop_all()
-    lines = [
-        json.loads(line)
-        for node in nodes
-        for path in sorted((node.data_dir / "history").iterdir())
-        for line in path.read_text().splitlines()
-    ]
+    # As GET /_history reads them: format-1 events, whatever the segments' format and compression.
+    lines = [json.loads(line) for node in nodes for line in read_events_after(node.data_dir / "history", 0)]
     assert {"snapshot_taken", "snapshot_restored"} <= {event["type"] for event in lines}
     histories = tmp_path / "histories"
     for node in nodes:
