@@ -4,6 +4,7 @@ import pytest
 
 from coordinated.coordination.settings import (
     CoordinationSettings,
+    Setting,
     SettingsError,
     coordination_registry,
     format_time_ms,
@@ -83,3 +84,16 @@ def test_dynamic_settings_overlay_the_nodes_own() -> None:
     overlaid = settings.with_dynamic({"cluster.no_master_block": "all", "cluster.publish.timeout": "5s"})
     assert overlaid.no_master_block == "all"
     assert overlaid.publish_timeout == 5000
+
+
+def test_an_affix_setting_covers_one_user_chosen_segment() -> None:
+    registry = coordination_registry()
+    registry.register(Setting("s3.client.*.read_timeout", parse_time_ms, "50s"))
+    parsed = registry.parse({"node.name": "n1", "s3.client.backups.read_timeout": "5s"})
+    assert parsed["s3.client.backups.read_timeout"] == 5000
+    assert "s3.client.*.read_timeout" not in parsed, "an affix setting's default belongs to no name"
+    for wrong in ("s3.client.read_timeout", "s3.client.a.b.read_timeout", "s3.client.a.read_timeouts"):
+        with pytest.raises(SettingsError, match=rf"unknown setting \[{wrong}\]"):
+            registry.parse_one(wrong, "5s")
+    with pytest.raises(SettingsError, match=r"\[s3.client.backups.read_timeout\]"):
+        registry.parse_one("s3.client.backups.read_timeout", "soon")

@@ -57,9 +57,10 @@ def test_agrees_with_the_sidecar_registry() -> None:
     sidecar_settings = pytest.importorskip("coordinated.coordination.settings")
     known = set(sidecar_settings.coordination_registry().settings)
     ours = set(USER_SETTINGS) | set(OPERATOR_MANAGED_SETTINGS)
-    # transport.secret_file, path.repo and the TLS and token settings are the sidecar service's, registered
-    # outside the protocol core; the operator sets them all itself.
-    assert ours - known <= {"transport.secret_file", "path.repo", *SECURITY_SETTINGS}
+    # transport.secret_file, path.repo, the archive's and the TLS and token settings are the sidecar service's,
+    # registered outside the protocol core; the operator sets them all itself.
+    archive = {name for name in OPERATOR_MANAGED_SETTINGS if name.startswith("history.archive.")}
+    assert ours - known <= {"transport.secret_file", "path.repo", *SECURITY_SETTINGS, *archive}
     assert set(OPERATOR_MANAGED_SETTINGS) >= SECURITY_SETTINGS
     assert known - ours == set(), f"settings the operator does not know: {sorted(known - ours)}"
 

@@ -152,6 +152,15 @@ class Setting:
     per_node: bool = False  # the node's identity or its way into the cluster, given by whoever starts it
 
 
+# In a registered name, `*` stands for one name segment chosen by the user, as in Elasticsearch's affix settings
+# (`s3.client.*.endpoint` covers `s3.client.backups.endpoint`).
+AFFIX = "*"
+
+
+def _affix_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(r"[^.]+".join(re.escape(part) for part in name.split(AFFIX)))
+
+
 @dataclass
 class SettingsRegistry:
     """The known settings. The sidecar registers its own on top of the coordination ones."""
@@ -159,9 +168,19 @@ class SettingsRegistry:
     settings: dict[str, Setting] = field(default_factory=dict)
     # Rules between settings, run on the parsed map; each raises SettingsError.
     cross_checks: list[Callable[[Mapping[str, Any]], None]] = field(default_factory=list)
+    _affixes: list[tuple[re.Pattern[str], Setting]] = field(default_factory=list)
 
     def register(self, setting: Setting) -> None:
         self.settings[setting.name] = setting
+        if AFFIX in setting.name:
+            self._affixes.append((_affix_pattern(setting.name), setting))
+
+    def find(self, name: str) -> Setting | None:
+        """The setting `name` is, directly or through an affix name."""
+        setting = self.settings.get(name)
+        if setting is None:
+            setting = next((found for pattern, found in self._affixes if pattern.fullmatch(name)), None)
+        return setting
 
     def parse(self, raw: Mapping[str, str]) -> dict[str, Any]:
         """Validate every raw setting and fill in defaults. Raises SettingsError naming the setting."""
@@ -169,7 +188,7 @@ class SettingsRegistry:
         for name, value in raw.items():
             parsed[name] = self.parse_one(name, value)
         for name, setting in self.settings.items():
-            if name in parsed:
+            if name in parsed or AFFIX in name:  # an affix setting's default is read where it is used
                 continue
             if setting.required:
                 raise SettingsError(f"setting [{name}] is required")
@@ -183,7 +202,7 @@ class SettingsRegistry:
         retired = retired_setting_message(name)
         if retired:
             raise SettingsError(retired)
-        setting = self.settings.get(name)
+        setting = self.find(name)
         if setting is None:
             raise SettingsError(f"unknown setting [{name}]")
         if not isinstance(value, str):
@@ -197,7 +216,7 @@ class SettingsRegistry:
         """Check a `PUT /_cluster/settings` body; None resets a setting to its default."""
         checked: dict[str, Any] = {}
         for name, value in updates.items():
-            setting = self.settings.get(name)
+            setting = self.find(name)
             if setting is not None and not setting.dynamic:
                 raise SettingsError(f"setting [{name}] is not dynamically updateable")
             checked[name] = None if value is None else self.parse_one(name, value)

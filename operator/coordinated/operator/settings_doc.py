@@ -23,7 +23,7 @@ from coordinated.coordination.settings import (
     coordination_registry,
     retired_setting_message,
 )
-from coordinated.operator.settings_validation import OPERATOR_MANAGED_SETTINGS, USER_SETTINGS
+from coordinated.operator.settings_validation import USER_SETTINGS, operator_managed
 from coordinated.sidecar.config import SIDECAR_SETTINGS
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "settings.md"
@@ -99,6 +99,26 @@ MEANINGS: dict[str, str] = {
     "http.ssl.certificate_authorities": "CAs for client certificates (PEM)",
     "http.ssl.client_authentication": "client certificates: `none`, `optional` or `required`",
     "http.auth.tokens_file": "file of `ROLE TOKEN` lines (`admin`, `writer`, `reader`); without it, no authentication",
+    # The history archive and the S3 clients (docs/sidecar.md#the-history-archive).
+    "history.archive.type": "`s3` uploads every closed history segment to object storage; unset: no archive",
+    "history.archive.s3.bucket": "the archive's bucket (required with `history.archive.type: s3`)",
+    "history.archive.s3.base_path": "key prefix in the bucket; objects go under "
+    "`BASE_PATH/CLUSTER_UUID/NODE_ID/segment-N...`",
+    "history.archive.s3.client": "the `s3.client.NAME` the archive uses",
+    "s3.client.*.endpoint": "`host[:port]` (with `protocol`) or an `http(s)://` URL of an S3-compatible service; "
+    "none: AWS's endpoint for the region",
+    "s3.client.*.protocol": "`https` or `http`, for an endpoint given as `host[:port]`",
+    "s3.client.*.region": "the region requests are signed for",
+    "s3.client.*.path_style_access": "`true` addresses buckets as `endpoint/bucket/key` (most S3-compatible "
+    "services), `false` as `bucket.endpoint/key`",
+    "s3.client.*.credentials_file": "an AWS credentials file whose `[default]` profile holds the keys (re-read "
+    "every 20 minutes); none: the environment (`AWS_ACCESS_KEY_ID`...), a web-identity token "
+    "(`AWS_WEB_IDENTITY_TOKEN_FILE`, `AWS_ROLE_ARN`) or the instance's role",
+    "s3.client.*.read_timeout": "how long to wait for an answer before the request is retried",
+    "s3.client.*.max_retries": "retries of a failed request, with exponential backoff (0 to 20)",
+    "s3.client.*.access_key": "refused: credentials never go in settings (see `credentials_file`)",
+    "s3.client.*.secret_key": "refused: credentials never go in settings (see `credentials_file`)",
+    "s3.client.*.session_token": "refused: credentials never go in settings (see `credentials_file`)",
 }
 
 # Zen1 names users are most likely to bring along; the registry rejects every discovery.zen.* name.
@@ -121,7 +141,7 @@ def all_settings() -> list[Setting]:
 def _on_kubernetes(name: str) -> str:
     if name in USER_SETTINGS:
         return "`spec.settings`"
-    if name in OPERATOR_MANAGED_SETTINGS:
+    if operator_managed(name) is not None:
         return "set by the operator"
     return "not settable"
 

@@ -44,7 +44,23 @@ OPERATOR_MANAGED_SETTINGS: dict[str, str] = {
     "http.ssl.client_authentication": "set spec.tls.clientAuthentication instead",
     "http.auth.tokens_file": "the operator sets tokens from spec.auth and mounts the tokens file it manages",
     "path.repo": "the operator sets it to the snapshot volume's mount path from spec.snapshots",
+    **{
+        name: "the operator sets the archive from spec.archive"
+        for name in ("history.archive.type", "history.archive.s3.bucket", "history.archive.s3.base_path")
+    },
+    "history.archive.s3.client": "the operator sets the archive from spec.archive",
 }
+# Whole families of settings the operator writes: the S3 clients come from spec.archive and spec.snapshots.
+OPERATOR_MANAGED_PREFIXES: dict[str, str] = {
+    "s3.client.": "the operator sets the S3 client from spec.archive and spec.snapshots",
+}
+
+
+def operator_managed(name: str) -> str | None:
+    """Why the operator sets `name` itself, or None if a user may."""
+    if name in OPERATOR_MANAGED_SETTINGS:
+        return OPERATOR_MANAGED_SETTINGS[name]
+    return next((why for prefix, why in OPERATOR_MANAGED_PREFIXES.items() if name.startswith(prefix)), None)
 
 # Zen1 names, rejected with what replaced them (the sidecar rejects them the same way at startup).
 _ZEN1_REPLACEMENTS = {
@@ -64,8 +80,8 @@ def validate_settings(settings: Mapping[str, object] | None) -> list[str]:
         if name.startswith("discovery.zen."):
             replacement = _ZEN1_REPLACEMENTS.get(name, "the cluster.* and discovery.* settings of Zen2")
             problems.append(f"setting [{name}] is from Zen1 discovery and is not supported; use {replacement}")
-        elif name in OPERATOR_MANAGED_SETTINGS:
-            problems.append(f"setting [{name}] is managed by the operator: {OPERATOR_MANAGED_SETTINGS[name]}")
+        elif operator_managed(name) is not None:
+            problems.append(f"setting [{name}] is managed by the operator: {operator_managed(name)}")
         elif name not in USER_SETTINGS:
             problems.append(f"unknown setting [{name}]")
         elif not isinstance(value, str):

@@ -17,6 +17,7 @@ from coordinated.coordination.settings import (
     parse_byte_size,
     parse_time_ms,
 )
+from coordinated.sidecar.s3_settings import ARCHIVE_SETTINGS, S3_CLIENT_SETTINGS, check_archive_settings
 from coordinated.sidecar.security_settings import SECURITY_SETTINGS, check_security_settings
 
 
@@ -129,6 +130,8 @@ SIDECAR_SETTINGS = (
     Setting("persistence.sync", parse_persistence_sync, "inline"),
     Setting("path.repo", parse_repo_paths, None),
     *SECURITY_SETTINGS,
+    *ARCHIVE_SETTINGS,
+    *S3_CLIENT_SETTINGS,
 )
 
 
@@ -137,6 +140,7 @@ def sidecar_registry() -> SettingsRegistry:
     for setting in SIDECAR_SETTINGS:
         registry.register(setting)
     registry.cross_checks.append(check_security_settings)
+    registry.cross_checks.append(check_archive_settings)
     return registry
 
 
