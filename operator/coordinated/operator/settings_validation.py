@@ -62,6 +62,7 @@ def operator_managed(name: str) -> str | None:
         return OPERATOR_MANAGED_SETTINGS[name]
     return next((why for prefix, why in OPERATOR_MANAGED_PREFIXES.items() if name.startswith(prefix)), None)
 
+
 # Zen1 names, rejected with what replaced them (the sidecar rejects them the same way at startup).
 _ZEN1_REPLACEMENTS = {
     "discovery.zen.minimum_master_nodes": "nothing: the voting configuration sets the quorum automatically",
