@@ -106,3 +106,18 @@ def test_a_line_is_one_compact_json_object_with_sorted_keys(tmp_path: Path) -> N
     assert line.endswith(b',"type":"accepted","where":"%s"}' % str(tmp_path).encode())
     assert b" " not in line.replace(str(tmp_path).encode(), b"")
     assert list(json.loads(line)) == sorted(json.loads(line))
+
+
+def test_each_rotation_reports_the_closed_segment(tmp_path: Path) -> None:
+    closed: list[Path] = []
+    writer = HistoryWriter(tmp_path, 300, on_segment_closed=closed.append)
+    for _ in range(20):
+        writer.append(event())
+    assert closed == writer.closed_segments() == [path for _, path in list_segments(tmp_path)][:-1]
+    assert writer.path == list_segments(tmp_path)[-1][1] and writer.path not in closed
+    writer.close()
+    # After a crash cut its last line, the old last segment is closed too: the writer starts a new one.
+    with writer.path.open("ab") as file:
+        file.write(b'{"seq": 99, "type": "acc')
+    reopened = HistoryWriter(tmp_path, 300)
+    assert reopened.closed_segments() == [*closed, writer.path]

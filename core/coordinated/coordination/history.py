@@ -32,6 +32,8 @@ class EventType(StrEnum):
     # Written by the node that served the snapshot API, with the state's term, version and `snapshot`:
     SNAPSHOT_TAKEN = "snapshot_taken"  # the committed state of `version` was written to a snapshot
     SNAPSHOT_RESTORED = "snapshot_restored"  # the state of `version` (committed) holds a snapshot's keys
+    # Written by the node's history archive, with the object's `location` (s3://bucket/key):
+    ARCHIVED = "archived"  # a closed history segment of this node is now in object storage
 
 
 SESSION_EVENT_TYPES: tuple[EventType, ...] = (
@@ -47,7 +49,7 @@ RESET_EVENT_TYPES: tuple[EventType, ...] = (EventType.UNSAFE_BOOTSTRAP, EventTyp
 SHELL_FIELDS: tuple[tuple[str, type], ...] = (("seq", int), ("ts", float))
 # Fields for people reading a history; the audit does not rely on them.
 INFORMATIONAL_FIELDS = frozenset(
-    {"node_name", "reason", "cluster_uuid_committed", "marks_term", "marks_accepted", "snapshot"}
+    {"node_name", "reason", "cluster_uuid_committed", "marks_term", "marks_accepted", "snapshot", "location"}
 )
 
 
@@ -67,6 +69,7 @@ class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
     reason: str | msgspec.UnsetType = msgspec.UNSET  # stepped_down and session events
     session: str | msgspec.UnsetType = msgspec.UNSET  # session events only: the session's id
     snapshot: str | msgspec.UnsetType = msgspec.UNSET  # snapshot events only: `repository:snapshot`
+    location: str | msgspec.UnsetType = msgspec.UNSET  # archived events only: where the segment went
     # Reset events only: the record before the reset (`current_term` is the new record's term) ...
     current_term: int | msgspec.UnsetType = msgspec.UNSET
     cluster_uuid_committed: bool | msgspec.UnsetType = msgspec.UNSET

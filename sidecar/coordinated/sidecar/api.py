@@ -377,6 +377,9 @@ def health_body(node: Node) -> dict[str, Any]:
     persistence_problem = node.persist_monitor.failure
     if persistence_problem:
         status = "red"  # this node cannot accept states: whatever it serves may be stale
+    archive_problem = node.archive.status().problem if node.archive is not None else None
+    if archive_problem and status == "green":
+        status = "yellow"  # the cluster works, but this node's history is not reaching object storage
     return {
         "cluster_name": state.cluster_name,
         "cluster_uuid": state.cluster_uuid,
@@ -387,6 +390,7 @@ def health_body(node: Node) -> dict[str, Any]:
         "number_of_master_eligible_nodes": sum(1 for n in nodes.values() if n.master_eligible),
         "formation_problem": problem,
         "persistence_problem": persistence_problem,
+        "archive_problem": archive_problem,
         "mode": str(node.coordinator.mode),
         "term": node.coordinator.current_term,
         "version": state.version,

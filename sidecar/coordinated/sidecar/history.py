@@ -11,7 +11,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +64,18 @@ def last_seq_in(path: Path) -> tuple[int | None, bool]:
 
 
 class HistoryWriter:
-    def __init__(self, directory: Path, segment_size: int, fsync: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        segment_size: int,
+        fsync: bool = False,
+        on_segment_closed: Callable[[Path], None] | None = None,
+    ) -> None:
+        """`on_segment_closed(path)` is called, on the writer's thread, for each segment it stops writing to."""
         self.directory = directory
         self.segment_size = segment_size
         self.fsync = fsync
+        self.on_segment_closed = on_segment_closed
         directory.mkdir(parents=True, exist_ok=True)
         self.last_seq = 0
         self.truncated_segments: list[str] = []
@@ -86,19 +94,27 @@ class HistoryWriter:
             self.last_seq = max(self.last_seq, first_seq - 1)
         self._fd = -1
         self._size = 0
+        self.path: Path = directory / segment_name(self.last_seq + 1)  # the segment being written
         if need_new_segment:
             self._open(self.last_seq + 1)
         else:
-            path = segments[-1][1]
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-            self._size = path.stat().st_size
+            self.path = segments[-1][1]
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            self._size = self.path.stat().st_size
 
     def _open(self, first_seq: int) -> None:
+        closed = self.path if self._fd >= 0 else None
         if self._fd >= 0:
             os.close(self._fd)
-        path = self.directory / segment_name(first_seq)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._size = path.stat().st_size
+        self.path = self.directory / segment_name(first_seq)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = self.path.stat().st_size
+        if closed is not None and self.on_segment_closed is not None:
+            self.on_segment_closed(closed)
+
+    def closed_segments(self) -> list[Path]:
+        """Every segment but the one being written, oldest first."""
+        return [path for _, path in list_segments(self.directory) if path != self.path]
 
     def append(self, event: dict[str, Any]) -> dict[str, Any]:
         """Assign seq and ts, write the line, and return the full event."""

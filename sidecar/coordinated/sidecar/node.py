@@ -32,10 +32,11 @@ from coordinated.coordination.effects import (
     Send,
     StateApplied,
 )
-from coordinated.coordination.history import HistoryEvent
+from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 from coordinated.coordination.messages import Message
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.state import ClusterState, DiscoveryNode
+from coordinated.sidecar.archive import SegmentArchive
 from coordinated.sidecar.auth import TransportAuth
 from coordinated.sidecar.change_log import ChangeLog
 from coordinated.sidecar.config import NodeConfig
@@ -43,6 +44,7 @@ from coordinated.sidecar.group_commit import GroupCommit
 from coordinated.sidecar.history import HistoryWriter
 from coordinated.sidecar.hooks import HookManager
 from coordinated.sidecar.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
+from coordinated.sidecar.object_store import ObjectStore
 from coordinated.sidecar.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.persistence import (
     HOOKS_FILE,
@@ -50,6 +52,7 @@ from coordinated.sidecar.persistence import (
     FilePersistedState,
     prepare_data_dir,
 )
+from coordinated.sidecar.s3_settings import ArchiveSettings
 from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
 from coordinated.sidecar.transport import PeerSender, watch_until_closed
 from coordinated.sidecar.watches import SharedBarrier, WatchHub
@@ -79,8 +82,14 @@ class Node:
             deferred_sync=config.get("persistence.sync") == "background",
         )
         self.node_id = self.persisted.node_id
+        # Every S3 request of the node (the archive's, the snapshot repositories') runs on this store's thread.
+        self.object_store = ObjectStore()
+        self.archive = self._archive(ArchiveSettings.from_parsed(config.parsed))
         self.history = HistoryWriter(
-            config.data_dir / "history", config.get("history.segment_size"), config.get("history.fsync")
+            config.data_dir / "history",
+            config.get("history.segment_size"),
+            config.get("history.fsync"),
+            on_segment_closed=self.archive.on_segment_closed if self.archive is not None else None,
         )
         recovered = recovered_state_event(
             self.node_id,
@@ -110,6 +119,7 @@ class Node:
         # request id -> (the future its handler awaits, the loop time after which the shell gives up on it)
         self._pending: dict[int, tuple[asyncio.Future[ClientResult], float]] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self._archiver: asyncio.Task[None] | None = None
         self._request_ids = itertools.count(1)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
@@ -157,6 +167,8 @@ class Node:
         )
         self._run(self.coordinator.start)
         self._sweeper = self.loop.create_task(self._sweep_lost_completions())
+        if self.archive is not None:
+            self._archiver = self.loop.create_task(self.archive.run())
 
     async def stop(self, handover_timeout_s: float = 2.0) -> None:
         """Graceful stop: a master hands over leadership first; the handover message leaves before we close."""
@@ -171,6 +183,9 @@ class Node:
             self._timer.cancel()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._archiver is not None:
+            self._archiver.cancel()
+        await self.object_store.close()
         for task in self._watches.values():
             task.cancel()
         self._watches.clear()
@@ -318,6 +333,39 @@ class Node:
             else:
                 assert_never(effect)
 
+    def _archive(self, settings: ArchiveSettings | None) -> SegmentArchive | None:
+        if settings is None:
+            return None
+
+        def cluster_uuid() -> str | None:
+            state = self.persisted.last_accepted_state
+            return state.cluster_uuid if state.cluster_uuid_committed else None
+
+        return SegmentArchive(
+            settings,
+            self.object_store.bucket(settings.client, settings.bucket),
+            self.node_id,
+            cluster_uuid,
+            lambda: self.history.closed_segments(),
+            self._on_archived,
+        )
+
+    def _on_archived(self, segment: Path, location: str) -> None:
+        """An `archived` event, about the node's term and accepted configuration like its other non-state events."""
+        state = self.persisted.last_accepted_state
+        self.record_history(
+            HistoryEvent(
+                cluster_uuid=state.cluster_uuid if state.cluster_uuid_committed else NO_CLUSTER_UUID,
+                node=self.node_id,
+                node_name=self.local_node.name,
+                type=EventType.ARCHIVED,
+                term=self.current_term(),
+                last_committed_config=state.last_committed_config.node_ids,
+                last_accepted_config=state.last_accepted_config.node_ids,
+                location=location,
+            )
+        )
+
     def record_history(self, event: HistoryEvent) -> None:
         """Append an event to this node's history: the core's, or the shell's own (a snapshot taken)."""
         encoded = event.to_dict()
@@ -453,6 +501,7 @@ class Node:
             change_log_events=self.key_watches.log.events,
             sessions_active=len(state.sessions),
             ephemeral_keys=len(state.kv_sessions),
+            archive=self.archive.status() if self.archive is not None else None,
         )
 
     def follower_lag(self) -> dict[str, int]:

@@ -139,13 +139,13 @@ class ObjectStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
-        self._clients: dict[S3ClientSettings, S3Client] = {}
-        self._stack: contextlib.AsyncExitStack | None = None
+        self._clients: dict[S3ClientSettings, tuple[S3Client, contextlib.AbstractAsyncContextManager[S3Client]]] = {}
         self._lock = threading.Lock()
 
     def _start(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:
+                self._ready.clear()
                 self._thread = threading.Thread(target=self._serve, name=self._thread_name, daemon=True)
                 self._thread.start()
                 self._ready.wait()
@@ -155,7 +155,6 @@ class ObjectStore:
     def _serve(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
-        self._stack = contextlib.AsyncExitStack()
         self._ready.set()
         try:
             loop.run_forever()
@@ -163,26 +162,31 @@ class ObjectStore:
             loop.close()
 
     async def _client(self, settings: S3ClientSettings) -> S3Client:
-        client = self._clients.get(settings)
-        if client is None:
-            session = AioSession()
-            if settings.credentials_file is not None:
-                session.register_component(
-                    "credential_provider", AioCredentialResolver([_CredentialsFile(settings.credentials_file)])
-                )
-            config = AioConfig(
-                region_name=settings.region,
-                connect_timeout=min(CONNECT_TIMEOUT_S, settings.read_timeout_s),
-                read_timeout=settings.read_timeout_s,
-                retries={"mode": "standard", "total_max_attempts": settings.max_retries + 1},
-                s3={"addressing_style": "path" if settings.path_style_access else "auto"},
+        known = self._clients.get(settings)
+        if known is not None:
+            return known[0]
+        session = AioSession()
+        if settings.credentials_file is not None:
+            session.register_component(
+                "credential_provider", AioCredentialResolver([_CredentialsFile(settings.credentials_file)])
             )
-            assert self._stack is not None
-            created = await self._stack.enter_async_context(
-                session.create_client("s3", endpoint_url=settings.endpoint_url, config=config)
-            )
-            self._clients[settings] = client = created
+        config = AioConfig(
+            region_name=settings.region,
+            connect_timeout=min(CONNECT_TIMEOUT_S, settings.read_timeout_s),
+            read_timeout=settings.read_timeout_s,
+            retries={"mode": "standard", "total_max_attempts": settings.max_retries + 1},
+            s3={"addressing_style": "path" if settings.path_style_access else "auto"},
+        )
+        context = session.create_client("s3", endpoint_url=settings.endpoint_url, config=config)
+        client = await context.__aenter__()
+        self._clients[settings] = (client, context)
         return client
+
+    async def _drop_client(self, settings: S3ClientSettings) -> None:
+        known = self._clients.pop(settings, None)
+        if known is not None:
+            with contextlib.suppress(Exception):
+                await known[1].__aexit__(None, None, None)
 
     async def call(self, settings: S3ClientSettings, what: str, operation: Callable[[S3Client], Awaitable[T]]) -> T:
         """Run `operation` with the client for `settings` on the store's loop; raises ObjectStoreError."""
@@ -191,7 +195,12 @@ class ObjectStore:
             try:
                 return await operation(await self._client(settings))
             except (ClientError, BotoCoreError, aiohttp.ClientError, OSError, TimeoutError) as error:
-                raise _translate(error, what) from None
+                translated = _translate(error, what)
+            if translated.status in (401, 403):
+                # Refused credentials: the next request builds a new client, which reads them afresh (a fixed
+                # credentials file or environment takes effect at once, not at the next refresh).
+                await self._drop_client(settings)
+            raise translated
 
         future = asyncio.run_coroutine_threadsafe(run(), self._start())
         return await asyncio.wrap_future(future)
@@ -203,9 +212,8 @@ class ObjectStore:
             return
 
         async def close_clients() -> None:
-            assert self._stack is not None
-            await self._stack.aclose()
-            self._clients.clear()
+            for settings in list(self._clients):
+                await self._drop_client(settings)
 
         with contextlib.suppress(Exception):
             await asyncio.wait_for(
