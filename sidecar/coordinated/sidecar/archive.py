@@ -19,6 +19,7 @@ object store's own thread, so a slow, failing or unreachable store never holds u
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -132,10 +133,8 @@ class SegmentArchive:
     async def run(self) -> None:
         """Upload closed segments until cancelled."""
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), IDLE_CHECK_S)
-            except TimeoutError:
-                pass
             self._wake.clear()
             async for attempt in AsyncRetrying(
                 retry=retry_if_exception_type(ObjectStoreError),
