@@ -5,6 +5,7 @@ unreachable, refusing the credentials, answering 500 or slow), each healed after
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -114,6 +115,9 @@ def test_closed_segments_are_archived_once_under_the_cluster_and_node(s3_server:
         assert (status.uploaded_segments, status.failures, status.problem) == (3, 0, None)
         assert all(h.archive.is_archived(path) for path in h.writer.closed_segments())
         assert not h.archive.is_archived(h.writer.path), "the segment being written is never archived"
+        first = h.writer.closed_segments()[0]
+        head = await h.archive.bucket.head(h.archive.key_of(CLUSTER, first))
+        assert head is not None and head.metadata == {"sha256": hashlib.sha256(first.read_bytes()).hexdigest()}
 
     run_archive(harness, scenario)
     stored = bucket_keys(s3_server)
@@ -216,7 +220,9 @@ def test_uploads_ride_out_a_fault_and_resume_when_it_is_healed(
                 s3_server.start()
             elif fault == "wrong-port":
                 # The operator fixes the endpoint: the node restarts with the right one.
-                h.archive.bucket = h.store.bucket(archive_settings(s3_server.address, credentials, **client).client, "archive")
+                h.archive.bucket = h.store.bucket(
+                    archive_settings(s3_server.address, credentials, **client).client, "archive"
+                )
             elif fault == "forbidden":
                 s3_server.credentials_file(credentials)
             else:

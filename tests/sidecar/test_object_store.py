@@ -118,3 +118,30 @@ def test_the_credentials_file_is_checked_at_startup_without_echoing_it(tmp_path:
     with pytest.raises(ValueError, match=r"has no \[default\] profile") as raised:
         sidecar_registry().parse({"node.name": "n1", "s3.client.default.credentials_file": str(bad)})
     assert "AKIA-SECRET-ID" not in str(raised.value)
+
+
+def test_concurrent_first_requests_share_one_client(s3_server: S3Server, tmp_path: Path) -> None:
+    """Each client holds a connection pool: forty requests at once must not each build (and leak) one."""
+    settings = client_settings(s3_server, s3_server.credentials_file(tmp_path / "credentials"))
+    created: list[S3ClientSettings] = []
+
+    class CountingStore(ObjectStore):
+        async def _create_client(self, settings: S3ClientSettings):  # type: ignore[no-untyped-def]
+            created.append(settings)
+            return await super()._create_client(settings)
+
+    async def main() -> None:
+        store = CountingStore()
+        try:
+            bucket = store.bucket(settings, "archive")
+            await bucket.put("k", b"v")
+            created.clear()
+            await store.close()  # a fresh loop and no client
+            store = CountingStore()
+            bucket = store.bucket(settings, "archive")
+            assert all(await asyncio.gather(*(bucket.head("k") for _ in range(40))))
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+    assert created == [settings]

@@ -6,6 +6,8 @@ that has not joined a cluster yet waits). Uploads run in a task of their own, ol
 writer only tells the archive that a segment closed (`on_segment_closed`), and every S3 request runs on the
 object store's own thread, so a slow, failing or unreachable store never holds up a write or an election.
 
+- Verifiable: each object carries the SHA-256 of its bytes as user metadata (`x-amz-meta-sha256`), which the audit
+  checks, so that a damaged or truncated object is named as such instead of read as a history with holes.
 - Idempotent: a put that finds the key taken (a retry whose answer was lost) compares sizes; equal means
   archived. A different object under that key is never overwritten: the segment stays local and health says why.
 - Resumed: on start (and when the node's cluster changes) the archive lists what the bucket already has under
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -33,6 +36,8 @@ from coordinated.sidecar.s3_settings import ArchiveSettings
 
 log = logging.getLogger("coordinated.archive")
 
+# The user metadata key (`x-amz-meta-sha256`) with the hex SHA-256 of an archived segment's bytes.
+SHA256_METADATA = "sha256"
 INITIAL_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
 # While the node knows no cluster UUID yet (or nothing is pending), look again this often.
@@ -128,6 +133,17 @@ class SegmentArchive:
             problem=problem,
         )
 
+    async def flush(self, timeout_s: float) -> bool:
+        """Wait until every closed segment is archived (the upload task must be running); False on timeout."""
+        self._wake.set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.status().pending_segments > 0:
+            if loop.time() >= deadline or self.cluster_uuid() is None:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
     # -- the upload task -----------------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -170,7 +186,7 @@ class SegmentArchive:
                 continue  # removed meanwhile (a retention that does not wait for the archive)
             key = self.key_of(cluster, path)
             try:
-                await self.bucket.put_new(key, data)
+                await self.bucket.put_new(key, data, {SHA256_METADATA: hashlib.sha256(data).hexdigest()})
             except ObjectExists:
                 existing = await self.bucket.head(key)
                 if existing is None or existing.size != len(data):

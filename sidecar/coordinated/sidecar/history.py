@@ -112,6 +112,11 @@ class HistoryWriter:
         if closed is not None and self.on_segment_closed is not None:
             self.on_segment_closed(closed)
 
+    def rotate(self) -> None:
+        """Close the current segment now (if it holds anything) and continue in a new one."""
+        if self._size > 0:
+            self._open(self.last_seq + 1)
+
     def closed_segments(self) -> list[Path]:
         """Every segment but the one being written, oldest first."""
         return [path for _, path in list_segments(self.directory) if path != self.path]

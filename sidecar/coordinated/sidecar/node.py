@@ -60,6 +60,9 @@ from coordinated.sidecar.watches import SharedBarrier, WatchHub
 log = logging.getLogger("coordinated.node")
 READ_BARRIER_TIMEOUT_MS = 30_000
 STORE_CLOSE_TIMEOUT_S = 10.0
+# On a graceful stop the node closes its current history segment and waits this long for the archive to take it,
+# so that a node that is stopped for good (a scale-down) leaves its whole history in object storage.
+ARCHIVE_FLUSH_TIMEOUT_S = 10.0
 _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 # How long after a request's own timeout the shell stops waiting for the core's answer (a lost completion), and
@@ -183,9 +186,6 @@ class Node:
             self._timer.cancel()
         if self._sweeper is not None:
             self._sweeper.cancel()
-        if self._archiver is not None:
-            self._archiver.cancel()
-        await self.object_store.close()
         for task in self._watches.values():
             task.cancel()
         self._watches.clear()
@@ -197,6 +197,7 @@ class Node:
         for future, _ in self._pending.values():
             if not future.done():
                 future.set_result(ClusterError("node_closed_exception", "the node is stopping", 503, True))
+        await self._flush_archive()
         self.history.close()
         try:
             await asyncio.wait_for(self.group_commit.drain(), STORE_CLOSE_TIMEOUT_S)
@@ -332,6 +333,20 @@ class Node:
                 log.log(_LOG_LEVELS.get(effect.level, logging.INFO), effect.message)
             else:
                 assert_never(effect)
+
+    async def _flush_archive(self) -> None:
+        """Close the current segment and give the archive a bounded time to upload what is pending."""
+        if self.archive is not None and self._archiver is not None:
+            self.history.rotate()
+            if not await self.archive.flush(ARCHIVE_FLUSH_TIMEOUT_S):
+                status = self.archive.status()
+                log.warning(
+                    "stopping with %d history segment(s) not archived (%s); they upload when the node starts again",
+                    status.pending_segments,
+                    status.problem or "still uploading",
+                )
+            self._archiver.cancel()
+        await self.object_store.close()
 
     def _archive(self, settings: ArchiveSettings | None) -> SegmentArchive | None:
         if settings is None:

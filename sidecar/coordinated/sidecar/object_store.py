@@ -75,6 +75,7 @@ class ObjectMissing(ObjectStoreError):
 class ObjectInfo:
     key: str
     size: int
+    metadata: dict[str, str] | None = None  # the object's user metadata (`x-amz-meta-*`), from a HEAD only
 
 
 class _CredentialsFile(CredentialProvider):
@@ -141,6 +142,7 @@ class ObjectStore:
         self._ready = threading.Event()
         self._clients: dict[S3ClientSettings, tuple[S3Client, contextlib.AbstractAsyncContextManager[S3Client]]] = {}
         self._lock = threading.Lock()
+        self._creating: asyncio.Lock | None = None
 
     def _start(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -165,6 +167,15 @@ class ObjectStore:
         known = self._clients.get(settings)
         if known is not None:
             return known[0]
+        if self._creating is None:
+            self._creating = asyncio.Lock()  # on the store's loop, where every caller of this runs
+        async with self._creating:  # concurrent first requests share one client
+            known = self._clients.get(settings)
+            if known is not None:
+                return known[0]
+            return await self._create_client(settings)
+
+    async def _create_client(self, settings: S3ClientSettings) -> S3Client:
         session = AioSession()
         if settings.credentials_file is not None:
             session.register_component(
@@ -222,6 +233,7 @@ class ObjectStore:
         loop.call_soon_threadsafe(loop.stop)
         await asyncio.to_thread(thread.join, CLOSE_TIMEOUT_S)
         self._loop = self._thread = None
+        self._creating = None
 
     def bucket(self, settings: S3ClientSettings, name: str) -> Bucket:
         return Bucket(self, settings, name)
@@ -238,11 +250,11 @@ class Bucket:
     def uri(self, key: str = "") -> str:
         return f"s3://{self.name}/{key}"
 
-    async def put_new(self, key: str, data: bytes) -> None:
+    async def put_new(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
         """Write an object that must not exist yet (`If-None-Match: *`); ObjectExists if it does."""
 
         async def put(client: S3Client) -> None:
-            await client.put_object(Bucket=self.name, Key=key, Body=data, IfNoneMatch="*")
+            await client.put_object(Bucket=self.name, Key=key, Body=data, IfNoneMatch="*", Metadata=metadata or {})
 
         await self.store.call(self.settings, f"cannot write {self.uri(key)}", put)
 
@@ -271,7 +283,7 @@ class Bucket:
                 if error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
                     return None
                 raise
-            return ObjectInfo(key, int(response["ContentLength"]))
+            return ObjectInfo(key, int(response["ContentLength"]), dict(response.get("Metadata") or {}))
 
         return await self.store.call(self.settings, f"cannot look up {self.uri(key)}", head)
 

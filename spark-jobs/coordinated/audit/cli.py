@@ -73,6 +73,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-violations", type=int, default=20, help="violations listed per invariant")
     p.add_argument("--no-html", action="store_true", help="write only audit-report.json")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
+    s3 = p.add_argument_group(
+        "object storage",
+        "for s3://BUCKET/PREFIX paths (the history archive); credentials come from the standard AWS sources "
+        "(AWS_ACCESS_KEY_ID..., AWS_WEB_IDENTITY_TOKEN_FILE, a credentials file), never from options",
+    )
+    s3.add_argument(
+        "--s3-endpoint", metavar="URL", help="an S3-compatible service (default: $AWS_ENDPOINT_URL_S3, else AWS)"
+    )
+    s3.add_argument("--s3-region", help="default: $AWS_REGION, else us-east-1")
+    s3.add_argument(
+        "--s3-path-style-access",
+        choices=("true", "false"),
+        help="address buckets as ENDPOINT/BUCKET (default: true with --s3-endpoint, false for AWS)",
+    )
+    s3.add_argument(
+        "--s3-credentials-file", metavar="FILE", help="an AWS credentials file (default: $AWS_SHARED_CREDENTIALS_FILE)"
+    )
     return p
 
 
@@ -96,8 +113,26 @@ def main(argv: list[str] | None = None) -> int:
     # Imported here so that `coordinated audit --help` works without starting a JVM.
     from pyspark.sql import SparkSession
 
+    from coordinated.audit import s3
+    from coordinated.audit.reading import UnusableInput
+
+    access = None
+    if any(s3.is_s3(path) for path in args.paths):
+        try:
+            access = s3.S3Access.resolve(
+                args.s3_endpoint,
+                args.s3_region,
+                None if args.s3_path_style_access is None else args.s3_path_style_access == "true",
+                args.s3_credentials_file,
+            )
+            access.export_credentials_file()  # before the JVM starts: its AWS SDK reads it too
+            conf = {**access.spark_conf(), **conf}
+        except UnusableInput as e:
+            print(f"coordinated audit: unusable input: {e}", file=sys.stderr)
+            return EXIT_UNUSABLE
+
     from coordinated.audit import report
-    from coordinated.audit.reading import UnusableInput, load
+    from coordinated.audit.reading import load
     from coordinated.audit.run import audit
     from coordinated.audit.session import build_session
 
@@ -107,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("OFF")
     started = time.monotonic()
     inp = None
+    held_back: dict[str, int] = {}
     try:
         if urls:
             from coordinated.audit.fetch import FetchAuth, load_from_cluster
@@ -114,7 +150,14 @@ def main(argv: list[str] | None = None) -> int:
             auth = FetchAuth.resolve(args.token_file, args.ca_file)
             inp = load_from_cluster(spark, urls, skip_malformed=args.skip_malformed, auth=auth)
         else:
-            inp = load(spark, args.paths, fmt=args.format, skip_malformed=args.skip_malformed)
+            paths, tails = s3.expand(spark, access, args.paths) if access is not None else (args.paths, None)
+            inp = load(spark, paths, fmt=args.format, skip_malformed=args.skip_malformed, known_tails=tails)
+            if access is not None:
+                from coordinated.audit.frontier import hold_back_unsettled
+
+                inp.events, held_back = hold_back_unsettled(inp.events)
+                if held_back:
+                    inp.scout = None  # counted again over what is audited
         if args.compact_to:
             from coordinated.audit.compact import compact
 
@@ -141,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             inp.release()
         if not had_session:
             spark.stop()
+    outcome.report["stats"]["input"]["archive_frontier"] = held_back
     charts = None
     if not args.no_html:
         from coordinated.audit.charts import render_all
@@ -161,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
             f"  note: {r['type']} of node {r['node']} at {r['time (UTC)']} (seq {r['seq']}): cluster "
             f"{r['previous_cluster_uuid']} -> {r['cluster_uuid']}, (term, version) "
             f"{tuple(r['previous_term_version'])} -> {tuple(r['term_version'])}"
+        )
+    for cluster, version in held_back.items():
+        print(
+            f"  note: cluster {cluster}: events above version {version} are held back until the masters' archives "
+            "reach them (a later run audits them)"
         )
     for m in rep.get("missing_histories", []):
         print(f"  note: no history in the input for node {m['node']}, which cluster {m['cluster']}'s states name")

@@ -192,9 +192,9 @@ def _remote_cut_line(spark: SparkSession, uri: str) -> tuple[int | None, bytes] 
         return None
     stream = fs.open(hpath)
     try:
-        buf = jvm.java.nio.ByteBuffer.allocate(n).array()
-        stream.readFully(size - n, buf)
-        tail = bytes(buf)
+        # A byte[] that py4j returns arrives as bytes; one passed in to be filled would be a copy left empty.
+        stream.seek(size - n)
+        tail = bytes(stream.readNBytes(n))
     finally:
         stream.close()
     if not ends_with_cut_line(tail):
@@ -202,12 +202,22 @@ def _remote_cut_line(spark: SparkSession, uri: str) -> tuple[int | None, bytes] 
     return None, tail[tail.rindex(NEWLINE) + 1 :] if NEWLINE in tail else tail
 
 
-def crash_cut_lines(spark: SparkSession, files: Sequence[str]) -> dict[str, dict[str, object]]:
+# Per file URI: its crash-cut last line as (line number or None, bytes), or None; for files a caller has already
+# read (the archive's objects, whose integrity check reads them whole), so that they are not read again here.
+KnownTails = Mapping[str, tuple[int | None, bytes] | None]
+
+
+def crash_cut_lines(
+    spark: SparkSession, files: Sequence[str], known: KnownTails | None = None
+) -> dict[str, dict[str, object]]:
     """Per file URI (as Spark names it in `_metadata.file_path`): the note for its crash-cut last line."""
     notes: dict[str, dict[str, object]] = {}
     for uri in files:
         local = local_path(uri)
-        found = cut_line(local) if local is not None else _remote_cut_line(spark, uri)
+        if known is not None and uri in known:
+            found = known[uri]
+        else:
+            found = cut_line(local) if local is not None else _remote_cut_line(spark, uri)
         if found is None:
             continue
         line, raw = found
@@ -295,7 +305,9 @@ def scout(events: DataFrame) -> Scout:
     return _scout_of(inputs.agg(*_scout_aggregates(name is not None)).collect()[0])
 
 
-def read_jsonl_lines(spark: SparkSession, paths: Sequence[str]) -> tuple[DataFrame, list[dict[str, object]]]:
+def read_jsonl_lines(
+    spark: SparkSession, paths: Sequence[str], known: KnownTails | None = None
+) -> tuple[DataFrame, list[dict[str, object]]]:
     """Lines of every file under `paths` with `_source`, `_block` (split start) and `_mid`, without the
     crash-cut last lines, and the notes for those."""
     try:
@@ -305,7 +317,7 @@ def read_jsonl_lines(spark: SparkSession, paths: Sequence[str]) -> tuple[DataFra
     files = raw.inputFiles()
     if not files:
         raise UnusableInput(f"no history files found in {', '.join(paths)}")
-    cuts = crash_cut_lines(spark, files)
+    cuts = crash_cut_lines(spark, files, known)
     lines = raw.select(
         F.col("value"),
         F.col("_metadata.file_path").alias("_source"),
@@ -498,11 +510,18 @@ def _read_notes(spark: SparkSession, paths: Sequence[str]) -> DataFrame | None:
     return reduce(DataFrame.unionByName, frames) if frames else None
 
 
-def load(spark: SparkSession, paths: Sequence[str], *, fmt: str = "auto", skip_malformed: bool = False) -> Input:
+def load(
+    spark: SparkSession,
+    paths: Sequence[str],
+    *,
+    fmt: str = "auto",
+    skip_malformed: bool = False,
+    known_tails: KnownTails | None = None,
+) -> Input:
     fmt = detect_format(paths) if fmt == "auto" else fmt
     if fmt == "parquet":
         return read_parquet(spark, paths, skip_malformed=skip_malformed)
-    lines, cuts = read_jsonl_lines(spark, paths)
+    lines, cuts = read_jsonl_lines(spark, paths, known_tails)
     result = parse_lines(lines, skip_malformed=skip_malformed)
     result.truncated = cuts
     return result
