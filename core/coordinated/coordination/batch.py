@@ -473,7 +473,10 @@ def execute_batch(
             elif isinstance(payload, ClearVotingConfigExclusions):
                 exclusions = []
             elif isinstance(payload, PutRepository):
-                repositories = {**repositories, payload.name: Repository(payload.type, payload.location)}
+                registered = Repository(
+                    payload.type, payload.location, payload.bucket, payload.base_path, payload.client
+                )
+                repositories = {**repositories, payload.name: registered}
             elif isinstance(payload, DeleteRepository):
                 if payload.name in repositories:
                     repositories = {name: repo for name, repo in repositories.items() if name != payload.name}

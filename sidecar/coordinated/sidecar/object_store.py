@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -76,6 +77,7 @@ class ObjectInfo:
     key: str
     size: int
     metadata: dict[str, str] | None = None  # the object's user metadata (`x-amz-meta-*`), from a HEAD only
+    last_modified: float | None = None  # seconds, from a listing only
 
 
 class _CredentialsFile(CredentialProvider):
@@ -294,7 +296,10 @@ class Bucket:
             found: list[ObjectInfo] = []
             paginator = client.get_paginator("list_objects_v2")
             async for page in paginator.paginate(Bucket=self.name, Prefix=prefix):
-                found.extend(ObjectInfo(item["Key"], int(item["Size"])) for item in page.get("Contents", ()))
+                found.extend(
+                    ObjectInfo(item["Key"], int(item["Size"]), last_modified=item["LastModified"].timestamp())
+                    for item in page.get("Contents", ())
+                )
             return found
 
         return await self.store.call(self.settings, f"cannot list {self.uri(prefix)}", list_all)
@@ -305,9 +310,9 @@ class Bucket:
 
         await self.store.call(self.settings, f"cannot delete {self.uri(key)}", delete)
 
-    async def verify(self) -> None:
-        """Prove that this node can write, read and delete in the bucket (as a repository is verified)."""
-        key = f".verify-{threading.get_ident()}-{id(self)}"
+    async def verify(self, prefix: str = "") -> None:
+        """Prove that this node can write, read and delete under `prefix` (as a repository is verified)."""
+        key = f"{prefix}.verify-{uuid.uuid4().hex}"
         await self.put(key, b"ok")
         await self.get(key)
         await self.delete(key)

@@ -15,7 +15,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from coordinated.coordination.settings import Setting, SettingsError, parse_bool, parse_time_ms
+from coordinated.coordination.settings import (
+    Setting,
+    SettingsError,
+    parse_base_path,
+    parse_bool,
+    parse_bucket,
+    parse_client_name,
+    parse_time_ms,
+)
 
 CLIENT_PREFIX = "s3.client."
 DEFAULT_CLIENT = "default"
@@ -25,35 +33,7 @@ CREDENTIALS_PROFILE = "default"  # the profile of the credentials file that is r
 # The keys of a credentials file, as the AWS CLI and SDKs write them.
 ACCESS_KEY, SECRET_KEY, SESSION_TOKEN = "aws_access_key_id", "aws_secret_access_key", "aws_session_token"
 
-# S3's bucket naming rules (lowercase letters, digits, dots and hyphens, 3 to 63 characters).
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_CLIENT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _REGION = re.compile(r"[a-z0-9-]{1,32}")
-# Key prefixes in S3's "safe characters", so that they need no escaping anywhere (URLs, Hadoop paths, shells).
-_BASE_PATH = re.compile(r"[A-Za-z0-9!_.*'()/-]*")
-
-
-def parse_bucket(value: str) -> str:
-    if not _BUCKET.fullmatch(value) or ".." in value:
-        raise ValueError(f"[{value}] is not a valid bucket name: 3 to 63 lowercase letters, digits, '.' or '-'")
-    return value
-
-
-def parse_base_path(value: str) -> str:
-    """A key prefix without leading or trailing slashes ("" for the bucket's root)."""
-    path = value.strip("/")
-    if not _BASE_PATH.fullmatch(path) or (path and any(part in ("", ".", "..") for part in path.split("/"))):
-        raise ValueError(
-            f"[{value}] is not a valid base path: letters, digits and !_.*'()- in segments separated by '/', "
-            "none empty, '.' or '..'"
-        )
-    return path
-
-
-def parse_client_name(value: str) -> str:
-    if not _CLIENT_NAME.fullmatch(value):
-        raise ValueError(f"[{value}] is not a valid client name: 1 to 64 letters, digits, '_' or '-'")
-    return value
 
 
 def parse_endpoint(value: str) -> str:
