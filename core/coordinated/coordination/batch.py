@@ -77,6 +77,10 @@ class StateSizes:
             self.remember(state, size)
         return size
 
+    def known(self, state: ClusterState) -> int | None:
+        """The size if it is known already (no scan of the keys)."""
+        return self._known.get(state.state_uuid)
+
     def remember(self, state: ClusterState, size: int) -> None:
         if len(self._known) >= 4:
             self._known.pop(next(iter(self._known)))

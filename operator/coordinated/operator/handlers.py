@@ -30,6 +30,7 @@ from coordinated.operator import (
     certificates,
     manifests,
     metrics,
+    object_storage,
     security,
     snapshot_schedule,
 )
@@ -227,7 +228,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger | logg
 async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger) -> bool:
     kube: Kube = memo.kube
     previous_status: Mapping[str, Any] = body.get("status") or {}
-    problems = validate_settings(spec.settings) + security.validate_security(spec)
+    problems = validate_settings(spec.settings) + security.validate_security(spec) + object_storage.validate(spec)
     if spec.snapshots is not None and (schedule := snapshot_schedule.schedule_problem(spec.snapshots.schedule)):
         problems.append(schedule)
 
@@ -557,6 +558,7 @@ async def ensure_builtin_certificates(
     if write:
         existing = await _read_secret(kube, manifests.certificates_secret_name(spec), spec.namespace)
         planned = security.plan_certificates(spec, ca, existing, pods, now)
+        metrics.record_certificate_expiry(spec.namespace, spec.name, planned.data)
         if planned.changed:
             await kube.apply(security.certificates_secret(spec, planned.data))
             if planned.issued:

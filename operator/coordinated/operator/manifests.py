@@ -10,7 +10,7 @@ import base64
 from collections.abc import Mapping
 from typing import Any
 
-from coordinated.operator import API_VERSION, KIND
+from coordinated.operator import API_VERSION, KIND, object_storage
 from coordinated.operator.sidecar_client import HTTP_PORT, TRANSPORT_PORT
 from coordinated.operator.spec import ClusterSpec
 
@@ -265,7 +265,7 @@ SNAPSHOT_VOLUME = "snapshots"
 
 def snapshot_claim_name(spec: ClusterSpec) -> str | None:
     """The claim of the snapshot volume: the one spec.snapshots names, else <name>-snapshots."""
-    if spec.snapshots is None:
+    if spec.snapshots is None or not spec.snapshot_volume:
         return None
     return spec.snapshots.claim_name or f"{spec.name}-snapshots"
 
@@ -273,7 +273,7 @@ def snapshot_claim_name(spec: ClusterSpec) -> str | None:
 def snapshot_claim(spec: ClusterSpec) -> Manifest | None:
     """The claim the operator creates when spec.snapshots names none. It has no owner: like the data claims
     kept on deletion, it outlives the cluster, so that a new cluster can restore from it (spec.restoreFrom)."""
-    if spec.snapshots is None or spec.snapshots.claim_name:
+    if spec.snapshots is None or not spec.snapshot_volume or spec.snapshots.claim_name:
         return None
     claim: Manifest = {
         "apiVersion": "v1",
@@ -302,7 +302,8 @@ def snapshot_claim(spec: ClusterSpec) -> Manifest | None:
 def sidecar_args(spec: ClusterSpec, tls_source: str | None = None) -> list[str]:
     settings: dict[str, str] = {
         **security_settings(spec, tls_source),
-        **({"path.repo": SNAPSHOT_DIR} if spec.snapshots is not None else {}),
+        **({"path.repo": SNAPSHOT_DIR} if spec.snapshot_volume else {}),
+        **object_storage.client_settings(spec),
         **{key: value for key, value in spec.settings.items()},
         "cluster.name": spec.cluster_name,
         "discovery.seed_hosts": seed_hosts(spec),
@@ -329,7 +330,7 @@ def _sidecar_container(spec: ClusterSpec, tls_source: str | None) -> dict[str, A
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
     if spec.auth_enabled:
         mounts.append({"name": "tokens", "mountPath": TOKENS_DIR, "readOnly": True})
-    if spec.snapshots is not None:
+    if spec.snapshot_volume:
         mounts.append({"name": SNAPSHOT_VOLUME, "mountPath": SNAPSHOT_DIR})
     container: dict[str, Any] = {
         "name": SIDECAR_CONTAINER,
@@ -344,6 +345,7 @@ def _sidecar_container(spec: ClusterSpec, tls_source: str | None) -> dict[str, A
                 "valueFrom": {"configMapKeyRef": {"name": bootstrap_configmap_name(spec), "key": BOOTSTRAP_KEY}},
             },
             {"name": "PYTHONUNBUFFERED", "value": "1"},
+            *object_storage.credential_env(spec),
         ],
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
@@ -428,7 +430,7 @@ def statefulset(spec: ClusterSpec, replicas: int, tls_source: str | None = None)
     if spec.storage.storage_class_name:
         volume_claim["spec"]["storageClassName"] = spec.storage.storage_class_name
     pod_spec: dict[str, Any] = {
-        "serviceAccountName": spec.name,
+        "serviceAccountName": object_storage.service_account(spec) or spec.name,
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": 60,
         "enableServiceLinks": False,
@@ -459,7 +461,7 @@ def statefulset(spec: ClusterSpec, replicas: int, tls_source: str | None = None)
             *_security_volumes(spec, tls_source),
             *(
                 [{"name": SNAPSHOT_VOLUME, "persistentVolumeClaim": {"claimName": snapshot_claim_name(spec)}}]
-                if spec.snapshots is not None
+                if spec.snapshot_volume
                 else []
             ),
             *(spec.template.get("volumes") or ()),
@@ -538,9 +540,19 @@ def audit_cronjob(spec: ClusterSpec, replicas: int, tls_source: str | None = Non
     audit = spec.audit
     if not audit.enabled:
         return None
-    scheme = "https" if tls_source is not None else "http"
-    urls = ",".join(f"{scheme}://{pod_dns_name(spec, pod)}:{HTTP_PORT}" for pod in pod_names(spec, max(replicas, 1)))
-    args = ["audit", "--from-cluster", urls, "--spark-master", audit.spark_master, "--report-dir", "/reports"]
+    archived = object_storage.audit_source(spec)
+    if archived is not None:
+        # The archive, incrementally: only what is newer than the checkpoint kept beside it in the bucket.
+        source, checkpoint = archived
+        args = ["audit", source, "--checkpoint", checkpoint, *object_storage.audit_args(spec)]
+        tls_source = None  # no sidecar is asked
+    else:
+        scheme = "https" if tls_source is not None else "http"
+        urls = ",".join(
+            f"{scheme}://{pod_dns_name(spec, pod)}:{HTTP_PORT}" for pod in pod_names(spec, max(replicas, 1))
+        )
+        args = ["audit", "--from-cluster", urls]
+    args += ["--spark-master", audit.spark_master, "--report-dir", "/reports"]
     for key, value in sorted(audit.spark_conf.items()):
         args += ["--conf", f"{key}={value}"]
     container: dict[str, Any] = {
@@ -562,9 +574,11 @@ def audit_cronjob(spec: ClusterSpec, replicas: int, tls_source: str | None = Non
         env.append({"name": "SSL_CERT_FILE", "value": f"{TLS_DIR}/{CA_CERT_KEY}"})
         # Read once by the driver and shipped to the tasks that fetch, wherever Spark runs them.
         args += ["--ca-file", f"{TLS_DIR}/{CA_CERT_KEY}"]
-    if spec.auth_enabled:
+    if spec.auth_enabled and archived is None:
         reader = {"secretKeyRef": {"name": token_secret_name(spec, "reader"), "key": TOKEN_KEY}}
         env.append({"name": "COORDINATED_TOKEN", "valueFrom": reader})
+    if archived is not None:
+        env += object_storage.credential_env(spec)
     if env:
         container["env"] = env
     if audit.resources:
@@ -590,7 +604,7 @@ def audit_cronjob(spec: ClusterSpec, replicas: int, tls_source: str | None = Non
                         "metadata": {"labels": common_labels(spec, component="audit")},
                         "spec": {
                             "restartPolicy": "Never",
-                            "serviceAccountName": spec.name,
+                            "serviceAccountName": object_storage.service_account(spec) or spec.name,
                             "automountServiceAccountToken": False,
                             "securityContext": {
                                 "runAsNonRoot": True,

@@ -212,10 +212,11 @@ class SidecarClient:
         params = {"wait_for_removal": "true" if wait_for_removal else "false"}
         await self._request("DELETE", "/_cluster/voting_config_exclusions", params, timeout=45)
 
-    # -- snapshots (an fs repository in the snapshot volume) ----------------------------------------------
+    # -- snapshots (an fs repository in the snapshot volume, or an s3 one) ------------------------------------------
 
-    async def put_repository(self, repository: str, location: str) -> None:
-        await self._request("PUT", f"/_snapshot/{repository}", body={"type": "fs", "settings": {"location": location}})
+    async def put_repository(self, repository: str, body: Mapping[str, Any]) -> None:
+        """Register a repository: `{"type": "fs"|"s3", "settings": {...}}` as the snapshot API takes it."""
+        await self._request("PUT", f"/_snapshot/{repository}", body=dict(body))
 
     async def create_snapshot(self, repository: str, snapshot: str) -> SnapshotInfo:
         params = {"wait_for_completion": "true"}

@@ -45,8 +45,57 @@ class AuditSpec:
 
 
 @dataclass(frozen=True)
+class S3Connection:
+    """How the pods reach an S3-compatible service: the sidecars' `s3.client.default`. Credentials come from a
+    Secret (keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, optionally AWS_SESSION_TOKEN) put in the
+    environment, or from the pods' service account (a web-identity token, such as EKS's IRSA), never from
+    settings."""
+
+    endpoint: str | None = None  # None: AWS's endpoint for the region
+    region: str | None = None  # None: us-east-1
+    path_style_access: bool | None = None  # None: true with an endpoint (S3-compatible services), false for AWS
+    credentials_secret: str | None = None
+    service_account_name: str | None = None
+
+    @property
+    def path_style(self) -> bool:
+        return self.endpoint is not None if self.path_style_access is None else self.path_style_access
+
+    @classmethod
+    def from_resource(cls, body: Mapping[str, Any]) -> S3Connection:
+        credentials = body.get("credentials") or {}
+        style = body.get("pathStyleAccess")
+        return cls(
+            endpoint=body.get("endpoint") or None,
+            region=body.get("region") or None,
+            path_style_access=None if style is None else bool(style),
+            credentials_secret=credentials.get("secretName") or None,
+            service_account_name=credentials.get("serviceAccountName") or None,
+        )
+
+
+@dataclass(frozen=True)
+class ArchiveSpec:
+    """Every node's closed history segments, uploaded to `s3://bucket/base_path/CLUSTER_UUID/NODE_ID/`."""
+
+    bucket: str
+    base_path: str = ""
+    connection: S3Connection = S3Connection()
+
+
+@dataclass(frozen=True)
+class S3Target:
+    """Snapshots as objects under `s3://bucket/base_path/` instead of files in a volume."""
+
+    bucket: str
+    base_path: str = ""
+    connection: S3Connection = S3Connection()
+
+
+@dataclass(frozen=True)
 class SnapshotsSpec:
-    """Snapshots into one volume mounted in every pod: on a schedule (cron, UTC), the newest `retention` kept."""
+    """Snapshots into one volume mounted in every pod, or into a bucket (`s3`): on a schedule (cron, UTC), the
+    newest `retention` kept."""
 
     schedule: str | None = None  # None: only on request (the snapshot-request annotation)
     retention: int = 7
@@ -54,6 +103,7 @@ class SnapshotsSpec:
     size: str = "1Gi"
     storage_class_name: str | None = None
     access_mode: str = "ReadWriteOnce"
+    s3: S3Target | None = None  # set: snapshots go to object storage, and there is no snapshot volume
 
 
 @dataclass(frozen=True)
@@ -96,13 +146,19 @@ class ClusterSpec:
     client_access: tuple[Mapping[str, Any], ...] | None = None  # None: the default peers (docs/operator.md)
     metrics_access: tuple[Mapping[str, Any], ...] = ()  # also admitted to the client port: who scrapes /metrics
     snapshots: SnapshotsSpec | None = None
-    restore_from: str | None = None  # a snapshot in the snapshot volume, restored once after the cluster forms
+    restore_from: str | None = None  # a snapshot in the snapshot repository, restored once after the cluster forms
+    archive: ArchiveSpec | None = None
     creation_timestamp: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def cluster_name(self) -> str:
         return self.settings.get("cluster.name") or self.name
+
+    @property
+    def snapshot_volume(self) -> bool:
+        """Snapshots go to a volume mounted in every pod (not to object storage)."""
+        return self.snapshots is not None and self.snapshots.s3 is None
 
     @property
     def paused(self) -> bool:
@@ -136,6 +192,8 @@ class ClusterSpec:
         access = spec.get("clientAccess")
         snapshots = spec.get("snapshots")
         volume = (snapshots or {}).get("volume") or {}
+        snapshots_s3 = (snapshots or {}).get("s3")
+        archive = spec.get("archive")
         return cls(
             name=metadata["name"],
             namespace=metadata.get("namespace") or "default",
@@ -196,6 +254,24 @@ class ClusterSpec:
                     size=str(volume.get("size") or "1Gi"),
                     storage_class_name=volume.get("storageClassName") or None,
                     access_mode=str(volume.get("accessMode") or "ReadWriteOnce"),
+                    s3=(
+                        None
+                        if not snapshots_s3
+                        else S3Target(
+                            bucket=str(snapshots_s3.get("bucket") or ""),
+                            base_path=str(snapshots_s3.get("basePath") or "").strip("/"),
+                            connection=S3Connection.from_resource(snapshots_s3),
+                        )
+                    ),
+                )
+            ),
+            archive=(
+                None
+                if not archive
+                else ArchiveSpec(
+                    bucket=str(archive.get("bucket") or ""),
+                    base_path=str(archive.get("basePath") or "").strip("/"),
+                    connection=S3Connection.from_resource(archive),
                 )
             ),
             restore_from=(spec.get("restoreFrom") or {}).get("snapshot") or None,

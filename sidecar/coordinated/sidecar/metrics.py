@@ -43,6 +43,8 @@ class StatusSnapshot:
     sessions_active: int = 0  # in the applied state
     ephemeral_keys: int = 0
     archive: ArchiveStatus | None = None  # None: no history archive configured
+    state_bytes: int | None = None  # on the master: the applied state against cluster.metadata.max_state_size
+    max_state_bytes: int | None = None  # cluster.metadata.max_state_size
 
 
 class _CoreCollector(Collector):
@@ -109,6 +111,18 @@ class _CoreCollector(Collector):
         yield GaugeMetricFamily(
             "coordinated_ephemeral_keys", "Ephemeral keys in the applied state", value=status.ephemeral_keys
         )
+        if status.state_bytes is not None:
+            yield GaugeMetricFamily(
+                "coordinated_cluster_state_bytes",
+                "On the master: the applied state's keys and values, as cluster.metadata.max_state_size counts them",
+                value=status.state_bytes,
+            )
+        if status.max_state_bytes is not None:
+            yield GaugeMetricFamily(
+                "coordinated_cluster_state_max_bytes",
+                "cluster.metadata.max_state_size: writes that would grow the state beyond it are refused",
+                value=status.max_state_bytes,
+            )
         if status.archive is not None:
             yield from _archive_metrics(status.archive)
         if status.sent_bytes is not None:

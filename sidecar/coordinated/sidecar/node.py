@@ -517,6 +517,8 @@ class Node:
             sessions_active=len(state.sessions),
             ephemeral_keys=len(state.kv_sessions),
             archive=self.archive.status() if self.archive is not None else None,
+            state_bytes=coordinator.master_tasks.state_size(state) if coordinator.mode is Mode.LEADER else None,
+            max_state_bytes=coordinator.settings.max_state_size,
         )
 
     def follower_lag(self) -> dict[str, int]:
