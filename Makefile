@@ -30,7 +30,7 @@ test-deps: $(STAMP)
 	bash scripts/system-deps.sh test
 	bash e2e/lib/build-kubernetes.sh
 	bash scripts/install-tools.sh >/dev/null
-	bash scripts/fetch-s3a-jars.sh $(BIN)/python >/dev/null
+	bash scripts/fetch-s3a-jars.sh >/dev/null
 
 ## The quick loop: lint and the tests not marked slow, spark or integration.
 test-fast: lint
