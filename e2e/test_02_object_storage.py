@@ -28,9 +28,11 @@ from e2e.support import (
     Cluster,
     apply,
     cluster_manifest,
+    every_key,
     kubectl,
     remove_cluster,
     run_spark_submit_audit,
+    wait_ready,
     wait_until,
 )
 
@@ -80,27 +82,13 @@ def with_object_storage(manifest: dict[str, Any], store: ObjectStore, **extra: A
     return manifest
 
 
-def every_key(cluster: Cluster, pod: str) -> dict[str, tuple[Any, int, int]]:
-    state = cluster.sidecars.state(pod, local=False)
-    found: dict[str, tuple[Any, int, int]] = {}
-    for key in state["metadata"]["kv"]:
-        reply = cluster.sidecars.request(f"pods/{pod}", "GET", f"_cluster/metadata/{key}")
-        assert reply.status == 200, reply
-        found[key] = (reply.body["value"], reply.body["version"], reply.body["create_version"])
-    return found
-
-
-def ready(name: str, namespace: str) -> None:
-    kubectl("-n", namespace, "wait", "--for=condition=Ready", f"ccl/{name}", "--timeout=300s", timeout=320)
-
-
 def test_archive_audit_from_s3a_on_two_executors_then_restore_from_the_bucket(
     operator_release: str, namespace: str, object_store: ObjectStore, figure: Figure
 ) -> None:
     started = time.monotonic()
     source, target = Cluster(namespace, SOURCE), Cluster(namespace, TARGET)
     apply(with_object_storage(cluster_manifest(namespace, SOURCE, 3), object_store))
-    ready(SOURCE, namespace)
+    wait_ready(SOURCE, namespace)
     pods = [f"{SOURCE}-{i}" for i in range(3)]
     for i in range(KEYS):
         reply = source.sidecars.request(f"pods/{pods[i % 3]}", "PUT", f"_cluster/metadata/app/key-{i}", {"n": i})
@@ -191,7 +179,7 @@ def test_a_node_under_steady_writes_keeps_its_disk_bounded(
     cluster = Cluster(namespace, BOUNDED)
     settings = {"history.retention.max_size": RETENTION, "history.segment_size": SEGMENT}
     apply(with_object_storage(cluster_manifest(namespace, BOUNDED, 1, settings=settings), object_store))
-    ready(BOUNDED, namespace)
+    wait_ready(BOUNDED, namespace)
     pod = f"{BOUNDED}-0"
     limit = (4 << 20) + (512 << 10)
     sizes: list[int] = []

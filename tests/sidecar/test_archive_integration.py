@@ -74,13 +74,19 @@ def archived_objects(server: S3Server) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("segment-*") if p.is_file()}
 
 
+def archiving_cluster(make_cluster: Callable[..., LocalCluster], server: S3Server, tmp_path: Path) -> LocalCluster:
+    """3 nodes that archive to `server`, formed."""
+    cluster = make_cluster()
+    cluster.settings.update(archive_settings(server, server.credentials_file(tmp_path / "credentials")))
+    cluster.bootstrap(3)
+    return cluster
+
+
 def test_every_node_archives_its_closed_segments_and_says_so(
     make_cluster: Callable[..., LocalCluster], s3_server: S3Server, tmp_path: Path
 ) -> None:
-    credentials = s3_server.credentials_file(tmp_path / "credentials")
-    cluster = make_cluster()
-    cluster.settings.update(archive_settings(s3_server, credentials))
-    nodes = cluster.bootstrap(3)
+    cluster = archiving_cluster(make_cluster, s3_server, tmp_path)
+    nodes = cluster.running()
     write(cluster, 60, "k")
 
     def all_archived() -> bool:
@@ -107,10 +113,8 @@ def test_every_node_archives_its_closed_segments_and_says_so(
 def test_a_store_that_is_down_blocks_no_write_and_no_election(
     make_cluster: Callable[..., LocalCluster], s3_server: S3Server, tmp_path: Path
 ) -> None:
-    credentials = s3_server.credentials_file(tmp_path / "credentials")
-    cluster = make_cluster()
-    cluster.settings.update(archive_settings(s3_server, credentials))
-    nodes = cluster.bootstrap(3)
+    cluster = archiving_cluster(make_cluster, s3_server, tmp_path)
+    nodes = cluster.running()
     s3_server.stop()
     write(cluster, 60, "while-down")  # every write is acknowledged with the store down
 

@@ -75,21 +75,21 @@ class S3Connection:
 
 
 @dataclass(frozen=True)
-class ArchiveSpec:
-    """Every node's closed history segments, uploaded to `s3://bucket/base_path/CLUSTER_UUID/NODE_ID/`."""
+class BucketSpec:
+    """A place in object storage: spec.archive (every node's closed history segments, under
+    `bucket/base_path/CLUSTER_UUID/NODE_ID/`) or spec.snapshots.s3 (snapshots under `bucket/base_path/`)."""
 
     bucket: str
     base_path: str = ""
     connection: S3Connection = S3Connection()
 
-
-@dataclass(frozen=True)
-class S3Target:
-    """Snapshots as objects under `s3://bucket/base_path/` instead of files in a volume."""
-
-    bucket: str
-    base_path: str = ""
-    connection: S3Connection = S3Connection()
+    @classmethod
+    def from_resource(cls, body: Mapping[str, Any]) -> BucketSpec:
+        return cls(
+            bucket=str(body.get("bucket") or ""),
+            base_path=str(body.get("basePath") or "").strip("/"),
+            connection=S3Connection.from_resource(body),
+        )
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class SnapshotsSpec:
     size: str = "1Gi"
     storage_class_name: str | None = None
     access_mode: str = "ReadWriteOnce"
-    s3: S3Target | None = None  # set: snapshots go to object storage, and there is no snapshot volume
+    s3: BucketSpec | None = None  # set: snapshots go to object storage, and there is no snapshot volume
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ class ClusterSpec:
     metrics_access: tuple[Mapping[str, Any], ...] = ()  # also admitted to the client port: who scrapes /metrics
     snapshots: SnapshotsSpec | None = None
     restore_from: str | None = None  # a snapshot in the snapshot repository, restored once after the cluster forms
-    archive: ArchiveSpec | None = None
+    archive: BucketSpec | None = None
     creation_timestamp: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
 
@@ -254,26 +254,10 @@ class ClusterSpec:
                     size=str(volume.get("size") or "1Gi"),
                     storage_class_name=volume.get("storageClassName") or None,
                     access_mode=str(volume.get("accessMode") or "ReadWriteOnce"),
-                    s3=(
-                        None
-                        if not snapshots_s3
-                        else S3Target(
-                            bucket=str(snapshots_s3.get("bucket") or ""),
-                            base_path=str(snapshots_s3.get("basePath") or "").strip("/"),
-                            connection=S3Connection.from_resource(snapshots_s3),
-                        )
-                    ),
+                    s3=BucketSpec.from_resource(snapshots_s3) if snapshots_s3 else None,
                 )
             ),
-            archive=(
-                None
-                if not archive
-                else ArchiveSpec(
-                    bucket=str(archive.get("bucket") or ""),
-                    base_path=str(archive.get("basePath") or "").strip("/"),
-                    connection=S3Connection.from_resource(archive),
-                )
-            ),
+            archive=BucketSpec.from_resource(archive) if archive else None,
             restore_from=(spec.get("restoreFrom") or {}).get("snapshot") or None,
             creation_timestamp=metadata.get("creationTimestamp"),
             annotations=dict(metadata.get("annotations") or {}),

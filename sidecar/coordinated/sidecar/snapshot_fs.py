@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from coordinated.sidecar.durable_files import fsync_dir
 from coordinated.sidecar.snapshots import (
     RepositoryUnavailable,
     SnapshotCorrupt,
@@ -90,7 +91,7 @@ class FsRepository(SnapshotRepository):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        _fsync_dir(self.location)
+        fsync_dir(self.location)
 
     async def fetch(self, name: str) -> bytes:
         path = snapshot_path(self.location, name)
@@ -123,7 +124,7 @@ class FsRepository(SnapshotRepository):
                 snapshot_path(self.location, name).unlink()
             except FileNotFoundError:
                 raise SnapshotMissing(name) from None
-            _fsync_dir(self.location)
+            fsync_dir(self.location)
 
         await self._io(f"cannot delete from [{self.location}]", unlink)
 
@@ -132,11 +133,3 @@ class FsRepository(SnapshotRepository):
             return await asyncio.to_thread(work)
         except OSError as error:
             raise RepositoryUnavailable(f"{what}: {error.strerror or error}") from None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
