@@ -208,7 +208,23 @@ def cluster(name: str, **spec: object) -> str:
             {"snapshots": {"volume": {"claimName": "backups", "storageClassName": "fast"}}},
             "snapshots.volume.storageClassName applies only to the claim the operator creates",
         ),
-        ({"restoreFrom": {"snapshot": "demo-1"}}, "spec.restoreFrom reads the snapshot from the snapshot volume"),
+        (
+            {"restoreFrom": {"snapshot": "demo-1"}},
+            "spec.restoreFrom reads the snapshot from spec.snapshots' repository",
+        ),
+        ({"archive": {"bucket": "Histories"}}, "spec.archive.bucket in body should match"),
+        (
+            {"archive": {"bucket": "histories", "endpoint": "s3.example.com"}},
+            "spec.archive.endpoint in body should match",
+        ),
+        (
+            {"archive": {"bucket": "histories", "credentials": {"secretName": "k", "serviceAccountName": "sa"}}},
+            "give credentials.secretName or credentials.serviceAccountName, not both",
+        ),
+        (
+            {"snapshots": {"s3": {"bucket": "backups"}, "volume": {"claimName": "backups"}}},
+            "snapshots go to s3 or to a volume, not both",
+        ),
         (
             {"snapshots": {}, "restoreFrom": {"snapshot": "Demo 1"}},
             'restoreFrom.snapshot "Demo 1" is not a snapshot name',

@@ -146,3 +146,29 @@ def test_a_store_that_is_down_blocks_no_write_and_no_election(
         text += json.dumps(history_lines(node)) + node.get("/metrics")[1] + json.dumps(node.get("/_cluster/health")[1])
         for secret in (s3_server.secret_key, s3_server.access_key):
             assert secret not in text, "a credential reached a log, the history, metrics or health"
+
+
+def test_a_graceful_stop_archives_the_segment_being_written(
+    make_cluster: Callable[..., LocalCluster], s3_server: S3Server, tmp_path: Path
+) -> None:
+    """A node stopped for good (a scale-down, a deleted cluster) leaves its whole history in the bucket, though no
+    segment of it ever filled up."""
+    cluster = make_cluster()
+    cluster.settings.update(
+        {
+            **archive_settings(s3_server, s3_server.credentials_file(tmp_path / "credentials")),
+            "history.segment_size": "16mb",
+        }
+    )
+    (node,) = cluster.bootstrap(1)
+    write(cluster, 10, "k")
+    node_id = node.node_id()
+    assert not archived_objects(s3_server), "nothing is closed yet"
+    assert cluster.stop(node) == 0
+    objects = {key.rsplit("/", 1)[-1] for key in archived_objects(s3_server) if f"/{node_id}/" in key}
+    segments = sorted((node.data_dir / "history").glob("segment-*"))
+    assert objects == {p.name for p in segments[:-1]}, "every segment but the new one (only the archived events) is in the bucket"
+    root = s3_server.root / "archive"
+    stored = b"".join((next(root.rglob(name))).read_bytes() for name in sorted(objects))
+    local = b"".join(p.read_bytes() for p in segments[:-1])
+    assert stored == local and b'"type":"applied"' in stored
