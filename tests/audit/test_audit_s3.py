@@ -194,12 +194,14 @@ def test_only_the_segments_after_a_checkpoint_are_listed_for_an_incremental_audi
     assert len(folders) == 3 and all(f.startswith("s3a://archive/prod/") for f in folders)
     assert segments_after(segments, {}) == segments, "no checkpoint: everything"
     first = [s for s in segments if s.folder == folders[0]]
+    node = first[0].node
+    assert first[0].folder.endswith(f"/{node[0]}/{node[1]}")
     # The checkpoint saw node 0 up to the middle of its second segment: its first segment is old.
-    seen = {folders[0]: first[1].first_seq + 1}
+    seen = {node: first[1].first_seq + 1}
     kept = segments_after(segments, seen)
     assert first[0] not in kept and first[1] in kept and all(s in kept for s in first[2:])
     assert all(s in kept for s in segments if s.folder != folders[0])
-    seen_all = {folders[0]: first[-1].first_seq + 10**6}
+    seen_all = {node: first[-1].first_seq + 10**6}
     assert [s for s in segments_after(segments, seen_all) if s.folder == folders[0]] == [first[-1]], (
         "the newest segment of a folder may hold anything"
     )
@@ -208,9 +210,10 @@ def test_only_the_segments_after_a_checkpoint_are_listed_for_an_incremental_audi
 def test_segments_after_needs_no_store() -> None:
     a = [SegmentObject("b", f"p/c/n1/segment-{seq:012d}.jsonl", 10) for seq in (1, 11, 21)]
     b = [SegmentObject("b", "p/c/n2/segment-000000000001.jsonl", 10)]
-    assert segments_after([*a, *b], {"s3a://b/p/c/n1": 10}) == [a[1], a[2], *b]
-    assert segments_after([*a, *b], {"s3a://b/p/c/n1": 11}) == [a[1], a[2], *b]
-    assert segments_after([*a, *b], {"s3a://b/p/c/n1": 9}) == [*a, *b]
+    assert segments_after([*a, *b], {("c", "n1"): 10}) == [a[1], a[2], *b]
+    assert segments_after([*a, *b], {("c", "n1"): 11}) == [a[1], a[2], *b]
+    assert segments_after([*a, *b], {("c", "n1"): 9}) == [*a, *b]
+    assert segments_after([*a, *b], {("c", "n1"): 10**6, ("c", "n2"): 10**6}) == [a[2], *b]
 
 
 def test_a_checkpoint_object_round_trips(archive: Archive) -> None:

@@ -167,7 +167,9 @@ def test_a_graceful_stop_archives_the_segment_being_written(
     assert cluster.stop(node) == 0
     objects = {key.rsplit("/", 1)[-1] for key in archived_objects(s3_server) if f"/{node_id}/" in key}
     segments = sorted((node.data_dir / "history").glob("segment-*"))
-    assert objects == {p.name for p in segments[:-1]}, "every segment but the new one (only the archived events) is in the bucket"
+    assert objects == {p.name for p in segments[:-1]}, (
+        "every segment but the new one (only the archived events) is in the bucket"
+    )
     root = s3_server.root / "archive"
     stored = b"".join((next(root.rglob(name))).read_bytes() for name in sorted(objects))
     local = b"".join(p.read_bytes() for p in segments[:-1])

@@ -189,6 +189,12 @@ class SegmentObject:
         return self.uri.rsplit("/", 1)[0]
 
     @property
+    def node(self) -> tuple[str, str]:
+        """(cluster UUID, node id), from the archive's layout `.../CLUSTER_UUID/NODE_ID/segment-N...`."""
+        parts = self.key.split("/")
+        return (parts[-3] if len(parts) >= 3 else "", parts[-2] if len(parts) >= 2 else "")
+
+    @property
     def first_seq(self) -> int:
         match = SEGMENT_OBJECT.search(self.key)
         assert match is not None
@@ -205,12 +211,13 @@ def list_segments(access: S3Access, uri: str) -> list[SegmentObject]:
     return sorted(found, key=lambda s: (s.folder, s.first_seq))
 
 
-def segments_after(segments: Sequence[SegmentObject], last_seq: Mapping[str, int]) -> list[SegmentObject]:
-    """The segments that may hold events newer than `last_seq` (per folder): an incremental audit reads only
-    these. A segment's last seq is one below the next segment's first; the newest of a folder may hold anything."""
+def segments_after(segments: Sequence[SegmentObject], last_seq: Mapping[tuple[str, str], int]) -> list[SegmentObject]:
+    """The segments that may hold events newer than a checkpoint's last seq per (cluster UUID, node id): an
+    incremental audit reads only these. A segment's last seq is one below the next segment's first in its folder;
+    the newest of a folder may hold anything. `segments` are in `list_segments` order."""
     kept: list[SegmentObject] = []
     for index, segment in enumerate(segments):
-        seen = last_seq.get(segment.folder)
+        seen = last_seq.get(segment.node)
         following = segments[index + 1] if index + 1 < len(segments) else None
         ends_before = following.first_seq - 1 if following is not None and following.folder == segment.folder else None
         if seen is None or ends_before is None or ends_before > seen:
