@@ -8,6 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pyspark
+import pytest
+
+from coordinated.audit.reading import UnusableInput
+from coordinated.audit.s3 import s3a_jars
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = Path(pyspark.__file__).parent / "jars"
@@ -37,3 +41,15 @@ def test_a_pyspark_of_another_hadoop_is_refused(tmp_path: Path) -> None:
         ["bash", str(REPO / "scripts" / "fetch-s3a-jars.sh"), str(tmp_path)], capture_output=True, text=True
     )
     assert refused.returncode == 1 and "hold Hadoop [9.9.9]" in refused.stderr
+
+
+def test_jars_in_sparks_own_folder_need_no_adding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under spark-submit (the image) pyspark is imported from a zip inside SPARK_HOME, whose jars folder holds
+    hadoop-aws: nothing is added, and nothing is looked for in the cache."""
+    (tmp_path / "jars").mkdir()
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+    monkeypatch.setenv("COORDINATED_S3A_JARS", str(tmp_path / "nowhere"))
+    with pytest.raises(UnusableInput, match=r"fetch-s3a-jars\.sh"):
+        s3a_jars()
+    (tmp_path / "jars" / "hadoop-aws-3.5.0.jar").write_bytes(b"")
+    assert s3a_jars() == []

@@ -152,12 +152,20 @@ class S3Access:
             raise UnusableInput(error.reason) from None
 
 
-def s3a_jars() -> list[str]:
-    """The jars to add for s3a://, or none when pyspark's own jars folder has them (the image)."""
+def spark_jars_folder() -> Path:
+    """The jars folder of the Spark that runs: $SPARK_HOME's (under spark-submit, pyspark itself is imported from
+    a zip in it), else the installed pyspark's."""
+    home = os.environ.get("SPARK_HOME")
+    if home:
+        return Path(home) / "jars"
     import pyspark
 
-    bundled = Path(pyspark.__file__).parent / "jars"
-    if any(bundled.glob("hadoop-aws-*.jar")):
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def s3a_jars() -> list[str]:
+    """The jars to add for s3a://, or none when Spark's own jars folder has them (the image)."""
+    if any(spark_jars_folder().glob("hadoop-aws-*.jar")):
         return []
     override = os.environ.get("COORDINATED_S3A_JARS")
     folders = [Path(override)] if override else sorted(JARS_CACHE.glob("hadoop-*"), key=lambda p: p.stat().st_mtime)
