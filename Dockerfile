@@ -15,20 +15,27 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 
-# Dependency layer: rebuilt only when pyproject.toml changes, not on every source edit.
+# Dependency layer: rebuilt only when a pyproject.toml changes, not on every source edit. The client
+# (client/, a distribution of its own that the project pins) comes from this checkout, its dependencies
+# from the index.
 COPY pyproject.toml ./
+COPY client/pyproject.toml client/
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+c = tomllib.load(open('client/pyproject.toml', 'rb'))['project']; \
 extras = p['optional-dependencies']; \
-print('\n'.join(p['dependencies'] + extras['operator'] + extras['audit']))" > /tmp/requirements.txt \
+own = [r for r in p['dependencies'] if not r.startswith(c['name'])]; \
+print('\n'.join(own + c['dependencies'] + extras['operator'] + extras['audit']))" > /tmp/requirements.txt \
  && pip install -r /tmp/requirements.txt
 
 COPY README.md ./
+COPY client/ client/
 COPY core/ core/
 COPY sidecar/ sidecar/
 COPY operator/ operator/
 COPY spark-jobs/ spark-jobs/
 COPY tools/ tools/
-RUN pip install --no-deps . \
+RUN pip install --no-deps ./client . \
+ && python -c "from coordinated.client import Client, AsyncClient, Lock, LeaderElection" \
  && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} + \
  && rm -rf /opt/venv/lib/python3*/site-packages/pyspark/examples /opt/venv/lib/python3*/site-packages/pyspark/data
 

@@ -6,10 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo test test-fast lint simulate clean test-deps
 
-$(STAMP): pyproject.toml
+# The client is its own distribution (client/), which the project depends on: both are installed in one go,
+# so that pip takes the client from this checkout.
+$(STAMP): pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e ./client -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -40,6 +42,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python -m coordinated.operator.generate --check
 
 simulate: $(STAMP)
 	$(BIN)/coordinated simulate

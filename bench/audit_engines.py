@@ -51,6 +51,7 @@ SUMMARY: dict[str, str] = {
     "commit_config_differs": "count_if(NOT (acc_cfg_min <=> commit_cfg))",
     "committed": "count_if(committed)",
     "reset_roots": "count_if(reset_root)",
+    "rewritten": "count_if(rewritten)",
     "committed_anywhere": "count_if(committed_anywhere)",
     "applied": "count_if(applied)",
     "acc_mask_xor": "bit_xor(acc_mask)",
@@ -70,7 +71,7 @@ WITH rows AS (
     list_concat(coalesce(last_committed_config, []::VARCHAR[]), coalesce(last_accepted_config, []::VARCHAR[]))
       AS both_configs
   FROM read_parquet('{files}', union_by_name = true, hive_partitioning = false)
-  WHERE type IN ('accepted', 'committed', 'applied', 'unsafe_bootstrap')
+  WHERE type IN ('accepted', 'committed', 'applied', 'unsafe_bootstrap', 'settings_removed')
     AND cluster_uuid IS NOT NULL AND node IS NOT NULL AND seq IS NOT NULL AND term IS NOT NULL
     AND version IS NOT NULL AND state_uuid IS NOT NULL
 ), members AS (
@@ -79,7 +80,8 @@ WITH rows AS (
   FROM rows
 ), ev AS (
   SELECT cluster_uuid AS cid, state_uuid, term, version, ts, acc, mcommit, pre,
-    type = 'unsafe_bootstrap' AS reset, type = 'applied' AS app, type = 'committed' AS comm,
+    type = 'unsafe_bootstrap' AS reset, type = 'settings_removed' AS rewritten, type = 'applied' AS app,
+    type = 'committed' AS comm,
     hash(term, version, parent_uuid, master, last_accepted_config) AS content,
     CASE WHEN parent_uuid IS NOT NULL THEN hash(parent_uuid) END AS parent_h,
     CASE WHEN master IS NOT NULL THEN hash(master) END AS master_h,
@@ -101,6 +103,7 @@ SELECT cid, state_uuid, min(term) AS term, min(version) AS version,
   min(CASE WHEN acc THEN cfg END) AS acc_cfg_min, max(CASE WHEN acc THEN cfg END) AS acc_cfg_max,
   min(CASE WHEN mcommit THEN cfg END) AS commit_cfg,
   bool_or(mcommit) OR bool_or(reset) AS committed, bool_or(reset) AND NOT coalesce(bool_or(mcommit), false) AS reset_root,
+  bool_or(rewritten) AS rewritten,
   bool_or(comm) AS committed_anywhere, bool_or(app) AS applied,
   bit_or(acc_bit) AS acc_mask, bit_or(q_mask) AS quorum_mask, bool_or(q_odd) AS quorum_odd, bool_and(q_ok) AS quorum_ok,
   min(CASE WHEN acc THEN ts END) AS first_accepted_ts, min(CASE WHEN mcommit THEN ts END) AS commit_ts

@@ -21,29 +21,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
-from chaos.clients import CERTAIN_FAILURES, KEY_EPOCH_S, OP_TIMEOUT_S, Recorder
+from chaos.clients import CALL_ERRORS, KEY_EPOCH_S, Recorder, certainly_failed, close_all, node_clients
+from coordinated.client import AsyncClient, NotFound, VersionConflict
 from coordinated.simulation.linearizability import MISSING, Operation
 
 LOCK_KEY = "chaos-lock"
-
-
-async def request(
-    session: aiohttp.ClientSession, method: str, url: str, params: dict[str, str], body: Any = None
-) -> tuple[int, Any]:
-    """(status, body); status 0 when there was no answer."""
-    try:
-        timeout = aiohttp.ClientTimeout(total=OP_TIMEOUT_S)
-        kwargs = {"json": body} if method == "PUT" else {}
-        async with session.request(method, url, params={"timeout": "2s", **params}, timeout=timeout, **kwargs) as r:
-            return r.status, await r.json(content_type=None)
-    except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
-        return 0, None
-
-
-def certainly_failed(body: Any) -> bool:
-    return isinstance(body, dict) and body.get("error", {}).get("type") in CERTAIN_FAILURES
 
 
 @dataclass
@@ -61,44 +43,53 @@ async def cas_loop(
     counters: Counters,
     started: float,
 ) -> None:
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+    clients = node_clients(urls)
+    try:
         while not stop.is_set():
             key = f"e{int((time.monotonic() - started) // KEY_EPOCH_S)}-counter"
             rec.keys.add(key)
             counters.acked.setdefault(key, 0)
             counters.unknown.setdefault(key, 0)
-            url = f"{rng.choice(urls)}/_cluster/metadata/{key}"
+            node = clients[rng.choice(urls)]
             invoked = time.monotonic()
-            status, body = await request(session, "GET", url, {})
-            completed = time.monotonic()
-            if status not in (200, 404):
+            try:
+                read = await node.get(key)
+                value, version = read.value, read.version
+            except NotFound:
+                value, version = MISSING, 0
+            except CALL_ERRORS:
                 rec.failed += 1
                 continue
-            value, version = (body["value"], body["version"]) if status == 200 else (MISSING, 0)
+            completed = time.monotonic()
             rec.operations.append(Operation(client, key, "get", invoked, completed, result=value, version=version))
             rec.ok_times.append(completed)
             new = (0 if value is MISSING else int(value)) + 1
             invoked = time.monotonic()
-            status, body = await request(session, "PUT", url, {"if_version": str(version)}, new)
-            completed = time.monotonic()
-            if status == 200:
-                op = Operation(client, key, "put", invoked, completed, value=new, if_version=version)
-                rec.operations.append(op)
-                rec.ok_times.append(completed)
-                counters.acked[key] += 1
-            elif status == 409:
+            try:
+                await node.cas(key, new, version)
+            except VersionConflict:
+                completed = time.monotonic()
                 rec.operations.append(
                     Operation(client, key, "put", invoked, completed, value=new, if_version=version, conflict=True)
                 )
                 rec.ok_times.append(completed)
-            elif certainly_failed(body):
-                rec.failed += 1
+            except CALL_ERRORS as error:
+                if certainly_failed(error):
+                    rec.failed += 1
+                else:
+                    rec.operations.append(
+                        Operation(client, key, "put", invoked, math.inf, value=new, if_version=version, certain=False)
+                    )
+                    counters.unknown[key] += 1
             else:
-                rec.operations.append(
-                    Operation(client, key, "put", invoked, math.inf, value=new, if_version=version, certain=False)
-                )
-                counters.unknown[key] += 1
+                completed = time.monotonic()
+                op = Operation(client, key, "put", invoked, completed, value=new, if_version=version)
+                rec.operations.append(op)
+                rec.ok_times.append(completed)
+                counters.acked[key] += 1
             await asyncio.sleep(rng.uniform(0.0, 0.05))
+    finally:
+        await close_all(clients)
 
 
 def check_counters(counters: Counters, final: dict[str, Any]) -> tuple[bool, str]:
@@ -138,28 +129,28 @@ class LockRecord:
         self.accepted += 1
 
 
-async def read_lock(session: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
-    return await request(session, "GET", f"{url}/_cluster/metadata/{LOCK_KEY}", {})
-
-
 async def lock_loop(client: int, urls: list[str], rng: random.Random, stop: asyncio.Event, locks: LockRecord) -> None:
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+    clients = node_clients(urls)
+    try:
         while not stop.is_set():
-            url = rng.choice(urls)
+            node = clients[rng.choice(urls)]
             mine = {"client": client}
-            status, body = await request(
-                session, "PUT", f"{url}/_cluster/metadata/{LOCK_KEY}", {"op_type": "create"}, mine
-            )
-            token = body["version"] if status == 200 else None
-            if status != 200 and not certainly_failed(body):
-                # Held (409), or perhaps created by this very request (no answer): the key says which.
-                status, current = await read_lock(session, url)
-                if status == 200 and current["value"] == mine:
-                    token = current["create_version"]
-                elif status == 200:
-                    locks.waits += 1
-                    await wait_for_delete(session, url, current["version"], stop)
-                    continue
+            token: int | None = None
+            try:
+                token = (await node.create(LOCK_KEY, mine)).version
+            except CALL_ERRORS as error:
+                if not certainly_failed(error):
+                    # Held (409), or perhaps created by this very request (no answer): the key says which.
+                    try:
+                        current = await node.get(LOCK_KEY)
+                    except CALL_ERRORS:
+                        current = None
+                    if current is not None and current.value == mine:
+                        token = current.create_version
+                    elif current is not None:
+                        locks.waits += 1
+                        await wait_for_delete(node, current.version, stop)
+                        continue
             if token is None:
                 await asyncio.sleep(0.05)
                 continue
@@ -169,30 +160,33 @@ async def lock_loop(client: int, urls: list[str], rng: random.Random, stop: asyn
                 locks.fenced_write(client, token)
                 await asyncio.sleep(rng.uniform(0.0, 0.03))
             holding.released = time.monotonic()
-            await release(session, urls, rng, token)
+            await release(clients, urls, rng, token)
+    finally:
+        await close_all(clients)
 
 
-async def wait_for_delete(session: aiohttp.ClientSession, url: str, after: int, stop: asyncio.Event) -> None:
+async def wait_for_delete(node: AsyncClient, after: int, stop: asyncio.Event) -> None:
     """Until the lock key's delete shows in a watch (or the watch fails: the caller tries again)."""
     while not stop.is_set():
-        status, body = await request(
-            session, "GET", f"{url}/_cluster/metadata/_watch", {"prefix": LOCK_KEY, "after_version": str(after)}
-        )
-        if status != 200:
+        try:
+            batch = await node.watch_once(LOCK_KEY, after, timeout=2.0)
+        except CALL_ERRORS:
             return
-        if any(e["key"] == LOCK_KEY and e["type"] == "delete" for e in body["events"]):
+        if any(e.key == LOCK_KEY and e.type == "delete" for e in batch.events):
             return
-        after = body["version"]
+        after = batch.version
 
 
-async def release(session: aiohttp.ClientSession, urls: list[str], rng: random.Random, token: int) -> None:
+async def release(clients: dict[str, AsyncClient], urls: list[str], rng: random.Random, token: int) -> None:
     """Delete the key if it is still ours, retrying through other nodes until the answer is definite."""
     while True:
-        url = rng.choice(urls)
-        status, _ = await request(session, "DELETE", f"{url}/_cluster/metadata/{LOCK_KEY}", {"if_version": str(token)})
-        if status in (200, 404, 409):
-            return  # deleted, or gone / replaced: an earlier attempt without an answer took effect
-        await asyncio.sleep(0.1)
+        try:
+            await clients[rng.choice(urls)].delete(LOCK_KEY, if_version=token)
+            return
+        except (NotFound, VersionConflict):
+            return  # gone / replaced: an earlier attempt without an answer took effect
+        except CALL_ERRORS:
+            await asyncio.sleep(0.1)
 
 
 def check_lock(locks: LockRecord) -> tuple[bool, str]:

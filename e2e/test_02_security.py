@@ -3,7 +3,8 @@ NetworkPolicy keeps other pods off both ports; certificates rotate while a write
 
 The clusters here use the defaults (TLS, tokens and the NetworkPolicy all on), so they need an image whose
 sidecar has the TLS and token settings; with an older image the module is skipped, saying so. Applications
-are played by short-lived pods of the project's image running a stdlib-only Python script.
+are played by short-lived pods of the project's image running a Python script: raw requests with the
+standard library where the test needs exact statuses, and the documented client (`coordinated.client`).
 """
 
 from __future__ import annotations
@@ -82,6 +83,13 @@ if mode == "access":
         "reader_read": call("GET", "/_cluster/metadata/e2e-token", token=os.environ["READER"]),
         "writer_settings": call("PUT", "/_cluster/settings", {"persistent": {}}),
     }
+    # The documented Python client, as an application in the image would use it: TLS against the CA, the token.
+    from coordinated.client import Client, Lock
+    with Client(["https://%s:9200" % host], token=os.environ["TOKEN"], verify="/ca/ca.crt") as client:
+        client.put("e2e/library", {"from": "coordinated.client"})
+        with client.session(ttl=10) as session:
+            fencing_token = Lock(client, "e2e/lock", session).acquire(timeout=30)
+        result["library"] = [client.get("e2e/library").value, fencing_token > 0]
 elif mode == "reach":
     result = {}
     for port in (9200, 9300):
@@ -204,6 +212,7 @@ def test_the_client_token_is_needed_and_roles_apply(secured: Cluster) -> None:
         "reader_write": 403,
         "reader_read": 200,
         "writer_settings": 403,  # the settings API is admin-only
+        "library": [{"from": "coordinated.client"}, True],  # the image runs the documented client
     }, result
 
 

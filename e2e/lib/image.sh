@@ -3,7 +3,7 @@
 # $CACHE/image, without a Docker daemon or a registry, following the repo's Dockerfile:
 #   layer 1: Debian bookworm (debootstrap minbase) + python3 + a Java runtime + the
 #            users coordinated (10001) and spark (185) + /data, /reports
-#   layer 2: /opt/venv with `pip install .[operator,audit]`, the s3a:// jars in pyspark's jars folder
+#   layer 2: /opt/venv with `pip install ./client .[operator,audit]`, the s3a:// jars in pyspark's jars folder
 #            (scripts/fetch-s3a-jars.sh), and the Spark-on-Kubernetes files
 # Prints the paths of the two archives (pause first). Cached by content.
 set -euo pipefail
@@ -48,8 +48,8 @@ fi
 
 # App layer, keyed by the project's sources. The wheels are built on the host (same
 # CPython minor as bookworm's, 3.11) so the chroot needs no network at all.
-src_key=$(cd "$REPO_DIR" && git ls-files -co --exclude-standard -- pyproject.toml README.md sidecar operator spark-jobs tools \
-  core client e2e/lib/image.sh scripts/fetch-s3a-jars.sh |
+src_key=$(cd "$REPO_DIR" && git ls-files -co --exclude-standard -- pyproject.toml README.md core sidecar operator spark-jobs tools \
+  client e2e/lib/image.sh scripts/fetch-s3a-jars.sh |
   LC_ALL=C sort | xargs -d '\n' sha256sum | sha256sum | cut -c1-16)
 image_tar="$dir/coordinated-cluster-$IMAGE_VERSION-$base_key-$src_key.tar"
 if [[ ! -f $image_tar ]]; then
@@ -57,8 +57,10 @@ if [[ ! -f $image_tar ]]; then
   py=${PYTHON:-python3}
   [[ $("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])') == 3.11 ]] ||
     die "$py must be CPython 3.11 (bookworm's python3) to build wheels for the image"
-  log "building wheels for coordinated-cluster[operator,audit]"
-  "$py" -m pip wheel -q --wheel-dir "$dir/wheels" "${REPO_DIR}[operator,audit]"
+  # The client (client/) is a distribution of its own that the project pins: built in the same resolve, so
+  # that pip takes it from this checkout.
+  log "building wheels for coordinated-client and coordinated-cluster[operator,audit]"
+  "$py" -m pip wheel -q --wheel-dir "$dir/wheels" "${REPO_DIR}/client" "${REPO_DIR}[operator,audit]"
   root="$base/rootfs"
   app=(opt/venv app usr/local/bin/spark-entrypoint.sh opt/coordinated)
   (cd "$root" && rm -rf "${app[@]}" tmp/wheels) && cp -r "$dir/wheels" "$root/tmp/wheels"
@@ -66,6 +68,8 @@ if [[ ! -f $image_tar ]]; then
   chroot "$root" /opt/venv/bin/pip install -q --no-index --no-cache-dir --find-links /tmp/wheels \
     --force-reinstall "coordinated-cluster[operator,audit]==$IMAGE_VERSION"
   chroot "$root" /opt/venv/bin/coordinated --help >/dev/null || die "coordinated does not run in the image"
+  chroot "$root" /opt/venv/bin/python -c "from coordinated.client import Client, AsyncClient, Lock, LeaderElection" ||
+    die "the documented Python client (coordinated.client) does not import in the image"
   find "$root/opt/venv" -name __pycache__ -prune -exec rm -rf {} +
   rm -rf "$root"/opt/venv/lib/python3*/site-packages/pyspark/{examples,data}
   # hadoop-aws and the AWS SDK modules it uses, for the audit of the history archive (s3a://), on the classpath

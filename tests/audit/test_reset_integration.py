@@ -1,6 +1,7 @@
 """The audit of real histories across `coordinated node-tool`: the node-tool integration scenarios (quorum
 lost for good, unsafe-bootstrap of the survivor, new nodes joining; an old member joining after
-detach-cluster) run on real node processes, then every history is audited: exit 0, resets listed.
+detach-cluster; persistent settings removed from every stopped node) run on real node processes, then every
+history is audited: exit 0, resets listed.
 
 The scenarios delete the lost nodes' data directories; their histories are kept aside first, as an operator
 ships histories off the nodes: without the lost master's `committed` events its followers' applies cannot be
@@ -41,7 +42,7 @@ def clusters(tmp_path: Path) -> Iterator[tuple[Callable[..., LocalCluster], list
         cluster.stop_all(graceful=False)
 
 
-def test_histories_across_unsafe_bootstrap_and_detach_pass_the_audit(
+def test_histories_across_unsafe_bootstrap_detach_and_remove_settings_pass_the_audit(
     spark: SparkSession,
     tmp_path: Path,
     clusters: tuple[Callable[..., LocalCluster], list[LocalCluster]],
@@ -58,6 +59,7 @@ def test_histories_across_unsafe_bootstrap_and_detach_pass_the_audit(
     monkeypatch.setattr(scenarios.shutil, "rmtree", lose)
     scenarios.test_unsafe_bootstrap_of_the_survivor_then_two_new_nodes(make)
     scenarios.test_an_old_node_joins_the_new_cluster_only_after_detach(make)
+    scenarios.test_remove_settings_on_every_stopped_node_without_a_master(make)
     for cluster in made:
         cluster.stop_all(graceful=True)
     histories = [
@@ -66,7 +68,8 @@ def test_histories_across_unsafe_bootstrap_and_detach_pass_the_audit(
         for node in cluster.nodes.values()
         if (node.data_dir / HISTORY_DIR).is_dir()
     ]
-    assert (len(histories), len(kept)) == (5, 3)  # the first scenario loses two data directories, the second one
+    # The first scenario loses two data directories, the second one; the third keeps its three.
+    assert (len(histories), len(kept)) == (8, 3)
 
     code = main(
         [*histories, *kept, "--report-dir", str(tmp_path / "report"), "--no-html", "--spark-master", "local[2]"]

@@ -110,6 +110,42 @@ def detached_node_joins(record: bool, *, term_back_after: bool = False) -> Histo
     return hb
 
 
+def settings_removed_everywhere(record: bool) -> HistoryBuilder:
+    """a, b, c form a cluster and stop; `node-tool remove-settings` rewrites each one's copy of its last state (same
+    term and version, a new uuid whose parent is the old copy); they restart and a is elected and publishes."""
+    hb = HistoryBuilder(["a", "b", "c"], OLD)
+    old_cluster(hb, ["a", "b", "c"])
+    for node in ("a", "b", "c"):
+        old = hb.accepted[node]
+        assert old is not None
+        copy = State(old.term, old.version, hb.new_uuid(), old.state_uuid, old.master, *_configs(old))
+        if record:
+            hb.seq[node] += 1
+            event = {
+                **json.loads(hb.lines[node][-1]),
+                "seq": hb.seq[node],
+                "ts": hb.ts,
+                "type": "settings_removed",
+                "state_uuid": copy.state_uuid,
+                "parent_uuid": copy.parent_uuid,
+                "quorum": None,
+                "current_term": hb.term[node],
+                "previous_state_uuid": old.state_uuid,
+                "settings": ["cluster.no_master_block"],
+            }
+            hb.lines[node].append(json.dumps(event))
+        hb.accepted[node] = copy
+        hb.restart(node)
+    hb.elect("a", 2, ["b", "c"])
+    hb.publish("a", ["b", "c"])
+    hb.publish("a", ["b", "c"])
+    return hb
+
+
+def _configs(state: State) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return state.last_committed_config, state.last_accepted_config
+
+
 @pytest.fixture(scope="module")
 def reports(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     scenarios = {
@@ -119,6 +155,8 @@ def reports(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> di
         "detach": detached_node_joins(True),
         "detach-unrecorded": detached_node_joins(False),
         "detach-term-back": detached_node_joins(True, term_back_after=True),
+        "settings-removed": settings_removed_everywhere(True),
+        "settings-removed-unrecorded": settings_removed_everywhere(False),
     }
     return {name: audit_builder(spark, hb, tmp_path_factory.mktemp(name)) for name, hb in scenarios.items()}
 
@@ -167,6 +205,19 @@ def test_a_reset_excuses_only_the_term_going_back_across_it(reports: dict[str, A
     assert any(
         ("b", "term", 1) in [(e["node"], e["type"], e["term"]) for e in v["examples"]] for v in report["violations"]
     )
+
+
+def test_settings_removed_on_every_node_is_valid(reports: dict[str, Any]) -> None:
+    """Three copies of one (term, version) under new uuids are no second state of that version, and the new
+    master's first state descends, through its own copy, from the last committed state."""
+    report = reports["settings-removed"]
+    assert report["violations"] == [] and report["ok"] is True
+
+
+def test_a_rewritten_copy_without_its_event_breaks_the_committed_chain(reports: dict[str, Any]) -> None:
+    report = reports["settings-removed-unrecorded"]
+    assert invariants_of(report) == {"committed-chain"}
+    assert "a state no node recorded" in report["violations"][0]["detail"]
 
 
 def test_reset_events_are_in_the_text_and_html_report(spark: SparkSession, tmp_path: Path) -> None:

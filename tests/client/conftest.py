@@ -1,9 +1,13 @@
+"""Fixtures of the client tests: real clusters, and `driver`, which runs a test once with the blocking client
+and once with the asyncio one, through the same calls."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from client_drivers import Driver
 
 from coordinated.tools.localcluster import LocalCluster
 
@@ -21,3 +25,10 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
     yield make
     for cluster in clusters:
         cluster.stop_all(graceful=False)
+
+
+@pytest.fixture(params=["blocking", "asyncio"])
+def driver(request: pytest.FixtureRequest) -> Iterator[Driver]:
+    driver = Driver(request.param)
+    yield driver
+    driver.stop()

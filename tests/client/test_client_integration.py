@@ -1,87 +1,79 @@
-"""The client library against real node processes: every call, master following and failover, tokens,
-and the asyncio client."""
+"""The client library against real node processes, with the blocking and the asyncio client alike: every
+call, master following and failover, tokens."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from client_drivers import Driver
 
-from coordinated.client import (
-    AsyncClient,
-    AuthenticationError,
-    Client,
-    NotFound,
-    VersionConflict,
-    WatchEvent,
-    get_op,
-    put_op,
-)
+from coordinated.client import AuthenticationError, NotFound, VersionConflict, get_op, put_op
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-def test_calls_master_following_and_failover(make_cluster: Callable[..., LocalCluster]) -> None:
+def test_calls_master_following_and_failover(driver: Driver, make_cluster: Callable[..., LocalCluster]) -> None:
     cluster = make_cluster()
     nodes = cluster.bootstrap(3)
     master = cluster.wait_master()
     follower = next(node for node in nodes if node is not master)
     # The follower's address first: the client finds the master's among them.
-    with Client([follower.url, *(node.url for node in nodes if node is not follower)], retry_timeout=30) as client:
-        created = client.create("app/counter", 0)
+    client = driver.client([follower.url, *(node.url for node in nodes if node is not follower)], retry_timeout=30)
+    watcher = driver.client([node.url for node in nodes], retry_timeout=30)
+    try:
+        created = driver.run(client.create("app/counter", 0))
         assert client.endpoints.current == master.url
         with pytest.raises(VersionConflict):
-            client.create("app/counter", 5)
-        got = client.get("app/counter")
+            driver.run(client.create("app/counter", 5))
+        got = driver.run(client.get("app/counter"))
         assert (got.value, got.version, got.create_version) == (0, created.version, created.version)
-        bumped = client.cas("app/counter", 1, version=created.version)
+        bumped = driver.run(client.cas("app/counter", 1, version=created.version))
         with pytest.raises(VersionConflict):
-            client.cas("app/counter", 2, version=created.version)
-        result = client.txn(
-            [("app/counter", bumped.version)], [put_op("app/other", "x"), get_op("app/counter")], [get_op("app/other")]
+            driver.run(client.cas("app/counter", 2, version=created.version))
+        result = driver.run(
+            client.txn(
+                [("app/counter", bumped.version)],
+                [put_op("app/other", "x"), get_op("app/counter")],
+                [get_op("app/other")],
+            )
         )
         assert result.succeeded and result.results[1]["value"] == 1
-        batch = client.watch_once("app/", created.version - 1, timeout=1)
+        batch = driver.run(client.watch_once("app/", created.version - 1, timeout=1))
         assert [(e.type, e.key) for e in batch.events] == [
             ("put", "app/counter"),
             ("put", "app/counter"),
             ("put", "app/other"),
         ]
-        client.delete("app/other")
+        driver.run(client.delete("app/other"))
         with pytest.raises(NotFound):
-            client.get("app/other")
-        assert client.get("app/counter", local=True).value == 1
+            driver.run(client.get("app/other"))
+        assert driver.run(client.get("app/counter", local=True)).value == 1
+        health = driver.run(client.cluster_health())
+        assert health["number_of_nodes"] == 3 and health["status"] == "green"
+        assert driver.run(client.cluster_state(local=True))["metadata"]["kv"]["app/counter"] == 1
 
-        # A watch iterator in a thread keeps going through a master kill.
-        seen: list[WatchEvent] = []
-        done = threading.Event()
-
-        def follow() -> None:
-            with Client([node.url for node in nodes], retry_timeout=30) as watcher:
-                for event in watcher.watch("w/", batch.version, timeout=1):
-                    seen.append(event)
-                    if event.key == "w/last":
-                        done.set()
-                        return
-
-        thread = threading.Thread(target=follow, daemon=True)
-        thread.start()
-        client.put("w/first", 1)
+        # A watch in the background keeps going through a master kill.
+        follow = driver.start(
+            lambda: driver.take_until(watcher.watch("w/", batch.version, timeout=1), lambda e: e.key == "w/last")
+        )
+        driver.run(client.put("w/first", 1))
         cluster.kill(master)
-        client.put("w/after-kill", 2)  # retried until a new master commits it
+        driver.run(client.put("w/after-kill", 2))  # retried until a new master commits it
         assert client.endpoints.current != master.url
         new_master = cluster.wait_master(timeout=20, exclude=master)
-        client.put("w/last", 3)
+        driver.run(client.put("w/last", 3))
         assert client.endpoints.current == new_master.url
-        assert done.wait(30), seen
+        seen = driver.result(follow, 30)
         assert [e.key for e in seen if e.type == "put"] == ["w/first", "w/after-kill", "w/last"]
+    finally:
+        driver.close(client)
+        driver.close(watcher)
 
 
-def test_tokens(make_cluster: Callable[..., LocalCluster], tmp_path: Path) -> None:
+def test_tokens(driver: Driver, make_cluster: Callable[..., LocalCluster], tmp_path: Path) -> None:
     writer, reader = "w" * 24, "r" * 24
     tokens = tmp_path / "tokens"
     tokens.write_text(f"writer {writer}\nreader {reader}\nadmin {'a' * 24}\n")
@@ -91,42 +83,13 @@ def test_tokens(make_cluster: Callable[..., LocalCluster], tmp_path: Path) -> No
     )
     cluster.bootstrap(1)
     node = cluster.wait_master()
-    with Client(node.url, token=writer) as client:
-        version = client.put("k", 1).version
-    with Client(node.url, token=reader) as client:
-        assert client.get("k").version == version
-        assert client.watch_once("", version - 1, timeout=0).events[0].key == "k"
-        with pytest.raises(AuthenticationError) as refused:
-            client.put("k", 2)
-        assert refused.value.status == 403
-    with Client(node.url) as client, pytest.raises(AuthenticationError) as refused:
-        client.get("k")
+    version = driver.run(driver.client(node.url, token=writer).put("k", 1)).version
+    as_reader = driver.client(node.url, token=reader)
+    assert driver.run(as_reader.get("k")).version == version
+    assert driver.run(as_reader.watch_once("", version - 1, timeout=0)).events[0].key == "k"
+    with pytest.raises(AuthenticationError) as refused:
+        driver.run(as_reader.put("k", 2))
+    assert refused.value.status == 403
+    with pytest.raises(AuthenticationError) as refused:
+        driver.run(driver.client(node.url).get("k"))
     assert refused.value.status == 401
-
-
-def test_the_asyncio_client(make_cluster: Callable[..., LocalCluster]) -> None:
-    cluster = make_cluster()
-    nodes = cluster.bootstrap(3)
-
-    async def scenario() -> list[tuple[str, str]]:
-        async with AsyncClient([node.url for node in nodes]) as client:
-            created = await client.create("a/x", 1)
-            await client.cas("a/x", 2, version=created.version)
-            with pytest.raises(VersionConflict):
-                await client.cas("a/x", 3, version=created.version)
-            assert (await client.get("a/x")).value == 2
-            seen: list[tuple[str, str]] = []
-
-            async def follow() -> None:
-                async for event in client.watch("a/", created.version):
-                    seen.append((event.type, event.key))
-                    if event.type == "delete":
-                        return
-
-            task = asyncio.create_task(follow())
-            await client.put("b/ignored", 0)
-            await client.delete("a/x")
-            await asyncio.wait_for(task, 20)
-            return seen
-
-    assert asyncio.run(scenario()) == [("put", "a/x"), ("delete", "a/x")]

@@ -1,24 +1,17 @@
-"""The client's failure rules, against scripted answers (httpx's MockTransport): what is retried, where,
-and when the caller is told the outcome is unknown instead."""
+"""The client's failure rules, against scripted answers (httpx's MockTransport), for the blocking and the
+asyncio client alike: what is retried, where, and when the caller is told the outcome is unknown instead."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
+from client_drivers import Driver
 
-from coordinated.client import Client, NoNodeAvailable, OutcomeUnknown, Unavailable, VersionConflict
+from coordinated.client import NoNodeAvailable, OutcomeUnknown, Unavailable, VersionConflict
+from coordinated.client.endpoints import from_environment
 from coordinated.client.errors import AuthenticationError, ChangesGone
-
-Handler = Callable[[httpx.Request], httpx.Response]
-
-
-def client_with(handler: Handler, addresses: list[str], retry_timeout: float = 2.0) -> Client:
-    client = Client(addresses, token="t" * 20, retry_timeout=retry_timeout)
-    client._http = httpx.Client(transport=httpx.MockTransport(handler), headers={"Authorization": "Bearer tok"})
-    return client
 
 
 def error(status: int, error_type: str) -> httpx.Response:
@@ -48,66 +41,88 @@ class Script:
         return answer
 
 
-def test_a_503_that_certainly_did_not_apply_is_retried_on_the_next_address() -> None:
+TWO = ["127.0.0.1:1", "127.0.0.1:2"]
+
+
+def test_a_503_that_certainly_did_not_apply_is_retried_on_the_next_address(driver: Driver) -> None:
     script = Script(error(503, "cluster_block_exception"), written(version=9))
-    client = client_with(script, ["127.0.0.1:1", "127.0.0.1:2"])
-    assert client.cas("k", 1, version=3).version == 9
-    assert script.hosts == ["127.0.0.1:1", "127.0.0.1:2"]
+    client = driver.client(TWO, handler=script, token="t" * 20, retry_timeout=2.0)
+    assert driver.run(client.cas("k", 1, version=3)).version == 9
+    assert script.hosts == TWO
     assert script.requests[-1].url.params["if_version"] == "3"
-    assert script.requests[-1].headers["Authorization"] == "Bearer tok"
+    assert script.requests[-1].headers["Authorization"] == "Bearer " + "t" * 20
 
 
-def test_a_conditional_write_whose_outcome_is_unknown_is_not_retried() -> None:
-    for answer in (error(503, "failed_to_commit_cluster_state_exception"), httpx.ReadTimeout("lost")):
-        script = Script(answer, written())
-        client = client_with(script, ["127.0.0.1:1", "127.0.0.1:2"])
-        with pytest.raises(OutcomeUnknown):
-            client.create("k", 1)
-        assert len(script.hosts) == 1
-        script = Script(answer, written())
-        client = client_with(script, ["127.0.0.1:1", "127.0.0.1:2"])
-        with pytest.raises(OutcomeUnknown):
-            client.txn([("k", 0)], [{"op": "put", "key": "k", "value": 1}])
-        assert len(script.hosts) == 1
+@pytest.mark.parametrize("lost", ["a 503 that may have applied", "no answer"])
+def test_a_conditional_write_whose_outcome_is_unknown_is_not_retried(driver: Driver, lost: str) -> None:
+    def answer() -> httpx.Response | Exception:
+        if lost == "no answer":
+            return httpx.ReadTimeout("lost")
+        return error(503, "failed_to_commit_cluster_state_exception")
+
+    script = Script(answer(), written())
+    client = driver.client(TWO, handler=script, retry_timeout=2.0)
+    with pytest.raises(OutcomeUnknown):
+        driver.run(client.create("k", 1))
+    assert len(script.hosts) == 1
+    script = Script(answer(), written())
+    client = driver.client(TWO, handler=script, retry_timeout=2.0)
+    with pytest.raises(OutcomeUnknown):
+        driver.run(client.txn([("k", 0)], [{"op": "put", "key": "k", "value": 1}]))
+    assert len(script.hosts) == 1
 
 
-def test_an_unconditional_write_and_a_read_are_retried_whatever_happened() -> None:
+def test_an_unconditional_write_and_a_read_are_retried_whatever_happened(driver: Driver) -> None:
     script = Script(
         error(503, "failed_to_commit_cluster_state_exception"),
         httpx.ReadTimeout("lost"),
         written(version=11),
     )
-    client = client_with(script, ["127.0.0.1:1", "127.0.0.1:2"])
-    assert client.put("k", 1).version == 11
-    assert script.hosts == ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:1"]
+    client = driver.client(TWO, handler=script, retry_timeout=2.0)
+    assert driver.run(client.put("k", 1)).version == 11
+    assert script.hosts == [*TWO, TWO[0]]
 
 
-def test_connection_refused_everywhere_gives_up_after_the_retry_time() -> None:
+def test_connection_refused_everywhere_gives_up_after_the_retry_time(driver: Driver) -> None:
     script = Script(*[httpx.ConnectError("refused") for _ in range(1000)])
-    client = client_with(script, ["127.0.0.1:1"], retry_timeout=0.3)
+    client = driver.client(["127.0.0.1:1"], handler=script, retry_timeout=0.3)
     with pytest.raises(NoNodeAvailable):
-        client.get("k")
+        driver.run(client.get("k"))
+    assert 1 < len(script.hosts) < 1000  # retried, with pauses between the attempts
     script = Script(*[error(503, "cluster_block_exception") for _ in range(1000)])
-    client = client_with(script, ["127.0.0.1:1"], retry_timeout=0.3)
+    client = driver.client(["127.0.0.1:1"], handler=script, retry_timeout=0.3)
     with pytest.raises(Unavailable):
-        client.put("k", 1)
+        driver.run(client.put("k", 1))
 
 
-def test_errors_that_are_answers_are_raised_at_once() -> None:
-    for status, error_type, raised in (
+def test_no_retry_time_means_one_attempt(driver: Driver) -> None:
+    script = Script(error(503, "cluster_block_exception"), written())
+    client = driver.client(TWO, handler=script, retry_timeout=0)
+    with pytest.raises(Unavailable):
+        driver.run(client.put("k", 1))
+    assert len(script.hosts) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type", "raised"),
+    [
         (409, "version_conflict_engine_exception", VersionConflict),
         (403, "security_exception", AuthenticationError),
         (410, "resource_gone_exception", ChangesGone),
-    ):
-        script = Script(error(status, error_type))
-        client = client_with(script, ["127.0.0.1:1", "127.0.0.1:2"])
-        with pytest.raises(raised) as caught:
-            client.cas("k", 1, version=2)
-        assert caught.value.type == error_type
-        assert len(script.hosts) == 1
+    ],
+)
+def test_errors_that_are_answers_are_raised_at_once(
+    driver: Driver, status: int, error_type: str, raised: type[Exception]
+) -> None:
+    script = Script(error(status, error_type))
+    client = driver.client(TWO, handler=script, retry_timeout=2.0)
+    with pytest.raises(raised) as caught:
+        driver.run(client.cas("k", 1, version=2))
+    assert caught.value.type == error_type  # type: ignore[attr-defined]
+    assert len(script.hosts) == 1
 
 
-def test_a_watch_that_falls_behind_re_reads_and_resets() -> None:
+def test_a_watch_that_falls_behind_re_reads_and_resets(driver: Driver) -> None:
     state: dict[str, Any] = {"version": 40, "metadata": {"kv": {"app/a": 1, "app/b": 2, "other": 3}}}
     script = Script(
         httpx.Response(
@@ -117,10 +132,9 @@ def test_a_watch_that_falls_behind_re_reads_and_resets() -> None:
         httpx.Response(200, json=state),
         httpx.Response(200, json={"version": 41, "events": [{"type": "delete", "key": "app/a", "version": 41}]}),
     )
-    client = client_with(script, ["127.0.0.1:1"])
-    events = client.watch("app/", after_version=10)
-    seen = [(e.type, e.key, e.version) for _, e in zip(range(5), events, strict=False)]
-    assert seen == [
+    client = driver.client(["127.0.0.1:1"], handler=script, retry_timeout=2.0)
+    events = driver.take(client.watch("app/", after_version=10), 5)
+    assert [(e.type, e.key, e.version) for e in events] == [
         ("put", "app/x", 12),
         ("reset", "app/", 40),
         ("put", "app/a", 40),
@@ -131,9 +145,34 @@ def test_a_watch_that_falls_behind_re_reads_and_resets() -> None:
     assert after == ["10", "12", "40"]
 
 
-def test_addresses_and_token_from_the_pod_environment() -> None:
-    from coordinated.client.endpoints import from_environment
+def test_the_master_is_found_among_the_addresses_and_used(driver: Driver) -> None:
+    names = {"127.0.0.1:1": "node-a", "127.0.0.1:2": "node-b"}
+    sent: list[str] = []
 
+    def cluster(request: httpx.Request) -> httpx.Response:
+        host = f"{request.url.host}:{request.url.port}"
+        if request.url.path == "/_cat/master":
+            return httpx.Response(200, json=[{"id": "x", "node": "node-b", "host": "127.0.0.1"}])
+        if request.url.path == "/":
+            return httpx.Response(200, json={"name": names[host]})
+        sent.append(host)
+        return written()
+
+    client = driver.client(TWO, handler=cluster)
+    driver.run(client.put("k", 1))
+    driver.run(client.put("k", 2))
+    assert sent == ["127.0.0.1:2", "127.0.0.1:2"]
+    assert client.endpoints.current == "http://127.0.0.1:2"
+
+
+def test_master_timeout_goes_with_the_calls_that_take_it(driver: Driver) -> None:
+    script = Script(written(), httpx.Response(200, json=[]))
+    client = driver.client(["127.0.0.1:1"], handler=script, master_timeout=2.5)
+    driver.run(client.put("k", 1))
+    assert script.requests[0].url.params["master_timeout"] == "2500ms"
+
+
+def test_addresses_and_token_from_the_pod_environment() -> None:
     assert from_environment({}) == (["http://127.0.0.1:9200"], None)
     env = {"COORDINATED_URL": "https://a:9200,https://b:9200", "COORDINATED_TOKEN": "secret"}
     assert from_environment(env) == (["https://a:9200", "https://b:9200"], "secret")

@@ -1,5 +1,5 @@
-"""The Lock recipe under faults, with real processes: holder processes contend for one lock through
-different nodes while a seeded nemesis kills (-9) and pauses (SIGSTOP/SIGCONT) the master and the holders.
+"""The Lock recipe under faults, with real processes: holder processes (all on the blocking client, or all
+on the asyncio one) contend for one lock through different nodes while a seeded nemesis kills (-9) and pauses (SIGSTOP/SIGCONT) the master and the holders.
 Every holder writes to a fenced resource with its token; the resource refuses a token below the highest it
 has seen.
 
@@ -79,7 +79,8 @@ def serve(resource: FencedResource) -> ThreadingHTTPServer:
 class Holders:
     """Holder processes, each through a different first node; stopped by PID."""
 
-    def __init__(self, urls: list[str], resource_url: str, workdir: Path) -> None:
+    def __init__(self, driver: str, urls: list[str], resource_url: str, workdir: Path) -> None:
+        self.driver = driver
         self.urls = urls
         self.resource_url = resource_url
         self.workdir = workdir
@@ -92,7 +93,7 @@ class Holders:
         self.count += 1
         urls = self.urls[first:] + self.urls[:first]
         out = (self.workdir / f"{name}.out").open("wb")
-        argv = [sys.executable, str(HOLDER), name, self.resource_url, str(TTL_S), *urls]
+        argv = [sys.executable, str(HOLDER), self.driver, name, self.resource_url, str(TTL_S), *urls]
         self.processes[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         return name
@@ -126,14 +127,17 @@ def holder_now(urls: list[str]) -> str | None:
         return None
 
 
-def test_fenced_lock_under_kills_and_pauses(make_cluster: Callable[..., LocalCluster], tmp_path: Path) -> None:
+@pytest.mark.parametrize("holders_driver", ["blocking", "asyncio"])
+def test_fenced_lock_under_kills_and_pauses(
+    holders_driver: str, make_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
     rng = random.Random(20261123)
     cluster = make_cluster()
     nodes = cluster.bootstrap(3)
     urls = [node.url for node in nodes]
     resource = FencedResource()
     server = serve(resource)
-    holders = Holders(urls, f"http://127.0.0.1:{server.server_address[1]}/", tmp_path)
+    holders = Holders(holders_driver, urls, f"http://127.0.0.1:{server.server_address[1]}/", tmp_path)
     events: list[WatchEvent] = []
     instances: list[KeyValue] = []
     watching = threading.Event()

@@ -3,12 +3,11 @@ master's recent diffs while the master still has them, and the full state when i
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from test_scenarios import SECOND, formed, leader_of, request
 
 from coordinated.coordination.client import Committed, KvPut
 from coordinated.coordination.coordinator import Mode
+from coordinated.coordination.diff_history import DIFF_HISTORY_MAX_DIFFS
 from coordinated.coordination.messages import Message, PublishRequest, PublishResponse
 from coordinated.coordination.state import ClusterState, ClusterStateDiff
 from coordinated.simulation.chaos import run_random_schedule
@@ -76,7 +75,7 @@ def test_a_restarted_node_gets_the_writes_it_missed_as_one_diff() -> None:
 
 
 def test_a_node_behind_the_retained_diffs_gets_the_full_state() -> None:
-    short = replace(SIM_SETTINGS, diff_history_max_diffs=5)
+    short = SIM_SETTINGS.with_values({DIFF_HISTORY_MAX_DIFFS: 5})
     cluster = formed(3, settings=short)
     _write(cluster, 0, 30)
     leader, follower = _down_while_writing(cluster, 10)

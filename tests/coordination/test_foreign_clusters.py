@@ -8,8 +8,9 @@ from coordinated.coordination.coordinator import Coordinator
 from coordinated.coordination.effects import Log
 from coordinated.coordination.foreign_clusters import REPORT_FOR_MS
 from coordinated.coordination.messages import PeersResponse
+from coordinated.coordination.registry import default_settings
 from coordinated.coordination.safety import InMemoryPersistedState
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.settings import CLUSTER_NAME
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 
 LOCAL = DiscoveryNode("id-b", "node-b", "127.0.0.1:9301")
@@ -20,7 +21,7 @@ def node_of_cluster(uuid: str) -> Coordinator:
     state = ClusterState("same-name", cluster_uuid=uuid, cluster_uuid_committed=True, nodes={LOCAL.id: LOCAL})
     return Coordinator(
         local_node=LOCAL,
-        settings=CoordinationSettings(cluster_name="same-name"),
+        settings=default_settings().with_values({CLUSTER_NAME: "same-name"}),
         persisted=InMemoryPersistedState(1, state),
         rng=random.Random(1),
         now=0,

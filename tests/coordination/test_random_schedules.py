@@ -16,22 +16,24 @@ The number of schedules is SIM_EXAMPLES (default 200); CI draws the same ones ea
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.publication import MASTER_APPLIES_LAST
+from coordinated.coordination.settings import Settings
 from coordinated.simulation.chaos import RunReport, run_random_schedule
 from coordinated.simulation.cluster import SIM_SETTINGS
 
 EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "200"))
 
 
-def run_and_check(seed: int, nodes: int, settings: CoordinationSettings | None = None) -> RunReport:
+def run_and_check(seed: int, nodes: int, settings: Settings | None = None, setting_changers: int = 0) -> RunReport:
     try:
-        report = run_random_schedule(seed, nodes, counters=2, sessions=2, transfers=2, settings=settings)
+        report = run_random_schedule(
+            seed, nodes, counters=2, sessions=2, transfers=2, settings=settings, setting_changers=setting_changers
+        )
     except AssertionError as error:
         raise AssertionError(f"{error}\nreplay with: --sim-seed {seed} --sim-nodes {nodes}") from error
     assert report.linearizability is not None
@@ -64,8 +66,29 @@ def test_random_schedules_are_safe_live_and_linearizable(seed: int, nodes: int) 
 def test_random_schedules_without_master_applies_last(seed: int, nodes: int) -> None:
     """`cluster.publish.master_applies_last: false` (the master applies at once, followers as their commits
     arrive) keeps every invariant and linearizability under faults."""
-    report = run_and_check(seed, nodes, replace(SIM_SETTINGS, master_applies_last=False))
+    report = run_and_check(seed, nodes, SIM_SETTINGS.with_values({MASTER_APPLIES_LAST: False}))
     assert report.increments > 0 and report.transfers > 0
+
+
+@pytest.mark.parametrize(("seed", "nodes"), [(5, 3), (17, 5), (29, 4)])
+def test_random_schedules_with_dynamic_settings_at_their_bounds(seed: int, nodes: int) -> None:
+    """Admins set every dynamic setting to the ends of its range (or reset it) through any node while the nemesis
+    runs; the healed cluster settles with the settings where they were left, then commits their reset and a write,
+    and every invariant and linearizability hold throughout."""
+    report = run_and_check(seed, nodes, setting_changers=2)
+    assert report.setting_changes > 0 and report.increments > 0
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=max(1, EXAMPLES // 8),
+    deadline=None,
+    derandomize=not os.environ.get("SIM_RANDOM"),
+    suppress_health_check=list(HealthCheck),
+)
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1), nodes=st.integers(min_value=3, max_value=7))
+def test_random_schedules_with_setting_changes_stay_live(seed: int, nodes: int) -> None:
+    run_and_check(seed, nodes, setting_changers=2)
 
 
 def test_replay_one_schedule(request: pytest.FixtureRequest) -> None:

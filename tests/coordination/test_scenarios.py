@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import msgspec
 import pytest
 
@@ -20,7 +18,19 @@ from coordinated.coordination.client import (
     TxnOp,
     TxnResult,
 )
+from coordinated.coordination.client_requests import NO_MASTER_BLOCK
 from coordinated.coordination.coordinator import Mode
+from coordinated.coordination.followers_checker import (
+    FOLLOWER_CHECK_INTERVAL,
+    FOLLOWER_CHECK_RETRY_COUNT,
+    FOLLOWER_CHECK_TIMEOUT,
+)
+from coordinated.coordination.formation import INITIAL_MASTER_NODES
+from coordinated.coordination.leader_checker import (
+    LEADER_CHECK_INTERVAL,
+    LEADER_CHECK_RETRY_COUNT,
+    LEADER_CHECK_TIMEOUT,
+)
 from coordinated.coordination.messages import (
     Join,
     LeaderCheckResponse,
@@ -29,8 +39,9 @@ from coordinated.coordination.messages import (
     PublishResponse,
 )
 from coordinated.coordination.safety import CoordinationStateRejected
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.settings import NODE_NAME
 from coordinated.coordination.state import VotingConfiguration
+from coordinated.coordination.validation import MAX_VOTING_CONFIG_EXCLUSIONS
 from coordinated.simulation.chaos import run_random_schedule
 from coordinated.simulation.cluster import SIM_SETTINGS, SimNode, SimulatedCluster
 from coordinated.simulation.network import Link
@@ -106,7 +117,7 @@ def test_unresponsive_leader_is_detected_and_replaced() -> None:
     old = leader_of(cluster)
     cluster.network.isolate(old.address, cluster.addresses(), Link.BLACKHOLE)
     settings = old.settings
-    detection = (settings.leader_check_interval + settings.leader_check_timeout) * settings.leader_check_retry_count
+    detection = (settings[LEADER_CHECK_INTERVAL] + settings[LEADER_CHECK_TIMEOUT]) * settings[LEADER_CHECK_RETRY_COUNT]
     cluster.run_for(detection + 5 * SECOND)
     others = [node for node in cluster.nodes if node is not old]
     leaders = [node for node in others if node.running().mode is Mode.LEADER]
@@ -148,13 +159,14 @@ def test_a_follower_back_with_the_same_master_shows_that_master_again() -> None:
     same term, without any new publication, must show that master again at once, not no master."""
     cluster = formed(3)
     master = leader_of(cluster)
-    quick = replace(
-        SIM_SETTINGS,
-        node_name="node3",
-        initial_master_nodes=(),
-        leader_check_interval=100,
-        leader_check_timeout=200,
-        leader_check_retry_count=1,
+    quick = SIM_SETTINGS.with_values(
+        {
+            NODE_NAME: "node3",
+            INITIAL_MASTER_NODES: (),
+            LEADER_CHECK_INTERVAL: 100,
+            LEADER_CHECK_TIMEOUT: 200,
+            LEADER_CHECK_RETRY_COUNT: 1,
+        }
     )
     follower = cluster.add_node(settings=quick)
     assert cluster.run_until(lambda: follower.running().applied_state.master_node == master.node.id, 10 * SECOND)
@@ -180,7 +192,7 @@ def test_leader_disconnect_is_detected_quickly() -> None:
 
     assert cluster.run_until(new_leader, 10 * SECOND, step=10)
     # A closed connection fails the leader check at once: one check interval plus an election, not 3 timeouts.
-    assert cluster.now - start < old.settings.leader_check_interval + 2 * SECOND
+    assert cluster.now - start < old.settings[LEADER_CHECK_INTERVAL] + 2 * SECOND
 
 
 def _watch_publications(cluster: SimulatedCluster) -> list[tuple[str, str, Message]]:
@@ -247,7 +259,7 @@ def test_writes_and_reads_are_refused_without_a_master() -> None:
 
 
 def test_no_master_block_all_refuses_reads_too() -> None:
-    settings = replace(CoordinationSettings(), no_master_block="all")
+    settings = SIM_SETTINGS.with_values({NO_MASTER_BLOCK: "all"})
     cluster = formed(3, settings=settings)
     cluster.crash(1)
     cluster.crash(2)
@@ -287,7 +299,7 @@ def test_the_excluded_master_abdicates() -> None:
 
 
 def test_exclusions_over_the_limit_are_refused() -> None:
-    settings = replace(CoordinationSettings(), max_voting_config_exclusions=1)
+    settings = SIM_SETTINGS.with_values({MAX_VOTING_CONFIG_EXCLUSIONS: 1})
     cluster = formed(3, settings=settings)
     result = request(cluster, 0, AddVotingConfigExclusions(node_names=("node1", "node2")))
     assert isinstance(result, ClusterError) and result.status == 400
@@ -460,7 +472,7 @@ def test_a_follower_back_at_a_new_address_is_still_checked_and_removed_when_it_d
     settings = leader.settings
     cluster.network.set_link(leader.address, follower.address, Link.BLACKHOLE)
     cluster.crash(follower.index)
-    cluster.run_for(settings.follower_check_interval + 10)  # a check to the old address is now in flight
+    cluster.run_for(settings[FOLLOWER_CHECK_INTERVAL] + 10)  # a check to the old address is now in flight
     moved = f"{follower.name}-moved:9300"
     cluster.restart(follower.index, new_address=moved)
 
@@ -468,14 +480,14 @@ def test_a_follower_back_at_a_new_address_is_still_checked_and_removed_when_it_d
         node = leader.running().applied_state.nodes.get(follower.node.id)
         return node is not None and node.transport_address == address
 
-    assert cluster.run_until(lambda: listed_at(moved), settings.follower_check_timeout)
-    cluster.run_for(2 * settings.follower_check_timeout)  # the hung check to the old address times out
+    assert cluster.run_until(lambda: listed_at(moved), settings[FOLLOWER_CHECK_TIMEOUT])
+    cluster.run_for(2 * settings[FOLLOWER_CHECK_TIMEOUT])  # the hung check to the old address times out
     assert listed_at(moved), "a healthy node at its new address was removed"
 
     cluster.crash(follower.index)
-    detection = (
-        settings.follower_check_interval + settings.follower_check_timeout
-    ) * settings.follower_check_retry_count
+    detection = (settings[FOLLOWER_CHECK_INTERVAL] + settings[FOLLOWER_CHECK_TIMEOUT]) * settings[
+        FOLLOWER_CHECK_RETRY_COUNT
+    ]
     assert cluster.run_until(lambda: follower.node.id not in leader.running().applied_state.nodes, detection + SECOND)
 
 

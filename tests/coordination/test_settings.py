@@ -1,32 +1,52 @@
+"""The settings mechanism: declarations beside their components, collected by the registries, parsed within
+their bounds, read typed; and which settings may change while the cluster runs."""
+
 from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from types import ModuleType
 
 import pytest
 
+from coordinated.coordination import registry as core_registry
+from coordinated.coordination.client_requests import NO_MASTER_BLOCK
+from coordinated.coordination.elections import ELECTION_INITIAL_TIMEOUT, ELECTION_MAX_TIMEOUT
+from coordinated.coordination.followers_checker import FOLLOWER_CHECK_RETRY_COUNT, FOLLOWER_LAG_TIMEOUT
+from coordinated.coordination.formation import INITIAL_MASTER_NODES
+from coordinated.coordination.leader_checker import LEADER_CHECK_TIMEOUT
+from coordinated.coordination.peer_finder import SEED_HOSTS
+from coordinated.coordination.publication import PUBLISH_TIMEOUT
+from coordinated.coordination.registry import coordination_registry, default_settings
 from coordinated.coordination.settings import (
-    CoordinationSettings,
+    CLUSTER_NAME,
+    NODE_ROLES,
     Setting,
     SettingsError,
-    coordination_registry,
+    SettingsRegistry,
     format_time_ms,
     parse_time_ms,
+    time_setting,
 )
+from coordinated.sidecar import config as sidecar_config
 
 
 def test_defaults_are_elasticsearchs() -> None:
-    settings = CoordinationSettings.from_strings({"node.name": "n1"})
-    assert settings.cluster_name == "coordinated"
-    assert settings.election_initial_timeout == 100
-    assert settings.election_max_timeout == 10_000
-    assert settings.leader_check_timeout == 10_000
-    assert settings.follower_check_retry_count == 3
-    assert settings.publish_timeout == 30_000
-    assert settings.follower_lag_timeout == 90_000
-    assert settings.no_master_block == "write"
-    assert settings.master_eligible
+    settings = coordination_registry().parse({"node.name": "n1"})
+    assert settings[CLUSTER_NAME] == "coordinated"
+    assert settings[ELECTION_INITIAL_TIMEOUT] == 100
+    assert settings[ELECTION_MAX_TIMEOUT] == 10_000
+    assert settings[LEADER_CHECK_TIMEOUT] == 10_000
+    assert settings[FOLLOWER_CHECK_RETRY_COUNT] == 3
+    assert settings[PUBLISH_TIMEOUT] == 30_000
+    assert settings[FOLLOWER_LAG_TIMEOUT] == 90_000
+    assert settings[NO_MASTER_BLOCK] == "write"
+    assert settings[NODE_ROLES] == ("master",)
 
 
 def test_values_are_parsed_with_units_and_lists() -> None:
-    settings = CoordinationSettings.from_strings(
+    settings = coordination_registry().parse(
         {
             "node.name": "n1",
             "node.roles": "[]",
@@ -35,10 +55,10 @@ def test_values_are_parsed_with_units_and_lists() -> None:
             "cluster.publish.timeout": "2m",
         }
     )
-    assert not settings.master_eligible
-    assert settings.seed_hosts == ("a:9300", "b.svc:9300")
-    assert settings.initial_master_nodes == ("n1", "n2", "n3")
-    assert settings.publish_timeout == 120_000
+    assert settings[NODE_ROLES] == ()
+    assert settings[SEED_HOSTS] == ("a:9300", "b.svc:9300")
+    assert settings[INITIAL_MASTER_NODES] == ("n1", "n2", "n3")
+    assert settings[PUBLISH_TIMEOUT] == 120_000
     assert parse_time_ms("500ms") == 500
     assert format_time_ms(90_000) == "90s"
 
@@ -62,6 +82,14 @@ def test_values_are_parsed_with_units_and_lists() -> None:
             {"node.name": "n1", "cluster.election.initial_timeout": "5s", "cluster.election.max_timeout": "1s"},
             r"\[cluster.election.max_timeout\] is \[1s\], but must be at least \[cluster.election.initial_timeout\]",
         ),
+        # Upper bounds, and numbers that no timer or wire field could hold.
+        ({"node.name": "n1", "cluster.publish.timeout": "99999999999999999999d"}, r"publish.timeout\].*out of range"),
+        ({"node.name": "n1", "cluster.publish.timeout": "11m"}, r"publish.timeout\].*at most \[10m\]"),
+        ({"node.name": "n1", "cluster.publish.timeout": "999ms"}, r"publish.timeout\].*at least \[1s\]"),
+        ({"node.name": "n1", "cluster.follower_lag.timeout": "2h"}, r"lag.timeout\].*at most \[1h\]"),
+        ({"node.name": "n1", "cluster.metadata.max_state_size": "1gb"}, r"max_state_size\].*\[1kb\] and \[256mb\]"),
+        ({"node.name": "n1", "cluster.max_voting_config_exclusions": "1" + "0" * 30}, "out of range"),
+        ({"node.name": "n1", "cluster.max_voting_config_exclusions": "١٢"}, "expected an integer"),
     ],
 )
 def test_bad_settings_are_rejected_with_a_message_naming_them(raw: dict[str, str], message: str) -> None:
@@ -69,31 +97,96 @@ def test_bad_settings_are_rejected_with_a_message_naming_them(raw: dict[str, str
         coordination_registry().parse(raw)
 
 
-def test_only_dynamic_settings_can_change_at_runtime() -> None:
+def test_only_dynamic_settings_can_change_at_runtime_and_null_removes_any() -> None:
     registry = coordination_registry()
     assert registry.validate_dynamic({"cluster.no_master_block": "all", "cluster.publish.timeout": None}) == {
         "cluster.no_master_block": "all",
         "cluster.publish.timeout": None,
     }
+    assert registry.validate_dynamic({"left.by.an.older.version": None}) == {"left.by.an.older.version": None}
     with pytest.raises(SettingsError, match="not dynamically updateable"):
         registry.validate_dynamic({"cluster.election.duration": "1s"})
+    # The two that could take a cluster down for good are node settings, as in Elasticsearch.
+    for name in ("cluster.publish.timeout", "cluster.follower_lag.timeout"):
+        with pytest.raises(SettingsError, match=rf"\[{name}\] is not dynamically updateable: it is a node setting"):
+            registry.validate_dynamic({name: "30s"})
 
 
-def test_dynamic_settings_overlay_the_nodes_own() -> None:
-    settings = CoordinationSettings.from_strings({"node.name": "n1"})
-    overlaid = settings.with_dynamic({"cluster.no_master_block": "all", "cluster.publish.timeout": "5s"})
-    assert overlaid.no_master_block == "all"
-    assert overlaid.publish_timeout == 5000
+def test_dynamic_settings_overlay_the_nodes_own_and_a_persisted_node_setting_is_ignored() -> None:
+    settings = coordination_registry().parse({"node.name": "n1", "cluster.publish.timeout": "20s"})
+    overlaid = settings.with_dynamic(
+        {
+            "cluster.no_master_block": "all",
+            # What an older version let `PUT /_cluster/settings` persist: ignored, so the node's own value holds.
+            "cluster.publish.timeout": "1ms",
+            "cluster.metadata.max_state_size": "99999999999999999999d",
+            "unknown.setting": "x",
+        }
+    )
+    assert overlaid[NO_MASTER_BLOCK] == "all"
+    assert overlaid[PUBLISH_TIMEOUT] == 20_000
+    assert overlaid[core_registry.batch.MAX_STATE_SIZE] == 256 * 1024 * 1024
+    assert settings.with_dynamic({}) is settings
+
+
+def test_restored_settings_keep_a_node_setting_but_check_the_dynamic_ones() -> None:
+    registry = coordination_registry()
+    registry.validate_persisted({"cluster.publish.timeout": "1ms", "cluster.no_master_block": "all"})
+    with pytest.raises(SettingsError, match=r"\[cluster.no_master_block\]"):
+        registry.validate_persisted({"cluster.no_master_block": "never"})
+    with pytest.raises(SettingsError, match=r"unknown setting \[no.such\]"):
+        registry.validate_persisted({"no.such": "1"})
+
+
+def test_settings_are_read_typed_and_replaced_only_when_registered() -> None:
+    settings = default_settings("n1")
+    assert settings.with_values({PUBLISH_TIMEOUT: 5000})[PUBLISH_TIMEOUT] == 5000
+    stray = time_setting("nowhere.declared", "1s", minimum="1ms", maximum="1m", doc="not registered")
+    with pytest.raises(KeyError, match=r"\[nowhere.declared\] is not registered"):
+        settings[stray]
+    with pytest.raises(KeyError, match="not registered"):
+        settings.with_values({stray: 1})
+
+
+def test_a_setting_declared_twice_is_refused() -> None:
+    registry = SettingsRegistry()
+    registry.register(PUBLISH_TIMEOUT)
+    registry.register(PUBLISH_TIMEOUT)  # the same declaration, collected twice, is one setting
+    with pytest.raises(ValueError, match=r"\[cluster.publish.timeout\] is declared twice"):
+        registry.register(time_setting("cluster.publish.timeout", "1s", minimum="1s", maximum="1m", doc="again"))
+
+
+def _modules_of(package: str) -> list[ModuleType]:
+    root = importlib.import_module(package)
+    return [importlib.import_module(f"{package}.{info.name}") for info in pkgutil.iter_modules(root.__path__)]
+
+
+@pytest.mark.parametrize(
+    ("package", "registry"),
+    [("coordinated.coordination", coordination_registry), ("coordinated.sidecar", sidecar_config.sidecar_registry)],
+)
+def test_every_declared_setting_is_collected(package: str, registry: Callable[[], SettingsRegistry]) -> None:
+    """A setting declared in a module that the registry does not list would be unknown to every node."""
+    collected = {id(setting) for setting in registry().settings.values()}
+    missing = [
+        f"{module.__name__}.{name}"
+        for module in _modules_of(package)
+        for name, value in vars(module).items()
+        if isinstance(value, Setting) and id(value) not in collected
+    ]
+    assert missing == [], "add their modules to the registry's MODULES"
 
 
 def test_an_affix_setting_covers_one_user_chosen_segment() -> None:
     registry = coordination_registry()
-    registry.register(Setting("s3.client.*.read_timeout", parse_time_ms, "50s"))
-    parsed = registry.parse({"node.name": "n1", "s3.client.backups.read_timeout": "5s"})
-    assert parsed["s3.client.backups.read_timeout"] == 5000
-    assert "s3.client.*.read_timeout" not in parsed, "an affix setting's default belongs to no name"
+    read_timeout = time_setting("s3.client.*.read_timeout", "50s", minimum="1s", maximum="1h", doc="affix")
+    registry.register(read_timeout)
+    settings = registry.parse({"node.name": "n1", "s3.client.backups.read_timeout": "5s"})
+    assert settings.for_namespace(read_timeout, "backups") == 5000
+    assert settings.for_namespace(read_timeout, "other") == 50_000, "a namespace without a value has the default"
+    assert settings.namespaces(read_timeout) == {"backups"}
     for wrong in ("s3.client.read_timeout", "s3.client.a.b.read_timeout", "s3.client.a.read_timeouts"):
         with pytest.raises(SettingsError, match=rf"unknown setting \[{wrong}\]"):
             registry.parse_one(wrong, "5s")
-    with pytest.raises(SettingsError, match=r"\[s3.client.backups.read_timeout\]"):
+    with pytest.raises(SettingsError, match=r"\[s3.client.backups.read_timeout\]: expected a time"):
         registry.parse_one("s3.client.backups.read_timeout", "soon")

@@ -15,6 +15,7 @@ from coordinated.coordination.client import (
     PutRepository,
     RestoreSnapshot,
 )
+from coordinated.coordination.registry import default_settings
 from coordinated.coordination.state import (
     ClusterState,
     CoordinationMetadata,
@@ -110,7 +111,7 @@ def test_repositories_are_cluster_metadata_and_travel_in_diffs() -> None:
 
 def test_the_master_refuses_a_bad_restore_or_repository() -> None:
     def problem(request: object) -> str | None:
-        return request_problem(request, base(), 10)  # type: ignore[arg-type]
+        return request_problem(request, base(), default_settings())  # type: ignore[arg-type]
 
     assert problem(restore()) is None
     assert "exactly its keys" in str(problem(restore(kv_versions={"kept": KeyVersion(30, 12)})))
@@ -119,7 +120,9 @@ def test_the_master_refuses_a_bad_restore_or_repository() -> None:
         problem(restore(kv_versions={"kept": KeyVersion(3, 12), "a/b": KeyVersion(40, 40)}))
     )
     assert "inconsistent versions" in str(problem(restore(snapshot_version=10)))
-    assert "cluster.publish.timeout" in str(problem(restore(persistent_settings={"cluster.publish.timeout": "x"})))
+    assert "cluster.no_master_block" in str(problem(restore(persistent_settings={"cluster.no_master_block": "x"})))
+    # A node setting that an older version persisted is kept, and ignored, as in a running cluster.
+    assert problem(restore(persistent_settings={"cluster.publish.timeout": "1ms"})) is None
     assert "unknown setting [made.up]" in str(problem(restore(persistent_settings={"made.up": "1"})))
     assert problem(PutRepository("backups", "fs", "/x")) is None
     assert "does not exist" in str(problem(PutRepository("backups", "url", "/x")))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import msgspec
 import pytest
 
@@ -21,15 +19,16 @@ from coordinated.coordination.messages import (
     decode_envelope,
     encode_envelope,
 )
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.registry import coordination_registry
 from coordinated.coordination.state import LONG_MAX, ClusterState, DiscoveryNode
 from coordinated.coordination.validation import (
+    MAX_VOTING_CONFIG_EXCLUSIONS,
     exclusions_problem,
     hook_name_problem,
-    key_problem,
+    metadata_key_problem,
     settings_problem,
 )
-from coordinated.simulation.cluster import SimulatedCluster
+from coordinated.simulation.cluster import SIM_SETTINGS, SimulatedCluster
 
 SECOND = 1000
 NODE = DiscoveryNode("id1", "node1", "127.0.0.1:9300")
@@ -68,7 +67,7 @@ def test_invalid_utf8_is_a_decode_error() -> None:
 
 @pytest.mark.parametrize("key", ["a\n", "\n", "", "a\x00b", "x" * 257])
 def test_bad_keys(key: str) -> None:
-    assert key_problem(key) is not None
+    assert metadata_key_problem(key) is not None
 
 
 @pytest.mark.parametrize("name", ["hook\n", "-x", "", "a/b"])
@@ -77,20 +76,22 @@ def test_bad_hook_names(name: str) -> None:
 
 
 def test_good_names() -> None:
-    assert key_problem("app/config.yaml") is None and hook_name_problem("reload-app.1") is None
+    assert metadata_key_problem("app/config.yaml") is None and hook_name_problem("reload-app.1") is None
 
 
 @pytest.mark.parametrize(
     ("updates", "reason"),
     [
         ({"no.such.setting": "1"}, "unknown setting [no.such.setting]"),
-        ({"cluster.publish.timeout": "soon"}, "invalid value for setting [cluster.publish.timeout]"),
+        ({"cluster.no_master_block": "soon"}, "invalid value for setting [cluster.no_master_block]"),
+        ({"cluster.metadata.max_state_size": "99999999999999999999d"}, "[cluster.metadata.max_state_size]"),
         ({"cluster.name": "other"}, "not dynamically updateable"),
+        ({"cluster.publish.timeout": "1ms"}, "[cluster.publish.timeout] is not dynamically updateable"),
         ({}, "no settings to update"),
     ],
 )
 def test_bad_settings(updates: dict[str, str | None], reason: str) -> None:
-    problem = settings_problem(updates)
+    problem = settings_problem(updates, coordination_registry())
     assert problem is not None and reason in problem
 
 
@@ -131,7 +132,7 @@ def submit(cluster: SimulatedCluster, index: int, request: object) -> object:
 @pytest.mark.parametrize(
     ("request_", "reason"),
     [
-        (KvPut("bad\x07key\n", 1), "metadata key"),
+        (KvPut("bad\x07key\n", 1), "key name"),
         (UpdateSettings({"no.such.setting": "1"}), "unknown setting"),
         (UpdateSettings({"cluster.publish.timeout": "-5s"}), "cluster.publish.timeout"),
         (AddVotingConfigExclusions(node_names=("node0", "node1", "node2")), "every master-eligible node"),
@@ -161,7 +162,7 @@ def test_a_good_forwarded_request_still_commits() -> None:
 
 def test_exclusions_that_would_leave_no_voter_are_refused_in_the_same_batch() -> None:
     # Two requests that are each fine but together exclude every node: the second one is refused.
-    cluster = SimulatedCluster(1, 3, settings=replace(CoordinationSettings(), max_voting_config_exclusions=5))
+    cluster = SimulatedCluster(1, 3, settings=SIM_SETTINGS.with_values({MAX_VOTING_CONFIG_EXCLUSIONS: 5}))
     assert cluster.run_until(lambda: cluster.leader() is not None, 30 * SECOND)
     cluster.run_for(5 * SECOND)
     leader = cluster.leader()

@@ -25,8 +25,8 @@ import pytest
 import yaml
 from operator_schemas import REPO
 
-from coordinated.coordination.settings import coordination_registry
 from coordinated.operator.settings_validation import USER_SETTINGS
+from coordinated.sidecar.config import sidecar_registry
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
 
@@ -164,6 +164,14 @@ def cluster(name: str, **spec: object) -> str:
             {"settings": {"cluster.publish.timeout": "30", "cluster.election.duration": "1s"}},
             "invalid value for setting [cluster.publish.timeout] (30): expected a positive time with a unit",
         ),
+        (  # more digits than the largest value has in its smallest unit: refused before any node sees it
+            {"settings": {"cluster.publish.timeout": "99999999999999999999d"}},
+            "invalid value for setting [cluster.publish.timeout] (99999999999999999999d): expected a positive time",
+        ),
+        (
+            {"settings": {"watch.change_log.size": "lots"}},
+            "invalid value for setting [watch.change_log.size] (lots): expected an integer of at least 1",
+        ),
         (
             {"settings": {"cluster.fault_detection.leader_check.retry_count": "0"}},
             "invalid value for setting [cluster.fault_detection.leader_check.retry_count] (0): expected an integer",
@@ -195,6 +203,10 @@ def cluster(name: str, **spec: object) -> str:
         (
             {"settings": {"transport.ssl.enabled": "false"}},
             "setting [transport.ssl.enabled] is managed by the operator",
+        ),
+        (  # any concrete name of an affix setting the operator sets
+            {"settings": {"s3.client.backups.endpoint": "s3.example:9000"}},
+            "setting [s3.client.backups.endpoint] is managed by the operator",
         ),
         ({"tls": {"enabled": False, "issuerRef": {"name": "ca"}}}, "tls.issuerRef needs tls.enabled"),
         ({"tls": {"renewalFraction": 0.95}}, "spec.tls.renewalFraction in body should be less than or equal to 0.9"),
@@ -241,7 +253,7 @@ def test_invalid_clusters_are_rejected_with_a_clear_message(kubeconfig: Path, sp
 
 def test_every_user_setting_is_accepted_at_its_default(kubeconfig: Path) -> None:
     """docs/settings.md says each of these may go in spec.settings, so the API server must take them."""
-    registry = coordination_registry().settings
+    registry = sidecar_registry().settings
     settings = {name: registry[name].default for name in sorted(USER_SETTINGS) if registry[name].default is not None}
     applied = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("defaults", settings=settings))
     assert applied.returncode == 0, applied.stderr
@@ -347,12 +359,12 @@ def test_examples_are_accepted(kubeconfig: Path) -> None:
 
 def test_operator_writes_are_accepted(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Bootstrap passes through the real handler: pin, then create every child by server-side apply."""
-    import aiohttp
     import kopf
     from kubernetes import config
 
     from coordinated.operator import handlers
     from coordinated.operator.kube import Kube
+    from coordinated.operator.sidecar_client import SidecarConnections
 
     monkeypatch.setattr(kopf, "info", lambda *args, **kwargs: None)
     monkeypatch.setattr(kopf, "warn", lambda *args, **kwargs: None)
@@ -361,7 +373,7 @@ def test_operator_writes_are_accepted(kubeconfig: Path, monkeypatch: pytest.Monk
     config.load_kube_config(config_file=str(kubeconfig))
 
     async def three_passes() -> None:
-        async with aiohttp.ClientSession() as http:
+        async with SidecarConnections() as http:
             memo = kopf.Memo(kube=Kube(), http=http)
             body = kopf.Body({"metadata": {"namespace": "default", "name": "orders"}})
             for _ in range(3):  # pin the bootstrap list, create the StatefulSet, then wait

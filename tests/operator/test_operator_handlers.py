@@ -13,7 +13,6 @@ import json
 import logging
 from typing import Any
 
-import aiohttp
 import kopf
 import pytest
 from aiohttp import web
@@ -21,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from coordinated.operator import handlers
 from coordinated.operator.observation import PodObservation
+from coordinated.operator.sidecar_client import SidecarConnections
 from coordinated.operator.spec import (
     ADOPTED_CLAIMS_ANNOTATION,
     CLUSTER_UUID_ANNOTATION,
@@ -175,7 +175,7 @@ def test_bootstrap_and_first_scale_down_step(monkeypatch: pytest.MonkeyPatch) ->
         await site.start()
         port = runner.addresses[0][1]
         monkeypatch.setattr(handlers.CONFIG, "sidecar_url_template", f"http://127.0.0.1:{port}/{{pod}}")
-        async with aiohttp.ClientSession() as http:
+        async with SidecarConnections() as http:
             memo = kopf.Memo(kube=kube, http=http)
 
             async def reconcile() -> None:
@@ -281,7 +281,7 @@ def test_a_failing_pass_gives_one_short_condition_and_one_event_per_change() -> 
     memo = kopf.Memo(kube=kube, http=None)
 
     async def passes(count: int) -> None:
-        async with aiohttp.ClientSession() as http:
+        async with SidecarConnections() as http:
             memo.http = http
             for _ in range(count):
                 await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
@@ -305,7 +305,7 @@ def test_retained_claims_are_announced_as_adopted_data() -> None:
     memo = kopf.Memo(kube=kube, http=None)
 
     async def one_pass() -> None:
-        async with aiohttp.ClientSession() as http:
+        async with SidecarConnections() as http:
             memo.http = http
             await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
 
@@ -323,7 +323,7 @@ def test_an_even_replica_count_is_warned_about_once() -> None:
     memo = kopf.Memo(kube=kube, http=None)
 
     async def passes() -> None:
-        async with aiohttp.ClientSession() as http:
+        async with SidecarConnections() as http:
             memo.http = http
             for _ in range(3):
                 await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
@@ -419,7 +419,7 @@ def test_a_rolling_restart_deletes_one_pod_per_pass_and_reports_each() -> None:
         template = f"http://127.0.0.1:{runner.addresses[0][1]}/{{pod}}"
         original, handlers.CONFIG.sidecar_url_template = handlers.CONFIG.sidecar_url_template, template
         try:
-            async with aiohttp.ClientSession() as http:
+            async with SidecarConnections() as http:
                 memo = kopf.Memo(kube=kube, http=http)
                 await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
         finally:

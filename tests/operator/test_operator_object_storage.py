@@ -10,6 +10,7 @@ from typing import Any
 from coordinated.operator import manifests, object_storage
 from coordinated.operator.spec import CLUSTER_UUID_ANNOTATION, ClusterSpec
 from coordinated.sidecar.config import sidecar_registry
+from coordinated.sidecar.s3_settings import ArchiveSettings
 
 ARCHIVE = {
     "bucket": "histories",
@@ -63,7 +64,9 @@ def test_the_archive_becomes_sidecar_settings_the_sidecar_accepts() -> None:
     }
     ours = {k: v for k, v in settings.items() if k.startswith(("history.archive.", "s3.client."))}
     parsed = sidecar_registry().parse({"node.name": "demo-0", **ours})  # what the sidecar does at startup
-    assert parsed["history.archive.s3.bucket"] == "histories"
+    archive = ArchiveSettings.from_settings(parsed)
+    assert archive is not None and archive.bucket == "histories"
+    assert archive.client.endpoint_url == "http://10.0.0.5:7070" and archive.client.path_style_access
 
 
 def test_credentials_are_referenced_never_written() -> None:

@@ -14,7 +14,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import kopf
 import pytest
 from aiohttp import web
@@ -24,7 +23,7 @@ from test_operator_handlers import FakeKube, FakeSidecars
 from coordinated.operator import certificates, handlers, manifests, security
 from coordinated.operator.certificates import KeyPair
 from coordinated.operator.observation import PodObservation
-from coordinated.operator.sidecar_client import sidecar_url
+from coordinated.operator.sidecar_client import SidecarConnections, sidecar_url
 from coordinated.operator.spec import ClusterSpec
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -385,7 +384,7 @@ def _observe_over_tls(kube: FakeKube, certificate: bytes, key: bytes) -> tuple[F
         original = handlers.CONFIG.sidecar_url_template
         handlers.CONFIG.sidecar_url_template = template
         try:
-            async with aiohttp.ClientSession() as http:
+            async with SidecarConnections() as http:
                 memo = kopf.Memo(kube=kube, http=http)
                 await handlers.reconcile(kopf.Body(kube.stored), memo, logging.getLogger("test"))
         finally:
@@ -510,7 +509,7 @@ def test_real_sidecars_run_on_the_operators_files_and_answer_its_calls(tmp_path:
         async def calls() -> dict[str, Any]:
             results: dict[str, Any] = {}
             context = ca_ssl_context(authority.certificate)
-            async with aiohttp.ClientSession() as http:
+            async with SidecarConnections() as http:
 
                 def client(pod: str, token: str | None, name: str | None = None) -> SidecarClient:
                     node = local.nodes[pod]

@@ -8,7 +8,6 @@ import datetime
 import logging
 from typing import Any
 
-import aiohttp
 import kopf
 import pytest
 from aiohttp import web
@@ -16,7 +15,7 @@ from test_operator_handlers import FakeKube, FakeSidecars, resource
 
 from coordinated.operator import handlers, manifests
 from coordinated.operator.observation import PodObservation
-from coordinated.operator.sidecar_client import SnapshotInfo
+from coordinated.operator.sidecar_client import SidecarConnections, SnapshotInfo
 from coordinated.operator.snapshot_schedule import due, own_snapshots, schedule_problem, snapshot_name, to_prune
 from coordinated.operator.spec import (
     CLUSTER_UUID_ANNOTATION,
@@ -144,7 +143,7 @@ def drive(monkeypatch: pytest.MonkeyPatch, kube: FakeKube, sidecars: FakeSidecar
         port = runner.addresses[0][1]
         monkeypatch.setattr(handlers.CONFIG, "sidecar_url_template", f"http://127.0.0.1:{port}/{{pod}}")
         try:
-            async with aiohttp.ClientSession() as http:
+            async with SidecarConnections() as http:
                 memo = kopf.Memo(kube=kube, http=http)
 
                 async def reconcile() -> None:

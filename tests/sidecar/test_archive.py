@@ -37,7 +37,7 @@ def archive_settings(endpoint: str, credentials: Path, **client: str) -> Archive
         "s3.client.default.credentials_file": str(credentials),
         **{f"s3.client.default.{key}": value for key, value in client.items()},
     }
-    settings = ArchiveSettings.from_parsed(sidecar_registry().parse(raw))
+    settings = ArchiveSettings.from_settings(sidecar_registry().parse(raw))
     assert settings is not None
     return settings
 

@@ -50,6 +50,7 @@ def used_data_dir(data_dir: Path, term: int = 4, version: int = 12, persistence:
         nodes={n: DiscoveryNode(n, f"node-{i}", f"127.0.0.1:{9300 + i}") for i, n in enumerate(ids)},
         coordination=CoordinationMetadata(term, config, config),
         kv={"k1": 1, "k2": "two"},
+        persistent_settings={"cluster.no_master_block": "all", "cluster.auto_shrink_voting_configuration": "false"},
     )
     history = HistoryWriter(data_dir / HISTORY_DIR, 1 << 20)
     persisted.set_current_term(term)
@@ -120,11 +121,43 @@ def test_detach_writes_a_record_the_node_loads_despite_the_older_higher_marks(tm
     assert events(tmp_path)[-1]["type"] == "detached"
 
 
+def test_remove_settings_writes_a_record_the_node_loads(tmp_path: Path) -> None:
+    used_data_dir(tmp_path)
+    code, out = run(tmp_path, "remove-settings", "--yes", "cluster.no_master_block", "cluster.x*")
+    assert code == 0, out
+    assert "cluster.no_master_block: all" in out and "every master-eligible node" in out
+    persisted = FilePersistedState(tmp_path, "c")  # the node's own startup check
+    state, term = persisted.last_accepted_state, persisted.current_term
+    persisted.close()
+    assert dict(state.persistent_settings) == {"cluster.auto_shrink_voting_configuration": "false"}
+    assert (term, state.term, state.version, state.parent_uuid) == (4, 4, 12, "s12")
+    assert state.state_uuid != "s12" and dict(state.kv) == {"k1": 1, "k2": "two"}
+    last = events(tmp_path)[-1]
+    assert (last["type"], last["state_uuid"], last["settings"]) == (
+        "settings_removed",
+        state.state_uuid,
+        ["cluster.no_master_block"],
+    )
+    assert summarize_history(tmp_path / HISTORY_DIR).accepted == (4, 12)
+
+
+def test_remove_settings_refuses_names_that_match_nothing_and_needs_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    used_data_dir(tmp_path)
+    assert run(tmp_path, "remove-settings", "--yes", "cluster.publish.*")[0] == node_tool.EXIT_REFUSED
+    assert "no persistent setting of node" in capsys.readouterr().err
+    assert [e["type"] for e in events(tmp_path)] == ["term", "accepted"]
+    with pytest.raises(SystemExit) as usage:
+        run(tmp_path, "remove-settings", "--yes")
+    assert usage.value.code == node_tool.EXIT_USAGE
+
+
 def test_a_crash_between_the_event_and_the_record_leaves_the_old_record_loadable(tmp_path: Path) -> None:
     used_data_dir(tmp_path)
-    for action in ("detach-cluster", "unsafe-bootstrap"):
+    for action in ("remove-settings", "detach-cluster", "unsafe-bootstrap"):
         persisted = FilePersistedState(tmp_path, "c")
-        plan = node_tool._plan(action, persisted)
+        plan = node_tool._plan(action, persisted, ("cluster.no_master_block",))
         persisted.close()
         history = HistoryWriter(tmp_path / HISTORY_DIR, 1 << 20)
         history.append(plan.event)  # ... and the crash comes before the record is written

@@ -1,6 +1,6 @@
-"""Quorum loss for good on real node processes: two of three data directories are gone, the survivor is
-unsafe-bootstrapped with `coordinated node-tool`, and the cluster grows back; a node of the old cluster joins
-the new one only after detach-cluster."""
+"""`coordinated node-tool` on real node processes. Quorum loss for good: two of three data directories are gone,
+the survivor is unsafe-bootstrapped, and the cluster grows back; a node of the old cluster joins the new one only
+after detach-cluster. A wrong persisted setting: removed from every stopped node without a master."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 KEYS = {f"key-{i}": {"n": i} for i in range(8)}
 
 
-def node_tool(action: str, node: LocalNode) -> subprocess.CompletedProcess[str]:
+def node_tool(action: str, node: LocalNode, *settings: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "coordinated.cli", "node-tool", action, "--data-dir", str(node.data_dir), "--yes"]
+    argv += settings
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
 
 
@@ -136,3 +137,43 @@ def test_an_old_node_joins_the_new_cluster_only_after_detach(make_cluster: Calla
     for key, value in KEYS.items():
         status, body = old_member.get(f"/_cluster/metadata/{key}?local=true")
         assert status == 200 and body["value"] == value, (key, body)
+
+
+def test_remove_settings_on_every_stopped_node_without_a_master(make_cluster: Callable[..., LocalCluster]) -> None:
+    cluster = make_cluster()
+    nodes = cluster.bootstrap(3)
+    wrong = {"cluster.no_master_block": "all", "cluster.metadata.max_value_size": "64b"}
+    status, body = nodes[0].put("/_cluster/settings", {"persistent": wrong})
+    assert status == 200, body
+    assert nodes[1].put("/_cluster/metadata/kept", {"n": 1})[0] == 200
+    assert nodes[2].put("/_cluster/metadata/large", "x" * 100)[0] == 400  # what the operator wants gone
+    for node in nodes:
+        status, state = node.get("/_cluster/state?local=true&wait_for_version=3&wait_for_timeout=10s")
+        assert status == 200 and dict(state["metadata"]["persistent_settings"]) == wrong
+    for node in nodes:
+        assert cluster.stop(node) == 0
+
+    refused = node_tool("remove-settings", nodes[0], "no.such.*")
+    assert refused.returncode == 3 and "no persistent setting" in refused.stderr, refused
+    for node in nodes:
+        result = node_tool("remove-settings", node, "cluster.no_master_block", "cluster.metadata.*")
+        assert result.returncode == 0, result.stderr
+        assert "cluster.metadata.max_value_size: 64b" in result.stdout and "[settings_removed]" in result.stdout
+
+    for node in nodes:
+        cluster.start(node.name)
+    for node in nodes:
+        cluster.wait_http(node)
+    master = cluster.wait_master(timeout=30, nodes=3)
+    status, written = master.put("/_cluster/metadata/large", "x" * 100)
+    assert status == 200, written
+    for node in nodes:
+        query = f"local=true&wait_for_version={written['version']}&wait_for_timeout=10s"
+        status, state = node.get(f"/_cluster/state?{query}")
+        assert status == 200 and state["metadata"]["persistent_settings"] == {}
+        assert node.get("/_cluster/metadata/kept?local=true")[1]["value"] == {"n": 1}
+        _, text = node.get("/_history?after_seq=0")
+        removed = [json.loads(line) for line in text.splitlines() if '"settings_removed"' in line]
+        assert [event["settings"] for event in removed] == [
+            ["cluster.metadata.max_value_size", "cluster.no_master_block"]
+        ]

@@ -24,7 +24,7 @@ def client_settings(server: S3Server, credentials: Path, **overrides: str) -> S3
         "s3.client.default.credentials_file": str(credentials),
         **{f"s3.client.default.{key}": value for key, value in overrides.items()},
     }
-    return S3ClientSettings.from_parsed(sidecar_registry().parse(raw), "default")
+    return S3ClientSettings.from_settings(sidecar_registry().parse(raw), "default")
 
 
 def run(coroutine_function):  # type: ignore[no-untyped-def]

@@ -82,7 +82,8 @@ def test_hostile_http_gets_elasticsearch_errors_and_one_log_line(make_cluster: C
     for request in [
         KvPut("bad\x07key\n", 1),
         UpdateSettings({"no.such.setting": "1"}),
-        UpdateSettings({"cluster.publish.timeout": "never"}),
+        UpdateSettings({"cluster.no_master_block": "never"}),
+        UpdateSettings({"cluster.publish.timeout": "1ms"}),
     ]:
         forged = encode_envelope(Envelope("127.0.0.1:1", ForwardedRequest("forger", 1, request)))
         assert http("POST", f"http://{node.transport_address}/_transport/message", raw=forged)[0] == 204

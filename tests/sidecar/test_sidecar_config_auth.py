@@ -6,13 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from coordinated.coordination.settings import SettingsError
+from coordinated.coordination.peer_finder import FIND_PEERS_INTERVAL
+from coordinated.coordination.settings import SettingsError, parse_byte_size
 from coordinated.sidecar.auth import SIGNATURE_HEADER, TIMESTAMP_HEADER, TransportAuth
 from coordinated.sidecar.cli import main
-from coordinated.sidecar.config import build_config, parse_byte_size
+from coordinated.sidecar.config import NodeConfig, build_config
+from coordinated.sidecar.http_server import MAX_CONTENT_LENGTH
 
 
-def config(**overrides: str) -> object:
+def config(**overrides: str) -> NodeConfig:
     return build_config(
         name="n1", data_dir="/tmp/x", host="127.0.0.1", http_port=1, transport_port=2, overrides=overrides
     )
@@ -20,9 +22,9 @@ def config(**overrides: str) -> object:
 
 def test_defaults() -> None:
     cfg = config()
-    assert cfg.coordination.find_peers_interval == 1000  # type: ignore[attr-defined]
-    assert cfg.get("http.max_content_length") == 1024 * 1024  # type: ignore[attr-defined]
-    assert cfg.transport_address == "127.0.0.1:2"  # type: ignore[attr-defined]
+    assert cfg.settings[FIND_PEERS_INTERVAL] == 1000
+    assert cfg.settings[MAX_CONTENT_LENGTH] == 1024 * 1024
+    assert cfg.transport_address == "127.0.0.1:2"
 
 
 @pytest.mark.parametrize(

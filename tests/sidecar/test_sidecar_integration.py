@@ -308,9 +308,23 @@ def test_bad_input_is_refused_without_changes(make_cluster: Callable[..., LocalC
         (
             "PUT",
             "/_cluster/settings",
-            b'{"persistent": {"cluster.publish.timeout": "x"}}',
+            b'{"persistent": {"cluster.no_master_block": "x"}}',
             400,
-            "cluster.publish.timeout",
+            "cluster.no_master_block",
+        ),
+        (
+            "PUT",
+            "/_cluster/settings",
+            b'{"persistent": {"cluster.publish.timeout": "1ms"}}',
+            400,
+            "[cluster.publish.timeout] is not dynamically updateable: it is a node setting",
+        ),
+        (
+            "PUT",
+            "/_cluster/settings",
+            b'{"persistent": {"cluster.metadata.max_state_size": "99999999999999999999d"}}',
+            400,
+            "[cluster.metadata.max_state_size]",
         ),
         ("PUT", "/_cluster/settings", b'{"persistent": {"node.name": "x"}}', 400, "not dynamically updateable"),
         ("PUT", "/_cluster/settings", b'{"persistent": []}', 400, "persistent"),
@@ -337,8 +351,8 @@ def test_bad_input_is_refused_without_changes(make_cluster: Callable[..., LocalC
     _, after = node.get("/_cluster/state")
     assert after["version"] == before["version"] and after["metadata"]["kv"] == before["metadata"]["kv"]
     assert node.get("/healthz")[0] == 200
-    status, ok = node.put("/_cluster/settings", {"persistent": {"cluster": {"publish": {"timeout": "20s"}}}})
-    assert status == 200 and ok["persistent"] == {"cluster.publish.timeout": "20s"}
+    status, ok = node.put("/_cluster/settings", {"persistent": {"cluster": {"no_master_block": "all"}}})
+    assert status == 200 and ok["persistent"] == {"cluster.no_master_block": "all"}
 
 
 def cluster_settings() -> dict[str, str]:

@@ -179,7 +179,7 @@ def test_tokens_roles_and_loopback_listener(make_cluster: Callable[..., LocalClu
     # A writer writes and reads, but the admin APIs are closed to it.
     assert call("PUT", "/_cluster/metadata/k", WRITER, {"v": 1}) == 200
     assert call("GET", "/_cluster/metadata/k", READER) == 200
-    assert call("PUT", "/_cluster/settings", WRITER, {"persistent": {"cluster.publish.timeout": "20s"}}) == 403
+    assert call("PUT", "/_cluster/settings", WRITER, {"persistent": {"cluster.no_master_block": "all"}}) == 403
     assert call("GET", "/_cluster/settings", WRITER) == 403
     assert call("POST", "/_cluster/voting_config_exclusions?node_names=node-1", WRITER) == 403
     assert call("DELETE", "/_cluster/voting_config_exclusions", WRITER) == 403
@@ -201,7 +201,7 @@ def test_tokens_roles_and_loopback_listener(make_cluster: Callable[..., LocalClu
     assert call("PUT", "/_cluster%2Fsettings", WRITER, {"persistent": {}}) == 403
     assert call("PUT", "/_cluster/metadata/a%2Fb", WRITER, {"v": 1}) == 200
     # The admin may do all of it.
-    assert call("PUT", "/_cluster/settings", ADMIN, {"persistent": {"cluster.publish.timeout": "20s"}}) == 200
+    assert call("PUT", "/_cluster/settings", ADMIN, {"persistent": {"cluster.no_master_block": "all"}}) == 200
     assert call("GET", "/_hooks", ADMIN) == 200
     assert call("GET", "/_snapshot", ADMIN) == 200
     assert call("PUT", "/_snapshot/r", ADMIN, repository) == 400  # the handler's answer: no path.repo here

@@ -1,8 +1,9 @@
-"""`coordinated.client`: a Python client for applications, sync (`Client`) and asyncio (`AsyncClient`), with
-the `Lock` and `LeaderElection` recipes and their fencing tokens. See docs/applications.md."""
+"""`coordinated.client`: a Python client for applications, blocking (`Client`) and asyncio (`AsyncClient`),
+with the `Lock` and `LeaderElection` recipes and their fencing tokens. See docs/applications.md."""
+
+from importlib.metadata import PackageNotFoundError, version
 
 from coordinated.client.aio import AsyncClient, AsyncSession
-from coordinated.client.aio_recipes import AsyncLeaderElection, AsyncLock
 from coordinated.client.calls import delete_op, get_op, put_op
 from coordinated.client.errors import (
     ApiError,
@@ -10,6 +11,8 @@ from coordinated.client.errors import (
     BadRequest,
     ChangesGone,
     CoordinatedError,
+    InvalidKey,
+    LockTimeout,
     NoNodeAvailable,
     NotFound,
     OutcomeUnknown,
@@ -18,8 +21,15 @@ from coordinated.client.errors import (
     VersionConflict,
 )
 from coordinated.client.models import KeyValue, SessionInfo, TxnResult, WatchBatch, WatchEvent, WriteResult
-from coordinated.client.recipes import LeaderElection, Lock, LockTimeout
+from coordinated.client.recipes.election import AsyncLeaderElection, LeaderElection
+from coordinated.client.recipes.lock import AsyncLock, Lock
 from coordinated.client.sync import Client, Session
+from coordinated.key_names import key_problem, prefix_problem
+
+try:
+    __version__ = version("coordinated-client")
+except PackageNotFoundError:  # run from a source tree that is not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ApiError",
@@ -32,6 +42,7 @@ __all__ = [
     "ChangesGone",
     "Client",
     "CoordinatedError",
+    "InvalidKey",
     "KeyValue",
     "LeaderElection",
     "Lock",
@@ -48,7 +59,10 @@ __all__ = [
     "WatchBatch",
     "WatchEvent",
     "WriteResult",
+    "__version__",
     "delete_op",
     "get_op",
+    "key_problem",
+    "prefix_problem",
     "put_op",
 ]

@@ -1,6 +1,9 @@
 """Each API call as data: what to send, how to read the answer, and whether a lost answer may be retried.
 
-The sync and async clients share these, so they differ only in how they send.
+Every call the client makes is built here, so the flows that send them (`perform`) and the drivers stay
+free of paths and JSON shapes. Key names are checked against `coordinated.key_names` and percent-encoded
+whole (every byte that is not unreserved, except `/`): the name the server stores is the name given, or the
+call is refused here with `InvalidKey` before anything is sent.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-from coordinated.client.errors import SessionNotFound, api_error
+from coordinated.client.errors import InvalidKey, SessionNotFound, api_error
 from coordinated.client.models import KeyValue, SessionInfo, TxnResult, WatchBatch, WatchEvent, WriteResult
+from coordinated.key_names import key_problem, prefix_problem
 
 T = TypeVar("T")
 NO_BODY = object()
@@ -34,33 +38,57 @@ NOT_APPLIED_503 = frozenset(
 @dataclass(frozen=True)
 class Call(Generic[T]):
     method: str
-    path: str
+    path: str  # percent-encoded
     parse: Callable[[int, Any], T]
     params: Mapping[str, str] = field(default_factory=dict)
     body: Any = NO_BODY
     retry: Retry = Retry.ALWAYS
     wait_s: float = 0.0  # how long the server may hold the request (a watch), on top of the usual timeout
+    # The call takes `master_timeout` (how long the master may take), which the client may set for all.
+    master_timeout: bool = True
 
 
 def duration(seconds: float, name: str) -> str:
+    """A time value as the API takes it: whole seconds as `30s`, anything else in milliseconds."""
     if seconds < 0:
         raise ValueError(f"{name} must not be negative, got {seconds}")
-    return f"{round(seconds * 1000)}ms"
+    millis = round(seconds * 1000)
+    return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
+
+
+def checked_key(key: str) -> str:
+    problem = key_problem(key)
+    if problem is not None:
+        raise InvalidKey(problem)
+    return key
+
+
+def checked_prefix(prefix: str) -> str:
+    problem = prefix_problem(prefix)
+    if problem is not None:
+        raise InvalidKey(problem)
+    return prefix
 
 
 def key_path(key: str) -> str:
-    # `/` stays literal (hierarchical names); anything else that is not URL-safe is escaped.
-    return "/_cluster/metadata/" + quote(key, safe="/")
+    """The path that names `key`: `/` stays literal (hierarchical names), every other byte that is not
+    unreserved is percent-encoded, `%` included, so the server decodes exactly the name given."""
+    return "/_cluster/metadata/" + quote(checked_key(key), safe="/")
 
 
-def _ok(status: int, body: Any) -> Any:
+def segment(name: str) -> str:
+    """One path segment, every reserved byte encoded (session ids, repository and snapshot names)."""
+    return quote(name, safe="")
+
+
+def ok(status: int, body: Any) -> Any:
     if status >= 400:
         raise api_error(status, body)
     return body
 
 
 def _write(status: int, body: Any) -> WriteResult:
-    body = _ok(status, body)
+    body = ok(status, body)
     return WriteResult(body["key"], body["term"], body["version"])
 
 
@@ -76,7 +104,7 @@ def _session_write(session: str | None) -> Callable[[int, Any], WriteResult]:
 
 def get(key: str, local: bool = False) -> Call[KeyValue]:
     def parse(status: int, body: Any) -> KeyValue:
-        body = _ok(status, body)
+        body = ok(status, body)
         return KeyValue(body["key"], body["value"], body["version"], body["create_version"], body.get("session"))
 
     return Call("GET", key_path(key), parse, {"local": "true"} if local else {})
@@ -110,18 +138,22 @@ def put(
 
 def delete(key: str, *, if_version: int | None = None) -> Call[WriteResult]:
     params = {} if if_version is None else {"if_version": str(if_version)}
-    return Call("DELETE", key_path(key), _write, params, retry=Retry.NEVER_BLIND if params else Retry.ALWAYS)
+    retry = Retry.NEVER_BLIND if params else Retry.ALWAYS
+    return Call("DELETE", key_path(key), _write, params, retry=retry)
 
 
 def txn(
     compare: Sequence[tuple[str, int]], success: Sequence[Mapping[str, Any]], failure: Sequence[Mapping[str, Any]]
 ) -> Call[TxnResult]:
     def parse(status: int, body: Any) -> TxnResult:
-        body = _ok(status, body)
+        body = ok(status, body)
         return TxnResult(body["succeeded"], body["version"], list(body["results"]))
 
+    for op in (*success, *failure):
+        if isinstance(op.get("key"), str):
+            checked_key(op["key"])
     payload = {
-        "compare": [{"key": key, "version": version} for key, version in compare],
+        "compare": [{"key": checked_key(key), "version": version} for key, version in compare],
         "success": [dict(op) for op in success],
         "failure": [dict(op) for op in failure],
     }
@@ -144,11 +176,11 @@ def get_op(key: str) -> dict[str, Any]:
 
 def watch(prefix: str, after_version: int | None, timeout_s: float, local: bool = False) -> Call[WatchBatch]:
     def parse(status: int, body: Any) -> WatchBatch:
-        body = _ok(status, body)
+        body = ok(status, body)
         events = [WatchEvent(e["type"], e["key"], e.get("value"), e["version"]) for e in body["events"]]
         return WatchBatch(body["version"], events)
 
-    params = {"prefix": prefix, "timeout": duration(timeout_s, "timeout")}
+    params = {"prefix": checked_prefix(prefix), "timeout": duration(timeout_s, "timeout")}
     if after_version is not None:
         params["after_version"] = str(after_version)
     if local:
@@ -160,7 +192,7 @@ def snapshot(prefix: str) -> Call[tuple[int, dict[str, Any]]]:
     """The keys under a prefix and the state version they were read at (linearizable)."""
 
     def parse(status: int, body: Any) -> tuple[int, dict[str, Any]]:
-        body = _ok(status, body)
+        body = ok(status, body)
         kv = body["metadata"]["kv"]
         return body["version"], {key: value for key, value in kv.items() if key.startswith(prefix)}
 
@@ -180,7 +212,7 @@ def create_session(ttl_s: float | None = None, node: str | None = None) -> Call[
     payload: dict[str, Any] = {"node": node} if node is not None else {"ttl": duration(ttl_s or 0, "ttl")}
 
     def parse(status: int, body: Any) -> SessionInfo:
-        body = _ok(status, body)
+        body = ok(status, body)
         return SessionInfo(body["id"], body.get("ttl"), body)
 
     # A lost answer leaves at most an unused session behind, which expires on its own.
@@ -192,21 +224,22 @@ def _session_call(session: str) -> Callable[[int, Any], None]:
         if status == 404:
             error = api_error(status, body)
             raise SessionNotFound(error.status, error.type, error.reason, body)
-        _ok(status, body)
+        ok(status, body)
 
     return parse
 
 
 def keepalive(session: str) -> Call[None]:
-    return Call("PUT", f"/_sessions/{quote(session, safe='')}/_keepalive", _session_call(session))
+    path = f"/_sessions/{segment(session)}/_keepalive"
+    return Call("PUT", path, _session_call(session))
 
 
 def end_session(session: str) -> Call[None]:
-    return Call("DELETE", f"/_sessions/{quote(session, safe='')}", _session_call(session))
+    return Call("DELETE", f"/_sessions/{segment(session)}", _session_call(session))
 
 
 def list_sessions() -> Call[Any]:
-    return Call("GET", "/_sessions", _ok)
+    return Call("GET", "/_sessions", ok)
 
 
 def cat_master() -> Call[str | None]:
@@ -215,11 +248,11 @@ def cat_master() -> Call[str | None]:
             return None
         return str(body[0].get("node"))
 
-    return Call("GET", "/_cat/master", parse, {"format": "json"})
+    return Call("GET", "/_cat/master", parse, {"format": "json"}, master_timeout=False)
 
 
 def node_name() -> Call[str | None]:
     def parse(status: int, body: Any) -> str | None:
         return str(body["name"]) if status == 200 and isinstance(body, dict) and "name" in body else None
 
-    return Call("GET", "/", parse)
+    return Call("GET", "/", parse, master_timeout=False)

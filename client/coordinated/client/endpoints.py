@@ -9,6 +9,7 @@ repeating it is harmless (`Retry.ALWAYS`), otherwise the caller gets `OutcomeUnk
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -103,5 +104,8 @@ def timeout_for(call: Call[Any], request_timeout_s: float) -> httpx.Timeout:
     return httpx.Timeout(request_timeout_s + call.wait_s, connect=min(request_timeout_s, 5.0))
 
 
-def body_of(call: Call[Any]) -> dict[str, Any]:
-    return {} if call.body is NO_BODY else {"json": call.body}
+def body_of(call: Call[Any]) -> bytes | None:
+    """The call's body as JSON (UTF-8, no NaN or infinity, which JSON cannot carry)."""
+    if call.body is NO_BODY:
+        return None
+    return json.dumps(call.body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()

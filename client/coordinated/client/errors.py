@@ -61,6 +61,15 @@ class NoNodeAvailable(CoordinatedError):
     """No address answered within the client's retry time."""
 
 
+class InvalidKey(CoordinatedError, ValueError):
+    """A key name (or prefix) that the cluster would refuse; the client refuses it before sending anything.
+    The message names the rule it breaks (see `coordinated.key_names`)."""
+
+
+class LockTimeout(CoordinatedError):
+    """The lock was not acquired within the timeout."""
+
+
 _BY_STATUS: dict[int, type[ApiError]] = {
     400: BadRequest,
     401: AuthenticationError,

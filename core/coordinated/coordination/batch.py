@@ -34,6 +34,7 @@ from coordinated.coordination.client import (
 )
 from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.reconfigurator import reconfigure
+from coordinated.coordination.settings import size_setting
 from coordinated.coordination.state import (
     LEGACY_KEY_VERSION,
     ClusterState,
@@ -52,6 +53,29 @@ from coordinated.coordination.validation import ABSENT_PREFIX, exclusions_proble
 
 _SIZE_ENCODER = msgspec.json.Encoder()
 _NO_LIMIT = 1 << 62
+
+# Ceilings on what clients can store, checked by the master against the state each batch builds. Every node holds
+# the whole state in memory and a joining node receives all of it, in one peer message of at most 512mb: hence
+# the largest ceiling. Settings changes and writes that shrink the state are never refused, so no value within
+# the bounds can keep the cluster from resetting them; the floors catch a size given without its unit.
+MAX_VALUE_SIZE = size_setting(
+    "cluster.metadata.max_value_size",
+    "1mb",
+    minimum="64b",
+    maximum="64mb",
+    dynamic=True,
+    doc="largest value of one key, JSON-encoded; a larger put gets 400 naming the sizes (a body also needs to fit "
+    "`http.max_content_length`)",
+)
+MAX_STATE_SIZE = size_setting(
+    "cluster.metadata.max_state_size",
+    "256mb",
+    minimum="1kb",
+    maximum="256mb",
+    dynamic=True,
+    doc="ceiling on all keys and values together (UTF-8 names plus JSON values), decided by the master against the "
+    "batch it builds; a write that would exceed it gets 400 naming the sizes",
+)
 
 
 def entry_size(key: str, value: Any) -> int:

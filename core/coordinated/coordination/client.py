@@ -246,6 +246,9 @@ def error_body(error_type: str, reason: str, status: int) -> dict[str, Any]:
 ClientResult = Committed | ReadValue | TxnResult | SessionInfo | ClusterError
 
 
+NO_MASTER_BLOCKS = ("all", "write", "metadata_write")  # what `cluster.no_master_block` may refuse
+
+
 def no_master_error(block: str) -> ClusterError:
     return ClusterError(
         type="cluster_block_exception",

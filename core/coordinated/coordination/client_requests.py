@@ -32,9 +32,18 @@ from coordinated.coordination.forwarding import Forwarder
 from coordinated.coordination.master_service import Priority, Task
 from coordinated.coordination.messages import ForwardedRequest, ForwardedResponse
 from coordinated.coordination.reads import ReadService
+from coordinated.coordination.settings import choice_setting
 from coordinated.coordination.state import DiscoveryNode
 from coordinated.coordination.tasks import ClientTask
 from coordinated.coordination.validation import request_problem
+
+NO_MASTER_BLOCK = choice_setting(
+    "cluster.no_master_block",
+    "write",
+    client.NO_MASTER_BLOCKS,
+    dynamic=True,
+    doc="what is refused without a master: `write` (writes), `metadata_write` or `all` (reads too)",
+)
 
 Reply = Callable[[ClientResult], None]
 
@@ -72,7 +81,7 @@ class ClientRequests:
             return
         # Without a master nothing can be written, and no read is linearizable: a read of this node's applied
         # state, however stale, is the shell's `local` read, not a client request of the core.
-        reply(client.no_master_error(self.ctx.settings.no_master_block))
+        reply(client.no_master_error(self.ctx.settings[NO_MASTER_BLOCK]))
 
     def on_forwarded_request(self, sender: str, request: ForwardedRequest) -> None:
         def reply(result: ClientResult) -> None:
@@ -82,7 +91,7 @@ class ClientRequests:
 
     def _execute_on_master(self, request: ClientRequest, reply: Reply, timeout: int) -> None:
         # Every request is checked here too, forwarded or not: a peer may have skipped the API's checks.
-        problem = request_problem(request, self.ctx.accepted, self.ctx.settings.max_voting_config_exclusions)
+        problem = request_problem(request, self.ctx.accepted, self.ctx.settings)
         if problem is not None:
             reply(client.bad_request(problem))
             return

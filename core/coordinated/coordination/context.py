@@ -14,7 +14,7 @@ from coordinated.coordination.effects import Effect, Log, RecordHistory, Send
 from coordinated.coordination.foreign_clusters import ForeignClusters
 from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 from coordinated.coordination.messages import Message
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.settings import Settings
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.timers import Timers
 
@@ -28,13 +28,13 @@ class Mode(StrEnum):
 @dataclass
 class CoreContext:
     local_node: DiscoveryNode
-    base_settings: CoordinationSettings
+    base_settings: Settings
     timers: Timers
     rng: random.Random
     emit: Callable[[Effect], None]  # an effect for the shell, in order
     loopback: Callable[[str, Message], None]  # a message to this node itself, handled within the same step
     new_request_id: Callable[[], int]
-    current_settings: Callable[[], CoordinationSettings]  # with the dynamic values of the applied state
+    current_settings: Callable[[], Settings]  # with the dynamic values of the applied state
     accepted_state: Callable[[], ClusterState]
     term: Callable[[], int]
     mode: Callable[[], Mode]
@@ -42,7 +42,7 @@ class CoreContext:
     foreign_clusters: ForeignClusters = field(default_factory=ForeignClusters)  # peers of other clusters
 
     @property
-    def settings(self) -> CoordinationSettings:
+    def settings(self) -> Settings:
         return self.current_settings()
 
     @property

@@ -49,7 +49,7 @@ from coordinated.coordination.publish_handler import PublishHandler, PublishList
 from coordinated.coordination.reads import ReadService
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
 from coordinated.coordination.sessions import SessionLeases
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.settings import Settings
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.tasks import ElectedAsMaster, NodeLeft, Reconfigure
 from coordinated.coordination.timers import Timers
@@ -62,7 +62,7 @@ class Coordinator:
         self,
         *,
         local_node: DiscoveryNode,
-        settings: CoordinationSettings,
+        settings: Settings,
         persisted: PersistedState,
         rng: random.Random,
         now: int,
@@ -177,7 +177,7 @@ class Coordinator:
     # ------------------------------------------------------------------------------------------------------
     # public API
     @property
-    def settings(self) -> CoordinationSettings:
+    def settings(self) -> Settings:
         """The node's settings with the dynamic ones of the applied state, parsed once per applied state."""
         persistent = self.applied_state.persistent_settings
         if persistent is not self._settings_basis:

@@ -18,6 +18,7 @@ from itertools import islice
 
 from coordinated.coordination.context import CoreContext
 from coordinated.coordination.messages import JoinRequest
+from coordinated.coordination.settings import int_setting, size_setting
 from coordinated.coordination.state import (
     MAP_FIELDS,
     ClusterState,
@@ -25,6 +26,25 @@ from coordinated.coordination.state import (
     compose_diffs,
     compute_diff,
     encode_diff,
+)
+
+# Each node's memory: any value leaves the cluster working (0 diffs: a node that missed a state gets the full one).
+DIFF_HISTORY_MAX_DIFFS = int_setting(
+    "cluster.publish.diff_history.max_diffs",
+    10_000,
+    minimum=0,
+    maximum=1_000_000,
+    dynamic=True,
+    doc="how many recent diffs each node keeps to catch a lagging or restarted node up without the full state "
+    "(0: always the full state)",
+)
+DIFF_HISTORY_MAX_SIZE = size_setting(
+    "cluster.publish.diff_history.max_size",
+    "64mb",
+    minimum="1b",
+    maximum="1gb",
+    dynamic=True,
+    doc="the most bytes (encoded) those diffs may take; the oldest go first",
 )
 
 
@@ -124,14 +144,14 @@ class CatchUp:
     def __init__(self, ctx: CoreContext) -> None:
         self.ctx = ctx
         settings = ctx.settings
-        self.history = DiffHistory(settings.diff_history_max_diffs, settings.diff_history_max_size)
+        self.history = DiffHistory(settings[DIFF_HISTORY_MAX_DIFFS], settings[DIFF_HISTORY_MAX_SIZE])
         self.history.record(ctx.accepted)
         self._joiners: dict[str, tuple[int, int]] = {}
         self.diffs_sent = 0  # catch-ups by diff rather than by the full state, for metrics and tests
 
     def on_accepted(self, state: ClusterState) -> None:
         settings = self.ctx.settings  # dynamic: follows the applied state's settings
-        self.history.resize(settings.diff_history_max_diffs, settings.diff_history_max_size)
+        self.history.resize(settings[DIFF_HISTORY_MAX_DIFFS], settings[DIFF_HISTORY_MAX_SIZE])
         self.history.record(state)
 
     def on_join_request(self, request: JoinRequest) -> None:

@@ -12,7 +12,50 @@ from collections.abc import Callable, Collection
 
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.messages import PreVoteRequest, PreVoteResponse
+from coordinated.coordination.settings import Settings, SettingsRule, format_time_ms, time_setting
 from coordinated.coordination.state import DiscoveryNode
+
+# Bounds as in Elasticsearch's ElectionSchedulerFactory.
+ELECTION_INITIAL_TIMEOUT = time_setting(
+    "cluster.election.initial_timeout",
+    "100ms",
+    minimum="1ms",
+    maximum="10s",
+    doc="upper bound of the first random election delay",
+)
+ELECTION_BACK_OFF_TIME = time_setting(
+    "cluster.election.back_off_time",
+    "100ms",
+    minimum="1ms",
+    maximum="60s",
+    doc="added to the delay bound after each failed election",
+)
+ELECTION_MAX_TIMEOUT = time_setting(
+    "cluster.election.max_timeout", "10s", minimum="200ms", maximum="300s", doc="largest election delay bound"
+)
+ELECTION_DURATION = time_setting(
+    "cluster.election.duration",
+    "500ms",
+    minimum="1ms",
+    maximum="300s",
+    doc="how long an election may take before the next one is scheduled",
+)
+
+
+def _max_timeout_covers_initial_timeout(settings: Settings) -> str | None:
+    initial, maximum = settings[ELECTION_INITIAL_TIMEOUT], settings[ELECTION_MAX_TIMEOUT]
+    if maximum >= initial:
+        return None
+    return (
+        f"setting [cluster.election.max_timeout] is [{format_time_ms(maximum)}], but must be at least "
+        f"[cluster.election.initial_timeout] which is [{format_time_ms(initial)}]"
+    )
+
+
+MAX_TIMEOUT_COVERS_INITIAL_TIMEOUT = SettingsRule(
+    "`cluster.election.max_timeout` must be at least `cluster.election.initial_timeout`",
+    _max_timeout_covers_initial_timeout,
+)
 
 
 class ElectionScheduler:
@@ -33,8 +76,8 @@ class ElectionScheduler:
         settings = self.ctx.settings
         self.attempt += 1
         max_delay = min(
-            settings.election_max_timeout,
-            settings.election_initial_timeout + (self.attempt - 1) * settings.election_back_off_time,
+            settings[ELECTION_MAX_TIMEOUT],
+            settings[ELECTION_INITIAL_TIMEOUT] + (self.attempt - 1) * settings[ELECTION_BACK_OFF_TIME],
         )
         delay = self.ctx.rng.randint(1, max(1, max_delay)) + grace
         self.ctx.timers.schedule(self, self.ctx.now + delay, self._fire)
@@ -43,7 +86,7 @@ class ElectionScheduler:
         if self.ctx.mode() is not Mode.CANDIDATE:
             return
         self.start_round()
-        self._schedule(grace=self.ctx.settings.election_duration)
+        self._schedule(grace=self.ctx.settings[ELECTION_DURATION])
 
 
 class PreVoteRound:

@@ -12,7 +12,40 @@ from functools import partial
 
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.messages import FollowerCheck, FollowerCheckResponse
+from coordinated.coordination.settings import int_setting, time_setting
 from coordinated.coordination.state import ClusterState
+
+# Lower bounds as in Elasticsearch's FollowersChecker.
+FOLLOWER_CHECK_INTERVAL = time_setting(
+    "cluster.fault_detection.follower_check.interval",
+    "1s",
+    minimum="100ms",
+    maximum="1m",
+    doc="the master checks each follower this often",
+)
+FOLLOWER_CHECK_TIMEOUT = time_setting(
+    "cluster.fault_detection.follower_check.timeout",
+    "10s",
+    minimum="1ms",
+    maximum="5m",
+    doc="a follower check fails after this long",
+)
+FOLLOWER_CHECK_RETRY_COUNT = int_setting(
+    "cluster.fault_detection.follower_check.retry_count",
+    3,
+    minimum=1,
+    maximum=100,
+    doc="failed follower checks in a row before the master removes the node",
+)
+# Node-level, as in Elasticsearch: a value that removes every follower could not be reset by the cluster it
+# takes apart. At least a second: applying a committed state takes a follower milliseconds to a few hundred.
+FOLLOWER_LAG_TIMEOUT = time_setting(
+    "cluster.follower_lag.timeout",
+    "90s",
+    minimum="1s",
+    maximum="1h",
+    doc="a follower that has not applied a committed state after this long is removed (read by the master)",
+)
 
 
 class FollowersChecker:
@@ -86,7 +119,7 @@ class FollowersChecker:
         ctx.send(node.transport_address, FollowerCheck(ctx.local_node, ctx.current_term, request_id))
         ctx.timers.schedule(
             (self, "timeout", node_id),
-            ctx.now + ctx.settings.follower_check_timeout,
+            ctx.now + ctx.settings[FOLLOWER_CHECK_TIMEOUT],
             lambda: self.check_failed(node_id, request_id, disconnected=False),
         )
 
@@ -104,7 +137,7 @@ class FollowersChecker:
         self.ctx.timers.cancel((self, "timeout", node_id))
         self.failures[node_id] = 0
         self.on_healthy(node_id, response)
-        self._schedule(node_id, self.ctx.now + self.ctx.settings.follower_check_interval)
+        self._schedule(node_id, self.ctx.now + self.ctx.settings[FOLLOWER_CHECK_INTERVAL])
 
     def on_send_failure(self, destination: str, message: FollowerCheck) -> None:
         for node_id, (request_id, address) in list(self.in_flight.items()):
@@ -119,11 +152,11 @@ class FollowersChecker:
         self.ctx.timers.cancel((self, "timeout", node_id))
         failures = self.failures.get(node_id, 0) + 1
         self.failures[node_id] = failures
-        if disconnected or failures >= self.ctx.settings.follower_check_retry_count:
+        if disconnected or failures >= self.ctx.settings[FOLLOWER_CHECK_RETRY_COUNT]:
             reason = "disconnected" if disconnected else f"failed {failures} consecutive follower checks"
             self.on_node_failed(node_id, reason)
         else:
-            self._schedule(node_id, self.ctx.now + self.ctx.settings.follower_check_interval)
+            self._schedule(node_id, self.ctx.now + self.ctx.settings[FOLLOWER_CHECK_INTERVAL])
 
 
 class LagDetector:
@@ -150,7 +183,7 @@ class LagDetector:
             if self.applied(node_id) < state.version:
                 ctx.timers.schedule(
                     (self, node_id),
-                    ctx.now + ctx.settings.follower_lag_timeout,
+                    ctx.now + ctx.settings[FOLLOWER_LAG_TIMEOUT],
                     partial(self._check, node_id, state.version),
                 )
 
@@ -170,5 +203,5 @@ class LagDetector:
             self.on_lagging(node_id, f"lagging: has not applied version {version} within cluster.follower_lag.timeout")
         elif applied < ctx.accepted.version:
             latest = ctx.accepted.version
-            deadline = ctx.now + ctx.settings.follower_lag_timeout
+            deadline = ctx.now + ctx.settings[FOLLOWER_LAG_TIMEOUT]
             ctx.timers.schedule((self, node_id), deadline, partial(self._check, node_id, latest))

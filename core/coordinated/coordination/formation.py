@@ -1,6 +1,6 @@
 """Forming a cluster: ClusterBootstrapService (the first voting configuration, from
 `cluster.initial_master_nodes`) and ClusterFormationFailureHelper (why this node has no master yet,
-logged every `cluster.formation_warning_timeout` while it is a candidate).
+logged every `discovery.cluster_formation_warning_timeout` while it is a candidate).
 """
 
 from __future__ import annotations
@@ -11,7 +11,22 @@ from msgspec.structs import replace
 
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.safety import CoordinationStateRejected
+from coordinated.coordination.settings import NodeNames, Setting, time_setting
 from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfiguration
+
+INITIAL_MASTER_NODES = Setting(
+    "cluster.initial_master_nodes",
+    NodeNames(),
+    "",
+    "node names for the very first election of a new cluster; ignored once a node has joined a cluster",
+)
+CLUSTER_FORMATION_WARNING_TIMEOUT = time_setting(
+    "discovery.cluster_formation_warning_timeout",
+    "10s",
+    minimum="1ms",
+    maximum="1h",
+    doc="how long without a master before the node logs why",
+)
 
 
 class ClusterBootstrapService:
@@ -21,7 +36,7 @@ class ClusterBootstrapService:
 
     def maybe_bootstrap(self, discovered: Collection[DiscoveryNode], seen_terms: Collection[int]) -> None:
         ctx = self.ctx
-        names = ctx.base_settings.initial_master_nodes
+        names = ctx.base_settings[INITIAL_MASTER_NODES]
         state = ctx.accepted
         if not names or not ctx.local_node.master_eligible or not state.last_accepted_config.is_empty():
             return
@@ -57,7 +72,7 @@ class ClusterFormationFailureHelper:
 
     def activate(self) -> None:
         ctx = self.ctx
-        ctx.timers.schedule(self, ctx.now + ctx.settings.cluster_formation_warning_timeout, self._warn)
+        ctx.timers.schedule(self, ctx.now + ctx.settings[CLUSTER_FORMATION_WARNING_TIMEOUT], self._warn)
 
     def deactivate(self) -> None:
         self.ctx.timers.cancel(self)
@@ -78,7 +93,7 @@ class ClusterFormationFailureHelper:
         if not ctx.local_node.master_eligible:
             reasons.append("this node is not master-eligible and has not discovered a master")
         elif state.last_accepted_config.is_empty():
-            names = ctx.base_settings.initial_master_nodes
+            names = ctx.base_settings[INITIAL_MASTER_NODES]
             if not names:
                 reasons.append(
                     "this node has not joined a bootstrapped cluster and cluster.initial_master_nodes is empty"

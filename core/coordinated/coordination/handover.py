@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from coordinated.coordination.context import CoreContext
+from coordinated.coordination.elections import ELECTION_MAX_TIMEOUT
 from coordinated.coordination.quorum import joint_quorum
-from coordinated.coordination.reconfigurator import reconfigure
+from coordinated.coordination.reconfigurator import AUTO_SHRINK_VOTING_CONFIGURATION, reconfigure
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 
 
@@ -60,14 +61,14 @@ class Handover:
             excluded,
             ctx.local_node.id,
             state.last_accepted_config,
-            ctx.settings.auto_shrink_voting_configuration,
+            ctx.settings[AUTO_SHRINK_VOTING_CONFIGURATION],
         )
         if desired == state.last_accepted_config or self.improved(state) != state:
             return False
         missing = [node_id for node_id in desired.node_ids if not self.has_join_vote(node_id)]
         if not missing:
             return False
-        self.next_vote_collection_at = ctx.now + ctx.settings.election_max_timeout
+        self.next_vote_collection_at = ctx.now + ctx.settings[ELECTION_MAX_TIMEOUT]
         ctx.log("info", f"starting a new term to collect the votes of {missing} for the voting configuration")
         self.start_election()
         return True

@@ -25,6 +25,9 @@ class EventType(StrEnum):
     # Written offline by `coordinated node-tool` before it rewrites the node's record (see `offline_recovery`):
     UNSAFE_BOOTSTRAP = "unsafe_bootstrap"  # the node became the sole voter of a NEW cluster (cluster_uuid)
     DETACHED = "detached"  # the node forgot its term (0) and cluster membership, to join another cluster
+    # The node's copy of its last-accepted state lost the persistent `settings`: same term, version and keys,
+    # a new state_uuid (its parent is the copy it replaced), so that no diff is applied to it as if unchanged.
+    SETTINGS_REMOVED = "settings_removed"
     # Recorded by the master when the state that makes the change is committed, with the `session` id:
     SESSION_CREATED = "session_created"
     SESSION_EXPIRED = "session_expired"  # the master heard no keepalive for the session's TTL
@@ -49,7 +52,16 @@ RESET_EVENT_TYPES: tuple[EventType, ...] = (EventType.UNSAFE_BOOTSTRAP, EventTyp
 SHELL_FIELDS: tuple[tuple[str, type], ...] = (("seq", int), ("ts", float))
 # Fields for people reading a history; the audit does not rely on them.
 INFORMATIONAL_FIELDS = frozenset(
-    {"node_name", "reason", "cluster_uuid_committed", "marks_term", "marks_accepted", "snapshot", "location"}
+    {
+        "node_name",
+        "reason",
+        "cluster_uuid_committed",
+        "marks_term",
+        "marks_accepted",
+        "snapshot",
+        "location",
+        "settings",
+    }
 )
 
 
@@ -70,6 +82,7 @@ class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
     session: str | msgspec.UnsetType = msgspec.UNSET  # session events only: the session's id
     snapshot: str | msgspec.UnsetType = msgspec.UNSET  # snapshot events only: `repository:snapshot`
     location: str | msgspec.UnsetType = msgspec.UNSET  # archived events only: where the segment went
+    settings: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET  # settings_removed only: the names removed
     # Reset events only: the record before the reset (`current_term` is the new record's term) ...
     current_term: int | msgspec.UnsetType = msgspec.UNSET
     cluster_uuid_committed: bool | msgspec.UnsetType = msgspec.UNSET

@@ -8,12 +8,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinated.coordination import client
-from coordinated.coordination.batch import BatchContext, StateSizes, execute_batch, improve_configuration
+from coordinated.coordination.batch import (
+    MAX_STATE_SIZE,
+    MAX_VALUE_SIZE,
+    BatchContext,
+    StateSizes,
+    execute_batch,
+    improve_configuration,
+)
 from coordinated.coordination.client import ClientResult, Committed
 from coordinated.coordination.context import CoreContext
 from coordinated.coordination.master_service import MasterService, Task
+from coordinated.coordination.reconfigurator import AUTO_SHRINK_VOTING_CONFIGURATION
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected
 from coordinated.coordination.state import ClusterState
+from coordinated.coordination.validation import MAX_VOTING_CONFIG_EXCLUSIONS
 
 
 @dataclass
@@ -96,12 +105,12 @@ class MasterTasks:
             master=self.ctx.local_node,
             term=self.ctx.current_term,
             voters=frozenset(self.coordination_state.join_votes),
-            max_exclusions=settings.max_voting_config_exclusions,
-            auto_shrink=settings.auto_shrink_voting_configuration,
+            max_exclusions=settings[MAX_VOTING_CONFIG_EXCLUSIONS],
+            auto_shrink=settings[AUTO_SHRINK_VOTING_CONFIGURATION],
             new_uuid=self._random_uuid,
             session_expired=self.listener.session_expired,
-            max_value_size=settings.max_value_size,
-            max_state_size=settings.max_state_size,
+            max_value_size=settings[MAX_VALUE_SIZE],
+            max_state_size=settings[MAX_STATE_SIZE],
             sizes=self._state_sizes,
         )
 

@@ -1,32 +1,43 @@
-"""What `coordinated node-tool` does to a stopped node's state when a quorum is lost for good, as pure functions.
+"""What `coordinated node-tool` does to a stopped node's state, as pure functions: when a quorum is lost for
+good, or when a persisted setting is wrong and no master can be elected to change it.
 
-Elasticsearch's `elasticsearch-node` does the same two things:
+Elasticsearch's `elasticsearch-node` does the same things:
 - unsafe-bootstrap makes the node the sole voter of a new configuration under a new cluster UUID, keeping its
   keys and settings; the new UUID keeps the old cluster's other nodes from merging into it silently;
 - detach-cluster forgets the node's term and cluster membership (term 0, cluster UUID not committed, a voting
-  configuration that names no real node) so that it can only join a master elected by another cluster.
+  configuration that names no real node) so that it can only join a master elected by another cluster;
+- remove-settings drops persistent settings from the node's copy of the cluster state. It keeps the state's
+  term and version (elections compare those, so the copy can win no election it could not win before, and it
+  lost no key) and gives it a new state_uuid whose parent is the old one: a master's diff against the old
+  copy is then refused for a missing base and the full state is sent instead, so no node holds a state that
+  differs from another node's under the same uuid.
 
-Both are recorded by a history event written BEFORE the new record. The event's marks (`marks_term`,
-`marks_accepted`) are those that both the old and the new record satisfy, and they replace every older mark
-(see `history.summarize_history`): a crash between the two writes leaves a directory that the node loads
-either way, and the tool can be run again. The shell draws the UUIDs; nothing here does I/O.
+Each is recorded by a history event written BEFORE the new record, so that a crash between the two writes
+leaves a directory that the node loads either way, and the tool can be run again. The two resets' events carry
+marks (`marks_term`, `marks_accepted`) that both the old and the new record satisfy, and they replace every
+older mark (see `history.summarize_history`); remove-settings changes neither the term nor the accepted
+(term, version), so its event needs none. The shell draws the UUIDs; nothing here does I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 
 import msgspec
 
 from coordinated.coordination.history import NO_CLUSTER_UUID, RESET_EVENT_TYPES, EventType, HistoryEvent
 from coordinated.coordination.state import ClusterState, CoordinationMetadata, VotingConfiguration
+from coordinated.coordination.state_events import state_event
 
 UNSAFE_BOOTSTRAP_SETTING = "cluster.metadata.unsafe-bootstrap"
 # A voting configuration no real node can satisfy: the node cannot win an election, only join (as in Elasticsearch).
 MUST_JOIN_ELECTED_MASTER = VotingConfiguration(("_must_join_elected_master_",))
 UNSAFE_BOOTSTRAP_EVENT = EventType.UNSAFE_BOOTSTRAP
 DETACHED_EVENT = EventType.DETACHED
+SETTINGS_REMOVED_EVENT = EventType.SETTINGS_REMOVED
 RESET_EVENTS: tuple[str, ...] = tuple(event_type.value for event_type in RESET_EVENT_TYPES)
 
 
@@ -125,23 +136,50 @@ def plan_detach(node_id: str, current_term: int, state: ClusterState, new_state_
     return Plan(0, new_state, description, _event(DETACHED_EVENT, node_id, current_term, state, 0, new_state))
 
 
+def plan_remove_settings(
+    node_id: str, current_term: int, state: ClusterState, patterns: Sequence[str], new_state_uuid: str
+) -> Plan:
+    """Remove the persistent settings that match any of `patterns` (`*` and `?` as in shell patterns)."""
+    persisted = [name for name in state.persistent_settings if name != UNSAFE_BOOTSTRAP_SETTING]
+    removed = sorted(name for name in persisted if any(fnmatchcase(name, pattern) for pattern in patterns))
+    if not removed:
+        held = sorted(persisted) or "none"
+        raise ToolRefusal(f"no persistent setting of node [{node_id}] matches {list(patterns)}; it holds {held}")
+    new_state = state.replace(
+        state_uuid=new_state_uuid,
+        parent_uuid=state.state_uuid,
+        persistent_settings={k: v for k, v in state.persistent_settings.items() if k not in removed},
+    )
+    values = ", ".join(f"{name}: {state.persistent_settings[name]}" for name in removed)
+    description = (
+        f"This node: {describe_node(node_id, current_term, state)}.\n"
+        f"These persistent settings will be removed from its copy of the cluster state: {values}. Its term, "
+        f"version, voting configurations and {len(state.kv)} keys stay as they are; the nodes' own settings (-E) "
+        "apply instead. A master-eligible node that still holds these settings and wins the next election "
+        "brings them back: run this on every master-eligible node of the cluster, all stopped."
+    )
+    event = state_event(
+        SETTINGS_REMOVED_EVENT,
+        node_id,
+        _name_of(node_id, state),
+        new_state,
+        current_term=current_term,
+        previous_state_uuid=state.state_uuid,
+        settings=tuple(removed),
+    )
+    return Plan(current_term, new_state, description, _shaped(event))
+
+
 def _event(
     event_type: EventType, node_id: str, old_term: int, old: ClusterState, new_term: int, new: ClusterState
 ) -> dict[str, Any]:
-    node = old.nodes.get(node_id)
-    event = HistoryEvent(
-        cluster_uuid=new.cluster_uuid,
+    event = state_event(
+        event_type,
+        node_id,
+        _name_of(node_id, old),
+        new,
         cluster_uuid_committed=new.cluster_uuid_committed,
-        node=node_id,
-        node_name=node.name if node is not None else node_id,
-        type=event_type,
-        term=new.term,
-        version=new.version,
-        state_uuid=new.state_uuid,
-        parent_uuid=new.parent_uuid,
         master=None,
-        last_committed_config=new.last_committed_config.node_ids,
-        last_accepted_config=new.last_accepted_config.node_ids,
         current_term=new_term,
         previous_cluster_uuid=old.cluster_uuid,
         previous_term=old.term,
@@ -151,6 +189,15 @@ def _event(
         marks_term=min(old_term, new_term),
         marks_accepted=min(old.term_version(), new.term_version()),
     )
-    # JSON-shaped (lists, not tuples), exactly as the history line will read back.
+    return _shaped(event)
+
+
+def _name_of(node_id: str, state: ClusterState) -> str:
+    node = state.nodes.get(node_id)
+    return node.name if node is not None else node_id
+
+
+def _shaped(event: HistoryEvent) -> dict[str, Any]:
+    """JSON-shaped (lists, not tuples), exactly as the history line will read back."""
     shaped: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(event))
     return shaped

@@ -7,7 +7,25 @@ from collections.abc import Callable, Sequence
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.effects import ProbeSeeds
 from coordinated.coordination.messages import PeersRequest, PeersResponse
+from coordinated.coordination.settings import CLUSTER_NAME, Parsed, Setting, parse_list, time_setting
 from coordinated.coordination.state import DiscoveryNode
+
+
+def parse_seed_hosts(value: str) -> tuple[str, ...]:
+    hosts = parse_list(value)
+    for host in hosts:
+        _, sep, port = host.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"seed host [{host}] must be host:port with a transport port")
+    return hosts
+
+
+SEED_HOSTS = Setting(
+    "discovery.seed_hosts", Parsed(parse_seed_hosts), "", "`host:port` transport addresses to discover peers from"
+)
+FIND_PEERS_INTERVAL = time_setting(
+    "discovery.find_peers_interval", "1s", minimum="1ms", maximum="1m", doc="pause between discovery rounds"
+)
 
 
 class PeerFinder:
@@ -47,14 +65,14 @@ class PeerFinder:
         self.probe(sorted(known))
         self.on_found_peers_updated()  # a lone node may have all it needs to bootstrap or win
         if self._active():
-            ctx.timers.schedule(self, ctx.now + ctx.settings.find_peers_interval, self._round)
+            ctx.timers.schedule(self, ctx.now + ctx.settings[FIND_PEERS_INTERVAL], self._round)
 
     def probe(self, addresses: Sequence[str]) -> None:
         if not self._active():
             return
         ctx = self.ctx
         request = PeersRequest(
-            source=ctx.local_node, known_peers=tuple(self.peers.values()), cluster_name=ctx.base_settings.cluster_name
+            source=ctx.local_node, known_peers=tuple(self.peers.values()), cluster_name=ctx.base_settings[CLUSTER_NAME]
         )
         for address in addresses:
             if address != ctx.local_node.transport_address:
@@ -68,7 +86,7 @@ class PeerFinder:
 
     def on_peers_request(self, sender: str, request: PeersRequest, leader: DiscoveryNode | None) -> None:
         ctx = self.ctx
-        if request.cluster_name != ctx.base_settings.cluster_name:
+        if request.cluster_name != ctx.base_settings[CLUSTER_NAME]:
             ctx.log("warning", f"ignoring discovery from {sender}: cluster name [{request.cluster_name}] differs")
             return
         if self._active():
@@ -98,7 +116,7 @@ class PeerFinder:
             if peer.transport_address not in self.peers and peer.id != ctx.local_node.id:
                 ctx.send(
                     peer.transport_address,
-                    PeersRequest(ctx.local_node, tuple(self.peers.values()), ctx.base_settings.cluster_name),
+                    PeersRequest(ctx.local_node, tuple(self.peers.values()), ctx.base_settings[CLUSTER_NAME]),
                 )
         self.on_term_seen(response.term)
         self.on_found_peers_updated()

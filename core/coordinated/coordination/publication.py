@@ -23,6 +23,7 @@ from coordinated.coordination.messages import (
 )
 from coordinated.coordination.quorum import joint_quorum
 from coordinated.coordination.safety import CoordinationStateRejected
+from coordinated.coordination.settings import bool_setting, time_setting
 from coordinated.coordination.state import (
     ClusterState,
     ClusterStateDiff,
@@ -30,6 +31,29 @@ from coordinated.coordination.state import (
     VotingConfiguration,
     compose_diffs,
     compute_diff,
+)
+
+# Node-level, as in Elasticsearch: a timeout shorter than a publication made every master step down at its first
+# one, and a cluster that cannot commit cannot commit the change that would lengthen it again. At least a second
+# (a publication takes milliseconds to a few hundred); at most ten minutes, which is how long a master that cannot
+# commit holds every write.
+PUBLISH_TIMEOUT = time_setting(
+    "cluster.publish.timeout",
+    "30s",
+    minimum="1s",
+    maximum="10m",
+    doc="how long the master waits for a publication to commit before it steps down (read by the master)",
+)
+# Elasticsearch's order: the master applies a committed state (and answers the writes in it) only once a quorum of
+# nodes has applied it. `false` drops that round from a write's latency: the master applies as soon as it has
+# committed its own copy, and the followers apply as their commits arrive.
+MASTER_APPLIES_LAST = bool_setting(
+    "cluster.publish.master_applies_last",
+    True,
+    dynamic=True,
+    doc="`true` (Elasticsearch's order): the master applies a committed state, and answers the writes in it, once "
+    "a quorum of nodes has applied it; `false`: as soon as it has committed its own copy, which takes one round "
+    "trip off every write (the followers apply as their commits arrive; reads without `?local` stay linearizable)",
 )
 
 
@@ -108,7 +132,7 @@ class Publication:
         # The master's own copy goes last, through the shell, so that it is written to disk while the
         # followers write theirs rather than before they are even sent theirs.
         ctx.emit(Send(local.transport_address, PublishRequest(local, state.term, state.version, state=state)))
-        ctx.timers.schedule(self, ctx.now + ctx.settings.publish_timeout, self._timed_out)
+        ctx.timers.schedule(self, ctx.now + ctx.settings[PUBLISH_TIMEOUT], self._timed_out)
 
     def close(self) -> None:
         self.ctx.timers.cancel(self)
@@ -198,7 +222,7 @@ class Publication:
         if self.targets.get(self.ctx.local_node.id) is not TargetState.APPLIED:
             return  # the master applies only what it holds
         if (
-            not self.ctx.settings.master_applies_last
+            not self.ctx.settings[MASTER_APPLIES_LAST]
             or self._all_targets_done()
             or self._quorum_of(last_committed, self.ids_in(TargetState.APPLIED))
         ):
@@ -216,7 +240,7 @@ class Publication:
         if self.committed:
             self.listener.on_completed(self)
         else:
-            timeout = self.ctx.settings.publish_timeout
+            timeout = self.ctx.settings[PUBLISH_TIMEOUT]
             self.listener.on_failed(self, f"not committed within cluster.publish.timeout [{timeout}ms]")
 
 

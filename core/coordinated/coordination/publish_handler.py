@@ -13,6 +13,7 @@ from msgspec.structs import replace
 from coordinated.coordination.context import CoreContext
 from coordinated.coordination.messages import ApplyCommit, ApplyCommitResponse, Join, PublishRequest, PublishResponse
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected
+from coordinated.coordination.settings import CLUSTER_NAME
 from coordinated.coordination.state import ClusterState, DiscoveryNode, IncompatibleDiffError, apply_diff
 
 
@@ -69,8 +70,8 @@ class PublishHandler:
     def _validate(self, state: ClusterState) -> str | None:
         ctx = self.ctx
         local = ctx.accepted
-        if state.cluster_name != ctx.base_settings.cluster_name:
-            return f"cluster name [{state.cluster_name}] is not [{ctx.base_settings.cluster_name}]"
+        if state.cluster_name != ctx.base_settings[CLUSTER_NAME]:
+            return f"cluster name [{state.cluster_name}] is not [{ctx.base_settings[CLUSTER_NAME]}]"
         if local.cluster_uuid_committed and state.cluster_uuid != local.cluster_uuid:
             return f"state belongs to cluster [{state.cluster_uuid}], this node to [{local.cluster_uuid}]"
         if ctx.local_node.id not in state.nodes:

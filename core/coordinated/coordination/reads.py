@@ -12,6 +12,7 @@ from collections.abc import Callable
 from coordinated.coordination import client
 from coordinated.coordination.client import ClientResult, Committed, KvGet, ReadBarrier, ReadValue
 from coordinated.coordination.context import CoreContext, Mode
+from coordinated.coordination.leader_checker import LEADER_CHECK_TIMEOUT
 from coordinated.coordination.messages import LeadershipProbe, LeadershipProbeResponse
 from coordinated.coordination.quorum import joint_quorum
 from coordinated.coordination.state import ClusterState
@@ -73,7 +74,7 @@ class ReadService:
             node = state.nodes.get(node_id)
             if node is not None and node_id != ctx.local_node.id:
                 ctx.send(node.transport_address, probe)
-        ctx.timers.schedule(self, ctx.now + ctx.settings.leader_check_timeout, self._timed_out)
+        ctx.timers.schedule(self, ctx.now + ctx.settings[LEADER_CHECK_TIMEOUT], self._timed_out)
         self._check()
 
     def on_probe_response(self, response: LeadershipProbeResponse) -> None:

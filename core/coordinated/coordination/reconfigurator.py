@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from coordinated.coordination.settings import bool_setting
 from coordinated.coordination.state import VotingConfiguration
+
+AUTO_SHRINK_VOTING_CONFIGURATION = bool_setting(
+    "cluster.auto_shrink_voting_configuration",
+    True,
+    dynamic=True,
+    doc="`true` removes departed nodes from the voting configuration (keeping at least 3 voters)",
+)
 
 
 def round_down_to_odd(size: int) -> int:

@@ -19,6 +19,7 @@ from typing import Literal
 
 from coordinated.coordination.history import EventType, HistoryEvent
 from coordinated.coordination.state import ClusterState
+from coordinated.coordination.state_events import state_event
 
 SlotKind = Literal["missing", "empty", "damaged", "valid"]
 
@@ -250,17 +251,4 @@ def recovered_state_event(
     """
     if (state.term, state.version) <= history.accepted:
         return None
-    return HistoryEvent(
-        cluster_uuid=state.cluster_uuid,
-        node=node_id,
-        node_name=node_name,
-        type=EventType.ACCEPTED,
-        term=state.term,
-        version=state.version,
-        state_uuid=state.state_uuid,
-        parent_uuid=state.parent_uuid,
-        master=state.master_node,
-        last_committed_config=state.last_committed_config.node_ids,
-        last_accepted_config=state.last_accepted_config.node_ids,
-        reason="loaded at startup",
-    )
+    return state_event(EventType.ACCEPTED, node_id, node_name, state, reason="loaded at startup")

@@ -34,19 +34,21 @@ from coordinated.coordination.client import (
 )
 from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
 from coordinated.coordination.settings import (
+    Settings,
     SettingsError,
     SettingsRegistry,
-    coordination_registry,
     format_time_ms,
+    int_setting,
     parse_base_path,
     parse_bucket,
     parse_client_name,
     parse_node_name,
 )
 from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfigExclusion
+from coordinated.key_names import key_problem, prefix_problem
 
 # Full matches: `$` would also accept a trailing newline.
-_KEY = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
+_NODE_ID = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 _HOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # Repository and snapshot names, as Elasticsearch allows them: lowercase, no separators, not `_all`-like.
@@ -54,22 +56,32 @@ _SNAPSHOT_NAME = re.compile(r"[a-z0-9][a-z0-9._+-]{0,254}")
 REPOSITORY_TYPES = ("fs", "s3")
 ABSENT_PREFIX = "_absent_"  # an exclusion by name of a node that is not in the cluster (yet)
 
-
-def key_problem(key: str) -> str | None:
-    if not isinstance(key, str) or _KEY.fullmatch(key) is None:
-        return "a metadata key must be 1 to 256 characters without control characters"
-    return None
+MAX_VOTING_CONFIG_EXCLUSIONS = int_setting(
+    "cluster.max_voting_config_exclusions",
+    10,
+    minimum=1,
+    maximum=1000,
+    dynamic=True,
+    doc="most voting exclusions at once",
+)
 
 
 def metadata_key_problem(key: str) -> str | None:
-    """A key of the metadata map. Names starting with `_` are reserved for the API's own endpoints
-    (`_txn`, `_watch`), which can then never clash with a key."""
-    problem = key_problem(key)
-    if problem is not None:
-        return problem
-    if key.startswith("_"):
-        return f"metadata key [{key}] is reserved: names starting with [_] are not allowed"
-    return None
+    """A key of the metadata map, as every write checks it: the rules of `coordinated.key_names`, the one
+    definition that the client and the docs share. Names starting with `_` are reserved for the API's own
+    endpoints (`_txn`, `_watch`), which can then never clash with a key."""
+    return key_problem(key)
+
+
+def key_prefix_problem(prefix: str) -> str | None:
+    """A prefix of key names (a watch's): the rules of `coordinated.key_names` for characters."""
+    return prefix_problem(prefix)
+
+
+def stored_key_problem(key: str, state: ClusterState) -> str | None:
+    """A key a read or a delete names: any key the state holds, whatever its name (an earlier version may
+    have stored one that the rules now refuse; it stays readable and deletable), else the rules."""
+    return None if key in state.kv else metadata_key_problem(key)
 
 
 def session_id_problem(session: str) -> str | None:
@@ -170,9 +182,10 @@ def repository_problem(request: PutRepository) -> str | None:
     return None
 
 
-def restore_problem(request: RestoreSnapshot) -> str | None:
+def restore_problem(request: RestoreSnapshot, registry: SettingsRegistry) -> str | None:
     """Every key named well, with consistent versions, and every setting valid: a damaged or hand-edited
-    snapshot must not commit what the API would refuse."""
+    snapshot must not commit what the API would refuse. A node-level setting that an older version persisted is
+    kept, and ignored, as it is in a running cluster."""
     if set(request.kv) != set(request.kv_versions):
         return f"snapshot [{request.snapshot}] does not give versions for exactly its keys"
     for key, versions in request.kv_versions.items():
@@ -183,19 +196,19 @@ def restore_problem(request: RestoreSnapshot) -> str | None:
             return f"snapshot [{request.snapshot}]: key [{key}] has inconsistent versions (version [{versions.version}], create_version [{versions.create_version}])"
     # The node tool's marker of an unsafe bootstrap is a fact about the snapshot's cluster, not a setting.
     settings = {k: v for k, v in request.persistent_settings.items() if k != UNSAFE_BOOTSTRAP_SETTING}
-    if settings:
-        problem = settings_problem(settings)
-        if problem is not None:
-            return f"snapshot [{request.snapshot}]: {problem}"
+    try:
+        registry.validate_persisted(settings)
+    except SettingsError as error:
+        return f"snapshot [{request.snapshot}]: {error}"
     return None
 
 
-def settings_problem(updates: Mapping[str, str | None], registry: SettingsRegistry | None = None) -> str | None:
-    """A `persistent` settings update: every setting known, dynamic and valid (None resets to the default)."""
+def settings_problem(updates: Mapping[str, str | None], registry: SettingsRegistry) -> str | None:
+    """A `persistent` settings update: every setting known, dynamic and valid (None removes it: the default)."""
     if not updates:
         return 'no settings to update: give {"persistent": {"setting.name": "value"}}'
     try:
-        (registry or coordination_registry()).validate_dynamic(updates)
+        registry.validate_dynamic(updates)
     except SettingsError as error:
         return str(error)
     return None
@@ -234,7 +247,7 @@ def exclusions_problem(
     except ValueError as error:
         return f"invalid parameter [node_names]: {error}"
     for node_id in request.node_ids:
-        if key_problem(node_id) is not None:
+        if not isinstance(node_id, str) or _NODE_ID.fullmatch(node_id) is None:
             return f"invalid parameter [node_ids]: [{node_id!r}] is not a node id"
     to_add = resolve_exclusions(request, nodes)
     existing_ids = {exclusion.node_id for exclusion in existing}
@@ -255,12 +268,14 @@ def exclusions_problem(
     return None
 
 
-def request_problem(request: ClientRequest, state: ClusterState, max_exclusions: int) -> str | None:
-    """The master's check of any client request against its current state."""
+def request_problem(request: ClientRequest, state: ClusterState, settings: Settings) -> str | None:
+    """The master's check of any client request against its current state and settings."""
     if isinstance(request, KvPut) and request.session is not None:
         return metadata_key_problem(request.key) or session_id_problem(request.session)
-    if isinstance(request, KvPut | KvDelete | KvGet):
+    if isinstance(request, KvPut):
         return metadata_key_problem(request.key)
+    if isinstance(request, KvDelete | KvGet):
+        return stored_key_problem(request.key, state)
     if isinstance(request, SessionCreate):
         return session_create_problem(request)
     if isinstance(request, SessionKeepAlive | SessionEnd):
@@ -268,13 +283,14 @@ def request_problem(request: ClientRequest, state: ClusterState, max_exclusions:
     if isinstance(request, Txn):
         return txn_problem(request)
     if isinstance(request, UpdateSettings):
-        return settings_problem(request.persistent)
+        return settings_problem(request.persistent, settings.registry)
     if isinstance(request, AddVotingConfigExclusions):
-        return exclusions_problem(request, state.nodes, state.coordination.voting_config_exclusions, max_exclusions)
+        limit = settings[MAX_VOTING_CONFIG_EXCLUSIONS]
+        return exclusions_problem(request, state.nodes, state.coordination.voting_config_exclusions, limit)
     if isinstance(request, PutRepository):
         return repository_problem(request)
     if isinstance(request, DeleteRepository):
         return snapshot_name_problem(request.name, "repository")
     if isinstance(request, RestoreSnapshot):
-        return restore_problem(request)
+        return restore_problem(request, settings.registry)
     return None

@@ -22,11 +22,13 @@ from coordinated.coordination.client import (
     TxnOp,
     TxnResult,
 )
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.publication import PUBLISH_TIMEOUT
+from coordinated.coordination.settings import Settings
 from coordinated.simulation.cluster import MULTI_KEY_PREFIX, SimulatedCluster
 from coordinated.simulation.linearizability import Operation, Verdict, check_history, check_transactions
 from coordinated.simulation.network import Link
 from coordinated.simulation.session_clients import SESSION_TTL_MS, SessionHolder, check_sessions
+from coordinated.simulation.setting_changes import SettingsChanger, check_repair
 from coordinated.simulation.storage import StorageFault
 
 KEYS = ("a", "b", "c")
@@ -49,6 +51,7 @@ class RunReport:
     increments: int = 0  # acknowledged compare-and-set increments of the counter clients
     sessions: int = 0  # sessions the session holders created, all checked
     transfers: int = 0  # acknowledged multi-key transfers
+    setting_changes: int = 0  # dynamic settings set to an end of their range, or reset, and committed
     txn_linearizability: Verdict | None = None  # of the multi-key transactions, when there are transfer clients
     linearizability: Verdict | None = None
     cluster: SimulatedCluster | None = None
@@ -286,14 +289,16 @@ def run_random_schedule(
     counters: int = 0,
     sessions: int = 0,
     transfers: int = 0,
-    settings: CoordinationSettings | None = None,
+    settings: Settings | None = None,
+    setting_changers: int = 0,
 ) -> RunReport:
     """Form a cluster, run faults and clients, heal, stabilise, and check linearizability.
 
     `counters` clients increment one key with compare-and-set; `sessions` clients hold sessions with
-    ephemeral keys (`session_clients`); `transfers` clients run multi-key transactions between accounts.
-    Each draws from the seed only when there are some, so a run without them replays exactly as before
-    they existed.
+    ephemeral keys (`session_clients`); `transfers` clients run multi-key transactions between accounts;
+    `setting_changers` set dynamic settings to the ends of their ranges, and the settled cluster must then
+    commit their reset and a write (`setting_changes`). Each draws from the seed only when there are some, so
+    a run without them replays exactly as before they existed.
 
     Raises SafetyViolation (with the seed) on any safety or liveness failure.
     """
@@ -321,8 +326,15 @@ def run_random_schedule(
         incrementer.start()
     for holder in holders:
         holder.start()
+    first_changer = clients + counters + sessions + transfers
+    changers = [
+        SettingsChanger(cluster, first_changer + index, random.Random(rng.getrandbits(64)))
+        for index in range(setting_changers)
+    ]
     for mover in movers:
         mover.start()
+    for changer in changers:
+        changer.start()
     end = cluster.now + chaos_ms
     while cluster.now < end:
         cluster.run_for(rng.randint(100, 3_000))
@@ -335,6 +347,8 @@ def run_random_schedule(
         holder.stop()
     for mover in movers:
         mover.active = False
+    for changer in changers:
+        changer.active = False
     cluster.network.heal()
     for node in cluster.nodes:
         node.persisted.failure_rate = 0.0
@@ -343,13 +357,17 @@ def run_random_schedule(
     cluster.stabilise()
     if holders:
         # Every holder has stopped: their sessions expire within a TTL of the last election, or of now.
-        settings = cluster.nodes[0].settings
-        slack = 2 * settings.publish_timeout + 5_000  # an expiry may wait behind a publication, then publish
+        slack = (
+            2 * cluster.nodes[0].settings[PUBLISH_TIMEOUT] + 5_000
+        )  # an expiry may wait behind a publication, then publish
         cluster.run_for(SESSION_TTL_MS + slack)
         cluster.stabilise()
         for holder in holders:
             holder.abandon_now()
         report.sessions = check_sessions(cluster, holders, slack)
+    if changers:
+        check_repair(cluster, first_changer + setting_changers)
+        report.setting_changes = sum(changer.committed for changer in changers)
     cluster.finish_pending_operations()
     report.steps = cluster.steps
     report.virtual_ms = cluster.now

@@ -12,8 +12,8 @@ import itertools
 import json
 import math
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -41,10 +41,27 @@ from coordinated.coordination.effects import (
     Send,
     StateApplied,
 )
-from coordinated.coordination.history import NO_CLUSTER_UUID
+from coordinated.coordination.elections import ELECTION_DURATION, ELECTION_MAX_TIMEOUT
+from coordinated.coordination.followers_checker import (
+    FOLLOWER_CHECK_INTERVAL,
+    FOLLOWER_CHECK_RETRY_COUNT,
+    FOLLOWER_CHECK_TIMEOUT,
+)
+from coordinated.coordination.formation import INITIAL_MASTER_NODES
+from coordinated.coordination.history import NO_CLUSTER_UUID, HistoryEvent
+from coordinated.coordination.leader_checker import (
+    LEADER_CHECK_INTERVAL,
+    LEADER_CHECK_RETRY_COUNT,
+    LEADER_CHECK_TIMEOUT,
+)
 from coordinated.coordination.messages import Message
+from coordinated.coordination.offline_recovery import plan_remove_settings
+from coordinated.coordination.peer_finder import SEED_HOSTS
+from coordinated.coordination.publication import PUBLISH_TIMEOUT
+from coordinated.coordination.reconfigurator import AUTO_SHRINK_VOTING_CONFIGURATION
 from coordinated.coordination.recovery import LoadRecord, Refuse, recovered_state_event
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.registry import default_settings
+from coordinated.coordination.settings import CLUSTER_NAME, NODE_NAME, NODE_ROLES, Settings
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.simulation.linearizability import MISSING, Operation, TxnOperation
 from coordinated.simulation.network import Link, Network
@@ -55,19 +72,23 @@ MULTI_KEY_PREFIX = "acct/"
 __all__ = ["FlakyPersistedState", "InjectedIOError", "SafetyViolation", "SimNode", "SimulatedCluster", "StorageFault"]
 
 # Fast-but-realistic settings for the simulator: default fault detection, short election backoff.
-SIM_SETTINGS = CoordinationSettings()
+SIM_SETTINGS = default_settings()
 
 
-def stabilisation_time(settings: CoordinationSettings) -> int:
+def stabilisation_time(settings: Settings) -> int:
     """Virtual time in which a healed cluster must settle (after Elasticsearch's DEFAULT_STABILISATION_TIME)."""
-    election_delay = settings.election_max_timeout + settings.election_duration * 4
-    leader_failure = (
-        settings.leader_check_interval + settings.leader_check_timeout
-    ) * settings.leader_check_retry_count
-    follower_failure = (
-        settings.follower_check_interval + settings.follower_check_timeout
-    ) * settings.follower_check_retry_count
-    return leader_failure + election_delay + settings.publish_timeout + election_delay + follower_failure + 2_000
+    election_delay = settings[ELECTION_MAX_TIMEOUT] + settings[ELECTION_DURATION] * 4
+    leader_failure = (settings[LEADER_CHECK_INTERVAL] + settings[LEADER_CHECK_TIMEOUT]) * settings[
+        LEADER_CHECK_RETRY_COUNT
+    ]
+    follower_failure = (settings[FOLLOWER_CHECK_INTERVAL] + settings[FOLLOWER_CHECK_TIMEOUT]) * settings[
+        FOLLOWER_CHECK_RETRY_COUNT
+    ]
+    return leader_failure + election_delay + settings[PUBLISH_TIMEOUT] + election_delay + follower_failure + 2_000
+
+
+def _roles(master_eligible: bool) -> tuple[str, ...]:
+    return ("master",) if master_eligible else ()
 
 
 class SafetyViolation(AssertionError):
@@ -79,7 +100,7 @@ class SimNode:
     index: int
     node: DiscoveryNode
     persisted: FlakyPersistedState
-    settings: CoordinationSettings
+    settings: Settings
     coordinator: Coordinator | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     seq: int = 0
@@ -119,7 +140,7 @@ class SimulatedCluster:
         seed: int,
         node_count: int = 3,
         *,
-        settings: CoordinationSettings = SIM_SETTINGS,
+        settings: Settings = SIM_SETTINGS,
         master_eligible: list[bool] | None = None,
         initial_master_nodes: int | None = None,
         check_safety: bool = True,
@@ -149,6 +170,8 @@ class SimulatedCluster:
         self._state_by_version: dict[tuple[str, int, int], str] = {}
         self._committed: dict[str, dict[int, tuple[int, str]]] = {}
         self._parents: dict[str, tuple[str | None, int]] = {}
+        # A node's copy of a state that `remove_settings` rewrote offline -> the state it stands for.
+        self._rewritten: dict[str, str] = {}
         # What each state_uuid was recorded with, as the audit's unique-state-per-version compares it.
         self._content: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._committed_config: dict[tuple[str, str], Any] = {}
@@ -158,24 +181,26 @@ class SimulatedCluster:
         self._session_created: dict[str, int] = {}
         self.session_ended_at: dict[str, int] = {}
         eligible = master_eligible or [True] * node_count
-        base = replace(settings, seed_hosts=())
+        base = settings.with_values({SEED_HOSTS: ()})
         names = [f"node{index}" for index in range(node_count)]
         bootstrap_count = node_count if initial_master_nodes is None else initial_master_nodes
         bootstrap = tuple(name for name, ok in zip(names, eligible, strict=True) if ok)[:bootstrap_count]
         for index in range(node_count):
             self.add_node(
                 eligible[index],
-                replace(base, node_name=names[index], master_eligible=eligible[index], initial_master_nodes=bootstrap),
+                base.with_values(
+                    {NODE_NAME: names[index], NODE_ROLES: _roles(eligible[index]), INITIAL_MASTER_NODES: bootstrap}
+                ),
             )
 
     # ---------------------------------------------------------------------------------------------------
     # nodes
 
-    def add_node(self, master_eligible: bool = True, settings: CoordinationSettings | None = None) -> SimNode:
+    def add_node(self, master_eligible: bool = True, settings: Settings | None = None) -> SimNode:
         index = len(self.nodes)
         name = f"node{index}"
-        node_settings = settings or replace(
-            SIM_SETTINGS, node_name=name, master_eligible=master_eligible, initial_master_nodes=()
+        node_settings = settings or SIM_SETTINGS.with_values(
+            {NODE_NAME: name, NODE_ROLES: _roles(master_eligible), INITIAL_MASTER_NODES: ()}
         )
         node = DiscoveryNode(
             id=f"{name}-{self.rng.getrandbits(32):08x}",
@@ -183,7 +208,7 @@ class SimulatedCluster:
             transport_address=f"{name}:9300",
             roles=("master",) if master_eligible else (),
         )
-        persisted = FlakyPersistedState(node_settings.cluster_name, random.Random(self.rng.getrandbits(64)), node.id)
+        persisted = FlakyPersistedState(node_settings[CLUSTER_NAME], random.Random(self.rng.getrandbits(64)), node.id)
         sim_node = SimNode(index, node, persisted, node_settings)
         self.nodes.append(sim_node)
         self.start_node(index)
@@ -225,6 +250,18 @@ class SimulatedCluster:
         sim_node.coordinator = None
         for key in [key for key in self._pending if key[0] == index]:
             self._complete_op(key, ClusterError("node_closed", "the node crashed", 503, maybe_applied=True))
+
+    def remove_settings(self, index: int, patterns: Sequence[str]) -> None:
+        """`coordinated node-tool remove-settings` on a stopped node: its history event, then its new record."""
+        sim_node = self.nodes[index]
+        assert not sim_node.alive, "the node tool runs on a stopped node"
+        persisted = sim_node.persisted
+        uuid = f"{self.rng.getrandbits(128):032x}"
+        plan = plan_remove_settings(
+            sim_node.node.id, persisted.current_term, persisted.last_accepted_state, patterns, uuid
+        )
+        self._run_effects(sim_node, [RecordHistory(msgspec.convert(plan.event, HistoryEvent))])
+        persisted.set_last_accepted_state(plan.state)
 
     def restart(self, index: int, new_address: str | None = None) -> None:
         """Crash and start a node; with `new_address` it comes back elsewhere, as a rescheduled pod gets a new IP."""
@@ -546,6 +583,9 @@ class SimulatedCluster:
             self._check_content(event)
             if kind == "committed" or kind == "applied":
                 self._check_committed(self._committed.setdefault(cluster_uuid, {}), event)
+        elif kind == "settings_removed":
+            # The same (term, version) as the state it replaced, under a new uuid: it stands for that state.
+            self._rewritten[event["state_uuid"]] = event["parent_uuid"]
 
     def _check_content(self, event: dict[str, Any]) -> None:
         """Every event of one state_uuid carries the same state. A commit makes the last-committed configuration
@@ -591,6 +631,8 @@ class SimulatedCluster:
             if version <= older_version:
                 break
             uuid = parent
+        while uuid is not None and uuid in self._rewritten:
+            uuid = self._rewritten[uuid]
         if uuid != older_uuid:
             self._violation(
                 f"committed version {newer_version} does not descend from committed version {older_version}"
@@ -677,7 +719,9 @@ class SimulatedCluster:
         eligible = [node for node in connected if node.node.master_eligible]
         config = applied.last_committed_config
         expected = len(eligible) - (len(eligible) + 1) % 2
-        if len(eligible) >= 3 and len(config) != expected:
+        # Without auto-shrink a configuration keeps the nodes that left: it may be larger than the live nodes need.
+        shrinks = leader.settings[AUTO_SHRINK_VOTING_CONFIGURATION]
+        if len(eligible) >= 3 and (len(config) != expected if shrinks else len(config) < expected):
             self._violation(f"voting configuration {list(config.node_ids)} has size {len(config)}, expected {expected}")
         if not config.has_quorum({node.node.id for node in eligible}):
             self._violation(f"connected nodes have no quorum of the voting configuration {list(config.node_ids)}")

@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import kopf
 
 from coordinated.operator import (
@@ -43,6 +42,7 @@ from coordinated.operator.sidecar_client import (
     ClusterState,
     SidecarAccess,
     SidecarClient,
+    SidecarConnections,
     SidecarError,
     ca_ssl_context,
     sidecar_url,
@@ -88,7 +88,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = 300
     load_kube_config()
     memo.kube = Kube()
-    memo.http = aiohttp.ClientSession()
+    memo.http = SidecarConnections()
     _progress.stuck_after_seconds = CONFIG.stuck_after_seconds
     metrics.serve(CONFIG.metrics_port)
     start_periodic(memo)
@@ -98,7 +98,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 async def close(memo: kopf.Memo, **_: Any) -> None:
     stop_periodic()
     if getattr(memo, "http", None) is not None:
-        await memo.http.close()
+        await memo.http.aclose()
 
 
 @kopf.on.probe(id="stuckReconciliations")
@@ -354,7 +354,7 @@ def event_reason(action: Action) -> str:
 
 
 async def observe_sidecars(
-    http: aiohttp.ClientSession,
+    http: SidecarConnections,
     spec: ClusterSpec,
     pods: Mapping[str, PodObservation],
     secured: Secured | None = None,
@@ -381,7 +381,7 @@ async def observe_sidecars(
 
 
 def _client(
-    http: aiohttp.ClientSession, spec: ClusterSpec, pod: PodObservation, secured: Secured | None = None
+    http: SidecarConnections, spec: ClusterSpec, pod: PodObservation, secured: Secured | None = None
 ) -> SidecarClient:
     access = SidecarAccess()
     if secured is not None:
@@ -399,7 +399,7 @@ def _client(
 
 
 def _coordinator(
-    http: aiohttp.ClientSession, spec: ClusterSpec, obs: Observation, secured: Secured | None = None
+    http: SidecarConnections, spec: ClusterSpec, obs: Observation, secured: Secured | None = None
 ) -> SidecarClient:
     """The sidecar to send voting-config changes to: the master, else any that answered."""
     candidates = [obs.cluster.master, *sorted(obs.cluster.reachable)]

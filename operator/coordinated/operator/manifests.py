@@ -10,9 +10,16 @@ import base64
 from collections.abc import Mapping
 from typing import Any
 
+from coordinated.coordination.formation import INITIAL_MASTER_NODES
+from coordinated.coordination.peer_finder import SEED_HOSTS
+from coordinated.coordination.settings import CLUSTER_NAME
 from coordinated.operator import API_VERSION, KIND, object_storage
 from coordinated.operator.sidecar_client import HTTP_PORT, TRANSPORT_PORT
 from coordinated.operator.spec import ClusterSpec
+from coordinated.sidecar.access import TOKENS_FILE
+from coordinated.sidecar.auth import SECRET_FILE
+from coordinated.sidecar.snapshots import PATH_REPO
+from coordinated.sidecar.tls import HTTP_SSL_CLIENT_AUTHENTICATION, HTTP_TLS, TRANSPORT_TLS
 
 Manifest = dict[str, Any]
 
@@ -248,14 +255,14 @@ def security_settings(spec: ClusterSpec, tls_source: str | None) -> dict[str, st
             certificate, key = f"{TLS_DIR}/tls.crt", f"{TLS_DIR}/tls.key"
         else:  # one certificate per pod in one Secret; Kubernetes expands $(POD_NAME) at container start
             certificate, key = f"{TLS_DIR}/$(POD_NAME).crt", f"{TLS_DIR}/$(POD_NAME).key"
-        for port in ("transport", "http"):
-            settings[f"{port}.ssl.enabled"] = "true"
-            settings[f"{port}.ssl.certificate"] = certificate
-            settings[f"{port}.ssl.key"] = key
-            settings[f"{port}.ssl.certificate_authorities"] = f"{TLS_DIR}/{CA_CERT_KEY}"
-        settings["http.ssl.client_authentication"] = spec.tls.client_authentication
+        for port in (TRANSPORT_TLS, HTTP_TLS):
+            settings[port.enabled.name] = "true"
+            settings[port.certificate.name] = certificate
+            settings[port.key.name] = key
+            settings[port.certificate_authorities.name] = f"{TLS_DIR}/{CA_CERT_KEY}"
+        settings[HTTP_SSL_CLIENT_AUTHENTICATION.name] = spec.tls.client_authentication
     if spec.auth_enabled:
-        settings["http.auth.tokens_file"] = f"{TOKENS_DIR}/{TOKENS_KEY}"
+        settings[TOKENS_FILE.name] = f"{TOKENS_DIR}/{TOKENS_KEY}"
     return settings
 
 
@@ -302,14 +309,14 @@ def snapshot_claim(spec: ClusterSpec) -> Manifest | None:
 def sidecar_args(spec: ClusterSpec, tls_source: str | None = None) -> list[str]:
     settings: dict[str, str] = {
         **security_settings(spec, tls_source),
-        **({"path.repo": SNAPSHOT_DIR} if spec.snapshot_volume else {}),
+        **({PATH_REPO.name: SNAPSHOT_DIR} if spec.snapshot_volume else {}),
         **object_storage.client_settings(spec),
         **{key: value for key, value in spec.settings.items()},
-        "cluster.name": spec.cluster_name,
-        "discovery.seed_hosts": seed_hosts(spec),
-        "transport.secret_file": f"{TRANSPORT_SECRET_DIR}/{TRANSPORT_SECRET_KEY}",
+        CLUSTER_NAME.name: spec.cluster_name,
+        SEED_HOSTS.name: seed_hosts(spec),
+        SECRET_FILE.name: f"{TRANSPORT_SECRET_DIR}/{TRANSPORT_SECRET_KEY}",
         # Kubernetes expands $(VAR) when the container starts; the ConfigMap may hold an empty list.
-        "cluster.initial_master_nodes": f"$({INITIAL_MASTER_NODES_ENV})",
+        INITIAL_MASTER_NODES.name: f"$({INITIAL_MASTER_NODES_ENV})",
     }
     args = ["node", "--name", "$(POD_NAME)", "--data-dir", DATA_DIR, "--host", "$(POD_IP)"]
     args += ["--http-port", str(HTTP_PORT), "--transport-port", str(TRANSPORT_PORT)]

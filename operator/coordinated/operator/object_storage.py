@@ -15,8 +15,18 @@ from typing import Any
 
 from coordinated.coordination.settings import parse_base_path, parse_bucket
 from coordinated.operator.spec import ClusterSpec, S3Connection
+from coordinated.sidecar.s3_settings import (
+    ARCHIVE_BASE_PATH,
+    ARCHIVE_BUCKET,
+    ARCHIVE_CLIENT,
+    ARCHIVE_TYPE,
+    DEFAULT_CLIENT,
+    S3_ENDPOINT,
+    S3_PATH_STYLE_ACCESS,
+    S3_REGION,
+)
 
-CLIENT = "default"  # the sidecars' s3.client.NAME the operator writes
+CLIENT = DEFAULT_CLIENT  # the sidecars' s3.client.NAME the operator writes
 CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 SNAPSHOT_REPOSITORY_BASE = "snapshots"  # the default base path of s3 snapshots, beside the archive's prefixes
 AUDIT_CHECKPOINTS = "_audit"  # under the archive's base path: the incremental audit's checkpoint per cluster
@@ -77,20 +87,19 @@ def client_settings(spec: ClusterSpec) -> dict[str, str]:
     conn = connection(spec)
     if conn is None:
         return {}
-    prefix = f"s3.client.{CLIENT}"
     settings = {
-        f"{prefix}.region": conn.region or "us-east-1",
-        f"{prefix}.path_style_access": str(conn.path_style).lower(),
+        S3_REGION.concrete(CLIENT): conn.region or S3_REGION.required_default(),
+        S3_PATH_STYLE_ACCESS.concrete(CLIENT): str(conn.path_style).lower(),
     }
     if conn.endpoint:
-        settings[f"{prefix}.endpoint"] = conn.endpoint
+        settings[S3_ENDPOINT.concrete(CLIENT)] = conn.endpoint
     if spec.archive is not None:
         settings.update(
             {
-                "history.archive.type": "s3",
-                "history.archive.s3.bucket": spec.archive.bucket,
-                "history.archive.s3.base_path": spec.archive.base_path,
-                "history.archive.s3.client": CLIENT,
+                ARCHIVE_TYPE.name: "s3",
+                ARCHIVE_BUCKET.name: spec.archive.bucket,
+                ARCHIVE_BASE_PATH.name: spec.archive.base_path,
+                ARCHIVE_CLIENT.name: CLIENT,
             }
         )
     return settings

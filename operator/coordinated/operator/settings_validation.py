@@ -1,88 +1,71 @@
 """Validation of `spec.settings`, the sidecar settings map (docs/settings.md lists them).
 
-Values are checked by the sidecar's own parser (`coordinated.coordination.settings`, shipped in the same
-image), so the operator refuses exactly what would stop a sidecar from starting, before any pod starts and
-without a crash loop. On top of it this module adds the operator's policy: which settings a user may set.
-The CRD repeats the per-setting rules as CEL, so the API server rejects most mistakes first; ranges and
-rules between settings are left to this check (the status condition and the ScalingRefused event).
+Values are checked by the sidecar's own registry (shipped in the same image), so the operator refuses exactly
+what would stop a sidecar from starting, before any pod starts and without a crash loop. On top of it this
+module adds the operator's policy: the settings it sets itself. Every other registered setting may go in
+`spec.settings`. The CRD's rules, generated from the same registry (`crd_settings`), let the API server reject
+unknown settings and malformed values first; ranges and rules between settings are left to this check (the
+status condition and the ScalingRefused event).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from coordinated.coordination.settings import SettingsError, coordination_registry
+from coordinated.coordination.formation import INITIAL_MASTER_NODES
+from coordinated.coordination.peer_finder import SEED_HOSTS
+from coordinated.coordination.settings import NODE_NAME, NODE_ROLES, SettingsError, retired_setting_message
+from coordinated.sidecar.access import TOKENS_FILE
+from coordinated.sidecar.auth import SECRET_FILE
+from coordinated.sidecar.config import sidecar_registry
+from coordinated.sidecar.s3_settings import ARCHIVE_SETTINGS, S3_CLIENT_SETTINGS
+from coordinated.sidecar.snapshots import PATH_REPO
+from coordinated.sidecar.tls import HTTP_SSL_CLIENT_AUTHENTICATION, HTTP_TLS, TRANSPORT_TLS
 
-# Settings a user may put in spec.settings: every core setting but the per-node ones, which the operator sets.
-USER_SETTINGS: frozenset[str] = frozenset(
-    name for name, setting in coordination_registry().settings.items() if not setting.per_node
-)
+_TLS = "the operator sets TLS from spec.tls and mounts the certificates it manages"
+_ARCHIVE = "the operator sets the archive from spec.archive"
+_S3_CLIENT = "the operator sets the S3 clients from spec.archive and spec.snapshots"
 
-# The sidecar's TLS and token settings (registered by the sidecar service, not the protocol core's registry).
-SECURITY_SETTINGS: frozenset[str] = frozenset(
-    {
-        *(
-            f"{port}.ssl.{name}"
-            for port in ("transport", "http")
-            for name in ("enabled", "certificate", "key", "certificate_authorities")
-        ),
-        "http.ssl.client_authentication",
-        "http.auth.tokens_file",
-    }
-)
-
-# Settings the operator sets on every pod; a user value would break discovery, bootstrap or scaling.
+# Settings the operator sets on every pod; a user value would break discovery, bootstrap, scaling or security.
 OPERATOR_MANAGED_SETTINGS: dict[str, str] = {
-    "node.name": "every node is named after its pod",
-    "node.roles": "every pod of a CoordinatedCluster is master-eligible",
-    "discovery.seed_hosts": "the operator points discovery at the headless Service",
-    "cluster.initial_master_nodes": "the operator computes it once, for the first bootstrap only",
-    "transport.secret_file": "the operator mounts the transport secret it generates",
-    **{
-        name: "the operator sets TLS from spec.tls and mounts the certificates it manages" for name in SECURITY_SETTINGS
-    },
-    "http.ssl.client_authentication": "set spec.tls.clientAuthentication instead",
-    "http.auth.tokens_file": "the operator sets tokens from spec.auth and mounts the tokens file it manages",
-    "path.repo": "the operator sets it to the snapshot volume's mount path from spec.snapshots",
-    **{
-        name: "the operator sets the archive from spec.archive"
-        for name in ("history.archive.type", "history.archive.s3.bucket", "history.archive.s3.base_path")
-    },
-    "history.archive.s3.client": "the operator sets the archive from spec.archive",
+    NODE_NAME.name: "every node is named after its pod",
+    NODE_ROLES.name: "every pod of a CoordinatedCluster is master-eligible",
+    SEED_HOSTS.name: "the operator points discovery at the headless Service",
+    INITIAL_MASTER_NODES.name: "the operator computes it once, for the first bootstrap only",
+    SECRET_FILE.name: "the operator mounts the transport secret it generates",
+    **{setting.name: _TLS for port in (TRANSPORT_TLS, HTTP_TLS) for setting in port.all()},
+    HTTP_SSL_CLIENT_AUTHENTICATION.name: "set spec.tls.clientAuthentication instead",
+    TOKENS_FILE.name: "the operator sets tokens from spec.auth and mounts the tokens file it manages",
+    PATH_REPO.name: "the operator sets it to the snapshot volume's mount path from spec.snapshots",
+    **{setting.name: _ARCHIVE for setting in ARCHIVE_SETTINGS},
+    **{setting.name: _S3_CLIENT for setting in S3_CLIENT_SETTINGS},
 }
-# Whole families of settings the operator writes: the S3 clients come from spec.archive and spec.snapshots.
-OPERATOR_MANAGED_PREFIXES: dict[str, str] = {
-    "s3.client.": "the operator sets the S3 client from spec.archive and spec.snapshots",
-}
+_REGISTRY = sidecar_registry()
 
 
 def operator_managed(name: str) -> str | None:
-    """Why the operator sets `name` itself, or None if a user may."""
-    if name in OPERATOR_MANAGED_SETTINGS:
-        return OPERATOR_MANAGED_SETTINGS[name]
-    return next((why for prefix, why in OPERATOR_MANAGED_PREFIXES.items() if name.startswith(prefix)), None)
+    """Why the operator sets `name` itself (a declared name, or a concrete name of an affix setting such as
+    `s3.client.default.endpoint`), or None if a user may."""
+    setting = _REGISTRY.find(name)
+    return OPERATOR_MANAGED_SETTINGS.get(name if setting is None else setting.name)
 
 
-# Zen1 names, rejected with what replaced them (the sidecar rejects them the same way at startup).
-_ZEN1_REPLACEMENTS = {
-    "discovery.zen.minimum_master_nodes": "nothing: the voting configuration sets the quorum automatically",
-    "discovery.zen.ping.unicast.hosts": "discovery.seed_hosts (managed by the operator)",
-    "discovery.zen.no_master_block": "cluster.no_master_block",
-    "discovery.zen.commit_timeout": "cluster.publish.timeout",
-    "discovery.zen.publish_timeout": "cluster.publish.timeout",
-}
+# Settings a user may put in spec.settings: every registered setting that the operator does not set.
+USER_SETTINGS: frozenset[str] = frozenset(_REGISTRY.settings) - frozenset(OPERATOR_MANAGED_SETTINGS)
 
 
 def validate_settings(settings: Mapping[str, object] | None) -> list[str]:
     """Every problem in the map, one message per setting that names it; empty when valid."""
     problems: list[str] = []
-    registry = coordination_registry()
+    registry = _REGISTRY
+    strings: dict[str, str] = {}
     for name, value in sorted((settings or {}).items()):
-        if name.startswith("discovery.zen."):
-            replacement = _ZEN1_REPLACEMENTS.get(name, "the cluster.* and discovery.* settings of Zen2")
-            problems.append(f"setting [{name}] is from Zen1 discovery and is not supported; use {replacement}")
-        elif operator_managed(name) is not None:
-            problems.append(f"setting [{name}] is managed by the operator: {operator_managed(name)}")
+        retired = retired_setting_message(name)
+        managed = operator_managed(name)
+        if retired is not None:
+            problems.append(retired)
+        elif managed is not None:
+            problems.append(f"setting [{name}] is managed by the operator: {managed}")
         elif name not in USER_SETTINGS:
             problems.append(f"unknown setting [{name}]")
         elif not isinstance(value, str):
@@ -90,11 +73,12 @@ def validate_settings(settings: Mapping[str, object] | None) -> list[str]:
         else:
             try:
                 registry.parse_one(name, value)
+                strings[name] = value
             except SettingsError as error:
                 problems.append(str(error))
     if not problems:
         try:  # the rules between settings; node.name is the operator's, any valid name will do here
-            registry.parse({**(settings or {}), "node.name": "validation"})  # type: ignore[dict-item]
+            registry.parse({**strings, NODE_NAME.name: "validation"})
         except SettingsError as error:
             problems.append(str(error))
     return problems

@@ -1,4 +1,4 @@
-"""A small typed client for the sidecar's HTTP API.
+"""The operator's view of one sidecar: `coordinated.client`'s admin calls, read into the operator's types.
 
 All knowledge of the JSON shapes lives in the `parse_*` functions below, so a change in the sidecar's
 answers is fixed here only. The operator reaches each pod directly (pod IP or headless DNS name).
@@ -7,16 +7,18 @@ answers is fixed here only. The operator reaches each pod directly (pod IP or he
 from __future__ import annotations
 
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-import aiohttp
+import httpx
 
+from coordinated.client import ApiError, AsyncClient, CoordinatedError
 from coordinated.coordination.history import NO_CLUSTER_UUID
 
 HTTP_PORT = 9200
 TRANSPORT_PORT = 9300
+T = TypeVar("T")
 
 
 class SidecarError(Exception):
@@ -150,89 +152,97 @@ def ca_ssl_context(ca_pem: bytes) -> ssl.SSLContext:
     return context
 
 
+class SidecarConnections:
+    """The HTTP connections the operator's calls share: one pool per CA and checked host name, so that a
+    connection made for one pod's name is never reused for another's. Close it when the operator stops."""
+
+    def __init__(self) -> None:
+        self._pools: dict[tuple[ssl.SSLContext | None, str | None], httpx.AsyncClient] = {}
+
+    def pool(self, access: SidecarAccess) -> httpx.AsyncClient:
+        key = (access.ssl_context, access.server_hostname)
+        if key not in self._pools:
+            self._pools[key] = httpx.AsyncClient(verify=access.ssl_context or True)
+        return self._pools[key]
+
+    async def aclose(self) -> None:
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.aclose()
+
+    async def __aenter__(self) -> SidecarConnections:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
 class SidecarClient:
-    """One sidecar's client port. Cheap to create; share the aiohttp session between clients."""
+    """One sidecar's client port, through `coordinated.client` (one attempt per call: the operator's next
+    pass is its retry). Cheap to create; the connections are the shared `SidecarConnections`'."""
 
     def __init__(
         self,
-        session: aiohttp.ClientSession,
+        connections: SidecarConnections,
         base_url: str,
         timeout_seconds: float = 5.0,
         access: SidecarAccess = SidecarAccess(),
     ) -> None:
-        self._session = session
         self.base_url = base_url.rstrip("/")
-        self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
-        self._access = access
-        self._headers = {"Authorization": f"Bearer {access.token}"} if access.token else {}
+        self._client = AsyncClient(
+            self.base_url,
+            http=connections.pool(access),
+            token=access.token,
+            server_hostname=access.server_hostname,
+            request_timeout=timeout_seconds,
+            retry_timeout=0,
+            follow_master=False,
+        )
 
-    async def _request(
-        self,
-        method: str,
-        path: str,
-        params: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        body: Any = None,
-    ) -> Any:
-        url = f"{self.base_url}{path}"
-        request_timeout = aiohttp.ClientTimeout(total=timeout) if timeout else self._timeout
+    async def _answer(self, what: str, call: Awaitable[T]) -> T:
         try:
-            async with self._session.request(
-                method,
-                url,
-                params=params,
-                json=body,
-                timeout=request_timeout,
-                headers=self._headers,
-                ssl=self._access.ssl_context if self._access.ssl_context is not None else True,
-                server_hostname=self._access.server_hostname,
-            ) as response:
-                if response.status >= 400:
-                    text = await response.text()
-                    raise SidecarError(f"{method} {url} answered {response.status}: {text[:300]}", response.status)
-                if response.content_type == "application/json":
-                    return await response.json()
-                return await response.text()
-        except (TimeoutError, aiohttp.ClientError, ValueError) as error:
-            raise SidecarError(f"{method} {url} failed: {error!r}") from error
+            return await call
+        except ApiError as error:
+            raise SidecarError(f"{what} on {self.base_url} answered {error}", error.status) from error
+        except (CoordinatedError, KeyError, TypeError, ValueError) as error:
+            raise SidecarError(f"{what} on {self.base_url} failed: {error}") from error
 
     async def cluster_state(self, local: bool = True) -> ClusterState:
-        params = {"local": "true"} if local else None
-        return parse_cluster_state(await self._request("GET", "/_cluster/state", params))
+        return parse_cluster_state(await self._answer("cluster state", self._client.cluster_state(local=local)))
 
     async def cluster_health(self) -> ClusterHealth:
-        return parse_cluster_health(await self._request("GET", "/_cluster/health"))
+        return parse_cluster_health(await self._answer("cluster health", self._client.cluster_health()))
 
-    async def add_voting_config_exclusions(self, node_names: Sequence[str], timeout: str = "30s") -> None:
+    async def add_voting_config_exclusions(self, node_names: Sequence[str], timeout: float = 30.0) -> None:
         """Returns once the nodes have left the voting configuration (the sidecar waits up to `timeout`)."""
-        params = {"node_names": ",".join(node_names), "timeout": timeout}
-        await self._request("POST", "/_cluster/voting_config_exclusions", params, timeout=45)
+        call = self._client.add_voting_config_exclusions(node_names, timeout=timeout)
+        await self._answer(f"voting config exclusions of {list(node_names)}", call)
 
     async def clear_voting_config_exclusions(self, wait_for_removal: bool) -> None:
-        params = {"wait_for_removal": "true" if wait_for_removal else "false"}
-        await self._request("DELETE", "/_cluster/voting_config_exclusions", params, timeout=45)
+        call = self._client.clear_voting_config_exclusions(wait_for_removal=wait_for_removal)
+        await self._answer("clearing the voting config exclusions", call)
 
     # -- snapshots (an fs repository in the snapshot volume, or an s3 one) ------------------------------------------
 
     async def put_repository(self, repository: str, body: Mapping[str, Any]) -> None:
         """Register a repository: `{"type": "fs"|"s3", "settings": {...}}` as the snapshot API takes it."""
-        await self._request("PUT", f"/_snapshot/{repository}", body=dict(body))
+        call = self._client.put_repository(repository, body["type"], body["settings"])
+        await self._answer(f"repository [{repository}]", call)
 
     async def create_snapshot(self, repository: str, snapshot: str) -> SnapshotInfo:
-        params = {"wait_for_completion": "true"}
-        answer = await self._request("PUT", f"/_snapshot/{repository}/{snapshot}", params, timeout=60)
+        answer = await self._answer(f"snapshot [{snapshot}]", self._client.create_snapshot(repository, snapshot))
         return parse_snapshot_info(answer["snapshot"])
 
     async def list_snapshots(self, repository: str) -> list[SnapshotInfo]:
-        answer = await self._request("GET", f"/_snapshot/{repository}/_all", timeout=30)
+        answer = await self._answer(f"snapshots of [{repository}]", self._client.list_snapshots(repository))
         return [parse_snapshot_info(entry) for entry in answer.get("snapshots") or ()]
 
     async def delete_snapshot(self, repository: str, snapshot: str) -> None:
-        await self._request("DELETE", f"/_snapshot/{repository}/{snapshot}", timeout=30)
+        await self._answer(f"deleting snapshot [{snapshot}]", self._client.delete_snapshot(repository, snapshot))
 
     async def restore_snapshot(self, repository: str, snapshot: str) -> RestoreInfo:
-        answer = await self._request("POST", f"/_snapshot/{repository}/{snapshot}/_restore", timeout=60)
-        restored = answer["snapshot"]
+        call = self._client.restore_snapshot(repository, snapshot)
+        restored = (await self._answer(f"restoring snapshot [{snapshot}]", call))["snapshot"]
         return RestoreInfo(snapshot=snapshot, version=int(restored["version"]), keys=int(restored.get("keys", 0)))
 
 

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from coordinated.coordination.settings import Parsed, Setting
+
 log = logging.getLogger("coordinated.access")
 
 CHECK_INTERVAL_S = 1.0
@@ -126,6 +128,22 @@ def load_tokens(path: str) -> list[tuple[bytes, Role]]:
     except (OSError, UnicodeDecodeError) as error:
         raise TokensFileError(f"cannot read [{path}]: {error}") from None
     return parse_tokens(text, path)
+
+
+def parse_tokens_file(value: str) -> str:
+    try:
+        load_tokens(value)
+    except TokensFileError as error:
+        raise ValueError(str(error)) from None
+    return value
+
+
+TOKENS_FILE: Setting[str | None] = Setting(
+    "http.auth.tokens_file",
+    Parsed(parse_tokens_file),
+    None,
+    "file of `ROLE TOKEN` lines (`admin`, `writer`, `reader`); without it, no authentication",
+)
 
 
 def _fingerprint(path: str) -> tuple[int, int, int] | None:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import parse_qsl, unquote
 
 import msgspec
 from aiohttp import web
@@ -39,24 +40,25 @@ from coordinated.coordination.client import (
     error_body,
     no_master_error,
 )
+from coordinated.coordination.client_requests import NO_MASTER_BLOCK
 from coordinated.coordination.context import Mode
-from coordinated.coordination.settings import parse_time_ms
+from coordinated.coordination.settings import CLUSTER_NAME, parse_time_ms
 from coordinated.coordination.state import LONG_MAX, session_binding_to_api, state_to_api
 from coordinated.coordination.validation import (
     hook_name_problem,
-    key_problem,
+    key_prefix_problem,
     metadata_key_problem,
     session_create_problem,
     session_id_problem,
     settings_problem,
+    stored_key_problem,
     txn_problem,
 )
 from coordinated.sidecar.access import Tokens, access_middleware
 from coordinated.sidecar.change_log import ChangesGone
-from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
-from coordinated.sidecar.http_server import BODY_TIMEOUT_S
+from coordinated.sidecar.http_server import BODY_TIMEOUT_S, MAX_CONTENT_LENGTH
 from coordinated.sidecar.node import Node
 
 log = logging.getLogger("coordinated.api")
@@ -107,7 +109,7 @@ async def errors_middleware(
     except BadRequest as error:
         response = error_response(error.error_type, error.reason, error.status)
     except web.HTTPRequestEntityTooLarge:
-        limit = request.app[NODE_KEY].config.get("http.max_content_length")
+        limit = request.app[NODE_KEY].config.settings[MAX_CONTENT_LENGTH]
         reason = f"request body too large: the limit is {limit} bytes (setting http.max_content_length)"
         response = error_response("content_too_long_exception", reason, 413)
     except web.HTTPException as error:
@@ -138,6 +140,12 @@ async def errors_middleware(
 def check_params(request: web.Request, allowed: set[str]) -> Mapping[str, str]:
     if not request.query_string:
         return _NO_PARAMS  # most requests: no query to parse (yarl's parse of even an empty one costs)
+    raw_query = request.rel_url.raw_query_string
+    if "%" in raw_query:  # yarl would decode invalid UTF-8 to U+FFFD: a parameter changed without a word
+        try:
+            parse_qsl(raw_query, keep_blank_values=True, errors="strict")
+        except UnicodeDecodeError as error:
+            raise BadRequest(f"the query string is not UTF-8 once percent-decoded: {error}") from None
     unknown = sorted(set(request.query) - allowed - _COMMON_PARAMS)
     if unknown:
         raise BadRequest(
@@ -216,10 +224,30 @@ def decode_body(data: Any, type_: type[Any], what: str) -> Any:
         raise BadRequest(f"invalid {what}: {error}", "x_content_parse_exception") from None
 
 
+def key_in_path(request: web.Request) -> str:
+    """The key named by the rest of the path, percent-decoded once as UTF-8: `%2F` names the same key as `/`,
+    and `%252F` a key with `%2F` in it. aiohttp's decoded path cannot tell those two apart, so the raw path
+    is decoded here, exactly once."""
+    encoded = request.rel_url.raw_path.split("/", 3)[3]  # after "", "_cluster" and "metadata"
+    try:
+        return unquote(encoded, errors="strict")
+    except UnicodeDecodeError as error:
+        raise BadRequest(f"the key in the path is not UTF-8 once percent-decoded: {error}") from None
+
+
 def check_key(request: web.Request) -> str:
-    """The key named by the rest of the path, `/` included; `%2F` names the same key as `/`."""
-    key = request.match_info["key"].replace("%2F", "/").replace("%2f", "/")
+    """The key a write names, as every write checks it."""
+    key = key_in_path(request)
     problem = metadata_key_problem(key)
+    if problem is not None:
+        raise BadRequest(problem)
+    return key
+
+
+def check_stored_key(request: web.Request) -> str:
+    """The key a read or a delete names: any key this node's state holds, else a name the rules allow."""
+    key = key_in_path(request)
+    problem = stored_key_problem(key, node_of(request).applied_state)
     if problem is not None:
         raise BadRequest(problem)
     return key
@@ -294,7 +322,7 @@ async def root(request: web.Request) -> web.Response:
         {
             "name": node.local_node.name,
             "node_id": node.node_id,
-            "cluster_name": node.config.coordination.cluster_name,
+            "cluster_name": node.config.settings[CLUSTER_NAME],
             "cluster_uuid": node.applied_state.cluster_uuid,
             "transport_address": node.local_node.transport_address,
             "mode": str(node.coordinator.mode),
@@ -475,7 +503,7 @@ async def metadata_put(request: web.Request) -> web.Response:
 
 async def metadata_delete(request: web.Request) -> web.Response:
     query = check_params(request, {"timeout", "master_timeout", "if_version"})
-    key = check_key(request)
+    key = check_stored_key(request)
     condition = write_condition(query)
     timeout_ms = timeout_of(query)
     await no_body(request)
@@ -536,14 +564,14 @@ def key_not_found(key: str) -> web.Response:
 
 async def metadata_get(request: web.Request) -> web.Response:
     query = check_params(request, {"local", "timeout", "master_timeout"})
-    key = check_key(request)
+    key = check_stored_key(request)
     local = param_bool(query, "local", False)
     timeout_ms = timeout_of(query)
     node = node_of(request)
     if local:
         state = node.applied_state
         assert node.coordinator is not None
-        block = node.coordinator.settings.no_master_block
+        block = node.coordinator.settings[NO_MASTER_BLOCK]
         if state.master_node is None and block == "all":
             return result_error(no_master_error(block))
         versions = state.key_version(key)
@@ -582,12 +610,9 @@ def watch_prefix(query: Mapping[str, str]) -> str:
     prefix = query.get("prefix", "")
     if prefix == "":
         return prefix  # every key
-    if key_problem(prefix) is not None:
-        raise BadRequest("parameter [prefix] must be 0 to 256 characters without control characters")
-    if prefix.startswith("_"):
-        raise BadRequest(
-            f"parameter [prefix] is [{prefix}], but key names starting with [_] are reserved: it matches no key"
-        )
+    problem = key_prefix_problem(prefix)
+    if problem is not None:
+        raise BadRequest(f"invalid parameter [prefix]: {problem}")
     return prefix
 
 
@@ -617,7 +642,7 @@ async def metadata_watch(request: web.Request) -> web.Response:
     assert node.loop is not None and node.coordinator is not None
     deadline = node.loop.time() + timeout_ms / 1000
     if local:
-        block = node.coordinator.settings.no_master_block
+        block = node.coordinator.settings[NO_MASTER_BLOCK]
         if node.applied_state.master_node is None and block == "all":
             return result_error(no_master_error(block))
     else:
@@ -762,7 +787,7 @@ async def settings_put(request: web.Request) -> web.Response:
     body = decode_body(await read_json(request), _SettingsBody, "settings body")
     updates: dict[str, str | None] = {}
     flatten_settings("", body.persistent, updates)
-    problem = settings_problem(updates, sidecar_registry())
+    problem = settings_problem(updates, node_of(request).config.settings.registry)
     if problem is not None:
         raise BadRequest(problem)
     result = await node_of(request).submit(UpdateSettings(persistent=updates), timeout_ms)
@@ -895,7 +920,7 @@ def client_app(
     middlewares: list[Callable[..., Awaitable[web.StreamResponse]]] = [errors_middleware]
     if tokens is not None:
         middlewares.insert(0, access_middleware(tokens, node.metrics.count_request))
-    app = web.Application(client_max_size=node.config.get("http.max_content_length"), middlewares=middlewares)
+    app = web.Application(client_max_size=node.config.settings[MAX_CONTENT_LENGTH], middlewares=middlewares)
     app[NODE_KEY] = node
     setup_routes(app)
     for add_routes in extra_routes:

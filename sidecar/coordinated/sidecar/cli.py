@@ -10,19 +10,19 @@ import signal
 import ssl
 import sys
 
-import uvloop
 from aiohttp import web
 
 from coordinated.coordination.settings import SettingsError
-from coordinated.sidecar.access import Tokens
+from coordinated.sidecar.access import TOKENS_FILE, Tokens
 from coordinated.sidecar.api import client_app
 from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
+from coordinated.sidecar.event_loop import loop_factory
 from coordinated.sidecar.http_server import ClientAppRunner
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.persistence import DataDirError
 from coordinated.sidecar.snapshot_api import setup_snapshot_routes
-from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
-from coordinated.sidecar.transport import transport_app
+from coordinated.sidecar.tls import HTTP_TLS, TRANSPORT_TLS, ReloadingContext, Side, TlsSettings
+from coordinated.sidecar.transport import TRANSPORT_MAX_CHUNK_SIZE, transport_app
 
 EXIT_SETTINGS = 2
 EXIT_DATA_DIR = 3
@@ -38,9 +38,9 @@ UNSPECIFIED_OR_LOOPBACK = ("127.0.0.1", "localhost", "0.0.0.0", "::", "")
 log = logging.getLogger("coordinated.cli")
 
 
-def listening_context(config: NodeConfig, prefix: str) -> ssl.SSLContext | None:
+def listening_context(config: NodeConfig, port: TlsSettings) -> ssl.SSLContext | None:
     """The server context of a port with TLS (reloaded from disk per new connection), or None."""
-    files = TlsFiles.from_settings(config.parsed, prefix)
+    files = port.files(config.settings)
     return ReloadingContext(files, Side.SERVER).listening_context() if files is not None else None
 
 
@@ -100,9 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     except DataDirError as error:
         print(f"coordinated node: error: refusing to start: {error}", file=sys.stderr)
         return EXIT_DATA_DIR
-    loop_factory = uvloop.new_event_loop if config.get("node.event_loop") == "uvloop" else None
     try:
-        with asyncio.Runner(loop_factory=loop_factory) as runner:
+        with asyncio.Runner(loop_factory=loop_factory(config.settings)) as runner:
             return runner.run(serve(node, config))
     except KeyboardInterrupt:
         return 0
@@ -119,13 +118,13 @@ async def serve(node: Node, config: NodeConfig) -> int:
             node.handle_message,
             node.auth,
             max_body,
-            max_chunk_size=config.get("transport.max_chunk_size"),
+            max_chunk_size=config.settings[TRANSPORT_MAX_CHUNK_SIZE],
             current_term=node.current_term,
         ),
         access_log=None,
         handle_signals=False,
     )
-    tokens_file = config.get("http.auth.tokens_file")
+    tokens_file = config.settings[TOKENS_FILE]
     client_runner = ClientAppRunner(
         client_app(node, Tokens(tokens_file) if tokens_file else None, [setup_snapshot_routes])
     )
@@ -137,14 +136,14 @@ async def serve(node: Node, config: NodeConfig) -> int:
             config.host,
             config.transport_port,
             reuse_address=True,
-            ssl_context=listening_context(config, "transport.ssl"),
+            ssl_context=listening_context(config, TRANSPORT_TLS),
         ),
         web.TCPSite(
             client_runner,
             config.host,
             config.http_port,
             reuse_address=True,
-            ssl_context=listening_context(config, "http.ssl"),
+            ssl_context=listening_context(config, HTTP_TLS),
         ),
     ]
     try:
@@ -170,11 +169,11 @@ async def serve(node: Node, config: NodeConfig) -> int:
     tune_garbage_collector()
     log.info(
         "node %s (%s) started: %s, transport %s%s",
-        config.coordination.node_name,
+        config.node_name,
         node.node_id,
         ", ".join(site.name for site in sites[1:]),
         config.transport_address,
-        " (mutual TLS)" if config.get("transport.ssl.enabled") else "",
+        " (mutual TLS)" if config.settings[TRANSPORT_TLS.enabled] else "",
     )
     await stop.wait()
     log.info("stopping")

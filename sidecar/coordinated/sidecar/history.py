@@ -20,6 +20,12 @@ import msgspec
 from coordinated.coordination.history_lines import ends_with_cut_line, is_complete
 from coordinated.coordination.offline_recovery import RESET_EVENTS
 from coordinated.coordination.recovery import HistorySummary
+from coordinated.coordination.settings import bool_setting, size_setting
+
+HISTORY_SEGMENT_SIZE = size_setting(
+    "history.segment_size", "16mb", minimum="1kb", maximum="1gb", doc="history segment rotation size"
+)
+HISTORY_FSYNC = bool_setting("history.fsync", False, doc="`true` fsyncs each history line")
 
 _SEGMENT = re.compile(r"^segment-(\d{12})\.jsonl$")
 _TAIL_BYTES = 64 * 1024

@@ -20,12 +20,14 @@ from urllib.parse import urlsplit
 import aiohttp
 import msgspec
 
+from coordinated.coordination.settings import time_setting
 from coordinated.coordination.state import ClusterState
 from coordinated.sidecar.durable_files import DataDirError, atomic_write, read_checked
 
 log = logging.getLogger("coordinated.hooks")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 MAX_HOOKS = 32
+HOOKS_TIMEOUT = time_setting("hooks.timeout", "5s", minimum="1ms", maximum="5m", doc="timeout of one hook notification")
 
 
 class HookSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

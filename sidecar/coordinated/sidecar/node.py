@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import assert_never
 
+from coordinated.coordination.batch import MAX_STATE_SIZE
 from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, ReadBarrier
 from coordinated.coordination.coordinator import Coordinator, Mode
 from coordinated.coordination.effects import (
@@ -34,15 +35,17 @@ from coordinated.coordination.effects import (
 )
 from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 from coordinated.coordination.messages import Message
+from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.recovery import recovered_state_event
+from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.sidecar.archive import SegmentArchive
-from coordinated.sidecar.auth import TransportAuth
-from coordinated.sidecar.change_log import ChangeLog
+from coordinated.sidecar.auth import SECRET_FILE, TransportAuth
+from coordinated.sidecar.change_log import CHANGE_LOG_SIZE, ChangeLog
 from coordinated.sidecar.config import NodeConfig
-from coordinated.sidecar.group_commit import GroupCommit
-from coordinated.sidecar.history import HistoryWriter
-from coordinated.sidecar.hooks import HookManager
+from coordinated.sidecar.group_commit import PERSISTENCE_SYNC, GroupCommit
+from coordinated.sidecar.history import HISTORY_FSYNC, HISTORY_SEGMENT_SIZE, HistoryWriter
+from coordinated.sidecar.hooks import HOOKS_TIMEOUT, HookManager
 from coordinated.sidecar.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.object_store import ObjectStore
 from coordinated.sidecar.persist_monitor import MonitoredPersistedState
@@ -53,8 +56,16 @@ from coordinated.sidecar.persistence import (
     prepare_data_dir,
 )
 from coordinated.sidecar.s3_settings import ArchiveSettings
-from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
-from coordinated.sidecar.transport import PeerSender, watch_until_closed
+from coordinated.sidecar.tls import TRANSPORT_TLS, ReloadingContext, Side
+from coordinated.sidecar.transport import (
+    TRANSPORT_CONNECT_TIMEOUT,
+    TRANSPORT_MAX_CHUNK_SIZE,
+    TRANSPORT_QUEUE_SIZE,
+    TRANSPORT_REQUEST_TIMEOUT,
+    TRANSPORT_RETRIES,
+    PeerSender,
+    watch_until_closed,
+)
 from coordinated.sidecar.watches import SharedBarrier, WatchHub
 
 log = logging.getLogger("coordinated.node")
@@ -75,39 +86,39 @@ class Node:
     def __init__(self, config: NodeConfig) -> None:
         """Opens the data directory; raises DataDirError (naming the file) if it cannot be used."""
         self.config = config
+        settings = config.settings
         prepare_data_dir(config.data_dir)
         self.lock = DataDirLock(config.data_dir)
         # Decides from the whole directory (node id, slots, history, hooks) whether to start fresh, load or
         # refuse; on a fresh start it also makes the node id.
         self.persisted = FilePersistedState(
             config.data_dir,
-            config.coordination.cluster_name,
-            deferred_sync=config.get("persistence.sync") == "background",
+            settings[CLUSTER_NAME],
+            deferred_sync=settings[PERSISTENCE_SYNC] == "background",
         )
         self.node_id = self.persisted.node_id
         # Every S3 request of the node (the archive's, the snapshot repositories') runs on this store's thread.
         self.object_store = ObjectStore()
-        self.archive = self._archive(ArchiveSettings.from_parsed(config.parsed))
+        self.archive = self._archive(ArchiveSettings.from_settings(settings))
         self.history = HistoryWriter(
             config.data_dir / "history",
-            config.get("history.segment_size"),
-            config.get("history.fsync"),
+            settings[HISTORY_SEGMENT_SIZE],
+            settings[HISTORY_FSYNC],
             on_segment_closed=self.archive.on_segment_closed if self.archive is not None else None,
         )
         recovered = recovered_state_event(
             self.node_id,
-            config.coordination.node_name,
+            config.node_name,
             self.persisted.last_accepted_state,
             self.persisted.history_summary,
         )
         if recovered is not None:
             self.history.append(recovered.to_dict())
-        secret_file = config.get("transport.secret_file")
+        secret_file = settings[SECRET_FILE]
         self.auth = TransportAuth.from_file(secret_file) if secret_file else None
-        transport_tls = TlsFiles.from_settings(config.parsed, "transport.ssl")
+        transport_tls = TRANSPORT_TLS.files(settings)
         self.transport_tls = ReloadingContext(transport_tls, Side.CLIENT) if transport_tls is not None else None
-        roles = ("master",) if config.coordination.master_eligible else ()
-        self.local_node = DiscoveryNode(self.node_id, config.coordination.node_name, config.transport_address, roles)
+        self.local_node = DiscoveryNode(self.node_id, config.node_name, config.transport_address, settings[NODE_ROLES])
         self.loop: asyncio.AbstractEventLoop | None = None
         self.coordinator: Coordinator | None = None
         # For health (did the last write fail?), and so that the change log keeps each accepted state until it
@@ -115,7 +126,7 @@ class Node:
         self.persist_monitor = MonitoredPersistedState(self.persisted, lambda state: self.key_watches.log.hold(state))
         self.group_commit = GroupCommit(self.persisted, self._execute, self._on_sync_failure)
         self.metrics = NodeMetrics(self.status_snapshot)
-        self.hooks = HookManager(config.data_dir / HOOKS_FILE, config.get("hooks.timeout") / 1000)
+        self.hooks = HookManager(config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000)
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
         self._applied_event = asyncio.Event()
@@ -130,7 +141,7 @@ class Node:
         self.unresolved_seeds: list[str] = []
         self.stopping = False
         # Key watches (the client API's), parked here until an applied state changes their prefix.
-        self.key_watches = WatchHub(ChangeLog(config.get("watch.change_log.size")))
+        self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE]))
         self.shared_read_barrier = SharedBarrier(lambda: self.submit(ReadBarrier(), READ_BARRIER_TIMEOUT_MS))
         # Watch connections by peer address (see _watch_peers).
         self._watches: dict[str, asyncio.Task[None]] = {}
@@ -146,24 +157,24 @@ class Node:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._applied_event = asyncio.Event()
-        cfg = self.config
+        cfg, settings = self.config, self.config.settings
         self.sender = PeerSender(
             cfg.transport_address,
             self._on_send_failure,
             self.auth,
-            request_timeout_s=cfg.get("transport.request_timeout") / 1000,
-            connect_timeout_s=cfg.get("transport.connect_timeout") / 1000,
-            retries=cfg.get("transport.retries"),
-            queue_size=cfg.get("transport.queue_size"),
+            request_timeout_s=settings[TRANSPORT_REQUEST_TIMEOUT] / 1000,
+            connect_timeout_s=settings[TRANSPORT_CONNECT_TIMEOUT] / 1000,
+            retries=settings[TRANSPORT_RETRIES],
+            queue_size=settings[TRANSPORT_QUEUE_SIZE],
             tls_client=self.transport_tls,
             peer_name=self.peer_name,
-            max_chunk_size=cfg.get("transport.max_chunk_size"),
+            max_chunk_size=settings[TRANSPORT_MAX_CHUNK_SIZE],
         )
         await self.sender.start()
         await self.hooks.start()
         self.coordinator = Coordinator(
             local_node=self.local_node,
-            settings=cfg.coordination,
+            settings=settings,
             persisted=self.persist_monitor,
             rng=random.Random(),
             now=self.now_ms(),
@@ -401,7 +412,7 @@ class Node:
         try:
             addresses: list[str] = []
             unresolved: list[str] = []
-            for seed in self.coordinator.settings.seed_hosts:
+            for seed in self.coordinator.settings[SEED_HOSTS]:
                 host, _, port = seed.rpartition(":")
                 host = host.strip("[]")
                 try:
@@ -518,7 +529,7 @@ class Node:
             ephemeral_keys=len(state.kv_sessions),
             archive=self.archive.status() if self.archive is not None else None,
             state_bytes=coordinator.master_tasks.state_size(state) if coordinator.mode is Mode.LEADER else None,
-            max_state_bytes=coordinator.settings.max_state_size,
+            max_state_bytes=coordinator.settings[MAX_STATE_SIZE],
         )
 
     def follower_lag(self) -> dict[str, int]:

@@ -1,7 +1,9 @@
-"""`coordinated node-tool`: offline recovery of a STOPPED node when a quorum of master-eligible nodes is lost.
+"""`coordinated node-tool`: offline changes to a STOPPED node, when no master can make them.
 
-`unsafe-bootstrap` makes the node the sole voter of a new cluster with its keys and settings; `detach-cluster`
-lets a node of the old cluster join that new one. The state changes are `coordination.offline_recovery`'s;
+`unsafe-bootstrap` makes the node the sole voter of a new cluster with its keys and settings when a quorum of
+master-eligible nodes is lost; `detach-cluster` lets a node of the old cluster join that new one;
+`remove-settings` drops persistent settings that keep a cluster from working. The state changes are
+`coordination.offline_recovery`'s;
 this shell holds the data directory's lock, applies the node's own startup checks, asks for confirmation,
 records the change in the node's history, and writes the new record through `FilePersistedState`.
 """
@@ -14,9 +16,15 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from coordinated.coordination.offline_recovery import Plan, ToolRefusal, plan_detach, plan_unsafe_bootstrap
+from coordinated.coordination.offline_recovery import (
+    Plan,
+    ToolRefusal,
+    plan_detach,
+    plan_remove_settings,
+    plan_unsafe_bootstrap,
+)
 from coordinated.coordination.recovery import Refuse, StartFresh, decide_startup
-from coordinated.sidecar.history import HistoryWriter
+from coordinated.sidecar.history import HISTORY_SEGMENT_SIZE, HistoryWriter
 from coordinated.sidecar.persistence import (
     HISTORY_DIR,
     DataDirError,
@@ -30,7 +38,6 @@ EXIT_DONE = 0
 EXIT_ABORTED = 1  # not confirmed
 EXIT_USAGE = 2
 EXIT_REFUSED = 3  # the data directory or the node's state does not allow it
-HISTORY_SEGMENT_SIZE = 16 * 1024 * 1024  # the default of `history.segment_size`
 PROG = "coordinated node-tool"
 
 
@@ -40,10 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in (
         ("unsafe-bootstrap", "make this stopped node the sole voter of a new cluster, keeping its state"),
         ("detach-cluster", "let this stopped node join a new cluster (for example an unsafe-bootstrapped one)"),
+        ("remove-settings", "remove persistent settings from this stopped node's copy of the cluster state"),
     ):
         action = sub.add_parser(name, help=help_text, description=help_text)
         action.add_argument("--data-dir", required=True, type=Path, help="the stopped node's data directory")
         action.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        if name == "remove-settings":
+            action.add_argument("settings", nargs="+", metavar="SETTING", help="a setting name; `*` matches any text")
     return parser
 
 
@@ -51,27 +61,30 @@ def main(argv: list[str] | None = None, stdin: TextIO | None = None, stdout: Tex
     args = build_parser().parse_args(argv)
     out = stdout or sys.stdout
     try:
-        return run(args.action, args.data_dir, args.yes, stdin if stdin is not None else sys.stdin, out)
+        patterns = tuple(getattr(args, "settings", ()))
+        return run(args.action, args.data_dir, args.yes, stdin if stdin is not None else sys.stdin, out, patterns)
     except (DataDirError, ToolRefusal) as error:
         print(f"{PROG}: error: refusing to {args.action}: {error}", file=sys.stderr)
         return EXIT_REFUSED
 
 
-def run(action: str, data_dir: Path, yes: bool, stdin: TextIO | None, out: TextIO) -> int:
+def run(
+    action: str, data_dir: Path, yes: bool, stdin: TextIO | None, out: TextIO, patterns: tuple[str, ...] = ()
+) -> int:
     if not data_dir.is_dir():
         raise DataDirError(f"data directory [{data_dir}] does not exist")
     lock = DataDirLock(data_dir)  # refuses while a node runs on it
     try:
         persisted = _open_checked(data_dir)
         try:
-            plan = _plan(action, persisted)
+            plan = _plan(action, persisted, patterns)
             print(plan.description, file=out)
             if not yes and not _confirmed(stdin, out):
                 print("aborted: nothing was changed", file=out)
                 return EXIT_ABORTED
             # The event first: its marks hold for the old record and the new one, so a crash in between leaves
             # a directory that the node loads, and the tool can be run again.
-            history = HistoryWriter(data_dir / HISTORY_DIR, HISTORY_SEGMENT_SIZE, fsync=True)
+            history = HistoryWriter(data_dir / HISTORY_DIR, HISTORY_SEGMENT_SIZE.required_default(), fsync=True)
             try:
                 event = history.append(plan.event)
             finally:
@@ -105,13 +118,13 @@ def _open_checked(data_dir: Path) -> FilePersistedState:
     return FilePersistedState(data_dir, cluster_name)
 
 
-def _plan(action: str, persisted: FilePersistedState) -> Plan:
-    state = persisted.last_accepted_state
+def _plan(action: str, persisted: FilePersistedState, patterns: tuple[str, ...] = ()) -> Plan:
+    state, node_id, term = persisted.last_accepted_state, persisted.node_id, persisted.current_term
     if action == "unsafe-bootstrap":
-        return plan_unsafe_bootstrap(
-            persisted.node_id, persisted.current_term, state, secrets.token_hex(16), secrets.token_hex(16)
-        )
-    return plan_detach(persisted.node_id, persisted.current_term, state, secrets.token_hex(16))
+        return plan_unsafe_bootstrap(node_id, term, state, secrets.token_hex(16), secrets.token_hex(16))
+    if action == "remove-settings":
+        return plan_remove_settings(node_id, term, state, patterns, secrets.token_hex(16))
+    return plan_detach(node_id, term, state, secrets.token_hex(16))
 
 
 def _confirmed(stdin: TextIO | None, out: TextIO) -> bool:

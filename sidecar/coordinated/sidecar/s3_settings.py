@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import configparser
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from coordinated.coordination.settings import (
+    AFFIX,
+    Choice,
+    Parsed,
     Setting,
-    SettingsError,
+    Settings,
+    SettingsRule,
+    bool_setting,
+    choice_setting,
+    int_setting,
     parse_base_path,
-    parse_bool,
     parse_bucket,
     parse_client_name,
-    parse_time_ms,
+    time_setting,
 )
 
 CLIENT_PREFIX = "s3.client."
@@ -47,39 +51,10 @@ def parse_endpoint(value: str) -> str:
     return endpoint.rstrip("/")
 
 
-def parse_protocol(value: str) -> str:
-    if value not in PROTOCOLS:
-        raise ValueError(f"expected one of {list(PROTOCOLS)}, got [{value}]")
-    return value
-
-
 def parse_region(value: str) -> str:
     if not _REGION.fullmatch(value):
         raise ValueError(f"[{value}] is not a region name such as us-east-1")
     return value
-
-
-def parse_archive_type(value: str) -> str:
-    if value not in ARCHIVE_TYPES:
-        raise ValueError(f"expected one of {list(ARCHIVE_TYPES)} (or leave it unset for no archive), got [{value}]")
-    return value
-
-
-def _positive_time(value: str) -> int:
-    parsed = parse_time_ms(value)
-    if parsed <= 0:
-        raise ValueError(f"must be positive, got [{value}]")
-    return parsed
-
-
-def _retries(value: str) -> int:
-    try:
-        parsed = int(value)
-    except ValueError:
-        raise ValueError(f"expected an integer, got [{value}]") from None
-    if not 0 <= parsed <= 20:
-        raise ValueError(f"must be between 0 and 20, got [{value}]")
-    return parsed
 
 
 def read_credentials_file(path: str) -> dict[str, str]:
@@ -115,24 +90,98 @@ def _refuse_credential(value: str) -> str:
     )
 
 
-_CLIENT = f"{CLIENT_PREFIX}*."
+_CLIENT = f"{CLIENT_PREFIX}{AFFIX}."
+_REFUSED = "refused: credentials never go in settings (see `credentials_file`)"
+
+S3_ENDPOINT = Setting(
+    f"{_CLIENT}endpoint",
+    Parsed(parse_endpoint),
+    "",
+    "`host[:port]` (with `protocol`) or an `http(s)://` URL of an S3-compatible service; none: AWS's endpoint "
+    "for the region",
+)
+S3_PROTOCOL = choice_setting(
+    f"{_CLIENT}protocol", "https", PROTOCOLS, doc="`https` or `http`, for an endpoint given as `host[:port]`"
+)
+S3_REGION = Setting(f"{_CLIENT}region", Parsed(parse_region), "us-east-1", "the region requests are signed for")
+S3_PATH_STYLE_ACCESS = bool_setting(
+    f"{_CLIENT}path_style_access",
+    False,
+    doc="`true` addresses buckets as `endpoint/bucket/key` (most S3-compatible services), `false` as "
+    "`bucket.endpoint/key`",
+)
+S3_CREDENTIALS_FILE: Setting[str | None] = Setting(
+    f"{_CLIENT}credentials_file",
+    Parsed(parse_credentials_file),
+    None,
+    "an AWS credentials file whose `[default]` profile holds the keys (re-read every 20 minutes); none: the "
+    "environment (`AWS_ACCESS_KEY_ID`...), a web-identity token (`AWS_WEB_IDENTITY_TOKEN_FILE`, `AWS_ROLE_ARN`) "
+    "or the instance's role",
+)
+S3_READ_TIMEOUT = time_setting(
+    f"{_CLIENT}read_timeout",
+    "50s",
+    minimum="100ms",
+    maximum="1h",
+    doc="how long to wait for an answer before the request is retried",
+)
+S3_MAX_RETRIES = int_setting(
+    f"{_CLIENT}max_retries", 3, minimum=0, maximum=20, doc="retries of a failed request, with exponential backoff"
+)
+# Elasticsearch keeps these in its keystore; here they are refused with where credentials go instead.
+S3_ACCESS_KEY = Setting(f"{_CLIENT}access_key", Parsed(_refuse_credential), None, _REFUSED)
+S3_SECRET_KEY = Setting(f"{_CLIENT}secret_key", Parsed(_refuse_credential), None, _REFUSED)
+S3_SESSION_TOKEN = Setting(f"{_CLIENT}session_token", Parsed(_refuse_credential), None, _REFUSED)
+
+ARCHIVE_TYPE: Setting[str | None] = Setting(
+    "history.archive.type",
+    Choice(ARCHIVE_TYPES),
+    None,
+    "`s3` uploads every closed history segment to object storage; unset: no archive",
+)
+ARCHIVE_BUCKET: Setting[str | None] = Setting(
+    "history.archive.s3.bucket",
+    Parsed(parse_bucket),
+    None,
+    "the archive's bucket (required with `history.archive.type: s3`)",
+)
+ARCHIVE_BASE_PATH = Setting(
+    "history.archive.s3.base_path",
+    Parsed(parse_base_path),
+    "",
+    "key prefix in the bucket; objects go under `BASE_PATH/CLUSTER_UUID/NODE_ID/segment-N...`",
+)
+ARCHIVE_CLIENT = Setting(
+    "history.archive.s3.client", Parsed(parse_client_name), DEFAULT_CLIENT, "the `s3.client.NAME` the archive uses"
+)
+ARCHIVE_SETTINGS = (ARCHIVE_TYPE, ARCHIVE_BUCKET, ARCHIVE_BASE_PATH, ARCHIVE_CLIENT)
 S3_CLIENT_SETTINGS = (
-    Setting(f"{_CLIENT}endpoint", parse_endpoint, ""),
-    Setting(f"{_CLIENT}protocol", parse_protocol, "https"),
-    Setting(f"{_CLIENT}region", parse_region, "us-east-1"),
-    Setting(f"{_CLIENT}path_style_access", parse_bool, "false"),
-    Setting(f"{_CLIENT}credentials_file", parse_credentials_file, None),
-    Setting(f"{_CLIENT}read_timeout", _positive_time, "50s"),
-    Setting(f"{_CLIENT}max_retries", _retries, "3"),
-    # Elasticsearch keeps these in its keystore; here they are refused with where credentials go instead.
-    *(Setting(f"{_CLIENT}{name}", _refuse_credential, None) for name in ("access_key", "secret_key", "session_token")),
+    S3_ENDPOINT,
+    S3_PROTOCOL,
+    S3_REGION,
+    S3_PATH_STYLE_ACCESS,
+    S3_CREDENTIALS_FILE,
+    S3_READ_TIMEOUT,
+    S3_MAX_RETRIES,
+    S3_ACCESS_KEY,
+    S3_SECRET_KEY,
+    S3_SESSION_TOKEN,
 )
 
-ARCHIVE_SETTINGS = (
-    Setting("history.archive.type", parse_archive_type, None),
-    Setting("history.archive.s3.bucket", parse_bucket, None),
-    Setting("history.archive.s3.base_path", parse_base_path, ""),
-    Setting("history.archive.s3.client", parse_client_name, DEFAULT_CLIENT),
+
+def _archive_problem(settings: Settings) -> str | None:
+    """An archive needs its bucket; a bucket without `history.archive.type` is a mistake."""
+    archive_type, bucket = settings[ARCHIVE_TYPE], settings[ARCHIVE_BUCKET]
+    if archive_type == "s3" and bucket is None:
+        return "setting [history.archive.s3.bucket] is required when [history.archive.type] is [s3]"
+    if archive_type is None and bucket is not None:
+        return "setting [history.archive.s3.bucket] is set but [history.archive.type] is not; set it to [s3]"
+    return None
+
+
+ARCHIVE_RULE = SettingsRule(
+    "`history.archive.s3.bucket` is required when `history.archive.type` is `s3`, and only then",
+    _archive_problem,
 )
 
 
@@ -149,31 +198,24 @@ class S3ClientSettings:
     max_retries: int
 
     @classmethod
-    def from_parsed(cls, parsed: Mapping[str, Any], name: str) -> S3ClientSettings:
-        def value(key: str) -> Any:
-            full = f"{CLIENT_PREFIX}{name}.{key}"
-            if full in parsed:
-                return parsed[full]
-            setting = next(s for s in S3_CLIENT_SETTINGS if s.name == f"{_CLIENT}{key}")
-            return None if setting.default is None else setting.parse(setting.default)
-
-        endpoint: str = value("endpoint")
+    def from_settings(cls, settings: Settings, name: str) -> S3ClientSettings:
+        endpoint = settings.for_namespace(S3_ENDPOINT, name)
         if endpoint and "://" not in endpoint:
-            endpoint = f"{value('protocol')}://{endpoint}"
+            endpoint = f"{settings.for_namespace(S3_PROTOCOL, name)}://{endpoint}"
         return cls(
             name=name,
             endpoint_url=endpoint or None,
-            region=value("region"),
-            path_style_access=value("path_style_access"),
-            credentials_file=value("credentials_file"),
-            read_timeout_s=value("read_timeout") / 1000,
-            max_retries=value("max_retries"),
+            region=settings.for_namespace(S3_REGION, name),
+            path_style_access=settings.for_namespace(S3_PATH_STYLE_ACCESS, name),
+            credentials_file=settings.for_namespace(S3_CREDENTIALS_FILE, name),
+            read_timeout_s=settings.for_namespace(S3_READ_TIMEOUT, name) / 1000,
+            max_retries=settings.for_namespace(S3_MAX_RETRIES, name),
         )
 
 
-def client_names(parsed: Mapping[str, Any]) -> set[str]:
+def client_names(settings: Settings) -> set[str]:
     """The clients that some setting describes."""
-    return {name[len(CLIENT_PREFIX) :].split(".", 1)[0] for name in parsed if name.startswith(CLIENT_PREFIX)}
+    return settings.namespaces(*S3_CLIENT_SETTINGS)
 
 
 @dataclass(frozen=True)
@@ -185,23 +227,12 @@ class ArchiveSettings:
     client: S3ClientSettings
 
     @classmethod
-    def from_parsed(cls, parsed: Mapping[str, Any]) -> ArchiveSettings | None:
-        if parsed.get("history.archive.type") is None:
+    def from_settings(cls, settings: Settings) -> ArchiveSettings | None:
+        bucket = settings[ARCHIVE_BUCKET]
+        if settings[ARCHIVE_TYPE] is None or bucket is None:  # ARCHIVE_RULE: both or neither
             return None
-        client = parsed.get("history.archive.s3.client") or DEFAULT_CLIENT
         return cls(
-            bucket=parsed["history.archive.s3.bucket"],
-            base_path=parsed.get("history.archive.s3.base_path") or "",
-            client=S3ClientSettings.from_parsed(parsed, client),
-        )
-
-
-def check_archive_settings(parsed: Mapping[str, Any]) -> None:
-    """An archive needs its bucket; archive settings without `history.archive.type` are a mistake."""
-    archive_type = parsed.get("history.archive.type")
-    if archive_type == "s3" and not parsed.get("history.archive.s3.bucket"):
-        raise SettingsError("setting [history.archive.s3.bucket] is required when [history.archive.type] is [s3]")
-    if archive_type is None and parsed.get("history.archive.s3.bucket"):
-        raise SettingsError(
-            "setting [history.archive.s3.bucket] is set but [history.archive.type] is not; set it to [s3]"
+            bucket=bucket,
+            base_path=settings[ARCHIVE_BASE_PATH],
+            client=S3ClientSettings.from_settings(settings, settings[ARCHIVE_CLIENT]),
         )

@@ -27,6 +27,7 @@ from coordinated.coordination.client import (
 from coordinated.coordination.history import EventType, HistoryEvent
 from coordinated.coordination.settings import parse_base_path
 from coordinated.coordination.state import ClusterState, Repository
+from coordinated.coordination.state_events import state_event
 from coordinated.coordination.validation import repository_problem, snapshot_name_problem
 from coordinated.sidecar import snapshots
 from coordinated.sidecar.api import (
@@ -45,7 +46,13 @@ from coordinated.sidecar.node import Node
 from coordinated.sidecar.s3_settings import DEFAULT_CLIENT, S3ClientSettings, client_names
 from coordinated.sidecar.snapshot_fs import FsRepository, location_problem
 from coordinated.sidecar.snapshot_s3 import S3Repository
-from coordinated.sidecar.snapshots import RepositoryUnavailable, SnapshotCorrupt, SnapshotFile, SnapshotRepository
+from coordinated.sidecar.snapshots import (
+    PATH_REPO,
+    RepositoryUnavailable,
+    SnapshotCorrupt,
+    SnapshotFile,
+    SnapshotRepository,
+)
 
 
 def setup_snapshot_routes(router: web.UrlDispatcher) -> None:
@@ -71,8 +78,7 @@ def _name(request: web.Request, part: str, what: str) -> str:
 
 
 def _roots(node: Node) -> tuple[str, ...]:
-    roots: tuple[str, ...] = node.config.get("path.repo") or ()
-    return roots
+    return node.config.settings[PATH_REPO] or ()
 
 
 def _repository_exception(repo: str, reason: str, status: int = 400) -> BadRequest:
@@ -87,13 +93,13 @@ def repository_of(node: Node, repo: str, registered: Repository) -> SnapshotRepo
     """The repository a registration names, as this node reaches it: a directory under its `path.repo`, or a bucket
     through its `s3.client.NAME` settings. Raises BadRequest when this node cannot use it."""
     if registered.type == "s3":
-        if registered.client != DEFAULT_CLIENT and registered.client not in client_names(node.config.parsed):
+        if registered.client != DEFAULT_CLIENT and registered.client not in client_names(node.config.settings):
             raise _repository_exception(
                 repo,
                 f"unknown s3 client [{registered.client}]: set s3.client.{registered.client}.* on every node "
                 "(this node has none)",
             )
-        client = S3ClientSettings.from_parsed(node.config.parsed, registered.client)
+        client = S3ClientSettings.from_settings(node.config.settings, registered.client)
         return S3Repository(node.object_store.bucket(client, registered.bucket), registered.base_path)
     location, outside = location_problem(registered.location, _roots(node))
     if outside is not None:
@@ -159,20 +165,7 @@ def _damaged_info(repo: str, name: str, error: SnapshotCorrupt, mtime: float) ->
 
 
 def _state_event(node: Node, event_type: EventType, state: ClusterState, name: str) -> HistoryEvent:
-    return HistoryEvent(
-        cluster_uuid=state.cluster_uuid,
-        node=node.node_id,
-        node_name=node.local_node.name,
-        type=event_type,
-        term=state.term,
-        version=state.version,
-        state_uuid=state.state_uuid,
-        parent_uuid=state.parent_uuid,
-        master=state.master_node,
-        last_committed_config=state.last_committed_config.node_ids,
-        last_accepted_config=state.last_accepted_config.node_ids,
-        snapshot=name,
-    )
+    return state_event(event_type, node.node_id, node.local_node.name, state, snapshot=name)
 
 
 # -- repositories ---------------------------------------------------------------------------------------

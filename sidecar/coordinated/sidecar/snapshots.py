@@ -17,7 +17,25 @@ from typing import Any
 
 import msgspec
 
+from coordinated.coordination.settings import Parsed, Setting
 from coordinated.coordination.state import ClusterState, KeyVersion, Session
+
+
+def parse_repo_paths(value: str) -> tuple[str, ...]:
+    """`path.repo`: a comma list of absolute directories that snapshot repositories may live under."""
+    paths = tuple(part.strip() for part in value.split(",") if part.strip())
+    for path in paths:
+        if not path.startswith("/"):
+            raise ValueError(f"[{path}] is not an absolute path")
+    return paths
+
+
+PATH_REPO: Setting[tuple[str, ...] | None] = Setting(
+    "path.repo",
+    Parsed(parse_repo_paths),
+    None,
+    "comma list of absolute directories that `fs` snapshot repositories may live under (none: snapshots are off)",
+)
 
 MAGIC = b"COORDINATED-SNAPSHOT1"
 FORMAT = 1

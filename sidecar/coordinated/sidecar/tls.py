@@ -21,14 +21,127 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+
+from coordinated.coordination.settings import Choice, Parsed, Setting, Settings, SettingsRule, bool_setting
 
 log = logging.getLogger("coordinated.tls")
 
 CHECK_INTERVAL_S = 1.0
 CLIENT_AUTHENTICATION = ("none", "optional", "required")
+
+
+def parse_readable_file(value: str) -> str:
+    path = Path(value)
+    if not path.is_file():
+        raise ValueError(f"[{value}] does not exist or is not a file")
+    try:
+        path.open("rb").close()
+    except OSError as error:
+        raise ValueError(f"cannot read [{value}]: {error.strerror or error}") from None
+    return value
+
+
+# The security settings are static and checked at startup (files are reloaded when they change). The names are
+# Elasticsearch's, without its `xpack.security.` prefix.
+TRANSPORT_SSL_ENABLED = bool_setting("transport.ssl.enabled", False, doc="`true` for mutual TLS between nodes")
+TRANSPORT_SSL_CERTIFICATE: Setting[str | None] = Setting(
+    "transport.ssl.certificate", Parsed(parse_readable_file), None, "this node's transport certificate (PEM)"
+)
+TRANSPORT_SSL_KEY: Setting[str | None] = Setting(
+    "transport.ssl.key", Parsed(parse_readable_file), None, "the transport certificate's private key (PEM)"
+)
+TRANSPORT_SSL_CERTIFICATE_AUTHORITIES: Setting[str | None] = Setting(
+    "transport.ssl.certificate_authorities",
+    Parsed(parse_readable_file),
+    None,
+    "the cluster's CA (PEM); a peer's certificate must chain to it",
+)
+HTTP_SSL_ENABLED = bool_setting(
+    "http.ssl.enabled", False, doc="`true` for HTTPS on the client port's published address"
+)
+HTTP_SSL_CERTIFICATE: Setting[str | None] = Setting(
+    "http.ssl.certificate", Parsed(parse_readable_file), None, "the client port's certificate (PEM)"
+)
+HTTP_SSL_KEY: Setting[str | None] = Setting(
+    "http.ssl.key", Parsed(parse_readable_file), None, "the client port certificate's private key (PEM)"
+)
+HTTP_SSL_CERTIFICATE_AUTHORITIES: Setting[str | None] = Setting(
+    "http.ssl.certificate_authorities", Parsed(parse_readable_file), None, "CAs for client certificates (PEM)"
+)
+HTTP_SSL_CLIENT_AUTHENTICATION = Setting(
+    "http.ssl.client_authentication",
+    Choice(CLIENT_AUTHENTICATION),
+    "none",
+    "client certificates: `none`, `optional` or `required`",
+)
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """The TLS settings of one port."""
+
+    prefix: str  # for messages: `transport.ssl` or `http.ssl`
+    enabled: Setting[bool]
+    certificate: Setting[str | None]
+    key: Setting[str | None]
+    certificate_authorities: Setting[str | None]
+    # What a server asks of its clients; None: required (the transport is always mutual).
+    client_authentication: Setting[str] | None = None
+
+    def all(self) -> tuple[Setting[object], ...]:
+        optional = (self.client_authentication,) if self.client_authentication is not None else ()
+        return (self.enabled, self.certificate, self.key, self.certificate_authorities, *optional)
+
+    def files(self, settings: Settings) -> TlsFiles | None:
+        """The port's files, or None when its TLS is off."""
+        certificate, key = settings[self.certificate], settings[self.key]
+        if not settings[self.enabled] or certificate is None or key is None:
+            return None
+        authentication = "required" if self.client_authentication is None else settings[self.client_authentication]
+        return TlsFiles(self.prefix, certificate, key, settings[self.certificate_authorities], authentication)
+
+    def problem(self, settings: Settings) -> str | None:
+        """What is missing or does not load, naming the settings; None when the port's TLS is off or usable."""
+        if not settings[self.enabled]:
+            return None
+        for part in (self.certificate, self.key):
+            if settings[part] is None:
+                return f"setting [{part.name}] is required when [{self.enabled.name}] is true"
+        authentication = None if self.client_authentication is None else settings[self.client_authentication]
+        if authentication != "none" and settings[self.certificate_authorities] is None:
+            why = (
+                "transport TLS is mutual"
+                if self.client_authentication is None
+                else f"[{self.client_authentication.name}] is [{authentication}]"
+            )
+            return f"setting [{self.certificate_authorities.name}] is required: {why}"
+        files = self.files(settings)
+        return files.problem() if files is not None else None
+
+
+TRANSPORT_TLS = TlsSettings(
+    "transport.ssl",
+    TRANSPORT_SSL_ENABLED,
+    TRANSPORT_SSL_CERTIFICATE,
+    TRANSPORT_SSL_KEY,
+    TRANSPORT_SSL_CERTIFICATE_AUTHORITIES,
+)
+HTTP_TLS = TlsSettings(
+    "http.ssl",
+    HTTP_SSL_ENABLED,
+    HTTP_SSL_CERTIFICATE,
+    HTTP_SSL_KEY,
+    HTTP_SSL_CERTIFICATE_AUTHORITIES,
+    HTTP_SSL_CLIENT_AUTHENTICATION,
+)
+TLS_FILES_LOAD = SettingsRule(
+    "with `transport.ssl.enabled` or `http.ssl.enabled`, the port's certificate and key are required, and so is "
+    "its CA for the transport and for `http.ssl.client_authentication` other than `none`; the files must load",
+    lambda settings: TRANSPORT_TLS.problem(settings) or HTTP_TLS.problem(settings),
+)
 
 
 class Side(enum.Enum):
@@ -45,18 +158,6 @@ class TlsFiles:
     key: str
     certificate_authorities: str | None
     client_authentication: str = "required"  # what a server asks of its clients
-
-    @classmethod
-    def from_settings(cls, parsed: Mapping[str, Any], prefix: str) -> TlsFiles | None:
-        if not parsed.get(f"{prefix}.enabled"):
-            return None
-        return cls(
-            prefix,
-            parsed[f"{prefix}.certificate"],
-            parsed[f"{prefix}.key"],
-            parsed.get(f"{prefix}.certificate_authorities"),
-            parsed.get(f"{prefix}.client_authentication", "required"),
-        )
 
     def paths(self) -> tuple[str, ...]:
         cas = (self.certificate_authorities,) if self.certificate_authorities else ()

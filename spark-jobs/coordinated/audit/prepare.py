@@ -25,7 +25,7 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from coordinated.audit.reading import SCOUTED_OK, Scout, Scouting, folder_of, scout
-from coordinated.audit.schema import UNBOOTSTRAPPED, UNSAFE_BOOTSTRAP
+from coordinated.audit.schema import SETTINGS_REMOVED, UNBOOTSTRAPPED, UNSAFE_BOOTSTRAP
 from coordinated.audit.streams import CHUNK, NodePass, node_pass
 
 NO_MASTER = "<none>"  # a state that names no master
@@ -132,7 +132,9 @@ def state_table(events: DataFrame, scouting: Scouting | None = None) -> DataFram
 
     An `unsafe_bootstrap` event counts as its state's commit (`committed`, `reset_root`): the operator decided
     it offline, so it is the new cluster's first committed state, the root of its committed chain, and has no
-    quorum to check.
+    quorum to check. A `settings_removed` event is a node's copy of its last-accepted state rewritten offline
+    (`rewritten`): the same term and version under a new uuid, whose parent is the copy it replaced; it is not
+    committed, so a committed chain runs through it to that copy, and it is no second state of its version.
 
     `conflict`: events of one state_uuid disagree on a field that defines the state (term, version, parent,
     master, configurations; see `pre` for the last-committed configuration). The quorum check works on masks:
@@ -148,11 +150,12 @@ def state_table(events: DataFrame, scouting: Scouting | None = None) -> DataFram
     acc = typ == "accepted"
     commit = is_master_commit()
     reset = typ == UNSAFE_BOOTSTRAP
+    rewritten = typ == SETTINGS_REMOVED
     quorum = F.coalesce("quorum", F.array())
     configs = F.xxhash64("last_committed_config", "last_accepted_config")
     pre = acc | ~F.col("last_committed_config").eqNullSafe(F.col("last_accepted_config"))
     # The members once per event that needs them (accepted and the master's commit), not once per use.
-    kept = typ.isin("accepted", "committed", "applied", UNSAFE_BOOTSTRAP)
+    kept = typ.isin("accepted", "committed", "applied", UNSAFE_BOOTSTRAP, SETTINGS_REMOVED)
     source = events.filter(kept) if scouting is None else scouting.rows
     ev = source.withColumn("_members", F.when(acc | commit, config_members()))
     members = F.col("_members")
@@ -165,6 +168,7 @@ def state_table(events: DataFrame, scouting: Scouting | None = None) -> DataFram
         acc.alias("acc"),
         commit.alias("mcommit"),
         reset.alias("reset"),
+        rewritten.alias("rewritten"),
         (typ == "applied").alias("app"),
         (typ == "committed").alias("comm"),
         F.xxhash64("term", "version", "parent_uuid", "master", "last_accepted_config").alias("content"),
@@ -189,7 +193,7 @@ def state_table(events: DataFrame, scouting: Scouting | None = None) -> DataFram
     )
     if scouting is not None:
         ev = scouting.watch(ev).filter(
-            F.col(SCOUTED_OK) & (F.col("acc") | F.col("comm") | F.col("app") | F.col("reset"))
+            F.col(SCOUTED_OK) & (F.col("acc") | F.col("comm") | F.col("app") | F.col("reset") | F.col("rewritten"))
         )
     cfg_pre = F.when(F.col("pre"), F.col("cfg"))
     return ev.groupBy("cid", "state_uuid").agg(
@@ -207,6 +211,7 @@ def state_table(events: DataFrame, scouting: Scouting | None = None) -> DataFram
         F.min(F.when(F.col("mcommit"), F.col("cfg"))).alias("commit_cfg"),
         (F.max("mcommit") | F.max("reset")).alias("committed"),
         (F.max("reset") & ~F.max("mcommit")).alias("reset_root"),
+        F.max("rewritten").alias("rewritten"),
         F.max("comm").alias("committed_anywhere"),
         F.max("app").alias("applied"),
         F.bit_or("acc_bit").alias("acc_mask"),

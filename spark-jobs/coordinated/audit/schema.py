@@ -47,6 +47,7 @@ EVENT_TYPES: tuple[str, ...] = tuple(event_type.value for event_type in EventTyp
 STATE_TYPES: tuple[str, ...] = tuple(event_type.value for event_type in STATE_EVENT_TYPES)
 RESET_TYPES: tuple[str, ...] = tuple(event_type.value for event_type in RESET_EVENT_TYPES)
 UNSAFE_BOOTSTRAP: str = EventType.UNSAFE_BOOTSTRAP.value
+SETTINGS_REMOVED: str = EventType.SETTINGS_REMOVED.value
 
 # Before bootstrap a node does not know its cluster's UUID yet.
 UNBOOTSTRAPPED = NO_CLUSTER_UUID

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.effects import Effect, Send
 from coordinated.coordination.messages import Message
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.settings import Settings
 from coordinated.coordination.state import ClusterState, initial_state
 from coordinated.coordination.timers import Timers
 
@@ -19,7 +19,7 @@ from .harness import SETTINGS, discovery_node
 class Bench:
     """One component's surroundings: its node, clock, timers, and what it sent."""
 
-    settings: CoordinationSettings = SETTINGS
+    settings: Settings = SETTINGS
     mode: Mode = Mode.CANDIDATE
     term: int = 1
     state: ClusterState = field(default_factory=lambda: initial_state("test"))

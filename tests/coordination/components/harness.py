@@ -7,17 +7,19 @@ kept in `sent` for the test to read and answer. Time moves only when the test sa
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from coordinated.coordination.client import ClientRequest, ClientResult
 from coordinated.coordination.coordinator import Coordinator
 from coordinated.coordination.effects import Effect, RecordHistory, RequestCompleted, Send
+from coordinated.coordination.formation import INITIAL_MASTER_NODES
 from coordinated.coordination.messages import Message, PublishRequest
+from coordinated.coordination.registry import default_settings
 from coordinated.coordination.safety import InMemoryPersistedState
-from coordinated.coordination.settings import CoordinationSettings
+from coordinated.coordination.settings import CLUSTER_NAME, NODE_NAME
 from coordinated.coordination.state import DiscoveryNode, initial_state
 
-SETTINGS = CoordinationSettings(cluster_name="test")
+SETTINGS = default_settings().with_values({CLUSTER_NAME: "test"})
 
 
 def discovery_node(name: str, master_eligible: bool = True) -> DiscoveryNode:
@@ -40,10 +42,10 @@ class OneNode:
     _next_request: int = 0
 
     @classmethod
-    def start(cls, name: str = "solo", bootstrap: bool = True, **settings: object) -> OneNode:
+    def start(cls, name: str = "solo", bootstrap: bool = True) -> OneNode:
         node = discovery_node(name)
         initial = (name,) if bootstrap else ()
-        node_settings = replace(SETTINGS, node_name=name, initial_master_nodes=initial, **settings)  # type: ignore[arg-type]
+        node_settings = SETTINGS.with_values({NODE_NAME: name, INITIAL_MASTER_NODES: initial})
         coordinator = Coordinator(
             local_node=node,
             settings=node_settings,

@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 from coordinated.coordination.context import Mode
-from coordinated.coordination.followers_checker import FollowersChecker, LagDetector
-from coordinated.coordination.leader_checker import LeaderChecker
+from coordinated.coordination.followers_checker import (
+    FOLLOWER_CHECK_INTERVAL,
+    FOLLOWER_CHECK_TIMEOUT,
+    FOLLOWER_LAG_TIMEOUT,
+    FollowersChecker,
+    LagDetector,
+)
+from coordinated.coordination.leader_checker import (
+    LEADER_CHECK_INTERVAL,
+    LEADER_CHECK_RETRY_COUNT,
+    LEADER_CHECK_TIMEOUT,
+    LeaderChecker,
+)
 from coordinated.coordination.messages import FollowerCheck, FollowerCheckResponse, LeaderCheck, LeaderCheckResponse
 
 from .context import Bench
@@ -19,25 +30,25 @@ def test_the_leader_checker_gives_up_after_retry_count_unanswered_checks() -> No
     LeaderChecker(bench.ctx, MASTER, failures.append)
     settings = bench.settings
     # The first check after an interval; a timed-out check is retried at once.
-    gives_up_at = settings.leader_check_interval + settings.leader_check_timeout * settings.leader_check_retry_count
+    gives_up_at = settings[LEADER_CHECK_INTERVAL] + settings[LEADER_CHECK_TIMEOUT] * settings[LEADER_CHECK_RETRY_COUNT]
     bench.advance_to(gives_up_at - 1)
     assert failures == []
     bench.advance_to(gives_up_at)
     assert len(failures) == 1 and "3 consecutive checks" in failures[0]
     checks = [message for to, message in bench.sent() if to == MASTER.transport_address]
-    assert len(checks) == settings.leader_check_retry_count and all(isinstance(m, LeaderCheck) for m in checks)
+    assert len(checks) == settings[LEADER_CHECK_RETRY_COUNT] and all(isinstance(m, LeaderCheck) for m in checks)
 
 
 def test_an_answered_leader_check_resets_the_failures_and_a_rejection_fails_at_once() -> None:
     bench = Bench(mode=Mode.FOLLOWER)
     failures: list[str] = []
     checker = LeaderChecker(bench.ctx, MASTER, failures.append)
-    bench.advance_to(bench.settings.leader_check_interval)
+    bench.advance_to(bench.settings[LEADER_CHECK_INTERVAL])
     [(_, check)] = bench.sent()
     assert isinstance(check, LeaderCheck)
     checker.on_response(LeaderCheckResponse(check.request_id, ok=True))
     assert checker.failures == 0 and failures == []
-    bench.advance_to(2 * bench.settings.leader_check_interval)
+    bench.advance_to(2 * bench.settings[LEADER_CHECK_INTERVAL])
     [(_, second)] = bench.sent()
     assert isinstance(second, LeaderCheck)
     checker.on_response(LeaderCheckResponse(second.request_id, ok=False, reason="no longer master"))
@@ -48,12 +59,12 @@ def test_a_closed_leader_checker_sends_nothing_and_ignores_late_answers() -> Non
     bench = Bench(mode=Mode.FOLLOWER)
     failures: list[str] = []
     checker = LeaderChecker(bench.ctx, MASTER, failures.append)
-    bench.advance_to(bench.settings.leader_check_interval)
+    bench.advance_to(bench.settings[LEADER_CHECK_INTERVAL])
     [(_, check)] = bench.sent()
     assert isinstance(check, LeaderCheck)
     checker.close()
     checker.on_response(LeaderCheckResponse(check.request_id, ok=False, reason="late"))
-    bench.advance_to(10 * bench.settings.leader_check_timeout)
+    bench.advance_to(10 * bench.settings[LEADER_CHECK_TIMEOUT])
     assert failures == [] and bench.sent() == [] and bench.timers.next_deadline() is None
 
 
@@ -70,7 +81,7 @@ def test_the_followers_checker_removes_a_follower_that_stops_answering() -> None
     )
     checker.sync(bench.state)
     settings = bench.settings
-    bench.advance_to((settings.follower_check_interval + settings.follower_check_timeout) * 3)
+    bench.advance_to((settings[FOLLOWER_CHECK_INTERVAL] + settings[FOLLOWER_CHECK_TIMEOUT]) * 3)
     assert failed == [(follower.id, "failed 3 consecutive follower checks")]
     assert all(isinstance(message, FollowerCheck) for _, message in bench.sent())
 
@@ -88,12 +99,12 @@ def test_an_answering_follower_stays_and_a_closed_connection_removes_it_at_once(
     )
     checker.sync(bench.state)
     for _ in range(5):
-        bench.advance_to(bench.ctx.now + bench.settings.follower_check_interval)
+        bench.advance_to(bench.ctx.now + bench.settings[FOLLOWER_CHECK_INTERVAL])
         [(_, check)] = bench.sent()
         assert isinstance(check, FollowerCheck)
         checker.on_response(FollowerCheckResponse(follower.id, check.request_id, True, 1, 1, 1, 1))
     assert failed == []
-    bench.advance_to(bench.ctx.now + bench.settings.follower_check_interval)
+    bench.advance_to(bench.ctx.now + bench.settings[FOLLOWER_CHECK_INTERVAL])
     [(address, check)] = bench.sent()
     assert isinstance(check, FollowerCheck)
     checker.on_send_failure(address, check)
@@ -108,5 +119,5 @@ def test_the_lag_detector_reports_a_node_that_does_not_apply_in_time() -> None:
     detector = LagDetector(bench.ctx, lambda node_id, reason: lagging.append(node_id))
     detector.start(bench.state)
     detector.record_applied(quick.id, 5)
-    bench.advance_to(bench.settings.follower_lag_timeout)
+    bench.advance_to(bench.settings[FOLLOWER_LAG_TIMEOUT])
     assert lagging == [follower.id] and detector.lagging_nodes_removed == 1

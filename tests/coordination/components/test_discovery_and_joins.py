@@ -6,7 +6,7 @@ from coordinated.coordination.context import Mode
 from coordinated.coordination.effects import ProbeSeeds
 from coordinated.coordination.joins import JOIN_TIMEOUT_MS, JoinHelper
 from coordinated.coordination.messages import JoinRequest, JoinResponse, PeersRequest, PeersResponse
-from coordinated.coordination.peer_finder import PeerFinder
+from coordinated.coordination.peer_finder import FIND_PEERS_INTERVAL, PeerFinder
 
 from .context import Bench
 from .harness import discovery_node
@@ -30,11 +30,11 @@ def test_a_candidate_probes_its_seeds_every_interval_and_stops_when_deactivated(
     bench = Bench(mode=Mode.CANDIDATE)
     peer_finder, _, _ = finder(bench)
     peer_finder.activate()
-    bench.advance_to(3 * bench.settings.find_peers_interval)
+    bench.advance_to(3 * bench.settings[FIND_PEERS_INTERVAL])
     assert sum(isinstance(effect, ProbeSeeds) for effect in bench.effects) == 4  # now, and after each interval
     peer_finder.deactivate()
     bench.effects.clear()
-    bench.advance_to(10 * bench.settings.find_peers_interval)
+    bench.advance_to(10 * bench.settings[FIND_PEERS_INTERVAL])
     assert bench.effects == []
 
 

@@ -7,9 +7,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordinated.coordination.batch import BatchContext, StateSizes, entry_size, execute_batch
+from coordinated.coordination.batch import (
+    MAX_STATE_SIZE,
+    MAX_VALUE_SIZE,
+    BatchContext,
+    StateSizes,
+    entry_size,
+    execute_batch,
+)
 from coordinated.coordination.client import ClusterError, KvDelete, KvPut, RestoreSnapshot, Txn, TxnOp, TxnResult
-from coordinated.coordination.settings import CoordinationSettings, SettingsError, coordination_registry
+from coordinated.coordination.registry import coordination_registry, default_settings
+from coordinated.coordination.settings import SettingsError
 from coordinated.coordination.state import (
     ClusterState,
     CoordinationMetadata,
@@ -127,8 +135,8 @@ def test_the_limits_are_dynamic_settings_with_byte_sizes() -> None:
     registry = coordination_registry()
     parsed = registry.validate_dynamic({"cluster.metadata.max_value_size": "64kb"})
     assert parsed == {"cluster.metadata.max_value_size": 65536}
-    settings = CoordinationSettings().with_dynamic({"cluster.metadata.max_state_size": "2mb"})
-    assert (settings.max_state_size, settings.max_value_size) == (2 * 1024 * 1024, 1024 * 1024)
+    settings = default_settings().with_dynamic({"cluster.metadata.max_state_size": "2mb"})
+    assert (settings[MAX_STATE_SIZE], settings[MAX_VALUE_SIZE]) == (2 * 1024 * 1024, 1024 * 1024)
     with pytest.raises(SettingsError, match=r"cluster\.metadata\.max_state_size"):
         registry.validate_dynamic({"cluster.metadata.max_state_size": "lots"})
 

@@ -3,13 +3,11 @@ its timeout until it is closed."""
 
 from __future__ import annotations
 
-from dataclasses import replace as replace_settings
-
 from msgspec.structs import replace
 
 from coordinated.coordination.context import Mode
 from coordinated.coordination.messages import ApplyCommit, ApplyCommitResponse, PublishRequest, PublishResponse
-from coordinated.coordination.publication import Publication, PublicationListener
+from coordinated.coordination.publication import MASTER_APPLIES_LAST, PUBLISH_TIMEOUT, Publication, PublicationListener
 from coordinated.coordination.quorum import joint_quorum
 from coordinated.coordination.state import ClusterState, VotingConfiguration
 
@@ -80,7 +78,7 @@ def test_by_default_the_master_applies_last_after_a_quorum_applied() -> None:
 
 
 def test_without_master_applies_last_the_publication_completes_once_the_master_committed_its_copy() -> None:
-    bench = Bench(mode=Mode.LEADER, settings=replace_settings(SETTINGS, master_applies_last=False))
+    bench = Bench(mode=Mode.LEADER, settings=SETTINGS.with_values({MASTER_APPLIES_LAST: False}))
     publication, events = three_node_publication(bench)
     publication.on_publish_response(ack(publication, A.id))
     assert events == []
@@ -102,9 +100,9 @@ def test_a_publication_fails_once_a_quorum_is_no_longer_possible() -> None:
 def test_an_uncommitted_publication_fails_at_its_timeout_unless_closed() -> None:
     bench = Bench(mode=Mode.LEADER)
     _, events = three_node_publication(bench)
-    bench.advance_to(bench.settings.publish_timeout)
-    assert events == [f"failed: not committed within cluster.publish.timeout [{bench.settings.publish_timeout}ms]"]
+    bench.advance_to(bench.settings[PUBLISH_TIMEOUT])
+    assert events == [f"failed: not committed within cluster.publish.timeout [{bench.settings[PUBLISH_TIMEOUT]}ms]"]
     closed, closed_events = three_node_publication(bench)
     closed.close()
-    bench.advance_to(3 * bench.settings.publish_timeout)
+    bench.advance_to(3 * bench.settings[PUBLISH_TIMEOUT])
     assert closed_events == []

@@ -5,7 +5,12 @@ from __future__ import annotations
 import itertools
 
 from coordinated.coordination.context import Mode
-from coordinated.coordination.elections import ElectionScheduler, PreVoteCollector
+from coordinated.coordination.elections import (
+    ELECTION_DURATION,
+    ELECTION_MAX_TIMEOUT,
+    ElectionScheduler,
+    PreVoteCollector,
+)
 from coordinated.coordination.messages import PreVoteRequest, PreVoteResponse
 from coordinated.coordination.quorum import joint_quorum
 from coordinated.coordination.state import VotingConfiguration
@@ -31,8 +36,8 @@ def test_the_election_scheduler_backs_off_and_stops_when_closed() -> None:
     bench.advance_to(60_000)
     assert len(rounds) >= 3
     gaps = [later - earlier for earlier, later in itertools.pairwise(rounds)]
-    assert all(gap > settings.election_duration for gap in gaps), "every attempt gets its election duration"
-    assert all(gap <= settings.election_max_timeout + settings.election_duration for gap in gaps)
+    assert all(gap > settings[ELECTION_DURATION] for gap in gaps), "every attempt gets its election duration"
+    assert all(gap <= settings[ELECTION_MAX_TIMEOUT] + settings[ELECTION_DURATION] for gap in gaps)
     scheduler.close()
     count = len(rounds)
     bench.advance_to(120_000)

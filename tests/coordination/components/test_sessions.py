@@ -36,6 +36,7 @@ from coordinated.coordination.messages import (
     decode_envelope,
     encode_envelope,
 )
+from coordinated.coordination.registry import default_settings
 from coordinated.coordination.safety import InMemoryPersistedState
 from coordinated.coordination.state import (
     ClusterState,
@@ -290,7 +291,7 @@ def test_sessions_travel_in_diffs_and_in_the_persisted_encoding() -> None:
     ],
 )
 def test_the_master_refuses_malformed_session_requests_naming_the_field(request_: ClientRequest, problem: str) -> None:
-    reason = request_problem(request_, ClusterState(cluster_name="t"), 10)
+    reason = request_problem(request_, ClusterState(cluster_name="t"), default_settings())
     assert reason is not None and problem in reason, reason
     node = leader()
     result = result_of(node, request_)

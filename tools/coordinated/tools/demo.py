@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from coordinated.client import CoordinatedError
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
 # Default protocol settings, except quicker discovery so the demo does not sit idle.
@@ -64,10 +65,10 @@ def measure_failover(cluster: LocalCluster, master: LocalNode) -> tuple[float, f
         while not stop.is_set():
             node = survivors[i % len(survivors)]
             try:
-                status, _ = node.put(f"/_cluster/metadata/failover-{i}", i, timeout=2)
-            except OSError:
-                status = 0
-            if status == 200:
+                node.client().put(f"failover-{i}", i)
+            except CoordinatedError:
+                pass
+            else:
                 acks.append(time.monotonic())
             i += 1  # a new key each time, through the next survivor
 
@@ -118,7 +119,7 @@ def run(nodes: int, workdir: Path) -> int:
 
         step("Election")
         master = cluster.wait_master(timeout=30, nodes=nodes)
-        _, health = master.get("/_cluster/health")
+        health = master.client().cluster_health()
         say(
             f"   {GREEN}elected{RESET} {BOLD}{master.name}{RESET} in term {health['term']}, "
             f"{(time.monotonic() - started) * 1000:.0f} ms after the first start (including process start-up)"
@@ -129,13 +130,10 @@ def run(nodes: int, workdir: Path) -> int:
         for i, node in enumerate(cluster.running()):
             value = {"written_via": node.name, "n": i}
             t0 = time.monotonic()
-            status, body = node.put(f"/_cluster/metadata/greeting-{i}", value)
-            say(
-                f"   PUT via {node.name}: {status} version {body.get('version')} ({(time.monotonic() - t0) * 1000:.1f} ms)"
-            )
+            written = node.client().put(f"greeting-{i}", value)
+            say(f"   PUT via {node.name}: version {written.version} ({(time.monotonic() - t0) * 1000:.1f} ms)")
         reader = cluster.running()[-1]
-        status, body = reader.get("/_cluster/metadata/greeting-0")
-        say(f"   linearizable GET greeting-0 via {reader.name}: {body.get('value')}")
+        say(f"   linearizable GET greeting-0 via {reader.name}: {reader.client().get('greeting-0').value}")
 
         step("kill -9 of the master, with a client writing in a loop")
         say(f"   killing {master.name} (pid {master.pid})")
@@ -165,27 +163,25 @@ def run(nodes: int, workdir: Path) -> int:
 
         leaving = [f"node-{i}" for i in range(4, 6)] if nodes <= 3 else extra
         step(f"Scale down to 3: exclude {leaving} from voting, stop them, clear the exclusions")
-        status, body = master.request(
-            "POST", f"/_cluster/voting_config_exclusions?node_names={','.join(leaving)}&timeout=30s"
-        )
-        say(f"   POST /_cluster/voting_config_exclusions: {status}")
+        master.client().add_voting_config_exclusions(leaving, timeout=30)
+        say(f"   POST /_cluster/voting_config_exclusions?node_names={','.join(leaving)}: acknowledged")
         master = cluster.wait_master(timeout=30)
         show_config(cluster, master)
         for name in leaving:
             code = cluster.stop(cluster.nodes[name])
             say(f"   stopped {name} (SIGTERM, exit {code})")
-        status, body = master.request("DELETE", "/_cluster/voting_config_exclusions?wait_for_removal=true&timeout=30s")
-        say(f"   DELETE /_cluster/voting_config_exclusions?wait_for_removal=true: {status}")
+        master.client().clear_voting_config_exclusions(wait_for_removal=True, timeout=30)
+        say("   DELETE /_cluster/voting_config_exclusions?wait_for_removal=true: acknowledged")
         master = cluster.wait_master(timeout=30, nodes=len(cluster.running()))
         show_config(cluster, master)
-        _, health = master.get("/_cluster/health")
+        health = master.client().cluster_health()
         say(f"   cluster {health['status']}: {health['number_of_nodes']} nodes, master {master.name}")
 
         step("Stopping every node (SIGTERM: a stopping master hands over first)")
     except KeyboardInterrupt:
         interrupted = True
         say(f"\n{RED}interrupted{RESET}: stopping every node")
-    except (TimeoutError, RuntimeError, OSError) as error:
+    except (TimeoutError, RuntimeError, OSError, CoordinatedError) as error:
         say(f"\n{RED}demo failed: {error}{RESET} (node logs in {workdir})")
         cluster.stop_all(graceful=False)
         return 1

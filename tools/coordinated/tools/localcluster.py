@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coordinated.client import Client, CoordinatedError
+
 # Short timeouts so tests and the demo notice failures quickly.
 FAST_SETTINGS = {
     "cluster.fault_detection.leader_check.interval": "200ms",
@@ -66,7 +68,8 @@ def http(
     headers: dict[str, str] | None = None,
     context: ssl.SSLContext | None = None,
 ) -> tuple[int, Any]:
-    """(status, decoded JSON or text); never raises for an HTTP error status."""
+    """(status, decoded JSON or text); never raises for an HTTP error status. A raw request, for tests of the
+    HTTP API itself (statuses, bodies, malformed input); calls of the API go through `LocalNode.client`."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
     all_headers = {"Content-Type": "application/json", **(headers or {})}
     request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
@@ -97,6 +100,7 @@ class LocalNode:
     # With TLS on the client port: the client context to reach it; and headers such as a bearer token.
     ssl_context: ssl.SSLContext | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    _client: Client | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
@@ -121,6 +125,24 @@ class LocalNode:
 
     def request(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
         return http(method, self.url + path, body, timeout=timeout, headers=self.headers, context=self.ssl_context)
+
+    def client(self) -> Client:
+        """A client of this node alone, one attempt per call: the harness waits and retries itself."""
+        if self._client is None:
+            self._client = Client(
+                self.url,
+                retry_timeout=0,
+                follow_master=False,
+                request_timeout=2.0,
+                verify=self.ssl_context or True,
+                headers=self.headers,
+            )
+        return self._client
+
+    def close_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def node_id(self) -> str:
         return (self.data_dir / "node-id.dat").read_text().split("\n", 1)[1].strip()
@@ -235,10 +257,10 @@ class LocalCluster:
         masters = set()
         for node in among or self.running():
             try:
-                status, health = node.get("/_cluster/health", timeout=2)
-            except OSError:
+                health = node.client().cluster_health()
+            except CoordinatedError:
                 return None
-            if status != 200 or not health.get("master_node"):
+            if not health.get("master_node"):
                 return None
             masters.add(health["master_node"])
         if len(masters) != 1:
@@ -259,9 +281,8 @@ class LocalCluster:
             if master is not None and master is not exclude:
                 if nodes is None:
                     return master
-                with contextlib.suppress(OSError):
-                    _, health = master.get("/_cluster/health", timeout=2)
-                    if health.get("number_of_nodes") == nodes:
+                with contextlib.suppress(CoordinatedError):
+                    if master.client().cluster_health().get("number_of_nodes") == nodes:
                         return master
             time.sleep(0.05)
         raise TimeoutError(f"no agreed master within {timeout}s")
@@ -288,6 +309,7 @@ class LocalCluster:
 
     def stop_all(self, graceful: bool = True) -> None:
         for node in self.nodes.values():
+            node.close_client()
             if node.process is None or node.process.poll() is not None:
                 continue
             try:
@@ -301,7 +323,7 @@ class LocalCluster:
                     os.kill(node.process.pid, signal.SIGKILL)
 
     def voting_config(self, node: LocalNode) -> dict[str, list[str]]:
-        _, state = node.get("/_cluster/state?local=true")
+        state = node.client().cluster_state(local=True)
         coordination = state["metadata"]["cluster_coordination"]
         names = {node_id: info["name"] for node_id, info in state["nodes"].items()}
         return {

@@ -21,11 +21,13 @@ def check(fr: Frames) -> list[CheckResult]:
 
 
 def unique_state(fr: Frames) -> CheckResult:
-    """Each (term, version) has exactly one state_uuid across all nodes."""
+    """Each (term, version) has exactly one state_uuid across all nodes; a node's copy rewritten offline by
+    `coordinated node-tool remove-settings` stands for the state it replaced and is not counted."""
     # The table has one row per (cid, state_uuid): a count finds the versions with several states in a hash
     # aggregation with a numeric buffer; their uuids are gathered for the few reported ones only.
     bad = (
-        fr.states.groupBy("cid", "term", "version")
+        fr.states.filter(~F.col("rewritten"))
+        .groupBy("cid", "term", "version")
         .agg(F.count(F.lit(1)).alias("n"))
         .filter(F.col("n") > 1)
         .withColumnRenamed("cid", "cluster_uuid")

@@ -1,0 +1,212 @@
+"""What both clients share: their settings, their addresses, and the flow that sends one call with retries.
+
+`perform` is the one place where a call meets the network: it follows the master among the addresses,
+retries what may be retried (`endpoints.failure` says what), backs off with tenacity's exponential backoff
+and full jitter, and gives up after `retry_timeout`. tenacity is driven step by step here (its `iter`,
+as its own `Retrying.__iter__` does), so that the pauses are `Sleep` steps that either driver performs.
+"""
+
+from __future__ import annotations
+
+import ssl
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Self, TypedDict, TypeVar
+
+import httpx
+from tenacity import (
+    DoAttempt,
+    DoSleep,
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from coordinated.client import calls
+from coordinated.client.endpoints import (
+    DEFAULT_ADDRESS,
+    Endpoints,
+    Retryable,
+    body_of,
+    decode,
+    failure,
+    from_environment,
+    timeout_for,
+)
+from coordinated.client.errors import CoordinatedError
+from coordinated.client.flow import Flow, Send, Sleep
+
+T = TypeVar("T")
+
+# How long finding the master may take per address: it is an optimization, never worth a long wait.
+FIND_MASTER_TIMEOUT_S = 2.0
+
+
+class ClientOptions(TypedDict, total=False):
+    """The options of `Client` and `AsyncClient` (see `ClientBase`)."""
+
+    token: str | None
+    verify: bool | str | ssl.SSLContext
+    cert: str | tuple[str, str] | None
+    request_timeout: float
+    retry_timeout: float
+    follow_master: bool
+    master_timeout: float | None
+    server_hostname: str | None
+    headers: Mapping[str, str] | None
+
+
+class ClientBase:
+    """The settings and the address state of a client; `Client` and `AsyncClient` add a driver.
+
+    `addresses`: one sidecar (in a pod, its loopback listener, the default) or several; the client follows
+    the master among them and fails over when one stops answering. `token`: a bearer token (the
+    `<cluster>-client` Secret on Kubernetes). `verify`/`cert`: TLS, as httpx takes them (a CA bundle path or
+    an `ssl.SSLContext`; a client certificate). `server_hostname`: the name to check the server's
+    certificate against, when the address is an IP that the certificate does not name. `headers`: sent with
+    every request (a proxy's, say), beside the token's `Authorization`. Calls that fail
+    with a 503 or without a connection are retried with exponential backoff and jitter for up to
+    `retry_timeout` seconds (0: one attempt). With `follow_master=False` the client stays on one address
+    until that fails (a follower forwards writes to the master itself). `master_timeout`: how long the
+    cluster may take over a call before it answers 503 (the server's default is 30 s).
+    """
+
+    def __init__(
+        self,
+        addresses: str | Sequence[str] = DEFAULT_ADDRESS,
+        *,
+        token: str | None = None,
+        verify: bool | str | ssl.SSLContext = True,
+        cert: str | tuple[str, str] | None = None,
+        request_timeout: float = 10.0,
+        retry_timeout: float = 30.0,
+        follow_master: bool = True,
+        master_timeout: float | None = None,
+        server_hostname: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.endpoints = Endpoints(addresses, follow_master)
+        self.request_timeout = request_timeout
+        self.retry_timeout = retry_timeout
+        self.master_timeout = None if master_timeout is None else calls.duration(master_timeout, "master_timeout")
+        self.verify = verify
+        self.cert = cert
+        self._headers: Mapping[str, str] = {
+            **(headers or {}),
+            **({"Authorization": f"Bearer {token}"} if token else {}),
+        }
+        self._extensions: Mapping[str, Any] = {"sni_hostname": server_hostname} if server_hostname else {}
+
+    @classmethod
+    def from_env(cls, **options: Any) -> Self:
+        """From `COORDINATED_URL` (default: the loopback listener) and `COORDINATED_TOKEN`, as the operator
+        sets them in the cluster's pods."""
+        addresses, token = from_environment()
+        return cls(addresses, token=token, **options)
+
+    def request_options(self, send: Send) -> dict[str, Any]:
+        """The keyword arguments of `httpx.Client.request` (and of `httpx.AsyncClient.request`) for a step."""
+        headers = dict(self._headers)
+        if send.body is not None:
+            headers["Content-Type"] = "application/json"
+        return {
+            "params": send.params,
+            "content": send.body,
+            "headers": headers,
+            "timeout": send.timeout,
+            "extensions": self._extensions,
+        }
+
+
+def attempt(client: ClientBase, address: str, call: calls.Call[T], timeout_s: float | None = None) -> Flow[T]:
+    """One attempt at one address. A failure of the attempt itself (no connection, no answer, a 503) raises
+    `Retryable` or `OutcomeUnknown`; an answer is parsed by the call (which raises the API's errors)."""
+    params = dict(call.params)
+    if call.master_timeout and client.master_timeout is not None:
+        params["master_timeout"] = client.master_timeout
+    send = Send(
+        call.method,
+        address + call.path,
+        params,
+        body_of(call),
+        timeout_for(call, timeout_s or client.request_timeout),
+    )
+    try:
+        response: httpx.Response = yield send
+    except httpx.TransportError as error:
+        client.endpoints.failed(address)
+        raise failure(call, address, error) from error
+    body = decode(response)
+    if response.status_code == 503:
+        client.endpoints.failed(address)
+        raise failure(call, address, None, 503, body)
+    return call.parse(response.status_code, body)
+
+
+def find_master(client: ClientBase) -> Flow[None]:
+    """Use the master's address if it is among ours, learning the addresses' node names on the way."""
+    endpoints = client.endpoints
+    endpoints.find_master = False
+    try:
+        master = yield from attempt(client, endpoints.current, calls.cat_master(), FIND_MASTER_TIMEOUT_S)
+    except (Retryable, CoordinatedError):
+        return
+    if master is None:
+        return
+    for address in endpoints.addresses:
+        if address not in endpoints.names:
+            try:
+                name = yield from attempt(client, address, calls.node_name(), FIND_MASTER_TIMEOUT_S)
+            except (Retryable, CoordinatedError):
+                continue
+            if name is not None:
+                endpoints.names[address] = name
+    endpoints.use_node(master)
+
+
+def attempt_here(client: ClientBase, call: calls.Call[T]) -> Flow[T]:
+    """One attempt where the client sends now: the master's address once it is found."""
+    if client.endpoints.find_master:
+        yield from find_master(client)
+    return (yield from attempt(client, client.endpoints.current, call))
+
+
+def perform(client: ClientBase, call: calls.Call[T]) -> Flow[T]:
+    """Runs one call with retries; raises the call's ApiError, OutcomeUnknown, or the last failure.
+
+    The first attempt goes out at once; tenacity takes over only after it failed (most calls succeed at
+    the first attempt, and tenacity's bookkeeping costs about as much as the request's own)."""
+    started = time.monotonic()
+    try:
+        return (yield from attempt_here(client, call))
+    except Retryable as failed:
+        first = failed
+    retrying = Retrying(
+        stop=stop_after_delay(client.retry_timeout - (time.monotonic() - started)),
+        wait=wait_random_exponential(multiplier=0.05, max=1.0),
+        retry=retry_if_exception_type(Retryable),
+        reraise=True,
+    )
+    retrying.begin()
+    state = RetryCallState(retrying, fn=None, args=(), kwargs={})
+    state.set_exception((type(first), first, first.__traceback__))
+    while True:
+        try:
+            action = retrying.iter(state)
+        except Retryable as retryable:  # out of time: the last failure, as the caller knows it
+            raise retryable.error from retryable.__cause__
+        if isinstance(action, DoAttempt):
+            try:
+                result = yield from attempt_here(client, call)
+            except Retryable:
+                state.set_exception(sys.exc_info())  # type: ignore[arg-type]  # Retryable is an exception
+            else:
+                state.set_result(result)
+        elif isinstance(action, DoSleep):
+            state.prepare_for_next_attempt()
+            yield Sleep(float(action))
+        else:
+            return action  # type: ignore[no-any-return]  # the result set above
