@@ -1,4 +1,5 @@
-# One image for the sidecar, the operator and the audit job; the entrypoint is the `coordinated` CLI.
+# One image for the sidecar, the operator, the audit job and the Python client (coordinated.client); the
+# entrypoint is the `coordinated` CLI.
 #   docker build -t coordinated-cluster:0.1.0 .
 #   docker build --build-arg BASE_IMAGE=python:3.13-slim-trixie --build-arg JAVA_PACKAGE=openjdk-21-jre-headless .
 ARG BASE_IMAGE=python:3.12-slim-bookworm

@@ -48,12 +48,12 @@ def helm(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="session")
 def operator_release(kube: None) -> str:
-    """The chart, installed as a user would, with a short reconcile interval so that scaling steps are quick."""
+    """The chart, installed as a user would, with its default reconcile interval (15 s): scaling steps follow
+    each other by themselves, not by the periodic pass."""
     helm(
         "upgrade", "--install", RELEASE, str(REPO / "charts" / "coordinated-cluster"),
         "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
         "--set", f"image.tag={PROJECT_VERSION}", "--set", "image.pullPolicy=Never",
-        "--set", "operator.reconcileInterval=3",
         "--wait", "--timeout", "5m",
     )  # fmt: skip
     return RELEASE

@@ -142,7 +142,12 @@ def remove_cluster(namespace: str, name: str) -> None:
 
 
 def cluster_manifest(
-    namespace: str, name: str, replicas: int, settings: dict[str, str] | None = None, secure: bool = False
+    namespace: str,
+    name: str,
+    replicas: int,
+    settings: dict[str, str] | None = None,
+    secure: bool = False,
+    **spec_fields: Any,
 ) -> dict:
     """A CoordinatedCluster running the local image (never pulled).
 
@@ -155,6 +160,7 @@ def cluster_manifest(
         spec.update({"tls": {"enabled": False}, "auth": {"enabled": False}, "networkPolicy": {"enabled": False}})
     if settings is not None:
         spec["settings"] = settings
+    spec.update(spec_fields)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "CoordinatedCluster",
@@ -185,6 +191,25 @@ def voting_config(state: dict[str, Any]) -> set[str]:
     return {names.get(node_id, node_id) for node_id in coordination["last_committed_config"]}
 
 
+def committed_ids(state: dict[str, Any]) -> set[str]:
+    """The committed voting configuration by node id (a node that lost its data comes back under a new one)."""
+    return set(state["metadata"]["cluster_coordination"]["last_committed_config"])
+
+
+def key_versions(sidecars: Sidecars, target: str, keys: list[str]) -> dict[str, tuple[Any, int, int]]:
+    """Each key's (value, version, create_version), read in transactions of 64 gets: one committed state each."""
+    found: dict[str, tuple[Any, int, int]] = {}
+    for start in range(0, len(keys), 64):
+        batch = keys[start : start + 64]
+        body = {"compare": [], "success": [{"op": "get", "key": key} for key in batch], "failure": []}
+        reply = sidecars.request(target, "POST", "_cluster/metadata/_txn", body)
+        assert reply.status == 200 and reply.body["succeeded"], reply
+        for result in reply.body["results"]:
+            if result["found"]:
+                found[result["key"]] = (result["value"], result["version"], result["create_version"])
+    return found
+
+
 def exclusions(state: dict[str, Any]) -> list[Any]:
     return list(state["metadata"]["cluster_coordination"]["voting_config_exclusions"])
 
@@ -203,6 +228,15 @@ class Cluster:
 
     def status(self) -> dict[str, Any]:
         return self.resource().get("status") or {}
+
+    def condition(self, kind: str) -> dict[str, Any]:
+        """The status condition of this type ({} while there is none)."""
+        return next((c for c in self.status().get("conditions") or () if c["type"] == kind), {})
+
+    def condition_with_reason(self, kind: str, reason: str) -> dict[str, Any] | None:
+        """The condition once it has this reason, else None (a wait_until probe)."""
+        found = self.condition(kind)
+        return found if found.get("reason") == reason else None
 
     def pods(self) -> list[client.V1Pod]:
         selector = f"app.kubernetes.io/name=coordinated-cluster,app.kubernetes.io/instance={self.name}"
@@ -361,14 +395,8 @@ def run_spark_submit_audit(cluster: Cluster, replicas: int, **settings: str) -> 
         "REPLICAS": str(replicas),
         "IMAGE": IMAGE,
         "EXECUTORS": "1",
-        # Spark asks for a whole core per pod by default; the e2e node has two.
-        "SPARK_SUBMIT_EXTRA": " ".join(
-            [
-                f"--conf spark.kubernetes.driver.pod.name={driver_pod}",
-                "--conf spark.kubernetes.driver.request.cores=250m",
-                "--conf spark.kubernetes.executor.request.cores=250m",
-            ]
-        ),
+        # The script's default CPU requests (a quarter core per pod) fit the e2e node's two cores.
+        "SPARK_SUBMIT_EXTRA": f"--conf spark.kubernetes.driver.pod.name={driver_pod}",
         **settings,
     }
     watch = ExecutorWatch(namespace, cluster.name)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -20,10 +19,6 @@ Figure = Callable[[str], None]
 @pytest.fixture(scope="module")
 def cluster(operator_release: str, namespace: str) -> Cluster:
     return Cluster(namespace, NAME)
-
-
-def condition(cluster: Cluster, kind: str) -> dict[str, Any] | None:
-    return next((c for c in cluster.status().get("conditions") or () if c["type"] == kind), None)
 
 
 def ready(cluster: Cluster) -> None:
@@ -41,12 +36,36 @@ def test_the_status_follows_a_pod_deletion_within_seconds(cluster: Cluster, figu
     # `kubectl wait --for=condition=Ready` cannot pass on the status from before the deletion.
     wait_until(
         "the Ready condition to turn False",
-        lambda: (condition(cluster, "Ready") or {}).get("status") == "False" or None,
+        lambda: cluster.condition("Ready").get("status") == "False" or None,
         60,
     )
     figure(f"pod deleted to Ready=False in the status: {time.monotonic() - started:.1f} s")
     ready(cluster)
     figure(f"pod deleted to Ready again: {time.monotonic() - started:.1f} s")
+
+
+def test_a_larger_volume_on_a_class_that_cannot_expand_changes_nothing(cluster: Cluster) -> None:
+    """The harness's default class, like kind's, has no allowVolumeExpansion: the operator says so and leaves the
+    StatefulSet and the claim as they are (test_02_production.py grows volumes on a class that can)."""
+    kubectl("-n", cluster.namespace, "patch", "ccl", NAME, "--type=merge", "-p", '{"spec":{"storage":{"size":"2Gi"}}}')
+
+    size = wait_until(
+        "the ExpansionNotSupported condition",
+        lambda: cluster.condition_with_reason("StorageSize", "ExpansionNotSupported"),
+        120,
+    )
+    assert size["status"] == "False"
+    assert "storage.size asks for 2Gi, but StorageClass standard does not allow volume expansion" in size["message"]
+    template = kubectl(
+        "-n", cluster.namespace, "get", "statefulset", NAME,
+        "-o", "jsonpath={.spec.volumeClaimTemplates[0].spec.resources.requests.storage}",
+    ).stdout  # fmt: skip
+    claim = kubectl(
+        "-n", cluster.namespace, "get", "pvc", f"data-{NAME}-0", "-o", "jsonpath={.spec.resources.requests.storage}"
+    ).stdout
+    assert (template, claim) == ("1Gi", "1Gi")
+    assert any(event.reason == "VolumeExpansionNotSupported" for event in cluster.events())
+    assert cluster.status()["phase"] == "Ready"  # nothing else is affected
 
 
 def test_a_cluster_recreated_over_retained_claims_says_it_adopts_their_data(cluster: Cluster) -> None:
@@ -69,8 +88,8 @@ def test_a_cluster_recreated_over_retained_claims_says_it_adopts_their_data(clus
     adopting = next(event for event in ours if event.reason == "AdoptingExistingData")
     message = adopting.message or ""
     assert message.startswith("adopting existing data") and f"data-{NAME}-0" in message
-    adopted = condition(cluster, "ExistingDataAdopted")
-    assert adopted is not None and adopted["status"] == "True", cluster.status()
+    adopted = cluster.condition("ExistingDataAdopted")
+    assert adopted.get("status") == "True", cluster.status()
     # What the message announces is what happened: the old cluster's identity and keys.
     assert cluster.status()["clusterUUID"] == uuid
     read = cluster.sidecars.request(f"pods/{NAME}-0", "GET", "_cluster/metadata/kept")

@@ -105,6 +105,14 @@ def lose_two_claims_and_recover(cluster: Cluster, figure: Figure) -> None:
     # The survivor alone is not a majority of the voting configuration: no master, however long one waits.
     wait_until("the NoMaster phase", lambda: cluster.status().get("phase") == "NoMaster" or None, 180, interval=1)
     figure(f"unsafe-bootstrap: 2 of 3 claims deleted to NoMaster: {time.monotonic() - started:.0f} s")
+    # The operator says why, naming the lost members, and points to the procedure below.
+    quorate = wait_until(
+        "the QuorumLost reason", lambda: cluster.condition_with_reason("Quorate", "QuorumLost"), 120, interval=1
+    )
+    assert "2 of the 3 voters lost their data" in quorate["message"], quorate
+    assert f"{NAME}-1" in quorate["message"] and f"{NAME}-2" in quorate["message"]
+    assert "unsafe-bootstrap" in quorate["message"] and "Recovering from quorum loss" in quorate["message"]
+    assert cluster.events("QuorumLost"), "no QuorumLost Event"
 
     recovery = time.monotonic()
     output = run_procedure(namespace)

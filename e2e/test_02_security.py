@@ -100,8 +100,9 @@ elif mode == "reach":
             result[str(port)] = type(error).__name__
 elif mode == "write":
     deadline, acknowledged, failures, times = time.time() + float(os.environ["DURATION"]), [], 0, [time.time()]
+    enough = int(os.environ.get("ENOUGH_CERTIFICATES", "0")) or None  # stop once this many were served
     n = 0
-    while time.time() < deadline:
+    while time.time() < deadline and (enough is None or len(seen) < enough):
         status = call("PUT", "/_cluster/metadata/rot-%d" % n, {"n": n})
         if status == 200:
             acknowledged.append(n)
@@ -312,9 +313,9 @@ def test_a_pod_outside_the_network_policy_reaches_neither_port(secured: Cluster)
 
 
 def test_certificates_rotate_while_a_writer_runs(operator_release: str, namespace: str, figure: Figure) -> None:
-    # Renewed after a quarter of a 4-minute lifetime: every certificate is replaced about a minute after
-    # issue, and the 3 minutes left cover the kubelet's projection of the Secret.
-    tls = {"certificateLifetime": "4m", "renewalFraction": 0.25}
+    # Renewed after a tenth of a 210 s lifetime: every certificate is replaced 21 s after issue, and the 189 s
+    # left (the operator asks at least 180) cover the kubelet's projection of the Secret (10 s in the harness).
+    tls = {"certificateLifetime": "210s", "renewalFraction": 0.1}
     cluster = start_secure_cluster(namespace, "rotating", 3, tls=tls)
     restarts_before = {pod.metadata.name: pod.status.container_statuses[0].restart_count for pod in cluster.pods()}
     certs_before = kubectl("-n", namespace, "get", "secret", "rotating-certs", "-o", "jsonpath={.data}").stdout
@@ -325,7 +326,8 @@ def test_certificates_rotate_while_a_writer_runs(operator_release: str, namespac
         f"rotating.{namespace}.svc",
         "rotating",
         labels={CLIENT_LABEL: "rotating"},
-        extra_env={"DURATION": "180"},
+        # Until a renewed certificate was served (more distinct ones than pods), at most 3 minutes.
+        extra_env={"DURATION": "180", "ENOUGH_CERTIFICATES": "4"},
     )
     started = time.monotonic()
     result = run_client(writer, 400)

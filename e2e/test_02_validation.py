@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 @pytest.mark.parametrize(
     ("replicas", "settings", "message"),
     [
-        (0, None, "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1"),
+        (-1, None, "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"),
         (1, {"discovery.zen.minimum_master_nodes": "2"}, "setting [discovery.zen.minimum_master_nodes] is from Zen1"),
         (
             1,
@@ -26,12 +26,35 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
         ),
         (1, {"node.name": "mine"}, "setting [node.name] is managed by the operator"),
     ],
-    ids=["zero-replicas", "zen1-setting", "time-without-unit", "managed-setting"],
+    ids=["negative-replicas", "zen1-setting", "time-without-unit", "managed-setting"],
 )
 def test_the_api_server_rejects_an_invalid_cluster_with_a_clear_message(
     operator_release: str, namespace: str, replicas: int, settings: dict[str, str] | None, message: str
 ) -> None:
     done = apply(cluster_manifest(namespace, "invalid", replicas, settings), check=False)
+    assert done.returncode != 0, "the API server accepted an invalid CoordinatedCluster"
+    assert message in done.stderr, done.stderr
+    assert "invalid" not in kubectl("-n", namespace, "get", "ccl", "-o", "name").stdout
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"votingReplicas": 5},
+            "spec.votingReplicas: Forbidden: spec.votingReplicas (5) cannot exceed spec.replicas (3)",
+        ),
+        (
+            {"scheduling": {"tolerations": [{"key": "dedicated", "operator": "Sometimes"}]}},
+            'spec.scheduling.tolerations[0].operator: Unsupported value: "Sometimes"',
+        ),
+    ],
+    ids=["voting-above-replicas", "bad-toleration"],
+)
+def test_the_api_server_rejects_invalid_membership_and_placement(
+    operator_release: str, namespace: str, fields: dict[str, Any], message: str
+) -> None:
+    done = apply(cluster_manifest(namespace, "invalid", 3, **fields), check=False)
     assert done.returncode != 0, "the API server accepted an invalid CoordinatedCluster"
     assert message in done.stderr, done.stderr
     assert "invalid" not in kubectl("-n", namespace, "get", "ccl", "-o", "name").stdout
@@ -46,12 +69,11 @@ def test_invalid_settings_give_a_condition_and_an_event_not_a_crash_loop(operato
     cluster = Cluster(namespace, "bad-settings")
     expected = "[cluster.election.max_timeout] is [1s], but must be at least [cluster.election.initial_timeout]"
 
-    def refused() -> dict[str, Any] | None:
-        conditions = {c["type"]: c for c in cluster.status().get("conditions") or ()}
-        reconciled = conditions.get("ReconciliationComplete") or {}
-        return reconciled if reconciled.get("reason") == "InvalidSpec" else None
-
-    condition = wait_until("the InvalidSpec condition", refused, 120)
+    condition = wait_until(
+        "the InvalidSpec condition",
+        lambda: cluster.condition_with_reason("ReconciliationComplete", "InvalidSpec"),
+        120,
+    )
     assert condition["status"] == "False"
     assert expected in condition["message"]
     events = wait_until("a ScalingRefused event", lambda: cluster.events("ScalingRefused"), 60)
@@ -73,3 +95,23 @@ def _operator_restarts(core: client.CoreV1Api) -> dict[str, int]:
     return {
         pod.metadata.name: sum(status.restart_count for status in pod.status.container_statuses or ()) for pod in pods
     }
+
+
+def test_a_placement_that_cannot_be_scheduled_is_a_condition_with_the_schedulers_reason(
+    operator_release: str, namespace: str
+) -> None:
+    """Not a silent Pending: PodsScheduled False names the pod and the scheduler's message, with an Event."""
+    apply(cluster_manifest(namespace, "nowhere", 1, scheduling={"nodeSelector": {"coordinated.dev/e2e": "nowhere"}}))
+    cluster = Cluster(namespace, "nowhere")
+
+    scheduled = wait_until(
+        "the PodsScheduled condition", lambda: cluster.condition_with_reason("PodsScheduled", "Unschedulable"), 180
+    )
+    assert scheduled["status"] == "False"
+    assert scheduled["message"].startswith("nowhere-0 cannot be scheduled: 0/1 nodes are available")
+    assert "didn't match Pod's node affinity/selector" in scheduled["message"]
+    events = wait_until("an Unschedulable event", lambda: cluster.events("Unschedulable"), 60)
+    assert events[0].type == "Warning" and "nowhere-0 cannot be scheduled" in (events[0].message or "")
+    kubectl("-n", namespace, "delete", "ccl", "nowhere", "--wait=true", timeout=180)
+    wait_until("the pod to go", lambda: cluster.pods() == [], 120)
+    kubectl("-n", namespace, "delete", "pvc", "data-nowhere-0", "--ignore-not-found", "--wait=true", timeout=120)

@@ -139,7 +139,8 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: coordinated-e
 EOT
   start kube-network-policies "$KNP_BIN" --kubeconfig "$pki/kube-network-policies.kubeconfig" \
     --hostname-override "$NODE_NAME" --nfqueue-id "$KNP_QUEUE"
-  # A default StorageClass with a provisioner, as kind has: StatefulSets need volumes.
+  # A default StorageClass with a provisioner, as kind has: StatefulSets need volumes. Like kind's, it cannot
+  # expand a volume; "expandable" (the same provisioner, which then also resizes) can.
   kubectl apply -f - >/dev/null <<EOT
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -147,6 +148,14 @@ metadata: {name: standard, annotations: {storageclass.kubernetes.io/is-default-c
 provisioner: $E2E_PROVISIONER
 reclaimPolicy: Delete
 volumeBindingMode: Immediate
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: expandable}
+provisioner: $E2E_PROVISIONER
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+allowVolumeExpansion: true
 EOT
   start provisioner "$lib/provisioner.sh" "$STATE"
   start coredns "$COREDNS_BIN" -conf "$STATE/Corefile" -dns.port 53

@@ -12,6 +12,10 @@ source "$(dirname "$0")/common.sh"
 dir="$CACHE/image"
 mkdir -p "$dir"
 BASE_PKGS=python3,python3-venv,openjdk-17-jre-headless,procps,ca-certificates
+# What the Dockerfile installs: the extras (the client, client/, is a dependency of its own), and the package
+# folders the image is built from (its cache key).
+IMAGE_EXTRAS=operator,audit
+IMAGE_SOURCES="core sidecar operator spark-jobs tools client"
 
 # Pause image: one static binary.
 pause_tar="$dir/pause.tar"
@@ -48,8 +52,8 @@ fi
 
 # App layer, keyed by the project's sources. The wheels are built on the host (same
 # CPython minor as bookworm's, 3.11) so the chroot needs no network at all.
-src_key=$(cd "$REPO_DIR" && git ls-files -co --exclude-standard -- pyproject.toml README.md core sidecar operator spark-jobs tools \
-  client e2e/lib/image.sh scripts/fetch-s3a-jars.sh |
+src_key=$(cd "$REPO_DIR" && git ls-files -co --exclude-standard -- pyproject.toml README.md $IMAGE_SOURCES e2e/lib/image.sh \
+  scripts/fetch-s3a-jars.sh |
   LC_ALL=C sort | xargs -d '\n' sha256sum | sha256sum | cut -c1-16)
 image_tar="$dir/coordinated-cluster-$IMAGE_VERSION-$base_key-$src_key.tar"
 if [[ ! -f $image_tar ]]; then
@@ -59,14 +63,14 @@ if [[ ! -f $image_tar ]]; then
     die "$py must be CPython 3.11 (bookworm's python3) to build wheels for the image"
   # The client (client/) is a distribution of its own that the project pins: built in the same resolve, so
   # that pip takes it from this checkout.
-  log "building wheels for coordinated-client and coordinated-cluster[operator,audit]"
-  "$py" -m pip wheel -q --wheel-dir "$dir/wheels" "${REPO_DIR}/client" "${REPO_DIR}[operator,audit]"
+  log "building wheels for coordinated-client and coordinated-cluster[$IMAGE_EXTRAS]"
+  "$py" -m pip wheel -q --wheel-dir "$dir/wheels" "${REPO_DIR}/client" "${REPO_DIR}[$IMAGE_EXTRAS]"
   root="$base/rootfs"
   app=(opt/venv app usr/local/bin/spark-entrypoint.sh opt/coordinated)
   (cd "$root" && rm -rf "${app[@]}" tmp/wheels) && cp -r "$dir/wheels" "$root/tmp/wheels"
   chroot "$root" python3 -m venv /opt/venv
   chroot "$root" /opt/venv/bin/pip install -q --no-index --no-cache-dir --find-links /tmp/wheels \
-    --force-reinstall "coordinated-cluster[operator,audit]==$IMAGE_VERSION"
+    --force-reinstall "coordinated-cluster[$IMAGE_EXTRAS]==$IMAGE_VERSION"
   chroot "$root" /opt/venv/bin/coordinated --help >/dev/null || die "coordinated does not run in the image"
   chroot "$root" /opt/venv/bin/python -c "from coordinated.client import Client, AsyncClient, Lock, LeaderElection" ||
     die "the documented Python client (coordinated.client) does not import in the image"

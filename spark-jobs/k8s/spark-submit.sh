@@ -23,7 +23,12 @@
 # reference (without it, the pods' service account's workload identity or the node's role is used):
 #   INPUT=s3://histories/prod S3_ENDPOINT=http://minio.storage:9000 S3_CREDENTIALS_SECRET=s3-keys \
 #     CLUSTER=my-cluster spark-jobs/k8s/spark-submit.sh
-# EXECUTORS (default 2) sets how many executors the audit's tasks spread over.
+# EXECUTORS (default 2) sets how many executors the audit's tasks spread over. Each driver and executor pod asks
+# for DRIVER_REQUEST_CORES / EXECUTOR_REQUEST_CORES of CPU (default 250m: Spark's own default, a whole core per
+# pod, leaves the executors of the default run Pending for ever on a 2-CPU node).
+# A pod of the run that the scheduler cannot place is reported with the scheduler's reason at once; after
+# PENDING_TIMEOUT seconds (default 300) of that the run is stopped (its pods deleted) and the script exits 3.
+# spark-submit is taken from SPARK_SUBMIT, else from PATH, else from the repository's .venv (`make install`).
 set -euo pipefail
 
 NAMESPACE="${NAMESPACE:-default}"
@@ -54,6 +59,23 @@ if [[ ! $EXECUTORS =~ ^[1-9][0-9]{0,3}$ ]]; then
   echo "spark-submit.sh: EXECUTORS must be a whole number from 1 to 9999, not '${EXECUTORS}'" >&2
   exit 2
 fi
+DRIVER_REQUEST_CORES="${DRIVER_REQUEST_CORES:-250m}"
+EXECUTOR_REQUEST_CORES="${EXECUTOR_REQUEST_CORES:-250m}"
+PENDING_TIMEOUT="${PENDING_TIMEOUT:-300}"
+if [[ ! $PENDING_TIMEOUT =~ ^[1-9][0-9]*$ ]]; then
+  echo "spark-submit.sh: PENDING_TIMEOUT must be a whole number of seconds, not '${PENDING_TIMEOUT}'" >&2
+  exit 2
+fi
+if [[ -z ${SPARK_SUBMIT:-} ]]; then
+  SPARK_SUBMIT="$(command -v spark-submit || true)"
+  venv_submit="${HERE}/../../.venv/bin/spark-submit"
+  [[ -n $SPARK_SUBMIT || ! -x $venv_submit ]] || SPARK_SUBMIT="$venv_submit"
+fi
+if [[ -z $SPARK_SUBMIT || ! -x $SPARK_SUBMIT ]]; then
+  echo "spark-submit.sh: spark-submit not found (${SPARK_SUBMIT:-not on PATH}): run \`make install\` in the" \
+    "repository (pyspark in .venv), put a Spark distribution's bin/ on PATH, or set SPARK_SUBMIT" >&2
+  exit 2
+fi
 APISERVER="${APISERVER:-$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')}"
 
 if [[ -n ${INPUT:-} ]]; then
@@ -72,10 +94,24 @@ else
 fi
 read -r -a extra <<<"${SPARK_SUBMIT_EXTRA:-}"
 
-# Finds this run's driver pod afterwards, whatever its name.
+# On any exit: spark-submit runs in the background (it ignores Ctrl-C there), so it is stopped here, and the
+# driver's temporary pod template is removed.
+submit_pid="" temporary_template=""
+cleanup() {
+  [[ -z $submit_pid ]] || kill "$submit_pid" 2>/dev/null || true
+  [[ -z $temporary_template ]] || rm -f "$temporary_template"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Finds this run's pods (the driver's, to read its exit code, and any the scheduler cannot place).
 run_id="$(date +%s)-$$-${RANDOM}"
 conf=(
   --conf "spark.kubernetes.driver.label.coordinated.dev/audit-run=${run_id}"
+  --conf "spark.kubernetes.executor.label.coordinated.dev/audit-run=${run_id}"
+  --conf "spark.kubernetes.driver.request.cores=${DRIVER_REQUEST_CORES}"
+  --conf "spark.kubernetes.executor.request.cores=${EXECUTOR_REQUEST_CORES}"
   --conf "spark.kubernetes.driver.label.coordinated.dev/client=${CLUSTER}"
   --conf "spark.kubernetes.executor.label.coordinated.dev/client=${CLUSTER}"
 )
@@ -98,9 +134,7 @@ if [[ $TLS == true || $AUTH == true ]]; then
   # Secret, and the audit then says what it misses (exit 2) instead of the driver pod waiting for ever.
   # Executors need neither: the driver ships both to the fetching tasks.
   driver_template="$(mktemp "${TMPDIR:-/tmp}/coordinated-audit-driver.XXXXXX")"
-  trap 'rm -f "$driver_template"' EXIT
-  trap 'exit 130' INT
-  trap 'exit 143' TERM
+  temporary_template="$driver_template"
   awk -v tls="$TLS" -v auth="$AUTH" -v ca_secret="$CA_SECRET" -v token_secret="$TOKEN_SECRET" -v dir="$CA_DIR" '
     { print }
     /^      env:$/ {
@@ -133,8 +167,7 @@ if [[ $TLS == true || $AUTH == true ]]; then
   fi
 fi
 
-submitted=0
-spark-submit \
+"${SPARK_SUBMIT}" \
   --master "k8s://${APISERVER}" \
   --deploy-mode cluster \
   --name "coordinated-audit-${CLUSTER}" \
@@ -156,12 +189,51 @@ spark-submit \
   "${sources[@]}" \
   --report-dir /reports/"${CLUSTER}" \
   "${audit_args[@]}" \
-  "$@" || submitted=$?
+  "$@" &
+submit_pid=$!
+
+# While spark-submit waits for the driver, watch for pods of this run that the scheduler cannot place: say why
+# at once (the scheduler's own message), and give up after PENDING_TIMEOUT seconds instead of waiting for ever.
+declare -A unschedulable_since=()
+unschedulable() { # NAME<TAB>MESSAGE lines, one per pod of this run that is Pending and not scheduled
+  kubectl -n "$NAMESPACE" get pods -l "coordinated.dev/audit-run=${run_id}" --field-selector=status.phase=Pending \
+    -o jsonpath='{range .items[*]}{.metadata.name}{"\t"}{.status.conditions[?(@.type=="PodScheduled")].status}{"\t"}{.status.conditions[?(@.type=="PodScheduled")].message}{"\n"}{end}' \
+    2>/dev/null || true
+}
+gave_up=""
+poll=$((${PENDING_POLL_SECONDS:-5} * 5))
+while kill -0 "$submit_pid" 2>/dev/null; do
+  for ((tick = 0; tick < poll; tick++)); do
+    kill -0 "$submit_pid" 2>/dev/null || break 2
+    sleep 0.2
+  done
+  while IFS=$'\t' read -r pod scheduled message; do
+    [[ -n $pod && $scheduled == False ]] || continue
+    if [[ -z ${unschedulable_since[$pod]:-} ]]; then
+      unschedulable_since[$pod]=$SECONDS
+      echo "spark-submit.sh: pod ${pod} cannot be scheduled: ${message}" >&2
+    elif ((SECONDS - unschedulable_since[$pod] >= PENDING_TIMEOUT)); then
+      gave_up="pod ${pod} could not be scheduled for ${PENDING_TIMEOUT} s: ${message}"
+    fi
+  done < <(unschedulable)
+  if [[ -n $gave_up ]]; then
+    echo "spark-submit.sh: giving up: ${gave_up}. Lower DRIVER_REQUEST_CORES, EXECUTOR_REQUEST_CORES or" \
+      "EXECUTORS, or free the node's CPU; the run's pods are deleted" >&2
+    kill "$submit_pid" 2>/dev/null || true
+    wait "$submit_pid" 2>/dev/null || true
+    submit_pid=""
+    kubectl -n "$NAMESPACE" delete pods -l "coordinated.dev/audit-run=${run_id}" --wait=false >/dev/null 2>&1 || true
+    exit 3
+  fi
+done
+submitted=0
+wait "$submit_pid" || submitted=$?
+submit_pid=""
 [[ $submitted -eq 0 ]] || exit "$submitted"
 
 # spark-submit exits 0 in cluster mode whatever the driver did (Spark's SPARK-26365), so the audit's own exit
 # code (1: violations, 2: unusable input) is read from the finished driver container.
-driver_exit="$(kubectl -n "$NAMESPACE" get pods -l "coordinated.dev/audit-run=${run_id}" \
+driver_exit="$(kubectl -n "$NAMESPACE" get pods -l "coordinated.dev/audit-run=${run_id},spark-role=driver" \
   -o jsonpath='{.items[0].status.containerStatuses[0].state.terminated.exitCode}' 2>/dev/null)" || driver_exit=""
 if [[ ! $driver_exit =~ ^[0-9]+$ ]]; then
   echo "spark-submit.sh: the driver's exit code is unknown (no finished pod labelled coordinated.dev/audit-run=${run_id}); read its log" >&2

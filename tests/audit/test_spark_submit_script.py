@@ -33,6 +33,7 @@ for arg in "$@"; do
       cp "${arg#*=}" "$RECORD/driver-template.yaml" ;;
   esac
 done
+[[ -z ${STUB_SLEEP:-} ]] || exec sleep "$STUB_SLEEP"  # a run that waits for its driver (killable)
 exit "${STUB_EXIT:-0}"
 """
 # kubectl: the API server's address, and the exit code of the finished driver (STUB_DRIVER_EXIT).
@@ -40,6 +41,8 @@ KUBECTL_STUB = r"""#!/usr/bin/env bash
 echo "$*" >>"$RECORD/kubectl.calls"
 case "$*" in
   "config view "*) echo "https://apiserver.example:6443" ;;
+  *"status.phase=Pending"*) printf '%b' "${STUB_PENDING-}" ;;  # NAME<TAB>PodScheduled status<TAB>message lines
+  *" delete pods "*) ;;
   *" get pods "*) printf '%s' "${STUB_DRIVER_EXIT-0}" ;;
   *) exit 1 ;;
 esac
@@ -188,7 +191,7 @@ def test_the_exit_code_is_the_drivers_and_the_template_is_removed(tmp_path: Path
     assert submitted.returncode == 1, submitted.stderr
     run = submitted.conf()["spark.kubernetes.driver.label.coordinated.dev/audit-run"]
     asked = (tmp_path / "record" / "kubectl.calls").read_text().splitlines()[-1]
-    assert asked.startswith(f"-n ops get pods -l coordinated.dev/audit-run={run} ")
+    assert asked.startswith(f"-n ops get pods -l coordinated.dev/audit-run={run},spark-role=driver ")
     path = Path((tmp_path / "record" / "driver-template.path").read_text().strip())
     assert path.parent == tmp_path and not path.exists()
 
@@ -254,3 +257,43 @@ def test_the_history_archive_in_object_storage(tmp_path: Path) -> None:
         for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
             assert conf[f"spark.kubernetes.{role}.secretKeyRef.{key}"] == f"s3-keys:{key}"
     assert "--from-cluster" not in done.args
+
+
+def test_pods_ask_for_a_quarter_core_by_default_and_the_run_labels_every_pod(tmp_path: Path) -> None:
+    """Spark's default, a whole core per pod, left the default run's executors Pending for ever on 2 CPUs."""
+    conf = submit(tmp_path / "default").conf()
+    assert conf["spark.kubernetes.driver.request.cores"] == "250m"
+    assert conf["spark.kubernetes.executor.request.cores"] == "250m"
+    run = conf["spark.kubernetes.driver.label.coordinated.dev/audit-run"]
+    assert conf["spark.kubernetes.executor.label.coordinated.dev/audit-run"] == run
+    conf = submit(tmp_path / "given", DRIVER_REQUEST_CORES="1", EXECUTOR_REQUEST_CORES="500m").conf()
+    assert (conf["spark.kubernetes.driver.request.cores"], conf["spark.kubernetes.executor.request.cores"]) == (
+        "1",
+        "500m",
+    )
+
+
+def test_a_pod_that_cannot_be_scheduled_is_reported_and_the_run_stopped(tmp_path: Path) -> None:
+    reason = "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available"
+    submitted = submit(
+        tmp_path,
+        STUB_SLEEP="60",  # spark-submit would wait for the driver for ever
+        STUB_PENDING=f"orders-exec-1\\tFalse\\t{reason}\\norders-driver\\tTrue\\t\\n",
+        PENDING_TIMEOUT="1",
+        PENDING_POLL_SECONDS="1",
+    )
+    assert submitted.returncode == 3, submitted.stderr
+    assert f"pod orders-exec-1 cannot be scheduled: {reason}" in submitted.stderr
+    assert "giving up: pod orders-exec-1 could not be scheduled for 1 s" in submitted.stderr
+    assert "orders-driver" not in submitted.stderr  # scheduled, only not running yet: not a problem
+    run = submitted.conf()["spark.kubernetes.driver.label.coordinated.dev/audit-run"]
+    calls = (tmp_path / "record" / "kubectl.calls").read_text()
+    assert f"-n ops delete pods -l coordinated.dev/audit-run={run} --wait=false" in calls
+    assert not Path(submitted.conf()["spark.kubernetes.driver.podTemplateFile"]).exists()
+
+
+def test_a_missing_spark_submit_is_named_with_the_way_to_get_it(tmp_path: Path) -> None:
+    submitted = submit(tmp_path, SPARK_SUBMIT=str(tmp_path / "nowhere" / "spark-submit"))
+    assert submitted.returncode == 2
+    assert "spark-submit not found" in submitted.stderr and "make install" in submitted.stderr
+    assert submitted.args == []

@@ -17,6 +17,7 @@ alias set with `name`):
     isolate NODE [blackhole]        cut a node off from all others
     heal                            restore every link
     crash NODE / restart NODE       stop a node (its disk survives) / start it again
+    lose NODE                       its disk is lost for good: it starts again empty, as a new node (a new id)
     put NODE KEY VALUE              a client write through NODE, waited for
     get NODE KEY                    a client read through NODE, waited for
     exclude NODE                    add a voting config exclusion for NODE, through the master
@@ -95,6 +96,7 @@ class ScenarioRunner:
     cluster: SimulatedCluster | None = None
     aliases: dict[str, SimNode] = field(default_factory=dict)
     history_seen: dict[int, int] = field(default_factory=dict)
+    lost: dict[str, str] = field(default_factory=dict)  # the ids of nodes whose disk was lost -> "NAME(lost)"
 
     def run(self, command: str) -> str:
         verb, *args = command.split()
@@ -174,7 +176,7 @@ class ScenarioRunner:
 
     def do_config(self, args: list[str]) -> str:
         state = self.node("leader").running().applied_state
-        names = {node.node.id: node.name for node in self.sim.nodes}
+        names = {**self.lost, **{node.node.id: node.name for node in self.sim.nodes}}
         return " ".join(sorted(names.get(node_id, node_id) for node_id in state.last_committed_config.node_ids))
 
     def do_run(self, args: list[str]) -> str:
@@ -200,6 +202,12 @@ class ScenarioRunner:
         node = self.node(args[0])
         self.sim.start_node(node.index)
         return f"{node.name} started"
+
+    def do_lose(self, args: list[str]) -> str:
+        node = self.node(args[0])
+        self.lost[node.node.id] = f"{node.name}(lost)"
+        self.sim.lose_data(node.index)
+        return f"{node.name} started empty, as a new node"
 
     def do_put(self, args: list[str]) -> str:
         return self._result(self._request(self.node(args[0]), KvPut(args[1], args[2])))

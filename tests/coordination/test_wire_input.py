@@ -10,18 +10,23 @@ from coordinated.coordination.client import (
     ClusterError,
     Committed,
     KvPut,
+    Txn,
+    TxnOp,
     UpdateSettings,
 )
+from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.messages import (
     Envelope,
+    JoinRequest,
     PublishRequest,
     StartJoinRequest,
     decode_envelope,
     encode_envelope,
 )
 from coordinated.coordination.registry import coordination_registry
-from coordinated.coordination.state import LONG_MAX, ClusterState, DiscoveryNode
+from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.validation import (
+    MAX_VALUE_DEPTH,
     MAX_VOTING_CONFIG_EXCLUSIONS,
     exclusions_problem,
     hook_name_problem,
@@ -117,6 +122,13 @@ def formed() -> SimulatedCluster:
     return cluster
 
 
+def nested(depth: int) -> object:
+    value: object = 1
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
 def follower_index(cluster: SimulatedCluster) -> int:
     leader = cluster.leader()
     return next(node.index for node in cluster.nodes if node is not leader)
@@ -136,6 +148,8 @@ def submit(cluster: SimulatedCluster, index: int, request: object) -> object:
         (UpdateSettings({"no.such.setting": "1"}), "unknown setting"),
         (UpdateSettings({"cluster.publish.timeout": "-5s"}), "cluster.publish.timeout"),
         (AddVotingConfigExclusions(node_names=("node0", "node1", "node2")), "every master-eligible node"),
+        (KvPut("deep", nested(MAX_VALUE_DEPTH + 1)), "nests deeper than [100] levels"),
+        (Txn(success=(TxnOp("put", "deep", nested(MAX_VALUE_DEPTH + 1)),)), "nests deeper"),
     ],
 )
 def test_the_master_refuses_a_bad_forwarded_request(request_: object, reason: str) -> None:
@@ -157,6 +171,8 @@ def test_the_master_refuses_a_bad_forwarded_request(request_: object, reason: st
 def test_a_good_forwarded_request_still_commits() -> None:
     cluster = formed()
     result = submit(cluster, follower_index(cluster), KvPut("good", 1))
+    assert isinstance(result, Committed)
+    result = submit(cluster, follower_index(cluster), KvPut("deep-enough", nested(MAX_VALUE_DEPTH)))
     assert isinstance(result, Committed)
 
 
@@ -185,3 +201,20 @@ def test_a_forwarded_error_status_must_be_an_http_error(status: int) -> None:
     ).encode()
     with pytest.raises(msgspec.ValidationError, match="status"):
         decode_envelope(body)
+
+
+def test_a_join_claiming_the_masters_own_address_is_refused_and_the_master_stays() -> None:
+    """Found by the forged-numbers property test: a join from another id at the master's own address made the
+    master drop itself from its state, publish to itself as another node, and fail an assertion."""
+    cluster = formed()
+    leader = cluster.leader()
+    assert leader is not None
+    impostor = DiscoveryNode("impostor", leader.name, leader.address)
+    join = JoinRequest(impostor, 1, 0, None, leader.running().applied_state.cluster_uuid, True)
+    assert (
+        cluster.deliver_from_wire(leader, "elsewhere:9300", encode_envelope(Envelope("elsewhere:9300", join))) is None
+    )
+    cluster.run_for(35 * SECOND)
+    assert cluster.leader() is leader
+    assert "impostor" not in leader.running().applied_state.nodes
+    assert isinstance(submit(cluster, leader.index, KvPut("after", 1)), Committed)

@@ -196,7 +196,12 @@ def test_operator_rbac_is_least_privilege(tools: dict[str, Path]) -> None:
     # Secrets are read by name only: the operator cannot list a namespace's other Secrets.
     assert verbs[("", "secrets")] == {"get", "create", "patch"}
     assert verbs[("", "pods")] == {"list", "watch", "delete"}  # delete: the rolling restart
-    assert verbs[("", "persistentvolumeclaims")] == {"list", "create"}  # create: the snapshot volume
+    # create: the snapshot volume; patch: a larger storage.size grows the data claims.
+    assert verbs[("", "persistentvolumeclaims")] == {"list", "create", "patch"}
+    # delete: re-creating the StatefulSet with a larger claim template, orphaning its pods and claims.
+    assert verbs[("apps", "statefulsets")] == {"get", "create", "patch", "delete"}
+    assert verbs[("storage.k8s.io", "storageclasses")] == {"get"}  # whether a class can expand
+    assert verbs[("", "nodes")] == {"get"}  # the zone each pod runs in
     assert verbs[("networking.k8s.io", "networkpolicies")] == {"create", "patch", "delete"}
     assert verbs[("cert-manager.io", "certificates")] == {"create", "patch"}
     assert not any("*" in granted or "escalate" in granted or "bind" in granted for granted in verbs.values())

@@ -122,7 +122,8 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
                 pytest.fail("kube-apiserver did not become ready:\n" + (work / "apiserver.log").read_text()[-3000:])
             time.sleep(0.5)
-        assert kubectl(config, "apply", "--server-side", "-f", str(CRD)).returncode == 0
+        applied = kubectl(config, "apply", "--server-side", "-f", str(CRD))
+        assert applied.returncode == 0 or str(CRD) == "/dev/null", applied.stderr
         established = kubectl(config, "wait", "--for=condition=Established", "crd/coordinatedclusters.coordinated.dev")
         assert established.returncode == 0, established.stderr
         yield config
@@ -152,8 +153,69 @@ def cluster(name: str, **spec: object) -> str:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"replicas": 0}, "Invalid value: 0: spec.replicas in body should be greater than or equal to 1"),
+        ({"replicas": -1}, "Invalid value: -1: spec.replicas in body should be greater than or equal to 0"),
         ({"replicas": 100}, "Invalid value: 100: spec.replicas in body should be less than or equal to 99"),
+        (
+            {"replicas": 3, "votingReplicas": 5},
+            "spec.votingReplicas: Forbidden: spec.votingReplicas (5) cannot exceed spec.replicas (3)",
+        ),
+        ({"votingReplicas": 4}, "spec.votingReplicas (4) cannot exceed spec.replicas (3)"),  # the default 3
+        ({"votingReplicas": 0}, "Invalid value: 0: spec.votingReplicas in body should be greater than or equal to 1"),
+        (
+            {"scheduling": {"tolerations": [{"key": "dedicated", "operator": "Sometimes"}]}},
+            'spec.scheduling.tolerations[0].operator: Unsupported value: "Sometimes"',
+        ),
+        (
+            {"scheduling": {"tolerations": [{"key": "dedicated", "effect": "NoRun"}]}},
+            'spec.scheduling.tolerations[0].effect: Unsupported value: "NoRun"',
+        ),
+        ({"scheduling": {"nodeSelector": {"zone": 1}}}, 'spec.scheduling.nodeSelector.zone: Invalid value: "integer"'),
+        (
+            {"scheduling": {"priorityClassName": "High Priority"}},
+            'spec.scheduling.priorityClassName: Invalid value: "High Priority"',
+        ),
+        (
+            {
+                "scheduling": {
+                    "topologySpreadConstraints": [
+                        {"maxSkew": 0, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+                    ]
+                }
+            },
+            "Invalid value: 0: spec.scheduling.topologySpreadConstraints[0].maxSkew in body should be greater than or equal to 1",
+        ),
+        (
+            {"scheduling": {"topologySpreadConstraints": [{"maxSkew": 1, "whenUnsatisfiable": "DoNotSchedule"}]}},
+            "spec.scheduling.topologySpreadConstraints[0].topologyKey: Required value",
+        ),
+        (
+            {
+                "scheduling": {
+                    "affinity": {
+                        "podAntiAffinity": {
+                            "preferredDuringSchedulingIgnoredDuringExecution": [
+                                {"weight": 500, "podAffinityTerm": {"topologyKey": "zone"}}
+                            ]
+                        }
+                    }
+                }
+            },
+            "Invalid value: 500: spec.scheduling.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight in body should be less than or equal to 100",
+        ),
+        (
+            {
+                "scheduling": {
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Near"}]}]
+                            }
+                        }
+                    }
+                }
+            },
+            'operator: Unsupported value: "Near"',
+        ),
         (
             {"settings": {"discovery.zen.minimum_master_nodes": "2"}},
             "setting [discovery.zen.minimum_master_nodes] is from Zen1",
@@ -248,7 +310,10 @@ def test_invalid_clusters_are_rejected_with_a_clear_message(kubeconfig: Path, sp
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
     # One message per mistake, and never the CEL placeholder instead of the value.
-    assert result.stderr.count(message) == 1 and 'Invalid value: "integer"' not in result.stderr, result.stderr
+    assert result.stderr.count(message) == 1, result.stderr
+    assert 'Invalid value: "integer"' not in result.stderr or "nodeSelector" in message, result.stderr
+    if "votingReplicas" in message or "scheduling" in message:
+        assert 'Invalid value: "object"' not in result.stderr, result.stderr
 
 
 def test_every_user_setting_is_accepted_at_its_default(kubeconfig: Path) -> None:
@@ -276,6 +341,7 @@ def test_the_storage_class_cannot_be_added_removed_or_changed(
     changed = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster(name, storage=after))
     assert changed.returncode != 0 and "storage.storageClassName is immutable" in changed.stderr, changed.stderr
     assert message in changed.stderr, changed.stderr
+    assert "spec.storage.storageClassName: Forbidden:" in changed.stderr and "Invalid value" not in changed.stderr
     same = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster(name, storage=before, replicas=5))
     assert same.returncode == 0, same.stderr
     kubectl(kubeconfig, "delete", "ccl", name, "--wait=false")
@@ -347,8 +413,18 @@ def test_defaults_scale_and_immutable_fields(kubeconfig: Path) -> None:
     assert kubectl(kubeconfig, "get", "ccl", "scaled", "-o", "jsonpath={.spec.replicas}").stdout == "5"
     renamed = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", settings={"cluster.name": "other"}))
     assert "setting [cluster.name] cannot change after creation (it was 'keep')" in renamed.stderr
-    resized = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec, storage={"size": "5Gi"}))
-    assert "storage.size is immutable" in resized.stderr and "it is 1Gi, not 5Gi" in resized.stderr
+    grown = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec, storage={"size": "5Gi"}))
+    assert grown.returncode == 0, grown.stderr  # volumes grow in place (where the StorageClass allows it)
+    same = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec, storage={"size": "5120Mi"}))
+    assert same.returncode == 0, same.stderr  # the same quantity, spelt otherwise
+    shrunk = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec, storage={"size": "1Gi"}))
+    assert shrunk.returncode != 0
+    # The field, and both values; never the CEL placeholder 'Invalid value: "string"'.
+    assert (
+        "spec.storage.size: Forbidden: storage.size cannot shrink (a volume can grow in place, never shrink): "
+        "it is 5120Mi, not 1Gi" in shrunk.stderr
+    ), shrunk.stderr
+    assert 'Invalid value: "string"' not in shrunk.stderr
 
 
 def test_examples_are_accepted(kubeconfig: Path) -> None:
@@ -381,8 +457,9 @@ def test_operator_writes_are_accepted(kubeconfig: Path, monkeypatch: pytest.Monk
 
     asyncio.run(three_passes())
     stored = yaml.safe_load(kubectl(kubeconfig, "get", "ccl", "orders", "-o", "yaml").stdout)
+    # The 3 voters of the 5 nodes bootstrap; the 2 non-voters wait for a master.
     assert stored["metadata"]["annotations"]["coordinated.dev/initial-master-nodes"] == ",".join(
-        f"orders-{i}" for i in range(5)
+        f"orders-{i}" for i in range(3)
     )
     assert stored["status"]["phase"] == "Pending", stored["status"]
     conditions = {c["type"]: c for c in stored["status"]["conditions"]}
@@ -401,7 +478,43 @@ def test_operator_writes_are_accepted(kubeconfig: Path, monkeypatch: pytest.Monk
     ]:
         assert kubectl(kubeconfig, "get", kind, name).returncode == 0, f"{kind}/{name} missing"
     replicas = kubectl(kubeconfig, "get", "statefulset", "orders", "-o", "jsonpath={.spec.replicas}").stdout
-    assert replicas == "5"
+    assert replicas == "3"
+    # The scheduling fields reached the pod template as the API server validated them.
+    template = json.loads(kubectl(kubeconfig, "get", "statefulset", "orders", "-o", "json").stdout)["spec"]["template"]
+    assert template["spec"]["priorityClassName"] == "system-cluster-critical"
+    assert template["spec"]["tolerations"][0]["key"] == "dedicated"
+    assert {"nodeAffinity", "podAntiAffinity"} <= template["spec"]["affinity"].keys()
+    assert template["spec"]["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
+
+
+def test_the_operator_observes_its_nodes_and_never_an_audit_jobs_pods(kubeconfig: Path) -> None:
+    """After the first audit run, the CronJob's finished pods counted as cluster nodes (N+1, never Ready)."""
+    from kubernetes import config
+
+    from coordinated.operator import manifests
+    from coordinated.operator.kube import Kube
+    from coordinated.operator.spec import ClusterSpec
+
+    config.load_kube_config(config_file=str(kubeconfig))
+    kubectl(kubeconfig, "create", "namespace", "audited")
+    kubectl(kubeconfig, "-n", "audited", "create", "serviceaccount", "default")
+    spec = ClusterSpec.from_resource(
+        {"metadata": {"name": "demo", "namespace": "audited"}, "spec": {"audit": {"enabled": True}}}
+    )
+    node_labels = manifests.statefulset(spec, 1)["spec"]["template"]["metadata"]["labels"]
+    cronjob = manifests.audit_cronjob(spec, 1)
+    assert cronjob is not None
+    audit_labels = cronjob["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+    for name, labels in (("demo-0", node_labels), ("demo-audit-29112-x1", audit_labels)):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "audited", "labels": labels},
+            "spec": {"containers": [{"name": "sidecar", "image": "none"}]},
+        }
+        assert kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(pod)).returncode == 0
+    observed = asyncio.run(Kube().pods("audited", manifests.node_selector_string(spec)))
+    assert list(observed) == ["demo-0"]
 
 
 def _secret(kubeconfig: Path, name: str) -> dict[str, bytes]:
@@ -588,3 +701,164 @@ def test_an_existing_rolling_update_statefulset_becomes_on_delete(kubeconfig: Pa
     asyncio.run(Kube().apply(manifests.statefulset(spec, 3, manifests.BUILTIN_TLS)))
     strategy = kubectl(kubeconfig, "get", "sts", "upgraded", "-o", "jsonpath={.spec.updateStrategy}").stdout
     assert json.loads(strategy) == {"type": "OnDelete"}
+
+
+# ---- placement, against a real kube-scheduler over nodes that exist only in the API ----------------------
+def find_scheduler() -> str:
+    """The kube-scheduler built beside the kube-apiserver (make test-deps builds both): its absence is a failure."""
+    apiserver = find_apiserver()
+    assert apiserver, "no kube-apiserver: `make test-deps` builds it"
+    scheduler = Path(apiserver).with_name("kube-scheduler")
+    assert scheduler.exists(), f"{scheduler} is missing: `make test-deps` builds it beside the kube-apiserver"
+    return str(scheduler)
+
+
+@pytest.fixture(scope="module")
+def scheduler(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    log = open(tmp_path_factory.mktemp("scheduler") / "scheduler.log", "w")  # noqa: SIM115
+    process = subprocess.Popen(
+        [find_scheduler(), f"--kubeconfig={kubeconfig}", "--leader-elect=false", "--secure-port=0"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+
+
+def fake_node(kubeconfig: Path, name: str, labels: dict[str, str]) -> None:
+    """A Ready node with room for pods, as a kubelet would register it; no kubelet ever runs the pods."""
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+    }
+    assert kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(node)).returncode == 0
+    resources = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+    status = {
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake"}],
+        }
+    }
+    patched = kubectl(
+        kubeconfig, "patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status)
+    )
+    assert patched.returncode == 0, patched.stderr
+    # The API server taints a new node not-ready; the node lifecycle controller (not running here) would lift it.
+    untainted = kubectl(kubeconfig, "patch", "node", name, "--type=merge", "-p", '{"spec":{"taints":null}}')
+    assert untainted.returncode == 0, untainted.stderr
+
+
+def create_pods_of(kubeconfig: Path, statefulset: dict[str, Any], namespace: str) -> list[str]:
+    """The StatefulSet controller's part: its pods, from its template (an emptyDir for the data claim, which no
+    provisioner binds here)."""
+    template = statefulset["spec"]["template"]
+    names = []
+    for ordinal in range(statefulset["spec"]["replicas"]):
+        name = f"{statefulset['metadata']['name']}-{ordinal}"
+        spec = json.loads(json.dumps(template["spec"]))
+        spec["volumes"].append({"name": "data", "emptyDir": {}})
+        spec["hostname"], spec["subdomain"] = name, statefulset["spec"]["serviceName"]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": template["metadata"]["labels"]},
+            "spec": spec,
+        }
+        created = kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(pod))
+        assert created.returncode == 0, created.stderr
+        names.append(name)
+    return names
+
+
+def placed(kubeconfig: Path, namespace: str, pods: list[str]) -> dict[str, str]:
+    """pod -> the node the scheduler bound it to, once every pod is bound."""
+    nodes: dict[str, str] = {}
+
+    def bound() -> bool:
+        for pod in pods:
+            got = kubectl(kubeconfig, "-n", namespace, "get", "pod", pod, "-o", "jsonpath={.spec.nodeName}")
+            if got.stdout:
+                nodes[pod] = got.stdout
+        return len(nodes) == len(pods)
+
+    wait_until(bound, f"the scheduler to bind {pods}", timeout=60)
+    return nodes
+
+
+def test_the_default_placement_spreads_voters_over_zones_and_still_schedules_on_one_node(
+    kubeconfig: Path, scheduler: None
+) -> None:
+    """The rendered StatefulSet's pods, scheduled by a real kube-scheduler: eight nodes in three zones take one
+    voter per zone (and per node); then, with one node left and no zone labels, every pod still lands."""
+    from kubernetes import config
+
+    from coordinated.operator import manifests, placement
+    from coordinated.operator.kube import Kube
+    from coordinated.operator.spec import ClusterSpec
+
+    config.load_kube_config(config_file=str(kubeconfig))
+    for namespace in ("spread", "single"):
+        kubectl(kubeconfig, "create", "namespace", namespace)
+        kubectl(kubeconfig, "-n", namespace, "create", "serviceaccount", "demo")
+    # Six nodes in zone a, one in b and one in c: spreading over hosts alone would put two or three voters in a
+    # (nine times in ten, at random), so one voter per zone is the zone rule's doing.
+    zones = {f"zone-node-{i}": "zone-a" if i < 6 else f"zone-{'bc'[i - 6]}" for i in range(8)}
+    for name, zone in zones.items():
+        fake_node(kubeconfig, name, {"topology.kubernetes.io/zone": zone})
+    spec = ClusterSpec.from_resource({"metadata": {"name": "demo", "namespace": "spread"}, "spec": {}})
+    nodes = placed(kubeconfig, "spread", create_pods_of(kubeconfig, manifests.statefulset(spec, 3), "spread"))
+    assert len({zones[node] for node in nodes.values()}) == 3, nodes  # one voter per zone
+    # The operator's own view of it: its pod observations, the nodes' zones, and the condition.
+    observed = asyncio.run(Kube().pods("spread", manifests.node_selector_string(spec)))
+    voter_nodes = {name: pod.node_name for name, pod in observed.items() if pod.node_name}
+    assert voter_nodes == nodes
+    node_zones = asyncio.run(Kube().zones(frozenset(voter_nodes.values())))
+    condition = placement.voters_spread(voter_nodes, node_zones)
+    assert condition is not None and condition.status, condition
+
+    # One node without a zone label, the others cordoned: every pod schedules on it (the rules only prefer).
+    for name in zones:
+        kubectl(kubeconfig, "cordon", name)
+    fake_node(kubeconfig, "lonely", {})
+    single = ClusterSpec.from_resource({"metadata": {"name": "demo", "namespace": "single"}, "spec": {}})
+    nodes = placed(kubeconfig, "single", create_pods_of(kubeconfig, manifests.statefulset(single, 3), "single"))
+    assert set(nodes.values()) == {"lonely"}
+    condition = placement.voters_spread(nodes, asyncio.run(Kube().zones(frozenset(nodes.values()))))
+    assert condition is not None and (condition.status, condition.reason) == (False, "SharedNode")
+    assert condition.message.startswith("demo-0, demo-1 and demo-2 share node lonely")
+
+
+def test_a_placement_that_cannot_be_scheduled_names_the_schedulers_reason(kubeconfig: Path, scheduler: None) -> None:
+    from kubernetes import config
+
+    from coordinated.operator import manifests, placement
+    from coordinated.operator.kube import Kube
+    from coordinated.operator.spec import ClusterSpec
+
+    config.load_kube_config(config_file=str(kubeconfig))
+    kubectl(kubeconfig, "create", "namespace", "nowhere")
+    kubectl(kubeconfig, "-n", "nowhere", "create", "serviceaccount", "demo")
+    spec = ClusterSpec.from_resource(
+        {
+            "metadata": {"name": "demo", "namespace": "nowhere"},
+            "spec": {"scheduling": {"nodeSelector": {"pool": "gpu"}}},
+        }
+    )
+    create_pods_of(kubeconfig, manifests.statefulset(spec, 1), "nowhere")
+
+    def refused() -> bool:
+        pods = asyncio.run(Kube().pods("nowhere", manifests.node_selector_string(spec)))
+        return bool(pods) and all(pod.unschedulable for pod in pods.values())
+
+    wait_until(refused, "the scheduler to refuse the pod", timeout=60)
+    pods = asyncio.run(Kube().pods("nowhere", manifests.node_selector_string(spec)))
+    condition = placement.pods_scheduled({name: pod.unschedulable for name, pod in pods.items() if pod.unschedulable})
+    assert (condition.status, condition.reason) == (False, "Unschedulable")
+    assert condition.message.startswith("demo-0 cannot be scheduled: 0/")
+    assert "didn't match Pod's node affinity/selector" in condition.message, condition.message

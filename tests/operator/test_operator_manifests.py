@@ -151,6 +151,40 @@ def test_audit_cronjob_only_when_enabled() -> None:
     assert args[args.index("--conf") + 1] == "a.b=1"
 
 
+def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def test_no_selector_of_the_clusters_nodes_counts_an_audit_pod() -> None:
+    """A finished audit job's pods once counted as nodes: N+1 replicas, Degraded, Ready never True again."""
+    spec = ClusterSpec.from_resource(resource(audit={"enabled": True}))
+    children = build(audit={"enabled": True})
+    audit = by_kind(children, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+    node = by_kind(children, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    observed = dict(pair.split("=", 1) for pair in manifests.node_selector_string(spec).split(","))
+    selectors = {
+        "the operator's pod list and status.selector": observed,
+        "the disruption budget": by_kind(children, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
+        **{
+            f"Service {service['metadata']['name']}": service["spec"]["selector"]
+            for service in children
+            if service["kind"] == "Service"
+        },
+    }
+    for what, selector in selectors.items():
+        assert _matches(selector, node), what  # the nodes are selected ...
+        assert not _matches(selector, audit), what  # ... and the audit's pods are not
+    # The NetworkPolicy still admits the audit's pods to the client port, and them only there.
+    from coordinated.operator import security
+
+    policy = security.network_policy(spec, None)
+    assert policy is not None
+    assert not _matches(policy["spec"]["podSelector"]["matchLabels"], audit)
+    transport, client = policy["spec"]["ingress"]
+    assert any(_matches(peer["podSelector"]["matchLabels"], audit) for peer in client["from"])
+    assert not any(_matches(peer["podSelector"]["matchLabels"], audit) for peer in transport["from"])
+
+
 def test_spec_reads_annotations() -> None:
     body = resource()
     body["metadata"]["annotations"] = {
@@ -163,3 +197,18 @@ def test_spec_reads_annotations() -> None:
     assert (
         manifests.selector_string(spec) == "app.kubernetes.io/instance=demo,app.kubernetes.io/name=coordinated-cluster"
     )
+
+
+def test_every_example_gives_the_sidecar_cpu_and_memory_requests() -> None:
+    """A pod without requests is scheduled as if it needed nothing and is the first evicted under pressure."""
+    import yaml
+    from operator_schemas import REPO
+
+    for example in sorted((REPO / "examples").glob("*.yaml")):
+        for document in yaml.safe_load_all(example.read_text()):
+            if not document or document.get("kind") != "CoordinatedCluster":
+                continue
+            spec = ClusterSpec.from_resource({**document, "metadata": {**document["metadata"], "namespace": "x"}})
+            sidecar = manifests.statefulset(spec, spec.replicas)["spec"]["template"]["spec"]["containers"][0]
+            requests = sidecar.get("resources", {}).get("requests", {})
+            assert {"cpu", "memory"} <= requests.keys(), (example.name, requests)

@@ -123,8 +123,46 @@ def test_refuses_scale_down_before_bootstrap() -> None:
 
 
 # ---- refusals ----------------------------------------------------------------------------------------
-def test_refuses_zero_replicas() -> None:
-    assert plan(healthy(3, 0)).kind is ActionKind.REFUSE
+def test_refuses_negative_replicas() -> None:
+    assert plan(healthy(3, -1)).kind is ActionKind.REFUSE
+
+
+# ---- hibernation -------------------------------------------------------------------------------------
+def test_zero_replicas_stops_every_voter_at_once_without_touching_the_voting_configuration() -> None:
+    action = plan(healthy(3, 0))
+    assert (action.kind, action.statefulset_replicas, action.hibernated_voters) == (ActionKind.HIBERNATE, 0, 3)
+    assert action.nodes == ()  # no exclusion: the configuration sleeps as it is
+    # Recorded, but the StatefulSet was not scaled (the operator restarted in between): it is now.
+    recorded = plan(healthy(3, 0, hibernated_voters=3))
+    assert (recorded.kind, recorded.statefulset_replicas) == (ActionKind.SET_REPLICAS, 0)
+    stopping = plan(healthy(3, 0, hibernated_voters=3, statefulset_replicas=0))
+    assert stopping.kind is ActionKind.WAIT and "waiting for c-0, c-1, c-2 to stop" in stopping.reason
+    asleep = plan(Observation("c", 0, 0, recorded_cluster_uuid=UUID, hibernated_voters=3))
+    assert asleep.kind is ActionKind.NONE and asleep.reason.startswith("hibernating: 3 node(s) asleep")
+
+
+def test_a_snapshot_comes_before_hibernation_and_needs_a_master() -> None:
+    waiting = plan(healthy(3, 0, snapshot_before_hibernation=True))
+    assert waiting.kind is ActionKind.WAIT and "snapshot" in waiting.reason
+    no_master = plan(with_cluster(healthy(3, 0, snapshot_before_hibernation=True), master=None))
+    assert no_master.kind is ActionKind.REFUSE and "needs an elected master" in no_master.reason
+
+
+def test_a_new_cluster_with_zero_replicas_starts_nothing() -> None:
+    action = plan(Observation("c", 0, None))
+    assert action.kind is ActionKind.WAIT and action.statefulset_replicas is None
+
+
+def test_waking_starts_every_hibernated_voter_together_then_scales_as_usual() -> None:
+    asleep = Observation("c", 1, 0, recorded_cluster_uuid=UUID, hibernated_voters=3)
+    start = plan(asleep)  # the spec asks for 1, but the 3 voters of the configuration come back first
+    assert (start.kind, start.statefulset_replicas) == (ActionKind.SET_REPLICAS, 3)
+    starting = replace(healthy(3, 1, hibernated_voters=3), cluster=ClusterView())  # no master yet
+    assert plan(starting).kind is ActionKind.WAIT
+    woke = plan(healthy(3, 1, hibernated_voters=3))
+    assert woke.kind is ActionKind.WAKE and woke.statefulset_replicas == 3
+    # Forgotten: from here the usual one-node-at-a-time scale-down to 1.
+    assert plan(healthy(3, 1)).kind is ActionKind.EXCLUDE
 
 
 def test_refuses_anything_when_two_cluster_uuids_are_seen() -> None:

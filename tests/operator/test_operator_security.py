@@ -22,9 +22,10 @@ from test_operator_handlers import FakeKube, FakeSidecars
 
 from coordinated.operator import certificates, handlers, manifests, security
 from coordinated.operator.certificates import KeyPair
-from coordinated.operator.observation import PodObservation
+from coordinated.operator.observation import PodObservation, StatefulSetObservation
 from coordinated.operator.sidecar_client import SidecarConnections, sidecar_url
-from coordinated.operator.spec import ClusterSpec
+from coordinated.operator.spec import HIBERNATED_VOTERS_ANNOTATION, ClusterSpec
+from coordinated.sidecar.tls import TrustRestrictions
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 HOUR = datetime.timedelta(hours=1)
@@ -60,6 +61,23 @@ def test_pod_certificate_names_the_pod_and_the_services_not_an_ip() -> None:
         )
         == []
     )
+
+
+def test_the_transport_admits_the_pods_certificates_and_no_client_certificate() -> None:
+    """The trust restriction the operator sets matches every pod certificate it or cert-manager issues, and not
+    a client certificate made from the same CA."""
+    spec = cluster(tls={"clientAuthentication": "required"})
+    settings = args_settings(pod_spec(spec, manifests.BUILTIN_TLS)["containers"][0])
+    trust = TrustRestrictions(settings["transport.ssl.trust_restrictions"].split(","))
+    for pod in ("demo-0", "demo-4", *manifests.nonvoter_pod_names(spec, 1)):  # the non-voters' pool too
+        names = certificates.dns_names_of(
+            certificates.issue(ca(), pod, manifests.pod_certificate_dns_names(spec, pod), NOW, HOUR).certificate
+        )
+        assert trust.problem({"subjectAltName": tuple(("DNS", name) for name in names)}) is None
+    wildcard = {"subjectAltName": tuple(("DNS", name) for name in manifests.wildcard_dns_names(spec))}
+    assert trust.problem(wildcard) is None  # cert-manager's one certificate for every pod
+    client = {"subject": ((("commonName", "reporting-app"),),), "subjectAltName": (("DNS", "reporting.ns.svc"),)}
+    assert trust.problem(client) is not None
 
 
 def test_renewal_is_due_after_the_fraction_of_the_lifetime() -> None:
@@ -460,8 +478,20 @@ def test_certificates_cover_every_pod_that_may_run_and_ignore_audit_pods() -> No
     pods = {
         name: PodObservation(name) for name in ("demo-0", "demo-4", "demo-audit-29112-abcde", "demo-audit-29112-x1")
     }
-    assert handlers.certificate_pods(spec, 2, pods) == tuple(f"demo-{i}" for i in range(5))
-    assert handlers.certificate_pods(spec, 4, {}) == ("demo-0", "demo-1", "demo-2", "demo-3")
+    assert handlers.certificate_pods(spec, StatefulSetObservation(2), None, pods) == tuple(
+        f"demo-{i}" for i in range(5)
+    )
+    assert handlers.certificate_pods(spec, StatefulSetObservation(4), None, {}) == tuple(f"demo-{i}" for i in range(4))
+    # Non-voters get theirs (the spec's and the StatefulSet's), and hibernated voters keep theirs for waking.
+    split = cluster(replicas=5, votingReplicas=3)
+    assert handlers.certificate_pods(split, None, StatefulSetObservation(3), {}) == (
+        *(f"demo-{i}" for i in range(3)),
+        *(f"demo-nonvoter-{i}" for i in range(3)),
+    )
+    body = resource(replicas=0)
+    body["metadata"]["annotations"] = {HIBERNATED_VOTERS_ANNOTATION: "3"}
+    asleep = ClusterSpec.from_resource(body)
+    assert handlers.certificate_pods(asleep, StatefulSetObservation(0), None, {}) == ("demo-0", "demo-1", "demo-2")
 
 
 def test_real_sidecars_run_on_the_operators_files_and_answer_its_calls(tmp_path: Path) -> None:

@@ -11,11 +11,11 @@ from typing import Any
 import kopf
 import pytest
 from aiohttp import web
-from test_operator_handlers import FakeKube, FakeSidecars, resource
+from test_operator_handlers import FakeKube, FakeSidecars, resource, serving
 
 from coordinated.operator import handlers, manifests
 from coordinated.operator.observation import PodObservation
-from coordinated.operator.sidecar_client import SidecarConnections, SnapshotInfo
+from coordinated.operator.sidecar_client import SnapshotInfo
 from coordinated.operator.snapshot_schedule import due, own_snapshots, schedule_problem, snapshot_name, to_prune
 from coordinated.operator.spec import (
     CLUSTER_UUID_ANNOTATION,
@@ -130,28 +130,23 @@ class SnapshotSidecars(FakeSidecars):
         return web.json_response({}, status=400)
 
 
-def drive(monkeypatch: pytest.MonkeyPatch, kube: FakeKube, sidecars: FakeSidecars, steps: Any) -> None:
+def drive(
+    monkeypatch: pytest.MonkeyPatch, kube: FakeKube, sidecars: FakeSidecars, steps: Any, running: bool = True
+) -> None:
+    """`running`: the pods already run the spec's pod template (else the StatefulSet has none of its volumes)."""
     kube.replicas = 3
+    if running:
+        kube.applied.append(manifests.statefulset(ClusterSpec.from_resource(kube.stored), 3))
     kube.pod_map = {f"demo-{i}": PodObservation(f"demo-{i}", ready=True, ip="127.0.0.1") for i in range(3)}
 
     async def scenario() -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{pod}/{path:.*}", sidecars.handle)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        port = runner.addresses[0][1]
-        monkeypatch.setattr(handlers.CONFIG, "sidecar_url_template", f"http://127.0.0.1:{port}/{{pod}}")
-        try:
-            async with SidecarConnections() as http:
-                memo = kopf.Memo(kube=kube, http=http)
+        async with serving(sidecars, monkeypatch) as http:
+            memo = kopf.Memo(kube=kube, http=http)
 
-                async def reconcile() -> None:
-                    await handlers.reconcile(kopf.Body(kube.stored), memo, logging.getLogger("test"))
+            async def reconcile() -> None:
+                await handlers.reconcile(kopf.Body(kube.stored), memo, logging.getLogger("test"))
 
-                await steps(reconcile)
-        finally:
-            await runner.cleanup()
+            await steps(reconcile)
 
     asyncio.run(scenario())
 
@@ -224,5 +219,44 @@ def test_restore_from_runs_once_after_the_cluster_forms(monkeypatch: pytest.Monk
         await reconcile()
         assert sidecars.restores == ["old-20261101-000000"]
         assert not any(m["metadata"]["name"] == "demo-snapshots" for m in kube.created)  # named, not created
+
+    drive(monkeypatch, kube, sidecars, steps)
+
+
+def test_snapshots_turned_on_for_a_running_cluster_wait_for_the_pods_to_mount_the_volume(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both the scheduled snapshot and a requested one were asked of pods without path.repo (400), and lost."""
+    kube = MergingKube(snapshot_resource(snapshots={"schedule": "0 * * * *"}))
+    kube.stored["metadata"]["annotations"][SNAPSHOT_REQUEST_ANNOTATION] = "first"
+    sidecars = SnapshotSidecars()
+
+    async def steps(reconcile: Any) -> None:
+        await reconcile()  # the StatefulSet gets the snapshot volume now; its pods still run without it
+        assert not [r for r in sidecars.requests if r[1].startswith("/_snapshot")]
+        assert "snapshots" not in kube.status and reasons(kube) == []
+        kube.update_revision = "new"  # the StatefulSet controller's new revision: every pod is now outdated
+        kube.pod_map = {name: PodObservation(name, ready=True, ip="127.0.0.1", revision="old") for name in kube.pod_map}
+        await reconcile()
+        assert not [r for r in sidecars.requests if r[1].startswith("/_snapshot")]
+        kube.pod_map = {name: PodObservation(name, ready=True, ip="127.0.0.1", revision="new") for name in kube.pod_map}
+        await reconcile()  # rolled: the request that waited is served, and so is the due scheduled snapshot
+        assert reasons(kube) == ["SnapshotTaken"]
+        assert kube.status["snapshots"]["lastRequest"] == "first"
+
+    drive(monkeypatch, kube, sidecars, steps, running=False)
+
+
+def test_snapshots_in_a_bucket_need_no_volume_to_be_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait for the snapshot volume is for `fs` snapshots: a bucket's pods have the S3 client instead."""
+    bucket = {"s3": {"bucket": "backups", "endpoint": "http://10.0.0.5:7070", "pathStyleAccess": True}}
+    kube = MergingKube(snapshot_resource(snapshots={"schedule": "0 * * * *", **bucket}))
+    kube.stored["metadata"]["annotations"][SNAPSHOT_REQUEST_ANNOTATION] = "first"
+    sidecars = SnapshotSidecars()
+
+    async def steps(reconcile: Any) -> None:
+        await reconcile()
+        assert reasons(kube) == ["SnapshotTaken"]
+        assert kube.status["snapshots"]["lastRequest"] == "first"
 
     drive(monkeypatch, kube, sidecars, steps)

@@ -16,8 +16,9 @@ import pytest
 from aiohttp import web
 
 from coordinated.coordination.client import KvPut, UpdateSettings
+from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.messages import Envelope, ForwardedRequest, encode_envelope
-from coordinated.coordination.state import LONG_MAX, DiscoveryNode
+from coordinated.coordination.state import DiscoveryNode
 from coordinated.sidecar import api, http_server
 from coordinated.sidecar.metrics import NodeMetrics
 from coordinated.tools.localcluster import LocalCluster, free_ports, http

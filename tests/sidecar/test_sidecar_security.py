@@ -30,8 +30,7 @@ TOKENS = f"# roles\nadmin {ADMIN}\nwriter {WRITER}\nreader {READER}\n"
 
 
 def require_openssl() -> None:
-    if not have_openssl():
-        pytest.skip("needs the openssl command (make test installs it)")
+    assert have_openssl(), "needs the openssl command: make test installs it (scripts/system-deps.sh)"
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -220,9 +219,20 @@ def test_tokens_roles_and_loopback_listener(make_cluster: Callable[..., LocalClu
     assert call("PUT", "/_cluster/metadata/k", READER, {"v": 3}, url=loopback) == 403
     assert call("GET", "/_cluster/metadata/k", READER, url=loopback) == 200
 
-    # Plain HTTP on the TLS port is refused: no HTTP answer at all.
-    with pytest.raises((ConnectionError, HTTPException, urllib.error.URLError)):
-        http("GET", f"http://127.0.0.2:{node.http_port}/healthz", timeout=5)
+    # Plain HTTP on the TLS port is refused with a 400 that says to use https (it used to be a bare close),
+    # whatever the request, and the port still speaks TLS afterwards.
+    for method, path in (("GET", "/healthz"), ("PUT", "/_cluster/metadata/k")):
+        status, answer = http(method, f"http://127.0.0.2:{node.http_port}{path}", {"v": 9}, timeout=5)
+        assert status == 400, answer
+        assert answer["error"]["type"] == "bad_request_exception"
+        assert (
+            f"this port speaks HTTPS only: send the request to https://<host>:{node.http_port}/"
+            in (answer["error"]["reason"])
+        )
+    assert call("GET", "/_cluster/metadata/k", READER) == 200
+    # A client that connects and leaves without a byte costs nothing and breaks nothing.
+    socket.create_connection(("127.0.0.2", node.http_port), timeout=5).close()
+    assert call("GET", "/healthz", None) == 200
 
     # The tokens file is re-read when it changes: a new token works, a removed one no longer does.
     newcomer = "newcomer-token-0123456789"
@@ -231,12 +241,25 @@ def test_tokens_roles_and_loopback_listener(make_cluster: Callable[..., LocalClu
     os.replace(replacement, tokens)
     wait_until(lambda: call("PUT", "/_cluster/metadata/k", newcomer, {"v": 4}) == 200, 10, "the new token works")
     assert call("GET", "/_cluster/health", READER) == 401
-    # A broken file keeps the tokens that worked.
+    # Fail closed: a broken file, or none, revokes every token; /readyz (open) says why. A good file brings
+    # them back.
     broken = tmp_path / "tokens.broken"
     broken.write_text("nonsense\n")
     os.replace(broken, tokens)
-    time.sleep(1.5)  # past the reload check interval, so that the broken file has been looked at
-    assert call("PUT", "/_cluster/metadata/k", newcomer, {"v": 5}) == 200
+    wait_until(lambda: call("PUT", "/_cluster/metadata/k", newcomer, {"v": 5}) == 401, 10, "a broken file revokes")
+    assert call("GET", "/_cluster/health", ADMIN) == 401
+    status, ready = http("GET", node.url + "/readyz", context=context)
+    assert status == 503 and "tokens_file" in ready["reason"] and "every token is refused" in ready["reason"]
+    tokens.unlink()
+    time.sleep(1.5)  # past the reload check interval, so that the missing file has been looked at
+    assert call("PUT", "/_cluster/metadata/k", newcomer, {"v": 5}) == 401
+    assert call("GET", "/_cluster/metadata/k", READER, url=loopback) == 401
+    replacement.write_text(f"admin {ADMIN}\nwriter {newcomer}\n")
+    os.replace(replacement, tokens)
+    wait_until(lambda: call("PUT", "/_cluster/metadata/k", newcomer, {"v": 6}) == 200, 10, "a good file is read")
+    _, health = http("GET", node.url + "/_cluster/health", headers=bearer(ADMIN), context=context)
+    assert not [found for found in health["problems"] if found["kind"] == "tokens_file"]
+    assert http("GET", node.url + "/readyz", context=context)[0] == 200
     assert node.alive()
 
 

@@ -85,6 +85,7 @@ class Peer:
             self.max_body,
             self.max_chunk_size,
             self.current_term,
+            local_address=self.address,
         )
 
     async def start(self, app: web.Application | None = None) -> Peer:

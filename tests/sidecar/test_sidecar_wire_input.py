@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import time
 
 import aiohttp
 import msgspec
 import pytest
 from test_sidecar_transport import SECRET, Peer, close_code, make_sender, raw_stream, run, until
 
+from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.messages import Envelope, LeaderCheck, Message, encode_envelope
-from coordinated.coordination.state import LONG_MAX, DiscoveryNode
+from coordinated.coordination.state import DiscoveryNode
 from coordinated.sidecar.auth import MAX_CLOCK_SKEW_S, NONCE_BYTES, ReplayCache, TransportAuth
 from coordinated.sidecar.transport import MESSAGE_PATH
 
@@ -71,10 +74,15 @@ def test_a_bad_frame_closes_the_stream_with_1003(secret: bytes | None, body: byt
     run(scenario())
 
 
-def signed_post(auth: TransportAuth, message: Message, nonce: str | None = None) -> tuple[bytes, dict[str, str]]:
+def signed_post(
+    auth: TransportAuth, message: Message, receiver: str, nonce: str | None = None, signed_at: float | None = None
+) -> tuple[bytes, dict[str, str]]:
+    """A signed POST to `receiver`, signed a second from now by default (a receiver refuses what was signed in
+    the second it started, and a test's peer has just started)."""
     request_nonce = os.urandom(NONCE_BYTES).hex() if nonce is None else nonce
-    body = encode_envelope(Envelope("127.0.0.1:1", message, request_nonce=request_nonce))
-    return body, {"Content-Type": "application/json", **auth.sign(body)}
+    body = encode_envelope(Envelope("127.0.0.1:1", message, request_nonce=request_nonce, receiver=receiver))
+    now = time.time() + 1 if signed_at is None else signed_at
+    return body, {"Content-Type": "application/json", **auth.sign(body, now)}
 
 
 def test_a_replayed_signed_post_is_refused() -> None:
@@ -82,16 +90,36 @@ def test_a_replayed_signed_post_is_refused() -> None:
         auth = TransportAuth(SECRET)
         peer = await Peer(auth=auth).start()
         async with aiohttp.ClientSession() as session:
-            body, headers = signed_post(auth, LeaderCheck("a", 1))
+            body, headers = signed_post(auth, LeaderCheck("a", 1), peer.address)
             assert (await post(session, peer, body, headers))[0] == 204
             status, text = await post(session, peer, body, headers)  # captured and sent again
             assert status == 401 and "replayed" in text
-            body, headers = signed_post(auth, LeaderCheck("a", 2), nonce="")  # no nonce: not unique
+            body, headers = signed_post(auth, LeaderCheck("a", 2), peer.address, nonce="")  # no nonce: not unique
             status, text = await post(session, peer, body, headers)
             assert status == 401 and "request_nonce" in text
-            body, headers = signed_post(auth, LeaderCheck("a", 3))  # a fresh request is fine
+            body, headers = signed_post(auth, LeaderCheck("a", 3), peer.address)  # a fresh request is fine
             assert (await post(session, peer, body, headers))[0] == 204
         assert [message for _, message in peer.received] == [LeaderCheck("a", 1), LeaderCheck("a", 3)]
+        await peer.stop()
+
+    run(scenario())
+
+
+def test_a_signed_post_for_another_node_or_from_before_the_start_is_refused() -> None:
+    """What makes a replay fail after a restart (the replay cache is new) or on another node (it has its own)."""
+
+    async def scenario() -> None:
+        auth = TransportAuth(SECRET)
+        peer = await Peer(auth=auth).start()
+        async with aiohttp.ClientSession() as session:
+            for receiver in ("127.0.0.1:1", ""):
+                body, headers = signed_post(auth, LeaderCheck("a", 1), receiver)
+                status, text = await post(session, peer, body, headers)
+                assert status == 401 and "not to this node" in text, text
+            body, headers = signed_post(auth, LeaderCheck("a", 2), peer.address, signed_at=time.time() - 5)
+            status, text = await post(session, peer, body, headers)
+            assert status == 401 and "signed before this node started" in text, text
+        assert peer.received == []
         await peer.stop()
 
     run(scenario())
@@ -104,6 +132,7 @@ def test_the_sender_posts_unique_requests() -> None:
         peer = await Peer(auth=auth).start()
         sender = make_sender([], auth=auth)
         await sender.start()
+        await asyncio.sleep(1.1)  # a receiver refuses what was signed in the second it started
         for i in range(3):
             await sender._post_or_report(peer.address, LeaderCheck("a", i))
         await until(lambda: len(peer.received) == 3)

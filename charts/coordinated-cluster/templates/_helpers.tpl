@@ -44,9 +44,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [coordinated.dev]
   resources: [coordinatedclusters/status]
   verbs: [get, patch]
+# delete: only to grow the volumes, orphaning the pods and claims (the claim template cannot change in place).
 - apiGroups: [apps]
   resources: [statefulsets]
-  verbs: [get, create, patch]
+  verbs: [get, create, patch, delete]
 - apiGroups: [""]
   resources: [services, configmaps, serviceaccounts]
   verbs: [create, patch]
@@ -59,11 +60,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, delete]
-# list: a new cluster whose data claims exist already is reported as adopting that data. create: the
-# snapshot volume's claim (spec.snapshots), which is never deleted by the operator.
+# list: a new cluster whose data claims exist already is reported as adopting that data, and the claims'
+# sizes. create: the snapshot volume's claim (spec.snapshots), which is never deleted by the operator. patch:
+# a larger storage.size grows each data claim.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
-  verbs: [list, create]
+  verbs: [list, create, patch]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [create, patch, delete]
@@ -80,6 +82,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+{{- end -}}
+
+{{- define "coordinated-cluster.clusterRules" -}}
+# Cluster-scoped, read only: whether a StorageClass allows volume expansion (a larger storage.size), and the
+# zone label of the nodes the pods run on (whether the voters share a zone).
+- apiGroups: [storage.k8s.io]
+  resources: [storageclasses]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get]
 {{- end -}}
 
 {{- define "coordinated-cluster.auditLabels" -}}

@@ -17,6 +17,11 @@ SNAPSHOT_WAIT_S = 55.0
 REPOSITORY_WAIT_S = 25.0
 
 
+def node_info() -> Call[dict[str, Any]]:
+    """`GET /`: the node this client is sent to (its name, node_id and cluster), answered without the master."""
+    return Call("GET", "/", ok, master_timeout=False)
+
+
 def cluster_health(wait_for_nodes: int | None = None, timeout_s: float = 30.0) -> Call[dict[str, Any]]:
     params = (
         {}

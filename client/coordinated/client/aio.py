@@ -90,6 +90,7 @@ class AsyncClient(ClientBase):
     keepalive = awaiting(operations.keepalive)
     end_session = awaiting(operations.end_session)
     sessions = awaiting(operations.sessions)
+    node_info = awaiting(operations.node_info)
     cluster_health = awaiting(operations.cluster_health)
     cluster_state = awaiting(operations.cluster_state)
     add_voting_config_exclusions = awaiting(operations.add_voting_config_exclusions)

@@ -27,6 +27,7 @@ __all__ = [
     "get",
     "keepalive",
     "list_snapshots",
+    "node_info",
     "put",
     "put_fs_repository",
     "put_repository",
@@ -148,6 +149,12 @@ def sessions(client: ClientBase) -> Flow[Any]:
 
 
 # -- the admin API ------------------------------------------------------------------------------------------
+
+
+def node_info(client: ClientBase) -> Flow[dict[str, Any]]:
+    """`GET /`: `{"name", "node_id", "cluster_name", ...}` of the node the client is sent to. A node that lost its
+    data comes back under a new `node_id`."""
+    return (yield from perform(client, admin_calls.node_info()))
 
 
 def cluster_health(

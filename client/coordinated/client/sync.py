@@ -93,6 +93,7 @@ class Client(ClientBase):
     keepalive = blocking(operations.keepalive)
     end_session = blocking(operations.end_session)
     sessions = blocking(operations.sessions)
+    node_info = blocking(operations.node_info)
     cluster_health = blocking(operations.cluster_health)
     cluster_state = blocking(operations.cluster_state)
     add_voting_config_exclusions = blocking(operations.add_voting_config_exclusions)

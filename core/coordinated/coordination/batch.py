@@ -5,7 +5,7 @@ Pure functions: the coordinator supplies the node, the term and the join votes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,7 +167,12 @@ def add_exclusions(
     return None
 
 
-def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list[VotingConfigExclusion]) -> None:
+def _join(
+    node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list[VotingConfigExclusion], master: DiscoveryNode
+) -> client.ClusterError | None:
+    if node.transport_address == master.transport_address and node.id != master.id:
+        # Never a restart of the master (it is running): a forged or confused join must not remove it.
+        return client.bad_request(f"node [{node.name}] claims the master's own address [{node.transport_address}]")
     for other_id, other in list(nodes.items()):
         if other.transport_address == node.transport_address and other_id != node.id:
             del nodes[other_id]  # a restarted node with a new id at the same address
@@ -175,6 +180,7 @@ def _join(node: DiscoveryNode, nodes: dict[str, DiscoveryNode], exclusions: list
     for index, exclusion in enumerate(exclusions):
         if exclusion.node_id == f"{ABSENT_PREFIX}{node.name}":
             exclusions[index] = VotingConfigExclusion(node.id, node.name)
+    return None
 
 
 class _Tracked:
@@ -413,6 +419,18 @@ def _oversized_value(task: KvPut | Txn, limit: int) -> client.ClusterError | Non
     puts = [(task.key, task.value)] if isinstance(task, KvPut) else []
     if isinstance(task, Txn):
         puts = [(op.key, op.value) for op in (*task.success, *task.failure) if op.op == "put"]
+    return _first_oversized(puts, limit)
+
+
+def _oversized_restored_value(restore: RestoreSnapshot, limit: int) -> client.ClusterError | None:
+    """A restored key is held to `cluster.metadata.max_value_size` as a write of it would be."""
+    oversized = _first_oversized(restore.kv.items(), limit)
+    if oversized is None:
+        return None
+    return client.bad_request(f"snapshot [{restore.snapshot}]: {oversized.reason}")
+
+
+def _first_oversized(puts: Iterable[tuple[str, Any]], limit: int) -> client.ClusterError | None:
     for key, value in puts:
         size = len(_SIZE_ENCODER.encode(None if value is msgspec.UNSET else value))
         if size > limit:
@@ -460,7 +478,7 @@ def execute_batch(
             elected = True
             nodes[context.master.id] = context.master
         elif isinstance(task, NodeJoin):
-            _join(task.node, nodes, exclusions)
+            result = _join(task.node, nodes, exclusions, context.master)
         elif isinstance(task, NodeLeft):
             nodes.pop(task.node_id, None)
         elif isinstance(task, ExpireSessions):
@@ -511,7 +529,9 @@ def execute_batch(
                 else:
                     result = client.repository_missing_error(payload.name)
             elif isinstance(payload, RestoreSnapshot):
-                result = _restore_too_large(payload, keys.size, context.max_state_size)
+                result = _oversized_restored_value(payload, context.max_value_size) or _restore_too_large(
+                    payload, keys.size, context.max_state_size
+                )
                 if result is None:
                     keys.replace_all(payload.kv, payload.kv_versions)
                     settings = dict(payload.persistent_settings)

@@ -30,6 +30,7 @@ from coordinated.coordination import messages as m
 from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult, Committed
 from coordinated.coordination.client_requests import ClientRequests
 from coordinated.coordination.context import CoreContext, Mode
+from coordinated.coordination.counters import successor
 from coordinated.coordination.diff_history import CatchUp
 from coordinated.coordination.effects import Effect, RequestCompleted, StateApplied
 from coordinated.coordination.elections import ElectionScheduler, PreVoteCollector
@@ -108,8 +109,9 @@ class Coordinator:
             on_term_seen=self._update_max_term_seen,
         )
         self.bootstrap = ClusterBootstrapService(ctx, self.coordination_state.set_initial_state)
+        self.joins = JoinHelper(ctx)
         self.formation = ClusterFormationFailureHelper(
-            ctx, self.peer_finder.discovered_nodes, lambda: self.peer_finder.unreachable
+            ctx, self.peer_finder.discovered_nodes, lambda: self.peer_finder.unreachable, self.joins.recent_rejection
         )
         self.election_scheduler: ElectionScheduler | None = None
         self.pre_votes = PreVoteCollector(
@@ -118,7 +120,6 @@ class Coordinator:
             start_election=self._start_election,
             on_term_seen=self._update_max_term_seen,
         )
-        self.joins = JoinHelper(ctx)
         self.publish_handler = PublishHandler(
             ctx,
             self.coordination_state,
@@ -438,6 +439,8 @@ class Coordinator:
     # terms
 
     def _update_max_term_seen(self, term: int) -> None:
+        if (too_far := self.coordination_state.term_reach.problem(term, self.current_term)) is not None:
+            return self._log("warning", f"ignoring a peer's term: {too_far}")
         self.max_term_seen = max(self.max_term_seen, term)
         if self.mode is Mode.LEADER and self.max_term_seen > self.current_term and self.publication is None:
             # Someone is in a newer term: move past it and win again rather than wait to be deposed.
@@ -454,7 +457,7 @@ class Coordinator:
         try:
             join = self.coordination_state.handle_start_join(candidate.id, term)
         except CoordinationStateRejected as rejected:
-            self._log("debug", f"not joining term {term}: {rejected}")
+            self._log("warning" if term > self.max_term_seen else "debug", f"not joining term {term}: {rejected}")
             return None
         except OSError as error:
             self._log("warning", f"failed to persist term {term}: {error}")
@@ -501,8 +504,15 @@ class Coordinator:
     def _on_pre_vote_request(self, sender: str, request: m.PreVoteRequest) -> None:
         self.pre_votes.on_request(sender, request, self.leader)
 
+    def _next_term(self) -> int | None:
+        term = successor(max(self.current_term, self.max_term_seen))
+        if term is None:
+            self._log("error", "the term has reached the largest 64-bit value: this node cannot start an election")
+        return term
+
     def _start_election(self) -> None:
-        term = max(self.current_term, self.max_term_seen) + 1
+        if (term := self._next_term()) is None:
+            return
         request = m.StartJoinRequest(self.local_node, term, self.ctx.committed_uuid())
         self._log("debug", f"starting election for term {term}")
         self._send(self.local_node.transport_address, request)
@@ -599,19 +609,7 @@ class Coordinator:
         if self.publication is not None and self.mode is Mode.LEADER:
             self.publication.on_publish_response(response)
         elif response.need_full_state and self.mode is Mode.LEADER:
-            self._send_full_state(response)
-
-    def _send_full_state(self, refused: m.PublishResponse) -> None:
-        """A follower could not apply a catch-up diff (its state is not the diff's base): send it the whole
-        state, as a publication does, rather than the same diff again at every follower check."""
-        state = self.last_accepted_state
-        node = state.nodes.get(refused.source_id)
-        if node is None or (refused.term, refused.version) != state.term_version():
-            return  # about an older state: the next follower check finds what the node still misses
-        published = self.catch_up.as_published(state)
-        self._send(
-            node.transport_address, m.PublishRequest(self.local_node, state.term, state.version, state=published)
-        )
+            self.catch_up.send_full_state(response)
 
     def _on_apply_commit_response(self, sender: str, response: m.ApplyCommitResponse) -> None:
         if response.ok:
@@ -667,7 +665,8 @@ class Coordinator:
             self.master_tasks.submit(Task("reconfigure", Priority.URGENT, Reconfigure(), lambda result: None))
 
     def _abdicate_to(self, node: DiscoveryNode) -> None:
-        term = max(self.current_term, self.max_term_seen) + 1
+        if (term := self._next_term()) is None:
+            return
         self._log("info", f"abdicating to {node.name} with term {term}")
         request = m.StartJoinRequest(node, term, self.ctx.committed_uuid())
         for other in self.last_accepted_state.nodes.values():
@@ -740,8 +739,9 @@ class Coordinator:
             ok = False
         else:
             self._ensure_term_at_least(leader, request.term)
-            self._become_follower(leader, "received a follower check")
-            ok = True
+            ok = request.term == self.current_term  # not when the term was out of reach or failed to persist
+            if ok:
+                self._become_follower(leader, "received a follower check")
         state = self.last_accepted_state
         answer = m.FollowerCheckResponse(
             self.local_node.id,

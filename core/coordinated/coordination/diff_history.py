@@ -17,7 +17,7 @@ from collections import deque
 from itertools import islice
 
 from coordinated.coordination.context import CoreContext
-from coordinated.coordination.messages import JoinRequest
+from coordinated.coordination.messages import JoinRequest, PublishRequest, PublishResponse
 from coordinated.coordination.settings import int_setting, size_setting
 from coordinated.coordination.state import (
     MAP_FIELDS,
@@ -175,6 +175,17 @@ class CatchUp:
         if accepted is not None and accepted.state_uuid == state.state_uuid:
             return accepted
         return state
+
+    def send_full_state(self, refused: PublishResponse) -> None:
+        """A follower could not apply a catch-up diff (its state is not the diff's base): send it the whole
+        state, as a publication does, rather than the same diff again at every follower check."""
+        ctx = self.ctx
+        state = ctx.accepted
+        node = state.nodes.get(refused.source_id)
+        if node is None or (refused.term, refused.version) != state.term_version():
+            return  # about an older state: the next follower check finds what the node still misses
+        published = self.as_published(state)
+        ctx.send(node.transport_address, PublishRequest(ctx.local_node, state.term, state.version, state=published))
 
     def diff_since(self, term: int, version: int) -> ClusterStateDiff | None:
         """The changes from the state (term, version) to this node's last-accepted one, if it still has them."""

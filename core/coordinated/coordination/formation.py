@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection
 from msgspec.structs import replace
 
 from coordinated.coordination.context import CoreContext, Mode
+from coordinated.coordination.joins import JoinRejection
 from coordinated.coordination.safety import CoordinationStateRejected
 from coordinated.coordination.settings import NodeNames, Setting, time_setting
 from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfiguration
@@ -65,10 +66,12 @@ class ClusterFormationFailureHelper:
         ctx: CoreContext,
         discovered: Callable[[], list[DiscoveryNode]],
         unreachable: Callable[[], Collection[str]],
+        join_rejection: Callable[[], JoinRejection | None] = lambda: None,
     ) -> None:
         self.ctx = ctx
         self.discovered = discovered
         self.unreachable = unreachable
+        self.join_rejection = join_rejection
 
     def activate(self) -> None:
         ctx = self.ctx
@@ -122,4 +125,7 @@ class ClusterFormationFailureHelper:
         unreachable = self.unreachable()
         if unreachable:
             reasons.append(f"cannot reach {sorted(unreachable)}")
+        rejection = self.join_rejection()
+        if rejection is not None:
+            reasons.append(rejection.describe())
         return "master not discovered yet: " + "; ".join(reasons)

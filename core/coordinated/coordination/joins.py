@@ -15,6 +15,19 @@ from coordinated.coordination.state import DiscoveryNode
 from coordinated.coordination.tasks import NodeJoin
 
 JOIN_TIMEOUT_MS = 10_000
+REJECTION_REPORTED_FOR_MS = 60_000
+
+
+@dataclass(frozen=True)
+class JoinRejection:
+    """A master's refusal of this node's join request: a reason this node has no master, for its health."""
+
+    master: str  # the master's transport address
+    reason: str
+    at: int
+
+    def describe(self) -> str:
+        return f"the master at {self.master} refused this node's join: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -31,6 +44,7 @@ class JoinHelper:
         self.request_in_flight: str | None = None  # the master address a join request awaits an answer from
         self.retry_at = 0
         self.pending: dict[str, PendingJoin] = {}  # node id -> join received while a candidate
+        self.rejection: JoinRejection | None = None  # the last refusal of this node's join, until one succeeds
 
     def join_for(self, master_id: str, term: int) -> Join | None:
         """This node's vote, if it was given to `master_id` in `term`."""
@@ -71,6 +85,15 @@ class JoinHelper:
             self.request_in_flight = None
         if not response.ok:
             self.ctx.log("debug", f"join rejected by {sender}: {response.reason}")
+            self.rejection = JoinRejection(sender, response.reason, self.ctx.now)
+        else:
+            self.rejection = None
+
+    def recent_rejection(self) -> JoinRejection | None:
+        rejection = self.rejection
+        if rejection is None or self.ctx.now - rejection.at > REJECTION_REPORTED_FOR_MS:
+            return None
+        return rejection
 
     def on_send_failure(self, destination: str) -> None:
         if self.request_in_flight == destination:

@@ -200,15 +200,18 @@ Message = (
 class Envelope(msgspec.Struct, frozen=True, omit_defaults=True):
     """What the transport carries: the sender's transport address and one message.
 
-    A one-shot signed request (a POST) also carries a fresh random `request_nonce`: it is covered by the
-    signature, and the receiver refuses a nonce it has seen within the signature's validity window, so a
-    captured request cannot be replayed. Frames of a stream need none (the stream's MACs already forbid
-    replays), and a receiver of an older version ignores the field.
+    A one-shot signed request (a POST) also carries a fresh random `request_nonce` and the transport address it
+    is sent to (`receiver`), both covered by the signature: the receiver refuses a nonce it has seen within the
+    signature's validity window, a request addressed to another node, and one signed before it started, so a
+    captured request cannot be replayed, to the node that saw it (even after a restart) or to another. Frames
+    of a stream need neither (the stream's MACs already forbid replays), and a receiver of an older version
+    ignores both fields.
     """
 
     sender: str
     message: Message
     request_nonce: str = ""
+    receiver: str = ""
 
 
 _ENCODER = msgspec.json.Encoder(enc_hook=ENCODE_HOOK)  # a state's persistent maps
@@ -225,6 +228,8 @@ def decode_envelope(data: bytes) -> Envelope:
         return _DECODER.decode(data)
     except UnicodeDecodeError as error:  # msgspec raises this for a string that is not UTF-8
         raise msgspec.DecodeError(f"invalid UTF-8: {error}") from None
+    except RecursionError:  # arrays or objects nested past what the decoder's stack holds
+        raise msgspec.DecodeError("nested too deeply") from None
 
 
 def message_type(message: Any) -> str:

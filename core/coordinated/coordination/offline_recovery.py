@@ -28,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from coordinated.coordination.counters import successor
 from coordinated.coordination.history import NO_CLUSTER_UUID, RESET_EVENT_TYPES, EventType, HistoryEvent
 from coordinated.coordination.state import ClusterState, CoordinationMetadata, VotingConfiguration
 from coordinated.coordination.state_events import state_event
@@ -76,11 +77,17 @@ def plan_unsafe_bootstrap(
             f"node [{node_id}] is not master-eligible (roles {list(known.roles)}): only a master-eligible node "
             "can become the sole voter of a new cluster"
         )
+    version = successor(state.version)
+    if version is None:
+        raise ToolRefusal(
+            f"node [{node_id}] holds a state of version {state.version}, the largest 64-bit version: a new state "
+            "cannot follow it"
+        )
     sole = VotingConfiguration.of([node_id])
     new_state = state.replace(
         cluster_uuid=new_cluster_uuid,
         cluster_uuid_committed=True,
-        version=state.version + 1,
+        version=version,
         state_uuid=new_state_uuid,
         parent_uuid=state.state_uuid,
         master_node=None,

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from msgspec.structs import replace
 
+from coordinated.coordination.counters import LONG_MAX, Reach
 from coordinated.coordination.messages import ApplyCommit, Join, PublishResponse
 from coordinated.coordination.quorum import joint_quorum
 from coordinated.coordination.state import ClusterState, VotingConfiguration
@@ -72,6 +73,9 @@ class CoordinationState:
         self.last_published_version = 0
         self.last_published_config = VotingConfiguration()
         self.publish_votes: set[str] = set()
+        # How far a term or a published version from outside may move this node (see `counters`).
+        self.term_reach = Reach("term")
+        self.version_reach = Reach("publication version")
 
     @property
     def current_term(self) -> int:
@@ -121,6 +125,9 @@ class CoordinationState:
     def handle_start_join(self, candidate_id: str, term: int) -> Join:
         if term <= self.current_term:
             raise CoordinationStateRejected(f"incoming term {term} not greater than current term {self.current_term}")
+        too_far = self.term_reach.problem(term, self.current_term)
+        if too_far is not None:
+            raise CoordinationStateRejected(too_far)
         self.persisted.set_current_term(term)
         self.join_votes = {}
         self.start_join_since_last_reboot = True
@@ -176,6 +183,8 @@ class CoordinationState:
             raise CoordinationStateRejected(
                 f"state version {state.version} not newer than last published version {self.last_published_version}"
             )
+        if state.version > LONG_MAX:
+            raise CoordinationStateRejected(f"state version {state.version} is past the largest 64-bit version")
         if (
             state.last_accepted_config != self.last_accepted_config
             and self.last_committed_config != self.last_accepted_config
@@ -198,6 +207,9 @@ class CoordinationState:
             raise CoordinationStateRejected(
                 f"publication version {state.version} is not newer than accepted version {self.last_accepted_version}"
             )
+        too_far = self.version_reach.problem(state.version, self.last_accepted_version)
+        if too_far is not None:
+            raise CoordinationStateRejected(too_far)
         self.persisted.set_last_accepted_state(state)
         return PublishResponse(source_id=self.local_node_id, term=state.term, version=state.version, ok=True)
 

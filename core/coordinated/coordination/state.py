@@ -21,13 +21,13 @@ from typing import Annotated, Any
 import immutables
 import msgspec
 
+from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.settings import format_time_ms
 
 # Terms, versions and request ids are 64-bit signed integers, as in Elasticsearch (and never negative). A
 # message or record holding a number outside that range fails to decode, so it is refused before it can
-# reach the core or be persisted.
-LONG_MAX = 2**63 - 1
+# reach the core or be persisted. How far a decoded term or version may move a node is `counters.reach`.
 Long = Annotated[int, msgspec.Meta(ge=0, le=LONG_MAX)]
 # A bootstrap placeholder stands in for a named initial master node that has not been discovered yet.
 PLACEHOLDER_PREFIX = "{bootstrap-placeholder}-"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
@@ -32,6 +33,7 @@ from coordinated.coordination.client import (
     Txn,
     UpdateSettings,
 )
+from coordinated.coordination.counters import CEILING
 from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
 from coordinated.coordination.settings import (
     Settings,
@@ -54,6 +56,11 @@ _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # Repository and snapshot names, as Elasticsearch allows them: lowercase, no separators, not `_all`-like.
 _SNAPSHOT_NAME = re.compile(r"[a-z0-9][a-z0-9._+-]{0,254}")
 REPOSITORY_TYPES = ("fs", "s3")
+# How deeply a key's value may nest arrays and objects. Every decoder of the wire and the disk holds a value
+# inside a few levels of its own (an envelope, a message, a state, a map), and a decoder's depth is bounded
+# (msgspec's and Python's near 1000): a value that one node took but another could not decode would stop
+# every publication that carries it. Jackson's default, which Elasticsearch keeps, is 1000 for a document.
+MAX_VALUE_DEPTH = 100
 ABSENT_PREFIX = "_absent_"  # an exclusion by name of a node that is not in the cluster (yet)
 
 MAX_VOTING_CONFIG_EXCLUSIONS = int_setting(
@@ -108,6 +115,19 @@ def session_create_problem(request: SessionCreate) -> str | None:
     return None
 
 
+def value_problem(key: str, value: Any) -> str | None:
+    """A key's value nested deeper than MAX_VALUE_DEPTH levels of arrays and objects; measured without
+    recursion, so that any value can be judged."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth > MAX_VALUE_DEPTH:
+                return f"the value of key [{key}] nests deeper than [{MAX_VALUE_DEPTH}] levels of arrays and objects"
+            pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return None
+
+
 def txn_problem(txn: Txn) -> str | None:
     """Every key named well, at most MAX_TXN_OPS compares and ops, a value for every put, and in each branch a
     key at most once among the put and delete ops (their order within a state would be ambiguous)."""
@@ -125,6 +145,8 @@ def txn_problem(txn: Txn) -> str | None:
                 return f"{branch}: {problem}"
             if op.op == "put" and op.value is msgspec.UNSET:
                 return f"{branch}: the put of [{op.key}] has no [value]"
+            if op.op == "put" and (problem := value_problem(op.key, op.value)) is not None:
+                return f"{branch}: {problem}"
             if op.op != "put" and op.value is not msgspec.UNSET:
                 return f"{branch}: a [{op.op}] op takes no [value]"
             if op.session is not None:
@@ -182,14 +204,22 @@ def repository_problem(request: PutRepository) -> str | None:
     return None
 
 
-def restore_problem(request: RestoreSnapshot, registry: SettingsRegistry) -> str | None:
+def restore_problem(request: RestoreSnapshot, registry: SettingsRegistry, current_version: int) -> str | None:
     """Every key named well, with consistent versions, and every setting valid: a damaged or hand-edited
-    snapshot must not commit what the API would refuse. A node-level setting that an older version persisted is
-    kept, and ignored, as it is in a running cluster."""
+    snapshot must not commit what the API would refuse. Its versions must also leave the cluster room to count
+    on: no higher than the cluster's own version or `counters.CEILING`, whichever is higher (the restored
+    state's version is one above them, and the nodes take it from the master as any publication). A node-level
+    setting that an older version persisted is kept, and ignored, as it is in a running cluster."""
     if set(request.kv) != set(request.kv_versions):
         return f"snapshot [{request.snapshot}] does not give versions for exactly its keys"
+    highest = max(current_version, CEILING)
+    if request.snapshot_version > highest:
+        return (
+            f"snapshot [{request.snapshot}] is of version [{request.snapshot_version}], beyond the highest version "
+            f"a restore may bring [{highest}]"
+        )
     for key, versions in request.kv_versions.items():
-        problem = metadata_key_problem(key)
+        problem = metadata_key_problem(key) or value_problem(key, request.kv.get(key))
         if problem is not None:
             return f"snapshot [{request.snapshot}]: {problem}"
         if not 1 <= versions.create_version <= versions.version <= request.snapshot_version:
@@ -270,10 +300,11 @@ def exclusions_problem(
 
 def request_problem(request: ClientRequest, state: ClusterState, settings: Settings) -> str | None:
     """The master's check of any client request against its current state and settings."""
-    if isinstance(request, KvPut) and request.session is not None:
-        return metadata_key_problem(request.key) or session_id_problem(request.session)
     if isinstance(request, KvPut):
-        return metadata_key_problem(request.key)
+        problem = metadata_key_problem(request.key) or value_problem(request.key, request.value)
+        if problem is None and request.session is not None:
+            problem = session_id_problem(request.session)
+        return problem
     if isinstance(request, KvDelete | KvGet):
         return stored_key_problem(request.key, state)
     if isinstance(request, SessionCreate):
@@ -292,5 +323,5 @@ def request_problem(request: ClientRequest, state: ClusterState, settings: Setti
     if isinstance(request, DeleteRepository):
         return snapshot_name_problem(request.name, "repository")
     if isinstance(request, RestoreSnapshot):
-        return restore_problem(request, settings.registry)
+        return restore_problem(request, settings.registry, state.version)
     return None

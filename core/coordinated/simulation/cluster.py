@@ -54,7 +54,7 @@ from coordinated.coordination.leader_checker import (
     LEADER_CHECK_RETRY_COUNT,
     LEADER_CHECK_TIMEOUT,
 )
-from coordinated.coordination.messages import Message
+from coordinated.coordination.messages import Message, decode_envelope
 from coordinated.coordination.offline_recovery import plan_remove_settings
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.publication import PUBLISH_TIMEOUT
@@ -271,6 +271,18 @@ class SimulatedCluster:
             sim_node.node = msgspec.structs.replace(sim_node.node, transport_address=new_address)
         self.start_node(index)
 
+    def lose_data(self, index: int) -> None:
+        """Crash a node and start it again on an empty disk, under the same name and address: a pod that gets a
+        new, empty claim after its volume was lost for good. It is a new node (a new id, no history), and it
+        has no bootstrap list (the operator empties it once the cluster has bootstrapped): it can only join."""
+        self.crash(index)
+        sim_node = self.nodes[index]
+        node = msgspec.structs.replace(sim_node.node, id=f"{sim_node.name}-{self.rng.getrandbits(32):08x}")
+        settings = sim_node.settings.with_values({INITIAL_MASTER_NODES: ()})
+        persisted = FlakyPersistedState(settings[CLUSTER_NAME], random.Random(self.rng.getrandbits(64)), node.id)
+        self.nodes[index] = SimNode(index, node, persisted, settings)
+        self.start_node(index)
+
     def storage_fault(self, index: int, fault: StorageFault) -> None:
         """Crash a node, damage its storage as `fault` says, and start it again: it loads what the startup
         rule allows, or refuses and stays down."""
@@ -401,6 +413,17 @@ class SimulatedCluster:
         (SIGSTOP) or of a slow link, and arrives after the receiver has moved on."""
         if target.coordinator is not None:
             self._run_effects(target, target.coordinator.handle_message(sender.address, message, self.now))
+
+    def deliver_from_wire(self, target: SimNode, sender_address: str, data: bytes) -> str | None:
+        """Hand `target` an encoded envelope as the sidecar's transport would: decoded first, and refused (with
+        the reason returned) if it does not decode; None once delivered. For tests that forge peer messages."""
+        try:
+            envelope = decode_envelope(data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as error:
+            return str(error)
+        if target.coordinator is not None:
+            self._run_effects(target, target.coordinator.handle_message(sender_address, envelope.message, self.now))
+        return None
 
     def _fail_send(self, index: int, boots: int, destination: str, message: Message) -> None:
         sim_node = self.nodes[index]

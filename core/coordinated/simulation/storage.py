@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.recovery import (
     Decision,
     HistorySummary,
@@ -72,6 +73,11 @@ class FlakyPersistedState(InMemoryPersistedState):
 
     def _write(self, term: int, state: ClusterState, what: str) -> None:
         assert self.commits, "a node whose database is gone does not run"
+        # As the sidecar's store would refuse to read it back: a number the wire cannot carry is never written.
+        if max(term, state.term, state.version) > LONG_MAX:
+            raise AssertionError(
+                f"writing {what} with a number past {LONG_MAX}: term {term}, state {state.term_version()}"
+            )
         record = SimRecord(self.commits[-1].generation + 1, term, state, self.node_id)
         if self.failure_rate and self._rng.random() < self.failure_rate:
             leaves = self.failed_write_leaves or self._rng.choice(["nothing", "torn", "complete"])

@@ -27,15 +27,26 @@ from coordinated.operator import (
     PLURAL,
     VERSION,
     certificates,
+    events,
     manifests,
+    membership,
     metrics,
     object_storage,
+    placement,
     security,
     snapshot_schedule,
+    volumes,
 )
 from coordinated.operator.kube import Kube, load_kube_config
-from coordinated.operator.observation import ClusterView, Observation, PodObservation, summarize_states
-from coordinated.operator.planner import Action, ActionKind, plan
+from coordinated.operator.observation import (
+    ClaimObservation,
+    ClusterView,
+    Observation,
+    PodObservation,
+    StatefulSetObservation,
+    summarize_states,
+)
+from coordinated.operator.planner import PAUSED_REASON, Action, ActionKind, plan
 from coordinated.operator.settings_validation import validate_settings
 from coordinated.operator.sidecar_client import (
     ClusterHealth,
@@ -50,10 +61,12 @@ from coordinated.operator.sidecar_client import (
 from coordinated.operator.spec import (
     ADOPTED_CLAIMS_ANNOTATION,
     CLUSTER_UUID_ANNOTATION,
+    HIBERNATED_VOTERS_ANNOTATION,
+    HIBERNATION_SNAPSHOT_ANNOTATION,
     INITIAL_MASTER_NODES_ANNOTATION,
     ClusterSpec,
 )
-from coordinated.operator.status import Condition, compute_status, election_event
+from coordinated.operator.status import Condition, Members, compute_status
 
 
 @dataclass
@@ -144,6 +157,9 @@ def track(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         _progress.forget(key)
         _soon.pop(key, None)  # a pass under way ends by itself: it finds the cluster gone
         _again.discard(key)
+        _streaks.pop(key, None)
+        if (later := _later.pop(key, None)) is not None:
+            later.cancel()
     else:
         _known[key] = body
 
@@ -180,6 +196,46 @@ def request_pass(key: str, memo: kopf.Memo) -> None:
     _soon[key] = asyncio.create_task(_pass_now(key, memo, logging.getLogger(__name__)))
 
 
+# A step that changed something (an exclusion, a new StatefulSet size, a restarted pod) is followed by a pass at
+# once, and a step that waits (for a removed node to leave, a pod to join) by passes after 0.5, 1, 2, 4 ... s,
+# up to the reconcile interval: the steps of a scale-down follow each other as soon as the cluster allows, not a
+# reconcile interval apart. The same decision again backs off the same way (a change that does not take is not
+# retried in a tight loop), and nothing polls faster than the interval while a cluster is idle or refusing.
+_later: dict[str, asyncio.Task[None]] = {}
+_streaks: dict[str, tuple[tuple[str, str], int]] = {}  # key -> (the last decision, how many passes in a row)
+
+
+def follow_up_delay(action: Action, repeats: int, interval: float) -> float | None:
+    """Seconds until the next pass after `action`, taken `repeats` times in a row before (None: the periodic pass
+    and the pod watch suffice)."""
+    if action.changes_something and repeats == 0:
+        return 0.0
+    if action.changes_something or (action.kind is ActionKind.WAIT and action.reason != PAUSED_REASON):
+        return min(interval, 0.5 * 2.0**repeats)
+    return None
+
+
+def follow_up(key: str, memo: kopf.Memo, action: Action) -> None:
+    if key not in _known:
+        return  # deleted meanwhile, or a pass outside the watch (tests)
+    decision = (action.kind.value, action.reason)
+    previous, count = _streaks.get(key, (None, 0))
+    repeats = count if previous == decision else 0
+    _streaks[key] = (decision, repeats + 1)
+    delay = follow_up_delay(action, repeats, RECONCILE_INTERVAL_SECONDS)
+    if delay is None:
+        return
+    pending = _later.get(key)
+    if pending is not None and not pending.done():
+        pending.cancel()
+    _later[key] = asyncio.create_task(_pass_after(key, memo, delay))
+
+
+async def _pass_after(key: str, memo: kopf.Memo, delay: float) -> None:
+    await asyncio.sleep(delay)
+    request_pass(key, memo)
+
+
 async def _pass_now(key: str, memo: kopf.Memo, logger: logging.Logger) -> None:
     while (body := _known.get(key)) is not None:
         _again.discard(key)
@@ -200,9 +256,10 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger | logg
                 return  # deleted meanwhile
             body = kopf.Body(fresh)
             spec = ClusterSpec.from_resource(body)
-            converged = await _reconcile_once(spec, body, memo, logger)
+            action = await _reconcile_once(spec, body, memo, logger)
             metrics.RECONCILIATIONS.labels(result="success").inc()
-            _progress.observe(key, converged)
+            _progress.observe(key, action.kind is ActionKind.NONE)
+            follow_up(key, memo, action)
         except Exception as error:  # the next pass retries; report, do not crash the handler
             metrics.RECONCILIATIONS.labels(result="failure").inc()
             metrics.FAILURES.labels(reason=type(error).__name__).inc()
@@ -225,23 +282,22 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger | logg
             metrics.DURATION.observe(time.monotonic() - started)
 
 
-async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger) -> bool:
+async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger) -> Action:
     kube: Kube = memo.kube
     previous_status: Mapping[str, Any] = body.get("status") or {}
     problems = validate_settings(spec.settings) + security.validate_security(spec) + object_storage.validate(spec)
     if spec.snapshots is not None and (schedule := snapshot_schedule.schedule_problem(spec.snapshots.schedule)):
         problems.append(schedule)
 
-    statefulset_replicas = await kube.statefulset_replicas(manifests.statefulset_name(spec), spec.namespace)
-    update_revision = None
-    if statefulset_replicas is not None:
-        update_revision = await kube.statefulset_update_revision(manifests.statefulset_name(spec), spec.namespace)
-    pods = await kube.pods(spec.namespace, manifests.selector_string(spec))
+    statefulset = await kube.statefulset(manifests.statefulset_name(spec), spec.namespace)
+    nonvoter_set = await kube.statefulset(manifests.nonvoter_statefulset_name(spec), spec.namespace)
+    statefulset_replicas = statefulset.replicas if statefulset is not None else None
+    pods = await kube.pods(spec.namespace, manifests.node_selector_string(spec))
     # Certificates are renewed even while paused: letting them expire would be worse than any change.
     secured = await ensure_security(
         kube,
         spec,
-        certificate_pods(spec, statefulset_replicas, pods),
+        certificate_pods(spec, statefulset, nonvoter_set, pods),
         write=not problems,
         logger=logger,
         previous_status=previous_status,
@@ -249,12 +305,18 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     for event_type, reason, text in secured.events:
         await post_event(memo, body, event_type, reason, text, logger)
     view = await observe_sidecars(memo.http, spec, pods, secured)
+    voter_claims, nonvoter_claims = await data_claims(kube, spec)
     existing_claims: tuple[str, ...] = ()
     if spec.recorded_cluster_uuid is None and not spec.pinned_initial_master_nodes and statefulset_replicas is None:
-        existing_claims = await _data_claims(kube, spec)
+        existing_claims = tuple(claim.name for claim in voter_claims)
+    volume_plans = (
+        await _plan_volumes(kube, spec, statefulset, voter_claims),
+        await _plan_volumes(kube, spec, nonvoter_set, nonvoter_claims),
+    )
+    zones = await kube.zones(frozenset(pod.node_name for pod in pods.values() if pod.node_name))
     obs = Observation(
         statefulset_name=manifests.statefulset_name(spec),
-        desired_replicas=spec.replicas,
+        desired_replicas=spec.voters,
         statefulset_replicas=statefulset_replicas,
         pods=pods,
         cluster=view,
@@ -263,49 +325,103 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         paused=spec.paused,
         existing_claims=existing_claims,
         adopted_claims=spec.adopted_claims,
-        update_revision=update_revision,
+        update_revision=statefulset.update_revision if statefulset is not None else None,
+        statefulset_deleting=statefulset is not None and statefulset.deleting,
+        desired_nonvoters=spec.non_voters,
+        nonvoter_statefulset_replicas=nonvoter_set.replicas if nonvoter_set is not None else None,
+        hibernated_voters=spec.hibernated_voters,
+        snapshot_before_hibernation=(
+            spec.hibernating and spec.snapshots is not None and HIBERNATION_SNAPSHOT_ANNOTATION not in spec.annotations
+        ),
     )
     if problems:
         action = Action(ActionKind.REFUSE, "invalid spec: " + "; ".join(problems), statefulset_replicas)
     else:
         action = plan(obs)
         if not spec.paused:
-            await _carry_out(action, spec, obs, body, memo, logger, secured)
+            layout = membership.Layout(
+                volume_plans[0].template_size,
+                membership.nonvoter_layout(obs, nonvoter_set, volume_plans[1].template_size),
+            )
+            await _carry_out(action, spec, obs, body, memo, logger, secured, layout)
+            may_recreate = action.kind is ActionKind.NONE
+            await _grow_volumes(kube, spec, volume_plans[0], manifests.statefulset_name(spec), may_recreate)
+            await _grow_volumes(kube, spec, volume_plans[1], manifests.nonvoter_statefulset_name(spec), may_recreate)
+            growing = [p.condition for p in volume_plans if p.condition and p.condition.reason == "Expanding"]
+            if growing and action.kind is ActionKind.NONE:
+                # Not converged until the volumes have grown, and followed up like any wait (no pod event comes).
+                action = Action(ActionKind.WAIT, growing[0].message, action.statefulset_replicas)
 
-    if (message := election_event(previous_status, obs)) is not None:
-        await post_event(memo, body, "Normal", "MasterElected", message, logger)
-    last = previous_status.get("lastAction") or {}
-    if action.kind is ActionKind.REFUSE and last.get("reason") != action.reason:
-        await post_event(memo, body, "Warning", "ScalingRefused", action.reason, logger)
-    was_even = any(
-        c.get("type") == "EvenReplicas" and c.get("status") == "True" for c in previous_status.get("conditions") or ()
+    replaced = membership.replacements(obs, previous_status.get("nodes") or ())
+    members = Members(
+        voting_config=tuple(membership.voting_config_names(obs, replaced, previous_status.get("nodes") or ())),
+        nodes=tuple(membership.node_entries(obs, replaced, zones)),
+        quorum_lost=membership.quorum_lost(obs, replaced),
     )
-    if spec.replicas % 2 == 0 and not was_even:
-        await post_event(
-            memo,
-            body,
-            "Warning",
-            "EvenReplicas",
-            f"{spec.replicas} nodes: an odd number tolerates as many failures",
-            logger,
-        )
+    voter_nodes = {name: pod.node_name for name, pod in obs.voter_pods.items() if pod.node_name}
+    unschedulable = {name: pod.unschedulable for name, pod in pods.items() if pod.unschedulable}
+    conditions = [
+        *secured.conditions,
+        *(plan.condition for plan in volume_plans[:1] if plan.condition),
+        *(plan.condition for plan in volume_plans[1:] if plan.condition and not plan.condition.status),
+        *([spread] if (spread := placement.voters_spread(voter_nodes, zones)) else []),
+        placement.pods_scheduled(unschedulable),
+        membership.replacement_condition(
+            replaced, events.condition_of(previous_status, membership.REPLACEMENT_CONDITION)
+        ),
+    ]
+    announced = [
+        *membership.replacement_events(replaced, previous_status.get("nodes") or (), obs),
+        *events.condition_events(previous_status, conditions, quorum_lost=members.quorum_lost),
+        *events.spec_events(spec, obs, action, previous_status),
+    ]
+    for event in announced:
+        await post_event(memo, body, *event, logger)
 
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     status = compute_status(
         obs,
         action,
         generation=spec.generation,
-        selector=manifests.selector_string(spec),
+        selector=manifests.node_selector_string(spec),
         previous=previous_status,
         now=now,
         problems=problems,
-        extra_conditions=secured.conditions,
+        extra_conditions=conditions,
+        members=members,
     )
     # Written at once (not deferred) so an overlapping pass reads this status as its previous one.
     await kube.patch_status(spec.namespace, spec.name, status)
-    if not problems and not spec.paused and obs.cluster.master is not None and spec.recorded_cluster_uuid:
+    if (
+        not problems
+        and not spec.paused
+        and obs.cluster.master is not None
+        and spec.recorded_cluster_uuid
+        and snapshot_repository_ready(spec, statefulset, obs)
+    ):
         await _snapshots_and_restore(spec, obs, body, memo, logger, secured, previous_status)
-    return action.kind is ActionKind.NONE
+    return action
+
+
+async def _plan_volumes(
+    kube: Kube, spec: ClusterSpec, statefulset: StatefulSetObservation | None, claims: list[ClaimObservation]
+) -> volumes.VolumePlan:
+    storage_class = volumes.class_to_check(spec.storage.size, statefulset, claims)
+    expandable = await kube.storage_class_expandable(storage_class) if storage_class else None
+    return volumes.plan_volumes(spec.storage.size, statefulset, claims, expandable, storage_class)
+
+
+def snapshot_repository_ready(spec: ClusterSpec, statefulset: StatefulSetObservation | None, obs: Observation) -> bool:
+    """Whether every pod runs with the snapshot repository: the snapshot volume at path.repo, or (snapshots in a
+    bucket, no volume) the S3 client settings. Right after spec.snapshots is added the pods still run the previous
+    template, and a snapshot or restore asked of them fails (400: no path.repo, or no S3 client); a request waits
+    for the rolling restart instead."""
+    return (
+        statefulset is not None
+        and (manifests.SNAPSHOT_VOLUME in statefulset.volumes or not spec.snapshot_volume)
+        and not obs.outdated_pods
+        and not statefulset.deleting
+    )
 
 
 async def _snapshots_and_restore(
@@ -342,11 +458,26 @@ async def _snapshots_and_restore(
             await post_event(memo, body, event_type, reason, message, logger)
 
 
-async def _data_claims(kube: Kube, spec: ClusterSpec) -> tuple[str, ...]:
-    """The claims the StatefulSet's pods would mount (data-NAME-ORDINAL) that exist already."""
-    prefix = f"{manifests.DATA_VOLUME}-{manifests.statefulset_name(spec)}-"
-    names = await kube.claims(spec.namespace, manifests.selector_string(spec))
-    return tuple(name for name in names if name.startswith(prefix) and name[len(prefix) :].isdigit())
+async def data_claims(kube: Kube, spec: ClusterSpec) -> tuple[list[ClaimObservation], list[ClaimObservation]]:
+    """The data claims that exist, of the voters' pods (data-NAME-N) and of the non-voters' (data-NAME-nonvoter-N)."""
+    claims = await kube.claims(spec.namespace, manifests.selector_string(spec))
+
+    def of(statefulset: str) -> list[ClaimObservation]:
+        prefix = f"{manifests.DATA_VOLUME}-{statefulset}-"
+        return [claim for claim in claims if claim.name.startswith(prefix) and claim.name[len(prefix) :].isdigit()]
+
+    return of(manifests.statefulset_name(spec)), of(manifests.nonvoter_statefulset_name(spec))
+
+
+async def _grow_volumes(
+    kube: Kube, spec: ClusterSpec, volume_plan: volumes.VolumePlan, statefulset: str, may_recreate: bool
+) -> None:
+    """Raises the claims the plan names, then (once nothing else is under way) deletes the StatefulSet, orphaning
+    its pods and claims, so that the next pass creates it with the larger claim template."""
+    for claim in volume_plan.expand:
+        await kube.resize_claim(claim, spec.namespace, spec.storage.size)
+    if volume_plan.recreate_statefulset and may_recreate:
+        await kube.orphan_statefulset(statefulset, spec.namespace)
 
 
 def event_reason(action: Action) -> str:
@@ -361,14 +492,16 @@ async def observe_sidecars(
 ) -> ClusterView:
     clients = {name: _client(http, spec, pod, secured) for name, pod in pods.items() if pod.ip}
 
-    async def state_of(name: str) -> tuple[str, ClusterState | None]:
+    async def state_of(name: str) -> tuple[str, ClusterState | None, str | None]:
         try:
-            return name, await clients[name].cluster_state(local=True)
+            state, node_id = await asyncio.gather(clients[name].cluster_state(local=True), clients[name].node_id())
+            return name, state, node_id
         except SidecarError:
-            return name, None
+            return name, None, None
 
     answers = await asyncio.gather(*(state_of(name) for name in clients))
-    states = {name: state for name, state in answers if state is not None}
+    states = {name: state for name, state, _ in answers if state is not None}
+    node_ids = {name: node_id for name, _, node_id in answers if node_id is not None}
     health: ClusterHealth | None = None
     view = summarize_states(states)
     asked = view.master if view.master in clients else next(iter(states), None)
@@ -377,7 +510,7 @@ async def observe_sidecars(
             health = await clients[asked].cluster_health()
         except SidecarError:
             health = None
-    return summarize_states(states, health)
+    return summarize_states(states, health, node_ids)
 
 
 def _client(
@@ -417,10 +550,12 @@ async def _carry_out(
     memo: kopf.Memo,
     logger: kopf.Logger | logging.Logger,
     secured: Secured | None = None,
+    layout: membership.Layout | None = None,
 ) -> None:
     kube: Kube = memo.kube
     annotations: dict[str, str | None] = {}
     tls_source = secured.tls_source if secured is not None else None
+    nonvoters = layout.nonvoters if layout is not None else None
 
     # What the bootstrap ConfigMap must hold after this step.
     if action.kind is ActionKind.PIN_BOOTSTRAP:
@@ -436,6 +571,11 @@ async def _carry_out(
     if action.kind is ActionKind.COMPLETE_BOOTSTRAP:
         annotations[CLUSTER_UUID_ANNOTATION] = action.cluster_uuid
         annotations[INITIAL_MASTER_NODES_ANNOTATION] = None  # the list is never used again
+    if action.kind is ActionKind.HIBERNATE:
+        annotations[HIBERNATED_VOTERS_ANNOTATION] = str(action.hibernated_voters)
+    if action.kind is ActionKind.WAKE:
+        annotations[HIBERNATED_VOTERS_ANNOTATION] = None
+        annotations[HIBERNATION_SNAPSHOT_ANNOTATION] = None
     if annotations:
         await kube.patch_annotations(spec.namespace, spec.name, annotations)
 
@@ -449,10 +589,19 @@ async def _carry_out(
         health=obs.cluster.health,
         voters=len(obs.cluster.voters),
         tls_source=tls_source,
+        claim_size=layout.claim_size if layout is not None else None,
+        nonvoters=nonvoters.replicas if nonvoters is not None else None,
+        nonvoter_claim_size=nonvoters.claim_size if nonvoters is not None else None,
+        # Hibernating or waking: a StatefulSet scaled to 0 keeps its claims, whatever whenScaled says.
+        keep_claims=spec.hibernating or obs.hibernated_voters is not None,
     )
     for child in children:
-        if child["kind"] == "StatefulSet" and action.statefulset_replicas is None:
-            continue  # not before the bootstrap list is pinned
+        if child["kind"] == "StatefulSet":
+            voting = child["metadata"]["name"] == manifests.statefulset_name(spec)
+            if voting and (action.statefulset_replicas is None or obs.statefulset_deleting):
+                continue  # not before the bootstrap list is pinned, nor while it is deleted to be created again
+            if not voting and (nonvoters is None or nonvoters.deleting):
+                continue
         await kube.apply(child)
     kinds = {child["kind"] for child in children}
     if "PodDisruptionBudget" not in kinds:
@@ -504,14 +653,22 @@ def _context_for(ca_pem: bytes | None) -> ssl.SSLContext | None:
 
 
 def certificate_pods(
-    spec: ClusterSpec, statefulset_replicas: int | None, pods: Mapping[str, PodObservation]
+    spec: ClusterSpec,
+    statefulset: StatefulSetObservation | None,
+    nonvoter_set: StatefulSetObservation | None,
+    pods: Mapping[str, PodObservation],
 ) -> tuple[str, ...]:
-    """Every pod that may run before the next pass: the spec's, the StatefulSet's and any still present."""
-    prefix = f"{manifests.statefulset_name(spec)}-"
-    # Only the StatefulSet's pods: an audit job's pods carry the cluster's labels too.
-    ordinals = [int(name[len(prefix) :]) for name in pods if name.startswith(prefix) and name[len(prefix) :].isdigit()]
-    count = max(spec.replicas, statefulset_replicas or 0, *(ordinal + 1 for ordinal in ordinals))
-    return manifests.pod_names(spec, count)
+    """Every pod that may run before the next pass, in both pools: the spec's, the StatefulSets', the hibernated
+    voters', and any still present."""
+
+    def count(name: str, wanted: int, current: StatefulSetObservation | None) -> int:
+        prefix = f"{name}-"
+        ordinals = [int(pod[len(prefix) :]) for pod in pods if pod.startswith(prefix) and pod[len(prefix) :].isdigit()]
+        return max(wanted, current.replicas if current else 0, *(ordinal + 1 for ordinal in ordinals))
+
+    voters = count(manifests.statefulset_name(spec), max(spec.voters, spec.hibernated_voters or 0), statefulset)
+    nonvoters = count(manifests.nonvoter_statefulset_name(spec), spec.non_voters, nonvoter_set)
+    return (*manifests.pod_names(spec, voters), *manifests.nonvoter_pod_names(spec, nonvoters))
 
 
 async def _read_secret(kube: Kube, name: str, namespace: str) -> dict[str, bytes]:

@@ -18,7 +18,9 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from coordinated.operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from coordinated.operator.observation import PodObservation
+from coordinated.operator.manifests import DATA_VOLUME, SIDECAR_CONTAINER
+from coordinated.operator.observation import ClaimObservation, PodObservation, StatefulSetObservation
+from coordinated.operator.placement import VOTING_LABEL, ZONE_LABEL
 
 FIELD_MANAGER = "coordinated-operator"
 
@@ -37,6 +39,7 @@ class Kube:
         self._core = client.CoreV1Api(self._api_client)
         self._apps = client.AppsV1Api(self._api_client)
         self._custom = client.CustomObjectsApi(self._api_client)
+        self._storage = client.StorageV1Api(self._api_client)
 
     def _resource(self, api_version: str, kind: str) -> Any:
         if self._dynamic is None:  # discovery happens once, lazily, on first use
@@ -106,30 +109,30 @@ class Kube:
         """Whether the API server knows this kind (for example cert-manager's Certificate), by discovery."""
         return await asyncio.to_thread(self._serves, api_version, kind)
 
-    def _statefulset_replicas(self, name: str, namespace: str) -> int | None:
+    def _statefulset(self, name: str, namespace: str) -> StatefulSetObservation | None:
         try:
             sts = self._apps.read_namespaced_stateful_set(name, namespace)
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
-        return int(sts.spec.replicas or 0)
+        template = sts.spec.template.spec if sts.spec.template else None
+        claims = {claim.metadata.name: claim for claim in sts.spec.volume_claim_templates or () if claim.metadata}
+        data = claims.get(DATA_VOLUME)
+        requests = (data.spec.resources.requests or {}) if data and data.spec and data.spec.resources else {}
+        policy = sts.spec.persistent_volume_claim_retention_policy
+        return StatefulSetObservation(
+            replicas=int(sts.spec.replicas or 0),
+            update_revision=str(sts.status.update_revision) if sts.status and sts.status.update_revision else None,
+            volumes=frozenset(volume.name for volume in (template.volumes or ())) if template else frozenset(),
+            claim_size=str(requests["storage"]) if "storage" in requests else None,
+            when_scaled=policy.when_scaled if policy else None,
+            deleting=sts.metadata is not None and sts.metadata.deletion_timestamp is not None,
+        )
 
-    async def statefulset_replicas(self, name: str, namespace: str) -> int | None:
-        return await asyncio.to_thread(self._statefulset_replicas, name, namespace)
-
-    def _statefulset_update_revision(self, name: str, namespace: str) -> str | None:
-        try:
-            sts = self._apps.read_namespaced_stateful_set(name, namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return str(sts.status.update_revision) if sts.status and sts.status.update_revision else None
-
-    async def statefulset_update_revision(self, name: str, namespace: str) -> str | None:
-        """The revision of the StatefulSet's current pod template (its status.updateRevision)."""
-        return await asyncio.to_thread(self._statefulset_update_revision, name, namespace)
+    async def statefulset(self, name: str, namespace: str) -> StatefulSetObservation | None:
+        """The StatefulSet as stored (None when it does not exist): its size, template revision and claims."""
+        return await asyncio.to_thread(self._statefulset, name, namespace)
 
     def _delete_pod(self, name: str, namespace: str) -> None:
         try:
@@ -150,12 +153,27 @@ class Kube:
                 continue
             conditions = (pod.status.conditions or []) if pod.status else []
             ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+            unscheduled = next(
+                (
+                    c
+                    for c in conditions
+                    if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+                ),
+                None,
+            )
+            labels = pod.metadata.labels or {}
+            containers = pod.spec.containers if pod.spec else []
+            sidecar = next((c for c in containers if c.name == SIDECAR_CONTAINER), None)
             observed[pod.metadata.name] = PodObservation(
                 name=pod.metadata.name,
                 ready=ready,
                 terminating=pod.metadata.deletion_timestamp is not None,
                 ip=pod.status.pod_ip if pod.status else None,
-                revision=(pod.metadata.labels or {}).get("controller-revision-hash"),
+                revision=labels.get("controller-revision-hash"),
+                voting=labels.get(VOTING_LABEL) != "false",
+                image=sidecar.image if sidecar else None,
+                node_name=pod.spec.node_name if pod.spec else None,
+                unschedulable=(unscheduled.message or "no reason given") if unscheduled else None,
             )
         return observed
 
@@ -204,13 +222,68 @@ class Kube:
     async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         await asyncio.to_thread(self._patch_status, namespace, name, status)
 
-    def _claims(self, namespace: str, selector: str) -> list[str]:
+    def _claims(self, namespace: str, selector: str) -> list[ClaimObservation]:
         claims = self._core.list_namespaced_persistent_volume_claim(namespace, label_selector=selector).items
-        return sorted(claim.metadata.name for claim in claims if claim.metadata and claim.metadata.name)
+        return sorted(
+            (_claim_observation(claim) for claim in claims if claim.metadata and claim.metadata.name),
+            key=lambda claim: claim.name,
+        )
 
-    async def claims(self, namespace: str, selector: str) -> list[str]:
-        """Names of the PersistentVolumeClaims with these labels (a StatefulSet's claims carry its selector)."""
+    async def claims(self, namespace: str, selector: str) -> list[ClaimObservation]:
+        """The PersistentVolumeClaims with these labels (a StatefulSet's claims carry its selector)."""
         return await asyncio.to_thread(self._claims, namespace, selector)
+
+    def _zones(self, nodes: frozenset[str]) -> dict[str, str | None]:
+        zones: dict[str, str | None] = {}
+        for name in sorted(nodes):
+            try:
+                node = self._core.read_node(name)
+            except ApiException as error:
+                if error.status in (403, 404):
+                    zones[name] = None
+                    continue
+                raise
+            zones[name] = ((node.metadata.labels or {}) if node.metadata else {}).get(ZONE_LABEL)
+        return zones
+
+    async def zones(self, nodes: frozenset[str]) -> dict[str, str | None]:
+        """Each Kubernetes node's topology.kubernetes.io/zone label (None: none, or the node is unknown)."""
+        return await asyncio.to_thread(self._zones, nodes)
+
+    def _storage_class_expandable(self, name: str) -> bool | None:
+        try:
+            storage_class = self._storage.read_storage_class(name)
+        except ApiException as error:
+            if error.status in (403, 404):
+                return None
+            raise
+        return bool(storage_class.allow_volume_expansion)
+
+    async def storage_class_expandable(self, name: str) -> bool | None:
+        """Whether a StorageClass has allowVolumeExpansion: true (None: not found, or not readable)."""
+        return await asyncio.to_thread(self._storage_class_expandable, name)
+
+    def _resize_claim(self, name: str, namespace: str, size: str) -> None:
+        body = {"spec": {"resources": {"requests": {"storage": size}}}}
+        self._core.patch_namespaced_persistent_volume_claim(name, namespace, body)
+
+    async def resize_claim(self, name: str, namespace: str, size: str) -> None:
+        """Asks for a larger volume; the storage system grows it (the API server refuses where it cannot)."""
+        await asyncio.to_thread(self._resize_claim, name, namespace, size)
+
+    def _orphan_statefulset(self, name: str, namespace: str) -> None:
+        try:
+            self._apps.delete_namespaced_stateful_set(
+                name, namespace, body=client.V1DeleteOptions(propagation_policy="Orphan")
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    async def orphan_statefulset(self, name: str, namespace: str) -> None:
+        """Deletes a StatefulSet but not its pods and claims, so that it can be created again with another
+        claim template (which cannot be changed in place); the new one adopts the pods."""
+        await asyncio.to_thread(self._orphan_statefulset, name, namespace)
 
     def _post_event(self, body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         metadata = body["metadata"]
@@ -241,3 +314,27 @@ class Kube:
 
     async def post_event(self, body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         await asyncio.to_thread(self._post_event, body, event_type, reason, message)
+
+
+RESIZE_FAILURES = ("ControllerResizeError", "NodeResizeError")  # claim conditions (Kubernetes 1.31+)
+
+
+def _claim_observation(claim: Any) -> ClaimObservation:
+    spec, status = claim.spec, claim.status
+    requests = (spec.resources.requests or {}) if spec and spec.resources else {}
+    capacity = (status.capacity or {}) if status else {}
+    problems = [
+        f"{condition.type}: {condition.message}"
+        for condition in (status.conditions or () if status else ())
+        if condition.type in RESIZE_FAILURES
+    ]
+    allocated = (status.allocated_resource_statuses or {}) if status else {}
+    if str(allocated.get("storage", "")).endswith("Infeasible"):
+        problems.append(f"the storage system refuses the size ({allocated['storage']})")
+    return ClaimObservation(
+        name=claim.metadata.name,
+        requested=str(requests["storage"]) if "storage" in requests else None,
+        capacity=str(capacity["storage"]) if "storage" in capacity else None,
+        storage_class=spec.storage_class_name if spec else None,
+        problem="; ".join(problems) or None,
+    )

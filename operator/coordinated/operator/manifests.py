@@ -12,14 +12,19 @@ from typing import Any
 
 from coordinated.coordination.formation import INITIAL_MASTER_NODES
 from coordinated.coordination.peer_finder import SEED_HOSTS
-from coordinated.coordination.settings import CLUSTER_NAME
-from coordinated.operator import API_VERSION, KIND, object_storage
+from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
+from coordinated.operator import API_VERSION, KIND, object_storage, placement
 from coordinated.operator.sidecar_client import HTTP_PORT, TRANSPORT_PORT
 from coordinated.operator.spec import ClusterSpec
 from coordinated.sidecar.access import TOKENS_FILE
 from coordinated.sidecar.auth import SECRET_FILE
 from coordinated.sidecar.snapshots import PATH_REPO
-from coordinated.sidecar.tls import HTTP_SSL_CLIENT_AUTHENTICATION, HTTP_TLS, TRANSPORT_TLS
+from coordinated.sidecar.tls import (
+    HTTP_SSL_CLIENT_AUTHENTICATION,
+    HTTP_TLS,
+    TRANSPORT_SSL_TRUST_RESTRICTIONS,
+    TRANSPORT_TLS,
+)
 
 Manifest = dict[str, Any]
 
@@ -47,6 +52,11 @@ TOKEN_ROLES = {"admin": "admin", "client": "writer", "reader": "reader"}  # Secr
 # ---- names -------------------------------------------------------------------------------------------
 def statefulset_name(spec: ClusterSpec) -> str:
     return spec.name
+
+
+def nonvoter_statefulset_name(spec: ClusterSpec) -> str:
+    """The pool of nodes that never vote (spec.votingReplicas): pods NAME-nonvoter-0, -1, ..."""
+    return f"{spec.name}-nonvoter"
 
 
 def headless_service_name(spec: ClusterSpec) -> str:
@@ -106,6 +116,10 @@ def pod_names(spec: ClusterSpec, replicas: int) -> tuple[str, ...]:
     return tuple(pod_name(spec, ordinal) for ordinal in range(replicas))
 
 
+def nonvoter_pod_names(spec: ClusterSpec, replicas: int) -> tuple[str, ...]:
+    return tuple(f"{nonvoter_statefulset_name(spec)}-{ordinal}" for ordinal in range(replicas))
+
+
 def ordinal_of(pod: str) -> int:
     return int(pod.rsplit("-", 1)[1])
 
@@ -149,7 +163,33 @@ def selector_labels(spec: ClusterSpec) -> dict[str, str]:
 
 
 def selector_string(spec: ClusterSpec) -> str:
-    return ",".join(f"{key}={value}" for key, value in sorted(selector_labels(spec).items()))
+    """The StatefulSet's selector; it also matches the data claims (their template carries these labels)."""
+    return _label_string(selector_labels(spec))
+
+
+def node_selector_labels(spec: ClusterSpec) -> dict[str, str]:
+    """The cluster's nodes, and nothing else: the Services, the disruption budget and the operator select by these."""
+    return {**selector_labels(spec), "app.kubernetes.io/component": "node"}
+
+
+def node_selector_string(spec: ClusterSpec) -> str:
+    """The pods the operator observes, and the scale subresource's status.selector."""
+    return _label_string(node_selector_labels(spec))
+
+
+def _label_string(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+def audit_labels(spec: ClusterSpec) -> dict[str, str]:
+    """The audit job's pods. Not the cluster's `app.kubernetes.io/name`: a selector of the cluster's nodes (the
+    StatefulSet's, kept for compatibility, is only name and instance) must never count a finished audit pod."""
+    return {
+        "app.kubernetes.io/name": "coordinated-audit",
+        "app.kubernetes.io/instance": spec.name,
+        "app.kubernetes.io/component": "audit",
+        "app.kubernetes.io/managed-by": "coordinated-operator",
+    }
 
 
 def common_labels(spec: ClusterSpec, component: str = "node") -> dict[str, str]:
@@ -189,7 +229,7 @@ def headless_service(spec: ClusterSpec) -> Manifest:
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": selector_labels(spec),
+            "selector": node_selector_labels(spec),
             "ports": [
                 {"name": "transport", "port": TRANSPORT_PORT, "targetPort": "transport"},
                 {"name": "http", "port": HTTP_PORT, "targetPort": "http"},
@@ -206,7 +246,7 @@ def client_service(spec: ClusterSpec) -> Manifest:
         "metadata": _metadata(spec, client_service_name(spec)),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(spec),
+            "selector": node_selector_labels(spec),
             "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http"}],
         },
     }
@@ -261,6 +301,8 @@ def security_settings(spec: ClusterSpec, tls_source: str | None) -> dict[str, st
             settings[port.key.name] = key
             settings[port.certificate_authorities.name] = f"{TLS_DIR}/{CA_CERT_KEY}"
         settings[HTTP_SSL_CLIENT_AUTHENTICATION.name] = spec.tls.client_authentication
+        # Only the pods' certificates are nodes': a client certificate from the same CA cannot join the transport.
+        settings[TRANSPORT_SSL_TRUST_RESTRICTIONS.name] = f"*.{headless_service_name(spec)}.{spec.namespace}.svc"
     if spec.auth_enabled:
         settings[TOKENS_FILE.name] = f"{TOKENS_DIR}/{TOKENS_KEY}"
     return settings
@@ -306,7 +348,13 @@ def snapshot_claim(spec: ClusterSpec) -> Manifest | None:
     return claim
 
 
-def sidecar_args(spec: ClusterSpec, tls_source: str | None = None) -> list[str]:
+def sidecar_args(spec: ClusterSpec, tls_source: str | None = None, voting: bool = True) -> list[str]:
+    """A voting node is master-eligible (node.roles defaults to master) and may bootstrap; a non-voting one has
+    no role (`node.roles=[]`): it never votes, is never elected, and never bootstraps."""
+    role: dict[str, str] = (
+        # Kubernetes expands $(VAR) when the container starts; the ConfigMap may hold an empty list.
+        {INITIAL_MASTER_NODES.name: f"$({INITIAL_MASTER_NODES_ENV})"} if voting else {NODE_ROLES.name: "[]"}
+    )
     settings: dict[str, str] = {
         **security_settings(spec, tls_source),
         **({PATH_REPO.name: SNAPSHOT_DIR} if spec.snapshot_volume else {}),
@@ -315,8 +363,7 @@ def sidecar_args(spec: ClusterSpec, tls_source: str | None = None) -> list[str]:
         CLUSTER_NAME.name: spec.cluster_name,
         SEED_HOSTS.name: seed_hosts(spec),
         SECRET_FILE.name: f"{TRANSPORT_SECRET_DIR}/{TRANSPORT_SECRET_KEY}",
-        # Kubernetes expands $(VAR) when the container starts; the ConfigMap may hold an empty list.
-        INITIAL_MASTER_NODES.name: f"$({INITIAL_MASTER_NODES_ENV})",
+        **role,
     }
     args = ["node", "--name", "$(POD_NAME)", "--data-dir", DATA_DIR, "--host", "$(POD_IP)"]
     args += ["--http-port", str(HTTP_PORT), "--transport-port", str(TRANSPORT_PORT)]
@@ -325,7 +372,7 @@ def sidecar_args(spec: ClusterSpec, tls_source: str | None = None) -> list[str]:
     return args
 
 
-def _sidecar_container(spec: ClusterSpec, tls_source: str | None) -> dict[str, Any]:
+def _sidecar_container(spec: ClusterSpec, tls_source: str | None, voting: bool = True) -> dict[str, Any]:
     # The kubelet's HTTPS probes do not verify the certificate; /healthz and /readyz need no token.
     scheme = "HTTPS" if tls_source is not None else "HTTP"
     mounts: list[dict[str, Any]] = [
@@ -343,14 +390,22 @@ def _sidecar_container(spec: ClusterSpec, tls_source: str | None) -> dict[str, A
         "name": SIDECAR_CONTAINER,
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "args": sidecar_args(spec, tls_source),
+        "args": sidecar_args(spec, tls_source, voting),
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            {
-                "name": INITIAL_MASTER_NODES_ENV,
-                "valueFrom": {"configMapKeyRef": {"name": bootstrap_configmap_name(spec), "key": BOOTSTRAP_KEY}},
-            },
+            *(
+                [
+                    {
+                        "name": INITIAL_MASTER_NODES_ENV,
+                        "valueFrom": {
+                            "configMapKeyRef": {"name": bootstrap_configmap_name(spec), "key": BOOTSTRAP_KEY}
+                        },
+                    }
+                ]
+                if voting
+                else []
+            ),
             {"name": "PYTHONUNBUFFERED", "value": "1"},
             *object_storage.credential_env(spec),
         ],
@@ -423,15 +478,35 @@ def _security_volumes(spec: ClusterSpec, tls_source: str | None) -> list[dict[st
     return volumes
 
 
-def statefulset(spec: ClusterSpec, replicas: int, tls_source: str | None = None) -> Manifest:
-    """`replicas` comes from the planner, not straight from the spec: scaling moves one node at a time."""
+def statefulset(
+    spec: ClusterSpec,
+    replicas: int,
+    tls_source: str | None = None,
+    claim_size: str | None = None,
+    *,
+    voting: bool = True,
+    keep_claims: bool = False,
+) -> Manifest:
+    """One pool's StatefulSet: the voters' (`NAME`), or with `voting=False` the non-voters' (`NAME-nonvoter`).
+
+    `replicas` comes from the planner, not straight from the spec: scaling moves one node at a time.
+    `claim_size` likewise comes from volumes.py: a claim template cannot change, so it is the spec's size only
+    once the StatefulSet can be created with it. `keep_claims` (hibernation) keeps the claims of the pods a
+    scale-down stops, whatever storage.persistentVolumeClaimRetentionPolicy.whenScaled says."""
     template_metadata = spec.template.get("metadata") or {}
-    pod_labels = {**(template_metadata.get("labels") or {}), **common_labels(spec)}
+    pod_labels = {
+        **(template_metadata.get("labels") or {}),
+        **common_labels(spec),
+        placement.VOTING_LABEL: "true" if voting else "false",
+    }
+    # The voters' selector is the one StatefulSets always had (immutable); the non-voters' narrows it. The
+    # voters' also matches non-voting pods, but a StatefulSet never adopts another controller's pods.
+    selector = selector_labels(spec) if voting else {**selector_labels(spec), placement.VOTING_LABEL: "false"}
     volume_claim: dict[str, Any] = {
         "metadata": {"name": DATA_VOLUME, "labels": selector_labels(spec)},
         "spec": {
             "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": spec.storage.size}},
+            "resources": {"requests": {"storage": claim_size or spec.storage.size}},
         },
     }
     if spec.storage.storage_class_name:
@@ -448,20 +523,8 @@ def statefulset(spec: ClusterSpec, replicas: int, tls_source: str | None = None)
             "fsGroup": RUN_AS_USER,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "affinity": {
-            "podAntiAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "weight": 100,
-                        "podAffinityTerm": {
-                            "topologyKey": "kubernetes.io/hostname",
-                            "labelSelector": {"matchLabels": selector_labels(spec)},
-                        },
-                    }
-                ]
-            }
-        },
-        "containers": [_sidecar_container(spec, tls_source), *_user_containers(spec, tls_source)],
+        **placement.scheduling_fields(spec, selector_labels(spec), voting),
+        "containers": [_sidecar_container(spec, tls_source, voting), *_user_containers(spec, tls_source)],
         "volumes": [
             {"name": "transport-secret", "secret": {"secretName": transport_secret_name(spec), "defaultMode": 0o440}},
             {"name": "tmp", "emptyDir": {}},
@@ -479,20 +542,21 @@ def statefulset(spec: ClusterSpec, replicas: int, tls_source: str | None = None)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": _metadata(spec, statefulset_name(spec)),
+        "metadata": _metadata(spec, statefulset_name(spec) if voting else nonvoter_statefulset_name(spec)),
         "spec": {
             "replicas": replicas,
             "serviceName": headless_service_name(spec),
-            "selector": {"matchLabels": selector_labels(spec)},
+            "selector": {"matchLabels": selector},
             # Parallel: bootstrap needs every initial master-eligible pod up before any of them is
             # ready; OrderedReady would wait forever for pod 0. The operator paces scaling itself.
             "podManagementPolicy": "Parallel",
-            # OnDelete: the operator replaces pods itself after a template change, one at a time, master
-            # last, each only while the cluster is green with its voting configuration intact (planner.py).
-            "updateStrategy": {"type": "OnDelete"},
+            # Voters, OnDelete: the operator replaces pods itself after a template change, one at a time,
+            # master last, each only while the cluster is green with its voting configuration intact
+            # (planner.py). Non-voters hold no vote: the StatefulSet controller rolls them, one at a time.
+            "updateStrategy": {"type": "OnDelete"} if voting else {"type": "RollingUpdate"},
             "persistentVolumeClaimRetentionPolicy": {
                 "whenDeleted": spec.storage.when_deleted,
-                "whenScaled": spec.storage.when_scaled,
+                "whenScaled": "Retain" if keep_claims else spec.storage.when_scaled,
             },
             "template": {
                 "metadata": {
@@ -520,7 +584,8 @@ def pod_disruption_budget(spec: ClusterSpec, health: str | None, voters: int) ->
     budget = spec.disruption_budget
     if budget.mode == "Disabled":
         return None
-    pdb_spec: dict[str, Any] = {"selector": {"matchLabels": selector_labels(spec)}}
+    # The voters only: a non-voting node's disruption costs no vote.
+    pdb_spec: dict[str, Any] = {"selector": placement.pool_selector(node_selector_labels(spec), voting=True)}
     if budget.mode == "Custom":
         if budget.min_available is not None:
             pdb_spec["minAvailable"] = budget.min_available
@@ -536,7 +601,9 @@ def pod_disruption_budget(spec: ClusterSpec, health: str | None, voters: int) ->
     }
 
 
-def audit_cronjob(spec: ClusterSpec, replicas: int, tls_source: str | None = None) -> Manifest | None:
+def audit_cronjob(
+    spec: ClusterSpec, replicas: int, tls_source: str | None = None, nonvoters: int = 0
+) -> Manifest | None:
     """A CronJob that audits every node's history (`coordinated audit --from-cluster`), with Spark.
 
     Histories live on each node's own volume, which no other pod can mount, so the audit reads them over
@@ -555,9 +622,8 @@ def audit_cronjob(spec: ClusterSpec, replicas: int, tls_source: str | None = Non
         tls_source = None  # no sidecar is asked
     else:
         scheme = "https" if tls_source is not None else "http"
-        urls = ",".join(
-            f"{scheme}://{pod_dns_name(spec, pod)}:{HTTP_PORT}" for pod in pod_names(spec, max(replicas, 1))
-        )
+        pods = (*pod_names(spec, max(replicas, 1)), *nonvoter_pod_names(spec, nonvoters))
+        urls = ",".join(f"{scheme}://{pod_dns_name(spec, pod)}:{HTTP_PORT}" for pod in pods)
         args = ["audit", "--from-cluster", urls]
     args += ["--spark-master", audit.spark_master, "--report-dir", "/reports"]
     for key, value in sorted(audit.spark_conf.items()):
@@ -601,6 +667,7 @@ def audit_cronjob(spec: ClusterSpec, replicas: int, tls_source: str | None = Non
         "metadata": _metadata(spec, audit_cronjob_name(spec), component="audit"),
         "spec": {
             "schedule": audit.schedule,
+            "suspend": spec.hibernating,  # no node to audit while the cluster sleeps
             "concurrencyPolicy": "Forbid",
             "successfulJobsHistoryLimit": 3,
             "failedJobsHistoryLimit": 3,
@@ -608,7 +675,7 @@ def audit_cronjob(spec: ClusterSpec, replicas: int, tls_source: str | None = Non
                 "spec": {
                     "backoffLimit": 1,
                     "template": {
-                        "metadata": {"labels": common_labels(spec, component="audit")},
+                        "metadata": {"labels": audit_labels(spec)},
                         "spec": {
                             "restartPolicy": "Never",
                             "serviceAccountName": object_storage.service_account(spec) or spec.name,
@@ -646,16 +713,26 @@ def desired_children(
     health: str | None,
     voters: int,
     tls_source: str | None = None,
+    claim_size: str | None = None,
+    nonvoters: int | None = None,
+    nonvoter_claim_size: str | None = None,
+    keep_claims: bool = False,
 ) -> list[Manifest]:
-    """Everything the operator re-applies each pass; the Secrets (security.py) are written apart."""
+    """Everything the operator re-applies each pass; the Secrets (security.py) are written apart. `nonvoters`:
+    the non-voters' StatefulSet size (None: it is neither wanted nor there)."""
     manifests: list[Manifest | None] = [
         service_account(spec),
         headless_service(spec),
         client_service(spec),
         bootstrap_configmap(spec, initial_master_nodes),
-        statefulset(spec, replicas, tls_source),
+        statefulset(spec, replicas, tls_source, claim_size, keep_claims=keep_claims),
+        (
+            statefulset(spec, nonvoters, tls_source, nonvoter_claim_size, voting=False, keep_claims=keep_claims)
+            if nonvoters is not None
+            else None
+        ),
         pod_disruption_budget(spec, health, voters),
-        audit_cronjob(spec, replicas, tls_source),
+        audit_cronjob(spec, replicas, tls_source, nonvoters or 0),
     ]
     return [manifest for manifest in manifests if manifest is not None]
 

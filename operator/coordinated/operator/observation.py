@@ -19,6 +19,33 @@ class PodObservation:
     terminating: bool = False
     ip: str | None = None
     revision: str | None = None  # the StatefulSet revision the pod was created from (controller-revision-hash)
+    voting: bool = True  # a pod of the voters' StatefulSet (else of the non-voters')
+    image: str | None = None  # the sidecar container's image
+    node_name: str | None = None  # the Kubernetes node it was scheduled to
+    unschedulable: str | None = None  # the scheduler's message while it cannot place the pod
+
+
+@dataclass(frozen=True)
+class StatefulSetObservation:
+    """What the operator reads back from one of its StatefulSets (as stored, before this pass applies it)."""
+
+    replicas: int
+    update_revision: str | None = None  # status.updateRevision: the revision of the current pod template
+    volumes: frozenset[str] = frozenset()  # the pod template's volume names
+    claim_size: str | None = None  # the data claim template's storage request
+    when_scaled: str | None = None  # persistentVolumeClaimRetentionPolicy.whenScaled
+    deleting: bool = False  # a deletion (for example an orphaning one, to change the claim template) is under way
+
+
+@dataclass(frozen=True)
+class ClaimObservation:
+    """One data claim as stored: what it asks for and what it has."""
+
+    name: str
+    requested: str | None = None  # spec.resources.requests.storage
+    capacity: str | None = None  # status.capacity.storage (None while unbound)
+    storage_class: str | None = None
+    problem: str | None = None  # a resize failure the claim reports (its conditions)
 
 
 @dataclass(frozen=True)
@@ -37,6 +64,10 @@ class ClusterView:
     exclusions: frozenset[str] = frozenset()
     health: str | None = None  # green, yellow, red; None when unknown
     formation_problem: str | None = None
+    voter_ids: frozenset[str] = frozenset()  # the committed voting configuration, as node ids
+    nonvoting_members: frozenset[str] = frozenset()  # joined nodes without the master role
+    node_ids: Mapping[str, str] = field(default_factory=dict)  # pod -> the node id its sidecar reports now
+    names_by_id: Mapping[str, str] = field(default_factory=dict)  # every node id any state names -> its name
 
 
 @dataclass(frozen=True)
@@ -44,7 +75,7 @@ class Observation:
     """Everything the planner may base a decision on; all of it can be re-read after a restart."""
 
     statefulset_name: str
-    desired_replicas: int
+    desired_replicas: int  # voting nodes (0: hibernate)
     statefulset_replicas: int | None  # None: the StatefulSet does not exist
     pods: Mapping[str, PodObservation] = field(default_factory=dict)
     cluster: ClusterView = ClusterView()
@@ -58,6 +89,14 @@ class Observation:
     adopted_claims: tuple[str, ...] = ()
     # The StatefulSet's status.updateRevision: pods of another revision still run an older pod template.
     update_revision: str | None = None
+    # The StatefulSet is being deleted (orphaning its pods), to come back with a larger claim template.
+    statefulset_deleting: bool = False
+    desired_nonvoters: int = 0
+    nonvoter_statefulset_replicas: int | None = None  # None: no non-voters' StatefulSet
+    # Hibernation: the voters' StatefulSet size when the cluster went to sleep (an annotation), and whether a
+    # snapshot must still be taken before it does (a snapshot volume, and none taken yet).
+    hibernated_voters: int | None = None
+    snapshot_before_hibernation: bool = False
 
     def pod_name(self, ordinal: int) -> str:
         return f"{self.statefulset_name}-{ordinal}"
@@ -74,6 +113,10 @@ class Observation:
             for name in self.cluster.members
             if (pod := self.pods.get(name)) is not None and pod.ready and not pod.terminating
         )
+
+    @property
+    def voter_pods(self) -> dict[str, PodObservation]:
+        return {name: pod for name, pod in self.pods.items() if pod.voting}
 
     @property
     def outdated_pods(self) -> tuple[str, ...]:
@@ -97,9 +140,14 @@ class Observation:
         return sum(1 for pod in self.pods.values() if pod.ready and not pod.terminating)
 
 
-def summarize_states(states: Mapping[str, ClusterState], health: ClusterHealth | None = None) -> ClusterView:
+def summarize_states(
+    states: Mapping[str, ClusterState],
+    health: ClusterHealth | None = None,
+    node_ids: Mapping[str, str] | None = None,
+) -> ClusterView:
+    """`node_ids`: pod -> the node id its sidecar reported for itself."""
     if not states:
-        return ClusterView()
+        return ClusterView(node_ids=dict(node_ids or {}))
     uuids = frozenset(state.cluster_uuid for state in states.values() if state.cluster_uuid)
     # A node whose own state names itself as master speaks for the cluster; prefer the newest such.
     masters = [state for pod, state in states.items() if state.master == pod]
@@ -119,4 +167,12 @@ def summarize_states(states: Mapping[str, ClusterState], health: ClusterHealth |
         exclusions=frozenset(best.exclusion_names),
         health=health.status if health else None,
         formation_problem=health.formation_problem if health else None,
+        voter_ids=frozenset(best.committed_config_ids),
+        nonvoting_members=(
+            frozenset(node.name for node in best.nodes.values() if not node.master_eligible)
+            if has_master
+            else frozenset()
+        ),
+        node_ids=dict(node_ids or {}),
+        names_by_id={node_id: node.name for state in states.values() for node_id, node in state.nodes.items()},
     )

@@ -30,6 +30,8 @@ class ActionKind(enum.Enum):
     EXCLUDE = "ExcludeFromVoting"  # POST a voting-config exclusion for one node
     CLEAR_EXCLUSIONS = "ClearExclusions"  # DELETE the voting-config exclusions
     RESTART = "RestartPod"  # delete one pod on an older template; the StatefulSet recreates it
+    HIBERNATE = "Hibernate"  # record how many voters sleep, and stop every pod (their claims are kept)
+    WAKE = "Wake"  # the hibernated voters rejoined: forget the hibernation
     WAIT = "Wait"  # a step is under way; check again later
     REFUSE = "Refuse"  # the requested change is unsafe now; nothing is done
     NONE = "None"  # converged
@@ -44,6 +46,7 @@ class Action:
     cluster_uuid: str | None = None
     wait_for_removal: bool = False
     adopted_claims: tuple[str, ...] = ()  # PIN_BOOTSTRAP: data claims retained from an earlier cluster
+    hibernated_voters: int | None = None  # HIBERNATE: the voters' StatefulSet size that goes to sleep
 
     @property
     def changes_something(self) -> bool:
@@ -51,7 +54,16 @@ class Action:
 
     @property
     def is_scaling(self) -> bool:
-        return self.kind in (ActionKind.SET_REPLICAS, ActionKind.EXCLUDE, ActionKind.CLEAR_EXCLUSIONS)
+        return self.kind in (
+            ActionKind.SET_REPLICAS,
+            ActionKind.EXCLUDE,
+            ActionKind.CLEAR_EXCLUSIONS,
+            ActionKind.HIBERNATE,
+            ActionKind.WAKE,
+        )
+
+
+PAUSED_REASON = "reconciliation is paused by annotation"
 
 
 def _hold(kind: ActionKind, reason: str, obs: Observation) -> Action:
@@ -68,9 +80,9 @@ def plan(obs: Observation) -> Action:
     cluster = obs.cluster
 
     if obs.paused:
-        return _hold(ActionKind.WAIT, "reconciliation is paused by annotation", obs)
-    if desired < 1:
-        return _hold(ActionKind.REFUSE, f"replicas must be at least 1, got {desired}", obs)
+        return _hold(ActionKind.WAIT, PAUSED_REASON, obs)
+    if desired < 0:
+        return _hold(ActionKind.REFUSE, f"replicas must be at least 0, got {desired}", obs)
 
     # Identity first: two cluster UUIDs means a split or a second bootstrap; touch nothing.
     foreign = cluster.cluster_uuids - {obs.recorded_cluster_uuid} if obs.recorded_cluster_uuid else set()
@@ -79,11 +91,23 @@ def plan(obs: Observation) -> Action:
         return _hold(ActionKind.REFUSE, f"nodes report different cluster UUIDs ({seen}); not scaling", obs)
 
     if obs.recorded_cluster_uuid is None:
+        if desired == 0:
+            return _hold(ActionKind.WAIT, "replicas is 0: no node is started until replicas is raised", obs)
         return _plan_bootstrap(obs)
 
+    if obs.statefulset_deleting:
+        return _hold(ActionKind.WAIT, "waiting for the StatefulSet to be deleted, to create it again", obs)
     if current is None:
-        # The StatefulSet was deleted under a bootstrapped cluster: recreate it without a bootstrap list.
-        return Action(ActionKind.SET_REPLICAS, "recreating the StatefulSet of a bootstrapped cluster", desired)
+        # The StatefulSet was deleted under a bootstrapped cluster (by hand, or orphaning its pods to change its
+        # claim template): recreate it without a bootstrap list, at the size its pods have, so that it adopts
+        # them as they are; scaling then goes on one node at a time.
+        running = [ordinal for name in obs.pods if (ordinal := obs.ordinal(name)) is not None]
+        size = max(running) + 1 if running else (0 if obs.hibernated_voters is not None else desired)
+        return Action(ActionKind.SET_REPLICAS, "recreating the StatefulSet of a bootstrapped cluster", size)
+    if desired == 0:
+        return _plan_hibernation(obs, current)
+    if obs.hibernated_voters is not None:
+        return _plan_wake(obs, current, obs.hibernated_voters)
 
     # Finish or cancel earlier scale-down steps before anything new.
     victim = obs.pod_name(current - 1) if desired < current else None
@@ -117,6 +141,47 @@ def plan(obs: Observation) -> Action:
     if obs.outdated_pods:
         return _plan_restart(obs, current)
     return _hold(ActionKind.NONE, f"{current} node(s), as requested", obs)
+
+
+def _plan_hibernation(obs: Observation, current: int) -> Action:
+    """replicas: 0. Every voter stops at once (no exclusions: the voting configuration sleeps as it is, and wakes
+    as it was), after a snapshot when the cluster has a snapshot volume; the claims are kept."""
+    asleep = obs.hibernated_voters
+    if asleep is None:
+        if obs.snapshot_before_hibernation:
+            if obs.cluster.master is None:
+                return _hold(
+                    ActionKind.REFUSE,
+                    "not hibernating: the snapshot taken before hibernating needs an elected master",
+                    obs,
+                )
+            return _hold(ActionKind.WAIT, "hibernating: taking a snapshot first", obs)
+        return Action(
+            ActionKind.HIBERNATE,
+            f"hibernating: stopping all {current} node(s); their claims are kept, and raising replicas wakes them",
+            0,
+            hibernated_voters=current,
+        )
+    if current > 0:  # recorded, but the StatefulSet was not scaled yet (an operator restart in between)
+        return Action(ActionKind.SET_REPLICAS, f"hibernating: stopping all {current} node(s)", 0)
+    if obs.pods:
+        return _hold(ActionKind.WAIT, f"hibernating: waiting for {_names(obs.pods)} to stop", obs)
+    return _hold(
+        ActionKind.NONE, f"hibernating: {asleep} node(s) asleep with their claims; raise replicas to wake them", obs
+    )
+
+
+def _plan_wake(obs: Observation, current: int, asleep: int) -> Action:
+    """All the hibernated voters start together, as after a full restart: each finds its data and the voting
+    configuration it slept with. Only once they rejoined does scaling towards the spec go on."""
+    if current < asleep:
+        return Action(ActionKind.SET_REPLICAS, f"waking: starting the {asleep} hibernated node(s) together", asleep)
+    expected = {obs.pod_name(ordinal) for ordinal in range(asleep)}
+    missing = expected - obs.live_members
+    if obs.cluster.master is None or missing:
+        waiting = _names(missing) if missing else "an elected master"
+        return _hold(ActionKind.WAIT, f"waking: waiting for {waiting}", obs)
+    return Action(ActionKind.WAKE, f"woke: the {asleep} hibernated node(s) rejoined with their data", current)
 
 
 def _plan_restart(obs: Observation, current: int) -> Action:

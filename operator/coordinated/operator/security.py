@@ -170,7 +170,7 @@ def network_policy(spec: ClusterSpec, operator: Mapping[str, Any] | None) -> Man
     if not spec.network_policy_enabled:
         return None
     nodes = {"podSelector": {"matchLabels": manifests.common_labels(spec)}}
-    audit = {"podSelector": {"matchLabels": manifests.common_labels(spec, component="audit")}}
+    audit = {"podSelector": {"matchLabels": manifests.audit_labels(spec)}}
     client_from = [
         nodes,
         audit,

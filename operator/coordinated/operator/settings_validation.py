@@ -20,7 +20,12 @@ from coordinated.sidecar.auth import SECRET_FILE
 from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.s3_settings import ARCHIVE_SETTINGS, S3_CLIENT_SETTINGS
 from coordinated.sidecar.snapshots import PATH_REPO
-from coordinated.sidecar.tls import HTTP_SSL_CLIENT_AUTHENTICATION, HTTP_TLS, TRANSPORT_TLS
+from coordinated.sidecar.tls import (
+    HTTP_SSL_CLIENT_AUTHENTICATION,
+    HTTP_TLS,
+    TRANSPORT_SSL_TRUST_RESTRICTIONS,
+    TRANSPORT_TLS,
+)
 
 _TLS = "the operator sets TLS from spec.tls and mounts the certificates it manages"
 _ARCHIVE = "the operator sets the archive from spec.archive"
@@ -35,6 +40,7 @@ OPERATOR_MANAGED_SETTINGS: dict[str, str] = {
     SECRET_FILE.name: "the operator mounts the transport secret it generates",
     **{setting.name: _TLS for port in (TRANSPORT_TLS, HTTP_TLS) for setting in port.all()},
     HTTP_SSL_CLIENT_AUTHENTICATION.name: "set spec.tls.clientAuthentication instead",
+    TRANSPORT_SSL_TRUST_RESTRICTIONS.name: "the operator restricts the transport to its pods' certificates",
     TOKENS_FILE.name: "the operator sets tokens from spec.auth and mounts the tokens file it manages",
     PATH_REPO.name: "the operator sets it to the snapshot volume's mount path from spec.snapshots",
     **{setting.name: _ARCHIVE for setting in ARCHIVE_SETTINGS},

@@ -210,6 +210,13 @@ class SidecarClient:
     async def cluster_state(self, local: bool = True) -> ClusterState:
         return parse_cluster_state(await self._answer("cluster state", self._client.cluster_state(local=local)))
 
+    async def node_id(self) -> str:
+        """The node's own id (`GET /`): a node that lost its data comes back under a new one."""
+        answer = await self._answer("node info", self._client.node_info())
+        if not isinstance(answer, Mapping) or not answer.get("node_id"):
+            raise SidecarError(f"GET {self.base_url}/ gave no node_id: {str(answer)[:200]}")
+        return str(answer["node_id"])
+
     async def cluster_health(self) -> ClusterHealth:
         return parse_cluster_health(await self._answer("cluster health", self._client.cluster_health()))
 

@@ -19,7 +19,12 @@ from croniter import croniter
 from coordinated.operator import object_storage
 from coordinated.operator.manifests import SNAPSHOT_DIR
 from coordinated.operator.sidecar_client import SidecarClient, SnapshotInfo
-from coordinated.operator.spec import RESTORED_FROM_ANNOTATION, SNAPSHOT_REQUEST_ANNOTATION, ClusterSpec
+from coordinated.operator.spec import (
+    HIBERNATION_SNAPSHOT_ANNOTATION,
+    RESTORED_FROM_ANNOTATION,
+    SNAPSHOT_REQUEST_ANNOTATION,
+    ClusterSpec,
+)
 
 REPOSITORY = "snapshots"  # the repository every cluster registers: its snapshot volume, or spec.snapshots.s3
 _TIME_FORMAT = "%Y%m%d-%H%M%S"
@@ -86,10 +91,20 @@ class Outcome:
     annotations: dict[str, str] = field(default_factory=dict)
 
 
+HIBERNATION = "hibernation"  # the reason of the snapshot taken just before the pods stop
+HIBERNATION_RETRY = datetime.timedelta(minutes=1)
+
+
 def snapshot_wanted(spec: ClusterSpec, previous: Mapping[str, Any], now: datetime.datetime) -> str | None:
-    """Why a snapshot should be taken in this pass ("scheduled" or "requested"), or None."""
+    """Why a snapshot should be taken in this pass ("hibernation", "requested" or "scheduled"), or None."""
     if spec.snapshots is None:
         return None
+    if spec.hibernating and spec.hibernated_voters is None and HIBERNATION_SNAPSHOT_ANNOTATION not in spec.annotations:
+        # Hibernation waits for this one; a failed attempt is tried again a minute later, not on every pass.
+        last = parse_time(previous.get("lastAttemptTime"))
+        if previous.get("consecutiveFailures") and last is not None and now - last < HIBERNATION_RETRY:
+            return None
+        return HIBERNATION
     request = spec.annotations.get(SNAPSHOT_REQUEST_ANNOTATION)
     if request and request != previous.get("lastRequest"):
         return "requested"
@@ -127,6 +142,8 @@ async def take_snapshot(
         lastSnapshotVersion=info.state_version,
         consecutiveFailures=0,
     )
+    if why == HIBERNATION:
+        outcome.annotations[HIBERNATION_SNAPSHOT_ANNOTATION] = info.name  # the cluster may now go to sleep
     outcome.events.append(
         (
             "Normal",

@@ -17,6 +17,10 @@ ADOPTED_CLAIMS_ANNOTATION = f"{ANNOTATION_PREFIX}/adopted-claims"
 # Any new value asks for one snapshot now (spec.snapshots); the restore done for spec.restoreFrom.
 SNAPSHOT_REQUEST_ANNOTATION = f"{ANNOTATION_PREFIX}/snapshot-request"
 RESTORED_FROM_ANNOTATION = f"{ANNOTATION_PREFIX}/restored-from"
+# Hibernation (replicas: 0): how many voting nodes slept (set when they are stopped, dropped once they woke), and
+# the snapshot taken just before, when the cluster has a snapshot volume.
+HIBERNATED_VOTERS_ANNOTATION = f"{ANNOTATION_PREFIX}/hibernated-voters"
+HIBERNATION_SNAPSHOT_ANNOTATION = f"{ANNOTATION_PREFIX}/hibernation-snapshot"
 
 
 @dataclass(frozen=True)
@@ -126,12 +130,24 @@ class TlsSpec:
 
 
 @dataclass(frozen=True)
+class SchedulingSpec:
+    """Where the pods may run: given to the pod spec as written (placement.py merges the operator's defaults)."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] = field(default_factory=dict)
+    topology_spread_constraints: tuple[Mapping[str, Any], ...] | None = None  # None: the operator's defaults
+    priority_class_name: str | None = None
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     name: str
     namespace: str
     uid: str
     generation: int
-    replicas: int = 3
+    replicas: int = 3  # every node; 0 hibernates the cluster
+    voting_replicas: int | None = None  # None: every node votes; else the first ones, the others never vote
     image: str = DEFAULT_IMAGE
     image_pull_policy: str = "IfNotPresent"
     settings: Mapping[str, str] = field(default_factory=dict)
@@ -145,6 +161,7 @@ class ClusterSpec:
     network_policy_enabled: bool = True
     client_access: tuple[Mapping[str, Any], ...] | None = None  # None: the default peers (docs/operator.md)
     metrics_access: tuple[Mapping[str, Any], ...] = ()  # also admitted to the client port: who scrapes /metrics
+    scheduling: SchedulingSpec = SchedulingSpec()
     snapshots: SnapshotsSpec | None = None
     restore_from: str | None = None  # a snapshot in the snapshot repository, restored once after the cluster forms
     archive: BucketSpec | None = None
@@ -159,6 +176,27 @@ class ClusterSpec:
     def snapshot_volume(self) -> bool:
         """Snapshots go to a volume mounted in every pod (not to object storage)."""
         return self.snapshots is not None and self.snapshots.s3 is None
+
+    @property
+    def hibernating(self) -> bool:
+        return self.replicas == 0
+
+    @property
+    def voters(self) -> int:
+        """Voting (master-eligible) nodes asked for; 0 while hibernating."""
+        if self.hibernating:
+            return 0
+        return self.replicas if self.voting_replicas is None else min(self.voting_replicas, self.replicas)
+
+    @property
+    def non_voters(self) -> int:
+        """Nodes that never vote: those of `replicas` beyond `votingReplicas`."""
+        return self.replicas - self.voters
+
+    @property
+    def hibernated_voters(self) -> int | None:
+        value = self.annotations.get(HIBERNATED_VOTERS_ANNOTATION, "")
+        return int(value) if value.isdigit() else None
 
     @property
     def paused(self) -> bool:
@@ -194,12 +232,15 @@ class ClusterSpec:
         volume = (snapshots or {}).get("volume") or {}
         snapshots_s3 = (snapshots or {}).get("s3")
         archive = spec.get("archive")
+        scheduling = spec.get("scheduling") or {}
+        spread = scheduling.get("topologySpreadConstraints")
         return cls(
             name=metadata["name"],
             namespace=metadata.get("namespace") or "default",
             uid=metadata.get("uid", ""),
             generation=int(metadata.get("generation") or 0),
             replicas=int(spec.get("replicas", 3)),
+            voting_replicas=None if spec.get("votingReplicas") is None else int(spec["votingReplicas"]),
             image=spec.get("image") or DEFAULT_IMAGE,
             image_pull_policy=spec.get("imagePullPolicy") or "IfNotPresent",
             settings={str(key): str(value) for key, value in (spec.get("settings") or {}).items()},
@@ -244,6 +285,13 @@ class ClusterSpec:
             network_policy_enabled=bool((spec.get("networkPolicy") or {}).get("enabled", True)),
             client_access=None if access is None else tuple(dict(peer) for peer in access),
             metrics_access=tuple(dict(peer) for peer in spec.get("metricsAccess") or ()),
+            scheduling=SchedulingSpec(
+                node_selector={str(k): str(v) for k, v in (scheduling.get("nodeSelector") or {}).items()},
+                tolerations=tuple(dict(t) for t in scheduling.get("tolerations") or ()),
+                affinity=dict(scheduling.get("affinity") or {}),
+                topology_spread_constraints=None if spread is None else tuple(dict(c) for c in spread),
+                priority_class_name=scheduling.get("priorityClassName") or None,
+            ),
             snapshots=(
                 None
                 if snapshots is None

@@ -19,6 +19,7 @@ class Phase:
     DEGRADED = "Degraded"  # a master, but not every node is ready or health is not green
     NO_MASTER = "NoMaster"  # a bootstrapped cluster that has lost its master
     PAUSED = "Paused"  # the pause annotation is set: nothing is changed, whatever the spec says
+    HIBERNATING = "Hibernating"  # replicas: 0; the pods stop (or stopped), their claims are kept
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,15 @@ class Condition:
     message: str
 
 
+@dataclass(frozen=True)
+class Members:
+    """What membership.py made of the nodes, for the status: names rather than bare node ids."""
+
+    voting_config: tuple[str, ...] = ()
+    nodes: tuple[dict[str, Any], ...] = ()
+    quorum_lost: str | None = None
+
+
 def phase_of(obs: Observation, action: Action) -> str:
     return Phase.PAUSED if obs.paused else _activity_phase(obs, action)
 
@@ -37,6 +47,10 @@ def _activity_phase(obs: Observation, action: Action) -> str:
     cluster = obs.cluster
     if obs.recorded_cluster_uuid is None and not cluster.cluster_uuids:
         return Phase.FORMING if obs.pods else Phase.PENDING
+    if obs.desired_replicas == 0:
+        return Phase.HIBERNATING
+    if obs.hibernated_voters is not None:
+        return Phase.SCALING  # waking: the voters start together and elect a master
     if cluster.master is None:
         return Phase.NO_MASTER
     scaling = action.is_scaling or obs.statefulset_replicas != obs.desired_replicas or bool(cluster.exclusions)
@@ -44,14 +58,20 @@ def _activity_phase(obs: Observation, action: Action) -> str:
         return Phase.SCALING
     if obs.outdated_pods and action.kind is not ActionKind.REFUSE:
         return Phase.RESTARTING
-    all_ready = obs.ready_replicas >= obs.desired_replicas and len(obs.pods) == obs.desired_replicas
+    wanted = obs.desired_replicas + obs.desired_nonvoters
+    all_ready = obs.ready_replicas >= wanted and len(obs.pods) == wanted
     if all_ready and cluster.health in ("green", None) and action.kind is not ActionKind.REFUSE:
         return Phase.READY
     return Phase.DEGRADED
 
 
 def conditions_of(
-    obs: Observation, action: Action, phase: str, problems: Sequence[str], error: str | None
+    obs: Observation,
+    action: Action,
+    phase: str,
+    problems: Sequence[str],
+    error: str | None,
+    quorum_lost: str | None = None,
 ) -> list[Condition]:
     cluster = obs.cluster
     # A paused cluster is still Ready when all its nodes are: pausing changes nothing in the cluster.
@@ -61,15 +81,16 @@ def conditions_of(
             "Ready",
             ready,
             phase,
-            f"{obs.ready_replicas}/{obs.desired_replicas} nodes ready, master {cluster.master or 'none'}",
+            f"{obs.ready_replicas}/{obs.desired_replicas + obs.desired_nonvoters} nodes ready, "
+            f"master {cluster.master or 'none'}",
         ),
         Condition(
             "Quorate",
             cluster.master is not None,
-            "MasterElected" if cluster.master else "NoMaster",
+            "MasterElected" if cluster.master else ("QuorumLost" if quorum_lost else "NoMaster"),
             f"{cluster.master} is master in term {cluster.term}"
             if cluster.master
-            else (cluster.formation_problem or "no elected master is visible"),
+            else (quorum_lost or cluster.formation_problem or "no elected master is visible"),
         ),
     ]
     if problems:
@@ -100,7 +121,7 @@ def conditions_of(
             else "reconciliation is active",
         )
     )
-    even = obs.desired_replicas % 2 == 0
+    even = obs.desired_replicas > 0 and obs.desired_replicas % 2 == 0  # 0: hibernating
     conditions.append(
         Condition(
             "EvenReplicas",
@@ -110,7 +131,9 @@ def conditions_of(
             f"them, so the last one adds no fault tolerance; {obs.desired_replicas - 1} or "
             f"{obs.desired_replicas + 1} nodes tolerate as many or more failures"
             if even
-            else f"{obs.desired_replicas} master-eligible nodes tolerate {(obs.desired_replicas - 1) // 2} failure(s)",
+            else f"{obs.desired_replicas} master-eligible nodes tolerate {(obs.desired_replicas - 1) // 2} failure(s)"
+            if obs.desired_replicas
+            else "no master-eligible node is asked for (hibernating)",
         )
     )
     if adopted := obs.adopted_claims or action.adopted_claims:
@@ -160,11 +183,13 @@ def compute_status(
     problems: Sequence[str] = (),
     error: str | None = None,
     extra_conditions: Sequence[Condition] = (),
+    members: Members | None = None,
 ) -> dict[str, Any]:
     previous = previous or {}
     cluster = obs.cluster
     phase = phase_of(obs, action)
-    conditions = [*conditions_of(obs, action, phase, problems, error), *extra_conditions]
+    quorum_lost = members.quorum_lost if members else None
+    conditions = [*conditions_of(obs, action, phase, problems, error, quorum_lost), *extra_conditions]
     uuid = obs.recorded_cluster_uuid or action.cluster_uuid or previous.get("clusterUUID")
     return {
         "phase": phase,
@@ -173,8 +198,10 @@ def compute_status(
         "version": cluster.version or previous.get("version"),
         "clusterUUID": uuid,
         "health": cluster.health or "unknown",
-        "votingConfig": sorted(cluster.voters),
+        "votingConfig": list(members.voting_config) if members else sorted(cluster.voters),
         "voters": len(cluster.voters),
+        "nonVoters": len(cluster.nonvoting_members),
+        "nodes": list(members.nodes) if members else [],
         "exclusions": sorted(cluster.exclusions),
         "replicas": len(obs.pods),
         "readyReplicas": obs.ready_replicas,

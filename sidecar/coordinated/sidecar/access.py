@@ -5,8 +5,9 @@ roles are `reader` < `writer` < `admin`, each allowed everything the one before 
 `Authorization: Bearer TOKEN`. A missing or unknown token gets 401 `security_exception`, a known token whose
 role is below what the route needs gets 403 `security_exception`. Which role a route needs is the table
 `RULES` below, in one place; a route it does not list needs `admin`, so a new API is closed until it is
-classified. The file is re-read when it changes (checked at most once per `CHECK_INTERVAL_S`); a changed
-file that does not parse keeps the previous tokens, with a warning. Tokens are compared in constant time.
+classified. The file is re-read when it changes (checked at most once per `CHECK_INTERVAL_S`); while it is
+missing, unreadable or does not parse, every token is refused (see `Tokens`). Tokens are compared in constant
+time.
 
 Without `http.auth.tokens_file` nothing is checked (the local demo's default).
 """
@@ -155,7 +156,10 @@ def _fingerprint(path: str) -> tuple[int, int, int] | None:
 
 
 class Tokens:
-    """The tokens of a tokens file, re-read when the file changes."""
+    """The tokens of a tokens file, re-read when the file changes (looked at, with a `stat`, at most once per
+    CHECK_INTERVAL_S). It fails closed: while the file is missing, unreadable or does not parse, no token is
+    valid, and `problem` says why (health, readiness and the log show it); the tokens come back with a file that
+    parses. So deleting the file, or breaking it, revokes every token rather than keeping the old ones."""
 
     def __init__(self, path: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
@@ -163,13 +167,10 @@ class Tokens:
         self._fingerprint = _fingerprint(path)
         self._tokens = load_tokens(path)
         self._checked_at = clock()
-        self._failed: tuple[int, int, int] | None = None
+        self.problem: str | None = None  # why no token is valid now; None while the file is usable
 
     def role_of(self, token: str) -> Role | None:
-        now = self._clock()
-        if now - self._checked_at >= CHECK_INTERVAL_S:
-            self._checked_at = now
-            self._reload_if_changed()
+        self.check()
         candidate = _digest(token)
         found: Role | None = None
         # Every entry compared, each in constant time; digests, so that a token's length does not show either.
@@ -178,21 +179,33 @@ class Tokens:
                 found = role
         return found
 
+    def check(self) -> None:
+        """Re-read the file if it changed, at most once per CHECK_INTERVAL_S."""
+        now = self._clock()
+        if now - self._checked_at >= CHECK_INTERVAL_S:
+            self._checked_at = now
+            self._reload_if_changed()
+
     def _reload_if_changed(self) -> None:
         fingerprint = _fingerprint(self.path)
-        if fingerprint is None or fingerprint == self._fingerprint:
+        if fingerprint is not None and fingerprint == self._fingerprint:
             return
+        self._fingerprint = fingerprint
         try:
             tokens = load_tokens(self.path)
         except TokensFileError as error:
-            if fingerprint != self._failed:
-                self._failed = fingerprint
-                log.warning(
-                    "[http.auth.tokens_file] changed but is not usable (%s); keeping the previous tokens", error
-                )
+            self._tokens = []
+            problem = f"[http.auth.tokens_file] is not usable ({error}): every token is refused until it is"
+            if problem != self.problem:
+                log.warning("%s", problem)
+            self.problem = problem
             return
-        self._tokens, self._fingerprint, self._failed = tokens, fingerprint, None
-        log.info("reloaded the tokens of [http.auth.tokens_file] from %s", self.path)
+        self._tokens = tokens
+        if self.problem is not None:
+            log.warning("[http.auth.tokens_file] is usable again: %s", self.path)
+        else:
+            log.info("reloaded the tokens of [http.auth.tokens_file] from %s", self.path)
+        self.problem = None
 
 
 def _security_error(status: int, reason: str) -> web.Response:
@@ -221,6 +234,12 @@ def access_middleware(
         if scheme.lower() != "bearer" or not token.strip():
             return refuse(401, f"missing authentication credentials for REST request [{request.method} {request.path}]")
         role = tokens.role_of(token.strip())
+        if role is None and tokens.problem is not None:
+            return refuse(
+                401,
+                f"unable to authenticate the token for REST request [{request.path}]: this node's tokens file is "
+                "not usable now, so it accepts no token (its /readyz and log say why)",
+            )
         if role is None:
             log.info("refused %s %s from %s: unknown token", request.method, request.path, request.remote)
             return refuse(401, f"unable to authenticate with the provided token for REST request [{request.path}]")

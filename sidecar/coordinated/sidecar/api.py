@@ -42,8 +42,9 @@ from coordinated.coordination.client import (
 )
 from coordinated.coordination.client_requests import NO_MASTER_BLOCK
 from coordinated.coordination.context import Mode
+from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.settings import CLUSTER_NAME, parse_time_ms
-from coordinated.coordination.state import LONG_MAX, session_binding_to_api, state_to_api
+from coordinated.coordination.state import session_binding_to_api, state_to_api
 from coordinated.coordination.validation import (
     hook_name_problem,
     key_prefix_problem,
@@ -53,6 +54,7 @@ from coordinated.coordination.validation import (
     settings_problem,
     stored_key_problem,
     txn_problem,
+    value_problem,
 )
 from coordinated.sidecar.access import Tokens, access_middleware
 from coordinated.sidecar.change_log import ChangesGone
@@ -60,6 +62,7 @@ from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
 from coordinated.sidecar.http_server import BODY_TIMEOUT_S, MAX_CONTENT_LENGTH
 from coordinated.sidecar.node import Node
+from coordinated.sidecar.problems import BLOCKING, RED, ProblemKind
 
 log = logging.getLogger("coordinated.api")
 _JSON_ENCODER = msgspec.json.Encoder()
@@ -403,8 +406,13 @@ def health_body(node: Node) -> dict[str, Any]:
     if foreign:
         problem = f"{problem}; {foreign}" if problem else foreign
     persistence_problem = node.persist_monitor.failure
-    if persistence_problem:
+    problems = node.problems()
+    if any(found.kind in RED for found in problems):
         status = "red"  # this node cannot accept states: whatever it serves may be stale
+    if problem:
+        # Why no master, as far as the transport can tell: peers that refused this node, or that it refused.
+        refused = [found.reason for found in problems if found.kind is ProblemKind.TRANSPORT]
+        problem = "; ".join([problem, *refused])
     archive_problem = node.archive.status().problem if node.archive is not None else None
     if archive_problem and status == "green":
         status = "yellow"  # the cluster works, but this node's history is not reaching object storage
@@ -419,6 +427,7 @@ def health_body(node: Node) -> dict[str, Any]:
         "formation_problem": problem,
         "persistence_problem": persistence_problem,
         "archive_problem": archive_problem,
+        "problems": [found.to_api() for found in problems],
         "mode": str(node.coordinator.mode),
         "term": node.coordinator.current_term,
         "version": state.version,
@@ -498,6 +507,9 @@ async def metadata_put(request: web.Request) -> web.Response:
         check_session_id(session, "session")
     timeout_ms = timeout_of(query)
     value = await read_json(request)
+    problem = value_problem(key, value)  # before it is forwarded: every node must be able to decode it
+    if problem is not None:
+        raise BadRequest(problem)
     return write_result(key, await node_of(request).submit(KvPut(key, value, condition, session), timeout_ms))
 
 
@@ -869,8 +881,9 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     node = node_of(request)
     assert node.coordinator is not None
-    if node.persist_monitor.failure:
-        return web.json_response({"ready": False, "reason": node.persist_monitor.failure}, status=503)
+    blocking = [found.reason for found in node.problems() if found.kind in BLOCKING]
+    if blocking:
+        return web.json_response({"ready": False, "reason": "; ".join(blocking)}, status=503)
     if node.applied_state.master_node is not None and node.coordinator.mode is not Mode.CANDIDATE:
         return web.json_response({"ready": True, "master_node": node.applied_state.master_node})
     return web.json_response({"ready": False, "reason": node.coordinator.formation_problem or "no master"}, status=503)

@@ -13,11 +13,11 @@ import sys
 from aiohttp import web
 
 from coordinated.coordination.settings import SettingsError
-from coordinated.sidecar.access import TOKENS_FILE, Tokens
 from coordinated.sidecar.api import client_app
 from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
 from coordinated.sidecar.event_loop import loop_factory
 from coordinated.sidecar.http_server import ClientAppRunner
+from coordinated.sidecar.https_site import HttpsSite
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.persistence import DataDirError
 from coordinated.sidecar.snapshot_api import setup_snapshot_routes
@@ -107,6 +107,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def client_site(runner: web.BaseRunner, config: NodeConfig) -> web.TCPSite:
+    """With TLS on, a plain-HTTP request gets a 400 that says to use https (https_site.py), not a closed socket."""
+    context = listening_context(config, HTTP_TLS)
+    if context is None:
+        return web.TCPSite(runner, config.host, config.http_port, reuse_address=True)
+    return HttpsSite(runner, config.host, config.http_port, ssl_context=context)
+
+
 async def serve(node: Node, config: NodeConfig) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -120,14 +128,14 @@ async def serve(node: Node, config: NodeConfig) -> int:
             max_body,
             max_chunk_size=config.settings[TRANSPORT_MAX_CHUNK_SIZE],
             current_term=node.current_term,
+            refusals=node.refusals,
+            local_address=config.transport_address,
+            trust=node.transport_trust,
         ),
         access_log=None,
         handle_signals=False,
     )
-    tokens_file = config.settings[TOKENS_FILE]
-    client_runner = ClientAppRunner(
-        client_app(node, Tokens(tokens_file) if tokens_file else None, [setup_snapshot_routes])
-    )
+    client_runner = ClientAppRunner(client_app(node, node.tokens, [setup_snapshot_routes]))
     await transport_runner.setup()
     await client_runner.setup()
     sites = [
@@ -138,13 +146,7 @@ async def serve(node: Node, config: NodeConfig) -> int:
             reuse_address=True,
             ssl_context=listening_context(config, TRANSPORT_TLS),
         ),
-        web.TCPSite(
-            client_runner,
-            config.host,
-            config.http_port,
-            reuse_address=True,
-            ssl_context=listening_context(config, HTTP_TLS),
-        ),
+        client_site(client_runner, config),
     ]
     try:
         for site in sites:

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.history_lines import ends_with_cut_line, is_complete
 from coordinated.coordination.offline_recovery import RESET_EVENTS
 from coordinated.coordination.recovery import HistorySummary
@@ -34,6 +35,18 @@ _TAIL_BYTES = 64 * 1024
 _LINE_ENCODER = msgspec.json.Encoder(order="sorted", enc_hook=str)
 # The events whose marks bound what a restarted node may load (see `summarize_history`).
 _MARK_MARKERS = tuple(b'"type":"%s"' % kind.encode() for kind in ("term", "accepted", *RESET_EVENTS))
+
+
+# What reading one history line can raise: a line that is not JSON, lacks a field or holds the wrong type, a
+# number too large for an int (`1e999`), or arrays nested past the decoder's stack.
+_UNREADABLE = (ValueError, KeyError, TypeError, OverflowError, RecursionError)
+
+
+def _mark(value: object) -> int:
+    """A term or version that a history line records: an integer of the wire's range, or the line is damage."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= LONG_MAX:
+        raise ValueError(f"not a term or version: {value!r}")
+    return value
 
 
 def segment_name(first_seq: int) -> str:
@@ -64,7 +77,7 @@ def last_seq_in(path: Path) -> tuple[int | None, bool]:
             continue
         try:
             return int(json.loads(line)["seq"]), partial
-        except (ValueError, KeyError, TypeError):
+        except _UNREADABLE:
             continue  # the first line of the tail window may be cut; keep looking back
     return None, partial
 
@@ -166,7 +179,7 @@ def read_events_after(directory: Path, after_seq: int, limit: int | None = None)
                     continue  # a crash-cut line
                 try:
                     seq = int(json.loads(line)["seq"])
-                except (ValueError, KeyError, TypeError):
+                except _UNREADABLE:
                     continue
                 if seq > after_seq:
                     yield line
@@ -212,15 +225,15 @@ def summarize_history(directory: Path) -> HistorySummary:
                 try:
                     event = json.loads(line)
                     if event["type"] == "term":
-                        segment_term = max(segment_term or 0, int(event["term"]))
+                        segment_term = max(segment_term or 0, _mark(event["term"]))
                     elif event["type"] == "accepted":
-                        mark = (int(event["term"]), int(event.get("version") or 0))
+                        mark = (_mark(event["term"]), _mark(event.get("version") or 0))
                         segment_accepted = max(segment_accepted or (0, 0), mark)
                     elif event["type"] in RESET_EVENTS:
-                        marks_term, marks_version = (int(part) for part in event["marks_accepted"])
-                        segment_term, segment_accepted = int(event["marks_term"]), (marks_term, marks_version)
+                        marks_term, marks_version = (_mark(part) for part in event["marks_accepted"])
+                        segment_term, segment_accepted = _mark(event["marks_term"]), (marks_term, marks_version)
                         reset = True
-                except (ValueError, KeyError, TypeError):
+                except _UNREADABLE:
                     damaged.append(f"[{path}] line {number}")
                     continue
                 events += 1

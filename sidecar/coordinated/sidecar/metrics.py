@@ -45,6 +45,7 @@ class StatusSnapshot:
     archive: ArchiveStatus | None = None  # None: no history archive configured
     state_bytes: int | None = None  # on the master: the applied state against cluster.metadata.max_state_size
     max_state_bytes: int | None = None  # cluster.metadata.max_state_size
+    problems: dict[str, int] | None = None  # by kind (`problems.ProblemKind`), every kind present
 
 
 class _CoreCollector(Collector):
@@ -125,6 +126,15 @@ class _CoreCollector(Collector):
             )
         if status.archive is not None:
             yield from _archive_metrics(status.archive)
+        if status.problems is not None:
+            problems = GaugeMetricFamily(
+                "coordinated_node_problems",
+                "What is wrong with this node now, by kind (the node's health lists each one with its reason)",
+                labels=["kind"],
+            )
+            for kind, count in sorted(status.problems.items()):
+                problems.add_metric([kind], count)
+            yield problems
         if status.sent_bytes is not None:
             sent = CounterMetricFamily(
                 "coordinated_transport_sent_bytes",

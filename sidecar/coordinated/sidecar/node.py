@@ -39,10 +39,12 @@ from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, DiscoveryNode
+from coordinated.sidecar.access import TOKENS_FILE, Tokens
 from coordinated.sidecar.archive import SegmentArchive
 from coordinated.sidecar.auth import SECRET_FILE, TransportAuth
 from coordinated.sidecar.change_log import CHANGE_LOG_SIZE, ChangeLog
 from coordinated.sidecar.config import NodeConfig
+from coordinated.sidecar.file_watch import FileWatch
 from coordinated.sidecar.group_commit import PERSISTENCE_SYNC, GroupCommit
 from coordinated.sidecar.history import HISTORY_FSYNC, HISTORY_SEGMENT_SIZE, HistoryWriter
 from coordinated.sidecar.hooks import HOOKS_TIMEOUT, HookManager
@@ -51,12 +53,22 @@ from coordinated.sidecar.object_store import ObjectStore
 from coordinated.sidecar.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.persistence import (
     HOOKS_FILE,
+    NODE_ID_FILE,
     DataDirLock,
     FilePersistedState,
     prepare_data_dir,
 )
+from coordinated.sidecar.problems import NodeProblem, ProblemKind, count_by_kind
+from coordinated.sidecar.refusals import Refusals
 from coordinated.sidecar.s3_settings import ArchiveSettings
-from coordinated.sidecar.tls import TRANSPORT_TLS, ReloadingContext, Side
+from coordinated.sidecar.snapshots import SNAPSHOT_SECRET_FILE
+from coordinated.sidecar.tls import (
+    TRANSPORT_SSL_TRUST_RESTRICTIONS,
+    TRANSPORT_TLS,
+    ReloadingContext,
+    Side,
+    TrustRestrictions,
+)
 from coordinated.sidecar.transport import (
     TRANSPORT_CONNECT_TIMEOUT,
     TRANSPORT_MAX_CHUNK_SIZE,
@@ -100,6 +112,11 @@ class Node:
         # Every S3 request of the node (the archive's, the snapshot repositories') runs on this store's thread.
         self.object_store = ObjectStore()
         self.archive = self._archive(ArchiveSettings.from_settings(settings))
+        # Files of the data directory besides the store's (which `persisted.files` watches): lost under the node,
+        # they would be missing at the next start.
+        self.file_watch = FileWatch()
+        self.file_watch.watch(config.data_dir / NODE_ID_FILE, "the node id file")
+        self.file_watch.watch(self.lock.path, "the data directory's lock file", fd=self.lock.fd)
         self.history = HistoryWriter(
             config.data_dir / "history",
             settings[HISTORY_SEGMENT_SIZE],
@@ -116,8 +133,15 @@ class Node:
             self.history.append(recovered.to_dict())
         secret_file = settings[SECRET_FILE]
         self.auth = TransportAuth.from_file(secret_file) if secret_file else None
+        snapshot_secret_file = settings[SNAPSHOT_SECRET_FILE]
+        self.snapshot_secret = Path(snapshot_secret_file).read_bytes().strip() if snapshot_secret_file else None
+        tokens_file = settings[TOKENS_FILE]
+        self.tokens = Tokens(tokens_file) if tokens_file else None
+        self.refusals = Refusals()  # transport connections refused either way, for health
         transport_tls = TRANSPORT_TLS.files(settings)
         self.transport_tls = ReloadingContext(transport_tls, Side.CLIENT) if transport_tls is not None else None
+        patterns = settings[TRANSPORT_SSL_TRUST_RESTRICTIONS]
+        self.transport_trust = TrustRestrictions(patterns) if transport_tls is not None and patterns else None
         self.local_node = DiscoveryNode(self.node_id, config.node_name, config.transport_address, settings[NODE_ROLES])
         self.loop: asyncio.AbstractEventLoop | None = None
         self.coordinator: Coordinator | None = None
@@ -169,6 +193,8 @@ class Node:
             tls_client=self.transport_tls,
             peer_name=self.peer_name,
             max_chunk_size=settings[TRANSPORT_MAX_CHUNK_SIZE],
+            refusals=self.refusals,
+            trust=self.transport_trust,
         )
         await self.sender.start()
         await self.hooks.start()
@@ -295,7 +321,9 @@ class Node:
         loop = asyncio.get_running_loop()
         this = asyncio.current_task()
         started = loop.time()
-        reason = await watch_until_closed(self.sender.session, address, self.auth, self.transport_tls)
+        reason = await watch_until_closed(
+            self.sender.session, address, self.auth, self.transport_tls, self.transport_trust
+        )
         if loop.time() - started < 0.05:
             # Could not even connect (a peer still starting, say): do not report it at a high rate.
             await asyncio.sleep(0.5)
@@ -530,7 +558,23 @@ class Node:
             archive=self.archive.status() if self.archive is not None else None,
             state_bytes=coordinator.master_tasks.state_size(state) if coordinator.mode is Mode.LEADER else None,
             max_state_bytes=coordinator.settings[MAX_STATE_SIZE],
+            problems=count_by_kind(self.problems()),
         )
+
+    def problems(self) -> list[NodeProblem]:
+        """What is wrong with this node now (see `problems`)."""
+        found: list[NodeProblem] = []
+        if self.persist_monitor.failure:
+            found.append(NodeProblem(ProblemKind.PERSISTENCE, self.persist_monitor.failure))
+        for lost in (*self.persisted.files.problems(), *self.file_watch.problems()):
+            found.append(NodeProblem(ProblemKind.DATA_FILE, lost.describe()))
+        if self.tokens is not None:
+            self.tokens.check()
+            if self.tokens.problem is not None:
+                found.append(NodeProblem(ProblemKind.TOKENS_FILE, self.tokens.problem))
+        for refusal in self.refusals.recent():
+            found.append(NodeProblem(ProblemKind.TRANSPORT, refusal.describe()))
+        return found
 
     def follower_lag(self) -> dict[str, int]:
         """Per follower: the applied state's version minus the version the follower last reported applied,

@@ -40,11 +40,13 @@ from coordinated.coordination.recovery import (
 )
 from coordinated.coordination.state import ClusterState, initial_state
 from coordinated.sidecar.durable_files import DataDirError, atomic_write, fsync_dir, read_checked
+from coordinated.sidecar.file_watch import FileWatch
 from coordinated.sidecar.history import summarize_history
 from coordinated.sidecar.slot_files import LEGACY_STATE_FILE, SLOT_FILES, StateFile, read_legacy, read_slot
 from coordinated.sidecar.state_store import (
     DB_FILE,
     StateStore,
+    StorageWriteError,
     StoreCorrupt,
     StoredRecord,
     connect,
@@ -193,6 +195,7 @@ class FilePersistedState:
         self.warnings: tuple[str, ...] = ()
         self._store: StateStore | None = None
         self._closed = False
+        self.files = FileWatch()
         try:
             self._load(cluster_name)
         except BaseException:
@@ -234,9 +237,12 @@ class FilePersistedState:
         # The connection has created the WAL file; its directory entry must be durable before any commit in it
         # is relied on.
         fsync_dir(self.data_dir)
-        self._store = StateStore(
-            conn, record, wal=self.path.with_name(self.path.name + WAL_SUFFIX) if self.deferred_sync else None
-        )
+        wal = self.path.with_name(self.path.name + WAL_SUFFIX)
+        self._store = StateStore(conn, record, wal=wal if self.deferred_sync else None)
+        # The files the store writes, as they are now: deleting or replacing one while the node runs is noticed.
+        self.files.watch(self.path, "the database")
+        with contextlib.suppress(FileNotFoundError):
+            self.files.watch(wal, "the database's WAL")
         if write_node_id:
             atomic_write(self.data_dir / NODE_ID_FILE, self.node_id.encode())
         self._remove_old_files()
@@ -314,12 +320,25 @@ class FilePersistedState:
         store.sync()
 
     def set_current_term(self, term: int) -> None:
-        store = self._open_store()
+        store = self._writable_store()
         store.write(term, store.state)
 
     def set_last_accepted_state(self, state: ClusterState) -> None:
-        store = self._open_store()
+        store = self._writable_store()
         store.write(store.current_term, state)
+
+    def _writable_store(self) -> StateStore:
+        """The store, unless one of its files was deleted or replaced under it: a commit would then go to a file
+        that the next start does not read, so it is refused as a failed write is (fail closed, until a restart
+        judges the directory)."""
+        store = self._open_store()
+        lost = self.files.problems()
+        if lost:
+            raise StorageWriteError(
+                "cannot persist: " + "; ".join(problem.describe() for problem in lost) + " (restart the node: its "
+                "startup checks decide whether it can go on from what is left)"
+            )
+        return store
 
     def close(self) -> None:
         """Closes the database; later writes raise. Idempotent."""
@@ -340,16 +359,16 @@ class DataDirLock:
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / LOCK_FILE
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            os.close(self._fd)
+            os.close(self.fd)
             raise DataDirError(f"[{data_dir}] is in use by another node (cannot lock [{self.path}])") from None
 
     def release(self) -> None:
         with contextlib.suppress(OSError):
-            os.close(self._fd)
+            os.close(self.fd)
 
 
 def prepare_data_dir(data_dir: Path) -> None:

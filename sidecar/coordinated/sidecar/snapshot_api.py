@@ -288,7 +288,8 @@ async def snapshot_create(request: web.Request) -> web.Response:
     snapshot = snapshots.snapshot_of(state, snap, start_ms, start_ms)
     try:
         end_ms = max(start_ms, int(time.time() * 1000))
-        await repository.write(msgspec.structs.replace(snapshot, end_time_in_millis=end_ms))
+        snapshot = msgspec.structs.replace(snapshot, end_time_in_millis=end_ms)
+        await repository.write(snapshot, node.snapshot_secret)
     except snapshots.SnapshotExists:
         reason = f"[{repo}:{snap}] Invalid snapshot name [{snap}], snapshot with the same name already exists"
         return error_response("invalid_snapshot_name_exception", reason, 400)
@@ -297,7 +298,7 @@ async def snapshot_create(request: web.Request) -> web.Response:
     node.record_history(_state_event(node, EventType.SNAPSHOT_TAKEN, state, f"{repo}:{snap}"))
     if not wait:
         return web.json_response({"accepted": True})
-    written = await _read(repository, repo, snap)
+    written = await _read(node, repository, repo, snap)
     if isinstance(written, web.Response):
         return written
     return web.json_response({"snapshot": snapshot_info(repo, written)})
@@ -313,7 +314,7 @@ async def snapshot_get(request: web.Request) -> web.Response:
         return repository
     if wanted in ("_all", "*"):
         try:
-            listed = await repository.list()
+            listed = await repository.list(node.snapshot_secret)
         except RepositoryUnavailable as error:
             return _unavailable(repo, error)
         infos = [
@@ -322,15 +323,15 @@ async def snapshot_get(request: web.Request) -> web.Response:
         ]
         return web.json_response({"snapshots": infos, "total": len(infos), "remaining": 0})
     snap = _name(request, "snap", "snapshot")
-    loaded = await _read(repository, repo, snap)
+    loaded = await _read(node, repository, repo, snap)
     if isinstance(loaded, web.Response):
         return loaded
     return web.json_response({"snapshots": [snapshot_info(repo, loaded)], "total": 1, "remaining": 0})
 
 
-async def _read(repository: SnapshotRepository, repo: str, snap: str) -> SnapshotFile | web.Response:
+async def _read(node: Node, repository: SnapshotRepository, repo: str, snap: str) -> SnapshotFile | web.Response:
     try:
-        return await repository.read(snap)
+        return await repository.read(snap, node.snapshot_secret)
     except snapshots.SnapshotMissing:
         return _missing_snapshot(repo, snap)
     except SnapshotCorrupt as error:
@@ -377,7 +378,7 @@ async def snapshot_restore(request: web.Request) -> web.Response:
     repository = await _repository(node, repo, timeout_ms)
     if isinstance(repository, web.Response):
         return repository
-    loaded = await _read(repository, repo, snap)
+    loaded = await _read(node, repository, repo, snap)
     if isinstance(loaded, web.Response):
         return loaded
     restore = RestoreSnapshot(

@@ -5,20 +5,32 @@ length>` and the JSON payload (`SnapshotFile`). Every repository type (`fs` in `
 `snapshot_s3`) stores exactly these bytes and reads them back through `SnapshotRepository`, so the format and its
 checks are one: a blob whose header, length or checksum does not hold is refused with `SnapshotCorrupt`, naming
 where it is; a name is written at most once (`SnapshotExists`), atomically, so that a reader sees a whole
-snapshot or none.
+snapshot or none. A blob whose content does not hang together (numbers out of range, versions or sessions that
+contradict each other) is refused too.
+
+The checksum proves integrity, not origin: whoever can write to the repository can make a blob with a valid
+one. With a snapshot secret (`snapshot.secret_file`) the header also carries `hmac-sha256=<hex>`, an
+HMAC-SHA256 of `SIGNATURE_DOMAIN || payload` (the payload names the snapshot, so a signed blob cannot be
+passed off under another name), and a node holding the secret reads only snapshots signed with it, whatever
+the repository's type. The master checks a restored snapshot's content as it checks the writes that could have
+made it, either way (`coordination.validation.restore_problem`, and the batch's size limits).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import uuid
 from abc import ABC, abstractmethod
 from typing import Any
 
 import msgspec
 
+from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
 from coordinated.coordination.settings import Parsed, Setting
-from coordinated.coordination.state import ClusterState, KeyVersion, Session
+from coordinated.coordination.state import ClusterState, KeyVersion, Long, Session
+from coordinated.coordination.validation import session_id_problem
+from coordinated.sidecar.auth import parse_secret_file
 
 
 def parse_repo_paths(value: str) -> tuple[str, ...]:
@@ -36,8 +48,17 @@ PATH_REPO: Setting[tuple[str, ...] | None] = Setting(
     None,
     "comma list of absolute directories that `fs` snapshot repositories may live under (none: snapshots are off)",
 )
+SNAPSHOT_SECRET_FILE: Setting[str | None] = Setting(
+    "snapshot.secret_file",
+    Parsed(parse_secret_file),
+    None,
+    "file with the snapshot secret (at least 16 bytes): snapshots are written signed (HMAC-SHA256) and only "
+    "snapshots signed with it are read",
+)
 
 MAGIC = b"COORDINATED-SNAPSHOT1"
+SIGNATURE_DOMAIN = b"coordinated snapshot v1\n"
+SIGNATURE_PREFIX = b"hmac-sha256="
 FORMAT = 1
 PREFIX, SUFFIX = "snap-", ".dat"
 
@@ -50,11 +71,11 @@ class SnapshotFile(msgspec.Struct, frozen=True, kw_only=True):
     uuid: str
     cluster_name: str
     cluster_uuid: str
-    term: int
-    version: int  # of the cluster state the snapshot holds
+    term: Long
+    version: Long  # of the cluster state the snapshot holds
     state_uuid: str
-    start_time_in_millis: int
-    end_time_in_millis: int
+    start_time_in_millis: Long
+    end_time_in_millis: Long
     kv: dict[str, Any]
     kv_versions: dict[str, KeyVersion]  # for exactly the keys of `kv`
     persistent_settings: dict[str, str]
@@ -108,15 +129,24 @@ def snapshot_of(state: ClusterState, name: str, start_ms: int, end_ms: int) -> S
     )
 
 
-def encode_snapshot(snapshot: SnapshotFile) -> bytes:
+def _signature(secret: bytes, payload: bytes) -> bytes:
+    return SIGNATURE_PREFIX + hmac.new(secret, SIGNATURE_DOMAIN + payload, hashlib.sha256).hexdigest().encode()
+
+
+def encode_snapshot(snapshot: SnapshotFile, secret: bytes | None = None) -> bytes:
     payload = _ENCODER.encode(snapshot)
-    return b"%s %s %d\n" % (MAGIC, hashlib.sha256(payload).hexdigest().encode(), len(payload)) + payload
+    header = b"%s %s %d" % (MAGIC, hashlib.sha256(payload).hexdigest().encode(), len(payload))
+    if secret is not None:
+        header += b" " + _signature(secret, payload)
+    return header + b"\n" + payload
 
 
-def decode_snapshot(data: bytes, path: object) -> SnapshotFile:
+def decode_snapshot(data: bytes, path: object, secret: bytes | None = None) -> SnapshotFile:
+    """The snapshot in `data` (the blob at `path`, for messages); with `secret`, only if signed with it. Raises
+    SnapshotCorrupt, naming the blob and what is wrong."""
     header, sep, payload = data.partition(b"\n")
     parts = header.split(b" ")
-    if not sep or len(parts) != 3 or parts[0] != MAGIC:
+    if not sep or len(parts) not in (3, 4) or parts[0] != MAGIC:
         raise SnapshotCorrupt(f"snapshot file [{path}] is damaged: it does not start with a snapshot header")
     digest, length = parts[1], parts[2]
     if not length.isdigit() or int(length) != len(payload):
@@ -126,12 +156,28 @@ def decode_snapshot(data: bytes, path: object) -> SnapshotFile:
         )
     if hashlib.sha256(payload).hexdigest().encode() != digest:
         raise SnapshotCorrupt(f"snapshot file [{path}] is damaged: checksum mismatch")
+    if secret is not None:
+        if len(parts) != 4:
+            raise SnapshotCorrupt(
+                f"snapshot file [{path}] is not signed, and this node reads only snapshots signed with its "
+                "[snapshot.secret_file]"
+            )
+        if not hmac.compare_digest(parts[3], _signature(secret, payload)):
+            raise SnapshotCorrupt(
+                f"snapshot file [{path}] is not signed with this node's [snapshot.secret_file]: made or changed "
+                "by someone without the secret"
+            )
     try:
         snapshot = _DECODER.decode(payload)
     except (msgspec.DecodeError, UnicodeDecodeError) as error:
         raise SnapshotCorrupt(f"snapshot file [{path}] is damaged: {error}") from None
+    except RecursionError:
+        raise SnapshotCorrupt(f"snapshot file [{path}] is damaged: nested too deeply") from None
     if snapshot.format != FORMAT:
         raise SnapshotCorrupt(f"snapshot file [{path}] has format [{snapshot.format}]; this version reads [{FORMAT}]")
+    problem = content_problem(snapshot)
+    if problem is not None:
+        raise SnapshotCorrupt(f"snapshot file [{path}] does not hang together: {problem}")
     return snapshot
 
 
@@ -144,6 +190,30 @@ def name_of(blob: str) -> str | None:
     """The snapshot a file or object name holds, or None if it is not a snapshot's."""
     if blob.startswith(PREFIX) and blob.endswith(SUFFIX) and len(blob) > len(PREFIX) + len(SUFFIX):
         return blob[len(PREFIX) : -len(SUFFIX)]
+    return None
+
+
+def content_problem(snapshot: SnapshotFile) -> str | None:
+    """What in a snapshot's content contradicts itself: versions for other keys than it holds, a key or session
+    newer than the snapshot, sessions that are not well formed, ephemeral keys of unknown sessions. (Key names,
+    values and settings are the master's to judge at a restore, as for any write.)"""
+    if set(snapshot.kv) != set(snapshot.kv_versions):
+        return "it does not give versions for exactly its keys"
+    for key, versions in snapshot.kv_versions.items():
+        if not 1 <= versions.create_version <= versions.version <= snapshot.version:
+            return f"key [{key}] has versions {versions.version} (created {versions.create_version}) beyond the snapshot's {snapshot.version}"
+    for session_id, session in snapshot.sessions.items():
+        problem = session_id_problem(session_id)
+        if problem is not None:
+            return problem
+        if session.create_version > snapshot.version:
+            return f"session [{session_id}] was created at version {session.create_version}, after the snapshot"
+    for key, session_id in snapshot.kv_sessions.items():
+        if key not in snapshot.kv or session_id not in snapshot.sessions:
+            return f"ephemeral key [{key}] names session [{session_id}], which the snapshot does not hold with it"
+    marker = snapshot.persistent_settings.get(UNSAFE_BOOTSTRAP_SETTING)
+    if marker not in (None, "true"):
+        return f"[{UNSAFE_BOOTSTRAP_SETTING}] is [{marker}]; only the node tool sets it, to [true]"
     return None
 
 
@@ -178,22 +248,24 @@ class SnapshotRepository(ABC):
     async def remove(self, name: str) -> None:
         """SnapshotMissing if there is none."""
 
-    async def write(self, snapshot: SnapshotFile) -> None:
-        await self.put_new(snapshot.snapshot, encode_snapshot(snapshot))
+    async def write(self, snapshot: SnapshotFile, secret: bytes | None = None) -> None:
+        """Signed with `secret` if given (`snapshot.secret_file`)."""
+        await self.put_new(snapshot.snapshot, encode_snapshot(snapshot, secret))
 
-    async def read(self, name: str) -> SnapshotFile:
+    async def read(self, name: str, secret: bytes | None = None) -> SnapshotFile:
+        """With `secret`, only a snapshot signed with it."""
         where = self.where(name)
-        snapshot = decode_snapshot(await self.fetch(name), where)
+        snapshot = decode_snapshot(await self.fetch(name), where, secret)
         if snapshot.snapshot != name:
             raise SnapshotCorrupt(f"snapshot file [{where}] holds snapshot [{snapshot.snapshot}], not [{name}]")
         return snapshot
 
-    async def list(self) -> list[Listed]:
+    async def list(self, secret: bytes | None = None) -> list[Listed]:
         """Every snapshot, readable or not, oldest first."""
         found: list[Listed] = []
         for name, mtime in await self.names():
             try:
-                found.append((name, await self.read(name), mtime))
+                found.append((name, await self.read(name, secret), mtime))
             except SnapshotCorrupt as error:
                 found.append((name, error, mtime))
             except SnapshotMissing:

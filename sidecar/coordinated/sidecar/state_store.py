@@ -185,6 +185,8 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
         rest = decode_state(meta["state"])
     except msgspec.MsgspecError as error:
         raise StoreCorrupt(f"cannot decode: {error}") from None
+    except RecursionError:
+        raise StoreCorrupt("cannot decode: nested too deeply") from None
     if coordination.format not in READABLE_FORMATS:
         raise StoreCorrupt(
             f"unknown format [{coordination.format}] (this version reads formats {list(READABLE_FORMATS)})"
@@ -206,6 +208,8 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
             kv[key], versions = _ROW_DECODER.decode(value)
         except msgspec.MsgspecError as error:
             raise StoreCorrupt(f"cannot decode the row of key [{key}]: {error}") from None
+        except RecursionError:
+            raise StoreCorrupt(f"cannot decode the row of key [{key}]: nested too deeply") from None
         if versions is not None:
             kv_versions[key] = versions
     if (len(kv), crc_sum & _CRC_MASK) != (coordination.kv_count, coordination.kv_crc_sum):
@@ -360,13 +364,12 @@ class StateStore:
         covered = self.staged  # read before the fdatasync: every write counted here is in the file already
         try:
             crash_point("sync:before")
-            if self._wal_fd < 0 or os.fstat(self._wal_fd).st_ino != os.stat(self.wal).st_ino:
-                # SQLite keeps its WAL file while the connection is open (it truncates, never replaces it);
-                # the check is cheap insurance that the fd names the file SQLite writes.
-                if self._wal_fd >= 0:
-                    os.close(self._wal_fd)
-                    self._wal_fd = -1
+            if self._wal_fd < 0:
                 self._wal_fd = os.open(self.wal, os.O_RDONLY)
+            elif os.fstat(self._wal_fd).st_ino != os.stat(self.wal).st_ino:
+                # SQLite keeps its WAL file while the connection is open (it truncates, never replaces it), so
+                # another file at its path was put there from outside: syncing that one would prove nothing.
+                raise OSError(f"[{self.wal}] was replaced by another file while the node ran")
             os.fdatasync(self._wal_fd)
         except OSError as error:
             self.sync_failure = str(error)

@@ -10,20 +10,26 @@ but its key not yet, say) keeps the previous context and is tried again at the n
 
 The transport is mutual TLS: both sides present a certificate and require the peer's to chain to the
 cluster's CA (`certificate_authorities`). Peers are addressed by IP (resolved seeds, published addresses),
-so the chain is verified but not the host name, as with Elasticsearch's `verification_mode: certificate`:
-any certificate of the cluster's own CA is a member of the cluster.
+so the chain is verified but not the host name, as with Elasticsearch's `verification_mode: certificate`.
+A certificate the transport accepts is a node of the cluster, with every power of one (it can publish states),
+so when the CA also issues other certificates (client certificates for the client port, say), the transport's
+`TrustRestrictions` (`transport.ssl.trust_restrictions`, like Elasticsearch's trust restrictions) say which of
+its certificates are nodes': those with a name that matches one of the patterns.
 """
 
 from __future__ import annotations
 
 import enum
+import fnmatch
 import logging
 import os
+import re
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from coordinated.coordination.settings import Choice, Parsed, Setting, Settings, SettingsRule, bool_setting
 
@@ -76,6 +82,23 @@ HTTP_SSL_CLIENT_AUTHENTICATION = Setting(
     Choice(CLIENT_AUTHENTICATION),
     "none",
     "client certificates: `none`, `optional` or `required`",
+)
+
+
+def parse_name_patterns(value: str) -> tuple[str, ...]:
+    patterns = tuple(part.strip() for part in value.split(",") if part.strip())
+    for pattern in patterns:
+        if any(char.isspace() for char in pattern) or not pattern.strip("*."):
+            raise ValueError(f"[{pattern}] is not a name pattern (e.g. *.demo-headless.default.svc)")
+    return patterns
+
+
+TRANSPORT_SSL_TRUST_RESTRICTIONS: Setting[tuple[str, ...]] = Setting(
+    "transport.ssl.trust_restrictions",
+    Parsed(parse_name_patterns),
+    "",
+    "comma list of name patterns (`*` within one DNS label): only a certificate of the CA with a matching DNS "
+    "name, IP address or common name is a node; empty: every certificate of the CA",
 )
 
 
@@ -141,6 +164,36 @@ TLS_FILES_LOAD = SettingsRule(
     "with `transport.ssl.enabled` or `http.ssl.enabled`, the port's certificate and key are required, and so is "
     "its CA for the transport and for `http.ssl.client_authentication` other than `none`; the files must load",
     lambda settings: TRANSPORT_TLS.problem(settings) or HTTP_TLS.problem(settings),
+)
+
+
+def client_certificates_would_be_nodes(settings: Settings) -> str | None:
+    """A CA that issues client certificates for the client port and is trusted by the transport too would make
+    every such certificate a node, with the power to publish states, unless trust restrictions say which of its
+    certificates are nodes': refused at startup (fail closed) rather than left open."""
+    if not settings[TRANSPORT_SSL_ENABLED] or settings[TRANSPORT_SSL_TRUST_RESTRICTIONS]:
+        return None
+    transport_ca, http_ca = settings[TRANSPORT_SSL_CERTIFICATE_AUTHORITIES], settings[HTTP_SSL_CERTIFICATE_AUTHORITIES]
+    if settings[HTTP_SSL_CLIENT_AUTHENTICATION] == "none" or transport_ca is None or http_ca is None:
+        return None
+    try:
+        shared = pem_certificates(transport_ca) & pem_certificates(http_ca)
+    except (OSError, ValueError) as error:
+        return f"cannot compare [transport.ssl.certificate_authorities] and [http.ssl.certificate_authorities]: {error}"
+    if not shared:
+        return None
+    return (
+        "[http.ssl.client_authentication] accepts client certificates from a CA that [transport.ssl."
+        "certificate_authorities] trusts too, so every client certificate could act as a node of the cluster: set "
+        "[transport.ssl.trust_restrictions] to the names of the node certificates, or issue client certificates "
+        "from another CA"
+    )
+
+
+CLIENT_CERTIFICATES_ARE_NOT_NODES = SettingsRule(
+    "with `transport.ssl.enabled` and `http.ssl.client_authentication` other than `none`, a CA trusted by both "
+    "ports needs `transport.ssl.trust_restrictions`, or every client certificate could act as a node",
+    client_certificates_would_be_nodes,
 )
 
 
@@ -257,3 +310,44 @@ class ReloadingContext:
 
         listener.sni_callback = use_newest
         return listener
+
+
+class TrustRestrictions:
+    """Which certificates of the CA are nodes: those with a DNS name, IP address or common name that matches one
+    of `patterns`. A pattern matches a name of as many dot-separated labels, label by label, where `*` matches
+    any characters within one label (`*.demo-headless.ns.svc` matches `demo-0.demo-headless.ns.svc`)."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.patterns = tuple(pattern.strip().lower() for pattern in patterns if pattern.strip())
+
+    def problem(self, peercert: Mapping[str, Any] | None) -> str | None:
+        """Why the peer's certificate (as `SSLObject.getpeercert()` gives it) is not a node's; None if it is."""
+        names = certificate_names(peercert or {})
+        if any(_matches(pattern, name) for pattern in self.patterns for name in names):
+            return None
+        return (
+            f"its certificate (names {names}) matches none of [transport.ssl.trust_restrictions] "
+            f"{list(self.patterns)}: it is not a node certificate of this cluster"
+        )
+
+
+def certificate_names(peercert: Mapping[str, Any]) -> list[str]:
+    names = [str(value) for kind, value in peercert.get("subjectAltName", ()) if kind in ("DNS", "IP Address")]
+    names += [str(value) for rdn in peercert.get("subject", ()) for key, value in rdn if key == "commonName"]
+    return names
+
+
+def _matches(pattern: str, name: str) -> bool:
+    wanted, labels = pattern.split("."), name.lower().split(".")
+    return len(wanted) == len(labels) and all(
+        fnmatch.fnmatchcase(label, want) for want, label in zip(wanted, labels, strict=True)
+    )
+
+
+_PEM_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
+
+
+def pem_certificates(path: str) -> set[bytes]:
+    """The certificates of a PEM bundle, as DER (to compare two bundles); raises OSError."""
+    with open(path, encoding="ascii", errors="replace") as bundle:
+        return {ssl.PEM_cert_to_DER_cert(block) for block in _PEM_CERTIFICATE.findall(bundle.read())}

@@ -41,7 +41,7 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import aiohttp
 import msgspec
@@ -58,6 +58,7 @@ from coordinated.coordination.messages import (
 from coordinated.coordination.settings import int_setting, size_setting, time_setting
 from coordinated.sidecar.auth import (
     MAC_BYTES,
+    MAX_CLOCK_SKEW_S,
     NONCE_BYTES,
     ReplayCache,
     StreamMac,
@@ -74,7 +75,8 @@ from coordinated.sidecar.chunked import (
     is_chunk,
     transfer_term_version,
 )
-from coordinated.sidecar.tls import ReloadingContext
+from coordinated.sidecar.refusals import REFUSAL_HEADER, Refusals, clock_difference, describe_clock_difference
+from coordinated.sidecar.tls import ReloadingContext, TrustRestrictions
 
 log = logging.getLogger("coordinated.transport")
 
@@ -295,8 +297,12 @@ class PeerSender:
         tls_client: ReloadingContext | None = None,
         peer_name: Callable[[str], str] = str,
         max_chunk_size: int = DEFAULT_MAX_CHUNK_SIZE,
+        refusals: Refusals | None = None,
+        trust: TrustRestrictions | None = None,
     ) -> None:
         self.local_address = local_address
+        self.trust = trust  # which certificates are nodes': messages go to no other peer
+        self.refusals = refusals or Refusals()  # peers that refused this node, for health
         self.max_chunk_size = max_chunk_size
         self._transfer_ids = itertools.count(1)
         # Maps a destination address to the stable name its bytes are counted under (a node name: pod IPs
@@ -481,7 +487,7 @@ class PeerSender:
                     ssl=self.ssl_context(),
                 )
             except aiohttp.WSServerHandshakeError as error:
-                if error.status in (404, 405):
+                if error.status in (404, 405) and self.trust is None:
                     log.info(
                         "%s has no stream endpoint (an older version?): sending POSTs for %.0fs",
                         destination,
@@ -489,12 +495,13 @@ class PeerSender:
                     )
                     self._post_until[destination] = asyncio.get_running_loop().time() + UPGRADE_RETRY_S
                     return OLD_PEER
-                self._warnings.warn(
-                    f"refused {destination}", "peer %s refused the stream: %s %s", url, error.status, error.message
-                )
+                reason = refusal_reason(error.status, error.message, error.headers)
+                self.refusals.refused(destination, reason, by_peer=True)
+                self._warnings.warn(f"refused {destination}", "peer %s refused the stream: %s", url, reason)
                 return REFUSED
             except aiohttp.ClientSSLError as error:
                 # A peer whose certificate is not of this cluster's CA (or that refused ours): never a member.
+                self.refusals.refused(destination, f"TLS handshake failed: {error}", by_peer=True)
                 self._warnings.warn(f"tls {destination}", "TLS handshake with %s failed: %s", url, error)
                 return REFUSED
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as error:
@@ -506,6 +513,7 @@ class PeerSender:
                 ):
                     # The peer listens but dropped the connection in or right after the TLS handshake (with
                     # uvloop a refused client certificate shows this way rather than as a reset stream).
+                    self.refusals.refused(destination, CERTIFICATE_REFUSED, by_peer=True)
                     self._warnings.warn(
                         f"reset {destination}",
                         "peer %s closed the connection during the TLS handshake (%s): does this node's "
@@ -520,6 +528,7 @@ class PeerSender:
                 if self.tls_client is not None and isinstance(error, aiohttp.ClientOSError):
                     # With TLS 1.3 a peer checks our certificate after our side of the handshake is done; a
                     # refusal then shows here only as a reset connection, so say what it likely means.
+                    self.refusals.refused(destination, CERTIFICATE_REFUSED, by_peer=True)
                     self._warnings.warn(
                         f"reset {destination}",
                         "peer %s closed the connection as the stream was opened (%s): does this node's "
@@ -533,6 +542,14 @@ class PeerSender:
         return UNREACHABLE
 
     async def _handshake(self, destination: str, ws: aiohttp.ClientWebSocketResponse) -> _Stream | _Outcome:
+        if self.trust is not None:
+            ssl_object = ws.get_extra_info("ssl_object")
+            problem = self.trust.problem(ssl_object.getpeercert() if ssl_object is not None else None)
+            if problem is not None:
+                self.refusals.refused(destination, f"this node refuses to send to it: {problem}", by_peer=True)
+                self._warnings.warn(f"trust {destination}", "not sending to %s: %s", destination, problem)
+                await _close_quietly(ws)
+                return REFUSED
         mac: StreamMac | None = None
         if ws.protocol in _HMAC_PROTOCOLS and self.auth is not None:
             try:
@@ -553,17 +570,20 @@ class PeerSender:
             await _close_quietly(ws)
             return REFUSED
         chunk_size = self.max_chunk_size if ws.protocol in _CHUNKED_PROTOCOLS else None
+        self.refusals.accepted(destination)
         return _Stream(destination, ws, mac, chunk_size)
 
     async def _post_or_report(self, destination: str, message: Message) -> None:
         # A unique POST: the receiver refuses a replay of it (see auth), retries of this one included.
-        body = encode_envelope(Envelope(self.local_address, message, request_nonce=os.urandom(NONCE_BYTES).hex()))
-        if not await self._post(f"{self.scheme}://{destination}{MESSAGE_PATH}", body):
+        nonce = os.urandom(NONCE_BYTES).hex()
+        body = encode_envelope(Envelope(self.local_address, message, request_nonce=nonce, receiver=destination))
+        if not await self._post(destination, body):
             self.on_failure(destination, message)
 
-    async def _post(self, url: str, body: bytes) -> bool:
+    async def _post(self, destination: str, body: bytes) -> bool:
         """The transport of older versions, for peers without the stream endpoint."""
         assert self.session is not None
+        url = f"{self.scheme}://{destination}{MESSAGE_PATH}"
         for attempt in range(self.retries + 1):
             headers = {"Content-Type": "application/json"}
             if self.auth is not None:
@@ -571,8 +591,9 @@ class PeerSender:
             try:
                 async with self.session.post(url, data=body, headers=headers, ssl=self.ssl_context()) as response:
                     if response.status >= 400:
-                        text = (await response.text())[:200]
-                        log.warning("peer %s refused a message: %s %s", url, response.status, text)
+                        reason = refusal_reason(response.status, (await response.text())[:200], response.headers)
+                        self.refusals.refused(destination, reason, by_peer=True)
+                        log.warning("peer %s refused a message: %s", url, reason)
                     return True  # delivered (or refused for good): either way not a connection failure
             except aiohttp.ClientSSLError as error:
                 self._warnings.warn(f"tls {url}", "TLS handshake with %s failed: %s", url, error)
@@ -627,18 +648,73 @@ def _error(status: int, error_type: str, reason: str) -> web.Response:
     return web.json_response(error_body(error_type, reason, status), status=status)
 
 
+CERTIFICATE_REFUSED = (
+    "closed the connection during the TLS handshake: does this node's certificate (transport.ssl.certificate) "
+    "come from the cluster's CA?"
+)
+
+
+def refusal_reason(status: int, message: str, headers: Mapping[str, str] | None) -> str:
+    """What a peer's refusal says, from its status and headers; with how far this node's clock is from the
+    peer's when that is beyond what transport authentication allows (the likely cause of a 401 then)."""
+    headers = headers or {}
+    reason = f"{status} {headers.get(REFUSAL_HEADER) or message}"
+    difference = clock_difference(headers.get("Date"))
+    if status == 401 and difference is not None and abs(difference) > MAX_CLOCK_SKEW_S:
+        reason += f" ({describe_clock_difference(difference)}; transport authentication allows {MAX_CLOCK_SKEW_S}s)"
+    return reason
+
+
+def replay_problem(envelope: Envelope, signed_at: int, started_at: int, receivers: set[str]) -> str | None:
+    """Why a signed POST may be a replay from before this node started, or of one sent to another node."""
+    if envelope.receiver not in receivers:
+        return (
+            f"the request is addressed to [{envelope.receiver or 'no receiver'}], not to this node {sorted(receivers)}: "
+            "a signed POST must name the node it is sent to"
+        )
+    if signed_at <= started_at:
+        return "the request was signed before this node started: a replay from an earlier run is refused"
+    return None
+
+
+def _receivers(request: web.Request, local_address: str) -> set[str]:
+    """The addresses a POST to this node may name: its published one, and the one the connection reached."""
+    receivers = {local_address} if local_address else set()
+    sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+    if isinstance(sockname, tuple) and len(sockname) >= 2:
+        host = str(sockname[0])
+        receivers.add(f"[{host}]:{sockname[1]}" if ":" in host else f"{host}:{sockname[1]}")
+    return receivers
+
+
+def _refused(refusals: Refusals, request: web.Request, problem: str, status: int = 401) -> web.Response:
+    """A transport request refused for authentication: recorded for health, the reason in a header as well."""
+    refusals.refused(request.remote or "?", problem, by_peer=False)
+    response = _error(status, "security_exception", problem)
+    response.headers[REFUSAL_HEADER] = problem
+    return response
+
+
 def transport_app(
     on_message: Callable[[str, Message], None],
     auth: TransportAuth | None,
     max_body: int,
     max_chunk_size: int = DEFAULT_MAX_CHUNK_SIZE,
     current_term: Callable[[], int] = lambda: 0,
+    refusals: Refusals | None = None,
+    local_address: str = "",
+    trust: TrustRestrictions | None = None,
 ) -> web.Application:
     """`max_body`: the largest message, whole (a POST) or reassembled from chunks; `max_chunk_size`: the
     largest frame of a stream, besides the chunk header and MAC; `current_term`: the node's term, below which
-    a chunked publication is dropped before it is buffered."""
+    a chunked publication is dropped before it is buffered; `local_address`: this node's published transport
+    address, which a signed POST must name as its receiver."""
     warnings = _RateLimitedWarnings()
+    refused = refusals or Refusals()  # peers this node refused, for health
     replays = ReplayCache()
+    # A signed POST from before this process started may have been seen by the one before it (whose replay
+    # cache is gone): refused, as are those signed in the very second it started.
+    started_at = int(time.time())
     streams: set[web.WebSocketResponse] = set()
     closing = asyncio.Event()
 
@@ -648,7 +724,7 @@ def transport_app(
             problem = auth.verify(request.headers, body)
             if problem is not None:
                 warnings.warn("post 401", "refused a message from %s: %s", request.remote, problem)
-                return _error(401, "security_exception", problem)
+                return _refused(refused, request, problem)
         try:
             envelope = decode_envelope(body)
         except (msgspec.ValidationError, msgspec.DecodeError) as error:
@@ -657,10 +733,11 @@ def transport_app(
         if auth is not None:
             signed_at = signed_at_or_problem(request.headers)
             assert isinstance(signed_at, int)  # verified above
-            problem = replays.admit(envelope.request_nonce, signed_at)
+            problem = replay_problem(envelope, signed_at, started_at, _receivers(request, local_address))
+            problem = problem or replays.admit(envelope.request_nonce, signed_at)
             if problem is not None:
                 warnings.warn("post replay", "refused a message from %s: %s", request.remote, problem)
-                return _error(401, "security_exception", problem)
+                return _refused(refused, request, problem)
         on_message(envelope.sender, envelope.message)
         return web.Response(status=204)
 
@@ -670,7 +747,7 @@ def transport_app(
             problem = auth.verify_stream_handshake(request.headers)
             if problem is not None:
                 warnings.warn("stream 401", "refused a stream from %s: %s", peer, problem)
-                return _error(401, "security_exception", problem)
+                return _refused(refused, request, problem)
         wanted = _HMAC_PROTOCOLS if auth is not None else _PLAIN_PROTOCOLS
         offered = _offered_protocols(request)
         protocol = next((candidate for candidate in wanted if candidate in offered), None)
@@ -707,8 +784,9 @@ def transport_app(
     async def watch(request: web.Request) -> web.StreamResponse:
         # Held open until this process stops: a follower watching its master sees the connection close at
         # once when the master dies (kill -9 included), instead of waiting for the next leader check.
-        if auth is not None and auth.verify(request.headers, b"") is not None:
-            return web.Response(status=401)
+        problem = auth.verify(request.headers, b"") if auth is not None else None
+        if problem is not None:
+            return _refused(refused, request, problem)
         response = web.StreamResponse(status=200)
         await response.prepare(request)
         await closing.wait()
@@ -721,7 +799,19 @@ def transport_app(
             return_exceptions=True,
         )
 
-    app = web.Application(client_max_size=max_body)
+    @web.middleware
+    async def node_certificates_only(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        assert trust is not None
+        ssl_object = request.transport.get_extra_info("ssl_object") if request.transport is not None else None
+        problem = trust.problem(ssl_object.getpeercert() if ssl_object is not None else None)
+        if problem is not None:
+            warnings.warn("trust", "refused a transport request from %s: %s", request.remote, problem)
+            return _refused(refused, request, problem, status=403)
+        return await handler(request)
+
+    app = web.Application(client_max_size=max_body, middlewares=[node_certificates_only] if trust else [])
     app.router.add_post(MESSAGE_PATH, receive)
     app.router.add_get(STREAM_PATH, stream)
     app.router.add_get(WATCH_PATH, watch)
@@ -811,7 +901,11 @@ async def _serve_frames(
 
 
 async def watch_until_closed(
-    session: aiohttp.ClientSession, address: str, auth: TransportAuth | None, tls_client: ReloadingContext | None = None
+    session: aiohttp.ClientSession,
+    address: str,
+    auth: TransportAuth | None,
+    tls_client: ReloadingContext | None = None,
+    trust: TrustRestrictions | None = None,
 ) -> str:
     """Return (with the reason) when the peer's watch connection ends or cannot be opened."""
     headers = auth.sign(b"") if auth is not None else {}
@@ -822,6 +916,11 @@ async def watch_until_closed(
         async with session.get(url, headers=headers, timeout=timeout, ssl=context) as response:
             if response.status != 200:
                 return f"watch refused with {response.status}"
+            if trust is not None and response.connection is not None and response.connection.transport is not None:
+                ssl_object = response.connection.transport.get_extra_info("ssl_object")
+                problem = trust.problem(ssl_object.getpeercert() if ssl_object is not None else None)
+                if problem is not None:
+                    return f"not a node: {problem}"
             while await response.content.readany():
                 pass
             return "connection closed"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from coordinated.coordination.context import Mode
 from coordinated.coordination.effects import ProbeSeeds
-from coordinated.coordination.joins import JOIN_TIMEOUT_MS, JoinHelper
+from coordinated.coordination.formation import ClusterFormationFailureHelper
+from coordinated.coordination.joins import JOIN_TIMEOUT_MS, REJECTION_REPORTED_FOR_MS, JoinHelper
 from coordinated.coordination.messages import JoinRequest, JoinResponse, PeersRequest, PeersResponse
 from coordinated.coordination.peer_finder import FIND_PEERS_INTERVAL, PeerFinder
 
@@ -61,3 +62,24 @@ def test_a_join_request_is_not_repeated_before_the_join_timeout_unless_answered(
     joins.on_join_response(MASTER.transport_address, JoinResponse(retry.request_id, ok=False, reason="busy"))
     joins.on_master_discovered(MASTER)
     assert len(bench.sent()) == 1, "an answered request may be sent again at once"
+
+
+def test_a_refused_join_is_named_in_the_formation_problem_until_one_succeeds() -> None:
+    bench = Bench(mode=Mode.CANDIDATE)
+    joins = JoinHelper(bench.ctx)
+    formation = ClusterFormationFailureHelper(bench.ctx, lambda: [bench.ctx.local_node], set, joins.recent_rejection)
+    joins.on_master_discovered(MASTER)
+    [(_, request)] = bench.sent()
+    assert isinstance(request, JoinRequest)
+    reason = "join from node rejected: it belongs to cluster [a] but this cluster is [b]"
+    joins.on_join_response(MASTER.transport_address, JoinResponse(request.request_id, ok=False, reason=reason))
+    problem = formation.problem()
+    assert (
+        problem is not None
+        and f"the master at {MASTER.transport_address} refused this node's join: {reason}" in problem
+    )
+    bench.ctx.now += REJECTION_REPORTED_FOR_MS + 1  # an old refusal is no longer the reason
+    assert "refused this node's join" not in (formation.problem() or "")
+    bench.ctx.now -= REJECTION_REPORTED_FOR_MS + 1
+    joins.on_join_response(MASTER.transport_address, JoinResponse(request.request_id, ok=True))
+    assert "refused this node's join" not in (formation.problem() or "")

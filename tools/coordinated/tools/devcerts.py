@@ -46,13 +46,27 @@ def make_ca(directory: Path, name: str) -> Ca:
 
 def make_cert(directory: Path, ca: Ca, name: str) -> Cert:
     """A certificate for 127.0.0.1 and 127.0.0.2 signed by `ca`, usable by a server and a client."""
+    return _issue(
+        directory,
+        ca,
+        name,
+        "subjectAltName=IP:127.0.0.1,IP:127.0.0.2,DNS:localhost\n"
+        "extendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n",
+    )
+
+
+def make_client_cert(directory: Path, ca: Ca, name: str) -> Cert:
+    """A client certificate (for `http.ssl.client_authentication`) named `name`, signed by `ca`."""
+    return _issue(
+        directory, ca, name, f"subjectAltName=DNS:{name}\nextendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n"
+    )
+
+
+def _issue(directory: Path, ca: Ca, name: str, extensions_text: str) -> Cert:
     directory.mkdir(parents=True, exist_ok=True)
     key, csr, crt = directory / f"{name}.key", directory / f"{name}.csr", directory / f"{name}.crt"
     extensions = directory / f"{name}.ext"
-    extensions.write_text(
-        "subjectAltName=IP:127.0.0.1,IP:127.0.0.2,DNS:localhost\n"
-        "extendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n"
-    )
+    extensions.write_text(extensions_text)
     _openssl(
         "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
         "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}",

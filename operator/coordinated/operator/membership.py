@@ -1,0 +1,201 @@
+"""The cluster's members as the status reports them, and the non-voters' pool. Pure: observations in.
+
+- **Non-voters** (`spec.votingReplicas`): the StatefulSet `NAME-nonvoter` is set to its size in one step, up
+  only while a master is elected (a node joins through it), down at once. They never vote, so neither way
+  touches the voting configuration, and the voters' planner (planner.py) never waits for them.
+- **Replaced members.** A voter whose volume was lost comes back, in the same pod, as a new node with a new id.
+  The master puts the new node in the voting configuration in place of the old id once it has joined
+  (Elasticsearch's reconfiguration, no human action). Until then the old id still counts as a voter that
+  never answers: `status.nodes[].replacing` names it, the `MemberReplacement` condition says what happens,
+  and Events mark the start and the end.
+- **A quorum lost for good.** When the lost voters are a majority of the voting configuration, no master
+  can ever be elected again: the status says so and points to the recovery procedure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from coordinated.operator.observation import Observation, PodObservation, StatefulSetObservation
+from coordinated.operator.status import Condition
+
+REPLACEMENT_CONDITION = "MemberReplacement"
+RECOVERY_DOC = "docs/operator.md, Recovering from quorum loss"
+
+
+def nonvoter_replicas(obs: Observation) -> int | None:
+    """The non-voters' StatefulSet size after this pass; None when there is none and none is wanted."""
+    wanted, current = obs.desired_nonvoters, obs.nonvoter_statefulset_replicas
+    if current is None and wanted == 0:
+        return None
+    current = current or 0
+    if wanted <= current:
+        return wanted  # fewer at once: a non-voter holds no vote (and hibernation stops them all)
+    if obs.recorded_cluster_uuid is None or obs.cluster.master is None or obs.hibernated_voters is not None:
+        return current  # more only once there is a master to join (and the voters woke)
+    return wanted
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What this pass writes into the StatefulSets besides the planner's voter count."""
+
+    claim_size: str  # the voters' claim template
+    nonvoters: NonVoterLayout | None = None  # None: no non-voters' StatefulSet is wanted or there
+
+
+@dataclass(frozen=True)
+class NonVoterLayout:
+    replicas: int
+    claim_size: str
+    deleting: bool = False
+
+
+def nonvoter_layout(
+    obs: Observation, statefulset: StatefulSetObservation | None, claim_size: str
+) -> NonVoterLayout | None:
+    """The non-voters' StatefulSet this pass writes; None when none is wanted and none exists."""
+    replicas = nonvoter_replicas(obs)
+    if replicas is None or (replicas == 0 and statefulset is None):
+        return None
+    deleting = statefulset is not None and statefulset.deleting
+    return NonVoterLayout(replicas, claim_size, deleting)
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """A voting-configuration entry whose pod now runs another node: its data was lost."""
+
+    pod: str
+    old_id: str
+    new_id: str
+
+
+def _previous_ids(previous_nodes: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """node id -> pod name, from the last status."""
+    return {str(entry["nodeId"]): str(entry["name"]) for entry in previous_nodes if entry.get("nodeId")}
+
+
+def replacements(obs: Observation, previous_nodes: Sequence[Mapping[str, Any]]) -> list[Replacement]:
+    """Voters in the committed configuration whose pod reports another node id now."""
+    names = {**_previous_ids(previous_nodes), **obs.cluster.names_by_id}
+    found = []
+    for old_id in sorted(obs.cluster.voter_ids):
+        pod = names.get(old_id)
+        new_id = obs.cluster.node_ids.get(pod) if pod else None
+        if pod is not None and new_id is not None and new_id != old_id:
+            found.append(Replacement(pod, old_id, new_id))
+    return found
+
+
+def quorum_lost(obs: Observation, replaced: Sequence[Replacement]) -> str | None:
+    """Why no master can ever be elected again, or None: the voters that lost their data are a majority."""
+    voters = obs.cluster.voter_ids
+    if obs.cluster.master is not None or not voters or not replaced:
+        return None
+    lost = {replacement.old_id for replacement in replaced}
+    if (len(voters) - len(lost & voters)) * 2 > len(voters):
+        return None
+    pods = ", ".join(f"{r.pod} (node {r.old_id}, now {r.new_id})" for r in replaced)
+    return (
+        f"the quorum is lost for good: {len(lost & voters)} of the {len(voters)} voters lost their data and came "
+        f"back as new nodes ({pods}), so no master can be elected again. Recover from a surviving node with "
+        f"`coordinated node-tool unsafe-bootstrap` ({RECOVERY_DOC}); it can lose acknowledged writes"
+    )
+
+
+def replacement_condition(replaced: Sequence[Replacement], previous: Mapping[str, Any] | None) -> Condition:
+    if replaced:
+        parts = [
+            f"{r.pod} lost its data and runs as new node {r.new_id}; the voting configuration still holds its "
+            f"old node {r.old_id}, which the master replaces with {r.new_id} once it has joined"
+            for r in replaced
+        ]
+        return Condition(REPLACEMENT_CONDITION, True, "Replacing", "; ".join(parts))
+    if previous is not None and previous.get("status") == "True":
+        return Condition(REPLACEMENT_CONDITION, False, "Replaced", "every lost member was replaced")
+    return Condition(
+        REPLACEMENT_CONDITION,
+        False,
+        str((previous or {}).get("reason") or "NoneLost"),
+        str((previous or {}).get("message") or "no member has lost its data"),
+    )
+
+
+def replacement_events(
+    replaced: Sequence[Replacement], previous_nodes: Sequence[Mapping[str, Any]], obs: Observation
+) -> list[tuple[str, str, str]]:
+    """One Event when a replacement is first seen, one when the old id has left the voting configuration."""
+    before = {str(entry.get("name")): entry for entry in previous_nodes}
+    events = []
+    for r in replaced:
+        if before.get(r.pod, {}).get("replacing") != r.old_id:
+            events.append(
+                (
+                    "Warning",
+                    "ReplacingMember",
+                    f"{r.pod} came back without its data, as new node {r.new_id}; its old node {r.old_id} stays "
+                    f"in the voting configuration until the master replaces it with {r.new_id}",
+                )
+            )
+    current = {r.pod for r in replaced}
+    for pod, entry in sorted(before.items()):
+        old_id = entry.get("replacing")
+        if old_id and pod not in current and old_id not in obs.cluster.voter_ids:
+            new_id = obs.cluster.node_ids.get(pod) or entry.get("nodeId")
+            voting = new_id in obs.cluster.voter_ids
+            events.append(
+                (
+                    "Normal",
+                    "MemberReplaced",
+                    f"{pod}'s lost node {old_id} left the voting configuration"
+                    + (f"; {pod} votes again as node {new_id}" if voting else ""),
+                )
+            )
+    return events
+
+
+def voting_config_names(
+    obs: Observation, replaced: Sequence[Replacement], previous_nodes: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """The committed voting configuration by pod name; a lost node's entry says so."""
+    names = {**_previous_ids(previous_nodes), **obs.cluster.names_by_id}
+    lost = {r.old_id: r.pod for r in replaced}
+    entries = []
+    for node_id in sorted(obs.cluster.voter_ids):
+        if node_id in lost:
+            entries.append(f"{lost[node_id]} (lost node {node_id})")
+        else:
+            entries.append(names.get(node_id, node_id))
+    return sorted(entries)
+
+
+def _order(pod: PodObservation) -> tuple[bool, int, str]:
+    number = pod.name.rsplit("-", 1)[-1]
+    return (not pod.voting, int(number) if number.isdigit() else 0, pod.name)
+
+
+def node_entries(
+    obs: Observation, replaced: Sequence[Replacement], zones: Mapping[str, str | None]
+) -> list[dict[str, Any]]:
+    """status.nodes: one entry per pod, voters first, in ordinal order."""
+    replacing = {r.pod: r.old_id for r in replaced}
+    entries = []
+    for pod in sorted(obs.pods.values(), key=_order):
+        node_id = obs.cluster.node_ids.get(pod.name)
+        entries.append(
+            {
+                "name": pod.name,
+                "nodeId": node_id,
+                "role": "voter" if pod.voting else "nonvoter",
+                "voting": node_id is not None and node_id in obs.cluster.voter_ids,
+                "ready": pod.ready and not pod.terminating,
+                "image": pod.image,
+                "kubernetesNode": pod.node_name,
+                "zone": zones.get(pod.node_name) if pod.node_name else None,
+                "replacing": replacing.get(pod.name),
+            }
+        )
+    return entries

@@ -1,0 +1,134 @@
+"""membership.py: the non-voters' pool size, members that came back without their data, a quorum lost for good,
+and status.nodes. Pure: observations in."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from coordinated.operator import membership
+from coordinated.operator.observation import ClusterView, Observation, PodObservation
+
+UUID = "uuid-1"
+
+
+def cluster(
+    pods: dict[str, str],
+    voters: tuple[str, ...],
+    master: str | None = "demo-0",
+    names_by_id: dict[str, str] | None = None,
+    **changes: Any,
+) -> Observation:
+    """`pods`: pod -> the node id it reports now; `voters`: the committed configuration's ids."""
+    known = names_by_id if names_by_id is not None else {node_id: pod for pod, node_id in pods.items()}
+    view = ClusterView(
+        reachable=frozenset(pods),
+        cluster_uuids=frozenset({UUID}),
+        master=master,
+        members=frozenset(pods) if master else frozenset(),
+        voter_ids=frozenset(voters),
+        node_ids=dict(pods),
+        names_by_id=known,
+    )
+    observed = {name: PodObservation(name, ready=True, ip="10.0.0.1", voting="nonvoter" not in name) for name in pods}
+    return replace(Observation("demo", 3, 3, pods=observed, cluster=view, recorded_cluster_uuid=UUID), **changes)
+
+
+def previous(**ids: str) -> list[dict[str, Any]]:
+    return [{"name": pod.replace("_", "-"), "nodeId": node_id} for pod, node_id in ids.items()]
+
+
+# ---- non-voters --------------------------------------------------------------------------------------
+def test_non_voters_grow_only_with_a_master_and_shrink_at_once() -> None:
+    obs = cluster({"demo-0": "a"}, ("a",), desired_nonvoters=4, nonvoter_statefulset_replicas=2)
+    assert membership.nonvoter_replicas(obs) == 4  # in one step: none of them votes
+    assert membership.nonvoter_replicas(replace(obs, cluster=ClusterView())) == 2  # no master to join
+    assert membership.nonvoter_replicas(replace(obs, desired_nonvoters=0)) == 0
+    assert membership.nonvoter_replicas(replace(obs, hibernated_voters=3)) == 2  # waking: voters first
+    assert membership.nonvoter_replicas(replace(obs, desired_nonvoters=0, nonvoter_statefulset_replicas=None)) is None
+    new = replace(obs, recorded_cluster_uuid=None, nonvoter_statefulset_replicas=None)
+    assert membership.nonvoter_replicas(new) == 0  # not before the bootstrap
+
+
+# ---- members that lost their data ----------------------------------------------------------------------
+def test_a_voter_back_without_its_data_is_reported_until_the_master_replaced_it() -> None:
+    before = previous(demo_0="a", demo_1="b", demo_2="c")
+    # demo-2's claim was lost: its pod runs a new node, f, not joined yet; c is still a voter.
+    obs = cluster({"demo-0": "a", "demo-1": "b", "demo-2": "f"}, ("a", "b", "c"), names_by_id={"a": "demo-0"})
+    replaced = membership.replacements(obs, before)
+    assert replaced == [membership.Replacement("demo-2", "c", "f")]
+    condition = membership.replacement_condition(replaced, None)
+    assert condition.status and condition.reason == "Replacing"
+    assert "demo-2 lost its data and runs as new node f" in condition.message and "old node c" in condition.message
+    assert membership.voting_config_names(obs, replaced, before) == ["demo-0", "demo-1", "demo-2 (lost node c)"]
+    ((kind, reason, message),) = membership.replacement_events(replaced, before, obs)
+    assert (kind, reason) == ("Warning", "ReplacingMember") and "as new node f" in message
+    entries = membership.node_entries(obs, replaced, {})
+    assert entries[2] == {
+        "name": "demo-2",
+        "nodeId": "f",
+        "role": "voter",
+        "voting": False,
+        "ready": True,
+        "image": None,
+        "kubernetesNode": None,
+        "zone": None,
+        "replacing": "c",
+    }
+    assert membership.quorum_lost(obs, replaced) is None  # 2 of 3 voters remain, and a master
+
+    # The next pass says nothing new; then the master swaps c for f: one more Event, the condition clears.
+    during = membership.node_entries(obs, replaced, {})
+    assert membership.replacement_events(replaced, during, obs) == []
+    healed = cluster({"demo-0": "a", "demo-1": "b", "demo-2": "f"}, ("a", "b", "f"))
+    assert membership.replacements(healed, during) == []
+    ((kind, reason, message),) = membership.replacement_events([], during, healed)
+    assert (kind, reason) == ("Normal", "MemberReplaced")
+    assert message == "demo-2's lost node c left the voting configuration; demo-2 votes again as node f"
+    done = membership.replacement_condition([], {"status": "True", "reason": "Replacing"})
+    assert (done.status, done.reason) == (False, "Replaced")
+    assert membership.voting_config_names(healed, [], during) == ["demo-0", "demo-1", "demo-2"]
+
+
+def test_two_voters_lost_one_after_the_other_heal_one_at_a_time() -> None:
+    first = cluster({"demo-0": "a", "demo-1": "e", "demo-2": "c"}, ("a", "b", "c"))
+    assert [r.pod for r in membership.replacements(first, previous(demo_1="b"))] == ["demo-1"]
+    healed = cluster({"demo-0": "a", "demo-1": "e", "demo-2": "c"}, ("a", "e", "c"))
+    assert membership.replacements(healed, previous(demo_1="e")) == []
+    second = cluster({"demo-0": "a", "demo-1": "e", "demo-2": "g"}, ("a", "e", "c"))
+    assert [r.pod for r in membership.replacements(second, previous(demo_1="e", demo_2="c"))] == ["demo-2"]
+
+
+def test_two_of_three_voters_lost_at_once_is_a_quorum_lost_for_good() -> None:
+    # The survivor, demo-0, holds the configuration {a, b, c}; demo-1 and demo-2 came back as e and f.
+    obs = cluster({"demo-0": "a", "demo-1": "e", "demo-2": "f"}, ("a", "b", "c"), master=None)
+    replaced = membership.replacements(obs, previous(demo_0="a", demo_1="b", demo_2="c"))
+    message = membership.quorum_lost(obs, replaced)
+    assert message is not None
+    assert message.startswith("the quorum is lost for good: 2 of the 3 voters lost their data")
+    assert "demo-1 (node b, now e)" in message and "coordinated node-tool unsafe-bootstrap" in message
+    assert "Recovering from quorum loss" in message
+    # One voter lost and no master (say, an election under way): not lost for good.
+    one = cluster({"demo-0": "a", "demo-1": "b", "demo-2": "f"}, ("a", "b", "c"), master=None)
+    assert membership.quorum_lost(one, membership.replacements(one, previous(demo_2="c"))) is None
+    # A pod that does not answer yet is not counted as lost.
+    silent = cluster({"demo-0": "a"}, ("a", "b", "c"), master=None)
+    assert membership.replacements(silent, previous(demo_1="b", demo_2="c")) == []
+
+
+def test_status_nodes_list_voters_then_non_voters_with_what_runs_where() -> None:
+    obs = cluster({"demo-1": "b", "demo-0": "a", "demo-nonvoter-0": "n"}, ("a", "b"))
+    obs = replace(
+        obs,
+        pods={
+            **obs.pods,
+            "demo-0": PodObservation("demo-0", ready=True, image="img:2", node_name="k1"),
+            "demo-nonvoter-0": PodObservation("demo-nonvoter-0", voting=False, image="img:1", node_name="k2"),
+        },
+    )
+    entries = membership.node_entries(obs, [], {"k1": "a", "k2": None})
+    assert [(e["name"], e["role"], e["voting"], e["image"], e["zone"]) for e in entries] == [
+        ("demo-0", "voter", True, "img:2", "a"),
+        ("demo-1", "voter", True, None, None),
+        ("demo-nonvoter-0", "nonvoter", False, "img:1", None),
+    ]
