@@ -130,7 +130,15 @@ async def run_system(factory: Factory, body: Callable[[System, Path], Any], base
 
 
 def cpu_text(cpu: dict[str, float]) -> str:
-    return f"cpu/write {cpu['system_ms']:.2f} ms + harness {cpu['harness_ms']:.2f} ms, others {cpu['others_cores']:.1f} cores"
+    roles = (
+        f" (master {cpu['master_ms']:.3f} ms, each follower {cpu['follower_ms']:.3f} ms)"
+        if "follower_ms" in cpu
+        else ""
+    )
+    return (
+        f"cpu/write {cpu['system_ms']:.2f} ms{roles} + harness {cpu['harness_ms']:.2f} ms, "
+        f"others {cpu['others_cores']:.1f} cores"
+    )
 
 
 def conditions_text(cond: dict[str, float]) -> str:
@@ -149,13 +157,14 @@ async def measure(system: System, leader: int, args: argparse.Namespace, r: Any,
         seq = await sequential(system, leader, args.writes)
     r["seq_p50"].append(seq["p50"])
     r["seq_p99"].append(seq["p99"])
-    cpu = {"seq": meter.per_write(args.writes)}
+    master_pid = pids[leader]
+    cpu = {"seq": meter.per_write(args.writes, master_pid)}
     print(f"{system.label:28s} seq p50 {seq['p50']:7.2f} ms  p99 {seq['p99']:7.2f} ms   {cpu_text(cpu['seq'])}")
     for clients in (1, 16, 64):
         with CpuMeter(pids, hog_pid) as meter:
             tput = await throughput(system, clients, args.seconds)
         r[f"tput_{clients}"].append(tput["rate"])
-        cpu[f"tput_{clients}"] = meter.per_write(int(tput["writes"]))
+        cpu[f"tput_{clients}"] = meter.per_write(int(tput["writes"]), master_pid)
         errors = f" ({tput['errors']} err)" if tput["errors"] else ""
         print(
             f"{system.label:28s} {clients:2d} clients {tput['rate']:7.1f}/s{errors}   {cpu_text(cpu[f'tput_{clients}'])}"

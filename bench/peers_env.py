@@ -102,9 +102,11 @@ class CpuMeter:
     started: dict[str, float] = field(default_factory=dict)
 
     def _sample(self) -> dict[str, float]:
+        per_pid = {f"pid:{pid}": process_cpu_s(pid) for pid in self.pids}
         return {
+            **per_pid,
             "wall": time.monotonic(),
-            "system": sum(process_cpu_s(pid) for pid in self.pids),
+            "system": sum(per_pid.values()),
             "harness": harness_cpu_s(),
             "hog": process_cpu_s(self.hog_pid) if self.hog_pid else 0.0,
             "machine": machine_busy_s(),
@@ -118,16 +120,22 @@ class CpuMeter:
         end = self._sample()
         self.delta = {key: end[key] - self.started[key] for key in end}
 
-    def per_write(self, writes: int) -> dict[str, float]:
-        """ms of CPU per acknowledged write (system, harness), and the other processes' load in cores."""
+    def per_write(self, writes: int, master_pid: int | None = None) -> dict[str, float]:
+        """ms of CPU per acknowledged write (system, harness), and the other processes' load in cores. With
+        `master_pid`, also the master's and the mean follower's ms per write (`master_ms`, `follower_ms`)."""
         d = self.delta
         others = max(0.0, d["machine"] - d["system"] - d["harness"] - d["hog"])
         per = 1000 / writes if writes else float("nan")
-        return {
+        out = {
             "system_ms": d["system"] * per,
             "harness_ms": d["harness"] * per,
             "others_cores": others / d["wall"] if d["wall"] > 0 else float("nan"),
         }
+        followers = [d[f"pid:{pid}"] for pid in self.pids if pid != master_pid]
+        if master_pid is not None and master_pid in self.pids and followers:
+            out["master_ms"] = d[f"pid:{master_pid}"] * per
+            out["follower_ms"] = sum(followers) / len(followers) * per
+        return out
 
 
 class CpuHog:

@@ -155,6 +155,11 @@ class HttpNodesSystem(System):
         await self._wait_http(node)
 
 
+def source_trees(specs: list[str]) -> list[tuple[str, Path]]:
+    """`--source NAME=DIR` options as (name, directory)."""
+    return [(spec.split("=", 1)[0], Path(spec.split("=", 1)[1])) for spec in specs]
+
+
 def tree_pythonpath(tree: Path, parts: tuple[str, ...] = ("core", "sidecar", "tools")) -> str:
     """The PYTHONPATH that runs the sidecar and its tools (or other deployables' `parts`) from source tree `tree`
     (an A/B of code)."""

@@ -29,7 +29,7 @@ import aiohttp
 from peers_env import conditions
 from peers_etcd import EtcdSystem
 from peers_harness import sequential, throughput
-from peers_systems import OursSystem, System, tree_pythonpath
+from peers_systems import OursSystem, System, source_trees, tree_pythonpath
 from sidecar_rss import rss_mb
 
 from coordinated.tools.localcluster import LocalCluster
@@ -52,10 +52,10 @@ class SeededOurs(OursSystem):
     """Three sidecars of one source tree, seeded with a state of the given size before they are measured; the
     rest (writes, leader, PIDs, restart, stop) is `OursSystem`'s."""
 
-    def __init__(self, name: str, tree: Path | None, keys: int, large: int) -> None:
+    def __init__(self, name: str, tree: Path | None, keys: int, large: int, sessions: int = 0) -> None:
         super().__init__(3, source=(name, tree) if tree is not None else None)
         self.label = f"coordinated ({name})"
-        self.keys, self.large = keys, large
+        self.keys, self.large, self.sessions = keys, large, sessions
         self.health_timeout = 150.0
 
     async def start(self, workdir: Path) -> None:
@@ -65,6 +65,7 @@ class SeededOurs(OursSystem):
         self.ids = {node.node_id(): index for index, node in enumerate(nodes)}
         await asyncio.to_thread(self.cluster.stop_all, True)
         argv = [sys.executable, str(BENCH / "state_seed.py"), "--keys", str(self.keys), "--large", str(self.large)]
+        argv += ["--sessions", str(self.sessions)]
         argv += [str(node.data_dir) for node in nodes]
         env = dict(os.environ)
         if self.source is not None:
@@ -187,7 +188,7 @@ def main() -> None:
     parser.add_argument("--only", action="append", choices=list(SIZES), help="only these states")
     parser.add_argument("--no-etcd", action="store_true")
     args = parser.parse_args()
-    args.sources = [(spec.split("=", 1)[0], Path(spec.split("=", 1)[1])) for spec in args.source]
+    args.sources = source_trees(args.source)
     rows = asyncio.run(run(args))
     print(report(rows))
 

@@ -11,20 +11,20 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import zstandard
 from pyspark.sql import SparkSession
 
 from coordinated.audit.cli import main
 from coordinated.audit.s3 import (
     S3Access,
-    SegmentObject,
-    list_segments,
     read_object,
     s3a_jars,
-    segments_after,
     write_object,
 )
+from coordinated.sidecar.history_segments import expanded_lines
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster
 from coordinated.tools.s3server import S3Server
 
@@ -87,9 +87,14 @@ def archive(tmp_path_factory: pytest.TempPathFactory, s3_server_binary: Path) ->
         finally:
             cluster.stop_all()
         objects = sorted((server.root / "archive").rglob("segment-*"))
-        events = sum(len(p.read_bytes().splitlines()) for p in objects)
+        events = sum(len(object_events(p)) for p in objects)
         assert events > 0 and all(archived_count(server, n.node_id()) >= 3 for n in nodes)
         yield Archive(server, credentials, events, len(nodes))
+
+
+def object_events(path: Path) -> list[dict[str, Any]]:
+    """The events of one archived object (a compressed segment, format 2) as format-1 events."""
+    return [event for line in expanded_lines(path) for event in line.events or ()]
 
 
 def archived_count(server: S3Server, node_id: str) -> int:
@@ -108,10 +113,11 @@ def test_a_clusters_archive_audits_clean_from_object_storage(
     # Not history: an object beside the segments, such as an incremental audit's checkpoint.
     write_object(access, "s3://clean/prod/_audit/checkpoint.json", b'{"format": 1}')
     # A node killed in the middle of a write leaves a partial last line, and its next segment goes on with the next
-    # seq: archived like that, with the archive's own checksum, it is a note, neither malformed nor damaged.
+    # seq: compressed and archived like that, with the archive's own checksum, it is neither malformed nor damaged.
     victim = sorted(root.rglob("segment-*"))[0]
     key = str(victim.relative_to(root))
-    crashed = victim.read_bytes() + b'{"cluster_uuid":"x","node":"y","seq":99'
+    plain = zstandard.ZstdDecompressor().decompressobj().decompress(victim.read_bytes())
+    crashed = zstandard.ZstdCompressor().compress(plain + b'{"cluster_uuid":"x","node":"y","seq":99')
     victim.unlink()
     access.run("clean", lambda b: b.put_new(key, crashed, {"sha256": hashlib.sha256(crashed).hexdigest()}))
 
@@ -126,24 +132,13 @@ def test_a_clusters_archive_audits_clean_from_object_storage(
     )
     assert held_back < archive.events // 10, "the nodes stopped gracefully: their last segments were archived"
     assert report["stats"]["input"]["source"] == "s3://clean/prod"
-    (note,) = report["stats"]["input"]["truncated_lines"]
-    assert note["source"] == f"s3a://clean/{key}" and note["line"] == len(crashed.splitlines()), note
-    assert note["text"].startswith('{"cluster_uuid":"x"')
 
 
 def held_back_events(bucket: Path, frontiers: dict[str, int]) -> int:
     """Events of each node's archive from its first state event above its cluster's frontier on."""
     held = 0
     for folder in {p.parent for p in bucket.rglob("segment-*")}:
-        events = sorted(
-            (
-                json.loads(line)
-                for p in folder.glob("segment-*")
-                for line in p.read_bytes().splitlines()
-                if line.endswith(b"}")  # not a crash-cut last line
-            ),
-            key=lambda e: e["seq"],
-        )
+        events = sorted((e for p in folder.glob("segment-*") for e in object_events(p)), key=lambda e: e["seq"])
         above = [
             e["seq"]
             for e in events
@@ -187,38 +182,31 @@ def test_wrong_credentials_are_unusable_input_that_names_the_problem(
     assert "not-the-secret" not in message and archive.server.access_key not in message
 
 
-def test_only_the_segments_after_a_checkpoint_are_listed_for_an_incremental_audit(archive: Archive) -> None:
-    access = S3Access.resolve(archive.server.endpoint, credentials_file=str(archive.credentials))
-    segments = list_segments(access, "s3://archive/prod")
-    folders = sorted({s.folder for s in segments})
-    assert len(folders) == 3 and all(f.startswith("s3a://archive/prod/") for f in folders)
-    assert segments_after(segments, {}) == segments, "no checkpoint: everything"
-    first = [s for s in segments if s.folder == folders[0]]
-    node = first[0].node
-    assert first[0].folder.endswith(f"/{node[0]}/{node[1]}")
-    # The checkpoint saw node 0 up to the middle of its second segment: its first segment is old.
-    seen = {node: first[1].first_seq + 1}
-    kept = segments_after(segments, seen)
-    assert first[0] not in kept and first[1] in kept and all(s in kept for s in first[2:])
-    assert all(s in kept for s in segments if s.folder != folders[0])
-    seen_all = {node: first[-1].first_seq + 10**6}
-    assert [s for s in segments_after(segments, seen_all) if s.folder == folders[0]] == [first[-1]], (
-        "the newest segment of a folder may hold anything"
-    )
-
-
-def test_segments_after_needs_no_store() -> None:
-    a = [SegmentObject("b", f"p/c/n1/segment-{seq:012d}.jsonl", 10) for seq in (1, 11, 21)]
-    b = [SegmentObject("b", "p/c/n2/segment-000000000001.jsonl", 10)]
-    assert segments_after([*a, *b], {("c", "n1"): 10}) == [a[1], a[2], *b]
-    assert segments_after([*a, *b], {("c", "n1"): 11}) == [a[1], a[2], *b]
-    assert segments_after([*a, *b], {("c", "n1"): 9}) == [*a, *b]
-    assert segments_after([*a, *b], {("c", "n1"): 10**6, ("c", "n2"): 10**6}) == [a[2], *b]
-
-
 def test_a_checkpoint_object_round_trips(archive: Archive) -> None:
     access = S3Access.resolve(archive.server.endpoint, credentials_file=str(archive.credentials))
     uri = "s3://archive/checkpoints/audit.json"
     assert read_object(access, uri) is None
     write_object(access, uri, b'{"format": 1}')
     assert read_object(access, uri) == b'{"format": 1}'
+
+
+def test_the_archive_audits_incrementally_with_its_checkpoint_in_the_bucket(
+    spark: SparkSession, archive: Archive, tmp_path: Path
+) -> None:
+    """As the operator's audit CronJob runs it: `--checkpoint s3://...` beside the archive. The second run reads
+    only each node's newest segment (and the events the checkpoint carries), and judges the same."""
+    archive.copy("incremental")
+    access = S3Access.resolve(archive.server.endpoint, credentials_file=str(archive.credentials))
+    checkpoint = "s3://incremental/prod/_audit/checkpoint.json"
+    first = [*archive.args("incremental", tmp_path / "first"), "--checkpoint", checkpoint]
+    assert main(first) == 0, report_of(tmp_path / "first")["violations"]
+    saved = read_object(access, checkpoint)
+    assert saved is not None and json.loads(saved)["format"] == 1
+    assert {n["node"] for n in json.loads(saved)["nodes"]} and len(json.loads(saved)["nodes"]) == archive.nodes
+    second = [*archive.args("incremental", tmp_path / "second"), "--checkpoint", checkpoint]
+    assert main(second) == 0, report_of(tmp_path / "second")["violations"]
+    full, incremental = report_of(tmp_path / "first"), report_of(tmp_path / "second")
+    assert incremental["ok"] is True and 0 < incremental["events"] < full["events"], (
+        incremental["events"],
+        full["events"],
+    )

@@ -73,3 +73,14 @@ def test_a_violation_below_the_frontier_is_still_found(spark: SparkSession, tmp_
     assert held == {}, "the master's archive reaches past the rogue version: it is judged"
     (violation,) = [v for v in report["violations"] if v["invariant"] == "applied-only-committed"]
     assert rogue.state_uuid in violation["detail"]
+
+
+def test_a_state_its_master_abandoned_for_a_later_term_is_not_held_back(spark: SparkSession, tmp_path: Path) -> None:
+    # As a bootstrap that lost the race: the node accepted its own state as master, then joined a later term.
+    hb = cluster_history(2)
+    abandoned = hb.make_state("a")
+    hb.accept("a", abandoned)
+    hb.elect("b", 2, ["a", "c"])
+    report, held = audited(spark, hb, tmp_path / "h", hold_back=True)
+    assert held == {}, "the master went on to term 2: it never commits that state"
+    assert report["events"] == sum(len(lines) for lines in hb.lines.values())

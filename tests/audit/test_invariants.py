@@ -385,6 +385,46 @@ def node_changes_cluster(name: str) -> Built:
     return Built(hb, {})
 
 
+def trimmed(name: str) -> tuple[HistoryBuilder, Callable[[str], str]]:
+    """A valid history whose nodes' retention cut it at different places: a (master of term 1) lost its
+    commits of term 1's early states, c its accepts of term 2's first states (whose master b counted c in
+    its quorum), b nothing: b's applies of a's states and b's quorums then lack evidence that was deleted."""
+    hb, n = base(name)
+    for _ in range(3):
+        hb.publish(n("a"), [n("b"), n("c")])
+    hb.step_down(n("a"))
+    hb.elect(n("b"), 2, [n("a"), n("c")])
+    for _ in range(4):
+        hb.publish(n("b"), [n("a"), n("c")])
+    hb.retention_cut(n("a"), 12)
+    hb.retention_cut(n("c"), 25)
+    return hb, n
+
+
+@scenario
+def valid_trimmed_by_retention(name: str) -> Built:
+    hb, _ = trimmed(name)
+    return Built(hb, {})
+
+
+@scenario
+def trimmed_then_a_lost_middle(name: str) -> Built:
+    hb, n = trimmed(name)
+    hb.emit(n("c"), "term", 2)  # an event no other check needs, lost at or above c's first kept seq
+    lost = hb.seq[n("c")]
+    hb.publish(n("b"), [n("a"), n("c")])
+    hb.lines[n("c")] = [line for line in hb.lines[n("c")] if f'"seq":{lost},' not in line]
+    return Built(hb, {"lost": lost})
+
+
+@scenario
+def trimmed_then_applied_uncommitted(name: str) -> Built:
+    hb, n = trimmed(name)
+    uncommitted = hb.publish(n("b"), [n("a"), n("c")], commit=False)
+    hb.apply(n("c"), uncommitted)  # beyond the horizon: still judged
+    return Built(hb, {"state": uncommitted})
+
+
 @pytest.fixture(scope="module")
 def scenarios(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("scenarios")
@@ -539,6 +579,28 @@ def test_a_history_cut_into_seq_ranges_gives_the_same_report(
     assert report["stats"]["violation_counts"] == scenarios["report"]["stats"]["violation_counts"]
     assert report["violations"] == scenarios["report"]["violations"]
     assert report["stats"] == scenarios["report"]["stats"]
+
+
+def test_a_trimmed_prefix_is_not_a_gap_and_old_states_keep_their_verdicts(scenarios: dict[str, Any]) -> None:
+    """Without the cut events, this history has holes at the start of a and c, applies of states whose
+    master's commit is gone, and quorum members without an accepted event: all evidence deleted on purpose."""
+    assert view(scenarios, "valid_trimmed_by_retention")[0] == []
+    horizon = scenarios["report"]["stats"]["input"]["horizon"]
+    mine = [h for h in horizon if h["cluster"] == "valid_trimmed_by_retention-cluster"]
+    assert [(h["term"], h["version"]) for h in mine] == [(2, 9)]  # what a and c had accepted when they cut
+
+
+def test_a_hole_above_the_first_kept_seq_is_still_a_gap(scenarios: dict[str, Any]) -> None:
+    violations, b = view(scenarios, "trimmed_then_a_lost_middle")
+    assert names(violations) == {"history-gap"}
+    (v,) = violations
+    assert f"seq jumps from {b.facts['lost'] - 1} to {b.facts['lost'] + 1}" in v["detail"]
+
+
+def test_a_violation_beyond_the_horizon_is_still_caught(scenarios: dict[str, Any]) -> None:
+    violations, b = view(scenarios, "trimmed_then_applied_uncommitted")
+    assert names(violations) == {"applied-only-committed"}
+    assert b.facts["state"].state_uuid in violations[0]["detail"]
 
 
 def test_commit_without_quorum(scenarios: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ from pyspark.sql import SparkSession
 from coordinated.audit.reading import UnusableInput, detect_format
 from coordinated.audit.synth import HistoryBuilder, SynthConfig, generate
 from coordinated.sidecar.history import HistoryWriter, list_segments
+from coordinated.sidecar.history_segments import compress
+
+STORED_FORMAT1 = Path(__file__).parent / "data" / "format1-history"
 
 pytestmark = pytest.mark.spark
 
@@ -97,6 +101,31 @@ def test_cut_last_line_is_noted_and_takes_no_seq(spark: SparkSession, tmp_path: 
     assert report["stats"]["per_node"]["a"]["truncated_lines"] == 1
 
 
+def test_an_earlier_releases_history_audits_ok_and_continues_in_format_2(spark: SparkSession, tmp_path: Path) -> None:
+    """A format-1 history written by the previous release (stored in tests/audit/data): 3 nodes, writes, and
+    node-1 killed while writing, so its first segment ends in a cut line and its next seq starts a new
+    segment. It audits as ok; then this release's writer continues node-1 in format 2, its closed segments
+    are compressed, and the mixed history still audits as ok."""
+    history = tmp_path / "history"
+    shutil.copytree(STORED_FORMAT1, history)
+    report = audit_dir(spark, history)
+    assert report["ok"], report["violations"]
+    (note,) = report["stats"]["input"]["truncated_lines"]
+    assert note["source"].endswith("node-1/segment-000000000001.jsonl") and note["line"] == 22
+    node1 = history / "node-1"
+    last = json.loads(list_segments(node1)[-1].path.read_bytes().splitlines()[-1])
+    writer = HistoryWriter(node1, 1 << 20)
+    assert writer.append_fields({**last, "type": "term", "term": last["term"] + 1}) == last["seq"] + 1
+    writer.close()
+    for segment in list_segments(node1)[:-1]:
+        compress(segment.path)
+    assert [s.compressed for s in list_segments(node1)] == [True, True, False]
+    again = audit_dir(spark, history)
+    assert again["ok"], again["violations"]
+    assert again["events"] == report["events"] + 1
+    assert [n["line"] for n in again["stats"]["input"]["truncated_lines"]] == [22]
+
+
 def _sidecar_history(directory: Path, crash_after: int) -> tuple[list[dict[str, object]], str]:
     """A one-node history written by the sidecar's own writer, killed while appending an event: the event's
     JSON made it to the file but its newline did not. The writer is then reopened, as a restart does."""
@@ -109,7 +138,7 @@ def _sidecar_history(directory: Path, crash_after: int) -> tuple[list[dict[str, 
         del e["seq"], e["ts"]
     writer = HistoryWriter(directory, segment_size=1 << 20)
     for e in events[:crash_after]:
-        writer.append(e)
+        writer.append_fields(e)
     lost = {**events[crash_after], "seq": writer.last_seq + 1, "ts": 1.0}
     writer.close()
     (_, segment), *_ = list_segments(directory)
@@ -118,7 +147,7 @@ def _sidecar_history(directory: Path, crash_after: int) -> tuple[list[dict[str, 
     writer = HistoryWriter(directory, segment_size=1 << 20)
     assert writer.truncated_segments == [segment.name]
     for e in events[crash_after:]:
-        writer.append(e)
+        writer.append_fields(e)
     writer.close()
     return events, str(segment)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from audit_helpers import audit_builder, invariants_of
+from audit_helpers import audit_builder, invariants_of, remove_settings
 from pyspark.sql import SparkSession
 
 from coordinated.audit.synth import HistoryBuilder, State
@@ -116,34 +116,11 @@ def settings_removed_everywhere(record: bool) -> HistoryBuilder:
     hb = HistoryBuilder(["a", "b", "c"], OLD)
     old_cluster(hb, ["a", "b", "c"])
     for node in ("a", "b", "c"):
-        old = hb.accepted[node]
-        assert old is not None
-        copy = State(old.term, old.version, hb.new_uuid(), old.state_uuid, old.master, *_configs(old))
-        if record:
-            hb.seq[node] += 1
-            event = {
-                **json.loads(hb.lines[node][-1]),
-                "seq": hb.seq[node],
-                "ts": hb.ts,
-                "type": "settings_removed",
-                "state_uuid": copy.state_uuid,
-                "parent_uuid": copy.parent_uuid,
-                "quorum": None,
-                "current_term": hb.term[node],
-                "previous_state_uuid": old.state_uuid,
-                "settings": ["cluster.no_master_block"],
-            }
-            hb.lines[node].append(json.dumps(event))
-        hb.accepted[node] = copy
-        hb.restart(node)
+        remove_settings(hb, node, record=record)
     hb.elect("a", 2, ["b", "c"])
     hb.publish("a", ["b", "c"])
     hb.publish("a", ["b", "c"])
     return hb
-
-
-def _configs(state: State) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    return state.last_committed_config, state.last_accepted_config
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,13 @@ alias set with `name`):
     heal                            restore every link
     crash NODE / restart NODE       stop a node (its disk survives) / start it again
     lose NODE                       its disk is lost for good: it starts again empty, as a new node (a new id)
-    put NODE KEY VALUE              a client write through NODE, waited for
+    put NODE KEY VALUE [session=S]  a client write through NODE, waited for (ephemeral in session S)
     get NODE KEY                    a client read through NODE, waited for
+    session NODE S ttl=DURATION     create a TTL session through NODE, known as S from then on
+    keepalive NODE S                a keepalive of session S through NODE: the time it has left
+    sessions NODE                   the sessions in NODE's applied state, with their checkpointed TTL
     exclude NODE                    add a voting config exclusion for NODE, through the master
-    history NODE                    NODE's history events since the last `history NODE`
+    history NODE [sessions]         NODE's history events since the last `history NODE` (only the sessions')
 
 Run one script with `pytest tests/coordination/test_scenario_scripts.py -k NAME`; with REWRITE=1 the
 expected outputs are rewritten from what the simulator prints (review the diff before committing it).
@@ -43,6 +46,9 @@ from coordinated.coordination.client import (
     KvGet,
     KvPut,
     ReadValue,
+    SessionCreate,
+    SessionInfo,
+    SessionKeepAlive,
 )
 from coordinated.coordination.context import Mode
 from coordinated.simulation.cluster import SimNode, SimulatedCluster
@@ -95,6 +101,7 @@ def duration_ms(text: str) -> int:
 class ScenarioRunner:
     cluster: SimulatedCluster | None = None
     aliases: dict[str, SimNode] = field(default_factory=dict)
+    sessions: dict[str, str] = field(default_factory=dict)  # session alias -> id
     history_seen: dict[int, int] = field(default_factory=dict)
     lost: dict[str, str] = field(default_factory=dict)  # the ids of nodes whose disk was lost -> "NAME(lost)"
 
@@ -210,7 +217,33 @@ class ScenarioRunner:
         return f"{node.name} started empty, as a new node"
 
     def do_put(self, args: list[str]) -> str:
-        return self._result(self._request(self.node(args[0]), KvPut(args[1], args[2])))
+        options = dict(arg.split("=") for arg in args[3:])
+        session = self.sessions[options["session"]] if "session" in options else None
+        return self._result(self._request(self.node(args[0]), KvPut(args[1], args[2], session=session)))
+
+    def do_session(self, args: list[str]) -> str:
+        options = dict(arg.split("=") for arg in args[2:])
+        result = self._request(self.node(args[0]), SessionCreate(ttl_ms=duration_ms(options["ttl"])))
+        if not isinstance(result, SessionInfo):
+            return self._result(result)
+        self.sessions[args[1]] = result.id
+        return f"session {args[1]} ttl {result.ttl_ms}ms version {result.version}"
+
+    def do_keepalive(self, args: list[str]) -> str:
+        result = self._request(self.node(args[0]), SessionKeepAlive(self.sessions[args[1]]))
+        if not isinstance(result, SessionInfo):
+            return self._result(result)
+        return f"session {args[1]} renewed: {result.remaining_ms}ms left, version {result.version}"
+
+    def do_sessions(self, args: list[str]) -> str:
+        state = self.node(args[0]).running().applied_state
+        names = {session_id: alias for alias, session_id in self.sessions.items()}
+        lines = []
+        for session_id, session in sorted(state.sessions.items(), key=lambda item: names.get(item[0], item[0])):
+            record = "whole ttl" if session.remaining_ms is None else f"{session.remaining_ms}ms left"
+            keys = sorted(key for key, owner in state.kv_sessions.items() if owner == session_id)
+            lines.append(f"{names.get(session_id, session_id)} ttl {session.ttl_ms}ms checkpoint {record} keys {keys}")
+        return "\n".join(lines) or "(none)"
 
     def do_get(self, args: list[str]) -> str:
         return self._result(self._request(self.node(args[0]), KvGet(args[1])))
@@ -224,6 +257,8 @@ class ScenarioRunner:
         seen = self.history_seen.get(node.index, 0)
         events = node.history[seen:]
         self.history_seen[node.index] = len(node.history)
+        if args[1:] == ["sessions"]:
+            events = [event for event in events if event.get("session")]
         names = {n.node.id: n.name for n in self.sim.nodes}
         lines = []
         for event in events:
@@ -234,6 +269,9 @@ class ScenarioRunner:
                 line += f" version {event['version']}"
             if event["quorum"] is not None:
                 line += " quorum " + ",".join(sorted(names.get(i, i) for i in event["quorum"]))
+            if event.get("session"):
+                session = next((alias for alias, id_ in self.sessions.items() if id_ == event["session"]), "?")
+                line += f" session {session}"
             if event.get("reason"):
                 line += f" ({event['reason']})"
             lines.append(line)

@@ -132,7 +132,7 @@ def test_random_fault_schedules_exercise_catch_up_by_diff_and_stay_safe() -> Non
     """The random schedules (crashes, restarts, disk rollbacks, partitions) reach the catch-up by diff; every
     safety and linearizability check of `run_random_schedule` holds around it."""
     sent = 0
-    for seed in (4, 5):
+    for seed in (7, 17):  # two seeds whose schedules reach it (a change of timing may need others)
         report = run_random_schedule(seed, 3 + seed % 3, counters=2)
         assert report.linearizability is not None and report.linearizability.ok
         assert report.cluster is not None

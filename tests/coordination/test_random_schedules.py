@@ -6,7 +6,9 @@ within its TTL of an acknowledged keepalive, and an abandoned one (and its key) 
 later of its last keepalive and the last election, plus the publication slack (`session_clients`). Two
 move units between accounts with multi-key transactions: their history must be linearizable with the
 accounts as one register (unless its search exceeds a state budget: then only the balance check judges
-that schedule), and the balances must still sum to 0.
+that schedule), and the balances must still sum to 0. Two write, prefix-delete and list (page by page) the
+keys under a prefix: every listing must show exactly the keys of one state, in key order, and a prefix
+delete must take them all at once (`range_clients`).
 
 A failure prints the seed and node count; replay it exactly with
     pytest tests/coordination/test_random_schedules.py --sim-seed SEED --sim-nodes N
@@ -32,7 +34,14 @@ EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "200"))
 def run_and_check(seed: int, nodes: int, settings: Settings | None = None, setting_changers: int = 0) -> RunReport:
     try:
         report = run_random_schedule(
-            seed, nodes, counters=2, sessions=2, transfers=2, settings=settings, setting_changers=setting_changers
+            seed,
+            nodes,
+            counters=2,
+            sessions=2,
+            transfers=2,
+            settings=settings,
+            setting_changers=setting_changers,
+            ranges=2,
         )
     except AssertionError as error:
         raise AssertionError(f"{error}\nreplay with: --sim-seed {seed} --sim-nodes {nodes}") from error
@@ -46,6 +55,10 @@ def run_and_check(seed: int, nodes: int, settings: Settings | None = None, setti
     assert report.txn_linearizability is not None
     assert report.txn_linearizability.ok or report.txn_linearizability.undecided, (
         f"{report.txn_linearizability.detail}\nreplay with: --sim-seed {seed} --sim-nodes {nodes}"
+    )
+    assert report.range_linearizability is not None
+    assert report.range_linearizability.ok or report.range_linearizability.undecided, (
+        f"{report.range_linearizability.detail}\nreplay with: --sim-seed {seed} --sim-nodes {nodes}"
     )
     return report
 
@@ -100,6 +113,7 @@ def test_replay_one_schedule(request: pytest.FixtureRequest) -> None:
     assert report.increments > 0, "the counter clients completed no increment"
     assert report.sessions > 0, "the session holders created no session"
     assert report.transfers > 0, "the transfer clients completed no multi-key transaction"
+    assert report.listings > 0, "the range clients completed no range read"
 
 
 def test_the_same_seed_replays_the_same_run() -> None:

@@ -1,14 +1,27 @@
 """Sessions across master changes in the simulator: a holder that keeps its session alive through any node
-never loses it to a failover (a new master restarts every TTL in full), and once it stops, its ephemeral key
-goes within the TTL of the last election, or of its last keepalive."""
+never loses it to a failover, and once it stops, its ephemeral key goes within the TTL of the last election,
+or of its last keepalive. Under repeated master kills, a new master continues each session from its
+checkpoint: k master changes extend an abandoned session by at most k failover allowances (a fifth of the
+TTL, at least 1 s), where a fresh TTL per master change extended it by up to a whole TTL each time.
+
+A failure of the random kills names the seed; replay it with `run_master_kills(seed)`."""
 
 from __future__ import annotations
 
+import os
 import random
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from coordinated.coordination.client import KvGet, ReadValue
-from coordinated.simulation.cluster import SimulatedCluster
-from coordinated.simulation.session_clients import SESSION_TTL_MS, SessionHolder, check_sessions
+from coordinated.coordination.sessions import SessionLeases
+from coordinated.coordination.state import Session
+from coordinated.simulation.cluster import SafetyViolation, SimulatedCluster
+from coordinated.simulation.session_clients import SESSION_TTL_MS, SessionHolder, check_sessions, run_master_kills
+
+KILL_EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "200")) // 10 or 1
 
 
 def test_a_kept_alive_session_survives_repeated_master_crashes_and_ends_once_abandoned() -> None:
@@ -45,3 +58,31 @@ def test_a_kept_alive_session_survives_repeated_master_crashes_and_ends_once_aba
     assert check_sessions(cluster, [holder], slack_ms=2_000) == 1
     expired = [e for node in cluster.nodes for e in node.history if e["type"] == "session_expired"]
     assert [e["session"] for e in expired] == [session]
+
+
+@settings(
+    max_examples=KILL_EXAMPLES,
+    deadline=None,
+    derandomize=not os.environ.get("SIM_RANDOM"),
+    suppress_health_check=list(HealthCheck),
+)
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1), nodes=st.sampled_from([3, 5]))
+def test_repeated_master_kills_extend_an_abandoned_session_by_at_most_one_allowance_each(seed: int, nodes: int) -> None:
+    try:
+        _, checked = run_master_kills(seed, nodes)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\nreplay with: run_master_kills({seed}, {nodes})") from error
+    assert checked > 0, "no session was abandoned and ended: the run proves nothing"
+
+
+def test_the_failover_check_fails_when_a_new_master_grants_a_whole_new_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checker can fail: with the old rule (every master change grants each session its whole TTL), seed 0's
+    abandoned sessions outlive their allowance."""
+    track = SessionLeases._track
+
+    def whole_ttl(self: SessionLeases, session_id: str, session: Session) -> None:
+        track(self, session_id, Session(session.ttl_ms, session.node, session.create_version))
+
+    monkeypatch.setattr(SessionLeases, "_track", whole_ttl)
+    with pytest.raises(SafetyViolation, match="beyond its TTL plus"):
+        run_master_kills(0)

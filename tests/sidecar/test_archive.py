@@ -16,6 +16,7 @@ from s3_faults import FaultProxy
 from coordinated.sidecar.archive import SegmentArchive
 from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.history import HistoryWriter
+from coordinated.sidecar.history_segments import compress, compressed_segments
 from coordinated.sidecar.object_store import ObjectStore
 from coordinated.sidecar.s3_settings import ArchiveSettings
 from coordinated.tools.s3server import S3Server, free_port
@@ -43,27 +44,33 @@ def archive_settings(endpoint: str, credentials: Path, **client: str) -> Archive
 
 
 def write_segments(writer: HistoryWriter, closed: int) -> None:
-    """Events until `closed` more segments are closed."""
-    target = len(writer.closed_segments()) + closed
-    while len(writer.closed_segments()) < target:
-        writer.append({"cluster_uuid": CLUSTER, "node": NODE, "type": "term", "term": writer.last_seq})
+    """Events until `closed` more segments are closed (and compressed, as the node's maintenance does)."""
+    target = len(compressed_segments(writer.directory)) + closed
+    while len(compressed_segments(writer.directory)) < target:
+        writer.append_fields({"cluster_uuid": CLUSTER, "node": NODE, "type": "term", "term": writer.last_seq})
 
 
 class Harness:
     def __init__(self, settings: ArchiveSettings, history: Path, segment_size: int = 600) -> None:
         self.store = ObjectStore()
         self.archived: list[str] = []
-        self.writer = HistoryWriter(history, segment_size)
+        self.writer = HistoryWriter(history, segment_size, on_rotate=self._compress)
         self.archive = SegmentArchive(
             settings,
             self.store.bucket(settings.client, settings.bucket),
             NODE,
             lambda: CLUSTER,
-            self.writer.closed_segments,
+            self.closed,
             lambda path, location: self.archived.append(location),
             max_backoff_s=0.3,
         )
-        self.writer.on_segment_closed = self.archive.on_segment_closed
+
+    def closed(self) -> list[Path]:
+        return compressed_segments(self.writer.directory)
+
+    def _compress(self, path: Path) -> None:
+        """What the node's history maintenance does with a closed segment, at once here."""
+        self.archive.on_segment_closed(compress(path))
 
     async def until(self, what: str, done: Callable[[], bool]) -> None:
         deadline = asyncio.get_running_loop().time() + WAIT_S
@@ -113,15 +120,16 @@ def test_closed_segments_are_archived_once_under_the_cluster_and_node(s3_server:
         await h.until("3 segments archived", lambda: h.archive.status().pending_segments == 0 and len(h.archived) == 3)
         status = h.archive.status()
         assert (status.uploaded_segments, status.failures, status.problem) == (3, 0, None)
-        assert all(h.archive.is_archived(path) for path in h.writer.closed_segments())
-        assert not h.archive.is_archived(h.writer.path), "the segment being written is never archived"
-        first = h.writer.closed_segments()[0]
+        assert all(h.archive.is_archived(path) for path in h.closed())
+        assert h.writer.open_segment is not None
+        assert not h.archive.is_archived(h.writer.open_segment.path), "the segment being written is never archived"
+        first = h.closed()[0]
         head = await h.archive.bucket.head(h.archive.key_of(CLUSTER, first))
         assert head is not None and head.metadata == {"sha256": hashlib.sha256(first.read_bytes()).hexdigest()}
 
     run_archive(harness, scenario)
     stored = bucket_keys(s3_server)
-    local = {f"histories/prod/{CLUSTER}/{NODE}/{p.name}": p.read_bytes() for p in harness.writer.closed_segments()}
+    local = {f"histories/prod/{CLUSTER}/{NODE}/{p.name}": p.read_bytes() for p in harness.closed()}
     assert stored == local, "one object per closed segment, byte for byte, under BASE_PATH/CLUSTER_UUID/NODE_ID/"
     assert harness.archived == [f"s3://archive/{key}" for key in sorted(local)], "oldest first, each once"
 
@@ -151,7 +159,7 @@ def test_an_object_already_there_with_the_same_bytes_counts_as_archived(s3_serve
     settings = archive_settings(s3_server.address, s3_server.credentials_file(tmp_path / "credentials"))
     harness = Harness(settings, tmp_path / "history")
     write_segments(harness.writer, 1)
-    (segment,) = harness.writer.closed_segments()
+    (segment,) = harness.closed()
     put_object(settings, f"histories/prod/{CLUSTER}/{NODE}/{segment.name}", segment.read_bytes())
     harness.archive._listed_cluster = CLUSTER  # as if the listing had come before that put
 
@@ -166,7 +174,7 @@ def test_a_different_object_under_the_key_is_never_overwritten(s3_server: S3Serv
     settings = archive_settings(s3_server.address, s3_server.credentials_file(tmp_path / "credentials"))
     harness = Harness(settings, tmp_path / "history")
     write_segments(harness.writer, 2)
-    first, second = harness.writer.closed_segments()
+    first, second = harness.closed()
     put_object(settings, f"histories/prod/{CLUSTER}/{NODE}/{first.name}", b"someone else's bytes\n")
     taken = s3_server.root / "archive" / "histories/prod" / CLUSTER / NODE / first.name
     harness.archive._listed_cluster = CLUSTER  # the object appears after the listing

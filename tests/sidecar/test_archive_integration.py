@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 
+from coordinated.sidecar.history_segments import expanded_lines, list_segments
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 from coordinated.tools.s3server import S3Server
 
@@ -63,10 +65,13 @@ def metrics(node: LocalNode) -> dict[str, float]:
 
 
 def history_lines(node: LocalNode) -> list[dict[str, Any]]:
-    lines = []
-    for path in sorted((node.data_dir / "history").glob("segment-*")):
-        lines += [json.loads(line) for line in path.read_bytes().splitlines() if line.endswith(b"}")]
-    return lines
+    """Every event of the node's history (compressed segments and format 2 read as the audit reads them)."""
+    return [
+        event
+        for segment in list_segments(node.data_dir / "history")
+        for line in expanded_lines(segment.path)
+        for event in line.events or ()
+    ]
 
 
 def archived_objects(server: S3Server) -> set[str]:
@@ -173,4 +178,47 @@ def test_a_graceful_stop_archives_the_segment_being_written(
     root = s3_server.root / "archive"
     stored = b"".join((next(root.rglob(name))).read_bytes() for name in sorted(objects))
     local = b"".join(p.read_bytes() for p in segments[:-1])
-    assert stored == local and b'"type":"applied"' in stored
+    assert stored == local and b'"type":"applied"' in zstandard.ZstdDecompressor().decompressobj().decompress(stored)
+
+
+def test_retention_deletes_no_segment_the_archive_lacks(
+    make_cluster: Callable[..., LocalCluster], s3_server: S3Server, tmp_path: Path
+) -> None:
+    """With the store down, the history grows past `history.retention.max_size` rather than lose segments the
+    archive never had; once the store is back and has them, retention cuts the history down."""
+    cluster = make_cluster()
+    cluster.settings.update(
+        {
+            **archive_settings(s3_server, s3_server.credentials_file(tmp_path / "credentials")),
+            "history.retention.max_size": "16kb",  # segments of 4kb: a handful are kept
+        }
+    )
+    (node,) = cluster.bootstrap(1)
+    s3_server.stop()
+    write(cluster, 150, "while-down")
+
+    def closed_segments() -> int:
+        return sum(1 for segment in list_segments(node.data_dir / "history") if segment.compressed)
+
+    wait("well past the retention's size in closed segments", lambda: closed_segments() >= 8)
+    time.sleep(6)  # a retention pass (every 5 s) had its chance to delete
+    history = node.data_dir / "history"
+    assert list_segments(history)[0].first_seq == 1, "the oldest segment, not archived, is kept"
+    assert not [e for e in history_lines(node) if e["type"] == "retention_cut"]
+    assert sum(p.stat().st_size for p in history.glob("segment-*")) > 16 * 1024
+    _, health = node.get("/_cluster/health")
+    assert health["status"] == "yellow" and "archive" in [p["kind"] for p in health["problems"]]
+    assert 'coordinated_node_problems{kind="archive"} 1.0' in node.get("/metrics")[1]
+    s3_server.start()
+
+    def cut_down() -> bool:
+        return list_segments(history)[0].first_seq > 1 and any(
+            e["type"] == "retention_cut" for e in history_lines(node)
+        )
+
+    wait("retention deletes the archived segments once the archive has them", cut_down, timeout=120)
+    _, state = node.get("/_cluster/state?local=true")
+    objects = archived_objects(s3_server)
+    kept_first = list_segments(history)[0].first_seq
+    deleted = [name for name in objects if int(name.rsplit("segment-", 1)[-1].split(".")[0]) < kept_first]
+    assert deleted and all(f"prod/{state['cluster_uuid']}/{node.node_id()}/" in name for name in deleted)

@@ -54,9 +54,9 @@ def used_data_dir(data_dir: Path, term: int = 4, version: int = 12, persistence:
     )
     history = HistoryWriter(data_dir / HISTORY_DIR, 1 << 20)
     persisted.set_current_term(term)
-    history.append(event(node_id, "term", state, term))
+    history.append_fields(event(node_id, "term", state, term))
     persisted.set_last_accepted_state(state)
-    history.append(event(node_id, "accepted", state, term))
+    history.append_fields(event(node_id, "accepted", state, term))
     history.close()
     persisted.close()
     return node_id
@@ -160,7 +160,7 @@ def test_a_crash_between_the_event_and_the_record_leaves_the_old_record_loadable
         plan = node_tool._plan(action, persisted, ("cluster.no_master_block",))
         persisted.close()
         history = HistoryWriter(tmp_path / HISTORY_DIR, 1 << 20)
-        history.append(plan.event)  # ... and the crash comes before the record is written
+        history.append_fields(plan.event)  # ... and the crash comes before the record is written
         history.close()
         persisted = FilePersistedState(tmp_path, "c")
         assert (persisted.current_term, persisted.last_accepted_state.version) == (4, 12)
@@ -172,7 +172,7 @@ def test_later_marks_count_after_a_reset(tmp_path: Path) -> None:
     node_id = used_data_dir(tmp_path)
     assert run(tmp_path, "detach-cluster", "--yes")[0] == 0
     history = HistoryWriter(tmp_path / HISTORY_DIR, 1 << 20)
-    history.append({"node": node_id, "type": "term", "term": 9})
+    history.append_fields({"node": node_id, "type": "term", "term": 9})
     history.close()
     summary = summarize_history(tmp_path / HISTORY_DIR)
     assert (summary.term, summary.accepted) == (9, (0, 12))
@@ -221,7 +221,7 @@ def test_refuses_what_the_node_would_refuse_with_the_same_message(
 ) -> None:
     used_data_dir(tmp_path)
     history = HistoryWriter(tmp_path / HISTORY_DIR, 1 << 20)
-    history.append({"node": "f" * 16, "type": "term", "term": 1})  # another node's history copied in
+    history.append_fields({"node": "f" * 16, "type": "term", "term": 1})  # another node's history copied in
     history.close()
     with pytest.raises(Exception) as refused:
         FilePersistedState(tmp_path, "c")
@@ -247,12 +247,12 @@ def test_refuses_a_node_that_was_never_bootstrapped(tmp_path: Path, capsys: pyte
 @pytest.mark.parametrize("segment_size", [1, 1 << 20])  # one event per segment, or all in one
 def test_a_reset_event_replaces_older_marks_across_segments(tmp_path: Path, segment_size: int) -> None:
     history = HistoryWriter(tmp_path, segment_size)
-    history.append({"node": "a", "type": "term", "term": 4})
-    history.append({"node": "a", "type": "accepted", "term": 4, "version": 12})
-    history.append(
+    history.append_fields({"node": "a", "type": "term", "term": 4})
+    history.append_fields({"node": "a", "type": "accepted", "term": 4, "version": 12})
+    history.append_fields(
         {"node": "a", "type": "detached", "term": 0, "version": 12, "marks_term": 0, "marks_accepted": [0, 12]}
     )
-    history.append({"node": "a", "type": "term", "term": 2})
+    history.append_fields({"node": "a", "type": "term", "term": 2})
     history.close()
     summary = summarize_history(tmp_path)
     assert (summary.term, summary.accepted) == (2, (0, 12))

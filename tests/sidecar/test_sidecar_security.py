@@ -109,6 +109,8 @@ def test_route_table() -> None:
     assert required_role("GET", "/_cluster/metadata/_watch") is Role.READER
     assert required_role("PUT", "/_cluster/metadata/locks/a") is Role.WRITER
     assert required_role("POST", "/_cluster/metadata/_txn") is Role.WRITER
+    assert required_role("GET", "/_cluster/metadata") is Role.READER  # a range read
+    assert required_role("DELETE", "/_cluster/metadata") is Role.WRITER  # a prefix delete
     assert required_role("POST", "/_sessions") is Role.WRITER
     # Sessions are a writer's, their listing included; as route templates too.
     assert required_role("GET", "/_sessions") is Role.WRITER

@@ -26,7 +26,8 @@ def test_the_sessions_api(make_cluster: Callable[..., LocalCluster]) -> None:
     cluster.wait_master()
 
     status, session = node.request("POST", "/_sessions", {"ttl": "10s"})
-    assert status == 201 and set(session) == {"id", "ttl"} and session["ttl"] == "10s", session
+    assert status == 201 and set(session) == {"id", "ttl", "remaining_ms"} and session["ttl"] == "10s", session
+    assert session["remaining_ms"] == 10_000
     sid = session["id"]
     for body, field in (({"ttl": "10ms"}, "[ttl]"), ({"ttl": "ten"}, "[ttl]"), ({}, "[ttl]")):
         assert field in error_of(*node.request("POST", "/_sessions", body), 400, "illegal_argument_exception")
@@ -51,7 +52,8 @@ def test_the_sessions_api(make_cluster: Callable[..., LocalCluster]) -> None:
     status, listed = node.get("/_sessions")
     assert status == 200 and listed["sessions"] == [{"id": sid, "ttl": "10s", "keys": ["locks/a", "locks/b"]}]
     status, renewed = node.put(f"/_sessions/{sid}/_keepalive")
-    assert status == 200 and renewed == {"id": sid, "ttl": "10s"}, renewed
+    remaining = renewed.pop("remaining_ms")
+    assert status == 200 and renewed == {"id": sid, "ttl": "10s"} and 9_000 < remaining <= 10_000, renewed
 
     status, node_session = node.request("POST", "/_sessions", {"node": node.name})
     assert status == 201 and node_session["node"] == node.name, node_session
@@ -109,18 +111,26 @@ def keepalive_via_any(nodes: list[LocalNode], sid: str, stop: threading.Event, a
             stop.wait(0.5)
 
 
+def ephemeral_key_on_a_follower(
+    cluster: LocalCluster, nodes: list[LocalNode], ttl: str, key: str
+) -> tuple[LocalNode, LocalNode, str]:
+    """(the master, a follower, a session of `ttl` created through the follower, holding the ephemeral `key`)."""
+    master = cluster.wait_master()
+    assert master is not None
+    follower = next(node for node in nodes if node is not master)
+    status, session = follower.request("POST", "/_sessions", {"ttl": ttl})
+    assert status == 201, session
+    sid = str(session["id"])
+    assert follower.put(f"/_cluster/metadata/{key}?session={sid}", follower.name)[0] == 200
+    return master, follower, sid
+
+
 def test_a_session_survives_killing_the_master_and_its_key_vanishes_once_keepalives_stop(
     make_cluster: Callable[..., LocalCluster],
 ) -> None:
     cluster = make_cluster()
     nodes = cluster.bootstrap(3)
-    master = cluster.wait_master()
-    assert master is not None
-    follower = next(node for node in nodes if node is not master)
-    status, session = follower.request("POST", "/_sessions", {"ttl": "5s"})
-    assert status == 201, session
-    sid = session["id"]
-    assert follower.put(f"/_cluster/metadata/leader?session={sid}", follower.name)[0] == 200
+    master, _, sid = ephemeral_key_on_a_follower(cluster, nodes, "5s", "leader")
     stop, acked = threading.Event(), []
     thread = threading.Thread(target=keepalive_via_any, args=(nodes, sid, stop, acked), daemon=True)
     thread.start()
@@ -144,3 +154,28 @@ def test_a_session_survives_killing_the_master_and_its_key_vanishes_once_keepali
     assert new_master.get("/_sessions")[1]["sessions"] == []
     events = [line for line in str(new_master.get("/_history")[1]).splitlines() if "session_expired" in line]
     assert events and sid in events[0]
+
+
+def test_a_new_master_continues_an_abandoned_session_from_its_checkpoint(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    """A 10s session kept alive once, then abandoned; 7.5s later its master is killed. The next master
+    continues from the checkpointed remaining TTL (about 2.5s, at most a 2s allowance more), so the key goes
+    within a few seconds of the election, where a whole new TTL would have kept it for 10s."""
+    cluster = make_cluster()
+    nodes = cluster.bootstrap(3)
+    master, follower, sid = ephemeral_key_on_a_follower(cluster, nodes, "10s", "lock")
+    assert follower.put(f"/_sessions/{sid}/_keepalive")[0] == 200
+    time.sleep(7.5)
+    status, state = follower.get("/_cluster/state?local=true")
+    assert status == 200, state
+    recorded = state["metadata"]["sessions"][sid]["checkpoint_remaining_ms"]
+    assert 2_000 <= recorded <= 3_500, recorded  # checkpointed at most half the 2s allowance ago
+    cluster.kill(master)
+    new_master = cluster.wait_master(timeout=30, exclude=master)
+    assert new_master is not None
+    elected = time.monotonic()
+    while new_master.get("/_cluster/metadata/lock")[0] != 404:
+        assert time.monotonic() - elected < 7.5, "the session outlived its checkpoint by more than the allowance"
+        time.sleep(0.1)
+    assert new_master.get("/_sessions")[1]["sessions"] == []

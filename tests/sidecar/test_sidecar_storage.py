@@ -48,8 +48,8 @@ def acknowledge(persisted: FilePersistedState) -> None:
     state = persisted.last_accepted_state
     writer = HistoryWriter(persisted.data_dir / HISTORY_DIR, 1 << 20)
     common = {"node": persisted.node_id, "cluster_uuid": state.cluster_uuid}
-    writer.append({**common, "type": "term", "term": persisted.current_term})
-    writer.append({**common, "type": "accepted", "term": state.term, "version": state.version})
+    writer.append_fields({**common, "type": "term", "term": persisted.current_term})
+    writer.append_fields({**common, "type": "accepted", "term": state.term, "version": state.version})
     writer.close()
 
 

@@ -1,6 +1,6 @@
 """What one write of the SQLite store touches: the `state` row only when the state's non-key parts change, no
-row read back for a key it replaces, and the database formats it reads (format 1, before the version and uuids
-moved into the `coordination` row)."""
+row read back for a key it replaces, one row per session changed, and the database formats it reads (format
+1, before the version and uuids moved into the `coordination` row; format 2, before the sessions had rows)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import msgspec
 import pytest
 from test_sidecar_storage import state_with
 
-from coordinated.coordination.state import ClusterState, DiscoveryNode, KeyVersion, encode_state
+from coordinated.coordination.state import ClusterState, DiscoveryNode, KeyVersion, Session, encode_state
 from coordinated.sidecar.persistence import DataDirError, FilePersistedState
-from coordinated.sidecar.state_store import DB_FILE, StateStore, StoreCorrupt, connect, read_record
+from coordinated.sidecar.state_store import DB_FILE, FORMAT, StateStore, StoreCorrupt, connect, read_record
 
 
 def meta_rows(data_dir: Path) -> dict[str, bytes]:
@@ -109,7 +109,7 @@ def test_a_store_without_the_rows_crcs_reads_them_back_and_keeps_a_correct_sum(t
         conn.close()
 
 
-def test_a_format_1_database_is_read_and_its_first_write_makes_it_format_2(tmp_path: Path) -> None:
+def test_a_format_1_database_is_read_and_its_first_write_makes_it_the_current_format(tmp_path: Path) -> None:
     """Format 1 kept the version and uuids in the `state` row and nothing of them in `coordination`."""
     first = state_with(4, {"a": 1}).replace(parent_uuid="s3")
     write(tmp_path, first)
@@ -122,19 +122,133 @@ def test_a_format_1_database_is_read_and_its_first_write_makes_it_format_2(tmp_p
 
     second = next_state(first, b=2)
     write(tmp_path, second)
-    assert msgspec.json.decode(meta_rows(tmp_path)["coordination"])["format"] == "2"
+    assert msgspec.json.decode(meta_rows(tmp_path)["coordination"])["format"] == FORMAT
     assert loaded(tmp_path) == second
+
+
+def with_sessions(state: ClusterState, count: int) -> ClusterState:
+    """`count` TTL sessions, each with one ephemeral key."""
+    version = state.version + 1
+    sessions = {f"session-{i:05d}": Session(10_000, None, version) for i in range(count)}
+    keys = {f"eph/{i:05d}": {"holder": i} for i in range(count)}
+    return state.replace(
+        version=version,
+        state_uuid=f"s{version}",
+        parent_uuid=state.state_uuid,
+        kv={**state.kv, **keys},
+        kv_versions={**state.kv_versions, **{key: KeyVersion(version, version) for key in keys}},
+        sessions=sessions,
+        kv_sessions={key: f"session-{i:05d}" for i, key in enumerate(keys)},
+    )
+
+
+def test_a_session_change_writes_its_own_row_whatever_the_number_of_sessions(tmp_path: Path) -> None:
+    """Before format 3 the sessions were part of the `state` row: about 1 MB rewritten per session change
+    with 10,000 sessions."""
+    persisted = FilePersistedState(tmp_path, "c")
+    many = with_sessions(state_with(1, {"a": 1}), 10_000)
+    persisted.set_last_accepted_state(many)
+    state_row = meta_rows_of(persisted)["state"]
+    version = many.version + 1
+    created = many.replace(
+        version=version,
+        state_uuid=f"s{version}",
+        parent_uuid=many.state_uuid,
+        kv={**many.kv, "eph/new": 1},
+        kv_versions={**many.kv_versions, "eph/new": KeyVersion(version, version)},
+        sessions={**many.sessions, "new": Session(10_000, None, version)},
+        kv_sessions={**many.kv_sessions, "eph/new": "new"},
+    )
+    checkpointed = created.replace(
+        version=version + 1,
+        state_uuid=f"s{version + 1}",
+        parent_uuid=created.state_uuid,
+        sessions={**created.sessions, "session-00007": Session(10_000, None, many.version, remaining_ms=4_000)},
+    )
+    ended = checkpointed.replace(
+        version=version + 2,
+        state_uuid=f"s{version + 2}",
+        parent_uuid=checkpointed.state_uuid,
+        kv={key: value for key, value in checkpointed.kv.items() if key != "eph/00003"},
+        kv_versions={key: value for key, value in checkpointed.kv_versions.items() if key != "eph/00003"},
+        sessions={key: value for key, value in checkpointed.sessions.items() if key != "session-00003"},
+        kv_sessions={key: value for key, value in checkpointed.kv_sessions.items() if key != "eph/00003"},
+    )
+    for state in (created, checkpointed, ended):
+        before = persisted.bytes_written
+        persisted.set_last_accepted_state(state)
+        assert persisted.bytes_written - before < 1_000, persisted.bytes_written - before
+    assert meta_rows_of(persisted)["state"] == state_row
+    persisted.close()
+    assert loaded(tmp_path) == ended
+
+
+def meta_rows_of(persisted: FilePersistedState) -> dict[str, bytes]:
+    conn = persisted._open_store().conn
+    return {name: value for name, value in conn.execute("SELECT name, value FROM meta")}
+
+
+def test_a_format_2_database_keeps_its_sessions_and_its_first_write_gives_them_rows(tmp_path: Path) -> None:
+    """Format 2 kept the sessions and the ephemeral keys' sessions in the `state` row."""
+    first = with_sessions(state_with(4, {"a": 1}), 3)
+    write(tmp_path, first)
+    conn = sqlite3.connect(tmp_path / DB_FILE, isolation_level=None)
+    conn.execute("DROP TABLE sessions")
+    for key, value in first.kv.items():
+        row = msgspec.json.encode([value, first.kv_versions[key]])  # format 2: no session in the key row
+        conn.execute(
+            "UPDATE kv SET value = ?, crc = ? WHERE key = ?", (row, zlib.crc32(row, zlib.crc32(key.encode())), key)
+        )
+    crc_sum = sum(crc for (crc,) in conn.execute("SELECT crc FROM kv")) & ((1 << 64) - 1)
+    conn.close()
+    coordination = msgspec.json.decode(meta_rows(tmp_path)["coordination"])
+    coordination = {k: v for k, v in coordination.items() if not k.startswith("sessions_")}
+    put_meta_row(tmp_path, "coordination", msgspec.json.encode({**coordination, "format": "2", "kv_crc_sum": crc_sum}))
+    put_meta_row(
+        tmp_path,
+        "state",
+        encode_state(first.replace(kv={}, kv_versions={}, version=0, state_uuid="", parent_uuid=None)),
+    )
+    assert loaded(tmp_path) == first
+
+    second = next_state(first, b=2)
+    write(tmp_path, second)
+    assert msgspec.json.decode(meta_rows(tmp_path)["coordination"])["format"] == FORMAT
+    assert "session-00001" not in meta_rows(tmp_path)["state"].decode()
+    assert loaded(tmp_path) == second
+
+
+@pytest.mark.parametrize(
+    ("damage", "refusal"),
+    [
+        (
+            "DELETE FROM sessions WHERE id = 'session-00002'",
+            r"the rows of table \[sessions\] do not match their summary",
+        ),
+        (
+            "UPDATE sessions SET value = CAST(REPLACE(CAST(value AS TEXT), '10000', '99999') AS BLOB)",
+            r"checksum mismatch in the row of \[session-00000\] in table \[sessions\]",
+        ),
+    ],
+)
+def test_a_lost_or_changed_session_row_is_caught(tmp_path: Path, damage: str, refusal: str) -> None:
+    write(tmp_path, with_sessions(state_with(1, {"a": 1}), 5))
+    conn = sqlite3.connect(tmp_path / DB_FILE, isolation_level=None)
+    conn.execute(damage)
+    conn.close()
+    with pytest.raises(DataDirError, match=refusal):
+        FilePersistedState(tmp_path, "c")
 
 
 def test_an_unknown_format_refuses_naming_it(tmp_path: Path) -> None:
     write(tmp_path, state_with(1, {"a": 1}))
     coordination = msgspec.json.decode(meta_rows(tmp_path)["coordination"])
-    put_meta_row(tmp_path, "coordination", msgspec.json.encode({**coordination, "format": "3"}))
+    put_meta_row(tmp_path, "coordination", msgspec.json.encode({**coordination, "format": "9"}))
     conn = connect(tmp_path / DB_FILE, read_only=True)
     try:
-        with pytest.raises(StoreCorrupt, match=r"unknown format \[3\]"):
+        with pytest.raises(StoreCorrupt, match=r"unknown format \[9\]"):
             read_record(conn)
     finally:
         conn.close()
-    with pytest.raises(DataDirError, match=r"unknown format \[3\]"):
+    with pytest.raises(DataDirError, match=r"unknown format \[9\]"):
         FilePersistedState(tmp_path, "c")

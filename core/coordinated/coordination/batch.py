@@ -5,22 +5,23 @@ Pure functions: the coordinator supplies the node, the term and the join votes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import immutables
 import msgspec
 from msgspec.structs import replace
 
 from coordinated.coordination import client
+from coordinated.coordination.batch_keys import BatchKeys, state_entries_size, value_size
 from coordinated.coordination.client import (
     AddVotingConfigExclusions,
     ClearVotingConfigExclusions,
     ClientResult,
-    ClusterError,
+    Committed,
     DeleteRepository,
     KvDelete,
+    KvDeletePrefix,
     KvPut,
     PutRepository,
     RestoreSnapshot,
@@ -28,7 +29,6 @@ from coordinated.coordination.client import (
     SessionEnd,
     SessionInfo,
     Txn,
-    TxnOpResult,
     TxnResult,
     UpdateSettings,
 )
@@ -36,22 +36,27 @@ from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.reconfigurator import reconfigure
 from coordinated.coordination.settings import size_setting
 from coordinated.coordination.state import (
-    LEGACY_KEY_VERSION,
     ClusterState,
     DiscoveryNode,
-    KeyVersion,
     Repository,
     Session,
     VotingConfigExclusion,
     diff_between,
     diff_maps,
-    persistent,
     record_derivation,
 )
-from coordinated.coordination.tasks import ClientTask, ElectedAsMaster, ExpireSessions, NodeJoin, NodeLeft, TaskPayload
+from coordinated.coordination.tasks import (
+    CheckpointSessions,
+    ClientTask,
+    ElectedAsMaster,
+    ExpireSessions,
+    NodeJoin,
+    NodeLeft,
+    TaskPayload,
+)
+from coordinated.coordination.transactions import run_txn
 from coordinated.coordination.validation import ABSENT_PREFIX, exclusions_problem, resolve_exclusions
 
-_SIZE_ENCODER = msgspec.json.Encoder()
 _NO_LIMIT = 1 << 62
 
 # Ceilings on what clients can store, checked by the master against the state each batch builds. Every node holds
@@ -76,15 +81,6 @@ MAX_STATE_SIZE = size_setting(
     doc="ceiling on all keys and values together (UTF-8 names plus JSON values), decided by the master against the "
     "batch it builds; a write that would exceed it gets 400 naming the sizes",
 )
-
-
-def entry_size(key: str, value: Any) -> int:
-    """What a key costs against `cluster.metadata.max_state_size`: its UTF-8 name and JSON-encoded value."""
-    return len(key.encode()) + len(_SIZE_ENCODER.encode(value))
-
-
-def state_entries_size(kv: Mapping[str, Any]) -> int:
-    return sum(entry_size(key, value) for key, value in kv.items())
 
 
 class StateSizes:
@@ -119,8 +115,14 @@ class BatchContext:
     max_exclusions: int
     auto_shrink: bool
     new_uuid: Callable[[], str]
-    # The master's lease clock: whether a TTL session has gone without a keepalive for its TTL (now).
+    # The master's lease clock: whether a TTL session has gone without a keepalive for its TTL (now), and a
+    # session as a checkpoint of its remaining TTL records it now (sessions.py).
     session_expired: Callable[[str], bool] = lambda session_id: False
+    checkpoint_session: Callable[[str, Session], Session] = lambda session_id, session: session
+    # The ephemeral keys of a session, and the keys under a prefix, in the base state (state_index); None: found
+    # by a scan of every key.
+    session_keys: Callable[[str], Collection[str]] | None = None
+    keys_with_prefix: Callable[[str], Iterable[str]] | None = None
     max_value_size: int = _NO_LIMIT  # cluster.metadata.max_value_size
     max_state_size: int = _NO_LIMIT  # cluster.metadata.max_state_size
     sizes: StateSizes | None = None  # the base state's size (None: the state size is not limited)
@@ -183,180 +185,8 @@ def _join(
     return None
 
 
-class _Tracked:
-    """A persistent map a batch changes: a mutation of the base's map, and the keys the batch touched, from
-    which the batch's diff is built without comparing whole maps."""
-
-    def __init__(self, base: Mapping[str, Any]) -> None:
-        self.base = persistent(base)
-        self.map = self.base.mutate()
-        self.touched: set[str] = set()
-        self.replaced = False
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.map
-
-    def __getitem__(self, key: str) -> Any:
-        return self.map[key]
-
-    def __len__(self) -> int:
-        return len(self.map)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.map.get(key, default)
-
-    def set(self, key: str, value: Any) -> None:
-        self.map[key] = value
-        self.touched.add(key)
-
-    def pop(self, key: str) -> None:
-        if key in self.map:
-            del self.map[key]
-            self.touched.add(key)
-
-    def items(self) -> list[tuple[str, Any]]:
-        current = self.map.finish()
-        self.map = current.mutate()
-        return list(current.items())
-
-    def replace_all(self, mapping: Mapping[str, Any]) -> None:
-        self.map, self.replaced = persistent(mapping).mutate(), True
-
-    def finish(self) -> immutables.Map[str, Any]:
-        return self.map.finish()
-
-    def changes(self, finished: immutables.Map[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]] | None:
-        """The upserts and deletes from the base to `finished` (what `finish` returned); None: unchanged."""
-        if self.replaced:  # a restore: compared once, in full
-            diff = diff_maps(self.base, finished)
-            return None if diff.is_empty() else (diff.upserts, diff.deletes)
-        # A key a rollback put back holds its base object again: no change.
-        present = sorted(
-            key
-            for key in self.touched
-            if key in finished and (key not in self.base or finished[key] is not self.base[key])
-        )
-        # A key created and deleted again within the batch is no change.
-        deleted = tuple(sorted(key for key in self.touched if key not in finished and key in self.base))
-        if not present and not deleted:
-            return None
-        return {key: finished[key] for key in present}, deleted
-
-
-_ABSENT = object()
-
-
-class _Keys:
-    """The key and session maps of the state a batch builds (persistent maps, changed in place). It keeps the
-    total entry size (when `size` is given) and an undo log of key changes, so that a task that would exceed
-    a limit can be taken back."""
-
-    def __init__(self, base: ClusterState, new_version: int, size: int | None = None) -> None:
-        self.new_version = new_version
-        self.kv, self.versions = _Tracked(base.kv), _Tracked(base.kv_versions)
-        self.kv_sessions, self.sessions = _Tracked(base.kv_sessions), _Tracked(base.sessions)
-        self.size = size
-        self._undo: list[tuple[str, Any, KeyVersion | None, str | None]] = []
-
-    def mark(self) -> int:
-        return len(self._undo)
-
-    def rollback(self, mark: int) -> None:
-        """Takes back every key change since `mark`."""
-        while len(self._undo) > mark:
-            key, value, versions, session = self._undo.pop()
-            self._resize(key, value, self.kv.get(key, _ABSENT))
-            if value is _ABSENT:
-                self.kv.pop(key)
-            else:
-                self.kv.set(key, value)
-            for tracked, old in ((self.versions, versions), (self.kv_sessions, session)):
-                if old is None:
-                    tracked.pop(key)
-                else:
-                    tracked.set(key, old)
-
-    def _resize(self, key: str, new: Any, old: Any) -> None:
-        if self.size is not None:
-            self.size += (entry_size(key, new) if new is not _ABSENT else 0) - (
-                entry_size(key, old) if old is not _ABSENT else 0
-            )
-
-    def _record(self, key: str) -> None:
-        self._undo.append((key, self.kv.get(key, _ABSENT), self.versions.get(key), self.kv_sessions.get(key)))
-
-    def get(self, key: str) -> KeyVersion | None:
-        if key not in self.kv:
-            return None
-        found: KeyVersion = self.versions.get(key, LEGACY_KEY_VERSION)
-        return found
-
-    def version(self, key: str) -> int:
-        """The key's version; 0 if it does not exist."""
-        versions = self.get(key)
-        return versions.version if versions else 0
-
-    def put(self, key: str, value: Any, session: str | None = None) -> KeyVersion:
-        """A put with a session makes the key ephemeral; without one, persistent (as etcd's put without a lease)."""
-        existing = self.get(key)
-        self._record(key)
-        self._resize(key, value, self.kv.get(key, _ABSENT))
-        self.kv.set(key, value)
-        versions = KeyVersion(self.new_version, existing.create_version if existing else self.new_version)
-        self.versions.set(key, versions)
-        if session is None:
-            self.kv_sessions.pop(key)
-        else:
-            self.kv_sessions.set(key, session)
-        return versions
-
-    def replace_all(self, kv: dict[str, Any], versions: dict[str, KeyVersion]) -> None:
-        """A restore: exactly these keys, with the versions they had. Restored keys are persistent: a
-        snapshot's sessions belonged to clients of another time, so no restored key is ephemeral."""
-        self.kv.replace_all(kv)
-        self.versions.replace_all(versions)
-        self.kv_sessions.replace_all({})
-        self._undo.clear()  # a restore is checked against the size limit before it replaces anything
-        if self.size is not None:
-            self.size = state_entries_size(kv)
-
-    def delete(self, key: str) -> bool:
-        if key not in self.kv:
-            return False
-        self._record(key)
-        self._resize(key, _ABSENT, self.kv[key])
-        self.kv.pop(key)
-        self.versions.pop(key)
-        self.kv_sessions.pop(key)
-        return True
-
-    def add_session(self, session_id: str, session: Session) -> None:
-        self.sessions.set(session_id, session)
-
-    def end_session(self, session_id: str) -> bool:
-        """Remove the session and delete its ephemeral keys; False if there is no such session."""
-        if session_id not in self.sessions:
-            return False
-        self.sessions.pop(session_id)
-        for key in [key for key, owner in self.kv_sessions.items() if owner == session_id]:
-            self.delete(key)
-        return True
-
-    def finish(self) -> tuple[dict[str, immutables.Map[str, Any]], dict[str, tuple[dict[str, Any], tuple[str, ...]]]]:
-        """The maps of the new state by field name, and the changes of those that changed."""
-        tracked = {
-            "kv": self.kv,
-            "kv_versions": self.versions,
-            "sessions": self.sessions,
-            "kv_sessions": self.kv_sessions,
-        }
-        maps = {name: one.finish() for name, one in tracked.items()}
-        changes = {name: change for name, one in tracked.items() if (change := one.changes(maps[name])) is not None}
-        return maps, changes
-
-
 def _create_session(
-    request: SessionCreate, keys: _Keys, nodes: dict[str, DiscoveryNode], new_uuid: str
+    request: SessionCreate, keys: BatchKeys, nodes: dict[str, DiscoveryNode], new_uuid: str
 ) -> ClientResult:
     if len(keys.sessions) >= client.MAX_SESSIONS:
         return client.bad_request(f"cannot create more than [{client.MAX_SESSIONS}] sessions")
@@ -365,33 +195,9 @@ def _create_session(
         node_id = next((node.id for node in nodes.values() if node.name == request.node_name), None)
         if node_id is None:
             return client.bad_request(f"node [{request.node_name}] is not in the cluster: cannot bind a session to it")
-    keys.add_session(new_uuid, Session(request.ttl_ms if node_id is None else 0, node_id, keys.new_version))
-    return SessionInfo(new_uuid, request.ttl_ms if node_id is None else 0, node_id, 0, 0)
-
-
-def _run_txn(txn: Txn, keys: _Keys) -> TxnResult | ClusterError:
-    """Compare, then run one branch against the state the batch builds. The version is stamped later.
-    A put bound to a session that does not exist fails the whole transaction, before any op runs."""
-    succeeded = all(keys.version(compare.key) == compare.version for compare in txn.compare)
-    ops = txn.success if succeeded else txn.failure
-    for op in ops:
-        if op.session is not None and op.session not in keys.sessions:
-            return client.session_not_found_error(op.session)
-    results: list[TxnOpResult] = []
-    for op in ops:
-        if op.op == "put":
-            versions = keys.put(op.key, None if op.value is msgspec.UNSET else op.value, op.session)
-            results.append(TxnOpResult("put", op.key, True, None, versions.version, versions.create_version))
-        elif op.op == "delete":
-            results.append(TxnOpResult("delete", op.key, keys.delete(op.key)))
-        else:
-            found = keys.get(op.key)
-            if found is None:
-                results.append(TxnOpResult("get", op.key, False))
-            else:
-                value = keys.kv[op.key]
-                results.append(TxnOpResult("get", op.key, True, value, found.version, found.create_version))
-    return TxnResult(succeeded, 0, 0, tuple(results))
+    ttl_ms = request.ttl_ms if node_id is None else 0
+    keys.add_session(new_uuid, Session(ttl_ms, node_id, keys.new_version))
+    return SessionInfo(new_uuid, ttl_ms, node_id, 0, 0, remaining_ms=ttl_ms)
 
 
 def value_too_large_error(key: str, size: int, limit: int) -> client.ClusterError:
@@ -432,7 +238,7 @@ def _oversized_restored_value(restore: RestoreSnapshot, limit: int) -> client.Cl
 
 def _first_oversized(puts: Iterable[tuple[str, Any]], limit: int) -> client.ClusterError | None:
     for key, value in puts:
-        size = len(_SIZE_ENCODER.encode(None if value is msgspec.UNSET else value))
+        size = value_size(None if value is msgspec.UNSET else value)
         if size > limit:
             return value_too_large_error(key, size, limit)
     return None
@@ -440,7 +246,7 @@ def _first_oversized(puts: Iterable[tuple[str, Any]], limit: int) -> client.Clus
 
 def _stamped(result: ClientResult | None, term: int, version: int) -> ClientResult | None:
     """A transaction's answer names the state it ends up in: the new one, or the base if nothing changed."""
-    if isinstance(result, TxnResult | SessionInfo):
+    if isinstance(result, TxnResult | SessionInfo | Committed):
         return replace(result, term=term, version=version)
     return result
 
@@ -466,7 +272,13 @@ def execute_batch(
     """
     nodes = dict(base.nodes)
     sizes = context.sizes
-    keys = _Keys(base, _next_version(base, payloads), sizes.of(base) if sizes is not None else None)
+    keys = BatchKeys(
+        base,
+        _next_version(base, payloads),
+        sizes.of(base) if sizes is not None else None,
+        context.session_keys,
+        context.keys_with_prefix,
+    )
     repositories = base.repositories
     settings = base.persistent_settings
     exclusions = list(base.coordination.voting_config_exclusions)
@@ -485,6 +297,8 @@ def execute_batch(
             for session_id in task.session_ids:
                 if context.session_expired(session_id):
                     keys.end_session(session_id)
+        elif isinstance(task, CheckpointSessions):
+            keys.checkpoint_sessions(task.session_ids, context.checkpoint_session)
         elif isinstance(task, ClientTask):
             payload = task.request
             mark, size_before = keys.mark(), keys.size
@@ -496,6 +310,7 @@ def execute_batch(
                 # Decided against the state this batch builds, so of two conflicting conditional writes in
                 # one batch only the first applies.
                 current = keys.version(payload.key)
+                prev = Committed(0, 0, prev=keys.previous(payload.key)) if payload.prev_value else None
                 if payload.if_version is not None and payload.if_version != current:
                     result = client.version_conflict_error(payload.key, payload.if_version, current)
                 elif isinstance(payload, KvPut):
@@ -503,10 +318,14 @@ def execute_batch(
                         result = client.session_not_found_error(payload.session)
                     else:
                         keys.put(payload.key, payload.value, payload.session)
+                        result = prev
                 else:
                     keys.delete(payload.key)
+                    result = prev
+            elif isinstance(payload, KvDeletePrefix):
+                result = Committed(0, 0, deleted=keys.delete_prefix(payload.prefix))
             elif isinstance(payload, Txn):
-                result = _run_txn(payload, keys)
+                result = run_txn(payload, keys)
             elif isinstance(payload, SessionCreate):
                 result = _create_session(payload, keys, nodes, context.new_uuid())
             elif isinstance(payload, SessionEnd):
@@ -548,9 +367,10 @@ def execute_batch(
                 keys.rollback(mark)
         results.append(result)
     # A node session ends when its node leaves the cluster, in the state that removes the node.
-    for session_id, session in list(keys.sessions.items()):
-        if session.node is not None and session.node not in nodes:
-            keys.end_session(session_id)
+    if any(node_id not in nodes for node_id in base.nodes):
+        for session_id, session in list(keys.sessions.items()):
+            if session.node is not None and session.node not in nodes:
+                keys.end_session(session_id)
     maps, map_changes = keys.finish()
     candidate = base.replace(
         master_node=context.master.id,

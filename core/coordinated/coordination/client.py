@@ -19,17 +19,26 @@ class _Request(msgspec.Struct, frozen=True, tag_field="op"):
 
 class KvPut(_Request, frozen=True, tag="put"):
     """With `if_version`, applies only if the key's version is that (0: only if the key does not exist).
-    With `session`, the key is ephemeral: it ends with that session. Without, it is persistent."""
+    With `session`, the key is ephemeral: it ends with that session. Without, it is persistent. With
+    `prev_value`, the answer carries the key as it was before the write."""
 
     key: str
     value: Any
     if_version: Long | None = None
     session: str | None = None
+    prev_value: bool = False
 
 
 class KvDelete(_Request, frozen=True, tag="delete"):
     key: str
     if_version: Long | None = None
+    prev_value: bool = False
+
+
+class KvDeletePrefix(_Request, frozen=True, tag="delete_prefix"):
+    """Every key whose name starts with `prefix` (every key if it is empty), in one committed state."""
+
+    prefix: str
 
 
 class KvGet(_Request, frozen=True, tag="get"):
@@ -43,18 +52,29 @@ class ReadBarrier(_Request, frozen=True, tag="barrier"):
     serves a state that includes every write acknowledged before the barrier was asked for."""
 
 
-class TxnCompare(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Holds when the key's version is `version` (0: the key does not exist)."""
+CompareOp = Literal["=", "!=", "<", ">"]
+
+
+class TxnCompare(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """Compares one of the key's `version`, `create_version` (both 0 when the key does not exist) or `value`
+    (false for any `op` when the key does not exist) with the given one; exactly one is given. Values are
+    equal when their JSON encodings with sorted object keys are; `<` and `>` hold between two numbers or two
+    strings, never between values of other types."""
 
     key: str
-    version: Long
+    version: Long | msgspec.UnsetType = msgspec.UNSET
+    create_version: Long | msgspec.UnsetType = msgspec.UNSET
+    value: Any | msgspec.UnsetType = msgspec.UNSET
+    op: CompareOp = "="
 
 
 class TxnOp(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    op: Literal["put", "delete", "get"]
-    key: str
+    op: Literal["put", "delete", "get", "delete_prefix"]
+    key: str = ""  # every op's but delete_prefix's
     value: Any | msgspec.UnsetType = msgspec.UNSET  # a put's value (which may be null)
     session: str | None = None  # a put's session: the key is ephemeral
+    prefix: str | None = None  # a delete_prefix's
+    prev_value: bool = False  # a put's or a delete's result carries the key as it was before
 
 
 class Txn(_Request, frozen=True, tag="txn"):
@@ -142,6 +162,7 @@ class RestoreSnapshot(_Request, frozen=True, tag="restore"):
 ClientRequest = (
     KvPut
     | KvDelete
+    | KvDeletePrefix
     | KvGet
     | ReadBarrier
     | Txn
@@ -159,6 +180,7 @@ LinearizableRead = KvGet | ReadBarrier
 WRITE_REQUESTS = (
     KvPut,
     KvDelete,
+    KvDeletePrefix,
     Txn,
     UpdateSettings,
     AddVotingConfigExclusions,
@@ -178,11 +200,24 @@ class _Result(msgspec.Struct, frozen=True, tag_field="result"):
     pass
 
 
-class Committed(_Result, frozen=True, tag="committed"):
-    """A write (or, for a ReadBarrier, the state read) is committed and applied on the master, in this state."""
+class PrevKey(msgspec.Struct, frozen=True):
+    """A key as it was before a write that asked for it (`prev_value`)."""
+
+    value: Any
+    version: Long
+    create_version: Long
+    session: str | None = None
+
+
+class Committed(_Result, frozen=True, tag="committed", omit_defaults=True):
+    """A write (or, for a ReadBarrier, the state read) is committed and applied on the master, in this state.
+    A write that asked for `prev_value` carries the key as it was (`prev`; None: it did not exist); a prefix
+    delete carries how many keys it deleted."""
 
     term: Long
     version: Long
+    prev: PrevKey | msgspec.UnsetType | None = msgspec.UNSET
+    deleted: Long | msgspec.UnsetType = msgspec.UNSET
 
 
 class ReadValue(_Result, frozen=True, tag="value"):
@@ -197,7 +232,9 @@ class ReadValue(_Result, frozen=True, tag="value"):
 
 
 class TxnOpResult(msgspec.Struct, frozen=True):
-    """A put: the key's new versions. A delete: whether the key existed. A get: the key as the txn saw it."""
+    """A put: the key's new versions. A delete: whether the key existed. A get: the key as the txn saw it. A
+    delete_prefix (`key` holds the prefix): how many keys it deleted (`deleted`). A put or delete that asked
+    for `prev_value`: the key as it was (`prev`; None: it did not exist)."""
 
     op: str
     key: str
@@ -205,6 +242,8 @@ class TxnOpResult(msgspec.Struct, frozen=True):
     value: Any = None
     version: Long = 0
     create_version: Long = 0
+    deleted: Long = 0
+    prev: PrevKey | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class TxnResult(_Result, frozen=True, tag="txn"):
@@ -214,17 +253,19 @@ class TxnResult(_Result, frozen=True, tag="txn"):
     results: tuple[TxnOpResult, ...]
 
     def wrote(self) -> bool:
-        return any(result.op in ("put", "delete") and result.found for result in self.results)
+        return any((result.op in ("put", "delete") and result.found) or result.deleted > 0 for result in self.results)
 
 
 class SessionInfo(_Result, frozen=True, tag="session"):
-    """A session created or renewed, as of the master's state (term, version)."""
+    """A session created or renewed, as of the master's state (term, version), with the time it has left by
+    the master's clock (a TTL session; 0 for a node session)."""
 
     id: str
     ttl_ms: Long
     node: str | None
     term: Long
     version: Long
+    remaining_ms: Long = 0
 
 
 class ClusterError(_Result, frozen=True, tag="error"):

@@ -16,11 +16,11 @@ from coordinated.coordination.client import (
     ClusterError,
     Committed,
     KvDelete,
+    KvDeletePrefix,
     KvGet,
     KvPut,
     ReadBarrier,
     SessionEnd,
-    SessionInfo,
     SessionKeepAlive,
     Txn,
     TxnResult,
@@ -58,7 +58,7 @@ class ClientRequests:
         forwarder: Forwarder,
         reads: ReadService,
         exclusion_waits: ExclusionWaits,
-        renew_session: Callable[[str, int], SessionInfo | None],  # a keepalive that reached the master then
+        renew_session: Callable[[str, int, Reply], None],  # a keepalive that reached the master then
     ) -> None:
         self.ctx = ctx
         self.leader = leader
@@ -124,8 +124,8 @@ class ClientRequests:
                 else:
                     inner(result)
 
-        if isinstance(request, Txn | KvPut | KvDelete | SessionEnd):
-            reply = self._confirmed_if_unwritten(reply)
+        if isinstance(request, Txn | KvPut | KvDelete | KvDeletePrefix | SessionEnd):
+            reply = self._confirmed_if_unwritten(reply, self.ctx.accepted.version)
         priority = (
             Priority.URGENT
             if isinstance(request, AddVotingConfigExclusions | ClearVotingConfigExclusions)
@@ -134,9 +134,9 @@ class ClientRequests:
         self.submit_task(Task(_describe(request), priority, ClientTask(request), reply, deadline))
 
     def _keepalive(self, session: str, reply: Reply) -> None:
-        """Renewed on this master alone, without a publication, but only once it has confirmed with a quorum
-        that it still leads (as etcd does since a deposed leader renewed leases): a deposed master cannot
-        acknowledge a keepalive that the new master never hears of. The renewal counts from the arrival."""
+        """Renewed on this master, but only once it has confirmed with a quorum that it still leads (as etcd
+        does since a deposed leader renewed leases): a deposed master cannot acknowledge a keepalive that the
+        new master never hears of. The renewal counts from the arrival; the leases answer it (sessions.py)."""
         arrived = self.ctx.now
         if session not in self.ctx.accepted.sessions:
             self.reads.submit(ReadBarrier(), lambda barrier: reply(_unless_error(barrier, session)))
@@ -146,18 +146,21 @@ class ClientRequests:
             if not isinstance(barrier, Committed):
                 reply(barrier)
                 return
-            reply(self.renew_session(session, arrived) or client.session_not_found_error(session))
+            self.renew_session(session, arrived, reply)
 
         self.reads.submit(ReadBarrier(), after_barrier)
 
-    def _confirmed_if_unwritten(self, reply: Reply) -> Reply:
-        """A conflict, a missing session, or a transaction that wrote nothing, is answered from the master's
-        state without a publication; like a read, it is linearizable only once the master has confirmed it
-        still leads."""
+    def _confirmed_if_unwritten(self, reply: Reply, accepted_version: int) -> Reply:
+        """A conflict, a missing session, a transaction that wrote nothing, or a write that changed nothing (the
+        delete of a missing key, a prefix with no key under it), is answered from the master's state without a
+        publication; like a read, it is linearizable only once the master has confirmed it still leads. A write
+        that changed something commits a state above `accepted_version`, the one the request arrived at."""
 
         def confirmed_reply(result: ClientResult) -> None:
-            unwritten = (isinstance(result, TxnResult) and not result.wrote()) or (
-                isinstance(result, ClusterError) and result.status in (404, 409)
+            unwritten = (
+                (isinstance(result, TxnResult) and not result.wrote())
+                or (isinstance(result, ClusterError) and result.status in (404, 409))
+                or (isinstance(result, Committed) and result.version <= accepted_version)
             )
             if not unwritten:
                 reply(result)
@@ -179,6 +182,8 @@ def _unless_error(barrier: ClientResult, session: str) -> ClientResult:
 def _describe(request: ClientRequest) -> str:
     if isinstance(request, KvPut | KvDelete | KvGet):
         return f"{type(request).__name__} [{request.key}]"
+    if isinstance(request, KvDeletePrefix):
+        return f"KvDeletePrefix [{request.prefix}]"
     if isinstance(request, Txn):
         return f"Txn [{len(request.compare)} compares, {len(request.success)}/{len(request.failure)} ops]"
     return type(request).__name__

@@ -141,6 +141,7 @@ class Coordinator:
                 unchanged=self._after_publication,
                 refused=self._become_candidate,
                 session_expired=lambda session_id: self.sessions.is_expired(session_id),
+                checkpoint_session=lambda session_id, session: self.sessions.checkpoint(session_id, session),
             ),
         )
         self.sessions = SessionLeases(ctx, self.master_tasks.submit)
@@ -160,7 +161,7 @@ class Coordinator:
         )
         self.leader_checker: LeaderChecker | None = None
         self.forwarder = Forwarder(ctx)
-        self.reads = ReadService(ctx, lambda: self.applied_state, lambda: self.applied_in_current_term)
+        self.reads = ReadService(ctx, lambda: self.applied_state, self._reads_ready)
         self.exclusion_waits = ExclusionWaits(ctx)
         self.requests = ClientRequests(
             ctx,
@@ -396,10 +397,11 @@ class Coordinator:
         # no longer the master) nor its timeout may count against this one.
         if self.leader_checker is not None:
             self.leader_checker.close()
-        self.leader_checker = LeaderChecker(self.ctx, leader, self._leader_failed)
+        self.leader_checker = LeaderChecker(self.ctx, leader, self._become_candidate)
 
-    def _leader_failed(self, reason: str) -> None:
-        self._become_candidate(reason)
+    def _reads_ready(self) -> bool:
+        # Every committed state applied here: followers may show one before the master applies it (applies last).
+        return self.applied_in_current_term and (self.publication is None or not self.publication.committed)
 
     def _become_leader(self) -> None:
         self._log("info", f"elected as master in term {self.current_term}")
@@ -608,8 +610,8 @@ class Coordinator:
             self._handle_join(response.join)
         if self.publication is not None and self.mode is Mode.LEADER:
             self.publication.on_publish_response(response)
-        elif response.need_full_state and self.mode is Mode.LEADER:
-            self.catch_up.send_full_state(response)
+        elif self.mode is Mode.LEADER:
+            self.catch_up.on_late_response(response)
 
     def _on_apply_commit_response(self, sender: str, response: m.ApplyCommitResponse) -> None:
         if response.ok:

@@ -17,7 +17,7 @@ from collections import deque
 from itertools import islice
 
 from coordinated.coordination.context import CoreContext
-from coordinated.coordination.messages import JoinRequest, PublishRequest, PublishResponse
+from coordinated.coordination.messages import ApplyCommit, JoinRequest, PublishRequest, PublishResponse
 from coordinated.coordination.settings import int_setting, size_setting
 from coordinated.coordination.state import (
     MAP_FIELDS,
@@ -176,16 +176,22 @@ class CatchUp:
             return accepted
         return state
 
-    def send_full_state(self, refused: PublishResponse) -> None:
-        """A follower could not apply a catch-up diff (its state is not the diff's base): send it the whole
-        state, as a publication does, rather than the same diff again at every follower check."""
+    def on_late_response(self, response: PublishResponse) -> None:
+        """A follower's answer that came after its publication completed, or to a catch-up: the follower gets
+        what it still misses now rather than at the next follower check. That is the whole state, as a
+        publication sends it, when it could not apply a diff (its state is not the diff's base), and otherwise
+        the commit of the state it accepted (the leader's last-accepted state is committed once no publication
+        is in flight); without it, the follower's watchers would see the change up to a check interval late."""
         ctx = self.ctx
         state = ctx.accepted
-        node = state.nodes.get(refused.source_id)
-        if node is None or (refused.term, refused.version) != state.term_version():
+        node = state.nodes.get(response.source_id)
+        if node is None or (response.term, response.version) != state.term_version():
             return  # about an older state: the next follower check finds what the node still misses
-        published = self.as_published(state)
-        ctx.send(node.transport_address, PublishRequest(ctx.local_node, state.term, state.version, state=published))
+        if response.need_full_state:
+            published = self.as_published(state)
+            ctx.send(node.transport_address, PublishRequest(ctx.local_node, state.term, state.version, state=published))
+        elif response.ok:
+            ctx.send(node.transport_address, ApplyCommit(ctx.local_node.id, state.term, state.version))
 
     def diff_since(self, term: int, version: int) -> ClusterStateDiff | None:
         """The changes from the state (term, version) to this node's last-accepted one, if it still has them."""

@@ -37,6 +37,10 @@ class EventType(StrEnum):
     SNAPSHOT_RESTORED = "snapshot_restored"  # the state of `version` (committed) holds a snapshot's keys
     # Written by the node's history archive, with the object's `location` (s3://bucket/key):
     ARCHIVED = "archived"  # a closed history segment of this node is now in object storage
+    # Written by the node's history itself (its term and configurations are the node's, like `term`):
+    RETENTION_CUT = "retention_cut"  # segments before `first_kept_seq` were deleted on purpose (retention)
+    HISTORY_LOST = "history_lost"  # events `first_lost_seq`..`last_lost_seq` were lost (a segment deleted
+    # under the running node, or a write that failed); both carry the node's marks (`marks_term`, ...)
 
 
 SESSION_EVENT_TYPES: tuple[EventType, ...] = (
@@ -47,21 +51,15 @@ SESSION_EVENT_TYPES: tuple[EventType, ...] = (
 STATE_EVENT_TYPES: tuple[EventType, ...] = (EventType.ACCEPTED, EventType.COMMITTED, EventType.APPLIED)
 # An operator's reset of the node's coordination state: the node's term and cluster may start over after it.
 RESET_EVENT_TYPES: tuple[EventType, ...] = (EventType.UNSAFE_BOOTSTRAP, EventType.DETACHED)
+# Events that restate the node's marks (`marks_term`, `marks_accepted`) as lower bounds, adding to the others.
+MARK_CARRYING_EVENT_TYPES: tuple[EventType, ...] = (EventType.RETENTION_CUT, EventType.HISTORY_LOST)
 
 # Fields the shell adds to every event, right after `node`: a per-node sequence number and seconds.
 SHELL_FIELDS: tuple[tuple[str, type], ...] = (("seq", int), ("ts", float))
-# Fields for people reading a history; the audit does not rely on them.
+# Fields for people reading a history; the audit does not rely on them (it reads `marks_accepted` of a
+# `retention_cut`: the newest state the deleted segments may have held evidence about).
 INFORMATIONAL_FIELDS = frozenset(
-    {
-        "node_name",
-        "reason",
-        "cluster_uuid_committed",
-        "marks_term",
-        "marks_accepted",
-        "snapshot",
-        "location",
-        "settings",
-    }
+    {"node_name", "reason", "cluster_uuid_committed", "marks_term", "snapshot", "location", "settings"}
 )
 
 
@@ -91,8 +89,12 @@ class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
     previous_version: int | msgspec.UnsetType = msgspec.UNSET
     previous_state_uuid: str | msgspec.UnsetType = msgspec.UNSET
     # ... and the marks both the old and the new record satisfy, which replace every older mark on replay.
+    # On `retention_cut` and `history_lost`: the newest marks the history held, which add to the others.
     marks_term: int | msgspec.UnsetType = msgspec.UNSET
     marks_accepted: tuple[int, int] | msgspec.UnsetType = msgspec.UNSET
+    first_kept_seq: int | msgspec.UnsetType = msgspec.UNSET  # retention_cut only
+    first_lost_seq: int | msgspec.UnsetType = msgspec.UNSET  # history_lost only
+    last_lost_seq: int | msgspec.UnsetType = msgspec.UNSET
 
     def to_dict(self) -> dict[str, Any]:
         """The event as the JSON object of the history line (without `seq` and `ts`)."""

@@ -21,7 +21,8 @@ from coordinated.coordination.context import CoreContext
 from coordinated.coordination.master_service import MasterService, Task
 from coordinated.coordination.reconfigurator import AUTO_SHRINK_VOTING_CONFIGURATION
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected
-from coordinated.coordination.state import ClusterState
+from coordinated.coordination.state import ClusterState, Session
+from coordinated.coordination.state_index import SessionKeys
 from coordinated.coordination.validation import MAX_VOTING_CONFIG_EXCLUSIONS
 
 
@@ -32,6 +33,7 @@ class MasterTasksListener:
     unchanged: Callable[[ClusterState], None]  # a batch that changed nothing completed at once
     refused: Callable[[str], None]  # the coordination state refused the new state: stop leading
     session_expired: Callable[[str], bool] = lambda session_id: False  # by the master's lease clock
+    checkpoint_session: Callable[[str, Session], Session] = lambda session_id, session: session  # sessions.py
 
 
 class MasterTasks:
@@ -41,6 +43,7 @@ class MasterTasks:
         self.listener = listener
         self.queue = MasterService()
         self._state_sizes = StateSizes()  # for cluster.metadata.max_state_size
+        self._session_keys = SessionKeys()  # of the state batches build on, once a session has ended
 
     def submit(self, task: Task) -> None:
         self.queue.add(task)
@@ -70,7 +73,7 @@ class MasterTasks:
         tasks = queue.take_batch()
         base = ctx.accepted
         try:
-            new_state, results = execute_batch(base, [task.payload for task in tasks], self._batch_context())
+            new_state, results = execute_batch(base, [task.payload for task in tasks], self._batch_context(base))
         except CoordinationStateRejected as rejected:
             for task in tasks:
                 task.reply(client.not_master_error(str(rejected)))
@@ -89,6 +92,7 @@ class MasterTasks:
                 task.reply(client.not_master_error(str(rejected)))
             self.listener.refused(f"publication refused: {rejected}")
             return
+        self._session_keys.advance(base, new_state)
         self.listener.publish(new_state, base, tasks, results)
         self._schedule_expiry()
 
@@ -99,8 +103,9 @@ class MasterTasks:
         else:
             self.ctx.timers.schedule(self, expiry, self.run)
 
-    def _batch_context(self) -> BatchContext:
+    def _batch_context(self, base: ClusterState | None = None) -> BatchContext:
         settings = self.ctx.settings
+        index = self._session_keys
         return BatchContext(
             master=self.ctx.local_node,
             term=self.ctx.current_term,
@@ -109,6 +114,8 @@ class MasterTasks:
             auto_shrink=settings[AUTO_SHRINK_VOTING_CONFIGURATION],
             new_uuid=self._random_uuid,
             session_expired=self.listener.session_expired,
+            checkpoint_session=self.listener.checkpoint_session,
+            session_keys=None if base is None else (lambda session_id: index.at(base).of(session_id)),
             max_value_size=settings[MAX_VALUE_SIZE],
             max_state_size=settings[MAX_STATE_SIZE],
             sizes=self._state_sizes,

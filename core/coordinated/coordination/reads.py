@@ -1,5 +1,11 @@
 """Linearizable reads on the master: confirm leadership with a quorum of both voting configurations
-(a leadership probe), then answer from the state that was applied when the reads arrived.
+(a leadership probe), then answer from the state that was applied when the round started.
+
+A round starts only once the master has applied every state it committed (`ready`): with
+`cluster.publish.master_applies_last` a follower applies a committed state before the master does, and a
+read that a node serves after a barrier (a range read, `GET /_cluster/state`) may already show it; a read on
+the master that starts later must show it too. A `ReadBarrier` answers that applied version: a node that has
+applied it holds every state committed before the barrier began.
 
 Reads that arrive while a round is in flight wait for the next round. A round ends when confirmed, timed
 out (`cluster.fault_detection.leader_check.timeout`) or closed.

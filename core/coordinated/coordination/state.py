@@ -131,6 +131,9 @@ class Session(msgspec.Struct, frozen=True, omit_defaults=True):
     ttl_ms: Long = 0  # a TTL session's time to live; 0 for a node session
     node: str | None = None  # a node session's node id
     create_version: Long = 0
+    # A TTL session's remaining TTL at its master's last checkpoint, from which a new master continues it;
+    # None: the whole TTL (a keepalive came since). See coordination/sessions.py.
+    remaining_ms: Long | None = None
 
 
 class ClusterState(msgspec.Struct, frozen=True, weakref=True):
@@ -522,6 +525,7 @@ def state_to_api(state: ClusterState) -> dict[str, Any]:
                 session_id: {
                     **session_binding_to_api(session.ttl_ms, session.node, state.nodes),
                     "create_version": session.create_version,
+                    **({} if session.remaining_ms is None else {"checkpoint_remaining_ms": session.remaining_ms}),
                 }
                 for session_id, session in sorted(state.sessions.items())
             },

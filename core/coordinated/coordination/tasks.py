@@ -36,8 +36,15 @@ class ExpireSessions:
 
 
 @dataclass(frozen=True)
+class CheckpointSessions:
+    """Record these TTL sessions' remaining TTL (or their whole TTL, if a keepalive just came) in the state."""
+
+    session_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ClientTask:
     request: ClientRequest
 
 
-TaskPayload = ElectedAsMaster | NodeJoin | NodeLeft | Reconfigure | ExpireSessions | ClientTask
+TaskPayload = ElectedAsMaster | NodeJoin | NodeLeft | Reconfigure | ExpireSessions | CheckpointSessions | ClientTask

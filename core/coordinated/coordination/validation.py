@@ -23,6 +23,7 @@ from coordinated.coordination.client import (
     ClientRequest,
     DeleteRepository,
     KvDelete,
+    KvDeletePrefix,
     KvGet,
     KvPut,
     PutRepository,
@@ -31,6 +32,8 @@ from coordinated.coordination.client import (
     SessionEnd,
     SessionKeepAlive,
     Txn,
+    TxnCompare,
+    TxnOp,
     UpdateSettings,
 )
 from coordinated.coordination.counters import CEILING
@@ -115,6 +118,37 @@ def session_create_problem(request: SessionCreate) -> str | None:
     return None
 
 
+def compare_problem(compare: TxnCompare) -> str | None:
+    """A key named well, exactly one of `version`, `create_version` and `value` (nested no deeper than a key's
+    value may be), and an ordering of values only between numbers or strings."""
+    problem = metadata_key_problem(compare.key)
+    if problem is not None:
+        return problem
+    given = [name for name in ("version", "create_version", "value") if getattr(compare, name) is not msgspec.UNSET]
+    if len(given) != 1:
+        return f"the compare of [{compare.key}] needs exactly one of [version], [create_version] and [value]"
+    if given == ["value"] and (problem := value_problem(compare.key, compare.value)) is not None:
+        return problem
+    if given == ["value"] and compare.op in ("<", ">"):
+        value = compare.value
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            return f"the compare of [{compare.key}] orders values with [{compare.op}]: give a number or a string"
+    return None
+
+
+def _op_problem(op: TxnOp) -> str | None:
+    """The fields one op takes: a delete_prefix a `prefix` and nothing else, any other op a key."""
+    if op.op == "delete_prefix":
+        if op.key or op.value is not msgspec.UNSET or op.session is not None or op.prev_value:
+            return "a [delete_prefix] op takes only a [prefix]"
+        return key_prefix_problem(op.prefix) if op.prefix is not None else "a [delete_prefix] op needs a [prefix]"
+    if op.prefix is not None:
+        return f"a [{op.op}] op takes no [prefix]"
+    if op.prev_value and op.op == "get":
+        return "a [get] op takes no [prev_value]"
+    return metadata_key_problem(op.key)
+
+
 def value_problem(key: str, value: Any) -> str | None:
     """A key's value nested deeper than MAX_VALUE_DEPTH levels of arrays and objects; measured without
     recursion, so that any value can be judged."""
@@ -134,15 +168,17 @@ def txn_problem(txn: Txn) -> str | None:
     if len(txn.compare) > MAX_TXN_OPS or len(txn.success) + len(txn.failure) > MAX_TXN_OPS:
         return f"a transaction has at most [{MAX_TXN_OPS}] compares and [{MAX_TXN_OPS}] ops"
     for compare in txn.compare:
-        problem = metadata_key_problem(compare.key)
+        problem = compare_problem(compare)
         if problem is not None:
             return f"compare: {problem}"
     for branch, ops in (("success", txn.success), ("failure", txn.failure)):
         written: set[str] = set()
         for op in ops:
-            problem = metadata_key_problem(op.key)
+            problem = _op_problem(op)
             if problem is not None:
                 return f"{branch}: {problem}"
+            if op.op == "delete_prefix":
+                continue
             if op.op == "put" and op.value is msgspec.UNSET:
                 return f"{branch}: the put of [{op.key}] has no [value]"
             if op.op == "put" and (problem := value_problem(op.key, op.value)) is not None:
@@ -307,6 +343,8 @@ def request_problem(request: ClientRequest, state: ClusterState, settings: Setti
         return problem
     if isinstance(request, KvDelete | KvGet):
         return stored_key_problem(request.key, state)
+    if isinstance(request, KvDeletePrefix):
+        return key_prefix_problem(request.prefix)
     if isinstance(request, SessionCreate):
         return session_create_problem(request)
     if isinstance(request, SessionKeepAlive | SessionEnd):

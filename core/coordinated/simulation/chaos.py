@@ -22,13 +22,15 @@ from coordinated.coordination.client import (
     TxnOp,
     TxnResult,
 )
-from coordinated.coordination.publication import PUBLISH_TIMEOUT
 from coordinated.coordination.settings import Settings
-from coordinated.simulation.cluster import MULTI_KEY_PREFIX, SimulatedCluster
+from coordinated.simulation.cluster import SimulatedCluster
 from coordinated.simulation.linearizability import Operation, Verdict, check_history, check_transactions
 from coordinated.simulation.network import Link
-from coordinated.simulation.session_clients import SESSION_TTL_MS, SessionHolder, check_sessions
+from coordinated.simulation.range_clients import RangeClient
+from coordinated.simulation.recorder import MULTI_KEY_PREFIX
+from coordinated.simulation.session_clients import SESSION_TTL_MS, SessionHolder, check_sessions, expiry_slack_ms
 from coordinated.simulation.setting_changes import SettingsChanger, check_repair
+from coordinated.simulation.sim_client import SimClient
 from coordinated.simulation.storage import StorageFault
 
 KEYS = ("a", "b", "c")
@@ -53,20 +55,16 @@ class RunReport:
     transfers: int = 0  # acknowledged multi-key transfers
     setting_changes: int = 0  # dynamic settings set to an end of their range, or reset, and committed
     txn_linearizability: Verdict | None = None  # of the multi-key transactions, when there are transfer clients
+    listings: int = 0  # range reads the range clients completed
+    range_linearizability: Verdict | None = None  # of the range clients' operations, when there are some
     linearizability: Verdict | None = None
     cluster: SimulatedCluster | None = None
 
 
-class _Client:
+class _Client(SimClient):
     def __init__(self, cluster: SimulatedCluster, client_id: int, rng: random.Random) -> None:
-        self.cluster = cluster
-        self.client_id = client_id
-        self.rng = rng
-        self.active = True
+        super().__init__(cluster, client_id, rng)
         self.counter = 0
-
-    def start(self) -> None:
-        self.cluster.schedule(self.cluster.now + self.rng.randint(0, 200), self.next_operation)
 
     def next_operation(self) -> None:
         if not self.active:
@@ -80,50 +78,41 @@ class _Client:
             request = KvDelete(key)
         else:
             request = KvGet(key)
-        node = self.rng.randrange(len(self.cluster.nodes))
-        self.cluster.submit(node, request, client=self.client_id, on_done=self.done)
-
-    def done(self, result: ClientResult) -> None:
-        if self.active:
-            self.cluster.schedule(self.cluster.now + self.rng.randint(1, 300), self.next_operation)
+        self.cluster.submit(self.node(), request, client=self.client_id, on_done=self.again)
 
 
-class _Counter:
+class _Counter(SimClient):
     """Read-modify-write increments of one key through any node: read the key and its version, then write
-    value + 1 on condition of that version, as a conditional PUT or as a single-key transaction."""
+    value + 1 on condition of that version, as a conditional PUT or as a single-key transaction, or on
+    condition of the value read, as a transaction comparing the value."""
 
     def __init__(self, cluster: SimulatedCluster, client_id: int, rng: random.Random) -> None:
-        self.cluster = cluster
-        self.client_id = client_id
-        self.rng = rng
-        self.active = True
+        super().__init__(cluster, client_id, rng)
         self.acknowledged: list[int] = []  # the values of the increments acknowledged to this client
         self.uncertain = 0  # increments that failed but may have taken effect
 
-    def start(self) -> None:
-        self.cluster.schedule(self.cluster.now + self.rng.randint(0, 200), self.read)
-
-    def _node(self) -> int:
-        return self.rng.randrange(len(self.cluster.nodes))
-
-    def read(self) -> None:
+    def next_operation(self) -> None:
+        """Read the counter, then increment it."""
         if self.active:
-            self.cluster.submit(self._node(), KvGet(COUNTER_KEY), client=self.client_id, on_done=self.increment)
+            self.cluster.submit(self.node(), KvGet(COUNTER_KEY), client=self.client_id, on_done=self.increment)
 
     def increment(self, result: ClientResult) -> None:
         if not self.active:
             return
         if not isinstance(result, ReadValue):
-            self._again()
+            self.again()
             return
         current = result.value if result.found else 0
         version = result.key_version if result.found else 0
         request: KvPut | Txn
-        if self.rng.random() < 0.5:
+        roll = self.rng.random()
+        if roll < 0.4:
             request = KvPut(COUNTER_KEY, current + 1, if_version=version)
         else:
+            # A value compare never holds on a missing key: the first increment compares the version (0).
+            by_value = roll >= 0.7 and result.found
             request = Txn(
-                compare=(TxnCompare(COUNTER_KEY, version),),
+                compare=(TxnCompare(COUNTER_KEY, value=current) if by_value else TxnCompare(COUNTER_KEY, version),),
                 success=(TxnOp("put", COUNTER_KEY, current + 1),),
                 failure=(TxnOp("get", COUNTER_KEY),),
             )
@@ -133,46 +122,34 @@ class _Counter:
                 self.acknowledged.append(current + 1)
             elif isinstance(outcome, ClusterError) and outcome.maybe_applied:
                 self.uncertain += 1
-            self._again()
+            self.again()
 
-        self.cluster.submit(self._node(), request, client=self.client_id, on_done=done)
-
-    def _again(self) -> None:
-        if self.active:
-            self.cluster.schedule(self.cluster.now + self.rng.randint(1, 300), self.read)
+        self.cluster.submit(self.node(), request, client=self.client_id, on_done=done)
 
 
 ACCOUNTS = tuple(f"{MULTI_KEY_PREFIX}{index}" for index in range(3))
 
 
-class _Transfers:
+class _Transfers(SimClient):
     """Multi-key transactions through any node: read every account in one transaction, then move one unit
     between two accounts on condition of both versions, or read all of them again. A transfer keeps the sum
     of the balances (an absent account holds 0) at 0, so a torn or doubled transaction shows."""
 
     def __init__(self, cluster: SimulatedCluster, client_id: int, rng: random.Random) -> None:
-        self.cluster = cluster
-        self.client_id = client_id
-        self.rng = rng
-        self.active = True
+        super().__init__(cluster, client_id, rng)
         self.acknowledged = 0
 
-    def start(self) -> None:
-        self.cluster.schedule(self.cluster.now + self.rng.randint(0, 200), self.read)
-
-    def _node(self) -> int:
-        return self.rng.randrange(len(self.cluster.nodes))
-
-    def read(self) -> None:
+    def next_operation(self) -> None:
+        """Read every account, then transfer."""
         if self.active:
             txn = Txn(success=tuple(TxnOp("get", account) for account in ACCOUNTS))
-            self.cluster.submit(self._node(), txn, client=self.client_id, on_done=self.transfer)
+            self.cluster.submit(self.node(), txn, client=self.client_id, on_done=self.transfer)
 
     def transfer(self, result: ClientResult) -> None:
         if not self.active:
             return
         if not isinstance(result, TxnResult) or self.rng.random() < 0.2:
-            self._again()
+            self.again()
             return
         balances = {r.key: (r.value if r.found else 0, r.version if r.found else 0) for r in result.results}
         source, target = self.rng.sample(ACCOUNTS, 2)
@@ -185,13 +162,9 @@ class _Transfers:
         def done(outcome: ClientResult) -> None:
             if isinstance(outcome, TxnResult) and outcome.succeeded:
                 self.acknowledged += 1
-            self._again()
+            self.again()
 
-        self.cluster.submit(self._node(), txn, client=self.client_id, on_done=done)
-
-    def _again(self) -> None:
-        if self.active:
-            self.cluster.schedule(self.cluster.now + self.rng.randint(1, 300), self.read)
+        self.cluster.submit(self.node(), txn, client=self.client_id, on_done=done)
 
 
 def _check_transfers(cluster: SimulatedCluster) -> None:
@@ -291,11 +264,13 @@ def run_random_schedule(
     transfers: int = 0,
     settings: Settings | None = None,
     setting_changers: int = 0,
+    ranges: int = 0,
 ) -> RunReport:
     """Form a cluster, run faults and clients, heal, stabilise, and check linearizability.
 
     `counters` clients increment one key with compare-and-set; `sessions` clients hold sessions with
     ephemeral keys (`session_clients`); `transfers` clients run multi-key transactions between accounts;
+    `ranges` clients write, prefix-delete and list the keys under a prefix (`range_clients`);
     `setting_changers` set dynamic settings to the ends of their ranges, and the settled cluster must then
     commit their reset and a write (`setting_changes`). Each draws from the seed only when there are some, so
     a run without them replays exactly as before they existed.
@@ -322,17 +297,23 @@ def run_random_schedule(
         _Transfers(cluster, clients + counters + sessions + index, random.Random(rng.getrandbits(64)))
         for index in range(transfers)
     ]
+    listers = [
+        RangeClient(cluster, clients + counters + sessions + transfers + index, random.Random(rng.getrandbits(64)))
+        for index in range(ranges)
+    ]
     for incrementer in incrementers:
         incrementer.start()
     for holder in holders:
         holder.start()
-    first_changer = clients + counters + sessions + transfers
+    first_changer = clients + counters + sessions + transfers + ranges
     changers = [
         SettingsChanger(cluster, first_changer + index, random.Random(rng.getrandbits(64)))
         for index in range(setting_changers)
     ]
     for mover in movers:
         mover.start()
+    for lister in listers:
+        lister.start()
     for changer in changers:
         changer.start()
     end = cluster.now + chaos_ms
@@ -347,6 +328,8 @@ def run_random_schedule(
         holder.stop()
     for mover in movers:
         mover.active = False
+    for lister in listers:
+        lister.active = False
     for changer in changers:
         changer.active = False
     cluster.network.heal()
@@ -357,9 +340,7 @@ def run_random_schedule(
     cluster.stabilise()
     if holders:
         # Every holder has stopped: their sessions expire within a TTL of the last election, or of now.
-        slack = (
-            2 * cluster.nodes[0].settings[PUBLISH_TIMEOUT] + 5_000
-        )  # an expiry may wait behind a publication, then publish
+        slack = expiry_slack_ms(cluster)
         cluster.run_for(SESSION_TTL_MS + slack)
         cluster.stabilise()
         for holder in holders:
@@ -384,6 +365,9 @@ def run_random_schedule(
         _check_transfers(cluster)
         report.transfers = sum(mover.acknowledged for mover in movers)
         report.txn_linearizability = check_transactions(cluster.txn_operations, max_states=TXN_SEARCH_STATES)
+    if listers:
+        report.listings = sum(lister.listings for lister in listers)
+        report.range_linearizability = check_transactions(cluster.range_operations, max_states=TXN_SEARCH_STATES)
     return report
 
 

@@ -20,16 +20,7 @@ from typing import Any
 
 import msgspec
 
-from coordinated.coordination.client import (
-    ClientRequest,
-    ClientResult,
-    ClusterError,
-    Committed,
-    ReadValue,
-    Txn,
-    TxnOp,
-    TxnResult,
-)
+from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed, ReadBarrier
 from coordinated.coordination.coordinator import Coordinator, Mode
 from coordinated.coordination.effects import (
     Effect,
@@ -58,16 +49,17 @@ from coordinated.coordination.messages import Message, decode_envelope
 from coordinated.coordination.offline_recovery import plan_remove_settings
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.publication import PUBLISH_TIMEOUT
+from coordinated.coordination.ranges import RangeEntry, range_page
 from coordinated.coordination.reconfigurator import AUTO_SHRINK_VOTING_CONFIGURATION
 from coordinated.coordination.recovery import LoadRecord, Refuse, recovered_state_event
 from coordinated.coordination.registry import default_settings
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_NAME, NODE_ROLES, Settings
 from coordinated.coordination.state import ClusterState, DiscoveryNode
-from coordinated.simulation.linearizability import MISSING, Operation, TxnOperation
+from coordinated.coordination.state_index import SortedKeys
+from coordinated.simulation.linearizability import Operation, TxnOperation
 from coordinated.simulation.network import Link, Network
+from coordinated.simulation.recorder import OperationRecorder
 from coordinated.simulation.storage import FlakyPersistedState, InjectedIOError, StorageFault, summarize_events
-
-MULTI_KEY_PREFIX = "acct/"
 
 __all__ = ["FlakyPersistedState", "InjectedIOError", "SafetyViolation", "SimNode", "SimulatedCluster", "StorageFault"]
 
@@ -155,9 +147,7 @@ class SimulatedCluster:
         self._sequence = itertools.count()
         self._request_ids = itertools.count(1)
         self._pending: dict[tuple[int, int], PendingOp] = {}
-        self.operations: list[Operation] = []
-        # Transactions over keys under MULTI_KEY_PREFIX, which only such transactions touch: checked together.
-        self.txn_operations: list[TxnOperation] = []
+        self.recorder = OperationRecorder()  # what the clients did, for the linearizability checkers
         self.logs: list[tuple[int, str, str, str]] = []
         self.publications: list[PublicationFinished] = []
         self.steps = 0
@@ -179,7 +169,12 @@ class SimulatedCluster:
         # Sessions, as the applied (committed) states show them: when each was created (its version), and
         # when a node first applied a later state without it.
         self._session_created: dict[str, int] = {}
+        # Range reads waiting for a node to apply their barrier's version: node index -> (boots, version, then).
+        self._apply_waiters: dict[int, list[tuple[int, int, Callable[[ClusterState | None], None]]]] = {}
         self.session_ended_at: dict[str, int] = {}
+        # When some node was master (in LEADER mode): closed intervals, and the start of the open one.
+        self.master_intervals: list[tuple[int, int]] = []
+        self._master_since: int | None = None
         eligible = master_eligible or [True] * node_count
         base = settings.with_values({SEED_HOSTS: ()})
         names = [f"node{index}" for index in range(node_count)]
@@ -248,6 +243,8 @@ class SimulatedCluster:
         """Stop a node at once; what it persisted survives, everything else is lost."""
         sim_node = self.nodes[index]
         sim_node.coordinator = None
+        self._note_mastership()
+        self._wake_apply_waiters(sim_node, None)
         for key in [key for key in self._pending if key[0] == index]:
             self._complete_op(key, ClusterError("node_closed", "the node crashed", 503, maybe_applied=True))
 
@@ -333,7 +330,23 @@ class SimulatedCluster:
         self.steps += 1
         if self.check_safety:
             self.check_invariants()
+        self._note_mastership()
         return True
+
+    def _note_mastership(self) -> None:
+        leading = any(node.coordinator is not None and node.coordinator.mode is Mode.LEADER for node in self.nodes)
+        if leading and self._master_since is None:
+            self._master_since = self.now
+        elif not leading and self._master_since is not None:
+            self.master_intervals.append((self._master_since, self.now))
+            self._master_since = None
+
+    def master_time(self, start: int, end: int) -> int:
+        """How long within [start, end] some node was master: the time in which masters count a session down."""
+        intervals = [*self.master_intervals]
+        if self._master_since is not None:
+            intervals.append((self._master_since, self.now))
+        return sum(max(0, min(end, stop) - max(start, begin)) for begin, stop in intervals)
 
     def run_for(self, duration: int) -> None:
         until = self.now + duration
@@ -372,6 +385,7 @@ class SimulatedCluster:
                 self.logs.append((self.now, sim_node.name, effect.level, effect.message))
             elif isinstance(effect, StateApplied):
                 self._check_sessions(effect.state)
+                self._wake_apply_waiters(sim_node, effect.state)
 
     def _deliver_seeds(self, index: int) -> None:
         sim_node = self.nodes[index]
@@ -445,7 +459,9 @@ class SimulatedCluster:
         request_id = next(self._request_ids)
         op = PendingOp(client, node_index, request, self.now, on_done)
         if sim_node.coordinator is None:
-            self._record(op, ClusterError("connect_exception", "node is down", 503), self.now)
+            self.recorder.record(
+                client, request, self.now, ClusterError("connect_exception", "node is down", 503), self.now
+            )
             if on_done:
                 on_done(ClusterError("connect_exception", "node is down", 503))
             return
@@ -456,119 +472,89 @@ class SimulatedCluster:
         op = self._pending.pop(key, None)
         if op is None:
             return
-        self._record(op, result, self.now)
+        self.recorder.record(op.client, op.request, op.invoked, result, self.now)
         if op.on_done is not None:
             op.on_done(result)
 
-    def _record(self, op: PendingOp, result: ClientResult, completed: int) -> None:
-        request = op.request
-        if isinstance(request, Txn):
-            self._record_txn(op, request, result, completed)
-            return
-        kind = {"KvPut": "put", "KvDelete": "delete", "KvGet": "get"}.get(type(request).__name__)
-        if kind is None or getattr(request, "session", None) is not None:
-            return  # an ephemeral key is deleted by its session's end, which the session checks judge
-        key: str = getattr(request, "key", "")
-        if kind == "get":
-            if isinstance(result, ReadValue):
-                value = result.value if result.found else MISSING
-                self.operations.append(
-                    Operation(op.client, key, "get", op.invoked, completed, result=value, version=result.key_version)
-                )
-            return
-        value = getattr(request, "value", None)
-        if_version: int | None = getattr(request, "if_version", None)
-        if isinstance(result, Committed):
-            self.operations.append(
-                Operation(
-                    op.client, key, kind, op.invoked, completed, value, if_version=if_version, version=result.version
-                )
-            )
-        elif isinstance(result, ClusterError) and result.status == 409:
-            self.operations.append(
-                Operation(op.client, key, kind, op.invoked, completed, value, if_version=if_version, conflict=True)
-            )
-        elif isinstance(result, ClusterError) and result.maybe_applied:
-            self.operations.append(
-                Operation(op.client, key, kind, op.invoked, math.inf, value=value, certain=False, if_version=if_version)
-            )
+    @property
+    def operations(self) -> list[Operation]:
+        return self.recorder.operations
 
-    def _record_txn(self, op: PendingOp, txn: Txn, result: ClientResult, completed: int) -> None:
-        """A single-key transaction as the checker models it: [compare version] then [put] else [get]. Other
-        transactions are not recorded: the checker tests keys one at a time."""
-        keys = {compare.key for compare in txn.compare} | {o.key for o in (*txn.success, *txn.failure)}
-        if keys and all(key.startswith(MULTI_KEY_PREFIX) for key in keys):
-            self._record_multi_key_txn(op, txn, result, completed)
-            return
-        shape = [(op.op, op.key) for op in (*txn.success, *txn.failure)]
-        if len(txn.compare) != 1 or shape != [("put", txn.compare[0].key), ("get", txn.compare[0].key)]:
-            return
-        compare, write = txn.compare[0], txn.success[0]
-        key, value = compare.key, write.value
-        if isinstance(result, TxnResult) and result.succeeded:
-            self.operations.append(
-                Operation(
-                    op.client,
-                    key,
-                    "put",
-                    op.invoked,
-                    completed,
-                    value,
-                    if_version=compare.version,
-                    version=result.version,
-                )
-            )
-        elif isinstance(result, TxnResult):
-            read = result.results[0]
-            self.operations.append(
-                Operation(
-                    op.client, key, "put", op.invoked, completed, value, if_version=compare.version, conflict=True
-                )
-            )
-            self.operations.append(
-                Operation(
-                    op.client,
-                    key,
-                    "get",
-                    op.invoked,
-                    completed,
-                    result=read.value if read.found else MISSING,
-                    version=read.version,
-                )
-            )
-        elif isinstance(result, ClusterError) and result.maybe_applied:
-            self.operations.append(
-                Operation(op.client, key, "put", op.invoked, math.inf, value, certain=False, if_version=compare.version)
-            )
+    @property
+    def txn_operations(self) -> list[TxnOperation]:
+        return self.recorder.txn_operations
 
-    def _record_multi_key_txn(self, op: PendingOp, txn: Txn, result: ClientResult, completed: int) -> None:
-        def ops(branch: tuple[TxnOp, ...]) -> tuple[tuple[str, str, Any], ...]:
-            return tuple((o.op, o.key, None if o.value is msgspec.UNSET else o.value) for o in branch)
+    @property
+    def range_operations(self) -> list[TxnOperation]:
+        return self.recorder.range_operations
 
-        compares = tuple((compare.key, compare.version) for compare in txn.compare)
-        if isinstance(result, TxnResult):
-            reads = tuple(
-                (r.key, r.value if r.found else MISSING, r.version if r.found else 0)
-                for r in result.results
-                if r.op == "get"
-            )
-            self.txn_operations.append(
-                TxnOperation(
-                    op.client,
-                    op.invoked,
-                    completed,
-                    compares,
-                    ops(txn.success),
-                    ops(txn.failure),
-                    result.succeeded,
-                    result.version if result.wrote() else None,
-                    reads,
-                )
-            )
-        elif isinstance(result, ClusterError) and result.maybe_applied:
-            self.txn_operations.append(
-                TxnOperation(op.client, op.invoked, math.inf, compares, ops(txn.success), ops(txn.failure), None)
-            )
+    def read_range(
+        self,
+        node_index: int,
+        prefix: str,
+        limit: int,
+        client: int,
+        on_done: Callable[[list[RangeEntry] | None], None],
+    ) -> None:
+        """A linearizable range read as the sidecar serves one: a read barrier through the node, a wait until the
+        node has applied the barrier's version, then every page (of at most `limit` keys) from the state it
+        then holds. Recorded with the first page's interval; `on_done` gets the entries, or None if it failed."""
+        invoked = self.now
+
+        def read(state: ClusterState | None) -> None:
+            if state is None:
+                on_done(None)
+                return
+            index = SortedKeys().at(state)
+            entries: list[RangeEntry] = []
+            after: str | None = None
+            while True:
+                page = range_page(state, index.with_prefix(prefix, after), limit)
+                entries.extend(page.keys)
+                after = page.next
+                if not page.more:
+                    break
+            self.recorder.record_range(client, invoked, self.now, prefix, entries)
+            on_done(entries)
+
+        def after_barrier(result: ClientResult) -> None:
+            if isinstance(result, Committed):
+                self.when_applied(node_index, result.version, read)
+            else:
+                on_done(None)
+
+        self.submit(node_index, ReadBarrier(), client=client, on_done=after_barrier)
+
+    def when_applied(self, node_index: int, version: int, then: Callable[[ClusterState | None], None]) -> None:
+        """Calls `then` with the node's applied state once it is at `version` or later; with None if the node
+        stops first, or has not got there within 10 s."""
+        sim_node = self.nodes[node_index]
+        if sim_node.coordinator is None:
+            then(None)
+            return
+        if sim_node.coordinator.applied_state.version >= version:
+            then(sim_node.coordinator.applied_state)
+            return
+        waiter = (sim_node.boots, version, then)
+        waiters = self._apply_waiters.setdefault(node_index, [])
+        waiters.append(waiter)
+
+        def give_up() -> None:
+            if waiter in waiters:
+                waiters.remove(waiter)
+                then(None)
+
+        self.schedule(self.now + 10_000, give_up)
+
+    def _wake_apply_waiters(self, sim_node: SimNode, state: ClusterState | None) -> None:
+        waiters = self._apply_waiters.get(sim_node.index)
+        if not waiters:
+            return
+        ready = [w for w in waiters if state is None or w[0] != sim_node.boots or w[1] <= state.version]
+        for waiter in ready:
+            waiters.remove(waiter)
+            boots, _, then = waiter
+            then(state if state is not None and boots == sim_node.boots else None)
 
     def finish_pending_operations(self) -> None:
         """Operations still open when the run ends have unknown outcomes."""

@@ -5,13 +5,15 @@ An operation whose outcome is unknown (it failed but may have taken effect) may 
 after its invocation, or not at all.
 
 A register holds a value and the key's version, so that compare-and-set is modeled: a conditional write
-(`if_version`; 0 means absent) applies only where the register's version is that, and a refused one
-(`conflict`) only where it is not. A single-key transaction is recorded as such a conditional write plus
-the get of its failure branch. The version a write of unknown outcome would have given is unknown to the
-checker (None) until a read reveals it.
+(`if_version`; 0 means absent; or `if_value`) applies only where the register's version (value) is that, and
+a refused one (`conflict`) only where it is not. A single-key transaction is recorded as such a conditional
+write plus the get of its failure branch. The version a write of unknown outcome would have given is unknown
+to the checker (None) until a read reveals it.
 
-Transactions over several keys (`TxnOperation`, `check_transactions`) are checked apart, on keys that only
-they touch: there the keys are one register, since a transaction changes them together.
+Operations over several keys (`TxnOperation`, `check_transactions`) are checked apart, on keys that only
+they touch: there the keys are one register, since an operation changes or reads them together. Besides
+transactions, that covers range reads (`range`: the keys under a prefix, with their values and versions, all
+from one state) and prefix deletes (`delete_prefix`: every key under a prefix at once).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MISSING: Any = ("<missing>",)  # the value of an absent key
+UNCONDITIONAL: Any = ("<unconditional>",)  # an `if_value` that is not given
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Operation:
     if_version: int | None = None  # a conditional write: the key's version it requires (0: absent)
     conflict: bool = False  # a conditional write refused (certainly without effect)
     version: int | None = None  # the key's version a certain write gave it, or that a get saw (0: absent)
+    if_value: Any = UNCONDITIONAL  # a conditional write: the value the key must hold (absent: never holds)
 
     def __post_init__(self) -> None:
         if self.kind not in ("put", "delete", "get"):
@@ -92,9 +96,12 @@ def _step(op: Operation, value: Any, version: int | None) -> tuple[Any, int | No
         if op.version is not None and version is not None and op.version != version:
             return None
         return value, version if op.version is None else op.version
-    if op.if_version is not None:
-        if op.if_version == 0:
-            holds: bool | None = value == MISSING
+    conditional = op.if_version is not None or op.if_value is not UNCONDITIONAL
+    if conditional:
+        if op.if_value is not UNCONDITIONAL:
+            holds: bool | None = value != MISSING and value == _freeze(op.if_value)
+        elif op.if_version == 0:
+            holds = value == MISSING
         elif value == MISSING:
             holds = False
         else:
@@ -183,11 +190,14 @@ class TxnOperation:
     invoked: float
     completed: float  # math.inf when the outcome is unknown
     compares: tuple[tuple[str, int], ...]  # (key, version); 0 means absent
-    success: tuple[tuple[str, str, Any], ...]  # (op, key, value) with op "put", "delete" or "get"
+    # (op, key, value): "put", "delete", "get", "delete_prefix" (key: the prefix) or "range" (key: the prefix)
+    success: tuple[tuple[str, str, Any], ...]
     failure: tuple[tuple[str, str, Any], ...]
     succeeded: bool | None  # None: failed, but may have taken effect (either branch, as the compares say)
     version: int | None = None  # the state version its puts gave their keys (when it wrote)
     reads: tuple[tuple[str, Any, int], ...] = ()  # its gets, in order: (key, value or MISSING, version)
+    # Its range reads, in order: the keys each returned, in the order returned, as (key, value, version).
+    ranges: tuple[tuple[tuple[str, Any, int], ...], ...] = ()
 
     @property
     def certain(self) -> bool:
@@ -227,12 +237,21 @@ def _txn_steps(op: TxnOperation, registers: dict[str, tuple[Any, int | None]]) -
     for branch in branches:
         new = dict(registers)
         reads = iter(op.reads)
+        ranges = iter(op.ranges)
         consistent = True
         for kind, key, value in op.success if branch else op.failure:
             if kind == "put":
                 new[key] = (_freeze(value), op.version if op.certain else None)
             elif kind == "delete":
                 new[key] = (MISSING, 0)
+            elif kind == "delete_prefix":
+                for name in new:
+                    if name.startswith(key):
+                        new[name] = (MISSING, 0)
+            elif kind == "range":
+                if op.certain and not _range_matches(key, next(ranges), new):
+                    consistent = False
+                    break
             elif op.certain:
                 _, read_value, read_version = next(reads)
                 current, version = new.get(key, (MISSING, 0))
@@ -243,6 +262,23 @@ def _txn_steps(op: TxnOperation, registers: dict[str, tuple[Any, int | None]]) -
         if consistent:
             after.append(tuple(sorted((key, value, version) for key, (value, version) in new.items())))
     return after
+
+
+def _range_matches(
+    prefix: str, returned: tuple[tuple[str, Any, int], ...], registers: dict[str, tuple[Any, int | None]]
+) -> bool:
+    """A range read returned exactly the present keys under `prefix`, in key order, with their values and
+    versions; versions it reveals (of writes of unknown outcome) are learned into `registers`."""
+    present = {key: held for key, held in registers.items() if key.startswith(prefix) and held[0] != MISSING}
+    names = [key for key, _, _ in returned]
+    if names != sorted(present):
+        return False
+    for key, value, version in returned:
+        held, held_version = present[key]
+        if _freeze(value) != held or (held_version is not None and held_version != version):
+            return False
+        registers[key] = (held, version)
+    return True
 
 
 def check_transactions(operations: list[TxnOperation], max_states: int | None = None) -> Verdict:
@@ -281,7 +317,8 @@ def check_transactions(operations: list[TxnOperation], max_states: int | None = 
                 stack.append((done | 1 << index, after))
     lines = "\n".join(
         f"  client {op.client} compares={op.compares} success={op.success} failure={op.failure} "
-        f"succeeded={op.succeeded} version={op.version} reads={op.reads} [{op.invoked}, {op.completed}]"
+        f"succeeded={op.succeeded} version={op.version} reads={op.reads} ranges={op.ranges} "
+        f"[{op.invoked}, {op.completed}]"
         for op in ops
     )
-    return Verdict(False, None, f"the multi-key transactions are not linearizable:\n{lines}")
+    return Verdict(False, None, f"the multi-key operations are not linearizable:\n{lines}")

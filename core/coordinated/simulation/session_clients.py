@@ -10,7 +10,11 @@ keeping the session alive, and later starts a new one. The checks, over the mast
 - an abandoned session, and with it its ephemeral key, ends within its TTL (plus the publication slack)
   after the later of the holder's last keepalive and the last master election: the key never outlives
   its session by more than the TTL plus the failover time;
-- once the run heals, every abandoned session has ended and no ephemeral key is left.
+- once the run heals, every abandoned session has ended and no ephemeral key is left;
+- with `check_failover_extensions` (runs whose masters are killed, `run_master_kills`): between its
+  abandonment and its end, an abandoned session was counted down by masters for no more than its TTL plus
+  one failover allowance (`sessions.failover_allowance_ms`) per election in between, plus the slack of its
+  expiry's publication. The time without a master is not counted: no master counts it.
 
 The cluster itself checks, on every applied state, that every ephemeral key's session is in that state.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from coordinated.coordination.client import (
     ClientResult,
@@ -29,6 +34,8 @@ from coordinated.coordination.client import (
     SessionInfo,
     SessionKeepAlive,
 )
+from coordinated.coordination.publication import PUBLISH_TIMEOUT
+from coordinated.coordination.sessions import failover_allowance_ms
 from coordinated.simulation.cluster import SimulatedCluster
 
 SESSION_TTL_MS = 8_000
@@ -133,11 +140,15 @@ class SessionHolder:
             self.current = None
 
 
+def expiry_slack_ms(cluster: SimulatedCluster) -> int:
+    """How long past its TTL a stopped holder's session may live: its expiry may wait behind a publication, then
+    publish."""
+    return 2 * cluster.nodes[0].settings[PUBLISH_TIMEOUT] + 5_000
+
+
 def check_sessions(cluster: SimulatedCluster, holders: list[SessionHolder], slack_ms: int) -> int:
     """The session properties of the module docstring; returns how many sessions were checked."""
-    elections = sorted(
-        round(event["ts"] * 1000) for node in cluster.nodes for event in node.history if event["type"] == "elected"
-    )
+    elected = elections(cluster)
     final = cluster.leader()
     assert final is not None
     state = final.running().applied_state
@@ -157,7 +168,7 @@ def check_sessions(cluster: SimulatedCluster, holders: list[SessionHolder], slac
             if ended_at is None or held.id in state.sessions:
                 cluster._violation(f"session {held.id}, abandoned at {held.abandoned_at}ms, never ended")
                 continue
-            last_election = max((at for at in elections if at <= ended_at), default=0)
+            last_election = max((at for at in elected if at <= ended_at), default=0)
             bound = max(held.abandoned_at, last_election) + holder.ttl_ms + slack_ms
             if ended_at > bound:
                 cluster._violation(
@@ -167,3 +178,75 @@ def check_sessions(cluster: SimulatedCluster, holders: list[SessionHolder], slac
     if state.kv_sessions:
         cluster._violation(f"ephemeral keys left after every holder stopped: {sorted(state.kv_sessions)}")
     return checked
+
+
+def elections(cluster: SimulatedCluster) -> list[int]:
+    """When each master was elected (ms), in order."""
+    return sorted(
+        round(event["ts"] * 1000) for node in cluster.nodes for event in node.history if event["type"] == "elected"
+    )
+
+
+def check_failover_extensions(cluster: SimulatedCluster, holders: list[SessionHolder], slack_ms: int) -> int:
+    """No master change extended an abandoned session by more than its allowance (module docstring); returns
+    how many abandoned sessions were checked."""
+    elected = elections(cluster)
+    checked = 0
+    for holder in holders:
+        for held in holder.sessions:
+            ended_at = cluster.session_ended_at.get(held.id)
+            if held.abandoned_at is None or ended_at is None:
+                continue
+            checked += 1
+            counted = cluster.master_time(held.abandoned_at, ended_at)
+            failovers = sum(1 for at in elected if held.abandoned_at < at <= ended_at)
+            bound = holder.ttl_ms + failovers * failover_allowance_ms(holder.ttl_ms) + slack_ms
+            if counted > bound:
+                cluster._violation(
+                    f"session {held.id}, abandoned at {held.abandoned_at}ms and ended at {ended_at}ms, was counted "
+                    f"down by masters for {counted}ms, beyond its TTL plus {failovers} failover allowances ({bound}ms)"
+                )
+    return checked
+
+
+def run_master_kills(
+    seed: int, node_count: int = 3, holder_count: int = 4, kills: int = 8
+) -> tuple[SimulatedCluster, int]:
+    """Session holders through a run that kills the master again and again (kill -9: it stops at once) and
+    restarts it a little later; then every holder stops. Checks `check_sessions` and
+    `check_failover_extensions`; raises SafetyViolation naming the seed. Returns the cluster and how many
+    abandoned sessions the failover check judged."""
+    rng = random.Random(seed)
+    cluster = SimulatedCluster(seed, node_count)
+    cluster.run_for(3_000)
+    holders = [
+        SessionHolder(cluster, index, random.Random(rng.getrandbits(64)), SESSION_TTL_MS)
+        for index in range(holder_count)
+    ]
+    for holder in holders:
+        holder.abandon_chance = 0.3
+        holder.start()
+    for _ in range(kills):
+        cluster.run_for(rng.randint(500, SESSION_TTL_MS // 2))
+        leader = cluster.leader()
+        if leader is not None:
+            cluster.crash(leader.index)
+            index = leader.index
+            cluster.schedule(cluster.now + rng.randint(200, 4_000), partial(cluster.start_node, index))
+    for holder in holders:
+        holder.stop()
+    for node in cluster.nodes:
+        if not node.alive:
+            cluster.start_node(node.index)
+    cluster.stabilise()
+    slack = expiry_slack_ms(cluster)
+    cluster.run_for(SESSION_TTL_MS + slack)
+    cluster.stabilise()
+    for holder in holders:
+        holder.abandon_now()
+    check_sessions(cluster, holders, slack)
+    return cluster, check_failover_extensions(cluster, holders, FAILOVER_SLACK_MS)
+
+
+# What an expiry takes beyond its deadline in the simulator: its batch, publication and commit (1-20 ms a hop).
+FAILOVER_SLACK_MS = 300

@@ -68,15 +68,15 @@ RULES: tuple[Rule, ...] = (
     _rule(_ANY, r"/_cluster/voting_config_exclusions", Role.ADMIN),
     _rule(_ANY, r"/_hooks(/.*)?", Role.ADMIN),
     _rule(_ANY, r"/_snapshot(/.*)?", Role.ADMIN),
-    # Reads and watches (a watch is a GET under /_cluster/metadata/_watch).
+    # Reads, range reads and watches (a watch is a GET under /_cluster/metadata/_watch).
     _rule(_READ, r"/", Role.READER),
     _rule(_READ, r"/_cluster/(state|health)", Role.READER),
     _rule(_READ, r"/_cat/master", Role.READER),
-    _rule(_READ, r"/_cluster/metadata/.+", Role.READER),
+    _rule(_READ, r"/_cluster/metadata(/.+)?", Role.READER),
     _rule(_READ, r"/_history", Role.READER),
     # Writes: keys, transactions, sessions. Sessions are a writer's, listing included: their ids are what a
     # writer keeps alive and binds keys to.
-    _rule(frozenset({"PUT", "DELETE", "POST"}), r"/_cluster/metadata/.+", Role.WRITER),
+    _rule(frozenset({"PUT", "DELETE", "POST"}), r"/_cluster/metadata(/.+)?", Role.WRITER),
     _rule(_ANY, r"/_sessions(/.*)?", Role.WRITER),
 )
 

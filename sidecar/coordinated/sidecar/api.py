@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 import msgspec
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from coordinated.coordination.client import (
     AddVotingConfigExclusions,
@@ -25,8 +25,10 @@ from coordinated.coordination.client import (
     ClusterError,
     Committed,
     KvDelete,
+    KvDeletePrefix,
     KvGet,
     KvPut,
+    PrevKey,
     ReadBarrier,
     ReadValue,
     SessionCreate,
@@ -43,6 +45,7 @@ from coordinated.coordination.client import (
 from coordinated.coordination.client_requests import NO_MASTER_BLOCK
 from coordinated.coordination.context import Mode
 from coordinated.coordination.counters import LONG_MAX
+from coordinated.coordination.ranges import DEFAULT_RANGE_LIMIT, MAX_RANGE_LIMIT
 from coordinated.coordination.settings import CLUSTER_NAME, parse_time_ms
 from coordinated.coordination.state import session_binding_to_api, state_to_api
 from coordinated.coordination.validation import (
@@ -61,8 +64,11 @@ from coordinated.sidecar.change_log import ChangesGone
 from coordinated.sidecar.history import read_events_after
 from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
 from coordinated.sidecar.http_server import BODY_TIMEOUT_S, MAX_CONTENT_LENGTH
+from coordinated.sidecar.listings import ListingGone
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.problems import BLOCKING, RED, ProblemKind
+from coordinated.sidecar.problems import BLOCKING, RED, YELLOW, ProblemKind
+from coordinated.sidecar.watch_streams import CLOSE_GRACE_S, LOST_MASTER, Filter, chunk, event_line
+from coordinated.sidecar.watch_streams import line as stream_line
 
 log = logging.getLogger("coordinated.api")
 _JSON_ENCODER = msgspec.json.Encoder()
@@ -140,7 +146,11 @@ async def errors_middleware(
 # -- parameter and body parsing ---------------------------------------------------------------------------
 
 
-def check_params(request: web.Request, allowed: set[str]) -> Mapping[str, str]:
+def check_params(
+    request: web.Request, allowed: set[str], repeatable: frozenset[str] = frozenset()
+) -> Mapping[str, str]:
+    """The query, once every parameter is known and given once (those of `repeatable` may repeat: read them
+    with `request.query.getall`)."""
     if not request.query_string:
         return _NO_PARAMS  # most requests: no query to parse (yarl's parse of even an empty one costs)
     raw_query = request.rel_url.raw_query_string
@@ -155,7 +165,7 @@ def check_params(request: web.Request, allowed: set[str]) -> Mapping[str, str]:
             f"request [{request.path}] contains unrecognized parameter{'s' if len(unknown) > 1 else ''}: {unknown}"
         )
     for name in request.query:
-        if len(request.query.getall(name)) > 1:
+        if name not in repeatable and len(request.query.getall(name)) > 1:
             raise BadRequest(f"parameter [{name}] is given more than once")
     return request.query
 
@@ -292,6 +302,8 @@ def setup_routes(app: web.Application) -> None:
     r.add_get("/_cat/master", cat_master)
     r.add_post("/_cluster/metadata/_txn", metadata_txn)  # `_` names are reserved: never a key
     r.add_get("/_cluster/metadata/_watch", metadata_watch)
+    r.add_get("/_cluster/metadata", metadata_range)
+    r.add_delete("/_cluster/metadata", metadata_delete_prefix)
     # A key may hold `/`, written literally in the path; any other character reaches the key check.
     r.add_put("/_cluster/metadata/{key:[\\s\\S]+}", metadata_put)
     r.add_delete("/_cluster/metadata/{key:[\\s\\S]+}", metadata_delete)
@@ -407,15 +419,16 @@ def health_body(node: Node) -> dict[str, Any]:
         problem = f"{problem}; {foreign}" if problem else foreign
     persistence_problem = node.persist_monitor.failure
     problems = node.problems()
+    history = node.history_maintenance.status
+    if status == "green" and any(found.kind in YELLOW for found in problems):
+        status = "yellow"  # the node works, but its volume is filling up, its history lost something or is not archived
     if any(found.kind in RED for found in problems):
         status = "red"  # this node cannot accept states: whatever it serves may be stale
     if problem:
         # Why no master, as far as the transport can tell: peers that refused this node, or that it refused.
         refused = [found.reason for found in problems if found.kind is ProblemKind.TRANSPORT]
         problem = "; ".join([problem, *refused])
-    archive_problem = node.archive.status().problem if node.archive is not None else None
-    if archive_problem and status == "green":
-        status = "yellow"  # the cluster works, but this node's history is not reaching object storage
+    archive_problem = next((found.reason for found in problems if found.kind is ProblemKind.ARCHIVE), None)
     return {
         "cluster_name": state.cluster_name,
         "cluster_uuid": state.cluster_uuid,
@@ -426,6 +439,8 @@ def health_body(node: Node) -> dict[str, Any]:
         "number_of_master_eligible_nodes": sum(1 for n in nodes.values() if n.master_eligible),
         "formation_problem": problem,
         "persistence_problem": persistence_problem,
+        "disk_problem": history.disk_problem or None,
+        "history_problem": history.history_problem or None,
         "archive_problem": archive_problem,
         "problems": [found.to_api() for found in problems],
         "mode": str(node.coordinator.mode),
@@ -488,10 +503,26 @@ async def cat_master(request: web.Request) -> web.Response:
     return web.Response(text=f"{header}{row['id']} {row['host']} {row['ip']} {row['node']}\n")
 
 
+def prev_to_api(prev: PrevKey | msgspec.UnsetType | None) -> dict[str, Any]:
+    """A write's `prev` field when it asked for `prev_value`: the key as it was, or null if it did not exist."""
+    if prev is msgspec.UNSET:
+        return {}
+    if prev is None:
+        return {"prev": None}
+    return {
+        "prev": with_session(
+            {"value": prev.value, "version": prev.version, "create_version": prev.create_version}, prev.session
+        )
+    }
+
+
 def write_result(key: str, result: ClientResult) -> web.Response:
     if isinstance(result, Committed):
         # Every acknowledged write answers this: msgspec rather than json_response's json.dumps.
-        body = _JSON_ENCODER.encode({"key": key, "term": result.term, "version": result.version})
+        answer = {"key": key, "term": result.term, "version": result.version}
+        if result.prev is not msgspec.UNSET:
+            answer.update(prev_to_api(result.prev))
+        body = _JSON_ENCODER.encode(answer)
         return web.Response(body=body, content_type="application/json", charset="utf-8")
     if isinstance(result, ClusterError):
         return result_error(result)
@@ -499,34 +530,132 @@ def write_result(key: str, result: ClientResult) -> web.Response:
 
 
 async def metadata_put(request: web.Request) -> web.Response:
-    query = check_params(request, {"timeout", "master_timeout", "if_version", "op_type", "session"})
+    query = check_params(request, {"timeout", "master_timeout", "if_version", "op_type", "session", "prev_value"})
     key = check_key(request)
     condition = write_condition(query)
     session = query.get("session")
     if session is not None:
         check_session_id(session, "session")
+    prev = param_bool(query, "prev_value", False)
     timeout_ms = timeout_of(query)
     value = await read_json(request)
     problem = value_problem(key, value)  # before it is forwarded: every node must be able to decode it
     if problem is not None:
         raise BadRequest(problem)
-    return write_result(key, await node_of(request).submit(KvPut(key, value, condition, session), timeout_ms))
+    return write_result(key, await node_of(request).submit(KvPut(key, value, condition, session, prev), timeout_ms))
 
 
 async def metadata_delete(request: web.Request) -> web.Response:
-    query = check_params(request, {"timeout", "master_timeout", "if_version"})
+    query = check_params(request, {"timeout", "master_timeout", "if_version", "prev_value"})
     key = check_stored_key(request)
     condition = write_condition(query)
+    prev = param_bool(query, "prev_value", False)
     timeout_ms = timeout_of(query)
     await no_body(request)
-    return write_result(key, await node_of(request).submit(KvDelete(key, condition), timeout_ms))
+    return write_result(key, await node_of(request).submit(KvDelete(key, condition, prev), timeout_ms))
+
+
+def query_prefix(query: Mapping[str, str]) -> str:
+    """The `prefix` parameter: empty (or absent) for every key."""
+    prefix = query.get("prefix", "")
+    problem = key_prefix_problem(prefix)
+    if problem is not None:
+        raise BadRequest(f"invalid parameter [prefix]: {problem}")
+    return prefix
+
+
+async def metadata_delete_prefix(request: web.Request) -> web.Response:
+    """Every key under `prefix` (every key if it is empty), deleted in one committed state."""
+    query = check_params(request, {"prefix", "timeout", "master_timeout"})
+    if "prefix" not in query:
+        raise BadRequest("a delete of [/_cluster/metadata] needs [prefix]: the keys it deletes (empty: every key)")
+    prefix = query_prefix(query)
+    timeout_ms = timeout_of(query)
+    await no_body(request)
+    result = await node_of(request).submit(KvDeletePrefix(prefix), timeout_ms)
+    if isinstance(result, Committed):
+        deleted = 0 if result.deleted is msgspec.UNSET else result.deleted
+        return web.json_response({"prefix": prefix, "deleted": deleted, "term": result.term, "version": result.version})
+    if isinstance(result, ClusterError):
+        return result_error(result)
+    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+
+
+_RANGE_ENCODER = msgspec.json.Encoder()
+_RANGE_PARAMS = {
+    "prefix",
+    "keys_only",
+    "limit",
+    "after",
+    "at_version",
+    "count_only",
+    "local",
+    "timeout",
+    "master_timeout",
+}
+
+
+async def metadata_range(request: web.Request) -> web.Response:
+    """A page of the keys under `prefix`, in key order, from one state version (listings.py): linearizable
+    unless `local`; a continuation (`at_version` and `after`) reads the state of its listing's first page."""
+    query = check_params(request, _RANGE_PARAMS)
+    prefix = query_prefix(query)
+    keys_only = param_bool(query, "keys_only", False)
+    count_only = param_bool(query, "count_only", False)
+    limit = param_int(query, "limit", DEFAULT_RANGE_LIMIT, minimum=1) or DEFAULT_RANGE_LIMIT
+    if limit > MAX_RANGE_LIMIT:
+        raise BadRequest(f"parameter [limit] must be at most {MAX_RANGE_LIMIT}, got [{limit}]")
+    after = query.get("after")
+    at_version = param_int(query, "at_version", None)
+    local = param_bool(query, "local", False)
+    if count_only and (keys_only or after is not None or at_version is not None or "limit" in query):
+        raise BadRequest(
+            "[count_only] counts every key under [prefix]: it takes no [keys_only], [limit], [after] or [at_version]"
+        )
+    await no_body(request)
+    node = node_of(request)
+    assert node.loop is not None
+    if at_version is not None:
+        try:
+            page = node.listings.next_page(
+                node.applied_state, at_version, prefix, after, limit, keys_only, node.loop.time()
+            )
+        except ListingGone as gone:
+            return error_response("resource_gone_exception", str(gone), 410)
+        return web.Response(body=_RANGE_ENCODER.encode(page), content_type="application/json", charset="utf-8")
+    problem = await consistent_read(node, local, timeout_of(query))
+    if problem is not None:
+        return problem
+    state = node.applied_state
+    if count_only:
+        return web.json_response({"version": state.version, "count": node.listings.count(state, prefix)})
+    page = node.listings.first_page(state, prefix, after, limit, keys_only, node.loop.time())
+    return web.Response(body=_RANGE_ENCODER.encode(page), content_type="application/json", charset="utf-8")
+
+
+async def consistent_read(node: Node, local: bool, timeout_ms: int) -> web.Response | None:
+    """Before a read of this node's applied state: with `local`, only the no-master block; otherwise a read
+    barrier (shared with the reads that arrive with it), so that the state read holds every write acknowledged
+    before the request. None when the read may go ahead, otherwise the error to answer with."""
+    assert node.coordinator is not None
+    if local:
+        block = node.coordinator.settings[NO_MASTER_BLOCK]
+        if node.applied_state.master_node is None and block == "all":
+            return result_error(no_master_error(block))
+        return None
+    if node.applied_state.master_node is None:
+        return master_not_discovered()
+    return await shared_read_barrier(node, timeout_ms)
 
 
 def txn_op_to_api(result: TxnOpResult) -> dict[str, Any]:
     if result.op == "put":
-        return {"op": "put", "key": result.key, "version": result.version, "create_version": result.create_version}
+        put = {"op": "put", "key": result.key, "version": result.version, "create_version": result.create_version}
+        return {**put, **prev_to_api(result.prev)}
     if result.op == "delete":
-        return {"op": "delete", "key": result.key, "deleted": result.found}
+        return {"op": "delete", "key": result.key, "deleted": result.found, **prev_to_api(result.prev)}
+    if result.op == "delete_prefix":
+        return {"op": "delete_prefix", "prefix": result.key, "deleted": result.deleted}
     if not result.found:
         return {"op": "get", "key": result.key, "found": False}
     return {
@@ -618,16 +747,6 @@ WATCH_MAX_TIMEOUT_MS = 300_000
 WATCH_MAX_EVENTS = 1000
 
 
-def watch_prefix(query: Mapping[str, str]) -> str:
-    prefix = query.get("prefix", "")
-    if prefix == "":
-        return prefix  # every key
-    problem = key_prefix_problem(prefix)
-    if problem is not None:
-        raise BadRequest(f"invalid parameter [prefix]: {problem}")
-    return prefix
-
-
 async def shared_read_barrier(node: Node, timeout_ms: int) -> web.Response | None:
     """`read_barrier`, shared by every watch that arrives while one is in flight (see SharedBarrier)."""
     assert node.loop is not None
@@ -639,30 +758,45 @@ async def shared_read_barrier(node: Node, timeout_ms: int) -> web.Response | Non
     return await _applied_in_time(node, result, deadline, "watch")
 
 
-async def metadata_watch(request: web.Request) -> web.Response:
-    """Every change under `prefix` after `after_version` (omitted: from now), waiting up to `timeout` for one."""
-    query = check_params(request, {"prefix", "after_version", "timeout", "master_timeout", "local"})
-    prefix = watch_prefix(query)
+_WATCH_PARAMS = {"prefix", "after_version", "timeout", "master_timeout", "local", "stream", "prev_value", "filter"}
+_STREAM_ONLY = ("prev_value", "filter")
+
+
+async def metadata_watch(request: web.Request) -> web.StreamResponse:
+    """Every change under `prefix` after `after_version` (omitted: from now): with `stream=true` on one held
+    response as they come (watch_streams.py), otherwise in one answer, waiting up to `timeout` for one."""
+    query = check_params(request, _WATCH_PARAMS, repeatable=frozenset({"prefix"}))
+    given = request.query.getall("prefix", []) if query else []
+    prefixes = tuple(query_prefix({"prefix": prefix}) for prefix in given) or ("",)
     after = param_int(query, "after_version", None)
-    timeout_ms = param_time_ms(query, "timeout", DEFAULT_TIMEOUT)
-    if timeout_ms > WATCH_MAX_TIMEOUT_MS:
-        raise BadRequest(f"parameter [timeout] must be at most 5m, got [{query['timeout']}]")
     master_timeout_ms = param_time_ms(query, "master_timeout", DEFAULT_TIMEOUT)
     local = param_bool(query, "local", False)
     await no_body(request)
+    if param_bool(query, "stream", False):
+        if "timeout" in query:
+            raise BadRequest("a stream has no [timeout]: it lasts until the client closes it")
+        filter_: Filter = None
+        if "filter" in query:
+            if query["filter"] not in ("put", "delete"):
+                raise BadRequest(f"parameter [filter] must be [put] or [delete], got [{query['filter']}]")
+            filter_ = "put" if query["filter"] == "put" else "delete"
+        prev_value = param_bool(query, "prev_value", False)
+        return await watch_stream(request, prefixes, after, filter_, prev_value, local, master_timeout_ms)
+    if len(prefixes) > 1:
+        raise BadRequest("several [prefix] parameters need [stream=true]")
+    for name in _STREAM_ONLY:
+        if name in query:
+            raise BadRequest(f"parameter [{name}] needs [stream=true]")
+    prefix = prefixes[0]
+    timeout_ms = param_time_ms(query, "timeout", DEFAULT_TIMEOUT)
+    if timeout_ms > WATCH_MAX_TIMEOUT_MS:
+        raise BadRequest(f"parameter [timeout] must be at most 5m, got [{query['timeout']}]")
     node = node_of(request)
     assert node.loop is not None and node.coordinator is not None
     deadline = node.loop.time() + timeout_ms / 1000
-    if local:
-        block = node.coordinator.settings[NO_MASTER_BLOCK]
-        if node.applied_state.master_node is None and block == "all":
-            return result_error(no_master_error(block))
-    else:
-        if node.applied_state.master_node is None:
-            return master_not_discovered()
-        problem = await shared_read_barrier(node, master_timeout_ms)
-        if problem is not None:
-            return problem
+    problem = await consistent_read(node, local, master_timeout_ms)
+    if problem is not None:
+        return problem
     hub = node.key_watches
     if after is None:
         after = hub.log.version
@@ -679,6 +813,62 @@ async def metadata_watch(request: web.Request) -> web.Response:
         after = version
         if not await hub.wait(prefix, remaining):
             return web.json_response({"version": max(after, hub.log.version), "events": []})
+
+
+async def watch_stream(
+    request: web.Request,
+    prefixes: tuple[str, ...],
+    after: int | None,
+    filter_: Filter,
+    prev_value: bool,
+    local: bool,
+    master_timeout_ms: int,
+) -> web.StreamResponse:
+    """One read barrier, the changes the log holds after `after` (written as the client reads them), then the
+    stream joins its group in the node's StreamHub, which feeds it as states are applied, until it ends."""
+    if request.version < HttpVersion11:
+        raise BadRequest("a watch stream needs HTTP/1.1: its body is chunked")
+    node = node_of(request)
+    problem = await consistent_read(node, local, master_timeout_ms)
+    if problem is not None:
+        return problem
+    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    changes = node.key_watches.log
+    after = changes.version if after is None else after
+    while True:  # the backlog, flow-controlled; then, without an await in between, the live stream
+        try:
+            events, version = changes.events_after(prefixes, after, WATCH_MAX_EVENTS)
+        except ChangesGone as gone:
+            await response.write(stream_line(type="gone", version=changes.version, oldest=gone.base))
+            await response.write_eof()
+            return response
+        if not events:
+            break
+        lines = [event_line(event, prev_value) for event in events if filter_ is None or event.type == filter_]
+        if lines:
+            await response.write(b"".join(lines))
+        after = version
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        return response
+    hub = node.watch_streams
+    stream = hub.add(transport, prefixes, filter_, prev_value, after, needs_master=not local)
+    transport.write(chunk(stream_line(type="progress", version=after)))  # live from here
+    if not local and node.applied_state.master_node is None:
+        hub.end(stream, LOST_MASTER)  # lost during the backlog
+    try:
+        await stream.ended
+    finally:
+        hub.remove(stream)
+    if not transport.is_closing():
+        try:
+            async with asyncio.timeout(CLOSE_GRACE_S):
+                await response.write_eof()
+        except (TimeoutError, ConnectionError):
+            transport.abort()  # a client that does not read even its stream's end
+    return response
 
 
 # -- sessions ---------------------------------------------------------------------------------------------
@@ -702,7 +892,10 @@ def session_body(session_id: str, ttl_ms: int, node_id: str | None, node: Node) 
 
 def session_result(result: ClientResult, node: Node, status: int = 200) -> web.Response:
     if isinstance(result, SessionInfo):
-        return web.json_response(session_body(result.id, result.ttl_ms, result.node, node), status=status)
+        body = session_body(result.id, result.ttl_ms, result.node, node)
+        if result.ttl_ms > 0:
+            body["remaining_ms"] = result.remaining_ms  # by the master's clock, when it answered
+        return web.json_response(body, status=status)
     if isinstance(result, Committed):
         return web.json_response({"acknowledged": True})
     if isinstance(result, ClusterError):

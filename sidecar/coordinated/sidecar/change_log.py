@@ -48,6 +48,9 @@ class WatchEvent(msgspec.Struct, frozen=True):
     key: str
     value: Any
     version: int
+    # The key's value in the state applied before the event's (a reference, not a copy), if it existed there.
+    prev: Any = None
+    had_prev: bool = False
 
     def to_api(self) -> dict[str, Any]:
         return {"type": self.type, "key": self.key, "value": self.value, "version": self.version}
@@ -81,18 +84,20 @@ def changed_keys(before: ClusterState, after: ClusterState) -> list[WatchEvent]:
     events: list[WatchEvent] = []
     for key in touched:
         versions = after.key_version(key)
+        had_prev = key in before.kv
+        prev = before.kv.get(key)
         if versions is None:
-            if key in before.kv:
-                events.append(WatchEvent("delete", key, None, after.version))
+            if had_prev:
+                events.append(WatchEvent("delete", key, None, after.version, prev, True))
             continue
         old = before.key_version(key)
         value = after.kv[key]
-        if old is not None and old == versions and before.kv[key] == value:
+        if old is not None and old == versions and prev == value:
             continue
         # A key's version is that of the write that changed it, so it lies in (before, after]; a key carried
         # over without a real version (written by an older release) is given the state's.
         version = versions.version if before.version < versions.version <= after.version else after.version
-        events.append(WatchEvent("put", key, value, version))
+        events.append(WatchEvent("put", key, value, version, prev, had_prev))
     events.sort(key=lambda event: (event.version, event.key))
     return events
 
@@ -112,6 +117,7 @@ class ChangeLog:
         self._last: ClusterState | None = None
         self._held: deque[ClusterState] = deque(maxlen=MAX_HELD_STATES)  # accepted, not yet applied
         self._steps: deque[Step] = deque()
+        self.newest: Step | None = None  # the step the last `record` added (None if it added none)
         self._step_versions: deque[int] = deque()
         self._events = 0
         # The log started from a state without keys, and nothing was dropped since: a watcher from version 0
@@ -142,6 +148,7 @@ class ChangeLog:
 
         A state without a master is not a new application but the node showing it has none (or, at startup,
         the state it recovered from disk, which may never have been committed): it is skipped."""
+        self.newest = None
         if state.master_node is None:
             return []
         last = self._last
@@ -159,7 +166,8 @@ class ChangeLog:
         events = changed_keys(last, state)
         if not events:
             return []
-        self._steps.append(Step(state.version, tuple(events)))
+        self.newest = Step(state.version, tuple(events))
+        self._steps.append(self.newest)
         self._step_versions.append(state.version)
         self._events += len(events)
         while self._events > self.max_events and len(self._steps) > 1:
@@ -178,10 +186,13 @@ class ChangeLog:
         self._step_versions.clear()
         self._events = 0
 
-    def events_after(self, prefix: str, after_version: int, limit: int) -> tuple[list[WatchEvent], int]:
-        """The changes under `prefix` with a version above `after_version`, in version order, and the version
-        the caller has then seen everything up to. At most `limit` events unless one step holds more (a step
-        is never split, so the answer's version is always a point the log fully covers).
+    def events_after(
+        self, prefix: str | tuple[str, ...], after_version: int, limit: int
+    ) -> tuple[list[WatchEvent], int]:
+        """The changes under `prefix` (or under any of several) with a version above `after_version`, in
+        version order, and the version the caller has then seen everything up to. At most `limit` events unless
+        one step holds more (a step is never split, so the answer's version is always a point the log fully
+        covers).
 
         Raises ChangesGone if the log does not reach back to `after_version`."""
         if self.base is None:

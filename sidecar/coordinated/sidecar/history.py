@@ -1,85 +1,101 @@
-"""The node's history (the event schema is in docs/protocol.md): JSON Lines in rotating segment files under DATA_DIR/history/.
+"""The node's history writer: format-2 JSON lines (`coordinated.coordination.history_format`) in segment files
+under DATA_DIR/history/ (`history_segments`).
 
 Events are written with a plain `write` on an O_APPEND descriptor before the effect they record is carried
 out, so a killed process never loses an event it acted on (the page cache survives a process crash; set
-`history.fsync` to survive a machine crash as well). `seq` continues from the last event on disk.
+`history.fsync` to survive a machine crash as well). `seq` continues from the last event on disk; every start
+writes into a new segment, created with its first event, and a segment is closed once it would grow past
+`segment_size` (`on_rotate` then gets its path: the node compresses it, see `history_maintenance`).
+
+The writer notices files lost under it. Before an append (at most once per `check_interval_s`) it looks at
+its open segment: if the file was deleted (no link left) or replaced (its name now names another file), it
+writes no further line into it. It opens a new segment and records the loss there first, as a
+`history_lost` event naming the seqs that segment held, with the node's marks (the newest `term` and
+accepted state the history held), so the history still proves what was persisted. A write that fails (a full
+disk, an I/O error) is cut back off the file; its seq stays used, and the next line that can be written is a
+`history_lost` event naming the seqs that could not be. Nothing here raises into the node: the loss is
+recorded, logged, and shown in health and metrics (`losses`, `write_failure`).
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
-import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from coordinated.coordination.counters import LONG_MAX
-from coordinated.coordination.history_lines import ends_with_cut_line, is_complete
-from coordinated.coordination.offline_recovery import RESET_EVENTS
-from coordinated.coordination.recovery import HistorySummary
-from coordinated.coordination.settings import bool_setting, size_setting
-
-HISTORY_SEGMENT_SIZE = size_setting(
-    "history.segment_size", "16mb", minimum="1kb", maximum="1gb", doc="history segment rotation size"
+from coordinated.coordination.effects import RecordHistory
+from coordinated.coordination.history import (
+    MARK_CARRYING_EVENT_TYPES,
+    RESET_EVENT_TYPES,
+    EventType,
+    HistoryEvent,
 )
-HISTORY_FSYNC = bool_setting("history.fsync", False, doc="`true` fsyncs each history line")
+from coordinated.coordination.history_format import LineEncoder, coerce_event
+from coordinated.sidecar.history_read import (
+    last_seq_in,
+    newest_durable_marks,
+    read_events_after,
+    summarize_history,
+)
+from coordinated.sidecar.history_segments import Segment, list_segments, segment_name
 
-_SEGMENT = re.compile(r"^segment-(\d{12})\.jsonl$")
-_TAIL_BYTES = 64 * 1024
-# One line per event, keys sorted, no spaces (the form `_MARK_MARKERS` searches for); a few lines per write on
-# every node, so msgspec rather than `json` (about 2 µs a line instead of 15).
-_LINE_ENCODER = msgspec.json.Encoder(order="sorted", enc_hook=str)
-# The events whose marks bound what a restarted node may load (see `summarize_history`).
-_MARK_MARKERS = tuple(b'"type":"%s"' % kind.encode() for kind in ("term", "accepted", *RESET_EVENTS))
+log = logging.getLogger("coordinated.history")
 
-
-# What reading one history line can raise: a line that is not JSON, lacks a field or holds the wrong type, a
-# number too large for an int (`1e999`), or arrays nested past the decoder's stack.
-_UNREADABLE = (ValueError, KeyError, TypeError, OverflowError, RecursionError)
-
-
-def _mark(value: object) -> int:
-    """A term or version that a history line records: an integer of the wire's range, or the line is damage."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= LONG_MAX:
-        raise ValueError(f"not a term or version: {value!r}")
-    return value
+Marks = tuple[int, tuple[int, int]]  # (newest term, newest accepted (term, version))
+NO_MARKS: Marks = (0, (0, 0))
+CHECK_INTERVAL_S = 1.0
 
 
-def segment_name(first_seq: int) -> str:
-    return f"segment-{first_seq:012d}.jsonl"
+@dataclass(frozen=True)
+class HistoryLoss:
+    """Events this node's history lost while it ran, as recorded in its `history_lost` event."""
+
+    first_seq: int
+    last_seq: int
+    reason: str
+
+    @property
+    def events(self) -> int:
+        return self.last_seq - self.first_seq + 1
 
 
-def list_segments(directory: Path) -> list[tuple[int, Path]]:
-    segments = []
-    for entry in directory.iterdir() if directory.exists() else ():
-        match = _SEGMENT.match(entry.name)
-        if match:
-            segments.append((int(match.group(1)), entry))
-    return sorted(segments)
+def marks_after(marks: Marks, event: HistoryEvent) -> Marks:
+    """The history's marks once `event` is written (see `summarize_history`)."""
+    term, accepted = marks
+    kind = event.type
+    if kind is EventType.TERM:
+        return max(term, event.term), accepted
+    if kind is EventType.ACCEPTED:
+        return term, max(accepted, (event.term, event.version or 0))
+    carried_term = event.marks_term if isinstance(event.marks_term, int) else term
+    carried = tuple(event.marks_accepted) if isinstance(event.marks_accepted, (tuple, list)) else accepted
+    if kind in RESET_EVENT_TYPES:  # the node tool's reset replaces every older mark
+        return carried_term, (int(carried[0]), int(carried[1]))
+    if kind in MARK_CARRYING_EVENT_TYPES:
+        return max(term, carried_term), max(accepted, (int(carried[0]), int(carried[1])))
+    return marks
 
 
-def last_seq_in(path: Path) -> tuple[int | None, bool]:
-    """(the last complete event's seq, whether the file ends in a partial line)."""
-    size = path.stat().st_size
-    with path.open("rb") as file:
-        file.seek(max(0, size - _TAIL_BYTES))
-        tail = file.read()
-    partial = ends_with_cut_line(tail)
-    lines = tail.split(b"\n")
-    if partial:
-        lines = lines[:-1]
-    for line in reversed(lines):
-        if not line.strip():
-            continue
-        try:
-            return int(json.loads(line)["seq"]), partial
-        except _UNREADABLE:
-            continue  # the first line of the tail window may be cut; keep looking back
-    return None, partial
+def folds_with_next(effects: Sequence[object], index: int) -> bool:
+    """Whether effect `index` records a follower's `committed` (no quorum) of the state whose `applied` the next
+    effect records: the two are written as one format-2 line, still before anything that follows them."""
+    if index + 1 >= len(effects):
+        return False
+    first, second = effects[index], effects[index + 1]
+    if not isinstance(first, RecordHistory) or not isinstance(second, RecordHistory):
+        return False
+    committed, applied = first.event, second.event
+    return (
+        committed.type is EventType.COMMITTED
+        and committed.quorum is None
+        and applied.type is EventType.APPLIED
+        and applied.state_uuid == committed.state_uuid
+        and applied.node == committed.node
+    )
 
 
 class HistoryWriter:
@@ -88,180 +104,219 @@ class HistoryWriter:
         directory: Path,
         segment_size: int,
         fsync: bool = False,
-        on_segment_closed: Callable[[Path], None] | None = None,
+        *,
+        marks: Marks = NO_MARKS,
+        on_rotate: Callable[[Path], None] | None = None,
+        check_interval_s: float = CHECK_INTERVAL_S,
     ) -> None:
-        """`on_segment_closed(path)` is called, on the writer's thread, for each segment it stops writing to."""
         self.directory = directory
         self.segment_size = segment_size
         self.fsync = fsync
-        self.on_segment_closed = on_segment_closed
+        self.marks = marks
+        self.on_rotate = on_rotate
+        self.check_interval_s = check_interval_s
         directory.mkdir(parents=True, exist_ok=True)
         self.last_seq = 0
         self.truncated_segments: list[str] = []
         segments = list_segments(directory)
-        need_new_segment = not segments
         for first_seq, path in reversed(segments):
             last, partial = last_seq_in(path)
-            if partial and path == segments[-1][1]:
-                # A crash cut the last line. Leave it as the last line of its segment, where the audit
-                # tolerates it, and continue in a new segment.
+            if partial and path == segments[-1].path:
+                # A crash cut the last line. It stays the last line of its segment, where readers skip it.
                 self.truncated_segments.append(path.name)
-                need_new_segment = True
             if last is not None:
                 self.last_seq = last
                 break
             self.last_seq = max(self.last_seq, first_seq - 1)
+        self.losses: list[HistoryLoss] = []
+        self.write_failure = ""  # why the last write failed, "" once a write succeeds again
+        self._unwritten: tuple[int, int] | None = None  # seqs whose writes failed, not recorded yet
+        self._encoder = LineEncoder()
         self._fd = -1
+        self._path: Path | None = None
+        self._first_seq = 0
         self._size = 0
-        self.path: Path = directory / segment_name(self.last_seq + 1)  # the segment being written
-        if need_new_segment:
-            self._open(self.last_seq + 1)
+        self._checked_at = 0.0
+
+    @property
+    def open_segment(self) -> Segment | None:
+        """The segment being written, None before this process's first event."""
+        return Segment(self._first_seq, self._path) if self._path is not None and self._fd >= 0 else None
+
+    def append(self, event: HistoryEvent, *, folds_commit: bool = False) -> int:
+        """Write `event` (with `folds_commit`: an `applied` that also stands for the node's `committed` of the
+        same state, one seq before) and return its seq."""
+        ts = time.time_ns() // 1000 / 1e6
+        if self._fd >= 0 and ts - self._checked_at >= self.check_interval_s:
+            self._checked_at = ts
+            self.check_open_segment(event)
+        if self._unwritten is not None:
+            self._record_unwritten(event, ts)
+        return self._write_event(event, ts, folds_commit)
+
+    def append_fields(self, fields: Mapping[str, Any]) -> int:
+        """`append` for a tool's (or a test's) event given as a mapping that may leave fields out."""
+        return self.append(coerce_event(fields))
+
+    def check_open_segment(self, base: HistoryEvent) -> None:
+        """Stop writing into an open segment that was deleted or replaced, and record what it held as lost."""
+        if self._fd < 0 or self._path is None:
+            return
+        problem = ""
+        opened = os.fstat(self._fd)
+        try:
+            named = os.stat(self._path)
+        except FileNotFoundError:
+            problem = "deleted"
         else:
-            self.path = segments[-1][1]
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-            self._size = self.path.stat().st_size
+            if (named.st_dev, named.st_ino) != (opened.st_dev, opened.st_ino):
+                problem = "replaced by another file"
+            elif opened.st_nlink == 0:
+                problem = "deleted"
+        if not problem:
+            return
+        name, first = self._path.name, self._first_seq
+        self._close()
+        if self.last_seq >= first:
+            self.record_loss(base, first, self.last_seq, f"{name} was {problem} while the node was running")
 
-    def _open(self, first_seq: int) -> None:
-        closed = self.path if self._fd >= 0 else None
-        if self._fd >= 0:
-            os.close(self._fd)
-        self.path = self.directory / segment_name(first_seq)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._size = self.path.stat().st_size
-        if closed is not None and self.on_segment_closed is not None:
-            self.on_segment_closed(closed)
+    def record_loss(self, base: HistoryEvent, first_seq: int, last_seq: int, reason: str) -> None:
+        """Record events `first_seq`..`last_seq` as lost, with the node's marks (see `history_lost`)."""
+        loss = HistoryLoss(first_seq, last_seq, reason)
+        self.losses.append(loss)
+        log.error("history events %d to %d are lost: %s", first_seq, last_seq, reason)
+        self.append(
+            self.marks_event(
+                base, EventType.HISTORY_LOST, first_lost_seq=first_seq, last_lost_seq=last_seq, reason=reason
+            )
+        )
 
-    def rotate(self) -> None:
-        """Close the current segment now (if it holds anything) and continue in a new one."""
-        if self._size > 0:
-            self._open(self.last_seq + 1)
+    def marks_event(self, base: HistoryEvent, kind: EventType, **fields: object) -> HistoryEvent:
+        """An event of the history itself (`retention_cut`, `history_lost`) about the node of `base`, carrying
+        the history's marks: the node's term, no state."""
+        term, accepted = self.marks
+        return HistoryEvent(
+            cluster_uuid=base.cluster_uuid,
+            node=base.node,
+            node_name=base.node_name,
+            type=kind,
+            term=max(term, base.term),
+            last_committed_config=base.last_committed_config,
+            last_accepted_config=base.last_accepted_config,
+            marks_term=term,
+            marks_accepted=accepted,
+            **fields,  # type: ignore[arg-type]
+        )
 
-    def closed_segments(self) -> list[Path]:
-        """Every segment but the one being written, oldest first."""
-        return [path for _, path in list_segments(self.directory) if path != self.path]
+    def _record_unwritten(self, base: HistoryEvent, ts: float) -> None:
+        """Record the seqs whose writes failed, once a line can be written again."""
+        assert self._unwritten is not None
+        first, last = self._unwritten
+        reason = f"writing failed: {self.write_failure}"
+        lost = self.marks_event(base, EventType.HISTORY_LOST, first_lost_seq=first, last_lost_seq=last, reason=reason)
+        self._write_event(lost, ts, False)
+        if self._unwritten == (first, last):  # written: a failure would have added its own seq to the range
+            self.losses.append(HistoryLoss(first, last, reason))
+            self._unwritten = None
+            self.write_failure = ""
 
-    def append(self, event: dict[str, Any]) -> dict[str, Any]:
-        """Assign seq and ts, write the line, and return the full event."""
-        seq = self.last_seq + 1
-        full = {**event, "seq": seq, "ts": round(time.time(), 6)}
-        line = _LINE_ENCODER.encode(full) + b"\n"
-        if self._size > 0 and self._size + len(line) > self.segment_size:
-            self._open(seq)
-        view = memoryview(line)
-        while view:
-            view = view[os.write(self._fd, view) :]
+    def _write_event(self, event: HistoryEvent, ts: float, folds_commit: bool) -> int:
+        seq = self.last_seq + (2 if folds_commit else 1)
+        first = seq - 1 if folds_commit else seq
+        self.marks = marks_after(self.marks, event)
+        self.last_seq = seq
+        try:
+            line = self._encoder.encode(event, seq, ts, folds_commit=folds_commit)
+            if self._fd < 0 or (self._size > 0 and self._size + len(line) > self.segment_size):
+                self._rotate(first)
+                line = self._encoder.encode(event, seq, ts, folds_commit=folds_commit)
+            self._write(line)
+        except OSError as error:
+            self._write_failed(first, seq, error)
+            return seq
+        self._size += len(line)
+        if self.write_failure and self._unwritten is None:
+            self.write_failure = ""
+        return seq
+
+    def _write(self, line: bytes) -> None:
+        written = os.write(self._fd, line)
+        if written < len(line):  # a short write (a signal, a nearly full disk): write the rest
+            view = memoryview(line)[written:]
+            while view:
+                view = view[os.write(self._fd, view) :]
         if self.fsync:
             os.fsync(self._fd)
-        self._size += len(line)
-        self.last_seq = seq
-        return full
 
-    def total_bytes(self) -> int:
-        return sum(path.stat().st_size for _, path in list_segments(self.directory))
+    def _write_failed(self, first: int, last: int, error: OSError) -> None:
+        """Cut a partly written line back off (else it stays as a cut line and the next event starts a new
+        segment), and remember the seqs for the `history_lost` event."""
+        self.write_failure = f"cannot write to {self._path}: {error.strerror or error}"
+        log.error("history: %s", self.write_failure)
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError:
+            self._close()
+        start = self._unwritten[0] if self._unwritten is not None else first
+        self._unwritten = (start, last)
 
-    def close(self) -> None:
+    def _rotate(self, first_seq: int) -> None:
+        closed = self._path if self._fd >= 0 else None
+        self._close()
+        path = self.directory / segment_name(first_seq)
+        if path.exists() and b"\n" not in path.read_bytes():
+            # A crash cut this segment's very first line: it holds no event, and the next event (the same
+            # seq) must not be appended to the cut bytes.
+            log.warning("history: removing %s, which holds only a line cut by a crash", path)
+            path.unlink()
+        self._path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._first_seq = first_seq
+        self._size = os.fstat(self._fd).st_size
+        self._encoder.start_segment()
+        if closed is not None and self.on_rotate is not None:
+            self.on_rotate(closed)
+
+    def _close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
-            self._fd = -1
+        self._fd = -1
+
+    def rotate(self) -> None:
+        """Close the open segment now, if it holds anything (before a graceful stop, so that the archive can take
+        it); the next event starts a new one."""
+        if self._fd >= 0 and self._size > 0:
+            closed = self._path
+            self._close()
+            if closed is not None and self.on_rotate is not None:
+                self.on_rotate(closed)
+
+    def sync(self) -> None:
+        """Make every line written so far durable (before a retention cut relies on its event)."""
+        if self._fd >= 0:
+            os.fsync(self._fd)
+
+    def total_bytes(self) -> int:
+        total = 0
+        for _, path in list_segments(self.directory):
+            try:
+                total += path.stat().st_size
+            except FileNotFoundError:
+                continue  # compressed or deleted since the listing
+        return total
+
+    def close(self) -> None:
+        self._close()
 
 
-def read_events_after(directory: Path, after_seq: int, limit: int | None = None) -> Iterator[bytes]:
-    """Complete event lines with seq > after_seq, oldest first, skipping segments that end before it."""
-    segments = list_segments(directory)
-    count = 0
-    for index, (_first_seq, path) in enumerate(segments):
-        next_first = segments[index + 1][0] if index + 1 < len(segments) else None
-        if next_first is not None and next_first <= after_seq + 1:
-            continue
-        with path.open("rb") as file:
-            for line in file:
-                if not is_complete(line):
-                    continue  # a crash-cut line
-                try:
-                    seq = int(json.loads(line)["seq"])
-                except _UNREADABLE:
-                    continue
-                if seq > after_seq:
-                    yield line
-                    count += 1
-                    if limit is not None and count >= limit:
-                        return
-
-
-def summarize_history(directory: Path) -> HistorySummary:
-    """What a history proves about the node's durable writes: the highest `term` and accepted (term, version).
-
-    Both events are written after the term or state they record is durable and before any message relies on
-    it, so a persisted record older than these marks has lost something this node acknowledged. Both only
-    grow within one node's history, except that an `unsafe_bootstrap` or `detached` event (the offline tool
-    rewrote the state) replaces all older marks with its `marks_term` and `marks_accepted`; so segments are read
-    newest first until each kind has been seen or a reset event was. A line
-    that cannot be read, other than a last line cut by a crash, is reported as damage: marks it held are lost.
-    The node ids are those of the marks and reset events.
-    """
-    term: int | None = None
-    accepted: tuple[int, int] | None = None
-    events = 0
-    node_ids: set[str] = set()
-    damaged: list[str] = []
-    for _first_seq, path in reversed(list_segments(directory)):
-        # Marks of this segment; a reset event (written by `coordinated node-tool`) replaces those before it.
-        segment_term: int | None = None
-        segment_accepted: tuple[int, int] | None = None
-        reset = False
-        with path.open("rb") as file:
-            for number, line in enumerate(file, 1):
-                if not line.endswith(b"\n"):
-                    continue  # a partial line left by a crash
-                if not line.strip():
-                    continue
-                if not any(marker in line for marker in _MARK_MARKERS):
-                    # Only the marks are decoded, so that a long history is read quickly at startup.
-                    if line.startswith(b"{") and line.endswith(b"}\n"):
-                        events += 1
-                    else:
-                        damaged.append(f"[{path}] line {number}")
-                    continue
-                try:
-                    event = json.loads(line)
-                    if event["type"] == "term":
-                        segment_term = max(segment_term or 0, _mark(event["term"]))
-                    elif event["type"] == "accepted":
-                        mark = (_mark(event["term"]), _mark(event.get("version") or 0))
-                        segment_accepted = max(segment_accepted or (0, 0), mark)
-                    elif event["type"] in RESET_EVENTS:
-                        marks_term, marks_version = (_mark(part) for part in event["marks_accepted"])
-                        segment_term, segment_accepted = _mark(event["marks_term"]), (marks_term, marks_version)
-                        reset = True
-                except _UNREADABLE:
-                    damaged.append(f"[{path}] line {number}")
-                    continue
-                events += 1
-                if isinstance(event.get("node"), str):
-                    node_ids.add(event["node"])
-        # Newer segments' marks are already in `term` and `accepted`; they come after this segment's.
-        if segment_term is not None and term is None:
-            term = segment_term
-        elif segment_term is not None and term is not None and not reset:
-            term = max(term, segment_term)
-        if segment_accepted is not None and accepted is None:
-            accepted = segment_accepted
-        elif segment_accepted is not None and accepted is not None and not reset:
-            accepted = max(accepted, segment_accepted)
-        if reset or (term is not None and accepted is not None):
-            break
-    detail = ", ".join(damaged[:3]) + (f" and {len(damaged) - 3} more" if len(damaged) > 3 else "")
-    return HistorySummary(
-        name=f"[{directory}]",
-        events=events,
-        term=term or 0,
-        accepted=accepted or (0, 0),
-        node_ids=frozenset(node_ids),
-        damaged=f"unreadable {detail}" if damaged else "",
-    )
-
-
-def newest_durable_marks(directory: Path) -> tuple[int, tuple[int, int]]:
-    """The highest `term` and accepted (term, version) in a history (0 and (0, 0) where there are none)."""
-    summary = summarize_history(directory)
-    return summary.term, summary.accepted
+__all__ = [
+    "HistoryLoss",
+    "HistoryWriter",
+    "Marks",
+    "folds_with_next",
+    "list_segments",
+    "marks_after",
+    "newest_durable_marks",
+    "read_events_after",
+    "summarize_history",
+]

@@ -39,6 +39,7 @@ class StatusSnapshot:
     # On the master only: per follower (by node name), committed versions it has not applied yet.
     follower_lag: dict[str, int] | None = None
     watches_waiting: int = 0  # key watches parked on this node
+    watch_streams: int = 0  # streaming watches open on this node
     change_log_events: int = 0  # key changes held for watches
     sessions_active: int = 0  # in the applied state
     ephemeral_keys: int = 0
@@ -100,6 +101,9 @@ class _CoreCollector(Collector):
             yield lag
         yield GaugeMetricFamily(
             "coordinated_watches_waiting", "Key watches waiting on this node", value=status.watches_waiting
+        )
+        yield GaugeMetricFamily(
+            "coordinated_watch_streams", "Streaming key watches open on this node", value=status.watch_streams
         )
         yield GaugeMetricFamily(
             "coordinated_watch_change_log_events",
@@ -250,8 +254,7 @@ class NodeMetrics:
         """One client API request answered with `status`."""
         _child(self.http_requests, self._requests_by_status, str(status)).inc()
 
-    def on_history(self, event: dict[str, Any]) -> None:
-        event_type = str(event.get("type"))
+    def on_history(self, event_type: str) -> None:
         _child(self.history_events, self._history_by_type, event_type).inc()
         if event_type in self.session_events:
             self.session_events[event_type].inc()

@@ -46,8 +46,13 @@ from coordinated.sidecar.change_log import CHANGE_LOG_SIZE, ChangeLog
 from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.file_watch import FileWatch
 from coordinated.sidecar.group_commit import PERSISTENCE_SYNC, GroupCommit
-from coordinated.sidecar.history import HISTORY_FSYNC, HISTORY_SEGMENT_SIZE, HistoryWriter
+from coordinated.sidecar.history import HistoryWriter, folds_with_next
+from coordinated.sidecar.history_maintenance import HistoryMaintenance
+from coordinated.sidecar.history_metrics import HistoryCollector
+from coordinated.sidecar.history_segments import compressed_segments
+from coordinated.sidecar.history_settings import HISTORY_FSYNC, RetentionPolicy
 from coordinated.sidecar.hooks import HOOKS_TIMEOUT, HookManager
+from coordinated.sidecar.listings import Listings
 from coordinated.sidecar.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.object_store import ObjectStore
 from coordinated.sidecar.persist_monitor import MonitoredPersistedState
@@ -78,6 +83,7 @@ from coordinated.sidecar.transport import (
     PeerSender,
     watch_until_closed,
 )
+from coordinated.sidecar.watch_streams import STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL, StreamHub
 from coordinated.sidecar.watches import SharedBarrier, WatchHub
 
 log = logging.getLogger("coordinated.node")
@@ -117,20 +123,28 @@ class Node:
         self.file_watch = FileWatch()
         self.file_watch.watch(config.data_dir / NODE_ID_FILE, "the node id file")
         self.file_watch.watch(self.lock.path, "the data directory's lock file", fd=self.lock.fd)
+        summary = self.persisted.history_summary
+        policy = RetentionPolicy.from_settings(settings)
         self.history = HistoryWriter(
-            config.data_dir / "history",
-            settings[HISTORY_SEGMENT_SIZE],
+            self.history_dir,
+            policy.segment_size,
             settings[HISTORY_FSYNC],
+            marks=(summary.term, summary.accepted),
+            on_rotate=lambda path: self.history_maintenance.segment_closed(path),
+        )
+        # Compression, retention, and the watch over the files and the volume. With an archive, each compressed
+        # segment wakes its uploader, and retention deletes only what the archive holds.
+        self.history_maintenance = HistoryMaintenance(
+            self.history,
+            config.data_dir,
+            policy,
+            self.history_identity,
             on_segment_closed=self.archive.on_segment_closed if self.archive is not None else None,
+            is_archived=self.archive.is_archived if self.archive is not None else None,
         )
-        recovered = recovered_state_event(
-            self.node_id,
-            config.node_name,
-            self.persisted.last_accepted_state,
-            self.persisted.history_summary,
-        )
+        recovered = recovered_state_event(self.node_id, config.node_name, self.persisted.last_accepted_state, summary)
         if recovered is not None:
-            self.history.append(recovered.to_dict())
+            self.history.append(recovered)
         secret_file = settings[SECRET_FILE]
         self.auth = TransportAuth.from_file(secret_file) if secret_file else None
         snapshot_secret_file = settings[SNAPSHOT_SECRET_FILE]
@@ -150,6 +164,7 @@ class Node:
         self.persist_monitor = MonitoredPersistedState(self.persisted, lambda state: self.key_watches.log.hold(state))
         self.group_commit = GroupCommit(self.persisted, self._execute, self._on_sync_failure)
         self.metrics = NodeMetrics(self.status_snapshot)
+        self.metrics.registry.register(HistoryCollector(lambda: self.history_maintenance.status))
         self.hooks = HookManager(config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000)
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
@@ -166,6 +181,9 @@ class Node:
         self.stopping = False
         # Key watches (the client API's), parked here until an applied state changes their prefix.
         self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE]))
+        self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE])
+        self._progress: asyncio.Task[None] | None = None
+        self.listings = Listings()  # range reads: the sorted keys of the applied state, and pinned listings
         self.shared_read_barrier = SharedBarrier(lambda: self.submit(ReadBarrier(), READ_BARRIER_TIMEOUT_MS))
         # Watch connections by peer address (see _watch_peers).
         self._watches: dict[str, asyncio.Task[None]] = {}
@@ -207,6 +225,8 @@ class Node:
         )
         self._run(self.coordinator.start)
         self._sweeper = self.loop.create_task(self._sweep_lost_completions())
+        self._progress = self.loop.create_task(self._stream_progress(settings[STREAM_PROGRESS_INTERVAL] / 1000))
+        self.history_maintenance.start()
         if self.archive is not None:
             self._archiver = self.loop.create_task(self.archive.run())
 
@@ -223,6 +243,9 @@ class Node:
             self._timer.cancel()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._progress is not None:
+            self._progress.cancel()
+        self.watch_streams.close()
         for task in self._watches.values():
             task.cancel()
         self._watches.clear()
@@ -234,6 +257,7 @@ class Node:
         for future, _ in self._pending.values():
             if not future.done():
                 future.set_result(ClusterError("node_closed_exception", "the node is stopping", 503, True))
+        await self.history_maintenance.stop()
         await self._flush_archive()
         self.history.close()
         try:
@@ -346,8 +370,14 @@ class Node:
     # -- effects -----------------------------------------------------------------------------------------
 
     def _execute(self, effects: list[Effect]) -> None:
-        for effect in effects:
-            if isinstance(effect, Send) and effect.destination == self.local_node.transport_address:
+        folded = -1  # the index of an `applied` event already written with the `committed` before it
+        for index, effect in enumerate(effects):
+            if index == folded:
+                continue
+            if isinstance(effect, RecordHistory) and folds_with_next(effects, index):
+                self.record_history(effect.event, folded_applied=effects[index + 1])
+                folded = index + 1
+            elif isinstance(effect, Send) and effect.destination == self.local_node.transport_address:
                 # After this callback, so that the sends queued before it reach the network first.
                 assert self.loop is not None
                 self.loop.call_soon(self.handle_message, effect.destination, effect.message)
@@ -377,6 +407,10 @@ class Node:
         """Close the current segment and give the archive a bounded time to upload what is pending."""
         if self.archive is not None and self._archiver is not None:
             self.history.rotate()
+            try:
+                await self.history_maintenance.run_once()  # compresses it: the archive takes compressed segments
+            except Exception:  # the stop goes on; the segment is compressed and uploaded at the next start
+                log.exception("history maintenance failed while stopping")
             if not await self.archive.flush(ARCHIVE_FLUSH_TIMEOUT_S):
                 status = self.archive.status()
                 log.warning(
@@ -400,7 +434,7 @@ class Node:
             self.object_store.bucket(settings.client, settings.bucket),
             self.node_id,
             cluster_uuid,
-            lambda: self.history.closed_segments(),
+            lambda: compressed_segments(self.history_dir),
             self._on_archived,
         )
 
@@ -420,18 +454,47 @@ class Node:
             )
         )
 
-    def record_history(self, event: HistoryEvent) -> None:
-        """Append an event to this node's history: the core's, or the shell's own (a snapshot taken)."""
-        encoded = event.to_dict()
-        self.history.append(encoded)
-        self.metrics.on_history(encoded)
+    def record_history(self, event: HistoryEvent, folded_applied: Effect | None = None) -> None:
+        """Append an event to this node's history: the core's, or the shell's own (a snapshot taken). With
+        `folded_applied` (the RecordHistory right after a follower's `committed` of the same state), both are
+        one format-2 line."""
+        if isinstance(folded_applied, RecordHistory):
+            self.history.append(folded_applied.event, folds_commit=True)
+            self.metrics.on_history(event.type)
+            self.metrics.on_history(folded_applied.event.type)
+            return
+        self.history.append(event)
+        self.metrics.on_history(event.type)
+
+    def history_identity(self) -> HistoryEvent:
+        """The node's own fields for the history's own events (`retention_cut`, `history_lost`): its cluster,
+        current term and configurations, as the core fills them in for a `term` event."""
+        state = self.persisted.last_accepted_state
+        return HistoryEvent(
+            cluster_uuid=state.cluster_uuid,
+            node=self.node_id,
+            node_name=self.local_node.name,
+            type=EventType.TERM,
+            term=self.persisted.current_term,
+            last_committed_config=state.last_committed_config.node_ids,
+            last_accepted_config=state.last_accepted_config.node_ids,
+        )
 
     def _on_applied(self, state: ClusterState) -> None:
+        self.listings.on_applied(self.applied_state, state)
         self.applied_state = state
         # Wake every long-poll; each re-checks its own version.
         self._applied_event.set()
         self._applied_event = asyncio.Event()
         self.key_watches.on_applied(state)
+        if state.master_node is None:
+            self.watch_streams.lost_master()
+        step = self.key_watches.log.newest
+        if step is not None and self.watch_streams.streams:
+            # Two turns of the event loop later: after the effects of this state (an apply's ack to the master, a
+            # write's answer, whose handler resumes in the next turn) have gone out.
+            loop = asyncio.get_running_loop()
+            loop.call_soon(loop.call_soon, self.watch_streams.deliver, step)
         self.hooks.notify(state, self.node_id)
 
     async def _resolve_seeds(self) -> None:
@@ -476,6 +539,12 @@ class Node:
         coordinator = self.coordinator
         self._run(lambda now: coordinator.submit(request_id, request, now, timeout_ms))
         return await future
+
+    async def _stream_progress(self, interval_s: float) -> None:
+        """Progress lines to the idle watch streams, one round every interval."""
+        while True:
+            await asyncio.sleep(interval_s)
+            self.watch_streams.progress()
 
     async def _sweep_lost_completions(self) -> None:
         """Answers the requests whose completion the core never reported in time: one pass every
@@ -552,6 +621,7 @@ class Node:
             dropped_messages=self.sender.dropped if self.sender is not None else 0,
             follower_lag=self.follower_lag() if coordinator.mode is Mode.LEADER else None,
             watches_waiting=self.key_watches.parked,
+            watch_streams=self.watch_streams.streams,
             change_log_events=self.key_watches.log.events,
             sessions_active=len(state.sessions),
             ephemeral_keys=len(state.kv_sessions),
@@ -574,6 +644,22 @@ class Node:
                 found.append(NodeProblem(ProblemKind.TOKENS_FILE, self.tokens.problem))
         for refusal in self.refusals.recent():
             found.append(NodeProblem(ProblemKind.TRANSPORT, refusal.describe()))
+        history = self.history_maintenance.status
+        if history.disk_problem:
+            found.append(NodeProblem(ProblemKind.DISK, history.disk_problem))
+        if history.history_problem:
+            found.append(NodeProblem(ProblemKind.HISTORY, history.history_problem))
+        archive_problem = self.archive.status().problem if self.archive is not None else None
+        if archive_problem:
+            found.append(NodeProblem(ProblemKind.ARCHIVE, archive_problem))
+        if self.archive is not None and history.unarchived_deleted:
+            found.append(
+                NodeProblem(
+                    ProblemKind.ARCHIVE,
+                    f"{history.unarchived_deleted} closed history segments were deleted before the archive had "
+                    "them (the data volume was past history.disk.watermark.flood_stage): the archive lacks them",
+                )
+            )
         return found
 
     def follower_lag(self) -> dict[str, int]:

@@ -24,7 +24,8 @@ from coordinated.coordination.offline_recovery import (
     plan_unsafe_bootstrap,
 )
 from coordinated.coordination.recovery import Refuse, StartFresh, decide_startup
-from coordinated.sidecar.history import HISTORY_SEGMENT_SIZE, HistoryWriter
+from coordinated.sidecar.history import HistoryWriter
+from coordinated.sidecar.history_settings import HISTORY_SEGMENT_SIZE
 from coordinated.sidecar.persistence import (
     HISTORY_DIR,
     DataDirError,
@@ -86,9 +87,13 @@ def run(
             # a directory that the node loads, and the tool can be run again.
             history = HistoryWriter(data_dir / HISTORY_DIR, HISTORY_SEGMENT_SIZE.required_default(), fsync=True)
             try:
-                event = history.append(plan.event)
+                seq = history.append_fields(plan.event)
+                failure = history.write_failure
             finally:
                 history.close()
+            if failure:
+                raise DataDirError(f"cannot record the {action} in the history, so nothing was changed: {failure}")
+            event = {**plan.event, "seq": seq}
             persisted.replace_record(plan.current_term, plan.state)
         finally:
             persisted.close()

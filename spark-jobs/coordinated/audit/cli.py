@@ -72,6 +72,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-examples", type=int, default=5, help="example events per violation")
     p.add_argument("--max-violations", type=int, default=20, help="violations listed per invariant")
     p.add_argument("--no-html", action="store_true", help="write only audit-report.json")
+    p.add_argument(
+        "--checkpoint",
+        metavar="PATH",
+        help="incremental: read this checkpoint if it exists, audit only what is newer, and write the new "
+        "checkpoint there after the audit ran (exit 0 or 1); a file, or an s3://BUCKET/KEY object",
+    )
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
     s3 = p.add_argument_group(
         "object storage",
@@ -102,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.paths and urls:
         print("coordinated audit: give either PATHs or --from-cluster, not both", file=sys.stderr)
         return EXIT_UNUSABLE
+    if args.checkpoint is not None and (urls or args.compact_to):
+        print("coordinated audit: --checkpoint audits history files (PATHs), without --compact-to", file=sys.stderr)
+        return EXIT_UNUSABLE
     conf = {}
     for kv in args.conf:
         key, sep, value = kv.partition("=")
@@ -117,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     from coordinated.audit.reading import UnusableInput
 
     access = None
-    if any(s3.is_s3(path) for path in args.paths):
+    if any(s3.is_s3(path) for path in [*args.paths, args.checkpoint or ""]):
         try:
             access = s3.S3Access.resolve(
                 args.s3_endpoint,
@@ -143,15 +152,31 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     inp = None
     held_back: dict[str, int] = {}
+    checkpoint = None
     try:
+        if args.checkpoint is not None:
+            from coordinated.audit.checkpoint import Checkpoint, with_checkpoint
+
+            checkpoint = (
+                Checkpoint.read(Path(args.checkpoint))
+                if access is None or not s3.is_s3(args.checkpoint)
+                else s3.read_checkpoint(access, args.checkpoint, Checkpoint.parse)
+            )
         if urls:
             from coordinated.audit.fetch import FetchAuth, load_from_cluster
 
             auth = FetchAuth.resolve(args.token_file, args.ca_file)
             inp = load_from_cluster(spark, urls, skip_malformed=args.skip_malformed, auth=auth)
         else:
-            paths, tails = s3.expand(spark, access, args.paths) if access is not None else (args.paths, None)
-            inp = load(spark, paths, fmt=args.format, skip_malformed=args.skip_malformed, known_tails=tails)
+            select = checkpoint.unread_files if checkpoint is not None else None
+            paths, tails = (args.paths, None)
+            if access is not None:
+                paths, tails = s3.expand(spark, access, args.paths, select)
+            inp = load(
+                spark, paths, fmt=args.format, skip_malformed=args.skip_malformed, select=select, known_tails=tails
+            )
+            if checkpoint is not None:
+                inp = with_checkpoint(spark, inp, checkpoint)
             if access is not None:
                 from coordinated.audit.frontier import hold_back_unsettled
 
@@ -169,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             max_examples=args.max_examples,
             max_violations=args.max_violations,
             source=",".join(urls or args.paths),
+            checkpoint=checkpoint,
+            next_checkpoint=args.checkpoint is not None,
         )
     except UnusableInput as e:
         print(f"coordinated audit: unusable input: {e}", file=sys.stderr)
@@ -214,6 +241,16 @@ def main(argv: list[str] | None = None) -> int:
     for m in rep.get("missing_histories", []):
         print(f"  note: no history in the input for node {m['node']}, which cluster {m['cluster']}'s states name")
     print(f"report: {json_path}" + (f" and {html_path}" if html_path else ""))
+    if args.checkpoint is not None and outcome.checkpoint is not None:
+        try:
+            if access is not None and s3.is_s3(args.checkpoint):
+                s3.write_object(access, args.checkpoint, outcome.checkpoint.to_text().encode())
+            else:
+                outcome.checkpoint.write(Path(args.checkpoint))
+        except (UnusableInput, OSError) as e:
+            print(f"coordinated audit: cannot write the checkpoint {args.checkpoint}: {e}", file=sys.stderr)
+            return EXIT_UNUSABLE
+        print(f"checkpoint: {args.checkpoint}")
     return EXIT_OK if rep["ok"] else EXIT_VIOLATIONS
 
 

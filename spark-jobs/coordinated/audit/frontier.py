@@ -6,7 +6,8 @@ points differ between nodes. A follower's archive can already hold `applied` of 
 `applied-only-committed` (or a broken `committed-chain`). So the audit holds back what is not settled yet:
 
 - a state (cluster, version) is unsettled when its master's archived history has not committed that version
-  (the master's newest `committed` or `applied` version is lower); a master with no history in the input at all
+  (the master's newest `committed` or `applied` version is lower) and has not gone on to a later term (a master
+  in a later term never commits it: a publication it abandoned); a master with no history in the input at all
   is a missing history, which the report names instead;
 - a cluster's frontier is one below its lowest unsettled version, and every node's history is cut at its first
   state event above the frontier: a suffix, so that seq stays gapless and per-node checks see a prefix.
@@ -33,15 +34,19 @@ def hold_back_unsettled(events: DataFrame) -> tuple[DataFrame, dict[str, int]]:
         .groupBy("cluster_uuid", "node")
         .agg(F.max("version").alias("reached"))
     )
-    with_history = events.select("cluster_uuid", "node").distinct()
+    # The newest term each node's history reached: a master that went on to a later term never commits a state
+    # of an earlier one (an abandoned publication, such as a bootstrap that lost the race): that state is settled.
+    with_history = events.groupBy("cluster_uuid", "node").agg(F.max("term").alias("newest_term"))
     masters = (
         states.filter(F.col("master").isNotNull())
-        .select("cluster_uuid", "version", F.col("master").alias("node"))
+        .select("cluster_uuid", "version", "term", F.col("master").alias("node"))
         .distinct()
         .join(with_history, ["cluster_uuid", "node"])  # a master without a history is a missing history
         .join(reached, ["cluster_uuid", "node"], "left")
     )
-    unsettled = masters.filter(F.col("reached").isNull() | (F.col("reached") < F.col("version")))
+    unsettled = masters.filter(
+        (F.col("reached").isNull() | (F.col("reached") < F.col("version"))) & (F.col("newest_term") <= F.col("term"))
+    )
     frontiers = {
         row["cluster_uuid"]: int(row["lowest"]) - 1
         for row in unsettled.groupBy("cluster_uuid").agg(F.min("version").alias("lowest")).collect()

@@ -24,7 +24,8 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from coordinated.audit.reading import SCOUTED_OK, Scout, Scouting, folder_of, scout
+from coordinated.audit.horizon import Horizon, cut_events
+from coordinated.audit.reading import CARRIED, SCOUTED_OK, Scout, Scouting, folder_of, scout
 from coordinated.audit.schema import SETTINGS_REMOVED, UNBOOTSTRAPPED, UNSAFE_BOOTSTRAP
 from coordinated.audit.streams import CHUNK, NodePass, node_pass
 
@@ -60,6 +61,7 @@ class Frames:
     lag_width: float = 1.0
     flagged: list[Row] = field(default_factory=list)  # up to MAX_FLAGGED `suspect` states
     scout: Scout | None = None  # what the input's first pass found out (time range, resets, node names)
+    horizon: Horizon = field(default_factory=Horizon)  # where histories start on purpose (`horizon`)
 
     def flags(self, condition: str) -> bool:
         """Whether a check has anything to look at: any flagged state meets `condition` (a column name or
@@ -83,6 +85,7 @@ class Frames:
                     F.min("master_min_h").alias("lo"),
                     F.max("master_max_h").alias("hi"),
                     F.max("master_missing").alias("missing"),
+                    F.max("fresh").alias("fresh"),
                     F.min("commit_ts").alias("first"),
                     F.max("commit_ts").alias("last"),
                     F.count("commit_ts").alias("commits"),
@@ -157,6 +160,7 @@ def state_table(events: DataFrame, scouting: Scouting | None = None) -> DataFram
     # The members once per event that needs them (accepted and the master's commit), not once per use.
     kept = typ.isin("accepted", "committed", "applied", UNSAFE_BOOTSTRAP, SETTINGS_REMOVED)
     source = events.filter(kept) if scouting is None else scouting.rows
+    carried = F.col(CARRIED) if CARRIED in source.columns else F.lit(False)
     ev = source.withColumn("_members", F.when(acc | commit, config_members()))
     members = F.col("_members")
     ev = ev.select(
@@ -171,6 +175,7 @@ def state_table(events: DataFrame, scouting: Scouting | None = None) -> DataFram
         rewritten.alias("rewritten"),
         (typ == "applied").alias("app"),
         (typ == "committed").alias("comm"),
+        (~carried).alias("new"),
         F.xxhash64("term", "version", "parent_uuid", "master", "last_accepted_config").alias("content"),
         # A commit makes the state's last-committed configuration its last-accepted one, so `committed` and
         # `applied` events may carry either form; only the accepted form is compared (`cfg_pre`, below).
@@ -220,6 +225,10 @@ def state_table(events: DataFrame, scouting: Scouting | None = None) -> DataFram
         F.min("q_ok").alias("quorum_ok"),
         F.min(F.when(F.col("acc"), F.col("ts"))).alias("first_accepted_ts"),
         F.min(F.when(F.col("mcommit"), F.col("ts"))).alias("commit_ts"),
+        # An incremental audit judges a state only where one of its events is new (see `checkpoint`).
+        F.max("new").alias("fresh"),
+        F.max(F.col("new") & (F.col("mcommit") | F.col("reset"))).alias("fresh_commit"),
+        F.max(F.col("new") & F.col("app")).alias("fresh_applied"),
     )
 
 
@@ -233,6 +242,7 @@ def prepare(
     scouting: Scouting | None = None,
     settle: Callable[[], Scout] | None = None,
     folder: Callable[[str], str] = folder_of,
+    seed: Callable[[Horizon], None] | None = None,
 ) -> Frames:
     """The state table first: its pass also yields the scout, which the window pass needs, where the reader
     left the input's checks to the first pass (`scouting`)."""
@@ -256,12 +266,24 @@ def prepare(
     if configured is not None and tasks > int(configured):
         spark.conf.set(setting, str(tasks))
     try:
-        nodes = node_pass(events, t0, width, LAG_BINS, resets=found.resets, chunk=chunk, folder=folder)
+        horizon = Horizon.of(cut_events(events, found))
+        if seed is not None:  # an incremental audit's checkpoint
+            seed(horizon)
+        nodes = node_pass(events, t0, width, LAG_BINS, resets=found.resets, chunk=chunk, folder=folder, horizon=horizon)
     finally:
         if configured is not None:
             spark.conf.set(setting, configured)
     fr = Frames(
-        spark, events, nodes, table, max_examples, max_violations, t0=t0, lag_width=(t1 - t0) / LAG_BINS, scout=found
+        spark,
+        events,
+        nodes,
+        table,
+        max_examples,
+        max_violations,
+        t0=t0,
+        lag_width=(t1 - t0) / LAG_BINS,
+        scout=found,
+        horizon=horizon,
     )
     fr.flagged = flagged
     return fr
@@ -271,6 +293,7 @@ def quorum_candidates() -> Column:
     """Committed states whose quorum the table cannot clear: commit-quorum checks them with the strings."""
     return (
         F.col("committed")
+        & F.col("fresh_commit")
         & ~F.col("reset_root")  # a state the node tool committed offline has no quorum to check
         & (
             (F.col("accepted") == 0)
@@ -285,7 +308,11 @@ def quorum_candidates() -> Column:
 
 def suspect() -> Column:
     """States some check must look at: in a valid history none, so one small job clears them all."""
-    return F.col("conflict") | (F.col("applied") & ~F.col("committed")) | quorum_candidates()
+    return (
+        (F.col("conflict") & F.col("fresh"))
+        | (F.col("applied") & ~F.col("committed") & F.col("fresh_applied"))
+        | quorum_candidates()
+    )
 
 
 __all__ = ["NO_MASTER", "UNBOOTSTRAPPED", "Frames", "majority_of", "prepare", "state_table"]

@@ -25,12 +25,14 @@ from functools import reduce
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import zstandard
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from coordinated.audit import segments
 from coordinated.audit.schema import (
     EVENT_COLUMNS,
     EVENT_SCHEMA,
@@ -46,11 +48,17 @@ from coordinated.audit.schema import (
 from coordinated.coordination.history_lines import NEWLINE, ends_with_cut_line
 
 CORRUPT = "_corrupt_record"
+CARRIED = "_carried"  # an event an incremental audit's checkpoint carried in from an earlier audit
 NOTES_DIR = "_coordinated_notes"  # beside compacted Parquet; Spark skips names starting with "_"
 MAX_REPORTED = 5
 _CHUNK = 1 << 20
 _NODE = re.compile(r'"node"\s*:\s*"((?:[^"\\]|\\.)*)"')
-OPENERS: dict[str, Any] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+OPENERS: dict[str, Any] = {
+    ".gz": gzip.open,
+    ".bz2": bz2.open,
+    ".xz": lzma.open,
+    ".zst": lambda path, _mode: segments.open_source(path),
+}
 
 
 class UnusableInput(Exception):
@@ -76,9 +84,13 @@ class Scout:
     # distinct (cluster_uuid, last_committed_config, last_accepted_config, quorum, master) of bootstrapped events
     refs: list[Row] = field(default_factory=list)
     events: int = 0
+    # cluster_uuid, node, first_kept_seq, marks_accepted of each `retention_cut` event; None past MAX_SCOUTED_CUTS
+    cuts: list[Row] | None = field(default_factory=list)
 
 
 MAX_SCOUTED_RESETS = 200
+MAX_SCOUTED_CUTS = 20_000
+RETENTION_CUT = "retention_cut"
 REFS = ("last_committed_config", "last_accepted_config", "quorum", "master")  # the node ids an event names
 SCOUTED_OK = "_s_ok"  # the scout's column: the row is an event (not malformed)
 
@@ -173,7 +185,7 @@ def cut_line(path: str) -> tuple[int, bytes] | None:
             while chunk := fh.read(_CHUNK):
                 newlines += chunk.count(NEWLINE)
                 tail = (tail + chunk)[-_CHUNK:] if NEWLINE not in chunk else chunk[chunk.rindex(NEWLINE) + 1 :]
-    except (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError) as e:
+    except (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError, zstandard.ZstdError) as e:
         raise UnusableInput(f"cannot read {path}: {e}") from None
     return (newlines + 1, tail) if ends_with_cut_line(tail) else None
 
@@ -270,6 +282,10 @@ def _scout_inputs(ok: Column, origin: Column, name: Column | None) -> list[Colum
         F.when(ok, F.col("ts")).alias("_s_ts"),
         F.when(reset, F.struct("cluster_uuid", "node", origin.alias("_origin"), "seq")).alias("_s_reset"),
         F.when(
+            ok & (F.col("type") == RETENTION_CUT),
+            F.struct("cluster_uuid", "node", "first_kept_seq", "marks_accepted"),
+        ).alias("_s_cut"),
+        F.when(
             ok
             & (F.col("cluster_uuid") != UNBOOTSTRAPPED)
             & reduce(lambda a, b: a | b, [F.col(c).isNotNull() for c in REFS]),
@@ -289,13 +305,36 @@ def _scout_aggregates(names: bool) -> list[Column]:
         F.max("_s_ts").alias("_last_ts"),
         F.count("_s_reset").alias("_n_resets"),
         F.slice(F.collect_list("_s_reset"), 1, MAX_SCOUTED_RESETS).alias("_resets"),
+        F.count("_s_cut").alias("_n_cuts"),
+        F.slice(F.collect_list("_s_cut"), 1, MAX_SCOUTED_CUTS).alias("_cuts"),
     ]
 
 
 def _scout_of(r: Row | Mapping[str, Any]) -> Scout:
     resets = list(r["_resets"]) if r["_n_resets"] <= MAX_SCOUTED_RESETS else None
     names = list(r["_names"]) if "_names" in r else []
-    return Scout(r["_first_ts"], r["_last_ts"], resets, names, list(r["_refs"]), int(r["_events"]))
+    cuts = list(r["_cuts"]) if r["_n_cuts"] <= MAX_SCOUTED_CUTS else None
+    return Scout(r["_first_ts"], r["_last_ts"], resets, names, list(r["_refs"]), int(r["_events"]), cuts)
+
+
+def merged_scouts(a: Scout, b: Scout) -> Scout:
+    """What two inputs' scouts found together (an incremental audit's new events and its carried ones)."""
+
+    def joined(x: list[Row] | None, y: list[Row] | None) -> list[Row] | None:
+        return None if x is None or y is None else [*x, *y]
+
+    def pick(f: Callable[..., float], x: float | None, y: float | None) -> float | None:
+        return y if x is None else x if y is None else f(x, y)
+
+    return Scout(
+        pick(min, a.first_ts, b.first_ts),
+        pick(max, a.last_ts, b.last_ts),
+        joined(a.resets, b.resets),
+        [*a.names, *b.names],
+        [*a.refs, *b.refs],
+        a.events + b.events,
+        joined(a.cuts, b.cuts),
+    )
 
 
 def scout(events: DataFrame) -> Scout:
@@ -305,31 +344,64 @@ def scout(events: DataFrame) -> Scout:
     return _scout_of(inputs.agg(*_scout_aggregates(name is not None)).collect()[0])
 
 
+EXPANDED_SCHEMA = T.StructType(
+    [
+        T.StructField("value", T.StringType()),
+        T.StructField("_source", T.StringType()),
+        T.StructField("_block", T.LongType()),
+        T.StructField("_mid", T.LongType()),
+    ]
+)
+
+
 def read_jsonl_lines(
-    spark: SparkSession, paths: Sequence[str], known: KnownTails | None = None
+    spark: SparkSession,
+    paths: Sequence[str],
+    select: Callable[[list[str]], list[str]] | None = None,
+    known: KnownTails | None = None,
 ) -> tuple[DataFrame, list[dict[str, object]]]:
-    """Lines of every file under `paths` with `_source`, `_block` (split start) and `_mid`, without the
-    crash-cut last lines, and the notes for those."""
+    """Lines of every file under `paths` (or of those `select` keeps) with `_source`, `_block` (split start) and
+    `_mid`, without the crash-cut last lines, and the notes for those. Compressed (`.zst`) and format-2
+    segments are read and expanded in Python tasks (`segments`); every other file by Spark's text reader.
+    `known` has the crash-cut last lines already found (the archive's objects)."""
     try:
         raw = spark.read.option("recursiveFileLookup", "true").text(list(paths))
     except AnalysisException as e:
         raise UnusableInput(f"cannot read {', '.join(paths)}: {str(e).splitlines()[0]}") from None
-    files = raw.inputFiles()
-    if not files:
+    listed = raw.inputFiles()
+    if not listed:
         raise UnusableInput(f"no history files found in {', '.join(paths)}")
+    files = select(list(listed)) if select is not None else list(listed)
     cuts = crash_cut_lines(spark, files, known)
-    lines = raw.select(
-        F.col("value"),
-        F.col("_metadata.file_path").alias("_source"),
-        F.col("_metadata.file_block_start").alias("_block"),
-        F.monotonically_increasing_id().alias("_mid"),
-    )
-    if cuts:
-        is_cut = reduce(
-            lambda a, b: a | b,
-            [(F.col("_source") == src) & (F.col("value") == str(n["_text"])) for src, n in cuts.items()],
+    native, expanded = segments.split(files)
+    frames = []
+    if native:
+        source = raw if len(native) == len(listed) else spark.read.text(native)
+        lines = source.select(
+            F.col("value"),
+            F.col("_metadata.file_path").alias("_source"),
+            F.col("_metadata.file_block_start").alias("_block"),
+            F.monotonically_increasing_id().alias("_mid"),
         )
-        lines = lines.filter(~is_cut)
+        if cuts:
+            is_cut = reduce(
+                lambda a, b: a | b,
+                [(F.col("_source") == src) & (F.col("value") == str(n["_text"])) for src, n in cuts.items()],
+            )
+            lines = lines.filter(~is_cut)
+        frames.append(lines)
+    local = [uri for uri in expanded if not segments.is_remote(uri)]
+    remote = [uri for uri in expanded if segments.is_remote(uri)]
+    if local:
+        rdd = spark.sparkContext.parallelize(local, len(local)).mapPartitions(segments.rows_of)
+        frames.append(spark.createDataFrame(rdd, EXPANDED_SCHEMA))
+    if remote:
+        contents = spark.read.format("binaryFile").load(remote).select("path", "content").rdd
+        rdd = contents.map(lambda row: (row[0], row[1])).mapPartitions(segments.rows_of_contents)
+        frames.append(spark.createDataFrame(rdd, EXPANDED_SCHEMA))
+    if not frames:  # nothing new to read: an empty frame of the same shape
+        frames.append(spark.createDataFrame([], EXPANDED_SCHEMA))
+    lines = reduce(DataFrame.unionByName, frames)
     return lines, [{k: v for k, v in n.items() if not k.startswith("_")} for n in cuts.values()]
 
 
@@ -366,7 +438,7 @@ def parse_lines(lines: DataFrame, *, skip_malformed: bool) -> Input:
     origin = F.col("_source") if has_line else origin_of(F.col("_source"))
     result = Input(
         events=parsed.filter(F.col("_problem").isNull()).select(
-            *EVENT_COLUMNS, NODE_NAME_COLUMN, "_source", origin.alias("_origin")
+            *EVENT_COLUMNS, NODE_NAME_COLUMN, "_source", origin.alias("_origin"), F.lit(False).alias(CARRIED)
         ),
         persisted=[parsed],
         origin=(lambda source: source) if has_line else folder_of,
@@ -462,6 +534,7 @@ def read_parquet(spark: SparkSession, paths: Sequence[str], *, skip_malformed: b
         F.lit(None).cast(T.StringType()).alias(NODE_NAME_COLUMN),  # compaction keeps the contract's fields
         "_source",
         origin_of(F.col("_source")).alias("_origin"),
+        F.lit(False).alias(CARRIED),
     )
     result = Input(events=events, scouting=Scouting(rows, columns, watch))
 
@@ -516,12 +589,16 @@ def load(
     *,
     fmt: str = "auto",
     skip_malformed: bool = False,
+    select: Callable[[list[str]], list[str]] | None = None,
     known_tails: KnownTails | None = None,
 ) -> Input:
+    """The input's events; `select` picks the files to read among those found (an incremental audit's)."""
     fmt = detect_format(paths) if fmt == "auto" else fmt
     if fmt == "parquet":
+        if select is not None:
+            raise UnusableInput("an incremental audit (--checkpoint) reads history segments, not Parquet")
         return read_parquet(spark, paths, skip_malformed=skip_malformed)
-    lines, cuts = read_jsonl_lines(spark, paths, known_tails)
+    lines, cuts = read_jsonl_lines(spark, paths, select, known_tails)
     result = parse_lines(lines, skip_malformed=skip_malformed)
     result.truncated = cuts
     return result

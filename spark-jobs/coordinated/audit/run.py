@@ -8,6 +8,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from coordinated.audit import report as report_mod
+from coordinated.audit.checkpoint import Checkpoint
+from coordinated.audit.checkpoint import build as build_checkpoint
 from coordinated.audit.invariants import run_all
 from coordinated.audit.prepare import prepare
 from coordinated.audit.reading import Input
@@ -19,11 +21,21 @@ from coordinated.audit.violations import add_line_numbers
 class Outcome:
     report: dict[str, Any]
     charts: dict[str, Any]  # chart series; rendered to PNGs only when an HTML report is written
+    checkpoint: Checkpoint | None = None  # for the next incremental audit, when asked for
 
 
 def audit(
-    spark: SparkSession, inp: Input, *, max_examples: int = 5, max_violations: int = 20, source: str = ""
+    spark: SparkSession,
+    inp: Input,
+    *,
+    max_examples: int = 5,
+    max_violations: int = 20,
+    source: str = "",
+    checkpoint: Checkpoint | None = None,
+    next_checkpoint: bool = False,
 ) -> Outcome:
+    """Audit `inp`: with `checkpoint`, an incremental audit of what `with_checkpoint` left in it; with
+    `next_checkpoint`, also the checkpoint for the audit after this one."""
     frames = prepare(
         spark,
         inp.events,
@@ -33,11 +45,16 @@ def audit(
         scouting=inp.scouting,
         settle=inp.settle,
         folder=inp.origin,
+        seed=checkpoint.seed if checkpoint is not None else None,
     )
+    following = None
     try:
         results = run_all(frames)
         stats = compute(frames, truncated=inp.truncated)
         resets = report_mod.resets_of(frames.nodes.resets)
+        horizon = frames.horizon.describe()
+        if next_checkpoint:
+            following = build_checkpoint(frames.events, frames.states, frames.horizon.trimmed, frames.nodes.resets)
     finally:
         frames.release()
     add_line_numbers([v for r in results for v in r.violations])
@@ -50,6 +67,6 @@ def audit(
         results=results,
         stats=stats,
         resets=resets,
-        extra={"input": {"source": source, "truncated_lines": inp.truncated}},
+        extra={"input": {"source": source, "truncated_lines": inp.truncated, "horizon": horizon}},
     )
-    return Outcome(report, stats.charts)
+    return Outcome(report, stats.charts, following)

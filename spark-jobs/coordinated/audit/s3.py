@@ -219,20 +219,6 @@ def list_segments(access: S3Access, uri: str) -> list[SegmentObject]:
     return sorted(found, key=lambda s: (s.folder, s.first_seq))
 
 
-def segments_after(segments: Sequence[SegmentObject], last_seq: Mapping[tuple[str, str], int]) -> list[SegmentObject]:
-    """The segments that may hold events newer than a checkpoint's last seq per (cluster UUID, node id): an
-    incremental audit reads only these. A segment's last seq is one below the next segment's first in its folder;
-    the newest of a folder may hold anything. `segments` are in `list_segments` order."""
-    kept: list[SegmentObject] = []
-    for index, segment in enumerate(segments):
-        seen = last_seq.get(segment.node)
-        following = segments[index + 1] if index + 1 < len(segments) else None
-        ends_before = following.first_seq - 1 if following is not None and following.folder == segment.folder else None
-        if seen is None or ends_before is None or ends_before > seen:
-            kept.append(segment)
-    return kept
-
-
 def inspect_segments(spark: SparkSession, access: S3Access, segments: Sequence[SegmentObject]) -> KnownTails:
     """One Spark job over the objects (`binaryFile`, on the executors): each is checked against the SHA-256 the
     archive recorded (objects copied in by other tools, without it, are read unchecked), and the crash-cut last
@@ -321,14 +307,26 @@ def read_object(access: S3Access, uri: str) -> bytes | None:
     return access.run(bucket, get)
 
 
+def read_checkpoint(access: S3Access, uri: str, parse: Callable[[str, str], T]) -> T | None:
+    """An incremental audit's checkpoint kept in the bucket (`--checkpoint s3://...`), None before the first."""
+    data = read_object(access, uri)
+    return None if data is None else parse(data.decode("utf-8", errors="replace"), uri)
+
+
 def write_object(access: S3Access, uri: str, data: bytes) -> None:
     bucket, key = split_uri(uri)
     access.run(bucket, lambda b: b.put(key, data))
 
 
-def expand(spark: SparkSession, access: S3Access, paths: Iterable[str]) -> tuple[list[str], KnownTails]:
-    """The paths to read, each `s3://` prefix replaced by its verified segment objects, and the crash-cut last
-    lines of those objects."""
+def expand(
+    spark: SparkSession,
+    access: S3Access,
+    paths: Iterable[str],
+    select: Callable[[list[str]], list[str]] | None = None,
+) -> tuple[list[str], KnownTails]:
+    """The paths to read, each `s3://` prefix replaced by its verified segment objects (those `select` keeps: an
+    incremental audit's, so that older objects are neither fetched nor checked), and the crash-cut last lines of
+    those objects."""
     # A session that existed before (a notebook's, a test run's) took neither the spark.hadoop.* settings nor the
     # environment: set both in its JVM (the AWS SDK reads the system property before the variable).
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
@@ -346,6 +344,11 @@ def expand(spark: SparkSession, access: S3Access, paths: Iterable[str]) -> tuple
         segments = list_segments(access, path)
         if not segments:
             raise UnusableInput(f"no archived history segments under {path}")
+        if select is not None:
+            kept = set(select([segment.uri for segment in segments]))
+            segments = [segment for segment in segments if segment.uri in kept]
+            if not segments:
+                continue
         tails.update(inspect_segments(spark, access, segments))
         expanded.extend(segment.uri for segment in segments)
     return expanded, tails

@@ -32,7 +32,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 
-from coordinated.audit.reading import folder_of
+from coordinated.audit.horizon import Horizon
+from coordinated.audit.reading import CARRIED, folder_of
 from coordinated.audit.schema import RESET_TYPES, UNBOOTSTRAPPED
 
 TERM_TYPES = ("term", "elected", "accepted", "stepped_down")
@@ -59,6 +60,7 @@ class Stream:
     applied: int
     committed: int  # `committed` events: once a node has one, its cluster UUID is settled
     first_type: str  # the type of the piece's first event: a reset event starts a new epoch
+    first_carried: bool  # the piece starts with an event carried from an incremental audit's checkpoint
     min_term: int | None  # of the term-carrying events
     max_term: int | None
     first_term: int | None  # the term of the piece's first term-carrying event (where it meets the piece before)
@@ -142,15 +144,22 @@ def windowed(
     *,
     resets: list[Row] | None = None,
     chunk: int | None = CHUNK,
+    horizon: Horizon | None = None,
 ) -> DataFrame:
     """The window's rows. Each node's history is cut into seq ranges of `chunk` (None: one range), each a
     partition of its own; `merge_chunks` joins the ranges again on the driver. `resets` (scouted) gives the
     epochs without a window of their own; None: the window counts them."""
     na_origin = F.when(F.col("cluster_uuid") == UNBOOTSTRAPPED, F.col("_origin")).otherwise(F.lit(""))
+    horizon = horizon or Horizon()
+    carried = F.col(CARRIED) if CARRIED in events.columns else F.lit(False)
     ev = events.select(
         "cluster_uuid", "node", "seq", "ts", "type", "term", "version", "state_uuid", "_source", *RESET_COLUMNS,
+        carried.alias(CARRIED),
         na_origin.alias("_na_origin"),
         (F.floor(F.col("seq") / F.lit(chunk)) if chunk else F.lit(0)).cast("long").alias("_chunk"),
+        # Holes below these seqs are not gaps (see `horizon`): deleted by retention, or not carried.
+        horizon.seq_column(horizon.cut_from).alias("_cut_from"),
+        horizon.seq_column(horizon.checkpoint_from).alias("_ckpt_from"),
     )  # fmt: skip
     if resets is not None:
         ev = ev.withColumn("_epoch", epoch_of(resets))
@@ -175,6 +184,7 @@ def windowed(
     is_applied = typ == "applied"
     applied = F.when(is_applied, F.struct("term", "version", "seq"))
     is_commit = typ.isin(*COMMIT_TYPES)
+    new = ~F.col(CARRIED)  # the figures count an incremental audit's new events only
     time_bin = F.greatest(F.lit(0), F.least(F.floor((F.col("ts") - F.lit(t0)) / F.lit(width)), F.lit(bins - 1))).cast(
         "int"
     )
@@ -190,11 +200,12 @@ def windowed(
         F.last(applied, ignorenulls=True).over(before).alias("prev_applied"),
         # The node's own reset event commits its state for it (see the state table).
         F.last(F.when(is_commit, F.col("state_uuid")), ignorenulls=True).over(before).alias("last_commit"),
-        F.count(F.lit(1)).over(whole).alias("n"),
+        F.sum(new.cast("long")).over(whole).alias("n"),
         F.min("ts").over(whole).alias("first_ts"),
         F.max("ts").over(whole).alias("last_ts"),
-        F.sum((typ == "elected").cast("long")).over(whole).alias("n_elected"),
-        F.sum(is_applied.cast("long")).over(whole).alias("n_applied"),
+        F.sum(((typ == "elected") & new).cast("long")).over(whole).alias("n_elected"),
+        F.sum((is_applied & new).cast("long")).over(whole).alias("n_applied"),
+        # Not only new ones: a commit settles the node's cluster (`_settled`), carried or not.
         F.sum((typ == "committed").cast("long")).over(whole).alias("n_committed"),
         F.min(term_of).over(whole).alias("min_term_all"),
         F.first(term_of, ignorenulls=True).over(whole).alias("first_term"),
@@ -205,16 +216,29 @@ def windowed(
 
 
 def _kept_rows(
-    events: DataFrame, t0: float, width: float, bins: int, resets: list[Row] | None, chunk: int | None
+    events: DataFrame,
+    t0: float,
+    width: float,
+    bins: int,
+    resets: list[Row] | None,
+    chunk: int | None,
+    horizon: Horizon | None = None,
 ) -> list[Row]:
-    w = windowed(events, t0, width, bins, resets=resets, chunk=chunk)
+    w = windowed(events, t0, width, bins, resets=resets, chunk=chunk, horizon=horizon)
     typ = F.col("type")
     prev_seq = F.col("prev_seq")
+    seq = F.col("seq")
+    # A hole whose seqs all lie below the node's horizon is not a gap; one below its retention cut only (not
+    # merely before a checkpoint) shows that the node's history was trimmed (`_trimmed`).
+    explained = seq <= F.greatest("_cut_from", "_ckpt_from")
     gap = (
-        F.when(prev_seq.isNull() & (F.col("seq") != 1), F.lit("start"))
-        .when(F.col("seq") == prev_seq, F.lit("reused"))
-        .when(F.col("seq") > prev_seq + 1, F.lit("gap"))
+        F.when(prev_seq.isNull() & (seq != 1) & ~explained, F.lit("start"))
+        .when(seq == prev_seq, F.lit("reused"))
+        .when((seq > prev_seq + 1) & ~explained, F.lit("gap"))
     )
+    hole = (prev_seq.isNull() & (seq != 1)) | (seq > prev_seq + 1)
+    trimmed = hole & (seq <= F.col("_cut_from")) & (seq > F.col("_ckpt_from"))
+    new = ~F.col(CARRIED)  # carried events are context: they were judged by the audit that read them
     pa = F.col("prev_applied")
     is_applied = typ == "applied"
     applied_back = is_applied & (
@@ -222,13 +246,15 @@ def _kept_rows(
     )
     flagged = w.select(
         "*",
-        gap.alias("gap"),
-        F.coalesce(typ.isin(*TERM_TYPES) & (F.col("term") < F.col("max_term")), F.lit(False)).alias("term_back"),
-        F.coalesce(applied_back, F.lit(False)).alias("applied_back"),
-        (is_applied & ~F.col("state_uuid").eqNullSafe(F.col("last_commit"))).alias("unordered_apply"),
+        F.when(new, gap).alias("gap"),
+        F.coalesce(trimmed & new, F.lit(False)).alias("_trimmed"),
+        F.coalesce(typ.isin(*TERM_TYPES) & (F.col("term") < F.col("max_term")) & new, F.lit(False)).alias("term_back"),
+        F.coalesce(applied_back & new, F.lit(False)).alias("applied_back"),
+        (is_applied & ~F.col("state_uuid").eqNullSafe(F.col("last_commit")) & new).alias("unordered_apply"),
     )
     keep = (
         F.col("gap").isNotNull()
+        | F.col("_trimmed")
         | F.col("term_back")
         | F.col("applied_back")
         | F.col("unordered_apply")
@@ -307,10 +333,13 @@ def merge_chunks(rows: list[Row]) -> tuple[list[Row], list[Row], set[tuple[str, 
         d = r.asDict()
         if starts:
             d["prev_seq"] = before["seq"]
-            d["gap"] = "gap" if d["seq"] > before["seq"] + 1 else None
+            hole = d["seq"] > before["seq"] + 1 and not d[CARRIED]
+            explained = d["seq"] <= max(d["_cut_from"], d["_ckpt_from"])
+            d["gap"] = "gap" if hole and not explained else None
+            d["_trimmed"] = hole and d["_ckpt_from"] < d["seq"] <= d["_cut_from"]
         if early:
             d["last_commit"] = before["last_commit_upto"]
-            d["unordered_apply"] = d["state_uuid"] != d["last_commit"]
+            d["unordered_apply"] = d["state_uuid"] != d["last_commit"] and not d[CARRIED]
         out.append(Row(**d))
     return out, lasts, redo
 
@@ -328,6 +357,7 @@ def range_figures(last: Row, first: Row) -> Row:
         first_seq=first["seq"],
         first_type=first["type"],
         first_source=first["_source"],
+        first_carried=first[CARRIED],
         last_applied=Row(term=d["term"], version=d["version"], seq=d["seq"])
         if d["type"] == "applied"
         else d["prev_applied"],
@@ -353,17 +383,20 @@ def node_pass(
     resets: list[Row] | None = None,
     chunk: int | None = CHUNK,
     folder: Callable[[str], str] = folder_of,
+    horizon: Horizon | None = None,
 ) -> NodePass:
     """The window pass; `t0`, `width` and `bins` place each node's last event per time bin (for the lag).
     `folder` gives a file's `_origin` (the events' own column, computed for a piece's first file only)."""
-    rows, lasts, redo = merge_chunks(_kept_rows(events, t0, width, bins, resets, chunk))
+    rows, lasts, redo = merge_chunks(_kept_rows(events, t0, width, bins, resets, chunk, horizon))
     if redo:
         again = reduce(lambda a, b: a | b, [(F.col("cluster_uuid") == c) & (F.col("node") == n) for c, n in redo])
         rows = [r for r in rows if (r["cluster_uuid"], r["node"]) not in redo]
         lasts = [r for r in lasts if (r["cluster_uuid"], r["node"]) not in redo]
-        more, more_lasts, _ = merge_chunks(_kept_rows(events.filter(again), t0, width, bins, resets, None))
+        more, more_lasts, _ = merge_chunks(_kept_rows(events.filter(again), t0, width, bins, resets, None, horizon))
         rows += more
         lasts += more_lasts
+    if horizon is not None:
+        horizon.trimmed.update((r["cluster_uuid"], r["node"]) for r in rows if r["_trimmed"])
     result = NodePass(
         flagged=[r for r in rows if _is_flagged(r)],
         streams=[
@@ -380,6 +413,7 @@ def node_pass(
                 applied=int(r["n_applied"]),
                 committed=int(r["n_committed"]),
                 first_type=r["first_type"],
+                first_carried=bool(r["first_carried"]),
                 min_term=r["min_term_all"],
                 max_term=r["max_term_all"],
                 first_term=r["first_term"],
@@ -430,7 +464,8 @@ def stitch(np: NodePass) -> None:
             s.joined_from = prev
             np.joined.add((s.cluster, s.node, s.first_seq))
             reset = s.first_type in RESET_TYPES
-            if prev.cluster != UNBOOTSTRAPPED and s.cluster != prev.cluster and not reset and _settled(prev):
+            moved = prev.cluster != UNBOOTSTRAPPED and s.cluster != prev.cluster and not reset
+            if moved and _settled(prev) and not s.first_carried:
                 np.moves.append((prev, s))
         # A node that moved to another cluster and back: the other cluster's piece fills a hole in this one.
         spans = {(p.first_seq, p.last_seq): p for p in pieces}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,14 @@ class State:
     master: str
     last_committed_config: tuple[str, ...]
     last_accepted_config: tuple[str, ...]
+
+
+_SEQ = re.compile(r'"seq":(\d+)')
+
+
+def seq_of(line: str) -> int:
+    found = _SEQ.search(line)
+    return int(found.group(1)) if found else 0
 
 
 def _q(value: str | None) -> str:
@@ -100,8 +109,10 @@ class HistoryBuilder:
         quorum: tuple[str, ...] | None = None,
         seq: int | None = None,
         cluster_uuid: str | None = None,
+        extra: str = "",
     ) -> None:
-        """Append one event to `node`'s history; `seq` and `cluster_uuid` override the natural ones."""
+        """Append one event to `node`'s history; `seq` and `cluster_uuid` override the natural ones; `extra`
+        is more fields, as JSON members (`"a":1,"b":2`)."""
         if seq is None:
             seq = self.seq[node] + 1
         self.seq[node] = max(self.seq[node], seq)
@@ -120,10 +131,10 @@ class HistoryBuilder:
                 f'"last_accepted_config":{self._ids(state.last_accepted_config)},'
                 f'"quorum":{self._ids(quorum)}'
             )
-        extra = f',"node_name":{_q(node.upper())}' if self._extra else ""
+        more = (f',"node_name":{_q(node.upper())}' if self._extra else "") + (f",{extra}" if extra else "")
         line = (
             f'{{"cluster_uuid":{_q(cluster_uuid)},"node":{_q(node)},"seq":{seq},"ts":{self.ts:.3f},'
-            f'"type":"{type_}","term":{term},{tail}{extra}}}'
+            f'"type":"{type_}","term":{term},{tail}{more}}}'
         )
         if self._sink is None:
             self.lines[node].append(line)
@@ -223,6 +234,21 @@ class HistoryBuilder:
         if self._on_restart is not None:
             self._on_restart(node)
 
+    def retention_cut(self, node: str, first_kept_seq: int) -> None:
+        """What the node's retention does: its events before `first_kept_seq` are deleted (only without a sink),
+        after a `retention_cut` event that restates its marks."""
+        accepted = self.accepted[node]
+        marks = (accepted.term, accepted.version) if accepted else (0, 0)
+        self.emit(
+            node,
+            "retention_cut",
+            self.term[node],
+            extra=f'"first_kept_seq":{first_kept_seq},"marks_term":{self.term[node]},'
+            f'"marks_accepted":[{marks[0]},{marks[1]}]',
+        )
+        self.tick(0.001)
+        self.lines[node] = [line for line in self.lines[node] if seq_of(line) >= first_kept_seq]
+
     def events(self) -> list[dict[str, object]]:
         """Every recorded event as a dict (only when no sink was given)."""
         return [json.loads(line) for n in self.nodes for line in self.lines[n]]
@@ -232,8 +258,8 @@ class HistoryBuilder:
         writer = SegmentWriter(directory, segment_events=segment_events)
         starts = {(n, s) for n, s in self.restarts}
         for n in self.nodes:
-            for i, line in enumerate(self.lines[n], start=1):
-                if (n, i) in starts:
+            for line in self.lines[n]:
+                if (n, seq_of(line)) in starts:
                     writer.rotate(n)
                 writer(n, line)
         writer.close()

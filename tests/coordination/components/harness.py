@@ -103,3 +103,18 @@ class OneNode:
         taken = [(to, message) for to, message in self.sent if kind is None or isinstance(message, kind)]
         self.sent = [(to, message) for to, message in self.sent if (to, message) not in taken]
         return taken
+
+
+def leader() -> OneNode:
+    """A one-node cluster whose node has elected itself master."""
+    node = OneNode.start()
+    node.advance(5_000)
+    assert node.coordinator.leader == node.node
+    return node
+
+
+def result_of(node: OneNode, request: ClientRequest) -> ClientResult:
+    """The result of `request`, once the millisecond a one-node leadership round takes has passed."""
+    request_id = node.submit(request)
+    node.advance(1)
+    return node.results[request_id]

@@ -5,16 +5,9 @@ from __future__ import annotations
 from coordinated.coordination.client import ClusterError, Committed, KvGet, KvPut
 from coordinated.coordination.messages import ForwardedRequest, ForwardedResponse
 
-from .harness import OneNode
+from .harness import OneNode, leader
 
 FOLLOWER = "follower:9300"
-
-
-def leader() -> OneNode:
-    node = OneNode.start()
-    node.advance(5_000)
-    assert node.coordinator.leader == node.node
-    return node
 
 
 def test_a_forwarded_request_keeps_its_clients_timeout() -> None:

@@ -7,14 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordinated.coordination.batch import (
-    MAX_STATE_SIZE,
-    MAX_VALUE_SIZE,
-    BatchContext,
-    StateSizes,
-    entry_size,
-    execute_batch,
-)
+from coordinated.coordination.batch import MAX_STATE_SIZE, MAX_VALUE_SIZE, BatchContext, StateSizes, execute_batch
+from coordinated.coordination.batch_keys import entry_size
 from coordinated.coordination.client import ClusterError, KvDelete, KvPut, RestoreSnapshot, Txn, TxnOp, TxnResult
 from coordinated.coordination.registry import coordination_registry, default_settings
 from coordinated.coordination.settings import SettingsError

@@ -40,16 +40,9 @@ from coordinated.coordination.state import (
 from coordinated.coordination.tasks import ClientTask
 from coordinated.coordination.validation import metadata_key_problem, txn_problem
 
-from .harness import OneNode
+from .harness import OneNode, leader
 
 FOLLOWER = "follower:9300"
-
-
-def leader() -> OneNode:
-    node = OneNode.start()
-    node.advance(5_000)
-    assert node.coordinator.leader == node.node
-    return node
 
 
 def committed(node: OneNode, request: KvPut | KvDelete) -> Committed:

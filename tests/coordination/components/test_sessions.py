@@ -1,5 +1,6 @@
 """Sessions and ephemeral keys in the core: the master alone expires sessions, by its own clock; ending a
-session deletes its ephemeral keys in the same committed state; a new master restarts every TTL in full."""
+session deletes its ephemeral keys in the same committed state; the master checkpoints each session's
+remaining TTL, and a new master continues every session from its checkpoint."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from coordinated.coordination.messages import (
 )
 from coordinated.coordination.registry import default_settings
 from coordinated.coordination.safety import InMemoryPersistedState
+from coordinated.coordination.sessions import checkpoint_interval_ms, failover_allowance_ms
 from coordinated.coordination.state import (
     ClusterState,
     DiscoveryNode,
@@ -52,23 +54,10 @@ from coordinated.coordination.state import (
 from coordinated.coordination.tasks import ClientTask, NodeJoin, NodeLeft
 from coordinated.coordination.validation import request_problem
 
-from .harness import OneNode
+from .harness import OneNode, leader, result_of
 
 TTL = 10_000
 FOLLOWER = "follower:9300"
-
-
-def leader() -> OneNode:
-    node = OneNode.start()
-    node.advance(5_000)
-    assert node.coordinator.leader == node.node
-    return node
-
-
-def result_of(node: OneNode, request: ClientRequest) -> object:
-    request_id = node.submit(request)
-    node.advance(1)  # a one-node leadership round completes at once
-    return node.results[request_id]
 
 
 def create(node: OneNode, ttl_ms: int = TTL) -> str:
@@ -220,20 +209,61 @@ def restarted(node: OneNode) -> OneNode:
     return fresh
 
 
-def test_a_new_master_gives_every_session_a_fresh_full_ttl_and_sessions_survive_a_restart() -> None:
+def test_a_new_master_continues_each_session_from_its_checkpoint_and_sessions_survive_a_restart() -> None:
     node = leader()
     session = create(node)
     result_of(node, KvPut("eph", 1, session=session))
-    node.advance(TTL - 500)  # nearly expired on the old master
+    node.advance(TTL - 500)  # nearly expired on the old master, whose checkpoints record about that much left
+    recorded = node.coordinator.last_accepted_state.sessions[session].remaining_ms
+    assert recorded is not None and 500 <= recorded <= 500 + checkpoint_interval_ms(TTL), recorded
     again = restarted(node)
-    again.advance(5_000)
-    assert again.coordinator.leader == again.node
-    again.advance(TTL - 5_000 - 500)  # more than the old master's remaining 500ms, less than a TTL since election
+    while again.coordinator.leader != again.node:
+        again.advance(100)
+    elected = again.now
+    again.advance(recorded - 200)  # the session survived the restart, and continues from its record
     assert session in again.coordinator.last_accepted_state.sessions
     assert read(again, "eph").session == session
-    again.advance(TTL)
-    assert session not in again.coordinator.last_accepted_state.sessions
+    again.advance(400)  # not a fresh TTL: it ends once the record has run out on the new master
+    assert session not in again.coordinator.last_accepted_state.sessions, again.now - elected
     assert "eph" not in again.coordinator.last_accepted_state.kv
+
+
+def test_checkpoints_keep_the_record_within_half_the_failover_allowance() -> None:
+    node = leader()
+    session = create(node)
+    interval = checkpoint_interval_ms(TTL)
+    assert failover_allowance_ms(TTL) == TTL // 5 and failover_allowance_ms(2_000) == 1_000
+    created = node.now
+    assert node.coordinator.last_accepted_state.sessions[session].remaining_ms is None  # the whole TTL
+    for step in range(1, 5):
+        node.advance(interval)
+        recorded = node.coordinator.last_accepted_state.sessions[session].remaining_ms
+        elapsed = node.now - created
+        assert recorded is not None and TTL - elapsed <= recorded <= TTL - elapsed + interval, (step, recorded)
+
+
+def test_a_keepalive_needs_no_publication_until_a_checkpoint_and_then_resets_the_record_before_its_answer() -> None:
+    node = leader()
+    session = create(node)
+    interval = checkpoint_interval_ms(TTL)
+    node.advance(interval // 2)
+    version = node.coordinator.last_accepted_state.version
+    renewed = result_of(node, SessionKeepAlive(session))
+    assert isinstance(renewed, SessionInfo) and TTL - 10 <= renewed.remaining_ms <= TTL, renewed
+    assert node.coordinator.last_accepted_state.version == version  # renewed on the master alone
+    node.advance(interval + 10)  # a checkpoint of the remaining TTL
+    assert node.coordinator.last_accepted_state.sessions[session].remaining_ms is not None
+    version = node.coordinator.last_accepted_state.version
+    node.hold_own_publications = True  # the reset is published, and the keepalive waits for its commit
+    keepalive = node.submit(SessionKeepAlive(session))
+    node.advance(1)
+    assert keepalive not in node.results
+    node.release()
+    node.advance(1)
+    renewed = node.results[keepalive]
+    assert isinstance(renewed, SessionInfo) and renewed.remaining_ms >= TTL - 10, renewed
+    state = node.coordinator.last_accepted_state
+    assert state.version == version + 1 and state.sessions[session].remaining_ms is None
 
 
 def test_a_node_session_ends_with_its_node_and_needs_no_keepalive() -> None:

@@ -104,9 +104,11 @@ def check(fr: Frames) -> list[CheckResult]:
     by_version = Window.partitionBy("cid").orderBy("version", "term", "state_uuid")
     committed = (
         st.filter("committed")
-        .select("cid", "term", "version", "state_uuid", "state_h", "parent_h")
+        .select("cid", "term", "version", "state_uuid", "state_h", "parent_h", "fresh_commit")
         .withColumn("prev", F.lag(F.struct("term", "version", "state_uuid", "state_h")).over(by_version))
-        .filter(F.col("prev").isNotNull())
+        .filter(F.col("prev").isNotNull() & F.col("fresh_commit"))
+        # Up to the horizon, committed states between two others may be gone with trimmed histories.
+        .filter(fr.horizon.beyond("cid", "prev.term", "prev.version"))
     )
     walked = committed.join(F.broadcast(ends), ["cid", "parent_h"], "left").select(
         "*",

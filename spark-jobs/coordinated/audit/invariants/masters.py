@@ -11,6 +11,7 @@ from collections import defaultdict
 from pyspark.sql import functions as F
 
 from coordinated.audit.prepare import NO_MASTER, Frames
+from coordinated.audit.reading import CARRIED
 from coordinated.audit.schema import ONE_MASTER, STATE_TYPES
 from coordinated.audit.violations import CheckResult, Violation, examples_for, lookup_events
 
@@ -35,11 +36,18 @@ def _hashes(fr: Frames, names: list[str]) -> dict[str, int]:
 
 def check(fr: Frames) -> list[CheckResult]:
     won = winners(fr)
-    twice = sorted((k, v) for k, v in won.items() if len({n for n, *_ in v}) > 1)
+    fresh_terms = {
+        (fr.nodes.home_of(r["cluster_uuid"], r["node"], r["_na_origin"]), r["term"])
+        for r in fr.nodes.elections
+        if not r[CARRIED]
+    }
+    twice = sorted((k, v) for k, v in won.items() if len({n for n, *_ in v}) > 1 and k in fresh_terms)
     single = {(cid, term): v[0][0] for (cid, term), v in won.items() if len({n for n, *_ in v}) == 1}
     hashes = _hashes(fr, sorted(set(single.values())))
     flagged = []
     for r in fr.per_term():
+        if not r["fresh"] and (r["cid"], r["term"]) not in fresh_terms:
+            continue  # judged by the audit that read these events (an incremental audit's carried ones)
         winner = single.get((r["cid"], r["term"]))
         if winner is not None:
             wh = hashes[winner]

@@ -47,6 +47,7 @@ def check(fr: Frames) -> list[CheckResult]:
         s
         for s in np.streams
         if s.joined_from is not None
+        and not s.first_carried  # judged by the audit that read it
         and s.first_type not in RESET_TYPES  # a reset event starts the node's term over
         and s.first_term is not None
         and s.joined_from.max_term is not None
@@ -152,7 +153,9 @@ def _moves(moves: list[tuple[Stream, Stream]], found: Found, limit: int) -> Chec
 
 
 def _verify_unordered_applies(fr: Frames, rows: list[Row]) -> list[Row]:
-    """The applies that no earlier `committed` event of the same node for the same state precedes."""
+    """The applies that no earlier `committed` event of the same node for the same state precedes (states older
+    than the horizon aside: a trimmed history may have lost that commit)."""
+    rows = [r for r in rows if fr.horizon.judges(r["cluster_uuid"], r["term"], r["version"])]
     if not rows:
         return []
     schema = T.StructType(

@@ -50,6 +50,9 @@ def check(fr: Frames) -> list[CheckResult]:
         ),
     )
     quorum = F.coalesce("quorum", F.array())
+    # Older than the horizon, a member's accepted event may be gone with a trimmed history: only what the events
+    # present show is judged there.
+    beyond = fr.horizon.beyond("cluster_uuid")
     checked = (
         ev.filter(is_master_commit())
         .join(acc, KEY, "left")
@@ -62,16 +65,25 @@ def check(fr: Frames) -> list[CheckResult]:
                     ~(_majority(quorum, c["last_committed_config"]) & _majority(quorum, c["last_accepted_config"]))
                 ),
             ).alias("short_of"),
-            F.filter(
-                quorum,
-                lambda m: (
-                    F.array_contains(F.coalesce("present", F.array()), m)
-                    & ~F.array_contains(F.coalesce("acceptors", F.array()), m)
+            F.when(
+                beyond,
+                F.filter(
+                    quorum,
+                    lambda m: (
+                        F.array_contains(F.coalesce("present", F.array()), m)
+                        & ~F.array_contains(F.coalesce("acceptors", F.array()), m)
+                    ),
                 ),
-            ).alias("missing"),
+            )
+            .otherwise(F.array().cast("array<string>"))
+            .alias("missing"),
+            beyond.alias("_judged"),
         )
         .filter(
-            F.col("quorum").isNull() | F.col("acceptors").isNull() | (F.size("short_of") > 0) | (F.size("missing") > 0)
+            F.col("quorum").isNull()
+            | (F.col("acceptors").isNull() & F.col("_judged"))
+            | (F.size("short_of") > 0)
+            | (F.size("missing") > 0)
         )
     )
     total, rows = first_rows(checked, ["cluster_uuid", "version", "term", "node", "seq"], fr.max_violations)
@@ -81,7 +93,7 @@ def check(fr: Frames) -> list[CheckResult]:
         problems = []
         if r["quorum"] is None:
             problems.append("with no quorum at all")
-        elif r["acceptors"] is None:
+        elif r["acceptors"] is None and r["_judged"]:
             problems.append(
                 f"with quorum {sorted(r['quorum'])}, but no node's accepted event records that state, "
                 "so its configurations are unknown"

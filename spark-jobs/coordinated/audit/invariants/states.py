@@ -28,8 +28,8 @@ def unique_state(fr: Frames) -> CheckResult:
     bad = (
         fr.states.filter(~F.col("rewritten"))
         .groupBy("cid", "term", "version")
-        .agg(F.count(F.lit(1)).alias("n"))
-        .filter(F.col("n") > 1)
+        .agg(F.count(F.lit(1)).alias("n"), F.max("fresh").alias("fresh"))
+        .filter((F.col("n") > 1) & F.col("fresh"))
         .withColumnRenamed("cid", "cluster_uuid")
     )
     total, rows = first_rows(bad, ["cluster_uuid", "term", "version"], fr.max_violations)
@@ -85,7 +85,7 @@ def content(fr: Frames) -> CheckResult:
     if not fr.flags("content"):
         return CheckResult(UNIQUE_STATE, 0, [])
     bad = (
-        fr.states.filter(F.col("conflict"))
+        fr.states.filter(F.col("conflict") & F.col("fresh"))
         .select(F.col("cid").alias("cluster_uuid"), "state_uuid", "term", "version")
         .orderBy("cluster_uuid", "version", "term", "state_uuid")
     )
@@ -128,9 +128,10 @@ def applied_only_committed(fr: Frames) -> CheckResult:
     key = ["cluster_uuid", "term", "version", "state_uuid"]
     if not fr.flags("applied"):
         return CheckResult(APPLIED_COMMITTED, 0, [])
-    bad = fr.states.filter(F.col("applied") & ~F.col("committed")).select(
-        F.col("cid").alias("cluster_uuid"), "term", "version", "state_uuid", "committed_anywhere"
-    )
+    # A state older than the horizon may have lost its master's commit with a trimmed history.
+    bad = fr.states.filter(
+        F.col("applied") & ~F.col("committed") & F.col("fresh_applied") & fr.horizon.beyond()
+    ).select(F.col("cid").alias("cluster_uuid"), "term", "version", "state_uuid", "committed_anywhere")
     total, rows = first_rows(bad, key, fr.max_violations)
     examples = examples_for(
         fr.events, rows, key, fr.max_examples, where=F.col("type").isin("applied", "committed"), spread=["type"]

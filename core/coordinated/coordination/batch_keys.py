@@ -1,0 +1,240 @@
+"""The key and session maps of the state a batch builds: persistent maps changed in place, with the keys the
+batch touched (from which its diff is built without comparing whole maps), the total entry size and an undo
+log, so that a task that would exceed a limit can be taken back. Pure data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any
+
+import immutables
+import msgspec
+
+from coordinated.coordination.client import PrevKey
+from coordinated.coordination.state import LEGACY_KEY_VERSION, ClusterState, KeyVersion, Session, diff_maps, persistent
+
+_SIZE_ENCODER = msgspec.json.Encoder()
+
+
+def value_size(value: Any) -> int:
+    """A value's size against `cluster.metadata.max_value_size`: its JSON encoding."""
+    return len(_SIZE_ENCODER.encode(value))
+
+
+def entry_size(key: str, value: Any) -> int:
+    """What a key costs against `cluster.metadata.max_state_size`: its UTF-8 name and JSON-encoded value."""
+    return len(key.encode()) + len(_SIZE_ENCODER.encode(value))
+
+
+def state_entries_size(kv: Mapping[str, Any]) -> int:
+    return sum(entry_size(key, value) for key, value in kv.items())
+
+
+class Tracked:
+    """A persistent map a batch changes: a mutation of the base's map, and the keys the batch touched, from
+    which the batch's diff is built without comparing whole maps."""
+
+    def __init__(self, base: Mapping[str, Any]) -> None:
+        self.base = persistent(base)
+        self.map = self.base.mutate()
+        self.touched: set[str] = set()
+        self.replaced = False
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.map
+
+    def __getitem__(self, key: str) -> Any:
+        return self.map[key]
+
+    def __len__(self) -> int:
+        return len(self.map)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.map.get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        self.map[key] = value
+        self.touched.add(key)
+
+    def pop(self, key: str) -> None:
+        if key in self.map:
+            del self.map[key]
+            self.touched.add(key)
+
+    def items(self) -> list[tuple[str, Any]]:
+        current = self.map.finish()
+        self.map = current.mutate()
+        return list(current.items())
+
+    def replace_all(self, mapping: Mapping[str, Any]) -> None:
+        self.map, self.replaced = persistent(mapping).mutate(), True
+
+    def finish(self) -> immutables.Map[str, Any]:
+        return self.map.finish()
+
+    def changes(self, finished: immutables.Map[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]] | None:
+        """The upserts and deletes from the base to `finished` (what `finish` returned); None: unchanged."""
+        if self.replaced:  # a restore: compared once, in full
+            diff = diff_maps(self.base, finished)
+            return None if diff.is_empty() else (diff.upserts, diff.deletes)
+        # A key a rollback put back holds its base object again: no change.
+        present = sorted(
+            key
+            for key in self.touched
+            if key in finished and (key not in self.base or finished[key] is not self.base[key])
+        )
+        # A key created and deleted again within the batch is no change.
+        deleted = tuple(sorted(key for key in self.touched if key not in finished and key in self.base))
+        if not present and not deleted:
+            return None
+        return {key: finished[key] for key in present}, deleted
+
+
+_ABSENT = object()
+
+
+class BatchKeys:
+    """The key and session maps of the state a batch builds (persistent maps, changed in place). It keeps the
+    total entry size (when `size` is given) and an undo log of key changes, so that a task that would exceed
+    a limit can be taken back."""
+
+    def __init__(
+        self,
+        base: ClusterState,
+        new_version: int,
+        size: int | None = None,
+        session_keys: Callable[[str], Collection[str]] | None = None,
+        keys_with_prefix: Callable[[str], Iterable[str]] | None = None,
+    ) -> None:
+        self.new_version = new_version
+        self.kv, self.versions = Tracked(base.kv), Tracked(base.kv_versions)
+        self.kv_sessions, self.sessions = Tracked(base.kv_sessions), Tracked(base.sessions)
+        self.size = size
+        self._base_session_keys = session_keys or (
+            lambda session_id: [key for key, owner in base.kv_sessions.items() if owner == session_id]
+        )
+        self._base_keys_with_prefix = keys_with_prefix or (
+            lambda prefix: [key for key in base.kv if key.startswith(prefix)]
+        )
+        self._undo: list[tuple[str, Any, KeyVersion | None, str | None]] = []
+
+    def mark(self) -> int:
+        return len(self._undo)
+
+    def rollback(self, mark: int) -> None:
+        """Takes back every key change since `mark`."""
+        while len(self._undo) > mark:
+            key, value, versions, session = self._undo.pop()
+            self._resize(key, value, self.kv.get(key, _ABSENT))
+            if value is _ABSENT:
+                self.kv.pop(key)
+            else:
+                self.kv.set(key, value)
+            for tracked, old in ((self.versions, versions), (self.kv_sessions, session)):
+                if old is None:
+                    tracked.pop(key)
+                else:
+                    tracked.set(key, old)
+
+    def _resize(self, key: str, new: Any, old: Any) -> None:
+        if self.size is not None:
+            self.size += (entry_size(key, new) if new is not _ABSENT else 0) - (
+                entry_size(key, old) if old is not _ABSENT else 0
+            )
+
+    def _record(self, key: str) -> None:
+        self._undo.append((key, self.kv.get(key, _ABSENT), self.versions.get(key), self.kv_sessions.get(key)))
+
+    def get(self, key: str) -> KeyVersion | None:
+        if key not in self.kv:
+            return None
+        found: KeyVersion = self.versions.get(key, LEGACY_KEY_VERSION)
+        return found
+
+    def version(self, key: str) -> int:
+        """The key's version; 0 if it does not exist."""
+        versions = self.get(key)
+        return versions.version if versions else 0
+
+    def previous(self, key: str) -> PrevKey | None:
+        """The key as it is now, for a write that asked for its previous value; None if it does not exist."""
+        versions = self.get(key)
+        if versions is None:
+            return None
+        return PrevKey(self.kv[key], versions.version, versions.create_version, self.kv_sessions.get(key))
+
+    def put(self, key: str, value: Any, session: str | None = None) -> KeyVersion:
+        """A put with a session makes the key ephemeral; without one, persistent (as etcd's put without a lease)."""
+        existing = self.get(key)
+        self._record(key)
+        self._resize(key, value, self.kv.get(key, _ABSENT))
+        self.kv.set(key, value)
+        versions = KeyVersion(self.new_version, existing.create_version if existing else self.new_version)
+        self.versions.set(key, versions)
+        if session is None:
+            self.kv_sessions.pop(key)
+        else:
+            self.kv_sessions.set(key, session)
+        return versions
+
+    def replace_all(self, kv: dict[str, Any], versions: dict[str, KeyVersion]) -> None:
+        """A restore: exactly these keys, with the versions they had. Restored keys are persistent: a
+        snapshot's sessions belonged to clients of another time, so no restored key is ephemeral."""
+        self.kv.replace_all(kv)
+        self.versions.replace_all(versions)
+        self.kv_sessions.replace_all({})
+        self._undo.clear()  # a restore is checked against the size limit before it replaces anything
+        if self.size is not None:
+            self.size = state_entries_size(kv)
+
+    def delete(self, key: str) -> bool:
+        if key not in self.kv:
+            return False
+        self._record(key)
+        self._resize(key, _ABSENT, self.kv[key])
+        self.kv.pop(key)
+        self.versions.pop(key)
+        self.kv_sessions.pop(key)
+        return True
+
+    def add_session(self, session_id: str, session: Session) -> None:
+        self.sessions.set(session_id, session)
+
+    def end_session(self, session_id: str) -> bool:
+        """Remove the session and delete its ephemeral keys; False if there is no such session."""
+        if session_id not in self.sessions:
+            return False
+        self.sessions.pop(session_id)
+        # Its keys in the base state, and any this batch made ephemeral: in proportion to those, not to all keys.
+        candidates = {*self._base_session_keys(session_id), *self.kv_sessions.touched}
+        for key in sorted(candidates):
+            if self.kv_sessions.get(key) == session_id:
+                self.delete(key)
+        return True
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Deletes every key under `prefix`; how many there were. In proportion to those keys (and to the keys
+        this batch touched), not to every key."""
+        candidates = {*self._base_keys_with_prefix(prefix), *(key for key in self.kv.touched if key.startswith(prefix))}
+        return sum(1 for key in sorted(candidates) if self.delete(key))
+
+    def checkpoint_sessions(self, session_ids: tuple[str, ...], checkpoint: Callable[[str, Session], Session]) -> None:
+        for session_id in session_ids:
+            session = self.sessions.get(session_id)
+            if session is not None:
+                recorded = checkpoint(session_id, session)
+                if recorded != session:
+                    self.sessions.set(session_id, recorded)
+
+    def finish(self) -> tuple[dict[str, immutables.Map[str, Any]], dict[str, tuple[dict[str, Any], tuple[str, ...]]]]:
+        """The maps of the new state by field name, and the changes of those that changed."""
+        tracked = {
+            "kv": self.kv,
+            "kv_versions": self.versions,
+            "sessions": self.sessions,
+            "kv_sessions": self.kv_sessions,
+        }
+        maps = {name: one.finish() for name, one in tracked.items()}
+        changes = {name: change for name, one in tracked.items() if (change := one.changes(maps[name])) is not None}
+        return maps, changes

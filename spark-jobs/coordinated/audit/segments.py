@@ -1,0 +1,155 @@
+"""History segments that Spark's text reader cannot read as they are: compressed with zstd (`.jsonl.zst`), or
+written in format 2 (`coordinated.coordination.history_format`), whose lines leave out fields the lines before
+them set and may stand for two events.
+
+These are read in Python tasks, one segment per task, and expanded into format-1 event lines, which then go
+through exactly the same parsing and checks as any other line. Plain format-1 files (and `.gz`, `.bz2`) stay
+on Spark's own reader, which is faster. The rows carry the file's line index (`_mid`, in one block), so a bad
+line is named by its line in the segment as for other files.
+
+A source is a file URI or path. `OPENERS` maps a URI scheme to a function that opens it for reading, in the
+task; local files are built in. Files on another Hadoop file system (an archive's `s3a://` objects) are read
+by Spark (`binaryFile`, with Spark's own credentials) and expanded from their bytes (`rows_of_contents`).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import BinaryIO
+from urllib.parse import unquote, urlparse
+
+import msgspec
+import zstandard
+
+from coordinated.coordination.history_format import FORMAT2_START, SegmentExpander
+from coordinated.coordination.history_lines import is_complete
+
+COMPRESSED = ".zst"
+_HEAD_BYTES = len(FORMAT2_START)
+_LINE = msgspec.json.Encoder(order="sorted")
+
+
+def local_file(uri: str) -> str | None:
+    if uri.startswith("file:"):
+        return unquote(urlparse(uri).path)
+    return None if "://" in uri else uri
+
+
+def _open_local(uri: str) -> BinaryIO:
+    path = local_file(uri)
+    if path is None:
+        raise OSError(f"no reader for {uri}")
+    return open(path, "rb")
+
+
+OPENERS: dict[str, Callable[[str], BinaryIO]] = {"file": _open_local, "": _open_local}
+
+
+def open_raw(uri: str) -> BinaryIO:
+    scheme = urlparse(uri).scheme if "://" in uri or uri.startswith("file:") else ""
+    opener = OPENERS.get(scheme)
+    if opener is None:
+        raise OSError(f"cannot read {uri}: no reader for {scheme}:// sources")
+    return opener(uri)
+
+
+def open_source(uri: str) -> BinaryIO:
+    """The segment's bytes, decompressed when it is compressed. A plain segment that a live node compressed
+    after it was listed is read from its compressed file, which holds the same lines."""
+    try:
+        raw = open_raw(uri)
+    except FileNotFoundError:
+        if uri.endswith(COMPRESSED):
+            raise
+        uri += COMPRESSED
+        raw = open_raw(uri)
+    if not uri.endswith(COMPRESSED):
+        return raw
+    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
+
+
+def needs_expansion(uri: str) -> bool:
+    """Whether the Python reader must read this file: compressed with zstd, or of format 2 (its first line
+    says so). Only local files are looked into; a remote plain file is format 1 unless its name says `.zst`."""
+    if uri.endswith(COMPRESSED):
+        return True
+    path = local_file(uri)
+    if path is None:
+        return False
+    try:
+        with open(path, "rb") as file:
+            return file.read(_HEAD_BYTES) == FORMAT2_START
+    except OSError:
+        return False
+
+
+Row = tuple[str, str, int, int]  # value, _source, _block, _mid
+
+
+class UnreadableSegment(OSError):
+    """Worded as Spark words a file it cannot read, so the CLI names the file (exit 2)."""
+
+
+# Kept out of the `raise` line: a worker's traceback quotes that line, and the CLI looks for these words.
+READ_FAILED = "error while reading file"
+
+
+def expanded_rows(uri: str, content: bytes | None = None) -> Iterator[Row]:
+    """Every complete line of one segment as format-1 event lines, with its line index; a line that is not a
+    JSON object stays as it is (the parser names it). A last line without its newline is a crash-cut line:
+    skipped here, noted by the driver. `content` is the file's bytes when Spark has read them already (an
+    object store's file, read by Spark's `binaryFile` so that its credentials stay Spark's)."""
+    expander = SegmentExpander()
+    index = -1
+    try:
+        with open_source(uri) if content is None else _decompressed(uri, content) as file:
+            for line in file:
+                index += 1
+                if not is_complete(line):
+                    break
+                expanded = expander.expand(line)
+                if expanded.events is None or expander.format == 1:
+                    yield expanded.raw.decode("utf-8", errors="replace"), uri, 0, index
+                    continue
+                for event in expanded.events:
+                    yield _LINE.encode(event).decode(), uri, 0, index
+    except (OSError, zstandard.ZstdError, EOFError) as error:
+        raise UnreadableSegment(f"{READ_FAILED} {uri}: {error}") from None
+
+
+def _decompressed(uri: str, content: bytes) -> BinaryIO:
+    raw = io.BytesIO(content)
+    if not uri.endswith(COMPRESSED):
+        return raw
+    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
+
+
+def rows_of(uris: Iterable[str]) -> Iterator[Row]:
+    for uri in uris:
+        yield from expanded_rows(uri)
+
+
+def rows_of_contents(files: Iterable[tuple[str, bytes]]) -> Iterator[Row]:
+    """`rows_of` for (URI, bytes) pairs read by Spark (`binaryFile`)."""
+    for uri, content in files:
+        yield from expanded_rows(uri, bytes(content))
+
+
+def is_remote(uri: str) -> bool:
+    """Whether a file is on a Hadoop file system other than the local one (`s3a://`): Spark reads its bytes."""
+    return "://" in uri and not uri.startswith("file:")
+
+
+def as_spark_names(uri: str) -> str:
+    """A file URI as Spark's `_metadata.file_path` spells it (`file:/x`, where the file listing says
+    `file:///x`), so that rows of both readers name a file, and its folder, alike."""
+    path = local_file(uri)
+    return "file:" + path if path is not None and uri.startswith("file:") else uri
+
+
+def split(files: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the files Spark's text reader reads, the files the Python reader expands, named as Spark names them)."""
+    expanded = [uri for uri in files if needs_expansion(uri)]
+    chosen = set(expanded)
+    return [uri for uri in files if uri not in chosen], [as_spark_names(uri) for uri in expanded]
