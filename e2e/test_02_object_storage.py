@@ -5,8 +5,8 @@
   deleted (each pod archives its last segment on the way out), and its archive is audited from s3a:// by
   spark-submit in cluster mode on 2 executors;
 - a new cluster is created with spec.restoreFrom over that bucket and gets every key back, with its versions;
-- a node with a small retention under steady writes keeps its disk bounded (it needs history retention, and
-  runs once the sidecar has `history.retention.max_size`).
+- a node with a small retention under steady writes keeps its disk bounded while its archive keeps what
+  retention deleted.
 
 The credentials reach the pods only as a Secret that the test creates from the harness's key; on a cluster
 without the harness's object store (kind), these tests skip, saying so.
@@ -163,40 +163,55 @@ def test_archive_audit_from_s3a_on_two_executors_then_restore_from_the_bucket(
 
 
 BOUNDED = "bounded"
-RETENTION = "4mb"
-SEGMENT = "512kb"
+RETENTION = "64kb"
+SEGMENT = "16kb"
+# Each segment file's size and name: whatever the sidecar's image holds, its Python reads the folder.
+HISTORY_FILES = (
+    "import pathlib\n"
+    "for p in sorted(pathlib.Path('/data/history').glob('segment-*')):\n"
+    "    try: print(p.stat().st_size, p.name)\n"
+    "    except FileNotFoundError: pass\n"
+)
+
+
+def segment_first_seq(name: str) -> int:
+    return int(name.removeprefix("segment-").split(".", 1)[0])
 
 
 def test_a_node_under_steady_writes_keeps_its_disk_bounded(
     operator_release: str, namespace: str, object_store: ObjectStore, figure: Figure
 ) -> None:
-    """One node with a small retention and an archive takes writes for two minutes; its history's size on disk,
-    sampled throughout, stays within the retention plus one segment, while the archive keeps everything."""
-    from coordinated.sidecar.config import sidecar_registry
-
-    if "history.retention.max_size" not in sidecar_registry().settings:
-        pytest.skip("needs history retention (history.retention.max_size), which this build does not have yet")
+    """One node with a small retention and an archive takes writes until retention has deleted archived segments;
+    its history's segments on disk, sampled throughout, stay within the retention plus two segments (the open one
+    and one closed but not compressed yet), while the archive keeps the deleted ones."""
     cluster = Cluster(namespace, BOUNDED)
     settings = {"history.retention.max_size": RETENTION, "history.segment_size": SEGMENT}
     apply(with_object_storage(cluster_manifest(namespace, BOUNDED, 1, settings=settings), object_store))
     wait_ready(BOUNDED, namespace)
     pod = f"{BOUNDED}-0"
-    limit = (4 << 20) + (512 << 10)
+    limit = (64 << 10) + 2 * (16 << 10)
     sizes: list[int] = []
+    oldest_kept = 1
     deadline = time.monotonic() + 120
     i = 0
-    while time.monotonic() < deadline:
-        for _ in range(50):
+    while time.monotonic() < deadline and (oldest_kept == 1 or len(sizes) < 5):
+        for _ in range(100):
             value = {"i": i, "pad": "x" * 200}
             assert cluster.sidecars.request(f"pods/{pod}", "PUT", f"_cluster/metadata/k{i % 500}", value).status == 200
             i += 1
-        used = kubectl("-n", namespace, "exec", pod, "-c", "sidecar", "--", "du", "-sb", "/data/history").stdout
-        sizes.append(int(used.split()[0]))
+        listing = kubectl("-n", namespace, "exec", pod, "-c", "sidecar", "--", "python", "-c", HISTORY_FILES).stdout
+        files = [line.split() for line in listing.splitlines() if line.strip()]
+        sizes.append(sum(int(size) for size, _ in files))
+        oldest_kept = segment_first_seq(files[0][1]) if files else 1
+    assert oldest_kept > 1, f"no retention cut within 120 s ({i} writes, history sizes {sizes})"
     assert max(sizes) <= limit, f"history on disk reached {max(sizes)} bytes (limit {limit}): {sizes}"
     uuid = cluster.status()["clusterUUID"]
-    archived = sum(p.stat().st_size for p in object_store.objects(HISTORIES, f"e2e/{uuid}"))
-    assert archived > limit, "the archive holds more than the node keeps"
+    archived = object_store.objects(HISTORIES, f"e2e/{uuid}")
+    assert any(segment_first_seq(p.name) < oldest_kept for p in archived), (
+        "the archive holds the segments retention deleted"
+    )
     figure(
-        f"bounded disk: {i} writes, history on disk at most {max(sizes) / 2**20:.1f} MiB, archive {archived / 2**20:.1f} MiB"
+        f"bounded disk: {i} writes, history on disk at most {max(sizes) / 2**10:.0f} KiB "
+        f"(retention {RETENTION}), archive {sum(p.stat().st_size for p in archived) / 2**10:.0f} KiB"
     )
     remove_cluster(namespace, BOUNDED)

@@ -202,7 +202,7 @@ def test_the_archive_audits_incrementally_with_its_checkpoint_in_the_bucket(
     assert main(first) == 0, report_of(tmp_path / "first")["violations"]
     saved = read_object(access, checkpoint)
     assert saved is not None and json.loads(saved)["format"] == 1
-    assert {n["node"] for n in json.loads(saved)["nodes"]} and len(json.loads(saved)["nodes"]) == archive.nodes
+    assert len({n["node"] for n in json.loads(saved)["nodes"]}) == archive.nodes
     second = [*archive.args("incremental", tmp_path / "second"), "--checkpoint", checkpoint]
     assert main(second) == 0, report_of(tmp_path / "second")["violations"]
     full, incremental = report_of(tmp_path / "first"), report_of(tmp_path / "second")
