@@ -4,6 +4,11 @@
 #   docker build --build-arg BASE_IMAGE=python:3.13-slim-trixie --build-arg JAVA_PACKAGE=openjdk-21-jre-headless .
 ARG BASE_IMAGE=python:3.12-slim-bookworm
 
+# ---- s3a jars: hadoop-aws and the AWS SDK modules it uses (spark-jobs/s3a/pom.xml), from Maven Central ------
+FROM maven:3-eclipse-temurin-17 AS s3a-jars
+COPY spark-jobs/s3a/pom.xml /s3a/pom.xml
+RUN mvn -q -B -f /s3a/pom.xml dependency:copy-dependencies -DoutputDirectory=/s3a/jars
+
 # ---- build: a virtualenv with the dependencies, then the project itself -------------------------------
 FROM ${BASE_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
@@ -48,6 +53,9 @@ RUN apt-get update \
  && install -d -o 10001 -g 10001 /data /reports
 
 COPY --from=build /opt/venv /opt/venv
+# s3a:// for the audit of the history archive, in pyspark's jars folder: on the driver's and executors' classpath.
+COPY --from=s3a-jars /s3a/jars/ /tmp/s3a-jars/
+RUN cp /tmp/s3a-jars/*.jar /opt/venv/lib/python3*/site-packages/pyspark/jars/ && rm -rf /tmp/s3a-jars
 # Spark on Kubernetes (spark-jobs/k8s/): the driver's entry file, the driver/executor entrypoint, and the
 # pod template the spark-operator manifests name. Spark's pods run as uid 185 (the `spark` user above).
 COPY spark-jobs/audit_main.py /app/spark-jobs/audit_main.py

@@ -25,11 +25,14 @@ demo: $(STAMP)
 test: test-deps lint
 	$(BIN)/pytest
 
-## What the tests start besides Python: system packages (iptables, etcd, ...) and the Kubernetes
-## binaries for the API-server tests (built once through the Go module proxy, then cached).
-test-deps:
+## What the tests start besides Python: system packages (iptables, etcd, Maven, ...), the Kubernetes
+## binaries for the API-server tests, helm, kubeconform and the S3-compatible server (built once through the Go
+## module proxy, then cached), and the jars Spark reads s3a:// with (from Maven Central, cached).
+test-deps: $(STAMP)
 	bash scripts/system-deps.sh test
 	bash e2e/lib/build-kubernetes.sh
+	bash scripts/install-tools.sh >/dev/null
+	bash scripts/fetch-s3a-jars.sh >/dev/null
 
 ## The quick loop: lint and the tests not marked slow, spark or integration.
 test-fast: lint

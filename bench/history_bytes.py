@@ -1,7 +1,10 @@
 """History bytes per write on 3 real local nodes: this tree, and (with --baseline) another source tree in the
-same run, for one-key writes of small values, sequential and from 8 concurrent clients.
+same run, for one-key writes of small values, sequential and from 8 concurrent clients (or the --clients given).
 
     flock /tmp/bench.lock .venv/bin/python bench/history_bytes.py [--writes 20000] [--baseline /tmp/history-base]
+    flock /tmp/bench.lock .venv/bin/python bench/history_bytes.py --writes 2000 --clients 1 [--nodes 3]
+
+The second form is what sizes a data volume (docs/operator.md): the history bytes each node keeps per write.
 
 For each node it reports, per acknowledged write:
 - on disk: every history file (closed compressed segments and the open plain one) after the run, once the node
@@ -63,13 +66,13 @@ async def write(nodes: list[LocalNode], writes: int, clients: int) -> None:
         await asyncio.gather(*(client(c, session) for c in range(clients)))
 
 
-def measure(tree: str | None, writes: int, clients: int) -> dict[str, tuple[float, float]]:
+def measure(tree: str | None, writes: int, clients: int, node_count: int = 3) -> dict[str, tuple[float, float]]:
     """Per node: (on-disk bytes per write, archived bytes per write) for one fresh cluster."""
     prefix = (lambda _i: ["env", f"PYTHONPATH={tree}/core:{tree}/sidecar:{tree}/tools"]) if tree else None
     with tempfile.TemporaryDirectory(prefix="history-bytes-") as workdir:
         cluster = LocalCluster(Path(workdir), settings={**SETTINGS}, argv_prefix=prefix)
         try:
-            nodes = cluster.bootstrap(3, timeout=60)
+            nodes = cluster.bootstrap(node_count, timeout=60)
             master = cluster.wait_master()
             assert master is not None
             before = {n.name: (on_disk(n), archived(n)) for n in nodes}
@@ -91,24 +94,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writes", type=int, default=20_000)
     parser.add_argument("--baseline", help="another source tree to measure in the same run (e.g. /tmp/history-base)")
+    parser.add_argument("--clients", type=int, action="append", help="concurrent clients (repeatable; default 1 and 8)")
+    parser.add_argument("--nodes", type=int, default=3)
     args = parser.parse_args()
+    client_counts: list[int] = args.clients or [1, 8]
     trees: list[tuple[str, str | None]] = [("this tree", None)]
     if args.baseline:
         trees.append((f"baseline {args.baseline}", args.baseline))
     results: dict[tuple[str, int], dict[str, tuple[float, float]]] = {}
-    for clients in (1, 8):
+    for clients in client_counts:
         for label, tree in trees:
-            figures = measure(tree, args.writes, clients)
+            figures = measure(tree, args.writes, clients, args.nodes)
             results[(label, clients)] = figures
             print(f"\n{label}, {clients} client(s), {args.writes} writes: bytes per write per node")
             for node, (disk, kept) in figures.items():
                 print(f"  {node:22} on disk {disk:7.1f}   archived {kept:7.1f}")
             disks = [d for d, _ in figures.values()]
             kepts = [k for _, k in figures.values()]
-            print(f"  {'mean':22} on disk {sum(disks) / 3:7.1f}   archived {sum(kepts) / 3:7.1f}")
+            print(f"  {'mean':22} on disk {sum(disks) / len(disks):7.1f}   archived {sum(kepts) / len(kepts):7.1f}")
     if args.baseline:
         print("\nratio this tree / baseline (mean over nodes, on disk):")
-        for clients in (1, 8):
+        for clients in client_counts:
             ours = sum(d for d, _ in results[("this tree", clients)].values())
             theirs = sum(d for d, _ in results[(trees[1][0], clients)].values())
             print(f"  {clients} client(s): {ours / theirs:.3f}")

@@ -22,6 +22,7 @@ stop() {
 log "stopping controllers; deleting pods"
 stop provisioner
 stop coredns
+stop s3
 stop kube-controller-manager
 stop kube-scheduler
 if alive kubelet && alive kube-apiserver; then

@@ -169,6 +169,21 @@ def cluster_manifest(
     }
 
 
+def every_key(cluster: Cluster, pod: str) -> dict[str, tuple[Any, int, int]]:
+    """Every key of the cluster with its value, version and create_version, read linearizably through `pod`."""
+    state = cluster.sidecars.state(pod, local=False)
+    found: dict[str, tuple[Any, int, int]] = {}
+    for key in state["metadata"]["kv"]:
+        reply = cluster.sidecars.request(f"pods/{pod}", "GET", f"_cluster/metadata/{key}")
+        assert reply.status == 200, reply
+        found[key] = (reply.body["value"], reply.body["version"], reply.body["create_version"])
+    return found
+
+
+def wait_ready(name: str, namespace: str) -> None:
+    kubectl("-n", namespace, "wait", "--for=condition=Ready", f"ccl/{name}", "--timeout=300s", timeout=320)
+
+
 def voting_config(state: dict[str, Any]) -> set[str]:
     """Node names of the committed voting configuration (the state lists ids; nodes maps ids to names)."""
     coordination = state["metadata"]["cluster_coordination"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from e2e.support import Cluster, apply, cluster_manifest, kubectl, remove_cluster, wait_until
+from e2e.support import Cluster, apply, cluster_manifest, every_key, kubectl, remove_cluster, wait_ready, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -31,27 +31,13 @@ def with_snapshots(manifest: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return manifest
 
 
-def every_key(cluster: Cluster, pod: str) -> dict[str, tuple[Any, int, int]]:
-    state = cluster.sidecars.state(pod, local=False)
-    found: dict[str, tuple[Any, int, int]] = {}
-    for key in state["metadata"]["kv"]:
-        reply = cluster.sidecars.request(f"pods/{pod}", "GET", f"_cluster/metadata/{key}")
-        assert reply.status == 200, reply
-        found[key] = (reply.body["value"], reply.body["version"], reply.body["create_version"])
-    return found
-
-
-def ready(name: str, namespace: str) -> None:
-    kubectl("-n", namespace, "wait", "--for=condition=Ready", f"ccl/{name}", "--timeout=300s", timeout=320)
-
-
 def test_snapshot_delete_the_cluster_and_restore_into_a_new_one(
     operator_release: str, namespace: str, figure: Figure
 ) -> None:
     started = time.monotonic()
     source, target = Cluster(namespace, SOURCE), Cluster(namespace, TARGET)
     apply(with_snapshots(cluster_manifest(namespace, SOURCE, 1)))
-    ready(SOURCE, namespace)
+    wait_ready(SOURCE, namespace)
     pod = f"{SOURCE}-0"
     for i in range(KEYS):
         reply = source.sidecars.request(f"pods/{pod}", "PUT", f"_cluster/metadata/app/key-{i}", {"n": i})

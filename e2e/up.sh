@@ -12,7 +12,8 @@ t0=$SECONDS
 "$lib/build-kube-network-policies.sh"
 # helm and kubeconform for the suite, built with `go install` and cached by version
 # (scripts/install-tools.sh is the one place that pins them). It has a K8S_VERSION of its own.
-env -u K8S_VERSION "$REPO_DIR/scripts/install-tools.sh" >/dev/null
+tools=$(env -u K8S_VERSION "$REPO_DIR/scripts/install-tools.sh")
+S3_SERVER_BIN=$(sed -n 's/^S3_SERVER=//p' <<<"$tools")
 mapfile -t images < <("$lib/image.sh")
 t_build=$((SECONDS - t0))
 
@@ -27,9 +28,36 @@ import_images() {
   done
 }
 
+# The object store on the bridge address, with a key made for this cluster. The tests read the endpoint and the
+# key from $S3_STATE (an AWS credentials file and an env file), never from the command line.
+start_s3() {
+  alive s3 && return 0
+  mkdir -p "$S3_STATE/data"
+  if [[ ! -s $S3_STATE/env ]]; then
+    local id secret
+    id="e2e-$(openssl rand -hex 6)" secret="$(openssl rand -hex 24)"
+    (
+      umask 077
+      printf 'AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n' "$id" "$secret" >"$S3_STATE/env"
+      printf '[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n' "$id" "$secret" >"$S3_STATE/credentials"
+    )
+    echo "$S3_ENDPOINT" >"$S3_STATE/endpoint"
+  fi
+  (
+    ROOT_ACCESS_KEY=$(sed -n 's/^AWS_ACCESS_KEY_ID=//p' "$S3_STATE/env")
+    ROOT_SECRET_KEY=$(sed -n 's/^AWS_SECRET_ACCESS_KEY=//p' "$S3_STATE/env")
+    export ROOT_ACCESS_KEY ROOT_SECRET_KEY
+    setsid "$S3_SERVER_BIN" --port "$NODE_IP:$S3_PORT" --quiet posix "$S3_STATE/data" \
+      >"$STATE/logs/s3.log" 2>&1 </dev/null &
+    echo $! >"$STATE/pids/s3.pid"
+  )
+  wait_for 30 "the S3 server on $NODE_IP:$S3_PORT" bash -c "exec 3<>/dev/tcp/$NODE_IP/$S3_PORT"
+}
+
 if alive kubelet && kubectl get --raw /readyz >/dev/null 2>&1; then
   log "cluster already up"
   import_images
+  start_s3
 else
   # Whatever is left of an earlier, half-finished run goes first.
   [[ -d $STATE/pids ]] && "$E2E_DIR/down.sh"
@@ -131,6 +159,7 @@ allowVolumeExpansion: true
 EOT
   start provisioner "$lib/provisioner.sh" "$STATE"
   start coredns "$COREDNS_BIN" -conf "$STATE/Corefile" -dns.port 53
+  start_s3
 
   wait_for 120 "node $NODE_NAME Ready" kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s
   # Pods need the default ServiceAccount before they can be created.
@@ -140,7 +169,7 @@ EOT
     "(image import ${t_import}s, apiserver start to node Ready $((SECONDS - t3))s)"
 fi
 for name in etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy \
-  kube-network-policies provisioner coredns; do
+  kube-network-policies provisioner coredns s3; do
   alive "$name" || die "$name is not running: see $STATE/logs/$name.log"
 done
 log "KUBECONFIG=$KUBECONFIG"

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Builds the chart-validation tools once and caches them by version, entirely through the Go module proxy
+# Builds the tools the tests and e2e run once and caches them by version, entirely through the Go module proxy
 # (this machine reaches nothing else):
 #   - helm and kubeconform, with `go install`;
 #   - the Kubernetes OpenAPI spec (api/openapi-spec/swagger.json), taken from the k8s.io/kubernetes module
 #     so that kubeconform can validate the built-in kinds without downloading schemas;
-#   - the prometheus-operator CRDs (for the optional ServiceMonitor), from that project's Go module.
-# Prints KEY=path lines (HELM, KUBECONFORM, K8S_OPENAPI, MONITORING_CRDS) for callers such as the tests.
+#   - the prometheus-operator CRDs (for the optional ServiceMonitor), from that project's Go module;
+#   - an S3-compatible object store for the archive, snapshot and audit tests: Versity's S3 gateway
+#     (versitygw, Apache-2.0) with its posix backend, serving a folder over the S3 API with SigV4 checks.
+# Prints KEY=path lines (HELM, KUBECONFORM, K8S_OPENAPI, MONITORING_CRDS, S3_SERVER) for callers such as the
+# tests. With arguments, only those keys' tools (e.g. `install-tools.sh S3_SERVER`).
 set -euo pipefail
 
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
@@ -13,6 +16,7 @@ KUBECONFORM_VERSION="${KUBECONFORM_VERSION:-v0.8.0}"
 # The oldest Kubernetes minor the chart supports: validating against it catches fields added later.
 K8S_VERSION="${K8S_VERSION:-v1.29.6}"
 PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
+VERSITYGW_VERSION="${VERSITYGW_VERSION:-v1.8.0}"
 
 CACHE="${COORDINATED_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/coordinated-cluster}"
 BIN="$CACHE/bin"
@@ -51,14 +55,24 @@ module_file() {
     echo "$dest"
 }
 
-helm="$(go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION")"
-kubeconform="$(go_install kubeconform github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION")"
-openapi="$(module_file k8s.io/kubernetes "$K8S_VERSION" api/openapi-spec/swagger.json \
-    "$CACHE/schemas/kubernetes-$K8S_VERSION/swagger.json")"
-monitoring="$(module_file github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" \
-    example/prometheus-operator-crd "$CACHE/schemas/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/crds")"
-
-echo "HELM=$helm"
-echo "KUBECONFORM=$kubeconform"
-echo "K8S_OPENAPI=$openapi"
-echo "MONITORING_CRDS=$monitoring"
+# With arguments, only the tools those keys name; without, every one.
+REQUESTED=("$@")
+((${#REQUESTED[@]})) || REQUESTED=(HELM KUBECONFORM K8S_OPENAPI MONITORING_CRDS S3_SERVER)
+for key in "${REQUESTED[@]}"; do
+    # An assignment, not `echo "$(...)"`, so that a failed build stops the script (set -e).
+    case "$key" in
+    HELM) path="$(go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION")" ;;
+    KUBECONFORM) path="$(go_install kubeconform github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION")" ;;
+    K8S_OPENAPI)
+        path="$(module_file k8s.io/kubernetes "$K8S_VERSION" api/openapi-spec/swagger.json \
+            "$CACHE/schemas/kubernetes-$K8S_VERSION/swagger.json")"
+        ;;
+    MONITORING_CRDS)
+        path="$(module_file github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" \
+            example/prometheus-operator-crd "$CACHE/schemas/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/crds")"
+        ;;
+    S3_SERVER) path="$(go_install versitygw github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION")" ;;
+    *) echo "install-tools: unknown tool [$key]" >&2; exit 2 ;;
+    esac
+    echo "$key=$path"
+done

@@ -4,14 +4,15 @@
 #   scripts/system-deps.sh demo   the audit's Java runtime
 #   scripts/system-deps.sh test   that, plus what the tests start: iptables and tc for the chaos run's
 #                                 network namespaces, etcd and openssl for the API-server tests, promtool
-#                                 (Debian's prometheus package) for the alert rule tests, faketime (its
+#                                 (Debian's prometheus package) for the alert rule tests, Maven for the
+#                                 jars Spark reads s3a:// with (scripts/fetch-s3a-jars.sh), faketime (its
 #                                 libfaketime) for a node whose clock is off in the health diagnosis tests
 # Without root it only reports what is missing (the tests that need it then skip and say why).
 set -euo pipefail
 
 # Each entry: COMMAND:DEBIAN_PACKAGE.
 demo=(java:openjdk-17-jre-headless)
-test=("${demo[@]}" ip:iproute2 tc:iproute2 iptables:iptables etcd:etcd-server openssl:openssl promtool:prometheus faketime:faketime)
+test=("${demo[@]}" ip:iproute2 tc:iproute2 iptables:iptables etcd:etcd-server openssl:openssl promtool:prometheus mvn:maven faketime:faketime)
 
 case "${1:-}" in
 demo) wanted=("${demo[@]}") ;;

@@ -33,6 +33,11 @@ IMAGE="coordinated-cluster:$IMAGE_VERSION"
 PAUSE_IMAGE="localhost/coordinated-e2e/pause:1"
 E2E_PROVISIONER=coordinated.dev/e2e-hostpath
 CONTAINERD_SOCK="$STATE/containerd/containerd.sock"
+# The S3-compatible object store beside the cluster (versitygw, scripts/install-tools.sh S3_SERVER): a host
+# process on the bridge address, which pods reach; its data, key and the files the tests read are in $S3_STATE.
+S3_PORT=29000
+S3_ENDPOINT="http://$NODE_IP:$S3_PORT"
+S3_STATE="$STATE/s3"
 # /var/log/containers is hard-wired in the kubelet; the CNI result cache in go-cni.
 HOST_PATHS=(/var/log/containers /var/lib/cni /run/netns)
 for c in /sys/fs/cgroup/*/; do HOST_PATHS+=("${c}kubepods"); done

@@ -3,7 +3,8 @@
 # $CACHE/image, without a Docker daemon or a registry, following the repo's Dockerfile:
 #   layer 1: Debian bookworm (debootstrap minbase) + python3 + a Java runtime + the
 #            users coordinated (10001) and spark (185) + /data, /reports
-#   layer 2: /opt/venv with `pip install ./client .[operator,audit]`, and the Spark-on-Kubernetes files
+#   layer 2: /opt/venv with `pip install ./client .[operator,audit]`, the s3a:// jars in pyspark's jars folder
+#            (scripts/fetch-s3a-jars.sh), and the Spark-on-Kubernetes files
 # Prints the paths of the two archives (pause first). Cached by content.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -51,7 +52,8 @@ fi
 
 # App layer, keyed by the project's sources. The wheels are built on the host (same
 # CPython minor as bookworm's, 3.11) so the chroot needs no network at all.
-src_key=$(cd "$REPO_DIR" && git ls-files -co --exclude-standard -- pyproject.toml README.md $IMAGE_SOURCES e2e/lib/image.sh |
+src_key=$(cd "$REPO_DIR" && git ls-files -co --exclude-standard -- pyproject.toml README.md $IMAGE_SOURCES e2e/lib/image.sh \
+  scripts/fetch-s3a-jars.sh |
   LC_ALL=C sort | xargs -d '\n' sha256sum | sha256sum | cut -c1-16)
 image_tar="$dir/coordinated-cluster-$IMAGE_VERSION-$base_key-$src_key.tar"
 if [[ ! -f $image_tar ]]; then
@@ -74,6 +76,11 @@ if [[ ! -f $image_tar ]]; then
     die "the documented Python client (coordinated.client) does not import in the image"
   find "$root/opt/venv" -name __pycache__ -prune -exec rm -rf {} +
   rm -rf "$root"/opt/venv/lib/python3*/site-packages/pyspark/{examples,data}
+  # hadoop-aws and the AWS SDK modules it uses, for the audit of the history archive (s3a://), on the classpath
+  # of the driver and of every executor.
+  spark_jars=$(echo "$root"/opt/venv/lib/python3*/site-packages/pyspark/jars)
+  s3a_jars=$("$REPO_DIR/scripts/fetch-s3a-jars.sh" "$spark_jars")
+  cp "$s3a_jars"/*.jar "$spark_jars/"
   install -D -m 644 "$REPO_DIR/spark-jobs/audit_main.py" "$root/app/spark-jobs/audit_main.py"
   install -D -m 755 "$REPO_DIR/spark-jobs/k8s/spark-entrypoint.sh" "$root/usr/local/bin/spark-entrypoint.sh"
   install -D -m 644 "$REPO_DIR/spark-jobs/k8s/pod-template.yaml" "$root/opt/coordinated/pod-template.yaml"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the node's runtime pieces from Debian: etcd, containerd, runc, CNI plugins,
 # iptables/conntrack for kube-proxy, nftables (nft) to remove the NetworkPolicy enforcer's table,
-# debootstrap for the image rootfs. Skips what is there.
+# debootstrap for the image rootfs, Maven for the image's s3a:// jars (scripts/fetch-s3a-jars.sh), openssl for
+# the object store's key. Skips what is there.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-want=(etcd-server containerd runc containernetworking-plugins iptables conntrack nftables debootstrap)
+want=(etcd-server containerd runc containernetworking-plugins iptables conntrack nftables debootstrap maven openssl)
 missing=()
 for p in "${want[@]}"; do
   [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == 'install ok installed' ]] || missing+=("$p")

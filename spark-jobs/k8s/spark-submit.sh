@@ -17,6 +17,12 @@
 # the driver and every executor can read, e.g. a folder on the report volume (ReadWriteMany when executors run
 # on several nodes); no sidecar is asked, so TLS, AUTH, SIDECARS and REPLICAS play no part:
 #   INPUT=/reports/archive/2026-11 EXECUTORS=4 CLUSTER=my-cluster spark-jobs/k8s/spark-submit.sh
+# INPUT may also be the history archive in object storage (s3://BUCKET/PREFIX, read through s3a://; the jars
+# are in the image): S3_ENDPOINT names an S3-compatible service (default: AWS), and S3_CREDENTIALS_SECRET a Secret
+# whose keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY go into the driver's and the executors' environment by
+# reference (without it, the pods' service account's workload identity or the node's role is used):
+#   INPUT=s3://histories/prod S3_ENDPOINT=http://minio.storage:9000 S3_CREDENTIALS_SECRET=s3-keys \
+#     CLUSTER=my-cluster spark-jobs/k8s/spark-submit.sh
 # EXECUTORS (default 2) sets how many executors the audit's tasks spread over. Each driver and executor pod asks
 # for DRIVER_REQUEST_CORES / EXECUTOR_REQUEST_CORES of CPU (default 250m: Spark's own default, a whole core per
 # pod, leaves the executors of the default run Pending for ever on a 2-CPU node).
@@ -110,6 +116,15 @@ conf=(
   --conf "spark.kubernetes.executor.label.coordinated.dev/client=${CLUSTER}"
 )
 audit_args=()
+if [[ -n ${S3_ENDPOINT:-} ]]; then
+  audit_args+=(--s3-endpoint "$S3_ENDPOINT")
+fi
+if [[ -n ${S3_CREDENTIALS_SECRET:-} ]]; then
+  for key in AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY; do
+    conf+=(--conf "spark.kubernetes.driver.secretKeyRef.${key}=${S3_CREDENTIALS_SECRET}:${key}")
+    conf+=(--conf "spark.kubernetes.executor.secretKeyRef.${key}=${S3_CREDENTIALS_SECRET}:${key}")
+  done
+fi
 driver_template="${HERE}/pod-template.yaml"
 if [[ $TLS == true || $AUTH == true ]]; then
   # The driver's pod template for this run: the shipped one plus the token and the CA. Both come from

@@ -241,6 +241,24 @@ def test_the_default_is_two_executors_and_a_bad_count_is_refused_before_submitti
         assert submitted.args == []  # spark-submit never ran
 
 
+def test_the_history_archive_in_object_storage(tmp_path: Path) -> None:
+    done = submit(
+        tmp_path,
+        INPUT="s3://histories/prod",
+        S3_ENDPOINT="http://objects.storage:9000",
+        S3_CREDENTIALS_SECRET="s3-keys",
+        CLUSTER="orders",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.audit_args()[0] == "s3://histories/prod"
+    assert done.option("--s3-endpoint") == "http://objects.storage:9000"
+    conf = done.conf()
+    for role in ("driver", "executor"):
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            assert conf[f"spark.kubernetes.{role}.secretKeyRef.{key}"] == f"s3-keys:{key}"
+    assert "--from-cluster" not in done.args
+
+
 def test_pods_ask_for_a_quarter_core_by_default_and_the_run_labels_every_pod(tmp_path: Path) -> None:
     """Spark's default, a whole core per pod, left the default run's executors Pending for ever on 2 CPUs."""
     conf = submit(tmp_path / "default").conf()

@@ -175,3 +175,18 @@ def test_every_declared_setting_is_collected(package: str, registry: Callable[[]
         if isinstance(value, Setting) and id(value) not in collected
     ]
     assert missing == [], "add their modules to the registry's MODULES"
+
+
+def test_an_affix_setting_covers_one_user_chosen_segment() -> None:
+    registry = coordination_registry()
+    read_timeout = time_setting("s3.client.*.read_timeout", "50s", minimum="1s", maximum="1h", doc="affix")
+    registry.register(read_timeout)
+    settings = registry.parse({"node.name": "n1", "s3.client.backups.read_timeout": "5s"})
+    assert settings.for_namespace(read_timeout, "backups") == 5000
+    assert settings.for_namespace(read_timeout, "other") == 50_000, "a namespace without a value has the default"
+    assert settings.namespaces(read_timeout) == {"backups"}
+    for wrong in ("s3.client.read_timeout", "s3.client.a.b.read_timeout", "s3.client.a.read_timeouts"):
+        with pytest.raises(SettingsError, match=rf"unknown setting \[{wrong}\]"):
+            registry.parse_one(wrong, "5s")
+    with pytest.raises(SettingsError, match=r"\[s3.client.backups.read_timeout\]: expected a time"):
+        registry.parse_one("s3.client.backups.read_timeout", "soon")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+import msgspec
+
 from coordinated.coordination.batch import BatchContext, execute_batch
 from coordinated.coordination.client import (
     ClusterError,
@@ -92,6 +94,13 @@ def test_repositories_are_cluster_metadata_and_travel_in_diffs() -> None:
     put = PutRepository("backups", "fs", "/snapshots/demo")
     state, results = execute_batch(base(), [ClientTask(put)], context())
     assert state is not None and state.repositories == {"backups": Repository("fs", "/snapshots/demo")}
+    s3 = PutRepository("offsite", "s3", bucket="snapshots", base_path="prod", client="backups")
+    with_s3, _ = execute_batch(state, [ClientTask(s3)], context())
+    assert with_s3 is not None
+    assert with_s3.repositories["offsite"] == Repository("s3", bucket="snapshots", base_path="prod", client="backups")
+    # An fs repository encodes as it did before s3 repositories existed (persisted states stay readable alike).
+    assert msgspec.json.encode(state.repositories["backups"]) == b'{"type":"fs","location":"/snapshots/demo"}'
+
     assert apply_diff(base(), compute_diff(base(), state)) == state
     deleted, results = execute_batch(state, [ClientTask(DeleteRepository("backups"))], context())
     assert deleted is not None and deleted.repositories == {}
@@ -116,6 +125,12 @@ def test_the_master_refuses_a_bad_restore_or_repository() -> None:
     assert problem(restore(persistent_settings={"cluster.publish.timeout": "1ms"})) is None
     assert "unknown setting [made.up]" in str(problem(restore(persistent_settings={"made.up": "1"})))
     assert problem(PutRepository("backups", "fs", "/x")) is None
-    assert "does not exist" in str(problem(PutRepository("backups", "s3", "/x")))
+    assert "does not exist" in str(problem(PutRepository("backups", "url", "/x")))
+    assert problem(PutRepository("backups", "s3", bucket="snapshots", base_path="prod/a", client="default")) is None
+    assert "not [location]" in str(problem(PutRepository("backups", "s3", "/x", bucket="snapshots", client="c")))
+    assert "invalid [bucket]" in str(problem(PutRepository("backups", "s3", bucket="Snap_shots", client="c")))
+    assert "invalid [base_path]" in str(problem(PutRepository("backups", "s3", bucket="snaps", base_path="a/../b")))
+    assert "invalid [client]" in str(problem(PutRepository("backups", "s3", bucket="snaps", client="")))
+    assert "location] only" in str(problem(PutRepository("backups", "fs", "/x", bucket="snaps")))
     assert "absolute" in str(problem(PutRepository("backups", "fs", "x")))
     assert "Invalid repository name" in str(problem(PutRepository("Backups", "fs", "/x")))

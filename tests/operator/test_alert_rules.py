@@ -5,6 +5,7 @@ fires on a follower the master sees behind, not on the skew between pods scraped
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -130,3 +131,96 @@ def test_the_failovers_panel_counts_a_master_that_died(rules_file: Path) -> None
     }  # fmt: skip
     done = promtool_test(rules_file, [test])
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def fires(alertname: str, series: dict[str, str], at: str, fired: bool) -> dict[str, Any]:
+    """A promtool test: the alert fires at `at` (or not) on these series (name{labels} -> values)."""
+    test: dict[str, Any] = {
+        "interval": "1m",
+        "input_series": [{"series": name, "values": values} for name, values in series.items()],
+        "alert_rule_test": [{"eval_time": at, "alertname": alertname}],
+    }
+    if not fired:
+        test["alert_rule_test"][0]["exp_alerts"] = []
+    return test
+
+
+def alerts_fired(rules_file: Path, test: dict[str, Any]) -> list[dict[str, str]]:
+    """The labels of the alerts that fire, by asking promtool to compare with none and reading its answer."""
+    done = promtool_test(rules_file, [{**test, "alert_rule_test": [{**test["alert_rule_test"][0], "exp_alerts": []}]}])
+    if done.returncode == 0:
+        return []
+    report = (done.stdout + done.stderr).splitlines()  # promtool writes failed expectations to stderr
+    return [dict(re.findall(r'(\w+)="([^"]*)"', line)) for line in report if "alertname=" in line]
+
+
+CLAIM = 'namespace="shop", persistentvolumeclaim="data-orders-0"'
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("case", "series", "fired"),
+    [
+        ("plenty of room", {"available": f"{GIB // 2}+0x120"}, False),
+        ("below the free share", {"available": f"{GIB // 10}+0x120"}, True),
+        # 60% free, but losing 1% of the volume a minute: full within the day.
+        ("filling fast", {"available": f"{GIB * 6 // 10}-{GIB // 100}x50"}, True),
+    ],
+)
+def test_the_data_volume_alert(rules_file: Path, case: str, series: dict[str, str], fired: bool) -> None:
+    test = fires(
+        "CoordinatedClusterDataVolumeFilling",
+        {
+            f"kubelet_volume_stats_available_bytes{{{CLAIM}}}": series["available"],
+            f"kubelet_volume_stats_capacity_bytes{{{CLAIM}}}": f"{GIB}+0x120",
+        },
+        "40m",
+        fired,
+    )
+    found = alerts_fired(rules_file, test)
+    assert bool(found) == fired, (case, found)
+    if fired:
+        assert found[0]["persistentvolumeclaim"] == "data-orders-0"
+
+
+@pytest.mark.parametrize(
+    ("alertname", "series", "fired"),
+    [
+        ("CoordinatedClusterArchiveFailing", {"coordinated_archive_failing": "0+0x60"}, False),
+        ("CoordinatedClusterArchiveFailing", {"coordinated_archive_failing": "1+0x60"}, True),
+        ("CoordinatedClusterArchiveLagging", {"coordinated_archive_oldest_pending_age_seconds": "600+0x60"}, False),
+        ("CoordinatedClusterArchiveLagging", {"coordinated_archive_oldest_pending_age_seconds": "600+120x60"}, True),
+        (
+            "CoordinatedClusterStateSizeNearLimit",
+            {"coordinated_cluster_state_bytes": "100+0x60", "coordinated_cluster_state_max_bytes": "200+0x60"},
+            False,
+        ),
+        (
+            "CoordinatedClusterStateSizeNearLimit",
+            {"coordinated_cluster_state_bytes": "180+0x60", "coordinated_cluster_state_max_bytes": "200+0x60"},
+            True,
+        ),
+    ],
+)
+def test_the_archive_and_state_size_alerts(
+    rules_file: Path, alertname: str, series: dict[str, str], fired: bool
+) -> None:
+    test = fires(
+        alertname, {f'{name}{{{SIDECAR}, pod="orders-0"}}': values for name, values in series.items()}, "55m", fired
+    )
+    found = alerts_fired(rules_file, test)
+    assert bool(found) == fired, found
+    if fired:
+        assert found[0]["cluster"] == "orders"
+
+
+@pytest.mark.parametrize(("days_left", "fired"), [(60, False), (7, True)])
+def test_the_certificate_alert(rules_file: Path, days_left: int, fired: bool) -> None:
+    expiry = 30 * 60 + days_left * 86400  # seconds after promtool's clock starts, read at 30m
+    name = 'coordinated_operator_certificate_expiry_timestamp_seconds{namespace="shop", cluster="orders", certificate="orders-1"}'
+    found = alerts_fired(
+        rules_file, fires("CoordinatedClusterCertificateExpiring", {name: f"{expiry}+0x60"}, "30m", fired)
+    )
+    assert bool(found) == fired, found
+    if fired:
+        assert found[0]["certificate"] == "orders-1"

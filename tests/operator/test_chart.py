@@ -358,12 +358,13 @@ def _metric_names() -> set[str]:
         for kind, name in re.findall(r'(Counter|Gauge|Histogram)(?:MetricFamily)?\(\s*"([a-z_]+)"', text):
             suffixes = {"Counter": ["_total"], "Gauge": [""], "Histogram": ["_bucket", "_sum", "_count"]}[kind]
             names |= {name + suffix for suffix in suffixes}
-    return names | {"up"}
+    # The kubelet's, for the data volumes (kube-prometheus scrapes them).
+    return names | {"up", "kubelet_volume_stats_available_bytes", "kubelet_volume_stats_capacity_bytes"}
 
 
 def _series_in(expr: str) -> set[str]:
     words = set(re.findall(r"\b([a-z_]+)(?=\{|\[|\s*\)|\s*$|\s*==|\s*>)", expr))
-    return {word for word in words if word.startswith("coordinated_") or word == "up"}
+    return {word for word in words if word.startswith(("coordinated_", "kubelet_")) or word == "up"}
 
 
 def test_monitoring_validates_against_the_prometheus_operator_crds(tools: dict[str, Path], schema_dir: Path) -> None:

@@ -266,6 +266,10 @@ def cluster(name: str, **spec: object) -> str:
             {"settings": {"transport.ssl.enabled": "false"}},
             "setting [transport.ssl.enabled] is managed by the operator",
         ),
+        (  # any concrete name of an affix setting the operator sets
+            {"settings": {"s3.client.backups.endpoint": "s3.example:9000"}},
+            "setting [s3.client.backups.endpoint] is managed by the operator",
+        ),
         ({"tls": {"enabled": False, "issuerRef": {"name": "ca"}}}, "tls.issuerRef needs tls.enabled"),
         ({"tls": {"renewalFraction": 0.95}}, "spec.tls.renewalFraction in body should be less than or equal to 0.9"),
         ({"tls": {"certificateLifetime": "90"}}, "spec.tls.certificateLifetime in body should match"),
@@ -278,7 +282,23 @@ def cluster(name: str, **spec: object) -> str:
             {"snapshots": {"volume": {"claimName": "backups", "storageClassName": "fast"}}},
             "snapshots.volume.storageClassName applies only to the claim the operator creates",
         ),
-        ({"restoreFrom": {"snapshot": "demo-1"}}, "spec.restoreFrom reads the snapshot from the snapshot volume"),
+        (
+            {"restoreFrom": {"snapshot": "demo-1"}},
+            "spec.restoreFrom reads the snapshot from spec.snapshots' repository",
+        ),
+        ({"archive": {"bucket": "Histories"}}, "spec.archive.bucket in body should match"),
+        (
+            {"archive": {"bucket": "histories", "endpoint": "s3.example.com"}},
+            "spec.archive.endpoint in body should match",
+        ),
+        (
+            {"archive": {"bucket": "histories", "credentials": {"secretName": "k", "serviceAccountName": "sa"}}},
+            "give credentials.secretName or credentials.serviceAccountName, not both",
+        ),
+        (
+            {"snapshots": {"s3": {"bucket": "backups"}, "volume": {"claimName": "backups"}}},
+            "snapshots go to s3 or to a volume, not both",
+        ),
         (
             {"snapshots": {}, "restoreFrom": {"snapshot": "Demo 1"}},
             'restoreFrom.snapshot "Demo 1" is not a snapshot name',

@@ -62,6 +62,12 @@ def test_every_registered_setting_is_the_users_or_the_operators() -> None:
     assert set(OPERATOR_MANAGED_SETTINGS) <= registered, "the operator manages a setting no node knows"
 
 
+def test_the_s3_clients_are_the_operators_under_any_client_name() -> None:
+    for name in ("s3.client.default.endpoint", "s3.client.backups.region", "history.archive.s3.bucket"):
+        problems = validate_settings({name: "x"})
+        assert len(problems) == 1 and "is managed by the operator" in problems[0], problems
+
+
 def test_ranges_and_rules_between_settings_are_the_sidecars() -> None:
     # The CRD's CEL cannot see these; a sidecar would refuse to start with them, so the operator refuses first.
     assert validate_settings({"cluster.election.initial_timeout": "20s"}) == [

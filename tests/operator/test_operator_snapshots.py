@@ -245,3 +245,18 @@ def test_snapshots_turned_on_for_a_running_cluster_wait_for_the_pods_to_mount_th
         assert kube.status["snapshots"]["lastRequest"] == "first"
 
     drive(monkeypatch, kube, sidecars, steps, running=False)
+
+
+def test_snapshots_in_a_bucket_need_no_volume_to_be_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait for the snapshot volume is for `fs` snapshots: a bucket's pods have the S3 client instead."""
+    bucket = {"s3": {"bucket": "backups", "endpoint": "http://10.0.0.5:7070", "pathStyleAccess": True}}
+    kube = MergingKube(snapshot_resource(snapshots={"schedule": "0 * * * *", **bucket}))
+    kube.stored["metadata"]["annotations"][SNAPSHOT_REQUEST_ANNOTATION] = "first"
+    sidecars = SnapshotSidecars()
+
+    async def steps(reconcile: Any) -> None:
+        await reconcile()
+        assert reasons(kube) == ["SnapshotTaken"]
+        assert kube.status["snapshots"]["lastRequest"] == "first"
+
+    drive(monkeypatch, kube, sidecars, steps)

@@ -286,3 +286,18 @@ def test_expanded_lines_name_damaged_lines(tmp_path: Path) -> None:
     segment.write_bytes(b'{"format":2,"node":"n","seq":1}\nnot json\n')
     lines = list(expanded_lines(segment))
     assert [(line.number, line.events is None) for line in lines] == [(1, False), (2, True)]
+
+
+def test_rotate_closes_the_open_segment_once_and_the_next_event_starts_a_new_one(tmp_path: Path) -> None:
+    # A graceful stop closes the open segment so that the archive can take it (after its compression).
+    closed: list[Path] = []
+    writer = HistoryWriter(tmp_path, 1 << 20, on_rotate=closed.append)
+    writer.rotate()  # nothing written yet: nothing to close
+    writer.append_fields(event())
+    first = list_segments(tmp_path)[0].path
+    writer.rotate()
+    writer.rotate()  # already closed
+    assert closed == [first] and writer.open_segment is None
+    writer.append_fields(event())
+    writer.close()
+    assert [segment.first_seq for segment in list_segments(tmp_path)] == [1, 2]

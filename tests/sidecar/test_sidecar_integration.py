@@ -13,9 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
-from coordinated.tools.localcluster import LocalCluster, LocalNode, http
+from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode, http
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -531,3 +532,27 @@ def test_the_master_reports_each_followers_lag_by_name(make_cluster: Callable[..
     for follower in followers:  # only the master knows what its followers applied
         _, text = follower.get("/metrics")
         assert "coordinated_follower_lag_versions{" not in text
+
+
+def test_the_master_reports_the_state_size_against_its_limit(make_cluster: Callable[..., LocalCluster]) -> None:
+    cluster = make_cluster(settings={**FAST_SETTINGS, "cluster.metadata.max_state_size": "1mb"})
+    nodes = cluster.bootstrap(2)
+    master = cluster.wait_master()
+    values = {"a": {"n": 1}, "bb": "x" * 100, "ccc": [1, 2, 3]}
+    for key, value in values.items():
+        assert master.put(f"/_cluster/metadata/{key}", value)[0] == 200
+    expected = sum(len(key.encode()) + len(msgspec.json.encode(value)) for key, value in values.items())
+
+    def gauges(node: LocalNode) -> dict[str, float]:
+        _, text = node.get("/metrics")
+        return {
+            name: float(value)
+            for name, value in re.findall(r"^(coordinated_cluster_state_(?:max_)?bytes) (\S+)$", text, re.M)
+        }
+
+    assert gauges(master) == {
+        "coordinated_cluster_state_bytes": expected,
+        "coordinated_cluster_state_max_bytes": 1 << 20,
+    }
+    (follower,) = [node for node in nodes if node is not master]
+    assert gauges(follower) == {"coordinated_cluster_state_max_bytes": 1 << 20}, "only the master knows the size"

@@ -75,10 +75,16 @@ def clear_voting_config_exclusions(wait_for_removal: bool = True, timeout_s: flo
     )
 
 
+def put_repository(repository: str, repository_type: str, settings: Mapping[str, str]) -> Call[dict[str, Any]]:
+    """Registers (or re-registers) a repository: `fs` with its `location`, or `s3` with its `bucket`, `base_path`
+    and `client` (docs/sidecar.md)."""
+    body = {"type": repository_type, "settings": dict(settings)}
+    return Call("PUT", f"/_snapshot/{segment(repository)}", ok, body=body)
+
+
 def put_fs_repository(repository: str, location: str) -> Call[dict[str, Any]]:
     """Registers an `fs` repository at `location` (under the nodes' `path.repo`)."""
-    body = {"type": "fs", "settings": {"location": location}}
-    return Call("PUT", f"/_snapshot/{segment(repository)}", ok, body=body)
+    return put_repository(repository, "fs", {"location": location})
 
 
 def create_snapshot(repository: str, snapshot: str) -> Call[dict[str, Any]]:

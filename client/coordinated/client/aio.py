@@ -98,6 +98,7 @@ class AsyncClient(ClientBase):
     add_voting_config_exclusions = awaiting(operations.add_voting_config_exclusions)
     clear_voting_config_exclusions = awaiting(operations.clear_voting_config_exclusions)
     put_fs_repository = awaiting(operations.put_fs_repository)
+    put_repository = awaiting(operations.put_repository)
     create_snapshot = awaiting(operations.create_snapshot)
     list_snapshots = awaiting(operations.list_snapshots)
     delete_snapshot = awaiting(operations.delete_snapshot)

@@ -32,6 +32,7 @@ __all__ = [
     "put",
     "put_cluster_settings",
     "put_fs_repository",
+    "put_repository",
     "restore_snapshot",
     "sessions",
     "txn",
@@ -192,6 +193,13 @@ def clear_voting_config_exclusions(
 ) -> Flow[dict[str, Any]]:
     """Clears the exclusions; with `wait_for_removal`, once the excluded nodes have left the cluster."""
     return (yield from perform(client, admin_calls.clear_voting_config_exclusions(wait_for_removal, timeout)))
+
+
+def put_repository(
+    client: ClientBase, repository: str, repository_type: str, settings: Mapping[str, str]
+) -> Flow[dict[str, Any]]:
+    """Registers a snapshot repository of any type with its settings (an `s3` one: bucket, base_path, client)."""
+    return (yield from perform(client, admin_calls.put_repository(repository, repository_type, settings)))
 
 
 def put_fs_repository(client: ClientBase, repository: str, location: str) -> Flow[dict[str, Any]]:

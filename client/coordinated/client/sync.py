@@ -101,6 +101,7 @@ class Client(ClientBase):
     add_voting_config_exclusions = blocking(operations.add_voting_config_exclusions)
     clear_voting_config_exclusions = blocking(operations.clear_voting_config_exclusions)
     put_fs_repository = blocking(operations.put_fs_repository)
+    put_repository = blocking(operations.put_repository)
     create_snapshot = blocking(operations.create_snapshot)
     list_snapshots = blocking(operations.list_snapshots)
     delete_snapshot = blocking(operations.delete_snapshot)

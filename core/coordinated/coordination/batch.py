@@ -97,6 +97,10 @@ class StateSizes:
             self.remember(state, size)
         return size
 
+    def known(self, state: ClusterState) -> int | None:
+        """The size if it is known already (no scan of the keys)."""
+        return self._known.get(state.state_uuid)
+
     def remember(self, state: ClusterState, size: int) -> None:
         if len(self._known) >= 4:
             self._known.pop(next(iter(self._known)))
@@ -334,7 +338,10 @@ def execute_batch(
             elif isinstance(payload, ClearVotingConfigExclusions):
                 exclusions = []
             elif isinstance(payload, PutRepository):
-                repositories = {**repositories, payload.name: Repository(payload.type, payload.location)}
+                registered = Repository(
+                    payload.type, payload.location, payload.bucket, payload.base_path, payload.client
+                )
+                repositories = {**repositories, payload.name: registered}
             elif isinstance(payload, DeleteRepository):
                 if payload.name in repositories:
                     repositories = {name: repo for name, repo in repositories.items() if name != payload.name}

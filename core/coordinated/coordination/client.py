@@ -131,11 +131,15 @@ class ClearVotingConfigExclusions(_Request, frozen=True, tag="clear_exclusions")
 
 class PutRepository(_Request, frozen=True, tag="put_repository"):
     """Register (or re-register) a snapshot repository. The node that receives the request checks the
-    location against its `path.repo`; the master checks the name and the type."""
+    location against its `path.repo` (`fs`) or its S3 client (`s3`); the master checks the name, the type and
+    the type's settings."""
 
     name: str
     type: str
-    location: str
+    location: str = ""  # fs
+    bucket: str = ""  # s3
+    base_path: str = ""  # s3
+    client: str = ""  # s3
 
 
 class DeleteRepository(_Request, frozen=True, tag="delete_repository"):

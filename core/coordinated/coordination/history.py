@@ -35,6 +35,8 @@ class EventType(StrEnum):
     # Written by the node that served the snapshot API, with the state's term, version and `snapshot`:
     SNAPSHOT_TAKEN = "snapshot_taken"  # the committed state of `version` was written to a snapshot
     SNAPSHOT_RESTORED = "snapshot_restored"  # the state of `version` (committed) holds a snapshot's keys
+    # Written by the node's history archive, with the object's `location` (s3://bucket/key):
+    ARCHIVED = "archived"  # a closed history segment of this node is now in object storage
     # Written by the node's history itself (its term and configurations are the node's, like `term`):
     RETENTION_CUT = "retention_cut"  # segments before `first_kept_seq` were deleted on purpose (retention)
     HISTORY_LOST = "history_lost"  # events `first_lost_seq`..`last_lost_seq` were lost (a segment deleted
@@ -57,7 +59,7 @@ SHELL_FIELDS: tuple[tuple[str, type], ...] = (("seq", int), ("ts", float))
 # Fields for people reading a history; the audit does not rely on them (it reads `marks_accepted` of a
 # `retention_cut`: the newest state the deleted segments may have held evidence about).
 INFORMATIONAL_FIELDS = frozenset(
-    {"node_name", "reason", "cluster_uuid_committed", "marks_term", "snapshot", "settings"}
+    {"node_name", "reason", "cluster_uuid_committed", "marks_term", "snapshot", "location", "settings"}
 )
 
 
@@ -77,6 +79,7 @@ class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
     reason: str | msgspec.UnsetType = msgspec.UNSET  # stepped_down and session events
     session: str | msgspec.UnsetType = msgspec.UNSET  # session events only: the session's id
     snapshot: str | msgspec.UnsetType = msgspec.UNSET  # snapshot events only: `repository:snapshot`
+    location: str | msgspec.UnsetType = msgspec.UNSET  # archived events only: where the segment went
     settings: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET  # settings_removed only: the names removed
     # Reset events only: the record before the reset (`current_term` is the new record's term) ...
     current_term: int | msgspec.UnsetType = msgspec.UNSET

@@ -49,6 +49,10 @@ class MasterTasks:
         self.queue.add(task)
         self.run()
 
+    def state_size(self, state: ClusterState) -> int | None:
+        """What `state` counts against `cluster.metadata.max_state_size`, if this master built or measured it."""
+        return self._state_sizes.known(state)
+
     def is_pending(self, source: str) -> bool:
         return any(task.source == source for task in self.queue.pending)
 

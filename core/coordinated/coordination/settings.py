@@ -22,6 +22,10 @@ CRD's allow-list and value rules; `make lint` fails while either is out of date.
 `spec.settings` needs nothing more; one the operator sets itself is listed in the operator's
 `OPERATOR_MANAGED_SETTINGS` with the reason.
 
+A name with a `*` declares an affix setting, as Elasticsearch's `s3.client.*.endpoint`: the `*` is one name
+segment the user chooses (a namespace: `s3.client.backups.endpoint`), and `settings.for_namespace(SETTING, "backups")`
+reads it (its default when the namespace has no value); `settings.namespaces(SETTING)` lists the namespaces given.
+
 `dynamic=True` lets `PUT /_cluster/settings` change the setting for the whole cluster: the committed value
 then overrides every node's own (`-E`) until it is reset. Only do that when every value within the bounds
 still lets the cluster commit the write that resets it (tests/sidecar/test_sidecar_dynamic_settings.py and the
@@ -37,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import ModuleType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -113,6 +117,36 @@ def parse_node_name(value: str) -> str:
             f"[{value}] is not a valid node name: use 1-63 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"
         )
+    return value
+
+
+# Object storage names, shared by the S3 client settings and the `s3` snapshot repository: S3's bucket naming
+# rules, key prefixes in S3's "safe characters" (no escaping anywhere: URLs, Hadoop paths, shells), client names.
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_BASE_PATH = re.compile(r"[A-Za-z0-9!_.*'()/-]*")
+_CLIENT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def parse_bucket(value: str) -> str:
+    if not _BUCKET.fullmatch(value) or ".." in value:
+        raise ValueError(f"[{value}] is not a valid bucket name: 3 to 63 lowercase letters, digits, '.' or '-'")
+    return value
+
+
+def parse_base_path(value: str) -> str:
+    """A key prefix without leading or trailing slashes ("" for the bucket's root)."""
+    path = value.strip("/")
+    if not _BASE_PATH.fullmatch(path) or (path and any(part in ("", ".", "..") for part in path.split("/"))):
+        raise ValueError(
+            f"[{value}] is not a valid base path: letters, digits and !_.*'()- in segments separated by '/', "
+            "none empty, '.' or '..'"
+        )
+    return path
+
+
+def parse_client_name(value: str) -> str:
+    if not _CLIENT_NAME.fullmatch(value):
+        raise ValueError(f"[{value}] is not a valid client name: 1 to 64 letters, digits, '_' or '-'")
     return value
 
 
@@ -296,6 +330,10 @@ class Parsed(ValueType[T_co]):
 
 # -- settings ------------------------------------------------------------------------------------------------
 
+# In a declared name, `*` stands for one name segment chosen by the user (a namespace), as in Elasticsearch's affix
+# settings: `s3.client.*.endpoint` covers `s3.client.backups.endpoint`. Read one with `Settings.for_namespace`.
+AFFIX = "*"
+
 
 @dataclass(frozen=True, eq=False)
 class Setting(Generic[T_co]):
@@ -309,15 +347,29 @@ class Setting(Generic[T_co]):
     dynamic: bool = False
     required: bool = False
 
-    def parse(self, text: str) -> T_co:
+    def parse(self, text: str, name: str | None = None) -> T_co:
+        """The value; `name` is the concrete name an affix setting was given under, for the error."""
         try:
             return self.value_type.parse(text)
         except ValueError as error:
-            raise SettingsError(f"invalid value for setting [{self.name}]: {error}") from None
+            raise SettingsError(f"invalid value for setting [{name or self.name}]: {error}") from None
 
     @cached_property
     def default_value(self) -> T_co | None:
         return None if self.default is None else self.parse(self.default)
+
+    @property
+    def is_affix(self) -> bool:
+        return AFFIX in self.name
+
+    @cached_property
+    def affix_pattern(self) -> re.Pattern[str]:
+        """The concrete names of an affix setting, the namespace captured."""
+        return re.compile(r"([^.]+)".join(re.escape(part) for part in self.name.split(AFFIX)))
+
+    def concrete(self, namespace: str) -> str:
+        """An affix setting's name for one namespace."""
+        return self.name.replace(AFFIX, namespace)
 
     def required_default(self) -> T_co:
         """The parsed default, for a tool that runs without the node's settings; the setting must have one."""
@@ -383,6 +435,21 @@ class Settings:
             raise SettingsError(f"setting [{setting.name}] is required") from None
         return value
 
+    def for_namespace(self, setting: Setting[T], namespace: str) -> T:
+        """An affix setting's value for one namespace (`s3.client.*.endpoint` for `backups`), or its default."""
+        if setting.name not in self.registry.settings:
+            raise KeyError(f"setting [{setting.name}] is not registered")
+        name = setting.concrete(namespace)
+        # A setting without a default is declared as Setting[X | None], so None is one of its values.
+        return self._values[name] if name in self._values else cast(T, setting.default_value)
+
+    def namespaces(self, *settings: Setting[Any]) -> set[str]:
+        """The namespaces that some given value of these affix settings names."""
+        found: set[str] = set()
+        for setting in settings:
+            found.update(match.group(1) for name in self._values if (match := setting.affix_pattern.fullmatch(name)))
+        return found
+
     def with_values(self, values: Mapping[Setting[Any], object]) -> Settings:
         """These settings with some values replaced (already parsed: for tests, tools and the simulator)."""
         unknown = [setting.name for setting in values if setting.name not in self.registry.settings]
@@ -396,7 +463,7 @@ class Settings:
         today's bounds) is ignored: it was checked before it was committed, and crashing on it would wedge."""
         overrides: dict[str, Any] = {}
         for name, text in persistent.items():
-            setting = self.registry.settings.get(name)
+            setting = self.registry.find(name)
             if setting is not None and setting.dynamic:
                 try:
                     overrides[name] = setting.parse(text)
@@ -430,6 +497,16 @@ class SettingsRegistry:
             raise ValueError(f"setting [{setting.name}] is declared twice")
         self.settings[setting.name] = setting
 
+    def find(self, name: str) -> Setting[Any] | None:
+        """The setting `name` is, directly or as a concrete name of an affix setting."""
+        setting = self.settings.get(name)
+        if setting is None:
+            setting = next(
+                (found for found in self.settings.values() if found.is_affix and found.affix_pattern.fullmatch(name)),
+                None,
+            )
+        return setting
+
     def merged(self, other: SettingsRegistry) -> SettingsRegistry:
         merged = SettingsRegistry(dict(self.settings), list(self.rules))
         for setting in other.settings.values():
@@ -442,7 +519,7 @@ class SettingsRegistry:
         setting."""
         values: dict[str, Any] = {name: self.parse_one(name, value) for name, value in raw.items()}
         for name, setting in self.settings.items():
-            if name in values:
+            if name in values or setting.is_affix:  # an affix setting's default is read by `for_namespace`
                 continue
             if setting.required:
                 raise SettingsError(f"setting [{name}] is required")
@@ -456,19 +533,19 @@ class SettingsRegistry:
 
     def defaults(self, values: Mapping[Setting[Any], object] | None = None) -> Settings:
         """Every setting at its default, with `values` (parsed) for the required ones: for tests and tools."""
-        parsed = {name: setting.default_value for name, setting in self.settings.items()}
+        parsed = {name: setting.default_value for name, setting in self.settings.items() if not setting.is_affix}
         return Settings(self, parsed).with_values(values or {})
 
     def parse_one(self, name: str, value: str) -> Any:
         retired = retired_setting_message(name)
         if retired:
             raise SettingsError(retired)
-        setting = self.settings.get(name)
+        setting = self.find(name)
         if setting is None:
             raise SettingsError(f"unknown setting [{name}]")
         if not isinstance(value, str):
             raise SettingsError(f"setting [{name}] must be given as a string, got {type(value).__name__}")
-        return setting.parse(value)
+        return setting.parse(value, name)
 
     def validate_dynamic(self, updates: Mapping[str, str | None]) -> dict[str, Any]:
         """Check a `PUT /_cluster/settings` body. None removes a persisted setting, whatever it is, so that one
@@ -478,7 +555,7 @@ class SettingsRegistry:
             if value is None:
                 checked[name] = None
                 continue
-            setting = self.settings.get(name)
+            setting = self.find(name)
             if setting is not None and not setting.dynamic:
                 raise SettingsError(
                     f"setting [{name}] is not dynamically updateable: it is a node setting, given to each node "
@@ -491,7 +568,7 @@ class SettingsRegistry:
         """Settings restored into the cluster state (a snapshot's): each known, and each dynamic one valid. A
         node-level one is kept but ignored, as after an upgrade that made it node-level."""
         for name, value in persistent.items():
-            setting = self.settings.get(name)
+            setting = self.find(name)
             if setting is None or setting.dynamic:
                 self.parse_one(name, value)
 

@@ -93,11 +93,16 @@ class KeyVersion(msgspec.Struct, frozen=True, array_like=True):
     create_version: Long
 
 
-class Repository(msgspec.Struct, frozen=True):
-    """A registered snapshot repository (`PUT /_snapshot/{repo}`); only the `fs` type exists."""
+class Repository(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A registered snapshot repository (`PUT /_snapshot/{repo}`): `fs` with its `location`, or `s3` with its
+    `bucket`, `base_path` and `client` (the name of the node-level `s3.client.NAME` settings it uses). Fields
+    that a type does not use are left empty and not encoded, so an `fs` repository encodes as it always did."""
 
     type: str
-    location: str
+    location: str = ""
+    bucket: str = ""
+    base_path: str = ""
+    client: str = ""
 
 
 # A key written before keys carried versions (a state persisted by an older release) has no entry in

@@ -44,6 +44,9 @@ from coordinated.coordination.settings import (
     SettingsRegistry,
     format_time_ms,
     int_setting,
+    parse_base_path,
+    parse_bucket,
+    parse_client_name,
     parse_node_name,
 )
 from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfigExclusion
@@ -55,7 +58,7 @@ _HOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # Repository and snapshot names, as Elasticsearch allows them: lowercase, no separators, not `_all`-like.
 _SNAPSHOT_NAME = re.compile(r"[a-z0-9][a-z0-9._+-]{0,254}")
-REPOSITORY_TYPES = ("fs",)
+REPOSITORY_TYPES = ("fs", "s3")
 # How deeply a key's value may nest arrays and objects. Every decoder of the wire and the disk holds a value
 # inside a few levels of its own (an envelope, a message, a state, a map), and a decoder's depth is bounded
 # (msgspec's and Python's near 1000): a value that one node took but another could not decode would stop
@@ -217,8 +220,23 @@ def repository_problem(request: PutRepository) -> str | None:
         return problem
     if request.type not in REPOSITORY_TYPES:
         return f"[{request.name}] repository type [{request.type}] does not exist; the supported types are {list(REPOSITORY_TYPES)}"
-    if not request.location.startswith("/"):
-        return f"[{request.name}] location [{request.location}] must be an absolute path"
+    if request.type == "fs":
+        if request.bucket or request.base_path or request.client:
+            return f"[{request.name}] an fs repository takes [location] only, not [bucket], [base_path] or [client]"
+        if not request.location.startswith("/"):
+            return f"[{request.name}] location [{request.location}] must be an absolute path"
+        return None
+    if request.location:
+        return f"[{request.name}] an s3 repository takes [bucket], [base_path] and [client], not [location]"
+    for setting, value, parse in (
+        ("bucket", request.bucket, parse_bucket),
+        ("base_path", request.base_path, parse_base_path),
+        ("client", request.client, parse_client_name),
+    ):
+        try:
+            parse(value)
+        except ValueError as error:
+            return f"[{request.name}] invalid [{setting}]: {error}"
     return None
 
 

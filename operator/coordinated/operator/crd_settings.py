@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from coordinated.coordination.settings import Setting
+from coordinated.coordination.settings import Setting, SettingsRegistry
 from coordinated.operator.settings_validation import OPERATOR_MANAGED_SETTINGS, USER_SETTINGS
 from coordinated.sidecar.config import sidecar_registry
 
@@ -51,11 +51,21 @@ def _value_rule(setting: Setting[object]) -> dict[str, str] | None:
     }
 
 
+def _is_managed(registry: SettingsRegistry, managed: list[str]) -> str:
+    """A CEL test of key `k`: a setting the operator sets, by its name or, for an affix setting such as
+    `s3.client.*.endpoint`, by any concrete name of it (one regular expression for all of them)."""
+    names = [name for name in managed if not registry.settings[name].is_affix]
+    affixes = [registry.settings[name].affix_pattern.pattern for name in managed if registry.settings[name].is_affix]
+    check = f"k in {_cel_list(names)}"
+    return f"{check} || k.matches('^({_cel_string('|'.join(affixes))})$')" if affixes else check
+
+
 def settings_schema() -> dict[str, Any]:
     registry = sidecar_registry()
     user = [name for name in registry.settings if name in USER_SETTINGS]
     managed = [name for name in registry.settings if name in OPERATOR_MANAGED_SETTINGS]
-    known = f"k in {_cel_list(user)} || k.startsWith('discovery.zen.') || k in {_cel_list(managed)}"
+    is_managed = _is_managed(registry, managed)
+    known = f"k in {_cel_list(user)} || k.startsWith('discovery.zen.') || {is_managed}"
     rules: list[dict[str, str]] = [
         {
             "rule": "self.all(k, !k.startsWith('discovery.zen.'))",
@@ -64,8 +74,8 @@ def settings_schema() -> dict[str, Any]:
             "discovery.* settings in docs/settings.md)'",
         },
         {
-            "rule": f"self.all(k, !(k in {_cel_list(managed)}))",
-            "messageExpression": f"'setting [' + self.filter(k, k in {_cel_list(managed)})[0] + '] is managed by the "
+            "rule": f"self.all(k, !({is_managed}))",
+            "messageExpression": f"'setting [' + self.filter(k, {is_managed})[0] + '] is managed by the "
             "operator and cannot be set (spec.tls and spec.auth configure TLS and tokens)'",
         },
         {

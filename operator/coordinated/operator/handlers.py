@@ -31,6 +31,7 @@ from coordinated.operator import (
     manifests,
     membership,
     metrics,
+    object_storage,
     placement,
     security,
     snapshot_schedule,
@@ -284,7 +285,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger | logg
 async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger) -> Action:
     kube: Kube = memo.kube
     previous_status: Mapping[str, Any] = body.get("status") or {}
-    problems = validate_settings(spec.settings) + security.validate_security(spec)
+    problems = validate_settings(spec.settings) + security.validate_security(spec) + object_storage.validate(spec)
     if spec.snapshots is not None and (schedule := snapshot_schedule.schedule_problem(spec.snapshots.schedule)):
         problems.append(schedule)
 
@@ -396,7 +397,7 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
         and not spec.paused
         and obs.cluster.master is not None
         and spec.recorded_cluster_uuid
-        and snapshot_volume_mounted(statefulset, obs)
+        and snapshot_repository_ready(spec, statefulset, obs)
     ):
         await _snapshots_and_restore(spec, obs, body, memo, logger, secured, previous_status)
     return action
@@ -410,13 +411,14 @@ async def _plan_volumes(
     return volumes.plan_volumes(spec.storage.size, statefulset, claims, expandable, storage_class)
 
 
-def snapshot_volume_mounted(statefulset: StatefulSetObservation | None, obs: Observation) -> bool:
-    """Whether every pod runs with the snapshot volume at path.repo. Right after spec.snapshots is added the
-    pods still run the previous template, and a snapshot or restore asked of them fails (400: no path.repo); a
-    request waits for the rolling restart instead."""
+def snapshot_repository_ready(spec: ClusterSpec, statefulset: StatefulSetObservation | None, obs: Observation) -> bool:
+    """Whether every pod runs with the snapshot repository: the snapshot volume at path.repo, or (snapshots in a
+    bucket, no volume) the S3 client settings. Right after spec.snapshots is added the pods still run the previous
+    template, and a snapshot or restore asked of them fails (400: no path.repo, or no S3 client); a request waits
+    for the rolling restart instead."""
     return (
         statefulset is not None
-        and manifests.SNAPSHOT_VOLUME in statefulset.volumes
+        and (manifests.SNAPSHOT_VOLUME in statefulset.volumes or not spec.snapshot_volume)
         and not obs.outdated_pods
         and not statefulset.deleting
     )
@@ -713,6 +715,7 @@ async def ensure_builtin_certificates(
     if write:
         existing = await _read_secret(kube, manifests.certificates_secret_name(spec), spec.namespace)
         planned = security.plan_certificates(spec, ca, existing, pods, now)
+        metrics.record_certificate_expiry(spec.namespace, spec.name, planned.data)
         if planned.changed:
             await kube.apply(security.certificates_secret(spec, planned.data))
             if planned.issued:

@@ -13,7 +13,7 @@ from typing import Any
 from coordinated.coordination.formation import INITIAL_MASTER_NODES
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
-from coordinated.operator import API_VERSION, KIND, placement
+from coordinated.operator import API_VERSION, KIND, object_storage, placement
 from coordinated.operator.sidecar_client import HTTP_PORT, TRANSPORT_PORT
 from coordinated.operator.spec import ClusterSpec
 from coordinated.sidecar.access import TOKENS_FILE
@@ -314,7 +314,7 @@ SNAPSHOT_VOLUME = "snapshots"
 
 def snapshot_claim_name(spec: ClusterSpec) -> str | None:
     """The claim of the snapshot volume: the one spec.snapshots names, else <name>-snapshots."""
-    if spec.snapshots is None:
+    if spec.snapshots is None or not spec.snapshot_volume:
         return None
     return spec.snapshots.claim_name or f"{spec.name}-snapshots"
 
@@ -322,7 +322,7 @@ def snapshot_claim_name(spec: ClusterSpec) -> str | None:
 def snapshot_claim(spec: ClusterSpec) -> Manifest | None:
     """The claim the operator creates when spec.snapshots names none. It has no owner: like the data claims
     kept on deletion, it outlives the cluster, so that a new cluster can restore from it (spec.restoreFrom)."""
-    if spec.snapshots is None or spec.snapshots.claim_name:
+    if spec.snapshots is None or not spec.snapshot_volume or spec.snapshots.claim_name:
         return None
     claim: Manifest = {
         "apiVersion": "v1",
@@ -357,7 +357,8 @@ def sidecar_args(spec: ClusterSpec, tls_source: str | None = None, voting: bool 
     )
     settings: dict[str, str] = {
         **security_settings(spec, tls_source),
-        **({PATH_REPO.name: SNAPSHOT_DIR} if spec.snapshots is not None else {}),
+        **({PATH_REPO.name: SNAPSHOT_DIR} if spec.snapshot_volume else {}),
+        **object_storage.client_settings(spec),
         **{key: value for key, value in spec.settings.items()},
         CLUSTER_NAME.name: spec.cluster_name,
         SEED_HOSTS.name: seed_hosts(spec),
@@ -383,7 +384,7 @@ def _sidecar_container(spec: ClusterSpec, tls_source: str | None, voting: bool =
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
     if spec.auth_enabled:
         mounts.append({"name": "tokens", "mountPath": TOKENS_DIR, "readOnly": True})
-    if spec.snapshots is not None:
+    if spec.snapshot_volume:
         mounts.append({"name": SNAPSHOT_VOLUME, "mountPath": SNAPSHOT_DIR})
     container: dict[str, Any] = {
         "name": SIDECAR_CONTAINER,
@@ -406,6 +407,7 @@ def _sidecar_container(spec: ClusterSpec, tls_source: str | None, voting: bool =
                 else []
             ),
             {"name": "PYTHONUNBUFFERED", "value": "1"},
+            *object_storage.credential_env(spec),
         ],
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
@@ -510,7 +512,7 @@ def statefulset(
     if spec.storage.storage_class_name:
         volume_claim["spec"]["storageClassName"] = spec.storage.storage_class_name
     pod_spec: dict[str, Any] = {
-        "serviceAccountName": spec.name,
+        "serviceAccountName": object_storage.service_account(spec) or spec.name,
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": 60,
         "enableServiceLinks": False,
@@ -529,7 +531,7 @@ def statefulset(
             *_security_volumes(spec, tls_source),
             *(
                 [{"name": SNAPSHOT_VOLUME, "persistentVolumeClaim": {"claimName": snapshot_claim_name(spec)}}]
-                if spec.snapshots is not None
+                if spec.snapshot_volume
                 else []
             ),
             *(spec.template.get("volumes") or ()),
@@ -612,10 +614,18 @@ def audit_cronjob(
     audit = spec.audit
     if not audit.enabled:
         return None
-    scheme = "https" if tls_source is not None else "http"
-    pods = (*pod_names(spec, max(replicas, 1)), *nonvoter_pod_names(spec, nonvoters))
-    urls = ",".join(f"{scheme}://{pod_dns_name(spec, pod)}:{HTTP_PORT}" for pod in pods)
-    args = ["audit", "--from-cluster", urls, "--spark-master", audit.spark_master, "--report-dir", "/reports"]
+    archived = object_storage.audit_source(spec)
+    if archived is not None:
+        # The archive, incrementally: only what is newer than the checkpoint kept beside it in the bucket.
+        source, checkpoint = archived
+        args = ["audit", source, "--checkpoint", checkpoint, *object_storage.audit_args(spec)]
+        tls_source = None  # no sidecar is asked
+    else:
+        scheme = "https" if tls_source is not None else "http"
+        pods = (*pod_names(spec, max(replicas, 1)), *nonvoter_pod_names(spec, nonvoters))
+        urls = ",".join(f"{scheme}://{pod_dns_name(spec, pod)}:{HTTP_PORT}" for pod in pods)
+        args = ["audit", "--from-cluster", urls]
+    args += ["--spark-master", audit.spark_master, "--report-dir", "/reports"]
     for key, value in sorted(audit.spark_conf.items()):
         args += ["--conf", f"{key}={value}"]
     container: dict[str, Any] = {
@@ -637,9 +647,11 @@ def audit_cronjob(
         env.append({"name": "SSL_CERT_FILE", "value": f"{TLS_DIR}/{CA_CERT_KEY}"})
         # Read once by the driver and shipped to the tasks that fetch, wherever Spark runs them.
         args += ["--ca-file", f"{TLS_DIR}/{CA_CERT_KEY}"]
-    if spec.auth_enabled:
+    if spec.auth_enabled and archived is None:
         reader = {"secretKeyRef": {"name": token_secret_name(spec, "reader"), "key": TOKEN_KEY}}
         env.append({"name": "COORDINATED_TOKEN", "valueFrom": reader})
+    if archived is not None:
+        env += object_storage.credential_env(spec)
     if env:
         container["env"] = env
     if audit.resources:
@@ -666,7 +678,7 @@ def audit_cronjob(
                         "metadata": {"labels": audit_labels(spec)},
                         "spec": {
                             "restartPolicy": "Never",
-                            "serviceAccountName": spec.name,
+                            "serviceAccountName": object_storage.service_account(spec) or spec.name,
                             "automountServiceAccountToken": False,
                             "securityContext": {
                                 "runAsNonRoot": True,

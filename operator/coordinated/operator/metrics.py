@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from coordinated.operator import certificates
 
 RECONCILIATIONS = Counter(
     "coordinated_operator_reconciliations", "Reconciliations of CoordinatedCluster resources", ["result"]
@@ -21,6 +24,26 @@ STUCK = Gauge(
     "coordinated_operator_stuck_reconciliations",
     "CoordinatedClusters that have not converged for longer than the stuck threshold",
 )
+
+CERTIFICATE_EXPIRY = Gauge(
+    "coordinated_operator_certificate_expiry_timestamp_seconds",
+    "When each certificate the operator issued expires (Unix time): the cluster's CA (certificate=ca) and each pod's",
+    ["namespace", "cluster", "certificate"],
+)
+_certificates_seen: dict[tuple[str, str], set[str]] = {}
+
+
+def record_certificate_expiry(namespace: str, cluster: str, secret_data: Mapping[str, bytes]) -> None:
+    """The expiry of every `*.crt` in a cluster's certificates Secret; series of certificates gone are dropped."""
+    names = set()
+    for key, pem in secret_data.items():
+        if key.endswith(".crt"):
+            name = key.removesuffix(".crt")
+            names.add(name)
+            CERTIFICATE_EXPIRY.labels(namespace, cluster, name).set(certificates.validity(pem)[1].timestamp())
+    for gone in _certificates_seen.get((namespace, cluster), set()) - names:
+        CERTIFICATE_EXPIRY.remove(namespace, cluster, gone)
+    _certificates_seen[(namespace, cluster)] = names
 
 
 @dataclass

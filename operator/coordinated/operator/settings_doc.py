@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from coordinated.coordination.registry import coordination_registry
 from coordinated.coordination.settings import Setting, SettingsError, SettingsRegistry, retired_setting_message
-from coordinated.operator.settings_validation import OPERATOR_MANAGED_SETTINGS, USER_SETTINGS
+from coordinated.operator.settings_validation import USER_SETTINGS, operator_managed
 from coordinated.sidecar.config import sidecar_only_registry, sidecar_registry
 
 # Zen1 names users are most likely to bring along; the registry rejects every discovery.zen.* name.
@@ -87,7 +87,7 @@ def all_settings() -> list[Setting[object]]:
 def _on_kubernetes(name: str) -> str:
     if name in USER_SETTINGS:
         return "`spec.settings`"
-    if name in OPERATOR_MANAGED_SETTINGS:
+    if operator_managed(name) is not None:
         return "set by the operator"
     return "not settable"
 

@@ -18,6 +18,7 @@ from coordinated.coordination.settings import NODE_NAME, NODE_ROLES, SettingsErr
 from coordinated.sidecar.access import TOKENS_FILE
 from coordinated.sidecar.auth import SECRET_FILE
 from coordinated.sidecar.config import sidecar_registry
+from coordinated.sidecar.s3_settings import ARCHIVE_SETTINGS, S3_CLIENT_SETTINGS
 from coordinated.sidecar.snapshots import PATH_REPO
 from coordinated.sidecar.tls import (
     HTTP_SSL_CLIENT_AUTHENTICATION,
@@ -27,6 +28,8 @@ from coordinated.sidecar.tls import (
 )
 
 _TLS = "the operator sets TLS from spec.tls and mounts the certificates it manages"
+_ARCHIVE = "the operator sets the archive from spec.archive"
+_S3_CLIENT = "the operator sets the S3 clients from spec.archive and spec.snapshots"
 
 # Settings the operator sets on every pod; a user value would break discovery, bootstrap, scaling or security.
 OPERATOR_MANAGED_SETTINGS: dict[str, str] = {
@@ -40,23 +43,35 @@ OPERATOR_MANAGED_SETTINGS: dict[str, str] = {
     TRANSPORT_SSL_TRUST_RESTRICTIONS.name: "the operator restricts the transport to its pods' certificates",
     TOKENS_FILE.name: "the operator sets tokens from spec.auth and mounts the tokens file it manages",
     PATH_REPO.name: "the operator sets it to the snapshot volume's mount path from spec.snapshots",
+    **{setting.name: _ARCHIVE for setting in ARCHIVE_SETTINGS},
+    **{setting.name: _S3_CLIENT for setting in S3_CLIENT_SETTINGS},
 }
+_REGISTRY = sidecar_registry()
+
+
+def operator_managed(name: str) -> str | None:
+    """Why the operator sets `name` itself (a declared name, or a concrete name of an affix setting such as
+    `s3.client.default.endpoint`), or None if a user may."""
+    setting = _REGISTRY.find(name)
+    return OPERATOR_MANAGED_SETTINGS.get(name if setting is None else setting.name)
+
 
 # Settings a user may put in spec.settings: every registered setting that the operator does not set.
-USER_SETTINGS: frozenset[str] = frozenset(sidecar_registry().settings) - frozenset(OPERATOR_MANAGED_SETTINGS)
+USER_SETTINGS: frozenset[str] = frozenset(_REGISTRY.settings) - frozenset(OPERATOR_MANAGED_SETTINGS)
 
 
 def validate_settings(settings: Mapping[str, object] | None) -> list[str]:
     """Every problem in the map, one message per setting that names it; empty when valid."""
     problems: list[str] = []
-    registry = sidecar_registry()
+    registry = _REGISTRY
     strings: dict[str, str] = {}
     for name, value in sorted((settings or {}).items()):
         retired = retired_setting_message(name)
+        managed = operator_managed(name)
         if retired is not None:
             problems.append(retired)
-        elif name in OPERATOR_MANAGED_SETTINGS:
-            problems.append(f"setting [{name}] is managed by the operator: {OPERATOR_MANAGED_SETTINGS[name]}")
+        elif managed is not None:
+            problems.append(f"setting [{name}] is managed by the operator: {managed}")
         elif name not in USER_SETTINGS:
             problems.append(f"unknown setting [{name}]")
         elif not isinstance(value, str):

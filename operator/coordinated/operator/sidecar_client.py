@@ -229,10 +229,12 @@ class SidecarClient:
         call = self._client.clear_voting_config_exclusions(wait_for_removal=wait_for_removal)
         await self._answer("clearing the voting config exclusions", call)
 
-    # -- snapshots (an fs repository in the snapshot volume) ----------------------------------------------
+    # -- snapshots (an fs repository in the snapshot volume, or an s3 one) ------------------------------------------
 
-    async def put_repository(self, repository: str, location: str) -> None:
-        await self._answer(f"repository [{repository}]", self._client.put_fs_repository(repository, location))
+    async def put_repository(self, repository: str, body: Mapping[str, Any]) -> None:
+        """Register a repository: `{"type": "fs"|"s3", "settings": {...}}` as the snapshot API takes it."""
+        call = self._client.put_repository(repository, body["type"], body["settings"])
+        await self._answer(f"repository [{repository}]", call)
 
     async def create_snapshot(self, repository: str, snapshot: str) -> SnapshotInfo:
         answer = await self._answer(f"snapshot [{snapshot}]", self._client.create_snapshot(repository, snapshot))

@@ -16,6 +16,7 @@ from typing import Any
 
 from croniter import croniter
 
+from coordinated.operator import object_storage
 from coordinated.operator.manifests import SNAPSHOT_DIR
 from coordinated.operator.sidecar_client import SidecarClient, SnapshotInfo
 from coordinated.operator.spec import (
@@ -25,7 +26,7 @@ from coordinated.operator.spec import (
     ClusterSpec,
 )
 
-REPOSITORY = "snapshots"  # the fs repository every cluster registers over its snapshot volume
+REPOSITORY = "snapshots"  # the repository every cluster registers: its snapshot volume, or spec.snapshots.s3
 _TIME_FORMAT = "%Y%m%d-%H%M%S"
 
 
@@ -125,7 +126,7 @@ async def take_snapshot(
         outcome.status["lastRequest"] = request
     name = snapshot_name(spec.name, now)
     try:
-        await client.put_repository(REPOSITORY, SNAPSHOT_DIR)
+        await client.put_repository(REPOSITORY, object_storage.snapshot_repository_body(spec, SNAPSHOT_DIR))
         info = await client.create_snapshot(REPOSITORY, name)
     except Exception as error:
         failures = int(previous.get("consecutiveFailures") or 0) + 1
@@ -184,7 +185,7 @@ async def restore_once(
     snapshot = spec.restore_from
     outcome = Outcome(status={"snapshot": snapshot})
     try:
-        await client.put_repository(REPOSITORY, SNAPSHOT_DIR)
+        await client.put_repository(REPOSITORY, object_storage.snapshot_repository_body(spec, SNAPSHOT_DIR))
         restored = await client.restore_snapshot(REPOSITORY, snapshot)
     except Exception as error:
         message = f"restoring snapshot [{snapshot}] failed: {error}"[:1000]

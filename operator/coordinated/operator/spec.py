@@ -49,8 +49,57 @@ class AuditSpec:
 
 
 @dataclass(frozen=True)
+class S3Connection:
+    """How the pods reach an S3-compatible service: the sidecars' `s3.client.default`. Credentials come from a
+    Secret (keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, optionally AWS_SESSION_TOKEN) put in the
+    environment, or from the pods' service account (a web-identity token, such as EKS's IRSA), never from
+    settings."""
+
+    endpoint: str | None = None  # None: AWS's endpoint for the region
+    region: str | None = None  # None: us-east-1
+    path_style_access: bool | None = None  # None: true with an endpoint (S3-compatible services), false for AWS
+    credentials_secret: str | None = None
+    service_account_name: str | None = None
+
+    @property
+    def path_style(self) -> bool:
+        return self.endpoint is not None if self.path_style_access is None else self.path_style_access
+
+    @classmethod
+    def from_resource(cls, body: Mapping[str, Any]) -> S3Connection:
+        credentials = body.get("credentials") or {}
+        style = body.get("pathStyleAccess")
+        return cls(
+            endpoint=body.get("endpoint") or None,
+            region=body.get("region") or None,
+            path_style_access=None if style is None else bool(style),
+            credentials_secret=credentials.get("secretName") or None,
+            service_account_name=credentials.get("serviceAccountName") or None,
+        )
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    """A place in object storage: spec.archive (every node's closed history segments, under
+    `bucket/base_path/CLUSTER_UUID/NODE_ID/`) or spec.snapshots.s3 (snapshots under `bucket/base_path/`)."""
+
+    bucket: str
+    base_path: str = ""
+    connection: S3Connection = S3Connection()
+
+    @classmethod
+    def from_resource(cls, body: Mapping[str, Any]) -> BucketSpec:
+        return cls(
+            bucket=str(body.get("bucket") or ""),
+            base_path=str(body.get("basePath") or "").strip("/"),
+            connection=S3Connection.from_resource(body),
+        )
+
+
+@dataclass(frozen=True)
 class SnapshotsSpec:
-    """Snapshots into one volume mounted in every pod: on a schedule (cron, UTC), the newest `retention` kept."""
+    """Snapshots into one volume mounted in every pod, or into a bucket (`s3`): on a schedule (cron, UTC), the
+    newest `retention` kept."""
 
     schedule: str | None = None  # None: only on request (the snapshot-request annotation)
     retention: int = 7
@@ -58,6 +107,7 @@ class SnapshotsSpec:
     size: str = "1Gi"
     storage_class_name: str | None = None
     access_mode: str = "ReadWriteOnce"
+    s3: BucketSpec | None = None  # set: snapshots go to object storage, and there is no snapshot volume
 
 
 @dataclass(frozen=True)
@@ -113,13 +163,19 @@ class ClusterSpec:
     metrics_access: tuple[Mapping[str, Any], ...] = ()  # also admitted to the client port: who scrapes /metrics
     scheduling: SchedulingSpec = SchedulingSpec()
     snapshots: SnapshotsSpec | None = None
-    restore_from: str | None = None  # a snapshot in the snapshot volume, restored once after the cluster forms
+    restore_from: str | None = None  # a snapshot in the snapshot repository, restored once after the cluster forms
+    archive: BucketSpec | None = None
     creation_timestamp: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def cluster_name(self) -> str:
         return self.settings.get("cluster.name") or self.name
+
+    @property
+    def snapshot_volume(self) -> bool:
+        """Snapshots go to a volume mounted in every pod (not to object storage)."""
+        return self.snapshots is not None and self.snapshots.s3 is None
 
     @property
     def hibernating(self) -> bool:
@@ -174,6 +230,8 @@ class ClusterSpec:
         access = spec.get("clientAccess")
         snapshots = spec.get("snapshots")
         volume = (snapshots or {}).get("volume") or {}
+        snapshots_s3 = (snapshots or {}).get("s3")
+        archive = spec.get("archive")
         scheduling = spec.get("scheduling") or {}
         spread = scheduling.get("topologySpreadConstraints")
         return cls(
@@ -244,8 +302,10 @@ class ClusterSpec:
                     size=str(volume.get("size") or "1Gi"),
                     storage_class_name=volume.get("storageClassName") or None,
                     access_mode=str(volume.get("accessMode") or "ReadWriteOnce"),
+                    s3=BucketSpec.from_resource(snapshots_s3) if snapshots_s3 else None,
                 )
             ),
+            archive=BucketSpec.from_resource(archive) if archive else None,
             restore_from=(spec.get("restoreFrom") or {}).get("snapshot") or None,
             creation_timestamp=metadata.get("creationTimestamp"),
             annotations=dict(metadata.get("annotations") or {}),

@@ -423,13 +423,14 @@ def health_body(node: Node) -> dict[str, Any]:
     problems = node.problems()
     history = node.history_maintenance.status
     if status == "green" and any(found.kind in YELLOW for found in problems):
-        status = "yellow"  # the node works, but its volume is filling up or its history lost something
+        status = "yellow"  # the node works, but its volume is filling up, its history lost something or is not archived
     if any(found.kind in RED for found in problems):
         status = "red"  # this node cannot accept states: whatever it serves may be stale
     if problem:
         # Why no master, as far as the transport can tell: peers that refused this node, or that it refused.
         refused = [found.reason for found in problems if found.kind is ProblemKind.TRANSPORT]
         problem = "; ".join([problem, *refused])
+    archive_problem = next((found.reason for found in problems if found.kind is ProblemKind.ARCHIVE), None)
     return {
         "cluster_name": state.cluster_name,
         "cluster_uuid": state.cluster_uuid,
@@ -442,6 +443,7 @@ def health_body(node: Node) -> dict[str, Any]:
         "persistence_problem": persistence_problem,
         "disk_problem": history.disk_problem or None,
         "history_problem": history.history_problem or None,
+        "archive_problem": archive_problem,
         "problems": [found.to_api() for found in problems],
         "mode": str(node.coordinator.mode),
         "term": node.coordinator.current_term,

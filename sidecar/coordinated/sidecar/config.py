@@ -22,6 +22,7 @@ from coordinated.sidecar import (
     history_settings,
     hooks,
     http_server,
+    s3_settings,
     snapshots,
     tls,
     transport,
@@ -39,6 +40,7 @@ MODULES: tuple[ModuleType, ...] = (
     event_loop,
     group_commit,
     snapshots,
+    s3_settings,  # the S3 clients and the history archive
     tls,
     access,
 )

@@ -282,6 +282,15 @@ class HistoryWriter:
             os.close(self._fd)
         self._fd = -1
 
+    def rotate(self) -> None:
+        """Close the open segment now, if it holds anything (before a graceful stop, so that the archive can take
+        it); the next event starts a new one."""
+        if self._fd >= 0 and self._size > 0:
+            closed = self._path
+            self._close()
+            if closed is not None and self.on_rotate is not None:
+                self.on_rotate(closed)
+
     def sync(self) -> None:
         """Make every line written so far durable (before a retention cut relies on its event)."""
         if self._fd >= 0:

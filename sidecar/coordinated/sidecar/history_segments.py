@@ -58,6 +58,12 @@ def list_segments(directory: Path) -> list[Segment]:
     return [Segment(first_seq, found[first_seq]) for first_seq in sorted(found)]
 
 
+def compressed_segments(directory: Path) -> list[Path]:
+    """The closed segments in their final form (compressed, durable), oldest first: what an archive uploads.
+    The open segment is never compressed, so none of these is still being written."""
+    return [segment.path for segment in list_segments(directory) if segment.compressed]
+
+
 def leftover_files(directory: Path) -> list[Path]:
     """Files a crash in the middle of a compression leaves: a `.tmp`, or a plain file beside its `.zst`."""
     names = {entry.name for entry in directory.iterdir()} if directory.exists() else set()

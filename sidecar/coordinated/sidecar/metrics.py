@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 from coordinated.coordination.context import Mode
 from coordinated.coordination.effects import PublicationFinished
 from coordinated.coordination.history import SESSION_EVENT_TYPES
+from coordinated.sidecar.archive import ArchiveStatus
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 MODES = tuple(mode.value for mode in Mode)
@@ -42,6 +43,9 @@ class StatusSnapshot:
     change_log_events: int = 0  # key changes held for watches
     sessions_active: int = 0  # in the applied state
     ephemeral_keys: int = 0
+    archive: ArchiveStatus | None = None  # None: no history archive configured
+    state_bytes: int | None = None  # on the master: the applied state against cluster.metadata.max_state_size
+    max_state_bytes: int | None = None  # cluster.metadata.max_state_size
     problems: dict[str, int] | None = None  # by kind (`problems.ProblemKind`), every kind present
 
 
@@ -112,6 +116,20 @@ class _CoreCollector(Collector):
         yield GaugeMetricFamily(
             "coordinated_ephemeral_keys", "Ephemeral keys in the applied state", value=status.ephemeral_keys
         )
+        if status.state_bytes is not None:
+            yield GaugeMetricFamily(
+                "coordinated_cluster_state_bytes",
+                "On the master: the applied state's keys and values, as cluster.metadata.max_state_size counts them",
+                value=status.state_bytes,
+            )
+        if status.max_state_bytes is not None:
+            yield GaugeMetricFamily(
+                "coordinated_cluster_state_max_bytes",
+                "cluster.metadata.max_state_size: writes that would grow the state beyond it are refused",
+                value=status.max_state_bytes,
+            )
+        if status.archive is not None:
+            yield from _archive_metrics(status.archive)
         if status.problems is not None:
             problems = GaugeMetricFamily(
                 "coordinated_node_problems",
@@ -135,6 +153,47 @@ class _CoreCollector(Collector):
                 "Messages dropped on full send queues",
                 value=status.dropped_messages,
             )
+
+
+def _archive_metrics(archive: ArchiveStatus) -> Iterator[Any]:
+    """The history archive's lag (what is closed but not in object storage yet) and its failures."""
+    yield GaugeMetricFamily(
+        "coordinated_archive_pending_segments",
+        "Closed history segments not archived yet",
+        value=archive.pending_segments,
+    )
+    yield GaugeMetricFamily(
+        "coordinated_archive_pending_bytes",
+        "Bytes of closed history segments not archived yet",
+        value=archive.pending_bytes,
+    )
+    yield GaugeMetricFamily(
+        "coordinated_archive_oldest_pending_age_seconds",
+        "Seconds since the oldest segment not archived yet was closed (0 when none is pending)",
+        value=archive.oldest_pending_age_s or 0.0,
+    )
+    yield CounterMetricFamily(
+        "coordinated_archive_uploaded_segments", "Segments this process archived", value=archive.uploaded_segments
+    )
+    yield CounterMetricFamily(
+        "coordinated_archive_uploaded_bytes", "Bytes this process archived", value=archive.uploaded_bytes
+    )
+    yield CounterMetricFamily(
+        "coordinated_archive_failures",
+        "Archive passes that failed (each is retried with backoff)",
+        value=archive.failures,
+    )
+    yield GaugeMetricFamily(
+        "coordinated_archive_failing",
+        "1 while the archive's last attempt failed or a segment is stuck",
+        value=int(archive.problem is not None),
+    )
+    if archive.last_success_time is not None:
+        yield GaugeMetricFamily(
+            "coordinated_archive_last_success_timestamp_seconds",
+            "When the archive last had every closed segment uploaded (Unix time)",
+            value=archive.last_success_time,
+        )
 
 
 def _child(counter: Counter, children: dict[str, Counter], label: str) -> Counter:

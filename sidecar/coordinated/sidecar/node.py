@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import assert_never
 
+from coordinated.coordination.batch import MAX_STATE_SIZE
 from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, ReadBarrier
 from coordinated.coordination.coordinator import Coordinator, Mode
 from coordinated.coordination.effects import (
@@ -32,13 +33,14 @@ from coordinated.coordination.effects import (
     Send,
     StateApplied,
 )
-from coordinated.coordination.history import EventType, HistoryEvent
+from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 from coordinated.coordination.messages import Message
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.sidecar.access import TOKENS_FILE, Tokens
+from coordinated.sidecar.archive import SegmentArchive
 from coordinated.sidecar.auth import SECRET_FILE, TransportAuth
 from coordinated.sidecar.change_log import CHANGE_LOG_SIZE, ChangeLog
 from coordinated.sidecar.config import NodeConfig
@@ -47,10 +49,12 @@ from coordinated.sidecar.group_commit import PERSISTENCE_SYNC, GroupCommit
 from coordinated.sidecar.history import HistoryWriter, folds_with_next
 from coordinated.sidecar.history_maintenance import HistoryMaintenance
 from coordinated.sidecar.history_metrics import HistoryCollector
+from coordinated.sidecar.history_segments import compressed_segments
 from coordinated.sidecar.history_settings import HISTORY_FSYNC, RetentionPolicy
 from coordinated.sidecar.hooks import HOOKS_TIMEOUT, HookManager
 from coordinated.sidecar.listings import Listings
 from coordinated.sidecar.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
+from coordinated.sidecar.object_store import ObjectStore
 from coordinated.sidecar.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.persistence import (
     HOOKS_FILE,
@@ -61,6 +65,7 @@ from coordinated.sidecar.persistence import (
 )
 from coordinated.sidecar.problems import NodeProblem, ProblemKind, count_by_kind
 from coordinated.sidecar.refusals import Refusals
+from coordinated.sidecar.s3_settings import ArchiveSettings
 from coordinated.sidecar.snapshots import SNAPSHOT_SECRET_FILE
 from coordinated.sidecar.tls import (
     TRANSPORT_SSL_TRUST_RESTRICTIONS,
@@ -84,6 +89,9 @@ from coordinated.sidecar.watches import SharedBarrier, WatchHub
 log = logging.getLogger("coordinated.node")
 READ_BARRIER_TIMEOUT_MS = 30_000
 STORE_CLOSE_TIMEOUT_S = 10.0
+# On a graceful stop the node closes its current history segment and waits this long for the archive to take it,
+# so that a node that is stopped for good (a scale-down) leaves its whole history in object storage.
+ARCHIVE_FLUSH_TIMEOUT_S = 10.0
 _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 # How long after a request's own timeout the shell stops waiting for the core's answer (a lost completion), and
@@ -107,6 +115,9 @@ class Node:
             deferred_sync=settings[PERSISTENCE_SYNC] == "background",
         )
         self.node_id = self.persisted.node_id
+        # Every S3 request of the node (the archive's, the snapshot repositories') runs on this store's thread.
+        self.object_store = ObjectStore()
+        self.archive = self._archive(ArchiveSettings.from_settings(settings))
         # Files of the data directory besides the store's (which `persisted.files` watches): lost under the node,
         # they would be missing at the next start.
         self.file_watch = FileWatch()
@@ -121,8 +132,16 @@ class Node:
             marks=(summary.term, summary.accepted),
             on_rotate=lambda path: self.history_maintenance.segment_closed(path),
         )
-        # Compression, retention, and the watch over the files and the volume (an archive hooks in here).
-        self.history_maintenance = HistoryMaintenance(self.history, config.data_dir, policy, self.history_identity)
+        # Compression, retention, and the watch over the files and the volume. With an archive, each compressed
+        # segment wakes its uploader, and retention deletes only what the archive holds.
+        self.history_maintenance = HistoryMaintenance(
+            self.history,
+            config.data_dir,
+            policy,
+            self.history_identity,
+            on_segment_closed=self.archive.on_segment_closed if self.archive is not None else None,
+            is_archived=self.archive.is_archived if self.archive is not None else None,
+        )
         recovered = recovered_state_event(self.node_id, config.node_name, self.persisted.last_accepted_state, summary)
         if recovered is not None:
             self.history.append(recovered)
@@ -153,6 +172,7 @@ class Node:
         # request id -> (the future its handler awaits, the loop time after which the shell gives up on it)
         self._pending: dict[int, tuple[asyncio.Future[ClientResult], float]] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self._archiver: asyncio.Task[None] | None = None
         self._request_ids = itertools.count(1)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
@@ -207,6 +227,8 @@ class Node:
         self._sweeper = self.loop.create_task(self._sweep_lost_completions())
         self._progress = self.loop.create_task(self._stream_progress(settings[STREAM_PROGRESS_INTERVAL] / 1000))
         self.history_maintenance.start()
+        if self.archive is not None:
+            self._archiver = self.loop.create_task(self.archive.run())
 
     async def stop(self, handover_timeout_s: float = 2.0) -> None:
         """Graceful stop: a master hands over leadership first; the handover message leaves before we close."""
@@ -236,6 +258,7 @@ class Node:
             if not future.done():
                 future.set_result(ClusterError("node_closed_exception", "the node is stopping", 503, True))
         await self.history_maintenance.stop()
+        await self._flush_archive()
         self.history.close()
         try:
             await asyncio.wait_for(self.group_commit.drain(), STORE_CLOSE_TIMEOUT_S)
@@ -379,6 +402,57 @@ class Node:
                 log.log(_LOG_LEVELS.get(effect.level, logging.INFO), effect.message)
             else:
                 assert_never(effect)
+
+    async def _flush_archive(self) -> None:
+        """Close the current segment and give the archive a bounded time to upload what is pending."""
+        if self.archive is not None and self._archiver is not None:
+            self.history.rotate()
+            try:
+                await self.history_maintenance.run_once()  # compresses it: the archive takes compressed segments
+            except Exception:  # the stop goes on; the segment is compressed and uploaded at the next start
+                log.exception("history maintenance failed while stopping")
+            if not await self.archive.flush(ARCHIVE_FLUSH_TIMEOUT_S):
+                status = self.archive.status()
+                log.warning(
+                    "stopping with %d history segment(s) not archived (%s); they upload when the node starts again",
+                    status.pending_segments,
+                    status.problem or "still uploading",
+                )
+            self._archiver.cancel()
+        await self.object_store.close()
+
+    def _archive(self, settings: ArchiveSettings | None) -> SegmentArchive | None:
+        if settings is None:
+            return None
+
+        def cluster_uuid() -> str | None:
+            state = self.persisted.last_accepted_state
+            return state.cluster_uuid if state.cluster_uuid_committed else None
+
+        return SegmentArchive(
+            settings,
+            self.object_store.bucket(settings.client, settings.bucket),
+            self.node_id,
+            cluster_uuid,
+            lambda: compressed_segments(self.history_dir),
+            self._on_archived,
+        )
+
+    def _on_archived(self, segment: Path, location: str) -> None:
+        """An `archived` event, about the node's term and accepted configuration like its other non-state events."""
+        state = self.persisted.last_accepted_state
+        self.record_history(
+            HistoryEvent(
+                cluster_uuid=state.cluster_uuid if state.cluster_uuid_committed else NO_CLUSTER_UUID,
+                node=self.node_id,
+                node_name=self.local_node.name,
+                type=EventType.ARCHIVED,
+                term=self.current_term(),
+                last_committed_config=state.last_committed_config.node_ids,
+                last_accepted_config=state.last_accepted_config.node_ids,
+                location=location,
+            )
+        )
 
     def record_history(self, event: HistoryEvent, folded_applied: Effect | None = None) -> None:
         """Append an event to this node's history: the core's, or the shell's own (a snapshot taken). With
@@ -551,6 +625,9 @@ class Node:
             change_log_events=self.key_watches.log.events,
             sessions_active=len(state.sessions),
             ephemeral_keys=len(state.kv_sessions),
+            archive=self.archive.status() if self.archive is not None else None,
+            state_bytes=coordinator.master_tasks.state_size(state) if coordinator.mode is Mode.LEADER else None,
+            max_state_bytes=coordinator.settings[MAX_STATE_SIZE],
             problems=count_by_kind(self.problems()),
         )
 
@@ -572,6 +649,17 @@ class Node:
             found.append(NodeProblem(ProblemKind.DISK, history.disk_problem))
         if history.history_problem:
             found.append(NodeProblem(ProblemKind.HISTORY, history.history_problem))
+        archive_problem = self.archive.status().problem if self.archive is not None else None
+        if archive_problem:
+            found.append(NodeProblem(ProblemKind.ARCHIVE, archive_problem))
+        if self.archive is not None and history.unarchived_deleted:
+            found.append(
+                NodeProblem(
+                    ProblemKind.ARCHIVE,
+                    f"{history.unarchived_deleted} closed history segments were deleted before the archive had "
+                    "them (the data volume was past history.disk.watermark.flood_stage): the archive lacks them",
+                )
+            )
         return found
 
     def follower_lag(self) -> dict[str, int]:

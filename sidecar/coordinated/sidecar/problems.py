@@ -2,10 +2,11 @@
 
 Each kind has one source: a write of the term or state that failed (`persist_monitor`), a data file deleted or
 replaced under the running node (`file_watch`), a tokens file that is not usable (`access.Tokens`),
-transport connections refused either way (`refusals`), and the data volume's fill and the history's losses
-(`history_maintenance`). Health lists them all (`problems`); readiness fails for the kinds that stop the node
-from doing its job (`BLOCKING`), status is red for those that stop it from persisting (`RED`) and yellow for
-those that warn (`YELLOW`); the metric `coordinated_node_problems{kind}` counts them.
+transport connections refused either way (`refusals`), the data volume's fill and the history's losses
+(`history_maintenance`), and the history archive's failing uploads or segments it will never have (`archive`).
+Health lists them all (`problems`); readiness fails for the kinds that stop the node from doing its job
+(`BLOCKING`), status is red for those that stop it from persisting (`RED`) and yellow for those that warn
+(`YELLOW`); the metric `coordinated_node_problems{kind}` counts them.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ class ProblemKind(enum.StrEnum):
     TRANSPORT = "transport"  # a transport connection refused, by a peer or by this node
     DISK = "disk"  # the data volume is past `history.disk.watermark.high`
     HISTORY = "history"  # history lost while the node ran, a history write failing, or a damaged segment
+    ARCHIVE = "archive"  # closed history segments are not reaching the archive (object storage)
 
 
 RED = frozenset({ProblemKind.PERSISTENCE, ProblemKind.DATA_FILE})
 BLOCKING = RED | {ProblemKind.TOKENS_FILE}
-YELLOW = frozenset({ProblemKind.DISK, ProblemKind.HISTORY})
+YELLOW = frozenset({ProblemKind.DISK, ProblemKind.HISTORY, ProblemKind.ARCHIVE})
 
 
 @dataclass(frozen=True)

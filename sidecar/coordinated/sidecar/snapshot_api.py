@@ -1,7 +1,8 @@
-"""Elasticsearch's snapshot API with its `fs` repository type (docs/sidecar.md, Snapshots).
+"""Elasticsearch's snapshot API with its `fs` and `s3` repository types (docs/sidecar.md, Snapshots).
 
 Repositories are cluster-state metadata (registered through the master), so every node knows them; the
-node that serves a snapshot request reads or writes the files itself, in a worker thread. A snapshot holds
+node that serves a snapshot request reads or writes the repository itself (`SnapshotRepository`: files in a
+worker thread, or objects on the node's object store thread). A snapshot holds
 the state this node has applied after a read barrier, that is a committed state at least as new as every
 write acknowledged before the request: one immutable state, so a consistent cut whatever is written
 meanwhile. A restore is one master task, decided and committed atomically.
@@ -9,10 +10,8 @@ meanwhile. A restore is one master task, decided and committed atomically.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -26,6 +25,7 @@ from coordinated.coordination.client import (
     RestoreSnapshot,
 )
 from coordinated.coordination.history import EventType, HistoryEvent
+from coordinated.coordination.settings import parse_base_path
 from coordinated.coordination.state import ClusterState, Repository
 from coordinated.coordination.state_events import state_event
 from coordinated.coordination.validation import repository_problem, snapshot_name_problem
@@ -43,7 +43,16 @@ from coordinated.sidecar.api import (
     timeout_of,
 )
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.snapshots import PATH_REPO, SnapshotCorrupt, SnapshotFile
+from coordinated.sidecar.s3_settings import DEFAULT_CLIENT, S3ClientSettings, client_names
+from coordinated.sidecar.snapshot_fs import FsRepository, location_problem
+from coordinated.sidecar.snapshot_s3 import S3Repository
+from coordinated.sidecar.snapshots import (
+    PATH_REPO,
+    RepositoryUnavailable,
+    SnapshotCorrupt,
+    SnapshotFile,
+    SnapshotRepository,
+)
 
 
 def setup_snapshot_routes(router: web.UrlDispatcher) -> None:
@@ -80,19 +89,39 @@ def _missing_snapshot(repo: str, snap: str) -> web.Response:
     return error_response("snapshot_missing_exception", f"[{repo}:{snap}] is missing", 404)
 
 
-async def _location(node: Node, repo: str, timeout_ms: int) -> Path | web.Response:
-    """The repository's directory on this node, after a read barrier (so a repository registered through
-    any node is known); an error response if it is not registered or is outside this node's path.repo."""
+def repository_of(node: Node, repo: str, registered: Repository) -> SnapshotRepository:
+    """The repository a registration names, as this node reaches it: a directory under its `path.repo`, or a bucket
+    through its `s3.client.NAME` settings. Raises BadRequest when this node cannot use it."""
+    if registered.type == "s3":
+        if registered.client != DEFAULT_CLIENT and registered.client not in client_names(node.config.settings):
+            raise _repository_exception(
+                repo,
+                f"unknown s3 client [{registered.client}]: set s3.client.{registered.client}.* on every node "
+                "(this node has none)",
+            )
+        client = S3ClientSettings.from_settings(node.config.settings, registered.client)
+        return S3Repository(node.object_store.bucket(client, registered.bucket), registered.base_path)
+    location, outside = location_problem(registered.location, _roots(node))
+    if outside is not None:
+        raise _repository_exception(repo, outside)
+    return FsRepository(location)
+
+
+async def _repository(node: Node, repo: str, timeout_ms: int) -> SnapshotRepository | web.Response:
+    """The registered repository, after a read barrier (so a repository registered through any node is known);
+    an error response if it is not registered."""
     problem = await read_barrier(node, timeout_ms)
     if problem is not None:
         return problem
     registered = node.applied_state.repositories.get(repo)
     if registered is None:
         return error_response("repository_missing_exception", f"[{repo}] missing", 404)
-    location, outside = snapshots.location_problem(registered.location, _roots(node))
-    if outside is not None:
-        raise _repository_exception(repo, outside)
-    return location
+    return repository_of(node, repo, registered)
+
+
+def _unavailable(repo: str, error: RepositoryUnavailable, snap: str | None = None) -> web.Response:
+    where = f"{repo}:{snap}" if snap else repo
+    return error_response("repository_exception", f"[{where}] {error}", 500)
 
 
 def _millis_to_iso(ms: int) -> str:
@@ -143,6 +172,8 @@ def _state_event(node: Node, event_type: EventType, state: ClusterState, name: s
 
 
 def _repository_body(repo: Repository) -> dict[str, Any]:
+    if repo.type == "s3":
+        return {"type": "s3", "settings": {"bucket": repo.bucket, "base_path": repo.base_path, "client": repo.client}}
     return {"type": repo.type, "settings": {"location": repo.location}}
 
 
@@ -163,33 +194,63 @@ async def repositories_get(request: web.Request) -> web.Response:
     return web.json_response({wanted: _repository_body(registered[wanted])})
 
 
+FS_SETTINGS = {"location", "compress"}
+S3_SETTINGS = {"bucket", "base_path", "client", "compress"}
+REPOSITORY_BODY = (
+    'a repository is {"type": "fs", "settings": {"location": "..."}} or '
+    '{"type": "s3", "settings": {"bucket": "...", "base_path": "...", "client": "default"}}'
+)
+
+
+def _put_request(node: Node, repo: str, body: Any) -> PutRepository:
+    """The registration a `PUT /_snapshot/{repo}` body asks for; BadRequest naming what is wrong."""
+    if not isinstance(body, dict) or not set(body) <= {"type", "settings"}:
+        raise _repository_exception(repo, REPOSITORY_BODY)
+    kind, settings = body.get("type"), body.get("settings") or {}
+    if not isinstance(settings, dict) or not all(isinstance(v, str | bool) for v in settings.values()):
+        raise _repository_exception(repo, REPOSITORY_BODY)
+    if kind == "s3":
+        if not set(settings) <= S3_SETTINGS:
+            raise _repository_exception(
+                repo, "the s3 repository settings are [bucket], [base_path] and [client] (and [compress], ignored)"
+            )
+        if not settings.get("bucket"):
+            raise _repository_exception(repo, "missing bucket")
+        try:
+            base_path = parse_base_path(str(settings.get("base_path") or ""))
+        except ValueError as error:
+            raise _repository_exception(repo, f"invalid [base_path]: {error}") from None
+        client = str(settings.get("client") or DEFAULT_CLIENT)
+        return PutRepository(repo, "s3", bucket=str(settings["bucket"]), base_path=base_path, client=client)
+    if not set(settings) <= FS_SETTINGS:
+        raise _repository_exception(repo, "the fs repository settings are [location] (and [compress], ignored)")
+    location = settings.get("location")
+    if kind == "fs" and (not isinstance(location, str) or not location):
+        raise _repository_exception(repo, "missing location")
+    resolved = str(location or "")
+    if kind == "fs":
+        path, outside = location_problem(resolved, _roots(node))
+        if outside is not None:
+            raise _repository_exception(repo, outside)
+        resolved = str(path)
+    return PutRepository(repo, str(kind), resolved)
+
+
 async def repository_put(request: web.Request) -> web.Response:
     query = check_params(request, {"timeout", "master_timeout", "verify"})
     repo = _name(request, "repo", "repository")
     timeout_ms = timeout_of(query)
-    body = await read_json(request)
-    if not isinstance(body, dict) or not set(body) <= {"type", "settings"}:
-        raise _repository_exception(repo, 'a repository is {"type": "fs", "settings": {"location": "..."}}')
-    settings = body.get("settings") or {}
-    if not isinstance(settings, dict) or not set(settings) <= {"location", "compress"}:
-        raise _repository_exception(repo, "the fs repository settings are [location] (and [compress], ignored)")
-    location = settings.get("location")
-    if not isinstance(location, str) or not location:
-        raise _repository_exception(repo, "missing location")
     node = node_of(request)
-    resolved, outside = snapshots.location_problem(location, _roots(node))
-    if outside is not None:
-        raise _repository_exception(repo, outside)
-    put = PutRepository(repo, str(body.get("type")), str(resolved))
+    put = _put_request(node, repo, await read_json(request))
     problem = repository_problem(put)
     if problem is not None:
         raise _repository_exception(repo, problem.removeprefix(f"[{repo}] "))
     if param_bool(query, "verify", True):
+        registered = Repository(put.type, put.location, put.bucket, put.base_path, put.client)
         try:
-            await asyncio.to_thread(snapshots.verify_location, resolved)
-        except OSError as error:
-            reason = f"[{repo}] cannot write to location [{resolved}]: {error.strerror or error}"
-            return error_response("repository_verification_exception", reason, 500)
+            await repository_of(node, repo, registered).verify()
+        except RepositoryUnavailable as error:
+            return error_response("repository_verification_exception", f"[{repo}] {error}", 500)
     result = await node.submit(put, timeout_ms)
     if isinstance(result, ClusterError):
         return result_error(result)
@@ -220,35 +281,28 @@ async def snapshot_create(request: web.Request) -> web.Response:
     if body is not None and (not isinstance(body, dict) or not set(body) <= {"include_global_state", "metadata"}):
         raise BadRequest("a snapshot of the cluster state takes no body other than [include_global_state]")
     node = node_of(request)
-    location = await _location(node, repo, timeout_ms)
-    if isinstance(location, web.Response):
-        return location
+    repository = await _repository(node, repo, timeout_ms)
+    if isinstance(repository, web.Response):
+        return repository
     start_ms = int(time.time() * 1000)
     state = node.applied_state  # committed, and immutable: the snapshot is one version's state
     snapshot = snapshots.snapshot_of(state, snap, start_ms, start_ms)
     try:
-        await asyncio.to_thread(_write, location, snapshot, node.snapshot_secret)
+        end_ms = max(start_ms, int(time.time() * 1000))
+        snapshot = msgspec.structs.replace(snapshot, end_time_in_millis=end_ms)
+        await repository.write(snapshot, node.snapshot_secret)
     except snapshots.SnapshotExists:
         reason = f"[{repo}:{snap}] Invalid snapshot name [{snap}], snapshot with the same name already exists"
         return error_response("invalid_snapshot_name_exception", reason, 400)
-    except OSError as error:
-        reason = f"[{repo}:{snap}] cannot write to [{location}]: {error.strerror or error}"
-        return error_response("snapshot_exception", reason, 500)
+    except RepositoryUnavailable as error:
+        return error_response("snapshot_exception", f"[{repo}:{snap}] {error}", 500)
     node.record_history(_state_event(node, EventType.SNAPSHOT_TAKEN, state, f"{repo}:{snap}"))
     if not wait:
         return web.json_response({"accepted": True})
-    written = await asyncio.to_thread(snapshots.read_snapshot, location, snap, node.snapshot_secret)
+    written = await _read(node, repository, repo, snap)
+    if isinstance(written, web.Response):
+        return written
     return web.json_response({"snapshot": snapshot_info(repo, written)})
-
-
-def _write(location: Path, snapshot: SnapshotFile, secret: bytes | None) -> None:
-    location.mkdir(parents=True, exist_ok=True)
-    end_ms = max(snapshot.start_time_in_millis, int(time.time() * 1000))
-    snapshots.write_snapshot(location, _with_end(snapshot, end_ms), secret)
-
-
-def _with_end(snapshot: SnapshotFile, end_ms: int) -> SnapshotFile:
-    return msgspec.structs.replace(snapshot, end_time_in_millis=end_ms)
 
 
 async def snapshot_get(request: web.Request) -> web.Response:
@@ -258,30 +312,35 @@ async def snapshot_get(request: web.Request) -> web.Response:
     repo = _name(request, "repo", "repository")
     wanted = request.match_info["snap"]
     node = node_of(request)
-    location = await _location(node, repo, timeout_of(query))
-    if isinstance(location, web.Response):
-        return location
+    repository = await _repository(node, repo, timeout_of(query))
+    if isinstance(repository, web.Response):
+        return repository
     if wanted in ("_all", "*"):
-        listed = await asyncio.to_thread(snapshots.list_snapshots, location, node.snapshot_secret)
+        try:
+            listed = await repository.list(node.snapshot_secret)
+        except RepositoryUnavailable as error:
+            return _unavailable(repo, error)
         infos = [
             snapshot_info(repo, entry) if isinstance(entry, SnapshotFile) else _damaged_info(repo, name, entry, mtime)
             for name, entry, mtime in listed
         ]
         return web.json_response({"snapshots": infos, "total": len(infos), "remaining": 0})
     snap = _name(request, "snap", "snapshot")
-    loaded = await _read(node, location, repo, snap)
+    loaded = await _read(node, repository, repo, snap)
     if isinstance(loaded, web.Response):
         return loaded
     return web.json_response({"snapshots": [snapshot_info(repo, loaded)], "total": 1, "remaining": 0})
 
 
-async def _read(node: Node, location: Path, repo: str, snap: str) -> SnapshotFile | web.Response:
+async def _read(node: Node, repository: SnapshotRepository, repo: str, snap: str) -> SnapshotFile | web.Response:
     try:
-        return await asyncio.to_thread(snapshots.read_snapshot, location, snap, node.snapshot_secret)
+        return await repository.read(snap, node.snapshot_secret)
     except snapshots.SnapshotMissing:
         return _missing_snapshot(repo, snap)
     except SnapshotCorrupt as error:
         return error_response("corrupt_state_exception", f"[{repo}:{snap}] {error}", 500)
+    except RepositoryUnavailable as error:
+        return _unavailable(repo, error, snap)
 
 
 async def snapshot_delete(request: web.Request) -> web.Response:
@@ -290,13 +349,15 @@ async def snapshot_delete(request: web.Request) -> web.Response:
     snap = _name(request, "snap", "snapshot")
     await no_body(request)
     node = node_of(request)
-    location = await _location(node, repo, timeout_of(query))
-    if isinstance(location, web.Response):
-        return location
+    repository = await _repository(node, repo, timeout_of(query))
+    if isinstance(repository, web.Response):
+        return repository
     try:
-        await asyncio.to_thread(snapshots.delete_snapshot, location, snap)
+        await repository.remove(snap)
     except snapshots.SnapshotMissing:
         return _missing_snapshot(repo, snap)
+    except RepositoryUnavailable as error:
+        return _unavailable(repo, error, snap)
     return web.json_response({"acknowledged": True})
 
 
@@ -317,10 +378,10 @@ async def snapshot_restore(request: web.Request) -> web.Response:
     timeout_ms = timeout_of(query)
     _restore_options(await read_json(request, required=False))
     node = node_of(request)
-    location = await _location(node, repo, timeout_ms)
-    if isinstance(location, web.Response):
-        return location
-    loaded = await _read(node, location, repo, snap)
+    repository = await _repository(node, repo, timeout_ms)
+    if isinstance(repository, web.Response):
+        return repository
+    loaded = await _read(node, repository, repo, snap)
     if isinstance(loaded, web.Response):
         return loaded
     restore = RestoreSnapshot(
@@ -334,8 +395,7 @@ async def snapshot_restore(request: web.Request) -> web.Response:
     if isinstance(result, ClusterError):
         if result.status == 400:
             # The snapshot's content is what is wrong: say so, naming the file.
-            path = snapshots.snapshot_path(location, snap)
-            reason = f"[{repo}:{snap}] cannot restore snapshot file [{path}]: {result.reason}"
+            reason = f"[{repo}:{snap}] cannot restore snapshot file [{repository.where(snap)}]: {result.reason}"
             return error_response("snapshot_restore_exception", reason, 400)
         return result_error(result)
     if not isinstance(result, Committed):

@@ -1,31 +1,27 @@
-"""Snapshot files in an `fs` repository: what a snapshot holds, how it is written and read back.
+"""Snapshots: what one holds, its format, and the repository interface every repository type implements.
 
-A snapshot is one file, `snap-<name>.dat`, in the repository's location: a header line
-`COORDINATED-SNAPSHOT1 <sha256 of the payload> <payload length>` and the JSON payload (`SnapshotFile`). It is
-written to a temp file, fsynced, linked into place (so that two snapshots of one name cannot both win) and the
-directory fsynced: a reader sees a whole snapshot or none. A file whose header, length or checksum does not
-hold is refused with `SnapshotCorrupt`, naming the file, and so is one whose content does not hang together
-(numbers out of range, versions or sessions that contradict each other). `path.repo` lists the directories
-repositories may live under, as in Elasticsearch.
+A snapshot is one blob, `snap-<name>.dat`: a header line `COORDINATED-SNAPSHOT1 <sha256 of the payload> <payload
+length>` and the JSON payload (`SnapshotFile`). Every repository type (`fs` in `snapshot_fs`, `s3` in
+`snapshot_s3`) stores exactly these bytes and reads them back through `SnapshotRepository`, so the format and its
+checks are one: a blob whose header, length or checksum does not hold is refused with `SnapshotCorrupt`, naming
+where it is; a name is written at most once (`SnapshotExists`), atomically, so that a reader sees a whole
+snapshot or none. A blob whose content does not hang together (numbers out of range, versions or sessions that
+contradict each other) is refused too.
 
-The checksum proves integrity, not origin: whoever can write to the repository can make a file with a valid
+The checksum proves integrity, not origin: whoever can write to the repository can make a blob with a valid
 one. With a snapshot secret (`snapshot.secret_file`) the header also carries `hmac-sha256=<hex>`, an
-HMAC-SHA256 of `SIGNATURE_DOMAIN || payload` (the payload names the snapshot, so a signed file cannot be
-passed off under another name), and a node holding the secret reads only snapshots signed with it. The
-master checks a restored snapshot's content as it checks the writes that could have made it, either way
-(`coordination.validation.restore_problem`, and the batch's size limits).
-
-Blocking functions: the API runs them in a worker thread.
+HMAC-SHA256 of `SIGNATURE_DOMAIN || payload` (the payload names the snapshot, so a signed blob cannot be
+passed off under another name), and a node holding the secret reads only snapshots signed with it, whatever
+the repository's type. The master checks a restored snapshot's content as it checks the writes that could have
+made it, either way (`coordination.validation.restore_problem`, and the batch's size limits).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
-import os
 import uuid
-from pathlib import Path
+from abc import ABC, abstractmethod
 from typing import Any
 
 import msgspec
@@ -104,37 +100,12 @@ class SnapshotExists(SnapshotError):
     pass
 
 
+class RepositoryUnavailable(SnapshotError):
+    """The repository's storage failed (a disk error, an object store that cannot be reached or refuses us)."""
+
+
 _DECODER = msgspec.json.Decoder(SnapshotFile)
 _ENCODER = msgspec.json.Encoder(order="sorted")
-
-
-def snapshot_path(location: Path, name: str) -> Path:
-    return location / f"{PREFIX}{name}{SUFFIX}"
-
-
-def location_problem(location: str, roots: tuple[str, ...]) -> tuple[Path, str | None]:
-    """The resolved location and, if it is not under one of `path.repo`'s roots, why (as Elasticsearch
-    says it). A relative location is resolved against the first root."""
-    if not roots:
-        return Path(location), (
-            f"location [{location}] doesn't match any of the locations specified by path.repo because this "
-            "setting is empty"
-        )
-    resolved = Path(os.path.realpath(os.path.join(roots[0], location)))
-    for root in roots:
-        real_root = Path(os.path.realpath(root))
-        if resolved == real_root or real_root in resolved.parents:
-            return resolved, None
-    return resolved, f"location [{location}] doesn't match any of the locations specified by path.repo {list(roots)}"
-
-
-def verify_location(location: Path) -> None:
-    """Create the repository directory if needed and prove that this node can write to it (as Elasticsearch
-    verifies a repository on registration). Raises OSError."""
-    location.mkdir(parents=True, exist_ok=True)
-    probe = location / f".verify-{uuid.uuid4().hex}"
-    probe.write_bytes(b"ok")
-    probe.unlink()
 
 
 def snapshot_of(state: ClusterState, name: str, start_ms: int, end_ms: int) -> SnapshotFile:
@@ -170,9 +141,9 @@ def encode_snapshot(snapshot: SnapshotFile, secret: bytes | None = None) -> byte
     return header + b"\n" + payload
 
 
-def decode_snapshot(data: bytes, path: Path, secret: bytes | None = None) -> SnapshotFile:
-    """The snapshot in `data` (the file at `path`, for messages); with `secret`, only if signed with it. Raises
-    SnapshotCorrupt, naming the file and what is wrong."""
+def decode_snapshot(data: bytes, path: object, secret: bytes | None = None) -> SnapshotFile:
+    """The snapshot in `data` (the blob at `path`, for messages); with `secret`, only if signed with it. Raises
+    SnapshotCorrupt, naming the blob and what is wrong."""
     header, sep, payload = data.partition(b"\n")
     parts = header.split(b" ")
     if not sep or len(parts) not in (3, 4) or parts[0] != MAGIC:
@@ -210,6 +181,18 @@ def decode_snapshot(data: bytes, path: Path, secret: bytes | None = None) -> Sna
     return snapshot
 
 
+def blob_name(name: str) -> str:
+    """The file or object name of snapshot `name` in any repository."""
+    return f"{PREFIX}{name}{SUFFIX}"
+
+
+def name_of(blob: str) -> str | None:
+    """The snapshot a file or object name holds, or None if it is not a snapshot's."""
+    if blob.startswith(PREFIX) and blob.endswith(SUFFIX) and len(blob) > len(PREFIX) + len(SUFFIX):
+        return blob[len(PREFIX) : -len(SUFFIX)]
+    return None
+
+
 def content_problem(snapshot: SnapshotFile) -> str | None:
     """What in a snapshot's content contradicts itself: versions for other keys than it holds, a key or session
     newer than the snapshot, sessions that are not well formed, ephemeral keys of unknown sessions. (Key names,
@@ -234,81 +217,62 @@ def content_problem(snapshot: SnapshotFile) -> str | None:
     return None
 
 
-def write_snapshot(location: Path, snapshot: SnapshotFile, secret: bytes | None = None) -> Path:
-    """Write atomically and durably (signed with `secret` if given); raises SnapshotExists if the name is taken
-    (checked atomically)."""
-    final = snapshot_path(location, snapshot.snapshot)
-    if final.exists():
-        raise SnapshotExists(snapshot.snapshot)
-    tmp = location / f".{final.name}.{snapshot.uuid}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        data = memoryview(encode_snapshot(snapshot, secret))
-        while data:
-            data = data[os.write(fd, data) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, final)  # fails if another writer took the name meanwhile, unlike a rename
-    except FileExistsError:
-        raise SnapshotExists(snapshot.snapshot) from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    _fsync_dir(location)
-    return final
+Listed = tuple[str, SnapshotFile | SnapshotCorrupt, float]  # name, the snapshot or why it is unusable, mtime
 
 
-def read_snapshot(location: Path, name: str, secret: bytes | None = None) -> SnapshotFile:
-    path = snapshot_path(location, name)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise SnapshotMissing(name) from None
-    except OSError as error:
-        raise SnapshotCorrupt(f"cannot read snapshot file [{path}]: {error.strerror or error}") from None
-    snapshot = decode_snapshot(data, path, secret)
-    if snapshot.snapshot != name:
-        raise SnapshotCorrupt(f"snapshot file [{path}] holds snapshot [{snapshot.snapshot}], not [{name}]")
-    return snapshot
+class SnapshotRepository(ABC):
+    """Where snapshots are kept. A type stores and fetches blobs; writing, reading back, listing and their checks
+    are shared. Storage failures raise RepositoryUnavailable."""
 
+    @abstractmethod
+    def where(self, name: str) -> str:
+        """Where snapshot `name` is (a file path, an s3:// URI), for messages."""
 
-def delete_snapshot(location: Path, name: str) -> None:
-    try:
-        snapshot_path(location, name).unlink()
-    except FileNotFoundError:
-        raise SnapshotMissing(name) from None
-    _fsync_dir(location)
+    @abstractmethod
+    async def verify(self) -> None:
+        """Prove that this node can write, read and delete here (as Elasticsearch verifies a repository)."""
 
+    @abstractmethod
+    async def put_new(self, name: str, data: bytes) -> None:
+        """Store a blob under a name not taken yet, atomically; SnapshotExists if it is taken."""
 
-def list_snapshots(
-    location: Path, secret: bytes | None = None
-) -> list[tuple[str, SnapshotFile | SnapshotCorrupt, float]]:
-    """Every snapshot file: (name, the snapshot or why it is unusable, file mtime), oldest first."""
-    found: list[tuple[str, SnapshotFile | SnapshotCorrupt, float]] = []
-    if not location.is_dir():
+    @abstractmethod
+    async def fetch(self, name: str) -> bytes:
+        """SnapshotMissing if there is none."""
+
+    @abstractmethod
+    async def names(self) -> list[tuple[str, float]]:
+        """Every snapshot's name and modification time (seconds)."""
+
+    @abstractmethod
+    async def remove(self, name: str) -> None:
+        """SnapshotMissing if there is none."""
+
+    async def write(self, snapshot: SnapshotFile, secret: bytes | None = None) -> None:
+        """Signed with `secret` if given (`snapshot.secret_file`)."""
+        await self.put_new(snapshot.snapshot, encode_snapshot(snapshot, secret))
+
+    async def read(self, name: str, secret: bytes | None = None) -> SnapshotFile:
+        """With `secret`, only a snapshot signed with it."""
+        where = self.where(name)
+        snapshot = decode_snapshot(await self.fetch(name), where, secret)
+        if snapshot.snapshot != name:
+            raise SnapshotCorrupt(f"snapshot file [{where}] holds snapshot [{snapshot.snapshot}], not [{name}]")
+        return snapshot
+
+    async def list(self, secret: bytes | None = None) -> list[Listed]:
+        """Every snapshot, readable or not, oldest first."""
+        found: list[Listed] = []
+        for name, mtime in await self.names():
+            try:
+                found.append((name, await self.read(name, secret), mtime))
+            except SnapshotCorrupt as error:
+                found.append((name, error, mtime))
+            except SnapshotMissing:
+                continue  # deleted meanwhile
+        found.sort(key=lambda item: (_start_ms(item[1], item[2]), item[0]))
         return found
-    for path in location.glob(f"{PREFIX}*{SUFFIX}"):
-        name = path.name[len(PREFIX) : -len(SUFFIX)]
-        try:
-            mtime = path.stat().st_mtime
-            found.append((name, read_snapshot(location, name, secret), mtime))
-        except SnapshotCorrupt as error:
-            found.append((name, error, mtime))
-        except (SnapshotMissing, OSError):
-            continue  # deleted meanwhile
-    found.sort(key=lambda item: (_start_ms(item[1], item[2]), item[0]))
-    return found
 
 
 def _start_ms(entry: SnapshotFile | SnapshotCorrupt, mtime: float) -> int:
     return entry.start_time_in_millis if isinstance(entry, SnapshotFile) else int(mtime * 1000)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -89,7 +89,16 @@ class Checkpoint:
         if not path.exists():
             return None
         try:
-            doc = json.loads(path.read_text())
+            text = path.read_text()
+        except OSError as error:
+            raise UnusableInput(f"cannot read the checkpoint {path}: {error}") from None
+        return cls.parse(text, str(path))
+
+    @classmethod
+    def parse(cls, text: str, path: str) -> Checkpoint:
+        """A checkpoint's document (read from `path`, a file or an object); UnusableInput when it cannot be used."""
+        try:
+            doc = json.loads(text)
             if not isinstance(doc, dict) or doc.get("format") != FORMAT:
                 found = doc.get("format") if isinstance(doc, dict) else None
                 raise UnusableInput(f"checkpoint {path} has format {found!r}; this release reads format {FORMAT}")
@@ -115,6 +124,12 @@ class Checkpoint:
 
     def write(self, path: Path) -> None:
         """Written aside and renamed into place: a crash leaves the old checkpoint or the new one."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(self.to_text())
+        os.replace(tmp, path)
+
+    def to_text(self) -> str:
         doc = {
             "format": FORMAT,
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -134,10 +149,7 @@ class Checkpoint:
             "window": self.window,
             "events": self.events,
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
-        os.replace(tmp, path)
+        return json.dumps(doc, separators=(",", ":")) + "\n"
 
     # -- reading only what is new ----------------------------------------------------------------------------
 

@@ -74,12 +74,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-html", action="store_true", help="write only audit-report.json")
     p.add_argument(
         "--checkpoint",
-        type=Path,
         metavar="PATH",
         help="incremental: read this checkpoint if it exists, audit only what is newer, and write the new "
-        "checkpoint there after the audit ran (exit 0 or 1)",
+        "checkpoint there after the audit ran (exit 0 or 1); a file, or an s3://BUCKET/KEY object",
     )
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
+    s3 = p.add_argument_group(
+        "object storage",
+        "for s3://BUCKET/PREFIX paths (the history archive); credentials come from the standard AWS sources "
+        "(AWS_ACCESS_KEY_ID..., AWS_WEB_IDENTITY_TOKEN_FILE, a credentials file), never from options",
+    )
+    s3.add_argument(
+        "--s3-endpoint", metavar="URL", help="an S3-compatible service (default: $AWS_ENDPOINT_URL_S3, else AWS)"
+    )
+    s3.add_argument("--s3-region", help="default: $AWS_REGION, else us-east-1")
+    s3.add_argument(
+        "--s3-path-style-access",
+        choices=("true", "false"),
+        help="address buckets as ENDPOINT/BUCKET (default: true with --s3-endpoint, false for AWS)",
+    )
+    s3.add_argument(
+        "--s3-credentials-file", metavar="FILE", help="an AWS credentials file (default: $AWS_SHARED_CREDENTIALS_FILE)"
+    )
     return p
 
 
@@ -106,8 +122,26 @@ def main(argv: list[str] | None = None) -> int:
     # Imported here so that `coordinated audit --help` works without starting a JVM.
     from pyspark.sql import SparkSession
 
+    from coordinated.audit import s3
+    from coordinated.audit.reading import UnusableInput
+
+    access = None
+    if any(s3.is_s3(path) for path in [*args.paths, args.checkpoint or ""]):
+        try:
+            access = s3.S3Access.resolve(
+                args.s3_endpoint,
+                args.s3_region,
+                None if args.s3_path_style_access is None else args.s3_path_style_access == "true",
+                args.s3_credentials_file,
+            )
+            access.export_credentials_file()  # before the JVM starts: its AWS SDK reads it too
+            conf = {**access.spark_conf(), **conf}
+        except UnusableInput as e:
+            print(f"coordinated audit: unusable input: {e}", file=sys.stderr)
+            return EXIT_UNUSABLE
+
     from coordinated.audit import report
-    from coordinated.audit.reading import UnusableInput, load
+    from coordinated.audit.reading import load
     from coordinated.audit.run import audit
     from coordinated.audit.session import build_session
 
@@ -117,12 +151,17 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("OFF")
     started = time.monotonic()
     inp = None
+    held_back: dict[str, int] = {}
     checkpoint = None
     try:
         if args.checkpoint is not None:
             from coordinated.audit.checkpoint import Checkpoint, with_checkpoint
 
-            checkpoint = Checkpoint.read(args.checkpoint)
+            checkpoint = (
+                Checkpoint.read(Path(args.checkpoint))
+                if access is None or not s3.is_s3(args.checkpoint)
+                else s3.read_checkpoint(access, args.checkpoint, Checkpoint.parse)
+            )
         if urls:
             from coordinated.audit.fetch import FetchAuth, load_from_cluster
 
@@ -130,9 +169,20 @@ def main(argv: list[str] | None = None) -> int:
             inp = load_from_cluster(spark, urls, skip_malformed=args.skip_malformed, auth=auth)
         else:
             select = checkpoint.unread_files if checkpoint is not None else None
-            inp = load(spark, args.paths, fmt=args.format, skip_malformed=args.skip_malformed, select=select)
+            paths, tails = (args.paths, None)
+            if access is not None:
+                paths, tails = s3.expand(spark, access, args.paths, select)
+            inp = load(
+                spark, paths, fmt=args.format, skip_malformed=args.skip_malformed, select=select, known_tails=tails
+            )
             if checkpoint is not None:
                 inp = with_checkpoint(spark, inp, checkpoint)
+            if access is not None:
+                from coordinated.audit.frontier import hold_back_unsettled
+
+                inp.events, held_back = hold_back_unsettled(inp.events)
+                if held_back:
+                    inp.scout = None  # counted again over what is audited
         if args.compact_to:
             from coordinated.audit.compact import compact
 
@@ -161,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             inp.release()
         if not had_session:
             spark.stop()
+    outcome.report["stats"]["input"]["archive_frontier"] = held_back
     charts = None
     if not args.no_html:
         from coordinated.audit.charts import render_all
@@ -182,11 +233,23 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['previous_cluster_uuid']} -> {r['cluster_uuid']}, (term, version) "
             f"{tuple(r['previous_term_version'])} -> {tuple(r['term_version'])}"
         )
+    for cluster, version in held_back.items():
+        print(
+            f"  note: cluster {cluster}: events above version {version} are held back until the masters' archives "
+            "reach them (a later run audits them)"
+        )
     for m in rep.get("missing_histories", []):
         print(f"  note: no history in the input for node {m['node']}, which cluster {m['cluster']}'s states name")
     print(f"report: {json_path}" + (f" and {html_path}" if html_path else ""))
     if args.checkpoint is not None and outcome.checkpoint is not None:
-        outcome.checkpoint.write(args.checkpoint)
+        try:
+            if access is not None and s3.is_s3(args.checkpoint):
+                s3.write_object(access, args.checkpoint, outcome.checkpoint.to_text().encode())
+            else:
+                outcome.checkpoint.write(Path(args.checkpoint))
+        except (UnusableInput, OSError) as e:
+            print(f"coordinated audit: cannot write the checkpoint {args.checkpoint}: {e}", file=sys.stderr)
+            return EXIT_UNUSABLE
         print(f"checkpoint: {args.checkpoint}")
     return EXIT_OK if rep["ok"] else EXIT_VIOLATIONS
 

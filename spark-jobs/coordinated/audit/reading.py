@@ -204,9 +204,9 @@ def _remote_cut_line(spark: SparkSession, uri: str) -> tuple[int | None, bytes] 
         return None
     stream = fs.open(hpath)
     try:
-        buf = jvm.java.nio.ByteBuffer.allocate(n).array()
-        stream.readFully(size - n, buf)
-        tail = bytes(buf)
+        # A byte[] that py4j returns arrives as bytes; one passed in to be filled would be a copy left empty.
+        stream.seek(size - n)
+        tail = bytes(stream.readNBytes(n))
     finally:
         stream.close()
     if not ends_with_cut_line(tail):
@@ -214,12 +214,22 @@ def _remote_cut_line(spark: SparkSession, uri: str) -> tuple[int | None, bytes] 
     return None, tail[tail.rindex(NEWLINE) + 1 :] if NEWLINE in tail else tail
 
 
-def crash_cut_lines(spark: SparkSession, files: Sequence[str]) -> dict[str, dict[str, object]]:
+# Per file URI: its crash-cut last line as (line number or None, bytes), or None; for files a caller has already
+# read (the archive's objects, whose integrity check reads them whole), so that they are not read again here.
+KnownTails = Mapping[str, tuple[int | None, bytes] | None]
+
+
+def crash_cut_lines(
+    spark: SparkSession, files: Sequence[str], known: KnownTails | None = None
+) -> dict[str, dict[str, object]]:
     """Per file URI (as Spark names it in `_metadata.file_path`): the note for its crash-cut last line."""
     notes: dict[str, dict[str, object]] = {}
     for uri in files:
         local = local_path(uri)
-        found = cut_line(local) if local is not None else _remote_cut_line(spark, uri)
+        if known is not None and uri in known:
+            found = known[uri]
+        else:
+            found = cut_line(local) if local is not None else _remote_cut_line(spark, uri)
         if found is None:
             continue
         line, raw = found
@@ -345,11 +355,15 @@ EXPANDED_SCHEMA = T.StructType(
 
 
 def read_jsonl_lines(
-    spark: SparkSession, paths: Sequence[str], select: Callable[[list[str]], list[str]] | None = None
+    spark: SparkSession,
+    paths: Sequence[str],
+    select: Callable[[list[str]], list[str]] | None = None,
+    known: KnownTails | None = None,
 ) -> tuple[DataFrame, list[dict[str, object]]]:
     """Lines of every file under `paths` (or of those `select` keeps) with `_source`, `_block` (split start) and
     `_mid`, without the crash-cut last lines, and the notes for those. Compressed (`.zst`) and format-2
-    segments are read and expanded in Python tasks (`segments`); every other file by Spark's text reader."""
+    segments are read and expanded in Python tasks (`segments`); every other file by Spark's text reader.
+    `known` has the crash-cut last lines already found (the archive's objects)."""
     try:
         raw = spark.read.option("recursiveFileLookup", "true").text(list(paths))
     except AnalysisException as e:
@@ -358,7 +372,7 @@ def read_jsonl_lines(
     if not listed:
         raise UnusableInput(f"no history files found in {', '.join(paths)}")
     files = select(list(listed)) if select is not None else list(listed)
-    cuts = crash_cut_lines(spark, files)
+    cuts = crash_cut_lines(spark, files, known)
     native, expanded = segments.split(files)
     frames = []
     if native:
@@ -376,8 +390,14 @@ def read_jsonl_lines(
             )
             lines = lines.filter(~is_cut)
         frames.append(lines)
-    if expanded:
-        rdd = spark.sparkContext.parallelize(expanded, len(expanded)).mapPartitions(segments.rows_of)
+    local = [uri for uri in expanded if not segments.is_remote(uri)]
+    remote = [uri for uri in expanded if segments.is_remote(uri)]
+    if local:
+        rdd = spark.sparkContext.parallelize(local, len(local)).mapPartitions(segments.rows_of)
+        frames.append(spark.createDataFrame(rdd, EXPANDED_SCHEMA))
+    if remote:
+        contents = spark.read.format("binaryFile").load(remote).select("path", "content").rdd
+        rdd = contents.map(lambda row: (row[0], row[1])).mapPartitions(segments.rows_of_contents)
         frames.append(spark.createDataFrame(rdd, EXPANDED_SCHEMA))
     if not frames:  # nothing new to read: an empty frame of the same shape
         frames.append(spark.createDataFrame([], EXPANDED_SCHEMA))
@@ -570,6 +590,7 @@ def load(
     fmt: str = "auto",
     skip_malformed: bool = False,
     select: Callable[[list[str]], list[str]] | None = None,
+    known_tails: KnownTails | None = None,
 ) -> Input:
     """The input's events; `select` picks the files to read among those found (an incremental audit's)."""
     fmt = detect_format(paths) if fmt == "auto" else fmt
@@ -577,7 +598,7 @@ def load(
         if select is not None:
             raise UnusableInput("an incremental audit (--checkpoint) reads history segments, not Parquet")
         return read_parquet(spark, paths, skip_malformed=skip_malformed)
-    lines, cuts = read_jsonl_lines(spark, paths, select)
+    lines, cuts = read_jsonl_lines(spark, paths, select, known_tails)
     result = parse_lines(lines, skip_malformed=skip_malformed)
     result.truncated = cuts
     return result

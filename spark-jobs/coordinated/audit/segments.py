@@ -8,7 +8,8 @@ on Spark's own reader, which is faster. The rows carry the file's line index (`_
 line is named by its line in the segment as for other files.
 
 A source is a file URI or path. `OPENERS` maps a URI scheme to a function that opens it for reading, in the
-task; local files are built in, and an object store adds its scheme here.
+task; local files are built in. Files on another Hadoop file system (an archive's `s3a://` objects) are read
+by Spark (`binaryFile`, with Spark's own credentials) and expanded from their bytes (`rows_of_contents`).
 """
 
 from __future__ import annotations
@@ -94,14 +95,15 @@ class UnreadableSegment(OSError):
 READ_FAILED = "error while reading file"
 
 
-def expanded_rows(uri: str) -> Iterator[Row]:
+def expanded_rows(uri: str, content: bytes | None = None) -> Iterator[Row]:
     """Every complete line of one segment as format-1 event lines, with its line index; a line that is not a
     JSON object stays as it is (the parser names it). A last line without its newline is a crash-cut line:
-    skipped here, noted by the driver."""
+    skipped here, noted by the driver. `content` is the file's bytes when Spark has read them already (an
+    object store's file, read by Spark's `binaryFile` so that its credentials stay Spark's)."""
     expander = SegmentExpander()
     index = -1
     try:
-        with open_source(uri) as file:
+        with open_source(uri) if content is None else _decompressed(uri, content) as file:
             for line in file:
                 index += 1
                 if not is_complete(line):
@@ -116,9 +118,27 @@ def expanded_rows(uri: str) -> Iterator[Row]:
         raise UnreadableSegment(f"{READ_FAILED} {uri}: {error}") from None
 
 
+def _decompressed(uri: str, content: bytes) -> BinaryIO:
+    raw = io.BytesIO(content)
+    if not uri.endswith(COMPRESSED):
+        return raw
+    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
+
+
 def rows_of(uris: Iterable[str]) -> Iterator[Row]:
     for uri in uris:
         yield from expanded_rows(uri)
+
+
+def rows_of_contents(files: Iterable[tuple[str, bytes]]) -> Iterator[Row]:
+    """`rows_of` for (URI, bytes) pairs read by Spark (`binaryFile`)."""
+    for uri, content in files:
+        yield from expanded_rows(uri, bytes(content))
+
+
+def is_remote(uri: str) -> bool:
+    """Whether a file is on a Hadoop file system other than the local one (`s3a://`): Spark reads its bytes."""
+    return "://" in uri and not uri.startswith("file:")
 
 
 def as_spark_names(uri: str) -> str:
