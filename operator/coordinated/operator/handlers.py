@@ -363,8 +363,7 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
     unschedulable = {name: pod.unschedulable for name, pod in pods.items() if pod.unschedulable}
     conditions = [
         *secured.conditions,
-        *(plan.condition for plan in volume_plans[:1] if plan.condition),
-        *(plan.condition for plan in volume_plans[1:] if plan.condition and not plan.condition.status),
+        *([storage] if (storage := volumes.storage_condition(*volume_plans)) else []),
         *([spread] if (spread := placement.voters_spread(voter_nodes, zones)) else []),
         placement.pods_scheduled(unschedulable),
         membership.replacement_condition(
