@@ -132,3 +132,48 @@ def test_status_nodes_list_voters_then_non_voters_with_what_runs_where() -> None
         ("demo-1", "voter", True, None, None),
         ("demo-nonvoter-0", "nonvoter", False, "img:1", None),
     ]
+
+
+def test_two_voters_lost_while_down_are_still_tied_to_their_pods_and_lose_the_quorum() -> None:
+    # The pass that sees demo-1 and demo-2 down (their claims deleted) knows them only from the last status,
+    # and the survivor's state no longer names their old ids.
+    before = previous(demo_0="a", demo_1="b", demo_2="c")
+    down = cluster({"demo-0": "a"}, ("a", "b", "c"), master=None, names_by_id={"a": "demo-0"})
+    down = replace(down, pods={**down.pods, **{p: PodObservation(p, ready=False) for p in ("demo-1", "demo-2")}})
+    while_down = membership.node_entries(down, [], {}, before)
+    assert [(e["name"], e["nodeId"], e["voting"], e["ready"]) for e in while_down] == [
+        ("demo-0", "a", True, True),
+        ("demo-1", "b", True, False),
+        ("demo-2", "c", True, False),
+    ]
+    back = cluster({"demo-0": "a", "demo-1": "e", "demo-2": "f"}, ("a", "b", "c"), master=None)
+    back = replace(back, cluster=replace(back.cluster, names_by_id={"a": "demo-0", "e": "demo-1", "f": "demo-2"}))
+    replaced = membership.replacements(back, while_down)
+    assert [r.pod for r in replaced] == ["demo-1", "demo-2"]
+    message = membership.quorum_lost(back, replaced)
+    assert message is not None and "2 of the 3 voters lost their data" in message
+
+
+def test_a_replacement_that_began_and_ended_between_two_passes_is_announced_and_reported() -> None:
+    before = [{**entry, "voting": True} for entry in previous(demo_0="a", demo_1="b", demo_2="c")]
+    # By the next pass the master has already swapped c for f.
+    obs = cluster({"demo-0": "a", "demo-1": "b", "demo-2": "f"}, ("a", "b", "f"))
+    replaced = membership.replacements(obs, before)
+    assert replaced == []
+    finished = membership.replaced_between_passes(obs, replaced, before)
+    assert finished == [membership.Replacement("demo-2", "c", "f")]
+    (started, ended) = membership.replacement_events(replaced, before, obs, finished)
+    assert started[:2] == ("Warning", "ReplacingMember") and "new node f" in started[2] and "node c" in started[2]
+    assert ended == (
+        "Normal",
+        "MemberReplaced",
+        "demo-2's lost node c left the voting configuration; demo-2 votes again as node f",
+    )
+    condition = membership.replacement_condition(replaced, {"status": "False", "reason": "NoneLost"}, finished)
+    assert (condition.status, condition.reason) == (False, "Replaced")
+    # The pass after that sees the new id in the last status: nothing more.
+    after = membership.node_entries(obs, [], {}, before)
+    assert membership.replaced_between_passes(obs, [], after) == []
+    # A voter that left the configuration with its id (a scale-down) was not replaced.
+    shrunk = cluster({"demo-0": "a", "demo-1": "b", "demo-2": "c"}, ("a", "b"))
+    assert membership.replaced_between_passes(shrunk, [], before) == []

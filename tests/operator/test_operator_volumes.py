@@ -14,6 +14,7 @@ from coordinated.operator import handlers, manifests, volumes
 from coordinated.operator.observation import ClaimObservation, PodObservation, StatefulSetObservation
 from coordinated.operator.sidecar_client import SidecarConnections
 from coordinated.operator.spec import CLUSTER_UUID_ANNOTATION, ClusterSpec
+from coordinated.operator.status import Condition
 
 
 def sts(claim_size: str = "1Gi", deleting: bool = False) -> StatefulSetObservation:
@@ -204,3 +205,46 @@ def test_a_class_that_cannot_expand_through_the_handler() -> None:
     condition = storage_condition(kube)
     assert (condition["status"], condition["reason"]) == ("False", "ExpansionNotSupported")
     assert [reason for reason, _ in kube.events if "Volume" in reason] == ["VolumeExpansionNotSupported"]
+
+
+class TwoPoolKube(StorageKube):
+    """Voters and non-voters, each with its own StatefulSet and claims."""
+
+    def __init__(self, cluster: dict[str, Any], expandable: bool) -> None:
+        super().__init__(cluster, expandable)
+        self.sizes |= {f"data-demo-nonvoter-{i}": "1Gi" for i in range(2)}
+
+    async def statefulset(self, name: str, namespace: str) -> StatefulSetObservation | None:
+        if name.endswith("-nonvoter"):
+            return StatefulSetObservation(2, claim_size="1Gi")
+        return await super().statefulset(name, namespace)
+
+
+def test_both_pools_not_as_asked_make_one_condition_naming_both() -> None:
+    # The API server refuses a status that holds a condition type twice (conditions are a map by type).
+    body = bootstrapped("2Gi", expandable=False).stored
+    body["spec"]["votingReplicas"] = 3
+    body["spec"]["replicas"] = 5
+    kube = TwoPoolKube(body, expandable=False)
+    kube.replicas = 3
+    kube.pod_map = {f"demo-{i}": PodObservation(f"demo-{i}") for i in range(3)}
+    run_passes(kube, 1)
+    sizes = [c for c in kube.status["conditions"] if c["type"] == "StorageSize"]
+    assert len(sizes) == 1, sizes
+    assert (sizes[0]["status"], sizes[0]["reason"]) == ("False", "ExpansionNotSupported")
+    assert "; non-voters: " in sizes[0]["message"]
+
+
+def test_the_storage_condition_is_the_voters_unless_the_non_voters_are_not_as_asked() -> None:
+    fine = volumes.VolumePlan("1Gi", condition=Condition("StorageSize", True, "AsRequested", "ok"))
+    growing = volumes.VolumePlan("1Gi", condition=Condition("StorageSize", False, "Expanding", "growing"))
+    assert volumes.storage_condition(fine, volumes.VolumePlan("1Gi")) == fine.condition
+    assert volumes.storage_condition(fine, growing) == growing.condition
+    assert volumes.storage_condition(growing, fine) == growing.condition
+    assert volumes.storage_condition(volumes.VolumePlan("1Gi"), volumes.VolumePlan("1Gi")) is None
+    both = volumes.storage_condition(growing, growing)
+    assert both is not None and (both.status, both.reason, both.message) == (
+        False,
+        "Expanding",
+        "growing; non-voters: growing",
+    )

@@ -352,26 +352,27 @@ async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, l
                 # Not converged until the volumes have grown, and followed up like any wait (no pod event comes).
                 action = Action(ActionKind.WAIT, growing[0].message, action.statefulset_replicas)
 
-    replaced = membership.replacements(obs, previous_status.get("nodes") or ())
+    previous_nodes = previous_status.get("nodes") or ()
+    replaced = membership.replacements(obs, previous_nodes)
+    finished = membership.replaced_between_passes(obs, replaced, previous_nodes)
     members = Members(
-        voting_config=tuple(membership.voting_config_names(obs, replaced, previous_status.get("nodes") or ())),
-        nodes=tuple(membership.node_entries(obs, replaced, zones)),
+        voting_config=tuple(membership.voting_config_names(obs, replaced, previous_nodes)),
+        nodes=tuple(membership.node_entries(obs, replaced, zones, previous_nodes)),
         quorum_lost=membership.quorum_lost(obs, replaced),
     )
     voter_nodes = {name: pod.node_name for name, pod in obs.voter_pods.items() if pod.node_name}
     unschedulable = {name: pod.unschedulable for name, pod in pods.items() if pod.unschedulable}
     conditions = [
         *secured.conditions,
-        *(plan.condition for plan in volume_plans[:1] if plan.condition),
-        *(plan.condition for plan in volume_plans[1:] if plan.condition and not plan.condition.status),
+        *([storage] if (storage := volumes.storage_condition(*volume_plans)) else []),
         *([spread] if (spread := placement.voters_spread(voter_nodes, zones)) else []),
         placement.pods_scheduled(unschedulable),
         membership.replacement_condition(
-            replaced, events.condition_of(previous_status, membership.REPLACEMENT_CONDITION)
+            replaced, events.condition_of(previous_status, membership.REPLACEMENT_CONDITION), finished
         ),
     ]
     announced = [
-        *membership.replacement_events(replaced, previous_status.get("nodes") or (), obs),
+        *membership.replacement_events(replaced, previous_nodes, obs, finished),
         *events.condition_events(previous_status, conditions, quorum_lost=members.quorum_lost),
         *events.spec_events(spec, obs, action, previous_status),
     ]

@@ -90,6 +90,33 @@ def replacements(obs: Observation, previous_nodes: Sequence[Mapping[str, Any]]) 
     return found
 
 
+def replaced_between_passes(
+    obs: Observation, replaced: Sequence[Replacement], previous_nodes: Sequence[Mapping[str, Any]]
+) -> list[Replacement]:
+    """Voters that lost their data and were already replaced when this pass first saw their new id.
+
+    The master swaps the ids as soon as the new node joins, which can fall between two passes of a busy
+    operator: the last status shows the pod voting with its old id, this pass shows a new id that the
+    old one no longer stands beside in the voting configuration.
+    """
+    current = {r.pod for r in replaced}
+    found = []
+    for entry in previous_nodes:
+        pod, old_id = str(entry.get("name")), entry.get("nodeId")
+        new_id = obs.cluster.node_ids.get(pod)
+        if (
+            pod not in current
+            and old_id
+            and entry.get("voting")
+            and not entry.get("replacing")
+            and new_id is not None
+            and new_id != old_id
+            and old_id not in obs.cluster.voter_ids
+        ):
+            found.append(Replacement(pod, str(old_id), new_id))
+    return sorted(found, key=lambda r: r.pod)
+
+
 def quorum_lost(obs: Observation, replaced: Sequence[Replacement]) -> str | None:
     """Why no master can ever be elected again, or None: the voters that lost their data are a majority."""
     voters = obs.cluster.voter_ids
@@ -106,7 +133,10 @@ def quorum_lost(obs: Observation, replaced: Sequence[Replacement]) -> str | None
     )
 
 
-def replacement_condition(replaced: Sequence[Replacement], previous: Mapping[str, Any] | None) -> Condition:
+def replacement_condition(
+    replaced: Sequence[Replacement], previous: Mapping[str, Any] | None, finished: Sequence[Replacement] = ()
+) -> Condition:
+    """`finished`: replacements that began and ended between two passes (replaced_between_passes)."""
     if replaced:
         parts = [
             f"{r.pod} lost its data and runs as new node {r.new_id}; the voting configuration still holds its "
@@ -114,7 +144,7 @@ def replacement_condition(replaced: Sequence[Replacement], previous: Mapping[str
             for r in replaced
         ]
         return Condition(REPLACEMENT_CONDITION, True, "Replacing", "; ".join(parts))
-    if previous is not None and previous.get("status") == "True":
+    if finished or (previous is not None and previous.get("status") == "True"):
         return Condition(REPLACEMENT_CONDITION, False, "Replaced", "every lost member was replaced")
     return Condition(
         REPLACEMENT_CONDITION,
@@ -125,11 +155,35 @@ def replacement_condition(replaced: Sequence[Replacement], previous: Mapping[str
 
 
 def replacement_events(
-    replaced: Sequence[Replacement], previous_nodes: Sequence[Mapping[str, Any]], obs: Observation
+    replaced: Sequence[Replacement],
+    previous_nodes: Sequence[Mapping[str, Any]],
+    obs: Observation,
+    finished: Sequence[Replacement] = (),
 ) -> list[tuple[str, str, str]]:
-    """One Event when a replacement is first seen, one when the old id has left the voting configuration."""
+    """One Event when a replacement is first seen, one when the old id has left the voting configuration.
+
+    `finished` (replaced_between_passes) gets both at once: no replacement goes unannounced.
+    """
     before = {str(entry.get("name")): entry for entry in previous_nodes}
     events = []
+    for r in finished:
+        voting = r.new_id in obs.cluster.voter_ids
+        events.append(
+            (
+                "Warning",
+                "ReplacingMember",
+                f"{r.pod} came back without its data, as new node {r.new_id}; the master has already replaced "
+                f"its old node {r.old_id} in the voting configuration",
+            )
+        )
+        events.append(
+            (
+                "Normal",
+                "MemberReplaced",
+                f"{r.pod}'s lost node {r.old_id} left the voting configuration"
+                + (f"; {r.pod} votes again as node {r.new_id}" if voting else ""),
+            )
+        )
     for r in replaced:
         if before.get(r.pod, {}).get("replacing") != r.old_id:
             events.append(
@@ -178,13 +232,21 @@ def _order(pod: PodObservation) -> tuple[bool, int, str]:
 
 
 def node_entries(
-    obs: Observation, replaced: Sequence[Replacement], zones: Mapping[str, str | None]
+    obs: Observation,
+    replaced: Sequence[Replacement],
+    zones: Mapping[str, str | None],
+    previous_nodes: Sequence[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """status.nodes: one entry per pod, voters first, in ordinal order."""
+    """status.nodes: one entry per pod, voters first, in ordinal order.
+
+    A pod whose sidecar does not answer now keeps the node id it last reported: a voter that comes back
+    without its data is then still seen as the same pod with a new id, however long it was down.
+    """
     replacing = {r.pod: r.old_id for r in replaced}
+    last_ids = {str(entry.get("name")): entry.get("nodeId") for entry in previous_nodes if entry.get("nodeId")}
     entries = []
     for pod in sorted(obs.pods.values(), key=_order):
-        node_id = obs.cluster.node_ids.get(pod.name)
+        node_id = obs.cluster.node_ids.get(pod.name) or last_ids.get(pod.name)
         entries.append(
             {
                 "name": pod.name,

@@ -102,6 +102,20 @@ def class_to_check(
     return None
 
 
+def storage_condition(voters: VolumePlan, nonvoters: VolumePlan) -> Condition | None:
+    """The one StorageSize condition for both pools (a status holds each condition type once).
+
+    The voters' condition, unless the non-voters' volumes are not as asked: then theirs, and when both
+    are not, the voters' reason with both messages.
+    """
+    mine, theirs = voters.condition, nonvoters.condition
+    if theirs is None or theirs.status:
+        return mine
+    if mine is None or mine.status:
+        return theirs
+    return Condition(CONDITION, False, mine.reason, f"{mine.message}; non-voters: {theirs.message}")
+
+
 # The Event sent when the StorageSize condition takes each reason (AsRequested only after an expansion).
 EVENTS = {
     "Expanding": ("Normal", "ExpandingVolumes"),
