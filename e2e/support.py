@@ -106,6 +106,8 @@ class Sidecars:
             return Reply(response.status, _json(response.data))
         except ApiException as error:  # raised for transport failures; HTTP errors come back as a status
             return Reply(error.status, _json(error.body))
+        except HTTPError as error:  # the connection through the API server's proxy broke mid-answer
+            return Reply(0, {"error": f"connection broken: {error}"})
 
     def state(self, pod: str, local: bool = True) -> dict[str, Any]:
         reply = self.request(f"pods/{pod}", "GET", "_cluster/state", query={"local": "true"} if local else None)
@@ -203,6 +205,10 @@ def key_versions(sidecars: Sidecars, target: str, keys: list[str]) -> dict[str, 
         batch = keys[start : start + 64]
         body = {"compare": [], "success": [{"op": "get", "key": key} for key in batch], "failure": []}
         reply = sidecars.request(target, "POST", "_cluster/metadata/_txn", body)
+        for _retry in range(2):  # a read: asked again if the proxied connection broke before its answer came
+            if reply.status != 0:
+                break
+            reply = sidecars.request(target, "POST", "_cluster/metadata/_txn", body)
         assert reply.status == 200 and reply.body["succeeded"], reply
         for result in reply.body["results"]:
             if result["found"]:
