@@ -37,6 +37,7 @@ from coordinated.coordination.client import (
     UpdateSettings,
 )
 from coordinated.coordination.counters import CEILING
+from coordinated.coordination.object_names import parse_base_path, parse_bucket, parse_client_name
 from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
 from coordinated.coordination.settings import (
     Settings,
@@ -44,9 +45,6 @@ from coordinated.coordination.settings import (
     SettingsRegistry,
     format_time_ms,
     int_setting,
-    parse_base_path,
-    parse_bucket,
-    parse_client_name,
     parse_node_name,
 )
 from coordinated.coordination.state import ClusterState, DiscoveryNode, VotingConfigExclusion

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from coordinated.coordination.settings import parse_base_path, parse_bucket
+from coordinated.coordination.object_names import parse_base_path, parse_bucket
 from coordinated.operator.spec import ClusterSpec, S3Connection
 from coordinated.sidecar.s3_settings import (
     ARCHIVE_BASE_PATH,

@@ -13,6 +13,7 @@ import configparser
 import re
 from dataclasses import dataclass
 
+from coordinated.coordination.object_names import parse_base_path, parse_bucket, parse_client_name
 from coordinated.coordination.settings import (
     AFFIX,
     Choice,
@@ -23,9 +24,6 @@ from coordinated.coordination.settings import (
     bool_setting,
     choice_setting,
     int_setting,
-    parse_base_path,
-    parse_bucket,
-    parse_client_name,
     time_setting,
 )
 

@@ -25,7 +25,7 @@ from coordinated.coordination.client import (
     RestoreSnapshot,
 )
 from coordinated.coordination.history import EventType, HistoryEvent
-from coordinated.coordination.settings import parse_base_path
+from coordinated.coordination.object_names import parse_base_path
 from coordinated.coordination.state import ClusterState, Repository
 from coordinated.coordination.state_events import state_event
 from coordinated.coordination.validation import repository_problem, snapshot_name_problem
