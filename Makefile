@@ -34,9 +34,11 @@ test-deps: $(STAMP)
 	bash scripts/install-tools.sh >/dev/null
 	bash scripts/fetch-s3a-jars.sh >/dev/null
 
-## The quick loop: lint and the tests not marked slow, spark or integration.
+## The quick loop: lint and the tests that start no process (under 2 minutes). The markers integration and spark
+## come from the fixtures a test uses (PROCESS_FIXTURES in tests/conftest.py); --no-processes fails any test
+## that starts a process some other way.
 test-fast: lint
-	$(BIN)/pytest -m "not slow and not spark and not integration and not e2e"
+	$(BIN)/pytest --no-processes -m "not slow and not spark and not integration and not e2e"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -5,14 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from pyspark.sql import SparkSession
 
-pyspark = pytest.importorskip("pyspark")
-
-from pyspark.sql import SparkSession  # noqa: E402
-
-from coordinated.audit.reading import UnusableInput  # noqa: E402
-from coordinated.audit.s3 import s3a_jars  # noqa: E402
-from coordinated.audit.session import build_session  # noqa: E402
+from coordinated.audit.reading import UnusableInput
+from coordinated.audit.s3 import s3a_jars
+from coordinated.audit.session import build_session
 
 
 def _s3a_jars() -> dict[str, str]:

@@ -28,7 +28,7 @@ from coordinated.sidecar.history_segments import expanded_lines
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster
 from coordinated.tools.s3server import S3Server
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 
 @dataclass

@@ -17,8 +17,6 @@ from pyspark.sql import SparkSession
 from coordinated.audit.cli import main
 from coordinated.audit.synth import HistoryBuilder, SynthConfig, generate
 
-pytestmark = pytest.mark.spark
-
 _SEQ = re.compile(r'"seq"\s*:\s*(\d+)')
 REPORT_FIELDS = {"ok", "events", "nodes", "malformed_lines", "violations", "resets", "missing_histories", "stats"}
 

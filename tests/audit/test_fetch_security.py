@@ -15,7 +15,7 @@ from coordinated.audit.cli import EXIT_OK, EXIT_UNUSABLE, main
 from coordinated.tools.devcerts import client_context, have_openssl, make_ca, make_cert
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 ADMIN, READER = "admin-token-0123456789", "reader-token-0123456789"
 
@@ -23,8 +23,7 @@ ADMIN, READER = "admin-token-0123456789", "reader-token-0123456789"
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalNode, Path, Path]]:
     """A one-node cluster with TLS on the client port and tokens; its URL, the CA file and a reader token file."""
-    if not have_openssl():
-        pytest.skip("needs the openssl command (make test installs it)")
+    assert have_openssl(), "needs the openssl command: make test installs it (scripts/system-deps.sh)"
     tmp = tmp_path_factory.mktemp("secured")
     ca = make_ca(tmp / "pki", "ca")
     cert = make_cert(tmp / "pki", ca, "n1")

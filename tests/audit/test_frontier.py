@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 from audit_helpers import invariants_of
 from pyspark.sql import SparkSession
 
@@ -15,8 +14,6 @@ from coordinated.audit.frontier import hold_back_unsettled
 from coordinated.audit.reading import load
 from coordinated.audit.run import audit
 from coordinated.audit.synth import HistoryBuilder
-
-pytestmark = pytest.mark.spark
 
 
 def cluster_history(states: int) -> HistoryBuilder:

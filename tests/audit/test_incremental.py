@@ -174,7 +174,6 @@ def verdicts(report: dict[str, Any]) -> dict[str, set[str]]:
     return out
 
 
-@pytest.mark.spark
 def test_a_chain_of_incremental_audits_gives_the_full_audits_verdicts(spark: SparkSession, tmp_path: Path) -> None:
     builders: dict[str, tuple[HistoryBuilder, dict[str, int]]] = {}
     for name, fn in SCENARIOS.items():

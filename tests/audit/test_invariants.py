@@ -22,8 +22,6 @@ from coordinated.audit.prepare import CHUNK_SETTING
 from coordinated.audit.schema import INVARIANTS
 from coordinated.audit.synth import HistoryBuilder, State, SynthConfig, generate
 
-pytestmark = pytest.mark.spark
-
 
 @dataclass
 class Built:

@@ -17,8 +17,6 @@ from coordinated.sidecar.history_segments import compress
 
 STORED_FORMAT1 = Path(__file__).parent / "data" / "format1-history"
 
-pytestmark = pytest.mark.spark
-
 
 def small() -> HistoryBuilder:
     hb = HistoryBuilder(["a", "b", "c"], "cluster-1", seed=5)

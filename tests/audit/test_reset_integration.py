@@ -25,7 +25,7 @@ from coordinated.tools.localcluster import LocalCluster
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sidecar"))
 import test_node_tool_integration as scenarios
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture

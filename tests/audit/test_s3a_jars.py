@@ -4,11 +4,11 @@ exactly the Hadoop version pyspark bundles, and no second copy of a library pysp
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pyspark
 import pytest
+from child_processes import ChildProcesses
 
 from coordinated.audit.reading import UnusableInput
 from coordinated.audit.s3 import s3a_jars
@@ -21,8 +21,8 @@ def artifact(jar: Path) -> str:
     return re.sub(r"-\d[\w.]*\.jar$", "", jar.name)
 
 
-def test_the_jars_match_pysparks_hadoop_and_add_no_duplicate() -> None:
-    fetched = subprocess.run(
+def test_the_jars_match_pysparks_hadoop_and_add_no_duplicate(processes: ChildProcesses) -> None:
+    fetched = processes.run(
         ["bash", str(REPO / "scripts" / "fetch-s3a-jars.sh")], capture_output=True, text=True, timeout=900
     )
     assert fetched.returncode == 0, fetched.stderr
@@ -35,9 +35,9 @@ def test_the_jars_match_pysparks_hadoop_and_add_no_duplicate() -> None:
     assert not any(name == "bundle" for name in ours), "the AWS SDK's bundle jar (hundreds of MB) is not needed"
 
 
-def test_a_pyspark_of_another_hadoop_is_refused(tmp_path: Path) -> None:
+def test_a_pyspark_of_another_hadoop_is_refused(tmp_path: Path, processes: ChildProcesses) -> None:
     (tmp_path / "hadoop-client-api-9.9.9.jar").write_bytes(b"")
-    refused = subprocess.run(
+    refused = processes.run(
         ["bash", str(REPO / "scripts" / "fetch-s3a-jars.sh"), str(tmp_path)], capture_output=True, text=True
     )
     assert refused.returncode == 1 and "hold Hadoop [9.9.9]" in refused.stderr

@@ -13,7 +13,6 @@ from pyspark.sql import SparkSession
 from coordinated.simulation.chaos import run_random_schedule
 
 
-@pytest.mark.spark
 @pytest.mark.parametrize(("seed", "nodes"), [(3, 5), (11, 3), (21, 4)])
 def test_simulated_fault_runs_audit_clean(spark: SparkSession, tmp_path: Path, seed: int, nodes: int) -> None:
     report = run_random_schedule(seed, nodes, chaos_ms=15_000)
@@ -27,7 +26,6 @@ def test_simulated_fault_runs_audit_clean(spark: SparkSession, tmp_path: Path, s
     assert result["nodes"] == nodes
 
 
-@pytest.mark.spark
 def test_a_simulated_history_with_session_events_audits_clean(spark: SparkSession, tmp_path: Path) -> None:
     report = run_random_schedule(2, 3, chaos_ms=15_000, sessions=2)
     assert report.cluster is not None
@@ -40,7 +38,6 @@ def test_a_simulated_history_with_session_events_audits_clean(spark: SparkSessio
     assert result["events"] == len(lines) and result["malformed_lines"] == 0
 
 
-@pytest.mark.spark
 def test_a_forged_election_in_a_simulated_history_is_caught(spark: SparkSession, tmp_path: Path) -> None:
     report = run_random_schedule(5, 3, chaos_ms=10_000)
     assert report.cluster is not None

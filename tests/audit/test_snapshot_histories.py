@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from coordinated.sidecar.history_read import read_events_after
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 
 def test_histories_with_snapshot_events_audit_clean(spark: SparkSession, tmp_path: Path) -> None:

@@ -22,6 +22,8 @@ SCRIPT = K8S / "spark-submit.sh"
 BASE_TEMPLATE = K8S / "pod-template.yaml"
 CA_FILE = "/etc/coordinated/tls/ca.crt"
 
+pytestmark = pytest.mark.usefixtures("processes")  # every test runs the script (bash, with stubs)
+
 # The stubs write into $RECORD: the arguments (NUL-separated) and, while spark-submit "runs", a copy of the
 # driver's pod template, which the script removes when it exits.
 SPARK_SUBMIT_STUB = r"""#!/usr/bin/env bash

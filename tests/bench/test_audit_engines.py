@@ -26,7 +26,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 import audit_engines  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 # The table's columns that do not depend on the hash function, and conditions on those that do.
 COMPARED = (

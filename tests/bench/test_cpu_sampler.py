@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from child_processes import ChildProcesses
 
 SAMPLER = Path(__file__).resolve().parents[2] / "bench" / "cpu_sampler.py"
 
@@ -44,10 +45,10 @@ def until_line(process: subprocess.Popen[str], expected: str) -> None:
     assert process.stdout.readline().strip() == expected
 
 
-def test_samples_follow_cpu_time_and_can_be_cleared_and_written(tmp_path: Path) -> None:
+def test_samples_follow_cpu_time_and_can_be_cleared_and_written(tmp_path: Path, processes: ChildProcesses) -> None:
     (tmp_path / "workload.py").write_text(WORKLOAD)
     out = tmp_path / "samples.txt"
-    process = subprocess.Popen(
+    process = processes.start(
         [sys.executable, str(SAMPLER), str(out), sys.executable, "-m", "workload"],
         cwd=tmp_path,
         stdin=subprocess.PIPE,

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from child_processes import ChildProcesses
 
 from coordinated.tools.localcluster import free_ports
-
-pytestmark = pytest.mark.integration
 
 NODE = Path(__file__).resolve().parents[2] / "bench" / "floor_node.py"
 
@@ -34,12 +32,14 @@ def rows(db: Path) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(("apply_round", "raw_peers"), [(False, False), (True, False), (True, True)])
-def test_every_write_is_durable_on_every_node(tmp_path: Path, apply_round: bool, raw_peers: bool) -> None:
+def test_every_write_is_durable_on_every_node(
+    tmp_path: Path, apply_round: bool, raw_peers: bool, processes: ChildProcesses
+) -> None:
     *ports, peer_port = free_ports(4)
     argv = [sys.executable, str(NODE), "--ports", ",".join(map(str, ports))]
     extra = (["--apply-round"] if apply_round else []) + (["--raw-peers", str(peer_port)] if raw_peers else [])
     nodes = [
-        subprocess.Popen([*argv, "--index", str(i), "--data-dir", str(tmp_path / str(i)), *extra]) for i in range(3)
+        processes.start([*argv, "--index", str(i), "--data-dir", str(tmp_path / str(i)), *extra]) for i in range(3)
     ]
     try:
         deadline = time.monotonic() + 30

@@ -4,16 +4,17 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+from child_processes import ChildProcesses
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "transport_send.py"
 
 
-def test_both_ways_deliver_every_round_and_report_the_ratio() -> None:
+def test_both_ways_deliver_every_round_and_report_the_ratio(processes: ChildProcesses) -> None:
     argv = [sys.executable, str(BENCH), "--destinations", "3", "--per-turn", "2", "--rounds", "50", "--runs", "1"]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
+    out = processes.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
     per_message = {
         name: float(value)
         for name, value in re.findall(

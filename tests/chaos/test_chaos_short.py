@@ -22,7 +22,7 @@ def namespaces_unavailable() -> str | None:
     try:
         added = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, check=False)
     except FileNotFoundError:
-        return "iproute2 (`ip`) is not installed"
+        pytest.fail("iproute2 (`ip`) is missing: scripts/system-deps.sh test installs it (make test-deps)")
     if added.returncode != 0:
         return f"`ip netns add` failed: {added.stderr.strip()}"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True, check=False)

@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from child_processes import ChildProcesses
 from click.testing import CliRunner, Result
 
 from coordinated.cli import cli
 from coordinated.client import Client, Lock
 from coordinated.tools.devcerts import client_context, have_openssl, make_ca, make_cert
 from coordinated.tools.localcluster import LocalCluster
-
-pytestmark = pytest.mark.integration
 
 ADMIN, READER = "admin-token-0123456789", "reader-token-0123456789"
 OK, FAILED, BAD_INPUT, UNREACHABLE, UNKNOWN_OUTCOME = 0, 1, 2, 3, 4
@@ -408,6 +407,7 @@ def test_completion_scripts_and_completions(secured: Secured) -> None:
     assert {"plain,get", "plain,put", "plain,txn"} <= set(done.stdout.split())
 
 
+@pytest.mark.usefixtures("processes")
 def test_local_up_then_commands_without_endpoints_then_down(tmp_path: Path) -> None:
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("COORDINATED_")},
@@ -447,12 +447,12 @@ def zombie(pid: int) -> bool:
         return True
 
 
-def test_the_programs_keep_their_own_arguments() -> None:
+def test_the_programs_keep_their_own_arguments(processes: ChildProcesses) -> None:
     """`coordinated node ...` and the other programs get their command line untouched by click."""
-    done = subprocess.run(
+    done = processes.run(
         [sys.executable, "-m", "coordinated.cli", "simulate", "--help"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and "usage:" in done.stdout
-    unknown = subprocess.run([sys.executable, "-m", "coordinated.cli", "nonsense"], capture_output=True, text=True)
+    unknown = processes.run([sys.executable, "-m", "coordinated.cli", "nonsense"], capture_output=True, text=True)
     assert unknown.returncode == BAD_INPUT and "No such command" in unknown.stderr
     time.sleep(0)

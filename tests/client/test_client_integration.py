@@ -12,7 +12,7 @@ from client_drivers import Driver
 from coordinated.client import AuthenticationError, NotFound, VersionConflict, get_op, put_op
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_calls_master_following_and_failover(driver: Driver, make_cluster: Callable[..., LocalCluster]) -> None:

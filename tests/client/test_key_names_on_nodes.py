@@ -22,7 +22,7 @@ from coordinated.client import InvalidKey, NotFound
 from coordinated.key_names import key_problem
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ import pytest
 from coordinated.client import Client, CoordinatedError, KeyValue, NotFound, WatchEvent
 from coordinated.tools.localcluster import LocalCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = pytest.mark.timeout(240)
 
 HOLDER = Path(__file__).with_name("lock_holder.py")
 LOCK = "locks/resource"

@@ -51,7 +51,6 @@ print(json.dumps({"value": read.value, "server_importable": server}))
 """
 
 
-@pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_pip_install_of_the_client_alone_in_a_fresh_virtualenv(
     tmp_path: Path, make_cluster: Callable[..., LocalCluster]

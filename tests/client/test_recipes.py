@@ -20,7 +20,7 @@ from coordinated.client import (
 )
 from coordinated.tools.localcluster import LocalCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_sessions_locks_tokens_and_waiting_by_watch(driver: Driver, make_cluster: Callable[..., LocalCluster]) -> None:

@@ -10,7 +10,6 @@ Files are written as `<kind>-<group prefix>-<version>.json` so kubeconform finds
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,6 @@ SCHEMA_LOCATION_TEMPLATE = "{{ .ResourceKind }}{{ .KindSuffix }}.json"
 
 INT_OR_STRING = {"oneOf": [{"type": "string"}, {"type": "integer"}]}
 QUANTITY = {"oneOf": [{"type": "string"}, {"type": "number"}]}
-
-
-def install_tools() -> dict[str, Path]:
-    """Runs scripts/install-tools.sh (a no-op once its cache is warm) and returns the paths it prints."""
-    result = subprocess.run([str(REPO / "scripts" / "install-tools.sh")], check=True, capture_output=True, text=True)
-    return {key: Path(value) for key, _, value in (line.partition("=") for line in result.stdout.splitlines()) if value}
 
 
 def schema_file_name(api_version: str, kind: str) -> str:

@@ -6,29 +6,26 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from operator_schemas import REPO, install_tools
+from operator_schemas import REPO
+from required_commands import require_command
 
 CHART = REPO / "charts" / "coordinated-cluster"
 
-pytestmark = [
-    pytest.mark.skipif(shutil.which("go") is None, reason="building helm needs Go"),
-    pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (scripts/system-deps.sh test)"),
-]
 
 SIDECAR = 'job="coordinated-sidecar", namespace="shop", cluster="orders"'
 LAGGING_FOR_MINUTES = 2  # values.yaml: prometheusRule.laggingFor
 
 
 @pytest.fixture(scope="module")
-def rules_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    helm = install_tools()["HELM"]
+def rules_file(tmp_path_factory: pytest.TempPathFactory, installed_tools: dict[str, Path]) -> Path:
+    require_command("promtool", "scripts/system-deps.sh test (Debian's prometheus package)")
+    helm = installed_tools["HELM"]
     rendered = subprocess.run(
         [str(helm), "template", "demo", str(CHART), "--kube-version", "1.29.0", "--set", "prometheusRule.enabled=true"],
         capture_output=True, text=True, check=True,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,6 @@ from operator_schemas import (
     SCHEMA_LOCATION_TEMPLATE,
     builtin_schemas,
     crd_schemas,
-    install_tools,
     load_yaml_documents,
     write_schemas,
 )
@@ -34,12 +32,10 @@ CHART = REPO / "charts" / "coordinated-cluster"
 CRD = REPO / "crds" / "coordinatedclusters.coordinated.dev.yaml"
 KUBE_VERSION = "1.29.0"
 
-pytestmark = pytest.mark.skipif(shutil.which("go") is None, reason="building helm and kubeconform needs Go")
-
 
 @pytest.fixture(scope="module")
-def tools() -> dict[str, Path]:
-    return install_tools()
+def tools(installed_tools: dict[str, Path]) -> dict[str, Path]:
+    return installed_tools
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from operator_schemas import REPO
 from coordinated.operator.settings_validation import USER_SETTINGS
 from coordinated.sidecar.config import sidecar_registry
 
-pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
+pytestmark = pytest.mark.filterwarnings("ignore:Unverified HTTPS request")
 
 CRD = REPO / "crds" / "coordinatedclusters.coordinated.dev.yaml"
 TOKEN = "operator-test-token"
@@ -63,7 +63,10 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     apiserver, etcd, openssl = find_apiserver(), shutil.which("etcd"), shutil.which("openssl")
     found = {"kube-apiserver": apiserver, "kubectl": KUBECTL, "etcd": etcd, "openssl": openssl}
     if missing := [name for name, path in found.items() if not path]:
-        pytest.skip(f"missing {', '.join(missing)} (`make test-deps` installs and builds them)")
+        pytest.fail(
+            f"missing {', '.join(missing)}: make test-deps installs them (scripts/system-deps.sh test: etcd, "
+            "openssl; e2e/lib/build-kubernetes.sh: kube-apiserver, kubectl)"
+        )
     assert apiserver and etcd and openssl
     work = tmp_path_factory.mktemp("apiserver")
     subprocess.run([openssl, "genrsa", "-out", work / "sa.key", "2048"], check=True, capture_output=True)
@@ -603,9 +606,9 @@ def running_operator(kubeconfig: Path) -> Iterator[RunningOperator]:
     operator = RunningOperator()
     real_reconcile = handlers.reconcile
 
-    async def counted(body: Any, memo: Any, logger: Any) -> None:
+    async def counted(body: Any, memo: Any, logger: Any) -> Any:
         operator.passes.append(body["metadata"]["name"])
-        await real_reconcile(body, memo, logger)
+        return await real_reconcile(body, memo, logger)
 
     patch.setattr(handlers, "reconcile", counted)
     operator.thread.start()

@@ -11,6 +11,7 @@ import socket
 import ssl
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -494,12 +495,13 @@ def test_certificates_cover_every_pod_that_may_run_and_ignore_audit_pods() -> No
     assert handlers.certificate_pods(asleep, StatefulSetObservation(0), None, {}) == ("demo-0", "demo-1", "demo-2")
 
 
-def test_real_sidecars_run_on_the_operators_files_and_answer_its_calls(tmp_path: Path) -> None:
+def test_real_sidecars_run_on_the_operators_files_and_answer_its_calls(
+    tmp_path: Path, make_cluster: Callable[..., Any]
+) -> None:
     """Three real sidecar processes with the settings, certificates and tokens file the operator builds:
     they form a cluster over mutual TLS, and the operator's client reaches them by IP, checked against each
     pod's DNS name, with the admin token; a wrong name or token is refused."""
     from coordinated.operator.sidecar_client import SidecarAccess, SidecarClient, SidecarError, ca_ssl_context
-    from coordinated.tools.localcluster import LocalCluster
 
     spec, now = cluster(), datetime.datetime.now(datetime.UTC)
     pods = ("demo-0", "demo-1", "demo-2")
@@ -524,9 +526,7 @@ def test_real_sidecars_run_on_the_operators_files_and_answer_its_calls(tmp_path:
 
     harness_tls = ca_ssl_context(authority.certificate)
     harness_tls.check_hostname = False  # the harness addresses 127.0.0.1; the operator's client checks names
-    local = LocalCluster(
-        tmp_path / "cluster", client_tls=harness_tls, client_headers={"Authorization": "Bearer " + "A" * 43}
-    )
+    local = make_cluster(client_tls=harness_tls, client_headers={"Authorization": "Bearer " + "A" * 43})
     try:
         for pod in pods:
             local.add(pod)

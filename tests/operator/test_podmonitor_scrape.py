@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import shutil
 import ssl
 import subprocess
 import time
@@ -19,27 +18,25 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_schemas import REPO, install_tools
+from operator_schemas import REPO
+from required_commands import require_command
 
 from coordinated.operator import certificates, manifests
 from coordinated.operator.spec import ClusterSpec
 from coordinated.tools.localcluster import LocalCluster, free_ports
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.timeout(180),
-    pytest.mark.skipif(shutil.which("go") is None, reason="building helm needs Go"),
-    pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs prometheus (apt-get install prometheus)"),
 ]
 
 ADMIN, READER = "admin-token-0123456789", "reader-token-0123456789"
 LIFETIME = datetime.timedelta(hours=2)
 
 
-def secured_endpoint() -> tuple[dict[str, Any], dict[str, Any]]:
+def secured_endpoint(tools: dict[str, Path]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The rendered PodMonitor endpoint for the cluster `orders` in `shop`, and the PodMonitor."""
     rendered = subprocess.run(
-        [str(install_tools()["HELM"]), "template", "demo", str(REPO / "charts" / "coordinated-cluster"),
+        [str(tools["HELM"]), "template", "demo", str(REPO / "charts" / "coordinated-cluster"),
          "--kube-version", "1.29.0", "--set", "podMonitor.enabled=true",
          "--set", "podMonitor.clusters[0].name=orders", "--set", "podMonitor.clusters[0].namespace=shop"],
         capture_output=True, text=True, check=True,
@@ -82,6 +79,7 @@ def scrape_config(endpoint: dict[str, Any], secrets: dict[tuple[str, str], Path]
 def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[tuple[str, str], Path]]]:
     """A sidecar serving the operator's certificate for the pod orders-0, tokens on; its address and the
     Secrets (`orders-certs`/ca.crt, `orders-reader`/token) as files."""
+    require_command("prometheus", "scripts/system-deps.sh test (Debian's prometheus package)")
     tmp = tmp_path_factory.mktemp("scrape")
     spec = ClusterSpec.from_resource({"metadata": {"name": "orders", "namespace": "shop", "uid": "u"}, "spec": {}})
     now = datetime.datetime.now(datetime.UTC)
@@ -144,27 +142,29 @@ def scrape_health(tmp_path: Path, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_prometheus_scrapes_a_secured_sidecar_with_the_pod_monitors_settings(
-    sidecar: tuple[str, dict[tuple[str, str], Path]], tmp_path: Path
+    sidecar: tuple[str, dict[tuple[str, str], Path]], installed_tools: dict[str, Path], tmp_path: Path
 ) -> None:
     address, secrets = sidecar
-    endpoint, _ = secured_endpoint()
+    endpoint, _ = secured_endpoint(installed_tools)
     health = scrape_health(tmp_path, scrape_config(endpoint, secrets, address))
     assert health["health"] == "up", health["lastError"]
 
 
 def test_without_the_token_the_scrape_is_refused(
-    sidecar: tuple[str, dict[tuple[str, str], Path]], tmp_path: Path
+    sidecar: tuple[str, dict[tuple[str, str], Path]], installed_tools: dict[str, Path], tmp_path: Path
 ) -> None:
     address, secrets = sidecar
-    endpoint, _ = secured_endpoint()
+    endpoint, _ = secured_endpoint(installed_tools)
     endpoint.pop("authorization")
     health = scrape_health(tmp_path, scrape_config(endpoint, secrets, address))
     assert health["health"] == "down" and "401" in health["lastError"], health
 
 
-def test_the_server_name_is_checked(sidecar: tuple[str, dict[tuple[str, str], Path]], tmp_path: Path) -> None:
+def test_the_server_name_is_checked(
+    sidecar: tuple[str, dict[tuple[str, str], Path]], installed_tools: dict[str, Path], tmp_path: Path
+) -> None:
     address, secrets = sidecar
-    endpoint, _ = secured_endpoint()
+    endpoint, _ = secured_endpoint(installed_tools)
     endpoint["tlsConfig"]["serverName"] = "orders.elsewhere.svc"
     health = scrape_health(tmp_path, scrape_config(endpoint, secrets, address))
     assert health["health"] == "down" and "certificate" in health["lastError"], health

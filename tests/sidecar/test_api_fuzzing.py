@@ -36,7 +36,7 @@ from coordinated.coordination.settings import parse_time_ms
 from coordinated.sidecar import openapi
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 EXAMPLES = int(os.environ.get("FUZZ_API_EXAMPLES", "6"))
 ADMIN = "a" * 32

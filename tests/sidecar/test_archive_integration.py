@@ -10,14 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import zstandard
 
 from coordinated.sidecar.history_segments import expanded_lines, list_segments
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 from coordinated.tools.s3server import S3Server
-
-pytestmark = pytest.mark.integration
 
 SEGMENT_SIZE = "4kb"  # a few writes per segment, so that segments close quickly
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from child_processes import ChildProcesses
 
 from coordinated.coordination.offline_recovery import MUST_JOIN_ELECTED_MASTER, UNSAFE_BOOTSTRAP_SETTING
 from coordinated.coordination.state import (
@@ -267,10 +268,12 @@ def test_a_closed_stdin_is_no_confirmation(tmp_path: Path) -> None:
     assert [e["type"] for e in events(tmp_path)] == ["term", "accepted"]
 
 
-def test_the_command_line_without_yes_and_without_a_terminal_exits_at_once(tmp_path: Path) -> None:
+def test_the_command_line_without_yes_and_without_a_terminal_exits_at_once(
+    tmp_path: Path, processes: ChildProcesses
+) -> None:
     used_data_dir(tmp_path)
     argv = [sys.executable, "-m", "coordinated.cli", "node-tool", "detach-cluster", "--data-dir", str(tmp_path)]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+    result = processes.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
     assert result.returncode == 1, result.stderr
     assert "current term 4; last-accepted state (term, version) = (4, 12)" in result.stdout
     assert "nothing was changed" in result.stdout

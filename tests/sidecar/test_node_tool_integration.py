@@ -17,7 +17,7 @@ import pytest
 from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 KEYS = {f"key-{i}": {"n": i} for i in range(8)}
 
 

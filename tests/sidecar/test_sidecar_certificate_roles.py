@@ -93,7 +93,6 @@ def start(cluster: LocalCluster, pki: dict[str, Cert], tokens: Path, count: int)
     return nodes
 
 
-@pytest.mark.integration
 @pytest.mark.timeout(180)
 def test_a_client_certificate_cannot_act_as_a_node(
     make_cluster: Callable[..., LocalCluster], pki: dict[str, Cert], tmp_path: Path
@@ -155,7 +154,6 @@ ROUTES: list[tuple[str, str, Any, Role]] = [
 ]
 
 
-@pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_the_role_matrix_with_tls_on_both_ports(
     make_cluster: Callable[..., LocalCluster], pki: dict[str, Cert], tmp_path: Path

@@ -52,7 +52,6 @@ def utf8_body(method: str, path: str, body: bytes) -> bytes:
     return head.encode() + b"Connection: close\r\n\r\n" + body
 
 
-@pytest.mark.integration
 def test_hostile_http_gets_elasticsearch_errors_and_one_log_line(make_cluster: Callable[..., LocalCluster]) -> None:
     cluster = make_cluster()
     (node,) = cluster.bootstrap(1)

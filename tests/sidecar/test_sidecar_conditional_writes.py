@@ -9,7 +9,7 @@ import pytest
 
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def conflict_reason(status: int, body: object) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from coordinated.tools.localcluster import LocalCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture

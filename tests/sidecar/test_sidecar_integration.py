@@ -18,7 +18,7 @@ import pytest
 
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode, http
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def history(node: LocalNode, after: int = 0) -> list[dict[str, Any]]:

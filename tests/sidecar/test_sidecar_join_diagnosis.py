@@ -13,7 +13,7 @@ import pytest
 
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 
 def libfaketime() -> str:

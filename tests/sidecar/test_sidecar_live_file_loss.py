@@ -100,7 +100,6 @@ def data_file_problems(node: LocalNode) -> list[str]:
     return [problem["reason"] for problem in problems if problem["kind"] == "data_file"]
 
 
-@pytest.mark.integration
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
     ("role", "target", "change"),

@@ -154,7 +154,6 @@ def test_the_monitor_remembers_the_last_write_outcome() -> None:
     assert monitor.failure is None
 
 
-@pytest.mark.integration
 def test_a_node_with_another_clusters_data_reports_the_uuid_mismatch(
     make_cluster: Callable[..., LocalCluster],
 ) -> None:

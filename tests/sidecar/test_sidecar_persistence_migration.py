@@ -679,6 +679,7 @@ def start_node(data_dir: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.usefixtures("processes")
 @pytest.mark.parametrize("fault", ["both slots emptied", "newest slot deleted", "slot of another node"])
 def test_the_node_process_refuses_with_exit_3(tmp_path: Path, fault: str) -> None:
     data_dir = tmp_path / "n"

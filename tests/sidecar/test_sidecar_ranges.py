@@ -12,7 +12,7 @@ import pytest
 
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def listing(node: LocalNode, **params: Any) -> tuple[int, Any]:

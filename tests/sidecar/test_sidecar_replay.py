@@ -17,7 +17,7 @@ from coordinated.sidecar.auth import NONCE_BYTES, TransportAuth
 from coordinated.sidecar.transport import MESSAGE_PATH
 from coordinated.tools.localcluster import LocalCluster, LocalNode, http
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 SECRET = b"replay-test-secret-0123456789abcdef"
 

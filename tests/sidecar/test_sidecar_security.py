@@ -66,7 +66,7 @@ def config(**overrides: str) -> object:
 # -- settings ---------------------------------------------------------------------------------------------
 
 
-def test_security_settings_are_checked_at_startup_and_static(tmp_path: Path) -> None:
+def test_security_settings_are_checked_at_startup_and_static(tmp_path: Path, openssl: str) -> None:
     require_openssl()
     ca = make_ca(tmp_path, "ca")
     cert, other = make_cert(tmp_path, ca, "n1"), make_cert(tmp_path, ca, "n2")
@@ -415,7 +415,7 @@ def test_certificate_rotation_during_writes_loses_nothing(
         assert status == 200 and body["value"] == {"i": index}, (key, status, body)
 
 
-def test_reloading_context_takes_new_files_and_keeps_old_on_a_bad_pair(tmp_path: Path) -> None:
+def test_reloading_context_takes_new_files_and_keeps_old_on_a_bad_pair(tmp_path: Path, openssl: str) -> None:
     require_openssl()
     ca = make_ca(tmp_path, "ca")
     first, second = make_cert(tmp_path / "a", ca, "n"), make_cert(tmp_path / "b", ca, "n")

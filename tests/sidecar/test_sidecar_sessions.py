@@ -11,7 +11,7 @@ import pytest
 
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 
 def error_of(status: int, body: Any, expected_status: int, error_type: str) -> str:

@@ -17,7 +17,7 @@ from coordinated.sidecar.snapshot_fs import snapshot_path
 from coordinated.sidecar.snapshots import MAGIC
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 
 def payload_of(path: Path) -> dict[str, Any]:

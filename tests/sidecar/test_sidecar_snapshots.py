@@ -20,7 +20,7 @@ from coordinated.sidecar.snapshots import blob_name, decode_snapshot
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode
 from coordinated.tools.s3server import S3Server
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def history(node: LocalNode) -> list[dict[str, Any]]:

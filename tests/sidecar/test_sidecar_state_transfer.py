@@ -11,7 +11,7 @@ from test_sidecar_integration import sent_bytes
 
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 CHUNK = 16 * 1024
 SETTINGS = {

@@ -270,6 +270,7 @@ def killed_with_wal(data_dir: Path, writes: int) -> Path:
     return wal(data_dir)
 
 
+@pytest.mark.usefixtures("processes")
 def test_a_kill_leaves_the_last_commit_in_the_wal_and_it_loads(tmp_path: Path) -> None:
     killed_with_wal(tmp_path, 5)
     again = FilePersistedState(tmp_path, "c")
@@ -277,6 +278,7 @@ def test_a_kill_leaves_the_last_commit_in_the_wal_and_it_loads(tmp_path: Path) -
     again.close()
 
 
+@pytest.mark.usefixtures("processes")
 @pytest.mark.parametrize("cut", ["to its header", "by one frame", "deleted"])
 def test_a_lost_wal_tail_that_was_acknowledged_refuses(tmp_path: Path, cut: str) -> None:
     """A torn tail is dropped by SQLite; if the history shows the lost commit was acknowledged, the node refuses
@@ -364,6 +366,7 @@ def run_writer(data_dir: Path, crash_point: str, writes: int) -> subprocess.Comp
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
 
 
+@pytest.mark.usefixtures("processes")
 @pytest.mark.parametrize("nth", [1, 2, 5, 9])
 @pytest.mark.parametrize(("point", "lands"), [("write:rows", False), ("write:committed", True)])
 def test_a_crash_inside_a_write_keeps_every_acknowledged_state(
@@ -388,6 +391,7 @@ def test_a_crash_inside_a_write_keeps_every_acknowledged_state(
     assert process.returncode == 0, process.stderr
 
 
+@pytest.mark.usefixtures("processes")
 @pytest.mark.parametrize("point", ["create:synced", "create:renamed"])
 def test_a_crash_during_the_first_start_starts_fresh(tmp_path: Path, point: str) -> None:
     process = run_writer(tmp_path, point, 3)

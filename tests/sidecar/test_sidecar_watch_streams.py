@@ -18,7 +18,7 @@ import pytest
 
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 FAST_PROGRESS = {"watch.stream.progress_interval": "200ms"}
 

@@ -13,7 +13,7 @@ import pytest
 
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def watch(node: LocalNode, prefix: str, after: int | None, wait: str = "10s", **extra: str) -> tuple[int, Any]:
