@@ -382,72 +382,6 @@ def test_an_even_replica_count_is_warned_about_once() -> None:
     assert even["status"] == "True"
 
 
-def test_one_periodic_loop_however_many_clusters_come_and_go(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Kopf hands each object a copy of the operator's memo; the loop must not start once per copy."""
-    monkeypatch.setattr(handlers, "RECONCILE_INTERVAL_SECONDS", 3600.0)
-
-    async def fake_reconcile(*args: object) -> None:
-        return None
-
-    monkeypatch.setattr(handlers, "reconcile", fake_reconcile)
-
-    def loops() -> list[asyncio.Task[Any]]:
-        return [t for t in asyncio.all_tasks() if t.get_coro().__name__ == "reconcile_periodically"]  # type: ignore[union-attr]
-
-    async def scenario() -> int:
-        operator_memo = kopf.Memo(kube=None, http=None)
-        handlers.start_periodic(operator_memo)  # what the startup handler does
-        for index in range(5):
-            name = f"c{index}"
-            body = kopf.Body({"metadata": {"namespace": "ns", "name": name}})
-            per_object = copy.copy(operator_memo)
-            handlers.track(event={"type": "ADDED"}, body=body)
-            await handlers.on_change(body=body, memo=per_object, logger=logging.getLogger("test"))
-            if index < 4:
-                handlers.track(event={"type": "DELETED"}, body=body)
-        await asyncio.sleep(0)
-        count = len(loops())
-        handlers.stop_periodic()
-        return count
-
-    assert asyncio.run(scenario()) == 1
-
-
-def test_pod_events_trigger_a_prompt_coalesced_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    passes: list[str] = []
-
-    async def scenario() -> None:
-        release = asyncio.Event()
-
-        async def slow_reconcile(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger) -> None:
-            passes.append(body["metadata"]["name"])
-            await release.wait()
-
-        monkeypatch.setattr(handlers, "reconcile", slow_reconcile)
-        cluster = kopf.Body({"metadata": {"namespace": "ns", "name": "demo"}})
-        handlers.track(event={"type": "ADDED"}, body=cluster)
-
-        def pod(name: str, instance: str, component: str = "node") -> kopf.Body:
-            labels = {"app.kubernetes.io/instance": instance, "app.kubernetes.io/component": component}
-            return kopf.Body({"metadata": {"namespace": "ns", "name": name, "labels": labels}})
-
-        memo = kopf.Memo(kube=None, http=None)
-        await handlers.pod_changed(body=pod("demo-0", "demo"), memo=memo)
-        await asyncio.sleep(0)
-        assert passes == ["demo"]  # at once, not after the reconcile interval
-        for ordinal in range(3):  # while that pass runs: many events, one more pass
-            await handlers.pod_changed(body=pod(f"demo-{ordinal}", "demo"), memo=memo)
-        await handlers.pod_changed(body=pod("other-0", "other"), memo=memo)  # not a cluster we know
-        await handlers.pod_changed(body=pod("demo-audit-1", "demo", component="audit"), memo=memo)
-        release.set()
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert passes == ["demo", "demo"]
-        handlers.track(event={"type": "DELETED"}, body=cluster)
-
-    asyncio.run(scenario())
-
-
 def test_a_rolling_restart_deletes_one_pod_per_pass_and_reports_each() -> None:
     """Through the real handler: the outdated follower is deleted, with a RestartPod event and the phase."""
     kube, sidecars = FakeKube(resource()), FakeSidecars()
@@ -481,22 +415,6 @@ def test_a_rolling_restart_deletes_one_pod_per_pass_and_reports_each() -> None:
     assert kube.status["phase"] == "Restarting"
     statefulset = next(m for m in kube.applied if m["kind"] == "StatefulSet")
     assert statefulset["spec"]["updateStrategy"] == {"type": "OnDelete"}
-
-
-def test_follow_up_passes_come_at_once_after_a_change_and_back_off_while_waiting() -> None:
-    action = handlers.Action
-    exclude = action(handlers.ActionKind.EXCLUDE, "excluding demo-4", 5, nodes=("demo-4",))
-    wait = action(handlers.ActionKind.WAIT, "waiting for removed node(s) demo-4 to leave", 4)
-    assert handlers.follow_up_delay(exclude, 0, 15) == 0.0
-    assert [handlers.follow_up_delay(wait, n, 15) for n in range(7)] == [0.5, 1, 2, 4, 8, 15, 15]
-    # The same change again and again (one that does not take) backs off too: never a tight loop.
-    assert [handlers.follow_up_delay(exclude, n, 15) for n in range(1, 4)] == [1, 2, 4]
-    for idle in (
-        action(handlers.ActionKind.NONE, "3 node(s), as requested", 3),
-        action(handlers.ActionKind.REFUSE, "not removing demo-2: no master", 3),
-        action(handlers.ActionKind.WAIT, handlers.PAUSED_REASON, 3),
-    ):
-        assert handlers.follow_up_delay(idle, 0, 15) is None
 
 
 class ScalingSidecars(FakeSidecars):
@@ -538,10 +456,10 @@ def test_a_scale_down_runs_its_steps_without_waiting_for_the_periodic_pass(monke
     async def scenario() -> None:
         body = kopf.Body(kube.stored)
         async with serving(sidecars, monkeypatch) as http:
-            handlers.track(event={"type": "ADDED"}, body=body)
+            memo = kopf.Memo(kube=kube, http=http, work=handlers.make_work_queue())
+            handlers.track(event={"type": "ADDED"}, body=body, memo=memo)
             try:
-                memo = kopf.Memo(kube=kube, http=http)
-                await handlers.reconcile(body, memo, logging.getLogger("test"))  # the spec change: one pass
+                await handlers.on_change(body=body, memo=memo, logger=logging.getLogger("test"))  # the spec change
                 deadline = asyncio.get_running_loop().time() + 30  # a bound for a loaded machine, not a timing
                 while kube.replicas != 2 and asyncio.get_running_loop().time() < deadline:
                     await asyncio.sleep(0.05)
@@ -554,8 +472,8 @@ def test_a_scale_down_runs_its_steps_without_waiting_for_the_periodic_pass(monke
             finally:
                 # Stop following the cluster, and let a pass under way end, before the connections close: a pass
                 # that used closed connections would fail (ReconcileFailed), as it would not in the operator.
-                under_way = handlers._soon.get("ns/demo")
-                handlers.track(event={"type": "DELETED"}, body=body)
+                under_way = memo.work.pass_under_way("ns/demo")
+                handlers.track(event={"type": "DELETED"}, body=body, memo=memo)
                 if under_way is not None:
                     await under_way
 

@@ -46,7 +46,7 @@ from coordinated.operator.observation import (
     StatefulSetObservation,
     summarize_states,
 )
-from coordinated.operator.planner import PAUSED_REASON, Action, ActionKind, plan
+from coordinated.operator.planner import Action, ActionKind, plan
 from coordinated.operator.settings_validation import validate_settings
 from coordinated.operator.sidecar_client import (
     ClusterHealth,
@@ -67,6 +67,7 @@ from coordinated.operator.spec import (
     ClusterSpec,
 )
 from coordinated.operator.status import Condition, Members, compute_status
+from coordinated.operator.work_queue import WorkQueue, cluster_key
 
 
 @dataclass
@@ -87,7 +88,6 @@ class OperatorConfig:
 CONFIG = OperatorConfig()
 RECONCILE_INTERVAL_SECONDS = float(os.environ.get("COORDINATED_RECONCILE_INTERVAL", "15"))
 
-_locks: dict[str, asyncio.Lock] = {}
 _progress = metrics.ProgressTracker()
 
 
@@ -104,12 +104,24 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.http = SidecarConnections()
     _progress.stuck_after_seconds = CONFIG.stuck_after_seconds
     metrics.serve(CONFIG.metrics_port)
-    start_periodic(memo)
+    # Every per-object memo is a shallow copy of this one: they all share this queue, and its one periodic loop.
+    memo.work = make_work_queue()
+    memo.work.start_periodic(memo)
+
+
+def make_work_queue() -> WorkQueue:
+    # Late-bound, so that the pass and the interval can be replaced while the operator runs (tests do).
+    return WorkQueue(
+        lambda body, memo, logger: reconcile(body, memo, logger),
+        lambda: RECONCILE_INTERVAL_SECONDS,
+        logging.getLogger(__name__),
+    )
 
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
-    stop_periodic()
+    if getattr(memo, "work", None) is not None:
+        memo.work.stop_periodic()
     if getattr(memo, "http", None) is not None:
         await memo.http.aclose()
 
@@ -123,163 +135,68 @@ def stuck_reconciliations(**_: Any) -> int:
 @kopf.on.update(GROUP, VERSION, PLURAL)
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 async def on_change(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-    await reconcile(body, memo, logger)
+    await memo.work.run(body, memo, logger)
 
 
-# The periodic pass is our own loop over the clusters seen by the watch, not a Kopf timer: Kopf puts a
-# finalizer on every object with a timer, which would block deleting a cluster while no operator runs.
-# Exactly one loop runs per operator process. It is started by the startup handler with the operator-wide
-# memo: handlers get a per-object copy of the memo, so a loop started from a handler (and remembered in
-# that copy) would start again for every new object and never stop.
-_known: dict[str, kopf.Body] = {}
-_periodic: asyncio.Task[None] | None = None
-
-
-def start_periodic(memo: kopf.Memo) -> asyncio.Task[None]:
-    global _periodic
-    if _periodic is None or _periodic.done():
-        _periodic = asyncio.create_task(reconcile_periodically(memo, logging.getLogger(__name__)))
-    return _periodic
-
-
-def stop_periodic() -> None:
-    global _periodic
-    if _periodic is not None:
-        _periodic.cancel()
-        _periodic = None
-
-
+# The periodic pass is our own loop over the clusters seen by the watch (the work queue's), not a Kopf timer:
+# Kopf puts a finalizer on every object with a timer, which would block deleting a cluster while no operator runs.
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def track(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    key = f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
+def track(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if event.get("type") == "DELETED":
-        _known.pop(key, None)
-        _progress.forget(key)
-        _soon.pop(key, None)  # a pass under way ends by itself: it finds the cluster gone
-        _again.discard(key)
-        _streaks.pop(key, None)
-        if (later := _later.pop(key, None)) is not None:
-            later.cancel()
+        memo.work.forget(cluster_key(body))
+        _progress.forget(cluster_key(body))
     else:
-        _known[key] = body
-
-
-async def reconcile_periodically(memo: kopf.Memo, logger: logging.Logger) -> None:
-    while True:
-        await asyncio.sleep(RECONCILE_INTERVAL_SECONDS)
-        for body in list(_known.values()):
-            await reconcile(body, memo, logger)
+        memo.work.watch(body)
 
 
 # A change to an owned pod (created, deleted, readiness flipped by the sidecar's /readyz probe) triggers a
-# pass for its cluster at once, so the status never lags the pods by a reconcile interval. Passes for one
-# cluster are coalesced: while one runs, any number of pod events cause exactly one more afterwards.
-_soon: dict[str, asyncio.Task[None]] = {}
-_again: set[str] = set()
-
-
+# pass for its cluster at once, so the status never lags the pods by a reconcile interval; the queue coalesces
+# the requests that come while a pass runs.
 @kopf.on.event("", "v1", "pods", labels={"app.kubernetes.io/managed-by": "coordinated-operator"})
 async def pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # async: Kopf runs sync ones in threads
     labels = body["metadata"].get("labels") or {}
     instance = labels.get("app.kubernetes.io/instance")
     if instance and labels.get("app.kubernetes.io/component") == "node":
-        request_pass(f"{body['metadata'].get('namespace')}/{instance}", memo)
+        memo.work.request_pass(f"{body['metadata'].get('namespace')}/{instance}", memo)
 
 
-def request_pass(key: str, memo: kopf.Memo) -> None:
-    if key not in _known:
-        return  # a pod of a cluster this operator does not (or no longer) watch
-    running = _soon.get(key)
-    if running is not None and not running.done():
-        _again.add(key)
-        return
-    _soon[key] = asyncio.create_task(_pass_now(key, memo, logging.getLogger(__name__)))
-
-
-# A step that changed something (an exclusion, a new StatefulSet size, a restarted pod) is followed by a pass at
-# once, and a step that waits (for a removed node to leave, a pod to join) by passes after 0.5, 1, 2, 4 ... s,
-# up to the reconcile interval: the steps of a scale-down follow each other as soon as the cluster allows, not a
-# reconcile interval apart. The same decision again backs off the same way (a change that does not take is not
-# retried in a tight loop), and nothing polls faster than the interval while a cluster is idle or refusing.
-_later: dict[str, asyncio.Task[None]] = {}
-_streaks: dict[str, tuple[tuple[str, str], int]] = {}  # key -> (the last decision, how many passes in a row)
-
-
-def follow_up_delay(action: Action, repeats: int, interval: float) -> float | None:
-    """Seconds until the next pass after `action`, taken `repeats` times in a row before (None: the periodic pass
-    and the pod watch suffice)."""
-    if action.changes_something and repeats == 0:
-        return 0.0
-    if action.changes_something or (action.kind is ActionKind.WAIT and action.reason != PAUSED_REASON):
-        return min(interval, 0.5 * 2.0**repeats)
-    return None
-
-
-def follow_up(key: str, memo: kopf.Memo, action: Action) -> None:
-    if key not in _known:
-        return  # deleted meanwhile, or a pass outside the watch (tests)
-    decision = (action.kind.value, action.reason)
-    previous, count = _streaks.get(key, (None, 0))
-    repeats = count if previous == decision else 0
-    _streaks[key] = (decision, repeats + 1)
-    delay = follow_up_delay(action, repeats, RECONCILE_INTERVAL_SECONDS)
-    if delay is None:
-        return
-    pending = _later.get(key)
-    if pending is not None and not pending.done():
-        pending.cancel()
-    _later[key] = asyncio.create_task(_pass_after(key, memo, delay))
-
-
-async def _pass_after(key: str, memo: kopf.Memo, delay: float) -> None:
-    await asyncio.sleep(delay)
-    request_pass(key, memo)
-
-
-async def _pass_now(key: str, memo: kopf.Memo, logger: logging.Logger) -> None:
-    while (body := _known.get(key)) is not None:
-        _again.discard(key)
-        await reconcile(body, memo, logger)
-        if key not in _again:
-            return
-
-
-async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger | logging.Logger) -> None:
-    key = f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
-    # Timers and change handlers may overlap for one object; scaling steps must not.
-    async with _locks.setdefault(key, asyncio.Lock()):
-        started = time.monotonic()
+async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger | logging.Logger) -> Action | None:
+    """One pass (the work queue runs one at a time per cluster); what it decided, None when it failed or found
+    the cluster gone."""
+    key = cluster_key(body)
+    started = time.monotonic()
+    try:
+        # The body Kopf hands over may predate the annotations the previous pass wrote; re-read it.
+        fresh = await memo.kube.cluster(body["metadata"].get("namespace"), body["metadata"]["name"])
+        if fresh is None:
+            return None  # deleted meanwhile
+        body = kopf.Body(fresh)
+        spec = ClusterSpec.from_resource(body)
+        action = await _reconcile_once(spec, body, memo, logger)
+        metrics.RECONCILIATIONS.labels(result="success").inc()
+        _progress.observe(key, action.kind is ActionKind.NONE)
+        return action
+    except Exception as error:  # the next pass retries; report, do not crash the handler
+        metrics.RECONCILIATIONS.labels(result="failure").inc()
+        metrics.FAILURES.labels(reason=type(error).__name__).inc()
+        _progress.observe(key, converged=False)
+        message = describe_error(error)
+        # One log line, one Event and one condition per distinct failure, not one per pass.
+        if message == _current_error(body):
+            logger.debug("reconciliation of %s still fails: %s", key, message, exc_info=True)
+            return None
+        logger.warning("reconciliation of %s failed: %s", key, message)
+        logger.debug("reconciliation of %s failed", key, exc_info=True)
+        await post_event(memo, body, "Warning", "ReconcileFailed", message, logger)
         try:
-            # The body Kopf hands over may predate the annotations the previous pass wrote; re-read it.
-            fresh = await memo.kube.cluster(body["metadata"].get("namespace"), body["metadata"]["name"])
-            if fresh is None:
-                return  # deleted meanwhile
-            body = kopf.Body(fresh)
-            spec = ClusterSpec.from_resource(body)
-            action = await _reconcile_once(spec, body, memo, logger)
-            metrics.RECONCILIATIONS.labels(result="success").inc()
-            _progress.observe(key, action.kind is ActionKind.NONE)
-            follow_up(key, memo, action)
-        except Exception as error:  # the next pass retries; report, do not crash the handler
-            metrics.RECONCILIATIONS.labels(result="failure").inc()
-            metrics.FAILURES.labels(reason=type(error).__name__).inc()
-            _progress.observe(key, converged=False)
-            message = describe_error(error)
-            # One log line, one Event and one condition per distinct failure, not one per pass.
-            if message == _current_error(body):
-                logger.debug("reconciliation of %s still fails: %s", key, message, exc_info=True)
-                return
-            logger.warning("reconciliation of %s failed: %s", key, message)
-            logger.debug("reconciliation of %s failed", key, exc_info=True)
-            await post_event(memo, body, "Warning", "ReconcileFailed", message, logger)
-            try:
-                conditions = _error_conditions(body, message)
-                namespace, name = key.split("/", 1)
-                await memo.kube.patch_status(namespace, name, {"conditions": conditions})
-            except Exception:  # the API server may be what failed; the next pass retries
-                logger.debug("could not record the failure in the status", exc_info=True)
-        finally:
-            metrics.DURATION.observe(time.monotonic() - started)
+            conditions = _error_conditions(body, message)
+            namespace, name = key.split("/", 1)
+            await memo.kube.patch_status(namespace, name, {"conditions": conditions})
+        except Exception:  # the API server may be what failed; the next pass retries
+            logger.debug("could not record the failure in the status", exc_info=True)
+        return None
+    finally:
+        metrics.DURATION.observe(time.monotonic() - started)
 
 
 async def _reconcile_once(spec: ClusterSpec, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger) -> Action:
