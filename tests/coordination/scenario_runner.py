@@ -26,7 +26,7 @@ alias set with `name`):
     exclude NODE                    add a voting config exclusion for NODE, through the master
     history NODE [sessions]         NODE's history events since the last `history NODE` (only the sessions')
 
-Run one script with `pytest tests/coordination/test_scenario_scripts.py -k NAME`; with REWRITE=1 the
+Run one script with `pytest tests/coordination/test_scenario_scripts.py -k NAME`; with --rewrite (or REWRITE=1) the
 expected outputs are rewritten from what the simulator prints (review the diff before committing it).
 """
 

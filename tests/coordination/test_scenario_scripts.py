@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -15,9 +14,9 @@ SCRIPTS = sorted((Path(__file__).parent / "scenarios").glob("*.txt"))
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[script.stem for script in SCRIPTS])
-def test_scenario_script(script: Path) -> None:
+def test_scenario_script(script: Path, rewrite: bool) -> None:
     written, printed = run_script(script)
-    if os.environ.get("REWRITE"):
+    if rewrite:
         script.write_text(printed)
         return
     assert printed == written, f"{script.name}: the simulator printed\n{printed}"
