@@ -173,7 +173,7 @@ def _check_transfers(cluster: SimulatedCluster) -> None:
     kv = leader.running().applied_state.kv
     total = sum(kv.get(account, 0) for account in ACCOUNTS)
     if total != 0:
-        cluster._violation(f"the transfers do not add up: the balances {[kv.get(a) for a in ACCOUNTS]} sum to {total}")
+        cluster.violation(f"the transfers do not add up: the balances {[kv.get(a) for a in ACCOUNTS]} sum to {total}")
 
 
 def _check_counter(cluster: SimulatedCluster, counters: list[_Counter]) -> None:
@@ -184,12 +184,12 @@ def _check_counter(cluster: SimulatedCluster, counters: list[_Counter]) -> None:
     acknowledged = [value for counter in counters for value in counter.acknowledged]
     uncertain = sum(counter.uncertain for counter in counters)
     if len(set(acknowledged)) != len(acknowledged):
-        cluster._violation(f"two acknowledged increments wrote the same value: {sorted(acknowledged)}")
+        cluster.violation(f"two acknowledged increments wrote the same value: {sorted(acknowledged)}")
     leader = cluster.leader()
     assert leader is not None
     final = leader.running().applied_state.kv.get(COUNTER_KEY, 0)
     if not len(acknowledged) <= final <= len(acknowledged) + uncertain:
-        cluster._violation(
+        cluster.violation(
             f"the counter ends at {final} after {len(acknowledged)} acknowledged and {uncertain} uncertain increments"
         )
 
@@ -390,4 +390,4 @@ def _check_final_state(cluster: SimulatedCluster) -> None:
         possible = {repr(op.value) if op.kind == "put" else "<deleted>" for op in candidates}
         actual = repr(final[key]) if key in final else "<deleted>"
         if actual not in possible:
-            cluster._violation(f"key {key} ends as {actual}, but the acknowledged writes allow only {sorted(possible)}")
+            cluster.violation(f"key {key} ends as {actual}, but the acknowledged writes allow only {sorted(possible)}")

@@ -3,35 +3,28 @@ restarts, failing disks and clients. The same seed reproduces the same run exact
 
 After every step it checks the core's invariants on every node and the cluster-wide safety properties;
 a violation raises `SafetyViolation` naming the seed.
+
+SimulatedCluster owns the nodes' lifecycle (add, start, crash, restart, lose a disk, damage storage), the
+clients' requests and the stability checks; it composes the Scheduler (virtual time), the MessageBus (the
+faulty network), the EffectInterpreter (what a coordinator returns) and the SafetyChecker.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import json
-import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import NoReturn
 
 import msgspec
 
 from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed, ReadBarrier
 from coordinated.coordination.coordinator import Coordinator, Mode
-from coordinated.coordination.effects import (
-    Effect,
-    Log,
-    ProbeSeeds,
-    PublicationFinished,
-    RecordHistory,
-    RequestCompleted,
-    Send,
-    StateApplied,
-)
+from coordinated.coordination.effects import Effect, PublicationFinished, RecordHistory
 from coordinated.coordination.elections import ELECTION_DURATION, ELECTION_MAX_TIMEOUT
 from coordinated.coordination.followers_checker import (
     FOLLOWER_CHECK_INTERVAL,
@@ -39,13 +32,13 @@ from coordinated.coordination.followers_checker import (
     FOLLOWER_CHECK_TIMEOUT,
 )
 from coordinated.coordination.formation import INITIAL_MASTER_NODES
-from coordinated.coordination.history import NO_CLUSTER_UUID, HistoryEvent
+from coordinated.coordination.history import HistoryEvent
 from coordinated.coordination.leader_checker import (
     LEADER_CHECK_INTERVAL,
     LEADER_CHECK_RETRY_COUNT,
     LEADER_CHECK_TIMEOUT,
 )
-from coordinated.coordination.messages import Message, decode_envelope
+from coordinated.coordination.messages import Message
 from coordinated.coordination.offline_recovery import plan_remove_settings
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.publication import PUBLISH_TIMEOUT
@@ -56,9 +49,14 @@ from coordinated.coordination.registry import default_settings
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_NAME, NODE_ROLES, Settings
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.state_index import SortedKeys
+from coordinated.simulation.effect_interpreter import EffectInterpreter
 from coordinated.simulation.linearizability import Operation, TxnOperation
-from coordinated.simulation.network import Link, Network
+from coordinated.simulation.message_bus import MessageBus
+from coordinated.simulation.network import Network
 from coordinated.simulation.recorder import OperationRecorder
+from coordinated.simulation.safety_checker import SafetyChecker, SafetyViolation
+from coordinated.simulation.scheduler import Scheduler
+from coordinated.simulation.sim_node import SimNode
 from coordinated.simulation.storage import FlakyPersistedState, InjectedIOError, StorageFault, summarize_events
 
 __all__ = ["FlakyPersistedState", "InjectedIOError", "SafetyViolation", "SimNode", "SimulatedCluster", "StorageFault"]
@@ -83,40 +81,6 @@ def _roles(master_eligible: bool) -> tuple[str, ...]:
     return ("master",) if master_eligible else ()
 
 
-class SafetyViolation(AssertionError):
-    pass
-
-
-@dataclass
-class SimNode:
-    index: int
-    node: DiscoveryNode
-    persisted: FlakyPersistedState
-    settings: Settings
-    coordinator: Coordinator | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)
-    seq: int = 0
-    boots: int = 0
-    refused: str | None = None  # why the node refused to start from its storage; it then stays down
-
-    @property
-    def address(self) -> str:
-        return self.node.transport_address
-
-    @property
-    def name(self) -> str:
-        return self.node.name
-
-    @property
-    def alive(self) -> bool:
-        return self.coordinator is not None
-
-    def running(self) -> Coordinator:
-        if self.coordinator is None:
-            raise RuntimeError(f"{self.name} is not running")
-        return self.coordinator
-
-
 @dataclass
 class PendingOp:
     client: int
@@ -139,39 +103,29 @@ class SimulatedCluster:
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
-        self.now = 0
+        self.scheduler = Scheduler()
         self.network = Network(random.Random(self.rng.getrandbits(64)))
         self.check_safety = check_safety
         self.nodes: list[SimNode] = []
-        self._queue: list[tuple[int, int, Callable[[], None]]] = []
-        self._sequence = itertools.count()
         self._request_ids = itertools.count(1)
         self._pending: dict[tuple[int, int], PendingOp] = {}
         self.recorder = OperationRecorder()  # what the clients did, for the linearizability checkers
         self.logs: list[tuple[int, str, str, str]] = []
         self.publications: list[PublicationFinished] = []
-        self.steps = 0
-        # Tests can watch every message sent: tap(sender name, destination address, message).
-        self.tap: Callable[[str, str, Message], None] | None = None
-        # cluster-wide safety bookkeeping
-        # Per cluster UUID (a node of another cluster may be present): who won each term, the state of each
-        # (term, version), and the committed states by version as (term, state_uuid).
-        self._elected: dict[tuple[str, int], str] = {}
-        self._state_by_version: dict[tuple[str, int, int], str] = {}
-        self._committed: dict[str, dict[int, tuple[int, str]]] = {}
-        self._parents: dict[str, tuple[str | None, int]] = {}
-        # A node's copy of a state that `remove_settings` rewrote offline -> the state it stands for.
-        self._rewritten: dict[str, str] = {}
-        # What each state_uuid was recorded with, as the audit's unique-state-per-version compares it.
-        self._content: dict[tuple[str, str], tuple[Any, ...]] = {}
-        self._committed_config: dict[tuple[str, str], Any] = {}
-        self._unknown_uuid_owner: dict[int, str] = {}
-        # Sessions, as the applied (committed) states show them: when each was created (its version), and
-        # when a node first applied a later state without it.
-        self._session_created: dict[str, int] = {}
+        self.safety = SafetyChecker(seed, lambda: self.now)
+        self.bus = MessageBus(self.scheduler, self.network, self.nodes, self._run_effects)
+        self.effects = EffectInterpreter(
+            lambda: self.now,
+            send=self.bus.send,
+            probe_seeds=lambda sim_node: self.schedule(self.now, partial(self.bus.deliver_seeds, sim_node.index)),
+            recorded=self.safety.observe,
+            request_completed=self._complete_op,
+            state_applied=self._state_applied,
+            logs=self.logs,
+            publications=self.publications,
+        )
         # Range reads waiting for a node to apply their barrier's version: node index -> (boots, version, then).
         self._apply_waiters: dict[int, list[tuple[int, int, Callable[[ClusterState | None], None]]]] = {}
-        self.session_ended_at: dict[str, int] = {}
         # When some node was master (in LEADER mode): closed intervals, and the start of the open one.
         self.master_intervals: list[tuple[int, int]] = []
         self._master_since: int | None = None
@@ -301,37 +255,47 @@ class SimulatedCluster:
     # ---------------------------------------------------------------------------------------------------
     # the event loop
 
-    def schedule(self, at: int, action: Callable[[], None]) -> None:
-        heapq.heappush(self._queue, (at, next(self._sequence), action))
+    @property
+    def now(self) -> int:
+        return self.scheduler.now
 
-    def _next_event_time(self) -> tuple[int, int | None]:
-        """The time of the next queued event or node timer, and the node whose timer it is (or None)."""
-        best = self._queue[0][0] if self._queue else math.inf
-        best_node: int | None = None
-        for sim_node in self.nodes:
-            if sim_node.coordinator is not None:
-                deadline = sim_node.coordinator.next_deadline
-                if deadline is not None and deadline < best:
-                    best, best_node = deadline, sim_node.index
-        return (int(best) if best != math.inf else -1), best_node
+    @property
+    def steps(self) -> int:
+        return self.scheduler.steps
+
+    @property
+    def tap(self) -> Callable[[str, str, Message], None] | None:
+        """Tests can watch every message sent: tap(sender name, destination address, message)."""
+        return self.bus.tap
+
+    @tap.setter
+    def tap(self, tap: Callable[[str, str, Message], None] | None) -> None:
+        self.bus.tap = tap
+
+    @property
+    def session_ended_at(self) -> dict[str, int]:
+        """When a node first applied a state without each session that existed before."""
+        return self.safety.session_ended_at
+
+    def schedule(self, at: int, action: Callable[[], None]) -> None:
+        self.scheduler.schedule(at, action)
 
     def step(self, until: int) -> bool:
-        at, node_index = self._next_event_time()
-        if at < 0 or at > until:
-            self.now = until
+        deadlines = (
+            (sim_node.index, sim_node.coordinator.next_deadline)
+            for sim_node in self.nodes
+            if sim_node.coordinator is not None
+        )
+        if not self.scheduler.step(until, deadlines, self._tick):
             return False
-        self.now = max(self.now, at)
-        if node_index is not None:
-            sim_node = self.nodes[node_index]
-            self._run_effects(sim_node, sim_node.running().tick(self.now))
-        else:
-            _, _, action = heapq.heappop(self._queue)
-            action()
-        self.steps += 1
         if self.check_safety:
             self.check_invariants()
         self._note_mastership()
         return True
+
+    def _tick(self, index: int) -> None:
+        sim_node = self.nodes[index]
+        self._run_effects(sim_node, sim_node.running().tick(self.now))
 
     def _note_mastership(self) -> None:
         leading = any(node.coordinator is not None and node.coordinator.mode is Mode.LEADER for node in self.nodes)
@@ -365,84 +329,19 @@ class SimulatedCluster:
     # effects
 
     def _run_effects(self, sim_node: SimNode, effects: list[Effect]) -> None:
-        for effect in effects:
-            if isinstance(effect, Send):
-                self._send(sim_node, effect.destination, effect.message)
-            elif isinstance(effect, RecordHistory):
-                sim_node.seq += 1
-                event = effect.event.to_dict()
-                event["seq"] = sim_node.seq
-                event["ts"] = self.now / 1000
-                sim_node.history.append(event)
-                self._track(sim_node, event)
-            elif isinstance(effect, ProbeSeeds):
-                self.schedule(self.now, partial(self._deliver_seeds, sim_node.index))
-            elif isinstance(effect, RequestCompleted):
-                self._complete_op((sim_node.index, effect.request_id), effect.result)
-            elif isinstance(effect, PublicationFinished):
-                self.publications.append(effect)
-            elif isinstance(effect, Log):
-                self.logs.append((self.now, sim_node.name, effect.level, effect.message))
-            elif isinstance(effect, StateApplied):
-                self._check_sessions(effect.state)
-                self._wake_apply_waiters(sim_node, effect.state)
+        self.effects.run(sim_node, effects)
 
-    def _deliver_seeds(self, index: int) -> None:
-        sim_node = self.nodes[index]
-        if sim_node.coordinator is not None:
-            self._run_effects(sim_node, sim_node.coordinator.handle_seed_addresses(self.addresses(), self.now))
-
-    def _send(self, sender: SimNode, destination: str, message: Message) -> None:
-        if self.tap is not None:
-            self.tap(sender.name, destination, message)
-        if destination == sender.address:  # a node's message to itself does not cross the network
-            boots = sender.boots
-            self.schedule(self.now, lambda: self._deliver(sender, sender, boots, message))
-            return
-        target = next((node for node in self.nodes if node.address == destination), None)
-        link = self.network.link(sender.address, destination)
-        if link is Link.BLACKHOLE:  # nothing comes back, not even a refusal (an unused IP, a dropping firewall)
-            return
-        if target is None or link is Link.DISCONNECTED or not target.alive:
-            self.schedule(self.now + 1, lambda: self._fail_send(sender.index, sender.boots, destination, message))
-            return
-        if self.network.dropped():
-            return
-        at = self.now + self.network.delay(sender.address, destination)
-        target_boots = target.boots
-        self.schedule(at, lambda: self._deliver(sender, target, target_boots, message))
-
-    def _deliver(self, sender: SimNode, target: SimNode, target_boots: int, message: Message) -> None:
-        link = self.network.link(sender.address, target.address)
-        if target.coordinator is None or target.boots != target_boots or link is Link.DISCONNECTED:
-            # The connection it travelled on is gone: the sender notices.
-            self.schedule(self.now + 1, lambda: self._fail_send(sender.index, sender.boots, target.address, message))
-            return
-        if link is Link.BLACKHOLE:
-            return
-        self._run_effects(target, target.coordinator.handle_message(sender.address, message, self.now))
+    def _state_applied(self, sim_node: SimNode, state: ClusterState) -> None:
+        self.safety.check_applied(state)
+        self._wake_apply_waiters(sim_node, state)
 
     def deliver_late(self, sender: SimNode, target: SimNode, message: Message) -> None:
-        """Deliver `message` now, whatever the links say: an answer that sat in the buffers of a paused process
-        (SIGSTOP) or of a slow link, and arrives after the receiver has moved on."""
-        if target.coordinator is not None:
-            self._run_effects(target, target.coordinator.handle_message(sender.address, message, self.now))
+        """Deliver `message` now, whatever the links say (see MessageBus.deliver_late)."""
+        self.bus.deliver_late(sender, target, message)
 
     def deliver_from_wire(self, target: SimNode, sender_address: str, data: bytes) -> str | None:
-        """Hand `target` an encoded envelope as the sidecar's transport would: decoded first, and refused (with
-        the reason returned) if it does not decode; None once delivered. For tests that forge peer messages."""
-        try:
-            envelope = decode_envelope(data)
-        except (msgspec.ValidationError, msgspec.DecodeError) as error:
-            return str(error)
-        if target.coordinator is not None:
-            self._run_effects(target, target.coordinator.handle_message(sender_address, envelope.message, self.now))
-        return None
-
-    def _fail_send(self, index: int, boots: int, destination: str, message: Message) -> None:
-        sim_node = self.nodes[index]
-        if sim_node.coordinator is not None and sim_node.boots == boots:
-            self._run_effects(sim_node, sim_node.coordinator.handle_send_failure(destination, message, self.now))
+        """Hand `target` an encoded envelope as the sidecar's transport would (see MessageBus.deliver_from_wire)."""
+        return self.bus.deliver_from_wire(target, sender_address, data)
 
     # ---------------------------------------------------------------------------------------------------
     # clients
@@ -564,121 +463,13 @@ class SimulatedCluster:
     # ---------------------------------------------------------------------------------------------------
     # safety checks, after every step
 
-    def _track(self, sim_node: SimNode, event: dict[str, Any]) -> None:
-        kind = event["type"]
-        if kind == "elected":
-            term = event["term"]
-            winner = self._elected.setdefault((event["cluster_uuid"], term), event["node"])
-            if winner != event["node"]:
-                self._violation(f"two masters elected in term {term}: {winner} and {event['node']}")
-        elif kind in ("accepted", "committed", "applied"):
-            cluster_uuid = event["cluster_uuid"]
-            key = (cluster_uuid, event["term"], event["version"])
-            uuid = self._state_by_version.setdefault(key, event["state_uuid"])
-            if uuid != event["state_uuid"]:
-                self._violation(f"two states for (term, version) {key}: {uuid} and {event['state_uuid']}")
-            master = self._elected.get((cluster_uuid, event["term"]))
-            # A first election is recorded before the cluster UUID exists; it belongs to the first cluster seen
-            # in that term, not to a state of another cluster that a node loaded from its storage.
-            if (
-                master is None
-                and (NO_CLUSTER_UUID, event["term"]) in self._elected
-                and self._unknown_uuid_owner.setdefault(event["term"], cluster_uuid) == cluster_uuid
-            ):
-                master = self._elected[(NO_CLUSTER_UUID, event["term"])]
-            if master is not None and event["master"] != master:
-                self._violation(f"state {key} names master {event['master']} but {master} was elected")
-            self._parents[event["state_uuid"]] = (event["parent_uuid"], event["version"])
-            self._check_content(event)
-            if kind == "committed" or kind == "applied":
-                self._check_committed(self._committed.setdefault(cluster_uuid, {}), event)
-        elif kind == "settings_removed":
-            # The same (term, version) as the state it replaced, under a new uuid: it stands for that state.
-            self._rewritten[event["state_uuid"]] = event["parent_uuid"]
-
-    def _check_content(self, event: dict[str, Any]) -> None:
-        """Every event of one state_uuid carries the same state. A commit makes the last-committed configuration
-        equal to the last-accepted one, so a `committed` or `applied` event may carry that marked form."""
-        key = (event["cluster_uuid"], event["state_uuid"])
-        fields = ("term", "version", "parent_uuid", "master", "last_accepted_config")
-        content = tuple(event[name] for name in fields)
-        known = self._content.setdefault(key, content)
-        if known != content:
-            self._violation(f"state {key[1]} recorded with different content: {known} and {content}")
-        committed_config = event["last_committed_config"]
-        if event["type"] == "accepted" or committed_config != event["last_accepted_config"]:
-            first = self._committed_config.setdefault(key, committed_config)
-            if first != committed_config:
-                self._violation(
-                    f"state {key[1]} recorded with last_committed_config {first} and {committed_config} "
-                    f"(a {event['type']} event on {event['node']})"
-                )
-
-    def _check_committed(self, committed: dict[int, tuple[int, str]], event: dict[str, Any]) -> None:
-        version, term, uuid = event["version"], event["term"], event["state_uuid"]
-        known = committed.get(version)
-        if known is not None:
-            if known[1] != uuid:
-                self._violation(f"two committed states at version {version}: {known[1]} and {uuid}")
-            return
-        committed[version] = (term, uuid)
-        versions = sorted(committed)
-        position = versions.index(version)
-        if position > 0:
-            self._check_descends(committed, versions[position - 1], version)
-        if position + 1 < len(versions):
-            self._check_descends(committed, version, versions[position + 1])
-
-    def _check_descends(self, committed: dict[int, tuple[int, str]], older_version: int, newer_version: int) -> None:
-        older_term, older_uuid = committed[older_version]
-        newer_term, current = committed[newer_version]
-        if newer_term < older_term:
-            self._violation(f"committed term went back from {older_term} to {newer_term} at version {newer_version}")
-        uuid: str | None = current
-        while uuid is not None and uuid in self._parents:
-            parent, version = self._parents[uuid]
-            if version <= older_version:
-                break
-            uuid = parent
-        while uuid is not None and uuid in self._rewritten:
-            uuid = self._rewritten[uuid]
-        if uuid != older_uuid:
-            self._violation(
-                f"committed version {newer_version} does not descend from committed version {older_version}"
-            )
-
-    def _check_sessions(self, state: ClusterState) -> None:
-        """An ephemeral key exists only with its session: ending a session deletes its keys in that state.
-        Also notes when each session first disappears from an applied state."""
-        for key, session in state.kv_sessions.items():
-            if session not in state.sessions or key not in state.kv:
-                self._violation(f"version {state.version} holds ephemeral key {key} of ended session {session}")
-        if state.master_node is None or (not state.sessions and not self._session_created):
-            return  # a no-master view may be a node's last-accepted state, loaded at start and not committed
-        for session_id, held in state.sessions.items():
-            self._session_created.setdefault(session_id, held.create_version)
-        for session_id, created in self._session_created.items():
-            if session_id not in state.sessions and state.version > created:
-                self.session_ended_at.setdefault(session_id, self.now)
-
     def check_invariants(self) -> None:
-        for sim_node in self.nodes:
-            if sim_node.coordinator is not None:
-                try:
-                    sim_node.coordinator.invariant()
-                except AssertionError as error:
-                    self._violation(f"{sim_node.name}: {error}")
-        leaders: dict[tuple[str, int], str] = {}
-        for sim_node in self.nodes:
-            coordinator = sim_node.coordinator
-            if coordinator is not None and coordinator.mode is Mode.LEADER:
-                term = (coordinator.last_accepted_state.cluster_uuid, coordinator.current_term)
-                if term in leaders:
-                    self._violation(f"two leaders in term {term}: {leaders[term]} and {sim_node.name}")
-                leaders[term] = sim_node.name
+        self.safety.check_running(
+            (sim_node.name, sim_node.coordinator) for sim_node in self.nodes if sim_node.coordinator is not None
+        )
 
-    def _violation(self, message: str) -> None:
-        raise SafetyViolation(f"[seed {self.seed}, t={self.now}ms] {message}")
+    def violation(self, message: str) -> NoReturn:
+        self.safety.violation(message)
 
     # ---------------------------------------------------------------------------------------------------
     # stability
@@ -704,36 +495,36 @@ class SimulatedCluster:
         connected_names = {node.name for node in connected}
         leaders = [node for node in connected if node.running().mode is Mode.LEADER]
         if len(leaders) != 1:
-            self._violation(f"expected one leader among {sorted(connected_names)}, found {[n.name for n in leaders]}")
+            self.violation(f"expected one leader among {sorted(connected_names)}, found {[n.name for n in leaders]}")
         leader = leaders[0].running()
         applied = leader.applied_state
         if leader.publication is not None or applied.version != leader.last_accepted_state.version:
-            self._violation("the leader is still publishing after stabilisation")
+            self.violation("the leader is still publishing after stabilisation")
         for sim_node in self.nodes:
             if not sim_node.alive:
                 continue
             coordinator = sim_node.running()
             if sim_node.name in connected_names and coordinator is not leader:
                 if coordinator.mode is not Mode.FOLLOWER or coordinator.leader != leader.local_node:
-                    self._violation(f"{sim_node.name} is {coordinator.mode} instead of following the leader")
+                    self.violation(f"{sim_node.name} is {coordinator.mode} instead of following the leader")
                 if coordinator.applied_state.version != applied.version:
-                    self._violation(
+                    self.violation(
                         f"{sim_node.name} applied version {coordinator.applied_state.version}, "
                         f"leader is at {applied.version}"
                     )
             elif sim_node.name not in connected_names and (
                 coordinator.mode is not Mode.CANDIDATE or coordinator.applied_state.master_node is not None
             ):
-                self._violation(f"disconnected {sim_node.name} is {coordinator.mode}, expected a no-master candidate")
+                self.violation(f"disconnected {sim_node.name} is {coordinator.mode}, expected a no-master candidate")
         eligible = [node for node in connected if node.node.master_eligible]
         config = applied.last_committed_config
         expected = len(eligible) - (len(eligible) + 1) % 2
         # Without auto-shrink a configuration keeps the nodes that left: it may be larger than the live nodes need.
         shrinks = leader.settings[AUTO_SHRINK_VOTING_CONFIGURATION]
         if len(eligible) >= 3 and (len(config) != expected if shrinks else len(config) < expected):
-            self._violation(f"voting configuration {list(config.node_ids)} has size {len(config)}, expected {expected}")
+            self.violation(f"voting configuration {list(config.node_ids)} has size {len(config)}, expected {expected}")
         if not config.has_quorum({node.node.id for node in eligible}):
-            self._violation(f"connected nodes have no quorum of the voting configuration {list(config.node_ids)}")
+            self.violation(f"connected nodes have no quorum of the voting configuration {list(config.node_ids)}")
 
     # ---------------------------------------------------------------------------------------------------
     # output

@@ -159,24 +159,23 @@ def check_sessions(cluster: SimulatedCluster, holders: list[SessionHolder], slac
             ended_at = cluster.session_ended_at.get(held.id)
             renewed = max([held.created_sent, *held.acked_keepalives])
             if ended_at is not None and ended_at < renewed + holder.ttl_ms:
-                cluster._violation(
+                cluster.violation(
                     f"session {held.id} ended at {ended_at}ms, within its TTL of {holder.ttl_ms}ms after a "
                     f"keepalive sent at {renewed}ms and acknowledged"
                 )
             if held.abandoned_at is None:
                 continue
             if ended_at is None or held.id in state.sessions:
-                cluster._violation(f"session {held.id}, abandoned at {held.abandoned_at}ms, never ended")
-                continue
+                cluster.violation(f"session {held.id}, abandoned at {held.abandoned_at}ms, never ended")
             last_election = max((at for at in elected if at <= ended_at), default=0)
             bound = max(held.abandoned_at, last_election) + holder.ttl_ms + slack_ms
             if ended_at > bound:
-                cluster._violation(
+                cluster.violation(
                     f"session {held.id} (and its key) outlived its holder: abandoned at {held.abandoned_at}ms, "
                     f"last election at {last_election}ms, ended at {ended_at}ms, beyond {bound}ms"
                 )
     if state.kv_sessions:
-        cluster._violation(f"ephemeral keys left after every holder stopped: {sorted(state.kv_sessions)}")
+        cluster.violation(f"ephemeral keys left after every holder stopped: {sorted(state.kv_sessions)}")
     return checked
 
 
@@ -202,7 +201,7 @@ def check_failover_extensions(cluster: SimulatedCluster, holders: list[SessionHo
             failovers = sum(1 for at in elected if held.abandoned_at < at <= ended_at)
             bound = holder.ttl_ms + failovers * failover_allowance_ms(holder.ttl_ms) + slack_ms
             if counted > bound:
-                cluster._violation(
+                cluster.violation(
                     f"session {held.id}, abandoned at {held.abandoned_at}ms and ended at {ended_at}ms, was counted "
                     f"down by masters for {counted}ms, beyond its TTL plus {failovers} failover allowances ({bound}ms)"
                 )

@@ -65,7 +65,7 @@ def check_repair(cluster: SimulatedCluster, client_id: int) -> None:
     cluster.submit(leader.index, KvPut(REPAIR_KEY, client_id), client=client_id, on_done=results.append)
     cluster.run_until(lambda: len(results) == 2, stabilisation_time(leader.settings))
     if len(results) != 2 or not all(isinstance(result, Committed) for result in results):
-        cluster._violation(f"after the setting changes the master could not commit their reset and a write: {results}")
+        cluster.violation(f"after the setting changes the master could not commit their reset and a write: {results}")
     left = dict(leader.running().applied_state.persistent_settings)
     if left:
-        cluster._violation(f"the reset of every dynamic setting left {left}")
+        cluster.violation(f"the reset of every dynamic setting left {left}")
