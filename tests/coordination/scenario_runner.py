@@ -16,10 +16,12 @@ alias set with `name`):
     run DURATION                    let virtual time pass (500ms, 30s, 2m)
     isolate NODE [blackhole]        cut a node off from all others
     heal                            restore every link
+    add                             start one more (master-eligible) node, which joins the cluster
     crash NODE / restart NODE       stop a node (its disk survives) / start it again
     lose NODE                       its disk is lost for good: it starts again empty, as a new node (a new id)
     put NODE KEY VALUE [session=S]  a client write through NODE, waited for (ephemeral in session S)
     get NODE KEY                    a client read through NODE, waited for
+    barrier NODE                    a linearizable read barrier through NODE: the master's committed version
     session NODE S ttl=DURATION     create a TTL session through NODE, known as S from then on
     keepalive NODE S                a keepalive of session S through NODE: the time it has left
     sessions NODE                   the sessions in NODE's applied state, with their checkpointed TTL
@@ -45,6 +47,7 @@ from coordinated.coordination.client import (
     Committed,
     KvGet,
     KvPut,
+    ReadBarrier,
     ReadValue,
     SessionCreate,
     SessionInfo,
@@ -200,6 +203,9 @@ class ScenarioRunner:
         self.sim.network.heal()
         return "ok"
 
+    def do_add(self, args: list[str]) -> str:
+        return f"{self.sim.add_node().name} started"
+
     def do_crash(self, args: list[str]) -> str:
         node = self.node(args[0])
         self.sim.crash(node.index)
@@ -247,6 +253,9 @@ class ScenarioRunner:
 
     def do_get(self, args: list[str]) -> str:
         return self._result(self._request(self.node(args[0]), KvGet(args[1])))
+
+    def do_barrier(self, args: list[str]) -> str:
+        return self._result(self._request(self.node(args[0]), ReadBarrier()))
 
     def do_exclude(self, args: list[str]) -> str:
         excluded = self.node(args[0])

@@ -1,4 +1,6 @@
-"""Named scenarios on the deterministic simulator, one behaviour each."""
+"""Named scenarios on the deterministic simulator, one behaviour each: those that need more than the scenario
+scripts' commands (scenarios/*.txt, run by test_scenario_scripts.py) can say, such as forged messages, taps
+on the wire, storage faults or settings."""
 
 from __future__ import annotations
 
@@ -96,33 +98,6 @@ def test_cluster_grows_from_one_to_three_and_does_not_shrink_back() -> None:
     cluster.crash(third.index)
     cluster.run_for(60 * SECOND)
     assert config_size(cluster) == 3  # auto-shrink never goes below three once there
-
-
-def test_cluster_grows_from_three_to_five_and_shrinks_back_to_three_on_failures() -> None:
-    cluster = formed(3)
-    cluster.add_node()
-    cluster.add_node()
-    assert cluster.run_until(lambda: config_size(cluster) == 5, 30 * SECOND)
-    leader = leader_of(cluster)
-    followers = [node for node in cluster.nodes if node is not leader]
-    cluster.crash(followers[0].index)
-    cluster.crash(followers[1].index)
-    assert cluster.run_until(lambda: cluster.leader() is not None and config_size(cluster) == 3, 60 * SECOND)
-    committed = leader_of(cluster).running().applied_state.last_committed_config
-    assert followers[0].node.id not in committed and followers[1].node.id not in committed
-
-
-def test_unresponsive_leader_is_detected_and_replaced() -> None:
-    cluster = formed(3)
-    old = leader_of(cluster)
-    cluster.network.isolate(old.address, cluster.addresses(), Link.BLACKHOLE)
-    settings = old.settings
-    detection = (settings[LEADER_CHECK_INTERVAL] + settings[LEADER_CHECK_TIMEOUT]) * settings[LEADER_CHECK_RETRY_COUNT]
-    cluster.run_for(detection + 5 * SECOND)
-    others = [node for node in cluster.nodes if node is not old]
-    leaders = [node for node in others if node.running().mode is Mode.LEADER]
-    assert len(leaders) == 1
-    assert leaders[0].running().current_term > old.running().current_term
 
 
 def test_a_late_answer_from_the_old_master_does_not_unseat_the_new_one() -> None:
@@ -241,23 +216,6 @@ def test_an_incompatible_diff_is_followed_by_the_full_state() -> None:
     assert dict(follower.running().applied_state.kv) == {"missed": 1, "next": 2}
 
 
-def test_writes_and_reads_are_refused_without_a_master() -> None:
-    """A client read is linearizable; without a master none is, so the core refuses it (a `local` read of the
-    applied state is the shell's, and is not a client request)."""
-    cluster = formed(3)
-    assert isinstance(request(cluster, 0, KvPut("k", "v")), Committed)
-    survivor = cluster.nodes[0]
-    cluster.crash(1)
-    cluster.crash(2)
-    assert cluster.run_until(lambda: survivor.running().mode is Mode.CANDIDATE, 60 * SECOND)
-    write = request(cluster, 0, KvPut("k", "other"))
-    assert isinstance(write, ClusterError) and write.status == 503 and write.type == "cluster_block_exception"
-    read = request(cluster, 0, KvGet("k"))
-    assert isinstance(read, ClusterError) and read.status == 503 and read.type == "cluster_block_exception"
-    assert survivor.running().applied_state.kv["k"] == "v"
-    assert survivor.running().applied_state.master_node is None
-
-
 def test_no_master_block_all_refuses_reads_too() -> None:
     settings = SIM_SETTINGS.with_values({NO_MASTER_BLOCK: "all"})
     cluster = formed(3, settings=settings)
@@ -286,18 +244,6 @@ def test_a_node_without_the_master_role_is_never_elected() -> None:
     assert voter_less.node.id not in leader.running().applied_state.last_committed_config
 
 
-def test_the_excluded_master_abdicates() -> None:
-    cluster = formed(3)
-    old = leader_of(cluster)
-    result = request(cluster, 1, AddVotingConfigExclusions(node_names=(old.name,)), timeout=30 * SECOND)
-    assert isinstance(result, Committed), result
-    assert cluster.run_until(lambda: cluster.leader() is not None and cluster.leader() is not old, 30 * SECOND)
-    new = leader_of(cluster)
-    assert old.node.id not in new.running().applied_state.last_committed_config
-    assert cluster.run_until(lambda: old.running().mode is Mode.FOLLOWER, 10 * SECOND)
-    assert any(event["type"] == "stepped_down" for event in old.history)
-
-
 def test_exclusions_over_the_limit_are_refused() -> None:
     settings = SIM_SETTINGS.with_values({MAX_VOTING_CONFIG_EXCLUSIONS: 1})
     cluster = formed(3, settings=settings)
@@ -320,31 +266,6 @@ def test_a_rebooted_node_cannot_count_votes_in_its_old_term() -> None:
         assert "reboot" in str(rejected)
     else:
         raise AssertionError("a vote was counted in the old term after a reboot")
-
-
-def test_pre_voting_stops_a_partitioned_node_from_disrupting_the_cluster() -> None:
-    cluster = formed(3)
-    leader = leader_of(cluster)
-    term = leader.running().current_term
-    loner = next(node for node in cluster.nodes if node is not leader)
-    cluster.network.isolate(loner.address, cluster.addresses())
-    cluster.run_for(60 * SECOND)
-    assert loner.running().mode is Mode.CANDIDATE
-    assert loner.running().current_term == term, "pre-voting must not bump terms without a quorum"
-    cluster.network.heal()
-    assert cluster.run_until(lambda: loner.running().mode is Mode.FOLLOWER, 30 * SECOND)
-    assert cluster.leader() is leader and leader.running().current_term == term
-
-
-def test_a_partitioned_old_master_cannot_serve_linearizable_reads() -> None:
-    cluster = formed(3)
-    old = leader_of(cluster)
-    assert isinstance(request(cluster, old.index, KvPut("k", 1)), Committed)
-    cluster.network.isolate(old.address, cluster.addresses(), Link.BLACKHOLE)
-    read = request(cluster, old.index, KvGet("k"), timeout=30 * SECOND)
-    assert isinstance(read, ClusterError), read
-    barrier = request(cluster, old.index, ReadBarrier(), timeout=30 * SECOND)
-    assert isinstance(barrier, ClusterError), barrier
 
 
 def test_a_read_barrier_from_any_node_returns_the_masters_applied_version() -> None:
