@@ -143,7 +143,7 @@ def test_one_periodic_loop_however_many_clusters_come_and_go(monkeypatch: pytest
                 handlers.track(event={"type": "DELETED"}, body=body, memo=per_object)
         await asyncio.sleep(0)
         count = len(loops())
-        operator_memo.work.stop_periodic()
+        operator_memo.work.stop()
         return count
 
     assert asyncio.run(scenario()) == 1
@@ -163,7 +163,7 @@ def test_the_periodic_loop_passes_over_every_watched_cluster() -> None:
         work.start_periodic(kopf.Memo())
         while len(passes) < 4:
             await asyncio.sleep(0.001)
-        work.stop_periodic()
+        work.stop()
 
     asyncio.run(scenario())
     assert set(passes) == {"a", "c"}

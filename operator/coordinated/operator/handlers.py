@@ -121,7 +121,7 @@ def make_work_queue() -> WorkQueue:
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
     if getattr(memo, "work", None) is not None:
-        memo.work.stop_periodic()
+        memo.work.stop()
     if getattr(memo, "http", None) is not None:
         await memo.http.aclose()
 

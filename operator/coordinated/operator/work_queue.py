@@ -85,10 +85,15 @@ class WorkQueue:
             self._periodic = asyncio.create_task(self.reconcile_periodically(memo))
         return self._periodic
 
-    def stop_periodic(self) -> None:
+    def stop(self) -> None:
+        """The operator stops: the periodic loop and the follow-ups waiting are cancelled (a pass under way ends
+        with the event loop)."""
         if self._periodic is not None:
             self._periodic.cancel()
             self._periodic = None
+        for later in self._later.values():
+            later.cancel()
+        self._later.clear()
 
     async def reconcile_periodically(self, memo: kopf.Memo) -> None:
         while True:
