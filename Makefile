@@ -46,7 +46,7 @@ lint: $(STAMP)
 	$(BIN)/python -m coordinated.sidecar.openapi --check
 
 ## The headline benchmarks (docs/performance.md): ours against etcd at 3 and 5 nodes (latency, throughput),
-## watch fan-out and history bytes per write, in one run written to $(BENCH_RESULTS) (about 15 minutes; it
+## watch fan-out and history bytes per write, in one run written to $(BENCH_RESULTS) (about 10 minutes; it
 ## waits for $(BENCH_LOCK), so runs on a shared machine take turns). The [bench] extra comes with the dev one;
 ## etcd from Debian. `python -m bench --help` lists every suite; `python -m bench report FILE` renders the page.
 BENCH_RESULTS ?= bench-results.json
