@@ -65,8 +65,9 @@ def peers(quick: bool, out: Path | None, **given: Any) -> None:
     """Sequential latency and 1/16/64-client throughput against etcd, at 3 and 5 nodes (the headline)."""
     from bench.suites import peers as suite
 
-    given = {name: value for name, value in given.items() if value not in (None, False, ())}
-    given["ab"] = list(given.get("ab", ()))
+    # Only the options given: the others keep PeersOptions' defaults (or its quick ones).
+    given = {name: value for name, value in given.items() if value is not None}
+    given["ab"] = list(given["ab"])
     options = suite.PeersOptions.quick(**given) if quick else suite.PeersOptions(**given)
     section = suite.run(options)
     click.echo(reports.peers_text(section))

@@ -8,10 +8,10 @@ import statistics
 from typing import Any
 
 from bench.harness.etcd_check import banner
+from bench.harness.machine import HOG
 from bench.harness.measure import CLIENT_TIMEOUT_S
 from bench.harness.systems import percentile
 
-HOG = " +hog"  # the label suffix of the phases measured with --cpu-hog
 OURS, ETCD, PSO = "coordinated 3n", "etcd 3n", "PySyncObj 3n"
 REPRODUCE = "make bench"
 RESULTS = "bench-results.json"  # where `make bench` writes a run

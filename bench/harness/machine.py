@@ -22,6 +22,7 @@ from typing import Any
 from bench.harness.procs import spawn, stop
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+HOG = " +hog"  # the label suffix of the phases measured with a CpuHog running
 HOG_MAX_S = 900  # the hog exits by itself after this long even if the harness dies without stopping it
 
 

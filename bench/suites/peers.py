@@ -34,7 +34,7 @@ from bench import ROOT
 from bench.harness.etcd import EtcdSystem
 from bench.harness.etcd_check import ETCD, etcd_check
 from bench.harness.floor import FloorSystem
-from bench.harness.machine import CpuHog, CpuMeter, conditions
+from bench.harness.machine import HOG, CpuHog, CpuMeter, conditions
 from bench.harness.measure import idle_rss, sequential, throughput
 from bench.harness.pysyncobj import PySyncObjSystem
 from bench.harness.rounds import Factory, Results, new_results, rotated, run_system, selected
@@ -59,7 +59,6 @@ FLOOR: list[Factory] = [
     lambda: FloorSystem(5, apply_round=True, raw_peers=True),
 ]
 HEADLINE = "coordinated 3n,coordinated 5n,etcd 3n,etcd 5n"
-HOG = " +hog"  # the label suffix of the phases measured with --cpu-hog
 
 
 def ab_variant(setting: str) -> Factory:

@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from bench import ROOT
@@ -23,7 +24,14 @@ OURS_64, ETCD_64 = [2100.0, 1900.0, 2000.0], [4000.0, 3800.0, 3900.0]
 
 def peers_section(size: int) -> dict[str, Any]:
     def figures(seq: list[float], tput: list[float]) -> dict[str, list[float]]:
-        return {"seq_p50": seq, "seq_p99": [2 * v for v in seq], "tput_1": [300.0], "tput_16": [900.0], "tput_64": tput}
+        return {
+            "seq_p50": seq,
+            "seq_p99": [2 * v for v in seq],
+            "tput_1": [300.0],
+            "tput_16": [900.0],
+            "tput_64": tput,
+            "rss_mb": [60.0],
+        }
 
     return {
         "options": {"rounds": 3, "writes": 200, "seconds": 5.0},
@@ -82,3 +90,20 @@ def test_a_file_that_is_not_a_run_gets_an_error_that_names_it(tmp_path: Path) ->
 def test_docs_performance_md_is_the_report_of_its_run() -> None:
     answer = CliRunner().invoke(cli, ["report", str(RUN), "--check", str(PAGE)])
     assert answer.exit_code == 0, answer.output
+
+
+def test_options_given_win_over_the_quick_defaults_even_when_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.suites import peers
+
+    seen: list[peers.PeersOptions] = []
+
+    def run(options: peers.PeersOptions) -> dict[str, Any]:
+        seen.append(options)
+        return peers_section(3)
+
+    monkeypatch.setattr(peers, "run", run)
+    answer = CliRunner().invoke(cli, ["peers", "--quick", "--idle", "0", "--rounds", "2", "--ab", "a=b"])
+    assert answer.exit_code == 0, answer.output
+    (options,) = seen
+    assert (options.idle, options.rounds, options.ab) == (0, 2, ["a=b"])
+    assert options.writes == peers.PeersOptions.quick().writes  # not given: the quick default
