@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
+import urllib3
 import urllib3.exceptions
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -76,6 +77,9 @@ class Kube:
             if kubeconfig is None and context is None and config.incluster_config.SERVICE_HOST_ENV_NAME:
                 return cls.in_cluster(namespace, error)
             raise BadInput(f"kubeconfig: {one_line(str(error))}") from error
+        if not api.configuration.verify_ssl:
+            # The kubeconfig's own choice (insecure-skip-tls-verify); kubectl does not warn on every call either.
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         chosen = next((c for c in contexts if c["name"] == context), active) if context else active
         default = (chosen.get("context") or {}).get("namespace") or "default"
         return cls(api, namespace or default)

@@ -24,8 +24,6 @@ from coordinated.kubectl import recover as recovery
 from coordinated.kubectl.kube import ADMIN, READER, WRITER, Kube, kube_options, kube_parameters, with_kube
 from coordinated.kubectl.kube import as_exit_codes as kube_exit_codes
 from coordinated.kubectl.reach import sidecars
-from coordinated.operator import object_storage
-from coordinated.operator.manifests import SNAPSHOT_DIR
 from coordinated.operator.spec import PAUSE_ANNOTATION, ClusterSpec
 
 # The repository the operator registers for a cluster with spec.snapshots: its snapshot volume, or its bucket.
@@ -114,6 +112,10 @@ def register_repository(resource: dict[str, Any], preset: Preset) -> None:
     if not (resource.get("spec") or {}).get("snapshots"):
         name = resource["metadata"]["name"]
         raise Failed(f"CoordinatedCluster {name} has no spec.snapshots: no volume or bucket to keep snapshots in")
+    # Imported here: the manifests module brings the sidecar's (aiohttp), a third of the plugin's start-up.
+    from coordinated.operator import object_storage
+    from coordinated.operator.manifests import SNAPSHOT_DIR
+
     body = object_storage.snapshot_repository_body(ClusterSpec.from_resource(resource), SNAPSHOT_DIR)
     with as_exit_codes(), Client(preset.endpoints, token=preset.token, http=preset.http) as client:
         client.put_repository(SNAPSHOT_REPOSITORY, body["type"], body["settings"])
