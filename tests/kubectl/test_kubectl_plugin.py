@@ -12,11 +12,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from kubernetes import client as kube_client
+from kubernetes.client.exceptions import ApiException
 
+from coordinated.ctl.failures import Failed, Unreachable
 from coordinated.kubectl.kube import is_sidecar_pod, ordinal_key
 from coordinated.kubectl.main import main
 from coordinated.kubectl.plugin import plugin
-from coordinated.kubectl.recover import Facts, job_manifest, plan
+from coordinated.kubectl.recover import Facts, Progress, Step, StepFailed, job_manifest, plan, run
 from coordinated.kubectl.tunnel import http_client, pod_address
 
 OK, FAILED, BAD_INPUT, UNREACHABLE = 0, 1, 2, 3
@@ -129,3 +131,38 @@ def test_the_krew_manifest_renders_to_a_plugin_that_runs_the_entry_point() -> No
     (platform,) = manifest["spec"]["platforms"]
     assert platform["uri"].endswith(f"/{tag}/kubectl-coordinated-{tag}.tar.gz")
     assert platform["bin"] == "kubectl-coordinated" and platform["bin"] in project["scripts"]
+
+
+def test_a_failed_step_stops_the_run_and_prints_the_rest_to_do_by_hand(capsys: pytest.CaptureFixture[str]) -> None:
+    done: list[str] = []
+
+    def bootstrap(kube: object, progress: Progress) -> None:
+        progress.new_uuid = "uuid-1"
+        done.append("bootstrap")
+
+    def failing(kube: object, progress: Progress) -> None:
+        raise StepFailed("timed out after 180 s waiting for the lost claims to be deleted")
+
+    steps = [
+        Step("bootstrap", ("kubectl apply -f job.yaml",), bootstrap),
+        Step("delete the lost claims", ("kubectl delete pvc data-demo-1",), failing),
+        Step("record the UUID", ("kubectl annotate ccl/demo coordinated.dev/cluster-uuid=$NEW_UUID",), failing),
+    ]
+    with pytest.raises(Failed) as stopped:
+        run(None, steps)  # type: ignore[arg-type]  # the steps here never use the API
+    assert done == ["bootstrap"] and stopped.value.exit_code == FAILED
+    assert stopped.value.message.startswith("recover stopped at step 2 (delete the lost claims): timed out")
+    err = capsys.readouterr().err
+    assert "[1/3] bootstrap" in err and "step 2 failed" in err
+    to_do = err.split("to continue by hand, from this step:", 1)[1]
+    assert "NEW_UUID=uuid-1" in to_do and "2. delete the lost claims" in to_do and "3. record the UUID" in to_do
+    assert "kubectl delete pvc data-demo-1" in to_do and "1. bootstrap" not in to_do
+
+
+def test_a_step_refused_by_rbac_keeps_exit_3() -> None:
+    def forbidden(kube: object, progress: Progress) -> None:
+        raise ApiException(status=403, reason="Forbidden")
+
+    with pytest.raises(Unreachable) as stopped:
+        run(None, [Step("pause the operator", ("kubectl annotate ...",), forbidden)])  # type: ignore[arg-type]
+    assert stopped.value.exit_code == UNREACHABLE and "step 1: not allowed: Forbidden" in stopped.value.message

@@ -347,5 +347,7 @@ def run(kube: Kube, steps: list[Step]) -> Progress:
             if progress.new_uuid is not None:
                 click.echo(f"     NEW_UUID={progress.new_uuid}", err=True)
             print_steps(steps[number - 1 :], first=number)
-            raise Failed(f"recover stopped at step {number} ({step.title}): {reason}") from error
+            # The exit code of what failed (3 for a refused credential or an unreachable API server), else 1.
+            failure = type(error) if isinstance(error, click.ClickException) else Failed
+            raise failure(f"recover stopped at step {number} ({step.title}): {reason}") from error
     return progress
