@@ -93,10 +93,14 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    return run_command(cli, list(sys.argv[1:] if argv is None else argv), "coordinated")
+
+
+def run_command(command: click.Command, args: list[str], prog_name: str) -> int:
+    """Runs a click command and returns its exit code; a failure is its one-line message on stderr."""
     try:
         # Not click's standalone mode, which ends with sys.exit: the caller gets the exit code.
-        result: Any = cli.main(args, prog_name="coordinated", standalone_mode=False)
+        result: Any = command.main(args, prog_name=prog_name, standalone_mode=False)
     except click.exceptions.Exit as done:
         return int(done.exit_code)
     except click.ClickException as error:

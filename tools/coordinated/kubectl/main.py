@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from coordinated.cli import run_command
 from coordinated.ctl.failures import ExitCode
 
 
@@ -22,16 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # The API calls outside a command's own handling (none should be) still end as one line, not a trace.
         with as_exit_codes("the Kubernetes API"):
-            result = plugin.main(args, prog_name="kubectl coordinated", standalone_mode=False)
-    except click.exceptions.Exit as done:
-        return int(done.exit_code)
+            return run_command(plugin, args, "kubectl coordinated")
     except click.ClickException as error:
         error.show()
         return error.exit_code
-    except click.Abort:
-        click.echo("Aborted.", err=True)
-        return ExitCode.FAILED
-    return int(result or 0)
 
 
 if __name__ == "__main__":

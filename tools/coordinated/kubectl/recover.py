@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import tenacity
@@ -23,6 +23,7 @@ from coordinated.ctl.failures import Failed
 from coordinated.kubectl.kube import Kube, api_message, as_exit_codes, names_of
 from coordinated.operator.spec import CLUSTER_UUID_ANNOTATION, PAUSE_ANNOTATION
 
+T = TypeVar("T")
 NEW_UUID = re.compile(r"now holds cluster UUID \[([0-9A-Za-z_-]+)\]")
 # How long each wait may take, as in the documented procedure.
 PAUSE_WAIT_S, STOP_WAIT_S, JOB_WAIT_S, START_WAIT_S, READY_WAIT_S = 60, 180, 180, 180, 600
@@ -263,14 +264,18 @@ def delete_job(kube: Kube, facts: Facts) -> None:
     wait_for(f"the Job {facts.job} to be deleted", lambda: not job_exists(kube, facts), JOB_WAIT_S)
 
 
-def job_exists(kube: Kube, facts: Facts) -> bool:
+def read_or_none(read: Callable[[str, str], T], name: str, namespace: str) -> T | None:
+    """The object, or None once it does not exist."""
     try:
-        kube.batch.read_namespaced_job(facts.job, facts.namespace)
+        return read(name, namespace)
     except ApiException as error:
         if error.status == 404:
-            return False
+            return None
         raise
-    return True
+
+
+def job_exists(kube: Kube, facts: Facts) -> bool:
+    return read_or_none(kube.batch.read_namespaced_job, facts.job, facts.namespace) is not None
 
 
 def claim_names(kube: Kube, namespace: str) -> set[str]:
@@ -291,13 +296,8 @@ def record_uuid(kube: Kube, facts: Facts, progress: Progress) -> None:
 
 
 def pod_ready(kube: Kube, namespace: str, pod: str) -> bool:
-    try:
-        found = kube.core.read_namespaced_pod(pod, namespace)
-    except ApiException as error:
-        if error.status == 404:
-            return False
-        raise
-    conditions = (found.status.conditions if found.status else None) or []
+    found = read_or_none(kube.core.read_namespaced_pod, pod, namespace)
+    conditions = (found.status.conditions if found is not None and found.status else None) or []
     return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
