@@ -5,15 +5,20 @@ an unknown cluster, a missing token Secret, a user RBAC forbids, unreachable pod
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from test_operator_apiserver import kubeconfig, kubectl
+
+from coordinated.kubectl.main import main
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
 
@@ -92,17 +97,32 @@ def world(kubeconfig: Path) -> Path:
     return kubeconfig
 
 
-def plugin(config: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(PLUGIN), *args, "--kubeconfig", str(config), "-n", NS],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+Plugin = Callable[..., Done]
+
+
+@pytest.fixture
+def plugin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Plugin:
+    """`kubectl-coordinated ARGS --kubeconfig CONFIG -n plugin`, run in this process (its start-up is most of a
+    run's time); one test also runs the installed command."""
+
+    def run(config: Path, *args: str, stdin: str = "") -> Done:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        capsys.readouterr()
+        code = main([*args, "--kubeconfig", str(config), "-n", NS])
+        out, err = capsys.readouterr()
+        return Done(code, out, err)
+
+    return run
+
+
+def one_line_error(done: Done | subprocess.CompletedProcess[str]) -> str:
     assert "Traceback" not in done.stderr, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), done.stderr
@@ -123,14 +143,25 @@ def set_quorate(config: Path, status: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_pause_and_resume_set_and_remove_the_annotation(world: Path) -> None:
+def test_pause_and_resume_set_and_remove_the_annotation(world: Path, plugin: Plugin) -> None:
     assert plugin(world, "pause", "demo").returncode == OK
     assert annotations(world, "demo").get("coordinated.dev/pause") == "true"
     assert plugin(world, "resume", "demo").returncode == OK
     assert "coordinated.dev/pause" not in annotations(world, "demo")
 
 
-def test_an_unknown_cluster_exits_1(world: Path) -> None:
+def test_the_installed_command_says_an_unknown_cluster_in_one_line_and_exits_1(world: Path) -> None:
+    done = subprocess.run(
+        [str(PLUGIN), "status", "nope", "--kubeconfig", str(world), "-n", NS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == FAILED and done.stdout == "", done.stderr
+    assert "CoordinatedCluster plugin/nope: not found" in one_line_error(done)
+
+
+def test_an_unknown_cluster_exits_1(world: Path, plugin: Plugin) -> None:
     for args in (
         ("status", "nope"),
         ("kv", "get", "nope", "key"),
@@ -142,13 +173,13 @@ def test_an_unknown_cluster_exits_1(world: Path) -> None:
         assert "CoordinatedCluster plugin/nope: not found" in one_line_error(done)
 
 
-def test_a_missing_token_secret_exits_3_naming_it(world: Path) -> None:
+def test_a_missing_token_secret_exits_3_naming_it(world: Path, plugin: Plugin) -> None:
     done = plugin(world, "kv", "get", "nosecret", "key")
     assert done.returncode == UNREACHABLE, done.stderr
     assert "Secret plugin/nosecret-client: not found" in one_line_error(done)
 
 
-def test_pods_that_cannot_be_reached_exit_3(world: Path) -> None:
+def test_pods_that_cannot_be_reached_exit_3(world: Path, plugin: Plugin) -> None:
     done = plugin(world, "status", "demo")
     assert done.returncode == UNREACHABLE, done.stderr
     message = one_line_error(done)
@@ -158,7 +189,7 @@ def test_pods_that_cannot_be_reached_exit_3(world: Path) -> None:
     assert "port-forward to pod demo-" in one_line_error(done)
 
 
-def test_a_user_that_rbac_forbids_exits_3(world: Path, tmp_path: Path) -> None:
+def test_a_user_that_rbac_forbids_exits_3(world: Path, plugin: Plugin, tmp_path: Path) -> None:
     apply(world, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "nobody", "namespace": NS}})
     token = kubectl(world, "-n", NS, "create", "token", "nobody")
     assert token.returncode == 0, token.stderr
@@ -172,14 +203,14 @@ def test_a_user_that_rbac_forbids_exits_3(world: Path, tmp_path: Path) -> None:
         assert "not allowed" in one_line_error(done) and "forbidden" in done.stderr, done.stderr
 
 
-def test_recover_refuses_a_pod_that_is_not_a_voter_with_a_claim(world: Path) -> None:
+def test_recover_refuses_a_pod_that_is_not_a_voter_with_a_claim(world: Path, plugin: Plugin) -> None:
     for pod in ("demo-7", "nosecret-0", "demo"):
         done = plugin(world, "recover", "demo", "--from", pod, "--dry-run")
         assert done.returncode == BAD_INPUT, done.stderr
         assert "not one of demo's voters with a data claim (they are: demo-0, demo-1, demo-2)" in one_line_error(done)
 
 
-def test_recover_refuses_a_cluster_with_a_quorum(world: Path) -> None:
+def test_recover_refuses_a_cluster_with_a_quorum(world: Path, plugin: Plugin) -> None:
     set_quorate(world, "True")
     done = plugin(world, "recover", "demo", "--from", "demo-0", "--yes")
     assert done.returncode == FAILED, done.stderr
@@ -187,7 +218,7 @@ def test_recover_refuses_a_cluster_with_a_quorum(world: Path) -> None:
     assert "coordinated.dev/pause" not in annotations(world, "demo")
 
 
-def test_recover_dry_run_and_unconfirmed_change_nothing(world: Path) -> None:
+def test_recover_dry_run_and_unconfirmed_change_nothing(world: Path, plugin: Plugin) -> None:
     set_quorate(world, "False")
     before = annotations(world, "demo")
     done = plugin(world, "recover", "demo", "--from", "demo-1", "--dry-run")
