@@ -3,6 +3,7 @@ text, and that its HTTP goes through the port-forward backend."""
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -17,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from coordinated.ctl.failures import Failed, Unreachable
 from coordinated.kubectl.kube import is_sidecar_pod, ordinal_key
 from coordinated.kubectl.main import main
-from coordinated.kubectl.plugin import plugin
+from coordinated.kubectl.plugin import plugin, status_report
 from coordinated.kubectl.recover import Facts, Progress, Step, StepFailed, job_manifest, plan, run
 from coordinated.kubectl.tunnel import http_client, pod_address
 
@@ -166,3 +167,39 @@ def test_a_step_refused_by_rbac_keeps_exit_3() -> None:
     with pytest.raises(Unreachable) as stopped:
         run(None, [Step("pause the operator", ("kubectl annotate ...",), forbidden)])  # type: ignore[arg-type]
     assert stopped.value.exit_code == UNREACHABLE and "step 1: not allowed: Forbidden" in stopped.value.message
+
+
+def test_the_status_report_is_the_endpoint_table_by_pod_then_phase_and_conditions() -> None:
+    resource = {
+        "metadata": {"name": "demo"},
+        "status": {"phase": "Ready", "conditions": [{"type": "Ready", "status": "True", "reason": "Ready"}]},
+    }
+    rows = [
+        {"endpoint": "http://demo-0:9200", "name": "demo-0", "id": "a1", "master": True, "term": 2, "version": 9,
+         "voting": True, "applied_lag": 0, "health": "green", "error": None},
+        {"endpoint": "http://demo-1:9200", "health": "unreachable", "error": "cannot reach http://demo-1:9200"},
+    ]  # fmt: skip
+    table = status_report("prod", resource, rows, "table").splitlines()
+    assert table[0].split() == [
+        "POD",
+        "NAME",
+        "ID",
+        "MASTER",
+        "TERM",
+        "VERSION",
+        "VOTING",
+        "APPLIED_LAG",
+        "HEALTH",
+        "ERROR",
+    ]
+    assert table[1].split()[:3] == ["demo-0", "demo-0", "a1"] and table[2].split()[:2] == ["demo-1", "-"]
+    assert "CoordinatedCluster prod/demo: phase Ready" in table
+    assert table[-2].split() == ["TYPE", "STATUS", "REASON", "MESSAGE"] and table[-1].split() == [
+        "Ready",
+        "True",
+        "Ready",
+        "-",
+    ]
+    data = json.loads(status_report("prod", resource, rows, "json"))
+    assert data["cluster"] == "demo" and data["namespace"] == "prod" and data["phase"] == "Ready"
+    assert [node["pod"] for node in data["nodes"]] == ["demo-0", "demo-1"] and "endpoint" not in data["nodes"][0]

@@ -78,24 +78,35 @@ def status(kube: Kube, cluster: str, output: str) -> None:
         connection = Connection(preset.endpoints, preset.token, False, DEFAULT_TIMEOUT_S, output, preset.http)
         with as_exit_codes():
             rows = all_rows(connection)
-    nodes = [{"pod": row["endpoint"].split("//", 1)[1].rsplit(":", 1)[0], **row} for row in rows]
-    for node in nodes:
-        del node["endpoint"]
+    click.echo(status_report(kube.namespace, resource, rows, output))
+
+
+def status_report(namespace: str, resource: dict[str, Any], rows: list[dict[str, Any]], output: str) -> str:
+    """The endpoint status rows by pod name, then the cluster's phase and conditions."""
+    nodes = [{"pod": pod_of(row["endpoint"]), **{k: v for k, v in row.items() if k != "endpoint"}} for row in rows]
     found = resource.get("status") or {}
+    name = resource["metadata"]["name"]
     data = {
-        "cluster": cluster,
-        "namespace": kube.namespace,
+        "cluster": name,
+        "namespace": namespace,
         "phase": found.get("phase"),
         "conditions": found.get("conditions") or [],
         "nodes": nodes,
     }
     if output != "table":
-        click.echo(render(data, output))
-        return
-    columns = ("pod", *STATUS_COLUMNS[1:])
-    click.echo(render(nodes, output, columns))
-    click.echo(f"\nCoordinatedCluster {kube.namespace}/{cluster}: phase {data['phase'] or 'unknown'}\n")
-    click.echo(render(data["conditions"], output, CONDITION_COLUMNS))
+        return render(data, output)
+    return "\n\n".join(
+        [
+            render(nodes, output, ("pod", *STATUS_COLUMNS[1:])),
+            f"CoordinatedCluster {namespace}/{name}: phase {data['phase'] or 'unknown'}",
+            render(data["conditions"], output, CONDITION_COLUMNS),
+        ]
+    )
+
+
+def pod_of(address: str) -> str:
+    """`http://POD:9200` -> POD."""
+    return address.split("//", 1)[1].rsplit(":", 1)[0]
 
 
 @plugin.group()
