@@ -203,3 +203,13 @@ def test_the_status_report_is_the_endpoint_table_by_pod_then_phase_and_condition
     data = json.loads(status_report("prod", resource, rows, "json"))
     assert data["cluster"] == "demo" and data["namespace"] == "prod" and data["phase"] == "Ready"
     assert [node["pod"] for node in data["nodes"]] == ["demo-0", "demo-1"] and "endpoint" not in data["nodes"][0]
+
+
+def test_no_kubeconfig_outside_a_pod_names_the_kubeconfig(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["status", "demo"]) == BAD_INPUT
+    assert capsys.readouterr().err.startswith("Error: kubeconfig:")

@@ -74,7 +74,7 @@ class Kube:
             api = config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
             contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
         except ConfigException as error:
-            if kubeconfig is None and context is None and config.incluster_config.SERVICE_HOST_ENV_NAME:
+            if kubeconfig is None and context is None and os.environ.get(config.incluster_config.SERVICE_HOST_ENV_NAME):
                 return cls.in_cluster(namespace, error)
             raise BadInput(f"kubeconfig: {one_line(str(error))}") from error
         if not api.configuration.verify_ssl:
