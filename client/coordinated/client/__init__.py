@@ -15,14 +15,18 @@ from coordinated.client.errors import (
     LockTimeout,
     NoNodeAvailable,
     NotFound,
+    NotLeader,
     OutcomeUnknown,
     SessionNotFound,
     Unavailable,
     VersionConflict,
 )
 from coordinated.client.models import KeyValue, SessionInfo, TxnResult, WatchBatch, WatchEvent, WriteResult
+from coordinated.client.recipes.barrier import AsyncBarrier, Barrier
+from coordinated.client.recipes.counter import AsyncCounter, Counter
 from coordinated.client.recipes.election import AsyncLeaderElection, LeaderElection
 from coordinated.client.recipes.lock import AsyncLock, Lock
+from coordinated.client.sessions import ConnectionState
 from coordinated.client.sync import Client, Session
 from coordinated.key_names import key_problem, prefix_problem
 
@@ -33,15 +37,20 @@ except PackageNotFoundError:  # run from a source tree that is not installed
 
 __all__ = [
     "ApiError",
+    "AsyncBarrier",
     "AsyncClient",
+    "AsyncCounter",
     "AsyncLeaderElection",
     "AsyncLock",
     "AsyncSession",
     "AuthenticationError",
     "BadRequest",
+    "Barrier",
     "ChangesGone",
     "Client",
+    "ConnectionState",
     "CoordinatedError",
+    "Counter",
     "InvalidKey",
     "KeyValue",
     "LeaderElection",
@@ -49,6 +58,7 @@ __all__ = [
     "LockTimeout",
     "NoNodeAvailable",
     "NotFound",
+    "NotLeader",
     "OutcomeUnknown",
     "Session",
     "SessionInfo",

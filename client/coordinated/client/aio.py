@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar, Unpack, cast
@@ -106,7 +107,8 @@ class AsyncClient(ClientBase):
 
     async def session(self, ttl: float = 10.0, on_expired: Callable[[], None] | None = None) -> AsyncSession:
         """A TTL session kept alive by a task of the running loop until `end()` (or the `async with`)."""
-        session = AsyncSession(self, await self.create_session(ttl), ttl, on_expired)
+        created_at = time.monotonic()  # the TTL runs from no earlier than this
+        session = AsyncSession(self, await self.create_session(ttl), ttl, on_expired, created_at)
         self._sessions.add(session)
         return session
 
@@ -129,9 +131,14 @@ class AsyncSession(session_flows.SessionBase):
     expired: asyncio.Event
 
     def __init__(
-        self, client: AsyncClient, info: SessionInfo, ttl: float, on_expired: Callable[[], None] | None = None
+        self,
+        client: AsyncClient,
+        info: SessionInfo,
+        ttl: float,
+        on_expired: Callable[[], None] | None = None,
+        created_at: float | None = None,
     ) -> None:
-        super().__init__(info, ttl, asyncio.Event(), on_expired)
+        super().__init__(info, ttl, asyncio.Event(), on_expired, created_at)
         self.client = client
         keep_alive = client.run_flow(session_flows.keep_alive(client, self))
         self._task = asyncio.get_running_loop().create_task(keep_alive, name=f"session-{self.id}")

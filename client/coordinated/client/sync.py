@@ -109,7 +109,8 @@ class Client(ClientBase):
 
     def session(self, ttl: float = 10.0, on_expired: Callable[[], None] | None = None) -> Session:
         """A TTL session kept alive in the background until `end()` (or the end of a `with` block)."""
-        session = Session(self, self.create_session(ttl), ttl, on_expired)
+        created_at = time.monotonic()  # the TTL runs from no earlier than this
+        session = Session(self, self.create_session(ttl), ttl, on_expired, created_at)
         self._sessions.add(session)
         return session
 
@@ -133,9 +134,14 @@ class Session(session_flows.SessionBase):
     expired: threading.Event
 
     def __init__(
-        self, client: Client, info: SessionInfo, ttl: float, on_expired: Callable[[], None] | None = None
+        self,
+        client: Client,
+        info: SessionInfo,
+        ttl: float,
+        on_expired: Callable[[], None] | None = None,
+        created_at: float | None = None,
     ) -> None:
-        super().__init__(info, ttl, threading.Event(), on_expired)
+        super().__init__(info, ttl, threading.Event(), on_expired, created_at)
         self.client = client
         self._stop = threading.Event()
         keep_alive = session_flows.keep_alive(client, self)

@@ -17,47 +17,41 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from coordinated.client import operations
 from coordinated.client.aio import AsyncClient, AsyncRecipe, AsyncSession
-from coordinated.client.base import ClientBase
 from coordinated.client.calls import checked_key
 from coordinated.client.errors import (
-    ChangesGone,
     LockTimeout,
     NotFound,
     OutcomeUnknown,
-    SessionNotFound,
     VersionConflict,
 )
 from coordinated.client.flow import Flow, awaiting, blocking
 from coordinated.client.models import KeyValue
-from coordinated.client.sessions import SessionBase
+from coordinated.client.recipes.base import C, S, SessionRecipe, require_live_session
+from coordinated.client.recipes.waiting import deadline_of, wait_for_delete
 from coordinated.client.sync import BlockingRecipe, Client, Session
 
-WATCH_TIMEOUT_S = 30.0
 
-C = TypeVar("C", bound=ClientBase)
-S = TypeVar("S", bound=SessionBase)
-
-
-class LockBase(Generic[C, S]):
+class LockBase(SessionRecipe[C, S]):
     """A lock on key `name`, held through `session`. `acquire` returns the fencing token; pass it with every
     write to the protected resource, which must refuse tokens lower than the highest it has seen."""
 
     def __init__(self, client: C, name: str, session: S, data: Any = None) -> None:
-        self.client = client
+        super().__init__(client, session)
         self.name = checked_key(name)
-        self.session = session
         self.owner = uuid.uuid4().hex  # recognizes our own key after an answer was lost
         self.data = data
         self.token: int | None = None
+        self.version = 0  # the holder key's version (a proclaim changes it; the token stays)
 
     def held(self) -> bool:
-        """This client's belief, not the cluster's: True from acquire until release or until the cluster has
-        said the session ended. Only a fencing token checked by the resource makes a write safe."""
-        return self.token is not None and not self.session.expired.is_set()
+        """This client's belief, not the cluster's: True from acquire until release, while the session is
+        `connected` (not once it is suspended: no keepalive for a whole TTL, or lost). Only a fencing token
+        checked by the resource makes a write safe."""
+        return self.token is not None and self.connected()
 
 
 def holder_value(lock: LockBase[Any, Any]) -> dict[str, Any]:
@@ -68,33 +62,28 @@ def owned_by(current: KeyValue | None, owner: str) -> bool:
     return current is not None and isinstance(current.value, dict) and current.value.get("owner") == owner
 
 
-def remaining(deadline: float | None) -> float:
-    return WATCH_TIMEOUT_S if deadline is None else max(0.0, min(WATCH_TIMEOUT_S, deadline - time.monotonic()))
-
-
 def acquire(lock: LockBase[Any, Any], timeout: float | None = None) -> Flow[int]:
     """Blocks until held (or LockTimeout); returns the fencing token. Raises SessionNotFound if the
     session has ended."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = deadline_of(timeout)
     while True:
-        if lock.session.expired.is_set():
-            raise SessionNotFound(404, "resource_not_found_exception", f"session [{lock.session.id}] has ended")
+        require_live_session(lock.session)
         try:
             created = yield from operations.create(lock.client, lock.name, holder_value(lock), session=lock.session.id)
-            lock.token = created.version
+            lock.token = lock.version = created.version
             return created.version
         except (VersionConflict, OutcomeUnknown):
             pass  # held by someone, or perhaps by us: the key says which
         current = yield from read(lock)
         if owned_by(current, lock.owner):
             assert current is not None
-            lock.token = current.create_version
+            lock.token, lock.version = current.create_version, current.version
             return current.create_version
         if current is None:
             continue
         if deadline is not None and time.monotonic() >= deadline:
             raise LockTimeout(f"lock [{lock.name}] is held by another session")
-        yield from wait_for_delete(lock, current.version, deadline)
+        yield from wait_for_delete(lock.client, lock.name, current.version, deadline)
 
 
 def read(lock: LockBase[Any, Any]) -> Flow[KeyValue | None]:
@@ -105,18 +94,6 @@ def read(lock: LockBase[Any, Any]) -> Flow[KeyValue | None]:
         return None
 
 
-def wait_for_delete(lock: LockBase[Any, Any], after: int, deadline: float | None) -> Flow[None]:
-    """Returns when the key is deleted (or may have been), or at the deadline."""
-    while remaining(deadline) > 0:
-        try:
-            batch = yield from operations.watch_once(lock.client, lock.name, after, timeout=remaining(deadline))
-        except ChangesGone:
-            return
-        if any(event.key == lock.name and event.type == "delete" for event in batch.events):
-            return
-        after = batch.version
-
-
 def release(lock: LockBase[Any, Any]) -> Flow[None]:
     """Deletes the lock key if it is still ours; the session lives on."""
     token, lock.token = lock.token, None
@@ -124,7 +101,7 @@ def release(lock: LockBase[Any, Any]) -> Flow[None]:
         return
     # Already gone (the session ended) or being deleted: either way, no longer ours.
     with contextlib.suppress(VersionConflict, NotFound, OutcomeUnknown):
-        yield from operations.delete(lock.client, lock.name, if_version=token)
+        yield from operations.delete(lock.client, lock.name, if_version=lock.version)
 
 
 class Lock(LockBase[Client, Session], BlockingRecipe):
