@@ -42,6 +42,7 @@ class LockBase(SessionRecipe[C, S]):
     def __init__(self, client: C, name: str, session: S, data: Any = None) -> None:
         super().__init__(client, session)
         self.name = checked_key(name)
+        self.key = self.name  # the holder's key
         self.owner = uuid.uuid4().hex  # recognizes our own key after an answer was lost
         self.data = data
         self.token: int | None = None

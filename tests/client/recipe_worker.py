@@ -1,0 +1,154 @@
+"""A worker process of the recipes' fault tests (recipe_faults.py): uses one recipe through the client library,
+on the blocking or the asyncio client, and reports each step to the shared record, until killed.
+
+`python recipe_worker.py RECIPE DRIVER NAME RECORD_URL TTL_S ADDRESS,ADDRESS... [ARG...]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from client_drivers import Driver
+
+from coordinated.client import CoordinatedError, LockTimeout, SessionNotFound
+from coordinated.client.recipes import barrier, counter, election, lock
+
+LOCK = "faults/lock"
+COUNTER = "faults/counter"
+ELECTION = "faults/election"
+BARRIER = "faults/barrier"
+
+
+class Worker:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.name = args.name
+        self.record = args.record
+        self.ttl = args.ttl
+        self.extra: list[str] = args.extra
+        self.driver = Driver(args.driver)
+        # Not following the master: each worker goes through its own first node (followers forward).
+        self.client = self.driver.client(args.addresses, retry_timeout=10, request_timeout=3, follow_master=False)
+
+    def report(self, op: str, **fields: Any) -> bool:
+        body = json.dumps({"op": op, "worker": self.name, **fields}).encode()
+        request = urllib.request.Request(self.record, data=body, method="POST")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return bool(json.loads(response.read())["accepted"])
+
+    def run(self, call: Any) -> Any:
+        return self.driver.run(call)
+
+    def pick(self, module: Any, blocking: str) -> Any:
+        return self.driver.pick(getattr(module, blocking), getattr(module, "Async" + blocking))
+
+    def in_sessions(self, body: Callable[[Any], None]) -> None:
+        """`body(session)` over and over, in a new session whenever the last one ended."""
+        while True:
+            try:
+                session = self.driver.session(self.client, ttl=self.ttl)
+                while not session.expired.is_set():
+                    body(session)
+                self.run(session.end())
+            except (SessionNotFound, CoordinatedError, OSError):
+                time.sleep(0.2)
+
+
+def hold_lock(worker: Worker) -> None:
+    """Acquire, write to the fenced resource with the token a few times, release."""
+    lock_class = worker.pick(lock, "Lock")
+
+    def body(session: Any) -> None:
+        held = lock_class(worker.client, LOCK, session, data=worker.name)
+        try:
+            token = worker.run(held.acquire(timeout=10))
+        except LockTimeout:
+            return
+        worker.report("enter", key=held.key, token=token)
+        for _ in range(5):
+            if not worker.report("write", token=token):
+                break  # fenced off: a later holder exists
+            worker.driver.sleep(0.05)
+        worker.run(held.release())
+        worker.report("exit")
+
+    worker.in_sessions(body)
+
+
+def count(worker: Worker) -> None:
+    """Adds 1, again and again, reporting each add before it starts and the value it produced."""
+    shared = worker.pick(counter, "Counter")(worker.client, COUNTER)
+    while True:
+        worker.report("add")
+        try:
+            value = worker.run(shared.add(1))
+        except CoordinatedError:
+            worker.report("add-failed")
+            continue
+        worker.report("added", value=value)
+
+
+def lead(worker: Worker) -> None:
+    """Campaign; once leader, proclaim a few values; resign."""
+    election_class = worker.pick(election, "LeaderElection")
+
+    def body(session: Any) -> None:
+        candidate = election_class(worker.client, ELECTION, session, worker.name)
+        try:
+            token = worker.run(candidate.campaign(timeout=10))
+        except LockTimeout:
+            return
+        worker.report("enter", key=candidate.lock.key, token=token)
+        for step in range(4):
+            try:
+                worker.run(candidate.proclaim({"by": worker.name, "token": token, "step": step}))
+            except election.NotLeader:
+                worker.report("refused", token=token)
+                break
+            worker.report("proclaimed", key=candidate.lock.key, token=token, step=step)
+            worker.driver.sleep(0.2)
+        worker.run(candidate.resign())
+        worker.report("exit")
+
+    worker.in_sessions(body)
+
+
+def pass_barrier(worker: Worker) -> None:
+    """Waits at the barrier, reports passing it, then waits for it to be raised again."""
+    gate = worker.pick(barrier, "Barrier")(worker.client, BARRIER)
+    while True:
+        try:
+            worker.run(gate.wait(timeout=30))
+        except CoordinatedError:
+            continue
+        worker.report("passed")
+        worker.driver.sleep(0.3)
+
+
+RECIPES: dict[str, Callable[[Worker], None]] = {
+    "lock": hold_lock,
+    "counter": count,
+    "election": lead,
+    "barrier": pass_barrier,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("recipe", choices=sorted(RECIPES))
+    parser.add_argument("driver", choices=["blocking", "asyncio"])
+    parser.add_argument("name")
+    parser.add_argument("record")
+    parser.add_argument("ttl", type=float)
+    parser.add_argument("addresses", type=lambda text: text.split(","))
+    parser.add_argument("extra", nargs="*")
+    args = parser.parse_args()
+    RECIPES[args.recipe](Worker(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Every recipe under faults, with real processes: worker processes use the recipe through different nodes
+while a seeded nemesis kills (-9) and pauses (SIGSTOP past the TTL) the master and the workers, and the shared
+record (recipe_faults.py) checks the recipe's safety property as the workers report their steps.
+
+The tests share one three-node cluster, healed between tests, and alternate between the blocking and the
+asyncio client (the flows are the same; test_flows.py checks both drivers bind them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from recipe_faults import Record, Workers, heal, nemesis, quiet_read
+from recipe_worker import BARRIER, COUNTER, ELECTION
+
+from coordinated.client import Barrier, Client, Counter
+from coordinated.tools.localcluster import LocalCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+NEMESIS_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(Path(tmp_path_factory.mktemp("faults")))
+    try:
+        cluster.bootstrap(3)
+        yield cluster
+    finally:
+        cluster.stop_all(graceful=False)
+
+
+@pytest.fixture
+def urls(cluster: LocalCluster) -> Iterator[list[str]]:
+    heal(cluster)
+    yield [node.url for node in cluster.nodes.values()]
+    heal(cluster)
+
+
+def test_counter_is_exact_under_faults(cluster: LocalCluster, urls: list[str], tmp_path: Path) -> None:
+    record = Record(urls)
+    workers = Workers("counter", "asyncio", urls, record, tmp_path)
+    try:
+        for _ in range(3):
+            workers.start()
+        faults = nemesis(cluster, workers, NEMESIS_S, seed=37)
+    finally:
+        workers.stop_all()
+        record.close()
+    heal(cluster)
+    with Client(urls, retry_timeout=30) as client:
+        final = Counter(client, COUNTER).get()
+    started = [event for event in record.events if event["op"] == "add"]
+    produced = [event["value"] for event in record.events if event["op"] == "added"]
+    assert len(produced) >= 5, (faults, workers.output())
+    # Each add produced its own value: no two adds read the same value and both wrote on top of it.
+    assert len(set(produced)) == len(produced), sorted(produced)
+    # Every acknowledged add counted, and nothing counted that was not attempted.
+    assert len(produced) <= final <= len(started), (final, len(produced), len(started))
+    assert max(produced) <= final
+
+
+def test_election_has_one_leader_and_proclaims_only_while_leading(
+    cluster: LocalCluster, urls: list[str], tmp_path: Path
+) -> None:
+    record = Record(urls)
+    workers = Workers("election", "blocking", urls, record, tmp_path)
+
+    def leader() -> str | None:
+        value = quiet_read(urls, ELECTION)
+        data = value.get("data") if isinstance(value, dict) else None
+        return str(data.get("by") if isinstance(data, dict) else data) if data else None
+
+    try:
+        for _ in range(3):
+            workers.start()
+        faults = nemesis(cluster, workers, NEMESIS_S, seed=38, victim=leader)
+    finally:
+        workers.stop_all()
+        record.close()
+    assert not record.violations, (record.violations, faults)
+    tokens = [event["token"] for event in record.entered]
+    assert len(tokens) >= 3 and len(set(tokens)) == len(tokens), (record.entered, faults, workers.output())
+    proclaimed = [event for event in record.events if event["op"] == "proclaimed"]
+    assert proclaimed, workers.output()
+
+
+def test_barrier_releases_no_one_until_removed(cluster: LocalCluster, urls: list[str], tmp_path: Path) -> None:
+    record = Record(urls)
+    workers = Workers("barrier", "blocking", urls, record, tmp_path)
+    with Client(urls, retry_timeout=30) as client:
+        gate = Barrier(client, BARRIER)
+        gate.set_barrier()
+        try:
+            for _ in range(3):
+                workers.start()
+            faults = nemesis(cluster, workers, NEMESIS_S, seed=39)
+            heal(cluster)
+            record.report({"op": "lowering"})
+            gate.remove_barrier()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                passed = {event["worker"] for event in record.events if event["op"] == "passed"}
+                if set(workers.live()) <= passed:
+                    break
+                time.sleep(0.2)
+        finally:
+            workers.stop_all()
+            record.close()
+    ops = [event["op"] for event in record.events]
+    assert "passed" not in ops[: ops.index("lowering")], (ops, faults)
+    passed = {event["worker"] for event in record.events if event["op"] == "passed"}
+    assert set(workers.live()) <= passed, (ops, workers.output())
