@@ -88,3 +88,9 @@ def api_error(status: int, body: Any) -> ApiError:
         error_type = str(body["error"].get("type", error_type))
         reason = str(body["error"].get("reason", reason))
     return _BY_STATUS.get(status, ApiError)(status, error_type, reason, body)
+
+
+class ListingLost(CoordinatedError):
+    """A range read over several pages could not go on from the state of its first page: the node serving it
+    no longer holds that state (the listing paused too long, the node restarted or failed). Nothing is
+    half-read: list again from the first page (`list_prefix` does so itself)."""
