@@ -147,7 +147,7 @@ def test_fenced_lock_under_kills_and_pauses(
         with Client(urls, retry_timeout=60) as client:
             start = client.watch_once(LOCK, None, timeout=0).version
             watching.set()
-            for event in client.watch(LOCK, start, timeout=1):
+            for event in client.watch(LOCK, start):
                 if event.key == LOCK or event.type == "reset":
                     events.append(event)
                 if event.key == LOCK and event.type == "put":

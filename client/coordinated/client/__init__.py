@@ -4,7 +4,7 @@ with the `Lock` and `LeaderElection` recipes and their fencing tokens. See docs/
 from importlib.metadata import PackageNotFoundError, version
 
 from coordinated.client.aio import AsyncClient, AsyncSession
-from coordinated.client.calls import delete_op, get_op, put_op
+from coordinated.client.calls import delete_op, delete_prefix_op, get_op, put_op
 from coordinated.client.errors import (
     ApiError,
     AuthenticationError,
@@ -12,6 +12,7 @@ from coordinated.client.errors import (
     ChangesGone,
     CoordinatedError,
     InvalidKey,
+    ListingLost,
     LockTimeout,
     NoNodeAvailable,
     NotFound,
@@ -21,7 +22,19 @@ from coordinated.client.errors import (
     Unavailable,
     VersionConflict,
 )
-from coordinated.client.models import KeyValue, SessionInfo, TxnResult, WatchBatch, WatchEvent, WriteResult
+from coordinated.client.models import (
+    Compare,
+    KeyCount,
+    KeyValue,
+    Listing,
+    PrefixDeleted,
+    RangePage,
+    SessionInfo,
+    TxnResult,
+    WatchBatch,
+    WatchEvent,
+    WriteResult,
+)
 from coordinated.client.recipes.barrier import AsyncBarrier, Barrier
 from coordinated.client.recipes.counter import AsyncCounter, Counter
 from coordinated.client.recipes.election import AsyncLeaderElection, LeaderElection
@@ -48,18 +61,24 @@ __all__ = [
     "Barrier",
     "ChangesGone",
     "Client",
+    "Compare",
     "ConnectionState",
     "CoordinatedError",
     "Counter",
     "InvalidKey",
+    "KeyCount",
     "KeyValue",
     "LeaderElection",
+    "Listing",
+    "ListingLost",
     "Lock",
     "LockTimeout",
     "NoNodeAvailable",
     "NotFound",
     "NotLeader",
     "OutcomeUnknown",
+    "PrefixDeleted",
+    "RangePage",
     "Session",
     "SessionInfo",
     "SessionNotFound",
@@ -71,6 +90,7 @@ __all__ = [
     "WriteResult",
     "__version__",
     "delete_op",
+    "delete_prefix_op",
     "get_op",
     "key_problem",
     "prefix_problem",

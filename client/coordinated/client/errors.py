@@ -92,3 +92,9 @@ def api_error(status: int, body: Any) -> ApiError:
 
 class NotLeader(CoordinatedError):
     """`proclaim` by a candidate that no longer leads (its key is gone or was not its own): nothing was written."""
+
+
+class ListingLost(CoordinatedError):
+    """A range read over several pages could not go on from the state of its first page: the node serving it
+    no longer holds that state (the listing paused too long, the node restarted or failed). Nothing is
+    half-read: list again from the first page (`list_prefix` does so itself)."""

@@ -3,7 +3,12 @@
 A flow is a generator that yields steps and gets each step's outcome back at its `yield`:
 
 - `Send`: an HTTP request; the outcome is the `httpx.Response`, or the `httpx.TransportError` raised at the
-  `yield`;
+  `yield`. With `stream=True` the driver keeps a 200 answer's body unread and open (one per flow, a held
+  stream) for the `ReadLine` steps that follow; any other answer it reads whole, as for a plain `Send`;
+- `ReadLine`: the next line of the held stream (without its newline), None once it has ended, or the
+  `httpx.TransportError` that broke it, raised at the `yield`;
+- `CloseStream`: closes the held stream (the driver also closes it when the flow opens another one, when a
+  read fails or ends it, and when the flow ends);
 - `Sleep`: a pause;
 - `Emit`: in a flow that produces a stream of items (`Stream`), the next item for the caller.
 
@@ -40,9 +45,20 @@ class Send:
 
     method: str
     url: str
-    params: Mapping[str, str]
+    params: Mapping[str, str | list[str]]
     body: bytes | None
     timeout: httpx.Timeout
+    stream: bool = False
+
+
+@dataclass(frozen=True)
+class ReadLine:
+    """The next line of the held stream."""
+
+
+@dataclass(frozen=True)
+class CloseStream:
+    """Done with the held stream."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +73,7 @@ class Emit(Generic[E]):
     item: E
 
 
-Step: TypeAlias = Send | Sleep
+Step: TypeAlias = Send | Sleep | ReadLine | CloseStream
 Flow: TypeAlias = Generator[Step, Any, T]
 Stream: TypeAlias = Generator[Step | Emit[E], Any, None]
 
