@@ -5,7 +5,7 @@ TTL) the master and the workers meanwhile.
 The record is an HTTP server in the test process. Workers POST one JSON object per step:
 
 - `{"op": "enter", "worker", "key", "token", "kind"?}` once they believe they hold (a lock, a slot), `token`
-  being their key's `create_version`: the record then reads, linearizably, the key of every worker it
+  being a version of their key (not below its `create_version`): the record then reads, linearizably, the key of every worker it
   believes is inside. A worker deletes its key before it reports `exit`, and a key instance (a name and a
   create version) never comes back, so two inside workers whose keys both exist held at once in one
   committed state: the `admits` rule of the test says which sets may;
@@ -92,7 +92,7 @@ class Record:
                     key = client.get(holder["key"])
                 except NotFound:
                     continue  # released, or its session ended: it no longer holds, whatever it believes
-                if key.create_version == holder["token"]:  # that holder's key, not a later one of the name
+                if key.create_version <= holder["token"]:  # that holder's key, not a later one of the name
                     holding.append(holder)
         if not self.admits(holding):
             with self.lock:
@@ -123,9 +123,11 @@ class Workers:
     def __init__(self, recipe: str, driver: str, urls: list[str], record: Record, workdir: Path) -> None:
         self.recipe, self.driver, self.urls, self.record, self.workdir = recipe, driver, urls, record, workdir
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.extras: dict[str, tuple[str, ...]] = {}
 
     def start(self, *extra: str) -> str:
         name = f"{self.recipe}-{len(self.processes)}"
+        self.extras[name] = extra
         first = len(self.processes) % len(self.urls)
         urls = self.urls[first:] + self.urls[:first]
         out = (self.workdir / f"{name}.out").open("wb")
@@ -202,7 +204,7 @@ def nemesis(
         if fault == "kill-worker":
             workers.signal(name, signal.SIGKILL)
             if restart:
-                workers.start()
+                workers.start(*workers.extras[name])  # in its place, in the same role
         else:  # past its session's TTL: it wakes up believing what it believed
             workers.signal(name, signal.SIGSTOP)
             time.sleep(TTL_S * rng.uniform(1.5, 2.2))

@@ -16,9 +16,12 @@ from typing import Any
 from client_drivers import Driver
 
 from coordinated.client import CoordinatedError, LockTimeout, SessionNotFound
-from coordinated.client.recipes import barrier, counter, election, lock
+from coordinated.client.recipes import barrier, counter, election, lock, rwlock, semaphore
 
 LOCK = "faults/lock"
+SEMAPHORE = "faults/semaphore"
+SEMAPHORE_LIMIT = 2
+RWLOCK = "faults/rwlock"
 COUNTER = "faults/counter"
 ELECTION = "faults/election"
 BARRIER = "faults/barrier"
@@ -58,25 +61,41 @@ class Worker:
                 time.sleep(0.2)
 
 
-def hold_lock(worker: Worker) -> None:
-    """Acquire, write to the fenced resource with the token a few times, release."""
-    lock_class = worker.pick(lock, "Lock")
+def hold(worker: Worker, make: Callable[[Any], Any], fenced: bool) -> None:
+    """Acquire, act a little (with `fenced`, write to the fenced resource with the token), release."""
 
     def body(session: Any) -> None:
-        held = lock_class(worker.client, LOCK, session, data=worker.name)
+        held = make(session)
         try:
             token = worker.run(held.acquire(timeout=10))
         except LockTimeout:
             return
-        worker.report("enter", key=held.key, token=token)
+        worker.report("enter", key=held.key, token=token, kind=held.kind)
         for _ in range(5):
-            if not worker.report("write", token=token):
+            if fenced and not worker.report("write", token=token):
                 break  # fenced off: a later holder exists
             worker.driver.sleep(0.05)
         worker.run(held.release())
         worker.report("exit")
 
     worker.in_sessions(body)
+
+
+def hold_lock(worker: Worker) -> None:
+    lock_class = worker.pick(lock, "Lock")
+    hold(worker, lambda session: lock_class(worker.client, LOCK, session, data=worker.name), fenced=True)
+
+
+def hold_slot(worker: Worker) -> None:
+    semaphore_class = worker.pick(semaphore, "Semaphore")
+    hold(worker, lambda session: semaphore_class(worker.client, SEMAPHORE, session, SEMAPHORE_LIMIT), fenced=False)
+
+
+def read_or_write(worker: Worker) -> None:
+    """Writers write to the fenced resource; readers only hold."""
+    lock_class = worker.pick(rwlock, "ReadWriteLock")
+    mode = worker.extra[0]
+    hold(worker, lambda session: lock_class(worker.client, RWLOCK, session, mode), fenced=mode == rwlock.WRITE)
 
 
 def count(worker: Worker) -> None:
@@ -131,6 +150,8 @@ def pass_barrier(worker: Worker) -> None:
 
 RECIPES: dict[str, Callable[[Worker], None]] = {
     "lock": hold_lock,
+    "semaphore": hold_slot,
+    "rwlock": read_or_write,
     "counter": count,
     "election": lead,
     "barrier": pass_barrier,

@@ -22,6 +22,7 @@ class Cluster:
     def __init__(self) -> None:
         self.cut_off = threading.Event()
         self.session_gone = threading.Event()
+        self.lock_key = ""
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if self.cut_off.is_set():
@@ -36,7 +37,11 @@ class Cluster:
                 error = {"type": "resource_not_found_exception", "reason": "session [s1] not found"}
                 return httpx.Response(404, json={"error": error, "status": 404})
             return httpx.Response(200, json={"acknowledged": True})
-        return httpx.Response(200, json={"key": "locks/a", "term": 1, "version": 5})
+        if request.method == "GET":  # the listing of the lock's prefix: only this holder's key
+            entry = {"key": self.lock_key, "value": {}, "version": 5, "create_version": 5}
+            return httpx.Response(200, json={"version": 5, "keys": [entry], "more": False, "next": None})
+        self.lock_key = path.removeprefix("/_cluster/metadata/")
+        return httpx.Response(200, json={"key": self.lock_key, "term": 1, "version": 5})
 
 
 def wait_for(driver: Driver, condition: object, timeout: float) -> bool:

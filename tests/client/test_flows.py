@@ -14,7 +14,7 @@ from client_drivers import Driver
 
 from coordinated.client import AsyncClient, Client, operations
 from coordinated.client.flow import Emit, Flow, NotAStream, Send, Sleep, Stream
-from coordinated.client.recipes import barrier, counter, election, lock
+from coordinated.client.recipes import barrier, counter, election, lock, rwlock, semaphore
 
 
 def test_both_clients_bind_every_call_of_operations() -> None:
@@ -36,6 +36,8 @@ def test_both_clients_bind_every_call_of_operations() -> None:
         (election, election.LeaderElection, election.AsyncLeaderElection),
         (counter, counter.Counter, counter.AsyncCounter),
         (barrier, barrier.Barrier, barrier.AsyncBarrier),
+        (semaphore, semaphore.Semaphore, semaphore.AsyncSemaphore),
+        (rwlock, rwlock.ReadWriteLock, rwlock.AsyncReadWriteLock),
     ],
 )
 def test_both_classes_of_a_recipe_bind_the_same_flows(module: Any, blocking: type, asynchronous: type) -> None:

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from recipe_faults import Record, Workers, heal, nemesis, quiet_read
-from recipe_worker import BARRIER, COUNTER, ELECTION
+from recipe_faults import Holders, Record, Workers, heal, nemesis, quiet_read
+from recipe_worker import BARRIER, COUNTER, ELECTION, SEMAPHORE_LIMIT
 
 from coordinated.client import Barrier, Client, Counter
 from coordinated.tools.localcluster import LocalCluster
@@ -39,6 +39,73 @@ def urls(cluster: LocalCluster) -> Iterator[list[str]]:
     heal(cluster)
     yield [node.url for node in cluster.nodes.values()]
     heal(cluster)
+
+
+def run_holders(
+    cluster: LocalCluster, record: Record, workers: Workers, seed: int, modes: list[str] | None = None
+) -> list[str]:
+    try:
+        for mode in modes or ["", "", "", ""]:
+            workers.start(*([mode] if mode else []))
+        return nemesis(cluster, workers, NEMESIS_S, seed, victim=lambda: current_holder(record))
+    finally:
+        workers.stop_all()
+        record.close()
+
+
+def current_holder(record: Record) -> str | None:
+    with record.lock:
+        inside = list(record.inside)
+    return inside[0] if inside else None
+
+
+def check_holders(record: Record, workers: Workers, faults: list[str], fenced: bool = True) -> None:
+    assert not record.violations, (record.violations, faults)
+    # Holders that share (readers, a semaphore's) may mark their keys in one committed state, and so share
+    # a token; an exclusive holder's token is its own.
+    tokens = [event["token"] for event in record.entered if event.get("kind") != "read" and fenced]
+    assert len(set(tokens)) == len(tokens), f"a token given twice: {tokens}"
+    assert len(record.entered) >= 3 and len({event["worker"] for event in record.entered}) >= 2, (
+        faults,
+        workers.output(),
+    )
+    owners = {event["token"]: event["worker"] for event in record.entered if event.get("kind") != "read"}
+    last = 0
+    for worker, token in record.accepted:
+        assert token >= last and owners.get(token) == worker, (worker, token, owners.get(token))
+        last = token
+    assert record.accepted or not fenced
+
+
+@pytest.mark.parametrize("driver", ["blocking", "asyncio"])
+def test_lock_excludes_and_fences_under_faults(
+    driver: str, cluster: LocalCluster, urls: list[str], tmp_path: Path
+) -> None:
+    record = Record(urls)
+    workers = Workers("lock", driver, urls, record, tmp_path)
+    faults = run_holders(cluster, record, workers, seed=40)
+    check_holders(record, workers, faults)
+
+
+def test_semaphore_admits_at_most_its_limit_under_faults(
+    cluster: LocalCluster, urls: list[str], tmp_path: Path
+) -> None:
+    record = Record(urls, admits=lambda holding: len(holding) <= SEMAPHORE_LIMIT)
+    workers = Workers("semaphore", "asyncio", urls, record, tmp_path)
+    faults = run_holders(cluster, record, workers, seed=41, modes=["", "", "", "", ""])
+    check_holders(record, workers, faults, fenced=False)
+
+
+def one_writer_or_readers(holding: Holders) -> bool:
+    writers = [holder for holder in holding if holder["kind"] == "write"]
+    return not writers or len(holding) == 1
+
+
+def test_read_write_lock_excludes_writers_under_faults(cluster: LocalCluster, urls: list[str], tmp_path: Path) -> None:
+    record = Record(urls, admits=one_writer_or_readers)
+    workers = Workers("rwlock", "blocking", urls, record, tmp_path)
+    faults = run_holders(cluster, record, workers, seed=42, modes=["write", "read", "write", "read", "read"])
+    check_holders(record, workers, faults)
 
 
 def test_counter_is_exact_under_faults(cluster: LocalCluster, urls: list[str], tmp_path: Path) -> None:

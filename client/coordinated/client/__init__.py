@@ -39,6 +39,8 @@ from coordinated.client.recipes.barrier import AsyncBarrier, Barrier
 from coordinated.client.recipes.counter import AsyncCounter, Counter
 from coordinated.client.recipes.election import AsyncLeaderElection, LeaderElection
 from coordinated.client.recipes.lock import AsyncLock, Lock
+from coordinated.client.recipes.rwlock import AsyncReadWriteLock, ReadWriteLock
+from coordinated.client.recipes.semaphore import AsyncSemaphore, Semaphore
 from coordinated.client.sessions import ConnectionState
 from coordinated.client.sync import Client, Session
 from coordinated.key_names import key_problem, prefix_problem
@@ -55,6 +57,8 @@ __all__ = [
     "AsyncCounter",
     "AsyncLeaderElection",
     "AsyncLock",
+    "AsyncReadWriteLock",
+    "AsyncSemaphore",
     "AsyncSession",
     "AuthenticationError",
     "BadRequest",
@@ -79,6 +83,8 @@ __all__ = [
     "OutcomeUnknown",
     "PrefixDeleted",
     "RangePage",
+    "ReadWriteLock",
+    "Semaphore",
     "Session",
     "SessionInfo",
     "SessionNotFound",
