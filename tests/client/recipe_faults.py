@@ -48,6 +48,7 @@ class Record:
         self.events: list[dict[str, Any]] = []
         self.inside: dict[str, dict[str, Any]] = {}
         self.entered: list[dict[str, Any]] = []
+        self.holding: list[dict[str, Any]] = []  # the enters whose worker's key still existed when checked
         self.violations: list[str] = []
         self.highest = 0
         self.accepted: list[tuple[str, int]] = []
@@ -67,7 +68,7 @@ class Record:
                 self.inside[body["worker"]] = body
                 self.entered.append(body)
                 inside = list(self.inside.values())
-            self._check(inside)
+            self._check(inside, body)
         elif op == "exit":
             with self.lock:
                 self.inside.pop(body["worker"], None)
@@ -83,7 +84,7 @@ class Record:
                 self.events.append(body)
         return {"accepted": True}
 
-    def _check(self, inside: Holders) -> None:
+    def _check(self, inside: Holders, entering: dict[str, Any]) -> None:
         """Which of the workers that believe they hold still have their key: those held together."""
         holding = []
         with Client(self.urls, retry_timeout=30, request_timeout=3) as client:
@@ -94,6 +95,9 @@ class Record:
                     continue  # released, or its session ended: it no longer holds, whatever it believes
                 if key.create_version <= holder["token"]:  # that holder's key, not a later one of the name
                     holding.append(holder)
+        with self.lock:
+            if entering in holding:
+                self.holding.append(entering)
         if not self.admits(holding):
             with self.lock:
                 self.violations.append(f"held together: {holding}")

@@ -70,7 +70,7 @@ def hold(worker: Worker, make: Callable[[Any], Any], fenced: bool) -> None:
             token = worker.run(held.acquire(timeout=10))
         except LockTimeout:
             return
-        worker.report("enter", key=held.key, token=token, kind=held.kind)
+        worker.report("enter", key=held.key, token=token, kind=held.kind, created=held.created)
         for _ in range(5):
             if fenced and not worker.report("write", token=token):
                 break  # fenced off: a later holder exists

@@ -85,6 +85,9 @@ def test_lock_excludes_and_fences_under_faults(
     workers = Workers("lock", driver, urls, record, tmp_path)
     faults = run_holders(cluster, record, workers, seed=40)
     check_holders(record, workers, faults)
+    # First come, first served: the holders that still held when they reported, in their queue order.
+    places = [(event["created"], event["key"]) for event in record.holding]
+    assert places == sorted(places), places
 
 
 def test_semaphore_admits_at_most_its_limit_under_faults(

@@ -59,6 +59,7 @@ class TurnBase(SessionRecipe[C, S]):
         self.data = data
         self.kind = kind
         self.token: int | None = None
+        self.created = 0  # its key's create_version: its place in the queue, with the key's name
         self.version = 0  # the key's version (a proclaim changes it; the token stays)
 
     def held(self) -> bool:
@@ -105,6 +106,7 @@ def take_turn(turn: TurnBase[Any, Any], rule: Rule, timeout: float | None) -> Fl
                 continue
             blockers = rule(mine, keys[: keys.index(mine)])
             if not blockers:
+                turn.created = mine.create_version
                 return (yield from claim(turn, mine))
             if remaining(deadline) <= 0:
                 raise LockTimeout(f"[{turn.name}]: {len(blockers)} earlier contenders still hold or wait")
