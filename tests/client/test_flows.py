@@ -14,7 +14,7 @@ from client_drivers import Driver
 
 from coordinated.client import AsyncClient, Client, operations
 from coordinated.client.flow import Emit, Flow, NotAStream, Send, Sleep, Stream
-from coordinated.client.recipes import barrier, counter, election, lock, rwlock, semaphore
+from coordinated.client.recipes import barrier, counter, election, group, lock, queue, rwlock, semaphore
 
 
 def test_both_clients_bind_every_call_of_operations() -> None:
@@ -38,6 +38,9 @@ def test_both_clients_bind_every_call_of_operations() -> None:
         (barrier, barrier.Barrier, barrier.AsyncBarrier),
         (semaphore, semaphore.Semaphore, semaphore.AsyncSemaphore),
         (rwlock, rwlock.ReadWriteLock, rwlock.AsyncReadWriteLock),
+        (barrier, barrier.DoubleBarrier, barrier.AsyncDoubleBarrier),
+        (queue, queue.Queue, queue.AsyncQueue),
+        (group, group.GroupMember, group.AsyncGroupMember),
     ],
 )
 def test_both_classes_of_a_recipe_bind_the_same_flows(module: Any, blocking: type, asynchronous: type) -> None:

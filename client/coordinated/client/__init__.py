@@ -35,10 +35,12 @@ from coordinated.client.models import (
     WatchEvent,
     WriteResult,
 )
-from coordinated.client.recipes.barrier import AsyncBarrier, Barrier
+from coordinated.client.recipes.barrier import AsyncBarrier, AsyncDoubleBarrier, Barrier, DoubleBarrier
 from coordinated.client.recipes.counter import AsyncCounter, Counter
 from coordinated.client.recipes.election import AsyncLeaderElection, LeaderElection
+from coordinated.client.recipes.group import AsyncGroupMember, GroupMember
 from coordinated.client.recipes.lock import AsyncLock, Lock
+from coordinated.client.recipes.queue import AsyncQueue, ClaimLost, Item, Queue
 from coordinated.client.recipes.rwlock import AsyncReadWriteLock, ReadWriteLock
 from coordinated.client.recipes.semaphore import AsyncSemaphore, Semaphore
 from coordinated.client.sessions import ConnectionState
@@ -55,8 +57,11 @@ __all__ = [
     "AsyncBarrier",
     "AsyncClient",
     "AsyncCounter",
+    "AsyncDoubleBarrier",
+    "AsyncGroupMember",
     "AsyncLeaderElection",
     "AsyncLock",
+    "AsyncQueue",
     "AsyncReadWriteLock",
     "AsyncSemaphore",
     "AsyncSession",
@@ -64,12 +69,16 @@ __all__ = [
     "BadRequest",
     "Barrier",
     "ChangesGone",
+    "ClaimLost",
     "Client",
     "Compare",
     "ConnectionState",
     "CoordinatedError",
     "Counter",
+    "DoubleBarrier",
+    "GroupMember",
     "InvalidKey",
+    "Item",
     "KeyCount",
     "KeyValue",
     "LeaderElection",
@@ -82,6 +91,7 @@ __all__ = [
     "NotLeader",
     "OutcomeUnknown",
     "PrefixDeleted",
+    "Queue",
     "RangePage",
     "ReadWriteLock",
     "Semaphore",
