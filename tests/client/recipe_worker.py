@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 import urllib.request
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import Any
 from client_drivers import Driver
 
 from coordinated.client import CoordinatedError, LockTimeout, SessionNotFound
-from coordinated.client.recipes import barrier, counter, election, lock, rwlock, semaphore
+from coordinated.client.recipes import barrier, counter, election, group, lock, queue, rwlock, semaphore
 
 LOCK = "faults/lock"
 SEMAPHORE = "faults/semaphore"
@@ -25,6 +26,10 @@ RWLOCK = "faults/rwlock"
 COUNTER = "faults/counter"
 ELECTION = "faults/election"
 BARRIER = "faults/barrier"
+DOUBLE_BARRIER = "faults/double-barrier"
+PARTICIPANTS = 3
+QUEUE = "faults/queue"
+GROUP = "faults/group"
 
 
 class Worker:
@@ -148,6 +153,55 @@ def pass_barrier(worker: Worker) -> None:
         worker.driver.sleep(0.3)
 
 
+def double_barrier(worker: Worker) -> None:
+    """One round: enter with the others, report it, leave; then idle."""
+    barrier_class = worker.pick(barrier, "DoubleBarrier")
+    session = worker.driver.session(worker.client, ttl=worker.ttl)
+    participant = barrier_class(worker.client, DOUBLE_BARRIER, session, PARTICIPANTS)
+    worker.report("entering")
+    worker.run(participant.enter(timeout=120))
+    worker.report("entered")
+    worker.run(participant.leave(timeout=120))
+    worker.report("left")
+    while True:
+        time.sleep(1)
+
+
+def consume(worker: Worker) -> None:
+    """Take an item, report it taken once the ack succeeded."""
+    queue_class = worker.pick(queue, "Queue")
+
+    def body(session: Any) -> None:
+        consumer = queue_class(worker.client, QUEUE, session)
+        try:
+            item = worker.run(consumer.take(timeout=5))
+        except LockTimeout:
+            return
+        worker.driver.sleep(0.05)  # the work
+        try:
+            worker.run(consumer.ack(item))
+        except queue.ClaimLost:
+            worker.report("claim-lost", item=item.value)
+            return
+        worker.report("took", item=item.value)
+
+    worker.in_sessions(body)
+
+
+def be_member(worker: Worker) -> None:
+    """Join the group, in a new session whenever the last one ended."""
+    member_class = worker.pick(group, "GroupMember")
+
+    def body(session: Any) -> None:
+        member = member_class(worker.client, GROUP, session, worker.name, {"pid": os.getpid()})
+        worker.run(member.join())
+        worker.report("joined", session=session.id)
+        while not session.expired.is_set():
+            worker.driver.sleep(0.2)
+
+    worker.in_sessions(body)
+
+
 RECIPES: dict[str, Callable[[Worker], None]] = {
     "lock": hold_lock,
     "semaphore": hold_slot,
@@ -155,6 +209,9 @@ RECIPES: dict[str, Callable[[Worker], None]] = {
     "counter": count,
     "election": lead,
     "barrier": pass_barrier,
+    "double-barrier": double_barrier,
+    "queue": consume,
+    "group": be_member,
 }
 
 

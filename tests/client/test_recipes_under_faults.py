@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from recipe_faults import Holders, Record, Workers, heal, nemesis, quiet_read
-from recipe_worker import BARRIER, COUNTER, ELECTION, SEMAPHORE_LIMIT
+from recipe_worker import BARRIER, COUNTER, ELECTION, GROUP, PARTICIPANTS, QUEUE, SEMAPHORE_LIMIT
 
-from coordinated.client import Barrier, Client, Counter
+from coordinated.client import Barrier, Client, Counter, GroupMember, Queue
 from coordinated.tools.localcluster import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -178,10 +178,102 @@ def test_barrier_releases_no_one_until_removed(cluster: LocalCluster, urls: list
                 if set(workers.live()) <= passed:
                     break
                 time.sleep(0.2)
+            alive = set(workers.live())
         finally:
             workers.stop_all()
             record.close()
     ops = [event["op"] for event in record.events]
     assert "passed" not in ops[: ops.index("lowering")], (ops, faults)
     passed = {event["worker"] for event in record.events if event["op"] == "passed"}
-    assert set(workers.live()) <= passed, (ops, workers.output())
+    assert alive and alive <= passed, (ops, workers.output())
+
+
+def test_double_barrier_releases_only_with_all_participants(
+    cluster: LocalCluster, urls: list[str], tmp_path: Path
+) -> None:
+    record = Record(urls)
+    workers = Workers("double-barrier", "asyncio", urls, record, tmp_path)
+    try:
+        for _ in range(PARTICIPANTS - 1):
+            workers.start()
+        # One participant short: faults on the master and the participants (killed ones are not replaced,
+        # so there are never enough), and no one may enter.
+        faults = nemesis(cluster, workers, NEMESIS_S / 2, seed=43, restart=False)
+        heal(cluster)
+        assert not [event for event in record.events if event["op"] == "entered"], (record.events, faults)
+        while len(workers.live()) < PARTICIPANTS:
+            workers.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            entered = {event["worker"] for event in record.events if event["op"] == "entered"}
+            if set(workers.live()) <= entered:
+                break
+            time.sleep(0.2)
+        alive = set(workers.live())
+    finally:
+        workers.stop_all()
+        record.close()
+    ops = [(event["op"], event["worker"]) for event in record.events]
+    first_entered = next(index for index, (op, _) in enumerate(ops) if op == "entered")
+    entering = {worker for op, worker in ops[:first_entered] if op == "entering"}
+    assert len(entering) >= PARTICIPANTS, ops
+    assert len(alive) == PARTICIPANTS and alive <= {worker for op, worker in ops if op == "entered"}, (
+        ops,
+        workers.output(),
+    )
+
+
+def test_queue_items_are_each_taken_once_under_faults(cluster: LocalCluster, urls: list[str], tmp_path: Path) -> None:
+    record = Record(urls)
+    workers = Workers("queue", "blocking", urls, record, tmp_path)
+    items = [f"item-{index}" for index in range(40)]
+    with Client(urls, retry_timeout=30) as client:
+        producer = Queue(client, QUEUE)
+        for item in items[:20]:
+            producer.put(item)
+        try:
+            for _ in range(3):
+                workers.start()
+            faults = nemesis(cluster, workers, NEMESIS_S, seed=44)
+            heal(cluster)
+            for item in items[20:]:
+                producer.put(item)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and producer.size() > 0:
+                time.sleep(0.3)
+            left = producer.size()
+        finally:
+            workers.stop_all()
+            record.close()
+    taken = [event["item"] for event in record.events if event["op"] == "took"]
+    assert len(taken) == len(set(taken)), f"taken twice: {sorted(taken)}"
+    assert left == 0, (left, faults, workers.output())
+    # Every item was acked once; an item acked by a consumer killed before it reported is the only one missing.
+    kills = faults.count("kill-worker")
+    assert set(taken) <= set(items) and len(items) - len(taken) <= kills, (sorted(set(items) - set(taken)), kills)
+
+
+def test_group_view_follows_members_under_faults(cluster: LocalCluster, urls: list[str], tmp_path: Path) -> None:
+    record = Record(urls)
+    workers = Workers("group", "asyncio", urls, record, tmp_path)
+    views: list[dict[str, object]] = []
+    try:
+        for _ in range(3):
+            workers.start()
+        faults = nemesis(cluster, workers, NEMESIS_S, seed=45)
+        heal(cluster)
+        with Client(urls, retry_timeout=30) as client, client.session(ttl=5.0) as session:
+            observer = GroupMember(client, GROUP, session, "observer")
+            # Killed members leave once their sessions expire; paused ones come back in a new session.
+            deadline = time.monotonic() + 30
+            for view in observer.watch_members():
+                views.append(view)
+                if set(view) == set(workers.live()) or time.monotonic() > deadline:
+                    break
+            final = observer.members()
+            alive = set(workers.live())
+    finally:
+        workers.stop_all()
+        record.close()
+    assert alive and set(final) == alive, (final, alive, faults)
+    assert set(views[-1]) == set(final)
