@@ -8,6 +8,7 @@ asyncio client (the flows are the same; test_flows.py checks both drivers bind t
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -253,6 +254,13 @@ def test_queue_items_are_each_taken_once_under_faults(cluster: LocalCluster, url
     assert set(taken) <= set(items) and len(items) - len(taken) <= kills, (sorted(set(items) - set(taken)), kills)
 
 
+def wait_for_reports(record: Record, op: str, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while sum(event["op"] == op for event in record.events) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} {op!r} reports: {record.events}"
+        time.sleep(0.1)
+
+
 def test_group_view_follows_members_under_faults(cluster: LocalCluster, urls: list[str], tmp_path: Path) -> None:
     record = Record(urls)
     workers = Workers("group", "asyncio", urls, record, tmp_path)
@@ -260,18 +268,19 @@ def test_group_view_follows_members_under_faults(cluster: LocalCluster, urls: li
     try:
         for _ in range(3):
             workers.start()
+        wait_for_reports(record, "joined", 3)
         faults = nemesis(cluster, workers, NEMESIS_S, seed=45)
         heal(cluster)
+        workers.signal(workers.live()[0], signal.SIGKILL)  # a member that surely joined: it must leave
+        faults.append("kill-worker")
         with Client(urls, retry_timeout=30) as client, client.session(ttl=5.0) as session:
             observer = GroupMember(client, GROUP, session, "observer")
             # Killed members leave once their sessions expire; paused ones come back in a new session.
-            deadline = time.monotonic() + 30
-            for view in observer.watch_members():
-                views.append(view)
-                if set(view) == set(workers.live()) or time.monotonic() > deadline:
-                    break
-            final = observer.members()
+            deadline = time.monotonic() + 20
             alive = set(workers.live())
+            while set(final := observer.members()) != alive and time.monotonic() < deadline:
+                time.sleep(0.2)
+            views.append(next(iter(observer.watch_members())))
     finally:
         workers.stop_all()
         record.close()
