@@ -156,10 +156,15 @@ def pass_barrier(worker: Worker) -> None:
 def double_barrier(worker: Worker) -> None:
     """One round: enter with the others, report it, leave; then idle."""
     barrier_class = worker.pick(barrier, "DoubleBarrier")
-    session = worker.driver.session(worker.client, ttl=worker.ttl)
-    participant = barrier_class(worker.client, DOUBLE_BARRIER, session, PARTICIPANTS)
-    worker.report("entering")
-    worker.run(participant.enter(timeout=120))
+    while True:
+        try:
+            session = worker.driver.session(worker.client, ttl=worker.ttl)
+            participant = barrier_class(worker.client, DOUBLE_BARRIER, session, PARTICIPANTS)
+            worker.report("entering")
+            worker.run(participant.enter(timeout=120))
+            break
+        except CoordinatedError:  # our session ended while we waited (paused past the TTL): enter again
+            time.sleep(0.2)
     worker.report("entered")
     worker.run(participant.leave(timeout=120))
     worker.report("left")

@@ -160,6 +160,16 @@ def test_election_has_one_leader_and_proclaims_only_while_leading(
     assert proclaimed, workers.output()
 
 
+def until_every_live_worker_reports(record: Record, workers: Workers, op: str, seconds: float = 60) -> set[str]:
+    """Waits (at most `seconds`) until every live worker has reported `op`; returns the live workers."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if set(workers.live()) <= {event["worker"] for event in record.events if event["op"] == op}:
+            break
+        time.sleep(0.2)
+    return set(workers.live())
+
+
 def test_barrier_releases_no_one_until_removed(cluster: LocalCluster, urls: list[str], tmp_path: Path) -> None:
     record = Record(urls)
     workers = Workers("barrier", "blocking", urls, record, tmp_path)
@@ -173,13 +183,7 @@ def test_barrier_releases_no_one_until_removed(cluster: LocalCluster, urls: list
             heal(cluster)
             record.report({"op": "lowering"})
             gate.remove_barrier()
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                passed = {event["worker"] for event in record.events if event["op"] == "passed"}
-                if set(workers.live()) <= passed:
-                    break
-                time.sleep(0.2)
-            alive = set(workers.live())
+            alive = until_every_live_worker_reports(record, workers, "passed")
         finally:
             workers.stop_all()
             record.close()
@@ -204,13 +208,7 @@ def test_double_barrier_releases_only_with_all_participants(
         assert not [event for event in record.events if event["op"] == "entered"], (record.events, faults)
         while len(workers.live()) < PARTICIPANTS:
             workers.start()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            entered = {event["worker"] for event in record.events if event["op"] == "entered"}
-            if set(workers.live()) <= entered:
-                break
-            time.sleep(0.2)
-        alive = set(workers.live())
+        alive = until_every_live_worker_reports(record, workers, "entered")
     finally:
         workers.stop_all()
         record.close()

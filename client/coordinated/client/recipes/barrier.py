@@ -10,7 +10,8 @@ watches the key from the version it read, so it never polls and never misses a r
 `DoubleBarrier` and `AsyncDoubleBarrier`: `count` participants enter together and leave together (Curator's
 `DistributedDoubleBarrier`, ZooKeeper's double barrier). Each participant's key is an ephemeral key of its
 session under `name/members/`. `enter()` returns once `name/ready` exists, which a participant writes only
-when one listing showed at least `count` members; `leave()` deletes its key and returns once no member is
+when one listing showed at least `count` members (SessionNotFound if this participant's key went with its
+session meanwhile: enter again in a new session); `leave()` deletes its key and returns once no member is
 left. A participant whose session ended is no longer counted, but until its TTL runs out after a crash it
 still is, as in ZooKeeper. Use a new name for each round.
 """
@@ -25,7 +26,7 @@ from typing import Any, Generic
 from coordinated.client import operations
 from coordinated.client.aio import AsyncClient, AsyncRecipe, AsyncSession
 from coordinated.client.calls import checked_key
-from coordinated.client.errors import ChangesGone, LockTimeout, NotFound
+from coordinated.client.errors import ChangesGone, LockTimeout, NotFound, SessionNotFound
 from coordinated.client.flow import Flow, awaiting, blocking
 from coordinated.client.recipes.base import C, S, SessionRecipe, require_live_session
 from coordinated.client.recipes.waiting import deadline_of, remaining, wait_for_delete
@@ -93,10 +94,10 @@ class DoubleBarrierBase(SessionRecipe[C, S]):
         self.data = data
 
 
-def _state(barrier: DoubleBarrierBase[Any, Any]) -> Flow[tuple[int, int, bool]]:
-    """The version read, how many members there are, and whether the barrier is ready: one state."""
+def _state(barrier: DoubleBarrierBase[Any, Any]) -> Flow[tuple[int, list[str], bool]]:
+    """The version read, the members' keys, and whether the barrier is ready: one state."""
     listing = yield from operations.list_prefix(barrier.client, barrier.name + "/", keys_only=True)
-    members = sum(1 for kv in listing.keys if kv.key.startswith(barrier.members))
+    members = [kv.key for kv in listing.keys if kv.key.startswith(barrier.members)]
     return listing.version, members, any(kv.key == barrier.ready for kv in listing.keys)
 
 
@@ -116,11 +117,13 @@ def enter(barrier: DoubleBarrierBase[Any, Any], timeout: float | None = None) ->
             version, members, ready = yield from _state(barrier)
             if ready:
                 return
-            if members >= barrier.count:
-                yield from operations.put(barrier.client, barrier.ready, {"count": members})
+            if barrier.key not in members:  # gone with our session: we no longer count
+                raise SessionNotFound(404, "resource_not_found_exception", f"[{barrier.key}] is gone")
+            if len(members) >= barrier.count:
+                yield from operations.put(barrier.client, barrier.ready, {"count": len(members)})
                 return
             if remaining(deadline) <= 0:
-                raise LockTimeout(f"double barrier [{barrier.name}]: {members} of {barrier.count} participants")
+                raise LockTimeout(f"double barrier [{barrier.name}]: {len(members)} of {barrier.count} participants")
             yield from _until_changed(barrier, version, deadline)
     except BaseException:
         with contextlib.suppress(Exception):
@@ -135,10 +138,10 @@ def leave(barrier: DoubleBarrierBase[Any, Any], timeout: float | None = None) ->
         yield from operations.delete(barrier.client, barrier.key)
     while True:
         version, members, _ = yield from _state(barrier)
-        if members == 0:
+        if not members:
             return
         if remaining(deadline) <= 0:
-            raise LockTimeout(f"double barrier [{barrier.name}]: {members} participants have not left")
+            raise LockTimeout(f"double barrier [{barrier.name}]: {len(members)} participants have not left")
         yield from _until_changed(barrier, version, deadline)
 
 
