@@ -109,7 +109,7 @@ def take_turn(turn: TurnBase[Any, Any], rule: Rule, timeout: float | None) -> Fl
                 turn.created = mine.create_version
                 return (yield from claim(turn, mine))
             if remaining(deadline) <= 0:
-                raise LockTimeout(f"[{turn.name}]: {len(blockers)} earlier contenders still hold or wait")
+                raise LockTimeout(f"[{turn.name}] is held by another session ({len(blockers)} ahead of this one)")
             yield from wait_for_any_delete(turn, [kv.key for kv in blockers], version, deadline)
     except BaseException:
         if turn.token is None:
