@@ -8,7 +8,9 @@ asyncio client (the flows are the same; test_flows.py checks both drivers bind t
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 from recipe_faults import Holders, Record, Workers, heal, nemesis, quiet_read
 from recipe_worker import BARRIER, COUNTER, ELECTION, GROUP, PARTICIPANTS, QUEUE, SEMAPHORE_LIMIT
 
-from coordinated.client import Barrier, Client, Counter, GroupMember, Queue
+from coordinated.client import Barrier, Client, CoordinatedError, Counter, GroupMember, Queue
 from coordinated.tools.localcluster import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -176,10 +178,23 @@ def test_barrier_releases_no_one_until_removed(cluster: LocalCluster, urls: list
     with Client(urls, retry_timeout=30) as client:
         gate = Barrier(client, BARRIER)
         gate.set_barrier()
+        raising = threading.Event()
+
+        def raise_again() -> None:
+            """The barrier written again and again while it is up: waiters must wake only on its removal."""
+            with Client(urls, retry_timeout=5) as writer:
+                while not raising.wait(0.3):
+                    with contextlib.suppress(CoordinatedError):
+                        Barrier(writer, BARRIER).set_barrier()
+
+        rewriter = threading.Thread(target=raise_again, daemon=True)
+        rewriter.start()
         try:
             for _ in range(3):
                 workers.start()
             faults = nemesis(cluster, workers, NEMESIS_S, seed=39)
+            raising.set()
+            rewriter.join(30)
             heal(cluster)
             record.report({"op": "lowering"})
             gate.remove_barrier()
