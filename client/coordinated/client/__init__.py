@@ -34,6 +34,7 @@ from coordinated.client.models import (
     WatchEvent,
     WriteResult,
 )
+from coordinated.client.prefix_cache import AsyncPrefixCache, CacheChange, PrefixCache
 from coordinated.client.recipes.election import AsyncLeaderElection, LeaderElection
 from coordinated.client.recipes.lock import AsyncLock, Lock
 from coordinated.client.sync import Client, Session
@@ -49,9 +50,11 @@ __all__ = [
     "AsyncClient",
     "AsyncLeaderElection",
     "AsyncLock",
+    "AsyncPrefixCache",
     "AsyncSession",
     "AuthenticationError",
     "BadRequest",
+    "CacheChange",
     "ChangesGone",
     "Client",
     "Compare",
@@ -67,6 +70,7 @@ __all__ = [
     "NoNodeAvailable",
     "NotFound",
     "OutcomeUnknown",
+    "PrefixCache",
     "PrefixDeleted",
     "RangePage",
     "Session",
