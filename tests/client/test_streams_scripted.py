@@ -132,3 +132,26 @@ def test_range_pages_raises_listing_lost_after_the_pages_it_gave(driver: Driver)
     with pytest.raises(ListingLost):
         driver.run(collect())
     assert [p.version for p in pages] == [10]
+
+
+def test_a_stream_refused_with_410_re_reads_like_a_gone_line(driver: Driver) -> None:
+    script = Script(
+        error(410, "resource_gone_exception"),
+        httpx.Response(200, json=page(30, [("a/1", 1)], more=False)),
+        stream(put("a/2", 31)),
+    )
+    client = driver.client(["127.0.0.1:1"], handler=script, retry_timeout=2.0)
+    events = driver.take(client.watch("a/", after_version=1), 3)
+    assert [(e.type, e.key, e.version) for e in events] == [("reset", "a/", 30), ("put", "a/1", 30), ("put", "a/2", 31)]
+    assert watch_params(script, "after_version") == ["1", "30"]
+
+
+def test_a_malformed_line_is_taken_for_a_broken_stream(driver: Driver) -> None:
+    script = Script(
+        stream(put("a/1", 5), {"type": "put", "version": 6}),
+        stream(put("a/1", 5), put("a/2", 6)),  # version 5 again: it was not known to be complete
+    )
+    client = driver.client(["127.0.0.1:1"], handler=script, retry_timeout=2.0)
+    events = driver.take(client.watch("a/", after_version=4), 2)
+    assert [(e.key, e.version) for e in events] == [("a/1", 5), ("a/2", 6)]
+    assert watch_params(script, "after_version") == ["4", "4"]

@@ -35,6 +35,7 @@ from coordinated.client.models import (
     WatchEvent,
     WriteResult,
 )
+from coordinated.client.prefix_cache import AsyncPrefixCache, CacheChange, PrefixCache
 from coordinated.client.recipes.barrier import AsyncBarrier, AsyncDoubleBarrier, Barrier, DoubleBarrier
 from coordinated.client.recipes.counter import AsyncCounter, Counter
 from coordinated.client.recipes.election import AsyncLeaderElection, LeaderElection
@@ -61,6 +62,7 @@ __all__ = [
     "AsyncGroupMember",
     "AsyncLeaderElection",
     "AsyncLock",
+    "AsyncPrefixCache",
     "AsyncQueue",
     "AsyncReadWriteLock",
     "AsyncSemaphore",
@@ -68,6 +70,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequest",
     "Barrier",
+    "CacheChange",
     "ChangesGone",
     "ClaimLost",
     "Client",
@@ -90,6 +93,7 @@ __all__ = [
     "NotFound",
     "NotLeader",
     "OutcomeUnknown",
+    "PrefixCache",
     "PrefixDeleted",
     "Queue",
     "RangePage",

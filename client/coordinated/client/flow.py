@@ -78,6 +78,29 @@ Flow: TypeAlias = Generator[Step, Any, T]
 Stream: TypeAlias = Generator[Step | Emit[E], Any, None]
 
 
+def next_item(stream: Stream[E]) -> Flow[E]:
+    """Performs a stream's steps until it emits its next item, and returns the item: a flow that consumes
+    a stream (a prefix cache reading a watch) handles each item itself. The stream resumes at the next call;
+    close it when done. Raises `StopIteration`'s value as `EndOfStream` if the stream ends."""
+    value: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = stream.throw(error) if error is not None else stream.send(value)
+        except StopIteration as done:
+            raise EndOfStream(f"{stream!r} ended") from done
+        if isinstance(step, Emit):
+            return step.item
+        try:
+            value, error = (yield step), None
+        except Exception as raised:  # a transport error, for the stream to handle
+            value, error = None, raised
+
+
+class EndOfStream(Exception):
+    """A stream consumed with `next_item` has no more items."""
+
+
 class Stepper(Generic[T]):
     """Moves a flow on by one step at a time, for a driver: `next_step` returns the step to perform (None
     once the flow has returned, its value in `result`); the driver reports a request's outcome with

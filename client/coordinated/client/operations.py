@@ -239,6 +239,17 @@ def next_events(
     return batch.events, batch.version
 
 
+def _re_read(client: ClientBase, prefixes: list[str], local: bool, position: StreamPosition) -> Stream[WatchEvent]:
+    """After the watch fell behind: each prefix listed, a `reset` and its keys; the watch goes on from there."""
+    listings = {}
+    for watched in prefixes:
+        listings[watched] = yield from list_prefix(client, watched, local=local)
+    for watched, listing in listings.items():
+        for reset in calls.reset_events(watched, listing):
+            yield Emit(reset)
+    position.reset({watched: listing.version for watched, listing in listings.items()})
+
+
 def watch(
     client: ClientBase,
     prefix: str | Sequence[str] = "",
@@ -259,7 +270,11 @@ def watch(
     quiet_ends = 0
     while True:
         call = calls.watch_stream(prefixes, position.resume_after(), prev_value, filter, local)
-        yield from perform(client, call)
+        try:
+            yield from perform(client, call)
+        except ChangesGone:  # a node that answers a stream's 410 as a status rather than a `gone` line
+            yield from _re_read(client, prefixes, local, position)
+            continue
         address = client.endpoints.current
         lines = 0
         while True:
@@ -285,13 +300,7 @@ def watch(
                 break
             elif kind == "gone":
                 yield CloseStream()
-                listings = {}
-                for watched in prefixes:
-                    listings[watched] = yield from list_prefix(client, watched, local=local)
-                for watched, listing in listings.items():
-                    for reset in calls.reset_events(watched, listing):
-                        yield Emit(reset)
-                position.reset({watched: listing.version for watched, listing in listings.items()})
+                yield from _re_read(client, prefixes, local, position)
                 break
         yield CloseStream()
         quiet_ends = quiet_ends + 1 if lines == 0 else 0

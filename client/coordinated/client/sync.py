@@ -72,13 +72,16 @@ class Client(ClientBase):
             pass
         return cast(T, stepper.result)
 
-    def iterate_flow(self, stream: Stream[E]) -> Iterator[E]:
-        return cast(Iterator[E], self._drive(Stepper(stream, stream=True)))
+    def iterate_flow(self, stream: Stream[E], stop: threading.Event | None = None) -> Iterator[E]:
+        """The stream's items; with `stop`, it ends before its next step once `stop` is set."""
+        return cast(Iterator[E], self._drive(Stepper(stream, stream=True), stop))
 
     def _drive(self, stepper: Stepper[Any], stop: threading.Event | None = None) -> Iterator[Any]:
         held = _HeldStream()
         with contextlib.closing(stepper.flow), contextlib.closing(held):
             while (step := stepper.next_step()) is not None:
+                if stop is not None and stop.is_set():
+                    return  # stopped: the flow is closed
                 if isinstance(step, Emit):
                     yield step.item
                 elif isinstance(step, Sleep):

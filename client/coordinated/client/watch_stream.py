@@ -32,6 +32,8 @@ def parse_line(line: str) -> dict[str, Any]:
         raise MalformedStream(f"a watch stream sent a line without a type: {line[:200]!r}")
     if not isinstance(message.get("version"), int):
         raise MalformedStream(f"a watch stream sent a line without a version: {line[:200]!r}")
+    if message["type"] in ("put", "delete") and not isinstance(message.get("key"), str):
+        raise MalformedStream(f"a watch stream sent an event without a key: {line[:200]!r}")
     return message
 
 

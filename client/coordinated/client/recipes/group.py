@@ -16,7 +16,16 @@ from coordinated.client import operations
 from coordinated.client.aio import AsyncClient, AsyncRecipe, AsyncSession
 from coordinated.client.calls import checked_key
 from coordinated.client.errors import NotFound
-from coordinated.client.flow import Emit, Flow, Stream, awaiting, awaiting_stream, blocking, blocking_stream
+from coordinated.client.flow import (
+    Emit,
+    Flow,
+    Stream,
+    awaiting,
+    awaiting_stream,
+    blocking,
+    blocking_stream,
+    next_item,
+)
 from coordinated.client.recipes.base import C, S, SessionRecipe, require_live_session
 from coordinated.client.sync import BlockingRecipe, Client, Session
 
@@ -72,28 +81,18 @@ def watch_members(member: GroupMemberBase[Any, Any]) -> Stream[Members]:
     current = listing.values()
     yield Emit(_view(member, current))
     # Every change after the listing's version, resumed through any node; a reset (the stream fell behind)
-    # is followed by a put of every key there. Its steps go to the driver, its events change the view.
+    # is followed by a put of every key there.
     watch = operations.watch(member.client, member.prefix, listing.version)
     try:
-        step = next(watch)
         while True:
-            if isinstance(step, Emit):
-                event = step.item
-                if event.type == "reset":
-                    current = {}
-                elif event.type == "put":
-                    current[event.key] = event.value
-                else:
-                    current.pop(event.key, None)
-                yield Emit(_view(member, current))
-                step = watch.send(None)
-                continue
-            try:
-                outcome = yield step
-            except Exception as error:  # the step's failure is the watch's to handle
-                step = watch.throw(error)
+            event = yield from next_item(watch)
+            if event.type == "reset":
+                current = {}
+            elif event.type == "put":
+                current[event.key] = event.value
             else:
-                step = watch.send(outcome)
+                current.pop(event.key, None)
+            yield Emit(_view(member, current))
     finally:
         watch.close()
 
