@@ -27,7 +27,11 @@ PROGRAMS: dict[str, tuple[str, str]] = {
 
 # subcommand -> (module, attribute: a click command, one-line help): the command-line client (docs/cli.md).
 CLIENT_COMMANDS: dict[str, tuple[str, str, str]] = {
-    "kv": ("coordinated.ctl.kv", "kv", "read and write keys: get, put, del, txn, export, import"),
+    "kv": (
+        "coordinated.ctl.kv",
+        "kv",
+        "read, list, watch and write keys: get, list, put, del, txn, watch, export, import",
+    ),
     "lock": (
         "coordinated.ctl.recipes",
         "lock",
