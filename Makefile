@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint simulate clean test-deps
+.PHONY: install demo test test-fast lint simulate clean test-deps bench
 
 # The client is its own distribution (client/), which the project depends on: both are installed in one go,
 # so that pip takes the client from this checkout.
@@ -46,6 +46,16 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m coordinated.operator.generate --check
 	$(BIN)/python -m coordinated.sidecar.openapi --check
+
+## The headline benchmarks (docs/performance.md): ours against etcd at 3 and 5 nodes (latency, throughput),
+## watch fan-out and history bytes per write, in one run written to $(BENCH_RESULTS) (about 10 minutes; it
+## waits for $(BENCH_LOCK), so runs on a shared machine take turns). The [bench] extra comes with the dev one;
+## etcd from Debian. `python -m bench --help` lists every suite; `python -m bench report FILE` renders the page.
+BENCH_RESULTS ?= bench-results.json
+BENCH_LOCK ?= /tmp/bench.lock
+bench: $(STAMP)
+	bash scripts/system-deps.sh bench
+	flock $(BENCH_LOCK) $(BIN)/python -m bench headline --out $(BENCH_RESULTS)
 
 simulate: $(STAMP)
 	$(BIN)/coordinated simulate

@@ -27,7 +27,11 @@ PROGRAMS: dict[str, tuple[str, str]] = {
 
 # subcommand -> (module, attribute: a click command, one-line help): the command-line client (docs/cli.md).
 CLIENT_COMMANDS: dict[str, tuple[str, str, str]] = {
-    "kv": ("coordinated.ctl.kv", "kv", "read and write keys: get, put, del, txn, export, import"),
+    "kv": (
+        "coordinated.ctl.kv",
+        "kv",
+        "read, list, watch and write keys: get, list, put, del, txn, watch, export, import",
+    ),
     "lock": (
         "coordinated.ctl.recipes",
         "lock",
@@ -93,10 +97,14 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    return run_command(cli, list(sys.argv[1:] if argv is None else argv), "coordinated")
+
+
+def run_command(command: click.Command, args: list[str], prog_name: str) -> int:
+    """Runs a click command and returns its exit code; a failure is its one-line message on stderr."""
     try:
         # Not click's standalone mode, which ends with sys.exit: the caller gets the exit code.
-        result: Any = cli.main(args, prog_name="coordinated", standalone_mode=False)
+        result: Any = command.main(args, prog_name=prog_name, standalone_mode=False)
     except click.exceptions.Exit as done:
         return int(done.exit_code)
     except click.ClickException as error:

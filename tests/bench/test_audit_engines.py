@@ -1,4 +1,4 @@
-"""bench/audit_engines.py compares like with like: its DuckDB query builds the audit's state table exactly as
+"""`python -m bench audit engines` compares like with like: its DuckDB query builds the audit's state table exactly as
 `state_table` does in Spark, state by state, on a history with conflicting copies, quorums that name nodes that
 never accepted or are outside the configuration, and a commit without a quorum; and the bench itself runs
 both engines and finds their summaries equal."""
@@ -16,17 +16,15 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from bench import ROOT
+from bench.suites import audit_engines
 from coordinated.audit.prepare import state_table
 from coordinated.audit.reading import read_parquet
 from coordinated.audit.schema import EVENT_SCHEMA
 from coordinated.audit.session import build_session
 from coordinated.audit.synth import SynthConfig, generate
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
-import audit_engines  # noqa: E402
-
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # spark comes from the spark fixture
 
 # The table's columns that do not depend on the hash function, and conditions on those that do.
 COMPARED = (
@@ -92,9 +90,9 @@ def test_duckdb_builds_the_same_state_table_as_spark(spark: SparkSession, histor
 
 def test_the_bench_runs_both_engines_and_finds_their_summaries_equal(history: Path, tmp_path: Path) -> None:
     figures = tmp_path / "figures.json"
-    argv = [sys.executable, str(BENCH / "audit_engines.py"), "--input", str(history), "--master", "local[1]"]
+    argv = [sys.executable, "-m", "bench", "audit", "engines", "--input", str(history), "--master", "local[1]"]
     argv += ["--rounds", "2", "--driver-memory", "1g", "--json", str(figures)]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True).stdout
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, check=True).stdout
     assert "the two state tables agree" in out
     runs: dict[str, list[dict[str, Any]]] = json.loads(figures.read_text())
     assert [r["round"] for r in runs["spark"]] == [1, 2] and [r["round"] for r in runs["duckdb"]] == [1, 2]

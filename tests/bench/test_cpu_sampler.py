@@ -1,4 +1,4 @@
-"""bench/cpu_sampler.py samples on CPU time: a busy function collects samples, a sleeping one does not, and the
+"""bench/harness/cpu_sampler.py samples on CPU time: a busy function collects samples, a sleeping one does not, and the
 samples can be cleared after a warm-up and written on demand in py-spy's raw format."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from child_processes import ChildProcesses
 
-SAMPLER = Path(__file__).resolve().parents[2] / "bench" / "cpu_sampler.py"
+SAMPLER = Path(__file__).resolve().parents[2] / "bench" / "harness" / "cpu_sampler.py"
 
 WORKLOAD = """
 import signal, sys, time

@@ -1,4 +1,4 @@
-"""The write-path floor (bench/floor_node.py) is an anchor only if it does the durable work it stands for:
+"""The write-path floor (bench/harness/floor_node.py) is an anchor only if it does the durable work it stands for:
 every write reaches the leader's and the followers' SQLite, written through the leader or forwarded by a
 follower, with and without the apply round, over WebSocket streams and over plain TCP ones."""
 
@@ -16,7 +16,7 @@ from child_processes import ChildProcesses
 
 from coordinated.tools.localcluster import free_ports
 
-NODE = Path(__file__).resolve().parents[2] / "bench" / "floor_node.py"
+NODE = Path(__file__).resolve().parents[2] / "bench" / "harness" / "floor_node.py"
 
 
 def call(method: str, url: str, body: object = None) -> object:

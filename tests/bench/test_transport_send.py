@@ -1,4 +1,4 @@
-"""bench/transport_send.py completes its rounds both ways: every message of every round reaches its receiver
+"""`python -m bench transport-send` completes its rounds both ways: every message of every round reaches its receiver
 (a lost one would leave the round waiting until the timeout), and it prints the figures it promises."""
 
 from __future__ import annotations
@@ -9,12 +9,25 @@ from pathlib import Path
 
 from child_processes import ChildProcesses
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "transport_send.py"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_both_ways_deliver_every_round_and_report_the_ratio(processes: ChildProcesses) -> None:
-    argv = [sys.executable, str(BENCH), "--destinations", "3", "--per-turn", "2", "--rounds", "50", "--runs", "1"]
-    out = processes.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
+    argv = [
+        sys.executable,
+        "-m",
+        "bench",
+        "transport-send",
+        "--destinations",
+        "3",
+        "--per-turn",
+        "2",
+        "--rounds",
+        "50",
+        "--runs",
+        "1",
+    ]
+    out = processes.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, check=True).stdout
     per_message = {
         name: float(value)
         for name, value in re.findall(

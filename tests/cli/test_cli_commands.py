@@ -300,6 +300,59 @@ def test_elect_campaigns_resigns_on_sigterm_and_listen_follows(secured: Secured)
                 process.wait(10)
 
 
+def test_kv_get_prefix_list_and_del_prefix(secured: Secured) -> None:
+    for name in "abcde":
+        run(secured, "kv", "put", f"pre/{name}", json.dumps({"n": name}))
+    run(secured, "kv", "put", "prefixed-elsewhere", "0")
+    page = json_of(run(secured, "kv", "get", "--prefix", "pre/", "--limit", "2", "-o", "json"))
+    assert [entry["key"] for entry in page["keys"]] == ["pre/a", "pre/b"]
+    assert (page["more"], page["next"], page["keys"][0]["value"]) == (True, "pre/b", {"n": "a"})
+    keys_only = json_of(run(secured, "kv", "get", "--prefix", "pre/", "--keys-only", "-o", "json"))
+    assert len(keys_only["keys"]) == 5 and all("value" not in entry for entry in keys_only["keys"])
+    table = run(secured, "kv", "get", "--prefix", "pre/").stdout.splitlines()
+    assert table[0].split() == ["KEY", "VALUE", "VERSION", "CREATE_VERSION", "SESSION"] and len(table) == 6
+    listed = json_of(run(secured, "kv", "list", "--prefix", "pre/", "--page-size", "2", "-o", "json"))
+    assert [entry["key"] for entry in listed["keys"]] == [f"pre/{name}" for name in "abcde"]
+    assert all(entry["version"] <= listed["version"] for entry in listed["keys"])
+    deleted = json_of(run(secured, "kv", "del", "--prefix", "pre/", "-o", "json"))
+    assert (deleted["prefix"], deleted["deleted"]) == ("pre/", 5)
+    assert json_of(run(secured, "kv", "list", "--prefix", "pre/", "-o", "json"))["keys"] == []
+    assert run(secured, "kv", "get", "prefixed-elsewhere").exit_code == OK
+    for usage in (["get"], ["get", "k", "--prefix", "p"], ["get", "k", "--limit", "2"], ["del"]):
+        assert run(secured, "kv", *usage).exit_code == BAD_INPUT, usage
+    assert run(secured, "kv", "del", "--prefix", "p", "--if-version", "3").exit_code == BAD_INPUT
+    assert run(secured, "kv", "get", "--prefix", "_reserved").exit_code == BAD_INPUT
+
+
+def test_kv_watch_prints_changes_or_runs_a_command_per_change(secured: Secured, tmp_path: Path) -> None:
+    start = json_of(run(secured, "kv", "put", "watched/a", "1", "-o", "json"))["version"]
+    run(secured, "kv", "put", "watched/b", '"two"')
+    run(secured, "kv", "del", "watched/a")
+    printed = run(secured, "kv", "watch", "--prefix", "watched/", "--from-version", str(start - 1), "--max-events", "3")
+    assert printed.exit_code == OK, printed.stderr
+    lines = [line.split("\t") for line in printed.stdout.splitlines()]
+    assert [(fields[0], fields[1], fields[3]) for fields in lines] == [
+        ("put", "watched/a", "1"),
+        ("put", "watched/b", '"two"'),
+        ("delete", "watched/a", "null"),
+    ]
+    as_json = run(secured, "kv", "watch", "--prefix", "watched/", "--from-version", str(start), "--max-events", "1",
+                  "--prev-value", "-o", "json")  # fmt: skip
+    assert json.loads(as_json.stdout) == {
+        "type": "put", "key": "watched/b", "value": "two", "version": start + 1, "prev_value": None
+    }  # fmt: skip
+    log = tmp_path / "events"
+    script = f'echo "$COORDINATED_EVENT_TYPE $COORDINATED_EVENT_KEY $COORDINATED_EVENT_VALUE $COORDINATED_EVENT_VERSION" >> {log}'
+    ran = run(secured, "kv", "watch", "--prefix", "watched/", "--from-version", str(start - 1), "--max-events", "3",
+              "--", "sh", "-c", script)  # fmt: skip
+    assert ran.exit_code == OK, ran.stderr
+    assert log.read_text().splitlines() == [
+        f"put watched/a 1 {start}",
+        f'put watched/b "two" {start + 1}',
+        f"delete watched/a null {start + 2}",
+    ]
+
+
 # -- sessions, endpoints, members -------------------------------------------------------------------------
 
 
@@ -340,6 +393,19 @@ def test_endpoint_status_and_health(secured: Secured) -> None:
     assert run(secured, "endpoint", "health", COORDINATED_ENDPOINTS=mixed).exit_code == FAILED
     assert run(secured, "endpoint", "status", COORDINATED_ENDPOINTS=dead).exit_code == UNREACHABLE
     assert run(secured, "endpoint", "status", token=READER).exit_code == OK  # reads only
+
+
+def test_endpoint_health_of_the_whole_cluster(secured: Secured) -> None:
+    first = secured.endpoints.split(",")[0]
+    rows = json_of(run(secured, "endpoint", "health", "--cluster", "-o", "json", COORDINATED_ENDPOINTS=first))
+    assert [row["name"] for row in rows] == ["node-1", "node-2", "node-3"]
+    assert [row["health"] for row in rows] == ["green", "joined", "joined"]
+    assert rows[0]["endpoint"] == first and all(row["voting"] for row in rows)
+    assert sum(row["master"] for row in rows) == 1
+    table = run(secured, "endpoint", "health", "--cluster", COORDINATED_ENDPOINTS=first).stdout.splitlines()
+    assert table[0].split()[:6] == ["NAME", "ID", "ENDPOINT", "MASTER", "VOTING", "HEALTH"] and len(table) == 4
+    every = json_of(run(secured, "endpoint", "health", "--cluster", "-o", "json"))
+    assert [row["health"] for row in every] == ["green"] * 3
 
 
 def test_settings_set_and_get(secured: Secured) -> None:

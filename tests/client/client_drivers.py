@@ -8,7 +8,7 @@ import inspect
 import itertools
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import httpx
@@ -115,6 +115,12 @@ class Driver:
             if last(item):
                 break
         return taken
+
+    def next(self, items: Iterator[Any] | AsyncIterator[Any]) -> Any:
+        """The next item of a stream."""
+        if isinstance(items, AsyncIterator):
+            return self.run(anext(items))
+        return next(items)
 
     def take(self, items: Iterable[Any] | AsyncIterator[Any], count: int) -> list[Any]:
         """The first `count` items of a stream."""

@@ -57,7 +57,7 @@ def test_calls_master_following_and_failover(driver: Driver, make_cluster: Calla
 
         # A watch in the background keeps going through a master kill.
         follow = driver.start(
-            lambda: driver.take_until(watcher.watch("w/", batch.version, timeout=1), lambda e: e.key == "w/last")
+            lambda: driver.take_until(watcher.watch("w/", batch.version), lambda e: e.key == "w/last")
         )
         driver.run(client.put("w/first", 1))
         cluster.kill(master)

@@ -9,13 +9,18 @@ import httpx
 import pytest
 from client_drivers import Driver
 
-from coordinated.client import NoNodeAvailable, OutcomeUnknown, Unavailable, VersionConflict
+from coordinated.client import NoNodeAvailable, OutcomeUnknown, Unavailable, VersionConflict, operations
 from coordinated.client.endpoints import from_environment
 from coordinated.client.errors import AuthenticationError, ChangesGone
 
 
 def error(status: int, error_type: str) -> httpx.Response:
     return httpx.Response(status, json={"error": {"type": error_type, "reason": "scripted"}, "status": status})
+
+
+def page(version: int, keys: list[tuple[str, Any]], *, more: bool) -> dict[str, Any]:
+    entries = [{"key": key, "value": value, "version": version, "create_version": version} for key, value in keys]
+    return {"version": version, "keys": entries, "more": more, "next": keys[-1][0] if keys else None}
 
 
 def written(key: str = "k", version: int = 7) -> httpx.Response:
@@ -122,27 +127,26 @@ def test_errors_that_are_answers_are_raised_at_once(
     assert len(script.hosts) == 1
 
 
-def test_a_watch_that_falls_behind_re_reads_and_resets(driver: Driver) -> None:
-    state: dict[str, Any] = {"version": 40, "metadata": {"kv": {"app/a": 1, "app/b": 2, "other": 3}}}
+def test_a_long_poll_that_falls_behind_re_reads_the_prefix_and_resets(driver: Driver) -> None:
     script = Script(
         httpx.Response(
             200, json={"version": 12, "events": [{"type": "put", "key": "app/x", "value": 0, "version": 12}]}
         ),
         error(410, "resource_gone_exception"),
-        httpx.Response(200, json=state),
-        httpx.Response(200, json={"version": 41, "events": [{"type": "delete", "key": "app/a", "version": 41}]}),
+        httpx.Response(200, json=page(40, [("app/a", 1), ("app/b", 2)], more=False)),
     )
     client = driver.client(["127.0.0.1:1"], handler=script, retry_timeout=2.0)
-    events = driver.take(client.watch("app/", after_version=10), 5)
+    first = driver.run(client.watch_once("app/", 10, timeout=1))
+    assert [(e.key, e.version) for e in first.events] == [("app/x", 12)]
+    events, after = driver.run(client.run_flow(operations.next_events(client, "app/", 12, timeout=1)))
     assert [(e.type, e.key, e.version) for e in events] == [
-        ("put", "app/x", 12),
         ("reset", "app/", 40),
         ("put", "app/a", 40),
         ("put", "app/b", 40),
-        ("delete", "app/a", 41),
     ]
-    after = [request.url.params.get("after_version") for request in script.requests if "_watch" in request.url.path]
-    assert after == ["10", "12", "40"]
+    assert after == 40
+    listing = script.requests[-1]
+    assert listing.url.path == "/_cluster/metadata" and listing.url.params["prefix"] == "app/"
 
 
 def test_the_master_is_found_among_the_addresses_and_used(driver: Driver) -> None:

@@ -14,7 +14,7 @@ from client_drivers import Driver
 
 from coordinated.client import AsyncClient, Client, operations
 from coordinated.client.flow import Emit, Flow, NotAStream, Send, Sleep, Stream
-from coordinated.client.recipes import election, lock
+from coordinated.client.recipes import barrier, counter, election, group, lock, queue, rwlock, semaphore
 
 
 def test_both_clients_bind_every_call_of_operations() -> None:
@@ -31,7 +31,17 @@ def test_both_clients_bind_every_call_of_operations() -> None:
 
 @pytest.mark.parametrize(
     ("module", "blocking", "asynchronous"),
-    [(lock, lock.Lock, lock.AsyncLock), (election, election.LeaderElection, election.AsyncLeaderElection)],
+    [
+        (lock, lock.Lock, lock.AsyncLock),
+        (election, election.LeaderElection, election.AsyncLeaderElection),
+        (counter, counter.Counter, counter.AsyncCounter),
+        (barrier, barrier.Barrier, barrier.AsyncBarrier),
+        (semaphore, semaphore.Semaphore, semaphore.AsyncSemaphore),
+        (rwlock, rwlock.ReadWriteLock, rwlock.AsyncReadWriteLock),
+        (barrier, barrier.DoubleBarrier, barrier.AsyncDoubleBarrier),
+        (queue, queue.Queue, queue.AsyncQueue),
+        (group, group.GroupMember, group.AsyncGroupMember),
+    ],
 )
 def test_both_classes_of_a_recipe_bind_the_same_flows(module: Any, blocking: type, asynchronous: type) -> None:
     bound = {name: value.__wrapped__ for name, value in vars(blocking).items() if hasattr(value, "__wrapped__")}

@@ -35,8 +35,10 @@ def test_sessions_locks_tokens_and_waiting_by_watch(driver: Driver, make_cluster
     lock_a = lock_class(one, "locks/job", first, data="a")
     lock_b = lock_class(two, "locks/job", second, data="b")
     token_a = driver.run(lock_a.acquire(timeout=5))
-    held = driver.run(one.get("locks/job"))
-    assert (held.create_version, held.session, held.value["data"]) == (token_a, first.id, "a")
+    held = driver.run(lock_a.holder())
+    # The token is the version of the write that marked the holder's key holding.
+    assert (held.key, held.version, held.session, held.value["data"]) == (lock_a.key, token_a, first.id, "a")
+    assert held.value["holding"] and held.create_version < token_a
     with pytest.raises(LockTimeout):
         driver.run(lock_b.acquire(timeout=0.5))
     waiter = driver.start(lambda: lock_b.acquire(timeout=30))
@@ -48,7 +50,7 @@ def test_sessions_locks_tokens_and_waiting_by_watch(driver: Driver, make_cluster
     # Ending the session frees its lock: the next holder gets a larger token again.
     driver.run(second.end())
     with pytest.raises(NotFound):
-        driver.run(one.get("locks/job"))
+        driver.run(one.get(lock_b.key))
     with pytest.raises(SessionNotFound):
         driver.run(two.keepalive(second.id))
     token_c = driver.run(lock_class(one, "locks/job", first).acquire(timeout=5))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar, Unpack, cast
@@ -16,7 +17,17 @@ from coordinated.client import operations
 from coordinated.client import sessions as session_flows
 from coordinated.client.base import ClientBase, ClientOptions
 from coordinated.client.endpoints import DEFAULT_ADDRESS
-from coordinated.client.flow import Emit, Flow, Sleep, Stepper, Stream, awaiting, awaiting_stream
+from coordinated.client.flow import (
+    CloseStream,
+    Emit,
+    Flow,
+    ReadLine,
+    Sleep,
+    Stepper,
+    Stream,
+    awaiting,
+    awaiting_stream,
+)
 from coordinated.client.models import SessionInfo
 
 T = TypeVar("T")
@@ -65,16 +76,28 @@ class AsyncClient(ClientBase):
         return cast(AsyncIterator[E], self._drive(Stepper(stream, stream=True)))
 
     async def _drive(self, stepper: Stepper[Any]) -> AsyncIterator[Any]:
-        with contextlib.closing(stepper.flow):
-            while (step := stepper.next_step()) is not None:
-                if isinstance(step, Emit):
-                    yield step.item
-                elif isinstance(step, Sleep):
-                    await asyncio.sleep(step.seconds)
-                else:
-                    with stepper.sending():
-                        response = await self.http.request(step.method, step.url, **self.request_options(step))
-                        stepper.succeeded(response)
+        held = _HeldStream()
+        async with contextlib.aclosing(held):
+            with contextlib.closing(stepper.flow):
+                while (step := stepper.next_step()) is not None:
+                    if isinstance(step, Emit):
+                        yield step.item
+                    elif isinstance(step, Sleep):
+                        await asyncio.sleep(step.seconds)
+                    elif isinstance(step, ReadLine):
+                        with stepper.sending():
+                            stepper.succeeded(await held.next_line())
+                    elif isinstance(step, CloseStream):
+                        await held.aclose()
+                    elif step.stream:
+                        await held.aclose()
+                        with stepper.sending():
+                            request = self.http.build_request(step.method, step.url, **self.request_options(step))
+                            stepper.succeeded(await held.open(await self.http.send(request, stream=True)))
+                    else:
+                        with stepper.sending():
+                            response = await self.http.request(step.method, step.url, **self.request_options(step))
+                            stepper.succeeded(response)
 
     # -- the calls (operations.py) ----------------------------------------------------------------------
 
@@ -83,7 +106,12 @@ class AsyncClient(ClientBase):
     create = awaiting(operations.create)
     cas = awaiting(operations.cas)
     delete = awaiting(operations.delete)
+    delete_prefix = awaiting(operations.delete_prefix)
     txn = awaiting(operations.txn)
+    get_range = awaiting(operations.get_range)
+    range_pages = awaiting_stream(operations.range_pages)
+    list_prefix = awaiting(operations.list_prefix)
+    count = awaiting(operations.count)
     watch_once = awaiting(operations.watch_once)
     watch = awaiting_stream(operations.watch)
     create_session = awaiting(operations.create_session)
@@ -106,9 +134,47 @@ class AsyncClient(ClientBase):
 
     async def session(self, ttl: float = 10.0, on_expired: Callable[[], None] | None = None) -> AsyncSession:
         """A TTL session kept alive by a task of the running loop until `end()` (or the `async with`)."""
-        session = AsyncSession(self, await self.create_session(ttl), ttl, on_expired)
+        created_at = time.monotonic()  # the TTL runs from no earlier than this
+        session = AsyncSession(self, await self.create_session(ttl), ttl, on_expired, created_at)
         self._sessions.add(session)
         return session
+
+
+class _HeldStream:
+    """The open answer of a flow's streaming `Send`, read line by line."""
+
+    def __init__(self) -> None:
+        self.response: httpx.Response | None = None
+        self.lines: AsyncIterator[str] | None = None
+
+    async def open(self, response: httpx.Response) -> httpx.Response:
+        """Holds a 200 answer open; reads any other whole (an error to parse) and closes it."""
+        if response.status_code != 200:
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+            return response
+        self.response, self.lines = response, response.aiter_lines()
+        return response
+
+    async def next_line(self) -> str | None:
+        """The next line; None at the end. The stream is closed at its end and when a read fails."""
+        if self.lines is None:
+            return None
+        try:
+            line = await anext(self.lines, None)
+        except BaseException:
+            await self.aclose()
+            raise
+        if line is None:
+            await self.aclose()
+        return line
+
+    async def aclose(self) -> None:
+        if self.response is not None:
+            await self.response.aclose()
+        self.response, self.lines = None, None
 
 
 class AsyncRecipe:
@@ -129,9 +195,14 @@ class AsyncSession(session_flows.SessionBase):
     expired: asyncio.Event
 
     def __init__(
-        self, client: AsyncClient, info: SessionInfo, ttl: float, on_expired: Callable[[], None] | None = None
+        self,
+        client: AsyncClient,
+        info: SessionInfo,
+        ttl: float,
+        on_expired: Callable[[], None] | None = None,
+        created_at: float | None = None,
     ) -> None:
-        super().__init__(info, ttl, asyncio.Event(), on_expired)
+        super().__init__(info, ttl, asyncio.Event(), on_expired, created_at)
         self.client = client
         keep_alive = client.run_flow(session_flows.keep_alive(client, self))
         self._task = asyncio.get_running_loop().create_task(keep_alive, name=f"session-{self.id}")

@@ -133,12 +133,15 @@ def attempt(client: ClientBase, address: str, call: calls.Call[T], timeout_s: fl
         params,
         body_of(call),
         timeout_for(call, timeout_s or client.request_timeout),
+        call.stream,
     )
     try:
         response: httpx.Response = yield send
     except httpx.TransportError as error:
         client.endpoints.failed(address)
         raise failure(call, address, error) from error
+    if call.stream and response.status_code == 200:
+        return call.parse(200, None)  # the body is the held stream, for the flow's `ReadLine` steps
     body = decode(response)
     if response.status_code == 503:
         client.endpoints.failed(address)

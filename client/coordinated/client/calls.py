@@ -15,7 +15,19 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 from coordinated.client.errors import InvalidKey, SessionNotFound, api_error
-from coordinated.client.models import KeyValue, SessionInfo, TxnResult, WatchBatch, WatchEvent, WriteResult
+from coordinated.client.models import (
+    Compare,
+    KeyCount,
+    KeyValue,
+    Listing,
+    PrefixDeleted,
+    RangePage,
+    SessionInfo,
+    TxnResult,
+    WatchBatch,
+    WatchEvent,
+    WriteResult,
+)
 from coordinated.key_names import key_problem, prefix_problem
 
 T = TypeVar("T")
@@ -40,12 +52,14 @@ class Call(Generic[T]):
     method: str
     path: str  # percent-encoded
     parse: Callable[[int, Any], T]
-    params: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, str | list[str]] = field(default_factory=dict)
     body: Any = NO_BODY
     retry: Retry = Retry.ALWAYS
     wait_s: float = 0.0  # how long the server may hold the request (a watch), on top of the usual timeout
     # The call takes `master_timeout` (how long the master may take), which the client may set for all.
     master_timeout: bool = True
+    # A held stream: a 200's body stays open for the flow to read line by line (`parse` gets no body).
+    stream: bool = False
 
 
 def duration(seconds: float, name: str) -> str:
@@ -87,9 +101,23 @@ def ok(status: int, body: Any) -> Any:
     return body
 
 
+def key_value(entry: Mapping[str, Any], key: str | None = None) -> KeyValue:
+    """A key as the API shows it (a `GET`, a range read's entry, a write's `prev`)."""
+    return KeyValue(
+        entry["key"] if key is None else key,
+        entry.get("value"),
+        entry["version"],
+        entry["create_version"],
+        entry.get("session"),
+    )
+
+
 def _write(status: int, body: Any) -> WriteResult:
     body = ok(status, body)
-    return WriteResult(body["key"], body["term"], body["version"])
+    prev = body.get("prev")
+    return WriteResult(
+        body["key"], body["term"], body["version"], None if prev is None else key_value(prev, body["key"])
+    )
 
 
 def _session_write(session: str | None) -> Callable[[int, Any], WriteResult]:
@@ -104,8 +132,7 @@ def _session_write(session: str | None) -> Callable[[int, Any], WriteResult]:
 
 def get(key: str, local: bool = False) -> Call[KeyValue]:
     def parse(status: int, body: Any) -> KeyValue:
-        body = ok(status, body)
-        return KeyValue(body["key"], body["value"], body["version"], body["create_version"], body.get("session"))
+        return key_value(ok(status, body))
 
     return Call("GET", key_path(key), parse, {"local": "true"} if local else {})
 
@@ -117,15 +144,19 @@ def put(
     if_version: int | None = None,
     create: bool = False,
     session: str | None = None,
+    prev_value: bool = False,
 ) -> Call[WriteResult]:
-    params: dict[str, str] = {}
+    params: dict[str, str | list[str]] = {}
+    if prev_value:
+        params["prev_value"] = "true"
     if create:
         params["op_type"] = "create"
     if if_version is not None:
         params["if_version"] = str(if_version)
     if session is not None:
         params["session"] = session
-    conditional = create or if_version is not None
+    # A blind retry of an applied write would answer with its own value as the previous one.
+    conditional = create or if_version is not None or prev_value
     return Call(
         "PUT",
         key_path(key),
@@ -136,14 +167,75 @@ def put(
     )
 
 
-def delete(key: str, *, if_version: int | None = None) -> Call[WriteResult]:
-    params = {} if if_version is None else {"if_version": str(if_version)}
+def delete(key: str, *, if_version: int | None = None, prev_value: bool = False) -> Call[WriteResult]:
+    params: dict[str, str | list[str]] = {} if if_version is None else {"if_version": str(if_version)}
+    if prev_value:
+        params["prev_value"] = "true"
     retry = Retry.NEVER_BLIND if params else Retry.ALWAYS
     return Call("DELETE", key_path(key), _write, params, retry=retry)
 
 
+def _flag(name: str, on: bool) -> dict[str, str | list[str]]:
+    return {name: "true"} if on else {}
+
+
+def range_page(
+    prefix: str,
+    *,
+    keys_only: bool = False,
+    limit: int | None = None,
+    after: str | None = None,
+    at_version: int | None = None,
+    local: bool = False,
+) -> Call[RangePage]:
+    """One page of the keys under `prefix`; a continuation names the first page's `version` as `at_version`
+    and the previous page's `next` as `after` (410 `ChangesGone` once its node no longer holds that state)."""
+
+    def parse(status: int, body: Any) -> RangePage:
+        body = ok(status, body)
+        return RangePage(body["version"], [key_value(entry) for entry in body["keys"]], body["more"], body.get("next"))
+
+    params: dict[str, str | list[str]] = {"prefix": checked_prefix(prefix)}
+    params |= _flag("keys_only", keys_only) | _flag("local", local)
+    if limit is not None:
+        params["limit"] = str(limit)
+    if after is not None:
+        params["after"] = after
+    if at_version is not None:
+        params["at_version"] = str(at_version)
+    return Call("GET", "/_cluster/metadata", parse, params)
+
+
+def count(prefix: str, *, local: bool = False) -> Call[KeyCount]:
+    def parse(status: int, body: Any) -> KeyCount:
+        body = ok(status, body)
+        return KeyCount(body["version"], body["count"])
+
+    params: dict[str, str | list[str]] = {"prefix": checked_prefix(prefix), "count_only": "true"}
+    return Call("GET", "/_cluster/metadata", parse, params | _flag("local", local))
+
+
+def delete_prefix(prefix: str) -> Call[PrefixDeleted]:
+    def parse(status: int, body: Any) -> PrefixDeleted:
+        body = ok(status, body)
+        return PrefixDeleted(body["prefix"], body["deleted"], body["term"], body["version"])
+
+    # Retried like an unconditional delete: a repeat deletes what is under the prefix then.
+    return Call("DELETE", "/_cluster/metadata", parse, {"prefix": checked_prefix(prefix)})
+
+
+def _compare(compare: Compare | tuple[str, int]) -> dict[str, Any]:
+    if isinstance(compare, Compare):
+        checked_key(compare.key)
+        return compare.to_api()
+    key, version = compare
+    return {"key": checked_key(key), "version": version}
+
+
 def txn(
-    compare: Sequence[tuple[str, int]], success: Sequence[Mapping[str, Any]], failure: Sequence[Mapping[str, Any]]
+    compare: Sequence[Compare | tuple[str, int]],
+    success: Sequence[Mapping[str, Any]],
+    failure: Sequence[Mapping[str, Any]],
 ) -> Call[TxnResult]:
     def parse(status: int, body: Any) -> TxnResult:
         body = ok(status, body)
@@ -152,22 +244,31 @@ def txn(
     for op in (*success, *failure):
         if isinstance(op.get("key"), str):
             checked_key(op["key"])
+        if isinstance(op.get("prefix"), str):
+            checked_prefix(op["prefix"])
     payload = {
-        "compare": [{"key": checked_key(key), "version": version} for key, version in compare],
+        "compare": [_compare(one) for one in compare],
         "success": [dict(op) for op in success],
         "failure": [dict(op) for op in failure],
     }
     return Call("POST", "/_cluster/metadata/_txn", parse, body=payload, retry=Retry.NEVER_BLIND)
 
 
-def put_op(key: str, value: Any, session: str | None = None) -> dict[str, Any]:
-    """A transaction's put; with `session`, the key is ephemeral."""
-    op = {"op": "put", "key": key, "value": value}
-    return op if session is None else {**op, "session": session}
+def put_op(key: str, value: Any, session: str | None = None, *, prev_value: bool = False) -> dict[str, Any]:
+    """A transaction's put; with `session`, the key is ephemeral; with `prev_value`, its result has `prev`."""
+    op: dict[str, Any] = {"op": "put", "key": key, "value": value}
+    if session is not None:
+        op["session"] = session
+    return op | ({"prev_value": True} if prev_value else {})
 
 
-def delete_op(key: str) -> dict[str, Any]:
-    return {"op": "delete", "key": key}
+def delete_op(key: str, *, prev_value: bool = False) -> dict[str, Any]:
+    return {"op": "delete", "key": key} | ({"prev_value": True} if prev_value else {})
+
+
+def delete_prefix_op(prefix: str) -> dict[str, Any]:
+    """A transaction's delete of every key under `prefix`; its result has `deleted`, how many."""
+    return {"op": "delete_prefix", "prefix": prefix}
 
 
 def get_op(key: str) -> dict[str, Any]:
@@ -180,7 +281,7 @@ def watch(prefix: str, after_version: int | None, timeout_s: float, local: bool 
         events = [WatchEvent(e["type"], e["key"], e.get("value"), e["version"]) for e in body["events"]]
         return WatchBatch(body["version"], events)
 
-    params = {"prefix": checked_prefix(prefix), "timeout": duration(timeout_s, "timeout")}
+    params: dict[str, str | list[str]] = {"prefix": checked_prefix(prefix), "timeout": duration(timeout_s, "timeout")}
     if after_version is not None:
         params["after_version"] = str(after_version)
     if local:
@@ -188,21 +289,31 @@ def watch(prefix: str, after_version: int | None, timeout_s: float, local: bool 
     return Call("GET", "/_cluster/metadata/_watch", parse, params, wait_s=timeout_s)
 
 
-def snapshot(prefix: str) -> Call[tuple[int, dict[str, Any]]]:
-    """The keys under a prefix and the state version they were read at (linearizable)."""
-
-    def parse(status: int, body: Any) -> tuple[int, dict[str, Any]]:
-        body = ok(status, body)
-        kv = body["metadata"]["kv"]
-        return body["version"], {key: value for key, value in kv.items() if key.startswith(prefix)}
-
-    return Call("GET", "/_cluster/state", parse)
+# How long a stream may stay silent before the client takes its connection for dead and resumes elsewhere:
+# a node sends a progress line every `watch.stream.progress_interval` (10 s by default) when idle.
+STREAM_SILENCE_S = 30.0
 
 
-def reset_events(prefix: str, version: int, values: Mapping[str, Any]) -> list[WatchEvent]:
+def watch_stream(
+    prefixes: Sequence[str], after_version: int | None, prev_value: bool, only: str | None, local: bool
+) -> Call[None]:
+    """Opens a streaming watch (its lines are read by the flow)."""
+    if only not in (None, "put", "delete"):
+        raise ValueError(f"filter must be 'put' or 'delete', got {only!r}")
+    params: dict[str, str | list[str]] = {"stream": "true", "prefix": [checked_prefix(p) for p in prefixes]}
+    params |= _flag("prev_value", prev_value) | _flag("local", local)
+    if after_version is not None:
+        params["after_version"] = str(after_version)
+    if only is not None:
+        params["filter"] = only
+    return Call("GET", "/_cluster/metadata/_watch", ok, params, wait_s=STREAM_SILENCE_S, stream=True)
+
+
+def reset_events(prefix: str, listing: Listing) -> list[WatchEvent]:
+    """What a watch reports after it re-read a prefix: `reset`, then a `put` of every key there."""
     return [
-        WatchEvent("reset", prefix, None, version),
-        *(WatchEvent("put", key, values[key], version) for key in sorted(values)),
+        WatchEvent("reset", prefix, None, listing.version),
+        *(WatchEvent("put", kv.key, kv.value, listing.version) for kv in listing.keys),
     ]
 
 

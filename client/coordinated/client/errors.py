@@ -67,7 +67,7 @@ class InvalidKey(CoordinatedError, ValueError):
 
 
 class LockTimeout(CoordinatedError):
-    """The lock was not acquired within the timeout."""
+    """A recipe's wait (a lock, a semaphore slot, a barrier) did not end within its timeout."""
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {
@@ -88,3 +88,13 @@ def api_error(status: int, body: Any) -> ApiError:
         error_type = str(body["error"].get("type", error_type))
         reason = str(body["error"].get("reason", reason))
     return _BY_STATUS.get(status, ApiError)(status, error_type, reason, body)
+
+
+class NotLeader(CoordinatedError):
+    """`proclaim` by a candidate that no longer leads (its key is gone or was not its own): nothing was written."""
+
+
+class ListingLost(CoordinatedError):
+    """A range read over several pages could not go on from the state of its first page: the node serving it
+    no longer holds that state (the listing paused too long, the node restarted or failed). Nothing is
+    half-read: list again from the first page (`list_prefix` does so itself)."""

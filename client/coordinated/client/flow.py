@@ -3,7 +3,12 @@
 A flow is a generator that yields steps and gets each step's outcome back at its `yield`:
 
 - `Send`: an HTTP request; the outcome is the `httpx.Response`, or the `httpx.TransportError` raised at the
-  `yield`;
+  `yield`. With `stream=True` the driver keeps a 200 answer's body unread and open (one per flow, a held
+  stream) for the `ReadLine` steps that follow; any other answer it reads whole, as for a plain `Send`;
+- `ReadLine`: the next line of the held stream (without its newline), None once it has ended, or the
+  `httpx.TransportError` that broke it, raised at the `yield`;
+- `CloseStream`: closes the held stream (the driver also closes it when the flow opens another one, when a
+  read fails or ends it, and when the flow ends);
 - `Sleep`: a pause;
 - `Emit`: in a flow that produces a stream of items (`Stream`), the next item for the caller.
 
@@ -40,9 +45,20 @@ class Send:
 
     method: str
     url: str
-    params: Mapping[str, str]
+    params: Mapping[str, str | list[str]]
     body: bytes | None
     timeout: httpx.Timeout
+    stream: bool = False
+
+
+@dataclass(frozen=True)
+class ReadLine:
+    """The next line of the held stream."""
+
+
+@dataclass(frozen=True)
+class CloseStream:
+    """Done with the held stream."""
 
 
 @dataclass(frozen=True)
@@ -57,9 +73,32 @@ class Emit(Generic[E]):
     item: E
 
 
-Step: TypeAlias = Send | Sleep
+Step: TypeAlias = Send | Sleep | ReadLine | CloseStream
 Flow: TypeAlias = Generator[Step, Any, T]
 Stream: TypeAlias = Generator[Step | Emit[E], Any, None]
+
+
+def next_item(stream: Stream[E]) -> Flow[E]:
+    """Performs a stream's steps until it emits its next item, and returns the item: a flow that consumes
+    a stream (a prefix cache reading a watch) handles each item itself. The stream resumes at the next call;
+    close it when done. Raises `StopIteration`'s value as `EndOfStream` if the stream ends."""
+    value: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = stream.throw(error) if error is not None else stream.send(value)
+        except StopIteration as done:
+            raise EndOfStream(f"{stream!r} ended") from done
+        if isinstance(step, Emit):
+            return step.item
+        try:
+            value, error = (yield step), None
+        except Exception as raised:  # a transport error, for the stream to handle
+            value, error = None, raised
+
+
+class EndOfStream(Exception):
+    """A stream consumed with `next_item` has no more items."""
 
 
 class Stepper(Generic[T]):

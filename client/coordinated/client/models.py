@@ -20,6 +20,85 @@ class WriteResult:
     key: str
     term: int
     version: int  # the key's new version (for a create, also its create_version)
+    prev: KeyValue | None = None  # with `prev_value=True`: the key before the write (None: it did not exist)
+
+
+@dataclass(frozen=True)
+class RangePage:
+    """One page of a range read: keys in key order, all read from the state of `version`. `more`: keys
+    follow; `next`: the last key of the page (the `after` of the next page). With `keys_only` every
+    `value` is None."""
+
+    version: int
+    keys: list[KeyValue]
+    more: bool
+    next: str | None
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Every key under a prefix, in key order, read from the state of `version` (all pages of one state)."""
+
+    version: int
+    keys: list[KeyValue]
+
+    def values(self) -> dict[str, Any]:
+        return {kv.key: kv.value for kv in self.keys}
+
+
+@dataclass(frozen=True)
+class KeyCount:
+    version: int  # the state version counted
+    count: int
+
+
+@dataclass(frozen=True)
+class PrefixDeleted:
+    prefix: str
+    deleted: int  # how many keys were under the prefix
+    term: int
+    version: int  # the state version of the delete (or the current one, if nothing was there)
+
+
+CompareOp = Literal["=", "!=", "<", ">"]
+
+
+@dataclass(frozen=True)
+class Compare:
+    """One condition of a transaction: the key's `version`, `create_version` or `value` compared with
+    `operand` by `op`. A missing key has version and create version 0, and no value compare holds for it.
+    Build them with the class methods: `Compare.version("a", "=", 59)`, `Compare.value("n", "<", 10)`,
+    `Compare.absent("lock")`, `Compare.exists("lock")`."""
+
+    key: str
+    target: Literal["version", "create_version", "value"]
+    op: CompareOp
+    operand: Any
+
+    @classmethod
+    def version(cls, key: str, op: CompareOp, version: int) -> Compare:
+        return cls(key, "version", op, version)
+
+    @classmethod
+    def create_version(cls, key: str, op: CompareOp, create_version: int) -> Compare:
+        return cls(key, "create_version", op, create_version)
+
+    @classmethod
+    def value(cls, key: str, op: CompareOp, value: Any) -> Compare:
+        """Values are equal when their JSON with sorted object keys is; `<` and `>` order two numbers or
+        two strings."""
+        return cls(key, "value", op, value)
+
+    @classmethod
+    def absent(cls, key: str) -> Compare:
+        return cls(key, "version", "=", 0)
+
+    @classmethod
+    def exists(cls, key: str) -> Compare:
+        return cls(key, "version", ">", 0)
+
+    def to_api(self) -> dict[str, Any]:
+        return {"key": self.key, self.target: self.operand, "op": self.op}
 
 
 @dataclass(frozen=True)
@@ -38,6 +117,7 @@ class WatchEvent:
     key: str
     value: Any
     version: int
+    prev_value: Any = None  # on a stream with `prev_value=True`: the value before the change (None: none)
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,27 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import httpx
+
 from coordinated.client import admin_calls, calls
-from coordinated.client.base import ClientBase, perform
-from coordinated.client.errors import ChangesGone
-from coordinated.client.flow import Emit, Flow, Stream
-from coordinated.client.models import KeyValue, SessionInfo, TxnResult, WatchBatch, WatchEvent, WriteResult
+from coordinated.client.base import ClientBase, attempt, perform
+from coordinated.client.endpoints import Retryable
+from coordinated.client.errors import ChangesGone, ListingLost
+from coordinated.client.flow import CloseStream, Emit, Flow, ReadLine, Sleep, Stream
+from coordinated.client.models import (
+    Compare,
+    KeyCount,
+    KeyValue,
+    Listing,
+    PrefixDeleted,
+    RangePage,
+    SessionInfo,
+    TxnResult,
+    WatchBatch,
+    WatchEvent,
+    WriteResult,
+)
+from coordinated.client.watch_stream import MalformedStream, StreamPosition, event_of, parse_line
 
 __all__ = [
     "add_voting_config_exclusions",
@@ -19,20 +35,25 @@ __all__ = [
     "cluster_health",
     "cluster_settings",
     "cluster_state",
+    "count",
     "create",
     "create_session",
     "create_snapshot",
     "delete",
+    "delete_prefix",
     "delete_snapshot",
     "end_session",
     "get",
+    "get_range",
     "keepalive",
+    "list_prefix",
     "list_snapshots",
     "node_info",
     "put",
     "put_cluster_settings",
     "put_fs_repository",
     "put_repository",
+    "range_pages",
     "restore_snapshot",
     "sessions",
     "txn",
@@ -41,6 +62,10 @@ __all__ = [
 ]
 
 WATCH_TIMEOUT_S = 30.0
+# How many times `list_prefix` lists again from the first page when a listing's state is lost mid-way.
+LISTING_ATTEMPTS = 3
+# The pause before a stream that ended at once is opened again, doubling up to the second.
+STREAM_REOPEN_S = (0.05, 1.0)
 
 # -- keys ---------------------------------------------------------------------------------------------------
 
@@ -50,10 +75,14 @@ def get(client: ClientBase, key: str, *, local: bool = False) -> Flow[KeyValue]:
     return (yield from perform(client, calls.get(key, local)))
 
 
-def put(client: ClientBase, key: str, value: Any, *, session: str | None = None) -> Flow[WriteResult]:
+def put(
+    client: ClientBase, key: str, value: Any, *, session: str | None = None, prev_value: bool = False
+) -> Flow[WriteResult]:
     """An unconditional write (retried if its outcome is unknown: writing the same value twice is harmless).
-    With `session` the key is ephemeral: deleted when the session ends."""
-    return (yield from perform(client, calls.put(key, value, session=session)))
+    With `session` the key is ephemeral: deleted when the session ends. With `prev_value` the result's `prev`
+    is the key before the write; such a write is not retried blindly (OutcomeUnknown instead), since a retry
+    would report its own value as the previous one."""
+    return (yield from perform(client, calls.put(key, value, session=session, prev_value=prev_value)))
 
 
 def create(client: ClientBase, key: str, value: Any, *, session: str | None = None) -> Flow[WriteResult]:
@@ -66,19 +95,120 @@ def cas(client: ClientBase, key: str, value: Any, version: int, *, session: str 
     return (yield from perform(client, calls.put(key, value, if_version=version, session=session)))
 
 
-def delete(client: ClientBase, key: str, *, if_version: int | None = None) -> Flow[WriteResult]:
-    """Deletes the key; with `if_version`, only if that is its version (VersionConflict otherwise)."""
-    return (yield from perform(client, calls.delete(key, if_version=if_version)))
+def delete(
+    client: ClientBase, key: str, *, if_version: int | None = None, prev_value: bool = False
+) -> Flow[WriteResult]:
+    """Deletes the key; with `if_version`, only if that is its version (VersionConflict otherwise). With
+    `prev_value` the result's `prev` is the key before the delete (None: there was none)."""
+    return (yield from perform(client, calls.delete(key, if_version=if_version, prev_value=prev_value)))
+
+
+def delete_prefix(client: ClientBase, prefix: str) -> Flow[PrefixDeleted]:
+    """Deletes every key under `prefix` (`""`: every key) in one committed state."""
+    return (yield from perform(client, calls.delete_prefix(prefix)))
 
 
 def txn(
     client: ClientBase,
-    compare: Sequence[tuple[str, int]],
+    compare: Sequence[Compare | tuple[str, int]],
     success: Sequence[Mapping[str, Any]],
     failure: Sequence[Mapping[str, Any]] = (),
 ) -> Flow[TxnResult]:
-    """All or nothing in one committed state; build ops with `put_op`, `delete_op`, `get_op`."""
+    """All or nothing in one committed state. A compare is a `Compare` (on `version`, `create_version` or
+    `value`, with `=`, `!=`, `<` or `>`), or `(key, version)` for `Compare.version(key, "=", version)`. Build
+    ops with `put_op`, `delete_op`, `delete_prefix_op` and `get_op`."""
     return (yield from perform(client, calls.txn(compare, success, failure)))
+
+
+# -- range reads --------------------------------------------------------------------------------------------
+
+
+def get_range(
+    client: ClientBase,
+    prefix: str = "",
+    *,
+    keys_only: bool = False,
+    limit: int | None = None,
+    after: str | None = None,
+    at_version: int | None = None,
+    local: bool = False,
+) -> Flow[RangePage]:
+    """One page of the keys under `prefix` (matched literally), in key order: linearizable unless `local`.
+    `limit`: at most this many keys (the server's default 1,000, at most 10,000); `after`: only keys above
+    it (a page's `next`); `at_version`: a continuation read from the state of the first page (ChangesGone
+    if the node serving it no longer holds it). `range_pages` and `list_prefix` follow the pages for you."""
+    call = calls.range_page(prefix, keys_only=keys_only, limit=limit, after=after, at_version=at_version, local=local)
+    return (yield from perform(client, call))
+
+
+def _first_page(
+    client: ClientBase, prefix: str, keys_only: bool, page_size: int | None, local: bool
+) -> Flow[tuple[RangePage, str]]:
+    """The first page of a listing, and the address of the node that served it (which holds its state)."""
+    page = yield from get_range(client, prefix, keys_only=keys_only, limit=page_size, local=local)
+    return page, client.endpoints.current
+
+
+def _next_page(
+    client: ClientBase, address: str, prefix: str, page: RangePage, keys_only: bool, page_size: int | None
+) -> Flow[RangePage]:
+    """The page after `page`, from the state of the listing's first page, at the node holding it."""
+    call = calls.range_page(prefix, keys_only=keys_only, limit=page_size, after=page.next, at_version=page.version)
+    try:
+        return (yield from attempt(client, address, call))
+    except ChangesGone as gone:
+        raise ListingLost(f"the listing of {prefix!r} at version {page.version} is gone: {gone.reason}") from gone
+    except Retryable as failed:
+        raise ListingLost(f"the node serving the listing of {prefix!r} failed: {failed.error}") from failed.error
+
+
+def range_pages(
+    client: ClientBase,
+    prefix: str = "",
+    *,
+    keys_only: bool = False,
+    page_size: int | None = None,
+    local: bool = False,
+) -> Stream[RangePage]:
+    """Every page of the keys under `prefix`, all read from the state of the first page (whose `version`
+    every page carries): the first page is linearizable unless `local`, and the next ones are read from the
+    same state at the node that served it. If that node no longer holds the state (more than 60 s between
+    pages, or it failed), raises ListingLost after the pages already given: list again."""
+    page, address = yield from _first_page(client, prefix, keys_only, page_size, local)
+    yield Emit(page)
+    while page.more:
+        page = yield from _next_page(client, address, prefix, page, keys_only, page_size)
+        yield Emit(page)
+
+
+def list_prefix(
+    client: ClientBase,
+    prefix: str = "",
+    *,
+    keys_only: bool = False,
+    page_size: int | None = None,
+    local: bool = False,
+) -> Flow[Listing]:
+    """Every key under `prefix`, in key order, from one state version (see `range_pages`). If the listing's
+    state is lost mid-way, it lists again from the first page, up to 3 times in all (then ListingLost)."""
+    for attempt_number in range(1, LISTING_ATTEMPTS + 1):
+        page, address = yield from _first_page(client, prefix, keys_only, page_size, local)
+        keys = list(page.keys)
+        try:
+            while page.more:
+                page = yield from _next_page(client, address, prefix, page, keys_only, page_size)
+                keys.extend(page.keys)
+        except ListingLost:
+            if attempt_number == LISTING_ATTEMPTS:
+                raise
+            continue
+        return Listing(page.version, keys)
+    raise AssertionError("unreachable")
+
+
+def count(client: ClientBase, prefix: str = "", *, local: bool = False) -> Flow[KeyCount]:
+    """How many keys are under `prefix`, and the state version counted (linearizable unless `local`)."""
+    return (yield from perform(client, calls.count(prefix, local=local)))
 
 
 # -- watches ------------------------------------------------------------------------------------------------
@@ -104,27 +234,78 @@ def next_events(
     try:
         batch = yield from watch_once(client, prefix, after, timeout=timeout, local=local)
     except ChangesGone:
-        version, values = yield from perform(client, calls.snapshot(prefix))
-        return calls.reset_events(prefix, version, values), version
+        listing = yield from list_prefix(client, prefix, local=local)
+        return calls.reset_events(prefix, listing), listing.version
     return batch.events, batch.version
+
+
+def _re_read(client: ClientBase, prefixes: list[str], local: bool, position: StreamPosition) -> Stream[WatchEvent]:
+    """After the watch fell behind: each prefix listed, a `reset` and its keys; the watch goes on from there."""
+    listings = {}
+    for watched in prefixes:
+        listings[watched] = yield from list_prefix(client, watched, local=local)
+    for watched, listing in listings.items():
+        for reset in calls.reset_events(watched, listing):
+            yield Emit(reset)
+    position.reset({watched: listing.version for watched, listing in listings.items()})
 
 
 def watch(
     client: ClientBase,
-    prefix: str = "",
+    prefix: str | Sequence[str] = "",
     after_version: int | None = None,
     *,
-    timeout: float = WATCH_TIMEOUT_S,
+    prev_value: bool = False,
+    filter: str | None = None,
     local: bool = False,
 ) -> Stream[WatchEvent]:
-    """Every change under `prefix`, for ever, resuming from the last version it reported, through any
-    node. If it falls behind a node's change log (410) it re-reads the prefix and yields a `reset`
-    event followed by a `put` of every key there."""
-    after = after_version
+    """Every change under `prefix` (a prefix, or several), for ever, on one held stream: the changes after
+    `after_version` (None: from now), in version order. `prev_value`: events carry the value before the
+    change; `filter`: `"put"` or `"delete"` events only. A dropped stream (its node killed, a failover, a
+    stream ended by the node) is resumed on another one, through any node, with no change missed or
+    reported twice. If the watch falls behind a node's change log, it re-reads each prefix (a range read at
+    one version) and yields a `reset` event for it followed by a `put` of every key there, and goes on."""
+    prefixes = [prefix] if isinstance(prefix, str) else list(prefix) or [""]
+    position = StreamPosition(after_version)
+    quiet_ends = 0
     while True:
-        events, after = yield from next_events(client, prefix, after, timeout=timeout, local=local)
-        for event in events:
-            yield Emit(event)
+        call = calls.watch_stream(prefixes, position.resume_after(), prev_value, filter, local)
+        try:
+            yield from perform(client, call)
+        except ChangesGone:  # a node that answers a stream's 410 as a status rather than a `gone` line
+            yield from _re_read(client, prefixes, local, position)
+            continue
+        address = client.endpoints.current
+        lines = 0
+        while True:
+            try:
+                line = yield ReadLine()
+                message = None if line is None else parse_line(line) if line else {}
+            except (httpx.TransportError, MalformedStream):
+                message = None
+            if message is None:  # the stream broke or ended without a final line: resume elsewhere
+                client.endpoints.failed(address)
+                break
+            lines += 1
+            kind = message.get("type")
+            if kind == "progress":
+                position.progress(message["version"])
+            elif kind in ("put", "delete"):
+                event = event_of(message)
+                if position.report(event):
+                    yield Emit(event)
+            elif kind == "closed":  # the node ended the stream; everything up to its version was sent
+                position.progress(message["version"])
+                client.endpoints.failed(address)
+                break
+            elif kind == "gone":
+                yield CloseStream()
+                yield from _re_read(client, prefixes, local, position)
+                break
+        yield CloseStream()
+        quiet_ends = quiet_ends + 1 if lines == 0 else 0
+        if quiet_ends:
+            yield Sleep(min(STREAM_REOPEN_S[1], STREAM_REOPEN_S[0] * 2**quiet_ends))
 
 
 # -- sessions -----------------------------------------------------------------------------------------------

@@ -16,7 +16,17 @@ from coordinated.client import operations
 from coordinated.client import sessions as session_flows
 from coordinated.client.base import ClientBase, ClientOptions
 from coordinated.client.endpoints import DEFAULT_ADDRESS
-from coordinated.client.flow import Emit, Flow, Sleep, Stepper, Stream, blocking, blocking_stream
+from coordinated.client.flow import (
+    CloseStream,
+    Emit,
+    Flow,
+    ReadLine,
+    Sleep,
+    Stepper,
+    Stream,
+    blocking,
+    blocking_stream,
+)
 from coordinated.client.models import SessionInfo
 
 T = TypeVar("T")
@@ -62,12 +72,16 @@ class Client(ClientBase):
             pass
         return cast(T, stepper.result)
 
-    def iterate_flow(self, stream: Stream[E]) -> Iterator[E]:
-        return cast(Iterator[E], self._drive(Stepper(stream, stream=True)))
+    def iterate_flow(self, stream: Stream[E], stop: threading.Event | None = None) -> Iterator[E]:
+        """The stream's items; with `stop`, it ends before its next step once `stop` is set."""
+        return cast(Iterator[E], self._drive(Stepper(stream, stream=True), stop))
 
     def _drive(self, stepper: Stepper[Any], stop: threading.Event | None = None) -> Iterator[Any]:
-        with contextlib.closing(stepper.flow):
+        held = _HeldStream()
+        with contextlib.closing(stepper.flow), contextlib.closing(held):
             while (step := stepper.next_step()) is not None:
+                if stop is not None and stop.is_set():
+                    return  # stopped: the flow is closed
                 if isinstance(step, Emit):
                     yield step.item
                 elif isinstance(step, Sleep):
@@ -75,6 +89,16 @@ class Client(ClientBase):
                         time.sleep(step.seconds)
                     elif stop.wait(step.seconds):
                         return  # stopped: the flow is closed
+                elif isinstance(step, ReadLine):
+                    with stepper.sending():
+                        stepper.succeeded(held.next_line())
+                elif isinstance(step, CloseStream):
+                    held.close()
+                elif step.stream:
+                    held.close()
+                    with stepper.sending():
+                        request = self.http.build_request(step.method, step.url, **self.request_options(step))
+                        stepper.succeeded(held.open(self.http.send(request, stream=True)))
                 else:
                     with stepper.sending():
                         stepper.succeeded(self.http.request(step.method, step.url, **self.request_options(step)))
@@ -86,7 +110,12 @@ class Client(ClientBase):
     create = blocking(operations.create)
     cas = blocking(operations.cas)
     delete = blocking(operations.delete)
+    delete_prefix = blocking(operations.delete_prefix)
     txn = blocking(operations.txn)
+    get_range = blocking(operations.get_range)
+    range_pages = blocking_stream(operations.range_pages)
+    list_prefix = blocking(operations.list_prefix)
+    count = blocking(operations.count)
     watch_once = blocking(operations.watch_once)
     watch = blocking_stream(operations.watch)
     create_session = blocking(operations.create_session)
@@ -109,9 +138,45 @@ class Client(ClientBase):
 
     def session(self, ttl: float = 10.0, on_expired: Callable[[], None] | None = None) -> Session:
         """A TTL session kept alive in the background until `end()` (or the end of a `with` block)."""
-        session = Session(self, self.create_session(ttl), ttl, on_expired)
+        created_at = time.monotonic()  # the TTL runs from no earlier than this
+        session = Session(self, self.create_session(ttl), ttl, on_expired, created_at)
         self._sessions.add(session)
         return session
+
+
+class _HeldStream:
+    """The open answer of a flow's streaming `Send`, read line by line."""
+
+    def __init__(self) -> None:
+        self.response: httpx.Response | None = None
+        self.lines: Iterator[str] = iter(())
+
+    def open(self, response: httpx.Response) -> httpx.Response:
+        """Holds a 200 answer open; reads any other whole (an error to parse) and closes it."""
+        if response.status_code != 200:
+            try:
+                response.read()
+            finally:
+                response.close()
+            return response
+        self.response, self.lines = response, response.iter_lines()
+        return response
+
+    def next_line(self) -> str | None:
+        """The next line; None at the end. The stream is closed at its end and when a read fails."""
+        try:
+            line = next(self.lines, None)
+        except BaseException:
+            self.close()
+            raise
+        if line is None:
+            self.close()
+        return line
+
+    def close(self) -> None:
+        if self.response is not None:
+            self.response.close()
+        self.response, self.lines = None, iter(())
 
 
 class BlockingRecipe:
@@ -133,9 +198,14 @@ class Session(session_flows.SessionBase):
     expired: threading.Event
 
     def __init__(
-        self, client: Client, info: SessionInfo, ttl: float, on_expired: Callable[[], None] | None = None
+        self,
+        client: Client,
+        info: SessionInfo,
+        ttl: float,
+        on_expired: Callable[[], None] | None = None,
+        created_at: float | None = None,
     ) -> None:
-        super().__init__(info, ttl, threading.Event(), on_expired)
+        super().__init__(info, ttl, threading.Event(), on_expired, created_at)
         self.client = client
         self._stop = threading.Event()
         keep_alive = session_flows.keep_alive(client, self)

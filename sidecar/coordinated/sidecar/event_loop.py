@@ -13,7 +13,7 @@ EVENT_LOOP = choice_setting(
     "node.event_loop",
     "uvloop",
     ("uvloop", "asyncio"),
-    doc="`uvloop` (libuv's event loop) or `asyncio` (the standard library's); docs/benchmarks.md has what it saves",
+    doc="`uvloop` (libuv's event loop) or `asyncio` (the standard library's); `python -m bench peers --ab node.event_loop=asyncio` measures what it saves",
 )
 
 

@@ -27,7 +27,8 @@ from typing import Protocol
 from coordinated.coordination.effects import Effect
 from coordinated.coordination.settings import choice_setting
 
-# Measured slower on a 2-core machine with a fast disk (docs/benchmarks.md), hence `inline` by default.
+# Measured slower on a 2-core machine with a fast disk (`python -m bench peers --ab persistence.sync=background`),
+# hence `inline` by default.
 PERSISTENCE_SYNC = choice_setting(
     "persistence.sync",
     "inline",
@@ -35,7 +36,7 @@ PERSISTENCE_SYNC = choice_setting(
     doc="where the durable store's fsync runs: `inline` (on the event loop; each term or accepted-state write is "
     "durable when it returns) or `background` (a worker thread with group commit: every message, reply and apply "
     "that follows a write waits for one fsync covering it; a failed fsync silences the node until it is "
-    "restarted); docs/benchmarks.md has the A/B",
+    "restarted); `python -m bench peers --ab persistence.sync=background` is the A/B",
 )
 
 log = logging.getLogger("coordinated.node")

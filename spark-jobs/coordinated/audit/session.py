@@ -57,7 +57,7 @@ def build_session(
         settings["spark.sql.limit.initialNumPartitions"] = "100000"
         settings["spark.ui.enabled"] = "false"
         # The parallel collector: the audit is a batch job, and on two cores G1's concurrent marking and write
-        # barriers made a 10M-event audit 12 % slower (docs/benchmarks.md). A JVM option, so it applies only
+        # barriers made a 10M-event audit 12 % slower (`python -m bench audit scale`). A JVM option, so it applies only
         # where this call starts the JVM (the CLI, the tests); `--conf spark.driver.extraJavaOptions=...`
         # replaces it.
         settings["spark.driver.extraJavaOptions"] = LOCAL_JAVA_OPTIONS

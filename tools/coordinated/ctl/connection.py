@@ -28,6 +28,20 @@ R = TypeVar("R")
 # How long a command keeps retrying a cluster that does not answer (no connection, no master).
 DEFAULT_TIMEOUT_S = 15.0
 
+# The click context's `meta` key of a `Preset`: set by a caller that runs these commands against a cluster it
+# found itself (the kubectl plugin), it replaces --endpoints, --token and --cacert.
+PRESET_KEY = "coordinated.ctl.preset"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Where to send a command's calls, found by its caller: the endpoints, the token and the HTTP client that
+    reaches them (the kubectl plugin's goes through port-forwards)."""
+
+    endpoints: list[str]
+    token: str | None
+    http: httpx.Client
+
 
 @dataclass(frozen=True)
 class Connection:
@@ -36,6 +50,7 @@ class Connection:
     verify: bool | ssl.SSLContext
     timeout: float
     output: str
+    http: httpx.Client | None = None
 
     def client(self, addresses: list[str] | None = None, *, retry: bool = True) -> Client:
         """A client of the endpoints (or of `addresses`); without `retry`, one attempt per call."""
@@ -46,6 +61,7 @@ class Connection:
             request_timeout=min(self.timeout, 10.0) if self.timeout > 0 else 10.0,
             retry_timeout=self.timeout if retry else 0,
             follow_master=retry,
+            http=self.http,
         )
 
 
@@ -105,10 +121,14 @@ def connection_options(command: Callable[..., R]) -> Callable[..., R]:
     def wrapper(
         endpoints: str | None, token: str | None, cacert: str | None, timeout: float, output: str, **kwargs: Any
     ) -> R:
-        addresses = endpoints_from(endpoints)
-        # Without an https endpoint nothing is verified: skip loading the CA store (a third of a call's time).
-        verify = verify_from(cacert) if any(a.startswith("https://") for a in addresses) else False
-        connection = Connection(addresses, token or None, verify, timeout, output)
+        preset = click.get_current_context().meta.get(PRESET_KEY)
+        if isinstance(preset, Preset):
+            connection = Connection(preset.endpoints, preset.token, False, timeout, output, preset.http)
+        else:
+            addresses = endpoints_from(endpoints)
+            # Without an https endpoint nothing is verified: skip loading the CA store (a third of a call's time).
+            verify = verify_from(cacert) if any(a.startswith("https://") for a in addresses) else False
+            connection = Connection(addresses, token or None, verify, timeout, output)
         with as_exit_codes():
             return command(connection=connection, **kwargs)
 

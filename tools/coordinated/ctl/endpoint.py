@@ -15,6 +15,9 @@ from coordinated.ctl.output import emit
 
 STATUS_COLUMNS = ("endpoint", "name", "id", "master", "term", "version", "voting", "applied_lag", "health", "error")
 HEALTH_COLUMNS = ("endpoint", "name", "health", "master_node", "problems", "error")
+CLUSTER_HEALTH_COLUMNS = ("name", "id", "endpoint", "master", "voting", "health", "problems", "error")
+# With --cluster: a member the master lists that no endpoint reaches (it is in the cluster, not asked).
+JOINED = "joined"
 
 
 @click.group()
@@ -69,13 +72,41 @@ def status(connection: Connection) -> None:
     emit(rows, connection.output, STATUS_COLUMNS)
 
 
+def cluster_rows(connection: Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per member of the cluster: every node in the master's state and every voter, each with its
+    endpoint's row when an endpoint reaches it."""
+    with connection.client() as client:
+        state = client.cluster_state()
+    nodes: dict[str, Any] = state["nodes"]
+    voters = set(state["metadata"]["cluster_coordination"]["last_committed_config"])
+    by_id = {row["id"]: row for row in rows if row.get("id")}
+    members = []
+    for node_id in sorted(set(nodes) | voters, key=lambda member: (nodes.get(member, {}).get("name", ""), member)):
+        row = by_id.get(node_id)
+        if row is None:
+            row = {"id": node_id, "name": nodes.get(node_id, {}).get("name"), "endpoint": None}
+            row["master"], row["voting"] = state["master_node"] == node_id, node_id in voters
+            if node_id in nodes:
+                row |= {"health": JOINED, "error": None}
+            else:
+                row |= {"health": "missing", "error": "a voter that is not in the cluster"}
+        members.append(row)
+    unknown = [row for row in rows if not row.get("id")]  # endpoints that did not answer
+    return members + unknown
+
+
 @endpoint.command()
+@click.option("--cluster", is_flag=True, help="every member of the cluster, not only the endpoints' nodes")
 @connection_options
-def health(connection: Connection) -> None:
-    """The health of each endpoint's node (green, yellow, red, unreachable). Exits 1 unless every one is
-    green, 3 if none answered."""
+def health(connection: Connection, cluster: bool) -> None:
+    """The health of each endpoint's node (green, yellow, red, unreachable). With --cluster, one row per
+    member of the cluster as the master knows it: its own health where an endpoint reaches it, `joined`
+    where none does (it is in the cluster, not asked), `missing` for a voter that is not in the cluster.
+    Exits 1 unless every row is green (or joined), 3 if no endpoint answered."""
     rows = all_rows(connection)
-    emit(rows, connection.output, HEALTH_COLUMNS)
-    unhealthy = [row["endpoint"] for row in rows if row["health"] != "green"]
+    if cluster:
+        rows = cluster_rows(connection, rows)
+    emit(rows, connection.output, CLUSTER_HEALTH_COLUMNS if cluster else HEALTH_COLUMNS)
+    unhealthy = [row.get("name") or row["endpoint"] for row in rows if row["health"] not in ("green", JOINED)]
     if unhealthy:
-        raise Failed(f"not green: {', '.join(unhealthy)}")
+        raise Failed(f"not green: {', '.join(map(str, unhealthy))}")

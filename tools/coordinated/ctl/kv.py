@@ -1,4 +1,5 @@
-"""`coordinated kv`: get, put, del and txn on keys, and export/import of every key as JSON Lines."""
+"""`coordinated kv`: get, put, del and txn on keys, range reads of a prefix (`get --prefix`, `list`), prefix
+deletes, watches (kv_watch.py), and export/import of keys as JSON Lines."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from typing import IO, Any
 import click
 import msgspec
 
-from coordinated.client import Client, TxnResult, put_op
+from coordinated.client import Client, KeyValue, TxnResult, put_op
 from coordinated.ctl.connection import Connection, connection_options
 from coordinated.ctl.failures import BadInput, Failed
 from coordinated.ctl.inputs import json_document, json_lines, value_argument
+from coordinated.ctl.kv_watch import watch
 from coordinated.ctl.output import emit
 
 # The server takes at most this many ops in one transaction; an import writes in transactions of this size.
@@ -23,22 +25,76 @@ def kv() -> None:
     """Read and write keys. Values are JSON."""
 
 
-@kv.command()
-@click.argument("key")
-@click.option("--local", is_flag=True, help="this node's applied state, without asking the master")
-@connection_options
-def get(connection: Connection, key: str, local: bool) -> None:
-    """The value of KEY, its version and create_version (exit 1 if it does not exist)."""
-    with connection.client() as client:
-        found = client.get(key, local=local)
-    data = {
+KEY_COLUMNS = ("key", "value", "version", "create_version", "session")
+kv.add_command(watch)
+
+
+def key_data(found: KeyValue) -> dict[str, Any]:
+    return {
         "key": found.key,
         "value": found.value,
         "version": found.version,
         "create_version": found.create_version,
         "session": found.session,
     }
-    emit(data, connection.output, ("key", "value", "version", "create_version", "session"))
+
+
+def listing_data(keys: list[KeyValue], keys_only: bool) -> list[dict[str, Any]]:
+    rows = [key_data(found) for found in keys]
+    if keys_only:
+        for row in rows:
+            del row["value"]
+    return rows
+
+
+keys_only_option = click.option("--keys-only", is_flag=True, help="the keys and their versions, without values")
+local_option = click.option("--local", is_flag=True, help="this node's applied state, without asking the master")
+
+
+@kv.command()
+@click.argument("key", required=False)
+@click.option("--prefix", help="list the keys whose names start with PREFIX (one page; see `kv list`)")
+@keys_only_option
+@click.option("--limit", type=click.IntRange(1, 10000), help="with --prefix: at most this many keys (default 1000)")
+@local_option
+@connection_options
+def get(
+    connection: Connection, key: str | None, prefix: str | None, keys_only: bool, limit: int | None, local: bool
+) -> None:
+    """The value of KEY, its version and create_version (exit 1 if it does not exist); or, with --prefix,
+    one page of the keys under PREFIX, in key order, read at one version. -o json gives
+    {"version", "keys", "more", "next"}: `more` says whether keys follow (`kv list` reads them all)."""
+    if (key is None) == (prefix is None):
+        raise click.UsageError("give KEY or --prefix PREFIX")
+    if prefix is None and (keys_only or limit is not None):
+        raise click.UsageError("--keys-only and --limit go with --prefix")
+    with connection.client() as client:
+        if key is not None:
+            emit(key_data(client.get(key, local=local)), connection.output, KEY_COLUMNS)
+            return
+        page = client.get_range(prefix or "", keys_only=keys_only, limit=limit, local=local)
+    rows = listing_data(page.keys, keys_only)
+    data = {"version": page.version, "keys": rows, "more": page.more, "next": page.next}
+    emit(data, connection.output, key_columns(keys_only), rows)
+
+
+def key_columns(keys_only: bool) -> tuple[str, ...]:
+    return tuple(column for column in KEY_COLUMNS if not (keys_only and column == "value"))
+
+
+@kv.command(name="list")
+@click.option("--prefix", default="", help="the keys whose names start with PREFIX (default: every key)")
+@keys_only_option
+@click.option("--page-size", type=click.IntRange(1, 10000), help="keys per request (default 1000)")
+@local_option
+@connection_options
+def list_keys(connection: Connection, prefix: str, keys_only: bool, page_size: int | None, local: bool) -> None:
+    """Every key under PREFIX, in key order, all pages read at one version. -o json gives
+    {"version", "keys"}."""
+    with connection.client() as client:
+        listing = client.list_prefix(prefix, keys_only=keys_only, page_size=page_size, local=local)
+    rows = listing_data(listing.keys, keys_only)
+    emit({"version": listing.version, "keys": rows}, connection.output, key_columns(keys_only), rows)
 
 
 @kv.command()
@@ -66,13 +122,24 @@ def put(
 
 
 @kv.command(name="del")
-@click.argument("key")
+@click.argument("key", required=False)
+@click.option("--prefix", help="delete every key whose name starts with PREFIX, in one committed state")
 @click.option("--if-version", type=click.IntRange(min=1), help="delete only if the key is at this version")
 @connection_options
-def delete(connection: Connection, key: str, if_version: int | None) -> None:
-    """Deletes KEY (exit 1 if it does not exist, or is not at --if-version)."""
+def delete(connection: Connection, key: str | None, prefix: str | None, if_version: int | None) -> None:
+    """Deletes KEY (exit 1 if it does not exist, or is not at --if-version); or, with --prefix, every key
+    under PREFIX (`--prefix ""`: every key), printing how many there were."""
+    if (key is None) == (prefix is None):
+        raise click.UsageError("give KEY or --prefix PREFIX")
+    if prefix is not None and if_version is not None:
+        raise click.UsageError("--if-version goes with KEY, not --prefix")
     with connection.client() as client:
-        written = client.delete(key, if_version=if_version)
+        if prefix is not None:
+            deleted = client.delete_prefix(prefix)
+            data = {"prefix": deleted.prefix, "deleted": deleted.deleted, "version": deleted.version}
+            emit(data, connection.output, ("prefix", "deleted", "version"))
+            return
+        written = client.delete(key or "", if_version=if_version)
     emit(write_data(written), connection.output, ("key", "version", "term"))
 
 
@@ -118,19 +185,19 @@ def txn_data(result: TxnResult) -> dict[str, Any]:
 
 
 @kv.command(name="export")
+@click.option("--prefix", default="", help="only the keys whose names start with PREFIX")
 @click.option("--include-ephemeral", is_flag=True, help="also the keys of live sessions")
 @click.option("--file", "file", type=click.File("w"), default="-", help="write here instead of stdout")
 @connection_options
-def export_keys(connection: Connection, include_ephemeral: bool, file: IO[str]) -> None:
-    """Every key and its value as JSON Lines ({"key", "value"} per line, sorted by key), read at one
-    committed state. Ephemeral keys are left out unless --include-ephemeral."""
+def export_keys(connection: Connection, prefix: str, include_ephemeral: bool, file: IO[str]) -> None:
+    """Every key (under PREFIX) and its value as JSON Lines ({"key", "value"} per line, sorted by key), read
+    at one committed state (a range read, page by page). Ephemeral keys are left out unless
+    --include-ephemeral."""
     with connection.client() as client:
-        state = client.cluster_state()
-    metadata = state["metadata"]
-    ephemeral = set() if include_ephemeral else set(metadata.get("ephemeral_keys", {}))
-    for key in sorted(metadata["kv"]):
-        if key not in ephemeral:
-            line = json.dumps({"key": key, "value": metadata["kv"][key]}, ensure_ascii=False, sort_keys=True)
+        listing = client.list_prefix(prefix)
+    for found in listing.keys:
+        if include_ephemeral or found.session is None:
+            line = json.dumps({"key": found.key, "value": found.value}, ensure_ascii=False, sort_keys=True)
             click.echo(line, file=file)
 
 

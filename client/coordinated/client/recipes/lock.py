@@ -1,10 +1,11 @@
-"""`Lock` and `AsyncLock`: a lock with fencing tokens, written once as flows.
+"""`Lock` and `AsyncLock`: a fair lock with fencing tokens, written once as flows.
 
-A holder is whoever created the lock key: an ephemeral key of the holder's session, created with
-`op_type=create`, so at most one key exists at a time and it disappears, in the same committed state, when
-the session ends (expired, ended, or its node left). The fencing token is the key's `create_version`: a
-later holder's key was created in a later committed state, so tokens strictly increase from holder to
-holder. Waiters watch the key and try again only when it is deleted; they never poll.
+Each contender creates its own ephemeral key under `name/` and holds once no earlier key (in
+`create_version` order) is left; meanwhile it watches only its immediate predecessor's key, so a release
+wakes one waiter and the lock is granted first come, first served (turns.py). The fencing token is the
+version of the write with which the new holder marks its key holding: it comes after every earlier holder's
+key was deleted, so tokens strictly increase from holder to holder, across master failovers and restarts
+too, since versions never go back.
 
 What this does NOT give: a holder cannot know at every instant that it still holds the lock. A holder that
 pauses (GC, SIGSTOP, a slow disk) past its session's TTL loses the lock while it still believes it holds
@@ -14,123 +15,53 @@ from such a holder. See docs/applications.md.
 
 from __future__ import annotations
 
-import contextlib
-import time
-import uuid
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from coordinated.client import operations
 from coordinated.client.aio import AsyncClient, AsyncRecipe, AsyncSession
-from coordinated.client.base import ClientBase
-from coordinated.client.calls import checked_key
-from coordinated.client.errors import (
-    ChangesGone,
-    LockTimeout,
-    NotFound,
-    OutcomeUnknown,
-    SessionNotFound,
-    VersionConflict,
-)
+from coordinated.client.errors import NotFound
 from coordinated.client.flow import Flow, awaiting, blocking
 from coordinated.client.models import KeyValue
-from coordinated.client.sessions import SessionBase
+from coordinated.client.recipes import turns
+from coordinated.client.recipes.base import C, S
+from coordinated.client.recipes.turns import TurnBase, contenders, predecessor
 from coordinated.client.sync import BlockingRecipe, Client, Session
 
-WATCH_TIMEOUT_S = 30.0
 
-C = TypeVar("C", bound=ClientBase)
-S = TypeVar("S", bound=SessionBase)
-
-
-class LockBase(Generic[C, S]):
-    """A lock on key `name`, held through `session`. `acquire` returns the fencing token; pass it with every
-    write to the protected resource, which must refuse tokens lower than the highest it has seen."""
-
-    def __init__(self, client: C, name: str, session: S, data: Any = None) -> None:
-        self.client = client
-        self.name = checked_key(name)
-        self.session = session
-        self.owner = uuid.uuid4().hex  # recognizes our own key after an answer was lost
-        self.data = data
-        self.token: int | None = None
-
-    def held(self) -> bool:
-        """This client's belief, not the cluster's: True from acquire until release or until the cluster has
-        said the session ended. Only a fencing token checked by the resource makes a write safe."""
-        return self.token is not None and not self.session.expired.is_set()
-
-
-def holder_value(lock: LockBase[Any, Any]) -> dict[str, Any]:
-    return {"owner": lock.owner, "session": lock.session.id, "data": lock.data}
-
-
-def owned_by(current: KeyValue | None, owner: str) -> bool:
-    return current is not None and isinstance(current.value, dict) and current.value.get("owner") == owner
-
-
-def remaining(deadline: float | None) -> float:
-    return WATCH_TIMEOUT_S if deadline is None else max(0.0, min(WATCH_TIMEOUT_S, deadline - time.monotonic()))
+class LockBase(TurnBase[C, S]):
+    """A fair lock named `name`, held through `session`. `acquire` returns the fencing token; pass it with
+    every write to the protected resource, which must refuse tokens lower than the highest it has seen."""
 
 
 def acquire(lock: LockBase[Any, Any], timeout: float | None = None) -> Flow[int]:
-    """Blocks until held (or LockTimeout); returns the fencing token. Raises SessionNotFound if the
-    session has ended."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        if lock.session.expired.is_set():
-            raise SessionNotFound(404, "resource_not_found_exception", f"session [{lock.session.id}] has ended")
-        try:
-            created = yield from operations.create(lock.client, lock.name, holder_value(lock), session=lock.session.id)
-            lock.token = created.version
-            return created.version
-        except (VersionConflict, OutcomeUnknown):
-            pass  # held by someone, or perhaps by us: the key says which
-        current = yield from read(lock)
-        if owned_by(current, lock.owner):
-            assert current is not None
-            lock.token = current.create_version
-            return current.create_version
-        if current is None:
-            continue
-        if deadline is not None and time.monotonic() >= deadline:
-            raise LockTimeout(f"lock [{lock.name}] is held by another session")
-        yield from wait_for_delete(lock, current.version, deadline)
-
-
-def read(lock: LockBase[Any, Any]) -> Flow[KeyValue | None]:
-    """The lock key now (a linearizable read), or None."""
-    try:
-        return (yield from operations.get(lock.client, lock.name))
-    except NotFound:
-        return None
-
-
-def wait_for_delete(lock: LockBase[Any, Any], after: int, deadline: float | None) -> Flow[None]:
-    """Returns when the key is deleted (or may have been), or at the deadline."""
-    while remaining(deadline) > 0:
-        try:
-            batch = yield from operations.watch_once(lock.client, lock.name, after, timeout=remaining(deadline))
-        except ChangesGone:
-            return
-        if any(event.key == lock.name and event.type == "delete" for event in batch.events):
-            return
-        after = batch.version
+    """Blocks until held, first come first served (LockTimeout after `timeout` seconds); returns the fencing
+    token. Raises SessionNotFound if the session has ended."""
+    return (yield from turns.take_turn(lock, predecessor, timeout))
 
 
 def release(lock: LockBase[Any, Any]) -> Flow[None]:
-    """Deletes the lock key if it is still ours; the session lives on."""
-    token, lock.token = lock.token, None
-    if token is None:
-        return
-    # Already gone (the session ended) or being deleted: either way, no longer ours.
-    with contextlib.suppress(VersionConflict, NotFound, OutcomeUnknown):
-        yield from operations.delete(lock.client, lock.name, if_version=token)
+    """Deletes this holder's key (the next waiter goes on); the session lives on."""
+    yield from turns.leave(lock)
+
+
+def holder(lock: LockBase[Any, Any]) -> Flow[KeyValue | None]:
+    """The holder's key now (a linearizable read: the earliest key under the prefix), or None."""
+    _, keys = yield from contenders(lock.client, lock.prefix)
+    return keys[0] if keys else None
+
+
+def read_own(lock: LockBase[Any, Any]) -> Flow[KeyValue | None]:
+    try:
+        return (yield from operations.get(lock.client, lock.key))
+    except NotFound:
+        return None
 
 
 class Lock(LockBase[Client, Session], BlockingRecipe):
     __doc__ = LockBase.__doc__
     acquire = blocking(acquire)
     release = blocking(release)
+    holder = blocking(holder)
 
     def __enter__(self) -> Lock:
         self.acquire()
@@ -144,6 +75,7 @@ class AsyncLock(LockBase[AsyncClient, AsyncSession], AsyncRecipe):
     __doc__ = LockBase.__doc__
     acquire = awaiting(acquire)
     release = awaiting(release)
+    holder = awaiting(holder)
 
     async def __aenter__(self) -> AsyncLock:
         await self.acquire()

@@ -1,0 +1,64 @@
+"""Seeds stopped nodes with a large state through the node's own persistence layer (whichever version the
+PYTHONPATH selects), so that a benchmark does not spend minutes writing 100,000 keys one publication at a
+time. Every node gets the same new state on top of the newest last-accepted one; each keeps its term.
+With `--sessions N` the state also holds N TTL sessions (of a day), each with one ephemeral key.
+
+python bench/suites/state_seed.py --keys N --large M [--sessions N] DATA_DIR...
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from coordinated.coordination.state import KeyVersion, Session
+from coordinated.sidecar.persistence import FilePersistedState
+
+LARGE_VALUE_BYTES = 900_000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--keys", type=int, required=True, help="small keys (about 40 bytes each)")
+    parser.add_argument("--large", type=int, default=0, help="values of about 900 KB")
+    parser.add_argument("--sessions", type=int, default=0, help="TTL sessions of a day, one ephemeral key each")
+    parser.add_argument("--cluster-name", default="coordinated")
+    parser.add_argument("data_dirs", nargs="+", type=Path)
+    args = parser.parse_args()
+    states = []
+    for data_dir in args.data_dirs:
+        persisted = FilePersistedState(data_dir, args.cluster_name)
+        states.append(persisted.last_accepted_state)
+        persisted.close()
+    # The newest one, so that no node's history shows a newer accepted state than the seeded one.
+    base = max(states, key=lambda state: state.term_version())
+    version = base.version + 1
+    kv = dict(base.kv)
+    kv.update({f"seed-{i:06d}": {"v": i, "pad": "x" * 20} for i in range(args.keys)})
+    kv.update({f"large-{i}": "L" * LARGE_VALUE_BYTES for i in range(args.large)})
+    sessions = dict(base.sessions)
+    kv_sessions = dict(base.kv_sessions)
+    for i in range(args.sessions):
+        session_id = f"seeded-session-{i:06d}"
+        sessions[session_id] = Session(ttl_ms=86_400_000, create_version=version)
+        kv[f"eph/{i:06d}"] = {"holder": i}
+        kv_sessions[f"eph/{i:06d}"] = session_id
+    versions = {**base.kv_versions, **{key: KeyVersion(version, version) for key in kv if key not in base.kv}}
+    seeded = base.replace(
+        version=version,
+        state_uuid=f"seeded{version:026d}",
+        parent_uuid=base.state_uuid,
+        kv=kv,
+        kv_versions=versions,
+        sessions=sessions,
+        kv_sessions=kv_sessions,
+    )
+    for data_dir in args.data_dirs:
+        persisted = FilePersistedState(data_dir, args.cluster_name)
+        persisted.set_last_accepted_state(seeded)
+        persisted.close()
+    print(f"seeded {len(args.data_dirs)} nodes: {len(kv)} keys, {len(sessions)} sessions at version {version}")
+
+
+if __name__ == "__main__":
+    main()

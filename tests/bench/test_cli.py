@@ -1,0 +1,117 @@
+"""`python -m bench`: one entry point with a subcommand per suite, and docs/performance.md rendered from one run's
+results file, so that the page cannot drift from the figures it claims."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from bench import ROOT
+from bench.cli import cli
+from bench.harness import results
+
+PAGE = ROOT / "docs" / "performance.md"
+RUN = ROOT / "docs" / "performance.json"
+
+OURS_SEQ, ETCD_SEQ = [3.0, 2.0, 4.5], [1.0, 1.5, 2.0]
+OURS_64, ETCD_64 = [2100.0, 1900.0, 2000.0], [4000.0, 3800.0, 3900.0]
+
+
+def peers_section(size: int) -> dict[str, Any]:
+    def figures(seq: list[float], tput: list[float]) -> dict[str, list[float]]:
+        return {
+            "seq_p50": seq,
+            "seq_p99": [2 * v for v in seq],
+            "tput_1": [300.0],
+            "tput_16": [900.0],
+            "tput_64": tput,
+            "rss_mb": [60.0],
+        }
+
+    return {
+        "options": {"rounds": 3, "writes": 200, "seconds": 5.0},
+        "etcd_check": {"flagged": False, "reasons": []},
+        "results": {f"coordinated {size}n": figures(OURS_SEQ, OURS_64), f"etcd {size}n": figures(ETCD_SEQ, ETCD_64)},
+    }
+
+
+def test_every_suite_has_a_subcommand() -> None:
+    wanted = {"peers", "watch-fanout", "history-bytes", "audit", "soak", "failover", "sim", "report", "headline"}
+    assert wanted <= set(cli.commands)
+    assert {"scale", "incremental", "engines"} <= set(cli.commands["audit"].commands)  # type: ignore[attr-defined]
+
+
+# The report names the machine: platform.processor() runs `uname -p`.
+@pytest.mark.usefixtures("processes")
+def test_the_report_gives_ours_over_etcd_as_medians_of_the_rounds(tmp_path: Path) -> None:
+    run = tmp_path / "results.json"
+    results.record(run, "peers", peers_section(3))
+    page = CliRunner().invoke(cli, ["report", str(run)], catch_exceptions=False).output
+    seq = statistics.median(OURS_SEQ) / statistics.median(ETCD_SEQ)
+    tput = statistics.median(OURS_64) / statistics.median(ETCD_64)
+    assert f"| sequential write, p50 | lower | **{seq:.2f}x**" in page
+    assert f"| throughput, 64 clients | higher | **{tput:.2f}x**" in page
+    assert "5 nodes" not in page  # not measured, not claimed
+    assert "make bench" in page
+
+
+# The report names the machine: platform.processor() runs `uname -p`.
+@pytest.mark.usefixtures("processes")
+def test_each_suite_adds_its_section_to_one_file(tmp_path: Path) -> None:
+    run = tmp_path / "results.json"
+    results.record(run, "peers", peers_section(3))
+    machine = json.loads(run.read_text())["machine"]
+    results.record(run, "history-bytes", {"payload_bytes": 15.0, "options": {"nodes": 3, "writes": 10}, "rows": []})
+    written = results.read(run)
+    assert set(written["suites"]) == {"peers", "history-bytes"}
+    assert written["machine"] == machine and written["machine"]["cpus"] >= 1
+
+
+# The report names the machine: platform.processor() runs `uname -p`.
+@pytest.mark.usefixtures("processes")
+def test_check_fails_on_a_page_another_run_rendered(tmp_path: Path) -> None:
+    run = tmp_path / "results.json"
+    results.record(run, "peers", peers_section(3))
+    page = tmp_path / "performance.md"
+    runner = CliRunner()
+    page.write_text(runner.invoke(cli, ["report", str(run)]).output)
+    assert runner.invoke(cli, ["report", str(run), "--check", str(page)]).exit_code == 0
+    results.record(run, "peers", peers_section(5))
+    stale = runner.invoke(cli, ["report", str(run), "--check", str(page)])
+    assert stale.exit_code != 0 and "regenerate" in stale.output
+
+
+def test_a_file_that_is_not_a_run_gets_an_error_that_names_it(tmp_path: Path) -> None:
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"results": {}}))
+    answer = CliRunner().invoke(cli, ["report", str(other)])
+    assert answer.exit_code != 0 and "not a results file" in answer.output and str(other) in answer.output
+
+
+def test_docs_performance_md_is_the_report_of_its_run() -> None:
+    answer = CliRunner().invoke(cli, ["report", str(RUN), "--check", str(PAGE)])
+    assert answer.exit_code == 0, answer.output
+
+
+# The report names the machine: platform.processor() runs `uname -p`.
+@pytest.mark.usefixtures("processes")
+def test_options_given_win_over_the_quick_defaults_even_when_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.suites import peers
+
+    seen: list[peers.PeersOptions] = []
+
+    def run(options: peers.PeersOptions) -> dict[str, Any]:
+        seen.append(options)
+        return peers_section(3)
+
+    monkeypatch.setattr(peers, "run", run)
+    answer = CliRunner().invoke(cli, ["peers", "--quick", "--idle", "0", "--rounds", "2", "--ab", "a=b"])
+    assert answer.exit_code == 0, answer.output
+    (options,) = seen
+    assert (options.idle, options.rounds, options.ab) == (0, 2, ["a=b"])
+    assert options.writes == peers.PeersOptions.quick().writes  # not given: the quick default
