@@ -58,6 +58,7 @@ from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.state_index import SortedKeys
 from coordinated.simulation.linearizability import Operation, TxnOperation
 from coordinated.simulation.network import Link, Network
+from coordinated.simulation.node_invariants import check_node_invariants
 from coordinated.simulation.recorder import OperationRecorder
 from coordinated.simulation.storage import FlakyPersistedState, InjectedIOError, StorageFault, summarize_events
 
@@ -665,7 +666,7 @@ class SimulatedCluster:
         for sim_node in self.nodes:
             if sim_node.coordinator is not None:
                 try:
-                    sim_node.coordinator.invariant()
+                    check_node_invariants(sim_node.coordinator)
                 except AssertionError as error:
                     self._violation(f"{sim_node.name}: {error}")
         leaders: dict[tuple[str, int], str] = {}

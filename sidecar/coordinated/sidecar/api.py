@@ -40,9 +40,7 @@ from coordinated.coordination.client import (
     TxnResult,
     UpdateSettings,
     error_body,
-    no_master_error,
 )
-from coordinated.coordination.client_requests import NO_MASTER_BLOCK
 from coordinated.coordination.context import Mode
 from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.ranges import DEFAULT_RANGE_LIMIT, MAX_RANGE_LIMIT
@@ -403,20 +401,14 @@ async def _applied_in_time(node: Node, result: object, deadline: float, local_ve
 
 def health_body(node: Node) -> dict[str, Any]:
     assert node.coordinator is not None
+    core = node.coordinator.status()
     state = node.applied_state
-    has_master = state.master_node is not None
-    nodes = state.nodes if has_master else {}
-    config_ids = set(state.last_committed_config.node_ids) | set(state.last_accepted_config.node_ids)
-    if not has_master:
-        status = "red"
-    elif all(node_id in nodes for node_id in config_ids):
-        status = "green"
-    else:
-        status = "yellow"  # a voter is missing: the cluster works, but with less fault tolerance
-    problem = node.coordinator.formation_problem
+    nodes = state.nodes if state.master_node is not None else {}
+    status = core.health.value
+    problem = core.formation_problem
     if problem and node.unresolved_seeds:
         problem += f"; cannot resolve seed hosts {node.unresolved_seeds}"
-    foreign = node.coordinator.foreign_clusters.problem(state.cluster_uuid, node.coordinator.now)
+    foreign = core.foreign_clusters
     if foreign:
         problem = f"{problem}; {foreign}" if problem else foreign
     persistence_problem = node.persist_monitor.failure
@@ -445,8 +437,8 @@ def health_body(node: Node) -> dict[str, Any]:
         "history_problem": history.history_problem or None,
         "archive_problem": archive_problem,
         "problems": [found.to_api() for found in problems],
-        "mode": str(node.coordinator.mode),
-        "term": node.coordinator.current_term,
+        "mode": str(core.mode),
+        "term": core.term,
         "version": state.version,
     }
 
@@ -644,10 +636,8 @@ async def consistent_read(node: Node, local: bool, timeout_ms: int) -> web.Respo
     before the request. None when the read may go ahead, otherwise the error to answer with."""
     assert node.coordinator is not None
     if local:
-        block = node.coordinator.settings[NO_MASTER_BLOCK]
-        if node.applied_state.master_node is None and block == "all":
-            return result_error(no_master_error(block))
-        return None
+        block = node.coordinator.status().no_master_block
+        return result_error(block.error()) if block.refuses_local_reads else None
     if node.applied_state.master_node is None:
         return master_not_discovered()
     return await shared_read_barrier(node, timeout_ms)
@@ -717,9 +707,9 @@ async def metadata_get(request: web.Request) -> web.Response:
     if local:
         state = node.applied_state
         assert node.coordinator is not None
-        block = node.coordinator.settings[NO_MASTER_BLOCK]
-        if state.master_node is None and block == "all":
-            return result_error(no_master_error(block))
+        block = node.coordinator.status().no_master_block
+        if block.refuses_local_reads:
+            return result_error(block.error())
         versions = state.key_version(key)
         if versions is None:
             return key_not_found(key)
@@ -1077,9 +1067,10 @@ async def readyz(request: web.Request) -> web.Response:
     blocking = [found.reason for found in node.problems() if found.kind in BLOCKING]
     if blocking:
         return web.json_response({"ready": False, "reason": "; ".join(blocking)}, status=503)
-    if node.applied_state.master_node is not None and node.coordinator.mode is not Mode.CANDIDATE:
+    core = node.coordinator.status()
+    if node.applied_state.master_node is not None and core.mode is not Mode.CANDIDATE:
         return web.json_response({"ready": True, "master_node": node.applied_state.master_node})
-    return web.json_response({"ready": False, "reason": node.coordinator.formation_problem or "no master"}, status=503)
+    return web.json_response({"ready": False, "reason": core.formation_problem or "no master"}, status=503)
 
 
 async def hooks_list(request: web.Request) -> web.Response:

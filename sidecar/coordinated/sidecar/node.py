@@ -596,9 +596,7 @@ class Node:
                 if node.transport_address == address:
                     return node.name
         if self.coordinator is not None:
-            peer = self.coordinator.peer_finder.peers.get(address)
-            if peer is not None:
-                return peer.name
+            return self.coordinator.status().peer_names.get(address, UNKNOWN_PEER)
         return UNKNOWN_PEER
 
     def status_snapshot(self) -> StatusSnapshot | None:
@@ -606,27 +604,27 @@ class Node:
         coordinator = self.coordinator
         if coordinator is None:
             return None
-        state = self.applied_state
+        state, core = self.applied_state, coordinator.status()
         return StatusSnapshot(
-            current_term=coordinator.current_term,
-            mode=coordinator.mode,
+            current_term=core.term,
+            mode=core.mode,
             applied_version=state.version,
             applied_nodes=len(state.nodes),
-            elections_won=coordinator.elections_won,
-            failed_publications=coordinator.failed_publications,
-            lagging_nodes_removed=coordinator.lagging_nodes_removed,
+            elections_won=core.elections_won,
+            failed_publications=core.failed_publications,
+            lagging_nodes_removed=core.lagging_nodes_removed,
             history_bytes=self.history.total_bytes(),
             persisted_bytes=self.persisted.bytes_written,
             sent_bytes=dict(self.sender.bytes_sent) if self.sender is not None else None,
             dropped_messages=self.sender.dropped if self.sender is not None else 0,
-            follower_lag=self.follower_lag() if coordinator.mode is Mode.LEADER else None,
+            follower_lag=dict(core.follower_lag) if core.follower_lag is not None else None,
             watches_waiting=self.key_watches.parked,
             watch_streams=self.watch_streams.streams,
             change_log_events=self.key_watches.log.events,
             sessions_active=len(state.sessions),
             ephemeral_keys=len(state.kv_sessions),
             archive=self.archive.status() if self.archive is not None else None,
-            state_bytes=coordinator.master_tasks.state_size(state) if coordinator.mode is Mode.LEADER else None,
+            state_bytes=core.state_bytes,
             max_state_bytes=coordinator.settings[MAX_STATE_SIZE],
             problems=count_by_kind(self.problems()),
         )
@@ -661,20 +659,6 @@ class Node:
                 )
             )
         return found
-
-    def follower_lag(self) -> dict[str, int]:
-        """Per follower: the applied state's version minus the version the follower last reported applied,
-        both read here, at one moment (versions scraped from different pods at different moments differ by
-        the writes in between). Followers that reported nothing yet since this node became master are left
-        out rather than shown as behind by the whole history."""
-        assert self.coordinator is not None
-        reported = self.coordinator.lag_detector.applied_versions
-        state = self.applied_state
-        return {
-            node.name: max(0, state.version - reported[node_id])
-            for node_id, node in state.nodes.items()
-            if node_id != self.node_id and node_id in reported
-        }
 
     @property
     def history_dir(self) -> Path:
