@@ -21,7 +21,6 @@ from aiohttp import HttpVersion11, web
 from coordinated.coordination.client import (
     AddVotingConfigExclusions,
     ClearVotingConfigExclusions,
-    ClientResult,
     ClusterError,
     Committed,
     KvDelete,
@@ -378,18 +377,18 @@ async def read_barrier(node: Node, timeout_ms: int) -> web.Response | None:
     Elasticsearch's reads from the master do. None when done, otherwise the error to answer with."""
     assert node.loop is not None
     deadline = node.loop.time() + timeout_ms / 1000
-    result = await node.submit(ReadBarrier(), timeout_ms)
+    result = await node.call(ReadBarrier(), timeout_ms)
     return await _applied_in_time(node, result, deadline, "read")
 
 
-async def _applied_in_time(node: Node, result: object, deadline: float, local_verb: str) -> web.Response | None:
+async def _applied_in_time(
+    node: Node, result: Committed | ClusterError, deadline: float, local_verb: str
+) -> web.Response | None:
     """The barrier's answer names the master's committed version: wait until this node has applied it, until
     `deadline`. None when done, otherwise the error to answer with."""
     assert node.loop is not None
     if isinstance(result, ClusterError):
         return result_error(result)
-    if not isinstance(result, Committed):
-        return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
     if not await node.wait_for_version(result.version, max(0.0, deadline - node.loop.time())):
         reason = (
             f"this node has not applied version [{result.version}] of the master's state in time "
@@ -513,7 +512,7 @@ def prev_to_api(prev: PrevKey | msgspec.UnsetType | None) -> dict[str, Any]:
     }
 
 
-def write_result(key: str, result: ClientResult) -> web.Response:
+def write_result(key: str, result: Committed | ClusterError) -> web.Response:
     if isinstance(result, Committed):
         # Every acknowledged write answers this: msgspec rather than json_response's json.dumps.
         answer = {"key": key, "term": result.term, "version": result.version}
@@ -521,9 +520,7 @@ def write_result(key: str, result: ClientResult) -> web.Response:
             answer.update(prev_to_api(result.prev))
         body = _JSON_ENCODER.encode(answer)
         return web.Response(body=body, content_type="application/json", charset="utf-8")
-    if isinstance(result, ClusterError):
-        return result_error(result)
-    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+    return result_error(result)
 
 
 async def metadata_put(request: web.Request) -> web.Response:
@@ -539,7 +536,7 @@ async def metadata_put(request: web.Request) -> web.Response:
     problem = value_problem(key, value)  # before it is forwarded: every node must be able to decode it
     if problem is not None:
         raise BadRequest(problem)
-    return write_result(key, await node_of(request).submit(KvPut(key, value, condition, session, prev), timeout_ms))
+    return write_result(key, await node_of(request).call(KvPut(key, value, condition, session, prev), timeout_ms))
 
 
 async def metadata_delete(request: web.Request) -> web.Response:
@@ -549,7 +546,7 @@ async def metadata_delete(request: web.Request) -> web.Response:
     prev = param_bool(query, "prev_value", False)
     timeout_ms = timeout_of(query)
     await no_body(request)
-    return write_result(key, await node_of(request).submit(KvDelete(key, condition, prev), timeout_ms))
+    return write_result(key, await node_of(request).call(KvDelete(key, condition, prev), timeout_ms))
 
 
 def query_prefix(query: Mapping[str, str]) -> str:
@@ -569,13 +566,11 @@ async def metadata_delete_prefix(request: web.Request) -> web.Response:
     prefix = query_prefix(query)
     timeout_ms = timeout_of(query)
     await no_body(request)
-    result = await node_of(request).submit(KvDeletePrefix(prefix), timeout_ms)
+    result = await node_of(request).call(KvDeletePrefix(prefix), timeout_ms)
     if isinstance(result, Committed):
         deleted = 0 if result.deleted is msgspec.UNSET else result.deleted
         return web.json_response({"prefix": prefix, "deleted": deleted, "term": result.term, "version": result.version})
-    if isinstance(result, ClusterError):
-        return result_error(result)
-    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+    return result_error(result)
 
 
 _RANGE_ENCODER = msgspec.json.Encoder()
@@ -673,7 +668,7 @@ async def metadata_txn(request: web.Request) -> web.Response:
     problem = txn_problem(txn)
     if problem is not None:
         raise BadRequest(problem)
-    result = await node_of(request).submit(txn, timeout_ms)
+    result = await node_of(request).call(txn, timeout_ms)
     if isinstance(result, TxnResult):
         return web.json_response(
             {
@@ -682,9 +677,7 @@ async def metadata_txn(request: web.Request) -> web.Response:
                 "results": [txn_op_to_api(op) for op in result.results],
             }
         )
-    if isinstance(result, ClusterError):
-        return result_error(result)
-    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+    return result_error(result)
 
 
 def with_session(body: dict[str, Any], session: str | None) -> dict[str, Any]:
@@ -720,7 +713,7 @@ async def metadata_get(request: web.Request) -> web.Response:
             "create_version": versions.create_version,
         }
         return web.json_response(with_session(body, state.kv_sessions.get(key)))
-    result = await node.submit(KvGet(key), timeout_ms)
+    result = await node.call(KvGet(key), timeout_ms)
     if isinstance(result, ReadValue):
         if not result.found:
             return key_not_found(key)
@@ -731,9 +724,7 @@ async def metadata_get(request: web.Request) -> web.Response:
             "create_version": result.create_version,
         }
         return web.json_response(with_session(body, result.session))
-    if isinstance(result, ClusterError):
-        return result_error(result)
-    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+    return result_error(result)
 
 
 # A watch waits at most this long per request (the client asks again); a longer wait only holds connections.
@@ -880,7 +871,7 @@ def session_body(session_id: str, ttl_ms: int, node_id: str | None, node: Node) 
     return {"id": session_id, **session_binding_to_api(ttl_ms, node_id, node.applied_state.nodes)}
 
 
-def session_result(result: ClientResult, node: Node, status: int = 200) -> web.Response:
+def session_result(result: SessionInfo | Committed | ClusterError, node: Node, status: int = 200) -> web.Response:
     if isinstance(result, SessionInfo):
         body = session_body(result.id, result.ttl_ms, result.node, node)
         if result.ttl_ms > 0:
@@ -888,9 +879,7 @@ def session_result(result: ClientResult, node: Node, status: int = 200) -> web.R
         return web.json_response(body, status=status)
     if isinstance(result, Committed):
         return web.json_response({"acknowledged": True})
-    if isinstance(result, ClusterError):
-        return result_error(result)
-    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+    return result_error(result)
 
 
 async def session_create(request: web.Request) -> web.Response:
@@ -908,7 +897,7 @@ async def session_create(request: web.Request) -> web.Response:
     if problem is not None:
         raise BadRequest(problem)
     node = node_of(request)
-    return session_result(await node.submit(create, timeout_ms), node, status=201)
+    return session_result(await node.call(create, timeout_ms), node, status=201)
 
 
 async def session_keepalive(request: web.Request) -> web.Response:
@@ -917,7 +906,7 @@ async def session_keepalive(request: web.Request) -> web.Response:
     timeout_ms = timeout_of(query)
     await no_body(request)
     node = node_of(request)
-    return session_result(await node.submit(SessionKeepAlive(session), timeout_ms), node)
+    return session_result(await node.call(SessionKeepAlive(session), timeout_ms), node)
 
 
 async def session_delete(request: web.Request) -> web.Response:
@@ -926,7 +915,7 @@ async def session_delete(request: web.Request) -> web.Response:
     timeout_ms = timeout_of(query)
     await no_body(request)
     node = node_of(request)
-    return session_result(await node.submit(SessionEnd(session), timeout_ms), node)
+    return session_result(await node.call(SessionEnd(session), timeout_ms), node)
 
 
 async def sessions_list(request: web.Request) -> web.Response:
@@ -985,12 +974,10 @@ async def settings_put(request: web.Request) -> web.Response:
     problem = settings_problem(updates, node_of(request).config.settings.registry)
     if problem is not None:
         raise BadRequest(problem)
-    result = await node_of(request).submit(UpdateSettings(persistent=updates), timeout_ms)
+    result = await node_of(request).call(UpdateSettings(persistent=updates), timeout_ms)
     if isinstance(result, Committed):
         return web.json_response({"acknowledged": True, "persistent": updates, "transient": {}})
-    if isinstance(result, ClusterError):
-        return result_error(result)
-    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+    return result_error(result)
 
 
 def _names(query: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -1004,11 +991,11 @@ async def exclusions_add(request: web.Request) -> web.Response:
     await no_body(request)
     node = node_of(request)
     # The master checks the request, and cluster.max_voting_config_exclusions against the exclusions it holds.
-    result = await node.submit(exclusions, timeout_ms)
+    result = await node.call(exclusions, timeout_ms)
     return exclusions_result(node, result)
 
 
-def exclusions_result(node: Node, result: ClientResult) -> web.Response:
+def exclusions_result(node: Node, result: Committed | ClusterError) -> web.Response:
     if isinstance(result, Committed):
         exclusions = node.applied_state.coordination.voting_config_exclusions
         return web.json_response(
@@ -1017,9 +1004,7 @@ def exclusions_result(node: Node, result: ClientResult) -> web.Response:
                 "voting_config_exclusions": [{"node_id": e.node_id, "node_name": e.node_name} for e in exclusions],
             }
         )
-    if isinstance(result, ClusterError):
-        return result_error(result)
-    return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
+    return result_error(result)
 
 
 async def exclusions_clear(request: web.Request) -> web.Response:
@@ -1028,7 +1013,7 @@ async def exclusions_clear(request: web.Request) -> web.Response:
     timeout_ms = timeout_of(query)
     await no_body(request)
     node = node_of(request)
-    result = await node.submit(ClearVotingConfigExclusions(wait_for_removal=wait), timeout_ms)
+    result = await node.call(ClearVotingConfigExclusions(wait_for_removal=wait), timeout_ms)
     return exclusions_result(node, result)
 
 

@@ -18,10 +18,26 @@ import random
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import assert_never
+from typing import assert_never, overload
 
 from coordinated.coordination.batch import MAX_STATE_SIZE
-from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, ReadBarrier
+from coordinated.coordination.client import (
+    ClientRequest,
+    ClientResult,
+    ClusterError,
+    Committed,
+    CommittingRequest,
+    KvGet,
+    ReadBarrier,
+    ReadValue,
+    SessionCreate,
+    SessionEnd,
+    SessionInfo,
+    SessionKeepAlive,
+    Txn,
+    TxnResult,
+    checked_result,
+)
 from coordinated.coordination.coordinator import Coordinator, Mode
 from coordinated.coordination.effects import (
     Effect,
@@ -184,7 +200,7 @@ class Node:
         self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE])
         self._progress: asyncio.Task[None] | None = None
         self.listings = Listings()  # range reads: the sorted keys of the applied state, and pinned listings
-        self.shared_read_barrier = SharedBarrier(lambda: self.submit(ReadBarrier(), READ_BARRIER_TIMEOUT_MS))
+        self.shared_read_barrier = SharedBarrier(lambda: self.call(ReadBarrier(), READ_BARRIER_TIMEOUT_MS))
         # Watch connections by peer address (see _watch_peers).
         self._watches: dict[str, asyncio.Task[None]] = {}
         # What _watch_peers last decided from: (mode, leader, the applied state's nodes map).
@@ -525,6 +541,21 @@ class Node:
         self._run(lambda now: coordinator.handle_seed_addresses(addresses, now))
 
     # -- for the client API ------------------------------------------------------------------------------
+
+    @overload
+    async def call(self, request: KvGet, timeout_ms: int | None = None) -> ReadValue | ClusterError: ...
+    @overload
+    async def call(self, request: Txn, timeout_ms: int | None = None) -> TxnResult | ClusterError: ...
+    @overload
+    async def call(
+        self, request: SessionCreate | SessionKeepAlive | SessionEnd, timeout_ms: int | None = None
+    ) -> SessionInfo | Committed | ClusterError: ...
+    @overload
+    async def call(self, request: CommittingRequest, timeout_ms: int | None = None) -> Committed | ClusterError: ...
+    async def call(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
+        """`submit`, typed by the request (`client.RESULT_TYPES`): any other answer becomes an internal error here,
+        once, rather than in every handler."""
+        return checked_result(request, await self.submit(request, timeout_ms))
 
     async def submit(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
         assert self.coordinator is not None and self.loop is not None

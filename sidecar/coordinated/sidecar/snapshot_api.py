@@ -19,7 +19,6 @@ from aiohttp import web
 
 from coordinated.coordination.client import (
     ClusterError,
-    Committed,
     DeleteRepository,
     PutRepository,
     RestoreSnapshot,
@@ -251,7 +250,7 @@ async def repository_put(request: web.Request) -> web.Response:
             await repository_of(node, repo, registered).verify()
         except RepositoryUnavailable as error:
             return error_response("repository_verification_exception", f"[{repo}] {error}", 500)
-    result = await node.submit(put, timeout_ms)
+    result = await node.call(put, timeout_ms)
     if isinstance(result, ClusterError):
         return result_error(result)
     return web.json_response({"acknowledged": True})
@@ -262,7 +261,7 @@ async def repository_delete(request: web.Request) -> web.Response:
     repo = _name(request, "repo", "repository")
     timeout_ms = timeout_of(query)
     await no_body(request)
-    result = await node_of(request).submit(DeleteRepository(repo), timeout_ms)
+    result = await node_of(request).call(DeleteRepository(repo), timeout_ms)
     if isinstance(result, ClusterError):
         return result_error(result)
     return web.json_response({"acknowledged": True})
@@ -391,15 +390,13 @@ async def snapshot_restore(request: web.Request) -> web.Response:
         kv_versions=loaded.kv_versions,
         persistent_settings=loaded.persistent_settings,
     )
-    result = await node.submit(restore, timeout_ms)
+    result = await node.call(restore, timeout_ms)
     if isinstance(result, ClusterError):
         if result.status == 400:
             # The snapshot's content is what is wrong: say so, naming the file.
             reason = f"[{repo}:{snap}] cannot restore snapshot file [{repository.where(snap)}]: {result.reason}"
             return error_response("snapshot_restore_exception", reason, 400)
         return result_error(result)
-    if not isinstance(result, Committed):
-        return error_response("internal_server_exception", f"unexpected result {type(result).__name__}", 500)
     await node.wait_for_version(result.version, timeout_ms / 1000)
     applied = node.applied_state
     event = _state_event(node, EventType.SNAPSHOT_RESTORED, applied, f"{repo}:{snap}")
