@@ -111,3 +111,22 @@ def test_the_scan_catches_a_shell_reaching_into_a_component(tmp_path: Path) -> N
     sample = tmp_path / "shell.py"
     sample.write_text("def f(node):\n    return node.coordinator.peer_finder.peers, node.coordinator.status()\n")
     assert coordinator_attributes(sample) - COORDINATOR_SHELL_API == {"peer_finder"}
+
+
+# The core does no I/O and holds no shared state: no threads, locks, clocks, sockets, files or processes.
+FORBIDDEN_IN_CORE = {"threading", "asyncio", "socket", "time", "os", "subprocess", "pathlib", "multiprocessing"}
+
+
+def stdlib_imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_core_imports_no_threading_clock_or_io() -> None:
+    used = {path.name: sorted(stdlib_imports(path) & FORBIDDEN_IN_CORE) for path in CORE.glob("*.py")}
+    assert {name: found for name, found in used.items() if found} == {}

@@ -37,13 +37,13 @@ from coordinated.coordination.reconfigurator import reconfigure
 from coordinated.coordination.settings import size_setting
 from coordinated.coordination.state import (
     ClusterState,
+    Derivations,
     DiscoveryNode,
     Repository,
     Session,
     VotingConfigExclusion,
     diff_between,
     diff_maps,
-    record_derivation,
 )
 from coordinated.coordination.tasks import (
     CheckpointSessions,
@@ -127,6 +127,7 @@ class BatchContext:
     max_value_size: int = _NO_LIMIT  # cluster.metadata.max_value_size
     max_state_size: int = _NO_LIMIT  # cluster.metadata.max_state_size
     sizes: StateSizes | None = None  # the base state's size (None: the state size is not limited)
+    derivations: Derivations | None = None  # the node's, where the batch records how it derived its state
 
 
 def improve_configuration(
@@ -333,7 +334,8 @@ def execute_batch(
         coordination=replace(candidate.coordination, term=context.term),
     )
     # The batch knows what it changed: publication sends this diff without comparing the maps.
-    record_derivation(base, new_state, diff_between(base, new_state, map_changes))
+    if context.derivations is not None:
+        context.derivations.record(base, new_state, diff_between(base, new_state, map_changes))
     if sizes is not None and keys.size is not None:
         sizes.remember(new_state, keys.size)
     return new_state, results

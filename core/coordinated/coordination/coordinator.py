@@ -53,7 +53,7 @@ from coordinated.coordination.reads import ReadService
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
 from coordinated.coordination.sessions import SessionLeases
 from coordinated.coordination.settings import Settings
-from coordinated.coordination.state import ClusterState, DiscoveryNode
+from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
 from coordinated.coordination.status import BlockLevel, CoordinatorStatus, NoMasterBlock, follower_lag, health_of
 from coordinated.coordination.tasks import ElectedAsMaster, NodeLeft, Reconfigure
 from coordinated.coordination.timers import Timers
@@ -70,6 +70,7 @@ class Coordinator:
         persisted: PersistedState,
         rng: random.Random,
         now: int,
+        derivations: Derivations | None = None,  # the node's (a new one if not given): its stores read it too
     ) -> None:
         self.local_node = local_node
         self.base_settings = settings
@@ -102,6 +103,7 @@ class Coordinator:
             term=lambda: self.coordination_state.current_term,
             mode=lambda: self.mode,
             now=now,
+            derivations=derivations if derivations is not None else Derivations(),
         )
         ctx = self.ctx
         self.foreign_clusters = ctx.foreign_clusters

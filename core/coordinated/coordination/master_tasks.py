@@ -44,7 +44,7 @@ class MasterTasks:
         self.listener = listener
         self.queue = MasterService()
         self._state_sizes = StateSizes()  # for cluster.metadata.max_state_size
-        self._session_keys = SessionKeys()  # of the state batches build on, once a session has ended
+        self._session_keys = SessionKeys(ctx.derivations)  # of the state batches build on, once a session has ended
 
     def submit(self, task: Task) -> None:
         self.queue.add(task)
@@ -121,6 +121,7 @@ class MasterTasks:
             max_value_size=settings[MAX_VALUE_SIZE],
             max_state_size=settings[MAX_STATE_SIZE],
             sizes=self._state_sizes,
+            derivations=self.ctx.derivations,
         )
 
     def improved(self, state: ClusterState) -> ClusterState:

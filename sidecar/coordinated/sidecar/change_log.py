@@ -32,7 +32,7 @@ from typing import Any, Literal
 import msgspec
 
 from coordinated.coordination.settings import int_setting
-from coordinated.coordination.state import ClusterState, compute_diff
+from coordinated.coordination.state import ClusterState, Derivations, compute_diff
 
 CHANGE_LOG_SIZE = int_setting(
     "watch.change_log.size",
@@ -74,12 +74,12 @@ class ChangesGone(Exception):
         self.base = base
 
 
-def changed_keys(before: ClusterState, after: ClusterState) -> list[WatchEvent]:
+def changed_keys(before: ClusterState, after: ClusterState, derivations: Derivations | None = None) -> list[WatchEvent]:
     """What a watcher of every key sees between two applied states. In proportion to the change when `after`
     was derived from `before` in this process (the usual case: see `compute_diff`), else O(keys)."""
     if before.kv is after.kv and before.kv_versions is after.kv_versions:
         return []  # a state that changed no key shares the maps with its parent
-    diff = compute_diff(before, after)
+    diff = compute_diff(before, after, derivations)
     touched = set(diff.kv.upserts) | set(diff.kv_versions.upserts) | set(diff.kv.deletes)
     events: list[WatchEvent] = []
     for key in touched:
@@ -108,7 +108,8 @@ MAX_HELD_STATES = 1024
 
 
 class ChangeLog:
-    def __init__(self, max_events: int) -> None:
+    def __init__(self, max_events: int, derivations: Derivations | None = None) -> None:
+        self.derivations = derivations  # the node's: comparing a state with its parent then costs the change
         if max_events < 1:
             raise ValueError(f"a change log holds at least one event, got [{max_events}]")
         self.max_events = max_events
@@ -163,7 +164,7 @@ class ChangeLog:
                 self._restart(state.version, False)
             return []
         self.version = state.version
-        events = changed_keys(last, state)
+        events = changed_keys(last, state, self.derivations)
         if not events:
             return []
         self.newest = Step(state.version, tuple(events))

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from coordinated.coordination.ranges import RangePage, range_page
-from coordinated.coordination.state import ClusterState
+from coordinated.coordination.state import ClusterState, Derivations
 from coordinated.coordination.state_index import SortedKeys
 
 MAX_LISTINGS = 16
@@ -43,8 +43,8 @@ class _Listing:
 
 
 class Listings:
-    def __init__(self) -> None:
-        self.index = SortedKeys()  # of the applied state, built on the first range read
+    def __init__(self, derivations: Derivations | None = None) -> None:
+        self.index = SortedKeys(derivations)  # of the applied state, built on the first range read
         self._pinned: OrderedDict[tuple[int, str], _Listing] = OrderedDict()
 
     def on_applied(self, before: ClusterState, after: ClusterState) -> None:

@@ -54,7 +54,7 @@ from coordinated.coordination.messages import Message
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
-from coordinated.coordination.state import ClusterState, DiscoveryNode
+from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
 from coordinated.sidecar.access import TOKENS_FILE, Tokens
 from coordinated.sidecar.archive import SegmentArchive
 from coordinated.sidecar.auth import SECRET_FILE, TransportAuth
@@ -125,10 +125,13 @@ class Node:
         self.lock = DataDirLock(config.data_dir)
         # Decides from the whole directory (node id, slots, history, hooks) whether to start fresh, load or
         # refuse; on a fresh start it also makes the node id.
+        # How the node's states derive from one another: its core records them, its stores diff by them.
+        self.derivations = Derivations()
         self.persisted = FilePersistedState(
             config.data_dir,
             settings[CLUSTER_NAME],
             deferred_sync=settings[PERSISTENCE_SYNC] == "background",
+            derivations=self.derivations,
         )
         self.node_id = self.persisted.node_id
         # Every S3 request of the node (the archive's, the snapshot repositories') runs on this store's thread.
@@ -196,10 +199,12 @@ class Node:
         self.unresolved_seeds: list[str] = []
         self.stopping = False
         # Key watches (the client API's), parked here until an applied state changes their prefix.
-        self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE]))
+        self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE], self.derivations))
         self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE])
         self._progress: asyncio.Task[None] | None = None
-        self.listings = Listings()  # range reads: the sorted keys of the applied state, and pinned listings
+        self.listings = Listings(
+            self.derivations
+        )  # range reads: the sorted keys of the applied state, and pinned listings
         self.shared_read_barrier = SharedBarrier(lambda: self.call(ReadBarrier(), READ_BARRIER_TIMEOUT_MS))
         # Watch connections by peer address (see _watch_peers).
         self._watches: dict[str, asyncio.Task[None]] = {}
@@ -238,6 +243,7 @@ class Node:
             persisted=self.persist_monitor,
             rng=random.Random(),
             now=self.now_ms(),
+            derivations=self.derivations,
         )
         self._run(self.coordinator.start)
         self._sweeper = self.loop.create_task(self._sweep_lost_completions())

@@ -38,7 +38,7 @@ from coordinated.coordination.recovery import (
     StorageView,
     decide_startup,
 )
-from coordinated.coordination.state import ClusterState, initial_state
+from coordinated.coordination.state import ClusterState, Derivations, initial_state
 from coordinated.sidecar.durable_files import DataDirError, atomic_write, fsync_dir, read_checked
 from coordinated.sidecar.file_watch import FileWatch
 from coordinated.sidecar.history import summarize_history
@@ -188,8 +188,15 @@ class FilePersistedState:
     node id file, so that a crash in between leaves a directory that is recognisably unused.
     """
 
-    def __init__(self, data_dir: Path, cluster_name: str, deferred_sync: bool = False) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        cluster_name: str,
+        deferred_sync: bool = False,
+        derivations: Derivations | None = None,
+    ) -> None:
         self.data_dir = data_dir
+        self.derivations = derivations  # the node's: a write then costs in proportion to the change
         self.deferred_sync = deferred_sync
         self.path = data_dir / DB_FILE
         self.warnings: tuple[str, ...] = ()
@@ -238,7 +245,7 @@ class FilePersistedState:
         # is relied on.
         fsync_dir(self.data_dir)
         wal = self.path.with_name(self.path.name + WAL_SUFFIX)
-        self._store = StateStore(conn, record, wal=wal if self.deferred_sync else None)
+        self._store = StateStore(conn, record, wal=wal if self.deferred_sync else None, derivations=self.derivations)
         # The files the store writes, as they are now: deleting or replacing one while the node runs is noticed.
         self.files.watch(self.path, "the database")
         with contextlib.suppress(FileNotFoundError):

@@ -50,6 +50,7 @@ import msgspec
 
 from coordinated.coordination.state import (
     ClusterState,
+    Derivations,
     KeyVersion,
     Session,
     compute_diff,
@@ -411,8 +412,15 @@ class StateStore:
     """Writes to an open database whose content is `record`; each write is one commit, durable when `write`
     returns, or (with `wal` given: a connection opened with `deferred_sync`) once a later `sync` returns."""
 
-    def __init__(self, conn: sqlite3.Connection, record: StoredRecord, wal: Path | None = None) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        record: StoredRecord,
+        wal: Path | None = None,
+        derivations: Derivations | None = None,
+    ) -> None:
         self.conn = conn
+        self.derivations = derivations  # the node's, to diff the states it derived in proportion to the change
         self.wal = wal
         self._wal_fd = -1
         self.staged = 0  # writes committed so far
@@ -540,7 +548,7 @@ class StateStore:
             gone_keys: set[str] = set()
             gone_sessions: set[str] = set()
         else:
-            diff = compute_diff(self.state, state)
+            diff = compute_diff(self.state, state, self.derivations)
             touched = {
                 *diff.kv.upserts,
                 *diff.kv_versions.upserts,
