@@ -43,7 +43,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m coordinated.operator.generate --check
-	$(BIN)/python -m coordinated.sidecar.openapi --check
+	$(BIN)/python -m coordinated.sidecar.web.openapi --check
 
 simulate: $(STAMP)
 	$(BIN)/coordinated simulate

@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from coordinated.coordination.history import EventType, HistoryEvent
-from coordinated.sidecar.history import HistoryWriter
+from coordinated.sidecar.events.history import HistoryWriter
 
 CONFIG = ("3b478a4fe027d348", "8dcf4953bc5fbcbe", "9872f5451643145b")
 

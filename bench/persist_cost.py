@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from coordinated.coordination.state import KeyVersion, initial_state
-from coordinated.sidecar.persistence import FilePersistedState
+from coordinated.sidecar.storage.persistence import FilePersistedState
 
 
 def written_bytes() -> int:

@@ -9,7 +9,7 @@ import pytest
 
 from coordinated.coordination import state as state_module
 from coordinated.coordination.state import ClusterState, Derivations, KeyVersion, apply_diff, diff_between
-from coordinated.sidecar.change_log import ChangeLog, ChangesGone, prefixes_touched
+from coordinated.sidecar.features.change_log import ChangeLog, ChangesGone, prefixes_touched
 
 
 def state(version: int, keys: dict[str, tuple[Any, int, int]], master: str | None = "m") -> ClusterState:

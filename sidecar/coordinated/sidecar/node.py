@@ -55,42 +55,31 @@ from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
-from coordinated.sidecar.access import TOKENS_FILE, Tokens
-from coordinated.sidecar.archive import SegmentArchive
-from coordinated.sidecar.auth import SECRET_FILE, TransportAuth
-from coordinated.sidecar.change_log import CHANGE_LOG_SIZE, ChangeLog
 from coordinated.sidecar.config import NodeConfig
-from coordinated.sidecar.file_watch import FileWatch
-from coordinated.sidecar.group_commit import PERSISTENCE_SYNC, GroupCommit
-from coordinated.sidecar.history import HistoryWriter, folds_with_next
-from coordinated.sidecar.history_maintenance import HistoryMaintenance
-from coordinated.sidecar.history_metrics import HistoryCollector
-from coordinated.sidecar.history_segments import compressed_segments
-from coordinated.sidecar.history_settings import HISTORY_FSYNC, RetentionPolicy
-from coordinated.sidecar.hooks import HOOKS_TIMEOUT, HookManager
-from coordinated.sidecar.listings import Listings
-from coordinated.sidecar.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
-from coordinated.sidecar.object_store import ObjectStore
-from coordinated.sidecar.persist_monitor import MonitoredPersistedState
-from coordinated.sidecar.persistence import (
-    HOOKS_FILE,
-    NODE_ID_FILE,
-    DataDirLock,
-    FilePersistedState,
-    prepare_data_dir,
-)
-from coordinated.sidecar.problems import NodeProblem, ProblemKind, count_by_kind
-from coordinated.sidecar.refusals import Refusals
-from coordinated.sidecar.s3_settings import ArchiveSettings
-from coordinated.sidecar.snapshots import SNAPSHOT_SECRET_FILE
-from coordinated.sidecar.tls import (
+from coordinated.sidecar.events.archive import SegmentArchive
+from coordinated.sidecar.events.history import HistoryWriter, folds_with_next
+from coordinated.sidecar.events.history_maintenance import HistoryMaintenance
+from coordinated.sidecar.events.history_metrics import HistoryCollector
+from coordinated.sidecar.events.history_segments import compressed_segments
+from coordinated.sidecar.events.history_settings import HISTORY_FSYNC, RetentionPolicy
+from coordinated.sidecar.features.change_log import CHANGE_LOG_SIZE, ChangeLog
+from coordinated.sidecar.features.hooks import HOOKS_TIMEOUT, HookManager
+from coordinated.sidecar.features.listings import Listings
+from coordinated.sidecar.features.snapshots import SNAPSHOT_SECRET_FILE
+from coordinated.sidecar.features.watch_streams import STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL, StreamHub
+from coordinated.sidecar.features.watches import SharedBarrier, WatchHub
+from coordinated.sidecar.observability.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
+from coordinated.sidecar.observability.problems import NodeProblem, ProblemKind, count_by_kind
+from coordinated.sidecar.peers.auth import SECRET_FILE, TransportAuth
+from coordinated.sidecar.peers.refusals import Refusals
+from coordinated.sidecar.peers.tls import (
     TRANSPORT_SSL_TRUST_RESTRICTIONS,
     TRANSPORT_TLS,
     ReloadingContext,
     Side,
     TrustRestrictions,
 )
-from coordinated.sidecar.transport import (
+from coordinated.sidecar.peers.transport import (
     TRANSPORT_CONNECT_TIMEOUT,
     TRANSPORT_MAX_CHUNK_SIZE,
     TRANSPORT_QUEUE_SIZE,
@@ -99,8 +88,19 @@ from coordinated.sidecar.transport import (
     PeerSender,
     watch_until_closed,
 )
-from coordinated.sidecar.watch_streams import STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL, StreamHub
-from coordinated.sidecar.watches import SharedBarrier, WatchHub
+from coordinated.sidecar.s3.object_store import ObjectStore
+from coordinated.sidecar.s3.s3_settings import ArchiveSettings
+from coordinated.sidecar.storage.file_watch import FileWatch
+from coordinated.sidecar.storage.group_commit import PERSISTENCE_SYNC, GroupCommit
+from coordinated.sidecar.storage.persist_monitor import MonitoredPersistedState
+from coordinated.sidecar.storage.persistence import (
+    HOOKS_FILE,
+    NODE_ID_FILE,
+    DataDirLock,
+    FilePersistedState,
+    prepare_data_dir,
+)
+from coordinated.sidecar.web.access import TOKENS_FILE, Tokens
 
 log = logging.getLogger("coordinated.node")
 READ_BARRIER_TIMEOUT_MS = 30_000

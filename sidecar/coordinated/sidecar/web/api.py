@@ -56,17 +56,17 @@ from coordinated.coordination.validation import (
     txn_problem,
     value_problem,
 )
-from coordinated.sidecar.access import Tokens, access_middleware
-from coordinated.sidecar.api_types import SessionBody, SettingsBody
-from coordinated.sidecar.change_log import ChangesGone
-from coordinated.sidecar.history import read_events_after
-from coordinated.sidecar.hooks import MAX_HOOKS, HookSpec
-from coordinated.sidecar.http_server import BODY_TIMEOUT_S, MAX_CONTENT_LENGTH
-from coordinated.sidecar.listings import ListingGone
+from coordinated.sidecar.events.history import read_events_after
+from coordinated.sidecar.features.change_log import ChangesGone
+from coordinated.sidecar.features.hooks import MAX_HOOKS, HookSpec
+from coordinated.sidecar.features.listings import ListingGone
+from coordinated.sidecar.features.watch_streams import CLOSE_GRACE_S, LOST_MASTER, Filter, chunk, event_line
+from coordinated.sidecar.features.watch_streams import line as stream_line
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.problems import BLOCKING, RED, YELLOW, ProblemKind
-from coordinated.sidecar.watch_streams import CLOSE_GRACE_S, LOST_MASTER, Filter, chunk, event_line
-from coordinated.sidecar.watch_streams import line as stream_line
+from coordinated.sidecar.observability.problems import BLOCKING, RED, YELLOW, ProblemKind
+from coordinated.sidecar.web.access import Tokens, access_middleware
+from coordinated.sidecar.web.api_types import SessionBody, SettingsBody
+from coordinated.sidecar.web.http_server import BODY_TIMEOUT_S, MAX_CONTENT_LENGTH
 
 log = logging.getLogger("coordinated.api")
 _JSON_ENCODER = msgspec.json.Encoder()

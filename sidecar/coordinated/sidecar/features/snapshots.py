@@ -30,7 +30,7 @@ from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
 from coordinated.coordination.settings import Parsed, Setting
 from coordinated.coordination.state import ClusterState, KeyVersion, Long, Session
 from coordinated.coordination.validation import session_id_problem
-from coordinated.sidecar.auth import parse_secret_file
+from coordinated.sidecar.peers.auth import parse_secret_file
 
 
 def parse_repo_paths(value: str) -> tuple[str, ...]:

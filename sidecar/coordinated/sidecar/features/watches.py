@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 from coordinated.coordination.state import ClusterState
-from coordinated.sidecar.change_log import ChangeLog, prefixes_touched
+from coordinated.sidecar.features.change_log import ChangeLog, prefixes_touched
 
 T = TypeVar("T")
 

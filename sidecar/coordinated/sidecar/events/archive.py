@@ -31,8 +31,8 @@ from pathlib import Path
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
-from coordinated.sidecar.object_store import Bucket, ObjectExists, ObjectStoreError
-from coordinated.sidecar.s3_settings import ArchiveSettings
+from coordinated.sidecar.s3.object_store import Bucket, ObjectExists, ObjectStoreError
+from coordinated.sidecar.s3.s3_settings import ArchiveSettings
 
 log = logging.getLogger("coordinated.archive")
 

@@ -32,17 +32,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coordinated.coordination.history import EventType, HistoryEvent
-from coordinated.sidecar.durable_files import fsync_dir
-from coordinated.sidecar.history import HistoryLoss, HistoryWriter
-from coordinated.sidecar.history_retention import ClosedSegment, Cut, VolumeUsage, plan_cut
-from coordinated.sidecar.history_segments import (
+from coordinated.sidecar.events.history import HistoryLoss, HistoryWriter
+from coordinated.sidecar.events.history_retention import ClosedSegment, Cut, VolumeUsage, plan_cut
+from coordinated.sidecar.events.history_segments import (
     Segment,
     compress,
     leftover_files,
     list_segments,
     verify_compressed,
 )
-from coordinated.sidecar.history_settings import RetentionPolicy
+from coordinated.sidecar.events.history_settings import RetentionPolicy
+from coordinated.sidecar.storage.durable_files import fsync_dir
 
 log = logging.getLogger("coordinated.history")
 PASS_INTERVAL_S = 5.0

@@ -56,7 +56,7 @@ from coordinated.coordination.messages import (
     encode_envelope,
 )
 from coordinated.coordination.settings import int_setting, size_setting, time_setting
-from coordinated.sidecar.auth import (
+from coordinated.sidecar.peers.auth import (
     MAC_BYTES,
     MAX_CLOCK_SKEW_S,
     NONCE_BYTES,
@@ -65,7 +65,7 @@ from coordinated.sidecar.auth import (
     TransportAuth,
     signed_at_or_problem,
 )
-from coordinated.sidecar.chunked import (
+from coordinated.sidecar.peers.chunked import (
     HEADER_BYTES,
     Complete,
     Discarded,
@@ -75,8 +75,8 @@ from coordinated.sidecar.chunked import (
     is_chunk,
     transfer_term_version,
 )
-from coordinated.sidecar.refusals import REFUSAL_HEADER, Refusals, clock_difference, describe_clock_difference
-from coordinated.sidecar.tls import ReloadingContext, TrustRestrictions
+from coordinated.sidecar.peers.refusals import REFUSAL_HEADER, Refusals, clock_difference, describe_clock_difference
+from coordinated.sidecar.peers.tls import ReloadingContext, TrustRestrictions
 
 log = logging.getLogger("coordinated.transport")
 

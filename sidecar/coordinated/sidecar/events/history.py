@@ -35,13 +35,13 @@ from coordinated.coordination.history import (
     HistoryEvent,
 )
 from coordinated.coordination.history_format import LineEncoder, coerce_event
-from coordinated.sidecar.history_read import (
+from coordinated.sidecar.events.history_read import (
     last_seq_in,
     newest_durable_marks,
     read_events_after,
     summarize_history,
 )
-from coordinated.sidecar.history_segments import Segment, list_segments, segment_name
+from coordinated.sidecar.events.history_segments import Segment, list_segments, segment_name
 
 log = logging.getLogger("coordinated.history")
 

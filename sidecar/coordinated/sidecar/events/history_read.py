@@ -16,7 +16,7 @@ from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.history import MARK_CARRYING_EVENT_TYPES, RESET_EVENT_TYPES, EventType
 from coordinated.coordination.history_lines import is_complete
 from coordinated.coordination.recovery import HistorySummary
-from coordinated.sidecar.history_segments import expanded_lines, list_segments, plain_tail, read_lines
+from coordinated.sidecar.events.history_segments import expanded_lines, list_segments, plain_tail, read_lines
 
 _MARK_CARRIERS = frozenset(kind.value for kind in MARK_CARRYING_EVENT_TYPES)
 _RESETS = frozenset(kind.value for kind in RESET_EVENT_TYPES)

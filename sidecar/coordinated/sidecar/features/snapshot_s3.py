@@ -8,8 +8,7 @@ through the client that `s3.client.NAME` describes.
 
 from __future__ import annotations
 
-from coordinated.sidecar.object_store import Bucket, ObjectExists, ObjectMissing, ObjectStoreError
-from coordinated.sidecar.snapshots import (
+from coordinated.sidecar.features.snapshots import (
     PREFIX,
     RepositoryUnavailable,
     SnapshotExists,
@@ -18,6 +17,7 @@ from coordinated.sidecar.snapshots import (
     blob_name,
     name_of,
 )
+from coordinated.sidecar.s3.object_store import Bucket, ObjectExists, ObjectMissing, ObjectStoreError
 
 
 class S3Repository(SnapshotRepository):

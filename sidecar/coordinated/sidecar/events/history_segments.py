@@ -20,7 +20,7 @@ import zstandard
 
 from coordinated.coordination.history_format import ExpandedLine, SegmentExpander
 from coordinated.coordination.history_lines import ends_with_cut_line, is_complete
-from coordinated.sidecar.durable_files import fsync_dir
+from coordinated.sidecar.storage.durable_files import fsync_dir
 
 PLAIN_SUFFIX = ".jsonl"
 COMPRESSED_SUFFIX = ".jsonl.zst"

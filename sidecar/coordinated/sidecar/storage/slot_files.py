@@ -17,7 +17,7 @@ import msgspec
 
 from coordinated.coordination.recovery import Record, SlotReading
 from coordinated.coordination.state import ClusterState, initial_state
-from coordinated.sidecar.durable_files import DataDirError, read_checked
+from coordinated.sidecar.storage.durable_files import DataDirError, read_checked
 
 SLOT_MAGIC = b"COORDINATED2"
 SLOT_FILES = ("coordination-state.0", "coordination-state.1")

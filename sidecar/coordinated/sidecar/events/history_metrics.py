@@ -8,7 +8,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from coordinated.sidecar.history_maintenance import HistoryStatus
+from coordinated.sidecar.events.history_maintenance import HistoryStatus
 
 
 class HistoryCollector(Collector):

@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from coordinated.sidecar.http_server import IDLE_TIMEOUT_S, error_body
+from coordinated.sidecar.web.http_server import IDLE_TIMEOUT_S, error_body
 
 log = logging.getLogger("coordinated.api")
 

@@ -39,11 +39,11 @@ from coordinated.coordination.recovery import (
     decide_startup,
 )
 from coordinated.coordination.state import ClusterState, Derivations, initial_state
-from coordinated.sidecar.durable_files import DataDirError, atomic_write, fsync_dir, read_checked
-from coordinated.sidecar.file_watch import FileWatch
-from coordinated.sidecar.history import summarize_history
-from coordinated.sidecar.slot_files import LEGACY_STATE_FILE, SLOT_FILES, StateFile, read_legacy, read_slot
-from coordinated.sidecar.state_store import (
+from coordinated.sidecar.events.history import summarize_history
+from coordinated.sidecar.storage.durable_files import DataDirError, atomic_write, fsync_dir, read_checked
+from coordinated.sidecar.storage.file_watch import FileWatch
+from coordinated.sidecar.storage.slot_files import LEGACY_STATE_FILE, SLOT_FILES, StateFile, read_legacy, read_slot
+from coordinated.sidecar.storage.state_store import (
     DB_FILE,
     StateStore,
     StorageWriteError,

@@ -22,7 +22,7 @@ import msgspec
 
 from coordinated.coordination.settings import time_setting
 from coordinated.coordination.state import ClusterState
-from coordinated.sidecar.durable_files import DataDirError, atomic_write, read_checked
+from coordinated.sidecar.storage.durable_files import DataDirError, atomic_write, read_checked
 
 log = logging.getLogger("coordinated.hooks")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")

@@ -15,8 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from coordinated.sidecar.durable_files import fsync_dir
-from coordinated.sidecar.snapshots import (
+from coordinated.sidecar.features.snapshots import (
     RepositoryUnavailable,
     SnapshotCorrupt,
     SnapshotExists,
@@ -25,6 +24,7 @@ from coordinated.sidecar.snapshots import (
     blob_name,
     name_of,
 )
+from coordinated.sidecar.storage.durable_files import fsync_dir
 
 T = TypeVar("T")
 

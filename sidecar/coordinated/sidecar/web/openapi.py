@@ -6,8 +6,8 @@ msgspec) and the errors it may answer. The role a route needs comes from the acc
 A route without an entry, or an entry without a route, fails the generation, so the document cannot drift
 from the app. The node serves the document at `GET /_openapi`; a copy is checked in as docs/openapi.json:
 
-    python -m coordinated.sidecar.openapi            # rewrite docs/openapi.json
-    python -m coordinated.sidecar.openapi --check    # exit 1 when it is out of date (`make lint` runs it)
+    python -m coordinated.sidecar.web.openapi            # rewrite docs/openapi.json
+    python -m coordinated.sidecar.web.openapi --check    # exit 1 when it is out of date (`make lint` runs it)
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ import msgspec
 from aiohttp import web
 
 from coordinated.coordination.ranges import MAX_RANGE_LIMIT, RangePage
-from coordinated.sidecar import api_types as t
-from coordinated.sidecar.access import Role, required_role
-from coordinated.sidecar.api import setup_routes
-from coordinated.sidecar.hooks import HookSpec
-from coordinated.sidecar.snapshot_api import setup_snapshot_routes
+from coordinated.sidecar.features.hooks import HookSpec
+from coordinated.sidecar.features.snapshot_api import setup_snapshot_routes
+from coordinated.sidecar.web import api_types as t
+from coordinated.sidecar.web.access import Role, required_role
+from coordinated.sidecar.web.api import setup_routes
 
 DOCUMENT_PATH = "/_openapi"
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 DOC = REPO / "docs" / "openapi.json"
 JSON = "application/json"
 TIME_VALUE = {"type": "string", "pattern": r"^\s*\d+\s*(ms|s|m|h|d)\s*$", "examples": ["30s", "500ms"]}
@@ -515,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     if current == text:
         return 0
     if args.check:
-        print(f"{args.out} is out of date: run python -m coordinated.sidecar.openapi", file=sys.stderr)
+        print(f"{args.out} is out of date: run python -m coordinated.sidecar.web.openapi", file=sys.stderr)
         return 1
     args.out.write_text(text)
     return 0

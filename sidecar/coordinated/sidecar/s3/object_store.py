@@ -33,7 +33,7 @@ from aiobotocore.session import AioSession
 from botocore.credentials import CredentialProvider
 from botocore.exceptions import BotoCoreError, ClientError
 
-from coordinated.sidecar.s3_settings import (
+from coordinated.sidecar.s3.s3_settings import (
     ACCESS_KEY,
     SECRET_KEY,
     SESSION_TOKEN,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinated.sidecar.history_settings import RetentionPolicy
+from coordinated.sidecar.events.history_settings import RetentionPolicy
 
 
 @dataclass(frozen=True)

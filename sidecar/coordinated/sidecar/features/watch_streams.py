@@ -35,7 +35,7 @@ from typing import Any, Literal
 import msgspec
 
 from coordinated.coordination.settings import size_setting, time_setting
-from coordinated.sidecar.change_log import ChangeLog, Step, WatchEvent, prefixes_touched
+from coordinated.sidecar.features.change_log import ChangeLog, Step, WatchEvent, prefixes_touched
 
 log = logging.getLogger("coordinated.watch")
 

@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector
 from coordinated.coordination.context import Mode
 from coordinated.coordination.effects import PublicationFinished
 from coordinated.coordination.history import SESSION_EVENT_TYPES
-from coordinated.sidecar.archive import ArchiveStatus
+from coordinated.sidecar.events.archive import ArchiveStatus
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 MODES = tuple(mode.value for mode in Mode)

@@ -1,6 +1,6 @@
 """The typed bodies of the client API: what each route takes and answers, as msgspec structs.
 
-The OpenAPI document (`coordinated.sidecar.openapi`) is generated from these, so they describe the JSON the
+The OpenAPI document (`coordinated.sidecar.web.openapi`) is generated from these, so they describe the JSON the
 handlers send. Answers are open (a client must ignore fields it does not know); request bodies are closed
 (an unknown field is refused with a 400, so a typo is not silently ignored).
 """

@@ -28,8 +28,19 @@ from coordinated.coordination.object_names import parse_base_path
 from coordinated.coordination.state import ClusterState, Repository
 from coordinated.coordination.state_events import state_event
 from coordinated.coordination.validation import repository_problem, snapshot_name_problem
-from coordinated.sidecar import snapshots
-from coordinated.sidecar.api import (
+from coordinated.sidecar.features import snapshots
+from coordinated.sidecar.features.snapshot_fs import FsRepository, location_problem
+from coordinated.sidecar.features.snapshot_s3 import S3Repository
+from coordinated.sidecar.features.snapshots import (
+    PATH_REPO,
+    RepositoryUnavailable,
+    SnapshotCorrupt,
+    SnapshotFile,
+    SnapshotRepository,
+)
+from coordinated.sidecar.node import Node
+from coordinated.sidecar.s3.s3_settings import DEFAULT_CLIENT, S3ClientSettings, client_names
+from coordinated.sidecar.web.api import (
     BadRequest,
     check_params,
     error_response,
@@ -40,17 +51,6 @@ from coordinated.sidecar.api import (
     read_json,
     result_error,
     timeout_of,
-)
-from coordinated.sidecar.node import Node
-from coordinated.sidecar.s3_settings import DEFAULT_CLIENT, S3ClientSettings, client_names
-from coordinated.sidecar.snapshot_fs import FsRepository, location_problem
-from coordinated.sidecar.snapshot_s3 import S3Repository
-from coordinated.sidecar.snapshots import (
-    PATH_REPO,
-    RepositoryUnavailable,
-    SnapshotCorrupt,
-    SnapshotFile,
-    SnapshotRepository,
 )
 
 
