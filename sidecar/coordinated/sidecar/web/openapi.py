@@ -25,10 +25,10 @@ from aiohttp import web
 
 from coordinated.coordination.ranges import MAX_RANGE_LIMIT, RangePage
 from coordinated.sidecar.features.hooks import HookSpec
-from coordinated.sidecar.features.snapshot_api import setup_snapshot_routes
 from coordinated.sidecar.web import api_types as t
 from coordinated.sidecar.web.access import Role, required_role
 from coordinated.sidecar.web.api import setup_routes
+from coordinated.sidecar.web.snapshot_api import setup_snapshot_routes
 
 DOCUMENT_PATH = "/_openapi"
 REPO = Path(__file__).resolve().parents[4]
