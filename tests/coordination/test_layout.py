@@ -130,3 +130,15 @@ def stdlib_imports(path: Path) -> set[str]:
 def test_the_core_imports_no_threading_clock_or_io() -> None:
     used = {path.name: sorted(stdlib_imports(path) & FORBIDDEN_IN_CORE) for path in CORE.glob("*.py")}
     assert {name: found for name, found in used.items() if found} == {}
+
+
+# The sidecar's modules sit in subpackages by concern; at its top only the node's wiring and entry points.
+SIDECAR_TOP_LEVEL = {"__init__.py", "node.py", "cli.py", "config.py", "node_tool.py", "event_loop.py"}
+SIDECAR_CONCERNS = {"storage", "events", "peers", "web", "features", "s3", "observability"}
+
+
+def test_the_sidecar_is_grouped_by_concern() -> None:
+    top = {path.name for path in SHELL.glob("*.py")}
+    folders = {path.name for path in SHELL.iterdir() if path.is_dir() and (path / "__init__.py").exists()}
+    assert top - SIDECAR_TOP_LEVEL == set(), "put a new sidecar module in the subpackage of its concern"
+    assert folders == SIDECAR_CONCERNS
