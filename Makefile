@@ -45,7 +45,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m coordinated.operator.generate --check
-	$(BIN)/python -m coordinated.sidecar.openapi --check
+	$(BIN)/python -m coordinated.sidecar.web.openapi --check
 
 ## The headline benchmarks (docs/performance.md): ours against etcd at 3 and 5 nodes (latency, throughput),
 ## watch fan-out and history bytes per write, in one run written to $(BENCH_RESULTS) (about 10 minutes; it

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from coordinated.sidecar.history_segments import expanded_lines
+from coordinated.sidecar.events.history_segments import expanded_lines
 from e2e.support import (
     REPO,
     Cluster,

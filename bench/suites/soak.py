@@ -32,7 +32,7 @@ from typing import Any
 
 import aiohttp
 
-from coordinated.sidecar.history_segments import list_segments
+from coordinated.sidecar.events.history_segments import list_segments
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode
 
 RETENTION = {

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from coordinated.coordination.state import KeyVersion, Session
-from coordinated.sidecar.persistence import FilePersistedState
+from coordinated.sidecar.storage.persistence import FilePersistedState
 
 LARGE_VALUE_BYTES = 900_000
 

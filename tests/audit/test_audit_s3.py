@@ -24,7 +24,7 @@ from coordinated.audit.s3 import (
     s3a_jars,
     write_object,
 )
-from coordinated.sidecar.history_segments import expanded_lines
+from coordinated.sidecar.events.history_segments import expanded_lines
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster
 from coordinated.tools.s3server import S3Server
 

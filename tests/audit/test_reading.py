@@ -12,8 +12,8 @@ from pyspark.sql import SparkSession
 
 from coordinated.audit.reading import UnusableInput, detect_format
 from coordinated.audit.synth import HistoryBuilder, SynthConfig, generate
-from coordinated.sidecar.history import HistoryWriter, list_segments
-from coordinated.sidecar.history_segments import compress
+from coordinated.sidecar.events.history import HistoryWriter, list_segments
+from coordinated.sidecar.events.history_segments import compress
 
 STORED_FORMAT1 = Path(__file__).parent / "data" / "format1-history"
 

@@ -19,7 +19,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from coordinated.audit.cli import main
-from coordinated.sidecar.persistence import HISTORY_DIR
+from coordinated.sidecar.storage.persistence import HISTORY_DIR
 from coordinated.tools.localcluster import LocalCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sidecar"))

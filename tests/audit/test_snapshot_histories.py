@@ -11,7 +11,7 @@ import pytest
 from audit_helpers import audit_dir
 from pyspark.sql import SparkSession
 
-from coordinated.sidecar.history_read import read_events_after
+from coordinated.sidecar.events.history_read import read_events_after
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster
 
 pytestmark = pytest.mark.timeout(300)

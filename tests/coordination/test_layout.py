@@ -64,3 +64,81 @@ def test_the_coordinator_stays_the_wiring_and_no_core_module_grows_past_600_line
     sizes = {path.name: len(path.read_text().splitlines()) for path in CORE.glob("*.py")}
     assert sizes["coordinator.py"] <= 800, sizes["coordinator.py"]
     assert all(size <= 600 for name, size in sizes.items() if name != "coordinator.py"), sizes
+
+
+# What a shell may use of the coordinator: its events in, its status and effects out, and its own fields.
+# Its components (peer_finder, lag_detector, master_tasks, ...) stay behind `status()`.
+COORDINATOR_SHELL_API = {
+    "start",
+    "handle_message",
+    "handle_send_failure",
+    "handle_seed_addresses",
+    "handle_peer_disconnected",
+    "tick",
+    "submit",
+    "stop",
+    "status",
+    "next_deadline",
+    "settings",
+    "mode",
+    "leader",
+    "current_term",
+    "applied_state",
+}
+SHELL = REPO / "sidecar" / "coordinated" / "sidecar"
+
+
+def coordinator_attributes(path: Path) -> set[str]:
+    """The attributes a file reads off anything named `coordinator` (`x.coordinator.a`, `coordinator.a`)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute):
+            owner = node.value
+            if (isinstance(owner, ast.Name) and owner.id == "coordinator") or (
+                isinstance(owner, ast.Attribute) and owner.attr == "coordinator"
+            ):
+                found.add(node.attr)
+    return found
+
+
+def test_the_shells_read_the_coordinator_only_through_its_status_and_events() -> None:
+    reached = {path.name: coordinator_attributes(path) - COORDINATOR_SHELL_API for path in SHELL.rglob("*.py")}
+    assert {name: sorted(attrs) for name, attrs in reached.items() if attrs} == {}
+    assert any(coordinator_attributes(path) for path in SHELL.rglob("*.py")), "the scan found no coordinator use"
+
+
+def test_the_scan_catches_a_shell_reaching_into_a_component(tmp_path: Path) -> None:
+    sample = tmp_path / "shell.py"
+    sample.write_text("def f(node):\n    return node.coordinator.peer_finder.peers, node.coordinator.status()\n")
+    assert coordinator_attributes(sample) - COORDINATOR_SHELL_API == {"peer_finder"}
+
+
+# The core does no I/O and holds no shared state: no threads, locks, clocks, sockets, files or processes.
+FORBIDDEN_IN_CORE = {"threading", "asyncio", "socket", "time", "os", "subprocess", "pathlib", "multiprocessing"}
+
+
+def stdlib_imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_core_imports_no_threading_clock_or_io() -> None:
+    used = {path.name: sorted(stdlib_imports(path) & FORBIDDEN_IN_CORE) for path in CORE.glob("*.py")}
+    assert {name: found for name, found in used.items() if found} == {}
+
+
+# The sidecar's modules sit in subpackages by concern; at its top only the node's wiring and entry points.
+SIDECAR_TOP_LEVEL = {"__init__.py", "node.py", "cli.py", "config.py", "node_tool.py", "event_loop.py"}
+SIDECAR_CONCERNS = {"storage", "events", "peers", "web", "features", "s3", "observability"}
+
+
+def test_the_sidecar_is_grouped_by_concern() -> None:
+    top = {path.name for path in SHELL.glob("*.py")}
+    folders = {path.name for path in SHELL.iterdir() if path.is_dir() and (path / "__init__.py").exists()}
+    assert top - SIDECAR_TOP_LEVEL == set(), "put a new sidecar module in the subpackage of its concern"
+    assert folders == SIDECAR_CONCERNS

@@ -42,6 +42,7 @@ from coordinated.coordination.client import (
 from coordinated.coordination.counters import CEILING, LONG_MAX, MAX_STEP
 from coordinated.coordination.state import ENCODE_HOOK, KeyVersion
 from coordinated.simulation.cluster import SimulatedCluster, stabilisation_time
+from coordinated.simulation.node_invariants import check_node_invariants
 
 EXAMPLES = int(os.environ.get("BOUNDS_EXAMPLES", "25"))
 EDGES = (0, 1, CEILING, CEILING + MAX_STEP, LONG_MAX - 1, LONG_MAX)
@@ -195,7 +196,7 @@ def run_forged(seed: int, forged: list[tuple[int, int, str, bytes]]) -> tuple[in
     cluster.run_for(21 * SECOND)
     elects_and_commits(cluster, "after the forged messages")
     for node in cluster.nodes:
-        node.running().invariant()
+        check_node_invariants(node.running())
     for node in cluster.nodes:
         cluster.restart(node.index)
     elects_and_commits(cluster, "after every node restarted")

@@ -158,7 +158,8 @@ def test_a_setting_declared_twice_is_refused() -> None:
 
 def _modules_of(package: str) -> list[ModuleType]:
     root = importlib.import_module(package)
-    return [importlib.import_module(f"{package}.{info.name}") for info in pkgutil.iter_modules(root.__path__)]
+    found = pkgutil.walk_packages(root.__path__, prefix=f"{package}.")  # subpackages too (the sidecar's are)
+    return [importlib.import_module(info.name) for info in found]
 
 
 @pytest.mark.parametrize(

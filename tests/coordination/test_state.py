@@ -13,9 +13,11 @@ from coordinated.coordination.batch import BatchContext, execute_batch
 from coordinated.coordination.client import KvDelete, KvPut
 from coordinated.coordination.state import (
     ClusterState,
+    Derivations,
     DiscoveryNode,
     IncompatibleDiffError,
     MapDiff,
+    StateEncoder,
     VotingConfiguration,
     apply_diff,
     compose_diffs,
@@ -129,7 +131,9 @@ def test_the_diff_of_a_batch_is_known_without_comparing_the_maps(monkeypatch: py
     """Publication's diff of a batch's state comes from the batch's own changes, not from a full comparison."""
     base = make_state({f"k{index}": index for index in range(1000)})
     master = base.nodes["n1"]
-    context = BatchContext(master, 1, {"n1"}, 10, True, iter(f"u{n}" for n in range(10)).__next__)
+    derivations = Derivations()
+    new_uuid = iter(f"u{n}" for n in range(10)).__next__
+    context = BatchContext(master, 1, {"n1"}, 10, True, new_uuid, derivations=derivations)
     new_state, _ = execute_batch(base, [ClientTask(KvPut("new", 1)), ClientTask(KvDelete("k0"))], context)
     assert new_state is not None
 
@@ -137,7 +141,7 @@ def test_the_diff_of_a_batch_is_known_without_comparing_the_maps(monkeypatch: py
         raise AssertionError("compared whole maps")
 
     monkeypatch.setattr(state_module, "diff_maps", compare_everything)
-    diff = compute_diff(base, new_state)
+    diff = compute_diff(base, new_state, derivations)
     assert diff.kv.upserts == {"new": 1} and diff.kv.deletes == ("k0",)
     assert apply_diff(base, diff) == new_state
 
@@ -147,13 +151,26 @@ def test_an_applied_diff_shares_the_untouched_entries_and_chains_without_compari
 ) -> None:
     first = _batch_state(100)
     second = first.replace(kv=first.kv.set("x", 9), version=first.version + 1, state_uuid="s3", parent_uuid="u1")
-    applied = apply_diff(first, compute_diff(first, second))
+    derivations = Derivations()
+    applied = apply_diff(first, compute_diff(first, second), derivations)
     assert applied == second
-    third = apply_diff(applied, compute_diff(second, second.replace(kv={}, version=9, state_uuid="s4")))
+    third = apply_diff(applied, compute_diff(second, second.replace(kv={}, version=9, state_uuid="s4")), derivations)
     monkeypatch.setattr(state_module, "diff_maps", lambda before, after: pytest.fail("compared whole maps"))
     # applied -> third was recorded by apply_diff; applied was derived from first by apply_diff too.
-    chained = compute_diff(first, third)
+    chained = compute_diff(first, third, derivations)
     assert apply_diff(first, chained) == third
+
+
+def test_derivations_are_the_owners_and_are_forgotten_with_their_state() -> None:
+    """Each node keeps its own record: another node's (or none) compares the maps; a state gone is forgotten."""
+    first = _batch_state(10)
+    second = first.replace(kv=first.kv.set("x", 9), version=first.version + 1, state_uuid="s3", parent_uuid="u1")
+    mine, theirs = Derivations(), Derivations()
+    applied = apply_diff(first, compute_diff(first, second), mine)
+    assert mine.chain(first, applied) is not None and theirs.chain(first, applied) is None
+    assert len(mine) == 1
+    del applied
+    assert len(mine) == 0  # held weakly: the entry went with the state
 
 
 def test_a_composed_diff_refuses_a_gap() -> None:
@@ -174,17 +191,20 @@ def test_composed_diffs_rebuild_the_last_state(steps: list[dict[str, object]]) -
 
 
 def test_encoding_states_one_after_another_gives_the_bytes_of_a_fresh_encoding() -> None:
-    """encode_state moves plain copies of the maps from state to state; the bytes must be exactly those of
+    """A StateEncoder moves plain copies of the maps from state to state; the bytes must be exactly those of
     encoding each state on its own (sorted fields and keys), whatever the order of encodings."""
     reference = msgspec.json.Encoder(order="sorted", enc_hook=state_module.ENCODE_HOOK)
     first = _batch_state(50)
     diff = compute_diff(first, first.replace(kv=first.kv.set("zz", 1).delete("k7"), version=9, state_uuid="s9"))
-    second = apply_diff(first, diff)
+    derivations = Derivations()
+    encoder = StateEncoder(derivations)
+    second = apply_diff(first, diff, derivations)
     master = first.nodes["n1"]
-    context = BatchContext(master, 1, {"n1"}, 10, True, iter(f"v{n}" for n in range(10)).__next__)
+    new_uuid = iter(f"v{n}" for n in range(10)).__next__
+    context = BatchContext(master, 1, {"n1"}, 10, True, new_uuid, derivations=derivations)
     third, _ = execute_batch(second, [ClientTask(KvPut("a", {"b": [1]})), ClientTask(KvDelete("k9"))], context)
     assert third is not None
     unrelated = make_state({"q": 1, "p": 2})
     committed = third.replace(cluster_uuid_committed=True)
     for state in (first, second, third, committed, first, unrelated, third, second, third):
-        assert encode_state(state) == reference.encode(state)
+        assert encoder.encode(state) == reference.encode(state) == encode_state(state)

@@ -26,7 +26,7 @@ from coordinated.operator.certificates import KeyPair
 from coordinated.operator.observation import PodObservation, StatefulSetObservation
 from coordinated.operator.sidecar_client import SidecarConnections, sidecar_url
 from coordinated.operator.spec import HIBERNATED_VOTERS_ANNOTATION, ClusterSpec
-from coordinated.sidecar.tls import TrustRestrictions
+from coordinated.sidecar.peers.tls import TrustRestrictions
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 HOUR = datetime.timedelta(hours=1)

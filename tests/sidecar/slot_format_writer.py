@@ -25,7 +25,7 @@ from coordinated.coordination.recovery import (
     decide_startup,
 )
 from coordinated.coordination.state import ClusterState, encode_state, initial_state
-from coordinated.sidecar.history import summarize_history
+from coordinated.sidecar.events.history import summarize_history
 
 MAGIC = b"COORDINATED1"
 SLOT_MAGIC = b"COORDINATED2"

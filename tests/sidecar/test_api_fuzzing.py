@@ -33,7 +33,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from coordinated.coordination.settings import parse_time_ms
-from coordinated.sidecar import openapi
+from coordinated.sidecar.web import openapi
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode
 
 pytestmark = pytest.mark.timeout(600)

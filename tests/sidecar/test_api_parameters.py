@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from coordinated.sidecar import api
-from coordinated.sidecar.metrics import NodeMetrics
-from coordinated.sidecar.snapshot_api import setup_snapshot_routes
+from coordinated.sidecar.observability.metrics import NodeMetrics
+from coordinated.sidecar.web import api
+from coordinated.sidecar.web.snapshot_api import setup_snapshot_routes
 
 REFUSED = [
     # Documented booleans that were never parsed, so any value passed.

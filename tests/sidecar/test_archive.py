@@ -1,4 +1,4 @@
-"""The history archive (`coordinated.sidecar.archive`) against a real S3-compatible server: the layout, write-once
+"""The history archive (`coordinated.sidecar.events.archive`) against a real S3-compatible server: the layout, write-once
 uploads, resuming after a restart, and every fault the archive must ride out (a store that is stopped,
 unreachable, refusing the credentials, answering 500 or slow), each healed afterwards."""
 
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from s3_faults import FaultProxy
 
-from coordinated.sidecar.archive import SegmentArchive
 from coordinated.sidecar.config import sidecar_registry
-from coordinated.sidecar.history import HistoryWriter
-from coordinated.sidecar.history_segments import compress, compressed_segments
-from coordinated.sidecar.object_store import ObjectStore
-from coordinated.sidecar.s3_settings import ArchiveSettings
+from coordinated.sidecar.events.archive import SegmentArchive
+from coordinated.sidecar.events.history import HistoryWriter
+from coordinated.sidecar.events.history_segments import compress, compressed_segments
+from coordinated.sidecar.s3.object_store import ObjectStore
+from coordinated.sidecar.s3.s3_settings import ArchiveSettings
 from coordinated.tools.s3server import S3Server, free_port
 
 CLUSTER = "c0ffee"

@@ -12,7 +12,7 @@ from typing import Any
 
 import zstandard
 
-from coordinated.sidecar.history_segments import expanded_lines, list_segments
+from coordinated.sidecar.events.history_segments import expanded_lines, list_segments
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 from coordinated.tools.s3server import S3Server
 

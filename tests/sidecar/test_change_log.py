@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from coordinated.coordination import state as state_module
-from coordinated.coordination.state import ClusterState, KeyVersion, apply_diff, diff_between
-from coordinated.sidecar.change_log import ChangeLog, ChangesGone, prefixes_touched
+from coordinated.coordination.state import ClusterState, Derivations, KeyVersion, apply_diff, diff_between
+from coordinated.sidecar.features.change_log import ChangeLog, ChangesGone, prefixes_touched
 
 
 def state(version: int, keys: dict[str, tuple[Any, int, int]], master: str | None = "m") -> ClusterState:
@@ -138,19 +138,22 @@ def test_a_log_that_started_without_keys_serves_a_watch_from_zero_until_it_drops
         started_with_keys.events_after("", 0, 100)
 
 
+DERIVATIONS = Derivations()  # as a node's
+
+
 def derived(base: ClusterState, version: int, key: str, value: Any) -> ClusterState:
     """`base` with one key written, the way a node gets it: `apply_diff`, which records the derivation."""
     shape = base.replace(version=version, state_uuid=f"s{version}", parent_uuid=base.state_uuid)
     diff = diff_between(
         base, shape, {"kv": ({key: value}, ()), "kv_versions": ({key: KeyVersion(version, version)}, ())}
     )
-    return apply_diff(base, diff)
+    return apply_diff(base, diff, DERIVATIONS)
 
 
 def test_states_accepted_but_never_applied_keep_the_comparison_in_proportion_to_the_change(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    log = ChangeLog(100)
+    log = ChangeLog(100, DERIVATIONS)  # the node's, which its core records into
     applied = state(1, {f"k{i}": (i, 1, 1) for i in range(1000)}).replace(state_uuid="s1")
     log.record(applied)
     # A follower accepts versions 2 and 3 but applies only 4 (the commit of 2 and 3 came too late): nothing

@@ -26,8 +26,8 @@ from coordinated.coordination.messages import (
     encode_envelope,
 )
 from coordinated.coordination.state import ClusterState, DiscoveryNode, persistent
-from coordinated.sidecar.auth import TransportAuth
-from coordinated.sidecar.chunked import (
+from coordinated.sidecar.peers.auth import TransportAuth
+from coordinated.sidecar.peers.chunked import (
     HEADER_BYTES,
     MAGIC,
     Complete,
@@ -37,7 +37,7 @@ from coordinated.sidecar.chunked import (
     header_mismatch,
     is_chunk,
 )
-from coordinated.sidecar.transport import PROTOCOL_PLAIN, STREAM_PATH
+from coordinated.sidecar.peers.transport import PROTOCOL_PLAIN, STREAM_PATH
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,9 +15,9 @@ import pytest
 
 from coordinated.coordination.effects import Effect, Log
 from coordinated.coordination.state import initial_state
-from coordinated.sidecar.group_commit import GroupCommit
-from coordinated.sidecar.persistence import FilePersistedState
-from coordinated.sidecar.state_store import StorageWriteError
+from coordinated.sidecar.storage.group_commit import GroupCommit
+from coordinated.sidecar.storage.persistence import FilePersistedState
+from coordinated.sidecar.storage.state_store import StorageWriteError
 
 
 class FakeStore:

@@ -19,13 +19,13 @@ from test_sidecar_storage import state_with
 from coordinated.coordination.history import EventType, HistoryEvent
 from coordinated.coordination.settings import SettingsError
 from coordinated.sidecar.config import sidecar_registry
-from coordinated.sidecar.history import HistoryWriter, read_events_after, summarize_history
-from coordinated.sidecar.history_maintenance import HistoryMaintenance
-from coordinated.sidecar.history_retention import ClosedSegment, VolumeUsage, plan_cut
-from coordinated.sidecar.history_segments import list_segments
-from coordinated.sidecar.history_settings import RetentionPolicy
-from coordinated.sidecar.persistence import HISTORY_DIR, DataDirError, FilePersistedState
-from coordinated.sidecar.state_store import DB_FILE
+from coordinated.sidecar.events.history import HistoryWriter, read_events_after, summarize_history
+from coordinated.sidecar.events.history_maintenance import HistoryMaintenance
+from coordinated.sidecar.events.history_retention import ClosedSegment, VolumeUsage, plan_cut
+from coordinated.sidecar.events.history_segments import list_segments
+from coordinated.sidecar.events.history_settings import RetentionPolicy
+from coordinated.sidecar.storage.persistence import HISTORY_DIR, DataDirError, FilePersistedState
+from coordinated.sidecar.storage.state_store import DB_FILE
 
 MB = 1 << 20
 

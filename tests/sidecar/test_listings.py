@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from coordinated.coordination.state import ClusterState, KeyVersion
-from coordinated.sidecar.listings import MAX_LISTINGS, PIN_SECONDS, ListingGone, Listings
+from coordinated.sidecar.features.listings import MAX_LISTINGS, PIN_SECONDS, ListingGone, Listings
 
 
 def state(version: int, keys: list[str]) -> ClusterState:

@@ -21,8 +21,8 @@ from coordinated.coordination.state import (
     initial_state,
 )
 from coordinated.sidecar import node_tool
-from coordinated.sidecar.history import HistoryWriter, read_events_after, summarize_history
-from coordinated.sidecar.persistence import HISTORY_DIR, DataDirLock, FilePersistedState
+from coordinated.sidecar.events.history import HistoryWriter, read_events_after, summarize_history
+from coordinated.sidecar.storage.persistence import HISTORY_DIR, DataDirLock, FilePersistedState
 
 
 def event(node_id: str, kind: str, state: ClusterState, term: int) -> dict[str, object]:

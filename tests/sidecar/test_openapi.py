@@ -15,9 +15,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from coordinated.coordination.client import error_body, version_conflict_error
-from coordinated.sidecar import openapi
-from coordinated.sidecar.access import Role, Tokens, access_middleware, required_role
-from coordinated.sidecar.api_types import ErrorAnswer
+from coordinated.sidecar.web import openapi
+from coordinated.sidecar.web.access import Role, Tokens, access_middleware, required_role
+from coordinated.sidecar.web.api_types import ErrorAnswer
 
 METHODS = {"get", "put", "post", "delete", "patch", "head", "options"}
 

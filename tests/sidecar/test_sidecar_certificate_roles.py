@@ -14,10 +14,10 @@ import pytest
 from coordinated.coordination.client import UpdateSettings
 from coordinated.coordination.messages import Envelope, ForwardedRequest, encode_envelope
 from coordinated.coordination.settings import SettingsError
-from coordinated.sidecar.access import Role
 from coordinated.sidecar.config import build_config
-from coordinated.sidecar.tls import TrustRestrictions
-from coordinated.sidecar.transport import MESSAGE_PATH, STREAM_PATH
+from coordinated.sidecar.peers.tls import TrustRestrictions
+from coordinated.sidecar.peers.transport import MESSAGE_PATH, STREAM_PATH
+from coordinated.sidecar.web.access import Role
 from coordinated.tools.devcerts import Cert, client_context, have_openssl, make_ca, make_cert, make_client_cert
 from coordinated.tools.localcluster import LocalCluster, LocalNode, http
 

@@ -19,8 +19,8 @@ from coordinated.coordination.client import KvPut, UpdateSettings
 from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.messages import Envelope, ForwardedRequest, encode_envelope
 from coordinated.coordination.state import DiscoveryNode
-from coordinated.sidecar import api, http_server
-from coordinated.sidecar.metrics import NodeMetrics
+from coordinated.sidecar.observability.metrics import NodeMetrics
+from coordinated.sidecar.web import api, http_server
 from coordinated.tools.localcluster import LocalCluster, free_ports, http
 
 pytestmark = pytest.mark.timeout(120)

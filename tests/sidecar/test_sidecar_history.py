@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from coordinated.coordination.history import EventType, HistoryEvent
-from coordinated.sidecar.history import (
+from coordinated.sidecar.events.history import (
     HistoryWriter,
     list_segments,
     newest_durable_marks,
     read_events_after,
     summarize_history,
 )
-from coordinated.sidecar.history_read import last_seq_in
-from coordinated.sidecar.history_segments import compress, expanded_lines
+from coordinated.sidecar.events.history_read import last_seq_in
+from coordinated.sidecar.events.history_segments import compress, expanded_lines
 
 CONFIG = ("a" * 16, "b" * 16, "c" * 16)
 

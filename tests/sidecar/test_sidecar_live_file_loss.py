@@ -15,9 +15,9 @@ import pytest
 from test_sidecar_security import wait_until
 
 from coordinated.coordination.state import ClusterState, DiscoveryNode
-from coordinated.sidecar.file_watch import FileWatch
-from coordinated.sidecar.persistence import FilePersistedState
-from coordinated.sidecar.state_store import DB_FILE, StorageWriteError
+from coordinated.sidecar.storage.file_watch import FileWatch
+from coordinated.sidecar.storage.persistence import FilePersistedState
+from coordinated.sidecar.storage.state_store import DB_FILE, StorageWriteError
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
 WAL = DB_FILE + "-wal"

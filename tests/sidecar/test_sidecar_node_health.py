@@ -18,12 +18,12 @@ import pytest
 from aiohttp import web
 
 from coordinated.coordination.state import ClusterState
-from coordinated.sidecar.api import client_app
 from coordinated.sidecar.config import build_config
-from coordinated.sidecar.http_server import ClientAppRunner
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.persist_monitor import MonitoredPersistedState
-from coordinated.sidecar.transport import transport_app
+from coordinated.sidecar.peers.transport import transport_app
+from coordinated.sidecar.storage.persist_monitor import MonitoredPersistedState
+from coordinated.sidecar.web.api import client_app
+from coordinated.sidecar.web.http_server import ClientAppRunner
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, free_ports
 
 pytestmark = pytest.mark.timeout(120)

@@ -24,9 +24,9 @@ from coordinated.coordination.state import (
     initial_state,
 )
 from coordinated.sidecar.config import build_config
-from coordinated.sidecar.history import HistoryWriter, read_events_after
+from coordinated.sidecar.events.history import HistoryWriter, read_events_after
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.persistence import (
+from coordinated.sidecar.storage.persistence import (
     HISTORY_DIR,
     HOOKS_FILE,
     NODE_ID_FILE,
@@ -35,13 +35,13 @@ from coordinated.sidecar.persistence import (
     FilePersistedState,
     atomic_write,
 )
-from coordinated.sidecar.slot_files import (
+from coordinated.sidecar.storage.slot_files import (
     LEGACY_STATE_FILE,
     SLOT_FILES,
     SLOT_HEADER_SIZE,
     encode_slot_record,
 )
-from coordinated.sidecar.state_store import DB_FILE
+from coordinated.sidecar.storage.state_store import DB_FILE
 
 
 def bootstrapped(name: str = "c") -> ClusterState:

@@ -13,8 +13,8 @@ import pytest
 
 from coordinated.coordination.client import KvPut
 from coordinated.coordination.messages import Envelope, ForwardedRequest, encode_envelope
-from coordinated.sidecar.auth import NONCE_BYTES, TransportAuth
-from coordinated.sidecar.transport import MESSAGE_PATH
+from coordinated.sidecar.peers.auth import NONCE_BYTES, TransportAuth
+from coordinated.sidecar.peers.transport import MESSAGE_PATH
 from coordinated.tools.localcluster import LocalCluster, LocalNode, http
 
 pytestmark = pytest.mark.timeout(180)

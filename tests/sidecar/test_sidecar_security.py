@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from coordinated.coordination.settings import SettingsError
-from coordinated.sidecar.access import Role, required_role
 from coordinated.sidecar.config import build_config, sidecar_registry
-from coordinated.sidecar.tls import ReloadingContext, Side, TlsFiles
+from coordinated.sidecar.peers.tls import ReloadingContext, Side, TlsFiles
+from coordinated.sidecar.web.access import Role, required_role
 from coordinated.tools.devcerts import Cert, client_context, have_openssl, make_ca, make_cert
 from coordinated.tools.localcluster import LocalCluster, LocalNode, http
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from coordinated.coordination.counters import LONG_MAX
-from coordinated.sidecar.snapshot_fs import snapshot_path
-from coordinated.sidecar.snapshots import MAGIC
+from coordinated.sidecar.features.snapshot_fs import snapshot_path
+from coordinated.sidecar.features.snapshots import MAGIC
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode
 
 pytestmark = pytest.mark.timeout(180)

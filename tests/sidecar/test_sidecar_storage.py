@@ -14,10 +14,10 @@ import msgspec
 import pytest
 
 from coordinated.coordination.state import ClusterState, DiscoveryNode, KeyVersion, VotingConfiguration, initial_state
-from coordinated.sidecar.history import HistoryWriter
-from coordinated.sidecar.persistence import HISTORY_DIR, NODE_ID_FILE, DataDirError, FilePersistedState
-from coordinated.sidecar.slot_files import SLOT_FILES
-from coordinated.sidecar.state_store import DB_FILE, StorageWriteError
+from coordinated.sidecar.events.history import HistoryWriter
+from coordinated.sidecar.storage.persistence import HISTORY_DIR, NODE_ID_FILE, DataDirError, FilePersistedState
+from coordinated.sidecar.storage.slot_files import SLOT_FILES
+from coordinated.sidecar.storage.state_store import DB_FILE, StorageWriteError
 
 PAGE = 4096
 
@@ -255,7 +255,7 @@ def killed_with_wal(data_dir: Path, writes: int) -> Path:
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_sidecar_storage import acknowledge, state_with
-        from coordinated.sidecar.persistence import FilePersistedState
+        from coordinated.sidecar.storage.persistence import FilePersistedState
         persisted = FilePersistedState(Path({str(data_dir)!r}), "c")
         for step in range(1, {writes} + 1):
             persisted.set_current_term(step)
@@ -350,7 +350,7 @@ def run_writer(data_dir: Path, crash_point: str, writes: int) -> subprocess.Comp
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_sidecar_storage import acknowledge, state_with
-        from coordinated.sidecar.persistence import FilePersistedState
+        from coordinated.sidecar.storage.persistence import FilePersistedState
         persisted = FilePersistedState(Path({str(data_dir)!r}), "c")
         start = persisted.last_accepted_state.version
         for version in range(start + 1, start + {writes} + 1):

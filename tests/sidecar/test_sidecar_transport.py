@@ -23,10 +23,10 @@ from coordinated.coordination.messages import (
     encode_envelope,
 )
 from coordinated.coordination.state import DiscoveryNode
-from coordinated.sidecar import transport
-from coordinated.sidecar.auth import MAC_BYTES, NONCE_BYTES, TransportAuth
-from coordinated.sidecar.metrics import NodeMetrics, StatusSnapshot
-from coordinated.sidecar.transport import (
+from coordinated.sidecar.observability.metrics import NodeMetrics, StatusSnapshot
+from coordinated.sidecar.peers import transport
+from coordinated.sidecar.peers.auth import MAC_BYTES, NONCE_BYTES, TransportAuth
+from coordinated.sidecar.peers.transport import (
     MESSAGE_PATH,
     PROTOCOL_HMAC,
     PROTOCOL_PLAIN,

@@ -13,8 +13,8 @@ import pytest
 from test_sidecar_storage import state_with
 
 from coordinated.coordination.state import ClusterState, DiscoveryNode, KeyVersion, Session, encode_state
-from coordinated.sidecar.persistence import DataDirError, FilePersistedState
-from coordinated.sidecar.state_store import DB_FILE, FORMAT, StateStore, StoreCorrupt, connect, read_record
+from coordinated.sidecar.storage.persistence import DataDirError, FilePersistedState
+from coordinated.sidecar.storage.state_store import DB_FILE, FORMAT, StateStore, StoreCorrupt, connect, read_record
 
 
 def meta_rows(data_dir: Path) -> dict[str, bytes]:

@@ -7,9 +7,9 @@ import asyncio
 from typing import Any
 
 from coordinated.coordination.state import ClusterState, KeyVersion
-from coordinated.sidecar import watch_streams
-from coordinated.sidecar.change_log import ChangeLog
-from coordinated.sidecar.watch_streams import LOST_MASTER, STOPPING, StreamHub
+from coordinated.sidecar.features import watch_streams
+from coordinated.sidecar.features.change_log import ChangeLog
+from coordinated.sidecar.features.watch_streams import LOST_MASTER, STOPPING, StreamHub
 
 
 class FakeTransport:

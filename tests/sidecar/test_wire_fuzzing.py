@@ -30,10 +30,11 @@ from coordinated.coordination import messages as m
 from coordinated.coordination.client import KvPut
 from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.state import ClusterState, DiscoveryNode, KeyVersion, Session
-from coordinated.sidecar.chunked import HEADER_BYTES, MAGIC, Complete, Discarded, Reassembler, chunk_frames
-from coordinated.sidecar.history import last_seq_in, read_events_after, segment_name, summarize_history
-from coordinated.sidecar.snapshots import SnapshotCorrupt, decode_snapshot, encode_snapshot, snapshot_of
+from coordinated.sidecar.events.history import last_seq_in, read_events_after, segment_name, summarize_history
+from coordinated.sidecar.features.snapshots import SnapshotCorrupt, decode_snapshot, encode_snapshot, snapshot_of
+from coordinated.sidecar.peers.chunked import HEADER_BYTES, MAGIC, Complete, Discarded, Reassembler, chunk_frames
 from coordinated.simulation.cluster import SimulatedCluster
+from coordinated.simulation.node_invariants import check_node_invariants
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
 FUZZ = settings(
@@ -161,7 +162,7 @@ def check_envelope(data: bytes) -> None:
     cluster.run_for(200)
     for node in cluster.nodes:
         if node.alive:
-            node.running().invariant()
+            check_node_invariants(node.running())
 
 
 DEEP = b"[" * 5000 + b"]" * 5000

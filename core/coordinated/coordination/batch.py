@@ -5,7 +5,7 @@ Pure functions: the coordinator supplies the node, the term and the join votes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,13 +37,13 @@ from coordinated.coordination.reconfigurator import reconfigure
 from coordinated.coordination.settings import size_setting
 from coordinated.coordination.state import (
     ClusterState,
+    Derivations,
     DiscoveryNode,
     Repository,
     Session,
     VotingConfigExclusion,
     diff_between,
     diff_maps,
-    record_derivation,
 )
 from coordinated.coordination.tasks import (
     CheckpointSessions,
@@ -52,6 +52,7 @@ from coordinated.coordination.tasks import (
     ExpireSessions,
     NodeJoin,
     NodeLeft,
+    Reconfigure,
     TaskPayload,
 )
 from coordinated.coordination.transactions import run_txn
@@ -126,6 +127,7 @@ class BatchContext:
     max_value_size: int = _NO_LIMIT  # cluster.metadata.max_value_size
     max_state_size: int = _NO_LIMIT  # cluster.metadata.max_state_size
     sizes: StateSizes | None = None  # the base state's size (None: the state size is not limited)
+    derivations: Derivations | None = None  # the node's, where the batch records how it derived its state
 
 
 def improve_configuration(
@@ -270,102 +272,30 @@ def execute_batch(
     A task's result is None when it succeeds with the publication. `Reconfigure` needs no step of its own:
     every batch moves to the best voting configuration.
     """
-    nodes = dict(base.nodes)
-    sizes = context.sizes
     keys = BatchKeys(
         base,
         _next_version(base, payloads),
-        sizes.of(base) if sizes is not None else None,
+        context.sizes.of(base) if context.sizes is not None else None,
         context.session_keys,
         context.keys_with_prefix,
     )
-    repositories = base.repositories
-    settings = base.persistent_settings
-    exclusions = list(base.coordination.voting_config_exclusions)
-    results: list[ClientResult | None] = []
-    elected = False
-    for task in payloads:
-        result: ClientResult | None = None
-        if isinstance(task, ElectedAsMaster):
-            elected = True
-            nodes[context.master.id] = context.master
-        elif isinstance(task, NodeJoin):
-            result = _join(task.node, nodes, exclusions, context.master)
-        elif isinstance(task, NodeLeft):
-            nodes.pop(task.node_id, None)
-        elif isinstance(task, ExpireSessions):
-            for session_id in task.session_ids:
-                if context.session_expired(session_id):
-                    keys.end_session(session_id)
-        elif isinstance(task, CheckpointSessions):
-            keys.checkpoint_sessions(task.session_ids, context.checkpoint_session)
-        elif isinstance(task, ClientTask):
-            payload = task.request
-            mark, size_before = keys.mark(), keys.size
-            if isinstance(payload, KvPut | Txn):
-                result = _oversized_value(payload, context.max_value_size)
-            if result is not None:
-                pass
-            elif isinstance(payload, KvPut | KvDelete):
-                # Decided against the state this batch builds, so of two conflicting conditional writes in
-                # one batch only the first applies.
-                current = keys.version(payload.key)
-                prev = Committed(0, 0, prev=keys.previous(payload.key)) if payload.prev_value else None
-                if payload.if_version is not None and payload.if_version != current:
-                    result = client.version_conflict_error(payload.key, payload.if_version, current)
-                elif isinstance(payload, KvPut):
-                    if payload.session is not None and payload.session not in keys.sessions:
-                        result = client.session_not_found_error(payload.session)
-                    else:
-                        keys.put(payload.key, payload.value, payload.session)
-                        result = prev
-                else:
-                    keys.delete(payload.key)
-                    result = prev
-            elif isinstance(payload, KvDeletePrefix):
-                result = Committed(0, 0, deleted=keys.delete_prefix(payload.prefix))
-            elif isinstance(payload, Txn):
-                result = run_txn(payload, keys)
-            elif isinstance(payload, SessionCreate):
-                result = _create_session(payload, keys, nodes, context.new_uuid())
-            elif isinstance(payload, SessionEnd):
-                if not keys.end_session(payload.session):
-                    result = client.session_not_found_error(payload.session)
-            elif isinstance(payload, UpdateSettings):
-                settings = {k: v for k, v in {**settings, **payload.persistent}.items() if v is not None}
-            elif isinstance(payload, AddVotingConfigExclusions):
-                result = add_exclusions(payload, nodes, exclusions, context.max_exclusions)
-            elif isinstance(payload, ClearVotingConfigExclusions):
-                exclusions = []
-            elif isinstance(payload, PutRepository):
-                registered = Repository(
-                    payload.type, payload.location, payload.bucket, payload.base_path, payload.client
-                )
-                repositories = {**repositories, payload.name: registered}
-            elif isinstance(payload, DeleteRepository):
-                if payload.name in repositories:
-                    repositories = {name: repo for name, repo in repositories.items() if name != payload.name}
-                else:
-                    result = client.repository_missing_error(payload.name)
-            elif isinstance(payload, RestoreSnapshot):
-                result = _oversized_restored_value(payload, context.max_value_size) or _restore_too_large(
-                    payload, keys.size, context.max_state_size
-                )
-                if result is None:
-                    keys.replace_all(payload.kv, payload.kv_versions)
-                    settings = dict(payload.persistent_settings)
-            # Decided against the state this batch builds, so concurrent writes cannot jointly exceed it. A
-            # write that shrinks the state is always let through.
-            grown = (
-                isinstance(payload, KvPut | Txn)
-                and keys.size is not None
-                and size_before is not None
-                and keys.size > size_before
-            )
-            if grown and keys.size is not None and size_before is not None and keys.size > context.max_state_size:
-                result = state_too_large_error(size_before, keys.size, context.max_state_size)
-                keys.rollback(mark)
-        results.append(result)
+    draft = _Draft(
+        context,
+        keys,
+        dict(base.nodes),
+        list(base.coordination.voting_config_exclusions),
+        base.persistent_settings,
+        base.repositories,
+    )
+    results = [TASK_EXECUTORS[type(task)](task, draft) for task in payloads]
+    nodes, exclusions, settings, repositories, elected = (
+        draft.nodes,
+        draft.exclusions,
+        draft.settings,
+        draft.repositories,
+        draft.elected,
+    )
+    sizes = context.sizes
     # A node session ends when its node leaves the cluster, in the state that removes the node.
     if any(node_id not in nodes for node_id in base.nodes):
         for session_id, session in list(keys.sessions.items()):
@@ -404,7 +334,175 @@ def execute_batch(
         coordination=replace(candidate.coordination, term=context.term),
     )
     # The batch knows what it changed: publication sends this diff without comparing the maps.
-    record_derivation(base, new_state, diff_between(base, new_state, map_changes))
+    if context.derivations is not None:
+        context.derivations.record(base, new_state, diff_between(base, new_state, map_changes))
     if sizes is not None and keys.size is not None:
         sizes.remember(new_state, keys.size)
     return new_state, results
+
+
+@dataclass
+class _Draft:
+    """What a batch builds, task after task: each executor changes it and returns its task's result."""
+
+    context: BatchContext
+    keys: BatchKeys
+    nodes: dict[str, DiscoveryNode]
+    exclusions: list[VotingConfigExclusion]
+    settings: Mapping[str, str]
+    repositories: dict[str, Repository]
+    elected: bool = False
+
+
+Result = ClientResult | None  # None: the task succeeds with the publication
+
+
+def _elected_as_master(task: ElectedAsMaster, draft: _Draft) -> Result:
+    draft.elected = True
+    draft.nodes[draft.context.master.id] = draft.context.master
+    return None
+
+
+def _node_join(task: NodeJoin, draft: _Draft) -> Result:
+    return _join(task.node, draft.nodes, draft.exclusions, draft.context.master)
+
+
+def _node_left(task: NodeLeft, draft: _Draft) -> Result:
+    draft.nodes.pop(task.node_id, None)
+    return None
+
+
+def _reconfigure(task: Reconfigure, draft: _Draft) -> Result:
+    return None  # every batch moves to the best voting configuration: this task only forces a batch
+
+
+def _expire_sessions(task: ExpireSessions, draft: _Draft) -> Result:
+    for session_id in task.session_ids:
+        if draft.context.session_expired(session_id):
+            draft.keys.end_session(session_id)
+    return None
+
+
+def _checkpoint_sessions(task: CheckpointSessions, draft: _Draft) -> Result:
+    draft.keys.checkpoint_sessions(task.session_ids, draft.context.checkpoint_session)
+    return None
+
+
+def _put_or_delete(request: KvPut | KvDelete, draft: _Draft) -> Result:
+    # Decided against the state this batch builds, so of two conflicting conditional writes in one batch only
+    # the first applies.
+    keys = draft.keys
+    current = keys.version(request.key)
+    prev = Committed(0, 0, prev=keys.previous(request.key)) if request.prev_value else None
+    if request.if_version is not None and request.if_version != current:
+        return client.version_conflict_error(request.key, request.if_version, current)
+    if isinstance(request, KvDelete):
+        keys.delete(request.key)
+        return prev
+    if request.session is not None and request.session not in keys.sessions:
+        return client.session_not_found_error(request.session)
+    keys.put(request.key, request.value, request.session)
+    return prev
+
+
+def _delete_prefix(request: KvDeletePrefix, draft: _Draft) -> Result:
+    return Committed(0, 0, deleted=draft.keys.delete_prefix(request.prefix))
+
+
+def _txn(request: Txn, draft: _Draft) -> Result:
+    return run_txn(request, draft.keys)
+
+
+def _session_create(request: SessionCreate, draft: _Draft) -> Result:
+    return _create_session(request, draft.keys, draft.nodes, draft.context.new_uuid())
+
+
+def _session_end(request: SessionEnd, draft: _Draft) -> Result:
+    return None if draft.keys.end_session(request.session) else client.session_not_found_error(request.session)
+
+
+def _update_settings(request: UpdateSettings, draft: _Draft) -> Result:
+    merged = {**draft.settings, **request.persistent}
+    draft.settings = {name: value for name, value in merged.items() if value is not None}
+    return None
+
+
+def _add_exclusions(request: AddVotingConfigExclusions, draft: _Draft) -> Result:
+    return add_exclusions(request, draft.nodes, draft.exclusions, draft.context.max_exclusions)
+
+
+def _clear_exclusions(request: ClearVotingConfigExclusions, draft: _Draft) -> Result:
+    draft.exclusions = []
+    return None
+
+
+def _put_repository(request: PutRepository, draft: _Draft) -> Result:
+    registered = Repository(request.type, request.location, request.bucket, request.base_path, request.client)
+    draft.repositories = {**draft.repositories, request.name: registered}
+    return None
+
+
+def _delete_repository(request: DeleteRepository, draft: _Draft) -> Result:
+    if request.name not in draft.repositories:
+        return client.repository_missing_error(request.name)
+    draft.repositories = {name: repo for name, repo in draft.repositories.items() if name != request.name}
+    return None
+
+
+def _restore_snapshot(request: RestoreSnapshot, draft: _Draft) -> Result:
+    context = draft.context
+    refused = _oversized_restored_value(request, context.max_value_size) or _restore_too_large(
+        request, draft.keys.size, context.max_state_size
+    )
+    if refused is None:
+        draft.keys.replace_all(request.kv, request.kv_versions)
+        draft.settings = dict(request.persistent_settings)
+    return refused
+
+
+# One executor per client request that changes the state (reads and keepalives never become master tasks).
+REQUEST_EXECUTORS: dict[type, Callable[[Any, _Draft], Result]] = {
+    KvPut: _put_or_delete,
+    KvDelete: _put_or_delete,
+    KvDeletePrefix: _delete_prefix,
+    Txn: _txn,
+    SessionCreate: _session_create,
+    SessionEnd: _session_end,
+    UpdateSettings: _update_settings,
+    AddVotingConfigExclusions: _add_exclusions,
+    ClearVotingConfigExclusions: _clear_exclusions,
+    PutRepository: _put_repository,
+    DeleteRepository: _delete_repository,
+    RestoreSnapshot: _restore_snapshot,
+}
+
+
+def _client_task(task: ClientTask, draft: _Draft) -> Result:
+    request, keys, context = task.request, draft.keys, draft.context
+    mark, size_before = keys.mark(), keys.size
+    if isinstance(request, KvPut | Txn) and (oversized := _oversized_value(request, context.max_value_size)):
+        return oversized
+    executor = REQUEST_EXECUTORS.get(type(request))
+    result = executor(request, draft) if executor is not None else None
+    # Decided against the state this batch builds, so concurrent writes cannot jointly exceed it. A write that
+    # shrinks the state is always let through.
+    size_after = keys.size
+    if not isinstance(request, KvPut | Txn) or size_before is None or size_after is None:
+        return result
+    if size_before < size_after and size_after > context.max_state_size:
+        too_large = state_too_large_error(size_before, size_after, context.max_state_size)
+        keys.rollback(mark)
+        return too_large
+    return result
+
+
+# One executor per master task type, as Elasticsearch's task queues each have theirs.
+TASK_EXECUTORS: dict[type, Callable[[Any, _Draft], Result]] = {
+    ElectedAsMaster: _elected_as_master,
+    NodeJoin: _node_join,
+    NodeLeft: _node_left,
+    Reconfigure: _reconfigure,
+    ExpireSessions: _expire_sessions,
+    CheckpointSessions: _checkpoint_sessions,
+    ClientTask: _client_task,
+}

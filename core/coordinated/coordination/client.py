@@ -177,6 +177,19 @@ ClientRequest = (
     | RestoreSnapshot
 )
 LinearizableRead = KvGet | ReadBarrier
+# The requests that answer with a Committed (or a ClusterError).
+CommittingRequest = (
+    KvPut
+    | KvDelete
+    | KvDeletePrefix
+    | ReadBarrier
+    | UpdateSettings
+    | AddVotingConfigExclusions
+    | ClearVotingConfigExclusions
+    | PutRepository
+    | DeleteRepository
+    | RestoreSnapshot
+)
 WRITE_REQUESTS = (
     KvPut,
     KvDelete,
@@ -285,6 +298,35 @@ def error_body(error_type: str, reason: str, status: int) -> dict[str, Any]:
 
 
 ClientResult = Committed | ReadValue | TxnResult | SessionInfo | ClusterError
+
+
+# What each request answers with when it does not fail with a ClusterError: the typed contract the shells rely on
+# (the sidecar's `Node.call` narrows its result to these).
+RESULT_TYPES: dict[type, tuple[type, ...]] = {
+    KvPut: (Committed,),
+    KvDelete: (Committed,),
+    KvDeletePrefix: (Committed,),
+    KvGet: (ReadValue,),
+    ReadBarrier: (Committed,),
+    Txn: (TxnResult,),
+    UpdateSettings: (Committed,),
+    AddVotingConfigExclusions: (Committed,),
+    ClearVotingConfigExclusions: (Committed,),
+    SessionCreate: (SessionInfo, Committed),
+    SessionKeepAlive: (SessionInfo, Committed),
+    SessionEnd: (SessionInfo, Committed),
+    PutRepository: (Committed,),
+    DeleteRepository: (Committed,),
+    RestoreSnapshot: (Committed,),
+}
+
+
+def checked_result(request: ClientRequest, result: ClientResult) -> ClientResult:
+    """`result` if it is an error or what `request` answers with; otherwise an internal error that names both."""
+    if isinstance(result, (ClusterError, *RESULT_TYPES[type(request)])):
+        return result
+    reason = f"unexpected result {type(result).__name__} to {type(request).__name__}"
+    return ClusterError("internal_server_exception", reason, 500, maybe_applied=True)  # it did answer
 
 
 NO_MASTER_BLOCKS = ("all", "write", "metadata_write")  # what `cluster.no_master_block` may refuse

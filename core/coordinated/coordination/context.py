@@ -15,7 +15,7 @@ from coordinated.coordination.foreign_clusters import ForeignClusters
 from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 from coordinated.coordination.messages import Message
 from coordinated.coordination.settings import Settings
-from coordinated.coordination.state import ClusterState, DiscoveryNode
+from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
 from coordinated.coordination.timers import Timers
 
 
@@ -40,6 +40,7 @@ class CoreContext:
     mode: Callable[[], Mode]
     now: int = 0
     foreign_clusters: ForeignClusters = field(default_factory=ForeignClusters)  # peers of other clusters
+    derivations: Derivations = field(default_factory=Derivations)  # the node's: its shell's stores read it too
 
     @property
     def settings(self) -> Settings:

@@ -12,8 +12,10 @@ Public API (used by the sidecar and the simulator):
     effects = coordinator.tick(now)                      # call at or after coordinator.next_deadline
     effects = coordinator.submit(request_id, request, now, timeout_ms=None)         # a ClientRequest
     effects = coordinator.stop(now)                      # graceful stop: a master hands over first
+    status = coordinator.status()                        # a frozen snapshot: mode, term, peers, problems
 
-Every call returns a list of effects, which the shell carries out in order. Time is in milliseconds on any
+Every call returns a list of effects, which the shell carries out in order. The shells read the node only through
+`status()` and the effects, never through the components behind it. Time is in milliseconds on any
 monotonic clock the shell chooses. The core never blocks and never sleeps; timeouts are its own timers.
 Messages a node sends to itself are handled inside the same call, before it returns.
 """
@@ -28,7 +30,7 @@ from typing import Any
 from coordinated.coordination import client
 from coordinated.coordination import messages as m
 from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult, Committed
-from coordinated.coordination.client_requests import ClientRequests
+from coordinated.coordination.client_requests import NO_MASTER_BLOCK, ClientRequests
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.counters import successor
 from coordinated.coordination.diff_history import CatchUp
@@ -51,7 +53,8 @@ from coordinated.coordination.reads import ReadService
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
 from coordinated.coordination.sessions import SessionLeases
 from coordinated.coordination.settings import Settings
-from coordinated.coordination.state import ClusterState, DiscoveryNode
+from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
+from coordinated.coordination.status import BlockLevel, CoordinatorStatus, NoMasterBlock, follower_lag, health_of
 from coordinated.coordination.tasks import ElectedAsMaster, NodeLeft, Reconfigure
 from coordinated.coordination.timers import Timers
 
@@ -67,6 +70,7 @@ class Coordinator:
         persisted: PersistedState,
         rng: random.Random,
         now: int,
+        derivations: Derivations | None = None,  # the node's (a new one if not given): its stores read it too
     ) -> None:
         self.local_node = local_node
         self.base_settings = settings
@@ -99,12 +103,13 @@ class Coordinator:
             term=lambda: self.coordination_state.current_term,
             mode=lambda: self.mode,
             now=now,
+            derivations=derivations if derivations is not None else Derivations(),
         )
         ctx = self.ctx
         self.foreign_clusters = ctx.foreign_clusters
         self.peer_finder = PeerFinder(
             ctx,
-            on_master_discovered=self._on_master_discovered,
+            on_master_discovered=lambda master: self.joins.on_master_discovered(master),
             on_found_peers_updated=self._on_found_peers_updated,
             on_term_seen=self._update_max_term_seen,
         )
@@ -240,38 +245,41 @@ class Coordinator:
 
         return self._step(now, stop)
 
-    @property
-    def formation_problem(self) -> str | None:
-        """Why this node has not joined a cluster, or None if it has a master."""
-        return self.formation.problem()
+    def status(self) -> CoordinatorStatus:
+        """A frozen snapshot of this node's coordination, for the shells (they read no component)."""
+        applied, accepted, leading = self.applied_state, self.last_accepted_state, self.mode is Mode.LEADER
+        lag = self.lag_detector
+        return CoordinatorStatus(
+            node_id=self.local_node.id,
+            mode=self.mode,
+            term=self.current_term,
+            leader=self.leader.id if self.leader is not None else None,
+            applied_master=applied.master_node,
+            applied_version=applied.version,
+            last_accepted_term=accepted.term,
+            last_accepted_version=accepted.version,
+            last_committed_version=applied.version,
+            health=health_of(applied),
+            no_master_block=NoMasterBlock(BlockLevel(self.settings[NO_MASTER_BLOCK]), applied.master_node is None),
+            formation_problem=self.formation.problem(),
+            foreign_clusters=self.foreign_clusters.problem(applied.cluster_uuid, self.now),
+            peer_names={address: peer.name for address, peer in self.peer_finder.peers.items()},
+            follower_lag=follower_lag(applied, self.local_node.id, lag.applied_versions) if leading else None,
+            state_bytes=self.master_tasks.state_size(applied) if leading else None,
+            elections_won=self.elections_won,
+            failed_publications=self.failed_publications,
+            lagging_nodes_removed=lag.lagging_nodes_removed,
+            now=self.now,
+        )
 
     @property
     def now(self) -> int:
         return self.ctx.now
 
     @property
-    def lagging_nodes_removed(self) -> int:
-        return self.lag_detector.lagging_nodes_removed
-
-    @property
     def leader_check_id(self) -> int:
         """The leader check awaiting an answer (0: none)."""
         return self.leader_checker.request_id if self.leader_checker is not None else 0
-
-    def invariant(self) -> None:
-        """Checks the core's own invariants; raises AssertionError."""
-        self.coordination_state.invariant()
-        if self.mode is Mode.LEADER:
-            if not self.coordination_state.election_won:
-                raise AssertionError("leader without an election won")
-            if self.leader != self.local_node:
-                raise AssertionError("leader does not name itself")
-        if self.mode is Mode.FOLLOWER and (self.leader is None or self.leader.id == self.local_node.id):
-            raise AssertionError("follower without another leader")
-        if self.mode is Mode.CANDIDATE and self.leader is not None:
-            raise AssertionError("candidate with a leader")
-        if self.applied_state.version > self.last_accepted_state.version and self.applied_state.master_node:
-            raise AssertionError("applied a state newer than the last accepted one")
 
     # ------------------------------------------------------------------------------------------------------
     # the step: run one event, then everything the node sent itself
@@ -475,12 +483,6 @@ class Coordinator:
     # ------------------------------------------------------------------------------------------------------
     # discovery and elections
 
-    def _on_peers_request(self, sender: str, request: m.PeersRequest) -> None:
-        self.peer_finder.on_peers_request(sender, request, self.leader)
-
-    def _on_master_discovered(self, master: DiscoveryNode) -> None:
-        self.joins.on_master_discovered(master)
-
     def _on_found_peers_updated(self) -> None:
         if self.mode is not Mode.CANDIDATE:
             return
@@ -502,9 +504,6 @@ class Coordinator:
         if not self.local_node.master_eligible or not self.handover.local_node_may_win(self.last_accepted_state):
             return
         self.pre_votes.start_round(self.peer_finder.master_eligible_peers())
-
-    def _on_pre_vote_request(self, sender: str, request: m.PreVoteRequest) -> None:
-        self.pre_votes.on_request(sender, request, self.leader)
 
     def _next_term(self) -> int | None:
         term = successor(max(self.current_term, self.max_term_seen))
@@ -663,7 +662,7 @@ class Coordinator:
     def _improve_voting_configuration(self, state: ClusterState) -> None:
         if self.handover.collect_missing_votes(state):
             return
-        if self.master_tasks.improved(state) != state and not self.master_tasks.is_pending("reconfigure"):
+        if self.master_tasks.improved(state) != state and not self.master_tasks.is_pending(Reconfigure):
             self.master_tasks.submit(Task("reconfigure", Priority.URGENT, Reconfigure(), lambda result: None))
 
     def _abdicate_to(self, node: DiscoveryNode) -> None:
@@ -778,9 +777,9 @@ class Coordinator:
 
 
 Coordinator._handlers = {
-    m.PeersRequest: Coordinator._on_peers_request,
+    m.PeersRequest: lambda self, sender, message: self.peer_finder.on_peers_request(sender, message, self.leader),
     m.PeersResponse: lambda self, sender, message: self.peer_finder.on_peers_response(sender, message),
-    m.PreVoteRequest: Coordinator._on_pre_vote_request,
+    m.PreVoteRequest: lambda self, sender, message: self.pre_votes.on_request(sender, message, self.leader),
     m.PreVoteResponse: lambda self, sender, message: self.pre_votes.on_response(sender, message),
     m.StartJoinRequest: Coordinator._on_start_join,
     m.JoinRequest: Coordinator._on_join_request,

@@ -23,6 +23,7 @@ from coordinated.coordination.state import (
     MAP_FIELDS,
     ClusterState,
     ClusterStateDiff,
+    Derivations,
     compose_diffs,
     compute_diff,
     encode_diff,
@@ -58,7 +59,8 @@ class _Entry:
 
 
 class DiffHistory:
-    def __init__(self, max_diffs: int, max_size: int) -> None:
+    def __init__(self, max_diffs: int, max_size: int, derivations: Derivations | None = None) -> None:
+        self.derivations = derivations  # the node's: a diff of a state derived from the last costs the change
         self.max_diffs = max_diffs
         self.max_size = max_size
         self._entries: deque[_Entry] = deque()
@@ -93,7 +95,7 @@ class DiffHistory:
             return
         if self.max_diffs == 0:
             return
-        diff = compute_diff(last, state)  # in proportion to the change: `state` was derived from `last`
+        diff = compute_diff(last, state, self.derivations)  # in proportion to the change: derived from `last`
         entry = _Entry(last.term_version(), diff, len(encode_diff(diff)))
         self._entries.append(entry)
         self._size += entry.size
@@ -144,7 +146,7 @@ class CatchUp:
     def __init__(self, ctx: CoreContext) -> None:
         self.ctx = ctx
         settings = ctx.settings
-        self.history = DiffHistory(settings[DIFF_HISTORY_MAX_DIFFS], settings[DIFF_HISTORY_MAX_SIZE])
+        self.history = DiffHistory(settings[DIFF_HISTORY_MAX_DIFFS], settings[DIFF_HISTORY_MAX_SIZE], ctx.derivations)
         self.history.record(ctx.accepted)
         self._joiners: dict[str, tuple[int, int]] = {}
         self.diffs_sent = 0  # catch-ups by diff rather than by the full state, for metrics and tests

@@ -23,6 +23,7 @@ from coordinated.coordination.reconfigurator import AUTO_SHRINK_VOTING_CONFIGURA
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected
 from coordinated.coordination.state import ClusterState, Session
 from coordinated.coordination.state_index import SessionKeys
+from coordinated.coordination.tasks import TaskPayload
 from coordinated.coordination.validation import MAX_VOTING_CONFIG_EXCLUSIONS
 
 
@@ -43,7 +44,7 @@ class MasterTasks:
         self.listener = listener
         self.queue = MasterService()
         self._state_sizes = StateSizes()  # for cluster.metadata.max_state_size
-        self._session_keys = SessionKeys()  # of the state batches build on, once a session has ended
+        self._session_keys = SessionKeys(ctx.derivations)  # of the state batches build on, once a session has ended
 
     def submit(self, task: Task) -> None:
         self.queue.add(task)
@@ -53,8 +54,9 @@ class MasterTasks:
         """What `state` counts against `cluster.metadata.max_state_size`, if this master built or measured it."""
         return self._state_sizes.known(state)
 
-    def is_pending(self, source: str) -> bool:
-        return any(task.source == source for task in self.queue.pending)
+    def is_pending(self, kind: type[TaskPayload]) -> bool:
+        """Whether a task of this type waits in the queue (tasks are told apart by type, never by their text)."""
+        return any(isinstance(task.payload, kind) for task in self.queue.pending)
 
     def fail_all(self, reason: str) -> None:
         for task in self.queue.take_all():
@@ -119,6 +121,7 @@ class MasterTasks:
             max_value_size=settings[MAX_VALUE_SIZE],
             max_state_size=settings[MAX_STATE_SIZE],
             sizes=self._state_sizes,
+            derivations=self.ctx.derivations,
         )
 
     def improved(self, state: ClusterState) -> ClusterState:

@@ -113,7 +113,7 @@ class Publication:
     def start(self) -> None:
         ctx, state, previous = self.ctx, self.state, self.previous
         local = ctx.local_node
-        diff = compute_diff(previous, state)
+        diff = compute_diff(previous, state, ctx.derivations)
         # One message object for every member: the transport encodes it once for all of them.
         with_diff = PublishRequest(local, state.term, state.version, diff=diff)
         for node in state.nodes.values():

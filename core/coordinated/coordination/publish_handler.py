@@ -41,7 +41,7 @@ class PublishHandler:
         else:
             assert request.diff is not None
             try:
-                state = apply_diff(ctx.accepted, request.diff)
+                state = apply_diff(ctx.accepted, request.diff, ctx.derivations)
             except IncompatibleDiffError:
                 ctx.send(
                     source.transport_address,

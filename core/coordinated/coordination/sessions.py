@@ -40,7 +40,7 @@ from coordinated.coordination.client import ClientResult, Committed, SessionEnd,
 from coordinated.coordination.context import CoreContext
 from coordinated.coordination.history import EventType
 from coordinated.coordination.master_service import Priority, Task
-from coordinated.coordination.state import ClusterState, Session, compute_diff
+from coordinated.coordination.state import ClusterState, Derivations, Session, compute_diff
 from coordinated.coordination.tasks import CheckpointSessions, ClientTask, ExpireSessions, TaskPayload
 
 MAX_END_CAUSES = 10_000  # causes of ends published but not (yet) committed, kept at most
@@ -118,7 +118,7 @@ class SessionLeases:
         """Note why `state` ends sessions of `base` (the batch's tasks say it), for when it is committed."""
         if base.sessions is state.sessions:
             return
-        for event_type, session_id, reason in session_events(base, state, payloads):
+        for event_type, session_id, reason in session_events(base, state, payloads, self.ctx.derivations):
             if event_type is not EventType.SESSION_CREATED:
                 self.end_causes[session_id] = (event_type, reason)
         while len(self.end_causes) > MAX_END_CAUSES:
@@ -131,7 +131,7 @@ class SessionLeases:
         records."""
         if applied_before.sessions is state.sessions:
             return
-        for event_type, session_id, reason in session_events(applied_before, state, []):
+        for event_type, session_id, reason in session_events(applied_before, state, [], self.ctx.derivations):
             if event_type is not EventType.SESSION_CREATED:
                 event_type, reason = self.end_causes.pop(session_id, (event_type, reason))
                 self._untrack(session_id)
@@ -277,7 +277,7 @@ class SessionLeases:
 
 
 def session_events(
-    before: ClusterState, after: ClusterState, payloads: list[TaskPayload]
+    before: ClusterState, after: ClusterState, payloads: list[TaskPayload], derivations: Derivations | None = None
 ) -> list[tuple[EventType, str, str]]:
     """What `after` did to the sessions of `before`, as history events: (type, session id, reason). The cause
     of an end is read from the batch's tasks. In proportion to the sessions changed (the states' diff)."""
@@ -285,7 +285,7 @@ def session_events(
     by_request = {
         p.request.session for p in payloads if isinstance(p, ClientTask) and isinstance(p.request, SessionEnd)
     }
-    diff = compute_diff(before, after).sessions
+    diff = compute_diff(before, after, derivations).sessions
     events: list[tuple[EventType, str, str]] = []
     for session_id in sorted(session_id for session_id in diff.upserts if session_id not in before.sessions):
         session = after.sessions[session_id]

@@ -12,7 +12,6 @@ to the number of keys. They encode as JSON objects with sorted keys, exactly as 
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import pairwise
@@ -297,41 +296,51 @@ def diff_between(
     )
 
 
-# How states were derived from one another in this process: id(derived) -> (derived, base, diff), both
-# held weakly, so that an entry lives exactly as long as the derived state and holds no state alive. It
-# lets `compute_diff` answer in proportion to the change instead of comparing every key.
-_DERIVATIONS: dict[int, tuple[weakref.ref[ClusterState], weakref.ref[ClusterState], ClusterStateDiff]] = {}
-# How many derivation steps compute_diff follows before it compares the maps instead.
+# How many derivation steps a diff follows before it compares the maps instead.
 MAX_DERIVATION_STEPS = 1024
+_Derivation = tuple["weakref.ref[ClusterState]", "weakref.ref[ClusterState]", "ClusterStateDiff"]
 
 
-def record_derivation(base: ClusterState, derived: ClusterState, diff: ClusterStateDiff) -> None:
-    """Remember that applying `diff` to `base` gives `derived` (for `compute_diff`)."""
-    key = id(derived)
+class Derivations:
+    """How states were derived from one another on one node: id(derived) -> (derived, base, diff), both held
+    weakly, so that an entry lives exactly as long as the derived state and holds no state alive. It lets
+    `compute_diff` answer in proportion to the change instead of comparing every key.
 
-    def forget(ref: weakref.ref[ClusterState]) -> None:
-        entry = _DERIVATIONS.get(key)
-        if entry is not None and entry[0] is ref:
-            del _DERIVATIONS[key]
+    One per node, owned by it: its core records what its batches and `apply_diff` derive, and its stores read
+    the same instance. Not to be shared between threads."""
 
-    _DERIVATIONS[key] = (weakref.ref(derived, forget), weakref.ref(base), diff)
+    def __init__(self) -> None:
+        self._recorded: dict[int, _Derivation] = {}
 
+    def record(self, base: ClusterState, derived: ClusterState, diff: ClusterStateDiff) -> None:
+        """Remember that applying `diff` to `base` gives `derived`."""
+        key, recorded = id(derived), self._recorded
 
-def _recorded_chain(before: ClusterState, after: ClusterState) -> list[ClusterStateDiff] | None:
-    """The recorded diffs leading from `before` to `after`, oldest first; None if they are not all known."""
-    chain: list[ClusterStateDiff] = []
-    state = after
-    while state is not before:
-        entry = _DERIVATIONS.get(id(state))
-        if entry is None or entry[0]() is not state or len(chain) >= MAX_DERIVATION_STEPS:
-            return None
-        parent = entry[1]()
-        if parent is None:
-            return None
-        chain.append(entry[2])
-        state = parent
-    chain.reverse()
-    return chain
+        def forget(ref: weakref.ref[ClusterState]) -> None:
+            entry = recorded.get(key)
+            if entry is not None and entry[0] is ref:
+                del recorded[key]
+
+        recorded[key] = (weakref.ref(derived, forget), weakref.ref(base), diff)
+
+    def chain(self, before: ClusterState, after: ClusterState) -> list[ClusterStateDiff] | None:
+        """The recorded diffs leading from `before` to `after`, oldest first; None if they are not all known."""
+        chain: list[ClusterStateDiff] = []
+        state = after
+        while state is not before:
+            entry = self._recorded.get(id(state))
+            if entry is None or entry[0]() is not state or len(chain) >= MAX_DERIVATION_STEPS:
+                return None
+            parent = entry[1]()
+            if parent is None:
+                return None
+            chain.append(entry[2])
+            state = parent
+        chain.reverse()
+        return chain
+
+    def __len__(self) -> int:
+        return len(self._recorded)
 
 
 def compose_diffs(diffs: Sequence[ClusterStateDiff]) -> ClusterStateDiff:
@@ -366,10 +375,11 @@ def compose_diffs(diffs: Sequence[ClusterStateDiff]) -> ClusterStateDiff:
     return msgspec.structs.replace(last, base_uuid=diffs[0].base_uuid, nodes=nodes, repositories=repositories, **maps)
 
 
-def compute_diff(before: ClusterState, after: ClusterState) -> ClusterStateDiff:
-    """What changed from `before` to `after`. In proportion to the change when `after` was derived from
-    `before` (by a batch, `apply_diff` or a chain of them) in this process; otherwise every key is compared."""
-    chain = _recorded_chain(before, after)
+def compute_diff(before: ClusterState, after: ClusterState, derivations: Derivations | None = None) -> ClusterStateDiff:
+    """What changed from `before` to `after`. In proportion to the change when `derivations` recorded how
+    `after` was derived from `before` (by a batch, `apply_diff` or a chain of them); otherwise every key is
+    compared."""
+    chain = derivations.chain(before, after) if derivations is not None else None
     if chain is not None and chain:
         return compose_diffs(chain)
     return diff_between(
@@ -383,7 +393,8 @@ def compute_diff(before: ClusterState, after: ClusterState) -> ClusterStateDiff:
     )
 
 
-def apply_diff(base: ClusterState, diff: ClusterStateDiff) -> ClusterState:
+def apply_diff(base: ClusterState, diff: ClusterStateDiff, derivations: Derivations | None = None) -> ClusterState:
+    """The state `diff` leads to from `base`, recorded in `derivations` if given."""
     if base.state_uuid != diff.base_uuid:
         raise IncompatibleDiffError(
             f"diff is based on state [{diff.base_uuid}] but this node holds state [{base.state_uuid}]"
@@ -401,7 +412,8 @@ def apply_diff(base: ClusterState, diff: ClusterStateDiff) -> ClusterState:
         **{name: apply_map_diff(getattr(base, name), getattr(diff, name)) for name in MAP_FIELDS},
         repositories=base.repositories if diff.repositories is None else diff.repositories,
     )
-    record_derivation(base, derived, diff)
+    if derivations is not None:
+        derivations.record(base, derived, diff)
     return derived
 
 
@@ -419,23 +431,30 @@ _STATE_DECODER = msgspec.json.Decoder(ClusterState)
 _DIFF_DECODER = msgspec.json.Decoder(ClusterStateDiff)
 
 
-class _PlainMaps:
-    """The maps of the last state encoded, as plain dicts, moved forward to the next state encoded.
+class StateEncoder:
+    """Encodes states deterministically, keeping the maps of the last state encoded as plain dicts and moving
+    them forward to the next state encoded.
 
     Walking a persistent map is slower than walking a dict, and sorting keys that arrive in hash order is
     slower than sorting keys that are nearly in order. So the plain dicts are built once (in key order) and
-    then patched with the recorded diffs that lead to the next state encoded: encoding the states a node
-    accepts one after the other costs msgspec's encoding of dicts plus the change, as with dict maps.
+    then patched with the diffs that `derivations` recorded from the last state to the next: encoding the
+    states a node accepts one after the other costs msgspec's encoding of dicts plus the change, as with dict
+    maps. One per owner (it keeps state between calls), not to be shared between threads.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, derivations: Derivations) -> None:
+        self.derivations = derivations
         self.state: weakref.ref[ClusterState] | None = None
         self.maps: dict[str, tuple[immutables.Map[str, Any], dict[str, Any]]] = {}
-        self.lock = threading.Lock()  # a shell may encode on more than one thread
 
-    def moved_to(self, state: ClusterState) -> dict[str, dict[str, Any]]:
+    def encode(self, state: ClusterState) -> bytes:
+        fields = msgspec.structs.asdict(state)
+        fields.update(self._moved_to(state))
+        return _ENCODER.encode(fields)
+
+    def _moved_to(self, state: ClusterState) -> dict[str, dict[str, Any]]:
         previous = self.state() if self.state is not None else None
-        chain = _recorded_chain(previous, state) if previous is not None else None
+        chain = self.derivations.chain(previous, state) if previous is not None else None
         plain: dict[str, dict[str, Any]] = {}
         for name in MAP_FIELDS:
             current: immutables.Map[str, Any] = getattr(state, name)
@@ -451,22 +470,23 @@ class _PlainMaps:
                         patched.pop(key, None)
                     patched.update(step.upserts)
             else:
-                patched = {key: current[key] for key in sorted(current)}
+                patched = _sorted_dict(current)
             self.maps[name] = (current, patched)
             plain[name] = patched
         self.state = weakref.ref(state)
         return plain
 
 
-_PLAIN_MAPS = _PlainMaps()
+def _sorted_dict(mapping: immutables.Map[str, Any]) -> dict[str, Any]:
+    return {key: mapping[key] for key in sorted(mapping)}
 
 
 def encode_state(state: ClusterState) -> bytes:
-    """Deterministic, compact JSON: the same state always encodes to the same bytes (fields and keys sorted)."""
+    """Deterministic, compact JSON: the same state always encodes to the same bytes (fields and keys sorted).
+    A node that encodes state after state keeps a `StateEncoder`, which costs in proportion to the change."""
     fields = msgspec.structs.asdict(state)
-    with _PLAIN_MAPS.lock:
-        fields.update(_PLAIN_MAPS.moved_to(state))
-        return _ENCODER.encode(fields)  # under the lock: the dicts are patched by the next encoding
+    fields.update({name: _sorted_dict(getattr(state, name)) for name in MAP_FIELDS})
+    return _ENCODER.encode(fields)
 
 
 def decode_state(data: bytes) -> ClusterState:

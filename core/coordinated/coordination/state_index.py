@@ -13,14 +13,15 @@ from typing import Self
 
 from sortedcontainers import SortedList
 
-from coordinated.coordination.state import ClusterState, ClusterStateDiff, compute_diff
+from coordinated.coordination.state import ClusterState, ClusterStateDiff, Derivations, compute_diff
 
 
 class _StateIndex:
     """An index of one state (`_uuid`), built from a state, or moved on from the state it indexes by their diff."""
 
-    def __init__(self) -> None:
+    def __init__(self, derivations: Derivations | None = None) -> None:
         self._uuid: str | None = None
+        self.derivations = derivations  # the owner's: moving by a diff then costs in proportion to the change
 
     def at(self, state: ClusterState) -> Self:
         """Indexed for `state` (built afresh if it is not the state indexed)."""
@@ -37,7 +38,7 @@ class _StateIndex:
         if self._uuid != before.state_uuid:
             self._uuid = None
             return
-        self._move(before, compute_diff(before, after))
+        self._move(before, compute_diff(before, after, self.derivations))
         self._uuid = after.state_uuid
 
     def _build(self, state: ClusterState) -> None:
@@ -50,8 +51,8 @@ class _StateIndex:
 class SortedKeys(_StateIndex):
     """The key names of one state, sorted, for prefix and range lookups in O(log keys + found)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, derivations: Derivations | None = None) -> None:
+        super().__init__(derivations)
         self._keys: SortedList[str] = SortedList()
 
     def _build(self, state: ClusterState) -> None:
@@ -94,8 +95,8 @@ def prefix_end(prefix: str) -> str:
 class SessionKeys(_StateIndex):
     """The ephemeral keys of each session in one state (the inverse of `ClusterState.kv_sessions`)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, derivations: Derivations | None = None) -> None:
+        super().__init__(derivations)
         self._keys: dict[str, set[str]] = {}
 
     def _build(self, state: ClusterState) -> None:

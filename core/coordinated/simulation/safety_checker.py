@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from coordinated.coordination.coordinator import Coordinator, Mode
 from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.state import ClusterState
+from coordinated.simulation.node_invariants import check_node_invariants
 
 HistoryRecord = dict[str, Any]  # a history event as recorded: HistoryEvent.to_dict() with its seq and ts
 VERSION_EVENTS = ("accepted", "committed", "applied")
@@ -154,7 +155,7 @@ class SafetyChecker:
         running = list(running)
         for name, coordinator in running:
             try:
-                coordinator.invariant()
+                check_node_invariants(coordinator)
             except AssertionError as error:
                 self.violation(f"{name}: {error}")
         leaders: dict[tuple[str, int], str] = {}

@@ -13,16 +13,16 @@ import sys
 from aiohttp import web
 
 from coordinated.coordination.settings import SettingsError
-from coordinated.sidecar.api import client_app
 from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
 from coordinated.sidecar.event_loop import loop_factory
-from coordinated.sidecar.http_server import ClientAppRunner
-from coordinated.sidecar.https_site import HttpsSite
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.openapi import EXTRA_ROUTES
-from coordinated.sidecar.persistence import DataDirError
-from coordinated.sidecar.tls import HTTP_TLS, TRANSPORT_TLS, ReloadingContext, Side, TlsSettings
-from coordinated.sidecar.transport import TRANSPORT_MAX_CHUNK_SIZE, transport_app
+from coordinated.sidecar.peers.tls import HTTP_TLS, TRANSPORT_TLS, ReloadingContext, Side, TlsSettings
+from coordinated.sidecar.peers.transport import TRANSPORT_MAX_CHUNK_SIZE, transport_app
+from coordinated.sidecar.storage.persistence import DataDirError
+from coordinated.sidecar.web.api import client_app
+from coordinated.sidecar.web.http_server import ClientAppRunner
+from coordinated.sidecar.web.https_site import HttpsSite
+from coordinated.sidecar.web.openapi import EXTRA_ROUTES
 
 EXIT_SETTINGS = 2
 EXIT_DATA_DIR = 3

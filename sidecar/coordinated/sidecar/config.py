@@ -13,21 +13,13 @@ from types import ModuleType
 
 from coordinated.coordination.registry import coordination_registry
 from coordinated.coordination.settings import NODE_NAME, Settings, SettingsError, SettingsRegistry
-from coordinated.sidecar import (
-    access,
-    auth,
-    change_log,
-    event_loop,
-    group_commit,
-    history_settings,
-    hooks,
-    http_server,
-    s3_settings,
-    snapshots,
-    tls,
-    transport,
-    watch_streams,
-)
+from coordinated.sidecar import event_loop
+from coordinated.sidecar.events import history_settings
+from coordinated.sidecar.features import change_log, hooks, snapshots, watch_streams
+from coordinated.sidecar.peers import auth, tls, transport
+from coordinated.sidecar.s3 import s3_settings
+from coordinated.sidecar.storage import group_commit
+from coordinated.sidecar.web import access, http_server
 
 MODULES: tuple[ModuleType, ...] = (
     auth,

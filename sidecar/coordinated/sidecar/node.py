@@ -18,10 +18,26 @@ import random
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import assert_never
+from typing import assert_never, overload
 
 from coordinated.coordination.batch import MAX_STATE_SIZE
-from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, ReadBarrier
+from coordinated.coordination.client import (
+    ClientRequest,
+    ClientResult,
+    ClusterError,
+    Committed,
+    CommittingRequest,
+    KvGet,
+    ReadBarrier,
+    ReadValue,
+    SessionCreate,
+    SessionEnd,
+    SessionInfo,
+    SessionKeepAlive,
+    Txn,
+    TxnResult,
+    checked_result,
+)
 from coordinated.coordination.coordinator import Coordinator, Mode
 from coordinated.coordination.effects import (
     Effect,
@@ -38,43 +54,32 @@ from coordinated.coordination.messages import Message
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
-from coordinated.coordination.state import ClusterState, DiscoveryNode
-from coordinated.sidecar.access import TOKENS_FILE, Tokens
-from coordinated.sidecar.archive import SegmentArchive
-from coordinated.sidecar.auth import SECRET_FILE, TransportAuth
-from coordinated.sidecar.change_log import CHANGE_LOG_SIZE, ChangeLog
+from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
 from coordinated.sidecar.config import NodeConfig
-from coordinated.sidecar.file_watch import FileWatch
-from coordinated.sidecar.group_commit import PERSISTENCE_SYNC, GroupCommit
-from coordinated.sidecar.history import HistoryWriter, folds_with_next
-from coordinated.sidecar.history_maintenance import HistoryMaintenance
-from coordinated.sidecar.history_metrics import HistoryCollector
-from coordinated.sidecar.history_segments import compressed_segments
-from coordinated.sidecar.history_settings import HISTORY_FSYNC, RetentionPolicy
-from coordinated.sidecar.hooks import HOOKS_TIMEOUT, HookManager
-from coordinated.sidecar.listings import Listings
-from coordinated.sidecar.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
-from coordinated.sidecar.object_store import ObjectStore
-from coordinated.sidecar.persist_monitor import MonitoredPersistedState
-from coordinated.sidecar.persistence import (
-    HOOKS_FILE,
-    NODE_ID_FILE,
-    DataDirLock,
-    FilePersistedState,
-    prepare_data_dir,
-)
-from coordinated.sidecar.problems import NodeProblem, ProblemKind, count_by_kind
-from coordinated.sidecar.refusals import Refusals
-from coordinated.sidecar.s3_settings import ArchiveSettings
-from coordinated.sidecar.snapshots import SNAPSHOT_SECRET_FILE
-from coordinated.sidecar.tls import (
+from coordinated.sidecar.events.archive import SegmentArchive
+from coordinated.sidecar.events.history import HistoryWriter, folds_with_next
+from coordinated.sidecar.events.history_maintenance import HistoryMaintenance
+from coordinated.sidecar.events.history_metrics import HistoryCollector
+from coordinated.sidecar.events.history_segments import compressed_segments
+from coordinated.sidecar.events.history_settings import HISTORY_FSYNC, RetentionPolicy
+from coordinated.sidecar.features.change_log import CHANGE_LOG_SIZE, ChangeLog
+from coordinated.sidecar.features.hooks import HOOKS_TIMEOUT, HookManager
+from coordinated.sidecar.features.listings import Listings
+from coordinated.sidecar.features.snapshots import SNAPSHOT_SECRET_FILE
+from coordinated.sidecar.features.watch_streams import STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL, StreamHub
+from coordinated.sidecar.features.watches import SharedBarrier, WatchHub
+from coordinated.sidecar.observability.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
+from coordinated.sidecar.observability.problems import NodeProblem, ProblemKind, count_by_kind
+from coordinated.sidecar.peers.auth import SECRET_FILE, TransportAuth
+from coordinated.sidecar.peers.refusals import Refusals
+from coordinated.sidecar.peers.tls import (
     TRANSPORT_SSL_TRUST_RESTRICTIONS,
     TRANSPORT_TLS,
     ReloadingContext,
     Side,
     TrustRestrictions,
 )
-from coordinated.sidecar.transport import (
+from coordinated.sidecar.peers.transport import (
     TRANSPORT_CONNECT_TIMEOUT,
     TRANSPORT_MAX_CHUNK_SIZE,
     TRANSPORT_QUEUE_SIZE,
@@ -83,8 +88,19 @@ from coordinated.sidecar.transport import (
     PeerSender,
     watch_until_closed,
 )
-from coordinated.sidecar.watch_streams import STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL, StreamHub
-from coordinated.sidecar.watches import SharedBarrier, WatchHub
+from coordinated.sidecar.s3.object_store import ObjectStore
+from coordinated.sidecar.s3.s3_settings import ArchiveSettings
+from coordinated.sidecar.storage.file_watch import FileWatch
+from coordinated.sidecar.storage.group_commit import PERSISTENCE_SYNC, GroupCommit
+from coordinated.sidecar.storage.persist_monitor import MonitoredPersistedState
+from coordinated.sidecar.storage.persistence import (
+    HOOKS_FILE,
+    NODE_ID_FILE,
+    DataDirLock,
+    FilePersistedState,
+    prepare_data_dir,
+)
+from coordinated.sidecar.web.access import TOKENS_FILE, Tokens
 
 log = logging.getLogger("coordinated.node")
 READ_BARRIER_TIMEOUT_MS = 30_000
@@ -109,10 +125,13 @@ class Node:
         self.lock = DataDirLock(config.data_dir)
         # Decides from the whole directory (node id, slots, history, hooks) whether to start fresh, load or
         # refuse; on a fresh start it also makes the node id.
+        # How the node's states derive from one another: its core records them, its stores diff by them.
+        self.derivations = Derivations()
         self.persisted = FilePersistedState(
             config.data_dir,
             settings[CLUSTER_NAME],
             deferred_sync=settings[PERSISTENCE_SYNC] == "background",
+            derivations=self.derivations,
         )
         self.node_id = self.persisted.node_id
         # Every S3 request of the node (the archive's, the snapshot repositories') runs on this store's thread.
@@ -180,11 +199,13 @@ class Node:
         self.unresolved_seeds: list[str] = []
         self.stopping = False
         # Key watches (the client API's), parked here until an applied state changes their prefix.
-        self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE]))
+        self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE], self.derivations))
         self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE])
         self._progress: asyncio.Task[None] | None = None
-        self.listings = Listings()  # range reads: the sorted keys of the applied state, and pinned listings
-        self.shared_read_barrier = SharedBarrier(lambda: self.submit(ReadBarrier(), READ_BARRIER_TIMEOUT_MS))
+        self.listings = Listings(
+            self.derivations
+        )  # range reads: the sorted keys of the applied state, and pinned listings
+        self.shared_read_barrier = SharedBarrier(lambda: self.call(ReadBarrier(), READ_BARRIER_TIMEOUT_MS))
         # Watch connections by peer address (see _watch_peers).
         self._watches: dict[str, asyncio.Task[None]] = {}
         # What _watch_peers last decided from: (mode, leader, the applied state's nodes map).
@@ -222,6 +243,7 @@ class Node:
             persisted=self.persist_monitor,
             rng=random.Random(),
             now=self.now_ms(),
+            derivations=self.derivations,
         )
         self._run(self.coordinator.start)
         self._sweeper = self.loop.create_task(self._sweep_lost_completions())
@@ -526,6 +548,21 @@ class Node:
 
     # -- for the client API ------------------------------------------------------------------------------
 
+    @overload
+    async def call(self, request: KvGet, timeout_ms: int | None = None) -> ReadValue | ClusterError: ...
+    @overload
+    async def call(self, request: Txn, timeout_ms: int | None = None) -> TxnResult | ClusterError: ...
+    @overload
+    async def call(
+        self, request: SessionCreate | SessionKeepAlive | SessionEnd, timeout_ms: int | None = None
+    ) -> SessionInfo | Committed | ClusterError: ...
+    @overload
+    async def call(self, request: CommittingRequest, timeout_ms: int | None = None) -> Committed | ClusterError: ...
+    async def call(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
+        """`submit`, typed by the request (`client.RESULT_TYPES`): any other answer becomes an internal error here,
+        once, rather than in every handler."""
+        return checked_result(request, await self.submit(request, timeout_ms))
+
     async def submit(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
         assert self.coordinator is not None and self.loop is not None
         if self.stopping:
@@ -596,9 +633,7 @@ class Node:
                 if node.transport_address == address:
                     return node.name
         if self.coordinator is not None:
-            peer = self.coordinator.peer_finder.peers.get(address)
-            if peer is not None:
-                return peer.name
+            return self.coordinator.status().peer_names.get(address, UNKNOWN_PEER)
         return UNKNOWN_PEER
 
     def status_snapshot(self) -> StatusSnapshot | None:
@@ -606,27 +641,27 @@ class Node:
         coordinator = self.coordinator
         if coordinator is None:
             return None
-        state = self.applied_state
+        state, core = self.applied_state, coordinator.status()
         return StatusSnapshot(
-            current_term=coordinator.current_term,
-            mode=coordinator.mode,
+            current_term=core.term,
+            mode=core.mode,
             applied_version=state.version,
             applied_nodes=len(state.nodes),
-            elections_won=coordinator.elections_won,
-            failed_publications=coordinator.failed_publications,
-            lagging_nodes_removed=coordinator.lagging_nodes_removed,
+            elections_won=core.elections_won,
+            failed_publications=core.failed_publications,
+            lagging_nodes_removed=core.lagging_nodes_removed,
             history_bytes=self.history.total_bytes(),
             persisted_bytes=self.persisted.bytes_written,
             sent_bytes=dict(self.sender.bytes_sent) if self.sender is not None else None,
             dropped_messages=self.sender.dropped if self.sender is not None else 0,
-            follower_lag=self.follower_lag() if coordinator.mode is Mode.LEADER else None,
+            follower_lag=dict(core.follower_lag) if core.follower_lag is not None else None,
             watches_waiting=self.key_watches.parked,
             watch_streams=self.watch_streams.streams,
             change_log_events=self.key_watches.log.events,
             sessions_active=len(state.sessions),
             ephemeral_keys=len(state.kv_sessions),
             archive=self.archive.status() if self.archive is not None else None,
-            state_bytes=coordinator.master_tasks.state_size(state) if coordinator.mode is Mode.LEADER else None,
+            state_bytes=core.state_bytes,
             max_state_bytes=coordinator.settings[MAX_STATE_SIZE],
             problems=count_by_kind(self.problems()),
         )
@@ -661,20 +696,6 @@ class Node:
                 )
             )
         return found
-
-    def follower_lag(self) -> dict[str, int]:
-        """Per follower: the applied state's version minus the version the follower last reported applied,
-        both read here, at one moment (versions scraped from different pods at different moments differ by
-        the writes in between). Followers that reported nothing yet since this node became master are left
-        out rather than shown as behind by the whole history."""
-        assert self.coordinator is not None
-        reported = self.coordinator.lag_detector.applied_versions
-        state = self.applied_state
-        return {
-            node.name: max(0, state.version - reported[node_id])
-            for node_id, node in state.nodes.items()
-            if node_id != self.node_id and node_id in reported
-        }
 
     @property
     def history_dir(self) -> Path:

@@ -24,9 +24,9 @@ from coordinated.coordination.offline_recovery import (
     plan_unsafe_bootstrap,
 )
 from coordinated.coordination.recovery import Refuse, StartFresh, decide_startup
-from coordinated.sidecar.history import HistoryWriter
-from coordinated.sidecar.history_settings import HISTORY_SEGMENT_SIZE
-from coordinated.sidecar.persistence import (
+from coordinated.sidecar.events.history import HistoryWriter
+from coordinated.sidecar.events.history_settings import HISTORY_SEGMENT_SIZE
+from coordinated.sidecar.storage.persistence import (
     HISTORY_DIR,
     DataDirError,
     DataDirLock,

@@ -1,8 +1,8 @@
 """Auditing the history archive in object storage: `coordinated audit s3://BUCKET/PREFIX`.
 
 The archive holds one object per closed segment, `PREFIX/CLUSTER_UUID/NODE_ID/segment-N.jsonl[.zst]` (see the
-sidecar's `coordinated.sidecar.archive`). The driver lists the segment objects under the prefix with the
-sidecar's S3 client (`coordinated.sidecar.object_store`), so that nothing else in the bucket, such as an audit
+sidecar's `coordinated.sidecar.events.archive`). The driver lists the segment objects under the prefix with the
+sidecar's S3 client (`coordinated.sidecar.s3.object_store`), so that nothing else in the bucket, such as an audit
 checkpoint, is read as history; Spark reads them through Hadoop's `s3a://` file system, from the driver and every
 executor alike.
 
@@ -29,8 +29,8 @@ from urllib.parse import urlparse
 
 from coordinated.audit.reading import KnownTails, UnusableInput
 from coordinated.coordination.history_lines import NEWLINE
-from coordinated.sidecar.object_store import Bucket, ObjectMissing, ObjectStore, ObjectStoreError
-from coordinated.sidecar.s3_settings import S3ClientSettings
+from coordinated.sidecar.s3.object_store import Bucket, ObjectMissing, ObjectStore, ObjectStoreError
+from coordinated.sidecar.s3.s3_settings import S3ClientSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import Row, SparkSession

@@ -26,7 +26,7 @@ from coordinated.coordination.client import (
 )
 from coordinated.coordination.ranges import range_page
 from coordinated.coordination.registry import default_settings
-from coordinated.coordination.state import ClusterState, KeyVersion, Session, compute_diff, record_derivation
+from coordinated.coordination.state import ClusterState, Derivations, KeyVersion, Session, compute_diff
 from coordinated.coordination.state_index import SessionKeys, SortedKeys, prefix_end
 from coordinated.coordination.transactions import compare_holds
 from coordinated.coordination.validation import key_prefix_problem, request_problem
@@ -199,19 +199,22 @@ def test_the_batch_finds_the_keys_under_a_prefix_among_those_it_wrote_itself() -
 # -- the indexes and the pages ---------------------------------------------------------------------------
 
 
+DERIVATIONS = Derivations()  # this module's, as a node's would be
+
+
 def states(*kvs: dict[str, Any]) -> list[ClusterState]:
     """States derived one from another, as batches derive them (so that their diffs are recorded)."""
     built = [ClusterState(cluster_name="t", version=1, state_uuid="s1", kv=kvs[0])]
     for number, kv in enumerate(kvs[1:], start=2):
         state = built[-1].replace(version=number, state_uuid=f"s{number}", parent_uuid=built[-1].state_uuid, kv=kv)
-        record_derivation(built[-1], state, compute_diff(built[-1], state))
+        DERIVATIONS.record(built[-1], state, compute_diff(built[-1], state))
         built.append(state)
     return built
 
 
 def test_sorted_keys_follow_the_states_by_their_diffs() -> None:
     first, second, third = states({"b": 1, "a/x": 2}, {"b": 1, "a/x": 3, "a/y": 4, "c": 5}, {"a/y": 4, "c": 6})
-    index = SortedKeys().at(first)
+    index = SortedKeys(DERIVATIONS).at(first)
     assert list(index.with_prefix("")) == ["a/x", "b"]
     index.advance(first, second)
     assert list(index.with_prefix("a/")) == ["a/x", "a/y"] and index.count("a/") == 2

@@ -1,0 +1,178 @@
+"""Reading the node's own history: what it proves at startup (`summarize_history`), where its seq continues
+(`last_seq_in`), and its events for `GET /_history` (`read_events_after`), from plain and compressed segments
+of format 1 and 2 alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+import zstandard
+
+from coordinated.coordination.counters import LONG_MAX
+from coordinated.coordination.history import MARK_CARRYING_EVENT_TYPES, RESET_EVENT_TYPES, EventType
+from coordinated.coordination.history_lines import is_complete
+from coordinated.coordination.recovery import HistorySummary
+from coordinated.sidecar.events.history_segments import expanded_lines, list_segments, plain_tail, read_lines
+
+_MARK_CARRIERS = frozenset(kind.value for kind in MARK_CARRYING_EVENT_TYPES)
+_RESETS = frozenset(kind.value for kind in RESET_EVENT_TYPES)
+_FORMAT1_LINE = msgspec.json.Encoder(order="sorted")
+_RETRIES = 3  # a segment compressed or deleted under a reader: list the segments again, this often
+
+
+# A term or version a line records: an integer of the wire's range, or the line is damage (not a mark).
+_Mark = Annotated[int, msgspec.Meta(ge=0, le=LONG_MAX)]
+
+
+class _Head(msgspec.Struct):
+    """What every line of either format carries, and the marks: decoding only this checks a line's shape."""
+
+    node: str
+    seq: int
+    type: str
+    term: _Mark
+    version: _Mark | None = None
+    committed: bool = False  # a folded line of format 2 stands for two events
+    marks_term: _Mark | None = None
+    marks_accepted: tuple[_Mark, _Mark] | None = None
+
+
+_HEAD = msgspec.json.Decoder(_Head)
+
+
+def _head(line: bytes) -> _Head | None:
+    try:
+        return _HEAD.decode(line)
+    except (ValueError, RecursionError):  # msgspec.DecodeError, invalid UTF-8, or arrays nested too deep
+        return None
+
+
+def last_seq_in(path: Path) -> tuple[int | None, bool]:
+    """(the last complete event's seq, whether the segment ends in a line cut by a crash)."""
+    if path.name.endswith(".zst"):
+        last: int | None = None
+        partial = False
+        for line in read_lines(path):
+            partial = not is_complete(line)
+            head = None if partial else _head(line)
+            if head is not None:
+                last = head.seq
+        return last, partial
+    tail, partial = plain_tail(path)
+    for line in reversed(tail.split(b"\n")):
+        head = _head(line) if line.strip() else None
+        if head is not None:
+            return head.seq, partial  # a folded line's seq is its last event's
+    return None, partial
+
+
+def _events_after(directory: Path, after_seq: int) -> Iterator[tuple[bytes, int]]:
+    segments = list_segments(directory)
+    for index, (_first_seq, path) in enumerate(segments):
+        next_first = segments[index + 1].first_seq if index + 1 < len(segments) else None
+        if next_first is not None and next_first <= after_seq + 1:
+            continue
+        for expanded in expanded_lines(path):
+            for event in expanded.events or ():
+                seq = event.get("seq")
+                if isinstance(seq, int) and seq > after_seq:
+                    yield _FORMAT1_LINE.encode(event) + b"\n", seq
+
+
+def read_events_after(directory: Path, after_seq: int, limit: int | None = None) -> Iterator[bytes]:
+    """Format-1 event lines with seq > after_seq, oldest first, skipping segments that end before it."""
+    count = 0
+    position = after_seq
+    for _attempt in range(_RETRIES):
+        try:
+            for line, seq in _events_after(directory, position):
+                yield line
+                position = seq
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+            return
+        except FileNotFoundError:
+            continue  # compressed or deleted while being read: its events are in the new listing, or gone
+
+
+def summarize_history(directory: Path) -> HistorySummary:
+    """What a history proves about the node's durable writes: the highest `term` and accepted (term, version).
+
+    Both events are written after the term or state they record is durable and before any message relies on
+    it, so a persisted record older than these marks has lost something this node acknowledged. Both only
+    grow within one node's history, except that an `unsafe_bootstrap` or `detached` event (the offline tool
+    rewrote the state) replaces all older marks with its `marks_term` and `marks_accepted`. A `retention_cut`
+    or `history_lost` event restates the marks the history held when it was written (the segments a cut
+    deleted, or a deleted segment, may have held the newest ones), so they count like a `term` and an
+    `accepted` event. Segments are read newest first until each kind of mark has been seen or a reset event
+    was; plain segments are all read. A line that cannot be read, other than a last line cut by a crash, is
+    reported as damage (marks it held are lost). The node ids are those of every line read.
+    """
+    term: int | None = None
+    accepted: tuple[int, int] | None = None
+    events = 0
+    node_ids: set[str] = set()
+    damaged: list[str] = []
+    done = False
+    for _first_seq, path in reversed(list_segments(directory)):
+        if done and path.name.endswith(".zst"):
+            continue  # compressed segments are checked whole in the background (`history_maintenance`)
+        segment_term: int | None = None
+        segment_accepted: tuple[int, int] | None = None
+        reset = False
+        try:
+            lines = list(read_lines(path))
+        except (OSError, zstandard.ZstdError) as error:
+            damaged.append(f"[{path}] cannot be read ({error})")
+            continue
+        for number, line in enumerate(lines, 1):
+            if not is_complete(line) or not line.strip():
+                continue  # a partial line left by a crash, or a blank one
+            head = _head(line)
+            if head is None:
+                damaged.append(f"[{path}] line {number}")
+                continue
+            events += 2 if head.committed else 1
+            node_ids.add(head.node)
+            kind = head.type
+            if kind == EventType.TERM:
+                segment_term = max(segment_term or 0, head.term)
+            elif kind == EventType.ACCEPTED:
+                segment_accepted = max(segment_accepted or (0, 0), (head.term, head.version or 0))
+            elif (kind in _RESETS or kind in _MARK_CARRIERS) and head.marks_accepted is not None:
+                marks = (head.marks_term or 0, tuple(head.marks_accepted))
+                if kind in _RESETS:
+                    segment_term, segment_accepted = marks[0], (marks[1][0], marks[1][1])
+                    reset = True
+                else:
+                    segment_term = max(segment_term or 0, marks[0])
+                    segment_accepted = max(segment_accepted or (0, 0), (marks[1][0], marks[1][1]))
+        if done:
+            continue
+        # Newer segments' marks are already in `term` and `accepted`; they come after this segment's.
+        if segment_term is not None:
+            term = segment_term if term is None else term if reset else max(term, segment_term)
+        if segment_accepted is not None:
+            accepted = segment_accepted if accepted is None else accepted if reset else max(accepted, segment_accepted)
+        if reset or (term is not None and accepted is not None):
+            done = True
+    detail = ", ".join(damaged[:3]) + (f" and {len(damaged) - 3} more" if len(damaged) > 3 else "")
+    return HistorySummary(
+        name=f"[{directory}]",
+        events=events,
+        term=term or 0,
+        accepted=accepted or (0, 0),
+        node_ids=frozenset(node_ids),
+        damaged=f"unreadable {detail}" if damaged else "",
+    )
+
+
+def newest_durable_marks(directory: Path) -> tuple[int, tuple[int, int]]:
+    """The highest `term` and accepted (term, version) in a history (0 and (0, 0) where there are none)."""
+    summary = summarize_history(directory)
+    return summary.term, summary.accepted

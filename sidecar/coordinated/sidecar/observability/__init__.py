@@ -1,0 +1,1 @@
+"""What the node reports about itself: metrics and problems."""

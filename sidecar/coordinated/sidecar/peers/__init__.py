@@ -1,0 +1,1 @@
+"""Talking to the other nodes: the transport, chunked transfers, transport authentication and TLS."""

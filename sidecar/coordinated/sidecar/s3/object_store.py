@@ -1,0 +1,318 @@
+"""S3-compatible object storage for the history archive and the `s3` snapshot repository.
+
+Every S3 request of a node runs on an event loop of its own, in a daemon thread (`ObjectStore`): signing a
+request and checksumming its body are CPU work proportional to its size (a 16 MB segment, a large snapshot),
+and on the node's loop they would hold up the write path and the election timers. Callers on any loop await
+`Bucket` methods, which hop to that loop and back.
+
+The S3 client is aiobotocore's: SigV4 signing, the standard AWS credential chain (environment, web-identity
+token, IMDS...) and botocore's `standard` retry mode (exponential backoff with jitter on throttling, 5xx and
+connection errors, `s3.client.NAME.max_retries` times). When `s3.client.NAME.credentials_file` is set, the
+credentials come from that file only, re-read every few minutes so that a rotated Kubernetes Secret is picked
+up. Errors become `ObjectStoreError` with a message that names the operation, the object and S3's error code,
+and never a credential: botocore's own loggers, whose debug output carries request headers, are held at
+WARNING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, TypeVar
+
+import aiohttp
+from aiobotocore.config import AioConfig
+from aiobotocore.credentials import AioCredentialResolver, AioRefreshableCredentials
+from aiobotocore.session import AioSession
+from botocore.credentials import CredentialProvider
+from botocore.exceptions import BotoCoreError, ClientError
+
+from coordinated.sidecar.s3.s3_settings import (
+    ACCESS_KEY,
+    SECRET_KEY,
+    SESSION_TOKEN,
+    S3ClientSettings,
+    read_credentials_file,
+)
+
+if TYPE_CHECKING:
+    from types_aiobotocore_s3 import S3Client
+
+for _name in ("botocore", "aiobotocore", "urllib3"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+T = TypeVar("T")
+# A credentials file is re-read this often: botocore refreshes credentials that expire within 15 minutes.
+CREDENTIALS_FILE_REFRESH = timedelta(minutes=20)
+CONNECT_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 10.0
+
+
+class ObjectStoreError(Exception):
+    """An S3 request failed. `status` is the HTTP status (None when the service could not be reached)."""
+
+    def __init__(self, reason: str, *, status: int | None = None, code: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+        self.code = code
+
+
+class ObjectExists(ObjectStoreError):
+    """A write-once put found the key taken."""
+
+
+class ObjectMissing(ObjectStoreError):
+    pass
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    metadata: dict[str, str] | None = None  # the object's user metadata (`x-amz-meta-*`), from a HEAD only
+    last_modified: float | None = None  # seconds, from a listing only
+
+
+class _CredentialsFile(CredentialProvider):
+    """The `[default]` profile of one AWS credentials file, and nothing else (aiobotocore's providers are
+    botocore's with an async `load`)."""
+
+    METHOD = "coordinated-credentials-file"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    async def _read(self) -> dict[str, str | None]:
+        try:
+            profile = await asyncio.to_thread(read_credentials_file, self.path)
+        except ValueError as error:
+            raise ObjectStoreError(f"s3 credentials: {error}") from None
+        expiry = datetime.now(UTC) + CREDENTIALS_FILE_REFRESH
+        return {
+            "access_key": profile[ACCESS_KEY],
+            "secret_key": profile[SECRET_KEY],
+            "token": profile.get(SESSION_TOKEN),
+            "expiry_time": expiry.isoformat(),
+        }
+
+    async def load(self) -> AioRefreshableCredentials:
+        return AioRefreshableCredentials.create_from_metadata(
+            metadata=await self._read(), refresh_using=self._read, method=self.METHOD
+        )
+
+
+def _describe(error: BaseException) -> str:
+    """A one-line reason for an S3 failure, without request headers or credentials."""
+    if isinstance(error, ClientError):
+        details = error.response.get("Error", {})
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        code = details.get("Code") or "error"
+        message = details.get("Message") or ""
+        return f"{status} {code}" + (f": {message}" if message else "")
+    if isinstance(error, asyncio.TimeoutError | TimeoutError):
+        return "timed out"
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _translate(error: BaseException, what: str) -> ObjectStoreError:
+    if isinstance(error, ObjectStoreError):
+        return error
+    if isinstance(error, ClientError):
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        code = error.response.get("Error", {}).get("Code")
+        kind = ObjectMissing if status == 404 or code in ("NoSuchKey", "NotFound") else ObjectStoreError
+        if status == 412 or code == "PreconditionFailed":
+            kind = ObjectExists
+        return kind(f"{what}: {_describe(error)}", status=status, code=code)
+    return ObjectStoreError(f"{what}: {_describe(error)}")
+
+
+class ObjectStore:
+    """The node's S3 clients, by client settings, on one event loop in a thread of their own."""
+
+    def __init__(self, thread_name: str = "s3") -> None:
+        self._thread_name = thread_name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._clients: dict[S3ClientSettings, tuple[S3Client, contextlib.AbstractAsyncContextManager[S3Client]]] = {}
+        self._lock = threading.Lock()
+        self._creating: asyncio.Lock | None = None
+
+    def _start(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                self._ready.clear()
+                self._thread = threading.Thread(target=self._serve, name=self._thread_name, daemon=True)
+                self._thread.start()
+                self._ready.wait()
+            assert self._loop is not None
+            return self._loop
+
+    def _serve(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    async def _client(self, settings: S3ClientSettings) -> S3Client:
+        known = self._clients.get(settings)
+        if known is not None:
+            return known[0]
+        if self._creating is None:
+            self._creating = asyncio.Lock()  # on the store's loop, where every caller of this runs
+        async with self._creating:  # concurrent first requests share one client
+            known = self._clients.get(settings)
+            if known is not None:
+                return known[0]
+            return await self._create_client(settings)
+
+    async def _create_client(self, settings: S3ClientSettings) -> S3Client:
+        session = AioSession()
+        if settings.credentials_file is not None:
+            session.register_component(
+                "credential_provider", AioCredentialResolver([_CredentialsFile(settings.credentials_file)])
+            )
+        config = AioConfig(
+            region_name=settings.region,
+            connect_timeout=min(CONNECT_TIMEOUT_S, settings.read_timeout_s),
+            read_timeout=settings.read_timeout_s,
+            retries={"mode": "standard", "total_max_attempts": settings.max_retries + 1},
+            s3={"addressing_style": "path" if settings.path_style_access else "auto"},
+        )
+        context = session.create_client("s3", endpoint_url=settings.endpoint_url, config=config)
+        client = await context.__aenter__()
+        self._clients[settings] = (client, context)
+        return client
+
+    async def _drop_client(self, settings: S3ClientSettings) -> None:
+        known = self._clients.pop(settings, None)
+        if known is not None:
+            with contextlib.suppress(Exception):
+                await known[1].__aexit__(None, None, None)
+
+    async def call(self, settings: S3ClientSettings, what: str, operation: Callable[[S3Client], Awaitable[T]]) -> T:
+        """Run `operation` with the client for `settings` on the store's loop; raises ObjectStoreError."""
+
+        async def run() -> T:
+            try:
+                return await operation(await self._client(settings))
+            except (ClientError, BotoCoreError, aiohttp.ClientError, OSError, TimeoutError) as error:
+                translated = _translate(error, what)
+            if translated.status in (401, 403):
+                # Refused credentials: the next request builds a new client, which reads them afresh (a fixed
+                # credentials file or environment takes effect at once, not at the next refresh).
+                await self._drop_client(settings)
+            raise translated
+
+        future = asyncio.run_coroutine_threadsafe(run(), self._start())
+        return await asyncio.wrap_future(future)
+
+    async def close(self) -> None:
+        """Close every client and stop the thread (bounded: a hung request does not hold up a node's stop)."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+
+        async def close_clients() -> None:
+            for settings in list(self._clients):
+                await self._drop_client(settings)
+
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                asyncio.wrap_future(asyncio.run_coroutine_threadsafe(close_clients(), loop)), CLOSE_TIMEOUT_S
+            )
+        loop.call_soon_threadsafe(loop.stop)
+        await asyncio.to_thread(thread.join, CLOSE_TIMEOUT_S)
+        self._loop = self._thread = None
+        self._creating = None
+
+    def bucket(self, settings: S3ClientSettings, name: str) -> Bucket:
+        return Bucket(self, settings, name)
+
+
+class Bucket:
+    """One bucket through one client: the handful of operations the archive and the snapshots need."""
+
+    def __init__(self, store: ObjectStore, settings: S3ClientSettings, name: str) -> None:
+        self.store = store
+        self.settings = settings
+        self.name = name
+
+    def uri(self, key: str = "") -> str:
+        return f"s3://{self.name}/{key}"
+
+    async def put_new(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
+        """Write an object that must not exist yet (`If-None-Match: *`); ObjectExists if it does."""
+
+        async def put(client: S3Client) -> None:
+            await client.put_object(Bucket=self.name, Key=key, Body=data, IfNoneMatch="*", Metadata=metadata or {})
+
+        await self.store.call(self.settings, f"cannot write {self.uri(key)}", put)
+
+    async def put(self, key: str, data: bytes) -> None:
+        """Write (or replace) an object."""
+
+        async def put(client: S3Client) -> None:
+            await client.put_object(Bucket=self.name, Key=key, Body=data)
+
+        await self.store.call(self.settings, f"cannot write {self.uri(key)}", put)
+
+    async def get(self, key: str) -> bytes:
+        async def get(client: S3Client) -> bytes:
+            response = await client.get_object(Bucket=self.name, Key=key)
+            async with response["Body"] as body:
+                data: bytes = await body.read()
+            return data
+
+        return await self.store.call(self.settings, f"cannot read {self.uri(key)}", get)
+
+    async def head(self, key: str) -> ObjectInfo | None:
+        async def head(client: S3Client) -> ObjectInfo | None:
+            try:
+                response = await client.head_object(Bucket=self.name, Key=key)
+            except ClientError as error:
+                if error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                    return None
+                raise
+            return ObjectInfo(key, int(response["ContentLength"]), dict(response.get("Metadata") or {}))
+
+        return await self.store.call(self.settings, f"cannot look up {self.uri(key)}", head)
+
+    async def list(self, prefix: str) -> list[ObjectInfo]:
+        """Every object whose key starts with `prefix`, in key order."""
+
+        async def list_all(client: S3Client) -> list[ObjectInfo]:
+            found: list[ObjectInfo] = []
+            paginator = client.get_paginator("list_objects_v2")
+            async for page in paginator.paginate(Bucket=self.name, Prefix=prefix):
+                found.extend(
+                    ObjectInfo(item["Key"], int(item["Size"]), last_modified=item["LastModified"].timestamp())
+                    for item in page.get("Contents", ())
+                )
+            return found
+
+        return await self.store.call(self.settings, f"cannot list {self.uri(prefix)}", list_all)
+
+    async def delete(self, key: str) -> None:
+        async def delete(client: S3Client) -> None:
+            await client.delete_object(Bucket=self.name, Key=key)
+
+        await self.store.call(self.settings, f"cannot delete {self.uri(key)}", delete)
+
+    async def verify(self, prefix: str = "") -> None:
+        """Prove that this node can write, read and delete under `prefix` (as a repository is verified)."""
+        key = f"{prefix}.verify-{uuid.uuid4().hex}"
+        await self.put(key, b"ok")
+        await self.get(key)
+        await self.delete(key)
