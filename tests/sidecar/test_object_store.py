@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 from pathlib import Path
 
 import pytest
+from child_processes import ChildProcesses
 
 from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.s3.object_store import ObjectExists, ObjectMissing, ObjectStore, ObjectStoreError
@@ -145,3 +147,15 @@ def test_concurrent_first_requests_share_one_client(s3_server: S3Server, tmp_pat
 
     asyncio.run(main())
     assert created == [settings]
+
+
+def test_a_node_loads_the_s3_client_only_when_it_first_talks_to_an_object_store(processes: ChildProcesses) -> None:
+    """aiobotocore and botocore cost a node about 16 MB of memory and a second of start-up: a node without an
+    archive or an `s3` repository must not load them."""
+    probe = (
+        "import sys\n"
+        "import coordinated.sidecar.cli, coordinated.sidecar.node\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('aiobotocore', 'botocore')))\n"
+    )
+    loaded = processes.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
+    assert loaded.stdout.strip() == "[]"

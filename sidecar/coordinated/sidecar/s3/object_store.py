@@ -18,58 +18,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
 import aiohttp
-from aiobotocore.config import AioConfig
-from aiobotocore.credentials import AioCredentialResolver, AioRefreshableCredentials
-from aiobotocore.session import AioSession
-from botocore.credentials import CredentialProvider
-from botocore.exceptions import BotoCoreError, ClientError
 
-from coordinated.sidecar.s3.s3_settings import (
-    ACCESS_KEY,
-    SECRET_KEY,
-    SESSION_TOKEN,
-    S3ClientSettings,
-    read_credentials_file,
-)
+from coordinated.sidecar.s3.object_errors import ObjectExists, ObjectMissing, ObjectStoreError
+from coordinated.sidecar.s3.s3_settings import S3ClientSettings
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3 import S3Client
 
-for _name in ("botocore", "aiobotocore", "urllib3"):
-    logging.getLogger(_name).setLevel(logging.WARNING)
-
 T = TypeVar("T")
-# A credentials file is re-read this often: botocore refreshes credentials that expire within 15 minutes.
-CREDENTIALS_FILE_REFRESH = timedelta(minutes=20)
-CONNECT_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 10.0
 
-
-class ObjectStoreError(Exception):
-    """An S3 request failed. `status` is the HTTP status (None when the service could not be reached)."""
-
-    def __init__(self, reason: str, *, status: int | None = None, code: str | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-        self.code = code
-
-
-class ObjectExists(ObjectStoreError):
-    """A write-once put found the key taken."""
-
-
-class ObjectMissing(ObjectStoreError):
-    pass
+__all__ = ["Bucket", "ObjectExists", "ObjectInfo", "ObjectMissing", "ObjectStore", "ObjectStoreError"]
 
 
 @dataclass(frozen=True)
@@ -80,58 +46,25 @@ class ObjectInfo:
     last_modified: float | None = None  # seconds, from a listing only
 
 
-class _CredentialsFile(CredentialProvider):
-    """The `[default]` profile of one AWS credentials file, and nothing else (aiobotocore's providers are
-    botocore's with an async `load`)."""
-
-    METHOD = "coordinated-credentials-file"
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    async def _read(self) -> dict[str, str | None]:
-        try:
-            profile = await asyncio.to_thread(read_credentials_file, self.path)
-        except ValueError as error:
-            raise ObjectStoreError(f"s3 credentials: {error}") from None
-        expiry = datetime.now(UTC) + CREDENTIALS_FILE_REFRESH
-        return {
-            "access_key": profile[ACCESS_KEY],
-            "secret_key": profile[SECRET_KEY],
-            "token": profile.get(SESSION_TOKEN),
-            "expiry_time": expiry.isoformat(),
-        }
-
-    async def load(self) -> AioRefreshableCredentials:
-        return AioRefreshableCredentials.create_from_metadata(
-            metadata=await self._read(), refresh_using=self._read, method=self.METHOD
-        )
+# The S3 client (aiobotocore) is loaded with a node's first request to an object store, not at start-up.
 
 
-def _describe(error: BaseException) -> str:
-    """A one-line reason for an S3 failure, without request headers or credentials."""
-    if isinstance(error, ClientError):
-        details = error.response.get("Error", {})
-        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        code = details.get("Code") or "error"
-        message = details.get("Message") or ""
-        return f"{status} {code}" + (f": {message}" if message else "")
-    if isinstance(error, asyncio.TimeoutError | TimeoutError):
-        return "timed out"
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
+def _request_errors() -> tuple[type[BaseException], ...]:
+    from coordinated.sidecar.s3.botocore_backend import REQUEST_ERRORS
+
+    return REQUEST_ERRORS
 
 
 def _translate(error: BaseException, what: str) -> ObjectStoreError:
-    if isinstance(error, ObjectStoreError):
-        return error
-    if isinstance(error, ClientError):
-        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        code = error.response.get("Error", {}).get("Code")
-        kind = ObjectMissing if status == 404 or code in ("NoSuchKey", "NotFound") else ObjectStoreError
-        if status == 412 or code == "PreconditionFailed":
-            kind = ObjectExists
-        return kind(f"{what}: {_describe(error)}", status=status, code=code)
-    return ObjectStoreError(f"{what}: {_describe(error)}")
+    from coordinated.sidecar.s3.botocore_backend import translate
+
+    return translate(error, what)
+
+
+def _is_not_found(error: BaseException) -> bool:
+    from coordinated.sidecar.s3.botocore_backend import is_not_found
+
+    return is_not_found(error)
 
 
 class ObjectStore:
@@ -178,20 +111,9 @@ class ObjectStore:
             return await self._create_client(settings)
 
     async def _create_client(self, settings: S3ClientSettings) -> S3Client:
-        session = AioSession()
-        if settings.credentials_file is not None:
-            session.register_component(
-                "credential_provider", AioCredentialResolver([_CredentialsFile(settings.credentials_file)])
-            )
-        config = AioConfig(
-            region_name=settings.region,
-            connect_timeout=min(CONNECT_TIMEOUT_S, settings.read_timeout_s),
-            read_timeout=settings.read_timeout_s,
-            retries={"mode": "standard", "total_max_attempts": settings.max_retries + 1},
-            s3={"addressing_style": "path" if settings.path_style_access else "auto"},
-        )
-        context = session.create_client("s3", endpoint_url=settings.endpoint_url, config=config)
-        client = await context.__aenter__()
+        from coordinated.sidecar.s3 import botocore_backend  # loaded with the first client
+
+        client, context = await botocore_backend.create_client(settings)
         self._clients[settings] = (client, context)
         return client
 
@@ -207,7 +129,11 @@ class ObjectStore:
         async def run() -> T:
             try:
                 return await operation(await self._client(settings))
-            except (ClientError, BotoCoreError, aiohttp.ClientError, OSError, TimeoutError) as error:
+            except ObjectStoreError:
+                raise
+            except Exception as error:
+                if not isinstance(error, (aiohttp.ClientError, OSError, TimeoutError, *_request_errors())):
+                    raise
                 translated = _translate(error, what)
             if translated.status in (401, 403):
                 # Refused credentials: the next request builds a new client, which reads them afresh (a fixed
@@ -281,8 +207,8 @@ class Bucket:
         async def head(client: S3Client) -> ObjectInfo | None:
             try:
                 response = await client.head_object(Bucket=self.name, Key=key)
-            except ClientError as error:
-                if error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+            except Exception as error:
+                if _is_not_found(error):
                     return None
                 raise
             return ObjectInfo(key, int(response["ContentLength"]), dict(response.get("Metadata") or {}))
