@@ -264,8 +264,10 @@ def coverage(server: S3Server, node: LocalNode) -> Coverage:
 def checkpoint_seqs(server: S3Server) -> dict[str, int]:
     """Per node, the last seq the chain of audits read (the checkpoint they left in the bucket)."""
     path = server.root / CHECKPOINT.removeprefix("s3://")
-    document = json.loads(path.read_text())
-    return {mark["node"]: int(mark["last_seq"]) for mark in document["nodes"]}
+    covered: dict[str, int] = {}
+    for mark in json.loads(path.read_text())["nodes"]:  # one mark per node and cluster (and before it joined one)
+        covered[mark["node"]] = max(covered.get(mark["node"], 0), int(mark["last_seq"]))
+    return covered
 
 
 def chart(samples: list[Sample], path: Path) -> None:
@@ -333,6 +335,7 @@ async def soak(args: argparse.Namespace, cluster: LocalCluster, server: S3Server
         if running is not None:
             await running
     samples.extend(sample(n, (time.monotonic() - started) / 60) for n in nodes)
+    save(out, samples, writer, {})  # the figures are kept even if a check below cannot run
     problems = await read_back(nodes[0], writer)
     for node in nodes:  # a graceful stop archives the node's last segment
         cluster.stop(node, timeout=STOP_TIMEOUT_S)
@@ -354,22 +357,26 @@ async def soak(args: argparse.Namespace, cluster: LocalCluster, server: S3Server
             problems.append(f"{c.node}: {len(c.missing)} events in neither the archive nor the disk: {c.missing[:10]}")
         if covered.get(c.node, 0) < c.last_archived_seq:
             problems.append(f"{c.node}: the audits read up to seq {covered.get(c.node)}, not {c.last_archived_seq}")
-    (out / "soak.json").write_text(
-        json.dumps(
-            {
-                "samples": [asdict(s) for s in samples],
-                "writes": writer.writes,
-                "failures": writer.failures,
-                "coverage": [asdict(c) | {"missing": len(c.missing)} for c in coverages],
-                "audits": [{"ok": r["ok"], "events": r["events"]} for r in reports],
-            }
-        )
+    save(
+        out,
+        samples,
+        writer,
+        {
+            "coverage": [asdict(c) | {"missing": len(c.missing)} for c in coverages],
+            "audits": [{"ok": r["ok"], "events": r["events"]} for r in reports],
+        },
     )
-    chart(samples, out / "soak.png")
     print(
         f"writes {writer.writes} (failed or unknown {writer.failures}); audits {len(reports)}; chart {out / 'soak.png'}"
     )
     return problems
+
+
+def save(out: Path, samples: list[Sample], writer: Writer, results: dict[str, Any]) -> None:
+    """The samples and results in DIR/soak.json, and the chart in DIR/soak.png."""
+    figures = {"samples": [asdict(s) for s in samples], "writes": writer.writes, "failures": writer.failures}
+    (out / "soak.json").write_text(json.dumps(figures | results))
+    chart(samples, out / "soak.png")
 
 
 async def read_back(node: LocalNode, writer: Writer) -> list[str]:
