@@ -1,17 +1,20 @@
-"""Soak: 3 local nodes with a small history retention under steady writes, for a bounded time.
+"""Soak: 3 local nodes with a small history retention and a history archive under steady writes, for a bounded time.
 
-    flock /tmp/bench.lock .venv/bin/python bench/soak.py --minutes 10 [--rate 50] [--out DIR] [--audit-every 5]
+    flock /tmp/bench.lock .venv/bin/python -m bench soak --minutes 10 [--rate 50] [--out DIR] [--audit-every 30]
 
+The archive is a local S3-compatible server (`coordinated.tools.s3server`, built by `scripts/install-tools.sh`).
 Every minute it records each node's data directory and history size on disk, RSS, open file descriptors, and
-its archive lag where the node reports one (`coordinated_history_archive_lag_seconds`, once an archive exists),
-and draws them (DIR/soak.png, the samples in DIR/soak.json). With `--audit-every M` an incremental audit
-(`coordinated audit --checkpoint`) runs every M minutes, so that the chain of audits reads every event before
-retention deletes it; one more runs at the end.
+its archive lag (`coordinated_archive_pending_segments` and `coordinated_archive_oldest_pending_age_seconds`),
+and draws them (DIR/soak.png, the samples in DIR/soak.json). The archive is audited incrementally, as the
+operator's audit CronJob does it (`coordinated audit s3://archive/soak --checkpoint s3://archive/soak/_audit/...`,
+read through Spark's s3a://): every `--audit-every` minutes, and once more at the end, after the nodes stopped
+gracefully (each archives its last segment then).
 
 It fails (exit 1) when, past the warm-up, disk, RSS or descriptors keep growing (the second half's peak above the
-first half's by more than the tolerance), when an audit reports a violation, when a node recorded a
-`history_lost` event, when the audits did not cover every event the nodes wrote (with `--audit-every`), or when
-a key does not read back as its last acknowledged value. Everything it starts it stops, by PID.
+first half's by more than the tolerance), when an audit reports a violation, when an event the nodes wrote is
+neither in the archive nor on a node's disk, when a node recorded a `history_lost` event, when the audits'
+checkpoint does not reach every node's last archived event, or when a key does not read back as its last
+acknowledged value. Everything it starts it stops, by PID.
 """
 
 from __future__ import annotations
@@ -32,8 +35,15 @@ from typing import Any
 
 import aiohttp
 
-from coordinated.sidecar.events.history_segments import list_segments
+from coordinated.sidecar.events.history_segments import expanded_lines, list_segments
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode
+from coordinated.tools.s3server import S3Server
+
+REPO = Path(__file__).resolve().parents[2]
+BUCKET = "archive"
+BASE_PATH = "soak"
+CHECKPOINT = f"s3://{BUCKET}/{BASE_PATH}/_audit/soak/checkpoint.json"  # where the operator's CronJob keeps it
+STOP_TIMEOUT_S = 30.0  # a graceful stop waits up to 10 s for the archive to take the last segment
 
 RETENTION = {
     "history.retention.max_size": "2mb",
@@ -53,7 +63,8 @@ class Sample:
     history_mb: float
     rss_mb: float
     fds: int
-    archive_lag_s: float | None
+    archive_lag_s: float | None  # how long the oldest closed segment not archived yet has waited
+    archive_pending: float | None  # closed segments not archived yet
 
 
 def du(path: Path) -> int:
@@ -74,22 +85,25 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def archive_lag(node: LocalNode) -> float | None:
-    """The node's archive lag in seconds, where it reports one (the hook for the archive's metric)."""
+def archive_metrics(node: LocalNode) -> dict[str, float]:
+    """The node's `coordinated_archive_*` gauges and counters (none when it does not answer)."""
     try:
         with urllib.request.urlopen(f"{node.url}/metrics", timeout=5) as response:
             text = response.read().decode()
     except OSError:
-        return None
+        return {}
+    values = {}
     for line in text.splitlines():
-        if line.startswith("coordinated_history_archive_lag_seconds"):
-            return float(line.split()[-1])
-    return None
+        if line.startswith("coordinated_archive_"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
 
 
 def sample(node: LocalNode, minute: float) -> Sample:
     assert node.process is not None
     pid = node.process.pid
+    archive = archive_metrics(node)
     return Sample(
         minute=round(minute, 2),
         node=node.name,
@@ -97,7 +111,8 @@ def sample(node: LocalNode, minute: float) -> Sample:
         history_mb=du(node.data_dir / "history") / 1e6,
         rss_mb=rss_mb(pid),
         fds=len(os.listdir(f"/proc/{pid}/fd")),
-        archive_lag_s=archive_lag(node),
+        archive_lag_s=archive.get("coordinated_archive_oldest_pending_age_seconds"),
+        archive_pending=archive.get("coordinated_archive_pending_segments"),
     )
 
 
@@ -170,51 +185,89 @@ def grew(samples: list[Sample], field: str, start_s: float) -> list[str]:
     return problems
 
 
-def snapshot(dirs: list[Path], into: Path) -> list[Path]:
-    """The nodes' segment files at one moment, in folders that keep their paths from one audit to the next: the
-    nodes compress and delete segments while an audit reads, and a listing must hold still. Closed segments
-    are linked, the open (plain) ones copied, so that later appends stay out."""
-    shutil.rmtree(into, ignore_errors=True)
-    out = []
-    for folder in dirs:
-        target = into / folder.parent.name
-        target.mkdir(parents=True)
-        for segment in list_segments(folder):  # one file per segment, the compressed one where both exist
-            for path in (segment.path, segment.path.with_name(segment.path.name + ".zst")):
-                try:
-                    if path.name.endswith(".zst"):
-                        (target / path.name).hardlink_to(path)
-                    else:
-                        shutil.copyfile(path, target / path.name)
-                    break
-                except FileNotFoundError:
-                    continue  # compressed since the listing (try that), or deleted
-        out.append(target)
-    return out
+def archive_settings(server: S3Server, credentials: Path) -> dict[str, str]:
+    return {
+        "history.archive.type": "s3",
+        "history.archive.s3.bucket": BUCKET,
+        "history.archive.s3.base_path": BASE_PATH,
+        "s3.client.default.endpoint": server.endpoint,
+        "s3.client.default.path_style_access": "true",
+        "s3.client.default.credentials_file": str(credentials),
+    }
 
 
-def audit(dirs: list[Path], report: Path, checkpoint: Path | None) -> dict[str, Any]:
-    command = [sys.executable, "-m", "coordinated.cli", "audit", *map(str, dirs), "--report-dir", str(report)]
+def s3_server_binary() -> Path:
+    """The S3-compatible server that `make test` builds (a no-op once cached)."""
+    done = subprocess.run(
+        [str(REPO / "scripts" / "install-tools.sh"), "S3_SERVER"], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/install-tools.sh S3_SERVER failed: {done.stderr[-2000:]}")
+    return Path(done.stdout.strip().partition("=")[2])
+
+
+def audit(server: S3Server, credentials: Path, report: Path) -> dict[str, Any]:
+    """One incremental audit of the whole archive through s3a://, with the checkpoint kept in the bucket."""
+    command = [sys.executable, "-m", "coordinated.cli", "audit", f"s3://{BUCKET}/{BASE_PATH}"]
+    command += ["--checkpoint", CHECKPOINT, "--s3-endpoint", server.endpoint]
+    command += ["--s3-credentials-file", str(credentials), "--report-dir", str(report)]
     command += ["--no-html", "--spark-master", "local[1]"]
-    if checkpoint is not None:
-        command += ["--checkpoint", str(checkpoint)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
+    (report / "audit.log").parent.mkdir(parents=True, exist_ok=True)
+    (report / "audit.log").write_text(done.stdout + done.stderr)
     if done.returncode not in (0, 1):
         raise RuntimeError(f"the audit could not run (exit {done.returncode}): {done.stderr[-2000:]}")
     result: dict[str, Any] = json.loads((report / "audit-report.json").read_text())
     return result
 
 
-def lost_events(nodes: list[LocalNode]) -> list[str]:
-    """`history_lost` events in what the nodes still hold."""
-    found = []
-    for node in nodes:
-        with urllib.request.urlopen(f"{node.url}/_history?after_seq=0", timeout=60) as response:
-            for line in response:
-                event = json.loads(line)
+@dataclass
+class Coverage:
+    """One node's events, from its archived objects and from what its disk still holds."""
+
+    node: str
+    last_seq: int
+    last_archived_seq: int
+    archived_events: int
+    missing: list[int]  # seqs in neither
+    lost: list[str]  # `history_lost` events
+
+
+def seqs_of(paths: list[Path], lost: list[str]) -> set[int]:
+    seqs = set()
+    for path in paths:
+        for line in expanded_lines(path):
+            for event in line.events or ():
+                seqs.add(int(event["seq"]))
                 if event.get("type") == "history_lost":
-                    found.append(f"{node.name}: {event.get('reason')}")
-    return found
+                    lost.append(str(event.get("reason", event)))
+    return seqs
+
+
+def coverage(server: S3Server, node: LocalNode) -> Coverage:
+    lost: list[str] = []
+    objects = sorted(p for p in (server.root / BUCKET / BASE_PATH).glob(f"*/{node.node_id()}/segment-*") if p.is_file())
+    archived = seqs_of(objects, lost)
+    on_disk = seqs_of([s.path for s in list_segments(node.data_dir / "history")], lost)
+    every = archived | on_disk
+    last = max(every, default=0)
+    return Coverage(
+        node=node.node_id(),
+        last_seq=last,
+        last_archived_seq=max(archived, default=0),
+        archived_events=len(archived),
+        missing=sorted(set(range(1, last + 1)) - every),
+        lost=lost,
+    )
+
+
+def checkpoint_seqs(server: S3Server) -> dict[str, int]:
+    """Per node, the last seq the chain of audits read (the checkpoint they left in the bucket)."""
+    path = server.root / CHECKPOINT.removeprefix("s3://")
+    covered: dict[str, int] = {}
+    for mark in json.loads(path.read_text())["nodes"]:  # one mark per node and cluster (and before it joined one)
+        covered[mark["node"]] = max(covered.get(mark["node"], 0), int(mark["last_seq"]))
+    return covered
 
 
 def chart(samples: list[Sample], path: Path) -> None:
@@ -224,8 +277,7 @@ def chart(samples: list[Sample], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fields = [("disk_mb", "data dir (MB)"), ("history_mb", "history (MB)"), ("rss_mb", "RSS (MB)"), ("fds", "open fds")]
-    if any(s.archive_lag_s is not None for s in samples):
-        fields.append(("archive_lag_s", "archive lag (s)"))
+    fields += [("archive_lag_s", "archive lag (s)"), ("archive_pending", "segments not archived")]
     figure, axes = plt.subplots(len(fields), 1, figsize=(8, 2.2 * len(fields)), sharex=True)
     for axis, (field, label) in zip(axes, fields, strict=True):
         for node in sorted({s.node for s in samples}):
@@ -239,17 +291,24 @@ def chart(samples: list[Sample], path: Path) -> None:
     figure.savefig(path, dpi=100)
 
 
-async def soak(args: argparse.Namespace, cluster: LocalCluster, out: Path) -> list[str]:
+async def audit_and_say(server: S3Server, credentials: Path, out: Path, reports: list[dict[str, Any]]) -> None:
+    report = await asyncio.to_thread(audit, server, credentials, out / f"audit-{len(reports)}")
+    reports.append(report)
+    print(f"audit {len(reports) - 1}: {'ok' if report['ok'] else 'VIOLATIONS'}, {report['events']} events", flush=True)
+
+
+async def soak(args: argparse.Namespace, cluster: LocalCluster, server: S3Server, out: Path) -> list[str]:
+    credentials = server.credentials_file(out / "s3-credentials")
+    cluster.settings.update(archive_settings(server, credentials))
     nodes = cluster.bootstrap(3, timeout=60)
     writer = Writer(nodes, args.rate)
     task = asyncio.get_running_loop().create_task(writer.run())
     samples: list[Sample] = []
     reports: list[dict[str, Any]] = []
-    checkpoint = out / "checkpoint.json" if args.audit_every else None
-    dirs = [n.data_dir / "history" for n in nodes]
     started = time.monotonic()
     next_audit = args.audit_every * 60 if args.audit_every else None
     next_sample = 0.0
+    running: asyncio.Task[None] | None = None
     try:
         while (elapsed := time.monotonic() - started) < args.minutes * 60:
             if elapsed >= next_sample:
@@ -258,56 +317,66 @@ async def soak(args: argparse.Namespace, cluster: LocalCluster, out: Path) -> li
                 latest = samples[-3:]
                 print(
                     f"{elapsed / 60:5.1f} min  writes {writer.writes}  "
-                    + "  ".join(f"{s.node}: {s.disk_mb:.1f}MB {s.rss_mb:.0f}MB-rss {s.fds}fd" for s in latest),
+                    + "  ".join(
+                        f"{s.node}: {s.disk_mb:.1f}MB {s.rss_mb:.0f}MB-rss {s.fds}fd lag {s.archive_lag_s}s"
+                        for s in latest
+                    ),
                     flush=True,
                 )
-            if next_audit is not None and elapsed >= next_audit:
-                # Writes pause while the snapshot is taken: every node then holds the same writes, whole
-                # (a node read a moment after another would show commits whose acks the other has not yet).
-                await writer.paused()
-                await asyncio.sleep(1.0)
-                taken = snapshot(dirs, out / "snapshot")
-                writer.resume()
-                reports.append(await asyncio.to_thread(audit, taken, out / f"audit-{len(reports)}", checkpoint))
+            if next_audit is not None and elapsed >= next_audit and (running is None or running.done()):
+                # The archive of running nodes: the audit holds back what is not settled yet (its frontier), and
+                # the next one reads it. Writes and samples go on meanwhile, as they do under the CronJob.
+                running = asyncio.get_running_loop().create_task(audit_and_say(server, credentials, out, reports))
                 next_audit += args.audit_every * 60
             await asyncio.sleep(1.0)
     finally:
         writer.stop()
         await task
+        if running is not None:
+            await running
     samples.extend(sample(n, (time.monotonic() - started) / 60) for n in nodes)
-    await asyncio.sleep(2.0)
-    taken = snapshot(dirs, out / "snapshot")
-    reports.append(await asyncio.to_thread(audit, taken, out / f"audit-{len(reports)}", checkpoint))
-    problems = []
+    save(out, samples, writer, {})  # the figures are kept even if a check below cannot run
+    problems = await read_back(nodes[0], writer)
+    for node in nodes:  # a graceful stop archives the node's last segment
+        cluster.stop(node, timeout=STOP_TIMEOUT_S)
+    await audit_and_say(server, credentials, out, reports)
     for field in TOLERANCE:
         problems += grew(samples, field, WARM_UP_S)
     for i, report in enumerate(reports):
         for v in report["violations"]:
             problems.append(f"audit {i}: {v['invariant']}: {v['detail']}")
-    problems += [f"history lost: {e}" for e in lost_events(nodes)]
-    if checkpoint is not None:
-        total = sum(last_seq(n) for n in nodes)
-        audited = sum(r["events"] for r in reports)
-        print(f"the audits read {audited} of the {total} events the nodes wrote")
-        if audited < total:
-            problems.append(f"the audits read {audited} events, the nodes wrote {total}: some were deleted unread")
-    problems += await read_back(nodes[0], writer)
-    (out / "soak.json").write_text(
-        json.dumps({"samples": [asdict(s) for s in samples], "writes": writer.writes, "failures": writer.failures})
+    covered = checkpoint_seqs(server)
+    coverages = [coverage(server, n) for n in nodes]
+    for c in coverages:
+        print(
+            f"{c.node}: {c.last_seq} events, {c.archived_events} archived (up to seq {c.last_archived_seq}), "
+            f"the audits read up to seq {covered.get(c.node)}"
+        )
+        problems += [f"history lost on {c.node}: {reason}" for reason in c.lost]
+        if c.missing:
+            problems.append(f"{c.node}: {len(c.missing)} events in neither the archive nor the disk: {c.missing[:10]}")
+        if covered.get(c.node, 0) < c.last_archived_seq:
+            problems.append(f"{c.node}: the audits read up to seq {covered.get(c.node)}, not {c.last_archived_seq}")
+    save(
+        out,
+        samples,
+        writer,
+        {
+            "coverage": [asdict(c) | {"missing": len(c.missing)} for c in coverages],
+            "audits": [{"ok": r["ok"], "events": r["events"]} for r in reports],
+        },
     )
-    chart(samples, out / "soak.png")
     print(
         f"writes {writer.writes} (failed or unknown {writer.failures}); audits {len(reports)}; chart {out / 'soak.png'}"
     )
     return problems
 
 
-def last_seq(node: LocalNode) -> int:
-    with urllib.request.urlopen(f"{node.url}/_history?after_seq=0", timeout=60) as response:
-        seq = 0
-        for line in response:
-            seq = max(seq, int(json.loads(line)["seq"]))
-    return seq
+def save(out: Path, samples: list[Sample], writer: Writer, results: dict[str, Any]) -> None:
+    """The samples and results in DIR/soak.json, and the chart in DIR/soak.png."""
+    figures = {"samples": [asdict(s) for s in samples], "writes": writer.writes, "failures": writer.failures}
+    (out / "soak.json").write_text(json.dumps(figures | results))
+    chart(samples, out / "soak.png")
 
 
 async def read_back(node: LocalNode, writer: Writer) -> list[str]:
@@ -335,9 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="soak-out-"))
     out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="soak-"))
-    cluster = LocalCluster(workdir, settings={**FAST_SETTINGS, **RETENTION})
+    cluster = LocalCluster(workdir / "cluster", settings={**FAST_SETTINGS, **RETENTION})
+    server = S3Server(s3_server_binary(), workdir / "s3")
+    server.create_bucket(BUCKET)
     try:
-        problems = asyncio.run(soak(args, cluster, out))
+        with server:
+            problems = asyncio.run(soak(args, cluster, server, out))
     finally:
         cluster.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)

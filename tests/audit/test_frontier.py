@@ -81,3 +81,36 @@ def test_a_state_its_master_abandoned_for_a_later_term_is_not_held_back(spark: S
     report, held = audited(spark, hb, tmp_path / "h", hold_back=True)
     assert held == {}, "the master went on to term 2: it never commits that state"
     assert report["events"] == sum(len(lines) for lines in hb.lines.values())
+
+
+def cut_follower_before_its_last_accept(hb: HistoryBuilder, follower: str) -> None:
+    """The follower's archive ends before it accepted the last state: its `accepted` is still in its open
+    segment, while the master's archive already holds the commit that counts it."""
+    lines = hb.lines[follower]
+    last = max(i for i, line in enumerate(lines) if '"type":"accepted"' in line)
+    del lines[last:]
+
+
+def test_a_master_ahead_of_a_voters_archive_is_held_back_not_a_violation(spark: SparkSession, tmp_path: Path) -> None:
+    hb = cluster_history(6)
+    cut_follower_before_its_last_accept(hb, "b")
+    raw, _ = audited(spark, hb, tmp_path / "raw", hold_back=False)
+    assert "commit-quorum" in invariants_of(raw), "the partial archive, audited as it is, looks unsafe"
+    report, held = audited(spark, hb, tmp_path / "held", hold_back=True)
+    assert report["ok"], report["violations"]
+    assert held == {"cluster-1": 5}, "the state whose voter has not archived its accept yet is held back"
+
+
+def test_a_voter_whose_archive_goes_on_without_the_accept_is_still_a_violation(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    hb = cluster_history(2)
+    state = hb.make_state("a")
+    hb.accept("a", state)
+    hb.accept("c", state)
+    hb.commit("a", state, ("a", "b"))  # counts b, which never accepted it...
+    hb.commit("c", state)
+    hb.publish("a", ["b", "c"])  # ...and whose history goes on past that version
+    report, held = audited(spark, hb, tmp_path / "h", hold_back=True)
+    assert held == {}, "every voter's archive reaches past the version: it is judged"
+    assert "commit-quorum" in invariants_of(report)

@@ -3,12 +3,17 @@
 The archive holds each node's closed segments, so each node's history is there up to some point, and those
 points differ between nodes. A follower's archive can already hold `applied` of a state whose master's
 `committed` of it is still in the master's open segment: audited as it is, that would be a false
-`applied-only-committed` (or a broken `committed-chain`). So the audit holds back what is not settled yet:
+`applied-only-committed` (or a broken `committed-chain`). The other way round, a master's archive can already
+hold `committed` of a state whose followers' `accepted` of it are still in their open segments: a false
+`commit-quorum`. So the audit holds back what is not settled yet:
 
 - a state (cluster, version) is unsettled when its master's archived history has not committed that version
   (the master's newest `committed` or `applied` version is lower) and has not gone on to a later term (a master
   in a later term never commits it: a publication it abandoned); a master with no history in the input at all
   is a missing history, which the report names instead;
+- it is unsettled, too, when a node its master's `committed` counts in the quorum has an archived history that
+  stops short of it: no state event of that version or later, and no later term. A history that goes on past
+  the version without accepting it is judged (that is a real `commit-quorum` violation);
 - a cluster's frontier is one below its lowest unsettled version, and every node's history is cut at its first
   state event above the frontier: a suffix, so that seq stays gapless and per-node checks see a prefix.
 
@@ -46,7 +51,18 @@ def hold_back_unsettled(events: DataFrame) -> tuple[DataFrame, dict[str, int]]:
     )
     unsettled = masters.filter(
         (F.col("reached").isNull() | (F.col("reached") < F.col("version"))) & (F.col("newest_term") <= F.col("term"))
+    ).select("cluster_uuid", "version")
+    seen = states.groupBy("cluster_uuid", "node").agg(F.max("version").alias("seen"))
+    voters_behind = (
+        states.filter((F.col("type") == "committed") & F.col("quorum").isNotNull())
+        .select("cluster_uuid", "version", "term", F.explode("quorum").alias("node"))
+        .distinct()
+        .join(with_history, ["cluster_uuid", "node"])  # a voter without a history is a missing history
+        .join(seen, ["cluster_uuid", "node"], "left")
+        .filter((F.col("seen").isNull() | (F.col("seen") < F.col("version"))) & (F.col("newest_term") <= F.col("term")))
+        .select("cluster_uuid", "version")
     )
+    unsettled = unsettled.unionByName(voters_behind)
     frontiers = {
         row["cluster_uuid"]: int(row["lowest"]) - 1
         for row in unsettled.groupBy("cluster_uuid").agg(F.min("version").alias("lowest")).collect()
