@@ -347,7 +347,7 @@ MONITORING += [
 
 def _metric_names() -> set[str]:
     """Every series name the sidecar and the operator expose (counters get _total, histograms _bucket...)."""
-    sources = [REPO / "sidecar" / "coordinated" / "sidecar" / "metrics.py", REPO / "operator" / "coordinated" / "operator" / "metrics.py"]  # fmt: skip
+    sources = [REPO / "sidecar" / "coordinated" / "sidecar" / "observability" / "metrics.py", REPO / "operator" / "coordinated" / "operator" / "metrics.py"]  # fmt: skip
     names: set[str] = set()
     for source in sources:
         text = source.read_text()
