@@ -75,6 +75,7 @@ def write_and_read(segments: list[list[tuple[HistoryEvent, bool]]]) -> tuple[lis
     return expected, read
 
 
+@pytest.mark.slow  # 300 generated histories: make test runs it, make test-fast does not
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(st.tuples(history_events(), st.booleans()), min_size=1, max_size=12), min_size=1, max_size=4))
 def test_a_reader_gives_back_exactly_the_format_1_events(segments: list[list[tuple[HistoryEvent, bool]]]) -> None:

@@ -69,6 +69,7 @@ def test_a_write_of_unknown_outcome_may_show_in_a_listing_which_reveals_its_vers
     assert not check_transactions([*history, listing(8, 9, "r/", ("r/a", 1, 8))]).ok
 
 
+@pytest.mark.slow  # random schedules: make test runs it, make test-fast does not
 def test_the_random_schedules_with_range_clients_pass_the_check() -> None:
     for seed in (1, 4, 8):
         report = run_random_schedule(seed, 3 + seed % 5, ranges=2)
@@ -76,6 +77,7 @@ def test_the_random_schedules_with_range_clients_pass_the_check() -> None:
         assert report.listings > 10
 
 
+@pytest.mark.slow  # random schedules: make test runs it, make test-fast does not
 def test_the_check_fails_range_reads_that_do_not_wait_for_their_read_barrier(monkeypatch: pytest.MonkeyPatch) -> None:
     def at_once(self: simulated.SimulatedCluster, node: int, version: int, then: object) -> None:
         state = self.nodes[node].coordinator

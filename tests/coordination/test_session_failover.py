@@ -60,6 +60,7 @@ def test_a_kept_alive_session_survives_repeated_master_crashes_and_ends_once_aba
     assert [e["session"] for e in expired] == [session]
 
 
+@pytest.mark.slow  # a simulation sweep: make test runs it, make test-fast does not
 @settings(
     max_examples=KILL_EXAMPLES,
     deadline=None,
