@@ -232,3 +232,17 @@ def test_a_checkpoint_round_trips_and_a_bad_one_is_named(tmp_path: Path) -> None
     path.write_text("{not json")
     with pytest.raises(UnusableInput, match=str(path)):
         Checkpoint.read(path)
+
+
+def test_the_carried_events_are_not_in_the_plans_of_the_passes(spark: SparkSession) -> None:
+    """The carried events reach Spark as one literal of several MB at scale; every task of every pass over the
+    input deserialized it again (most of an incremental run's time) until the frame was cut off from its plan."""
+    events = [
+        {"cluster_uuid": "c", "node": "n", "seq": s, "type": "term", "term": 2, "ts": 1.0, "_node_name": "marker-xyz"}
+        for s in range(1, 50)
+    ]
+    carried = Checkpoint(events=events).carried(spark)
+    assert carried.count() == len(events)
+    assert carried.filter("_node_name = 'marker-xyz'").count() == len(events)
+    plan = carried._jdf.queryExecution().optimizedPlan().toString()
+    assert "marker-xyz" not in plan

@@ -7,10 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+import zstandard
 from audit_helpers import audit_dir, invariants_of
 from pyspark.sql import SparkSession
 
-from coordinated.audit.reading import UnusableInput, detect_format
+from coordinated.audit.reading import UnusableInput, detect_format, read_jsonl_lines
 from coordinated.audit.synth import HistoryBuilder, SynthConfig, generate
 from coordinated.sidecar.events.history import HistoryWriter, list_segments
 from coordinated.sidecar.events.history_segments import compress
@@ -263,3 +264,38 @@ def test_parquet_rows_are_checked_and_scouted_by_the_audits_first_pass(spark: Sp
         audit_dir(spark, bad)
     skipped = audit_dir(spark, bad, skip_malformed=True)
     assert skipped["malformed_lines"] == 1 and skipped["ok"] and skipped["events"] == as_jsonl["events"]
+
+
+def test_many_small_segments_are_read_in_a_few_tasks_and_a_bad_line_is_still_named(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Nodes that rotate small segments (restarts, a small `history.segment_size`) leave many files: they are
+    expanded in batches, a few tasks in all, so that every pass over the cached events runs that few; a bad
+    line is still named by its segment and its line there."""
+    hb = HistoryBuilder(["a", "b", "c"], "cluster-1", seed=5)
+    hb.elect("a", 1, ["b", "c"])
+    for _ in range(40):
+        hb.publish("a", ["b", "c"])
+    history = tmp_path / "history"
+    for node, lines in hb.lines.items():
+        writer = HistoryWriter(history / node, 1 << 10)  # a segment every few events
+        for line in lines:
+            event = json.loads(line)
+            del event["seq"], event["ts"]
+            writer.append_fields(event)
+        writer.close()
+    closed = [s.path for node in "abc" for s in list_segments(history / node)[:-1]]
+    assert len(closed) > 30
+    for path in closed:
+        compress(path)
+    lines, _ = read_jsonl_lines(spark, [str(history)])
+    assert lines.rdd.getNumPartitions() <= max(2, spark.sparkContext.defaultParallelism)
+    report = audit_dir(spark, history)
+    assert report["ok"], report["violations"]
+    assert report["events"] == sum(hb.seq.values())
+
+    victim = list_segments(history / "b")[5].path  # closed and compressed, in the middle of a batch
+    text = zstandard.decompress(victim.read_bytes()).splitlines(keepends=True)
+    victim.write_bytes(zstandard.compress(b"".join([*text[:2], b'{"node": "b", "seq": \n', *text[2:]])))
+    with pytest.raises(UnusableInput, match=rf"{victim}:3: not a JSON object"):
+        audit_dir(spark, history)

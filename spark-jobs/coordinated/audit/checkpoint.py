@@ -214,7 +214,9 @@ class Checkpoint:
         if not self.events:
             return spark.createDataFrame([], schema).withColumn(CARRIED, F.lit(True))
         parsed = local_frame(spark, [tuple(e.get(c) for c in schema.fieldNames()) for e in self.events], schema)
-        return parsed.select(*CONTEXT_COLUMNS, F.lit(True).alias(CARRIED))
+        # Built once, then cut off from its plan: the events travel as one literal of several MB, which every
+        # task of every pass over the input would otherwise deserialize again (most of an incremental run's time).
+        return parsed.select(*CONTEXT_COLUMNS, F.lit(True).alias(CARRIED)).localCheckpoint(eager=True)
 
     def seed(self, horizon: Horizon) -> None:
         """What the next audit's horizon starts from: holes below each node's first new seq are not gaps,

@@ -393,7 +393,8 @@ def read_jsonl_lines(
     local = [uri for uri in expanded if not segments.is_remote(uri)]
     remote = [uri for uri in expanded if segments.is_remote(uri)]
     if local:
-        rdd = spark.sparkContext.parallelize(local, len(local)).mapPartitions(segments.rows_of)
+        groups = segments.batches(local, spark.sparkContext.defaultParallelism)
+        rdd = spark.sparkContext.parallelize(groups, len(groups)).mapPartitions(segments.rows_of_batches)
         frames.append(spark.createDataFrame(rdd, EXPANDED_SCHEMA))
     if remote:
         contents = spark.read.format("binaryFile").load(remote).select("path", "content").rdd

@@ -15,6 +15,7 @@ by Spark (`binaryFile`, with Spark's own credentials) and expanded from their by
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import BinaryIO
 from urllib.parse import unquote, urlparse
@@ -128,6 +129,50 @@ def _decompressed(uri: str, content: bytes) -> BinaryIO:
 def rows_of(uris: Iterable[str]) -> Iterator[Row]:
     for uri in uris:
         yield from expanded_rows(uri)
+
+
+def rows_of_batches(batches: Iterable[Sequence[str]]) -> Iterator[Row]:
+    """`rows_of` for a task given whole batches of segments (`batches`)."""
+    for batch in batches:
+        yield from rows_of(batch)
+
+
+# About how much a closed segment's lines shrink under zstd (format 2: 175 bytes an event, 19 compressed).
+ZSTD_RATIO = 9
+# What one task expands, in bytes of lines: about 180,000 events of format 2.
+EXPANDED_BYTES_PER_TASK = 32 << 20
+
+
+def expanded_size(uri: str) -> int:
+    """About how many bytes of lines a local segment holds (0 when it cannot be seen: the reader names it)."""
+    path = local_file(uri)
+    try:
+        size = os.path.getsize(path) if path is not None else 0
+    except OSError:
+        return 0
+    return size * ZSTD_RATIO if uri.endswith(COMPRESSED) else size
+
+
+def batches(uris: Sequence[str], at_least: int, size: Callable[[str], int] = expanded_size) -> list[list[str]]:
+    """The segments in consecutive batches of about `EXPANDED_BYTES_PER_TASK` each, one task per batch, and at
+    least `at_least` batches where there are as many segments (every core gets work).
+
+    One task per segment made a task per few hundred events where nodes rotate small segments (a restart
+    rotates, and so does a small `history.segment_size`): every later pass over the cached events then ran as
+    many tasks, and their fixed cost was most of an audit's time."""
+    if not uris:
+        return []
+    sizes = [max(1, size(uri)) for uri in uris]
+    wanted = max(min(at_least, len(uris)), -(-sum(sizes) // EXPANDED_BYTES_PER_TASK))
+    share = sum(sizes) / wanted
+    out: list[list[str]] = [[]]
+    filled = 0.0
+    for uri, n in zip(uris, sizes, strict=True):
+        if out[-1] and filled + n / 2 > share * len(out) and len(out) < wanted:
+            out.append([])
+        out[-1].append(uri)
+        filled += n
+    return out
 
 
 def rows_of_contents(files: Iterable[tuple[str, bytes]]) -> Iterator[Row]:
