@@ -215,8 +215,9 @@ def audit(server: S3Server, credentials: Path, report: Path) -> dict[str, Any]:
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
     (report / "audit.log").parent.mkdir(parents=True, exist_ok=True)
     (report / "audit.log").write_text(done.stdout + done.stderr)
+    # 2 (unusable input) and 3 (the audit did not complete: Spark or its JVM failed) judged nothing: no verdict.
     if done.returncode not in (0, 1):
-        raise RuntimeError(f"the audit could not run (exit {done.returncode}): {done.stderr[-2000:]}")
+        raise RuntimeError(f"the audit did not run to a verdict (exit {done.returncode}): {done.stderr[-2000:]}")
     result: dict[str, Any] = json.loads((report / "audit-report.json").read_text())
     return result
 

@@ -80,6 +80,39 @@ def test_unusable_input_exits_2_naming_file_and_line(
     assert main([]) == 2
 
 
+def test_a_job_that_fails_inside_spark_exits_3_not_1(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A failure inside a Spark job (here a task forced to fail; at scale an OutOfMemoryError or a lost block)
+    means nothing was judged: exit 3 with one line naming what failed, never 1 (violations)."""
+    from pyspark.sql import functions as F
+
+    from coordinated.audit import prepare
+
+    history(tmp_path)
+    monkeypatch.setattr(prepare, "suspect", lambda: F.raise_error(F.lit("forced task failure")).isNull())
+    rc = main([str(tmp_path / "h"), "--report-dir", str(tmp_path / "r"), "--no-html"])
+    err = capsys.readouterr().err
+    assert rc == 3
+    (line,) = [text for text in err.splitlines() if text.startswith("coordinated audit:")]
+    assert line.startswith("coordinated audit: the audit did not complete: ") and "forced task failure" in line
+    assert "Traceback" not in err and not (tmp_path / "r" / "audit-report.json").exists()
+
+
+def test_an_unexpected_error_exits_3(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from coordinated.audit import run
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("the report could not be built")
+
+    history(tmp_path)
+    monkeypatch.setattr(run, "audit", broken)
+    assert main([str(tmp_path / "h"), "--report-dir", str(tmp_path / "r"), "--no-html"]) == 3
+    assert "the audit did not complete: RuntimeError: the report could not be built" in capsys.readouterr().err
+
+
 def test_compact_to_parquet_then_audit_the_parquet(spark: SparkSession, tmp_path: Path) -> None:
     hb = history(tmp_path)
     # A crash cut node-1's last event short (see test_reading for the seq it takes along).

@@ -507,6 +507,10 @@ def test_the_operator_observes_its_nodes_and_never_an_audit_jobs_pods(kubeconfig
     node_labels = manifests.statefulset(spec, 1)["spec"]["template"]["metadata"]["labels"]
     cronjob = manifests.audit_cronjob(spec, 1)
     assert cronjob is not None
+    # The API server takes the CronJob as the operator writes it (its pod failure policy names the container).
+    unowned = {**cronjob, "metadata": {k: v for k, v in cronjob["metadata"].items() if k != "ownerReferences"}}
+    applied = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(unowned))
+    assert applied.returncode == 0, applied.stderr
     audit_labels = cronjob["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
     for name, labels in (("demo-0", node_labels), ("demo-audit-29112-x1", audit_labels)):
         pod = {

@@ -149,6 +149,11 @@ def test_audit_cronjob_only_when_enabled() -> None:
     assert urls == [f"http://demo-{i}.demo-headless.prod.svc:9200" for i in range(3)]
     assert args[args.index("--spark-master") + 1] == "local[2]"
     assert args[args.index("--conf") + 1] == "a.b=1"
+    # Violations and unusable input fail the Job at once; an audit that did not complete (exit 3) runs again.
+    rules = cronjob["spec"]["jobTemplate"]["spec"]["podFailurePolicy"]["rules"]
+    by_action = {r["action"]: r.get("onExitCodes", {}).get("values") for r in rules}
+    assert by_action["FailJob"] == [1, 2] and by_action["Count"] == [3]
+    assert {r["onExitCodes"]["containerName"] for r in rules if "onExitCodes" in r} == {container["name"]}
 
 
 def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:

@@ -601,6 +601,31 @@ def pod_disruption_budget(spec: ClusterSpec, health: str | None, voters: int) ->
     }
 
 
+# `coordinated audit`'s exit codes: 1 violations, 2 unusable input, 3 the audit did not complete.
+AUDIT_VERDICT_EXIT_CODES = (1, 2)
+AUDIT_INCOMPLETE_EXIT_CODE = 3
+
+
+def audit_failure_policy() -> dict[str, Any]:
+    """How the audit Job treats its pod's exit code. Violations (1) and unusable input (2) are what the audit
+    found: a second run would find the same, so the Job fails at once (reason `PodFailurePolicy`). An audit that
+    did not complete (3: Spark or its JVM failed, out of memory say) judged nothing and is run again within
+    `backoffLimit` (then reason `BackoffLimitExceeded`); so is a pod evicted or preempted, without counting."""
+    return {
+        "rules": [
+            {
+                "action": "FailJob",
+                "onExitCodes": {"containerName": "audit", "operator": "In", "values": list(AUDIT_VERDICT_EXIT_CODES)},
+            },
+            {
+                "action": "Count",
+                "onExitCodes": {"containerName": "audit", "operator": "In", "values": [AUDIT_INCOMPLETE_EXIT_CODE]},
+            },
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        ]
+    }
+
+
 def audit_cronjob(
     spec: ClusterSpec, replicas: int, tls_source: str | None = None, nonvoters: int = 0
 ) -> Manifest | None:
@@ -674,6 +699,7 @@ def audit_cronjob(
             "jobTemplate": {
                 "spec": {
                     "backoffLimit": 1,
+                    "podFailurePolicy": audit_failure_policy(),
                     "template": {
                         "metadata": {"labels": audit_labels(spec)},
                         "spec": {

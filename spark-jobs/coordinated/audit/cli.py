@@ -1,6 +1,7 @@
 """`coordinated audit`: audit history files, folders, globs, Parquet or live sidecars.
 
-Exit codes (docs/audit.md): 0 no violations, 1 violations, 2 unusable input.
+Exit codes (docs/audit.md): 0 no violations, 1 violations, 2 unusable input, 3 the audit did not complete (a Spark
+or JVM failure, or any other unexpected error: nothing was judged, so it is never reported as violations).
 """
 
 from __future__ import annotations
@@ -10,8 +11,14 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-EXIT_OK, EXIT_VIOLATIONS, EXIT_UNUSABLE = 0, 1, 2
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from coordinated.audit.reading import Input
+
+EXIT_OK, EXIT_VIOLATIONS, EXIT_UNUSABLE, EXIT_INCOMPLETE = 0, 1, 2, 3
 
 
 _READ_FAILED = re.compile(r"(?:error while reading file|reading file|read file)\s+(\S+?)[.,]?(?:\s|$)", re.I)
@@ -34,11 +41,27 @@ def first_cause(error: BaseException) -> str:
     return causes[-1].strip()[:300] if causes else str(error).splitlines()[0][:300]
 
 
+def what_failed(error: BaseException) -> str:
+    """One line naming what stopped an audit that did not complete (a JVM error's root cause, else the
+    Python exception), without a stack trace."""
+    text = str(error)
+    if _CAUSE.search(text):
+        return first_cause(error)
+    first = text.splitlines()[0][:300] if text.strip() else ""
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+def did_not_complete(error: BaseException) -> int:
+    print(f"coordinated audit: the audit did not complete: {what_failed(error)}", file=sys.stderr)
+    return EXIT_INCOMPLETE
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="coordinated audit",
         description="Audit history files (JSONL, or Parquet made by --compact-to) against the protocol's "
-        "safety invariants. Exit 0: no violations, 1: violations, 2: unusable input.",
+        "safety invariants. Exit 0: no violations, 1: violations, 2: unusable input, 3: the audit did not complete "
+        "(a Spark or JVM failure such as running out of memory, or another unexpected error; nothing was judged).",
     )
     p.add_argument("paths", nargs="*", metavar="PATH", help="files, folders or globs; local or any Hadoop URI")
     p.add_argument(
@@ -100,6 +123,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _audit(argv)
+    except Exception as error:  # Spark or its JVM failed (out of memory, a lost task), or a bug: never violations
+        return did_not_complete(error)
+
+
+def _audit(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     urls = [u.strip() for u in (args.from_cluster or "").split(",") if u.strip()]
     if not args.paths and not urls:
@@ -207,10 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"coordinated audit: unusable input: cannot read {where}: {first_cause(e)}", file=sys.stderr)
         return EXIT_UNUSABLE
     finally:
-        if inp is not None:
-            inp.release()
-        if not had_session:
-            spark.stop()
+        _clean_up(spark, inp, stop=not had_session)
     outcome.report["stats"]["input"]["archive_frontier"] = held_back
     charts = None
     if not args.no_html:
@@ -252,6 +279,18 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_UNUSABLE
         print(f"checkpoint: {args.checkpoint}")
     return EXIT_OK if rep["ok"] else EXIT_VIOLATIONS
+
+
+def _clean_up(spark: SparkSession, inp: Input | None, *, stop: bool) -> None:
+    """Release what the run cached and stop the session it started. A JVM that already died (the failure being
+    reported) can do neither: that must not hide the failure's own message."""
+    try:
+        if inp is not None:
+            inp.release()
+        if stop:
+            spark.stop()
+    except Exception as error:
+        print(f"coordinated audit: could not stop Spark cleanly: {what_failed(error)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -206,11 +206,15 @@ def audit(cluster: LocalCluster, workdir: Path) -> int:
     say(f"   {DIM}(Spark's own output goes to {audit_log}){RESET}")
     with audit_log.open("wb") as log:
         result = subprocess.run(command, check=False, stderr=log)
-    verdict = {0: f"{GREEN}no violations{RESET}", 1: f"{RED}violations found{RESET}"}.get(
-        result.returncode, "unusable input"
-    )
+    verdict = {
+        0: f"{GREEN}no violations{RESET}",
+        1: f"{RED}violations found{RESET}",
+        2: "unusable input",
+        3: f"{RED}the audit did not complete (see {audit_log}){RESET}",
+    }.get(result.returncode, f"{RED}the audit did not run (exit {result.returncode}, see {audit_log}){RESET}")
     say(f"   {verdict}; report: {report_dir / 'audit-report.json'}")
-    return 0 if result.returncode == 0 else 1
+    # The audit's own code: 1 is violations, and 2 or 3 (no verdict) must not read as violations.
+    return result.returncode if result.returncode in (0, 1, 2, 3) else 3
 
 
 def main(argv: list[str] | None = None) -> int:
