@@ -19,11 +19,13 @@ events, not the old ones. Generated histories are kept in `--workdir` and reused
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import sys
 import tempfile
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -121,41 +123,55 @@ def generated(workdir: Path, old: int, new: int, compressed: bool) -> Path:
     return home
 
 
-def audit(paths: list[Path], master: str, *extra: str, valid: bool = True) -> tuple[int, float, float]:
-    """(events, audit seconds as the CLI reports them, end-to-end seconds); `valid`: the history has no
-    violation, so anything but exit 0 is a failure of the audit."""
+@dataclass
+class Run:
+    events: int
+    seconds: float  # the audit's own time, as the CLI reports it (without JVM start-up)
+    wall: float  # end to end
+    peak_mb: float  # the driver's peak RSS, Python and JVM (in local mode the JVM runs the tasks too)
+
+    def text(self) -> str:
+        return f"{self.events:,} events in {self.seconds:.1f}s ({self.wall:.1f}s end to end, peak RSS {self.peak_mb:,.0f} MB)"
+
+
+def audit(paths: list[Path], master: str, *extra: str, valid: bool = True) -> Run:
+    """One `coordinated audit`; `valid`: the history has no violation, so anything but exit 0 is a failure of
+    the audit (the anchor's history starts past seq 1, so it may report gaps: exit 1)."""
     command = [sys.executable, "-m", "coordinated.cli", "audit", *map(str, paths), "--spark-master", master]
     command += ["--no-html", "--report-dir", tempfile.mkdtemp(prefix="audit-incremental-report-"), *extra]
-    code, wall, out, _meter = run_measured(command)
+    code, wall, out, meter = run_measured(command)
     found = _AUDITED.search(out)
     if code not in ((0,) if valid else (0, 1)) or found is None:
         raise SystemExit(f"audit failed (exit {code}): {out[-2000:]}")
-    return int(found.group(1)), float(found.group(2)), wall
+    return Run(int(found.group(1)), float(found.group(2)), wall, meter.peak_total / 1e6)
 
 
-def bench(workdir: Path, old: int, new: int, master: str, compressed: bool) -> None:
+def bench(workdir: Path, old: int, new: int, master: str, compressed: bool, extra: list[str]) -> None:
     home = generated(workdir, old, new, compressed)
     run = Path(tempfile.mkdtemp(prefix="audit-incremental-", dir=workdir))
     try:
         history, only_new = run / "history", run / "only-new"
         shutil.copytree(home / "old", history, copy_function=_link)
         checkpoint = run / "checkpoint.json"
-        events, first, first_wall = audit([history], master, "--checkpoint", str(checkpoint))
-        print(
-            f"{old:>10,} old: the audit that writes the checkpoint: {events:,} events in {first:.1f}s ({first_wall:.1f}s)"
-        )
+        first = audit([history], master, "--checkpoint", str(checkpoint), *extra)
+        print(f"{old:>10,} old: the audit that writes the checkpoint: {first.text()}")
         shutil.copytree(home / "new", history, copy_function=_link, dirs_exist_ok=True)
         shutil.copytree(home / "new", only_new, copy_function=_link)
         size = checkpoint.stat().st_size
-        events, incremental, incremental_wall = audit([history], master, "--checkpoint", str(checkpoint))
-        print(f"{'':>10} incremental: {events:,} new events in {incremental:.1f}s ({incremental_wall:.1f}s end to end)")
-        events, anchor, anchor_wall = audit([only_new], master, valid=False)
-        print(f"{'':>10} anchor, the new segments alone: {events:,} events in {anchor:.1f}s ({anchor_wall:.1f}s)")
+        incremental = audit([history], master, "--checkpoint", str(checkpoint), *extra)
+        print(f"{'':>10} incremental: {incremental.text()}")
+        anchor = audit([only_new], master, *extra, valid=False)
+        print(f"{'':>10} anchor, the new segments alone: {anchor.text()}")
         print(
-            f"{'':>10} incremental / anchor: {incremental / anchor:.2f} (end to end {incremental_wall / anchor_wall:.2f}); checkpoint {size / 1e6:.1f} MB"
+            f"{'':>10} incremental / anchor: {incremental.seconds / anchor.seconds:.2f} "
+            f"(end to end {incremental.wall / anchor.wall:.2f}); checkpoint {size / 1e6:.1f} MB; load {_load()}"
         )
     finally:
         shutil.rmtree(run, ignore_errors=True)
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def _link(source: str, target: str) -> None:
@@ -169,10 +185,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--layout", choices=("zst", "jsonl"), default="zst")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "audit-incremental")
+    parser.add_argument(
+        "--audit-option", action="append", default=[], metavar="OPTION", help="passed to every audit (repeatable)"
+    )
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     for old in args.old:
-        bench(args.workdir, old, args.new, args.master, args.layout == "zst")
+        bench(args.workdir, old, args.new, args.master, args.layout == "zst", args.audit_option)
 
 
 if __name__ == "__main__":
