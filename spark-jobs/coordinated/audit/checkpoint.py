@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -246,8 +247,16 @@ def _struct() -> Column:
     return F.struct(*CONTEXT_COLUMNS)
 
 
+_MARKS = ("last", "term", "applied", "commit", "cut")  # the events carried per node, by the seq of each
+
+
 def build(events: DataFrame, states: DataFrame, trimmed: set[tuple[str, str]], resets: Sequence[Any]) -> Checkpoint:
-    """The checkpoint after an audit of `events` (new and carried): see the module's docstring."""
+    """The checkpoint after an audit of `events` (new and carried): see the module's docstring.
+
+    Two passes over the events: one of numbers only (per node, the seqs of the events it carries), then one that
+    picks the carried events (those seqs, the reset events, the window's states and elections) and writes only
+    those as JSON. The window's bounds come from the state table. (Per-node `max_by` of whole events, and a pass
+    of their own for the window and for the elections, made writing a checkpoint cost a third of an audit.)"""
     last_reset: dict[tuple[str, str], int] = {}
     for r in resets:
         key = (r["cluster_uuid"], r["node"])
@@ -255,41 +264,29 @@ def build(events: DataFrame, states: DataFrame, trimmed: set[tuple[str, str]], r
     since_reset = _since(last_reset)
     typ = F.col("type")
     keys = ("cluster_uuid", "node", "_origin")
+    seq = F.col("seq")
     per_node = (
         events.groupBy(*keys)
         .agg(
-            F.max_by(_struct(), F.col("seq")).alias("last"),
-            F.max_by(_struct(), F.when(typ.isin(*TERM_TYPES) & since_reset, F.struct("term", "seq"))).alias("term"),
-            F.max_by(_struct(), F.when((typ == "applied") & since_reset, F.col("seq"))).alias("applied"),
-            F.max_by(_struct(), F.when(typ.isin(*COMMIT_TYPES), F.col("seq"))).alias("commit"),
-            F.max_by(_struct(), F.when(typ == "retention_cut", F.col("seq"))).alias("cut"),
-            F.collect_list(F.when(typ.isin(*RESET_TYPES), F.to_json(_struct()))).alias("resets"),
+            F.max("seq").alias("last"),
+            F.max(F.when(typ.isin(*TERM_TYPES) & since_reset, F.struct("term", "seq"))).alias("term"),
+            F.max(F.when((typ == "applied") & since_reset, F.struct("seq", "term", "version"))).alias("applied"),
+            F.max(F.when(typ.isin(*COMMIT_TYPES), seq)).alias("commit"),
+            F.max(F.when(typ == "retention_cut", seq)).alias("cut"),
         )
-        .select(
-            *keys,
-            *[F.to_json(c).alias(c) for c in ("last", "term", "applied", "commit", "cut")],
-            "resets",
-            F.col("last.seq").alias("last_seq"),
-            F.col("term.term").alias("last_term"),
-            F.col("applied.term").alias("applied_term"),
-            F.col("applied.version").alias("applied_version"),
-        )
+        .select(*keys, "last", "term", "applied", "commit", "cut")
         .collect()
     )
     checkpoint = Checkpoint()
-    carried: dict[tuple[str, str, int], str] = {}
+    wanted: set[tuple[str, str, str, int]] = set()
     for r in per_node:
-        for name in ("last", "term", "applied", "commit", "cut"):
-            if r[name] is not None:
-                event = json.loads(r[name])
-                carried[(event["cluster_uuid"], event["node"], event["seq"])] = r[name]
-        for text in r["resets"]:
-            event = json.loads(text)
-            carried[(event["cluster_uuid"], event["node"], event["seq"])] = text
-        applied = (r["applied_term"], r["applied_version"]) if r["applied_term"] is not None else None
+        seqs = [r["last"], r["commit"], r["cut"], *(r[m]["seq"] if r[m] else None for m in ("term", "applied"))]
+        wanted.update((r["cluster_uuid"], r["node"], r["_origin"], int(s)) for s in seqs if s is not None)
+        applied = (r["applied"]["term"], r["applied"]["version"]) if r["applied"] is not None else None
+        last_term = r["term"]["term"] if r["term"] is not None else None
         trimmed_here = (r["cluster_uuid"], r["node"]) in trimmed
         checkpoint.nodes.append(
-            NodeMark(r["cluster_uuid"], r["node"], r["_origin"], r["last_seq"], r["last_term"], applied, trimmed_here)
+            NodeMark(r["cluster_uuid"], r["node"], r["_origin"], r["last"], last_term, applied, trimmed_here)
         )
     tips = (
         states.filter("committed")
@@ -306,7 +303,8 @@ def build(events: DataFrame, states: DataFrame, trimmed: set[tuple[str, str]], r
             "state_uuid": tip["state_uuid"],
         }
         floors[r["cid"]] = max(0, tip["version"] - CARRY_VERSIONS)
-    for text in _window_events(events, floors):
+    carried: dict[tuple[str, str, int], str] = {}
+    for text in _carried_events(events, states, wanted, floors):
         event = json.loads(text)
         carried.setdefault((event["cluster_uuid"], event["node"], event["seq"]), text)
     checkpoint.window = floors  # older states that a later event names are outside the next audit's horizon
@@ -324,42 +322,81 @@ def _since(last_reset: dict[tuple[str, str], int]) -> Column:
     return condition
 
 
-def _window_events(events: DataFrame, floors: dict[str, int]) -> list[str]:
-    """One event per state of the carried window (the master's commit, or the `settings_removed` event of a
-    rewritten copy, where there is one), the accepted
-    events of its states no master has committed, and the elected events of its terms (as JSON)."""
-    if not floors:
-        return []
-    floor = F.lit(None).cast("long")
-    for cid, value in floors.items():
-        floor = F.when(F.col("cluster_uuid") == cid, F.lit(value)).otherwise(floor)
+def _per_cluster(values: dict[str, int], cluster: str = "cluster_uuid") -> Column:
+    """The value for the row's cluster (null for a cluster without one)."""
+    out = F.lit(None).cast("long")
+    for cid, value in values.items():
+        out = F.when(F.col(cluster) == cid, F.lit(value)).otherwise(out)
+    return out
+
+
+_WANTED = T.StructType(
+    [
+        T.StructField("cluster_uuid", T.StringType()),
+        T.StructField("node", T.StringType()),
+        T.StructField("_origin", T.StringType()),
+        T.StructField("seq", T.LongType()),
+    ]
+)
+
+
+def _carried_events(
+    events: DataFrame, states: DataFrame, wanted: set[tuple[str, str, str, int]], floors: dict[str, int]
+) -> list[str]:
+    """As JSON: the `wanted` events (per node), every reset event, and for the carried window one event per
+    state (the master's commit, or the `settings_removed` event of a rewritten copy, where there is one), the
+    accepted events of its states no master has committed, and the elected events of its terms."""
     typ = F.col("type")
+    # The window's first term per cluster, from the state table (one row per state, cached).
+    window_states = states.filter(F.col("version") >= _per_cluster(floors, "cid"))
+    first_terms = {
+        r["cid"]: int(r["term"]) for r in window_states.groupBy("cid").agg(F.min("term").alias("term")).collect()
+    }
+    floor, term_floor = _per_cluster(floors), _per_cluster(first_terms)
     rewritten = typ == SETTINGS_REMOVED  # a copy rewritten offline: its event says so (see `state_table`)
     in_window = (typ.isin(*STATE_TYPES) | rewritten) & floor.isNotNull() & (F.col("version") >= floor)
-    master_commit = (typ == "committed") & (F.col("node") == F.col("master"))
-    rank = F.when(master_commit | rewritten, 3).when(typ == "accepted", 2).otherwise(1)
-    states = (
-        events.filter(in_window)
-        .groupBy("cluster_uuid", "state_uuid")
-        .agg(
-            F.max_by(F.to_json(_struct()), F.struct(rank, F.col("seq"))).alias("one"),
-            F.max(master_commit).alias("committed"),
-            F.collect_list(F.when(typ == "accepted", F.to_json(_struct()))).alias("accepted"),
-            F.min("term").alias("term"),
-        )
-        .collect()
+    elected = (typ == "elected") & term_floor.isNotNull() & (F.col("term") >= term_floor)
+    marked = events.join(
+        F.broadcast(local_frame(events.sparkSession, sorted(wanted), _WANTED).withColumn("_wanted", F.lit(True))),
+        ["cluster_uuid", "node", "_origin", "seq"],
+        "left",
     )
-    out = [r["one"] for r in states]
-    for r in states:
-        if not r["committed"]:
-            out.extend(r["accepted"])
-    first_terms: dict[str, int] = {}
-    for r in states:
-        first_terms[r["cluster_uuid"]] = min(first_terms.get(r["cluster_uuid"], r["term"]), r["term"])
-    if first_terms:
-        term_floor = F.lit(None).cast("long")
-        for cid, term in first_terms.items():
-            term_floor = F.when(F.col("cluster_uuid") == cid, F.lit(term)).otherwise(term_floor)
-        elected = events.filter((typ == "elected") & (F.col("term") >= term_floor)).select(F.to_json(_struct()))
-        out.extend(r[0] for r in elected.collect())
+    single = F.col("_wanted").isNotNull() | typ.isin(*RESET_TYPES) | elected
+    picked = (
+        marked.filter(single | in_window)
+        .select(
+            "cluster_uuid",
+            "state_uuid",
+            "seq",
+            single.alias("single"),
+            in_window.alias("window"),
+            (typ == "accepted").alias("accepted"),
+            ((typ == "committed") & (F.col("node") == F.col("master"))).alias("master_commit"),
+            F.when((typ == "committed") & (F.col("node") == F.col("master")) | rewritten, 3)
+            .when(typ == "accepted", 2)
+            .otherwise(1)
+            .alias("rank"),
+            F.to_json(_struct()).alias("json"),
+        )
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    try:
+        out = [r["json"] for r in picked.filter("single").select("json").collect()]
+        per_state = (
+            picked.filter("window")
+            .groupBy("cluster_uuid", "state_uuid")
+            .agg(
+                F.max_by("json", F.struct("rank", "seq")).alias("one"),
+                # Only a state no master has committed carries its accepted events.
+                F.when(~F.max("master_commit"), F.collect_list(F.when(F.col("accepted"), F.col("json")))).alias(
+                    "accepted"
+                ),
+            )
+            .collect()
+        )
+    finally:
+        picked.unpersist()
+    for r in per_state:
+        out.append(r["one"])
+        out.extend(r["accepted"] or [])
     return out
