@@ -11,9 +11,12 @@ nodes' own layout: `segment-<first seq>.jsonl.zst`, format 2 (what the nodes wri
 3. the anchor: `coordinated audit NEW`, the new segments alone in a folder of their own, without a checkpoint
    (a history that starts past seq 1, so it reports gaps: only its time counts).
 
-It prints each run's time (as the CLI reports it, without JVM start-up, and end to end) and the incremental
-audit's time against the anchor's; the claim to check is that the incremental audit's time follows the new
-events, not the old ones. Generated histories are kept in `--workdir` and reused. Figures only.
+It prints each run's time (as the CLI reports it, without JVM start-up, and end to end), its peak RSS (the
+driver's Python and JVM; in local mode the JVM runs the tasks too) and the incremental audit's time against
+the anchor's; the claim to check is that the incremental audit's time follows the new events, not the old
+ones. `--audit-option=OPTION` (repeatable) is passed to every audit, for example
+`--audit-option=--conf --audit-option=spark.driver.memory=2g`. Generated histories are kept in `--workdir` and
+reused. Figures only.
 """
 
 from __future__ import annotations
