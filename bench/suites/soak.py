@@ -340,10 +340,10 @@ async def soak(args: argparse.Namespace, cluster: LocalCluster, server: S3Server
     finally:
         writer.stop()
         await task
-        if running is not None:
-            await running
-    samples.extend(sample(n, (time.monotonic() - started) / 60) for n in nodes)
+    samples.extend(sample(n, (time.monotonic() - started) / 60) for n in nodes)  # as the writes stop
     save(out, samples, writer, {})
+    if running is not None:
+        await running
     problems, results = await end_check(cluster, nodes, server, writer, audits)
     for field in TOLERANCE:
         problems += grew(samples, field, WARM_UP_S)

@@ -131,3 +131,37 @@ def test_a_missing_or_cut_report_did_not_run(tmp_path: Path) -> None:
     assert read_verdict(1, tmp_path)[0] is Verdict.DID_NOT_RUN
     (tmp_path / REPORT).write_text('{"ok": fal')
     assert read_verdict(1, tmp_path)[0] is Verdict.DID_NOT_RUN
+
+
+def test_the_end_check_runs_every_step_and_names_each_failure(tmp_path: Path) -> None:
+    """Nothing answers, nothing stops, the audit crashes twice, no checkpoint and no node id: the end check still
+    reaches its last step and returns one finding per failure instead of raising at the first."""
+    import asyncio
+
+    from bench.suites import soak
+    from coordinated.tools.localcluster import LocalCluster, LocalNode
+    from coordinated.tools.s3server import S3Server, free_port
+
+    class StuckCluster(LocalCluster):
+        def stop(self, node: LocalNode, timeout: float = 10.0) -> int | None:
+            raise TimeoutError(f"{node.name} still running after {timeout} s")
+
+    nodes = [LocalNode(f"node-{i}", tmp_path / f"node-{i}", free_port("127.0.0.1"), 0) for i in (1, 2)]
+    writer = soak.Writer(nodes, rate=1.0)
+    writer.acknowledged["soak/0"] = 7
+    audits = soak.Audits(fake_audit("crash"), tmp_path / "out", timeout_s=60)
+    server = S3Server(Path("/nonexistent/s3server"), tmp_path / "s3")
+    problems, results = asyncio.run(soak.end_check(StuckCluster(tmp_path / "cluster"), nodes, server, writer, audits))
+    expected = [
+        "the read-back could not run",
+        "node-1 did not stop gracefully",
+        "node-2 did not stop gracefully",
+        "audit 0 did not complete: exit 1, no audit-report.json: RuntimeError:",
+        "the audits' checkpoint could not be read",
+        "node-1: its events could not be counted",
+        "node-2: its events could not be counted",
+    ]
+    for finding in expected:
+        assert any(p.startswith(finding) for p in problems), (finding, problems)
+    assert len(problems) == len(expected)
+    assert results["audits"][0]["verdict"] == "did not run" and results["audits"][0]["attempts"] == 2
