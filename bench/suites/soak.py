@@ -291,6 +291,7 @@ def chart(samples: list[Sample], path: Path) -> None:
     axes[-1].set_xlabel("minutes")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
+    plt.close(figure)  # drawn again at every sample: pyplot keeps every open figure
 
 
 class Audits:
