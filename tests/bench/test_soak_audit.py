@@ -165,3 +165,15 @@ def test_the_end_check_runs_every_step_and_names_each_failure(tmp_path: Path) ->
         assert any(p.startswith(finding) for p in problems), (finding, problems)
     assert len(problems) == len(expected)
     assert results["audits"][0]["verdict"] == "did not run" and results["audits"][0]["attempts"] == 2
+
+
+def test_the_chart_drawn_at_every_sample_leaves_no_figure_open(tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    from bench.suites import soak
+
+    samples = [soak.Sample(m, "node-1", 5.0, 2.0, 100.0, 30, 0.0, 0.0) for m in (0.0, 1.0)]
+    for _ in range(3):
+        soak.chart(samples, tmp_path / "soak.png")
+    assert plt.get_fignums() == []
+    assert (tmp_path / "soak.png").stat().st_size > 0
