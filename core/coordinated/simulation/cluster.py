@@ -197,6 +197,7 @@ class SimulatedCluster:
         """Stop a node at once; what it persisted survives, everything else is lost."""
         sim_node = self.nodes[index]
         sim_node.coordinator = None
+        sim_node.watched = frozenset()
         self._note_mastership()
         self._wake_apply_waiters(sim_node, None)
         for key in [key for key in self._pending if key[0] == index]:
@@ -282,7 +283,7 @@ class SimulatedCluster:
 
     def step(self, until: int) -> bool:
         deadlines = (
-            (sim_node.index, sim_node.coordinator.next_deadline)
+            (sim_node.index, sim_node.coordinator.next_deadline())
             for sim_node in self.nodes
             if sim_node.coordinator is not None
         )
@@ -504,6 +505,8 @@ class SimulatedCluster:
             if not sim_node.alive:
                 continue
             coordinator = sim_node.running()
+            if sim_node.watched != self._expected_watch(sim_node, leaders[0], applied):
+                self.violation(f"{sim_node.name} watches {sorted(sim_node.watched)}")
             if sim_node.name in connected_names and coordinator is not leader:
                 if coordinator.mode is not Mode.FOLLOWER or coordinator.leader != leader.local_node:
                     self.violation(f"{sim_node.name} is {coordinator.mode} instead of following the leader")
@@ -525,6 +528,14 @@ class SimulatedCluster:
             self.violation(f"voting configuration {list(config.node_ids)} has size {len(config)}, expected {expected}")
         if not config.has_quorum({node.node.id for node in eligible}):
             self.violation(f"connected nodes have no quorum of the voting configuration {list(config.node_ids)}")
+
+    @staticmethod
+    def _expected_watch(sim_node: SimNode, leader: SimNode, applied: ClusterState) -> frozenset[str]:
+        """A stable leader watches every other node it applied, a follower its leader, a lone candidate none."""
+        if sim_node is leader:
+            return frozenset(node.transport_address for node in applied.nodes.values() if node.id != leader.node.id)
+        following = sim_node.running().mode is Mode.FOLLOWER
+        return frozenset((leader.address,)) if following else frozenset()
 
     # ---------------------------------------------------------------------------------------------------
     # output
