@@ -14,7 +14,6 @@ from coordinated.coordination.client import (
     Committed,
     KvGet,
     KvPut,
-    ReadBarrier,
     Txn,
     TxnCompare,
     TxnOp,
@@ -75,29 +74,11 @@ def leader_of(cluster: SimulatedCluster) -> SimNode:
     return leader
 
 
-def config_size(cluster: SimulatedCluster) -> int:
-    return len(leader_of(cluster).running().applied_state.last_committed_config)
-
-
 def request(cluster: SimulatedCluster, node: int, message: object, timeout: int = 10 * SECOND) -> ClientResult:
     results: list[ClientResult] = []
     cluster.submit(node, message, on_done=results.append, timeout=timeout)  # type: ignore[arg-type]
     assert cluster.run_until(lambda: bool(results), timeout + SECOND)
     return results[0]
-
-
-def test_cluster_grows_from_one_to_three_and_does_not_shrink_back() -> None:
-    cluster = formed(1, initial_master_nodes=1)
-    assert config_size(cluster) == 1
-    cluster.add_node()
-    cluster.run_for(10 * SECOND)
-    assert config_size(cluster) == 1  # two nodes: an odd configuration of one
-    cluster.add_node()
-    assert cluster.run_until(lambda: config_size(cluster) == 3, 30 * SECOND)
-    third = cluster.nodes[2] if cluster.nodes[2] is not leader_of(cluster) else cluster.nodes[1]
-    cluster.crash(third.index)
-    cluster.run_for(60 * SECOND)
-    assert config_size(cluster) == 3  # auto-shrink never goes below three once there
 
 
 def test_a_late_answer_from_the_old_master_does_not_unseat_the_new_one() -> None:
@@ -266,20 +247,6 @@ def test_a_rebooted_node_cannot_count_votes_in_its_old_term() -> None:
         assert "reboot" in str(rejected)
     else:
         raise AssertionError("a vote was counted in the old term after a reboot")
-
-
-def test_a_read_barrier_from_any_node_returns_the_masters_applied_version() -> None:
-    cluster = formed(3)
-    master = leader_of(cluster)
-    followers = [node for node in cluster.nodes if node is not master]
-    write = request(cluster, followers[0].index, KvPut("k", 1))
-    assert isinstance(write, Committed)
-    for node in cluster.nodes:
-        barrier = request(cluster, node.index, ReadBarrier())
-        assert isinstance(barrier, Committed), barrier
-        applied = master.running().applied_state
-        assert (barrier.term, barrier.version) == (applied.term, applied.version)
-        assert barrier.version >= write.version
 
 
 def test_pending_writes_are_batched_into_few_publications() -> None:
