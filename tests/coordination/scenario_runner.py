@@ -133,14 +133,6 @@ class ScenarioRunner:
             return next(node for node in sim.nodes if node.alive and node is not leader)
         return sim.node_by_name(name)
 
-    def _settled(self) -> bool:
-        sim = self.sim
-        leader = sim.leader()
-        if leader is None or leader.running().publication is not None:
-            return False
-        version = leader.running().applied_state.version
-        return all(node.running().applied_state.version == version for node in sim.nodes if node.alive)
-
     def _request(self, node: SimNode, request: ClientRequest) -> ClientResult:
         results: list[ClientResult] = []
         self.sim.submit(node.index, request, on_done=results.append)
@@ -160,7 +152,7 @@ class ScenarioRunner:
     def do_cluster(self, args: list[str]) -> str:
         options = dict(arg.split("=") for arg in args)
         self.cluster = SimulatedCluster(int(options.get("seed", "1")), int(options["nodes"]))
-        assert self.sim.run_until(self._settled, 30 * SECOND), "the cluster did not form"
+        assert self.sim.run_until(self.sim.settled, 30 * SECOND), "the cluster did not form"
         leader = self.node("leader").running()
         return f"leader {self.node('leader').name} term {leader.current_term} version {leader.applied_state.version}"
 

@@ -81,9 +81,12 @@ COORDINATOR_NAMES = {"coordinator", "_coordinator"}
 
 
 def _names_coordinator(node: ast.expr, aliases: set[str]) -> bool:
-    """`coordinator`, `_coordinator`, `x.coordinator`, `self._coordinator`, or a name bound to one of them."""
+    """`coordinator`, `_coordinator`, `x.coordinator`, `self._coordinator`, a simulated node's `x.running()`, or
+    a name bound to one of them."""
     if isinstance(node, ast.Name):
         return node.id in COORDINATOR_NAMES or node.id in aliases
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Attribute) and node.func.attr == "running" and not node.args
     return isinstance(node, ast.Attribute) and node.attr in COORDINATOR_NAMES
 
 
@@ -138,14 +141,10 @@ def test_the_scan_catches_a_shell_reading_a_field_or_a_component(tmp_path: Path)
         "    a = node.coordinator.peer_finder.peers, node.coordinator.status(), self._coordinator.mode\n"
         "    c = node.coordinator\n"
         "    d = c\n"
-        "    return d.applied_state, core.settings, c.tick(0)\n"
+        "    return d.applied_state, core.settings, c.tick(0), sim_node.running().publication\n"
     )
-    assert coordinator_attributes(sample) - COORDINATOR_SHELL_API == {
-        "peer_finder",
-        "mode",
-        "applied_state",
-        "settings",
-    }
+    found = coordinator_attributes(sample) - COORDINATOR_SHELL_API
+    assert found == {"peer_finder", "mode", "applied_state", "settings", "publication"}
 
 
 # The core does no I/O and holds no shared state: no threads, locks, clocks, sockets, files or processes.

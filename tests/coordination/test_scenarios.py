@@ -53,19 +53,8 @@ SECOND = 1000
 
 def formed(nodes: int = 3, seed: int = 1, **kwargs: object) -> SimulatedCluster:
     cluster = SimulatedCluster(seed, nodes, **kwargs)  # type: ignore[arg-type]
-    assert cluster.run_until(lambda: cluster.leader() is not None and _settled(cluster), 30 * SECOND)
+    assert cluster.run_until(cluster.settled, 30 * SECOND)
     return cluster
-
-
-def _settled(cluster: SimulatedCluster) -> bool:
-    leader = cluster.leader()
-    if leader is None:
-        return False
-    version = leader.running().applied_state.version
-    return (
-        all(node.running().applied_state.version == version for node in cluster.nodes if node.alive)
-        and leader.running().publication is None
-    )
 
 
 def leader_of(cluster: SimulatedCluster) -> SimNode:

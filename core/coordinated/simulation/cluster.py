@@ -422,6 +422,17 @@ class SimulatedCluster:
         leaders = [node for node in self.nodes if node.alive and node.running().mode is Mode.LEADER]
         return leaders[0] if len(leaders) == 1 else None
 
+    def settled(self, voting_config_size: int | None = None) -> bool:
+        """One leader, not publishing, whose applied version every live node has applied (and, given
+        `voting_config_size`, whose committed voting configuration has that many nodes)."""
+        leader = self.leader()
+        if leader is None or leader.running().publication is not None:
+            return False
+        applied = leader.running().applied_state
+        if voting_config_size is not None and len(applied.last_committed_config) != voting_config_size:
+            return False
+        return all(node.running().applied_state.version == applied.version for node in self.nodes if node.alive)
+
     def stabilise(self, duration: int | None = None) -> None:
         """Run until the cluster has had time to settle, then check that it did."""
         settings = self.nodes[0].settings
