@@ -293,17 +293,6 @@ def test_a_node_from_another_cluster_is_rejected() -> None:
     assert any("belongs to cluster" in message for _, _, _, message in cluster.logs)
 
 
-def test_bootstrap_happens_once_and_survives_restarts() -> None:
-    cluster = formed(3)
-    uuid = leader_of(cluster).running().applied_state.cluster_uuid
-    for index in range(3):
-        cluster.restart(index)
-    cluster.run_for(30 * SECOND)
-    assert leader_of(cluster).running().applied_state.cluster_uuid == uuid
-    bootstrap_logs = [m for _, _, _, m in cluster.logs if m.startswith("bootstrapped")]
-    assert len(bootstrap_logs) == 3  # once per node, at first start only
-
-
 def test_history_events_follow_the_schema(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import json
 
