@@ -54,24 +54,35 @@ FAKE_AUDIT = textwrap.dedent(
 ).format(ok=OK_REPORT, bad=BAD_REPORT)
 
 
-def fake_audit(*behaviours: str) -> Callable[[Path], list[str]]:
+FakeAudit = Callable[..., Callable[[Path], list[str]]]
+
+
+def audit_command(*behaviours: str) -> Callable[[Path], list[str]]:
     return lambda folder: [sys.executable, "-c", FAKE_AUDIT, str(folder), *behaviours]
 
 
-def test_an_ok_report_with_exit_0_is_ok(tmp_path: Path) -> None:
+@pytest.fixture
+def fake_audit() -> FakeAudit:
+    """An audit command that behaves as told, run as a child process by the code under test (a process fixture)."""
+    return audit_command
+
+
+def test_an_ok_report_with_exit_0_is_ok(fake_audit: FakeAudit, tmp_path: Path) -> None:
     outcome = run_audit(0, fake_audit("ok"), tmp_path, timeout_s=60)
     assert (outcome.verdict, outcome.attempts, outcome.report) == (Verdict.OK, 1, OK_REPORT)
     assert outcome.problems() == []
 
 
-def test_a_report_of_violations_with_exit_1_is_violations_and_not_retried(tmp_path: Path) -> None:
+def test_a_report_of_violations_with_exit_1_is_violations_and_not_retried(
+    fake_audit: FakeAudit, tmp_path: Path
+) -> None:
     outcome = run_audit(2, fake_audit("violations", "ok"), tmp_path, timeout_s=60)
     assert (outcome.verdict, outcome.attempts) == (Verdict.VIOLATIONS, 1)
     assert outcome.problems() == ["audit 2: single-leader: two masters in term 7"]
     assert "VIOLATION" in (tmp_path / "audit-2" / "attempt-1" / "stdout.log").read_text()
 
 
-def test_a_crash_exits_1_without_a_report_and_is_retried_once(tmp_path: Path) -> None:
+def test_a_crash_exits_1_without_a_report_and_is_retried_once(fake_audit: FakeAudit, tmp_path: Path) -> None:
     outcome = run_audit(1, fake_audit("crash", "ok"), tmp_path, timeout_s=60)
     assert (outcome.verdict, outcome.attempts) == (Verdict.OK, 2)
     # The failed attempt's output is kept beside the one that worked.
@@ -81,7 +92,9 @@ def test_a_crash_exits_1_without_a_report_and_is_retried_once(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("behaviour", ["crash", "exit3", "ok-report-then-crash"])
-def test_two_failures_are_an_audit_that_did_not_complete_not_violations(tmp_path: Path, behaviour: str) -> None:
+def test_two_failures_are_an_audit_that_did_not_complete_not_violations(
+    fake_audit: FakeAudit, tmp_path: Path, behaviour: str
+) -> None:
     outcome = run_audit(3, fake_audit(behaviour), tmp_path, timeout_s=60)
     assert (outcome.verdict, outcome.attempts, outcome.report) == (Verdict.DID_NOT_RUN, 2, None)
     (problem,) = outcome.problems()
@@ -90,7 +103,7 @@ def test_two_failures_are_an_audit_that_did_not_complete_not_violations(tmp_path
     assert last_line in problem
 
 
-def test_an_earlier_attempts_report_is_never_read(tmp_path: Path) -> None:
+def test_an_earlier_attempts_report_is_never_read(fake_audit: FakeAudit, tmp_path: Path) -> None:
     folder = tmp_path / "audit-0" / "attempt-1"
     folder.mkdir(parents=True)
     (folder / REPORT).write_text(json.dumps(BAD_REPORT))
@@ -98,7 +111,7 @@ def test_an_earlier_attempts_report_is_never_read(tmp_path: Path) -> None:
     assert outcome.verdict is Verdict.DID_NOT_RUN
 
 
-def test_a_hung_audit_is_stopped_and_did_not_complete(tmp_path: Path) -> None:
+def test_a_hung_audit_is_stopped_and_did_not_complete(fake_audit: FakeAudit, tmp_path: Path) -> None:
     outcome = run_audit(0, fake_audit("hang"), tmp_path, timeout_s=1, attempts=1)
     assert outcome.verdict is Verdict.DID_NOT_RUN
     assert "stopped after 1 s" in outcome.error
@@ -133,7 +146,7 @@ def test_a_missing_or_cut_report_did_not_run(tmp_path: Path) -> None:
     assert read_verdict(1, tmp_path)[0] is Verdict.DID_NOT_RUN
 
 
-def test_the_end_check_runs_every_step_and_names_each_failure(tmp_path: Path) -> None:
+def test_the_end_check_runs_every_step_and_names_each_failure(fake_audit: FakeAudit, tmp_path: Path) -> None:
     """Nothing answers, nothing stops, the audit crashes twice, no checkpoint and no node id: the end check still
     reaches its last step and returns one finding per failure instead of raising at the first."""
     import asyncio
