@@ -2,9 +2,9 @@
 
 Each suite runs its systems in interleaved rounds on this machine, prints its figures and, with `--out FILE`,
 adds its section to a results file (bench/harness/results.py). `headline` runs the suites that
-docs/performance.md is made of into one file; `report` renders that page from it. The suites that are
-driven by argparse in their own module (the audit, soak, the simulator's sweep, ...) get their arguments as
-given: `python -m bench audit scale --help`. Suites import their systems' libraries (grpc, pysyncobj) only
+docs/performance.md is made of into one file; `report` renders that page from it. Every suite's options are
+click options here, except three that still parse their own (`audit scale`, `audit incremental`, `soak`): they
+get their arguments as given (`python -m bench soak --help`). Suites import their systems' libraries (grpc, pysyncobj) only
 when they run, so `report` works without the `[bench]` extra.
 """
 
@@ -178,7 +178,144 @@ def sim() -> None:
     suite.main()
 
 
-# -- suites that parse their own arguments ------------------------------------------------------------------
+def pairs(_ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Repeated `NAME=VALUE` options as (name, value) pairs; a value without `=` is a usage error naming it."""
+    found = []
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"[{value}] must be NAME=VALUE", param=param)
+        found.append((name, rest))
+    return tuple(found)
+
+
+@cli.command()
+@click.option("--clients", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--seconds", type=click.FloatRange(min=0.5), default=10.0, show_default=True)
+@click.option("--top", type=click.IntRange(min=1), default=28, show_default=True, help="frames listed per table")
+@click.option("--set", "settings", multiple=True, callback=pairs, metavar="SETTING=VALUE", help="a node setting")
+@click.option(
+    "--sampler",
+    type=click.Choice(["py-spy", "cpu-time"]),
+    default="py-spy",
+    show_default=True,
+    help="py-spy: wall clock and CPU as py-spy sees it; cpu-time: SIGPROF per slice of CPU time",
+)
+def profile(clients: int, seconds: float, top: int, settings: tuple[tuple[str, str], ...], sampler: str) -> None:
+    """Where a write's time goes in the sidecar: py-spy on the master and a follower while clients write."""
+    from bench.suites import profile as suite
+
+    suite.main(clients, seconds, top, dict(settings), sampler)
+
+
+@cli.command("sim-sweep")
+@click.option("--schedules", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--first-seed", type=click.IntRange(min=0), default=1_000_000, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
+def sim_sweep(schedules: int, first_seed: int, workers: int) -> None:
+    """Many random fault schedules on the simulator, in parallel; fails if any schedule failed."""
+    from bench.suites import sim_sweep as suite
+
+    sys.exit(1 if suite.main(schedules, first_seed, workers) else 0)
+
+
+@cli.command("state-size")
+@click.option("--source", multiple=True, callback=pairs, metavar="NAME=DIR", help="another source tree (repeatable)")
+@click.option("--writes", type=click.IntRange(min=1), default=200, show_default=True, help="one-key writes per state")
+@click.option("--seconds", type=click.FloatRange(min=0.5), default=5.0, show_default=True, help="16-client phase")
+@click.option("--clients", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--only", multiple=True, metavar="STATE", help="only this state, e.g. '10 MB' (repeatable)")
+@click.option("--etcd/--no-etcd", default=True, show_default=True, help="etcd at 100,000 keys")
+def state_size(
+    source: tuple[tuple[str, str], ...], writes: int, seconds: float, clients: int, only: tuple[str, ...], etcd: bool
+) -> None:
+    """Write latency and RSS against the state's size, 10 keys to 10 MB, against etcd at 100,000 keys."""
+    from bench.suites import state_size as suite
+
+    unknown = sorted(set(only) - set(suite.SIZES))
+    if unknown:
+        raise click.BadParameter(f"{unknown} are not among {list(suite.SIZES)}", param_hint="--only")
+    suite.main([(name, Path(tree)) for name, tree in source], writes, seconds, clients, only, etcd)
+
+
+@cli.command("transport-send")
+@click.option("--destinations", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--per-turn", type=click.IntRange(min=1), default=1, show_default=True, help="messages per round each")
+@click.option("--rounds", type=click.IntRange(min=1), default=5000, show_default=True)
+@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option(
+    "--source",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="measure the transport of this source tree instead",
+)
+@click.option("--child", type=click.Choice(["transport", "anchor"]), default=None, hidden=True)
+def transport_send(
+    destinations: int, per_turn: int, rounds: int, runs: int, source: Path | None, child: str | None
+) -> None:
+    """The peer transport's CPU per message against asyncio streams on raw sockets, in the same run."""
+    from bench.suites import transport_send as suite
+
+    if child is not None:  # one way's rounds, in the process the suite started for it
+        suite.child(child, destinations, per_turn, rounds)
+    else:
+        suite.main(destinations, per_turn, rounds, runs, source)
+
+
+@cli.command("client-overhead")
+@click.option("--writes", type=click.IntRange(min=1), default=400, show_default=True, help="per driver and round")
+@click.option("--rounds", type=click.IntRange(min=1), default=5, show_default=True)
+def client_overhead(writes: int, rounds: int) -> None:
+    """The client library's sequential write latency against a raw HTTP request to the same node."""
+    from bench.suites import client_overhead as suite
+
+    suite.main(writes, rounds)
+
+
+@cli.group()
+def audit() -> None:
+    """The audit at scale, incremental, and against DuckDB (needs Java for Spark)."""
+
+
+@audit.command()
+@click.option(
+    "--input",
+    "input_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="a folder of compacted Parquet histories (as `--compact-to` writes)",
+)
+@click.option("--events", type=click.IntRange(min=1), default=None, help="generate this many events (with --workdir)")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None, help="for --events")
+@click.option("--master", default="local[2]", show_default=True, help="Spark's; DuckDB gets as many threads")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="runs per engine")
+@click.option("--driver-memory", default="2g", show_default=True, help="spark.driver.memory")
+@click.option(
+    "--source",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="run Spark's side with another source tree's audit (an A/B)",
+)
+@click.option("--timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True, help="seconds per child")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="figures")
+@click.option("--child", type=click.Choice(["spark", "duckdb"]), default=None, hidden=True)
+def engines(input_dir: Path | None, json_out: Path | None, child: str | None, **given: Any) -> None:
+    """The audit's state pass on Spark against DuckDB on the same Parquet files."""
+    from bench.suites import audit_engines as suite
+
+    options = suite.EnginesOptions(input=input_dir, json=json_out, **given)
+    if child is not None:  # one engine's rounds, in the process the suite started for it
+        if input_dir is None:
+            raise click.UsageError("--child needs --input")
+        suite.child(child, input_dir, options.master, options.rounds, options.driver_memory)
+        return
+    problem = options.problem()
+    if problem is not None:
+        raise click.UsageError(problem)
+    suite.main(options)
+
+
+# -- suites that still parse their own arguments ------------------------------------------------------------
 
 PASSTHROUGH: dict[str, Any] = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
@@ -192,22 +329,11 @@ def passthrough(group: click.Group, name: str, module: str, summary: str) -> Non
         sys.exit(importlib.import_module(module).main(list(args)))
 
 
-@cli.group()
-def audit() -> None:
-    """The audit at scale, incremental, and against DuckDB (needs Java for Spark)."""
-
-
 passthrough(audit, "scale", "bench.suites.audit_scale", "audit events/s at 1M and 10M events, against an anchor")
 passthrough(audit, "incremental", "bench.suites.audit_incremental", "an incremental audit against the new events alone")
-passthrough(audit, "engines", "bench.suites.audit_engines", "the audit's state pass on Spark against DuckDB")
 passthrough(
     cli, "soak", "bench.suites.soak", "steady writes for a bounded time; fails if disk, RSS or descriptors grow"
 )
-passthrough(cli, "sim-sweep", "bench.suites.sim_sweep", "many random fault schedules on the simulator, in parallel")
-passthrough(cli, "state-size", "bench.suites.state_size", "write latency against the state's size, against etcd")
-passthrough(cli, "transport-send", "bench.suites.transport_send", "the peer transport against raw sockets")
-passthrough(cli, "client-overhead", "bench.suites.client_overhead", "the client library against a raw HTTP request")
-passthrough(cli, "profile", "bench.suites.profile", "where a write's time goes in the sidecar (py-spy)")
 
 
 def main() -> None:

@@ -44,6 +44,8 @@ PROCESS_FIXTURES: dict[str, str] = {
     # openssl, for certificate authorities
     "openssl": "integration",
     "pki": "integration",
+    # a fake audit command that the soak's audit runner starts (tests/bench/test_soak_audit.py)
+    "fake_audit": "integration",
     # mount(8), for a full disk
     "small_volume": "integration",
     # a local SparkSession: a JVM

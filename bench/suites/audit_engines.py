@@ -20,13 +20,13 @@ from `--workdir` when already there). Figures only: nothing here asserts on timi
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -189,12 +189,30 @@ def cores_of(master: str) -> int:
     return int(inside) if inside.isdigit() else os.cpu_count() or 1
 
 
-def run_child(engine: str, a: argparse.Namespace) -> list[dict[str, Any]]:
-    """One engine's rounds in a fresh process; its JSON lines carry the figures."""
-    argv = module_command(
-        "bench.suites.audit_engines", "--child", engine, "--input", str(a.input), "--master", a.master
-    )
-    argv += ["--rounds", str(a.rounds), "--driver-memory", a.driver_memory]
+@dataclass(frozen=True)
+class EnginesOptions:
+    input: Path | None  # a folder of compacted Parquet histories
+    events: int | None  # or generate this many events into `workdir`
+    workdir: Path | None
+    master: str
+    rounds: int
+    driver_memory: str
+    source: Path | None  # Spark's side from another source tree's audit
+    timeout: float  # seconds each child may take
+    json: Path | None  # also write the figures here
+
+    def problem(self) -> str | None:
+        """Why these options cannot run, or None."""
+        if (self.input is None) == (self.events is None) or (self.events is not None and self.workdir is None):
+            return "give --input, or --events with --workdir"
+        return None
+
+
+def run_child(engine: str, a: EnginesOptions, input_dir: Path) -> list[dict[str, Any]]:
+    """One engine's rounds in a fresh process (`python -m bench audit engines --child ENGINE`); its JSON lines
+    carry the figures."""
+    argv = module_command("bench", "audit", "engines", "--child", engine, "--input", str(input_dir))
+    argv += ["--master", a.master, "--rounds", str(a.rounds), "--driver-memory", a.driver_memory]
     env = bench_env(tree_pythonpath(a.source, ("core", "spark-jobs")) if a.source is not None else None)
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=a.timeout)
     if done.returncode != 0:
@@ -202,42 +220,31 @@ def run_child(engine: str, a: argparse.Namespace) -> list[dict[str, Any]]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-def prepare_input(a: argparse.Namespace) -> Path:
+def prepare_input(a: EnginesOptions) -> Path:
     if a.input is not None:
-        return Path(a.input)
+        return a.input
+    assert a.events is not None and a.workdir is not None  # EnginesOptions.problem
     argv = module_command("bench.suites.audit_scale", "--events", str(a.events), "--forms", "parquet")
     argv += ["--fast-compact", "--prepare-only", "--master", a.master, "--workdir", str(a.workdir)]
     subprocess.run(argv, check=True, timeout=a.timeout, env=bench_env())
-    return Path(a.workdir) / f"pq{a.events}"
+    return a.workdir / f"pq{a.events}"
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench audit engines", description=__doc__.splitlines()[0])
-    p.add_argument("--input", type=Path, help="a folder of compacted Parquet histories (as `--compact-to` writes)")
-    p.add_argument("--events", type=int, help="generate this many events instead (with --workdir)")
-    p.add_argument("--workdir", type=Path, help="where --events keeps its generated input")
-    p.add_argument("--master", default="local[2]", help="Spark's master; DuckDB gets as many threads as its cores")
-    p.add_argument("--rounds", type=int, default=3, help="runs of the pass per engine, in one session")
-    p.add_argument("--driver-memory", default="2g", help="spark.driver.memory (local mode: the whole JVM)")
-    p.add_argument("--source", type=Path, help="run Spark's side with another source tree's audit (an A/B)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds each child may take")
-    p.add_argument("--json", type=Path, help="also write the figures here")
-    p.add_argument("--child", choices=("spark", "duckdb"), help=argparse.SUPPRESS)
-    a = p.parse_args(argv)
-    if a.child is not None:
-        rounds = (
-            spark_rounds(str(a.input), a.master, a.rounds, a.driver_memory)
-            if a.child == "spark"
-            else duckdb_rounds(str(a.input), cores_of(a.master), a.rounds)
-        )
-        for r in rounds:
-            print(json.dumps(r), flush=True)
-        return
-    if (a.input is None) == (a.events is None) or (a.events is not None and a.workdir is None):
-        p.error("give --input, or --events with --workdir")
-    a.input = prepare_input(a)
-    figures = {engine: run_child(engine, a) for engine in ("spark", "duckdb")}
-    print(f"state pass over {a.input}, master {a.master}, load average {os.getloadavg()[0]:.1f}")
+def child(engine: str, input_dir: Path, master: str, rounds: int, driver_memory: str) -> None:
+    """The child's side: one engine's rounds, a JSON line each."""
+    runs = (
+        spark_rounds(str(input_dir), master, rounds, driver_memory)
+        if engine == "spark"
+        else duckdb_rounds(str(input_dir), cores_of(master), rounds)
+    )
+    for r in runs:
+        print(json.dumps(r), flush=True)
+
+
+def main(a: EnginesOptions) -> None:
+    input_dir = prepare_input(a)
+    figures = {engine: run_child(engine, a, input_dir) for engine in ("spark", "duckdb")}
+    print(f"state pass over {input_dir}, master {a.master}, load average {os.getloadavg()[0]:.1f}")
     print("engine   round   wall s   CPU s")
     for engine, runs in figures.items():
         for r in runs:
@@ -259,7 +266,3 @@ def main(argv: list[str] | None = None) -> None:
         }
         sys.exit(f"the engines' state tables differ (spark, duckdb): {differ}")
     print("the two state tables agree")
-
-
-if __name__ == "__main__":
-    main()

@@ -14,7 +14,6 @@ The figures are each driver's p50 and p99 and the ratio of its p50 to the raw ai
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import threading
 import time
@@ -92,25 +91,13 @@ async def measure(master: LocalNode, writes: int, rounds: int) -> dict[str, list
     return results
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench client-overhead",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--writes", type=int, default=400, help="sequential writes per driver and round")
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args(argv)
+def main(writes: int, rounds: int) -> None:
     with cluster(3) as local:
         master = local.wait_master()
-        results = asyncio.run(measure(master, args.writes, args.rounds))
+        results = asyncio.run(measure(master, writes, rounds))
     floor = percentile([v * 1000 for v in results["raw aiohttp"]], 50)
-    print(f"3 nodes, sequential writes through the master, {args.rounds} rounds of {args.writes} per driver")
+    print(f"3 nodes, sequential writes through the master, {rounds} rounds of {writes} per driver")
     print(f"{'driver':<14} {'p50 ms':>8} {'p99 ms':>8} {'p50 / raw aiohttp':>18}")
     for name, values in results.items():
         ms = [v * 1000 for v in values]
         print(f"{name:<14} {percentile(ms, 50):8.3f} {percentile(ms, 99):8.3f} {percentile(ms, 50) / floor:18.2f}")
-
-
-if __name__ == "__main__":
-    main()

@@ -11,7 +11,6 @@ rather than the wall clock (see its docstring for why that matters on two shared
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import shutil
@@ -113,24 +112,7 @@ async def profile(clients: int, seconds: float, workdir: Path, extra: dict[str, 
         await system.stop()
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench profile")
-    parser.add_argument("--clients", type=int, default=1)
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--top", type=int, default=28, help="frames listed per table")
-    parser.add_argument("--set", action="append", default=[], metavar="SETTING=VALUE", help="a node setting")
-    parser.add_argument(
-        "--sampler",
-        choices=("py-spy", "cpu-time"),
-        default="py-spy",
-        help="py-spy: wall clock and CPU as py-spy sees it; cpu-time: SIGPROF per slice of CPU time (bench/harness/cpu_sampler.py)",
-    )
-    args = parser.parse_args(argv)
-    extra = dict(setting.split("=", 1) for setting in args.set)
-    run = profile_cpu_time if args.sampler == "cpu-time" else profile
+def main(clients: int, seconds: float, top: int, settings: dict[str, str], sampler: str) -> None:
+    run = profile_cpu_time if sampler == "cpu-time" else profile
     with tempfile.TemporaryDirectory(prefix="coordinated-profile-") as workdir:
-        asyncio.run(run(args.clients, args.seconds, Path(workdir), extra, args.top))
-
-
-if __name__ == "__main__":
-    main()
+        asyncio.run(run(clients, seconds, Path(workdir), settings, top))

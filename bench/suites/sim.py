@@ -18,14 +18,10 @@ from coordinated.simulation.cluster import SimulatedCluster
 
 
 def settled(cluster: SimulatedCluster) -> bool:
-    leader = cluster.leader()
-    if leader is None or leader.running().publication is not None:
-        return False
-    state = leader.running().applied_state
+    """Settled with a full-size voting configuration, and no node left a candidate."""
     expected = len(cluster.nodes) - (len(cluster.nodes) + 1) % 2
-    return len(state.last_committed_config) == expected and all(
-        node.running().mode is not Mode.CANDIDATE and node.running().applied_state.version == state.version
-        for node in cluster.nodes
+    return cluster.settled(expected) and all(
+        node.running().status().mode is not Mode.CANDIDATE for node in cluster.nodes
     )
 
 

@@ -10,7 +10,6 @@ with the command that replays each, the fault totals, and the wall and CPU time.
 
 from __future__ import annotations
 
-import argparse
 import resource
 import time
 from collections import Counter
@@ -33,19 +32,13 @@ def run_one(seed_and_nodes: tuple[int, int]) -> tuple[int, int, str | None, Coun
     return seed, nodes, None, report.faults
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench sim-sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--schedules", type=int, default=1000)
-    parser.add_argument("--first-seed", type=int, default=1_000_000)
-    parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args(argv)
-    work = [(args.first_seed + i, 3 + i % 5) for i in range(args.schedules)]
+def main(schedules: int, first_seed: int, workers: int) -> int:
+    """Runs the sweep and prints what it found; returns the number of failed schedules."""
+    work = [(first_seed + i, 3 + i % 5) for i in range(schedules)]
     started = time.monotonic()
     failures: list[tuple[int, int, str]] = []
     faults: Counter[str] = Counter()
-    with ProcessPoolExecutor(args.workers) as pool:
+    with ProcessPoolExecutor(workers) as pool:
         for done, (seed, nodes, failure, counted) in enumerate(pool.map(run_one, work, chunksize=8), start=1):
             faults.update(counted)
             if failure is not None:
@@ -55,18 +48,12 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{done}/{len(work)} schedules, {len(failures)} failed, {time.monotonic() - started:.0f} s")
     wall = time.monotonic() - started
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers, reaped when the pool closed
-    print(
-        f"\n{len(work)} schedules, seeds {args.first_seed}..{args.first_seed + len(work) - 1}: {len(failures)} failed"
-    )
-    print(f"wall {wall:.0f} s with {args.workers} workers (workers' CPU {usage.ru_utime + usage.ru_stime:.0f} s)")
+    print(f"\n{len(work)} schedules, seeds {first_seed}..{first_seed + len(work) - 1}: {len(failures)} failed")
+    print(f"wall {wall:.0f} s with {workers} workers (workers' CPU {usage.ru_utime + usage.ru_stime:.0f} s)")
     print("faults injected: " + ", ".join(f"{name} {count}" for name, count in sorted(faults.items())))
     for seed, nodes, failure in failures:
         print(
             f"  replay: .venv/bin/pytest tests/coordination/test_random_schedules.py --sim-seed {seed} "
             f"--sim-nodes {nodes}  # {failure}"
         )
-    raise SystemExit(1 if failures else 0)
-
-
-if __name__ == "__main__":
-    main()
+    return len(failures)

@@ -1,20 +1,23 @@
 """Soak: 3 local nodes with a small history retention and a history archive under steady writes, for a bounded time.
 
-    flock /tmp/bench.lock .venv/bin/python -m bench soak --minutes 10 [--rate 50] [--out DIR] [--audit-every 30]
+    .venv/bin/python -m bench soak --minutes 40 [--rate 50] [--out DIR] [--audit-every 10] [--driver-memory 2g]
 
 The archive is a local S3-compatible server (`coordinated.tools.s3server`, built by `scripts/install-tools.sh`).
 Every minute it records each node's data directory and history size on disk, RSS, open file descriptors, and
 its archive lag (`coordinated_archive_pending_segments` and `coordinated_archive_oldest_pending_age_seconds`),
-and draws them (DIR/soak.png, the samples in DIR/soak.json). The archive is audited incrementally, as the
-operator's audit CronJob does it (`coordinated audit s3://archive/soak --checkpoint s3://archive/soak/_audit/...`,
-read through Spark's s3a://): every `--audit-every` minutes, and once more at the end, after the nodes stopped
-gracefully (each archives its last segment then).
+and draws them (DIR/soak.png, the samples in DIR/soak.json, both rewritten at every sample). The archive is
+audited incrementally, as the operator's audit CronJob does it (`coordinated audit s3://archive/soak --checkpoint
+s3://archive/soak/_audit/...`, read through Spark's s3a://): every `--audit-every` minutes, and once more at the
+end, after the nodes stopped gracefully (each archives its last segment then). Each audit's stdout, stderr and
+report go to DIR/audit-N/attempt-K/ as it runs; its verdict comes from its report (see `soak_audit`), and one
+that did not complete is run once more.
 
 It fails (exit 1) when, past the warm-up, disk, RSS or descriptors keep growing (the second half's peak above the
-first half's by more than the tolerance), when an audit reports a violation, when an event the nodes wrote is
-neither in the archive nor on a node's disk, when a node recorded a `history_lost` event, when the audits'
-checkpoint does not reach every node's last archived event, or when a key does not read back as its last
-acknowledged value. Everything it starts it stops, by PID.
+first half's by more than the tolerance), when an audit reports a violation, when an audit did not complete twice
+in a row, when an event the nodes wrote is neither in the archive nor on a node's disk, when a node recorded a
+`history_lost` event, when the audits' checkpoint does not reach every node's last archived event, or when a key
+does not read back as its last acknowledged value. The end check runs every one of these steps and prints each
+finding, whatever an earlier step or audit found. Everything it starts it stops, by PID.
 """
 
 from __future__ import annotations
@@ -29,12 +32,14 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from bench.suites.soak_audit import AuditOutcome, run_audit
 from coordinated.sidecar.events.history_segments import expanded_lines, list_segments
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode
 from coordinated.tools.s3server import S3Server
@@ -206,20 +211,16 @@ def s3_server_binary() -> Path:
     return Path(done.stdout.strip().partition("=")[2])
 
 
-def audit(server: S3Server, credentials: Path, report: Path) -> dict[str, Any]:
+def audit_command(server: S3Server, credentials: Path, driver_memory: str) -> Callable[[Path], list[str]]:
     """One incremental audit of the whole archive through s3a://, with the checkpoint kept in the bucket."""
-    command = [sys.executable, "-m", "coordinated.cli", "audit", f"s3://{BUCKET}/{BASE_PATH}"]
-    command += ["--checkpoint", CHECKPOINT, "--s3-endpoint", server.endpoint]
-    command += ["--s3-credentials-file", str(credentials), "--report-dir", str(report)]
-    command += ["--no-html", "--spark-master", "local[1]"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
-    (report / "audit.log").parent.mkdir(parents=True, exist_ok=True)
-    (report / "audit.log").write_text(done.stdout + done.stderr)
-    # 2 (unusable input) and 3 (the audit did not complete: Spark or its JVM failed) judged nothing: no verdict.
-    if done.returncode not in (0, 1):
-        raise RuntimeError(f"the audit did not run to a verdict (exit {done.returncode}): {done.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads((report / "audit-report.json").read_text())
-    return result
+
+    def command(report_dir: Path) -> list[str]:
+        line = [sys.executable, "-m", "coordinated.cli", "audit", f"s3://{BUCKET}/{BASE_PATH}"]
+        line += ["--checkpoint", CHECKPOINT, "--s3-endpoint", server.endpoint]
+        line += ["--s3-credentials-file", str(credentials), "--report-dir", str(report_dir)]
+        return [*line, "--no-html", "--spark-master", "local[1]", "--conf", f"spark.driver.memory={driver_memory}"]
+
+    return command
 
 
 @dataclass
@@ -290,12 +291,26 @@ def chart(samples: list[Sample], path: Path) -> None:
     axes[-1].set_xlabel("minutes")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
+    plt.close(figure)  # drawn again at every sample: pyplot keeps every open figure
 
 
-async def audit_and_say(server: S3Server, credentials: Path, out: Path, reports: list[dict[str, Any]]) -> None:
-    report = await asyncio.to_thread(audit, server, credentials, out / f"audit-{len(reports)}")
-    reports.append(report)
-    print(f"audit {len(reports) - 1}: {'ok' if report['ok'] else 'VIOLATIONS'}, {report['events']} events", flush=True)
+class Audits:
+    """The soak's incremental audits, one at a time, each kept in DIR/audit-N/ as it runs (see soak_audit)."""
+
+    def __init__(self, command: Callable[[Path], list[str]], out: Path, timeout_s: float) -> None:
+        self.command, self.out, self.timeout_s = command, out, timeout_s
+        self.outcomes: list[AuditOutcome] = []
+
+    async def run(self) -> None:
+        index = len(self.outcomes)
+        outcome = await asyncio.to_thread(run_audit, index, self.command, self.out, self.timeout_s)
+        self.outcomes.append(outcome)
+        events = (outcome.report or {}).get("events")
+        print(
+            f"audit {index}: {outcome.verdict.value.upper()} in {outcome.seconds:.0f} s, {events} events, "
+            f"{outcome.attempts} attempt(s){': ' + outcome.error if outcome.error else ''}",
+            flush=True,
+        )
 
 
 async def soak(args: argparse.Namespace, cluster: LocalCluster, server: S3Server, out: Path) -> list[str]:
@@ -305,7 +320,7 @@ async def soak(args: argparse.Namespace, cluster: LocalCluster, server: S3Server
     writer = Writer(nodes, args.rate)
     task = asyncio.get_running_loop().create_task(writer.run())
     samples: list[Sample] = []
-    reports: list[dict[str, Any]] = []
+    audits = Audits(audit_command(server, credentials, args.driver_memory), out, args.audit_timeout_min * 60)
     started = time.monotonic()
     next_audit = args.audit_every * 60 if args.audit_every else None
     next_sample = 0.0
@@ -314,63 +329,106 @@ async def soak(args: argparse.Namespace, cluster: LocalCluster, server: S3Server
         while (elapsed := time.monotonic() - started) < args.minutes * 60:
             if elapsed >= next_sample:
                 samples.extend(sample(n, elapsed / 60) for n in nodes)
+                save(out, samples, writer, {})  # kept as they are made: a later failure cannot lose them
                 next_sample += args.sample_s
-                latest = samples[-3:]
-                print(
-                    f"{elapsed / 60:5.1f} min  writes {writer.writes}  "
-                    + "  ".join(
-                        f"{s.node}: {s.disk_mb:.1f}MB {s.rss_mb:.0f}MB-rss {s.fds}fd lag {s.archive_lag_s}s"
-                        for s in latest
-                    ),
-                    flush=True,
-                )
+                print_samples(elapsed, writer, samples[-len(nodes) :])
             if next_audit is not None and elapsed >= next_audit and (running is None or running.done()):
                 # The archive of running nodes: the audit holds back what is not settled yet (its frontier), and
                 # the next one reads it. Writes and samples go on meanwhile, as they do under the CronJob.
-                running = asyncio.get_running_loop().create_task(audit_and_say(server, credentials, out, reports))
+                running = asyncio.get_running_loop().create_task(audits.run())
                 next_audit += args.audit_every * 60
             await asyncio.sleep(1.0)
     finally:
         writer.stop()
         await task
-        if running is not None:
-            await running
-    samples.extend(sample(n, (time.monotonic() - started) / 60) for n in nodes)
-    save(out, samples, writer, {})  # the figures are kept even if a check below cannot run
-    problems = await read_back(nodes[0], writer)
-    for node in nodes:  # a graceful stop archives the node's last segment
-        cluster.stop(node, timeout=STOP_TIMEOUT_S)
-    await audit_and_say(server, credentials, out, reports)
+    samples.extend(sample(n, (time.monotonic() - started) / 60) for n in nodes)  # as the writes stop
+    save(out, samples, writer, {})
+    if running is not None:
+        await running
+    problems, results = await end_check(cluster, nodes, server, writer, audits)
     for field in TOLERANCE:
         problems += grew(samples, field, WARM_UP_S)
-    for i, report in enumerate(reports):
-        for v in report["violations"]:
-            problems.append(f"audit {i}: {v['invariant']}: {v['detail']}")
-    covered = checkpoint_seqs(server)
-    coverages = [coverage(server, n) for n in nodes]
-    for c in coverages:
-        print(
-            f"{c.node}: {c.last_seq} events, {c.archived_events} archived (up to seq {c.last_archived_seq}), "
-            f"the audits read up to seq {covered.get(c.node)}"
-        )
-        problems += [f"history lost on {c.node}: {reason}" for reason in c.lost]
-        if c.missing:
-            problems.append(f"{c.node}: {len(c.missing)} events in neither the archive nor the disk: {c.missing[:10]}")
-        if covered.get(c.node, 0) < c.last_archived_seq:
-            problems.append(f"{c.node}: the audits read up to seq {covered.get(c.node)}, not {c.last_archived_seq}")
-    save(
-        out,
-        samples,
-        writer,
-        {
-            "coverage": [asdict(c) | {"missing": len(c.missing)} for c in coverages],
-            "audits": [{"ok": r["ok"], "events": r["events"]} for r in reports],
-        },
-    )
-    print(
-        f"writes {writer.writes} (failed or unknown {writer.failures}); audits {len(reports)}; chart {out / 'soak.png'}"
-    )
+    save(out, samples, writer, results)
+    print(f"writes {writer.writes} (failed or unknown {writer.failures}); chart {out / 'soak.png'}", flush=True)
     return problems
+
+
+def print_samples(elapsed: float, writer: Writer, latest: list[Sample]) -> None:
+    print(
+        f"{elapsed / 60:5.1f} min  writes {writer.writes}  "
+        + "  ".join(
+            f"{s.node}: {s.disk_mb:.1f}MB {s.rss_mb:.0f}MB-rss {s.fds}fd lag {s.archive_lag_s}s" for s in latest
+        ),
+        flush=True,
+    )
+
+
+class Findings:
+    """The end check's findings, each printed as it is found; a step that cannot run is a finding too."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def fail(self, problem: str) -> None:
+        self.problems.append(problem)
+        print(f"end check: FAIL: {problem}", flush=True)
+
+    def note(self, text: str) -> None:
+        print(f"end check: {text}", flush=True)
+
+
+async def end_check(
+    cluster: LocalCluster, nodes: list[LocalNode], server: S3Server, writer: Writer, audits: Audits
+) -> tuple[list[str], dict[str, Any]]:
+    """Nothing lost: every key reads back, the last audit runs on everything archived, every event written is in
+    the archive or on a disk, and the audits' checkpoint reaches every node's last archived event. Every step
+    runs, whatever an earlier one (or a mid-run audit) found."""
+    findings = Findings()
+    try:
+        unread = await read_back(nodes[0], writer)
+        findings.note(f"{len(writer.acknowledged) - len(unread)} of {len(writer.acknowledged)} keys read back")
+        for problem in unread:
+            findings.fail(problem)
+    except Exception as e:  # the check goes on: the other steps can still show what was lost
+        findings.fail(f"the read-back could not run: {e!r}")
+    for node in nodes:  # a graceful stop archives the node's last segment
+        try:
+            cluster.stop(node, timeout=STOP_TIMEOUT_S)
+        except Exception as e:
+            findings.fail(f"{node.name} did not stop gracefully: {e!r}")
+    await audits.run()
+    for outcome in audits.outcomes:
+        for problem in outcome.problems():
+            findings.fail(problem)
+    try:
+        covered = checkpoint_seqs(server)
+    except Exception as e:
+        covered = {}
+        findings.fail(f"the audits' checkpoint could not be read: {e!r}")
+    coverages = []
+    for node in nodes:
+        try:
+            c = coverage(server, node)
+        except Exception as e:
+            findings.fail(f"{node.name}: its events could not be counted: {e!r}")
+            continue
+        coverages.append(c)
+        findings.note(
+            f"{c.node}: {c.last_seq} events, {c.archived_events} archived (up to seq {c.last_archived_seq}), "
+            f"{len(c.missing)} in neither the archive nor the disk, the audits read up to seq {covered.get(c.node)}"
+        )
+        for reason in c.lost:
+            findings.fail(f"history lost on {c.node}: {reason}")
+        if c.missing:
+            findings.fail(f"{c.node}: {len(c.missing)} events in neither the archive nor the disk: {c.missing[:10]}")
+        if covered.get(c.node, 0) < c.last_archived_seq:
+            findings.fail(f"{c.node}: the audits read up to seq {covered.get(c.node)}, not {c.last_archived_seq}")
+    results = {
+        "coverage": [asdict(c) | {"missing": len(c.missing)} for c in coverages],
+        "audits": [o.summary() for o in audits.outcomes],
+        "end_check": findings.problems,
+    }
+    return findings.problems, results
 
 
 def save(out: Path, samples: list[Sample], writer: Writer, results: dict[str, Any]) -> None:
@@ -399,7 +457,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, required=True)
     parser.add_argument("--rate", type=float, default=50.0, help="writes per second (default 50)")
     parser.add_argument("--sample-s", type=float, default=60.0, help="seconds between samples (default 60)")
-    parser.add_argument("--audit-every", type=float, default=0.0, help="minutes between incremental audits")
+    parser.add_argument(
+        "--audit-every",
+        type=float,
+        default=10.0,
+        help="minutes between incremental audits, 0 for the end's only (default 10: at 50 writes/s a run reads about "
+        "150,000 new events, which fits local[1])",
+    )
+    parser.add_argument(
+        "--driver-memory", default="2g", help="each audit's spark.driver.memory (default 2g; Spark's own is 1g)"
+    )
+    parser.add_argument(
+        "--audit-timeout-min", type=float, default=60.0, help="an audit attempt is stopped after this (default 60)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="where the chart, samples and reports go")
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="soak-out-"))

@@ -14,7 +14,6 @@ flock /tmp/bench.lock .venv/bin/python -m bench state-size --source main=/tmp/ma
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -22,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from bench.harness.etcd import EtcdSystem
 from bench.harness.local import rss_mb
 from bench.harness.machine import conditions
 from bench.harness.measure import sequential, throughput
-from bench.harness.systems import OursSystem, System, source_trees, tree_pythonpath
+from bench.harness.systems import OursSystem, System, tree_pythonpath
 from coordinated.tools.localcluster import LocalCluster
 
 SIZES: dict[str, tuple[int, int]] = {  # name -> (small keys, ~900 KB values)
@@ -102,15 +102,17 @@ async def measure(system: System, writes: int, seconds: float, clients: int) -> 
     return figures
 
 
-async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+async def run(
+    sources: Sequence[tuple[str, Path]], writes: int, seconds: float, clients: int, only: Sequence[str], etcd: bool
+) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     workroot = Path(tempfile.mkdtemp(prefix="state-size-"))
-    variants: list[tuple[str, Path | None]] = [*args.sources, ("branch", None)]
+    variants: list[tuple[str, Path | None]] = [*sources, ("branch", None)]
     for size_name, (keys, large) in SIZES.items():
-        if args.only and size_name not in args.only:
+        if only and size_name not in only:
             continue
         systems: list[System] = [SeededOurs(name, source, keys, large) for name, source in variants]
-        if keys == 100_000 and not args.no_etcd:
+        if keys == 100_000 and etcd:
             systems.append(EtcdSystem(3))
         for index, system in enumerate(systems):
             workdir = workroot / f"{size_name.replace(' ', '').replace(',', '')}-{index}"
@@ -122,7 +124,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 if isinstance(system, EtcdSystem):
                     await seed_etcd(system, keys)
                 keys_before = await asyncio.to_thread(system.state_keys) if isinstance(system, SeededOurs) else keys
-                figures = await measure(system, args.writes, args.seconds, args.clients)
+                figures = await measure(system, writes, seconds, clients)
                 figures["keys"] = keys_before
             except (TimeoutError, RuntimeError, OSError) as error:
                 # Reported, not hidden: a system that cannot serve this state is a result too.
@@ -179,19 +181,8 @@ def ratios(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench state-size")
-    parser.add_argument("--source", action="append", default=[], metavar="NAME=DIR", help="another source tree")
-    parser.add_argument("--writes", type=int, default=200, help="sequential one-key writes per state")
-    parser.add_argument("--seconds", type=float, default=5.0, help="length of the 16-client phase")
-    parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--only", action="append", choices=list(SIZES), help="only these states")
-    parser.add_argument("--no-etcd", action="store_true")
-    args = parser.parse_args(argv)
-    args.sources = source_trees(args.source)
-    rows = asyncio.run(run(args))
+def main(
+    sources: Sequence[tuple[str, Path]], writes: int, seconds: float, clients: int, only: Sequence[str], etcd: bool
+) -> None:
+    rows = asyncio.run(run(sources, writes, seconds, clients, only, etcd))
     print(report(rows))
-
-
-if __name__ == "__main__":
-    main()

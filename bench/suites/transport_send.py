@@ -20,7 +20,6 @@ shared machine only ever slows a run down. `--source DIR` measures the transport
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import struct
@@ -149,44 +148,27 @@ def child(kind: str, destinations: int, per_turn: int, rounds: int) -> None:
     print(json.dumps({"kind": kind, "us_per_round": uvloop.run(measure(destinations, per_turn, rounds))}))
 
 
-def run_child(kind: str, args: argparse.Namespace) -> float:
-    source = tree_pythonpath(Path(args.source).resolve()) if args.source is not None and kind == "transport" else None
-    env = bench_env(source)
-    argv = module_command("bench.suites.transport_send", "--child", kind, "--destinations", str(args.destinations))
-    argv += ["--per-turn", str(args.per_turn), "--rounds", str(args.rounds)]
+def run_child(kind: str, destinations: int, per_turn: int, rounds: int, source: Path | None) -> float:
+    tree = tree_pythonpath(source.resolve()) if source is not None and kind == "transport" else None
+    env = bench_env(tree)
+    argv = module_command("bench", "transport-send", "--child", kind, "--destinations", str(destinations))
+    argv += ["--per-turn", str(per_turn), "--rounds", str(rounds)]
     out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=True).stdout
     return float(json.loads(out.strip().splitlines()[-1])["us_per_round"])
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench transport-send", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--destinations", type=int, default=4)
-    parser.add_argument("--per-turn", type=int, default=1, help="messages to each destination per round")
-    parser.add_argument("--rounds", type=int, default=5000)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--source", help="measure the transport of this source tree instead")
-    parser.add_argument("--child", choices=("transport", "anchor"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child is not None:
-        child(args.child, args.destinations, args.per_turn, args.rounds)
-        return
+def main(destinations: int, per_turn: int, rounds: int, runs: int, source: Path | None) -> None:
     figures: dict[str, list[float]] = {"transport": [], "anchor": []}
-    for _ in range(args.runs):
+    for _ in range(runs):
         for kind in figures:
-            figures[kind].append(run_child(kind, args))
+            figures[kind].append(run_child(kind, destinations, per_turn, rounds, source))
     best = {kind: min(values) for kind, values in figures.items()}
-    messages = args.destinations * args.per_turn
-    label = f"transport ({args.source})" if args.source else "transport"
-    print(f"{args.destinations} destination(s) x {args.per_turn} message(s) per round, {args.rounds} rounds, ", end="")
-    print(f"best of {args.runs}")
+    messages = destinations * per_turn
+    label = f"transport ({source})" if source else "transport"
+    print(f"{destinations} destination(s) x {per_turn} message(s) per round, {rounds} rounds, ", end="")
+    print(f"best of {runs}")
     for kind, value in best.items():
-        runs = ", ".join(f"{v:.1f}" for v in figures[kind])
+        each = ", ".join(f"{v:.1f}" for v in figures[kind])
         name = label if kind == "transport" else "anchor (raw TCP frames)"
-        print(f"  {name}: {value:.1f} us CPU per round, {value / messages:.1f} per message (runs: {runs})")
+        print(f"  {name}: {value:.1f} us CPU per round, {value / messages:.1f} per message (runs: {each})")
     print(f"  transport / anchor: {best['transport'] / best['anchor']:.2f}x")
-
-
-if __name__ == "__main__":
-    main()

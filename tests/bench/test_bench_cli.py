@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -115,3 +116,47 @@ def test_options_given_win_over_the_quick_defaults_even_when_zero(monkeypatch: p
     (options,) = seen
     assert (options.idle, options.rounds, options.ab) == (0, 2, ["a=b"])
     assert options.writes == peers.PeersOptions.quick().writes  # not given: the quick default
+
+
+def suite_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every leaf command's words (`("audit", "engines")`), walking the groups."""
+    found: list[tuple[str, ...]] = []
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            found += suite_paths(command, (*prefix, name))
+        else:
+            found.append((*prefix, name))
+    return found
+
+
+@pytest.mark.parametrize("words", suite_paths(cli), ids=" ".join)
+def test_every_suite_prints_its_help(words: tuple[str, ...]) -> None:
+    answer = CliRunner().invoke(cli, [*words, "--help"], prog_name="python -m bench")
+    assert answer.exit_code == 0, answer.output
+    assert "usage:" in answer.output.lower() and "--help" in answer.output
+
+
+def test_the_suites_parse_with_click_but_the_three_left_to_their_own_parser() -> None:
+    own_parser = {("soak",), ("audit", "scale"), ("audit", "incremental")}
+    for words in suite_paths(cli):
+        group: click.Command = cli
+        for word in words:
+            assert isinstance(group, click.Group)
+            group = group.commands[word]
+        passes_through = any(param.name == "args" for param in group.params)
+        assert passes_through == (words in own_parser), words
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["profile", "--set", "no-equals-sign"], "[no-equals-sign] must be NAME=VALUE"),
+        (["state-size", "--source", "=dir"], "[=dir] must be NAME=VALUE"),
+        (["state-size", "--only", "5 keys"], "['5 keys'] are not among"),
+        (["transport-send", "--rounds", "0"], "--rounds"),
+        (["audit", "engines", "--rounds", "2"], "give --input, or --events with --workdir"),
+    ],
+)
+def test_bad_suite_options_get_a_usage_error_that_names_them(args: list[str], says: str) -> None:
+    answer = CliRunner().invoke(cli, args)
+    assert answer.exit_code == 2 and says in answer.output, answer.output

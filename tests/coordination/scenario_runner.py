@@ -27,6 +27,8 @@ alias set with `name`):
     sessions NODE                   the sessions in NODE's applied state, with their checkpointed TTL
     exclude NODE                    add a voting config exclusion for NODE, through the master
     history NODE [sessions]         NODE's history events since the last `history NODE` (only the sessions')
+    logs TEXT...                    the nodes' log lines that contain TEXT, since the last `logs`
+    uuid                            the cluster UUID of every live node's applied state (U1, U2, ... in order seen)
 
 Run one script with `pytest tests/coordination/test_scenario_scripts.py -k NAME`; with --rewrite (or REWRITE=1) the
 expected outputs are rewritten from what the simulator prints (review the diff before committing it).
@@ -107,6 +109,8 @@ class ScenarioRunner:
     sessions: dict[str, str] = field(default_factory=dict)  # session alias -> id
     history_seen: dict[int, int] = field(default_factory=dict)
     lost: dict[str, str] = field(default_factory=dict)  # the ids of nodes whose disk was lost -> "NAME(lost)"
+    logs_seen: int = 0
+    uuids: dict[str, str] = field(default_factory=dict)  # cluster UUID -> U1, U2, ...
 
     def run(self, command: str) -> str:
         verb, *args = command.split()
@@ -133,14 +137,6 @@ class ScenarioRunner:
             return next(node for node in sim.nodes if node.alive and node is not leader)
         return sim.node_by_name(name)
 
-    def _settled(self) -> bool:
-        sim = self.sim
-        leader = sim.leader()
-        if leader is None or leader.running().publication is not None:
-            return False
-        version = leader.running().applied_state.version
-        return all(node.running().applied_state.version == version for node in sim.nodes if node.alive)
-
     def _request(self, node: SimNode, request: ClientRequest) -> ClientResult:
         results: list[ClientResult] = []
         self.sim.submit(node.index, request, on_done=results.append)
@@ -160,7 +156,7 @@ class ScenarioRunner:
     def do_cluster(self, args: list[str]) -> str:
         options = dict(arg.split("=") for arg in args)
         self.cluster = SimulatedCluster(int(options.get("seed", "1")), int(options["nodes"]))
-        assert self.sim.run_until(self._settled, 30 * SECOND), "the cluster did not form"
+        assert self.sim.run_until(self.sim.settled, 30 * SECOND), "the cluster did not form"
         leader = self.node("leader").running()
         return f"leader {self.node('leader').name} term {leader.current_term} version {leader.applied_state.version}"
 
@@ -260,6 +256,22 @@ class ScenarioRunner:
     def do_exclude(self, args: list[str]) -> str:
         excluded = self.node(args[0])
         return self._result(self._request(self.node("leader"), AddVotingConfigExclusions(node_names=(excluded.name,))))
+
+    def do_logs(self, args: list[str]) -> str:
+        text = " ".join(args)
+        logs = self.sim.logs[self.logs_seen :]
+        self.logs_seen = len(self.sim.logs)
+        return (
+            "\n".join(f"{name} {level}: {message}" for _, name, level, message in logs if text in message) or "(none)"
+        )
+
+    def do_uuid(self, args: list[str]) -> str:
+        lines = []
+        for node in self.sim.nodes:
+            if node.alive:
+                uuid = node.running().applied_state.cluster_uuid
+                lines.append(f"{node.name} {self.uuids.setdefault(uuid, f'U{len(self.uuids) + 1}')}")
+        return "\n".join(lines)
 
     def do_history(self, args: list[str]) -> str:
         node = self.node(args[0])

@@ -4,7 +4,10 @@ import the coordinator, and a coordinator that stays the wiring."""
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
+
+from coordinated.coordination.coordinator import Coordinator
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = ("core", "sidecar", "operator", "spark-jobs", "tools", "client")
@@ -66,51 +69,82 @@ def test_the_coordinator_stays_the_wiring_and_no_core_module_grows_past_600_line
     assert all(size <= 600 for name, size in sizes.items() if name != "coordinator.py"), sizes
 
 
-# What a shell may use of the coordinator: its events in, its status and effects out, and its own fields.
-# Its components (peer_finder, lag_detector, master_tasks, ...) stay behind `status()`.
+# What a shell may use of the coordinator: its public methods (events in, `status()` and `next_deadline()` out),
+# read off the class so that a new method is allowed and a field or property never is. Its fields (`mode`,
+# `applied_state`, ...) and components (`peer_finder`, `lag_detector`, ...) stay behind `status()` and the effects.
 COORDINATOR_SHELL_API = {
-    "start",
-    "handle_message",
-    "handle_send_failure",
-    "handle_seed_addresses",
-    "handle_peer_disconnected",
-    "tick",
-    "submit",
-    "stop",
-    "status",
-    "next_deadline",
-    "settings",
-    "mode",
-    "leader",
-    "current_term",
-    "applied_state",
+    name for name, value in vars(Coordinator).items() if not name.startswith("_") and inspect.isfunction(value)
 }
 SHELL = REPO / "sidecar" / "coordinated" / "sidecar"
+SHELLS = (SHELL, REPO / "operator", REPO / "tools", REPO / "bench", REPO / "chaos")
+COORDINATOR_NAMES = {"coordinator", "_coordinator"}
+
+
+def _names_coordinator(node: ast.expr, aliases: set[str]) -> bool:
+    """`coordinator`, `_coordinator`, `x.coordinator`, `self._coordinator`, a simulated node's `x.running()`, or
+    a name bound to one of them."""
+    if isinstance(node, ast.Name):
+        return node.id in COORDINATOR_NAMES or node.id in aliases
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Attribute) and node.func.attr == "running" and not node.args
+    return isinstance(node, ast.Attribute) and node.attr in COORDINATOR_NAMES
 
 
 def coordinator_attributes(path: Path) -> set[str]:
-    """The attributes a file reads off anything named `coordinator` (`x.coordinator.a`, `coordinator.a`)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Attribute):
-            owner = node.value
-            if (isinstance(owner, ast.Name) and owner.id == "coordinator") or (
-                isinstance(owner, ast.Attribute) and owner.attr == "coordinator"
-            ):
-                found.add(node.attr)
-    return found
+    """The attributes a file reads off a coordinator: off anything named `coordinator` or `_coordinator`, a
+    name assigned one (`core = node.coordinator`), or a name annotated `Coordinator`."""
+    tree = ast.parse(path.read_text())
+    aliases: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None and "Coordinator" in ast.unparse(node.annotation):
+            aliases.add(node.arg)
+        elif (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and "Coordinator" in ast.unparse(node.annotation)
+        ):
+            aliases.add(node.target.id)
+    changed = True
+    while changed:  # aliases of aliases
+        changed = False
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and _names_coordinator(node.value, aliases):
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and target.id not in aliases:
+                        aliases.add(target.id)
+                        changed = True
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and _names_coordinator(node.value, aliases)
+    }
 
 
-def test_the_shells_read_the_coordinator_only_through_its_status_and_events() -> None:
-    reached = {path.name: coordinator_attributes(path) - COORDINATOR_SHELL_API for path in SHELL.rglob("*.py")}
+def shell_files() -> list[Path]:
+    return [path for root in SHELLS for path in root.rglob("*.py")]
+
+
+def test_the_shells_read_the_coordinator_only_through_its_public_methods() -> None:
+    assert {"start", "handle_message", "tick", "submit", "stop", "status", "next_deadline"} <= COORDINATOR_SHELL_API
+    assert not {"mode", "leader", "applied_state", "settings", "current_term"} & COORDINATOR_SHELL_API
+    reached = {
+        str(path.relative_to(REPO)): coordinator_attributes(path) - COORDINATOR_SHELL_API for path in shell_files()
+    }
     assert {name: sorted(attrs) for name, attrs in reached.items() if attrs} == {}
-    assert any(coordinator_attributes(path) for path in SHELL.rglob("*.py")), "the scan found no coordinator use"
+    assert any(coordinator_attributes(path) for path in shell_files()), "the scan found no coordinator use"
 
 
-def test_the_scan_catches_a_shell_reaching_into_a_component(tmp_path: Path) -> None:
+def test_the_scan_catches_a_shell_reading_a_field_or_a_component(tmp_path: Path) -> None:
     sample = tmp_path / "shell.py"
-    sample.write_text("def f(node):\n    return node.coordinator.peer_finder.peers, node.coordinator.status()\n")
-    assert coordinator_attributes(sample) - COORDINATOR_SHELL_API == {"peer_finder"}
+    sample.write_text(
+        "def f(node, core: Coordinator | None):\n"
+        "    a = node.coordinator.peer_finder.peers, node.coordinator.status(), self._coordinator.mode\n"
+        "    c = node.coordinator\n"
+        "    d = c\n"
+        "    return d.applied_state, core.settings, c.tick(0), sim_node.running().publication\n"
+    )
+    found = coordinator_attributes(sample) - COORDINATOR_SHELL_API
+    assert found == {"peer_finder", "mode", "applied_state", "settings", "publication"}
 
 
 # The core does no I/O and holds no shared state: no threads, locks, clocks, sockets, files or processes.

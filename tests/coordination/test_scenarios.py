@@ -14,7 +14,6 @@ from coordinated.coordination.client import (
     Committed,
     KvGet,
     KvPut,
-    ReadBarrier,
     Txn,
     TxnCompare,
     TxnOp,
@@ -54,19 +53,8 @@ SECOND = 1000
 
 def formed(nodes: int = 3, seed: int = 1, **kwargs: object) -> SimulatedCluster:
     cluster = SimulatedCluster(seed, nodes, **kwargs)  # type: ignore[arg-type]
-    assert cluster.run_until(lambda: cluster.leader() is not None and _settled(cluster), 30 * SECOND)
+    assert cluster.run_until(cluster.settled, 30 * SECOND)
     return cluster
-
-
-def _settled(cluster: SimulatedCluster) -> bool:
-    leader = cluster.leader()
-    if leader is None:
-        return False
-    version = leader.running().applied_state.version
-    return (
-        all(node.running().applied_state.version == version for node in cluster.nodes if node.alive)
-        and leader.running().publication is None
-    )
 
 
 def leader_of(cluster: SimulatedCluster) -> SimNode:
@@ -75,29 +63,11 @@ def leader_of(cluster: SimulatedCluster) -> SimNode:
     return leader
 
 
-def config_size(cluster: SimulatedCluster) -> int:
-    return len(leader_of(cluster).running().applied_state.last_committed_config)
-
-
 def request(cluster: SimulatedCluster, node: int, message: object, timeout: int = 10 * SECOND) -> ClientResult:
     results: list[ClientResult] = []
     cluster.submit(node, message, on_done=results.append, timeout=timeout)  # type: ignore[arg-type]
     assert cluster.run_until(lambda: bool(results), timeout + SECOND)
     return results[0]
-
-
-def test_cluster_grows_from_one_to_three_and_does_not_shrink_back() -> None:
-    cluster = formed(1, initial_master_nodes=1)
-    assert config_size(cluster) == 1
-    cluster.add_node()
-    cluster.run_for(10 * SECOND)
-    assert config_size(cluster) == 1  # two nodes: an odd configuration of one
-    cluster.add_node()
-    assert cluster.run_until(lambda: config_size(cluster) == 3, 30 * SECOND)
-    third = cluster.nodes[2] if cluster.nodes[2] is not leader_of(cluster) else cluster.nodes[1]
-    cluster.crash(third.index)
-    cluster.run_for(60 * SECOND)
-    assert config_size(cluster) == 3  # auto-shrink never goes below three once there
 
 
 def test_a_late_answer_from_the_old_master_does_not_unseat_the_new_one() -> None:
@@ -268,20 +238,6 @@ def test_a_rebooted_node_cannot_count_votes_in_its_old_term() -> None:
         raise AssertionError("a vote was counted in the old term after a reboot")
 
 
-def test_a_read_barrier_from_any_node_returns_the_masters_applied_version() -> None:
-    cluster = formed(3)
-    master = leader_of(cluster)
-    followers = [node for node in cluster.nodes if node is not master]
-    write = request(cluster, followers[0].index, KvPut("k", 1))
-    assert isinstance(write, Committed)
-    for node in cluster.nodes:
-        barrier = request(cluster, node.index, ReadBarrier())
-        assert isinstance(barrier, Committed), barrier
-        applied = master.running().applied_state
-        assert (barrier.term, barrier.version) == (applied.term, applied.version)
-        assert barrier.version >= write.version
-
-
 def test_pending_writes_are_batched_into_few_publications() -> None:
     cluster = formed(3)
     before = len(cluster.publications)
@@ -335,17 +291,6 @@ def test_a_node_from_another_cluster_is_rejected() -> None:
     assert leaders == [leader_before] and leader_before.running().current_term == term_before
     assert stranger.node.id not in leader_before.running().applied_state.nodes
     assert any("belongs to cluster" in message for _, _, _, message in cluster.logs)
-
-
-def test_bootstrap_happens_once_and_survives_restarts() -> None:
-    cluster = formed(3)
-    uuid = leader_of(cluster).running().applied_state.cluster_uuid
-    for index in range(3):
-        cluster.restart(index)
-    cluster.run_for(30 * SECOND)
-    assert leader_of(cluster).running().applied_state.cluster_uuid == uuid
-    bootstrap_logs = [m for _, _, _, m in cluster.logs if m.startswith("bootstrapped")]
-    assert len(bootstrap_logs) == 3  # once per node, at first start only
 
 
 def test_history_events_follow_the_schema(tmp_path) -> None:  # type: ignore[no-untyped-def]

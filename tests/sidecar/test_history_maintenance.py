@@ -20,7 +20,7 @@ from coordinated.coordination.history import EventType, HistoryEvent
 from coordinated.coordination.settings import SettingsError
 from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.events.history import HistoryWriter, read_events_after, summarize_history
-from coordinated.sidecar.events.history_maintenance import HistoryMaintenance
+from coordinated.sidecar.events.history_maintenance import HistoryMaintenance, volume_usage
 from coordinated.sidecar.events.history_retention import ClosedSegment, VolumeUsage, plan_cut
 from coordinated.sidecar.events.history_segments import list_segments
 from coordinated.sidecar.events.history_settings import RetentionPolicy
@@ -28,6 +28,7 @@ from coordinated.sidecar.storage.persistence import HISTORY_DIR, DataDirError, F
 from coordinated.sidecar.storage.state_store import DB_FILE
 
 MB = 1 << 20
+GB = 1 << 30
 
 
 def policy(max_size: int = 64 * 1024, max_age_s: float = 0, segment_size: int = 4096) -> RetentionPolicy:
@@ -92,8 +93,27 @@ def events(directory: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in read_events_after(directory, 0)]
 
 
-def fake_statvfs(total: int, available: int):
-    return lambda _path: SimpleNamespace(f_blocks=total // 4096, f_frsize=4096, f_bavail=available // 4096)
+def fake_statvfs(total: int, available: int, reserved: int = 0):
+    return lambda _path: SimpleNamespace(
+        f_blocks=total // 4096, f_frsize=4096, f_bavail=available // 4096, f_bfree=(available + reserved) // 4096
+    )
+
+
+def test_a_volume_is_as_full_as_df_says_not_counting_the_blocks_reserved_for_root() -> None:
+    # A host disk seen on a CI machine: 252 GB, 55 GB used, 37 GB available, 160 GB reserved. df says 60%.
+    volume = volume_usage(Path("/data"), fake_statvfs(252 * GB, 37 * GB, reserved=160 * GB))
+    assert volume is not None and volume.used == 55 * GB and volume.usable == 92 * GB
+    assert round(volume.used_share, 2) == 0.6
+    # No reserved blocks: used over the whole size, as before.
+    assert volume_usage(Path("/data"), fake_statvfs(100 * GB, 10 * GB)).used_share == 0.9  # type: ignore[union-attr]
+
+
+def test_the_flood_stage_frees_down_to_the_high_watermark_of_what_the_node_can_use() -> None:
+    # 100 MB used of 100 MB usable (plus 100 MB reserved for root): 100% full, 15 MB must go to reach 85%.
+    segments = [closed(1, 10 * MB), closed(11, 10 * MB), closed(21, 10 * MB)]
+    volume = VolumeUsage(total=200 * MB, available=0, free=100 * MB)
+    cut = plan_cut(segments, 0, 31, 0.0, policy(max_size=1000 * MB), volume, lambda path: True)
+    assert cut is not None and [s.first_seq for s in cut.delete] == [1, 11]
 
 
 def closed(first_seq: int, size: int, mtime: float = 0.0) -> ClosedSegment:

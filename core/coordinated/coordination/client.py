@@ -300,8 +300,9 @@ def error_body(error_type: str, reason: str, status: int) -> dict[str, Any]:
 ClientResult = Committed | ReadValue | TxnResult | SessionInfo | ClusterError
 
 
-# What each request answers with when it does not fail with a ClusterError: the typed contract the shells rely on
-# (the sidecar's `Node.call` narrows its result to these).
+# What each request answers with when it does not fail with a ClusterError: the typed contract the shells rely on.
+# The sidecar's `Node.call` says the same in its overloads, for the type checker; typing cannot derive one from the
+# other, so tests/sidecar/test_call_result_types.py fails when they disagree.
 RESULT_TYPES: dict[type, tuple[type, ...]] = {
     KvPut: (Committed,),
     KvDelete: (Committed,),

@@ -9,19 +9,20 @@ Public API (used by the sidecar and the simulator):
     effects = coordinator.handle_send_failure(destination_address, message, now)  # connection refused/closed
     effects = coordinator.handle_seed_addresses(addresses, now)                     # answer to ProbeSeeds
     effects = coordinator.handle_peer_disconnected(address, now)                    # a peer's connection closed
-    effects = coordinator.tick(now)                      # call at or after coordinator.next_deadline
+    effects = coordinator.tick(now)                      # call at or after coordinator.next_deadline()
     effects = coordinator.submit(request_id, request, now, timeout_ms=None)         # a ClientRequest
     effects = coordinator.stop(now)                      # graceful stop: a master hands over first
     status = coordinator.status()                        # a frozen snapshot: mode, term, peers, problems
 
 Every call returns a list of effects, which the shell carries out in order. The shells read the node only through
-`status()` and the effects, never through the components behind it. Time is in milliseconds on any
-monotonic clock the shell chooses. The core never blocks and never sleeps; timeouts are its own timers.
+these methods, `status()` and the effects, never through its fields or the components behind it. Time is in
+milliseconds on any monotonic clock the shell chooses. The core never blocks and never sleeps; timeouts are its own timers.
 Messages a node sends to itself are handled inside the same call, before it returns.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +30,7 @@ from typing import Any
 
 from coordinated.coordination import client
 from coordinated.coordination import messages as m
+from coordinated.coordination.batch import MAX_STATE_SIZE
 from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult, Committed
 from coordinated.coordination.client_requests import NO_MASTER_BLOCK, ClientRequests
 from coordinated.coordination.context import CoreContext, Mode
@@ -47,6 +49,7 @@ from coordinated.coordination.leader_checker import LeaderChecker, answer_leader
 from coordinated.coordination.master_service import Priority, Task
 from coordinated.coordination.master_tasks import MasterTasks, MasterTasksListener
 from coordinated.coordination.peer_finder import PeerFinder
+from coordinated.coordination.peer_watch import PeerWatch
 from coordinated.coordination.publication import Publication, PublicationListener, catch_up_message
 from coordinated.coordination.publish_handler import PublishHandler, PublishListener
 from coordinated.coordination.reads import ReadService
@@ -89,7 +92,6 @@ class Coordinator:
         self._settings = settings
         self._out: list[Effect] = []
         self._loopback: deque[tuple[str, m.Message]] = deque()
-        self._next_request_id = 0
         self.ctx = CoreContext(
             local_node=local_node,
             base_settings=settings,
@@ -97,7 +99,7 @@ class Coordinator:
             rng=rng,
             emit=self._out_append,
             loopback=lambda sender, message: self._loopback.append((sender, message)),
-            new_request_id=self._new_request_id,
+            new_request_id=itertools.count(1).__next__,
             current_settings=lambda: self.settings,
             accepted_state=lambda: self.coordination_state.last_accepted_state,
             term=lambda: self.coordination_state.current_term,
@@ -177,8 +179,8 @@ class Coordinator:
             exclusion_waits=self.exclusion_waits,
             renew_session=self.sessions.renew,
         )
-        # counters for metrics
-        self.elections_won = 0
+        self.peer_watch = PeerWatch(local_node.id)
+        self.elections_won = 0  # counters for metrics
         self.failed_publications = 0
 
     # ------------------------------------------------------------------------------------------------------
@@ -200,7 +202,6 @@ class Coordinator:
     def last_accepted_state(self) -> ClusterState:
         return self.coordination_state.last_accepted_state
 
-    @property
     def next_deadline(self) -> int | None:
         return self.timers.next_deadline()
 
@@ -266,6 +267,7 @@ class Coordinator:
             peer_names={address: peer.name for address, peer in self.peer_finder.peers.items()},
             follower_lag=follower_lag(applied, self.local_node.id, lag.applied_versions) if leading else None,
             state_bytes=self.master_tasks.state_size(applied) if leading else None,
+            max_state_bytes=self.settings[MAX_STATE_SIZE],
             elections_won=self.elections_won,
             failed_publications=self.failed_publications,
             lagging_nodes_removed=lag.lagging_nodes_removed,
@@ -288,6 +290,8 @@ class Coordinator:
         self.ctx.now = max(self.ctx.now, now)
         action()
         self._drain_loopback()
+        if (watch := self.peer_watch.update(self.mode, self.leader, self.applied_state.nodes)) is not None:
+            self._out.append(watch)
         out, self._out = self._out, []
         return out
 
@@ -304,10 +308,6 @@ class Coordinator:
 
     def _log(self, level: str, message: str) -> None:
         self.ctx.log(level, message)
-
-    def _new_request_id(self) -> int:
-        self._next_request_id += 1
-        return self._next_request_id
 
     def _history(self, event_type: EventType, state: ClusterState | None = None, **fields: Any) -> None:
         self.ctx.record_history(event_type, state, **fields)

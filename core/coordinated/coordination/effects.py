@@ -54,9 +54,17 @@ class PublicationFinished(msgspec.Struct, frozen=True):
     total_latency_ms: int
 
 
+class WatchPeers(msgspec.Struct, frozen=True):
+    """Hold a watch connection to exactly these transport addresses, replacing the previous set, and report a
+    closed one at once with `handle_peer_disconnected` (then connect again while it stays in the set). Sent
+    when the set changes."""
+
+    addresses: frozenset[str]
+
+
 class Log(msgspec.Struct, frozen=True):
     level: str  # debug, info, warning
     message: str
 
 
-Effect = Send | ProbeSeeds | RecordHistory | StateApplied | RequestCompleted | PublicationFinished | Log
+Effect = Send | ProbeSeeds | RecordHistory | StateApplied | RequestCompleted | PublicationFinished | WatchPeers | Log

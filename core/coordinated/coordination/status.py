@@ -66,6 +66,7 @@ class CoordinatorStatus:
     # Followers that reported nothing yet since this node became master are left out, not shown as behind.
     follower_lag: Mapping[str, int] | None
     state_bytes: int | None  # on the master: the applied state's size, if the master measured it
+    max_state_bytes: int  # `cluster.metadata.max_state_size` as the applied state sets it
     elections_won: int
     failed_publications: int
     lagging_nodes_removed: int

@@ -4,9 +4,9 @@ restarts, failing disks and clients. The same seed reproduces the same run exact
 After every step it checks the core's invariants on every node and the cluster-wide safety properties;
 a violation raises `SafetyViolation` naming the seed.
 
-SimulatedCluster owns the nodes' lifecycle (add, start, crash, restart, lose a disk, damage storage), the
-clients' requests and the stability checks; it composes the Scheduler (virtual time), the MessageBus (the
-faulty network), the EffectInterpreter (what a coordinator returns) and the SafetyChecker.
+SimulatedCluster owns the clients' requests and the stability checks; it composes the Scheduler (virtual time),
+the MessageBus (the faulty network), the NodeLifecycle (add, start, crash, restart, lose a disk, damage
+storage), the EffectInterpreter (what a coordinator returns) and the SafetyChecker.
 """
 
 from __future__ import annotations
@@ -20,11 +20,9 @@ from functools import partial
 from pathlib import Path
 from typing import NoReturn
 
-import msgspec
-
 from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed, ReadBarrier
-from coordinated.coordination.coordinator import Coordinator, Mode
-from coordinated.coordination.effects import Effect, PublicationFinished, RecordHistory
+from coordinated.coordination.coordinator import Mode
+from coordinated.coordination.effects import Effect, PublicationFinished
 from coordinated.coordination.elections import ELECTION_DURATION, ELECTION_MAX_TIMEOUT
 from coordinated.coordination.followers_checker import (
     FOLLOWER_CHECK_INTERVAL,
@@ -32,24 +30,22 @@ from coordinated.coordination.followers_checker import (
     FOLLOWER_CHECK_TIMEOUT,
 )
 from coordinated.coordination.formation import INITIAL_MASTER_NODES
-from coordinated.coordination.history import HistoryEvent
 from coordinated.coordination.leader_checker import (
     LEADER_CHECK_INTERVAL,
     LEADER_CHECK_RETRY_COUNT,
     LEADER_CHECK_TIMEOUT,
 )
 from coordinated.coordination.messages import Message
-from coordinated.coordination.offline_recovery import plan_remove_settings
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.publication import PUBLISH_TIMEOUT
 from coordinated.coordination.ranges import RangeEntry, range_page
 from coordinated.coordination.reconfigurator import AUTO_SHRINK_VOTING_CONFIGURATION
-from coordinated.coordination.recovery import LoadRecord, Refuse, recovered_state_event
 from coordinated.coordination.registry import default_settings
-from coordinated.coordination.settings import CLUSTER_NAME, NODE_NAME, NODE_ROLES, Settings
-from coordinated.coordination.state import ClusterState, DiscoveryNode
+from coordinated.coordination.settings import NODE_NAME, NODE_ROLES, Settings
+from coordinated.coordination.state import ClusterState
 from coordinated.coordination.state_index import SortedKeys
 from coordinated.simulation.effect_interpreter import EffectInterpreter
+from coordinated.simulation.lifecycle import NodeLifecycle, roles
 from coordinated.simulation.linearizability import Operation, TxnOperation
 from coordinated.simulation.message_bus import MessageBus
 from coordinated.simulation.network import Network
@@ -57,7 +53,7 @@ from coordinated.simulation.recorder import OperationRecorder
 from coordinated.simulation.safety_checker import SafetyChecker, SafetyViolation
 from coordinated.simulation.scheduler import Scheduler
 from coordinated.simulation.sim_node import SimNode
-from coordinated.simulation.storage import FlakyPersistedState, InjectedIOError, StorageFault, summarize_events
+from coordinated.simulation.storage import FlakyPersistedState, InjectedIOError, StorageFault
 
 __all__ = ["FlakyPersistedState", "InjectedIOError", "SafetyViolation", "SimNode", "SimulatedCluster", "StorageFault"]
 
@@ -75,10 +71,6 @@ def stabilisation_time(settings: Settings) -> int:
         FOLLOWER_CHECK_RETRY_COUNT
     ]
     return leader_failure + election_delay + settings[PUBLISH_TIMEOUT] + election_delay + follower_failure + 2_000
-
-
-def _roles(master_eligible: bool) -> tuple[str, ...]:
-    return ("master",) if master_eligible else ()
 
 
 @dataclass
@@ -124,6 +116,15 @@ class SimulatedCluster:
             logs=self.logs,
             publications=self.publications,
         )
+        self.lifecycle = NodeLifecycle(
+            self.nodes,
+            self.rng,
+            lambda: self.now,
+            default_settings=SIM_SETTINGS,
+            run_effects=self._run_effects,
+            on_crashed=self._on_crashed,
+            logs=self.logs,
+        )
         # Range reads waiting for a node to apply their barrier's version: node index -> (boots, version, then).
         self._apply_waiters: dict[int, list[tuple[int, int, Callable[[ClusterState | None], None]]]] = {}
         # When some node was master (in LEADER mode): closed intervals, and the start of the open one.
@@ -138,7 +139,7 @@ class SimulatedCluster:
             self.add_node(
                 eligible[index],
                 base.with_values(
-                    {NODE_NAME: names[index], NODE_ROLES: _roles(eligible[index]), INITIAL_MASTER_NODES: bootstrap}
+                    {NODE_NAME: names[index], NODE_ROLES: roles(eligible[index]), INITIAL_MASTER_NODES: bootstrap}
                 ),
             )
 
@@ -146,100 +147,37 @@ class SimulatedCluster:
     # nodes
 
     def add_node(self, master_eligible: bool = True, settings: Settings | None = None) -> SimNode:
-        index = len(self.nodes)
-        name = f"node{index}"
-        node_settings = settings or SIM_SETTINGS.with_values(
-            {NODE_NAME: name, NODE_ROLES: _roles(master_eligible), INITIAL_MASTER_NODES: ()}
-        )
-        node = DiscoveryNode(
-            id=f"{name}-{self.rng.getrandbits(32):08x}",
-            name=name,
-            transport_address=f"{name}:9300",
-            roles=("master",) if master_eligible else (),
-        )
-        persisted = FlakyPersistedState(node_settings[CLUSTER_NAME], random.Random(self.rng.getrandbits(64)), node.id)
-        sim_node = SimNode(index, node, persisted, node_settings)
-        self.nodes.append(sim_node)
-        self.start_node(index)
-        return sim_node
+        return self.lifecycle.add(master_eligible, settings)
 
     def start_node(self, index: int) -> None:
-        sim_node = self.nodes[index]
-        if sim_node.alive or sim_node.refused is not None:
-            return
-        if sim_node.boots:
-            # A restarted process reads its storage back and obeys the sidecar's startup rule.
-            history = summarize_events(sim_node.history)
-            decision = sim_node.persisted.reopen(history)
-            if isinstance(decision, Refuse):
-                sim_node.refused = decision.reason
-                self.logs.append((self.now, sim_node.name, "error", f"refusing to start: {decision.reason}"))
-                return
-            if isinstance(decision, LoadRecord):
-                self.logs.extend((self.now, sim_node.name, "warning", warning) for warning in decision.warnings)
-                # As the sidecar does: a state that a failed write left on the disk is recorded before it is used.
-                recovered = recovered_state_event(
-                    sim_node.node.id, sim_node.name, sim_node.persisted.last_accepted_state, history
-                )
-                if recovered is not None:
-                    self._run_effects(sim_node, [RecordHistory(recovered)])
-        sim_node.boots += 1
-        sim_node.coordinator = Coordinator(
-            local_node=sim_node.node,
-            settings=sim_node.settings,
-            persisted=sim_node.persisted,
-            rng=random.Random(self.rng.getrandbits(64)),
-            now=self.now,
-        )
-        self._run_effects(sim_node, sim_node.coordinator.start(self.now))
+        self.lifecycle.start(index)
 
     def crash(self, index: int) -> None:
         """Stop a node at once; what it persisted survives, everything else is lost."""
-        sim_node = self.nodes[index]
-        sim_node.coordinator = None
-        self._note_mastership()
-        self._wake_apply_waiters(sim_node, None)
-        for key in [key for key in self._pending if key[0] == index]:
-            self._complete_op(key, ClusterError("node_closed", "the node crashed", 503, maybe_applied=True))
-
-    def remove_settings(self, index: int, patterns: Sequence[str]) -> None:
-        """`coordinated node-tool remove-settings` on a stopped node: its history event, then its new record."""
-        sim_node = self.nodes[index]
-        assert not sim_node.alive, "the node tool runs on a stopped node"
-        persisted = sim_node.persisted
-        uuid = f"{self.rng.getrandbits(128):032x}"
-        plan = plan_remove_settings(
-            sim_node.node.id, persisted.current_term, persisted.last_accepted_state, patterns, uuid
-        )
-        self._run_effects(sim_node, [RecordHistory(msgspec.convert(plan.event, HistoryEvent))])
-        persisted.set_last_accepted_state(plan.state)
+        self.lifecycle.crash(index)
 
     def restart(self, index: int, new_address: str | None = None) -> None:
         """Crash and start a node; with `new_address` it comes back elsewhere, as a rescheduled pod gets a new IP."""
-        self.crash(index)
-        if new_address is not None:
-            sim_node = self.nodes[index]
-            sim_node.node = msgspec.structs.replace(sim_node.node, transport_address=new_address)
-        self.start_node(index)
+        self.lifecycle.restart(index, new_address)
 
     def lose_data(self, index: int) -> None:
-        """Crash a node and start it again on an empty disk, under the same name and address: a pod that gets a
-        new, empty claim after its volume was lost for good. It is a new node (a new id, no history), and it
-        has no bootstrap list (the operator empties it once the cluster has bootstrapped): it can only join."""
-        self.crash(index)
-        sim_node = self.nodes[index]
-        node = msgspec.structs.replace(sim_node.node, id=f"{sim_node.name}-{self.rng.getrandbits(32):08x}")
-        settings = sim_node.settings.with_values({INITIAL_MASTER_NODES: ()})
-        persisted = FlakyPersistedState(settings[CLUSTER_NAME], random.Random(self.rng.getrandbits(64)), node.id)
-        self.nodes[index] = SimNode(index, node, persisted, settings)
-        self.start_node(index)
+        """Crash a node and start it again on an empty disk: a new node under the same name (`NodeLifecycle`)."""
+        self.lifecycle.lose_data(index)
 
     def storage_fault(self, index: int, fault: StorageFault) -> None:
-        """Crash a node, damage its storage as `fault` says, and start it again: it loads what the startup
-        rule allows, or refuses and stays down."""
-        self.crash(index)
-        self.nodes[index].persisted.apply_fault(fault, self.rng)
-        self.start_node(index)
+        """Crash a node, damage its storage as `fault` says, and start it again (or it refuses and stays down)."""
+        self.lifecycle.storage_fault(index, fault)
+
+    def remove_settings(self, index: int, patterns: Sequence[str]) -> None:
+        """`coordinated node-tool remove-settings` on a stopped node: its history event, then its new record."""
+        self.lifecycle.remove_settings(index, patterns)
+
+    def _on_crashed(self, sim_node: SimNode) -> None:
+        """A crashed node's clients get `node_closed` and its range reads give up."""
+        self._note_mastership()
+        self._wake_apply_waiters(sim_node, None)
+        for key in [key for key in self._pending if key[0] == sim_node.index]:
+            self._complete_op(key, ClusterError("node_closed", "the node crashed", 503, maybe_applied=True))
 
     def close_connection(self, index: int, address: str) -> None:
         """Tell a node that its connection to `address` closed (as a kernel would on a peer's death)."""
@@ -282,7 +220,7 @@ class SimulatedCluster:
 
     def step(self, until: int) -> bool:
         deadlines = (
-            (sim_node.index, sim_node.coordinator.next_deadline)
+            (sim_node.index, sim_node.coordinator.next_deadline())
             for sim_node in self.nodes
             if sim_node.coordinator is not None
         )
@@ -484,6 +422,17 @@ class SimulatedCluster:
         leaders = [node for node in self.nodes if node.alive and node.running().mode is Mode.LEADER]
         return leaders[0] if len(leaders) == 1 else None
 
+    def settled(self, voting_config_size: int | None = None) -> bool:
+        """One leader, not publishing, whose applied version every live node has applied (and, given
+        `voting_config_size`, whose committed voting configuration has that many nodes)."""
+        leader = self.leader()
+        if leader is None or leader.running().publication is not None:
+            return False
+        applied = leader.running().applied_state
+        if voting_config_size is not None and len(applied.last_committed_config) != voting_config_size:
+            return False
+        return all(node.running().applied_state.version == applied.version for node in self.nodes if node.alive)
+
     def stabilise(self, duration: int | None = None) -> None:
         """Run until the cluster has had time to settle, then check that it did."""
         settings = self.nodes[0].settings
@@ -504,6 +453,8 @@ class SimulatedCluster:
             if not sim_node.alive:
                 continue
             coordinator = sim_node.running()
+            if sim_node.watched != self._expected_watch(sim_node, leaders[0], applied):
+                self.violation(f"{sim_node.name} watches {sorted(sim_node.watched)}")
             if sim_node.name in connected_names and coordinator is not leader:
                 if coordinator.mode is not Mode.FOLLOWER or coordinator.leader != leader.local_node:
                     self.violation(f"{sim_node.name} is {coordinator.mode} instead of following the leader")
@@ -525,6 +476,14 @@ class SimulatedCluster:
             self.violation(f"voting configuration {list(config.node_ids)} has size {len(config)}, expected {expected}")
         if not config.has_quorum({node.node.id for node in eligible}):
             self.violation(f"connected nodes have no quorum of the voting configuration {list(config.node_ids)}")
+
+    @staticmethod
+    def _expected_watch(sim_node: SimNode, leader: SimNode, applied: ClusterState) -> frozenset[str]:
+        """A stable leader watches every other node it applied, a follower its leader, a lone candidate none."""
+        if sim_node is leader:
+            return frozenset(node.transport_address for node in applied.nodes.values() if node.id != leader.node.id)
+        following = sim_node.running().mode is Mode.FOLLOWER
+        return frozenset((leader.address,)) if following else frozenset()
 
     # ---------------------------------------------------------------------------------------------------
     # output

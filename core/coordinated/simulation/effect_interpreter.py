@@ -5,6 +5,7 @@ requests to their clients, and logs and finished publications into lists that te
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import assert_never
 
 from coordinated.coordination.client import ClientResult
 from coordinated.coordination.effects import (
@@ -16,6 +17,7 @@ from coordinated.coordination.effects import (
     RequestCompleted,
     Send,
     StateApplied,
+    WatchPeers,
 )
 from coordinated.coordination.messages import Message
 from coordinated.coordination.state import ClusterState
@@ -68,3 +70,9 @@ class EffectInterpreter:
                 self._logs.append((self._clock(), sim_node.name, effect.level, effect.message))
             elif isinstance(effect, StateApplied):
                 self._state_applied(sim_node, effect.state)
+            elif isinstance(effect, WatchPeers):
+                # Kept for the stability check; the simulated network reports no closed connection on its own
+                # (a schedule does, with `close_connection`).
+                sim_node.watched = effect.addresses
+            else:
+                assert_never(effect)

@@ -23,6 +23,7 @@ class SimNode:
     seq: int = 0
     boots: int = 0
     refused: str | None = None  # why the node refused to start from its storage; it then stays down
+    watched: frozenset[str] = frozenset()  # the peers its coordinator last asked to watch (`WatchPeers`)
 
     @property
     def address(self) -> str:

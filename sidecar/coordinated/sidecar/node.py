@@ -20,7 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import assert_never, overload
 
-from coordinated.coordination.batch import MAX_STATE_SIZE
 from coordinated.coordination.client import (
     ClientRequest,
     ClientResult,
@@ -38,7 +37,7 @@ from coordinated.coordination.client import (
     TxnResult,
     checked_result,
 )
-from coordinated.coordination.coordinator import Coordinator, Mode
+from coordinated.coordination.coordinator import Coordinator
 from coordinated.coordination.effects import (
     Effect,
     Log,
@@ -48,6 +47,7 @@ from coordinated.coordination.effects import (
     RequestCompleted,
     Send,
     StateApplied,
+    WatchPeers,
 )
 from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 from coordinated.coordination.messages import Message
@@ -206,10 +206,9 @@ class Node:
             self.derivations
         )  # range reads: the sorted keys of the applied state, and pinned listings
         self.shared_read_barrier = SharedBarrier(lambda: self.call(ReadBarrier(), READ_BARRIER_TIMEOUT_MS))
-        # Watch connections by peer address (see _watch_peers).
+        # Watch connections by peer address, to the peers the core's last `WatchPeers` named (see _watch_peers).
         self._watches: dict[str, asyncio.Task[None]] = {}
-        # What _watch_peers last decided from: (mode, leader, the applied state's nodes map).
-        self._watched_for: tuple[Mode, DiscoveryNode | None, dict[str, DiscoveryNode]] | None = None
+        self._watch_wanted: frozenset[str] = frozenset()
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -305,11 +304,10 @@ class Node:
             effects = []
         self.group_commit.submit(effects)
         self._arm_timer()
-        self._watch_peers()
 
     def current_term(self) -> int:
-        """The node's current term (0 before it starts), for the transport to drop stale chunked states."""
-        return self.coordinator.current_term if self.coordinator is not None else 0
+        """The node's current term, as its store holds it, for the transport to drop stale chunked states."""
+        return self.persisted.current_term
 
     def _on_sync_failure(self, reason: str) -> None:
         self.persist_monitor.failure = reason
@@ -326,7 +324,7 @@ class Node:
 
     def _arm_timer(self) -> None:
         assert self.coordinator is not None and self.loop is not None
-        deadline = None if self.stopping else self.coordinator.next_deadline
+        deadline = None if self.stopping else self.coordinator.next_deadline()
         if deadline == self._timer_at and (deadline is None or self._timer is not None):
             return
         if self._timer is not None:
@@ -337,26 +335,9 @@ class Node:
             self._timer = self.loop.call_at(deadline / 1000, self._on_timer, deadline)
 
     def _watch_peers(self) -> None:
-        """Hold a watch connection to each peer whose death must be noticed at once, as Elasticsearch notices
-        a closed transport connection: the master while following (we become a candidate), and every other
-        node while leading (it is removed, so a stopped or killed pod leaves at once rather than after the
-        follower checks give up). A hung peer (SIGSTOP, a partition) keeps its connection: the checks decide."""
-        coordinator = self.coordinator
-        assert coordinator is not None
-        # This runs after every event: skip the sets below while nothing they depend on changed (an applied
-        # state keeps its nodes map object while its nodes do not change).
-        nodes = coordinator.applied_state.nodes
-        leader = coordinator.leader
-        inputs = self._watched_for
-        if inputs is not None and inputs[0] is coordinator.mode and inputs[1] == leader and inputs[2] is nodes:
-            return
-        self._watched_for = None if self.stopping else (coordinator.mode, leader, nodes)
-        wanted: set[str] = set()
-        if not self.stopping:
-            if coordinator.mode is Mode.LEADER:
-                wanted = {node.transport_address for node in nodes.values() if node.id != self.node_id}
-            elif leader is not None and leader.id != self.node_id:
-                wanted = {leader.transport_address}
+        """Hold a watch connection to each peer the core named in its last `WatchPeers` (the peers whose death
+        it must learn at once: `coordination.peer_watch`), and to none while stopping."""
+        wanted = frozenset() if self.stopping else self._watch_wanted
         for address in set(self._watches) - wanted:
             self._watches.pop(address).cancel()
         for address in wanted - set(self._watches):
@@ -376,11 +357,11 @@ class Node:
         if self._watches.get(address) is not this or self.stopping:
             return
         del self._watches[address]
-        self._watched_for = None
         log.info("connection to %s lost (%s)", address, reason)
         coordinator = self.coordinator
         assert coordinator is not None
         self._run(lambda now: coordinator.handle_peer_disconnected(address, now))
+        self._watch_peers()  # connect again if the core still wants this peer watched
 
     def _on_timer(self, deadline: int) -> None:
         assert self.coordinator is not None
@@ -420,6 +401,9 @@ class Node:
                     asyncio.get_running_loop().create_task(self._resolve_seeds())
             elif isinstance(effect, PublicationFinished):
                 self.metrics.on_publication(effect)
+            elif isinstance(effect, WatchPeers):
+                self._watch_wanted = effect.addresses
+                self._watch_peers()
             elif isinstance(effect, Log):
                 log.log(_LOG_LEVELS.get(effect.level, logging.INFO), effect.message)
             else:
@@ -525,7 +509,7 @@ class Node:
         try:
             addresses: list[str] = []
             unresolved: list[str] = []
-            for seed in self.coordinator.settings[SEED_HOSTS]:
+            for seed in self.config.settings[SEED_HOSTS]:  # a node-level setting: the applied state cannot set it
                 host, _, port = seed.rpartition(":")
                 host = host.strip("[]")
                 try:
@@ -662,7 +646,7 @@ class Node:
             ephemeral_keys=len(state.kv_sessions),
             archive=self.archive.status() if self.archive is not None else None,
             state_bytes=core.state_bytes,
-            max_state_bytes=coordinator.settings[MAX_STATE_SIZE],
+            max_state_bytes=core.max_state_bytes,
             problems=count_by_kind(self.problems()),
         )
 

@@ -85,7 +85,7 @@ class OneNode:
     def advance(self, ms: int) -> None:
         """Let `ms` pass, firing every timer due on the way."""
         end = self.now + ms
-        while (deadline := self.coordinator.next_deadline) is not None and deadline <= end:
+        while (deadline := self.coordinator.next_deadline()) is not None and deadline <= end:
             self.now = max(self.now, deadline)
             self._run(self.coordinator.tick(self.now))
         self.now = end

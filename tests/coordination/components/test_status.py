@@ -13,7 +13,10 @@ from coordinated.coordination.client import (
     checked_result,
 )
 from coordinated.coordination.context import Mode
+from coordinated.coordination.effects import WatchPeers
 from coordinated.coordination.master_service import Priority, Task
+from coordinated.coordination.peer_watch import PeerWatch
+from coordinated.coordination.state import DiscoveryNode
 from coordinated.coordination.status import BlockLevel, HealthColour
 from coordinated.coordination.tasks import NodeLeft, Reconfigure
 
@@ -75,3 +78,22 @@ def test_master_tasks_are_told_apart_by_their_type_not_their_text() -> None:
     assert not tasks.is_pending(Reconfigure) and tasks.is_pending(NodeLeft)
     tasks.queue.add(Task("anything", Priority.URGENT, Reconfigure(), lambda result: None))
     assert tasks.is_pending(Reconfigure)
+
+
+def test_peer_watch_names_the_followers_while_leading_and_the_master_while_following() -> None:
+    me, a, b = (DiscoveryNode(name, name, f"{name}:9300", ("master",)) for name in ("me", "a", "b"))
+    nodes = {node.id: node for node in (me, a, b)}
+    watch = PeerWatch(me.id)
+    assert watch.update(Mode.CANDIDATE, None, nodes) is None  # nothing watched yet, nothing to say
+    assert watch.update(Mode.LEADER, me, nodes) == WatchPeers(frozenset({"a:9300", "b:9300"}))
+    assert watch.update(Mode.LEADER, me, nodes) is None  # same inputs: said once
+    assert watch.update(Mode.LEADER, me, {me.id: me, a.id: a}) == WatchPeers(frozenset({"a:9300"}))
+    assert watch.update(Mode.FOLLOWER, b, nodes) == WatchPeers(frozenset({"b:9300"}))
+    assert watch.update(Mode.CANDIDATE, None, nodes) == WatchPeers(frozenset())
+
+
+def test_the_status_carries_the_applied_max_state_size() -> None:
+    node = leader()
+    assert node.coordinator.status().max_state_bytes == 256 * 1024 * 1024
+    assert isinstance(result_of(node, UpdateSettings({"cluster.metadata.max_state_size": "1mb"})), Committed)
+    assert node.coordinator.status().max_state_bytes == 1024 * 1024

@@ -83,7 +83,11 @@ def volume_usage(path: Path, statvfs: Callable[[Path], os.statvfs_result] = os.s
         stats = statvfs(path)
     except OSError:
         return None
-    return VolumeUsage(total=stats.f_blocks * stats.f_frsize, available=stats.f_bavail * stats.f_frsize)
+    return VolumeUsage(
+        total=stats.f_blocks * stats.f_frsize,
+        available=stats.f_bavail * stats.f_frsize,
+        free=stats.f_bfree * stats.f_frsize,
+    )
 
 
 class HistoryMaintenance:

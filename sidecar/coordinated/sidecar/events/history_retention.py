@@ -31,14 +31,30 @@ class ClosedSegment:
 
 @dataclass(frozen=True)
 class VolumeUsage:
-    """The data volume, as `statvfs` sees it: what `df` shows."""
+    """The data volume, as `statvfs` sees it, and how full it is the way `df` counts it.
+
+    `free` counts the blocks the filesystem keeps for root (ext4 keeps 5% by default, some hosts far more);
+    `available` leaves them out, because the node cannot count on them. The share in use is `df`'s "Use%":
+    used / (used + available). Dividing by the whole size instead would call a volume with many reserved blocks
+    full long before it is (a 252 GB disk with 55 GB used and 37 GB available is 60% full, not 85%).
+    """
 
     total: int
     available: int
+    free: int | None = None  # free blocks including the reserved ones; None: no reserved blocks
+
+    @property
+    def used(self) -> int:
+        return self.total - (self.available if self.free is None else self.free)
+
+    @property
+    def usable(self) -> int:
+        """What the node can fill: what is used plus what is available."""
+        return self.used + self.available
 
     @property
     def used_share(self) -> float:
-        return (self.total - self.available) / self.total if self.total > 0 else 0.0
+        return self.used / self.usable if self.usable > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -80,8 +96,8 @@ def plan_cut(
         total -= segment.size
         count += 1
     unarchived = 0
-    if volume is not None and volume.total > 0 and volume.used_share >= policy.flood_stage:
-        must_free = (volume.total - volume.available) - int(policy.high_watermark * volume.total)
+    if volume is not None and volume.usable > 0 and volume.used_share >= policy.flood_stage:
+        must_free = volume.used - int(policy.high_watermark * volume.usable)
         freed = sum(segment.size for segment in closed[:count])
         before = count
         while count < len(closed) and freed < must_free:

@@ -331,6 +331,7 @@ async def root(request: web.Request) -> web.Response:
     check_params(request, set())
     node = node_of(request)
     assert node.coordinator is not None
+    core = node.coordinator.status()
     return web.json_response(
         {
             "name": node.local_node.name,
@@ -338,8 +339,8 @@ async def root(request: web.Request) -> web.Response:
             "cluster_name": node.config.settings[CLUSTER_NAME],
             "cluster_uuid": node.applied_state.cluster_uuid,
             "transport_address": node.local_node.transport_address,
-            "mode": str(node.coordinator.mode),
-            "term": node.coordinator.current_term,
+            "mode": str(core.mode),
+            "term": core.term,
             "tagline": "You Know, for Coordination",
         }
     )
