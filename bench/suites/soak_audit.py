@@ -1,7 +1,7 @@
 """The soak's audits: run one audit command, keep its output, and read its verdict from the report it wrote.
 
-An audit that crashes (a Python traceback exits 1 too, a JVM out of memory, exit 3 "the audit did not run") must
-not read as "violations", and its output must survive whatever the soak does next. So each attempt writes its
+An audit that crashes (a JVM out of memory, a lost block, any unexpected error: exit 3, "the audit did not
+complete") must not read as "violations", and its output must survive whatever the soak does next. So each attempt writes its
 stdout, stderr and report into its own folder under the soak's output as it runs, and the verdict comes from the
 report (`ok` and `stats.violation_counts`), checked against the exit code. A failed audit is run once more.
 """
