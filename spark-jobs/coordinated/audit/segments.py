@@ -2,8 +2,8 @@
 written in format 2 (`coordinated.coordination.history_format`), whose lines leave out fields the lines before
 them set and may stand for two events.
 
-These are read in Python tasks, one segment per task, and expanded into format-1 event lines, which then go
-through exactly the same parsing and checks as any other line. Plain format-1 files (and `.gz`, `.bz2`) stay
+These are read in Python tasks, in batches of consecutive segments (`batches`), and expanded into format-1
+event lines, which then go through exactly the same parsing and checks as any other line. Plain format-1 files (and `.gz`, `.bz2`) stay
 on Spark's own reader, which is faster. The rows carry the file's line index (`_mid`, in one block), so a bad
 line is named by its line in the segment as for other files.
 
