@@ -110,8 +110,9 @@ def test_options_given_win_over_the_quick_defaults_even_when_zero(monkeypatch: p
         return peers_section(3)
 
     monkeypatch.setattr(peers, "run", run)
-    answer = CliRunner().invoke(cli, ["peers", "--quick", "--idle", "0", "--rounds", "2", "--ab", "a=b"])
+    given = ["peers", "--quick", "--idle", "0", "--rounds", "2", "--ab", "a=b", "--ab-tree", "r1", "--ab-tree", "r2"]
+    answer = CliRunner().invoke(cli, given)
     assert answer.exit_code == 0, answer.output
     (options,) = seen
-    assert (options.idle, options.rounds, options.ab) == (0, 2, ["a=b"])
+    assert (options.idle, options.rounds, options.ab, options.ab_tree) == (0, 2, ["a=b"], ["r1", "r2"])
     assert options.writes == peers.PeersOptions.quick().writes  # not given: the quick default
