@@ -29,6 +29,7 @@ from typing import Any
 import aiohttp
 import zstandard
 
+from bench.harness.systems import tree_pythonpath
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
 SETTINGS = {"history.segment_size": "1mb"}
@@ -71,7 +72,7 @@ async def write(nodes: list[LocalNode], writes: int, clients: int) -> None:
 
 def measure(tree: str | None, writes: int, clients: int, node_count: int = 3) -> dict[str, tuple[float, float]]:
     """Per node: (on-disk bytes per write, archived bytes per write) for one fresh cluster."""
-    prefix = (lambda _i: ["env", f"PYTHONPATH={tree}/core:{tree}/sidecar:{tree}/tools"]) if tree else None
+    prefix = (lambda _i: ["env", f"PYTHONPATH={tree_pythonpath(Path(tree))}"]) if tree else None
     with tempfile.TemporaryDirectory(prefix="history-bytes-") as workdir:
         cluster = LocalCluster(Path(workdir), settings={**SETTINGS}, argv_prefix=prefix)
         try:

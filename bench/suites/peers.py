@@ -39,7 +39,7 @@ from bench.harness.machine import HOG, CpuHog, CpuMeter, conditions
 from bench.harness.measure import idle_rss, sequential, throughput
 from bench.harness.pysyncobj import PySyncObjSystem
 from bench.harness.rounds import Factory, Results, new_results, rotated, run_system, selected
-from bench.harness.systems import OursSystem, System
+from bench.harness.systems import NODE_PARTS, OursSystem, System
 from bench.harness.tls import BenchTls
 
 PERF: list[Factory] = [
@@ -72,11 +72,13 @@ def ab_variant(setting: str) -> Factory:
 
 
 def export_tree(revision: str, into: Path) -> None:
-    """The source of `revision` (core, sidecar, tools) in `into`, for `--ab-tree`."""
+    """The source a node runs (NODE_PARTS, those `revision` has) in `into`, for `--ab-tree`."""
     into.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", revision, "core", "sidecar", "tools"], check=True, capture_output=True
+    listed = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-tree", "--name-only", revision], check=True, capture_output=True, text=True
     )
+    parts = [part for part in NODE_PARTS if part in listed.stdout.split()]
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, *parts], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
 
 

@@ -116,3 +116,16 @@ def test_options_given_win_over_the_quick_defaults_even_when_zero(monkeypatch: p
     (options,) = seen
     assert (options.idle, options.rounds, options.ab, options.ab_tree) == (0, 2, ["a=b"], ["r1", "r2"])
     assert options.writes == peers.PeersOptions.quick().writes  # not given: the quick default
+
+
+def test_an_ab_tree_runs_every_part_a_node_imports_from_its_own_revision(tmp_path: Path) -> None:
+    # The client's folder holds coordinated.key_names, which the core checks every key with: a tree without
+    # it ran that module from the checkout instead of from its revision.
+    from bench.harness.systems import tree_pythonpath
+    from bench.suites import peers
+
+    tree = tmp_path / "tree"
+    peers.export_tree("HEAD", tree)
+    assert (tree / "client" / "coordinated" / "key_names.py").is_file()
+    assert (tree / "core" / "coordinated" / "coordination").is_dir()
+    assert str(tree / "client") in tree_pythonpath(tree).split(":")
