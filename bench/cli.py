@@ -58,7 +58,9 @@ def save(out: Path | None, suite: str, section: dict[str, Any], workdir: Path | 
 @click.option("--tls", is_flag=True, help="only the cost of TLS, ours and etcd's, at 3 nodes")
 @click.option("--cpu-hog", is_flag=True, help="measure every system twice: quiet, then with a busy loop on a core")
 @click.option("--ab", multiple=True, metavar="SETTING=VALUE", help="also run 'coordinated 3n [SETTING=VALUE]'")
-@click.option("--ab-tree", default=None, metavar="REV", help="also run 'coordinated 3n [REV]', git revision REV")
+@click.option(
+    "--ab-tree", multiple=True, metavar="REV", help="also run 'coordinated 3n [REV]', git revision REV (repeatable)"
+)
 @WORKDIR
 @OUT
 def peers(quick: bool, out: Path | None, **given: Any) -> None:
@@ -68,6 +70,7 @@ def peers(quick: bool, out: Path | None, **given: Any) -> None:
     # Only the options given: the others keep PeersOptions' defaults (or its quick ones).
     given = {name: value for name, value in given.items() if value is not None}
     given["ab"] = list(given["ab"])
+    given["ab_tree"] = list(given["ab_tree"])
     options = suite.PeersOptions.quick(**given) if quick else suite.PeersOptions(**given)
     section = suite.run(options)
     click.echo(reports.peers_text(section))

@@ -33,14 +33,15 @@ async def sequential(system: System, node: int, writes: int) -> dict[str, float]
     return {"p50": percentile(ms, 50), "p99": percentile(ms, 99)}
 
 
-async def throughput(system: System, clients: int, seconds: float) -> dict[str, float]:
-    """Acknowledged writes/s with `clients` sequential writers spread over all nodes."""
+async def throughput(system: System, clients: int, seconds: float, first: int = 0) -> dict[str, float]:
+    """Acknowledged writes/s with `clients` sequential writers spread over all nodes, client i on node
+    `first + i` (modulo the size)."""
     done = errors = 0
     deadline = time.perf_counter() + seconds
 
     async def client(index: int) -> None:
         nonlocal done, errors
-        node = index % system.size
+        node = (first + index) % system.size
         for i in itertools.count():
             if time.perf_counter() >= deadline:
                 return

@@ -160,7 +160,11 @@ def source_trees(specs: list[str]) -> list[tuple[str, Path]]:
     return [(spec.split("=", 1)[0], Path(spec.split("=", 1)[1])) for spec in specs]
 
 
-def tree_pythonpath(tree: Path, parts: tuple[str, ...] = ("core", "sidecar", "tools")) -> str:
+# What a node imports: the client's folder holds `coordinated.key_names`, which the core checks every key with.
+NODE_PARTS = ("core", "sidecar", "tools", "client")
+
+
+def tree_pythonpath(tree: Path, parts: tuple[str, ...] = NODE_PARTS) -> str:
     """The PYTHONPATH that runs the sidecar and its tools (or other deployables' `parts`) from source tree `tree`
     (an A/B of code)."""
     return os.pathsep.join(str(tree / part) for part in parts)

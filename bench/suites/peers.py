@@ -8,6 +8,7 @@
     python -m bench peers --systems 'coordinated 3n,floor 3n,floor 3n apply-round,etcd 3n'  # our stack's floor
     python -m bench peers --ab node.event_loop=asyncio --systems 'coordinated 3n,coordinated 3n [node.event_loop=asyncio],etcd 3n'
     python -m bench peers --ab-tree main --systems 'coordinated 3n,coordinated 3n [main],etcd 3n'
+    python -m bench peers --ab-tree 4899c15 --ab-tree main --systems 'coordinated 3n,coordinated 3n [4899c15],coordinated 3n [main],etcd 3n'
 
 Around each system's phase the run measures the machine (fsync latency, load, CPU/IO pressure, other
 processes' CPU) and each system's and the harness's CPU per write, and prints them with the results. A run in
@@ -38,7 +39,7 @@ from bench.harness.machine import HOG, CpuHog, CpuMeter, conditions
 from bench.harness.measure import idle_rss, sequential, throughput
 from bench.harness.pysyncobj import PySyncObjSystem
 from bench.harness.rounds import Factory, Results, new_results, rotated, run_system, selected
-from bench.harness.systems import OursSystem, System
+from bench.harness.systems import NODE_PARTS, OursSystem, System
 from bench.harness.tls import BenchTls
 
 PERF: list[Factory] = [
@@ -71,12 +72,19 @@ def ab_variant(setting: str) -> Factory:
 
 
 def export_tree(revision: str, into: Path) -> None:
-    """The source of `revision` (core, sidecar, tools) in `into`, for `--ab-tree`."""
+    """The source a node runs (NODE_PARTS, those `revision` has) in `into`, for `--ab-tree`."""
     into.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", revision, "core", "sidecar", "tools"], check=True, capture_output=True
+    listed = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-tree", "--name-only", revision], check=True, capture_output=True, text=True
     )
+    parts = [part for part in NODE_PARTS if part in listed.stdout.split()]
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, *parts], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+
+
+def tree_variant(revision: str, tree: Path) -> Factory:
+    """3 nodes of ours running the sidecar of `revision`, exported to `tree`: `coordinated 3n [revision]`."""
+    return lambda: OursSystem(3, source=(revision, tree))
 
 
 def cpu_text(cpu: dict[str, float]) -> str:
@@ -110,9 +118,12 @@ async def measure(system: System, leader: int, args: PeersOptions, r: Any, hog: 
     master_pid = pids[leader]
     cpu = {"seq": meter.per_write(args.writes, master_pid)}
     print(f"{system.label:28s} seq p50 {seq['p50']:7.2f} ms  p99 {seq['p99']:7.2f} ms   {cpu_text(cpu['seq'])}")
+    # The clients start at the node after the leader, so that the 1-client point goes through a follower that
+    # forwards in every system and round (from node 0 it went to the leader or not, as elections fell).
+    first = (leader + 1) % system.size
     for clients in (1, 16, 64):
         with CpuMeter(pids, hog_pid) as meter:
-            tput = await throughput(system, clients, args.seconds)
+            tput = await throughput(system, clients, args.seconds, first)
         r[f"tput_{clients}"].append(tput["rate"])
         cpu[f"tput_{clients}"] = meter.per_write(int(tput["writes"]), master_pid)
         errors = f" ({tput['errors']} err)" if tput["errors"] else ""
@@ -161,7 +172,7 @@ class PeersOptions:
     tls: bool = False
     cpu_hog: bool = False
     ab: list[str] = field(default_factory=list)
-    ab_tree: str | None = None
+    ab_tree: list[str] = field(default_factory=list)
     workdir: Path | None = None
     perf: list[Factory] = field(default_factory=list)  # what the run measures, from the options above
 
@@ -181,11 +192,10 @@ def systems_of(options: PeersOptions, base: Path) -> list[Factory]:
             lambda: EtcdSystem(3, tls=tls),
         ]
     variants = [ab_variant(setting) for setting in options.ab]
-    if options.ab_tree:
-        tree = base / "ab-tree"
-        export_tree(options.ab_tree, tree)
-        source = (options.ab_tree, tree)
-        variants.append(lambda: OursSystem(3, source=source))
+    for index, revision in enumerate(options.ab_tree):
+        tree = base / f"ab-tree-{index}"
+        export_tree(revision, tree)
+        variants.append(tree_variant(revision, tree))
     chosen = selected(PERF + variants + FLOOR, options.systems)
     if not chosen:
         choices = ", ".join(f().label for f in PERF + variants + FLOOR)

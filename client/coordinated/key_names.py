@@ -72,6 +72,8 @@ def _dot_segment(name: str) -> str | None:
 
 def _character_in(categories: tuple[str, ...], what: str) -> Callable[[str], str | None]:
     def broken_by(name: str) -> str | None:
+        if name.isprintable():  # every category refused here is non-printable: most names end here, in C
+            return None
         for char in name:
             category = unicodedata.category(char)
             if category in categories:

@@ -111,10 +111,11 @@ def test_options_given_win_over_the_quick_defaults_even_when_zero(monkeypatch: p
         return peers_section(3)
 
     monkeypatch.setattr(peers, "run", run)
-    answer = CliRunner().invoke(cli, ["peers", "--quick", "--idle", "0", "--rounds", "2", "--ab", "a=b"])
+    given = ["peers", "--quick", "--idle", "0", "--rounds", "2", "--ab", "a=b", "--ab-tree", "r1", "--ab-tree", "r2"]
+    answer = CliRunner().invoke(cli, given)
     assert answer.exit_code == 0, answer.output
     (options,) = seen
-    assert (options.idle, options.rounds, options.ab) == (0, 2, ["a=b"])
+    assert (options.idle, options.rounds, options.ab, options.ab_tree) == (0, 2, ["a=b"], ["r1", "r2"])
     assert options.writes == peers.PeersOptions.quick().writes  # not given: the quick default
 
 
@@ -160,3 +161,16 @@ def test_the_suites_parse_with_click_but_the_three_left_to_their_own_parser() ->
 def test_bad_suite_options_get_a_usage_error_that_names_them(args: list[str], says: str) -> None:
     answer = CliRunner().invoke(cli, args)
     assert answer.exit_code == 2 and says in answer.output, answer.output
+
+
+def test_an_ab_tree_runs_every_part_a_node_imports_from_its_own_revision(tmp_path: Path) -> None:
+    # The client's folder holds coordinated.key_names, which the core checks every key with: a tree without
+    # it ran that module from the checkout instead of from its revision.
+    from bench.harness.systems import tree_pythonpath
+    from bench.suites import peers
+
+    tree = tmp_path / "tree"
+    peers.export_tree("HEAD", tree)
+    assert (tree / "client" / "coordinated" / "key_names.py").is_file()
+    assert (tree / "core" / "coordinated" / "coordination").is_dir()
+    assert str(tree / "client") in tree_pythonpath(tree).split(":")

@@ -4,13 +4,21 @@ that an earlier version stored under a name the rules now refuse."""
 
 from __future__ import annotations
 
-import pytest
+import unicodedata
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinated import key_names
 from coordinated.coordination.client import KvDelete, KvGet, KvPut, Txn, TxnCompare, TxnOp
 from coordinated.coordination.registry import default_settings
 from coordinated.coordination.state import ClusterState
 from coordinated.coordination.validation import request_problem
-from coordinated.key_names import RULES
+from coordinated.key_names import CHARACTER_RULES, RULES
+
+# The Unicode categories each of CHARACTER_RULES refuses, in its order.
+CHARACTER_CATEGORIES = (("Cc",), ("Cf",), ("Zl", "Zp"), ("Cs",))
 
 LEGACY = {"dir/": 1, "a/./b": 2, "bidi\u202ename": 3, "c1\x85": 4}
 
@@ -38,3 +46,28 @@ def test_a_key_stored_under_older_rules_stays_readable_and_deletable_but_is_neve
         assert request_problem(KvDelete(key), state, default_settings()) is None
         assert request_problem(KvPut(key, 0), state, default_settings()) is not None
         assert request_problem(KvDelete(key + "/"), state, default_settings()) is not None  # not stored
+
+
+@given(st.text(max_size=40))
+@settings(max_examples=500, deadline=None)
+def test_each_character_rule_refuses_exactly_the_names_with_a_character_of_its_categories(name: str) -> None:
+    categories = {rule.name: found for rule, found in zip(CHARACTER_RULES, CHARACTER_CATEGORIES, strict=True)}
+    for rule in CHARACTER_RULES:
+        has_one = any(unicodedata.category(char) in categories[rule.name] for char in name)
+        assert (rule.broken_by(name) is not None) == has_one, (rule.name, name)
+
+
+def test_a_printable_name_is_checked_without_looking_up_each_character(monkeypatch: pytest.MonkeyPatch) -> None:
+    lookups = 0
+    category = unicodedata.category
+
+    def counted(char: str) -> str:
+        nonlocal lookups
+        lookups += 1
+        return category(char)
+
+    monkeypatch.setattr(unicodedata, "category", counted)  # the module key_names looks it up in
+    assert key_names.key_problem("services/web-1/config.json") is None
+    assert key_names.key_problem("città/über") is None
+    assert lookups == 0
+    assert key_names.key_problem("bidi\u202ename") is not None and lookups > 0

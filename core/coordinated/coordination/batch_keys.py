@@ -237,4 +237,7 @@ class BatchKeys:
         }
         maps = {name: one.finish() for name, one in tracked.items()}
         changes = {name: change for name, one in tracked.items() if (change := one.changes(maps[name])) is not None}
+        # An unchanged map stays the base's own object: readers skip work on `before.x is after.x` (a session
+        # pass per commit, for one) and would otherwise redo it for every write.
+        maps = {name: maps[name] if name in changes else one.base for name, one in tracked.items()}
         return maps, changes

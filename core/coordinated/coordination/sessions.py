@@ -138,7 +138,7 @@ class SessionLeases:
             elif self.leading:
                 self._track(session_id, state.sessions[session_id])
             self.ctx.record_history(event_type, reason=reason, session=session_id)
-        for session_id, session in compute_diff(applied_before, state).sessions.upserts.items():
+        for session_id, session in compute_diff(applied_before, state, self.ctx.derivations).sessions.upserts.items():
             if session.remaining_ms is None and session_id in self.deadlines:
                 self.full.add(session_id)
             else:
