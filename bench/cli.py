@@ -3,16 +3,15 @@
 Each suite runs its systems in interleaved rounds on this machine, prints its figures and, with `--out FILE`,
 adds its section to a results file (bench/harness/results.py). `headline` runs the suites that
 docs/performance.md is made of into one file; `report` renders that page from it. Every suite's options are
-click options here, except three that still parse their own (`audit scale`, `audit incremental`, `soak`): they
-get their arguments as given (`python -m bench soak --help`). Suites import their systems' libraries (grpc, pysyncobj) only
+click options here (`python -m bench SUITE --help`). Suites import their systems' libraries (grpc, pysyncobj) only
 when they run, so `report` works without the `[bench]` extra.
 """
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -318,25 +317,105 @@ def engines(input_dir: Path | None, json_out: Path | None, child: str | None, **
     suite.main(options)
 
 
-# -- suites that still parse their own arguments ------------------------------------------------------------
-
-PASSTHROUGH: dict[str, Any] = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
-
-
-def passthrough(group: click.Group, name: str, module: str, summary: str) -> None:
-    """`name ARGS...` runs `module.main(ARGS)`, which parses them (`name --help` prints its options)."""
-
-    @group.command(name, context_settings=PASSTHROUGH, help=summary, short_help=summary)
-    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-    def command(args: tuple[str, ...]) -> None:
-        sys.exit(importlib.import_module(module).main(list(args)))
-
-
-passthrough(audit, "scale", "bench.suites.audit_scale", "audit events/s at 1M and 10M events, against an anchor")
-passthrough(audit, "incremental", "bench.suites.audit_incremental", "an incremental audit against the new events alone")
-passthrough(
-    cli, "soak", "bench.suites.soak", "steady writes for a bounded time; fails if disk, RSS or descriptors grow"
+@audit.command()
+@click.option(
+    "--events", type=click.IntRange(min=1), multiple=True, help="events per history (repeatable) [default: 1M, 10M]"
 )
+@click.option("--master", default="local[2]", show_default=True)
+@click.option(
+    "--driver-memory", default="1g", show_default=True, help="spark.driver.memory (local mode: the whole JVM)"
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="keep the generated histories here and reuse them in later runs (default: a temporary folder, removed after)",
+)
+@click.option("--seed", type=int, default=42, show_default=True)
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="figures")
+@click.option("--forms", type=click.Choice(["jsonl", "parquet"]), multiple=True, help="(repeatable) [default: both]")
+@click.option(
+    "--fast-compact", is_flag=True, help="make the Parquet form with Spark's plain JSON reader instead of --compact-to"
+)
+@click.option("--prepare-only", is_flag=True, help="only generate (and compact) the histories")
+@click.option(
+    "--event-log",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="write the audit's and the anchor's Spark event logs under DIR; report job counts and executor CPU-seconds",
+)
+@click.option(
+    "--conf",
+    multiple=True,
+    callback=pairs,
+    metavar="KEY=VALUE",
+    help="a Spark setting for both the audit and the anchor (repeatable), e.g. for an A/B of JVM options",
+)
+def scale(events: tuple[int, ...], forms: tuple[str, ...], json_out: Path | None, **given: Any) -> None:
+    """Audit events/s at 1M and 10M events, against an anchor (the least Spark job over the same events)."""
+    from bench.suites import audit_scale as suite
+
+    defaults = suite.ScaleOptions()
+    suite.main(
+        suite.ScaleOptions(events=events or defaults.events, forms=forms or defaults.forms, json=json_out, **given)
+    )
+
+
+@audit.command()
+@click.option("--old", type=click.IntRange(min=1), multiple=True, help="old events (repeatable) [default: 1M, 10M]")
+@click.option("--new", type=click.IntRange(min=1), default=1_000_000, show_default=True, help="new events")
+@click.option("--master", default="local[2]", show_default=True)
+@click.option("--layout", type=click.Choice(["zst", "jsonl"]), default="zst", show_default=True)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(tempfile.gettempdir()) / "audit-incremental",
+    show_default=True,
+    help="generated histories are kept here and reused",
+)
+@click.option(
+    "--audit-option", "audit_options", multiple=True, metavar="OPTION", help="passed to every audit (repeatable)"
+)
+def incremental(
+    old: tuple[int, ...], new: int, master: str, layout: str, workdir: Path, audit_options: tuple[str, ...]
+) -> None:
+    """An incremental audit against the new events alone: 1M new events on top of 1M and of 10M old ones."""
+    from bench.suites import audit_incremental as suite
+
+    suite.main(old or (1_000_000, 10_000_000), new, master, layout, workdir, audit_options)
+
+
+@cli.command()
+@click.option("--minutes", type=click.FloatRange(min=0, min_open=True), required=True, help="how long to write")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=50.0, show_default=True, help="writes/s")
+@click.option(
+    "--sample-s", type=click.FloatRange(min=1), default=60.0, show_default=True, help="seconds between samples"
+)
+@click.option(
+    "--audit-every",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="minutes between incremental audits, 0 for the end's only (at 50 writes/s a run reads about 150,000 new "
+    "events, which fits local[1])",
+)
+@click.option("--driver-memory", default="2g", show_default=True, help="each audit's spark.driver.memory")
+@click.option(
+    "--audit-timeout-min", type=click.FloatRange(min=1), default=60.0, show_default=True, help="per audit attempt"
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="where the chart, samples and reports go",
+)
+def soak(**given: Any) -> None:
+    """Steady writes for a bounded time with an archive and incremental audits; fails if disk, RSS or descriptors
+    grow, an audit finds a violation or does not complete, or anything written is lost."""
+    from bench.suites import soak as suite
+
+    sys.exit(suite.main(suite.SoakOptions(**given)))
 
 
 def main() -> None:

@@ -224,7 +224,7 @@ def prepare_input(a: EnginesOptions) -> Path:
     if a.input is not None:
         return a.input
     assert a.events is not None and a.workdir is not None  # EnginesOptions.problem
-    argv = module_command("bench.suites.audit_scale", "--events", str(a.events), "--forms", "parquet")
+    argv = module_command("bench", "audit", "scale", "--events", str(a.events), "--forms", "parquet")
     argv += ["--fast-compact", "--prepare-only", "--master", a.master, "--workdir", str(a.workdir)]
     subprocess.run(argv, check=True, timeout=a.timeout, env=bench_env())
     return a.workdir / f"pq{a.events}"

@@ -1,6 +1,6 @@
 """What an incremental audit costs: 1M new events on top of 1M and of 10M old ones.
 
-    .venv/bin/python -m bench audit incremental --old 1000000 10000000 --new 1000000 [--master 'local[2]']
+    .venv/bin/python -m bench audit incremental --old 1000000 --old 10000000 --new 1000000 [--master 'local[2]']
 
 For each size it generates one valid 5-node history (`coordinated.audit.synth`) of old + new events, in the
 nodes' own layout: `segment-<first seq>.jsonl.zst`, format 2 (what the nodes write and an archive keeps; with
@@ -21,7 +21,6 @@ reused. Figures only.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -181,21 +180,10 @@ def _link(source: str, target: str) -> None:
     Path(target).hardlink_to(source)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench audit incremental", description=__doc__.splitlines()[0])
-    parser.add_argument("--old", type=int, nargs="+", default=[1_000_000, 10_000_000])
-    parser.add_argument("--new", type=int, default=1_000_000)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--layout", choices=("zst", "jsonl"), default="zst")
-    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "audit-incremental")
-    parser.add_argument(
-        "--audit-option", action="append", default=[], metavar="OPTION", help="passed to every audit (repeatable)"
-    )
-    args = parser.parse_args(argv)
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    for old in args.old:
-        bench(args.workdir, old, args.new, args.master, args.layout == "zst", args.audit_option)
-
-
-if __name__ == "__main__":
-    main()
+def main(
+    old: tuple[int, ...], new: int, master: str, layout: str, workdir: Path, audit_options: tuple[str, ...]
+) -> None:
+    """`python -m bench audit incremental` (its options are in bench/cli.py)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    for old_events in old:
+        bench(workdir, old_events, new, master, layout == "zst", list(audit_options))

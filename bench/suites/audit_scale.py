@@ -1,6 +1,6 @@
 """Audit throughput at scale: synthetic valid histories of 1M and 10M events, JSONL and Parquet.
 
-    .venv/bin/python -m bench audit scale --events 1000000 10000000 --master 'local[2]'
+    .venv/bin/python -m bench audit scale --events 1000000 --events 10000000 --master 'local[2]'
 
 For each size it writes a 5-node history with the tests' generator (`coordinated.audit.synth`: many
 terms, changing masters, failed publications re-published by the next master, lagging and restarting
@@ -17,7 +17,6 @@ Figures only: nothing here asserts on timing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -27,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from coordinated.audit.synth import SynthConfig, write_history
@@ -167,14 +167,6 @@ def conf_args(conf: dict[str, str]) -> list[str]:
     return [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
 
 
-def setting(text: str) -> tuple[str, str]:
-    """One `--conf` argument of this bench, refused by argparse unless it is KEY=VALUE."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
-    return key, value
-
-
 def run_anchor(path: Path, form: str, master: str, driver_memory: str, conf: dict[str, str] | None = None) -> float:
     """The minimal job the audit is measured against: one scan, one window over (node, seq), one per-state
     groupBy. Seconds, without JVM start-up (as the audit's own figure)."""
@@ -279,43 +271,24 @@ def bench_one(
     return result
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench audit scale", description=__doc__.splitlines()[0])
-    p.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
-    p.add_argument("--master", default="local[2]")
-    p.add_argument("--driver-memory", default="1g", help="spark.driver.memory (local mode: the whole JVM)")
-    p.add_argument(
-        "--workdir",
-        type=Path,
-        default=None,
-        help="keep the generated histories here and reuse them in later runs (default: a temporary folder, removed after)",
-    )
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
-    p.add_argument("--forms", nargs="+", choices=("jsonl", "parquet"), default=["jsonl", "parquet"])
-    p.add_argument(
-        "--fast-compact",
-        action="store_true",
-        help="make the Parquet form with Spark's plain JSON reader instead of the audit's --compact-to path",
-    )
-    p.add_argument("--prepare-only", action="store_true", help="only generate (and compact) the histories")
-    p.add_argument(
-        "--event-log",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="write the audit's and the anchor's Spark event logs under DIR and report their job counts and "
-        "executor CPU-seconds",
-    )
-    p.add_argument(
-        "--conf",
-        action="append",
-        type=setting,
-        default=[],
-        metavar="KEY=VALUE",
-        help="a Spark setting for both the audit and the anchor (repeatable), e.g. for an A/B of JVM options",
-    )
-    a = p.parse_args(argv)
+@dataclass(frozen=True)
+class ScaleOptions:
+    """`python -m bench audit scale`'s options (parsed in bench/cli.py)."""
+
+    events: tuple[int, ...] = (1_000_000, 10_000_000)
+    master: str = "local[2]"
+    driver_memory: str = "1g"
+    workdir: Path | None = None
+    seed: int = 42
+    json: Path | None = None
+    forms: tuple[str, ...] = ("jsonl", "parquet")
+    fast_compact: bool = False
+    prepare_only: bool = False
+    event_log: Path | None = None
+    conf: tuple[tuple[str, str], ...] = ()
+
+
+def main(a: ScaleOptions) -> None:
     conf = dict(a.conf)
     workdir = a.workdir or Path(tempfile.mkdtemp(prefix="audit-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -327,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
                 a.master,
                 a.driver_memory,
                 a.seed,
-                a.forms,
+                list(a.forms),
                 a.fast_compact,
                 a.prepare_only,
                 a.event_log,
@@ -358,7 +331,3 @@ def main(argv: list[str] | None = None) -> None:
                 )
     if a.json:
         a.json.write_text(json.dumps(results, indent=2) + "\n")
-
-
-if __name__ == "__main__":
-    main()

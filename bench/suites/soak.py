@@ -22,7 +22,6 @@ finding, whatever an earlier step or audit found. Everything it starts it stops,
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -313,7 +312,7 @@ class Audits:
         )
 
 
-async def soak(args: argparse.Namespace, cluster: LocalCluster, server: S3Server, out: Path) -> list[str]:
+async def soak(args: SoakOptions, cluster: LocalCluster, server: S3Server, out: Path) -> list[str]:
     credentials = server.credentials_file(out / "s3-credentials")
     cluster.settings.update(archive_settings(server, credentials))
     nodes = cluster.bootstrap(3, timeout=60)
@@ -452,26 +451,20 @@ async def read_back(node: LocalNode, writer: Writer) -> list[str]:
     return problems
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, required=True)
-    parser.add_argument("--rate", type=float, default=50.0, help="writes per second (default 50)")
-    parser.add_argument("--sample-s", type=float, default=60.0, help="seconds between samples (default 60)")
-    parser.add_argument(
-        "--audit-every",
-        type=float,
-        default=10.0,
-        help="minutes between incremental audits, 0 for the end's only (default 10: at 50 writes/s a run reads about "
-        "150,000 new events, which fits local[1])",
-    )
-    parser.add_argument(
-        "--driver-memory", default="2g", help="each audit's spark.driver.memory (default 2g; Spark's own is 1g)"
-    )
-    parser.add_argument(
-        "--audit-timeout-min", type=float, default=60.0, help="an audit attempt is stopped after this (default 60)"
-    )
-    parser.add_argument("--out", type=Path, default=None, help="where the chart, samples and reports go")
-    args = parser.parse_args(argv)
+@dataclass(frozen=True)
+class SoakOptions:
+    """`python -m bench soak`'s options (parsed in bench/cli.py)."""
+
+    minutes: float
+    rate: float = 50.0
+    sample_s: float = 60.0
+    audit_every: float = 10.0
+    driver_memory: str = "2g"
+    audit_timeout_min: float = 60.0
+    out: Path | None = None
+
+
+def main(args: SoakOptions) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="soak-out-"))
     out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="soak-"))
@@ -488,7 +481,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAIL: {problem}")
     print("soak: " + ("FAILED" if problems else "ok"))
     return 1 if problems else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
