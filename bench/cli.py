@@ -397,7 +397,7 @@ def incremental(
     type=click.FloatRange(min=0),
     default=10.0,
     show_default=True,
-    help="minutes between incremental audits, 0 for the end's only (at 50 writes/s a run reads about 150,000 new "
+    help="minutes between incremental audits, 0 for the end's only (at 50 writes/s a run reads about 270,000 new "
     "events, which fits local[1])",
 )
 @click.option("--driver-memory", default="2g", show_default=True, help="each audit's spark.driver.memory")
