@@ -177,3 +177,29 @@ def test_a_replacement_that_began_and_ended_between_two_passes_is_announced_and_
     # A voter that left the configuration with its id (a scale-down) was not replaced.
     shrunk = cluster({"demo-0": "a", "demo-1": "b", "demo-2": "c"}, ("a", "b"))
     assert membership.replaced_between_passes(shrunk, [], before) == []
+
+
+def test_a_voter_reported_as_replacing_before_the_master_went_still_counts_as_lost() -> None:
+    # The e2e recovery once waited forever for QuorumLost. demo-1 came back as e while a master was still up,
+    # so the status recorded demo-1 as node e *replacing* b; demo-2 was down. Once demo-2 came back as f and
+    # the master was gone, b must still be tied to demo-1 (the survivor's state no longer names it).
+    before = [{**entry, "voting": True} for entry in previous(demo_0="a", demo_1="b", demo_2="c")]
+    first = cluster({"demo-0": "a", "demo-1": "e"}, ("a", "b", "c"), names_by_id={"a": "demo-0", "e": "demo-1"})
+    first = replace(first, pods={**first.pods, "demo-2": PodObservation("demo-2", ready=False)})
+    replaced = membership.replacements(first, before)
+    assert replaced == [membership.Replacement("demo-1", "b", "e")]
+    recorded = membership.node_entries(first, replaced, {}, before)
+    assert [(e["name"], e["nodeId"], e["replacing"]) for e in recorded] == [
+        ("demo-0", "a", None),
+        ("demo-1", "e", "b"),
+        ("demo-2", "c", None),
+    ]
+    names = {"a": "demo-0", "e": "demo-1", "f": "demo-2"}
+    back = cluster({"demo-0": "a", "demo-1": "e", "demo-2": "f"}, ("a", "b", "c"), master=None, names_by_id=names)
+    replaced = membership.replacements(back, recorded)
+    assert replaced == [membership.Replacement("demo-1", "b", "e"), membership.Replacement("demo-2", "c", "f")]
+    message = membership.quorum_lost(back, replaced)
+    assert message is not None and "2 of the 3 voters lost their data" in message
+    # And the pass after that, from the status this one wrote, still says so.
+    again = membership.node_entries(back, replaced, {}, recorded)
+    assert membership.replacements(back, again) == replaced

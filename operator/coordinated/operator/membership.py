@@ -74,8 +74,13 @@ class Replacement:
 
 
 def _previous_ids(previous_nodes: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """node id -> pod name, from the last status."""
-    return {str(entry["nodeId"]): str(entry["name"]) for entry in previous_nodes if entry.get("nodeId")}
+    """node id -> pod name, from the last status: each pod's node, and the lost node it was replacing.
+
+    The lost node must stay tied to its pod: once the status shows the pod's new id, the survivor's state may
+    no longer name the old one, and without it a later pass with no master could not count it as lost.
+    """
+    ids = {str(entry["replacing"]): str(entry["name"]) for entry in previous_nodes if entry.get("replacing")}
+    return ids | {str(entry["nodeId"]): str(entry["name"]) for entry in previous_nodes if entry.get("nodeId")}
 
 
 def replacements(obs: Observation, previous_nodes: Sequence[Mapping[str, Any]]) -> list[Replacement]:
