@@ -391,9 +391,9 @@ async def end_check(
             findings.fail(problem)
     except Exception as e:  # the check goes on: the other steps can still show what was lost
         findings.fail(f"the read-back could not run: {e!r}")
-    # A graceful stop archives the node's last segment. All nodes are told at once: stopped one by one, the
-    # nodes still running publish the departures, and the last one's publication can never commit, so the
-    # audit holds its events back as unsettled for good (a later run would audit them, but none comes).
+    # A graceful stop records `stopped` and archives the node's last segment. All nodes are told at once, which
+    # keeps this short. (Stopped one by one, the last node's publication of the others' departure never
+    # commits; its `stopped` event is what lets the audit settle it instead of holding it back for good.)
     with ThreadPoolExecutor(len(nodes)) as pool:
         stops = [(node, pool.submit(cluster.stop, node, STOP_TIMEOUT_S)) for node in nodes]
         for node, stopping in stops:

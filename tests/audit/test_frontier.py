@@ -114,3 +114,33 @@ def test_a_voter_whose_archive_goes_on_without_the_accept_is_still_a_violation(
     report, held = audited(spark, hb, tmp_path / "h", hold_back=True)
     assert held == {}, "every voter's archive reaches past the version: it is judged"
     assert "commit-quorum" in invariants_of(report)
+
+
+def stop_one_by_one(hb: HistoryBuilder) -> None:
+    """The nodes stopped one at a time: c, then b, then the master. Left alone by c and b, the master publishes
+    their departure, which only it accepts (no quorum is left), and stops with that publication open."""
+    hb.stop("c")
+    hb.stop("b")
+    hb.accept("a", hb.make_state("a"))
+    hb.stop("a")
+
+
+def test_a_publication_its_master_could_not_commit_before_a_graceful_stop_is_settled(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    hb = cluster_history(4)
+    stop_one_by_one(hb)
+    report, held = audited(spark, hb, tmp_path / "stopped", hold_back=True)
+    assert held == {}, "a master that stopped in its term never commits that publication: nothing is held back"
+    assert report["ok"], report["violations"]
+    assert report["events"] == sum(len(lines) for lines in hb.lines.values())
+
+
+def test_without_the_stop_the_same_open_publication_is_still_held_back(spark: SparkSession, tmp_path: Path) -> None:
+    # As a crash leaves it, or a master still running: its commit may yet come, so the audit waits for it.
+    hb = cluster_history(4)
+    stop_one_by_one(hb)
+    hb.lines["a"] = [line for line in hb.lines["a"] if '"type":"stopped"' not in line]
+    report, held = audited(spark, hb, tmp_path / "crashed", hold_back=True)
+    assert held == {"cluster-1": 4}, "the master's open publication of version 5 is held back"
+    assert report["ok"], report["violations"]

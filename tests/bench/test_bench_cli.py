@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 import pytest
+from child_processes import ChildProcesses
 from click.testing import CliRunner
 
 from bench import ROOT
@@ -165,9 +166,12 @@ def test_bad_suite_options_get_a_usage_error_that_names_them(args: list[str], sa
     assert answer.exit_code == 2 and says in answer.output, answer.output
 
 
-def test_an_ab_tree_runs_every_part_a_node_imports_from_its_own_revision(tmp_path: Path) -> None:
+def test_an_ab_tree_runs_every_part_a_node_imports_from_its_own_revision(
+    tmp_path: Path, processes: ChildProcesses
+) -> None:
     # The client's folder holds coordinated.key_names, which the core checks every key with: a tree without
-    # it ran that module from the checkout instead of from its revision.
+    # it ran that module from the checkout instead of from its revision. (`processes`: exporting the tree
+    # runs git.)
     from bench.harness.systems import tree_pythonpath
     from bench.suites import peers
 

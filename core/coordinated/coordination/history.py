@@ -41,6 +41,10 @@ class EventType(StrEnum):
     RETENTION_CUT = "retention_cut"  # segments before `first_kept_seq` were deleted on purpose (retention)
     HISTORY_LOST = "history_lost"  # events `first_lost_seq`..`last_lost_seq` were lost (a segment deleted
     # under the running node, or a write that failed); both carry the node's marks (`marks_term`, ...)
+    # Written by the node at a graceful stop, once its core has stopped, with its current term: as master it
+    # commits nothing more of that term (it can lead again only in a later one), so the audit settles what
+    # it published and never committed, instead of waiting for a commit that cannot come.
+    STOPPED = "stopped"
 
 
 SESSION_EVENT_TYPES: tuple[EventType, ...] = (

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import assert_never, overload
 
+import msgspec
+
 from coordinated.coordination.client import (
     ClientRequest,
     ClientResult,
@@ -279,6 +281,8 @@ class Node:
             if not future.done():
                 future.set_result(ClusterError("node_closed_exception", "the node is stopping", 503, True))
         await self.history_maintenance.stop()
+        if self.coordinator is not None:
+            self._record_stop()
         await self._flush_archive()
         self.history.close()
         try:
@@ -471,6 +475,14 @@ class Node:
             return
         self.history.append(event)
         self.metrics.on_history(event.type)
+
+    def _record_stop(self) -> None:
+        """The `stopped` event: the core has stopped and every effect it left held was dropped above, so no
+        event of this process's core can follow it (see EventType.STOPPED). Written before the archive takes
+        the last segment, so that a node stopped for good leaves it in object storage too."""
+        stopped = msgspec.structs.replace(self.history_identity(), type=EventType.STOPPED, reason="graceful stop")
+        self.history.append(stopped)
+        self.metrics.on_history(stopped.type)
 
     def history_identity(self) -> HistoryEvent:
         """The node's own fields for the history's own events (`retention_cut`, `history_lost`): its cluster,

@@ -9,8 +9,10 @@ hold `committed` of a state whose followers' `accepted` of it are still in their
 
 - a state (cluster, version) is unsettled when its master's archived history has not committed that version
   (the master's newest `committed` or `applied` version is lower) and has not gone on to a later term (a master
-  in a later term never commits it: a publication it abandoned); a master with no history in the input at all
-  is a missing history, which the report names instead;
+  in a later term never commits it: a publication it abandoned) nor recorded a graceful `stopped` in that term
+  (after a stop a node leads again only in a later term, so it never commits it either: the last publication
+  of a cluster whose nodes stopped one by one, which no quorum was left to accept); a master with no history in
+  the input at all is a missing history, which the report names instead;
 - it is unsettled, too, when a node its master's `committed` counts in the quorum has an archived history that
   stops short of it: no state event of that version or later, and no later term. A history that goes on past
   the version without accepting it is judged (that is a real `commit-quorum` violation);
@@ -18,7 +20,8 @@ hold `committed` of a state whose followers' `accepted` of it are still in their
   state event above the frontier: a suffix, so that seq stays gapless and per-node checks see a prefix.
 
 What is held back is audited by a later run, once the masters' segments are archived (a stopped node archives
-its last segment on the way out). Nothing is held back when every master's archive has caught up.
+its last segment, `stopped` included, on the way out). Nothing is held back when every master's archive has
+caught up, and nothing once every node has stopped gracefully.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from coordinated.audit.schema import STATE_TYPES
+from coordinated.coordination.history import EventType
 
 SETTLING_TYPES = ("committed", "applied")  # a node that recorded one of these had committed that version
+STOPPED = EventType.STOPPED.value
 
 
 def hold_back_unsettled(events: DataFrame) -> tuple[DataFrame, dict[str, int]]:
@@ -42,11 +47,14 @@ def hold_back_unsettled(events: DataFrame) -> tuple[DataFrame, dict[str, int]]:
     # The newest term each node's history reached: a master that went on to a later term never commits a state
     # of an earlier one (an abandoned publication, such as a bootstrap that lost the race): that state is settled.
     with_history = events.groupBy("cluster_uuid", "node").agg(F.max("term").alias("newest_term"))
+    # A master that stopped gracefully in term t leads again only in a later term: as if it had reached t + 1.
+    beyond_stop = F.when(F.col("type") == STOPPED, F.col("term") + 1).otherwise(F.col("term"))
+    masters_terms = events.groupBy("cluster_uuid", "node").agg(F.max(beyond_stop).alias("newest_term"))
     masters = (
         states.filter(F.col("master").isNotNull())
         .select("cluster_uuid", "version", "term", F.col("master").alias("node"))
         .distinct()
-        .join(with_history, ["cluster_uuid", "node"])  # a master without a history is a missing history
+        .join(masters_terms, ["cluster_uuid", "node"])  # a master without a history is a missing history
         .join(reached, ["cluster_uuid", "node"], "left")
     )
     unsettled = masters.filter(

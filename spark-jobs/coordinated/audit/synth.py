@@ -227,6 +227,11 @@ class HistoryBuilder:
         self.emit(master, "stepped_down", self.term[master])
         self.tick(0.001)
 
+    def stop(self, node: str) -> None:
+        """A graceful stop: the node records `stopped` in its current term (a process restart may follow)."""
+        self.emit(node, "stopped", self.term[node], extra='"reason":"graceful stop"')
+        self.tick(0.001)
+
     def restart(self, node: str) -> None:
         """A process restart: persisted term, accepted state and seq survive; the applied state does not."""
         self.applied[node] = None
