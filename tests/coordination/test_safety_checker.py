@@ -69,3 +69,20 @@ def test_a_committed_version_that_does_not_descend_from_the_one_before() -> None
     safety.observe(event("committed", "a", 2, 1))
     with pytest.raises(SafetyViolation, match="committed version 2 does not descend from committed version 1"):
         safety.observe(event("committed", "a", 3, 2, parent_uuid="a fork"))
+
+
+def test_a_node_that_leads_again_in_the_term_its_process_ended_in() -> None:
+    # The audit settles a publication that a stopped master left uncommitted: after its process ends in term t
+    # it may win or commit as master only in a later term.
+    safety = checker()
+    safety.observe(event("elected", "a", 2))
+    safety.process_ended("a", 2)
+    with pytest.raises(SafetyViolation, match="after its process ended in term 2"):
+        safety.observe(event("committed", "a", 2, 1, master="a", quorum=["a", "b"]))
+    with pytest.raises(SafetyViolation, match="elected as master in term 2"):
+        safety.observe(event("elected", "a", 2))
+    safety.observe(event("committed", "b", 2, 1, master="a"))  # a follower's commit of that term: no leading
+    safety.observe(event("elected", "a", 3))  # a later term: allowed
+    safety.observe(event("detached", "a", 0))  # the node tool's reset: its terms may start over
+    safety.process_ended("b", 5)
+    safety.observe(event("elected", "a", 1, cluster_uuid="v"))

@@ -174,6 +174,7 @@ class SimulatedCluster:
 
     def _on_crashed(self, sim_node: SimNode) -> None:
         """A crashed node's clients get `node_closed` and its range reads give up."""
+        self.safety.process_ended(sim_node.node.id, sim_node.persisted.current_term)
         self._note_mastership()
         self._wake_apply_waiters(sim_node, None)
         for key in [key for key in self._pending if key[0] == sim_node.index]:

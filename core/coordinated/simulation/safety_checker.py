@@ -4,7 +4,8 @@ every running node after each step. A violation raises `SafetyViolation` naming 
 What it checks (the properties the audit checks on real histories): one master per term, one state per (term,
 version), each state's content the same wherever it is recorded, states naming the master elected in their
 term, committed versions that never differ and always descend from each other, ephemeral keys only with their
-session, and one leader per term among the running nodes.
+session, one leader per term among the running nodes, and no node leading a term again after its process
+ended in it (the audit settles a publication its master left uncommitted when it stopped on this).
 """
 
 from __future__ import annotations
@@ -47,13 +48,31 @@ class SafetyChecker:
         # when a node first applied a later state without it.
         self._session_created: dict[str, int] = {}
         self.session_ended_at: dict[str, int] = {}
+        # Node id -> its current term when its process last ended: it may lead only later terms after that.
+        self._ended_in_term: dict[str, int] = {}
 
     def violation(self, message: str) -> NoReturn:
         raise SafetyViolation(f"[seed {self.seed}, t={self._clock()}ms] {message}")
 
+    def process_ended(self, node_id: str, term: int) -> None:
+        """A node's process ended in `term` (a crash here; a real node's graceful stop records `stopped`)."""
+        self._ended_in_term[node_id] = max(term, self._ended_in_term.get(node_id, 0))
+
+    def _check_leads_after_its_end(self, event: HistoryRecord) -> None:
+        ended = self._ended_in_term.get(event["node"])
+        if ended is not None and event["term"] <= ended:
+            self.violation(
+                f"{event['node']} recorded {event['type']} as master in term {event['term']} after its process "
+                f"ended in term {ended}: a node leads only later terms once it has stopped"
+            )
+
     def observe(self, event: HistoryRecord) -> None:
         """A history event as a node records it."""
         kind = event["type"]
+        if kind == "elected" or (kind == "committed" and event.get("quorum") is not None):
+            self._check_leads_after_its_end(event)
+        if kind in ("unsafe_bootstrap", "detached"):  # the node tool's reset: a new cluster or term may follow
+            self._ended_in_term.pop(event["node"], None)
         if kind == "elected":
             term = event["term"]
             winner = self._elected.setdefault((event["cluster_uuid"], term), event["node"])
