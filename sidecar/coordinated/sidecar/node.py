@@ -480,9 +480,9 @@ class Node:
         """The `stopped` event: the core has stopped and every effect it left held was dropped above, so no
         event of this process's core can follow it (see EventType.STOPPED). Written before the archive takes
         the last segment, so that a node stopped for good leaves it in object storage too."""
-        stopped = msgspec.structs.replace(self.history_identity(), type=EventType.STOPPED, reason="graceful stop")
-        self.history.append(stopped)
-        self.metrics.on_history(stopped.type)
+        self.record_history(
+            msgspec.structs.replace(self.history_identity(), type=EventType.STOPPED, reason="graceful stop")
+        )
 
     def history_identity(self) -> HistoryEvent:
         """The node's own fields for the history's own events (`retention_cut`, `history_lost`): its cluster,
