@@ -314,6 +314,9 @@ def chart(samples: list[Sample], path: Path) -> None:
         for node in sorted({s.node for s in samples}):
             mine = [s for s in samples if s.node == node and getattr(s, field) is not None]
             axis.plot([s.minute for s in mine], [getattr(s, field) for s in mine], label=node, marker=".")
+        if field == "history_mb":  # what the end check holds each history to
+            bound = axis.axhline(history_bound_mb(RETENTION), color="grey", linestyle="--", linewidth=1, label="bound")
+            axis.legend(handles=[bound], loc="lower right", fontsize="small")
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
     axes[0].legend(loc="upper left", fontsize="small")
