@@ -219,6 +219,14 @@ def above_bound(samples: list[Sample], bound_mb: float) -> list[str]:
     return problems
 
 
+def flatness_problems(samples: list[Sample]) -> list[str]:
+    """Every node's history against its bound, and the other figures against growth past the warm-up."""
+    problems = above_bound(samples, history_bound_mb(RETENTION))
+    for field in TOLERANCE:
+        problems += grew(samples, field, WARM_UP_S)
+    return problems
+
+
 def archive_settings(server: S3Server, credentials: Path) -> dict[str, str]:
     return {
         "history.archive.type": "s3",
@@ -378,9 +386,7 @@ async def soak(args: SoakOptions, cluster: LocalCluster, server: S3Server, out: 
     if running is not None:
         await running
     problems, results = await end_check(cluster, nodes, server, writer, audits)
-    problems += above_bound(samples, history_bound_mb(RETENTION))
-    for field in TOLERANCE:
-        problems += grew(samples, field, WARM_UP_S)
+    problems += flatness_problems(samples)
     save(out, samples, writer, results)
     print(f"writes {writer.writes} (failed or unknown {writer.failures}); chart {out / 'soak.png'}", flush=True)
     return problems
