@@ -62,13 +62,20 @@ def metrics(node: LocalNode) -> dict[str, float]:
 
 
 def history_lines(node: LocalNode) -> list[dict[str, Any]]:
-    """Every event of the node's history (compressed segments and format 2 read as the audit reads them)."""
-    return [
-        event
-        for segment in list_segments(node.data_dir / "history")
-        for line in expanded_lines(segment.path)
-        for event in line.events or ()
-    ]
+    """Every event of the node's history (compressed segments and format 2 read as the audit reads them).
+    The node is running: between listing and reading, a closed segment can be replaced by its compressed copy
+    or cut by retention, so a segment that vanished means the listing is stale and is read again."""
+    for _ in range(20):
+        try:
+            return [
+                event
+                for segment in list_segments(node.data_dir / "history")
+                for line in expanded_lines(segment.path)
+                for event in line.events or ()
+            ]
+        except FileNotFoundError:
+            time.sleep(0.05)
+    raise AssertionError(f"{node.name}'s history kept changing under 20 readings")
 
 
 def archived_objects(server: S3Server) -> set[str]:
