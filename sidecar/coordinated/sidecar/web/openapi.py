@@ -71,7 +71,9 @@ def _parameters(operation: Route) -> list[dict[str, Any]]:
         for name in operation.path_params
     ]
     for param in operation.params:
-        parameter = {"name": param.name, "in": "query", "description": param.description, "schema": param.schema}
+        # A repeatable parameter is an array, sent as `name=a&name=b` (OpenAPI's default form style).
+        schema = {"type": "array", "items": param.schema} if param.repeatable else param.schema
+        parameter = {"name": param.name, "in": "query", "description": param.description, "schema": schema}
         parameters.append({**parameter, "required": True} if param.required else parameter)
     return parameters
 

@@ -50,7 +50,11 @@ _STREAM_ONLY = ("prev_value", "filter")
         keys=KeysFrom.PREFIX,
         params=(
             Param(
-                "prefix", {"type": "string"}, "only the keys that start with this; default every key", repeatable=True
+                "prefix",
+                {"type": "string"},
+                "only the keys that start with this; default every key; with `stream`, give it several times for "
+                "the keys under any of them",
+                repeatable=True,
             ),
             Param("after_version", COUNT, "changes after this version; default from now"),
             Param("timeout", TIME_VALUE, "how long to wait for a change; default 30s, at most 5m; not with `stream`"),
