@@ -211,6 +211,14 @@ def committed_state(cluster: Cluster) -> dict[str, Any]:
     return cluster.sidecars.state(cluster.ready_pods()[0], local=False)
 
 
+def lost_so_far(writer: ContinuousWriter, cluster: Cluster) -> list[str]:
+    """The writes acknowledged so far that the committed state read after them lacks (the writer may still run:
+    what it acknowledges after the read is not counted)."""
+    acknowledged = dict(writer.acknowledged)
+    kv = committed_state(cluster)["metadata"].get("kv") or {}
+    return [key for key, n in acknowledged.items() if kv.get(key) != {"n": n}]
+
+
 def node_images(cluster: Cluster) -> dict[str, str | None]:
     return {node["name"]: node.get("image") for node in cluster.status().get("nodes") or ()}
 
@@ -396,7 +404,8 @@ def test_an_upgrade_rolled_back_in_its_middle_returns_the_upgraded_pod_to_the_pr
         name: uid for name, uid in watch.uids.items() if name != first
     }
     assert {packaged_release(cluster, pod) for pod in pods} == {previous.version}
-    assert not upgrade.writer.lost(committed_state(cluster))
+    lost = lost_so_far(upgrade.writer, cluster)
+    assert not lost, f"acknowledged writes lost: {lost[:5]}"
     figure(
         f"upgrade: {first} recreated on {PROJECT_VERSION}, rolled back to {previous.version} in the middle of the "
         f"upgrade: every pod on {previous.version} again {time.monotonic() - started:.0f} s after the upgrade began"
