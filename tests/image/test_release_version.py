@@ -47,6 +47,7 @@ def test_both_image_recipes_label_the_image_with_the_release_version() -> None:
     assert 'version=$(release_version "$src")' in script
 
 
+@pytest.mark.usefixtures("processes")  # git
 def test_every_image_reference_and_the_operators_default_name_the_release() -> None:
     image = f"coordinated-cluster:{RELEASE}"
     assert image == DEFAULT_IMAGE
@@ -64,6 +65,7 @@ def test_every_image_reference_and_the_operators_default_name_the_release() -> N
     assert stale == [], f"image references that do not name the release {RELEASE}: {stale}"
 
 
+@pytest.mark.usefixtures("processes")  # git
 def test_the_previous_release_is_a_revision_of_this_clone_that_calls_itself_another_release() -> None:
     revision = previous_revision()
     commit = git("rev-parse", "--verify", f"{revision}^{{commit}}").strip()
