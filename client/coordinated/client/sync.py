@@ -136,10 +136,15 @@ class Client(ClientBase):
     delete_snapshot = blocking(operations.delete_snapshot)
     restore_snapshot = blocking(operations.restore_snapshot)
 
-    def session(self, ttl: float = 10.0, on_expired: Callable[[], None] | None = None) -> Session:
-        """A TTL session kept alive in the background until `end()` (or the end of a `with` block)."""
+    def session(
+        self, ttl: float = 10.0, on_expired: Callable[[], None] | None = None, *, safety_margin: float | None = None
+    ) -> Session:
+        """A TTL session kept alive in the background until `end()` (or the end of a `with` block).
+        `on_expired` is called once the cluster says the session ended (`lost`). The session is `suspended`
+        once no keepalive has succeeded for `ttl - safety_margin` seconds (default margin: a tenth of the TTL)."""
+        margin = session_flows.safety_margin_of(ttl, safety_margin)  # checked before the session is created
         created_at = time.monotonic()  # the TTL runs from no earlier than this
-        session = Session(self, self.create_session(ttl), ttl, on_expired, created_at)
+        session = Session(self, self.create_session(ttl), ttl, on_expired, created_at, margin)
         self._sessions.add(session)
         return session
 
@@ -192,8 +197,8 @@ class BlockingRecipe:
 
 
 class Session(session_flows.SessionBase):
-    """A TTL session that a daemon thread keeps alive (a keepalive every third of the TTL); see
-    `SessionBase`. `expired` is a `threading.Event`."""
+    """A TTL session that a daemon thread keeps alive (a keepalive every third of the TTL) while another
+    watches its clock; see `SessionBase`. `expired` is a `threading.Event`."""
 
     expired: threading.Event
 
@@ -204,24 +209,28 @@ class Session(session_flows.SessionBase):
         ttl: float,
         on_expired: Callable[[], None] | None = None,
         created_at: float | None = None,
+        safety_margin: float | None = None,
     ) -> None:
-        super().__init__(info, ttl, threading.Event(), on_expired, created_at)
+        super().__init__(info, ttl, threading.Event(), on_expired, created_at, safety_margin)
         self.client = client
         self._stop = threading.Event()
-        keep_alive = session_flows.keep_alive(client, self)
-        self._thread = threading.Thread(
-            target=client.run_flow, args=(keep_alive, self._stop), name=f"session-{self.id}", daemon=True
-        )
-        self._thread.start()
+        flows = {"session": session_flows.keep_alive(client, self), "session-clock": session_flows.watch_clock(self)}
+        self._threads = [
+            threading.Thread(target=client.run_flow, args=(flow, self._stop), name=f"{name}-{self.id}", daemon=True)
+            for name, flow in flows.items()
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def stop_keepalive(self) -> None:
-        """Stops the keepalives; the session then expires after its TTL."""
+        """Stops the keepalives (and the watch of the clock); the session then expires after its TTL."""
         self._stop.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(self.client.request_timeout + self.client.retry_timeout)
+        for thread in self._threads:
+            if threading.current_thread() is not thread:
+                thread.join(self.client.request_timeout + self.client.retry_timeout)
 
     def end(self) -> None:
-        """Ends the session (its ephemeral keys go with it) and stops the keepalives."""
+        """Ends the session (its ephemeral keys go with it) and stops the keepalives: `ended`."""
         self.stop_keepalive()
         self.client.run_flow(session_flows.end(self.client, self))
 
