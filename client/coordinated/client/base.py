@@ -141,7 +141,7 @@ def attempt(client: ClientBase, address: str, call: calls.Call[T], timeout_s: fl
         client.endpoints.failed(address)
         raise failure(call, address, error) from error
     if call.stream and response.status_code == 200:
-        return call.parse(200, None)  # the body is the held stream, for the flow's `ReadLine` steps
+        return call.parse(200, response.headers)  # the body is the held stream, for the flow's `ReadLine` steps
     body = decode(response)
     if response.status_code == 503:
         client.endpoints.failed(address)

@@ -111,9 +111,11 @@ class TxnResult:
 @dataclass(frozen=True)
 class WatchEvent:
     """A change under a watched prefix. `reset` says the watch fell behind the node's change log: forget what
-    you know under the prefix; the `put` events that follow (at the version of that re-read) are its keys."""
+    you know under the prefix; the `put` events that follow (at the version of that re-read) are its keys.
+    `progress` (only on a watch that asks for it) is no change: every change up to its `version` has been
+    given; the first one says the watch has started, and gives every change after its version."""
 
-    type: Literal["put", "delete", "reset"]
+    type: Literal["put", "delete", "reset", "progress"]
     key: str
     value: Any
     version: int

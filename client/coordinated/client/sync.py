@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, TypeVar, Unpack, cast
 
 import httpx
@@ -72,12 +73,14 @@ class Client(ClientBase):
             pass
         return cast(T, stepper.result)
 
-    def iterate_flow(self, stream: Stream[E], stop: threading.Event | None = None) -> Iterator[E]:
-        """The stream's items; with `stop`, it ends before its next step once `stop` is set."""
-        return cast(Iterator[E], self._drive(Stepper(stream, stream=True), stop))
+    def iterate_flow(self, stream: Stream[E]) -> BlockingStream[E]:
+        """The stream's items, as an iterator that any thread may `close()`."""
+        return BlockingStream(self, Stepper(stream, stream=True))
 
-    def _drive(self, stepper: Stepper[Any], stop: threading.Event | None = None) -> Iterator[Any]:
-        held = _HeldStream()
+    def _drive(
+        self, stepper: Stepper[Any], stop: threading.Event | None = None, held: _HeldStream | None = None
+    ) -> Generator[Any, None, None]:
+        held = held or _HeldStream()
         with contextlib.closing(stepper.flow), contextlib.closing(held):
             while (step := stepper.next_step()) is not None:
                 if stop is not None and stop.is_set():
@@ -149,12 +152,48 @@ class Client(ClientBase):
         return session
 
 
+class BlockingStream(Iterator[E]):
+    """The items of a stream (a watch, the pages of a listing, an election's leaders), one per `next()`.
+    `close()` ends it from any thread: a `next()` waiting for the stream's next line (a watch waiting for a
+    change) ends at once with StopIteration, as does every later one, and its connection is closed."""
+
+    def __init__(self, client: Client, stepper: Stepper[Any]) -> None:
+        self._stop = threading.Event()
+        self._held = _HeldStream()
+        self._items = client._drive(stepper, self._stop, self._held)
+
+    def __iter__(self) -> BlockingStream[E]:
+        return self
+
+    def __next__(self) -> E:
+        return cast(E, next(self._items))
+
+    def close(self) -> None:
+        self._stop.set()  # the driver ends at its next step, a pause ends at once
+        self._held.abort()  # a read under way ends at once
+        with contextlib.suppress(ValueError):  # "generator already executing": its own thread ends it
+            self._items.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._stop.is_set()
+
+    def __enter__(self) -> BlockingStream[E]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class _HeldStream:
-    """The open answer of a flow's streaming `Send`, read line by line."""
+    """The open answer of a flow's streaming `Send`, read line by line. `abort` (from any thread) shuts its
+    connection down, so that a read under way ends at once, and any later answer is closed as it comes."""
 
     def __init__(self) -> None:
         self.response: httpx.Response | None = None
         self.lines: Iterator[str] = iter(())
+        self._lock = threading.Lock()
+        self._aborted = False
 
     def open(self, response: httpx.Response) -> httpx.Response:
         """Holds a 200 answer open; reads any other whole (an error to parse) and closes it."""
@@ -164,8 +203,17 @@ class _HeldStream:
             finally:
                 response.close()
             return response
-        self.response, self.lines = response, response.iter_lines()
+        with self._lock:
+            self.response, self.lines = response, response.iter_lines()
+            if self._aborted:
+                _shut_down(response)
         return response
+
+    def abort(self) -> None:
+        with self._lock:
+            self._aborted = True
+            if self.response is not None:
+                _shut_down(self.response)
 
     def next_line(self) -> str | None:
         """The next line; None at the end. The stream is closed at its end and when a read fails."""
@@ -179,9 +227,21 @@ class _HeldStream:
         return line
 
     def close(self) -> None:
-        if self.response is not None:
-            self.response.close()
-        self.response, self.lines = None, iter(())
+        with self._lock:
+            response, self.response, self.lines = self.response, None, iter(())
+        if response is not None:
+            response.close()
+
+
+def _shut_down(response: httpx.Response) -> None:
+    """Shuts the answer's connection down (not only closes it: a thread blocked reading it wakes up)."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            # The plain socket's shutdown, also under TLS: `SSLSocket.shutdown` would drop its TLS object
+            # under the reading thread's feet.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 class BlockingRecipe:
@@ -192,7 +252,7 @@ class BlockingRecipe:
     def run_flow(self, flow: Flow[T]) -> T:
         return self.client.run_flow(flow)
 
-    def iterate_flow(self, stream: Stream[E]) -> Iterator[E]:
+    def iterate_flow(self, stream: Stream[E]) -> BlockingStream[E]:
         return self.client.iterate_flow(stream)
 
 

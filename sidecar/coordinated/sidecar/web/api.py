@@ -60,7 +60,15 @@ from coordinated.sidecar.events.history import read_events_after
 from coordinated.sidecar.features.change_log import ChangesGone
 from coordinated.sidecar.features.hooks import MAX_HOOKS, HookSpec
 from coordinated.sidecar.features.listings import ListingGone
-from coordinated.sidecar.features.watch_streams import CLOSE_GRACE_S, LOST_MASTER, Filter, chunk, event_line
+from coordinated.sidecar.features.watch_streams import (
+    AFTER_VERSION_HEADER,
+    CLOSE_GRACE_S,
+    LOST_MASTER,
+    Filter,
+    after_version_problem,
+    chunk,
+    event_line,
+)
 from coordinated.sidecar.features.watch_streams import line as stream_line
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.observability.problems import BLOCKING, RED, YELLOW, ProblemKind
@@ -787,6 +795,8 @@ async def metadata_watch(request: web.Request) -> web.StreamResponse:
     hub = node.key_watches
     if after is None:
         after = hub.log.version
+    elif not local and (problem_text := after_version_problem(after, hub.log.version)) is not None:
+        raise BadRequest(problem_text)
     while True:
         try:
             events, version = hub.log.events_after(prefix, after, WATCH_MAX_EVENTS)
@@ -819,11 +829,16 @@ async def watch_stream(
     problem = await consistent_read(node, local, master_timeout_ms)
     if problem is not None:
         return problem
-    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    changes = node.key_watches.log
+    if after is None:
+        after = changes.version
+    elif not local and (problem_text := after_version_problem(after, changes.version)) is not None:
+        raise BadRequest(problem_text)
+    # The start goes out first, with the headers: a client whose stream breaks before a line resumes there.
+    headers = {"Content-Type": "application/x-ndjson", AFTER_VERSION_HEADER: str(after)}
+    response = web.StreamResponse(headers=headers)
     response.enable_chunked_encoding()
     await response.prepare(request)
-    changes = node.key_watches.log
-    after = changes.version if after is None else after
     while True:  # the backlog, flow-controlled; then, without an await in between, the live stream
         try:
             events, version = changes.events_after(prefixes, after, WATCH_MAX_EVENTS)
