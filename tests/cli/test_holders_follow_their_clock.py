@@ -102,12 +102,15 @@ def test_a_leader_whose_node_is_stopped_stops_claiming_before_the_next_leader_is
     def said(who: str, text: str) -> list[float]:
         return [when for name, when, line in lines if name == who and text in line]
 
-    alice = cli(processes, [cut_off], "elect", "elections/partition", "alice", "--ttl", TTL)
-    bob = cli(processes, others, "elect", "elections/partition", "bob", "--ttl", TTL)
-    for who, process in (("alice", alice), ("bob", bob)):
+    def start(who: str, nodes: list[LocalNode]) -> subprocess.Popen[str]:
+        process = cli(processes, nodes, "elect", "elections/partition", who, "--ttl", TTL)
         for stream in (process.stdout, process.stderr):
             threading.Thread(target=read, args=(who, stream), daemon=True).start()
+        return process
+
+    alice = start("alice", [cut_off])
     wait_until(lambda: bool(said("alice", "alice")), 30, "alice leads")
+    bob = start("bob", others)
     time.sleep(0.5)
     assert not said("bob", "bob")  # queued behind alice
     cluster.kill(cut_off, signal.SIGSTOP)  # alice's only node stops answering: her keepalives hang

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from dropping_proxy import BEFORE_REQUEST, DroppingProxy
+from network_proxy import BEFORE_REQUEST, NetworkProxy
 
 from coordinated.client import BadRequest, Client, WatchEvent, delete_op, put_op
 from coordinated.tools.localcluster import LocalCluster, LocalNode
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 class Run:
     """One watch from now through the proxy, dropped at `cut`, with the changes written meanwhile."""
 
-    def __init__(self, node: LocalNode, proxy: DroppingProxy, writer: Client, cut: int | None) -> None:
+    def __init__(self, node: LocalNode, proxy: NetworkProxy, writer: Client, cut: int | None) -> None:
         self.writer = writer
         self.written: list[tuple[str, int]] = []  # (key, version) of every change written during the run
         self.window: int | None = None  # the version of the change written as the stream was dropped
@@ -90,7 +90,7 @@ def node(make_cluster: Callable[..., LocalCluster]) -> Iterator[LocalNode]:
 
 
 def test_a_watch_from_now_dropped_at_every_point_of_its_stream_misses_nothing(node: LocalNode) -> None:
-    proxy = DroppingProxy(("127.0.0.1", node.http_port))
+    proxy = NetworkProxy(("127.0.0.1", node.http_port))
     writer = Client(node.url)
     try:
         reference = Run(node, proxy, writer, None)

@@ -1,7 +1,11 @@
-"""A TCP proxy in front of one node that drops the first watch stream through it at a chosen point of its life:
-before the request reaches the node, or after the node's answer has passed up to a given byte. Just before it
-drops the connection it calls `at_drop`, so that a test can write a change in the window between what the
-client has received and its resume. Every other connection passes untouched."""
+"""A TCP proxy in front of one node, for network faults a client must survive:
+
+- it drops the first watch stream through it at a chosen point of its life (`arm`): before the request reaches
+  the node, or after the node's answer has passed up to a given byte. Just before it drops the connection it
+  calls `at_drop`, so that a test can write a change in the window between what the client has received and
+  its resume. Every other connection passes untouched;
+- or it cuts the client off (`cut_off`): every connection is closed, and every new one at once (a partition).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from collections.abc import Callable
 BEFORE_REQUEST = -1  # the cut point that drops the stream before its request reaches the node
 
 
-class DroppingProxy:
+class NetworkProxy:
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -24,6 +28,7 @@ class DroppingProxy:
         self.answered = bytearray()  # the answer of the last stream passed whole (to find the cut points)
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
+        self._cut_off = False
         threading.Thread(target=self._accept, daemon=True).start()
 
     def arm(self, cut: int | None, at_drop: Callable[[], None] = lambda: None) -> None:
@@ -32,6 +37,11 @@ class DroppingProxy:
             self.cut, self.at_drop = cut, at_drop
             self.dropped.clear()
             self.answered.clear()
+
+    def cut_off(self) -> None:
+        """From now on nothing passes: open connections are closed, new ones closed as they come."""
+        self._cut_off = True
+        self._shut(*self._sockets)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -49,6 +59,9 @@ class DroppingProxy:
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
+        if self._cut_off:
+            self._shut(client)
+            return
         upstream = socket.create_connection(self.upstream)
         self._sockets += [client, upstream]
         request = client.recv(65536)
