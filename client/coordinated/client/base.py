@@ -15,15 +15,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Self, TypedDict, TypeVar
 
 import httpx
-from tenacity import (
-    DoAttempt,
-    DoSleep,
-    RetryCallState,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_delay,
-    wait_random_exponential,
-)
 
 from coordinated.client import calls
 from coordinated.client.endpoints import (
@@ -189,13 +180,24 @@ def perform(client: ClientBase, call: calls.Call[T]) -> Flow[T]:
     the last answer of a node (a 503: no master, say) if any node answered, else the last failure.
 
     The first attempt goes out at once; tenacity takes over only after it failed (most calls succeed at
-    the first attempt, and tenacity's bookkeeping costs about as much as the request's own)."""
+    the first attempt, and tenacity's bookkeeping costs about as much as the request's own; a short-lived
+    program, such as the command line, does not even import it then)."""
     started = time.monotonic()
     try:
         return (yield from attempt_here(client, call))
     except Retryable as failed:
         first = failed
     answered = first.error if isinstance(first.error, ApiError) else None
+    from tenacity import (
+        DoAttempt,
+        DoSleep,
+        RetryCallState,
+        Retrying,
+        retry_if_exception_type,
+        stop_after_delay,
+        wait_random_exponential,
+    )
+
     retrying = Retrying(
         stop=stop_after_delay(client.retry_timeout - (time.monotonic() - started)),
         wait=wait_random_exponential(multiplier=0.05, max=1.0),

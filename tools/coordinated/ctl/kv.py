@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
-import msgspec
 
-from coordinated.client import Client, Compare, KeyValue, OutcomeUnknown, TxnResult, put_op
+from coordinated.client import Client, KeyValue, OutcomeUnknown, TxnResult, put_op
 from coordinated.ctl.connection import Connection, connection_options
-from coordinated.ctl.failures import BadInput, Failed
+from coordinated.ctl.failures import Failed
 from coordinated.ctl.inputs import json_document, json_lines, value_argument
 from coordinated.ctl.kv_watch import watch
 from coordinated.ctl.output import emit
+
+if TYPE_CHECKING:
+    from coordinated.ctl.kv_files import ExportedKey
 
 # The server takes at most this many ops in one transaction; an import writes in transactions of this size.
 MAX_TXN_OPS = 64
@@ -164,12 +166,6 @@ def write_data(written: Any) -> dict[str, Any]:
     return {"key": written.key, "version": written.version, "term": written.term}
 
 
-class TxnFile(msgspec.Struct, forbid_unknown_fields=True):
-    compare: list[dict[str, Any]] = []
-    success: list[dict[str, Any]] = []
-    failure: list[dict[str, Any]] = []
-
-
 @kv.command()
 @click.argument("file", type=click.File("r"), default="-")
 @connection_options
@@ -181,15 +177,11 @@ def txn(connection: Connection, file: IO[str]) -> None:
 
     A compare names a key and one of version, create_version and value, with op =, !=, < or > (default =).
     Exits 1 when a compare failed (the failure ops ran instead)."""
-    document = json_document(file)
-    name = "stdin" if file.name == "<stdin>" else file.name
-    try:
-        spec = msgspec.convert(document, TxnFile)
-        compares = [Compare.from_api(compare) for compare in spec.compare]
-    except (msgspec.ValidationError, ValueError) as error:
-        raise BadInput(f"the transaction in {name}: {error}") from error
+    from coordinated.ctl.kv_files import transaction
+
+    compares, success, failure = transaction(json_document(file), "stdin" if file.name == "<stdin>" else file.name)
     with connection.client() as client:
-        result = client.txn(compares, spec.success, spec.failure)
+        result = client.txn(compares, success, failure)
     emit(txn_data(result), connection.output, ("succeeded", "version", "results"))
     if not result.succeeded:
         raise Failed("the transaction's compares failed: the failure ops ran")
@@ -219,11 +211,6 @@ def export_keys(connection: Connection, prefix: str, include_ephemeral: bool, fi
             click.echo(line, file=file)
 
 
-class ExportedKey(msgspec.Struct, forbid_unknown_fields=True):
-    key: str
-    value: Any
-
-
 @kv.command(name="import")
 @click.option("-f", "--file", "file", type=click.File("r"), help=file_option_help.format("stdin"))
 @click.argument("old_file", metavar="[FILE]", required=False, type=click.File("r"))
@@ -236,17 +223,16 @@ def import_keys(connection: Connection, file: IO[str] | None, old_file: IO[str] 
         if file is not None:
             raise click.UsageError("give the file once: --file FILE")
         click.echo("Warning: `kv import FILE` is deprecated: use `kv import --file FILE`", err=True)
+    from coordinated.ctl.kv_files import exported_keys
+
     source = file or old_file or sys.stdin
-    try:
-        entries = [msgspec.convert(line, ExportedKey) for line in json_lines(source)]
-    except msgspec.ValidationError as error:
-        name = "stdin" if source.name == "<stdin>" else source.name
-        raise BadInput(f'{name}: each line is {{"key": ..., "value": ...}}: {error}') from error
+    entries = exported_keys(json_lines(source), "stdin" if source.name == "<stdin>" else source.name)
     version = write_all(connection.client(), entries)
     emit({"imported": len(entries), "version": version}, connection.output, ("imported", "version"))
 
 
 def write_all(client: Client, entries: list[ExportedKey]) -> int | None:
+    """Puts the keys in transactions of MAX_TXN_OPS; the version of the last."""
     version = None
     with client:
         for start in range(0, len(entries), MAX_TXN_OPS):
