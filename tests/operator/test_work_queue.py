@@ -13,7 +13,9 @@ import kopf
 import pytest
 
 from coordinated.operator import handlers
+from coordinated.operator.config import OperatorConfig
 from coordinated.operator.planner import PAUSED_REASON, Action, ActionKind
+from coordinated.operator.reconcile import driver
 from coordinated.operator.work_queue import WorkQueue, follow_up_delay
 
 LOG = logging.getLogger("test")
@@ -119,19 +121,18 @@ def test_a_change_is_followed_at_once_until_the_cluster_is_forgotten() -> None:
 
 def test_one_periodic_loop_however_many_clusters_come_and_go(monkeypatch: pytest.MonkeyPatch) -> None:
     """Kopf hands each object a copy of the operator's memo: they share its queue, whose loop starts once."""
-    monkeypatch.setattr(handlers, "RECONCILE_INTERVAL_SECONDS", 3600.0)
 
     async def fake_reconcile(*args: object) -> None:
         return None
 
-    monkeypatch.setattr(handlers, "reconcile", fake_reconcile)
+    monkeypatch.setattr(driver, "reconcile", fake_reconcile)
 
     def loops() -> list[asyncio.Task[Any]]:
         return [t for t in asyncio.all_tasks() if t.get_coro().__name__ == "reconcile_periodically"]  # type: ignore[union-attr]
 
     async def scenario() -> int:
         operator_memo = kopf.Memo(kube=None, http=None)
-        operator_memo.work = handlers.make_work_queue()
+        operator_memo.work = handlers.make_work_queue(OperatorConfig(reconcile_interval_seconds=3600.0))
         operator_memo.work.start_periodic(operator_memo)  # what the startup handler does
         for index in range(5):
             body = cluster(f"c{index}")

@@ -103,6 +103,7 @@ from coordinated.sidecar.storage.persistence import (
     prepare_data_dir,
 )
 from coordinated.sidecar.web.access import TOKENS_FILE, Tokens
+from coordinated.sidecar.web.http_chunks import chunk
 
 log = logging.getLogger("coordinated.node")
 READ_BARRIER_TIMEOUT_MS = 30_000
@@ -202,7 +203,7 @@ class Node:
         self.stopping = False
         # Key watches (the client API's), parked here until an applied state changes their prefix.
         self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE], self.derivations))
-        self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE])
+        self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE], chunk)
         self._progress: asyncio.Task[None] | None = None
         self.listings = Listings(
             self.derivations

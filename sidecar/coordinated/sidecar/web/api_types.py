@@ -7,7 +7,7 @@ handlers send. Answers are open (a client must ignore fields it does not know); 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -72,7 +72,10 @@ class SnapshotBody(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class RestoreBody(msgspec.Struct, forbid_unknown_fields=True):
-    include_global_state: Literal[True] | Omitted = msgspec.UNSET
+    """A restore brings the snapshot's global state, the only state a snapshot holds: `include_global_state`
+    may be given, as Elasticsearch's clients send it, but only as true."""
+
+    include_global_state: Annotated[bool, msgspec.Meta(extra_json_schema={"const": True})] | Omitted = msgspec.UNSET
 
 
 # -- answers ------------------------------------------------------------------------------------------------
