@@ -161,18 +161,24 @@ class BlockingStream(Iterator[E]):
         self._stop = threading.Event()
         self._held = _HeldStream()
         self._items = client._drive(stepper, self._stop, self._held)
+        self._iterating = threading.Lock()  # held by the thread inside `next()`
 
     def __iter__(self) -> BlockingStream[E]:
         return self
 
     def __next__(self) -> E:
-        return cast(E, next(self._items))
+        with self._iterating:
+            return cast(E, next(self._items))
 
     def close(self) -> None:
         self._stop.set()  # the driver ends at its next step, a pause ends at once
         self._held.abort()  # a read under way ends at once
-        with contextlib.suppress(ValueError):  # "generator already executing": its own thread ends it
-            self._items.close()
+        # Unless a thread is inside `next()` (it then ends the flow itself, at once), the flow ends here.
+        if self._iterating.acquire(blocking=False):
+            try:
+                self._items.close()
+            finally:
+                self._iterating.release()
 
     @property
     def closed(self) -> bool:
