@@ -274,6 +274,15 @@ def client_overhead(writes: int, rounds: int) -> None:
     suite.main(writes, rounds)
 
 
+@cli.command("cli-startup")
+@click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True, help="of each command")
+def cli_startup(runs: int) -> None:
+    """`coordinated kv get` as a whole command, start-up included, against `etcdctl get` in the same run."""
+    from bench.suites import cli_startup as suite
+
+    suite.main(runs)
+
+
 @cli.group()
 def audit() -> None:
     """The audit at scale, incremental, and against DuckDB (needs Java for Spark)."""

@@ -19,6 +19,10 @@ The fan-out is built for cost, as etcd's watchableStore and the Kubernetes watch
 - A stream ends with a `closed` line too when its node stops, or loses its master (as etcd's watches with
   `WithRequireLeader`): what it would serve then may be stale. A `local` stream goes on without a master.
 
+The stream's start is fixed before anything is sent: the response's `X-Coordinated-After-Version` header is the
+version after which it reports every change (the `after_version` asked for, or the node's version when a stream
+"from now" started), so a client whose stream breaks before its first line resumes from there, missing nothing.
+
 Lines: `{"type":"put","key","value","version"}` and `{"type":"delete","key","value":null,"version"}`, each with
 `"prev_value"` when the stream asked for it and the key existed before; `progress`; a final `gone` (the version
 to resume from is older than the change log) or `closed`.
@@ -58,6 +62,8 @@ STREAM_PROGRESS_INTERVAL = time_setting(
 )
 
 Filter = Literal["put", "delete"] | None
+# The response header that tells a stream's client where the stream starts: every change after this version.
+AFTER_VERSION_HEADER = "X-Coordinated-After-Version"
 _ENCODER = msgspec.json.Encoder()
 # A stream's final line is written even into a full buffer; its connection closes once that is sent, or after
 # this long if the client never reads it.
@@ -240,3 +246,16 @@ class StreamHub:
         for group in list(self._groups.values()):
             for stream in list(group.streams):
                 self.end(stream, STOPPING)
+
+
+def after_version_problem(after: int, version: int) -> str | None:
+    """Why a watch may not start after version `after` when the cluster is at `version` (after the read
+    barrier: the master's committed version when the request came), or None. A version no state has had yet
+    would silently skip every change up to it."""
+    if after <= version:
+        return None
+    return (
+        f"parameter [after_version] is [{after}], beyond the cluster's version [{version}]: no state has that "
+        f"version yet, so the watch would skip every change up to it. Watch from a version this cluster gave "
+        f"(a read's or a watch's), or leave [after_version] out to watch from now"
+    )
