@@ -57,6 +57,7 @@ from coordinated.coordination.validation import (
     value_problem,
 )
 from coordinated.sidecar.events.history import read_events_after
+from coordinated.sidecar.events.history_read import UnreadableHistory
 from coordinated.sidecar.features.change_log import ChangesGone
 from coordinated.sidecar.features.hooks import MAX_HOOKS, HookSpec
 from coordinated.sidecar.features.listings import ListingGone
@@ -1024,13 +1025,21 @@ async def history(request: web.Request) -> web.StreamResponse:
     size = param_int(query, "size", None, minimum=1)
     node = node_of(request)
     response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-    await response.prepare(request)
     batch: list[bytes] = []
-    for line in read_events_after(node.history_dir, after, size):
-        batch.append(line)
-        if len(batch) >= 512:
-            await response.write(b"".join(batch))
-            batch = []
+    try:
+        for line in read_events_after(node.history_dir, after, size):
+            batch.append(line)
+            if len(batch) >= 512:
+                if not response.prepared:  # the status is sent with the first lines, once some could be read
+                    await response.prepare(request)
+                await response.write(b"".join(batch))
+                batch = []
+    except UnreadableHistory as error:
+        if response.prepared:  # cut off: the reader sees an incomplete answer, never a shorter history
+            raise
+        return error_response("history_damaged_exception", f"cannot read this node's history: {error}", 500)
+    if not response.prepared:
+        await response.prepare(request)
     if batch:
         await response.write(b"".join(batch))
     await response.write_eof()

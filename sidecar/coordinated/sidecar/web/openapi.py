@@ -288,6 +288,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
             Param("after_seq", COUNT, "events after this sequence number"),
             Param("size", {**COUNT, "minimum": 1}, "at most this many events"),
         ),
+        errors=(400, 500),
     ),
     ("GET", "/metrics"): Operation("Prometheus metrics of this node.", Text),
     ("GET", "/healthz"): Operation("Liveness: 200 while the process serves requests.", t.Healthz, errors=()),

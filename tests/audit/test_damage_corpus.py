@@ -1,0 +1,84 @@
+"""The damage corpus (tests/damage_corpus.py) against `coordinated audit`: every damaged segment is unusable input,
+exit 2 naming the file and the damage, never a violation; the undamaged history and a frame without a checksum
+audit ok. Then the crash-cut histories of earlier releases: a hole that is a cut line's own seq is no gap."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from audit_helpers import audit_dir, invariants_of
+from damage_corpus import CASES, STORED, UNDAMAGED, Damage, base_history, damaged_history
+from pyspark.sql import SparkSession
+
+from coordinated.audit.cli import main
+
+pytestmark = pytest.mark.spark
+
+
+def run(history: Path, tmp_path: Path) -> int:
+    return main([str(history), "--report-dir", str(tmp_path / "report"), "--no-html"])
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_a_damaged_segment_exits_2_naming_the_file_and_the_damage(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: Damage
+) -> None:
+    _node, damaged = damaged_history(tmp_path / "history", case)
+    assert run(tmp_path / "history", tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "unusable input" in err and str(damaged) in err, err
+    for word in case.words:
+        assert word in err, (word, err)
+    assert "Traceback" not in err and "\tat org.apache" not in err
+    assert not (tmp_path / "report").exists(), "no verdict, so no report"
+
+
+def test_the_corpus_history_and_a_frame_without_a_checksum_audit_ok(spark: SparkSession, tmp_path: Path) -> None:
+    base_history(tmp_path / "base")
+    report = audit_dir(spark, tmp_path / "base")
+    assert report["ok"], report["violations"]
+    node, _ = damaged_history(tmp_path / "other", UNDAMAGED)
+    again = audit_dir(spark, tmp_path / "other")
+    assert again["ok"], again["violations"]
+    assert again["events"] == report["events"]
+
+
+# -- crash-cut lines of earlier releases -------------------------------------------------------------------
+
+
+def _cut_history(tmp_path: Path, *, cut: bool, missing: int = 1) -> Path:
+    """The stored history, its node-1 split again: segment 1 ends with its `missing` last events gone, the last of
+    them cut in half there (`cut`) or gone without a trace, and the next segment starts right after them, at seq
+    21: what a machine crash leaves of a segment's end after the node wrote on in the next one. The events lost
+    are node-1's `applied` of version 7 (seq 20), and its `committed` (seq 19) with `missing=2`."""
+    history = tmp_path / "history"
+    shutil.copytree(STORED, history)
+    segment = history / "node-1" / "segment-000000000001.jsonl"
+    lines = segment.read_bytes().splitlines(keepends=True)[:-1]  # the stored cut line goes
+    assert [json.loads(line)["seq"] for line in lines] == list(range(1, 22))
+    (history / "node-1" / "segment-000000000021.jsonl").write_bytes(lines[20])
+    kept, lost = lines[: 20 - missing], lines[19]
+    segment.write_bytes(b"".join(kept) + (lost[: len(lost) // 2] if cut else b""))
+    return history
+
+
+def test_a_crash_cut_last_line_whose_seq_the_next_segment_skips_audits_ok(spark: SparkSession, tmp_path: Path) -> None:
+    report = audit_dir(spark, _cut_history(tmp_path, cut=True))
+    assert report["ok"], report["violations"]
+    (note,) = report["stats"]["input"]["truncated_lines"]
+    assert note["source"].endswith("node-1/segment-000000000001.jsonl") and note["line"] == 20
+
+
+def test_a_hole_without_a_cut_line_or_wider_than_one_line_is_still_a_gap(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    gone = audit_dir(spark, _cut_history(tmp_path / "a", cut=False))
+    assert invariants_of(gone) == {"history-gap"}, gone["violations"]
+    assert "seq jumps from 19 to 21" in gone["violations"][0]["detail"]
+    wider = audit_dir(spark, _cut_history(tmp_path / "b", cut=True, missing=2))  # two seqs: not one line's
+    assert "history-gap" in invariants_of(wider), wider["violations"]
+    (gap,) = [v for v in wider["violations"] if v["invariant"] == "history-gap"]
+    assert "seq jumps from 18 to 21" in gap["detail"]
