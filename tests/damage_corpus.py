@@ -66,9 +66,9 @@ def _flip(position: Callable[[bytes], int]) -> Callable[[bytes], bytes]:
     return flip
 
 
-def _recompressed(change: Callable[[bytes], bytes] = lambda lines: lines, checksum: bool = True) -> Callable[
-    [bytes], bytes
-]:
+def _recompressed(
+    change: Callable[[bytes], bytes] = lambda lines: lines, checksum: bool = True
+) -> Callable[[bytes], bytes]:
     def recompress(data: bytes) -> bytes:
         lines = change(zstandard.ZstdDecompressor().decompressobj().decompress(data))
         return zstandard.ZstdCompressor(level=3, write_checksum=checksum).compress(lines)

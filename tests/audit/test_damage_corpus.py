@@ -40,7 +40,7 @@ def test_the_corpus_history_and_a_frame_without_a_checksum_audit_ok(spark: Spark
     base_history(tmp_path / "base")
     report = audit_dir(spark, tmp_path / "base")
     assert report["ok"], report["violations"]
-    node, _ = damaged_history(tmp_path / "other", UNDAMAGED)
+    damaged_history(tmp_path / "other", UNDAMAGED)
     again = audit_dir(spark, tmp_path / "other")
     assert again["ok"], again["violations"]
     assert again["events"] == report["events"]
@@ -72,9 +72,7 @@ def test_a_crash_cut_last_line_whose_seq_the_next_segment_skips_audits_ok(spark:
     assert note["source"].endswith("node-1/segment-000000000001.jsonl") and note["line"] == 20
 
 
-def test_a_hole_without_a_cut_line_or_wider_than_one_line_is_still_a_gap(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def test_a_hole_without_a_cut_line_or_wider_than_one_line_is_still_a_gap(spark: SparkSession, tmp_path: Path) -> None:
     gone = audit_dir(spark, _cut_history(tmp_path / "a", cut=False))
     assert invariants_of(gone) == {"history-gap"}, gone["violations"]
     assert "seq jumps from 19 to 21" in gone["violations"][0]["detail"]
