@@ -42,9 +42,9 @@ def frame(data: bytes = LINES, checksum: bool = True) -> bytes:
 @given(checksum=st.booleans(), cut=st.floats(0.0, 0.999))
 def test_every_cut_of_a_frame_is_damage_never_fewer_lines(checksum: bool, cut: float) -> None:
     whole = frame(checksum=checksum)
-    with pytest.raises(DamagedSegment, match="truncated|empty"):
+    with pytest.raises(DamagedSegment, match=r"truncated|empty"):
         decompress_checked(whole[: int(len(whole) * cut)])
-    with pytest.raises(DamagedSegment, match="truncated|empty"):
+    with pytest.raises(DamagedSegment, match=r"truncated|empty"):
         open_checked(io.BytesIO(whole[: int(len(whole) * cut)])).read()
 
 
@@ -81,7 +81,7 @@ def test_a_frame_that_declares_another_size_than_it_holds_is_damage() -> None:
     forged = bytearray(short)
     size_at = 5 + (1 if not (short[4] & 0x20) else 0)  # after the descriptor (and the window byte, if any)
     forged[size_at] = 101
-    with pytest.raises(DamagedSegment, match="declares 101 bytes of content but holds 100|Data corruption"):
+    with pytest.raises(DamagedSegment, match=r"declares 101 bytes of content but holds 100|Data corruption"):
         decompress_checked(bytes(forged))
 
 
