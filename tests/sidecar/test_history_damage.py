@@ -118,9 +118,7 @@ def start_and_check(folder: Path) -> HistoryMaintenance:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
-def test_the_node_names_each_damaged_segment_and_never_reads_it_as_fewer_events(
-    tmp_path: Path, case: Damage
-) -> None:
+def test_the_node_names_each_damaged_segment_and_never_reads_it_as_fewer_events(tmp_path: Path, case: Damage) -> None:
     folder, damaged = damaged_history(tmp_path / "history", case)
     summary = summarize_history(folder)
     assert str(damaged) in summary.damaged and all(word in summary.damaged for word in case.words), summary

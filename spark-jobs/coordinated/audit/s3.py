@@ -137,6 +137,7 @@ class S3Access:
             credentials_file=self.credentials_file,
             read_timeout_s=50.0,
             max_retries=3,
+            call_timeout_s=60.0,
         )
 
     def run(self, bucket: str, operation: Callable[[Bucket], Awaitable[T]]) -> T:
