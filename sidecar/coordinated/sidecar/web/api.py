@@ -19,6 +19,7 @@ import msgspec
 from aiohttp import HttpVersion11, web
 
 from coordinated.coordination.client import (
+    MAX_PREFIX_DELETE,
     AddVotingConfigExclusions,
     ClearVotingConfigExclusions,
     ClusterError,
@@ -560,18 +561,31 @@ def query_prefix(query: Mapping[str, str]) -> str:
     return prefix
 
 
+EVERY_KEY = (
+    "an empty [prefix] deletes every key: add [all=true] to mean it (an unset shell variable makes an empty prefix)"
+)
+
+
 async def metadata_delete_prefix(request: web.Request) -> web.Response:
-    """Every key under `prefix` (every key if it is empty), deleted in one committed state."""
-    query = check_params(request, {"prefix", "timeout", "master_timeout"})
-    if "prefix" not in query:
-        raise BadRequest("a delete of [/_cluster/metadata] needs [prefix]: the keys it deletes (empty: every key)")
+    """The keys under `prefix` in key order, at most MAX_PREFIX_DELETE of them in one committed state; `more`
+    says that keys are left (call again). An empty prefix (every key) only with `all=true`."""
+    query = check_params(request, {"prefix", "all", "timeout", "master_timeout"})
+    every_key = param_bool(query, "all", False)
+    if "prefix" not in query and not every_key:
+        raise BadRequest("a delete of [/_cluster/metadata] needs [prefix]: the keys it deletes (or [all=true])")
     prefix = query_prefix(query)
+    if every_key and prefix:
+        raise BadRequest(f"[all=true] deletes every key: it takes no [prefix], got [{prefix}]")
+    if not prefix and not every_key:
+        raise BadRequest(EVERY_KEY)
     timeout_ms = timeout_of(query)
     await no_body(request)
-    result = await node_of(request).call(KvDeletePrefix(prefix), timeout_ms)
+    result = await node_of(request).call(KvDeletePrefix(prefix, MAX_PREFIX_DELETE), timeout_ms)
     if isinstance(result, Committed):
         deleted = 0 if result.deleted is msgspec.UNSET else result.deleted
-        return web.json_response({"prefix": prefix, "deleted": deleted, "term": result.term, "version": result.version})
+        return web.json_response(
+            {"prefix": prefix, "deleted": deleted, "more": result.more, "term": result.term, "version": result.version}
+        )
     return result_error(result)
 
 
@@ -647,7 +661,7 @@ def txn_op_to_api(result: TxnOpResult) -> dict[str, Any]:
     if result.op == "delete":
         return {"op": "delete", "key": result.key, "deleted": result.found, **prev_to_api(result.prev)}
     if result.op == "delete_prefix":
-        return {"op": "delete_prefix", "prefix": result.key, "deleted": result.deleted}
+        return {"op": "delete_prefix", "prefix": result.key, "deleted": result.deleted, "more": result.more}
     if not result.found:
         return {"op": "get", "key": result.key, "found": False}
     return {
@@ -661,8 +675,9 @@ def txn_op_to_api(result: TxnOpResult) -> dict[str, Any]:
 
 
 async def metadata_txn(request: web.Request) -> web.Response:
-    query = check_params(request, {"timeout", "master_timeout"})
+    query = check_params(request, {"timeout", "master_timeout", "all"})
     timeout_ms = timeout_of(query)
+    every_key = param_bool(query, "all", False)
     body = await read_json(request)
     if not isinstance(body, dict) or not set(body) <= {"compare", "success", "failure"}:
         raise BadRequest('a transaction is {"compare": [...], "success": [...], "failure": [...]}')
@@ -670,6 +685,9 @@ async def metadata_txn(request: web.Request) -> web.Response:
     problem = txn_problem(txn)
     if problem is not None:
         raise BadRequest(problem)
+    if not every_key and any(op.op == "delete_prefix" and not op.prefix for op in (*txn.success, *txn.failure)):
+        raise BadRequest(f"a [delete_prefix] op with {EVERY_KEY.replace('[all=true]', '[all=true] to the URL')}")
+    txn = msgspec.structs.replace(txn, delete_limit=MAX_PREFIX_DELETE)
     result = await node_of(request).call(txn, timeout_ms)
     if isinstance(result, TxnResult):
         return web.json_response(

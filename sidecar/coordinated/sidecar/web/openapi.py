@@ -160,7 +160,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("POST", "/_cluster/metadata/_txn"): Operation(
         "A transaction: compares, then the success or the failure ops, in one committed state.",
         t.TxnAnswer,
-        params=TIMEOUTS,
+        params=(*TIMEOUTS, Param("all", {"type": "boolean"}, "`true`: a `delete_prefix` op may have an empty prefix")),
         body=t.TxnBody,
         errors=WRITE_ERRORS,
     ),
@@ -199,9 +199,13 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "or answers 410 once that state is no longer kept.",
     ),
     ("DELETE", "/_cluster/metadata"): Operation(
-        "Delete every key under `prefix` (every key if it is empty) in one committed state.",
+        "Delete the keys under `prefix`, in key order, at most 1,000 in one committed state; `more`: call again.",
         t.PrefixDeleted,
-        params=(Param("prefix", {"type": "string"}, "the keys to delete: those starting with this", True), *TIMEOUTS),
+        params=(
+            Param("prefix", {"type": "string"}, "the keys to delete: those starting with this (empty: needs `all`)"),
+            Param("all", {"type": "boolean"}, "`true` with no or an empty `prefix`: delete every key"),
+            *TIMEOUTS,
+        ),
         errors=(400, 503),
     ),
     ("PUT", KEY): Operation(
