@@ -1103,10 +1103,10 @@ async def hook_put(request: web.Request) -> web.Response:
     check_params(request, set())
     name = hook_name(request)
     spec = decode_body(await read_json(request), HookSpec, "hook")
-    problem = spec.problem()
+    hooks = node_of(request).hooks
+    problem = spec.problem(hooks.socket_dir)
     if problem:
         raise BadRequest(problem)
-    hooks = node_of(request).hooks
     if name not in hooks.specs and len(hooks.specs) >= MAX_HOOKS:
         raise BadRequest(f"at most {MAX_HOOKS} hooks can be registered")
     created = hooks.put(name, spec)
