@@ -3,7 +3,7 @@
 
     flock /tmp/bench.lock .venv/bin/python -m bench prefix-delete [--keys 100000] [--baseline /tmp/prefix-base]
 
-Each tree's cluster gets `--keys` keys under `bulk/` (transactions of 64 puts). Then one writer puts a key
+Each tree's cluster (the settings' defaults, as a deployment runs) gets `--keys` keys under `bulk/` (transactions of 64 puts). Then one writer puts a key
 outside the prefix, one write after the other, through the master, while the prefix is deleted through a
 follower: with `more` (this release: at most 1,000 keys a call) the delete calls again until nothing is left;
 a tree without it deletes every key in one call. Reported per tree: the floor (the writer's median write before
@@ -49,13 +49,30 @@ async def load(node: LocalNode, keys: int) -> None:
         await asyncio.gather(*(loader(session) for _ in range(LOADERS)))
 
 
-async def put(session: aiohttp.ClientSession, node: LocalNode, i: int) -> float:
+async def put(session: aiohttp.ClientSession, node: LocalNode, i: int, failures: list[str] | None = None) -> float:
+    """How long one write took to be answered; a failed one is listed in `failures` (or raises without it)."""
     started = time.perf_counter()
     async with session.put(f"{node.url}/_cluster/metadata/probe", json={"i": i}) as response:
-        await response.read()
+        body = await response.read()
         if response.status != 200:
-            raise RuntimeError(f"write {i} failed: HTTP {response.status}")
+            if failures is None:
+                raise RuntimeError(f"write {i} failed: HTTP {response.status}")
+            failures.append(f"HTTP {response.status} {body[:200].decode(errors='replace')}")
     return time.perf_counter() - started
+
+
+async def delete_prefix(session: aiohttp.ClientSession, node: LocalNode) -> tuple[int, int, str | None]:
+    """(calls, keys deleted, the error that ended it early: a master lost meanwhile, say), calling while `more`."""
+    calls = deleted = 0
+    while True:
+        async with session.delete(f"{node.url}/_cluster/metadata", params={"prefix": PREFIX}) as response:
+            body = await response.json()
+        calls += 1
+        if response.status != 200:
+            return calls, deleted, f"HTTP {response.status} {body}"
+        deleted += body["deleted"]
+        if not body.get("more", False):
+            return calls, deleted, None
 
 
 async def delete_while_writing(master: LocalNode, follower: LocalNode) -> dict[str, Any]:
@@ -63,51 +80,42 @@ async def delete_while_writing(master: LocalNode, follower: LocalNode) -> dict[s
         floor = [await put(session, master, i) for i in range(FLOOR_WRITES)]
         done = asyncio.Event()
         during: list[float] = []
+        failed_writes: list[str] = []
 
         async def writer() -> None:
             i = FLOOR_WRITES
             while not done.is_set():
-                during.append(await put(session, master, i))
+                during.append(await put(session, master, i, failed_writes))
                 i += 1
 
-        async def deleter() -> tuple[int, int, float]:
-            calls = deleted = 0
-            started = time.perf_counter()
-            try:
-                while True:
-                    async with session.delete(
-                        f"{follower.url}/_cluster/metadata", params={"prefix": PREFIX}
-                    ) as response:
-                        body = await response.json()
-                    if response.status != 200:
-                        raise RuntimeError(f"the delete failed: HTTP {response.status} {body}")
-                    calls += 1
-                    deleted += body["deleted"]
-                    if not body.get("more", False):
-                        return calls, deleted, time.perf_counter() - started
-            finally:
-                done.set()
-
         writing = asyncio.get_running_loop().create_task(writer())
-        calls, deleted, took = await deleter()
+        started = time.perf_counter()
+        try:
+            calls, deleted, error = await delete_prefix(session, follower)
+        finally:
+            took = time.perf_counter() - started
+            done.set()
         await writing
     median = statistics.median(floor)
     longest = max(during)
     return {
         "floor_median_s": median,
         "longest_write_during_s": longest,
+        "median_write_during_s": statistics.median(during),
         "ratio": longest / median,
         "writes_during": len(during),
         "delete_calls": calls,
         "deleted": deleted,
         "delete_s": took,
+        "delete_error": error,
+        "failed_writes": failed_writes[:5],
     }
 
 
 def measure(tree: str | None, keys: int) -> dict[str, Any]:
     prefix = (lambda _i: ["env", f"PYTHONPATH={tree_pythonpath(Path(tree))}"]) if tree else None
     with tempfile.TemporaryDirectory(prefix="prefix-delete-") as workdir:
-        cluster = LocalCluster(Path(workdir), argv_prefix=prefix)
+        cluster = LocalCluster(Path(workdir), settings={}, argv_prefix=prefix)  # the nodes' defaults
         try:
             nodes = cluster.bootstrap(3, timeout=60)
             master = cluster.wait_master()
@@ -129,7 +137,9 @@ def run(keys: int, baseline: str | None) -> dict[str, Any]:
             f"{label}: {figures['deleted']} keys deleted in {figures['delete_calls']} call(s), "
             f"{figures['delete_s']:.2f} s; a write waited at most {figures['longest_write_during_s'] * 1000:.0f} ms "
             f"({figures['ratio']:.0f}x the floor, the median write before: {figures['floor_median_s'] * 1000:.1f} ms; "
-            f"{figures['writes_during']} writes meanwhile)"
+            f"{figures['writes_during']} writes meanwhile, their median {figures['median_write_during_s'] * 1000:.0f} ms)"
         )
+        if figures["delete_error"] or figures["failed_writes"]:
+            print(f"  the delete ended with: {figures['delete_error']}; failed writes: {figures['failed_writes']}")
         rows.append({"tree": label, **figures})
     return {"options": {"keys": keys, "nodes": 3}, "rows": rows}
