@@ -4,7 +4,10 @@ and an empty prefix, which deletes every key, only when the call says `all=true`
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 from coordinated.client import delete_prefix_op
 from coordinated.coordination.client import MAX_PREFIX_DELETE, MAX_TXN_OPS
@@ -85,3 +88,21 @@ def test_an_empty_prefix_deletes_every_key_only_when_the_call_says_all(
     node.put("/_cluster/metadata/again", 1)
     status, body = node.request("DELETE", "/_cluster/metadata?all=true")
     assert status == 200 and (body["prefix"], body["deleted"], body["more"]) == ("", 1, False), body
+
+
+def test_the_documented_prefix_delete_answers_as_docs_applications_md_shows(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    text = (Path(__file__).parents[2] / "docs" / "applications.md").read_text()
+    section = text[text.index("## Deleting a prefix") :]
+    command, shown = re.search(r'\$ curl -s -X DELETE "\$ES(\S+)"\n(\{.*\})\n', section).groups()  # type: ignore[union-attr]
+    documented = json.loads(shown)
+    cluster = make_cluster()
+    [node] = cluster.bootstrap(1)
+    for key in ("config/a", "config/b", "config/c/d", "configuration"):
+        node.put(f"/_cluster/metadata/{key}", 1)
+    status, answer = node.request("DELETE", command)
+    assert status == 200 and set(answer) == set(documented), (answer, documented)
+    assert {k: answer[k] for k in ("prefix", "deleted", "more")} == {
+        k: documented[k] for k in ("prefix", "deleted", "more")
+    }
