@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 from audit_helpers import audit_dir, invariants_of
-from damage_corpus import CASES, STORED, UNDAMAGED, Damage, damaged_history
+from damage_corpus import CASES, STORED, UNDAMAGED, Damage, base_history, damaged_history
 from pyspark.sql import SparkSession
 
 from coordinated.audit.cli import main
+from coordinated.sidecar.events.history import HistoryWriter
+from coordinated.sidecar.events.history_segments import compress, expanded_lines, list_segments
 
 pytestmark = pytest.mark.spark
 
@@ -81,3 +83,37 @@ def test_a_hole_without_a_cut_line_or_wider_than_one_line_is_still_a_gap(spark: 
     assert "history-gap" in invariants_of(wider), wider["violations"]
     (gap,) = [v for v in wider["violations"] if v["invariant"] == "history-gap"]
     assert "seq jumps from 18 to 21" in gap["detail"]
+
+
+def _skipped_history(tmp_path: Path, *, named: bool) -> Path:
+    """node-3 stopped gracefully with an archive (its last segment compressed), that segment then cut on disk, and
+    the node started again: it skips past every seq the segment can hold and records the skip, then stops. The
+    folder then gets the archive's whole copy of the segment back, as an audit of the archive reads it. With
+    `named=False` the skip's event does not name the damaged segment (an ordinary loss)."""
+    node = base_history(tmp_path / "history")
+    newest = compress(list_segments(node)[-1].path)
+    last = [event for line in expanded_lines(newest) for event in line.events or ()][-1]
+    whole = newest.read_bytes()
+    newest.write_bytes(whole[: len(whole) // 2])
+    writer = HistoryWriter(node, 4096)
+    identity = ("cluster_uuid", "node", "node_name", "last_committed_config", "last_accepted_config")
+    writer.append_fields({k: last[k] for k in identity} | {"type": "stopped", "term": last["term"]})
+    writer.close()
+    newest.write_bytes(whole)
+    skipped = list_segments(node)[-1].path
+    lines = skipped.read_bytes().splitlines(keepends=True)
+    lost = json.loads(lines[0])
+    assert lost["type"] == "history_lost" and lost["damaged_segment"] == newest.name
+    if not named:
+        del lost["damaged_segment"]
+        skipped.write_bytes(json.dumps(lost).encode() + b"\n" + b"".join(lines[1:]))
+    return tmp_path / "history"
+
+
+def test_seqs_skipped_past_a_damaged_segment_are_no_gap_beside_its_whole_copy(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    report = audit_dir(spark, _skipped_history(tmp_path / "named", named=True))
+    assert report["ok"], report["violations"]
+    unnamed = audit_dir(spark, _skipped_history(tmp_path / "unnamed", named=False))
+    assert invariants_of(unnamed) == {"history-gap"}, unnamed["violations"]
