@@ -363,6 +363,10 @@ def test_kv_get_prefix_list_and_del_prefix(secured: Secured) -> None:
     for usage in (["get"], ["get", "k", "--prefix", "p"], ["get", "k", "--limit", "2"], ["del"]):
         assert run(secured, "kv", *usage).exit_code == BAD_INPUT, usage
     assert run(secured, "kv", "del", "--prefix", "p", "--if-version", "3").exit_code == BAD_INPUT
+    unset = run(secured, "kv", "del", "--prefix", "")  # "$PREFIX" of an unset variable: nothing deleted
+    assert unset.exit_code == BAD_INPUT and "--all" in unset.output, unset.output
+    assert run(secured, "kv", "get", "prefixed-elsewhere").exit_code == OK
+    assert run(secured, "kv", "del", "--prefix", "p", "--all").exit_code == BAD_INPUT
     assert run(secured, "kv", "get", "--prefix", "_reserved").exit_code == BAD_INPUT
 
 

@@ -215,13 +215,18 @@ def count(prefix: str, *, local: bool = False) -> Call[KeyCount]:
     return Call("GET", "/_cluster/metadata", parse, params | _flag("local", local))
 
 
-def delete_prefix(prefix: str) -> Call[PrefixDeleted]:
+def delete_prefix(prefix: str, *, every_key: bool = False) -> Call[PrefixDeleted]:
+    """One call: the first keys under `prefix` (at most 1,000 a call, a node's limit); `more` says keys are left."""
+
     def parse(status: int, body: Any) -> PrefixDeleted:
         body = ok(status, body)
-        return PrefixDeleted(body["prefix"], body["deleted"], body["term"], body["version"])
+        return PrefixDeleted(body["prefix"], body["deleted"], body["term"], body["version"], body.get("more", False))
 
+    if not prefix and not every_key:
+        raise InvalidKey("an empty prefix deletes every key: pass every_key=True to mean it")
+    params = {"prefix": checked_prefix(prefix)} | ({"all": "true"} if every_key and not prefix else {})
     # Retried like an unconditional delete: a repeat deletes what is under the prefix then.
-    return Call("DELETE", "/_cluster/metadata", parse, {"prefix": checked_prefix(prefix)})
+    return Call("DELETE", "/_cluster/metadata", parse, params)
 
 
 def _compare(compare: Compare | tuple[str, int]) -> dict[str, Any]:

@@ -57,7 +57,8 @@ class PrefixDeleted:
     prefix: str
     deleted: int  # how many keys were under the prefix
     term: int
-    version: int  # the state version of the delete (or the current one, if nothing was there)
+    version: int  # the state version of the (last) delete (or the current one, if nothing was there)
+    more: bool = False  # of one call (`calls.delete_prefix`): keys are left under the prefix
 
 
 CompareOp = Literal["=", "!=", "<", ">"]

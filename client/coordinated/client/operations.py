@@ -103,9 +103,16 @@ def delete(
     return (yield from perform(client, calls.delete(key, if_version=if_version, prev_value=prev_value)))
 
 
-def delete_prefix(client: ClientBase, prefix: str) -> Flow[PrefixDeleted]:
-    """Deletes every key under `prefix` (`""`: every key) in one committed state."""
-    return (yield from perform(client, calls.delete_prefix(prefix)))
+def delete_prefix(client: ClientBase, prefix: str, *, every_key: bool = False) -> Flow[PrefixDeleted]:
+    """Deletes every key under `prefix` (`""` with `every_key=True`: every key), in key order, in committed
+    states of at most 1,000 keys each (a node deletes no more in one), calling until none is left; `deleted`
+    counts them all, `version` is the last state's."""
+    total = 0
+    while True:
+        done = yield from perform(client, calls.delete_prefix(prefix, every_key=every_key))
+        total += done.deleted
+        if not done.more:
+            return PrefixDeleted(done.prefix, total, done.term, done.version)
 
 
 def txn(

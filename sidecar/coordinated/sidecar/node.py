@@ -65,7 +65,7 @@ from coordinated.sidecar.events.history_metrics import HistoryCollector
 from coordinated.sidecar.events.history_segments import compressed_segments
 from coordinated.sidecar.events.history_settings import HISTORY_FSYNC, RetentionPolicy
 from coordinated.sidecar.features.change_log import CHANGE_LOG_SIZE, ChangeLog
-from coordinated.sidecar.features.hooks import HOOKS_TIMEOUT, HookManager
+from coordinated.sidecar.features.hooks import HOOKS_TIMEOUT, HOOKS_UNIX_SOCKET_DIR, HookManager
 from coordinated.sidecar.features.listings import Listings
 from coordinated.sidecar.features.snapshots import SNAPSHOT_SECRET_FILE
 from coordinated.sidecar.features.watch_streams import STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL, StreamHub
@@ -187,7 +187,9 @@ class Node:
         self.group_commit = GroupCommit(self.persisted, self._execute, self._on_sync_failure)
         self.metrics = NodeMetrics(self.status_snapshot)
         self.metrics.registry.register(HistoryCollector(lambda: self.history_maintenance.status))
-        self.hooks = HookManager(config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000)
+        self.hooks = HookManager(
+            config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000, settings[HOOKS_UNIX_SOCKET_DIR]
+        )
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
         self._applied_event = asyncio.Event()

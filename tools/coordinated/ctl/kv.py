@@ -126,19 +126,26 @@ def put(
 
 @kv.command(name="del")
 @click.argument("key", required=False)
-@click.option("--prefix", help="delete every key whose name starts with PREFIX, in one committed state")
+@click.option("--prefix", help="delete every key whose name starts with PREFIX (at most 1,000 per committed state)")
+@click.option("--all", "every_key", is_flag=True, help="with an empty --prefix: delete every key")
 @click.option("--if-version", type=click.IntRange(min=1), help="delete only if the key is at this version")
 @connection_options
-def delete(connection: Connection, key: str | None, prefix: str | None, if_version: int | None) -> None:
+def delete(
+    connection: Connection, key: str | None, prefix: str | None, every_key: bool, if_version: int | None
+) -> None:
     """Deletes KEY (exit 1 if it does not exist, or is not at --if-version); or, with --prefix, every key
-    under PREFIX (`--prefix ""`: every key), printing how many there were."""
+    under PREFIX (`--prefix "" --all`: every key), printing how many there were."""
     if (key is None) == (prefix is None):
         raise click.UsageError("give KEY or --prefix PREFIX")
     if prefix is not None and if_version is not None:
         raise click.UsageError("--if-version goes with KEY, not --prefix")
+    if prefix == "" and not every_key:
+        raise click.UsageError("an empty --prefix deletes every key: add --all to mean it (is a variable unset?)")
+    if every_key and prefix != "":
+        raise click.UsageError('--all goes with --prefix ""')
     with connection.client() as client:
         if prefix is not None:
-            deleted = client.delete_prefix(prefix)
+            deleted = client.delete_prefix(prefix, every_key=every_key)
             data = {"prefix": deleted.prefix, "deleted": deleted.deleted, "version": deleted.version}
             emit(data, connection.output, ("prefix", "deleted", "version"))
             return
