@@ -92,7 +92,7 @@ def test_hot_writers_with_compare_and_set_on_their_own_versions_are_linearizable
 
 @pytest.mark.slow
 @settings(
-    max_examples=max(1, EXAMPLES // 4),
+    max_examples=max(1, EXAMPLES // 8),
     deadline=None,
     derandomize=not os.environ.get("SIM_RANDOM"),
     suppress_health_check=list(HealthCheck),
