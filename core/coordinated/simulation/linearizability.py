@@ -318,9 +318,16 @@ def _txn_steps(op: TxnOperation, registers: dict[str, Held]) -> list[Registers]:
             elif kind == "delete":
                 new[key] = (MISSING, 0, floor)
             elif kind == "delete_prefix":
-                for name, (_, _, held_floor) in list(new.items()):
-                    if name.startswith(key):
-                        new[name] = (MISSING, 0, held_floor)
+                # The first `limit` present keys in key order (None: all); where the answer was seen, it must
+                # say how many that was and whether any was left.
+                limit, seen = value if isinstance(value, tuple) else (None, None)
+                present = sorted(name for name, held in new.items() if name.startswith(key) and held[0] != MISSING)
+                gone = present if limit is None else present[:limit]
+                for name in gone:
+                    new[name] = (MISSING, 0, new[name][2])
+                if op.certain and seen is not None and tuple(seen) != (len(gone), len(present) > len(gone)):
+                    consistent = False
+                    break
             elif kind == "range":
                 if op.certain and not _range_matches(key, next(ranges), new):
                     consistent = False
