@@ -8,13 +8,17 @@ transaction's put, delete or delete_prefix, a prefix delete, a session's end del
 restore) is left pending for the next publication, whole, as if it had come later. A transaction's ops on its
 keys are one write. A task that would change a key that a task deferred before it would change waits too, so a
 deferred task keeps its place ahead of later writes of its keys, and a restore (which changes every key) is
-deferred behind any write of the batch and keeps every later write waiting. Tasks that write nothing (reads, a
-refused compare-and-set, a transaction that wrote nothing) are never deferred, and writes of different keys
-still share one publication.
+deferred behind any write of the batch and keeps every later write waiting. Writes of different keys still
+share one publication.
 
 Which keys a task writes is known before it runs for an unconditional put or delete of one key and for a restore
-(`declared_writes`): such a task is deferred without running. Any other task runs against the state the batch
-builds, and the keys it changed (`BatchKeys.written_since`) decide; if it must wait, its changes are taken back.
+(`declared_writes`): such a task is deferred without running, even a delete of a key that turns out missing.
+Any other task runs against the state the batch builds, and the keys it changed (`BatchKeys.written_since`)
+decide; if it must wait, its changes are taken back. So a task that changes nothing there (a refused
+compare-and-set, a transaction that wrote nothing, a prefix with no key under it) is answered in this batch.
+
+Folded into per-request descriptors, `request_writes` is a request type's own declaration (the keys it writes
+when they are known without the state); the rest stays with the batch.
 
 Pure data: no state of its own beyond one batch.
 """
