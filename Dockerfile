@@ -1,6 +1,6 @@
 # One image for the sidecar, the operator, the audit job and the Python client (coordinated.client); the
 # entrypoint is the `coordinated` CLI.
-#   docker build -t coordinated-cluster:0.1.0 .
+#   docker build -t coordinated-cluster:0.2.0 .
 #   docker build --build-arg BASE_IMAGE=python:3.13-slim-trixie --build-arg JAVA_PACKAGE=openjdk-21-jre-headless .
 ARG BASE_IMAGE=python:3.12-slim-bookworm
 
@@ -42,6 +42,9 @@ RUN pip install --no-deps ./client . \
 
 # ---- runtime: the base image, a Java runtime for Spark, the virtualenv, a non-root user ---------------
 FROM ${BASE_IMAGE} AS runtime
+# The release, as pyproject.toml's `version` (its one source) says: tests/upgrades/test_release.py checks it.
+LABEL org.opencontainers.image.title="coordinated-cluster" \
+      org.opencontainers.image.version="0.2.0"
 ARG JAVA_PACKAGE=openjdk-17-jre-headless
 RUN apt-get update \
  && apt-get install -y --no-install-recommends "${JAVA_PACKAGE}" \

@@ -53,6 +53,7 @@ from coordinated.coordination.tasks import (
     NodeJoin,
     NodeLeft,
     Reconfigure,
+    RefreshNodeVersions,
     TaskPayload,
 )
 from coordinated.coordination.transactions import run_txn
@@ -128,6 +129,9 @@ class BatchContext:
     max_state_size: int = _NO_LIMIT  # cluster.metadata.max_state_size
     sizes: StateSizes | None = None  # the base state's size (None: the state size is not limited)
     derivations: Derivations | None = None  # the node's, where the batch records how it derived its state
+    # The gated `node_versions` of a state the batch builds (its nodes and configurations final): the master's
+    # NodeVersions.to_publish; by default the base's, unchanged.
+    node_versions: Callable[[ClusterState], Any] | None = None
 
 
 def improve_configuration(
@@ -311,6 +315,8 @@ def execute_batch(
         **maps,
     )
     candidate = improve_configuration(candidate, context.master.id, context.voters, context.auto_shrink)
+    if context.node_versions is not None:
+        candidate = candidate.replace(node_versions=context.node_versions(candidate))
     if settings is not base.persistent_settings:
         settings_diff = diff_maps(base.persistent_settings, candidate.persistent_settings)  # a few settings
         if not settings_diff.is_empty():
@@ -322,6 +328,7 @@ def execute_batch(
         or any(isinstance(task, ClientTask) and isinstance(task.request, RestoreSnapshot) for task in payloads)
         or candidate.coordination != base.coordination
         or candidate.master_node != base.master_node
+        or candidate.node_versions != base.node_versions
     )
     if not changed:
         return None, [_stamped(result, base.term, base.version) for result in results]
@@ -374,6 +381,10 @@ def _node_left(task: NodeLeft, draft: _Draft) -> Result:
 
 def _reconfigure(task: Reconfigure, draft: _Draft) -> Result:
     return None  # every batch moves to the best voting configuration: this task only forces a batch
+
+
+def _refresh_node_versions(task: RefreshNodeVersions, draft: _Draft) -> Result:
+    return None  # every batch sets the state's node versions: this task only forces a batch
 
 
 def _expire_sessions(task: ExpireSessions, draft: _Draft) -> Result:
@@ -502,6 +513,7 @@ TASK_EXECUTORS: dict[type, Callable[[Any, _Draft], Result]] = {
     NodeJoin: _node_join,
     NodeLeft: _node_left,
     Reconfigure: _reconfigure,
+    RefreshNodeVersions: _refresh_node_versions,
     ExpireSessions: _expire_sessions,
     CheckpointSessions: _checkpoint_sessions,
     ClientTask: _client_task,

@@ -13,6 +13,7 @@ import msgspec
 from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult
 from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.state import ENCODE_HOOK, ClusterState, ClusterStateDiff, DiscoveryNode, Long
+from coordinated.coordination.wire_versions import NodeVersion, Release, WireVersion
 
 
 class Join(msgspec.Struct, frozen=True):
@@ -77,6 +78,9 @@ class JoinRequest(_Message, frozen=True, tag="join"):
     # full state (0, 0: unknown, e.g. from an older version; it gets the full state).
     accepted_term: Long = 0
     accepted_version: Long = 0
+    # The sender's release and wire version (wire_versions; "" and 0 from release 0.1.0, which sends none).
+    release: Release = ""
+    wire_version: WireVersion = 0
 
 
 class JoinResponse(_Message, frozen=True, tag="join_response"):
@@ -122,6 +126,12 @@ class FollowerCheck(_Message, frozen=True, tag="follower_check"):
     source: DiscoveryNode
     term: Long
     request_id: Long
+    # The master's release and wire version, and every node's as it knows them, while the state does not carry
+    # them yet (a mixed cluster): so that every upgraded node can show them and gate requests on them. An
+    # older node ignores them; release 0.1.0 sends none.
+    release: Release = ""
+    wire_version: WireVersion = 0
+    node_versions: dict[str, NodeVersion] | None = None
 
 
 class FollowerCheckResponse(_Message, frozen=True, tag="follower_check_response"):
@@ -133,6 +143,9 @@ class FollowerCheckResponse(_Message, frozen=True, tag="follower_check_response"
     accepted_term: Long = 0
     accepted_version: Long = 0
     applied_version: Long = 0
+    # The follower's release and wire version (none from release 0.1.0).
+    release: Release = ""
+    wire_version: WireVersion = 0
 
 
 class LeaderCheck(_Message, frozen=True, tag="leader_check"):

@@ -57,6 +57,7 @@ from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
+from coordinated.release import node_version
 from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.events.archive import SegmentArchive
 from coordinated.sidecar.events.history import HistoryWriter, folds_with_next
@@ -178,6 +179,7 @@ class Node:
         patterns = settings[TRANSPORT_SSL_TRUST_RESTRICTIONS]
         self.transport_trust = TrustRestrictions(patterns) if transport_tls is not None and patterns else None
         self.local_node = DiscoveryNode(self.node_id, config.node_name, config.transport_address, settings[NODE_ROLES])
+        self.version = node_version()  # this node's release and wire version
         self.loop: asyncio.AbstractEventLoop | None = None
         self.coordinator: Coordinator | None = None
         # For health (did the last write fail?), and so that the change log keeps each accepted state until it
@@ -245,6 +247,7 @@ class Node:
             rng=random.Random(),
             now=self.now_ms(),
             derivations=self.derivations,
+            version=self.version,
         )
         self._run(self.coordinator.start)
         self._sweeper = self.loop.create_task(self._sweep_lost_completions())

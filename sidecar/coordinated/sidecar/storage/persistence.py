@@ -49,6 +49,7 @@ from coordinated.sidecar.storage.state_store import (
     StorageWriteError,
     StoreCorrupt,
     StoredRecord,
+    StoreNewer,
     connect,
     crash_point,
     create_database,
@@ -96,6 +97,8 @@ def _read_database(path: Path, cluster_name: str) -> tuple[SlotReading, StoredRe
     try:
         conn = connect(path, read_only=True)
         stored = read_record(conn)
+    except StoreNewer as newer:
+        raise DataDirError(StoreNewer.describe(name, newer.found)) from None
     except (sqlite3.Error, StoreCorrupt) as error:
         return SlotReading(name, "damaged", str(error)), None
     finally:

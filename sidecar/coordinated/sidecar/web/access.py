@@ -71,7 +71,7 @@ RULES: tuple[Rule, ...] = (
     # Reads, range reads and watches (a watch is a GET under /_cluster/metadata/_watch).
     _rule(_READ, r"/", Role.READER),
     _rule(_READ, r"/_cluster/(state|health)", Role.READER),
-    _rule(_READ, r"/_cat/master", Role.READER),
+    _rule(_READ, r"/_cat/(master|nodes)", Role.READER),
     _rule(_READ, r"/_cluster/metadata(/.+)?", Role.READER),
     _rule(_READ, r"/_history", Role.READER),
     _rule(_READ, r"/_openapi", Role.READER),

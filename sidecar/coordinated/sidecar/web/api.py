@@ -42,6 +42,7 @@ from coordinated.coordination.client import (
 )
 from coordinated.coordination.context import Mode
 from coordinated.coordination.counters import LONG_MAX
+from coordinated.coordination.node_versions import version_to_api, versions_to_api
 from coordinated.coordination.ranges import DEFAULT_RANGE_LIMIT, MAX_RANGE_LIMIT
 from coordinated.coordination.settings import CLUSTER_NAME, parse_time_ms
 from coordinated.coordination.state import session_binding_to_api, state_to_api
@@ -56,6 +57,7 @@ from coordinated.coordination.validation import (
     txn_problem,
     value_problem,
 )
+from coordinated.coordination.wire_versions import MINIMUM_COMPATIBLE
 from coordinated.sidecar.events.history import read_events_after
 from coordinated.sidecar.features.change_log import ChangesGone
 from coordinated.sidecar.features.hooks import MAX_HOOKS, HookSpec
@@ -298,6 +300,7 @@ def setup_routes(app: web.Application) -> None:
     r.add_get("/_cluster/state", cluster_state)
     r.add_get("/_cluster/health", cluster_health)
     r.add_get("/_cat/master", cat_master)
+    r.add_get("/_cat/nodes", cat_nodes)
     r.add_post("/_cluster/metadata/_txn", metadata_txn)  # `_` names are reserved: never a key
     r.add_get("/_cluster/metadata/_watch", metadata_watch)
     r.add_get("/_cluster/metadata", metadata_range)
@@ -341,6 +344,7 @@ async def root(request: web.Request) -> web.Response:
             "transport_address": node.local_node.transport_address,
             "mode": str(core.mode),
             "term": core.term,
+            "version": version_to_api(core.versions.version, minimum_wire_compatibility_version=MINIMUM_COMPATIBLE),
             "tagline": "You Know, for Coordination",
         }
     )
@@ -440,6 +444,7 @@ def health_body(node: Node) -> dict[str, Any]:
         "mode": str(core.mode),
         "term": core.term,
         "version": state.version,
+        **versions_to_api(core.versions, state),
     }
 
 
@@ -478,6 +483,43 @@ async def cluster_health(request: web.Request) -> web.Response:
             body["timed_out"] = True
             return web.json_response(body, status=408)
     return web.json_response(health_body(node))
+
+
+async def cat_nodes(request: web.Request) -> web.Response:
+    """The nodes of this node's applied state, with their roles, the master, and each one's release and wire
+    version (as this node knows them: `-` when it does not)."""
+    query = check_params(request, {"format", "v", "h", "local"})
+    param_bool(query, "local", False)  # the answer is this node's applied state either way
+    header = param_bool(query, "v", False)
+    fmt = query.get("format", "text")
+    if fmt not in ("json", "text"):
+        raise BadRequest(f"unsupported format [{fmt}]; use json or text")
+    node = node_of(request)
+    assert node.coordinator is not None
+    versions = node.coordinator.status().versions.node_versions
+    state = node.applied_state
+    rows = []
+    for node_id, member in sorted(state.nodes.items(), key=lambda item: item[1].name):
+        version = versions.get(node_id)
+        host = member.transport_address.rpartition(":")[0].strip("[]")
+        rows.append(
+            {
+                "id": node_id,
+                "name": member.name,
+                "ip": host,
+                "transport_address": member.transport_address,
+                "node.role": "m" if member.master_eligible else "-",
+                "master": "*" if node_id == state.master_node else "-",
+                "version": version.release if version is not None else None,
+                "wire_version": version.wire if version is not None else None,
+            }
+        )
+    if fmt == "json":
+        return web.json_response(rows)
+    columns = ("id", "name", "ip", "node.role", "master", "version", "wire_version")
+    lines = [" ".join(columns)] if header else []
+    lines += [" ".join("-" if row[column] is None else str(row[column]) for column in columns) for row in rows]
+    return web.Response(text="".join(line + "\n" for line in lines))
 
 
 async def cat_master(request: web.Request) -> web.Response:

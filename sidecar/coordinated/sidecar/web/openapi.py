@@ -121,7 +121,7 @@ TAKE_SNAPSHOT = Operation(
 )
 
 OPERATIONS: dict[tuple[str, str], Operation] = {
-    ("GET", "/"): Operation("This node's name, id, cluster, mode and term.", t.NodeInfo),
+    ("GET", "/"): Operation("This node's name, id, cluster, mode, term, release and wire version.", t.NodeInfo),
     ("GET", "/_cluster/state"): Operation(
         "The cluster state: members, voting configuration, keys, sessions, settings, repositories.",
         t.ClusterStateAnswer,
@@ -156,6 +156,19 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
             LOCAL,
         ),
         errors=(400, 503),
+    ),
+    ("GET", "/_cat/nodes"): Operation(
+        "The nodes as rows, with their roles, the master, and each node's release and wire version: `format=json` "
+        "for JSON, otherwise a line of text per node.",
+        list[t.NodeRow],
+        or_text=True,
+        params=(
+            Param("format", {"type": "string", "enum": ["json", "text"]}, "json, or text (the default)"),
+            Param("v", BOOLEAN, "with a header line (text)"),
+            Param("h", {"type": "string"}, "accepted and ignored"),
+            LOCAL,
+        ),
+        errors=(400,),
     ),
     ("POST", "/_cluster/metadata/_txn"): Operation(
         "A transaction: compares, then the success or the failure ops, in one committed state.",

@@ -1,0 +1,57 @@
+"""What needs which feature: the one place that maps request types, request fields and state fields to the
+feature (`wire_versions`) that brings them, and the refusal of a request that needs a feature the cluster
+does not have yet.
+
+A request is refused where it arrives, before it is forwarded: a master of an older release cannot decode a
+request type it does not know (it would drop the whole peer stream that carries it), and one that decodes
+the request but ignores a field it does not know would do something else than asked. The master checks
+again, against every node of the cluster, since the node that forwarded the request may know less.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from coordinated.coordination import client
+from coordinated.coordination.client import ClientRequest, ClusterError
+from coordinated.coordination.wire_versions import NODE_VERSIONS, Feature, NodeVersion
+
+# A request that needs a feature: (the feature, whether this request needs it). One line per request type,
+# request field or transaction-op field added after the first release, e.g.
+#   (BOUNDED_PREFIX_DELETE, lambda request: isinstance(request, KvDeletePrefix) and request.limit is not None),
+# and for a field of a transaction op, `any(... for op in ops_of(request))`. tests/upgrades names an example
+# HTTP request for each gated feature, which it sends through an upgraded node to a master of the previous
+# release.
+RequestGate = tuple[Feature, Callable[[ClientRequest], bool]]
+REQUEST_GATES: tuple[RequestGate, ...] = ()
+
+# A field of the cluster state that needs a feature: set (not `msgspec.UNSET`) only once the feature is on.
+STATE_FIELD_GATES: Mapping[str, Feature] = {"node_versions": NODE_VERSIONS}
+
+
+def required_features(request: ClientRequest, gates: Iterable[RequestGate] = REQUEST_GATES) -> list[Feature]:
+    """The features `request` needs beyond the first release's protocol (none for most)."""
+    return [feature for feature, needs in gates if needs(request)]
+
+
+def feature_not_available(feature: Feature, lacking: Mapping[str, NodeVersion | None]) -> ClusterError:
+    """The refusal of a request that needs `feature`, naming the nodes that lack it (by name; None: a node whose
+    version is not known here, counted as lacking it)."""
+    named = ", ".join(
+        f"{name} ({version.describe() if version is not None else 'version unknown'})"
+        for name, version in sorted(lacking.items())
+    )
+    reason = (
+        f"this request needs feature {feature.describe()}, which not every node of the cluster has yet: "
+        f"[{named}] lack it; it is on once every node runs release {feature.release} or later"
+    )
+    return ClusterError(type=client.FEATURE_NOT_AVAILABLE, reason=reason, status=400)
+
+
+def undecodable_request(problem: str, node: str, version: NodeVersion) -> ClusterError:
+    """The answer of a node that could not decode a forwarded request (a newer node's request type or field)."""
+    reason = (
+        f"node [{node}] runs release {version.describe()} and cannot decode this request ({problem}): it needs a "
+        "feature that not every node of the cluster has yet"
+    )
+    return ClusterError(type=client.FEATURE_NOT_AVAILABLE, reason=reason, status=400)
