@@ -162,7 +162,7 @@ class Coordinator:
         self.followers_checker = FollowersChecker(
             ctx, on_node_failed=self._remove_node, on_healthy=self._catch_up, on_term_seen=self._update_max_term_seen
         )
-        self.version_exchange = VersionExchange(ctx, self.master_tasks)
+        self.version_exchange = VersionExchange(ctx, self.master_tasks, self._remove_node)
         self.lag_detector = LagDetector(ctx, on_lagging=self._remove_node)
         self.catch_up = CatchUp(ctx)  # lagging and rejoining nodes get the diffs they missed
         self.handover = Handover(
@@ -525,7 +525,7 @@ class Coordinator:
     def _start_election(self) -> None:
         if (term := self._next_term()) is None:
             return
-        request = m.StartJoinRequest(self.local_node, term, self.ctx.committed_uuid())
+        request = self.version_exchange.start_join(self.local_node, term)
         self._log("debug", f"starting election for term {term}")
         self._send(self.local_node.transport_address, request)
         for node in self.peer_finder.master_eligible_peers():
@@ -536,7 +536,7 @@ class Coordinator:
                     self._send(node.transport_address, request)
 
     def _on_start_join(self, sender: str, request: m.StartJoinRequest) -> None:
-        if self.ctx.foreign(request.cluster_uuid, sender):
+        if self.ctx.foreign(request.cluster_uuid, sender) or self.version_exchange.refuses(request):
             return
         if request.term <= self.current_term:
             self._log("debug", f"ignoring start-join for term {request.term} <= {self.current_term}")
@@ -667,7 +667,7 @@ class Coordinator:
         if (term := self._next_term()) is None:
             return
         self._log("info", f"abdicating to {node.name} with term {term}")
-        request = m.StartJoinRequest(node, term, self.ctx.committed_uuid())
+        request = self.version_exchange.start_join(node, term)
         for other in self.last_accepted_state.nodes.values():
             if other.master_eligible:
                 self._send(other.transport_address, request)
@@ -704,7 +704,8 @@ class Coordinator:
 
     def _catch_up(self, node_id: str, response: m.FollowerCheckResponse) -> None:
         """Resend what a follower missed (a lost publication or commit) instead of waiting for the lag detector."""
-        self.version_exchange.on_follower_answer(node_id, response)
+        if self.version_exchange.on_follower_answer(node_id, response):
+            return  # removed: it runs a release older than every node of the cluster
         state = self.last_accepted_state
         node = state.nodes.get(node_id)
         self.lag_detector.record_applied(node_id, response.applied_version)

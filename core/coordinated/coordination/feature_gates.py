@@ -29,9 +29,9 @@ REQUEST_GATES: tuple[RequestGate, ...] = ()
 STATE_FIELD_GATES: Mapping[str, Feature] = {"node_versions": NODE_VERSIONS}
 
 
-def required_features(request: ClientRequest, gates: Iterable[RequestGate] = REQUEST_GATES) -> list[Feature]:
-    """The features `request` needs beyond the first release's protocol (none for most)."""
-    return [feature for feature, needs in gates if needs(request)]
+def required_features(request: ClientRequest, gates: Iterable[RequestGate] | None = None) -> list[Feature]:
+    """The features `request` needs beyond the first release's protocol (none for most); `gates`: REQUEST_GATES."""
+    return [feature for feature, needs in (REQUEST_GATES if gates is None else gates) if needs(request)]
 
 
 def feature_not_available(feature: Feature, lacking: Mapping[str, NodeVersion | None]) -> ClusterError:

@@ -130,7 +130,7 @@ class JoinHelper:
                 self.ctx.log("warning", f"refusing the join of {join.node.name}: {problem}")
                 self.reject(join.node, join.request_id, problem)
                 continue
-            versions.learn(join.node.id, join.version)
+            versions.learn(join.node.id, join.version, state)
             tasks.append(self.join_task(join.node, join.request_id, join.address))
         versions.prune(state)
         return tasks

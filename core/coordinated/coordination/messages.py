@@ -48,6 +48,10 @@ class PreVoteRequest(_Message, frozen=True, tag="pre_vote"):
     source: DiscoveryNode
     current_term: Long
     cluster_uuid: str = NO_CLUSTER_UUID
+    # The candidate's release and wire version (none from release 0.1.0): a node of a cluster whose state carries
+    # the nodes' versions votes for no candidate older than all of them (node_versions.candidate_problem).
+    release: Release = ""
+    wire_version: WireVersion = 0
 
 
 class PreVoteResponse(_Message, frozen=True, tag="pre_vote_response"):
@@ -65,6 +69,10 @@ class StartJoinRequest(_Message, frozen=True, tag="start_join"):
     candidate: DiscoveryNode
     term: Long
     cluster_uuid: str = NO_CLUSTER_UUID
+    # The candidate's release and wire version, as the sender knows it (none from release 0.1.0, nor when the
+    # sender does not know it): see PreVoteRequest.
+    release: Release = ""
+    wire_version: WireVersion = 0
 
 
 class JoinRequest(_Message, frozen=True, tag="join"):

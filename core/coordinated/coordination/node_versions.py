@@ -78,20 +78,23 @@ class NodeVersions:
     def __init__(self, local: DiscoveryNode, version: NodeVersion | None = None) -> None:
         self.local = local
         self.version = version if version is not None else newest()  # this node's
-        self.known: dict[str, NodeVersion] = {}  # node id -> as it last reported it, to this node
+        # node id -> as it was last reported to this node, and the version of the state this node held then: a
+        # state newer than that which carries the node's version supersedes it (a follower learned an old version
+        # from its master's table; the cluster moved since, and that node was upgraded meanwhile).
+        self.known: dict[str, tuple[NodeVersion, int]] = {}
 
-    def learn(self, node_id: str, version: NodeVersion) -> bool:
-        """Record what a node reported; whether it changed what this node knew."""
-        if node_id == self.local.id or self.known.get(node_id) == version:
+    def learn(self, node_id: str, version: NodeVersion, state: ClusterState) -> bool:
+        """Record what a node reported while this node held `state`; whether it changed what this node knew."""
+        if node_id == self.local.id or self.version_of(node_id, state) == version:
             return False
-        self.known[node_id] = version
+        self.known[node_id] = (version, state.version)
         return True
 
-    def learn_table(self, table: Mapping[str, NodeVersion]) -> bool:
+    def learn_table(self, table: Mapping[str, NodeVersion], state: ClusterState) -> bool:
         """A master's table of its nodes' versions (in its follower checks)."""
         changed = False
         for node_id, version in table.items():
-            changed = self.learn(node_id, version) or changed
+            changed = self.learn(node_id, version, state) or changed
         return changed
 
     def prune(self, state: ClusterState) -> None:
@@ -108,7 +111,11 @@ class NodeVersions:
         """What this node knows of a node's version: reported to it, or published; None if neither."""
         if node_id == self.local.id:
             return self.version
-        return self.known.get(node_id) or published_versions(state).get(node_id)
+        published = published_versions(state).get(node_id)
+        known = self.known.get(node_id)
+        if known is None or (published is not None and known[1] < state.version):
+            return published
+        return known[0]
 
     def cluster(self, state: ClusterState) -> dict[str, NodeVersion | None]:
         """Every member's version (None: not known here), by node id."""
@@ -160,6 +167,19 @@ class NodeVersions:
             if version is not None:
                 versions[node_id] = version
         return versions
+
+    def candidate_problem(self, candidate: DiscoveryNode, version: NodeVersion, state: ClusterState) -> str | None:
+        """Why this node votes (or pre-votes) for no such candidate: once its state carries the nodes' versions,
+        a candidate older than every one of them could only win with the votes of nodes that hold that state,
+        and, as master, would publish states without what its release does not know. A quorum of the voters
+        accepted that state before it was committed, so such a candidate never gets an election quorum."""
+        floor = lowest(list(published_versions(state).values()))
+        if floor is None or version_key(version) >= version_key(floor):
+            return None
+        return (
+            f"not voting for {candidate.name}, which runs release {version.describe()}: every node of this cluster "
+            f"runs {floor.release} or later"
+        )
 
     def join_problem(self, node: DiscoveryNode, version: NodeVersion, state: ClusterState) -> str | None:
         """The version barrier: once the state carries `node_versions`, a node older than the lowest version in

@@ -6,6 +6,7 @@ and the answer to a message this node cannot decode (a newer node's). What the v
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from coordinated.coordination import messages as m
@@ -14,6 +15,7 @@ from coordinated.coordination.feature_gates import undecodable_request
 from coordinated.coordination.master_service import Priority, Task
 from coordinated.coordination.master_tasks import MasterTasks
 from coordinated.coordination.node_versions import reported
+from coordinated.coordination.state import DiscoveryNode
 from coordinated.coordination.tasks import RefreshNodeVersions
 
 FORWARDED_REQUEST = str(m.ForwardedRequest.__struct_config__.tag)
@@ -21,24 +23,37 @@ _LOGGED_AT_MOST = 1024  # (sender, kind) pairs remembered as logged
 
 
 class VersionExchange:
-    def __init__(self, ctx: CoreContext, master_tasks: MasterTasks) -> None:
+    def __init__(self, ctx: CoreContext, master_tasks: MasterTasks, remove_node: Callable[[str, str], None]) -> None:
         self.ctx = ctx
         self.versions = ctx.versions
         self.master_tasks = master_tasks
+        self.remove_node = remove_node  # (node id, reason): the master takes it out of the cluster
         self._undecodable_logged: set[tuple[str, str]] = set()
 
     def answer_fields(self, check: m.FollowerCheck, ok: bool) -> dict[str, Any]:
         """The version fields of this node's answer to a follower check; if it answers ok, it learns the master's
         version and its table of every node's first."""
         if ok:
-            self.versions.learn(check.source.id, reported(check.release, check.wire_version))
+            state = self.ctx.accepted
+            self.versions.learn(check.source.id, reported(check.release, check.wire_version), state)
             if check.node_versions is not None:
-                self.versions.learn_table(check.node_versions)
+                self.versions.learn_table(check.node_versions, state)
         return {"release": self.versions.version.release, "wire_version": self.versions.version.wire}
 
-    def on_follower_answer(self, node_id: str, response: m.FollowerCheckResponse) -> None:
-        if self.versions.learn(node_id, reported(response.release, response.wire_version)):
-            self.refresh()
+    def on_follower_answer(self, node_id: str, response: m.FollowerCheckResponse) -> bool:
+        """Learn a follower's version from its answer; whether the master removed it for it: a node that
+        restarted on a release older than every node of the cluster (the version barrier it would meet if it
+        joined now) may not stay, since it would drop what its release does not know."""
+        version = reported(response.release, response.wire_version)
+        if not self.versions.learn(node_id, version, self.ctx.accepted):
+            return False
+        node = self.ctx.accepted.nodes.get(node_id)
+        problem = self.versions.join_problem(node, version, self.ctx.accepted) if node is not None else None
+        if problem is not None:
+            self.remove_node(node_id, problem)
+            return True
+        self.refresh()
+        return False
 
     def refresh(self) -> None:
         """As master: publish the nodes' versions anew if what this node knows changes them (once every member
@@ -50,6 +65,20 @@ class VersionExchange:
             self.master_tasks.submit(
                 Task("refresh-node-versions", Priority.URGENT, RefreshNodeVersions(), lambda _: None)
             )
+
+    def start_join(self, candidate: DiscoveryNode, term: int) -> m.StartJoinRequest:
+        """The request to join `candidate` in `term`, with the candidate's version when this node knows it."""
+        version = self.versions.version_of(candidate.id, self.ctx.accepted)
+        release, wire = (version.release, version.wire) if version is not None else ("", 0)
+        return m.StartJoinRequest(candidate, term, self.ctx.committed_uuid(), release, wire)
+
+    def refuses(self, request: m.StartJoinRequest) -> bool:
+        """Whether this node will not join (vote for) the candidate of a start-join, for its release."""
+        version = reported(request.release, request.wire_version)
+        problem = self.versions.candidate_problem(request.candidate, version, self.ctx.accepted)
+        if problem is not None:
+            self.ctx.log("warning", f"ignoring start-join for term {request.term}: {problem}")
+        return problem is not None
 
     def on_undecodable(self, sender: str, kind: str, request_id: int | None, problem: str) -> None:
         """A message this node could not decode: a forwarded request gets a refusal its sender understands; the

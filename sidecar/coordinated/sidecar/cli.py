@@ -131,6 +131,8 @@ async def serve(node: Node, config: NodeConfig) -> int:
             refusals=node.refusals,
             local_address=config.transport_address,
             trust=node.transport_trust,
+            version=node.version,
+            on_undecodable=node.handle_undecodable,
         ),
         access_log=None,
         handle_signals=False,

@@ -89,6 +89,7 @@ from coordinated.sidecar.peers.transport import (
     TRANSPORT_REQUEST_TIMEOUT,
     TRANSPORT_RETRIES,
     PeerSender,
+    Undecodable,
     watch_until_closed,
 )
 from coordinated.sidecar.s3.object_store import ObjectStore
@@ -237,6 +238,7 @@ class Node:
             max_chunk_size=settings[TRANSPORT_MAX_CHUNK_SIZE],
             refusals=self.refusals,
             trust=self.transport_trust,
+            version=self.version,
         )
         await self.sender.start()
         await self.hooks.start()
@@ -323,6 +325,12 @@ class Node:
         assert self.coordinator is not None
         coordinator = self.coordinator
         self._run(lambda now: coordinator.handle_message(sender, message, now))
+
+    def handle_undecodable(self, frame: Undecodable, problem: str) -> None:
+        """A peer's frame that does not decode as a message (a newer node's): the core answers or drops it."""
+        assert self.coordinator is not None
+        coordinator = self.coordinator
+        self._run(lambda now: coordinator.handle_undecodable(frame.sender, frame.kind, frame.request_id, problem, now))
 
     def _on_send_failure(self, destination: str, message: Message) -> None:
         assert self.coordinator is not None
