@@ -176,7 +176,9 @@ def newer_segment_problem(first_line: bytes, what: str, this_release: str) -> st
     if not isinstance(head, dict):
         return None
     writer = head.get(RELEASE_FIELD)
-    return newer_format_problem(what, head.get("format"), FORMAT, this_release, writer if isinstance(writer, str) else None)
+    return newer_format_problem(
+        what, head.get("format"), FORMAT, this_release, writer if isinstance(writer, str) else None
+    )
 
 
 def is_format2_start(first_line: bytes) -> bool:

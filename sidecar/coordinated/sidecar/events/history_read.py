@@ -25,6 +25,7 @@ class HistoryNewer(Exception):
     """A segment of a history format newer than this release reads; the message names it, the format and the
     release that wrote it. Nothing was changed."""
 
+
 _MARK_CARRIERS = frozenset(kind.value for kind in MARK_CARRYING_EVENT_TYPES)
 _RESETS = frozenset(kind.value for kind in RESET_EVENT_TYPES)
 _FORMAT1_LINE = msgspec.json.Encoder(order="sorted")
