@@ -10,11 +10,12 @@ again, against every node of the cluster, since the node that forwarded the requ
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 
 from coordinated.coordination import client
 from coordinated.coordination.client import ClientRequest, ClusterError
-from coordinated.coordination.wire_versions import NODE_VERSIONS, Feature, NodeVersion
+from coordinated.coordination.wire_versions import NODE_VERSIONS, Feature, NodeVersion, feature_named
 
 # A request that needs a feature: (the feature, whether this request needs it). One line per request type,
 # request field or transaction-op field added after the first release, e.g.
@@ -24,6 +25,23 @@ from coordinated.coordination.wire_versions import NODE_VERSIONS, Feature, NodeV
 # release.
 RequestGate = tuple[Feature, Callable[[ClientRequest], bool]]
 REQUEST_GATES: tuple[RequestGate, ...] = ()
+
+
+def _test_gates(spec: str) -> tuple[RequestGate, ...]:
+    """A test hook, as `COORDINATED_TEST_CRASH_POINT` is one: `COORDINATED_TEST_REQUEST_GATES=op:feature,...` gates
+    the requests of type `op` (their tag: `delete_prefix`, `put`, ...) on a declared feature, so that the tests
+    of a mixed cluster of real processes can send a gated request before this release has one of its own."""
+    gates = []
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        op, _, name = item.partition(":")
+        feature = feature_named(name)
+        if feature is None:
+            raise ValueError(f"COORDINATED_TEST_REQUEST_GATES: no feature [{name}]")
+        gates.append((feature, lambda request, op=op: request.__struct_config__.tag == op))
+    return tuple(gates)
+
+
+REQUEST_GATES += _test_gates(os.environ.get("COORDINATED_TEST_REQUEST_GATES", ""))
 
 # A field of the cluster state that needs a feature: set (not `msgspec.UNSET`) only once the feature is on.
 STATE_FIELD_GATES: Mapping[str, Feature] = {"node_versions": NODE_VERSIONS}

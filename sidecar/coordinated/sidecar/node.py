@@ -273,11 +273,10 @@ class Node:
             self._sweeper.cancel()
         if self._progress is not None:
             self._progress.cancel()
-        self.watch_streams.close()
+        self.close_client_waits()
         for task in self._watches.values():
             task.cancel()
         self._watches.clear()
-        self.key_watches.close()
         if self.sender is not None:
             await self.sender.flush(handover_timeout_s)
             await self.sender.close()
@@ -299,6 +298,12 @@ class Node:
         else:
             self.persisted.close()
         self.lock.release()
+
+    def close_client_waits(self) -> None:
+        """Ends every streaming watch (with its last line) and answers every long-polling watch: the node is
+        stopping. Idempotent."""
+        self.watch_streams.close()
+        self.key_watches.close()
 
     # -- feeding the core --------------------------------------------------------------------------------
 

@@ -1150,4 +1150,11 @@ def client_app(
     setup_routes(app)
     for add_routes in extra_routes:
         add_routes(app.router)
+
+    async def end_waits(app: web.Application) -> None:
+        # Before the server waits for its open requests to finish: streaming watches and long-polls end now, or
+        # a node with a watcher connected would take the server's whole shutdown timeout to stop.
+        node.close_client_waits()
+
+    app.on_shutdown.append(end_waits)
     return app
