@@ -32,7 +32,7 @@ from coordinated.simulation.chaos import run_random_schedule
 from coordinated.simulation.cluster import SimulatedCluster, stabilisation_time
 from coordinated.simulation.linearizability import check_history
 
-EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "200")) // 4 or 1
+EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "200")) // 8 or 1
 OLD, NEW = UNVERSIONED, newest()
 
 

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from mixed import Mixed
 
+from coordinated.coordination import feature_gates
 from coordinated.coordination.wire_versions import CURRENT, NODE_VERSIONS
 from coordinated.release import installed_release
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalNode
@@ -25,6 +26,17 @@ from coordinated.tools.previous_release import PreviousRelease
 
 pytestmark = pytest.mark.timeout(600)
 NEW = {"number": installed_release(), "wire_version": CURRENT}
+# For each feature a request gate of `feature_gates.REQUEST_GATES` names: a request that needs it (method, path,
+# body), sent through an upgraded node while the master runs the previous release. The nodes of this module also
+# gate prefix deletes on `node_versions` (COORDINATED_TEST_REQUEST_GATES), so that there is one before this
+# release has a gate of its own.
+GATED_EXAMPLES: dict[str, tuple[str, str, Any]] = {}
+TEST_HOOK_EXAMPLE = (NODE_VERSIONS.name, ("DELETE", "/_cluster/metadata?prefix=gated/", None))
+
+
+def test_every_request_gate_has_an_example_here() -> None:
+    gated = {feature.name for feature, _ in feature_gates.REQUEST_GATES}
+    assert gated <= set(GATED_EXAMPLES), f"add a request of {sorted(gated - set(GATED_EXAMPLES))} to GATED_EXAMPLES"
 
 
 @pytest.fixture(scope="module")
