@@ -236,9 +236,9 @@ def test_a_term_past_the_ceiling_moves_the_cluster_one_step_and_it_goes_on() -> 
     cluster = SimulatedCluster(5, 3, check_safety=False)
     cluster.stabilise()
     term = CEILING + MAX_STEP
-    start_join = msgspec.json.encode(
-        {"sender": "intruder:9300", "message": {"type": "start_join", "candidate": document_node(), "term": term}}
-    )
+    # From a candidate of this release: a cluster that carries its nodes' versions votes for no older one.
+    message = {"type": "start_join", "candidate": document_node(), "term": term, "release": "0.2.0", "wire_version": 2}
+    start_join = msgspec.json.encode({"sender": "intruder:9300", "message": message})
     for node in cluster.nodes:
         assert cluster.deliver_from_wire(node, "intruder:9300", start_join) is None
     elects_and_commits(cluster, "after a term at the ceiling")

@@ -10,7 +10,6 @@ again, against every node of the cluster, since the node that forwarded the requ
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
 
 from coordinated.coordination import client
@@ -27,10 +26,11 @@ RequestGate = tuple[Feature, Callable[[ClientRequest], bool]]
 REQUEST_GATES: tuple[RequestGate, ...] = ()
 
 
-def _test_gates(spec: str) -> tuple[RequestGate, ...]:
-    """A test hook, as `COORDINATED_TEST_CRASH_POINT` is one: `COORDINATED_TEST_REQUEST_GATES=op:feature,...` gates
-    the requests of type `op` (their tag: `delete_prefix`, `put`, ...) on a declared feature, so that the tests
-    of a mixed cluster of real processes can send a gated request before this release has one of its own."""
+def test_gates(spec: str) -> tuple[RequestGate, ...]:
+    """For a test hook, as `COORDINATED_TEST_CRASH_POINT` is one: the sidecar adds these gates to REQUEST_GATES when
+    `COORDINATED_TEST_REQUEST_GATES=op:feature,...` is set, gating the requests of type `op` (their tag:
+    `delete_prefix`, `put`, ...) on a declared feature, so that the tests of a mixed cluster of real processes
+    can send a gated request before this release has one of its own."""
     gates = []
     for item in filter(None, (part.strip() for part in spec.split(","))):
         op, _, name = item.partition(":")
@@ -40,8 +40,6 @@ def _test_gates(spec: str) -> tuple[RequestGate, ...]:
         gates.append((feature, lambda request, op=op: request.__struct_config__.tag == op))
     return tuple(gates)
 
-
-REQUEST_GATES += _test_gates(os.environ.get("COORDINATED_TEST_REQUEST_GATES", ""))
 
 # A field of the cluster state that needs a feature: set (not `msgspec.UNSET`) only once the feature is on.
 STATE_FIELD_GATES: Mapping[str, Feature] = {"node_versions": NODE_VERSIONS}
