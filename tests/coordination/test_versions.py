@@ -134,6 +134,28 @@ def test_a_node_rolled_back_before_the_move_rejoins_and_one_rolled_back_after_it
     assert cluster.nodes[1].alive and moved(cluster)
 
 
+def test_a_voter_of_the_previous_release_that_is_away_keeps_the_cluster_from_moving_and_comes_back() -> None:
+    """A voter whose version no live node knows (it went away, and the nodes that heard from it restarted since)
+    counts as the previous release: the upgrade is not taken as finished while it is away, and it comes back on
+    its release."""
+    cluster = SimulatedCluster(12, 3, versions=[OLD, NEW, NEW])
+    cluster.stabilise()
+    away = cluster.nodes[0]
+    cluster.crash(away.index)
+    cluster.run_for(3_000)
+    for node in cluster.nodes[1:]:  # what they knew of it is gone with their processes
+        cluster.restart(node.index)
+    assert cluster.run_until(lambda: cluster.leader() is not None, 30_000)
+    cluster.run_for(5_000)
+    leader = cluster.leader()
+    assert leader is not None and leader.running().status().versions.node_versions[away.node.id] is None
+    assert not moved(cluster)
+    cluster.start_node(away.index)
+    cluster.stabilise()
+    leader = cluster.leader()
+    assert leader is not None and away.node.id in leader.running().applied_state.nodes
+
+
 def test_the_version_barrier_keeps_a_node_of_an_older_release_out_of_a_cluster_that_moved() -> None:
     cluster = SimulatedCluster(5, 3)
     cluster.run_for(3_000)
