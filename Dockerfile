@@ -42,9 +42,6 @@ RUN pip install --no-deps ./client . \
 
 # ---- runtime: the base image, a Java runtime for Spark, the virtualenv, a non-root user ---------------
 FROM ${BASE_IMAGE} AS runtime
-# The release, as pyproject.toml's `version` (its one source) says: tests/upgrades/test_release.py checks it.
-LABEL org.opencontainers.image.title="coordinated-cluster" \
-      org.opencontainers.image.version="0.2.0"
 ARG JAVA_PACKAGE=openjdk-17-jre-headless
 RUN apt-get update \
  && apt-get install -y --no-install-recommends "${JAVA_PACKAGE}" \
@@ -68,6 +65,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PYSPARK_PYTHON=/opt/venv/bin/python
+
+# The release the image's packages call themselves (pyproject.toml's version; tests/image checks they agree).
+ARG VERSION=0.2.0
+LABEL org.opencontainers.image.title="coordinated-cluster" org.opencontainers.image.version="${VERSION}"
 
 USER 10001:10001
 WORKDIR /data

@@ -441,8 +441,8 @@ def test_operator_writes_are_accepted(kubeconfig: Path, monkeypatch: pytest.Monk
     import kopf
     from kubernetes import config
 
-    from coordinated.operator import handlers
     from coordinated.operator.kube import Kube
+    from coordinated.operator.reconcile import driver
     from coordinated.operator.sidecar_client import SidecarConnections
 
     monkeypatch.setattr(kopf, "info", lambda *args, **kwargs: None)
@@ -456,7 +456,7 @@ def test_operator_writes_are_accepted(kubeconfig: Path, monkeypatch: pytest.Monk
             memo = kopf.Memo(kube=Kube(), http=http)
             body = kopf.Body({"metadata": {"namespace": "default", "name": "orders"}})
             for _ in range(3):  # pin the bootstrap list, create the StatefulSet, then wait
-                await handlers.reconcile(body, memo, logging.getLogger("test"))
+                await driver.reconcile(body, memo, logging.getLogger("test"))
 
     asyncio.run(three_passes())
     stored = yaml.safe_load(kubectl(kubeconfig, "get", "ccl", "orders", "-o", "yaml").stdout)
@@ -537,8 +537,9 @@ def test_certificates_are_renewed_and_dropped_in_place_with_the_same_ca(kubeconf
 
     from kubernetes import config
 
-    from coordinated.operator import handlers
     from coordinated.operator.kube import Kube
+    from coordinated.operator.reconcile import security
+    from coordinated.operator.reconcile.context import Secured
     from coordinated.operator.spec import ClusterSpec
 
     body = {"metadata": {"name": "renewed", "namespace": "default", "uid": "", "generation": 1}, "spec": {}}
@@ -551,8 +552,8 @@ def test_certificates_are_renewed_and_dropped_in_place_with_the_same_ca(kubeconf
     pods = ("renewed-0", "renewed-1", "renewed-2")
     log = logging.getLogger("test")
 
-    async def secure(at: datetime.datetime, pods: tuple[str, ...]) -> handlers.Secured:
-        return await handlers.ensure_security(Kube(), spec, pods, write=True, logger=log, now=at)
+    async def secure(at: datetime.datetime, pods: tuple[str, ...]) -> Secured:
+        return await security.ensure_security(Kube(), spec, pods, write=True, logger=log, now=at)
 
     first = asyncio.run(secure(now, pods))
     ca, certs = _secret(kubeconfig, "renewed-ca"), _secret(kubeconfig, "renewed-certs")
@@ -576,7 +577,11 @@ class RunningOperator:
     """The real Kopf operator (every handler of coordinated.operator.handlers) in a thread of this process."""
 
     def __init__(self) -> None:
+        from coordinated.operator.config import OperatorConfig
+
         self.loop: asyncio.AbstractEventLoop | None = None
+        # The periodic pass is an hour away unless a test shortens it (the config is shared through the memo).
+        self.config = OperatorConfig(metrics_port=0, sidecar_timeout_seconds=0.2, reconcile_interval_seconds=3600.0)
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self._run, name="kopf", daemon=True)
         self.passes: list[str] = []  # one entry per reconcile pass, the cluster's name
@@ -586,7 +591,10 @@ class RunningOperator:
 
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(kopf.operator(clusterwide=True, standalone=True, stop_flag=self.stop_flag))
+        memo = kopf.Memo(config=self.config)
+        self.loop.run_until_complete(
+            kopf.operator(clusterwide=True, standalone=True, stop_flag=self.stop_flag, memo=memo)
+        )
 
     def periodic_loops(self) -> int:
         async def count() -> int:
@@ -599,22 +607,20 @@ class RunningOperator:
 
 @pytest.fixture(scope="module")
 def running_operator(kubeconfig: Path) -> Iterator[RunningOperator]:
-    from coordinated.operator import handlers
+    from coordinated.operator import handlers  # noqa: F401  (registers the handlers with Kopf)
+    from coordinated.operator.reconcile import driver
 
     patch = pytest.MonkeyPatch()
     patch.setenv("KUBECONFIG", str(kubeconfig))  # read when kubernetes.config is imported, so also:
     patch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
-    patch.setattr(handlers.CONFIG, "metrics_port", 0)
-    patch.setattr(handlers.CONFIG, "sidecar_timeout_seconds", 0.2)
-    patch.setattr(handlers, "RECONCILE_INTERVAL_SECONDS", 3600.0)
     operator = RunningOperator()
-    real_reconcile = handlers.reconcile
+    real_reconcile = driver.reconcile
 
     async def counted(body: Any, memo: Any, logger: Any) -> Any:
         operator.passes.append(body["metadata"]["name"])
         return await real_reconcile(body, memo, logger)
 
-    patch.setattr(handlers, "reconcile", counted)
+    patch.setattr(driver, "reconcile", counted)
     operator.thread.start()
     try:
         yield operator
@@ -641,10 +647,8 @@ def test_one_reconcile_loop_and_a_constant_rate_while_clusters_come_and_go(
     kubeconfig: Path, running_operator: RunningOperator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each new cluster used to start one more periodic loop (Kopf's per-object memo copy), none ever stopped."""
-    from coordinated.operator import handlers
-
     interval = 0.5
-    monkeypatch.setattr(handlers, "RECONCILE_INTERVAL_SECONDS", interval)
+    monkeypatch.setattr(running_operator.config, "reconcile_interval_seconds", interval)
     assert kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("survivor", replicas=1)).returncode == 0
     for index in range(4):
         name = f"transient-{index}"
@@ -659,7 +663,6 @@ def test_one_reconcile_loop_and_a_constant_rate_while_clusters_come_and_go(
     passes = running_operator.passes.count("survivor") - before
     print(f"survivor: {passes} passes in {10 * interval:.1f}s with a {interval}s interval")
     assert 1 <= passes <= 10 + 3
-    monkeypatch.setattr(handlers, "RECONCILE_INTERVAL_SECONDS", 3600.0)
 
 
 def test_status_follows_pod_changes_without_waiting_for_the_periodic_pass(

@@ -21,7 +21,9 @@ from aiohttp import web
 from kubernetes.client.exceptions import ApiException
 
 from coordinated.operator import handlers
+from coordinated.operator.config import OperatorConfig
 from coordinated.operator.observation import ClaimObservation, PodObservation, StatefulSetObservation
+from coordinated.operator.reconcile import driver
 from coordinated.operator.sidecar_client import SidecarConnections
 from coordinated.operator.spec import (
     ADOPTED_CLAIMS_ANNOTATION,
@@ -191,9 +193,8 @@ async def serving(sidecars: FakeSidecars, monkeypatch: pytest.MonkeyPatch) -> As
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
-    monkeypatch.setattr(handlers.CONFIG, "sidecar_url_template", f"http://127.0.0.1:{runner.addresses[0][1]}/{{pod}}")
     try:
-        async with SidecarConnections() as http:
+        async with SidecarConnections(f"http://127.0.0.1:{runner.addresses[0][1]}/{{pod}}") as http:
             yield http
     finally:
         await runner.cleanup()
@@ -222,13 +223,12 @@ def test_bootstrap_and_first_scale_down_step(monkeypatch: pytest.MonkeyPatch) ->
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = runner.addresses[0][1]
-        monkeypatch.setattr(handlers.CONFIG, "sidecar_url_template", f"http://127.0.0.1:{port}/{{pod}}")
-        async with SidecarConnections() as http:
+        async with SidecarConnections(f"http://127.0.0.1:{port}/{{pod}}") as http:
             memo = kopf.Memo(kube=kube, http=http)
 
             async def reconcile() -> None:
                 # Kopf's body is deliberately stale: the handler must re-read the stored object.
-                await handlers.reconcile(kopf.Body(resource()), memo, logger)
+                await driver.reconcile(kopf.Body(resource()), memo, logger)
 
             # 1. A new cluster: the bootstrap list is pinned first; no StatefulSet yet.
             await reconcile()
@@ -298,7 +298,7 @@ def test_failures_are_reported_not_raised() -> None:
 
     kube = BrokenKube(resource())
     memo = kopf.Memo(kube=kube, http=None)
-    asyncio.run(handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test")))
+    asyncio.run(driver.reconcile(kopf.Body(resource()), memo, logging.getLogger("test")))
     assert [reason for reason, _ in kube.events] == ["ReconcileFailed"]
     (condition,) = kube.status["conditions"]
     assert condition["type"] == "ReconciliationComplete" and "API server unreachable" in condition["message"]
@@ -332,7 +332,7 @@ def test_a_failing_pass_gives_one_short_condition_and_one_event_per_change() -> 
         async with SidecarConnections() as http:
             memo.http = http
             for _ in range(count):
-                await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
+                await driver.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
 
     asyncio.run(passes(3))
     assert [reason for reason, _ in kube.events] == ["ReconcileFailed"]
@@ -355,7 +355,7 @@ def test_retained_claims_are_announced_as_adopted_data() -> None:
     async def one_pass() -> None:
         async with SidecarConnections() as http:
             memo.http = http
-            await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
+            await driver.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
 
     asyncio.run(one_pass())
     ((reason, message),) = [event for event in kube.events if event[0] != "MasterElected"]
@@ -374,7 +374,7 @@ def test_an_even_replica_count_is_warned_about_once() -> None:
         async with SidecarConnections() as http:
             memo.http = http
             for _ in range(3):
-                await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
+                await driver.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
 
     asyncio.run(passes())
     assert [reason for reason, _ in kube.events if reason == "EvenReplicas"] == ["EvenReplicas"]
@@ -399,13 +399,11 @@ def test_a_rolling_restart_deletes_one_pod_per_pass_and_reports_each() -> None:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         template = f"http://127.0.0.1:{runner.addresses[0][1]}/{{pod}}"
-        original, handlers.CONFIG.sidecar_url_template = handlers.CONFIG.sidecar_url_template, template
         try:
-            async with SidecarConnections() as http:
+            async with SidecarConnections(template) as http:
                 memo = kopf.Memo(kube=kube, http=http)
-                await handlers.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
+                await driver.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
         finally:
-            handlers.CONFIG.sidecar_url_template = original
             await runner.cleanup()
 
     asyncio.run(scenario())
@@ -451,12 +449,13 @@ def test_a_scale_down_runs_its_steps_without_waiting_for_the_periodic_pass(monke
     kube.replicas = 3
     kube.pod_map = {f"demo-{i}": PodObservation(f"demo-{i}", ready=True, ip="127.0.0.1") for i in range(3)}
     sidecars = ScalingSidecars(kube)
-    monkeypatch.setattr(handlers, "RECONCILE_INTERVAL_SECONDS", 3600.0)  # the periodic pass never comes
 
     async def scenario() -> None:
         body = kopf.Body(kube.stored)
         async with serving(sidecars, monkeypatch) as http:
-            memo = kopf.Memo(kube=kube, http=http, work=handlers.make_work_queue())
+            memo = kopf.Memo(
+                kube=kube, http=http, work=handlers.make_work_queue(OperatorConfig(reconcile_interval_seconds=3600.0))
+            )  # the periodic pass never comes
             handlers.track(event={"type": "ADDED"}, body=body, memo=memo)
             try:
                 await handlers.on_change(body=body, memo=memo, logger=logging.getLogger("test"))  # the spec change

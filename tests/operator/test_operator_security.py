@@ -21,9 +21,11 @@ from aiohttp import web
 from cryptography import x509
 from test_operator_handlers import FakeKube, FakeSidecars
 
-from coordinated.operator import certificates, handlers, manifests, security
+from coordinated.operator import certificates, manifests, security
 from coordinated.operator.certificates import KeyPair
 from coordinated.operator.observation import PodObservation, StatefulSetObservation
+from coordinated.operator.reconcile import driver
+from coordinated.operator.reconcile.security import certificate_pods
 from coordinated.operator.sidecar_client import SidecarConnections, sidecar_url
 from coordinated.operator.spec import HIBERNATED_VOTERS_ANNOTATION, ClusterSpec
 from coordinated.sidecar.peers.tls import TrustRestrictions
@@ -400,14 +402,11 @@ def _observe_over_tls(kube: FakeKube, certificate: bytes, key: bytes) -> tuple[F
             await site.start()
         port = runner.addresses[0][1]
         template = f"{{scheme}}://127.0.0.1:{port}/{{pod}}"
-        original = handlers.CONFIG.sidecar_url_template
-        handlers.CONFIG.sidecar_url_template = template
         try:
-            async with SidecarConnections() as http:
+            async with SidecarConnections(template) as http:
                 memo = kopf.Memo(kube=kube, http=http)
-                await handlers.reconcile(kopf.Body(kube.stored), memo, logging.getLogger("test"))
+                await driver.reconcile(kopf.Body(kube.stored), memo, logging.getLogger("test"))
         finally:
-            handlers.CONFIG.sidecar_url_template = original
             await runner.cleanup()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=30))
@@ -479,20 +478,18 @@ def test_certificates_cover_every_pod_that_may_run_and_ignore_audit_pods() -> No
     pods = {
         name: PodObservation(name) for name in ("demo-0", "demo-4", "demo-audit-29112-abcde", "demo-audit-29112-x1")
     }
-    assert handlers.certificate_pods(spec, StatefulSetObservation(2), None, pods) == tuple(
-        f"demo-{i}" for i in range(5)
-    )
-    assert handlers.certificate_pods(spec, StatefulSetObservation(4), None, {}) == tuple(f"demo-{i}" for i in range(4))
+    assert certificate_pods(spec, StatefulSetObservation(2), None, pods) == tuple(f"demo-{i}" for i in range(5))
+    assert certificate_pods(spec, StatefulSetObservation(4), None, {}) == tuple(f"demo-{i}" for i in range(4))
     # Non-voters get theirs (the spec's and the StatefulSet's), and hibernated voters keep theirs for waking.
     split = cluster(replicas=5, votingReplicas=3)
-    assert handlers.certificate_pods(split, None, StatefulSetObservation(3), {}) == (
+    assert certificate_pods(split, None, StatefulSetObservation(3), {}) == (
         *(f"demo-{i}" for i in range(3)),
         *(f"demo-nonvoter-{i}" for i in range(3)),
     )
     body = resource(replicas=0)
     body["metadata"]["annotations"] = {HIBERNATED_VOTERS_ANNOTATION: "3"}
     asleep = ClusterSpec.from_resource(body)
-    assert handlers.certificate_pods(asleep, StatefulSetObservation(0), None, {}) == ("demo-0", "demo-1", "demo-2")
+    assert certificate_pods(asleep, StatefulSetObservation(0), None, {}) == ("demo-0", "demo-1", "demo-2")
 
 
 def test_real_sidecars_run_on_the_operators_files_and_answer_its_calls(

@@ -13,8 +13,9 @@ import pytest
 from aiohttp import web
 from test_operator_handlers import FakeKube, FakeSidecars, resource, serving
 
-from coordinated.operator import handlers, manifests
+from coordinated.operator import manifests
 from coordinated.operator.observation import PodObservation
+from coordinated.operator.reconcile import driver
 from coordinated.operator.sidecar_client import SnapshotInfo
 from coordinated.operator.snapshot_schedule import due, own_snapshots, schedule_problem, snapshot_name, to_prune
 from coordinated.operator.spec import (
@@ -144,7 +145,7 @@ def drive(
             memo = kopf.Memo(kube=kube, http=http)
 
             async def reconcile() -> None:
-                await handlers.reconcile(kopf.Body(kube.stored), memo, logging.getLogger("test"))
+                await driver.reconcile(kopf.Body(kube.stored), memo, logging.getLogger("test"))
 
             await steps(reconcile)
 

@@ -10,8 +10,10 @@ import kopf
 import pytest
 from test_operator_handlers import FakeKube, resource
 
-from coordinated.operator import handlers, manifests, volumes
+from coordinated.operator import manifests, volumes
 from coordinated.operator.observation import ClaimObservation, PodObservation, StatefulSetObservation
+from coordinated.operator.planner import Action, ActionKind
+from coordinated.operator.reconcile import driver, observe
 from coordinated.operator.sidecar_client import SidecarConnections
 from coordinated.operator.spec import CLUSTER_UUID_ANNOTATION, ClusterSpec
 from coordinated.operator.status import Condition
@@ -153,7 +155,7 @@ def run_passes(kube: FakeKube, count: int, between: Any = None) -> None:
         async with SidecarConnections() as http:
             memo = kopf.Memo(kube=kube, http=http)
             for index in range(count):
-                await handlers.reconcile(kopf.Body(kube.stored), memo, logging.getLogger("test"))
+                await driver.reconcile(kopf.Body(kube.stored), memo, logging.getLogger("test"))
                 if between is not None:
                     between(index)
 
@@ -179,9 +181,9 @@ def storage_condition(kube: FakeKube) -> dict[str, Any]:
 def test_growing_through_the_handler(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = bootstrapped("2Gi", expandable=True)
     # The StatefulSet is only re-created when nothing else is under way: pretend the planner is done.
-    real_plan = handlers.plan
-    converged = handlers.Action(handlers.ActionKind.NONE, "done", 3)
-    monkeypatch.setattr(handlers, "plan", lambda obs: converged)
+    real_plan = observe.plan
+    converged = Action(ActionKind.NONE, "done", 3)
+    monkeypatch.setattr(observe, "plan", lambda obs: converged)
 
     def gc(index: int) -> None:
         if kube.deleting:  # the garbage collector removes the orphaned StatefulSet
@@ -191,7 +193,7 @@ def test_growing_through_the_handler(monkeypatch: pytest.MonkeyPatch) -> None:
     assert kube.resized == [(f"data-demo-{i}", "2Gi") for i in range(3)] and kube.orphaned == 1
     assert storage_condition(kube)["reason"] == "Expanding"
     assert ("ExpandingVolumes", storage_condition(kube)["message"]) in kube.events
-    monkeypatch.setattr(handlers, "plan", real_plan)
+    monkeypatch.setattr(observe, "plan", real_plan)
     run_passes(kube, 2, between=gc)
     assert kube.claim_template == "2Gi" and kube.replicas == 3 and kube.orphaned == 1  # re-created, at 3
     assert storage_condition(kube)["status"] == "True"

@@ -13,7 +13,9 @@ import kopf
 import pytest
 
 from coordinated.operator import handlers
+from coordinated.operator.config import OperatorConfig
 from coordinated.operator.planner import PAUSED_REASON, Action, ActionKind
+from coordinated.operator.reconcile import driver
 from coordinated.operator.work_queue import WorkQueue, follow_up_delay
 
 LOG = logging.getLogger("test")
@@ -119,19 +121,18 @@ def test_a_change_is_followed_at_once_until_the_cluster_is_forgotten() -> None:
 
 def test_one_periodic_loop_however_many_clusters_come_and_go(monkeypatch: pytest.MonkeyPatch) -> None:
     """Kopf hands each object a copy of the operator's memo: they share its queue, whose loop starts once."""
-    monkeypatch.setattr(handlers, "RECONCILE_INTERVAL_SECONDS", 3600.0)
 
     async def fake_reconcile(*args: object) -> None:
         return None
 
-    monkeypatch.setattr(handlers, "reconcile", fake_reconcile)
+    monkeypatch.setattr(driver, "reconcile", fake_reconcile)
 
     def loops() -> list[asyncio.Task[Any]]:
         return [t for t in asyncio.all_tasks() if t.get_coro().__name__ == "reconcile_periodically"]  # type: ignore[union-attr]
 
     async def scenario() -> int:
         operator_memo = kopf.Memo(kube=None, http=None)
-        operator_memo.work = handlers.make_work_queue()
+        operator_memo.work = handlers.make_work_queue(OperatorConfig(reconcile_interval_seconds=3600.0))
         operator_memo.work.start_periodic(operator_memo)  # what the startup handler does
         for index in range(5):
             body = cluster(f"c{index}")
@@ -200,3 +201,60 @@ def test_pod_events_of_the_clusters_nodes_request_a_pass() -> None:
 
     asyncio.run(scenario())
     assert requested == ["ns/demo"]
+
+
+def test_a_stopping_operator_lets_the_pass_under_way_end_before_closing_and_starts_no_other() -> None:
+    """The operator's cleanup stops the queue, drains it, then closes the sidecar connections: a pass under way
+    ends with the connections still open (before, it failed on a closed client and sent a ReconcileFailed Event
+    on every operator upgrade), and nothing starts a pass after the stop."""
+    closed = False
+    outcomes: list[str] = []
+
+    async def scenario() -> None:
+        nonlocal closed
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def slow_pass(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger) -> None:
+            started.set()
+            await release.wait()
+            outcomes.append("closed client" if closed else "done")
+
+        class Connections:
+            async def aclose(self) -> None:
+                nonlocal closed
+                closed = True
+
+        work = queue_of(slow_pass)
+        memo = kopf.Memo(work=work, http=Connections())
+        work.watch(cluster("demo"))
+        work.request_pass("ns/demo", memo)
+        await started.wait()
+        closing = asyncio.create_task(handlers.close(memo=memo))
+        await settle()
+        assert not closing.done() and not closed  # waiting for the pass
+        work.request_pass("ns/demo", memo)  # a pod event after the stop
+        await work.run(cluster("demo"), memo, LOG)  # a change handler after the stop
+        release.set()
+        await closing
+        assert closed
+
+    asyncio.run(scenario())
+    assert outcomes == ["done"]
+
+
+def test_draining_is_bounded_by_its_timeout() -> None:
+    async def scenario() -> None:
+        never = asyncio.Event()
+
+        async def stuck_pass(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger) -> None:
+            await never.wait()
+
+        work = queue_of(stuck_pass)
+        work.watch(cluster("demo"))
+        work.request_pass("ns/demo", kopf.Memo())
+        await settle()
+        work.stop()
+        await asyncio.wait_for(work.drain(0.01), timeout=5)  # returns although the pass never ends
+        work.forget("ns/demo")
+
+    asyncio.run(scenario())

@@ -12,7 +12,6 @@ import msgspec
 import pytest
 from aiohttp import WSMsgType, web
 
-from coordinated.coordination.client import KvPut
 from coordinated.coordination.context import Mode
 from coordinated.coordination.messages import (
     Envelope,
@@ -23,6 +22,7 @@ from coordinated.coordination.messages import (
     decode_envelope,
     encode_envelope,
 )
+from coordinated.coordination.requests.keys import KvPut
 from coordinated.coordination.state import DiscoveryNode
 from coordinated.coordination.wire_versions import CURRENT, UNVERSIONED, newest
 from coordinated.sidecar.observability.metrics import NodeMetrics, StatusSnapshot

@@ -9,7 +9,7 @@ Public API (used by the sidecar and the simulator):
     effects = coordinator.handle_send_failure(destination_address, message, now)  # connection refused/closed
     effects = coordinator.handle_seed_addresses(addresses, now)                     # answer to ProbeSeeds
     effects = coordinator.handle_peer_disconnected(address, now)                    # a peer's connection closed
-    effects = coordinator.handle_undecodable(sender, kind, request_id, why, now)     # a newer peer's message
+    effects = coordinator.handle_undecodable(sender, kind, request_id, why, now)     # an undecodable message (VersionExchange)
     effects = coordinator.tick(now)                      # call at or after coordinator.next_deadline()
     effects = coordinator.submit(request_id, request, now, timeout_ms=None)         # a ClientRequest
     effects = coordinator.stop(now)                      # graceful stop: a master hands over first
@@ -32,7 +32,7 @@ from typing import Any
 from coordinated.coordination import client
 from coordinated.coordination import messages as m
 from coordinated.coordination.batch import MAX_STATE_SIZE
-from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult, Committed
+from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientResult, Committed
 from coordinated.coordination.client_requests import NO_MASTER_BLOCK, ClientRequests
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.counters import successor
@@ -55,6 +55,7 @@ from coordinated.coordination.peer_watch import PeerWatch
 from coordinated.coordination.publication import Publication, PublicationListener, catch_up_message
 from coordinated.coordination.publish_handler import PublishHandler, PublishListener
 from coordinated.coordination.reads import ReadService
+from coordinated.coordination.requests import AnyRequest
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
 from coordinated.coordination.sessions import SessionLeases
 from coordinated.coordination.settings import Settings
@@ -235,7 +236,7 @@ class Coordinator:
 
         return self._step(now, fire_due)
 
-    def submit(self, request_id: int, request: ClientRequest, now: int, timeout_ms: int | None = None) -> list[Effect]:
+    def submit(self, request_id: int, request: AnyRequest, now: int, timeout_ms: int | None = None) -> list[Effect]:
         def reply(result: ClientResult) -> None:
             self._out.append(RequestCompleted(request_id, result))
 
@@ -253,7 +254,6 @@ class Coordinator:
         return self._step(now, stop)
 
     def handle_undecodable(self, sender: str, kind: str, request_id: int | None, why: str, now: int) -> list[Effect]:
-        """A message of type `kind` this node could not decode (a newer node's): see VersionExchange."""
         return self._step(now, lambda: self.version_exchange.on_undecodable(sender, kind, request_id, why))
 
     def status(self) -> CoordinatorStatus:

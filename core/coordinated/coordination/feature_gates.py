@@ -2,7 +2,8 @@
 feature (`wire_versions`) that brings them, and the refusal of a request that needs a feature the cluster
 does not have yet.
 
-A request is refused where it arrives, before it is forwarded: a master of an older release cannot decode a
+Fields that an older node may ignore with no harm need no gate (`client.UNGATED_WIRE_ADDITIONS` names them, and
+`wire_versions` still gives them a wire version). A request is refused where it arrives, before it is forwarded: a master of an older release cannot decode a
 request type it does not know (it would drop the whole peer stream that carries it), and one that decodes
 the request but ignores a field it does not know would do something else than asked. The master checks
 again, against every node of the cluster, since the node that forwarded the request may know less.
@@ -11,6 +12,7 @@ again, against every node of the cluster, since the node that forwarded the requ
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from coordinated.coordination import client
 from coordinated.coordination.client import ClientRequest, ClusterError
@@ -22,7 +24,7 @@ from coordinated.coordination.wire_versions import NODE_VERSIONS, Feature, NodeV
 # and for a field of a transaction op, `any(... for op in ops_of(request))`. tests/upgrades names an example
 # HTTP request for each gated feature, which it sends through an upgraded node to a master of the previous
 # release.
-RequestGate = tuple[Feature, Callable[[ClientRequest], bool]]
+RequestGate = tuple[Feature, Callable[[ClientRequest[Any]], bool]]
 REQUEST_GATES: tuple[RequestGate, ...] = ()
 
 
@@ -45,7 +47,7 @@ def test_gates(spec: str) -> tuple[RequestGate, ...]:
 STATE_FIELD_GATES: Mapping[str, Feature] = {"node_versions": NODE_VERSIONS}
 
 
-def required_features(request: ClientRequest, gates: Iterable[RequestGate] | None = None) -> list[Feature]:
+def required_features(request: ClientRequest[Any], gates: Iterable[RequestGate] | None = None) -> list[Feature]:
     """The features `request` needs beyond the first release's protocol (none for most); `gates`: REQUEST_GATES."""
     return [feature for feature, needs in (REQUEST_GATES if gates is None else gates) if needs(request)]
 

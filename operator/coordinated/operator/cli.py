@@ -9,7 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from coordinated.operator import handlers
+from coordinated.operator.config import ENVIRONMENT_VARIABLE, INTERVAL_VARIABLE, OperatorConfig
+
+DEFAULTS = OperatorConfig()
+HANDLERS = "coordinated.operator.handlers"
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -18,10 +21,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         description=__doc__.splitlines()[0],
         epilog="Any other option is passed to `kopf run`; see `kopf run --help`.",
     )
-    parser.add_argument("--metrics-port", type=int, default=8000, help="Prometheus metrics port (0: off)")
+    parser.add_argument(
+        "--metrics-port", type=int, default=DEFAULTS.metrics_port, help="Prometheus metrics port (0: off)"
+    )
     parser.add_argument(
         "--sidecar-url",
-        default=handlers.CONFIG.sidecar_url_template,
+        default=DEFAULTS.sidecar_url_template,
         help="sidecar base URL template with {scheme}, {ip}, {pod}, {service}, {namespace}, {port}",
     )
     parser.add_argument(
@@ -35,9 +40,20 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         default={},
         help="labels of the operator's pods, as k=v,k=v, admitted by every cluster's NetworkPolicy",
     )
-    parser.add_argument("--sidecar-timeout", type=float, default=3.0, help="seconds per sidecar request")
     parser.add_argument(
-        "--stuck-after", type=float, default=600.0, help="seconds unconverged before a reconciliation counts as stuck"
+        "--sidecar-timeout", type=float, default=DEFAULTS.sidecar_timeout_seconds, help="seconds per sidecar request"
+    )
+    parser.add_argument(
+        "--stuck-after",
+        type=float,
+        default=DEFAULTS.stuck_after_seconds,
+        help="seconds unconverged before a reconciliation counts as stuck",
+    )
+    parser.add_argument(
+        "--reconcile-interval",
+        type=float,
+        default=float(os.environ.get(INTERVAL_VARIABLE) or DEFAULTS.reconcile_interval_seconds),
+        help=f"seconds between periodic passes over every cluster (default: ${INTERVAL_VARIABLE}, else 15)",
     )
     return parser.parse_known_args(argv)
 
@@ -53,21 +69,29 @@ def parse_labels(text: str) -> dict[str, str]:
 
 
 def kopf_arguments(passthrough: list[str]) -> list[str]:
-    args = ["run", "--module", handlers.__name__]
+    args = ["run", "--module", HANDLERS]
     # Kopf needs a scope; watching every namespace is the chart's default too.
     if not any(arg in ("-A", "--all-namespaces") or arg.startswith(("-n", "--namespace")) for arg in passthrough):
         args.append("--all-namespaces")
     return args + passthrough
 
 
+def config_of(options: argparse.Namespace) -> OperatorConfig:
+    return OperatorConfig(
+        metrics_port=options.metrics_port,
+        sidecar_url_template=options.sidecar_url,
+        sidecar_timeout_seconds=options.sidecar_timeout,
+        stuck_after_seconds=options.stuck_after,
+        reconcile_interval_seconds=options.reconcile_interval,
+        namespace=options.operator_namespace,
+        pod_labels=options.operator_labels,
+    )
+
+
 def main(argv: list[str]) -> int:
     options, passthrough = parse_args(argv)
-    handlers.CONFIG.metrics_port = options.metrics_port
-    handlers.CONFIG.sidecar_url_template = options.sidecar_url
-    handlers.CONFIG.sidecar_timeout_seconds = options.sidecar_timeout
-    handlers.CONFIG.stuck_after_seconds = options.stuck_after
-    handlers.CONFIG.namespace = options.operator_namespace
-    handlers.CONFIG.pod_labels = options.operator_labels
+    # `kopf run` takes no memo: the startup handler reads the options from the environment into Kopf's memo.
+    os.environ[ENVIRONMENT_VARIABLE] = config_of(options).to_environment()
 
     import kopf.cli  # late: importing kopf's CLI is slow and only this command needs it
 

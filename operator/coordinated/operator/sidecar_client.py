@@ -153,11 +153,25 @@ def ca_ssl_context(ca_pem: bytes) -> ssl.SSLContext:
 
 
 class SidecarConnections:
-    """The HTTP connections the operator's calls share: one pool per CA and checked host name, so that a
-    connection made for one pod's name is never reused for another's. Close it when the operator stops."""
+    """How the operator reaches the sidecars, and the HTTP connections its calls share: one pool per CA and
+    checked host name, so that a connection made for one pod's name is never reused for another's, and one
+    TLS context per cluster CA. Close it when the operator stops.
 
-    def __init__(self) -> None:
+    `url_template` fills in a pod's base URL (`sidecar_url`); `timeout_seconds` bounds each request."""
+
+    def __init__(self, url_template: str = "{scheme}://{ip}:{port}", timeout_seconds: float = 3.0) -> None:
+        self.url_template = url_template
+        self.timeout_seconds = timeout_seconds
         self._pools: dict[tuple[ssl.SSLContext | None, str | None], httpx.AsyncClient] = {}
+        self._trust: dict[bytes, ssl.SSLContext] = {}  # by CA certificate: one context per CA, not per pass
+
+    def trusting(self, ca_pem: bytes | None) -> ssl.SSLContext | None:
+        """The context that verifies a cluster's sidecars against its CA (None: the cluster has no TLS)."""
+        if not ca_pem:
+            return None
+        if ca_pem not in self._trust:
+            self._trust[ca_pem] = ca_ssl_context(ca_pem)
+        return self._trust[ca_pem]
 
     def pool(self, access: SidecarAccess) -> httpx.AsyncClient:
         key = (access.ssl_context, access.server_hostname)

@@ -18,27 +18,11 @@ import random
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import assert_never, overload
+from typing import Any, TypeVar, assert_never
 
 import msgspec
 
-from coordinated.coordination.client import (
-    ClientRequest,
-    ClientResult,
-    ClusterError,
-    Committed,
-    CommittingRequest,
-    KvGet,
-    ReadBarrier,
-    ReadValue,
-    SessionCreate,
-    SessionEnd,
-    SessionInfo,
-    SessionKeepAlive,
-    Txn,
-    TxnResult,
-    checked_result,
-)
+from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, checked_result
 from coordinated.coordination.coordinator import Coordinator
 from coordinated.coordination.effects import (
     Effect,
@@ -55,6 +39,7 @@ from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, History
 from coordinated.coordination.messages import Message
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.recovery import recovered_state_event
+from coordinated.coordination.requests.keys import ReadBarrier
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
 from coordinated.release import node_version
@@ -66,7 +51,7 @@ from coordinated.sidecar.events.history_metrics import HistoryCollector
 from coordinated.sidecar.events.history_segments import compressed_segments
 from coordinated.sidecar.events.history_settings import HISTORY_FSYNC, RetentionPolicy
 from coordinated.sidecar.features.change_log import CHANGE_LOG_SIZE, ChangeLog
-from coordinated.sidecar.features.hooks import HOOKS_TIMEOUT, HookManager
+from coordinated.sidecar.features.hooks import HOOKS_TIMEOUT, HOOKS_UNIX_SOCKET_DIR, HookManager
 from coordinated.sidecar.features.listings import Listings
 from coordinated.sidecar.features.snapshots import SNAPSHOT_SECRET_FILE
 from coordinated.sidecar.features.watch_streams import STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL, StreamHub
@@ -105,8 +90,10 @@ from coordinated.sidecar.storage.persistence import (
     prepare_data_dir,
 )
 from coordinated.sidecar.web.access import TOKENS_FILE, Tokens
+from coordinated.sidecar.web.http_chunks import chunk
 
 log = logging.getLogger("coordinated.node")
+R = TypeVar("R")  # what a request answers
 READ_BARRIER_TIMEOUT_MS = 30_000
 STORE_CLOSE_TIMEOUT_S = 10.0
 # On a graceful stop the node closes its current history segment and waits this long for the archive to take it,
@@ -189,7 +176,9 @@ class Node:
         self.group_commit = GroupCommit(self.persisted, self._execute, self._on_sync_failure)
         self.metrics = NodeMetrics(self.status_snapshot)
         self.metrics.registry.register(HistoryCollector(lambda: self.history_maintenance.status))
-        self.hooks = HookManager(config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000)
+        self.hooks = HookManager(
+            config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000, settings[HOOKS_UNIX_SOCKET_DIR]
+        )
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
         self._applied_event = asyncio.Event()
@@ -205,7 +194,7 @@ class Node:
         self.stopping = False
         # Key watches (the client API's), parked here until an applied state changes their prefix.
         self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE], self.derivations))
-        self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE])
+        self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE], chunk)
         self._progress: asyncio.Task[None] | None = None
         self.listings = Listings(
             self.derivations
@@ -560,22 +549,12 @@ class Node:
 
     # -- for the client API ------------------------------------------------------------------------------
 
-    @overload
-    async def call(self, request: KvGet, timeout_ms: int | None = None) -> ReadValue | ClusterError: ...
-    @overload
-    async def call(self, request: Txn, timeout_ms: int | None = None) -> TxnResult | ClusterError: ...
-    @overload
-    async def call(
-        self, request: SessionCreate | SessionKeepAlive | SessionEnd, timeout_ms: int | None = None
-    ) -> SessionInfo | Committed | ClusterError: ...
-    @overload
-    async def call(self, request: CommittingRequest, timeout_ms: int | None = None) -> Committed | ClusterError: ...
-    async def call(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
-        """`submit`, typed by the request (`client.RESULT_TYPES`): any other answer becomes an internal error here,
-        once, rather than in every handler."""
+    async def call(self, request: ClientRequest[R], timeout_ms: int | None = None) -> R | ClusterError:
+        """`submit`, typed by the request (a `ClientRequest[R]` answers an R): any other answer becomes an internal
+        error here, once, rather than in every handler."""
         return checked_result(request, await self.submit(request, timeout_ms))
 
-    async def submit(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
+    async def submit(self, request: ClientRequest[Any], timeout_ms: int | None = None) -> ClientResult:
         assert self.coordinator is not None and self.loop is not None
         if self.stopping:
             return ClusterError("node_closed_exception", "the node is stopping", 503)

@@ -22,9 +22,11 @@ EXIT_OK, EXIT_VIOLATIONS, EXIT_UNUSABLE, EXIT_INCOMPLETE = 0, 1, 2, 3
 
 
 _READ_FAILED = re.compile(r"(?:error while reading file|reading file|read file)\s+(\S+?)[.,]?(?:\s|$)", re.I)
-# A segment of a newer release's format, as a Python task names it (coordination.formats.newer_format_problem).
-_NEWER = re.compile(r"\S+ is of format \d+, written by [^\n]*?(?:or later on it|or a later one)")
 _CAUSE = re.compile(r"(?:Caused by: )?((?:java|org\.apache|parquet)\.[\w.$]+(?:Exception|Error)[^\n]*)")
+
+
+# How the Python reader words a segment it cannot read (`segments.UnreadableSegment`): the file, then why.
+_SEGMENT_FAILED = re.compile(r"error while reading file \S+?: (.+)")
 
 
 def unreadable_file(error: BaseException) -> str | None:
@@ -34,7 +36,14 @@ def unreadable_file(error: BaseException) -> str | None:
         return None
     from coordinated.audit.reading import display_source
 
-    return display_source(m.group(1))
+    return display_source(m.group(1).rstrip(":"))
+
+
+def why_unreadable(error: BaseException) -> str:
+    """Why a file could not be read: the Python reader's own reason (a segment cut short, damaged, of another
+    format) when the failure carries it, else the JVM's root cause."""
+    m = _SEGMENT_FAILED.search(str(error))
+    return m.group(1).strip()[:300] if m is not None else first_cause(error)
 
 
 def first_cause(error: BaseException) -> str:
@@ -236,9 +245,7 @@ def _audit(argv: list[str] | None) -> int:
         where = unreadable_file(e)
         if where is None:
             raise
-        newer = _NEWER.search(str(e))
-        problem = newer.group(0) if newer is not None else f"cannot read {where}: {first_cause(e)}"
-        print(f"coordinated audit: unusable input: {problem}", file=sys.stderr)
+        print(f"coordinated audit: unusable input: cannot read {where}: {why_unreadable(e)}", file=sys.stderr)
         return EXIT_UNUSABLE
     finally:
         _clean_up(spark, inp, stop=not had_session)

@@ -1,0 +1,31 @@
+"""`coordinated operator`'s options reach the startup handler (through the environment, as `kopf run` takes no
+memo) exactly as given, and the chart's older interval variable still counts."""
+
+from __future__ import annotations
+
+from coordinated.operator import cli
+from coordinated.operator.config import ENVIRONMENT_VARIABLE, INTERVAL_VARIABLE, OperatorConfig
+
+
+def test_the_options_reach_the_operator_through_the_environment() -> None:
+    options, passthrough = cli.parse_args(
+        ["--metrics-port", "0", "--sidecar-url", "{scheme}://{pod}.{service}:{port}", "--sidecar-timeout", "1.5",
+         "--stuck-after", "60", "--reconcile-interval", "4", "--operator-namespace", "ops",
+         "--operator-labels", "app=op,tier=control", "--standalone", "--verbose"]
+    )  # fmt: skip
+    assert passthrough == ["--standalone", "--verbose"]
+    config = cli.config_of(options)
+    assert OperatorConfig.from_environment({ENVIRONMENT_VARIABLE: config.to_environment()}) == OperatorConfig(
+        metrics_port=0,
+        sidecar_url_template="{scheme}://{pod}.{service}:{port}",
+        sidecar_timeout_seconds=1.5,
+        stuck_after_seconds=60.0,
+        reconcile_interval_seconds=4.0,
+        namespace="ops",
+        pod_labels={"app": "op", "tier": "control"},
+    )
+
+
+def test_without_options_the_defaults_and_the_interval_variable() -> None:
+    assert OperatorConfig.from_environment({}) == OperatorConfig()
+    assert OperatorConfig.from_environment({INTERVAL_VARIABLE: "7"}).reconcile_interval_seconds == 7.0
