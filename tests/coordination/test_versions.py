@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from coordinated.coordination import feature_gates
 from coordinated.coordination import messages as m
 from coordinated.coordination.client import FEATURE_NOT_AVAILABLE, ClientResult, ClusterError, Committed
-from coordinated.coordination.requests.keys import KvDeletePrefix, KvGet, KvPut
 from coordinated.coordination.effects import Log, Send
 from coordinated.coordination.node_versions import NodeVersions
+from coordinated.coordination.requests.keys import KvDeletePrefix, KvGet, KvPut
 from coordinated.coordination.state import DiscoveryNode, initial_state
 from coordinated.coordination.wire_versions import NODE_VERSIONS, UNVERSIONED, newest
 from coordinated.simulation.chaos import run_random_schedule
