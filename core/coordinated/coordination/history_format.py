@@ -206,9 +206,10 @@ FORMAT_START = b'{"format":'
 
 def newer_segment_problem(first_line: bytes, what: str, this_release: str) -> str | None:
     """Why a segment whose first line is `first_line` cannot be read by this release: it declares a format newer
-    than FORMAT (a newer release wrote it; the message names the format and that release). None when it can, and
-    when its first line declares no such number (a format value that is not a number is damage: `format_problem`
-    names it)."""
+    than FORMAT and the release that wrote it (every release after 0.2.0 that writes another format puts its own
+    `release` on the first line; the message names both). None otherwise: a format this release does not read
+    with no writer named (a number that is not one, or no `release`) is damage, which `format_problem` names and
+    the node skips as any other damaged segment."""
     if not first_line.startswith(FORMAT_START):
         return None
     try:
@@ -219,9 +220,9 @@ def newer_segment_problem(first_line: bytes, what: str, this_release: str) -> st
     if not isinstance(declared, int) or isinstance(declared, bool) or declared <= FORMAT:
         return None
     writer = head.get(RELEASE_FIELD)
-    return newer_format_problem(
-        what, head.get("format"), FORMAT, this_release, writer if isinstance(writer, str) else None
-    )
+    if not isinstance(writer, str) or not writer:
+        return None
+    return newer_format_problem(what, declared, FORMAT, this_release, writer)
 
 
 def is_format2_start(first_line: bytes) -> bool:

@@ -99,8 +99,9 @@ def needs_expansion(uri: str) -> bool:
 
 def newer_format_problem(uris: Sequence[str]) -> str | None:
     """Why the audit cannot read these segments: the first local one (of the plain or compressed files) whose first
-    line says it is of a history format newer than this release reads, naming it, the format and the release
-    that wrote it. A remote segment is looked at where it is read (`expanded_rows`)."""
+    line says it is of a history format newer than this release reads and names the release that wrote it (the
+    message names the file, the format and that release; a newer number without a release is damage, named
+    where the segment is read). A remote segment is looked at where it is read (`expanded_rows`)."""
     for uri in uris:
         if local_file(uri) is None:
             continue

@@ -1,9 +1,9 @@
 """Reading the node's own history: what it proves at startup (`summarize_history`), where its seq continues
 (`last_seq_in`), and its events for `GET /_history` (`read_events_after`), from plain and compressed segments
 of format 1 and 2 alike. A compressed segment that is cut short or damaged (`DamagedSegment`), or a segment of a
-format this release does not read (`SegmentFormatError`), is named as such, never read as fewer events. One that
-declares a format newer than this release reads stops the node at startup (`HistoryNewer`), naming the release
-that wrote it.
+format this release does not read (`SegmentFormatError`), is named as such, never read as fewer events. One whose
+first line declares a format newer than this release reads and the release that wrote it stops the node at
+startup (`HistoryNewer`), naming that release.
 """
 
 from __future__ import annotations
