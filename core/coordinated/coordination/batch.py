@@ -35,6 +35,7 @@ from coordinated.coordination.tasks import (
     NodeJoin,
     NodeLeft,
     Reconfigure,
+    RefreshNodeVersions,
     TaskPayload,
 )
 
@@ -183,6 +184,8 @@ def execute_batch(
         **maps,
     )
     candidate = improve_configuration(candidate, context.master.id, context.voters, context.auto_shrink)
+    if context.node_versions is not None:
+        candidate = candidate.replace(node_versions=context.node_versions(candidate))
     if settings is not base.persistent_settings:
         settings_diff = diff_maps(base.persistent_settings, candidate.persistent_settings)  # a few settings
         if not settings_diff.is_empty():
@@ -194,6 +197,7 @@ def execute_batch(
         or claims.every_claimed  # a restore ran: it publishes its state even when it changes nothing
         or candidate.coordination != base.coordination
         or candidate.master_node != base.master_node
+        or candidate.node_versions != base.node_versions
     )
     if not changed:
         return None, [_stamped(result, base.term, base.version) for result in results]
@@ -273,6 +277,10 @@ def _reconfigure(task: Reconfigure, draft: Draft) -> Result:
     return None  # every batch moves to the best voting configuration: this task only forces a batch
 
 
+def _refresh_node_versions(task: RefreshNodeVersions, draft: Draft) -> Result:
+    return None  # every batch sets the state's node versions: this task only forces a batch
+
+
 def _expire_sessions(task: ExpireSessions, draft: Draft) -> Result:
     for session_id in task.session_ids:
         if draft.context.session_expired(session_id):
@@ -308,7 +316,7 @@ def _client_task(task: ClientTask, draft: Draft) -> Result:
 
 
 # The tasks that change the cluster's membership: they run first in a batch (the most urgent) and never wait.
-_MEMBERSHIP = (ElectedAsMaster, NodeJoin, NodeLeft, Reconfigure)
+_MEMBERSHIP = (ElectedAsMaster, NodeJoin, NodeLeft, Reconfigure, RefreshNodeVersions)
 
 # One executor per master task type, as Elasticsearch's task queues each have theirs.
 TASK_EXECUTORS: dict[type, Callable[[Any, Draft], Result]] = {
@@ -316,6 +324,7 @@ TASK_EXECUTORS: dict[type, Callable[[Any, Draft], Result]] = {
     NodeJoin: _node_join,
     NodeLeft: _node_left,
     Reconfigure: _reconfigure,
+    RefreshNodeVersions: _refresh_node_versions,
     ExpireSessions: _expire_sessions,
     CheckpointSessions: _checkpoint_sessions,
     ClientTask: _client_task,

@@ -12,6 +12,7 @@ from coordinated.coordination import client
 from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed, TxnResult
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.exclusion_waits import ExclusionWaits
+from coordinated.coordination.feature_gates import feature_not_available, required_features
 from coordinated.coordination.forwarding import Forwarder
 from coordinated.coordination.master_service import Task
 from coordinated.coordination.messages import ForwardedRequest, ForwardedResponse
@@ -48,6 +49,7 @@ class ClientRequests:
         exclusion_waits: ExclusionWaits,
         renew_session: Callable[[str, int, Reply], None],  # a keepalive that reached the master then
     ) -> None:
+        self.versions = ctx.versions
         self.ctx = ctx
         self.leader = leader
         self.submit_task = submit_task
@@ -57,6 +59,10 @@ class ClientRequests:
         self.renew_session = renew_session
 
     def handle(self, request: ClientRequest[Any], reply: Reply, timeout: int, forwarded: bool) -> None:
+        refusal = self._feature_refusal(request)
+        if refusal is not None:
+            reply(refusal)
+            return
         mode, leader = self.ctx.mode(), self.leader()
         if mode is Mode.LEADER:
             self._execute_on_master(request, reply, timeout)
@@ -70,6 +76,15 @@ class ClientRequests:
         # Without a master nothing can be written, and no read is linearizable: a read of this node's applied
         # state, however stale, is the shell's `local` read, not a client request of the core.
         reply(client.no_master_error(self.ctx.settings[NO_MASTER_BLOCK]))
+
+    def _feature_refusal(self, request: ClientRequest[Any]) -> ClusterError | None:
+        """A request that needs a feature some node of the cluster lacks (as far as this node knows) is refused
+        at once, before it is forwarded to a master that may not decode it; the master checks again."""
+        for feature in required_features(request):
+            state = self.ctx.accepted
+            if not self.versions.enabled(feature, state):
+                return feature_not_available(feature, self.versions.lacking(feature, state))
+        return None
 
     def on_forwarded_request(self, sender: str, request: ForwardedRequest) -> None:
         def reply(result: ClientResult) -> None:

@@ -129,6 +129,7 @@ class MasterTasks:
             max_state_size=settings[MAX_STATE_SIZE],
             sizes=self._state_sizes,
             derivations=self.ctx.derivations,
+            node_versions=self.ctx.versions.to_publish,
         )
 
     def improved(self, state: ClusterState) -> ClusterState:
