@@ -15,7 +15,7 @@ from typing import Any
 
 from coordinated.coordination.object_names import parse_base_path, parse_bucket
 from coordinated.operator.spec import ClusterSpec, S3Connection
-from coordinated.sidecar.s3.s3_settings import (
+from coordinated.s3.s3_settings import (
     ARCHIVE_BASE_PATH,
     ARCHIVE_BUCKET,
     ARCHIVE_CLIENT,

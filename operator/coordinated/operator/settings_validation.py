@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from coordinated.coordination.formation import INITIAL_MASTER_NODES
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.settings import NODE_NAME, NODE_ROLES, SettingsError, retired_setting_message
+from coordinated.s3.s3_settings import ARCHIVE_SETTINGS, S3_CLIENT_SETTINGS
 from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.features.snapshots import PATH_REPO
 from coordinated.sidecar.peers.auth import SECRET_FILE
@@ -24,7 +25,6 @@ from coordinated.sidecar.peers.tls import (
     TRANSPORT_SSL_TRUST_RESTRICTIONS,
     TRANSPORT_TLS,
 )
-from coordinated.sidecar.s3.s3_settings import ARCHIVE_SETTINGS, S3_CLIENT_SETTINGS
 from coordinated.sidecar.web.access import TOKENS_FILE
 
 _TLS = "the operator sets TLS from spec.tls and mounts the certificates it manages"

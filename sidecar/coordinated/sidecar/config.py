@@ -13,11 +13,11 @@ from types import ModuleType
 
 from coordinated.coordination.registry import coordination_registry
 from coordinated.coordination.settings import NODE_NAME, Settings, SettingsError, SettingsRegistry
+from coordinated.s3 import s3_settings
 from coordinated.sidecar import event_loop
 from coordinated.sidecar.events import history_settings
 from coordinated.sidecar.features import change_log, hooks, snapshots, watch_streams
 from coordinated.sidecar.peers import auth, tls, transport
-from coordinated.sidecar.s3 import s3_settings
 from coordinated.sidecar.storage import group_commit
 from coordinated.sidecar.web import access, http_server
 

@@ -57,6 +57,8 @@ from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
+from coordinated.s3.object_store import ObjectStore
+from coordinated.s3.s3_settings import ArchiveSettings
 from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.events.archive import SegmentArchive
 from coordinated.sidecar.events.history import HistoryWriter, folds_with_next
@@ -90,8 +92,6 @@ from coordinated.sidecar.peers.transport import (
     PeerSender,
     watch_until_closed,
 )
-from coordinated.sidecar.s3.object_store import ObjectStore
-from coordinated.sidecar.s3.s3_settings import ArchiveSettings
 from coordinated.sidecar.storage.file_watch import FileWatch
 from coordinated.sidecar.storage.group_commit import PERSISTENCE_SYNC, GroupCommit
 from coordinated.sidecar.storage.persist_monitor import MonitoredPersistedState
