@@ -1,51 +1,14 @@
-"""The node's settings: the protocol core's registry plus the sidecar's own, validated at startup.
-
-Each sidecar setting is declared in the module that reads it (see `coordinated.coordination.settings` for how to
-add one); `MODULES` lists the modules the sidecar's registry collects them from.
-"""
+"""The node's configuration: its command-line options and `-E` settings, parsed and validated at startup against
+every setting a node takes (`node_settings`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
-from coordinated.coordination.registry import coordination_registry
-from coordinated.coordination.settings import NODE_NAME, Settings, SettingsError, SettingsRegistry
-from coordinated.s3 import s3_settings
-from coordinated.sidecar import event_loop
-from coordinated.sidecar.events import history_settings
-from coordinated.sidecar.features import change_log, hooks, snapshots, watch_streams
-from coordinated.sidecar.peers import auth, tls, transport
-from coordinated.sidecar.storage import group_commit
-from coordinated.sidecar.web import access, http_server
-
-MODULES: tuple[ModuleType, ...] = (
-    auth,
-    transport,
-    http_server,
-    history_settings,
-    hooks,
-    change_log,
-    watch_streams,
-    event_loop,
-    group_commit,
-    snapshots,
-    s3_settings,  # the S3 clients and the history archive
-    tls,
-    access,
-)
-
-
-def sidecar_only_registry() -> SettingsRegistry:
-    """The settings of the sidecar service alone, without the core's."""
-    return SettingsRegistry.collect(MODULES)
-
-
-def sidecar_registry() -> SettingsRegistry:
-    """Every setting a node takes: the core's and the sidecar's."""
-    return coordination_registry().merged(sidecar_only_registry())
+from coordinated.coordination.settings import NODE_NAME, Settings, SettingsError
+from coordinated.sidecar.node_settings import sidecar_registry
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,8 @@ from collections.abc import Callable
 
 import uvloop
 
-from coordinated.coordination.settings import Settings, choice_setting
-
-EVENT_LOOP = choice_setting(
-    "node.event_loop",
-    "uvloop",
-    ("uvloop", "asyncio"),
-    doc="`uvloop` (libuv's event loop) or `asyncio` (the standard library's); `python -m bench peers --ab node.event_loop=asyncio` measures what it saves",
-)
+from coordinated.coordination.settings import Settings
+from coordinated.sidecar.event_loop_settings import EVENT_LOOP
 
 
 def loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEventLoop] | None:
