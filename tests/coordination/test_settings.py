@@ -29,7 +29,7 @@ from coordinated.coordination.settings import (
     parse_time_ms,
     time_setting,
 )
-from coordinated.sidecar import config as sidecar_config
+from coordinated.sidecar import node_settings
 
 
 def test_defaults_are_elasticsearchs() -> None:
@@ -164,7 +164,7 @@ def _modules_of(package: str) -> list[ModuleType]:
 
 @pytest.mark.parametrize(
     ("package", "registry"),
-    [("coordinated.coordination", coordination_registry), ("coordinated.sidecar", sidecar_config.sidecar_registry)],
+    [("coordinated.coordination", coordination_registry), ("coordinated.sidecar", node_settings.sidecar_registry)],
 )
 def test_every_declared_setting_is_collected(package: str, registry: Callable[[], SettingsRegistry]) -> None:
     """A setting declared in a module that the registry does not list would be unknown to every node."""

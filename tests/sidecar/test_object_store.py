@@ -13,7 +13,7 @@ from child_processes import ChildProcesses
 
 from coordinated.s3.object_store import ObjectExists, ObjectMissing, ObjectStore, ObjectStoreError
 from coordinated.s3.s3_settings import S3ClientSettings
-from coordinated.sidecar.config import sidecar_registry
+from coordinated.sidecar.node_settings import sidecar_registry
 from coordinated.tools.s3server import S3Server, free_port
 
 

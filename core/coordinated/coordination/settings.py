@@ -6,7 +6,9 @@ checked against its bounds; an unknown, invalid or retired (Zen1) setting raises
 How to add a setting
 --------------------
 Declare it as a module-level constant in the module of the component that reads it, as Elasticsearch declares
-`LagDetector.CLUSTER_FOLLOWER_LAG_TIMEOUT_SETTING`:
+`LagDetector.CLUSTER_FOLLOWER_LAG_TIMEOUT_SETTING` (in the sans-IO core), or, outside the core, in the light
+`*_settings` module beside that component (`peers/transport_settings.py` for `peers/transport.py`), which imports
+nothing of its I/O, so that other deployables (the operator) read settings without importing the sidecar:
 
     FOLLOWER_LAG_TIMEOUT = time_setting(
         "cluster.follower_lag.timeout", "90s", minimum="1s", maximum="1h",
@@ -15,7 +17,7 @@ Declare it as a module-level constant in the module of the component that reads 
 
 and read it, typed, from the node's settings: `ctx.settings[FOLLOWER_LAG_TIMEOUT]` is an int of milliseconds.
 The registries collect every `Setting` and `SettingsRule` of the modules they list: `coordination.registry`
-for the core, `coordinated.sidecar.config` for the sidecar. A module that declares its first setting is added
+for the core, `coordinated.sidecar.node_settings` for the sidecar. A module that declares its first setting is added
 to that list once; a test fails while a module with settings is missing from it. Then run
 `python -m coordinated.operator.generate`: it writes docs/settings.md (the `doc` line and the bounds) and the
 CRD's allow-list and value rules; `make lint` fails while either is out of date. A setting a user may put in

@@ -16,8 +16,10 @@ from coordinated.coordination.settings import SettingsError
 from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
 from coordinated.sidecar.event_loop import loop_factory
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.peers.tls import HTTP_TLS, TRANSPORT_TLS, ReloadingContext, Side, TlsSettings
-from coordinated.sidecar.peers.transport import TRANSPORT_MAX_CHUNK_SIZE, transport_app
+from coordinated.sidecar.peers.tls import ReloadingContext
+from coordinated.sidecar.peers.tls_settings import HTTP_TLS, TRANSPORT_TLS, Side, TlsSettings
+from coordinated.sidecar.peers.transport import transport_app
+from coordinated.sidecar.peers.transport_settings import TRANSPORT_MAX_CHUNK_SIZE
 from coordinated.sidecar.storage.persistence import DataDirError
 from coordinated.sidecar.web.app import client_app
 from coordinated.sidecar.web.http_server import ClientAppRunner

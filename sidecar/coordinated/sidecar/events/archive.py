@@ -37,7 +37,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from coordinated.coordination.history_frames import DamagedSegment, decompress_checked
 from coordinated.s3.object_store import Bucket, ObjectExists, ObjectStoreError
-from coordinated.s3.s3_settings import ArchiveSettings
+from coordinated.sidecar.events.archive_settings import ArchiveSettings
 
 log = logging.getLogger("coordinated.archive")
 

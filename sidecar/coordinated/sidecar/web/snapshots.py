@@ -32,8 +32,8 @@ from coordinated.s3.s3_settings import DEFAULT_CLIENT, S3ClientSettings, client_
 from coordinated.sidecar.features import snapshots
 from coordinated.sidecar.features.snapshot_fs import FsRepository, location_problem
 from coordinated.sidecar.features.snapshot_s3 import S3Repository
+from coordinated.sidecar.features.snapshot_settings import PATH_REPO
 from coordinated.sidecar.features.snapshots import (
-    PATH_REPO,
     RepositoryUnavailable,
     SnapshotCorrupt,
     SnapshotFile,
