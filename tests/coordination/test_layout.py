@@ -171,6 +171,7 @@ SIDECAR_TOP_LEVEL = {
     "__init__.py",
     "node.py",
     "cli.py",
+    "commands.py",
     "config.py",
     "node_settings.py",
     "node_tool.py",
