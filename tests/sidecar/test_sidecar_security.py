@@ -20,8 +20,7 @@ import pytest
 from route_lookup import required_role
 
 from coordinated.coordination.settings import SettingsError
-from coordinated.sidecar.config import build_config
-from coordinated.sidecar.node_settings import sidecar_registry
+from coordinated.sidecar.node_settings import build_config, sidecar_registry
 from coordinated.sidecar.peers.tls import ReloadingContext
 from coordinated.sidecar.peers.tls_settings import Side, TlsFiles
 from coordinated.sidecar.web.privileges import Role

@@ -13,9 +13,10 @@ import sys
 from aiohttp import web
 
 from coordinated.coordination.settings import SettingsError
-from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
+from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.event_loop import loop_factory
 from coordinated.sidecar.node import Node
+from coordinated.sidecar.node_settings import build_config
 from coordinated.sidecar.peers.tls import ReloadingContext
 from coordinated.sidecar.peers.tls_settings import HTTP_TLS, TRANSPORT_TLS, Side, TlsSettings
 from coordinated.sidecar.peers.transport import transport_app
@@ -69,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-E", dest="settings", action="append", default=[], metavar="KEY=VALUE", help="a setting")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
+
+
+def parse_e_option(option: str) -> tuple[str, str]:
+    name, sep, value = option.partition("=")
+    if not sep or not name.strip():
+        raise SettingsError(f"-E expects key=value, got [{option}]")
+    return name.strip(), value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,17 +4,20 @@ Each sidecar setting is declared in a light `*_settings` module beside the code 
 `coordinated.coordination.settings` for how to add one), which imports nothing of the node's I/O: the operator
 validates `spec.settings` and generates the CRD and docs/settings.md from these registries without importing
 the sidecar itself. `MODULES` lists the modules the sidecar's registry collects them from, in the order
-docs/settings.md lists them.
+docs/settings.md lists them; `build_config` parses a node's options and settings with it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from types import ModuleType
 
 from coordinated.coordination.registry import coordination_registry
-from coordinated.coordination.settings import SettingsRegistry
+from coordinated.coordination.settings import SettingsError, SettingsRegistry
 from coordinated.s3 import s3_settings
 from coordinated.sidecar import event_loop_settings
+from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.events import archive_settings, history_settings
 from coordinated.sidecar.features import hooks_settings, snapshot_settings, watch_settings
 from coordinated.sidecar.peers import auth_settings, tls_settings, transport_settings
@@ -46,3 +49,26 @@ def sidecar_only_registry() -> SettingsRegistry:
 def sidecar_registry() -> SettingsRegistry:
     """Every setting a node takes: the core's and the sidecar's."""
     return coordination_registry().merged(sidecar_only_registry())
+
+
+def build_config(
+    *, name: str, data_dir: str, host: str, http_port: int, transport_port: int, overrides: Mapping[str, str]
+) -> NodeConfig:
+    """Raises SettingsError naming the setting that is wrong."""
+    raw = dict(overrides)
+    if "node.name" in raw and raw["node.name"] != name:
+        raise SettingsError(f"setting [node.name] is [{raw['node.name']}] but --name is [{name}]; give only one")
+    raw["node.name"] = name
+    for port_name, port in (("--http-port", http_port), ("--transport-port", transport_port)):
+        if not 0 < port < 65536:
+            raise SettingsError(f"{port_name} must be between 1 and 65535, got {port}")
+    if http_port == transport_port:
+        raise SettingsError("--http-port and --transport-port must differ")
+    return NodeConfig(
+        data_dir=Path(data_dir),
+        host=host,
+        http_port=http_port,
+        transport_port=transport_port,
+        raw=raw,
+        settings=sidecar_registry().parse(raw),
+    )
