@@ -541,7 +541,7 @@ IO_MODULES = frozenset(
 )
 SETTINGS_PACKAGES = ("coordinated.sidecar", "coordinated.s3")
 SETTING_MAKERS = frozenset(
-    {"Setting", "SettingsRule", "time_setting", "size_setting", "int_setting", "bool_setting", "choice_setting"}
+    {"Setting", "SettingsRule", "time_setting", "size_setting", "int_setting", "bool_setting", "enum_setting"}
 )
 
 

@@ -353,9 +353,6 @@ def checked_result(request: ClientRequest, result: ClientResult) -> ClientResult
     return ClusterError("internal_server_exception", reason, 500, maybe_applied=True)  # it did answer
 
 
-NO_MASTER_BLOCKS = ("all", "write", "metadata_write")  # what `cluster.no_master_block` may refuse
-
-
 def no_master_error(block: str) -> ClusterError:
     return ClusterError(
         type="cluster_block_exception",

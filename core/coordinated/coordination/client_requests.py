@@ -32,15 +32,15 @@ from coordinated.coordination.forwarding import Forwarder
 from coordinated.coordination.master_service import Priority, Task
 from coordinated.coordination.messages import ForwardedRequest, ForwardedResponse
 from coordinated.coordination.reads import ReadService
-from coordinated.coordination.settings import choice_setting
+from coordinated.coordination.settings import enum_setting
 from coordinated.coordination.state import DiscoveryNode
+from coordinated.coordination.status import BlockLevel
 from coordinated.coordination.tasks import ClientTask
 from coordinated.coordination.validation import request_problem
 
-NO_MASTER_BLOCK = choice_setting(
+NO_MASTER_BLOCK = enum_setting(
     "cluster.no_master_block",
-    "write",
-    client.NO_MASTER_BLOCKS,
+    BlockLevel.WRITE,
     dynamic=True,
     doc="what is refused without a master: `write` (writes), `metadata_write` or `all` (reads too)",
 )
@@ -81,7 +81,7 @@ class ClientRequests:
             return
         # Without a master nothing can be written, and no read is linearizable: a read of this node's applied
         # state, however stale, is the shell's `local` read, not a client request of the core.
-        reply(client.no_master_error(self.ctx.settings[NO_MASTER_BLOCK]))
+        reply(client.no_master_error(self.ctx.settings[NO_MASTER_BLOCK].value))
 
     def on_forwarded_request(self, sender: str, request: ForwardedRequest) -> None:
         def reply(result: ClientResult) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from coordinated.coordination.registry import coordination_registry
-from coordinated.coordination.settings import Setting, SettingsError, SettingsRegistry, retired_setting_message
+from coordinated.coordination.retired_settings import retired_setting_message
+from coordinated.coordination.settings import Setting, SettingsError, SettingsRegistry
 from coordinated.operator.settings_validation import USER_SETTINGS, operator_managed
 from coordinated.sidecar.node_settings import sidecar_only_registry, sidecar_registry
 

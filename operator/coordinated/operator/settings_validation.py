@@ -14,7 +14,8 @@ from collections.abc import Mapping
 
 from coordinated.coordination.formation import INITIAL_MASTER_NODES
 from coordinated.coordination.peer_finder import SEED_HOSTS
-from coordinated.coordination.settings import NODE_NAME, NODE_ROLES, SettingsError, retired_setting_message
+from coordinated.coordination.retired_settings import retired_setting_message
+from coordinated.coordination.settings import NODE_NAME, NODE_ROLES, SettingsError
 from coordinated.s3.s3_settings import S3_CLIENT_SETTINGS
 from coordinated.sidecar.events.archive_settings import ARCHIVE_SETTINGS
 from coordinated.sidecar.features.snapshot_settings import PATH_REPO

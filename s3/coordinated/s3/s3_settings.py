@@ -12,6 +12,7 @@ from __future__ import annotations
 import configparser
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 
 from coordinated.coordination.settings import (
     AFFIX,
@@ -19,17 +20,22 @@ from coordinated.coordination.settings import (
     Setting,
     Settings,
     bool_setting,
-    choice_setting,
+    enum_setting,
     int_setting,
     time_setting,
 )
 
 CLIENT_PREFIX = "s3.client."
 DEFAULT_CLIENT = "default"
-PROTOCOLS = ("https", "http")
 CREDENTIALS_PROFILE = "default"  # the profile of the credentials file that is read
 # The keys of a credentials file, as the AWS CLI and SDKs write them.
 ACCESS_KEY, SECRET_KEY, SESSION_TOKEN = "aws_access_key_id", "aws_secret_access_key", "aws_session_token"
+
+
+class Protocol(StrEnum):
+    HTTPS = "https"
+    HTTP = "http"
+
 
 _REGION = re.compile(r"[a-z0-9-]{1,32}")
 
@@ -94,8 +100,8 @@ S3_ENDPOINT = Setting(
     "`host[:port]` (with `protocol`) or an `http(s)://` URL of an S3-compatible service; none: AWS's endpoint "
     "for the region",
 )
-S3_PROTOCOL = choice_setting(
-    f"{_CLIENT}protocol", "https", PROTOCOLS, doc="`https` or `http`, for an endpoint given as `host[:port]`"
+S3_PROTOCOL = enum_setting(
+    f"{_CLIENT}protocol", Protocol.HTTPS, doc="`https` or `http`, for an endpoint given as `host[:port]`"
 )
 S3_REGION = Setting(f"{_CLIENT}region", Parsed(parse_region), "us-east-1", "the region requests are signed for")
 S3_PATH_STYLE_ACCESS = bool_setting(
@@ -168,7 +174,7 @@ class S3ClientSettings:
     def from_settings(cls, settings: Settings, name: str) -> S3ClientSettings:
         endpoint = settings.for_namespace(S3_ENDPOINT, name)
         if endpoint and "://" not in endpoint:
-            endpoint = f"{settings.for_namespace(S3_PROTOCOL, name)}://{endpoint}"
+            endpoint = f"{settings.for_namespace(S3_PROTOCOL, name).value}://{endpoint}"
         return cls(
             name=name,
             endpoint_url=endpoint or None,

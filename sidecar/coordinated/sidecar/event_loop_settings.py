@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from coordinated.coordination.settings import choice_setting
+from enum import StrEnum
 
-EVENT_LOOP = choice_setting(
+from coordinated.coordination.settings import enum_setting
+
+
+class EventLoop(StrEnum):
+    UVLOOP = "uvloop"  # libuv's
+    ASYNCIO = "asyncio"  # the standard library's
+
+
+EVENT_LOOP = enum_setting(
     "node.event_loop",
-    "uvloop",
-    ("uvloop", "asyncio"),
+    EventLoop.UVLOOP,
     doc="`uvloop` (libuv's event loop) or `asyncio` (the standard library's); `python -m bench peers --ab node.event_loop=asyncio` measures what it saves",
 )

@@ -99,7 +99,7 @@ from coordinated.sidecar.storage.persistence import (
     FilePersistedState,
     prepare_data_dir,
 )
-from coordinated.sidecar.storage.persistence_settings import PERSISTENCE_SYNC
+from coordinated.sidecar.storage.persistence_settings import PERSISTENCE_SYNC, PersistenceSync
 from coordinated.sidecar.web.access import Tokens
 from coordinated.sidecar.web.access_settings import TOKENS_FILE
 from coordinated.sidecar.web.http_chunks import chunk
@@ -132,7 +132,7 @@ class Node:
         self.persisted = FilePersistedState(
             config.data_dir,
             settings[CLUSTER_NAME],
-            deferred_sync=settings[PERSISTENCE_SYNC] == "background",
+            deferred_sync=settings[PERSISTENCE_SYNC] is PersistenceSync.BACKGROUND,
             derivations=self.derivations,
         )
         self.node_id = self.persisted.node_id

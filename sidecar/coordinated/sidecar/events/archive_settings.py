@@ -4,15 +4,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from coordinated.coordination.object_names import parse_base_path, parse_bucket, parse_client_name
-from coordinated.coordination.settings import Choice, Parsed, Setting, Settings, SettingsRule
+from coordinated.coordination.settings import EnumChoice, Parsed, Setting, Settings, SettingsRule
 from coordinated.s3.s3_settings import DEFAULT_CLIENT, S3ClientSettings
 
-ARCHIVE_TYPES = ("s3",)
-ARCHIVE_TYPE: Setting[str | None] = Setting(
+
+class ArchiveType(StrEnum):
+    S3 = "s3"
+
+
+ARCHIVE_TYPE: Setting[ArchiveType | None] = Setting(
     "history.archive.type",
-    Choice(ARCHIVE_TYPES),
+    EnumChoice(ArchiveType),
     None,
     "`s3` uploads every closed history segment to object storage; unset: no archive",
 )
@@ -37,7 +42,7 @@ ARCHIVE_SETTINGS = (ARCHIVE_TYPE, ARCHIVE_BUCKET, ARCHIVE_BASE_PATH, ARCHIVE_CLI
 def _archive_problem(settings: Settings) -> str | None:
     """An archive needs its bucket; a bucket without `history.archive.type` is a mistake."""
     archive_type, bucket = settings[ARCHIVE_TYPE], settings[ARCHIVE_BUCKET]
-    if archive_type == "s3" and bucket is None:
+    if archive_type is ArchiveType.S3 and bucket is None:
         return "setting [history.archive.s3.bucket] is required when [history.archive.type] is [s3]"
     if archive_type is None and bucket is not None:
         return "setting [history.archive.s3.bucket] is set but [history.archive.type] is not; set it to [s3]"

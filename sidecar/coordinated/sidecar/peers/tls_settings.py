@@ -7,11 +7,18 @@ import enum
 import re
 import ssl
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
-from coordinated.coordination.settings import Choice, Parsed, Setting, Settings, SettingsRule, bool_setting
+from coordinated.coordination.settings import Parsed, Setting, Settings, SettingsRule, bool_setting, enum_setting
 
-CLIENT_AUTHENTICATION = ("none", "optional", "required")
+
+class ClientAuthentication(StrEnum):
+    """What a server asks of its clients' certificates."""
+
+    NONE = "none"
+    OPTIONAL = "optional"  # a certificate, if sent, must verify
+    REQUIRED = "required"
 
 
 def parse_readable_file(value: str) -> str:
@@ -52,11 +59,10 @@ HTTP_SSL_KEY: Setting[str | None] = Setting(
 HTTP_SSL_CERTIFICATE_AUTHORITIES: Setting[str | None] = Setting(
     "http.ssl.certificate_authorities", Parsed(parse_readable_file), None, "CAs for client certificates (PEM)"
 )
-HTTP_SSL_CLIENT_AUTHENTICATION = Setting(
+HTTP_SSL_CLIENT_AUTHENTICATION = enum_setting(
     "http.ssl.client_authentication",
-    Choice(CLIENT_AUTHENTICATION),
-    "none",
-    "client certificates: `none`, `optional` or `required`",
+    ClientAuthentication.NONE,
+    doc="client certificates: `none`, `optional` or `required`",
 )
 
 
@@ -87,7 +93,7 @@ class TlsSettings:
     key: Setting[str | None]
     certificate_authorities: Setting[str | None]
     # What a server asks of its clients; None: required (the transport is always mutual).
-    client_authentication: Setting[str] | None = None
+    client_authentication: Setting[ClientAuthentication] | None = None
 
     def all(self) -> tuple[Setting[object], ...]:
         optional = (self.client_authentication,) if self.client_authentication is not None else ()
@@ -98,7 +104,11 @@ class TlsSettings:
         certificate, key = settings[self.certificate], settings[self.key]
         if not settings[self.enabled] or certificate is None or key is None:
             return None
-        authentication = "required" if self.client_authentication is None else settings[self.client_authentication]
+        authentication = (
+            ClientAuthentication.REQUIRED
+            if self.client_authentication is None
+            else settings[self.client_authentication]
+        )
         return TlsFiles(self.prefix, certificate, key, settings[self.certificate_authorities], authentication)
 
     def problem(self, settings: Settings) -> str | None:
@@ -109,7 +119,7 @@ class TlsSettings:
             if settings[part] is None:
                 return f"setting [{part.name}] is required when [{self.enabled.name}] is true"
         authentication = None if self.client_authentication is None else settings[self.client_authentication]
-        if authentication != "none" and settings[self.certificate_authorities] is None:
+        if authentication is not ClientAuthentication.NONE and settings[self.certificate_authorities] is None:
             why = (
                 "transport TLS is mutual"
                 if self.client_authentication is None
@@ -149,7 +159,7 @@ def client_certificates_would_be_nodes(settings: Settings) -> str | None:
     if not settings[TRANSPORT_SSL_ENABLED] or settings[TRANSPORT_SSL_TRUST_RESTRICTIONS]:
         return None
     transport_ca, http_ca = settings[TRANSPORT_SSL_CERTIFICATE_AUTHORITIES], settings[HTTP_SSL_CERTIFICATE_AUTHORITIES]
-    if settings[HTTP_SSL_CLIENT_AUTHENTICATION] == "none" or transport_ca is None or http_ca is None:
+    if settings[HTTP_SSL_CLIENT_AUTHENTICATION] is ClientAuthentication.NONE or transport_ca is None or http_ca is None:
         return None
     try:
         shared = pem_certificates(transport_ca) & pem_certificates(http_ca)
@@ -185,7 +195,7 @@ class TlsFiles:
     certificate: str
     key: str
     certificate_authorities: str | None
-    client_authentication: str = "required"  # what a server asks of its clients
+    client_authentication: ClientAuthentication = ClientAuthentication.REQUIRED  # what a server asks of its clients
 
     def paths(self) -> tuple[str, ...]:
         cas = (self.certificate_authorities,) if self.certificate_authorities else ()
@@ -196,9 +206,9 @@ class TlsFiles:
         if side is Side.SERVER:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.verify_mode = {
-                "none": ssl.CERT_NONE,
-                "optional": ssl.CERT_OPTIONAL,
-                "required": ssl.CERT_REQUIRED,
+                ClientAuthentication.NONE: ssl.CERT_NONE,
+                ClientAuthentication.OPTIONAL: ssl.CERT_OPTIONAL,
+                ClientAuthentication.REQUIRED: ssl.CERT_REQUIRED,
             }[self.client_authentication]
         else:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

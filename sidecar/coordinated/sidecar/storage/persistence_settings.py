@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from coordinated.coordination.settings import choice_setting
+from enum import StrEnum
+
+from coordinated.coordination.settings import enum_setting
+
+
+class PersistenceSync(StrEnum):
+    BACKGROUND = "background"  # in a worker thread, with group commit
+    INLINE = "inline"  # on the event loop
+
 
 # Measured slower on a 2-core machine with a fast disk (`python -m bench peers --ab persistence.sync=background`),
 # hence `inline` by default.
-PERSISTENCE_SYNC = choice_setting(
+PERSISTENCE_SYNC = enum_setting(
     "persistence.sync",
-    "inline",
-    ("background", "inline"),
+    PersistenceSync.INLINE,
     doc="where the durable store's fsync runs: `inline` (on the event loop; each term or accepted-state write is "
     "durable when it returns) or `background` (a worker thread with group commit: every message, reply and apply "
     "that follows a write waits for one fsync covering it; a failed fsync silences the node until it is "
