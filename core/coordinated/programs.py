@@ -13,11 +13,13 @@ pyproject.toml, naming a light click command that `program` makes:
 
 The command says what the program is for (the listing of `coordinated --help` and shell completion); the
 program itself, and everything it imports, is loaded only when it runs, and gets the rest of the command line
-as it is: it parses its own options (`coordinated node --help`) and returns its exit code from `main(argv)`.
+as it is: it parses its own options with click (`coordinated node --help`) and returns its exit code from
+`main(argv)`, which `run_program` makes of its command.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import click
@@ -46,3 +48,19 @@ def program(help_text: str) -> Callable[[Callable[[], Main]], click.Command]:
         )
 
     return make
+
+
+def run_program(command: click.Command, argv: list[str] | None, prog_name: str, obj: object = None) -> int:
+    """Runs a program's click command as its `main(argv)` (`argv` None: the process's own arguments), with `obj`
+    as its context's object: the exit code its callback returns. `--help` answers 0; a usage error exits 2 after
+    its message (SystemExit), as every program's parser always has."""
+    try:
+        args = sys.argv[1:] if argv is None else argv
+        result = command.main(args, prog_name=prog_name, standalone_mode=False, obj=obj)
+    except click.ClickException as error:
+        error.show()
+        raise SystemExit(error.exit_code) from None
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        raise SystemExit(1) from None
+    return int(result or 0)
