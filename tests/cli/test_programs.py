@@ -106,3 +106,43 @@ def test_help_loads_no_program(processes: ChildProcesses) -> None:
     assert report["code"] == 0 and "node-tool" in done.stdout, done.stderr
     assert [name for name in report["modules"] if name.startswith(RUNTIMES)] == []
     assert {"coordinated.sidecar.commands", "coordinated.audit.commands"} <= set(report["modules"])
+
+
+# The one program whose command line argparse parses: the e2e harness's shell scripts run it with the system's
+# python3, standard library only, before any virtualenv exists.
+ARGPARSE_ALLOWED = {"e2e/release.py": "run by the e2e shell scripts with the system's python3 (standard library only)"}
+FOLDERS = (
+    "core",
+    "s3",
+    "sidecar",
+    "operator",
+    "spark-jobs",
+    "tools",
+    "client",
+    "bench",
+    "chaos",
+    "scripts",
+    "e2e",
+    "tests",
+)
+
+
+def argparse_users() -> set[str]:
+    found = set()
+    for folder in FOLDERS:
+        for path in (REPO / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = (
+                    [alias.name for alias in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else []
+                )
+                if any(name.split(".")[0] == "argparse" for name in names):
+                    found.add(str(path.relative_to(REPO)))
+    return found
+
+
+def test_every_program_parses_its_command_line_with_click() -> None:
+    assert argparse_users() == set(ARGPARSE_ALLOWED)
