@@ -80,7 +80,7 @@ def _reconcile_interval() -> float:
     default=_reconcile_interval,
     help=f"seconds between periodic passes over every cluster (default: ${INTERVAL_VARIABLE}, else 15)",
 )
-@click.argument("passthrough", nargs=-1, type=click.UNPROCESSED)
+@click.argument("passthrough", nargs=-1, type=click.UNPROCESSED, metavar="[KOPF RUN OPTIONS]...")
 def operator_command(passthrough: tuple[str, ...], **options: Any) -> int:
     return run(SimpleNamespace(**options), list(passthrough))
 
