@@ -103,6 +103,7 @@ class SimulatedCluster:
         self._request_ids = itertools.count(1)
         self._pending: dict[tuple[int, int], PendingOp] = {}
         self.recorder = OperationRecorder()  # what the clients did, for the linearizability checkers
+        self.applied_observers: list[Callable[[ClusterState], None]] = []  # told of every state a node applies
         self.logs: list[tuple[int, str, str, str]] = []
         self.publications: list[PublicationFinished] = []
         self.safety = SafetyChecker(seed, lambda: self.now)
@@ -273,6 +274,8 @@ class SimulatedCluster:
 
     def _state_applied(self, sim_node: SimNode, state: ClusterState) -> None:
         self.safety.check_applied(state)
+        for observer in self.applied_observers:
+            observer(state)
         self._wake_apply_waiters(sim_node, state)
 
     def deliver_late(self, sender: SimNode, target: SimNode, message: Message) -> None:

@@ -72,6 +72,11 @@ def _keyed(request: KvPut | KvDelete | KvGet) -> str:
     return f"{type(request).__name__} [{request.key}]"
 
 
+def _unconditional_key(request: KvPut | KvDelete) -> tuple[str, ...] | None:
+    """An unconditional write changes its key whatever the state; a conditional one may be refused in its batch."""
+    return (request.key,) if request.if_version is None else None
+
+
 PUT = Action(
     KvPut,
     Runs.MASTER,
@@ -79,6 +84,7 @@ PUT = Action(
     execute=_put_or_delete,
     confirm_unwritten=True,
     writes_values=lambda request: ((request.key, request.value),),
+    writes_keys=_unconditional_key,
     describe=_keyed,
 )
 DELETE = Action(
@@ -87,6 +93,7 @@ DELETE = Action(
     validate=_stored_key_problem,
     execute=_put_or_delete,
     confirm_unwritten=True,
+    writes_keys=_unconditional_key,
     describe=_keyed,
 )
 
