@@ -588,7 +588,7 @@ def test_the_programs_keep_their_own_arguments(processes: ChildProcesses) -> Non
     done = processes.run(
         [sys.executable, "-m", "coordinated.cli", "simulate", "--help"], capture_output=True, text=True, timeout=60
     )
-    assert done.returncode == 0 and "usage:" in done.stdout
+    assert done.returncode == 0 and "usage:" in done.stdout.lower() and "--chaos-seconds" in done.stdout
     unknown = processes.run([sys.executable, "-m", "coordinated.cli", "nonsense"], capture_output=True, text=True)
     assert unknown.returncode == BAD_INPUT and "No such command" in unknown.stderr
     time.sleep(0)

@@ -156,8 +156,6 @@ def checked_result(request: ClientRequest[R], result: ClientResult) -> R | Clust
 # A request that needs a feature not every node of the cluster has yet (feature_gates).
 FEATURE_NOT_AVAILABLE = "feature_not_available_exception"
 
-NO_MASTER_BLOCKS = ("all", "write", "metadata_write")  # what `cluster.no_master_block` may refuse
-
 
 def no_master_error(block: str) -> ClusterError:
     return ClusterError(

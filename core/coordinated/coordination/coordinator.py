@@ -60,7 +60,7 @@ from coordinated.coordination.safety import CoordinationState, CoordinationState
 from coordinated.coordination.sessions import SessionLeases
 from coordinated.coordination.settings import Settings
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
-from coordinated.coordination.status import BlockLevel, CoordinatorStatus, NoMasterBlock, follower_lag, health_of
+from coordinated.coordination.status import CoordinatorStatus, NoMasterBlock, follower_lag, health_of
 from coordinated.coordination.tasks import ElectedAsMaster, NodeLeft, Reconfigure
 from coordinated.coordination.timers import Timers
 from coordinated.coordination.version_exchange import VersionExchange
@@ -271,7 +271,7 @@ class Coordinator:
             last_accepted_version=accepted.version,
             last_committed_version=applied.version,
             health=health_of(applied),
-            no_master_block=NoMasterBlock(BlockLevel(self.settings[NO_MASTER_BLOCK]), applied.master_node is None),
+            no_master_block=NoMasterBlock(self.settings[NO_MASTER_BLOCK], applied.master_node is None),
             formation_problem=self.formation.problem(),
             foreign_clusters=self.foreign_clusters.problem(applied.cluster_uuid, self.now),
             peer_names={address: peer.name for address, peer in self.peer_finder.peers.items()},
