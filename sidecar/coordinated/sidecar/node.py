@@ -64,10 +64,11 @@ from coordinated.sidecar.observability.metrics import UNKNOWN_PEER, NodeMetrics,
 from coordinated.sidecar.observability.problems import NodeProblem, ProblemKind, count_by_kind
 from coordinated.sidecar.peers.auth import TransportAuth
 from coordinated.sidecar.peers.auth_settings import SECRET_FILE
+from coordinated.sidecar.peers.framing import Undecodable
 from coordinated.sidecar.peers.refusals import Refusals
+from coordinated.sidecar.peers.sender import PeerSender, watch_until_closed
 from coordinated.sidecar.peers.tls import ReloadingContext, TrustRestrictions
 from coordinated.sidecar.peers.tls_settings import TRANSPORT_SSL_TRUST_RESTRICTIONS, TRANSPORT_TLS, Side
-from coordinated.sidecar.peers.transport import PeerSender, Undecodable, watch_until_closed
 from coordinated.sidecar.peers.transport_settings import (
     TRANSPORT_CONNECT_TIMEOUT,
     TRANSPORT_MAX_CHUNK_SIZE,
