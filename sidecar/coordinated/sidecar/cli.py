@@ -188,8 +188,7 @@ async def serve(node: Node, config: NodeConfig) -> int:
         print(f"coordinated node: error: cannot listen on {config.host}: {error.strerror or error}", file=sys.stderr)
         await client_runner.cleanup()
         await transport_runner.cleanup()
-        node.history.close()
-        node.lock.release()
+        node.close_unstarted()
         return EXIT_BIND
     await node.start()
     tune_garbage_collector()

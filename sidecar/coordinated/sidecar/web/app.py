@@ -84,7 +84,7 @@ def client_app(node: Node, tokens: Tokens | None = None) -> web.Application:
     async def end_waits(app: web.Application) -> None:
         # Before the server waits for its open requests to finish: streaming watches and long-polls end now, or
         # a node with a watcher connected would take the server's whole shutdown timeout to stop.
-        node.close_client_waits()
+        node.keys.close()
 
     app.on_shutdown.append(end_waits)
     return app

@@ -74,7 +74,7 @@ async def root(request: web.Request, query: Query) -> web.StreamResponse:
             "name": node.local_node.name,
             "node_id": node.node_id,
             "cluster_name": node.config.settings[CLUSTER_NAME],
-            "cluster_uuid": node.applied_state.cluster_uuid,
+            "cluster_uuid": node.keys.applied_state.cluster_uuid,
             "transport_address": node.local_node.transport_address,
             "mode": str(core.mode),
             "term": core.term,
@@ -110,14 +110,14 @@ async def cluster_state(request: web.Request, query: Query) -> web.StreamRespons
     node = node_of(request)
     timed_out = False
     if wait_for is not None:
-        timed_out = not await node.wait_for_version(wait_for, wait_ms / 1000)
+        timed_out = not await node.keys.wait_for_version(wait_for, wait_ms / 1000)
     if not local:
-        if node.applied_state.master_node is None:
+        if node.keys.applied_state.master_node is None:
             return master_not_discovered()
         problem = await read_barrier(node, timeout_ms)
         if problem is not None:
             return problem
-    body = state_to_api(node.applied_state)
+    body = state_to_api(node.keys.applied_state)
     if wait_for is not None:
         body["wait_for_timed_out"] = timed_out
     return web.json_response(body)
@@ -126,18 +126,19 @@ async def cluster_state(request: web.Request, query: Query) -> web.StreamRespons
 def health_body(node: Node) -> dict[str, Any]:
     assert node.coordinator is not None
     core = node.coordinator.status()
-    state = node.applied_state
+    state = node.keys.applied_state
     nodes = state.nodes if state.master_node is not None else {}
     status = core.health.value
     problem = core.formation_problem
-    if problem and node.unresolved_seeds:
-        problem += f"; cannot resolve seed hosts {node.unresolved_seeds}"
+    unresolved_seeds = list(node.status().unresolved_seeds)
+    if problem and unresolved_seeds:
+        problem += f"; cannot resolve seed hosts {unresolved_seeds}"
     foreign = core.foreign_clusters
     if foreign:
         problem = f"{problem}; {foreign}" if problem else foreign
-    persistence_problem = node.persist_monitor.failure
+    persistence_problem = node.status().persistence_failure
     problems = node.problems()
-    history = node.history_maintenance.status
+    history = node.status().history
     if status == "green" and any(found.kind in YELLOW for found in problems):
         status = "yellow"  # the node works, but its volume is filling up, its history lost something or is not archived
     if any(found.kind in RED for found in problems):
@@ -211,9 +212,9 @@ async def cluster_health(request: web.Request, query: Query) -> web.StreamRespon
         predicate = nodes_predicate(query["wait_for_nodes"])
 
         def ready() -> bool:
-            return node.applied_state.master_node is not None and predicate(len(node.applied_state.nodes))
+            return node.keys.applied_state.master_node is not None and predicate(len(node.keys.applied_state.nodes))
 
-        if not await node.wait_for(ready, timeout_ms / 1000):
+        if not await node.keys.wait_for(ready, timeout_ms / 1000):
             body = health_body(node)
             body["timed_out"] = True
             return web.json_response(body, status=408)
@@ -244,7 +245,7 @@ async def cat_master(request: web.Request, query: Query) -> web.StreamResponse:
     if fmt not in ("json", "text"):
         raise BadRequest(f"unsupported format [{fmt}]; use json or text")
     node = node_of(request)
-    state = node.applied_state
+    state = node.keys.applied_state
     master = state.nodes.get(state.master_node) if state.master_node else None
     if master is None:
         return master_not_discovered()
@@ -285,7 +286,7 @@ async def cat_nodes(request: web.Request, query: Query) -> web.StreamResponse:
     node = node_of(request)
     assert node.coordinator is not None
     versions = node.coordinator.status().versions.node_versions
-    state = node.applied_state
+    state = node.keys.applied_state
     rows = []
     for node_id, member in sorted(state.nodes.items(), key=lambda item: item[1].name):
         version = versions.get(node_id)
@@ -328,7 +329,7 @@ async def settings_get(request: web.Request, query: Query) -> web.StreamResponse
     for name in ("local", "include_defaults", "flat_settings"):  # accepted for Elasticsearch's clients: no effect
         param_bool(query, name, False)
     node = node_of(request)
-    return web.json_response({"persistent": dict(node.applied_state.persistent_settings), "transient": {}})
+    return web.json_response({"persistent": dict(node.keys.applied_state.persistent_settings), "transient": {}})
 
 
 def flatten_settings(prefix: str, values: Mapping[str, Any], out: dict[str, str | None]) -> None:
@@ -379,7 +380,7 @@ def _names(query: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 def exclusions_result(node: Node, result: Committed | ClusterError) -> web.Response:
     if isinstance(result, Committed):
-        exclusions = node.applied_state.coordination.voting_config_exclusions
+        exclusions = node.keys.applied_state.coordination.voting_config_exclusions
         return web.json_response(
             {
                 "acknowledged": True,

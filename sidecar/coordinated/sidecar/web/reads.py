@@ -32,10 +32,10 @@ async def _applied_in_time(
     assert node.loop is not None
     if isinstance(result, ClusterError):
         return result_error(result)
-    if not await node.wait_for_version(result.version, max(0.0, deadline - node.loop.time())):
+    if not await node.keys.wait_for_version(result.version, max(0.0, deadline - node.loop.time())):
         reason = (
             f"this node has not applied version [{result.version}] of the master's state in time "
-            f"(applied [{node.applied_state.version}]); retry, or {local_verb} with ?local=true"
+            f"(applied [{node.keys.applied_state.version}]); retry, or {local_verb} with ?local=true"
         )
         return error_response("process_cluster_event_timeout_exception", reason, 503)
     return None
@@ -46,7 +46,7 @@ async def shared_read_barrier(node: Node, timeout_ms: int) -> web.Response | Non
     assert node.loop is not None
     deadline = node.loop.time() + timeout_ms / 1000
     try:
-        result = await asyncio.wait_for(node.shared_read_barrier(), timeout_ms / 1000)
+        result = await asyncio.wait_for(node.keys.shared_read_barrier(), timeout_ms / 1000)
     except TimeoutError:
         return error_response("process_cluster_event_timeout_exception", "could not reach the master in time", 503)
     return await _applied_in_time(node, result, deadline, "watch")
@@ -60,6 +60,6 @@ async def consistent_read(node: Node, local: bool, timeout_ms: int) -> web.Respo
     if local:
         block = node.coordinator.status().no_master_block
         return result_error(block.error()) if block.refuses_local_reads else None
-    if node.applied_state.master_node is None:
+    if node.keys.applied_state.master_node is None:
         return master_not_discovered()
     return await shared_read_barrier(node, timeout_ms)

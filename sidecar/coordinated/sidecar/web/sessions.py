@@ -37,7 +37,7 @@ def check_session_id(session: str, what: str) -> str:
 
 
 def session_body(session_id: str, ttl_ms: int, node_id: str | None, node: Node) -> dict[str, Any]:
-    return {"id": session_id, **session_binding_to_api(ttl_ms, node_id, node.applied_state.nodes)}
+    return {"id": session_id, **session_binding_to_api(ttl_ms, node_id, node.keys.applied_state.nodes)}
 
 
 def session_result(result: SessionInfo | Committed | ClusterError, node: Node, status: int = 200) -> web.Response:
@@ -99,12 +99,12 @@ async def sessions_list(request: web.Request, query: Query) -> web.StreamRespons
     timeout_ms = timeout_of(query)  # checked even with `local`, which does not wait for the master
     node = node_of(request)
     if not local:
-        if node.applied_state.master_node is None:
+        if node.keys.applied_state.master_node is None:
             return master_not_discovered()
         problem = await read_barrier(node, timeout_ms)
         if problem is not None:
             return problem
-    state = node.applied_state
+    state = node.keys.applied_state
     keys: dict[str, list[str]] = {}
     for key, owner in sorted(state.kv_sessions.items()):
         keys.setdefault(owner, []).append(key)

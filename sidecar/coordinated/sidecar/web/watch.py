@@ -114,7 +114,7 @@ async def metadata_watch(request: web.Request, query: Query) -> web.StreamRespon
     problem = await consistent_read(node, local, master_timeout_ms)
     if problem is not None:
         return problem
-    hub = node.key_watches
+    hub = node.keys.key_watches
     if after is None:
         after = hub.log.version
     elif not local and (problem_text := after_version_problem(after, hub.log.version)) is not None:
@@ -151,7 +151,7 @@ async def watch_stream(
     problem = await consistent_read(node, local, master_timeout_ms)
     if problem is not None:
         return problem
-    changes = node.key_watches.log
+    changes = node.keys.key_watches.log
     if after is None:
         after = changes.version
     elif not local and (problem_text := after_version_problem(after, changes.version)) is not None:
@@ -177,10 +177,10 @@ async def watch_stream(
     transport = request.transport
     if transport is None or transport.is_closing():
         return response
-    hub = node.watch_streams
+    hub = node.keys.watch_streams
     stream = hub.add(transport, prefixes, filter_, prev_value, after, needs_master=not local)
     transport.write(chunk(stream_line(type="progress", version=after)))  # live from here
-    if not local and node.applied_state.master_node is None:
+    if not local and node.keys.applied_state.master_node is None:
         hub.end(stream, LOST_MASTER)  # lost during the backlog
     try:
         await stream.ended
