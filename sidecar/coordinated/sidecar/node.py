@@ -463,11 +463,12 @@ class Node:
         )
 
     def status_snapshot(self) -> StatusSnapshot | None:
-        """What the metrics report, read at scrape time; None before the core starts."""
-        coordinator = self.coordinator
-        if coordinator is None:
+        """What the metrics report, read at scrape time: the node's status and its parts' counters; None before
+        the core starts."""
+        status = self.status()
+        state, core = status.applied_state, status.core
+        if core is None:
             return None
-        state, core = self.keys.applied_state, coordinator.status()
         return StatusSnapshot(
             current_term=core.term,
             mode=core.mode,

@@ -99,13 +99,14 @@ async def healthz(request: web.Request, query: Query) -> web.StreamResponse:
 )
 async def readyz(request: web.Request, query: Query) -> web.StreamResponse:
     node = node_of(request)
-    assert node.coordinator is not None
+    status = node.status()
+    core = status.core
+    assert core is not None
     blocking = [found.reason for found in node.problems() if found.kind in BLOCKING]
     if blocking:
         return web.json_response({"ready": False, "reason": "; ".join(blocking)}, status=503)
-    core = node.coordinator.status()
-    if node.keys.applied_state.master_node is not None and core.mode is not Mode.CANDIDATE:
-        return web.json_response({"ready": True, "master_node": node.keys.applied_state.master_node})
+    if status.applied_state.master_node is not None and core.mode is not Mode.CANDIDATE:
+        return web.json_response({"ready": True, "master_node": status.applied_state.master_node})
     return web.json_response({"ready": False, "reason": core.formation_problem or "no master"}, status=503)
 
 

@@ -75,7 +75,7 @@ def client_app(node: Node, tokens: Tokens | None = None) -> web.Application:
     middlewares: list[Callable[..., Awaitable[web.StreamResponse]]] = [errors_middleware]
     if tokens is not None:
         middlewares.insert(0, access_middleware(tokens, served.privilege_of, node.metrics.count_request))
-    app = web.Application(client_max_size=node.config.settings[MAX_CONTENT_LENGTH], middlewares=middlewares)
+    app = web.Application(client_max_size=node.status().settings[MAX_CONTENT_LENGTH], middlewares=middlewares)
     app[NODE_KEY] = node
     document: Callable[[], bytes] = document_bytes
     app[DOCUMENT_KEY] = document

@@ -66,16 +66,16 @@ _WAIT_FOR_NODES = re.compile(r"^(>=|<=|>|<|ge\(|le\(|gt\(|lt\()?(\d+)\)?$")
     )
 )
 async def root(request: web.Request, query: Query) -> web.StreamResponse:
-    node = node_of(request)
-    assert node.coordinator is not None
-    core = node.coordinator.status()
+    status = node_of(request).status()
+    core = status.core
+    assert core is not None
     return web.json_response(
         {
-            "name": node.local_node.name,
-            "node_id": node.node_id,
-            "cluster_name": node.config.settings[CLUSTER_NAME],
-            "cluster_uuid": node.keys.applied_state.cluster_uuid,
-            "transport_address": node.local_node.transport_address,
+            "name": status.node_name,
+            "node_id": status.node_id,
+            "cluster_name": status.settings[CLUSTER_NAME],
+            "cluster_uuid": status.applied_state.cluster_uuid,
+            "transport_address": status.transport_address,
             "mode": str(core.mode),
             "term": core.term,
             "version": version_to_api(core.versions.version, minimum_wire_compatibility_version=MINIMUM_COMPATIBLE),
@@ -124,21 +124,21 @@ async def cluster_state(request: web.Request, query: Query) -> web.StreamRespons
 
 
 def health_body(node: Node) -> dict[str, Any]:
-    assert node.coordinator is not None
-    core = node.coordinator.status()
-    state = node.keys.applied_state
+    snapshot = node.status()
+    core = snapshot.core
+    assert core is not None
+    state = snapshot.applied_state
     nodes = state.nodes if state.master_node is not None else {}
     status = core.health.value
     problem = core.formation_problem
-    unresolved_seeds = list(node.status().unresolved_seeds)
-    if problem and unresolved_seeds:
-        problem += f"; cannot resolve seed hosts {unresolved_seeds}"
+    if problem and snapshot.unresolved_seeds:
+        problem += f"; cannot resolve seed hosts {list(snapshot.unresolved_seeds)}"
     foreign = core.foreign_clusters
     if foreign:
         problem = f"{problem}; {foreign}" if problem else foreign
-    persistence_problem = node.status().persistence_failure
+    persistence_problem = snapshot.persistence_failure
     problems = node.problems()
-    history = node.status().history
+    history = snapshot.history
     if status == "green" and any(found.kind in YELLOW for found in problems):
         status = "yellow"  # the node works, but its volume is filling up, its history lost something or is not archived
     if any(found.kind in RED for found in problems):
@@ -283,10 +283,10 @@ async def cat_nodes(request: web.Request, query: Query) -> web.StreamResponse:
     fmt = query.get("format", "text")
     if fmt not in ("json", "text"):
         raise BadRequest(f"unsupported format [{fmt}]; use json or text")
-    node = node_of(request)
-    assert node.coordinator is not None
-    versions = node.coordinator.status().versions.node_versions
-    state = node.keys.applied_state
+    status = node_of(request).status()
+    assert status.core is not None
+    versions = status.core.versions.node_versions
+    state = status.applied_state
     rows = []
     for node_id, member in sorted(state.nodes.items(), key=lambda item: item[1].name):
         version = versions.get(node_id)
@@ -365,7 +365,7 @@ async def settings_put(request: web.Request, query: Query) -> web.StreamResponse
     body = decode_body(await read_json(request), t.SettingsBody, "settings body")
     updates: dict[str, str | None] = {}
     flatten_settings("", body.persistent, updates)
-    problem = settings_problem(updates, node_of(request).config.settings.registry)
+    problem = settings_problem(updates, node_of(request).status().settings.registry)
     if problem is not None:
         raise BadRequest(problem)
     result = await node_of(request).call(UpdateSettings(persistent=updates), timeout_ms)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
@@ -189,11 +190,10 @@ async def metadata_range(request: web.Request, query: Query) -> web.StreamRespon
         )
     await no_body(request)
     node = node_of(request)
-    assert node.loop is not None
     if at_version is not None:
         try:
             page = node.keys.listings.next_page(
-                node.keys.applied_state, at_version, prefix, after, limit, keys_only, node.loop.time()
+                node.keys.applied_state, at_version, prefix, after, limit, keys_only, asyncio.get_running_loop().time()
             )
         except ListingGone as gone:
             return error_response("resource_gone_exception", str(gone), 410)
@@ -204,7 +204,7 @@ async def metadata_range(request: web.Request, query: Query) -> web.StreamRespon
     state = node.keys.applied_state
     if count_only:
         return web.json_response({"version": state.version, "count": node.keys.listings.count(state, prefix)})
-    page = node.keys.listings.first_page(state, prefix, after, limit, keys_only, node.loop.time())
+    page = node.keys.listings.first_page(state, prefix, after, limit, keys_only, asyncio.get_running_loop().time())
     return web.Response(body=_RANGE_ENCODER.encode(page), content_type="application/json", charset="utf-8")
 
 
@@ -325,8 +325,9 @@ async def metadata_get(request: web.Request, query: Query) -> web.StreamResponse
     node = node_of(request)
     if local:
         state = node.keys.applied_state
-        assert node.coordinator is not None
-        block = node.coordinator.status().no_master_block
+        core = node.status().core
+        assert core is not None
+        block = core.no_master_block
         if block.refuses_local_reads:
             return result_error(block.error())
         versions = state.key_version(key)

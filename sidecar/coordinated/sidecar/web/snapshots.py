@@ -73,7 +73,7 @@ def _name(request: web.Request, part: str, what: str) -> str:
 
 
 def _roots(node: Node) -> tuple[str, ...]:
-    return node.config.settings[PATH_REPO] or ()
+    return node.status().settings[PATH_REPO] or ()
 
 
 def _repository_exception(repo: str, reason: str, status: int = 400) -> BadRequest:
@@ -88,13 +88,13 @@ def repository_of(node: Node, repo: str, registered: Repository) -> SnapshotRepo
     """The repository a registration names, as this node reaches it: a directory under its `path.repo`, or a bucket
     through its `s3.client.NAME` settings. Raises BadRequest when this node cannot use it."""
     if registered.type == "s3":
-        if registered.client != DEFAULT_CLIENT and registered.client not in client_names(node.config.settings):
+        if registered.client != DEFAULT_CLIENT and registered.client not in client_names(node.status().settings):
             raise _repository_exception(
                 repo,
                 f"unknown s3 client [{registered.client}]: set s3.client.{registered.client}.* on every node "
                 "(this node has none)",
             )
-        client = S3ClientSettings.from_settings(node.config.settings, registered.client)
+        client = S3ClientSettings.from_settings(node.status().settings, registered.client)
         return S3Repository(node.snapshot_bucket(client, registered.bucket), registered.base_path)
     location, outside = location_problem(registered.location, _roots(node))
     if outside is not None:
@@ -160,7 +160,8 @@ def _damaged_info(repo: str, name: str, error: SnapshotCorrupt, mtime: float) ->
 
 
 def _state_event(node: Node, event_type: EventType, state: ClusterState, name: str) -> HistoryEvent:
-    return state_event(event_type, node.node_id, node.local_node.name, state, snapshot=name)
+    status = node.status()
+    return state_event(event_type, status.node_id, status.node_name, state, snapshot=name)
 
 
 # -- repositories ---------------------------------------------------------------------------------------

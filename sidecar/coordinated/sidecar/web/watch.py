@@ -109,8 +109,7 @@ async def metadata_watch(request: web.Request, query: Query) -> web.StreamRespon
     if timeout_ms > WATCH_MAX_TIMEOUT_MS:
         raise BadRequest(f"parameter [timeout] must be at most 5m, got [{query['timeout']}]")
     node = node_of(request)
-    assert node.loop is not None and node.coordinator is not None
-    deadline = node.loop.time() + timeout_ms / 1000
+    deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     problem = await consistent_read(node, local, master_timeout_ms)
     if problem is not None:
         return problem
@@ -124,7 +123,7 @@ async def metadata_watch(request: web.Request, query: Query) -> web.StreamRespon
             events, version = hub.log.events_after(prefix, after, WATCH_MAX_EVENTS)
         except ChangesGone as gone:
             return error_response("resource_gone_exception", str(gone), 410)
-        remaining = deadline - node.loop.time()
+        remaining = deadline - asyncio.get_running_loop().time()
         if events or remaining <= 0 or hub.closed:
             return web.json_response({"version": version, "events": [event.to_api() for event in events]})
         # Nothing under the prefix up to `version`: park from there. Unless a state then changes a key under
