@@ -133,6 +133,10 @@ class Route:
         return role_for(self.privilege)
 
     @property
+    def needs_credentials(self) -> bool:
+        return self.role is not Role.OPEN
+
+    @property
     def path_params(self) -> tuple[str, ...]:
         return tuple(part[1:-1] for part in self.path.split("/") if part.startswith("{"))
 
