@@ -322,6 +322,7 @@ class ReadValue(_Result, frozen=True, tag="value"):
     key_version: Long = 0  # of the write that last changed the key (0: not found)
     create_version: Long = 0  # of the write that created the key
     session: str | None = None  # an ephemeral key's session
+    writer: str | None = None  # the principal that last wrote the key (with access control on)
 
 
 class TxnOpResult(msgspec.Struct, frozen=True):

@@ -22,7 +22,7 @@ from typing import assert_never, overload
 
 import msgspec
 
-from coordinated.coordination.authorization import Authorizer, Permissions
+from coordinated.coordination.authorization import READ, Authorizer, KeyAccess, Permissions
 from coordinated.coordination.client import (
     Authenticated,
     ClientRequest,
@@ -57,6 +57,7 @@ from coordinated.coordination.effects import (
 from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 from coordinated.coordination.messages import Message
 from coordinated.coordination.peer_finder import SEED_HOSTS
+from coordinated.coordination.quotas import QuotaUsage
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
@@ -74,7 +75,12 @@ from coordinated.sidecar.features.change_log import CHANGE_LOG_SIZE, ChangeLog
 from coordinated.sidecar.features.hooks import HOOKS_TIMEOUT, HookManager
 from coordinated.sidecar.features.listings import Listings
 from coordinated.sidecar.features.snapshots import SNAPSHOT_SECRET_FILE
-from coordinated.sidecar.features.watch_streams import STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL, StreamHub
+from coordinated.sidecar.features.watch_streams import (
+    STREAM_BUFFER_SIZE,
+    STREAM_PROGRESS_INTERVAL,
+    StreamHub,
+    StreamQuotas,
+)
 from coordinated.sidecar.features.watches import SharedBarrier, WatchHub
 from coordinated.sidecar.observability.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.observability.problems import NodeProblem, ProblemKind, count_by_kind
@@ -214,6 +220,8 @@ class Node:
         # Key watches (the client API's), parked here until an applied state changes their prefix.
         self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE], self.derivations))
         self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE], chunk)
+        self.stream_quotas = StreamQuotas()  # this node's streams, for the quotas' max_watch_streams
+        self.quota_usage = QuotaUsage(self.derivations)  # every quota's usage in the applied state
         self._progress: asyncio.Task[None] | None = None
         self.listings = Listings(
             self.derivations
@@ -510,8 +518,13 @@ class Node:
         )
 
     def _on_applied(self, state: ClusterState) -> None:
-        self.listings.on_applied(self.applied_state, state)
+        before = self.applied_state
+        self.listings.on_applied(before, state)
+        self.quota_usage.advance(before, state)
         self.applied_state = state
+        if state.security is not before.security and self.watch_streams.streams:
+            # Before this node acknowledges the change: no stream serves a principal by the old rules.
+            self.watch_streams.refuse_streams(self._stream_missing)
         # Wake every long-poll; each re-checks its own version.
         self._applied_event.set()
         self._applied_event = asyncio.Event()
@@ -552,6 +565,10 @@ class Node:
             self._probing = False
         coordinator = self.coordinator
         self._run(lambda now: coordinator.handle_seed_addresses(addresses, now))
+
+    def _stream_missing(self, principal: Principal, prefixes: tuple[str, ...]) -> str | None:
+        permissions = self.permissions(principal)
+        return permissions.missing(KeyAccess(READ, prefix, prefix=True) for prefix in prefixes)
 
     # -- for the client API ------------------------------------------------------------------------------
 

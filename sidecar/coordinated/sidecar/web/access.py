@@ -35,6 +35,8 @@ from coordinated.sidecar.auth.authenticators import Authentication, Refused
 from coordinated.sidecar.auth.principal import CURRENT_PRINCIPAL
 from coordinated.sidecar.auth.tokens_file import TOKENS_FILE as TOKENS_FILE  # where the settings find it
 from coordinated.sidecar.auth.tokens_file import Tokens as Tokens
+from coordinated.sidecar.web.app_keys import node_of
+from coordinated.sidecar.web.errors import Forbidden
 from coordinated.sidecar.web.privileges import Privilege, missing_privilege
 from coordinated.sidecar.web.routes import Endpoint, requested_keys
 
@@ -43,19 +45,22 @@ log = logging.getLogger("coordinated.access")
 PRINCIPAL_KEY: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
 
 
-class Forbidden(web.HTTPException):
-    """A 403 `security_exception` raised by a handler (errors.py answers it in Elasticsearch's shape)."""
-
-    status_code = 403
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason=None)
-        self.detail = reason
-
-
 def principal_of(request: web.Request) -> Principal | None:
     """The request's principal; None when the client port authenticates nothing."""
     return request.get(PRINCIPAL_KEY)
+
+
+def permissions_of(request: web.Request) -> Permissions | None:
+    """The permissions of the request's principal by this node's applied roles and mappings; None when the
+    client port authenticates nothing (everything is allowed)."""
+    principal = principal_of(request)
+    return None if principal is None else node_of(request).permissions(principal)
+
+
+def shows_writers(request: web.Request) -> bool:
+    """Whether answers show each key's last writer: to admins (and when nobody is authenticated)."""
+    permissions = permissions_of(request)
+    return permissions is None or permissions.admin
 
 
 def security_error(status: int, reason: str) -> web.Response:
@@ -148,9 +153,7 @@ def access_middleware(
         request[PRINCIPAL_KEY] = principal
         token = CURRENT_PRINCIPAL.set(principal)
         try:
-            return await handler(request)
-        except Forbidden as forbidden:
-            return refuse(403, forbidden.detail)
+            return await handler(request)  # a handler's Forbidden is answered by the errors middleware
         finally:
             CURRENT_PRINCIPAL.reset(token)
 

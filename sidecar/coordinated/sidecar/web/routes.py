@@ -61,6 +61,9 @@ PATH_PARAMS = {
     "name": PathParam("a hook name"),
     "repo": PathParam("a snapshot repository name"),
     "snap": PathParam("a snapshot name"),
+    "role": PathParam("a role name"),
+    "mapping": PathParam("a role mapping name"),
+    "quota": PathParam("a quota name"),
 }
 
 
