@@ -17,7 +17,7 @@ from coordinated.coordination.settings import SettingsError
 from coordinated.sidecar.config import build_config
 from coordinated.sidecar.peers.tls import TrustRestrictions
 from coordinated.sidecar.peers.transport import MESSAGE_PATH, STREAM_PATH
-from coordinated.sidecar.web.access import Role
+from coordinated.sidecar.web.privileges import Role
 from coordinated.tools.devcerts import Cert, client_context, have_openssl, make_ca, make_cert, make_client_cert
 from coordinated.tools.localcluster import LocalCluster, LocalNode, http
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from coordinated.coordination.client import (
+    SECURITY_REQUESTS,
     AddVotingConfigExclusions,
     ClearVotingConfigExclusions,
     ClientRequest,
@@ -268,15 +269,11 @@ _CLUSTER_REQUESTS: dict[type, str] = {
     PutRepository: MANAGE,
     DeleteRepository: MANAGE,
     RestoreSnapshot: MANAGE,
+    **dict.fromkeys(SECURITY_REQUESTS, SECURITY),
 }
 # Requests any principal may make: a read barrier reads no key (a node asks for it before it serves a read of
 # its own state, which it checks itself).
 _OPEN_REQUESTS = (ReadBarrier,)
-
-
-def register_cluster_request(request_type: type, privilege: str) -> None:
-    """Another request type that needs a cluster privilege (the security requests need `security`)."""
-    _CLUSTER_REQUESTS[request_type] = privilege
 
 
 def cluster_privilege_of(request: ClientRequest) -> str | None:
