@@ -208,6 +208,9 @@ def test_quotas_and_their_usage(secured: tuple[LocalCluster, list[LocalNode]]) -
     ok(call(follower, "PUT", "/_cluster/metadata/app/a/9", APP_A, 1))  # room again: 2 of 2
     usage = ok(call(follower, "GET", "/_quota/a", APP_A))["a"]
     assert usage["max_keys"] == 2 and usage["usage"]["keys"] == 2
+    metrics = ok(call(follower, "GET", "/metrics", ADMIN))
+    for name, value in (("coordinated_quota_limit", 2.0), ("coordinated_quota_used", 2.0)):
+        assert f'{name}{{limit="max_keys",prefix="app/a/",quota="a"}} {value}' in metrics, metrics
     # Watch streams: each node holds its own to the limit.
     with stream(follower, APP_A, "app/a/") as first:
         until(first, lambda line: line["type"] == "progress")

@@ -84,6 +84,7 @@ from coordinated.sidecar.features.watch_streams import (
 from coordinated.sidecar.features.watches import SharedBarrier, WatchHub
 from coordinated.sidecar.observability.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.observability.problems import NodeProblem, ProblemKind, count_by_kind
+from coordinated.sidecar.observability.quota_metrics import QuotaCollector, QuotaStatus
 from coordinated.sidecar.peers.auth import SECRET_FILE, TransportAuth
 from coordinated.sidecar.peers.refusals import Refusals
 from coordinated.sidecar.peers.tls import (
@@ -203,6 +204,7 @@ class Node:
         self.group_commit = GroupCommit(self.persisted, self._execute, self._on_sync_failure)
         self.metrics = NodeMetrics(self.status_snapshot)
         self.metrics.registry.register(HistoryCollector(lambda: self.history_maintenance.status))
+        self.metrics.registry.register(QuotaCollector(self.quota_statuses))
         self.hooks = HookManager(config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000)
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
@@ -565,6 +567,22 @@ class Node:
             self._probing = False
         coordinator = self.coordinator
         self._run(lambda now: coordinator.handle_seed_addresses(addresses, now))
+
+    def quota_statuses(self) -> list[QuotaStatus]:
+        """Every quota of the applied state with its usage (watch streams: this node's own)."""
+        state = self.applied_state
+        security = state.security_metadata()
+        if security is None or not security.quotas:
+            return []
+        usage = self.quota_usage.at(state).usage
+        statuses = []
+        for name, quota in sorted(security.quotas.items()):
+            counted = usage.get(name)
+            used = {"watch_streams": self.stream_quotas.count(quota.prefix)}
+            if counted is not None:
+                used.update(keys=counted.keys, bytes=counted.bytes, sessions=counted.sessions)
+            statuses.append(QuotaStatus(name, quota.prefix, quota.limits(), used))
+        return statuses
 
     def _stream_missing(self, principal: Principal, prefixes: tuple[str, ...]) -> str | None:
         permissions = self.permissions(principal)
