@@ -31,7 +31,7 @@ from typing import Any
 from coordinated.coordination import client
 from coordinated.coordination import messages as m
 from coordinated.coordination.batch import MAX_STATE_SIZE
-from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult, Committed
+from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientResult, Committed
 from coordinated.coordination.client_requests import NO_MASTER_BLOCK, ClientRequests
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.counters import successor
@@ -53,6 +53,7 @@ from coordinated.coordination.peer_watch import PeerWatch
 from coordinated.coordination.publication import Publication, PublicationListener, catch_up_message
 from coordinated.coordination.publish_handler import PublishHandler, PublishListener
 from coordinated.coordination.reads import ReadService
+from coordinated.coordination.requests import AnyRequest
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
 from coordinated.coordination.sessions import SessionLeases
 from coordinated.coordination.settings import Settings
@@ -229,7 +230,7 @@ class Coordinator:
 
         return self._step(now, fire_due)
 
-    def submit(self, request_id: int, request: ClientRequest, now: int, timeout_ms: int | None = None) -> list[Effect]:
+    def submit(self, request_id: int, request: AnyRequest, now: int, timeout_ms: int | None = None) -> list[Effect]:
         def reply(result: ClientResult) -> None:
             self._out.append(RequestCompleted(request_id, result))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from coordinated.coordination.client import ClientRequest
 from coordinated.coordination.state import DiscoveryNode
@@ -44,7 +45,7 @@ class CheckpointSessions:
 
 @dataclass(frozen=True)
 class ClientTask:
-    request: ClientRequest
+    request: ClientRequest[Any]
 
 
 TaskPayload = ElectedAsMaster | NodeJoin | NodeLeft | Reconfigure | ExpireSessions | CheckpointSessions | ClientTask

@@ -18,7 +18,7 @@ import random
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import assert_never, overload
+from typing import Any, TypeVar, assert_never
 
 import msgspec
 
@@ -26,17 +26,6 @@ from coordinated.coordination.client import (
     ClientRequest,
     ClientResult,
     ClusterError,
-    Committed,
-    CommittingRequest,
-    KvGet,
-    ReadBarrier,
-    ReadValue,
-    SessionCreate,
-    SessionEnd,
-    SessionInfo,
-    SessionKeepAlive,
-    Txn,
-    TxnResult,
     checked_result,
 )
 from coordinated.coordination.coordinator import Coordinator
@@ -55,6 +44,7 @@ from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, History
 from coordinated.coordination.messages import Message
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.recovery import recovered_state_event
+from coordinated.coordination.requests.keys import ReadBarrier
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
 from coordinated.sidecar.config import NodeConfig
@@ -106,6 +96,7 @@ from coordinated.sidecar.web.access import TOKENS_FILE, Tokens
 from coordinated.sidecar.web.http_chunks import chunk
 
 log = logging.getLogger("coordinated.node")
+R = TypeVar("R")  # what a request answers
 READ_BARRIER_TIMEOUT_MS = 30_000
 STORE_CLOSE_TIMEOUT_S = 10.0
 # On a graceful stop the node closes its current history segment and waits this long for the archive to take it,
@@ -545,22 +536,12 @@ class Node:
 
     # -- for the client API ------------------------------------------------------------------------------
 
-    @overload
-    async def call(self, request: KvGet, timeout_ms: int | None = None) -> ReadValue | ClusterError: ...
-    @overload
-    async def call(self, request: Txn, timeout_ms: int | None = None) -> TxnResult | ClusterError: ...
-    @overload
-    async def call(
-        self, request: SessionCreate | SessionKeepAlive | SessionEnd, timeout_ms: int | None = None
-    ) -> SessionInfo | Committed | ClusterError: ...
-    @overload
-    async def call(self, request: CommittingRequest, timeout_ms: int | None = None) -> Committed | ClusterError: ...
-    async def call(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
-        """`submit`, typed by the request (`client.RESULT_TYPES`): any other answer becomes an internal error here,
-        once, rather than in every handler."""
+    async def call(self, request: ClientRequest[R], timeout_ms: int | None = None) -> R | ClusterError:
+        """`submit`, typed by the request (a `ClientRequest[R]` answers an R): any other answer becomes an internal
+        error here, once, rather than in every handler."""
         return checked_result(request, await self.submit(request, timeout_ms))
 
-    async def submit(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
+    async def submit(self, request: ClientRequest[Any], timeout_ms: int | None = None) -> ClientResult:
         assert self.coordinator is not None and self.loop is not None
         if self.stopping:
             return ClusterError("node_closed_exception", "the node is stopping", 503)
