@@ -29,15 +29,17 @@ from aiohttp.test_utils import make_mocked_request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinated.coordination import client as c
-from coordinated.coordination.authorization import (
-    Authorizer,
-    SessionView,
-    request_missing,
-    txn_accesses,
-)
+from coordinated.coordination.authorization import Authorizer, SessionView, request_missing
 from coordinated.coordination.client import Principal
-from coordinated.coordination.security import KeyGrant, RoleDescriptor, RoleMapping, SecurityMetadata
+from coordinated.coordination.requests import action_of
+from coordinated.coordination.requests.cluster import ClearVotingConfigExclusions, UpdateSettings
+from coordinated.coordination.requests.keys import KvDelete, KvDeletePrefix, KvGet, KvPut, ReadBarrier
+from coordinated.coordination.requests.security import ACTIONS as SECURITY_ACTIONS
+from coordinated.coordination.requests.security import DeleteRoleMapping, PutQuota, PutRole
+from coordinated.coordination.requests.sessions import SessionCreate, SessionEnd, SessionKeepAlive
+from coordinated.coordination.requests.snapshots import DeleteRepository
+from coordinated.coordination.requests.transactions import Txn, TxnCompare, TxnOp, txn_accesses
+from coordinated.coordination.security import KeyGrant, Quota, RoleDescriptor, RoleMapping, SecurityMetadata
 from coordinated.sidecar.web.app import ServedRoutes
 from coordinated.sidecar.web.privileges import missing_privilege
 from coordinated.sidecar.web.routes import requested_keys
@@ -45,6 +47,7 @@ from coordinated.sidecar.web.routes import requested_keys
 # -- the model ------------------------------------------------------------------------------------------------
 
 KEY_PRIVILEGES = ("read", "write", "session")
+SECURITY_REQUESTS = tuple(action.request for action in SECURITY_ACTIONS)
 CLUSTER_PRIVILEGES = ("monitor", "manage")
 
 
@@ -114,17 +117,17 @@ def model_allows(request: Any, roles: set[str], defs: dict[str, RoleDescriptor],
 
     if "admin" in roles:
         return True
-    if isinstance(request, c.KvGet):
+    if isinstance(request, KvGet):
         return key("read", request.key)
-    if isinstance(request, c.KvPut):
+    if isinstance(request, KvPut):
         if request.session is None:
             return key("write", request.key)
         return key("write", request.key) and key("session", request.key) and uses(request.session)
-    if isinstance(request, c.KvDelete):
+    if isinstance(request, KvDelete):
         return key("write", request.key)
-    if isinstance(request, c.KvDeletePrefix):
+    if isinstance(request, KvDeletePrefix):
         return key("write", request.prefix)
-    if isinstance(request, c.Txn):
+    if isinstance(request, Txn):
         ok = all(key("read", compare.key) for compare in request.compare)
         for op in (*request.success, *request.failure):
             if op.op == "get":
@@ -136,15 +139,15 @@ def model_allows(request: Any, roles: set[str], defs: dict[str, RoleDescriptor],
                 if op.op == "put" and op.session is not None:
                     ok = ok and key("session", op.key) and uses(op.session)
         return ok
-    if isinstance(request, c.SessionCreate):
+    if isinstance(request, SessionCreate):
         return key("session", request.prefix)
-    if isinstance(request, c.SessionKeepAlive):
+    if isinstance(request, SessionKeepAlive):
         return uses(request.session)
-    if isinstance(request, c.SessionEnd):
+    if isinstance(request, SessionEnd):
         return uses(request.session, privilege=False)
-    if isinstance(request, c.ReadBarrier):
+    if isinstance(request, ReadBarrier):
         return True
-    if isinstance(request, (*c.SECURITY_REQUESTS,)):
+    if isinstance(request, SECURITY_REQUESTS):
         return False  # admin only, handled above
     return model_cluster(roles, defs, "manage")  # settings, exclusions, repositories, restores
 
@@ -213,32 +216,32 @@ session_tables = st.dictionaries(
     max_size=3,
 )
 txn_ops = st.one_of(
-    st.builds(c.TxnOp, st.just("get"), keys),
-    st.builds(c.TxnOp, st.just("put"), keys, st.just(1), st.one_of(st.none(), session_ids)),
-    st.builds(c.TxnOp, st.just("delete"), keys),
-    st.builds(lambda prefix: c.TxnOp("delete_prefix", prefix=prefix), prefixes),
+    st.builds(TxnOp, st.just("get"), keys),
+    st.builds(TxnOp, st.just("put"), keys, st.just(1), st.one_of(st.none(), session_ids)),
+    st.builds(TxnOp, st.just("delete"), keys),
+    st.builds(lambda prefix: TxnOp("delete_prefix", prefix=prefix), prefixes),
 )
 core_requests = st.one_of(
-    st.builds(c.KvGet, keys),
-    st.builds(c.KvPut, keys, st.just(1), st.none(), st.one_of(st.none(), session_ids)),
-    st.builds(c.KvDelete, keys),
-    st.builds(c.KvDeletePrefix, prefixes),
+    st.builds(KvGet, keys),
+    st.builds(KvPut, keys, st.just(1), st.none(), st.one_of(st.none(), session_ids)),
+    st.builds(KvDelete, keys),
+    st.builds(KvDeletePrefix, prefixes),
     st.builds(
-        c.Txn,
-        st.lists(st.builds(c.TxnCompare, keys, st.just(0)), max_size=2).map(tuple),
+        Txn,
+        st.lists(st.builds(TxnCompare, keys, st.just(0)), max_size=2).map(tuple),
         st.lists(txn_ops, max_size=3).map(tuple),
         st.lists(txn_ops, max_size=2).map(tuple),
     ),
-    st.builds(lambda prefix: c.SessionCreate(ttl_ms=10_000, prefix=prefix), prefixes),
-    st.builds(c.SessionKeepAlive, session_ids),
-    st.builds(c.SessionEnd, session_ids),
-    st.just(c.ReadBarrier()),
-    st.just(c.UpdateSettings({"cluster.no_master_block": "all"})),
-    st.just(c.ClearVotingConfigExclusions()),
-    st.builds(c.DeleteRepository, st.just("r")),
-    st.builds(c.PutRole, st.just("r1"), st.just(RoleDescriptor())),
-    st.builds(c.DeleteRoleMapping, st.just("m1")),
-    st.builds(c.PutQuota, st.just("q"), st.just(c.Quota("a/", max_keys=1))),
+    st.builds(lambda prefix: SessionCreate(ttl_ms=10_000, prefix=prefix), prefixes),
+    st.builds(SessionKeepAlive, session_ids),
+    st.builds(SessionEnd, session_ids),
+    st.just(ReadBarrier()),
+    st.just(UpdateSettings({"cluster.no_master_block": "all"})),
+    st.just(ClearVotingConfigExclusions()),
+    st.builds(DeleteRepository, st.just("r")),
+    st.builds(PutRole, st.just("r1"), st.just(RoleDescriptor())),
+    st.builds(DeleteRoleMapping, st.just("m1")),
+    st.builds(PutQuota, st.just("q"), st.just(Quota("a/", max_keys=1))),
 )
 
 
@@ -293,7 +296,7 @@ def master_decision(request: Any, permissions: Any, sessions: dict[str, ModelSes
         found = sessions.get(session_id)
         return None if found is None else SessionView(found.owner, found.prefix)
 
-    return request_missing(request, permissions, session_of) is None
+    return request_missing(request, action_of(request).access, permissions, session_of) is None
 
 
 def route_case(method: str, kind: str, targets: tuple[str, ...]) -> tuple[str, tuple[str, str], tuple[str, ...]]:
@@ -346,10 +349,10 @@ def test_a_node_lets_a_request_through_exactly_when_the_model_allows_it(
 @settings(max_examples=200, deadline=None)
 @given(securities, principals, st.lists(txn_ops, max_size=4), st.lists(keys, max_size=3))
 def test_a_node_checks_a_transaction_body_as_the_model_does_without_its_sessions(
-    security: SecurityMetadata, principal: Principal, ops: list[c.TxnOp], compared: list[str]
+    security: SecurityMetadata, principal: Principal, ops: list[TxnOp], compared: list[str]
 ) -> None:
     """The handler checks each compare and op of both branches before forwarding (sessions: the master)."""
-    txn = c.Txn(tuple(c.TxnCompare(key, 0) for key in compared), tuple(ops[:2]), tuple(ops[2:]))
+    txn = Txn(tuple(TxnCompare(key, 0) for key in compared), tuple(ops[:2]), tuple(ops[2:]))
     permissions = Authorizer().permissions(principal, security)
     roles = model_roles(principal.name, principal.roles, security.role_mappings)
     expected = model_allows(txn, roles, security.roles, principal.name, {})

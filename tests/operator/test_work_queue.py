@@ -201,3 +201,60 @@ def test_pod_events_of_the_clusters_nodes_request_a_pass() -> None:
 
     asyncio.run(scenario())
     assert requested == ["ns/demo"]
+
+
+def test_a_stopping_operator_lets_the_pass_under_way_end_before_closing_and_starts_no_other() -> None:
+    """The operator's cleanup stops the queue, drains it, then closes the sidecar connections: a pass under way
+    ends with the connections still open (before, it failed on a closed client and sent a ReconcileFailed Event
+    on every operator upgrade), and nothing starts a pass after the stop."""
+    closed = False
+    outcomes: list[str] = []
+
+    async def scenario() -> None:
+        nonlocal closed
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def slow_pass(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger) -> None:
+            started.set()
+            await release.wait()
+            outcomes.append("closed client" if closed else "done")
+
+        class Connections:
+            async def aclose(self) -> None:
+                nonlocal closed
+                closed = True
+
+        work = queue_of(slow_pass)
+        memo = kopf.Memo(work=work, http=Connections())
+        work.watch(cluster("demo"))
+        work.request_pass("ns/demo", memo)
+        await started.wait()
+        closing = asyncio.create_task(handlers.close(memo=memo))
+        await settle()
+        assert not closing.done() and not closed  # waiting for the pass
+        work.request_pass("ns/demo", memo)  # a pod event after the stop
+        await work.run(cluster("demo"), memo, LOG)  # a change handler after the stop
+        release.set()
+        await closing
+        assert closed
+
+    asyncio.run(scenario())
+    assert outcomes == ["done"]
+
+
+def test_draining_is_bounded_by_its_timeout() -> None:
+    async def scenario() -> None:
+        never = asyncio.Event()
+
+        async def stuck_pass(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger) -> None:
+            await never.wait()
+
+        work = queue_of(stuck_pass)
+        work.watch(cluster("demo"))
+        work.request_pass("ns/demo", kopf.Memo())
+        await settle()
+        work.stop()
+        await asyncio.wait_for(work.drain(0.01), timeout=5)  # returns although the pass never ends
+        work.forget("ns/demo")
+
+    asyncio.run(scenario())

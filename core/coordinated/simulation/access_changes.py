@@ -16,16 +16,9 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from coordinated.coordination.client import (
-    ClientResult,
-    ClusterError,
-    Committed,
-    DeleteRoleMapping,
-    KvPut,
-    Principal,
-    PutRole,
-    PutRoleMapping,
-)
+from coordinated.coordination.client import ClientResult, ClusterError, Committed, Principal
+from coordinated.coordination.requests.keys import KvPut
+from coordinated.coordination.requests.security import DeleteRoleMapping, PutRole, PutRoleMapping
 from coordinated.coordination.security import REALM_FILE, KeyGrant, RoleDescriptor, RoleMapping
 from coordinated.coordination.state import ClusterState
 from coordinated.simulation.chaos import _nemesis_action

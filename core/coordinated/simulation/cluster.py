@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from coordinated.coordination.client import (
     Authenticated,
@@ -27,7 +27,6 @@ from coordinated.coordination.client import (
     ClusterError,
     Committed,
     Principal,
-    ReadBarrier,
 )
 from coordinated.coordination.coordinator import Mode
 from coordinated.coordination.effects import Effect, PublicationFinished
@@ -49,6 +48,7 @@ from coordinated.coordination.publication import PUBLISH_TIMEOUT
 from coordinated.coordination.ranges import RangeEntry, range_page
 from coordinated.coordination.reconfigurator import AUTO_SHRINK_VOTING_CONFIGURATION
 from coordinated.coordination.registry import default_settings
+from coordinated.coordination.requests.keys import ReadBarrier
 from coordinated.coordination.settings import NODE_NAME, NODE_ROLES, Settings
 from coordinated.coordination.state import ClusterState
 from coordinated.coordination.state_index import SortedKeys
@@ -85,7 +85,7 @@ def stabilisation_time(settings: Settings) -> int:
 class PendingOp:
     client: int
     node: int
-    request: ClientRequest
+    request: ClientRequest[Any]
     invoked: int
     on_done: Callable[[ClientResult], None] | None = None
 
@@ -300,7 +300,7 @@ class SimulatedCluster:
     def submit(
         self,
         node_index: int,
-        request: ClientRequest,
+        request: ClientRequest[Any],
         client: int = 0,
         on_done: Callable[[ClientResult], None] | None = None,
         timeout: int = 10_000,

@@ -51,10 +51,15 @@ def make_work_queue(config: OperatorConfig) -> WorkQueue:
     )
 
 
+# How long the operator, told to stop, lets the passes under way end before it closes their connections.
+DRAIN_SECONDS = 10.0
+
+
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
     if getattr(memo, "work", None) is not None:
         memo.work.stop()
+        await memo.work.drain(DRAIN_SECONDS)
     if getattr(memo, "http", None) is not None:
         await memo.http.aclose()
 

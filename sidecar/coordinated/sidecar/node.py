@@ -18,7 +18,7 @@ import random
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import assert_never, overload
+from typing import Any, TypeVar, assert_never
 
 import msgspec
 
@@ -28,18 +28,7 @@ from coordinated.coordination.client import (
     ClientRequest,
     ClientResult,
     ClusterError,
-    Committed,
-    CommittingRequest,
-    KvGet,
     Principal,
-    ReadBarrier,
-    ReadValue,
-    SessionCreate,
-    SessionEnd,
-    SessionInfo,
-    SessionKeepAlive,
-    Txn,
-    TxnResult,
     checked_result,
 )
 from coordinated.coordination.coordinator import Coordinator
@@ -59,6 +48,7 @@ from coordinated.coordination.messages import Message
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.quotas import QuotaUsage
 from coordinated.coordination.recovery import recovered_state_event
+from coordinated.coordination.requests.keys import ReadBarrier
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
 from coordinated.sidecar.auth.authenticators import Authentication, build_authenticators
@@ -118,6 +108,7 @@ from coordinated.sidecar.storage.persistence import (
 from coordinated.sidecar.web.http_chunks import chunk
 
 log = logging.getLogger("coordinated.node")
+R = TypeVar("R")  # what a request answers
 READ_BARRIER_TIMEOUT_MS = 30_000
 STORE_CLOSE_TIMEOUT_S = 10.0
 # On a graceful stop the node closes its current history segment and waits this long for the archive to take it,
@@ -594,22 +585,12 @@ class Node:
         """What `principal` may do, by the roles and role mappings of this node's applied state."""
         return self.authorizer.permissions(principal, self.applied_state.security_metadata())
 
-    @overload
-    async def call(self, request: KvGet, timeout_ms: int | None = None) -> ReadValue | ClusterError: ...
-    @overload
-    async def call(self, request: Txn, timeout_ms: int | None = None) -> TxnResult | ClusterError: ...
-    @overload
-    async def call(
-        self, request: SessionCreate | SessionKeepAlive | SessionEnd, timeout_ms: int | None = None
-    ) -> SessionInfo | Committed | ClusterError: ...
-    @overload
-    async def call(self, request: CommittingRequest, timeout_ms: int | None = None) -> Committed | ClusterError: ...
-    async def call(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
-        """`submit`, typed by the request (`client.RESULT_TYPES`): any other answer becomes an internal error here,
-        once, rather than in every handler."""
+    async def call(self, request: ClientRequest[R], timeout_ms: int | None = None) -> R | ClusterError:
+        """`submit`, typed by the request (a `ClientRequest[R]` answers an R): any other answer becomes an internal
+        error here, once, rather than in every handler."""
         return checked_result(request, await self.submit(request, timeout_ms))
 
-    async def submit(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
+    async def submit(self, request: ClientRequest[Any], timeout_ms: int | None = None) -> ClientResult:
         """The request goes to the core as made by the principal of the client request being handled (the access
         middleware's `CURRENT_PRINCIPAL`), which the master authorizes it for."""
         assert self.coordinator is not None and self.loop is not None

@@ -13,30 +13,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinated.coordination.authorization import Authorizer
-from coordinated.coordination.batch import BatchContext, StateSizes, execute_batch
+from coordinated.coordination.batch import execute_batch
+from coordinated.coordination.batch_draft import BatchContext, StateSizes
 from coordinated.coordination.batch_keys import entry_size
-from coordinated.coordination.client import (
-    ClusterError,
-    Committed,
+from coordinated.coordination.client import ClusterError, Committed, Principal, SessionInfo, TxnResult
+from coordinated.coordination.quotas import QuotaUsage, Usage, WriteRates, quota_index, usage_of_state
+from coordinated.coordination.requests import action_of
+from coordinated.coordination.requests.keys import KvDelete, KvDeletePrefix, KvPut
+from coordinated.coordination.requests.security import (
     DeleteQuota,
     DeleteRoleMapping,
-    KvDelete,
-    KvDeletePrefix,
-    KvPut,
-    Principal,
     PutQuota,
     PutRole,
     PutRoleMapping,
-    SessionCreate,
-    SessionEnd,
-    SessionInfo,
-    Txn,
-    TxnOp,
-    TxnResult,
 )
-from coordinated.coordination.quotas import QuotaUsage, Usage, WriteRates, quota_index, usage_of_state
+from coordinated.coordination.requests.sessions import SessionCreate, SessionEnd
+from coordinated.coordination.requests.transactions import Txn, TxnOp
 from coordinated.coordination.security import KeyGrant, Quota, RoleDescriptor, RoleMapping, SecurityMetadata
-from coordinated.coordination.security_tasks import security_request_problem
 from coordinated.coordination.state import ClusterState, CoordinationMetadata, DiscoveryNode, VotingConfiguration
 from coordinated.coordination.tasks import ClientTask
 
@@ -215,7 +208,7 @@ def test_bad_roles_mappings_and_quotas_are_refused_naming_the_field() -> None:
         (PutQuota("q", Quota("a\x00", max_keys=1)), "[prefix]: invalid prefix"),
     ]
     for request, words in cases:
-        problem = security_request_problem(request)  # type: ignore[arg-type]
+        problem = action_of(request).validate(request, base(), None)  # type: ignore[arg-type]
         assert problem is not None and words in problem, (request, problem)
 
 

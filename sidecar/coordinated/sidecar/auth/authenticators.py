@@ -138,14 +138,16 @@ class Authentication:
         return Principal(subject, REALM_CERTIFICATE) if subject is not None else None
 
     def problems(self) -> list[str]:
-        found: list[str] = []
+        """What keeps the tokens file from being used: then no token of it is valid."""
         if self.tokens is not None:
             self.tokens.check()
             if self.tokens.problem is not None:
-                found.append(self.tokens.problem)
-        for realm in self.authenticators:
-            found.extend(realm.problems())
-        return found
+                return [self.tokens.problem]
+        return []
+
+    def realm_problems(self) -> list[str]:
+        """What is wrong with the other realms now (each still serves what it can)."""
+        return [problem for realm in self.authenticators for problem in realm.problems()]
 
     def file_admins(self) -> list[str]:
         return self.tokens.admins() if self.tokens is not None else []

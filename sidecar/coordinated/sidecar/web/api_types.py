@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from coordinated.coordination.client import TxnCompare, TxnOp
+from coordinated.coordination.requests.transactions import TxnCompare, TxnOp
 
 Omitted = msgspec.UnsetType  # a field an answer has only in some cases
 

@@ -15,14 +15,8 @@ import msgspec
 from aiohttp import web
 
 from coordinated.coordination.authorization import READ, Permissions
-from coordinated.coordination.client import (
-    ClusterError,
-    Committed,
-    DeleteRole,
-    DeleteRoleMapping,
-    PutRole,
-    PutRoleMapping,
-)
+from coordinated.coordination.client import ClusterError, Committed
+from coordinated.coordination.requests.security import DeleteRole, DeleteRoleMapping, PutRole, PutRoleMapping
 from coordinated.coordination.security import (
     ADMIN,
     KEY_PRIVILEGES,
