@@ -128,10 +128,11 @@ def model_allows(request: Any, roles: set[str], defs: dict[str, RoleDescriptor],
     if isinstance(request, KvDeletePrefix):
         return key("write", request.prefix)
     if isinstance(request, Txn):
-        ok = all(key("read", compare.key) for compare in request.compare)
+        # A transaction is a write: `write` on every key it names, `read` too on those it reads.
+        ok = all(key("read", compare.key) and key("write", compare.key) for compare in request.compare)
         for op in (*request.success, *request.failure):
             if op.op == "get":
-                ok = ok and key("read", op.key)
+                ok = ok and key("read", op.key) and key("write", op.key)
             elif op.op == "delete_prefix":
                 ok = ok and key("write", op.prefix or "")
             else:

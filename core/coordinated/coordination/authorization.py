@@ -13,9 +13,9 @@ names it, as of one `SecurityMetadata`. Its **permissions** are the union of wha
 A request is allowed when every access it makes is: a key access names a privilege and a key, or a privilege
 and a prefix (every key under it); either is allowed when one granted prefix of that privilege starts it. So a
 range read, prefix delete or watch of a prefix needs the privilege on the whole prefix, not only on some keys
-under it. A transaction needs `read` for each compare and get, `write` for each put, delete and prefix delete,
-in both branches (the branch that runs is known only on the master, as etcd checks them); a put bound to a
-session needs `session` on its key too. A session belongs to the principal that created it: only that
+under it. A transaction is a write: it needs `write` on every key it names and `read` too on each it reads
+(compares and gets), in both branches (the branch that runs is known only on the master, as etcd checks them);
+a put bound to a session needs `session` on its key too. A session belongs to the principal that created it: only that
 principal (or an admin) keeps it alive, ends it or binds keys to it.
 
 `Permissions` are compiled once per principal and `SecurityMetadata` (`Authorizer` caches them), so that a

@@ -186,12 +186,13 @@ def _puts(txn: Txn) -> list[tuple[str, Any]]:
 
 
 def txn_accesses(txn: Txn) -> tuple[KeyAccess, ...]:
-    """`read` for each compare and get, `write` for each put, delete and prefix delete (and `session` on an
-    ephemeral put's key), in both branches: which one runs is known only on the master."""
-    accesses = [KeyAccess(READ, compare.key) for compare in txn.compare]
+    """A transaction is a write: `write` on every key it names, and `read` too on those it reads (each compare
+    and get), `session` on an ephemeral put's key; in both branches, since which one runs is known only on the
+    master."""
+    accesses = [access for compare in txn.compare for access in _read_in_txn(compare.key)]
     for op in (*txn.success, *txn.failure):
         if op.op == "get":
-            accesses.append(KeyAccess(READ, op.key))
+            accesses.extend(_read_in_txn(op.key))
         elif op.op == "delete_prefix":
             accesses.append(KeyAccess(WRITE, op.prefix or "", prefix=True))
         else:
@@ -199,6 +200,10 @@ def txn_accesses(txn: Txn) -> tuple[KeyAccess, ...]:
             if op.op == "put" and op.session is not None:
                 accesses.append(KeyAccess(SESSION, op.key))
     return tuple(accesses)
+
+
+def _read_in_txn(key: str) -> tuple[KeyAccess, KeyAccess]:
+    return (KeyAccess(READ, key), KeyAccess(WRITE, key))
 
 
 def txn_sessions(txn: Txn) -> tuple[str, ...]:
