@@ -401,6 +401,8 @@ async def _read(node: Node, repository: SnapshotRepository, repo: str, snap: str
         return await repository.read(snap, node.snapshot_secret)
     except snapshots.SnapshotMissing:
         return _missing_snapshot(repo, snap)
+    except snapshots.SnapshotNewer as error:  # written by a newer release: not damaged, and not for this one
+        return error_response("snapshot_restore_exception", f"[{repo}:{snap}] {error}", 400)
     except SnapshotCorrupt as error:
         return error_response("corrupt_state_exception", f"[{repo}:{snap}] {error}", 500)
     except RepositoryUnavailable as error:
