@@ -296,6 +296,8 @@ class Node:
             await self.sender.flush(handover_timeout_s)
             await self.sender.close()
         await self.hooks.close()
+        if self.authentication is not None:
+            await self.authentication.close()  # the realms' own resources (a verifier's HTTP client, say)
         for future, _ in self._pending.values():
             if not future.done():
                 future.set_result(ClusterError("node_closed_exception", "the node is stopping", 503, True))
