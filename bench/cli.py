@@ -76,6 +76,25 @@ def peers(quick: bool, out: Path | None, **given: Any) -> None:
     save(out, "peers", section, options.workdir)
 
 
+@cli.command("hot-keys")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="interleaved rounds")
+@click.option("--seconds", type=click.FloatRange(min=0.5), default=5.0, show_default=True, help="per point")
+@click.option("--systems", default="coordinated 3n,etcd 3n", show_default=True, help="comma-separated labels")
+@click.option(
+    "--ab-tree", multiple=True, metavar="REV", help="also run 'coordinated 3n [REV]', git revision REV (repeatable)"
+)
+@WORKDIR
+@OUT
+def hot_keys(out: Path | None, ab_tree: tuple[str, ...], **given: Any) -> None:
+    """Throughput of 16 clients on 1 key and 64 clients on 16 keys, against etcd (and their own keys)."""
+    from bench.suites import hot_keys as suite
+
+    options = suite.HotKeysOptions(ab_tree=list(ab_tree), **given)
+    section = suite.run(options)
+    click.echo(reports.hot_keys_text(section))
+    save(out, "hot-keys", section, options.workdir)
+
+
 @cli.command()
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--kill-trials", type=click.IntRange(min=0), default=4, show_default=True, help="kill -9 per round")
@@ -128,6 +147,17 @@ def history_bytes(out: Path | None, writes: int, clients: tuple[int, ...], nodes
     from bench.suites import history_bytes as suite
 
     save(out, "history-bytes", suite.run(writes, list(clients or (1, 8)), nodes, baseline))
+
+
+@cli.command("prefix-delete")
+@click.option("--keys", type=click.IntRange(min=1), default=100_000, show_default=True)
+@click.option("--baseline", default=None, help="another source tree measured in the same run")
+@OUT
+def prefix_delete(out: Path | None, keys: int, baseline: str | None) -> None:
+    """How long a write waits behind a prefix delete of KEYS keys, against the median write (the floor)."""
+    from bench.suites import prefix_delete as suite
+
+    save(out, "prefix-delete", suite.run(keys, baseline))
 
 
 @cli.command()
@@ -288,6 +318,15 @@ def client_overhead(writes: int, rounds: int) -> None:
     from bench.suites import client_overhead as suite
 
     suite.main(writes, rounds)
+
+
+@cli.command("cli-startup")
+@click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True, help="of each command")
+def cli_startup(runs: int) -> None:
+    """`coordinated kv get` as a whole command, start-up included, against `etcdctl get` in the same run."""
+    from bench.suites import cli_startup as suite
+
+    suite.main(runs)
 
 
 @cli.group()

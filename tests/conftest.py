@@ -43,6 +43,9 @@ PROCESS_FIXTURES: dict[str, str] = {
     "s3_server_binary": "integration",
     # helm, kubeconform, promtool and the Kubernetes schemas (Go builds, scripts/install-tools.sh)
     "installed_tools": "integration",
+    # porcupine-check (tools/porcupine, a Go build by scripts/install-tools.sh), and the fault run it checks
+    "porcupine": "integration",
+    "fault_history": "integration",
     # etcd, kube-apiserver and kube-scheduler (e2e/lib/build-kubernetes.sh)
     "kubeconfig": "integration",
     # openssl, for certificate authorities

@@ -232,8 +232,10 @@ def test_a_term_past_the_ceiling_moves_the_cluster_one_step_and_it_goes_on() -> 
     cluster = SimulatedCluster(5, 3, check_safety=False)
     cluster.stabilise()
     term = CEILING + MAX_STEP
-    # A candidate of this release (one of an older release gets no vote once the cluster's version has moved).
-    message = {"type": "start_join", "candidate": document_node(), "term": term, **this_release()}
+    # From a candidate of this release: a cluster that carries its nodes' versions votes for no older one.
+    own = newest()
+    message = {"type": "start_join", "candidate": document_node(), "term": term, "release": own.release}
+    message["wire_version"] = own.wire
     start_join = msgspec.json.encode({"sender": "intruder:9300", "message": message})
     for node in cluster.nodes:
         assert cluster.deliver_from_wire(node, "intruder:9300", start_join) is None

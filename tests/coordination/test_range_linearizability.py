@@ -69,6 +69,23 @@ def test_a_write_of_unknown_outcome_may_show_in_a_listing_which_reveals_its_vers
     assert not check_transactions([*history, listing(8, 9, "r/", ("r/a", 1, 8))]).ok
 
 
+def limited_delete(
+    start: float, end: float, prefix: str, limit: int, seen: tuple[int, bool], version: int
+) -> TxnOperation:
+    return TxnOperation(1, start, end, (), (("delete_prefix", prefix, (limit, seen)),), (), True, version)
+
+
+def test_a_limited_prefix_delete_removes_the_first_keys_in_key_order_and_says_whether_any_is_left() -> None:
+    writes = [put(0, 1, "r/c", 3, 3), put(0, 1, "r/a", 1, 4), put(0, 1, "r/b", 2, 5)]
+    first = limited_delete(2, 3, "r/", 2, (2, True), 6)
+    assert check_transactions([*writes, first, listing(4, 5, "r/", ("r/c", 3, 3))]).ok
+    assert not check_transactions([*writes, first, listing(4, 5, "r/", ("r/a", 1, 4))]).ok, "not the first in order"
+    assert not check_transactions([*writes, limited_delete(2, 3, "r/", 2, (2, False), 6)]).ok, "one was left"
+    assert not check_transactions([*writes, limited_delete(2, 3, "r/", 5, (2, False), 6)]).ok, "three were there"
+    rest = limited_delete(6, 7, "r/", 2, (1, False), 7)
+    assert check_transactions([*writes, first, rest, listing(8, 9, "r/")]).ok
+
+
 @pytest.mark.slow  # random schedules: make test runs it, make test-fast does not
 def test_the_random_schedules_with_range_clients_pass_the_check() -> None:
     for seed in (1, 4, 8):
@@ -86,3 +103,14 @@ def test_the_check_fails_range_reads_that_do_not_wait_for_their_read_barrier(mon
     monkeypatch.setattr(simulated.SimulatedCluster, "when_applied", at_once)
     verdicts = [run_random_schedule(seed, 3 + seed % 5, ranges=2).range_linearizability for seed in range(10, 20)]
     assert any(verdict is not None and not verdict.ok and not verdict.undecided for verdict in verdicts)
+
+
+def test_two_acknowledged_puts_of_a_key_with_one_version_are_not_linearizable() -> None:
+    """As for a single key: a version names one write, here among prefix deletes and range reads too."""
+    first = TxnOperation(1, 0, 2, (), (("put", "r/a", 1),), (), True, 7)
+    second = TxnOperation(2, 0, 2, (), (("put", "r/a", 2),), (), True, 7)
+    listed = TxnOperation(3, 3, 4, (), (("range", "r/", None),), (), True, ranges=((("r/a", 2, 7),),))
+    assert not check_transactions([first, second, listed]).ok
+    later = TxnOperation(2, 0, 2, (), (("put", "r/a", 2),), (), True, 8)
+    listed = TxnOperation(3, 3, 4, (), (("range", "r/", None),), (), True, ranges=((("r/a", 2, 8),),))
+    assert check_transactions([first, later, listed]).ok

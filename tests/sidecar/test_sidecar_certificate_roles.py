@@ -14,7 +14,7 @@ import pytest
 from coordinated.coordination.messages import Envelope, ForwardedRequest, encode_envelope
 from coordinated.coordination.requests.cluster import UpdateSettings
 from coordinated.coordination.settings import SettingsError
-from coordinated.sidecar.config import build_config
+from coordinated.sidecar.node_settings import build_config
 from coordinated.sidecar.peers.tls import TrustRestrictions
 from coordinated.sidecar.peers.transport import MESSAGE_PATH, STREAM_PATH
 from coordinated.sidecar.web.privileges import Role

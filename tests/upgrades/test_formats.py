@@ -145,6 +145,8 @@ def test_format_values_and_their_refusals() -> None:
     line = b'{"format":3,"release":"0.3.0","seq":1}\n'
     assert newer_segment_problem(line, "seg", RELEASE) is not None
     assert newer_segment_problem(b'{"format":2,"seq":1}\n', "seg", RELEASE) is None
+    # A newer number with no writer named is damage (format_problem names it; the node skips it as such).
+    assert newer_segment_problem(b'{"format":3,"seq":1}\n', "seg", RELEASE) is None
     assert newer_segment_problem(b'{"cluster_uuid":"u","format":9}\n', "seg", RELEASE) is None  # format 1: no head
 
 

@@ -14,6 +14,7 @@ from coordinated.coordination import client
 from coordinated.coordination.authorization import Authorizer, request_denial
 from coordinated.coordination.batch_draft import BatchContext, Draft, Result, first_oversized, state_too_large_error
 from coordinated.coordination.batch_keys import BatchKeys
+from coordinated.coordination.batch_writes import DEFERRED, Deferred, WriteClaims, Writes, deferrable
 from coordinated.coordination.client import ClientResult, Committed, SessionInfo, TxnResult
 from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.quotas import Usage, quota_index
@@ -104,7 +105,7 @@ def _join(
     return None
 
 
-def _stamped(result: ClientResult | None, term: int, version: int) -> ClientResult | None:
+def _stamped(result: BatchResult, term: int, version: int) -> BatchResult:
     """A transaction's answer names the state it ends up in: the new one, or the base if nothing changed."""
     if isinstance(result, TxnResult | SessionInfo | Committed):
         return replace(result, term=term, version=version)
@@ -128,13 +129,18 @@ def _next_version(base: ClusterState, floors: list[int]) -> int:
     return (max(base.version, *floors) if floors else base.version) + 1
 
 
+BatchResult = ClientResult | None | Deferred  # DEFERRED: the task waits for the next publication (batch_writes)
+
+
 def execute_batch(
     base: ClusterState, payloads: list[TaskPayload], context: BatchContext
-) -> tuple[ClusterState | None, list[ClientResult | None]]:
-    """Apply every task to the base state. Returns (None, results) if nothing changed.
+) -> tuple[ClusterState | None, list[BatchResult]]:
+    """Apply the tasks to the base state, in order. Returns (None, results) if nothing changed.
 
-    A task's result is None when it succeeds with the publication. `Reconfigure` needs no step of its own:
-    every batch moves to the best voting configuration.
+    A task's result is None when it succeeds with the publication, and DEFERRED when it did not run: it would
+    change a key that an earlier task of the batch changed, or that a deferred one would (batch_writes), so it
+    waits for the next publication. `Reconfigure` needs no step of its own: every batch moves to the best voting
+    configuration.
     """
     floors = _floors(payloads)
     keys = BatchKeys(
@@ -160,7 +166,17 @@ def execute_batch(
     if index:
         usage = context.quota_usage(base) if context.quota_usage is not None else {}
         draft.start_quotas(index, {name: usage.get(name, Usage()).copy() for name in index.quotas})
-    results = [TASK_EXECUTORS[type(task)](task, draft) for task in payloads]
+    claims = WriteClaims()
+    results: list[BatchResult] = []
+    membership_done = False
+    for task in payloads:
+        if not membership_done and not isinstance(task, _MEMBERSHIP):
+            # The sessions of the nodes that left end before any key is written in this batch (membership tasks
+            # come first: they are the most urgent), so a write can never be taken back by them.
+            _end_sessions_of_departed_nodes(base, draft)
+            membership_done = True
+        results.append(_run_task(task, draft, claims))
+    _end_sessions_of_departed_nodes(base, draft)
     nodes, exclusions, settings, repositories, elected = (
         draft.nodes,
         draft.exclusions,
@@ -169,11 +185,6 @@ def execute_batch(
         draft.elected,
     )
     sizes = context.sizes
-    # A node session ends when its node leaves the cluster, in the state that removes the node.
-    if any(node_id not in nodes for node_id in base.nodes):
-        for session_id, session in list(keys.sessions.items()):
-            if session.node is not None and session.node not in nodes:
-                keys.end_session(session_id)
     maps, map_changes = keys.finish()
     candidate = base.replace(
         master_node=context.master.id,
@@ -196,7 +207,7 @@ def execute_batch(
         or candidate.nodes != base.nodes
         or candidate.repositories != base.repositories
         or candidate.security is not base.security
-        or bool(floors)  # a restore publishes its state even when it changes nothing
+        or claims.every_claimed  # a restore ran: it publishes its state even when it changes nothing
         or candidate.coordination != base.coordination
         or candidate.master_node != base.master_node
         or candidate.node_versions != base.node_versions
@@ -217,6 +228,49 @@ def execute_batch(
     if sizes is not None and keys.size is not None:
         sizes.remember(new_state, keys.size)
     return new_state, results
+
+
+def _declared_writes(task: TaskPayload) -> Writes | None:
+    """The keys a client task changes, when its request's action declares them without the state (batch_writes);
+    None for any other task."""
+    if not isinstance(task, ClientTask):
+        return None
+    declare = action_of(task.request).writes_keys
+    return declare(task.request) if declare is not None else None
+
+
+def _run_task(task: TaskPayload, draft: Draft, claims: WriteClaims) -> BatchResult:
+    """Runs one task against the batch's draft, unless it must wait for the next publication (batch_writes)."""
+    if not deferrable(task):
+        return TASK_EXECUTORS[type(task)](task, draft)
+    declared = _declared_writes(task)
+    if declared is not None and claims.must_wait(declared):
+        claims.defer(declared)
+        return DEFERRED
+    keys = draft.keys
+    mark, settings, repositories = keys.mark(), draft.settings, draft.repositories
+    result = TASK_EXECUTORS[type(task)](task, draft)
+    written = keys.written_since(mark)
+    if claims.must_wait(written):
+        # Only keys, sessions, settings (a restore's) and repositories can change in a task that writes keys.
+        keys.rollback(mark)
+        draft.settings, draft.repositories = settings, repositories
+        if draft.quotas is not None:
+            draft.quotas.task_deferred()
+        claims.defer(written)
+        return DEFERRED
+    claims.take(written)
+    return result
+
+
+def _end_sessions_of_departed_nodes(base: ClusterState, draft: Draft) -> None:
+    """A node session ends when its node leaves the cluster, in the state that removes the node."""
+    if all(node_id in draft.nodes for node_id in base.nodes):
+        return
+    keys = draft.keys
+    for session_id, session in keys.sessions.items():
+        if session.node is not None and session.node not in draft.nodes:
+            keys.end_session(session_id)
 
 
 def _elected_as_master(task: ElectedAsMaster, draft: Draft) -> Result:
@@ -302,6 +356,9 @@ def _run_client_task(task: ClientTask, draft: Draft) -> Result:
         quotas.task_done()
     return result
 
+
+# The tasks that change the cluster's membership: they run first in a batch (the most urgent) and never wait.
+_MEMBERSHIP = (ElectedAsMaster, NodeJoin, NodeLeft, Reconfigure, RefreshNodeVersions)
 
 # One executor per master task type, as Elasticsearch's task queues each have theirs.
 TASK_EXECUTORS: dict[type, Callable[[Any, Draft], Result]] = {

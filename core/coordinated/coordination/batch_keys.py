@@ -1,16 +1,19 @@
 """The key and session maps of the state a batch builds: persistent maps changed in place, with the keys the
 batch touched (from which its diff is built without comparing whole maps), the total entry size and an undo
-log, so that a task that would exceed a limit can be taken back. Pure data.
+log, so that a task that would exceed a limit, or that must wait for the next publication (batch_writes), can
+be taken back, and the keys a task changed are known. Pure data.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import immutables
 import msgspec
 
+from coordinated.coordination.batch_writes import EVERY_KEY, Writes
 from coordinated.coordination.client import PrevKey
 from coordinated.coordination.state import LEGACY_KEY_VERSION, ClusterState, KeyVersion, Session, diff_maps, persistent
 
@@ -70,6 +73,17 @@ class Tracked:
     def replace_all(self, mapping: Mapping[str, Any]) -> None:
         self.map, self.replaced = persistent(mapping).mutate(), True
 
+    def snapshot(self) -> immutables.Map[str, Any]:
+        """The map as it is now, for `restore` (the mutation goes on from it)."""
+        current = self.map.finish()
+        self.map = current.mutate()
+        return current
+
+    def restore(self, snapshot: immutables.Map[str, Any]) -> None:
+        """Back to a `snapshot`: a rollback over a restore. The batch's changes are then still compared in full,
+        which is exact (only slower)."""
+        self.map = snapshot.mutate()
+
     def finish(self) -> immutables.Map[str, Any]:
         return self.map.finish()
 
@@ -104,10 +118,37 @@ class ChangeObserver(Protocol):
     def replaced(self, kv: Mapping[str, Any], sessions: Iterable[Session]) -> None: ...
 
 
+class _KeyUndo(NamedTuple):
+    """A key's change, taken back: its value (_ABSENT if none), versions, session and last writer before."""
+
+    key: str
+    value: Any
+    versions: KeyVersion | None
+    session: str | None
+    writer: str | None
+
+
+class _SessionUndo(NamedTuple):
+    """A session's change, taken back: the session before (None if there was none)."""
+
+    session_id: str
+    before: Session | None
+
+
+class _RestoreUndo(NamedTuple):
+    """A restore, taken back: the key maps and the size before it."""
+
+    kv: immutables.Map[str, Any]
+    versions: immutables.Map[str, Any]
+    kv_sessions: immutables.Map[str, Any]
+    writers: immutables.Map[str, Any]
+    size: int | None
+
+
 class BatchKeys:
     """The key and session maps of the state a batch builds (persistent maps, changed in place). It keeps the
-    total entry size (when `size` is given) and an undo log of key changes, so that a task that would exceed
-    a limit can be taken back."""
+    total entry size (when `size` is given) and an undo log of key and session changes, so that a task can be
+    taken back, and the keys each task changed are known (`written_since`)."""
 
     def __init__(
         self,
@@ -128,28 +169,64 @@ class BatchKeys:
         self._base_session_keys = session_keys or (
             lambda session_id: [key for key, owner in base.kv_sessions.items() if owner == session_id]
         )
-        self._base_keys_with_prefix = keys_with_prefix or (
-            lambda prefix: [key for key in base.kv if key.startswith(prefix)]
+        self._base_keys_with_prefix = keys_with_prefix or (  # in key order
+            lambda prefix: sorted(key for key in base.kv if key.startswith(prefix))
         )
-        self._undo: list[tuple[str, Any, KeyVersion | None, str | None, str | None]] = []
+        self._undo: list[_KeyUndo | _SessionUndo | _RestoreUndo] = []
 
     def mark(self) -> int:
         return len(self._undo)
 
+    def written_since(self, mark: int) -> Writes:
+        """The keys changed since `mark` (every key, if a restore replaced them)."""
+        written: set[str] = set()
+        for entry in self._undo[mark:]:
+            if isinstance(entry, _RestoreUndo):
+                return EVERY_KEY
+            if isinstance(entry, _KeyUndo):
+                written.add(entry.key)
+        return written
+
     def rollback(self, mark: int) -> None:
-        """Takes back every key change since `mark`."""
+        """Takes back every key and session change since `mark`."""
         while len(self._undo) > mark:
-            key, value, versions, session, writer = self._undo.pop()
-            self._changed(key, self.kv.get(key, _ABSENT), value)
-            if value is _ABSENT:
-                self.kv.pop(key)
-            else:
-                self.kv.set(key, value)
-            for tracked, old in ((self.versions, versions), (self.kv_sessions, session), (self.writers, writer)):
-                if old is None:
-                    tracked.pop(key)
+            entry = self._undo.pop()
+            if isinstance(entry, _SessionUndo):
+                current = self.sessions.get(entry.session_id)
+                if self.observer is not None and current is not None:
+                    self.observer.session_changed(current.prefix, -1)
+                if self.observer is not None and entry.before is not None:
+                    self.observer.session_changed(entry.before.prefix, 1)
+                if entry.before is None:
+                    self.sessions.pop(entry.session_id)
                 else:
-                    tracked.set(key, old)
+                    self.sessions.set(entry.session_id, entry.before)
+            elif isinstance(entry, _RestoreUndo):
+                self.kv.restore(entry.kv)
+                self.versions.restore(entry.versions)
+                self.kv_sessions.restore(entry.kv_sessions)
+                self.writers.restore(entry.writers)
+                self.size = entry.size
+                if self.observer is not None:
+                    self.observer.replaced(entry.kv, [session for _, session in self.sessions.items()])
+            else:
+                self._undo_key(entry)
+
+    def _undo_key(self, entry: _KeyUndo) -> None:
+        key, value, versions, session, writer = entry
+        self._changed(key, self.kv.get(key, _ABSENT), value)
+        if value is _ABSENT:
+            self.kv.pop(key)
+        else:
+            self.kv.set(key, value)
+        for tracked, old in ((self.versions, versions), (self.kv_sessions, session), (self.writers, writer)):
+            if old is None:
+                tracked.pop(key)
+            else:
+                tracked.set(key, old)
+
+    def _record_session(self, session_id: str) -> None:
+        self._undo.append(_SessionUndo(session_id, self.sessions.get(session_id)))
 
     def _changed(self, key: str, old: Any, new: Any) -> None:
         """A key goes from `old` to `new` (either _ABSENT): the size and the observer follow."""
@@ -165,7 +242,9 @@ class BatchKeys:
 
     def _record(self, key: str) -> None:
         self._undo.append(
-            (key, self.kv.get(key, _ABSENT), self.versions.get(key), self.kv_sessions.get(key), self.writers.get(key))
+            _KeyUndo(
+                key, self.kv.get(key, _ABSENT), self.versions.get(key), self.kv_sessions.get(key), self.writers.get(key)
+            )
         )
 
     def get(self, key: str) -> KeyVersion | None:
@@ -207,12 +286,20 @@ class BatchKeys:
     def replace_all(self, kv: dict[str, Any], versions: dict[str, KeyVersion]) -> None:
         """A restore: exactly these keys, with the versions they had. Restored keys are persistent: a
         snapshot's sessions belonged to clients of another time, so no restored key is ephemeral."""
+        self._undo.append(
+            _RestoreUndo(
+                self.kv.snapshot(),
+                self.versions.snapshot(),
+                self.kv_sessions.snapshot(),
+                self.writers.snapshot(),
+                self.size,
+            )
+        )
         self.kv.replace_all(kv)
         self.versions.replace_all(versions)
         self.kv_sessions.replace_all({})
         # The restore wrote every key: its principal is their last writer.
         self.writers.replace_all({} if self.writer is None else dict.fromkeys(kv, self.writer))
-        self._undo.clear()  # a restore is checked against the size limit before it replaces anything
         if self.size is not None:
             self.size = state_entries_size(kv)
         if self.observer is not None:
@@ -230,6 +317,7 @@ class BatchKeys:
         return True
 
     def add_session(self, session_id: str, session: Session) -> None:
+        self._record_session(session_id)
         self.sessions.set(session_id, session)
         if self.observer is not None:
             self.observer.session_changed(session.prefix, 1)
@@ -238,6 +326,7 @@ class BatchKeys:
         """Remove the session and delete its ephemeral keys; False if there is no such session."""
         if session_id not in self.sessions:
             return False
+        self._record_session(session_id)
         if self.observer is not None:
             self.observer.session_changed(self.sessions[session_id].prefix, -1)
         self.sessions.pop(session_id)
@@ -248,10 +337,24 @@ class BatchKeys:
                 self.delete(key)
         return True
 
-    def delete_prefix(self, prefix: str) -> int:
-        """Deletes every key under `prefix`; how many there were. In proportion to those keys (and to the keys
-        this batch touched), not to every key."""
-        return sum(1 for key in list(self.keys_under(prefix)) if self.delete(key))
+    def delete_prefix(self, prefix: str, limit: int | None = None) -> tuple[int, bool]:
+        """Deletes the keys under `prefix` in key order, at most `limit` of them (None: every one); (how many it
+        deleted, whether any is left). In proportion to those keys (and to the keys this batch touched), not to
+        every key under the prefix, nor to every key."""
+        touched = sorted(key for key in self.kv.touched if key.startswith(prefix))
+        deleted = 0
+        previous = None
+        for key in heapq.merge(self._base_keys_with_prefix(prefix), touched):
+            if key == previous:
+                continue
+            previous = key
+            if limit is not None and deleted >= limit:
+                if key in self.kv:
+                    return deleted, True
+                continue
+            if self.delete(key):
+                deleted += 1
+        return deleted, False
 
     def keys_under(self, prefix: str) -> Iterator[str]:
         """The keys under `prefix` now, sorted. In proportion to those keys (and to the keys this batch touched)."""
@@ -264,6 +367,7 @@ class BatchKeys:
             if session is not None:
                 recorded = checkpoint(session_id, session)
                 if recorded != session:
+                    self._record_session(session_id)
                     self.sessions.set(session_id, recorded)
 
     def finish(self) -> tuple[dict[str, immutables.Map[str, Any]], dict[str, tuple[dict[str, Any], tuple[str, ...]]]]:

@@ -53,6 +53,17 @@ Submitted = ClientRequest[Any] | Authenticated
 
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000  # a client request without a timeout of its own
 
+# Fields this release added to requests and results that a node of the previous release ignores (msgspec skips
+# unknown fields of these structs), so they need no gate on the cluster's version: sent to a previous-release
+# master, a limited prefix delete deletes every key in one go, as that release always did, and answers without
+# `more` (read as false). The one place that names them, for the version gates to come.
+UNGATED_WIRE_ADDITIONS: tuple[tuple[str, str], ...] = (
+    ("KvDeletePrefix", "limit"),
+    ("Txn", "delete_limit"),
+    ("Committed", "more"),
+    ("TxnOpResult", "more"),
+)
+
 
 class _Result(msgspec.Struct, frozen=True, tag_field="result"):
     pass
@@ -80,6 +91,7 @@ class Committed(_Result, frozen=True, tag="committed", omit_defaults=True):
     # whether every node of the cluster applied it before the answer (Elasticsearch's `acknowledged`).
     created: bool | msgspec.UnsetType = msgspec.UNSET
     acknowledged: bool | msgspec.UnsetType = msgspec.UNSET
+    more: bool = False  # a prefix delete that reached its limit: keys are left under the prefix
 
 
 class ReadValue(_Result, frozen=True, tag="value"):
@@ -96,7 +108,7 @@ class ReadValue(_Result, frozen=True, tag="value"):
 
 class TxnOpResult(msgspec.Struct, frozen=True):
     """A put: the key's new versions. A delete: whether the key existed. A get: the key as the txn saw it. A
-    delete_prefix (`key` holds the prefix): how many keys it deleted (`deleted`). A put or delete that asked
+    delete_prefix (`key` holds the prefix): how many keys it deleted (`deleted`), and whether any is left (`more`). A put or delete that asked
     for `prev_value`: the key as it was (`prev`; None: it did not exist)."""
 
     op: str
@@ -107,6 +119,7 @@ class TxnOpResult(msgspec.Struct, frozen=True):
     create_version: Long = 0
     deleted: Long = 0
     prev: PrevKey | msgspec.UnsetType | None = msgspec.UNSET
+    more: bool = False  # a delete_prefix that reached the transaction's `delete_limit`: keys are left
 
 
 class TxnResult(_Result, frozen=True, tag="txn"):

@@ -31,14 +31,14 @@ from coordinated.coordination.reads import ReadService
 from coordinated.coordination.requests import action_of
 from coordinated.coordination.requests.base import Runs
 from coordinated.coordination.requests.keys import barrier_answer
-from coordinated.coordination.settings import choice_setting
+from coordinated.coordination.settings import enum_setting
 from coordinated.coordination.state import ClusterState, DiscoveryNode
+from coordinated.coordination.status import BlockLevel
 from coordinated.coordination.tasks import ClientTask
 
-NO_MASTER_BLOCK = choice_setting(
+NO_MASTER_BLOCK = enum_setting(
     "cluster.no_master_block",
-    "write",
-    client.NO_MASTER_BLOCKS,
+    BlockLevel.WRITE,
     dynamic=True,
     doc="what is refused without a master: `write` (writes), `metadata_write` or `all` (reads too)",
 )
@@ -105,7 +105,7 @@ class ClientRequests:
             return
         # Without a master nothing can be written, and no read is linearizable: a read of this node's applied
         # state, however stale, is the shell's `local` read, not a client request of the core.
-        reply(client.no_master_error(self.ctx.settings[NO_MASTER_BLOCK]))
+        reply(client.no_master_error(self.ctx.settings[NO_MASTER_BLOCK].value))
 
     def _feature_refusal(self, request: ClientRequest[Any]) -> ClusterError | None:
         """A request that needs a feature some node of the cluster lacks (as far as this node knows) is refused

@@ -9,7 +9,7 @@ Public API (used by the sidecar and the simulator):
     effects = coordinator.handle_send_failure(destination_address, message, now)  # connection refused/closed
     effects = coordinator.handle_seed_addresses(addresses, now)                     # answer to ProbeSeeds
     effects = coordinator.handle_peer_disconnected(address, now)                    # a peer's connection closed
-    effects = coordinator.handle_undecodable(sender, kind, request_id, why, now)     # a newer peer's message
+    effects = coordinator.handle_undecodable(sender, kind, request_id, why, now)     # an undecodable message (VersionExchange)
     effects = coordinator.tick(now)                      # call at or after coordinator.next_deadline()
     effects = coordinator.submit(request_id, request, now, timeout_ms=None)         # a ClientRequest
     effects = coordinator.stop(now)                      # graceful stop: a master hands over first
@@ -58,7 +58,7 @@ from coordinated.coordination.safety import CoordinationState, CoordinationState
 from coordinated.coordination.sessions import SessionLeases
 from coordinated.coordination.settings import Settings
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
-from coordinated.coordination.status import BlockLevel, CoordinatorStatus, NoMasterBlock, follower_lag, health_of
+from coordinated.coordination.status import CoordinatorStatus, NoMasterBlock, follower_lag, health_of
 from coordinated.coordination.tasks import ElectedAsMaster, NodeLeft, Reconfigure
 from coordinated.coordination.timers import Timers
 from coordinated.coordination.version_exchange import VersionExchange
@@ -251,7 +251,6 @@ class Coordinator:
         return self._step(now, stop)
 
     def handle_undecodable(self, sender: str, kind: str, request_id: int | None, why: str, now: int) -> list[Effect]:
-        """A message of type `kind` this node could not decode (a newer node's): see VersionExchange."""
         return self._step(now, lambda: self.version_exchange.on_undecodable(sender, kind, request_id, why))
 
     def status(self) -> CoordinatorStatus:
@@ -269,7 +268,7 @@ class Coordinator:
             last_accepted_version=accepted.version,
             last_committed_version=applied.version,
             health=health_of(applied),
-            no_master_block=NoMasterBlock(BlockLevel(self.settings[NO_MASTER_BLOCK]), applied.master_node is None),
+            no_master_block=NoMasterBlock(self.settings[NO_MASTER_BLOCK], applied.master_node is None),
             formation_problem=self.formation.problem(),
             foreign_clusters=self.foreign_clusters.problem(applied.cluster_uuid, self.now),
             peer_names={address: peer.name for address, peer in self.peer_finder.peers.items()},

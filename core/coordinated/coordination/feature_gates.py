@@ -2,7 +2,8 @@
 feature (`wire_versions`) that brings them, and the refusal of a request that needs a feature the cluster
 does not have yet.
 
-A request is refused where it arrives, before it is forwarded: a master of an older release cannot decode a
+Fields that an older node may ignore with no harm need no gate (`client.UNGATED_WIRE_ADDITIONS` names them, and
+`wire_versions` still gives them a wire version). A request is refused where it arrives, before it is forwarded: a master of an older release cannot decode a
 request type it does not know (it would drop the whole peer stream that carries it), and one that decodes
 the request but ignores a field it does not know would do something else than asked. The master checks
 again, against every node of the cluster, since the node that forwarded the request may know less.
@@ -28,16 +29,11 @@ RequestGate = tuple[Feature, Callable[[ClientRequest[Any]], bool]]
 REQUEST_GATES: tuple[RequestGate, ...] = ()
 
 
-def install_test_gates(spec: str) -> None:
-    """A test hook, as `COORDINATED_TEST_CRASH_POINT` is one: the sidecar passes `COORDINATED_TEST_REQUEST_GATES`
-    (`op:feature,...`), which gates the requests of type `op` (their tag: `delete_prefix`, `put`, ...) on a declared
-    feature, so that the tests of a mixed cluster of real processes can send a gated request before this release
-    has one of its own. (The core reads no environment: the shell hands it the value.)"""
-    global REQUEST_GATES
-    REQUEST_GATES += _test_gates(spec)
-
-
-def _test_gates(spec: str) -> tuple[RequestGate, ...]:
+def test_gates(spec: str) -> tuple[RequestGate, ...]:
+    """For a test hook, as `COORDINATED_TEST_CRASH_POINT` is one: the sidecar adds these gates to REQUEST_GATES when
+    `COORDINATED_TEST_REQUEST_GATES=op:feature,...` is set, gating the requests of type `op` (their tag:
+    `delete_prefix`, `put`, ...) on a declared feature, so that the tests of a mixed cluster of real processes
+    can send a gated request before this release has one of its own."""
     gates = []
     for item in filter(None, (part.strip() for part in spec.split(","))):
         op, _, name = item.partition(":")

@@ -6,11 +6,12 @@ Every persisted form says which format it is in, and (from release 0.2.0 on) whi
   from format 4 on a label, `"4 (written by coordinated 0.2.0; ...)"` (`label`), because release 0.1.0 prints
   the value it finds when it refuses one it does not know, and so names the release that wrote it;
 - history segments (and so the archive's objects, which are compressed segments): `"format": N` on the first
-  line of each segment from format 2 on, with `"release"` from format 3 on;
+  line of each segment from format 2 on, with `"release"` from format 3 on (a newer number without a
+  `release` is damage, named as such, not a newer release's segment);
 - snapshots and audit checkpoints: an integer `format`, and `release`.
 
 A reader refuses a format newer than it knows without changing the file, naming the format, the release that
-wrote it and the releases that read it: the node exits with 3, the audit too, a restore answers 400. A form
+wrote it and the releases that read it: the node exits with 3, the audit with 2, a restore answers 400. A form
 a newer release adds is written only once the cluster's version has moved to that release (see
 `node_versions`), so that until then a node can be rolled back to the previous release.
 

@@ -115,12 +115,48 @@ class ExpandedLine:
     events: list[dict[str, Any]] | None
 
 
+FORMATS = (1, FORMAT)  # the history formats this release reads (format 1 writes no `format` field)
+
+
+class SegmentFormatError(ValueError):
+    """A segment whose first line declares a history format this release does not read (a newer release's)."""
+
+
+def format_problem(first_line: bytes) -> str:
+    """'' when a segment whose first line is `first_line` is of a format this release reads, else why not.
+
+    The format is the `format` field of a segment's first line (format 1 has none). Only a line that is a
+    JSON object is looked at: a damaged first line is the reader's to name as such."""
+    try:
+        decoded = _DECODER.decode(first_line.rstrip(b"\r\n"))
+    except (ValueError, RecursionError):
+        return ""
+    if not isinstance(decoded, dict) or "format" not in decoded:
+        return ""
+    declared = decoded["format"]
+    if isinstance(declared, int) and not isinstance(declared, bool) and declared in FORMATS:
+        return ""
+    readable = " and ".join(str(f) for f in FORMATS)
+    writer = decoded.get(RELEASE_FIELD)
+    if isinstance(writer, str) and writer:
+        return (
+            f"is of history format [{msgspec.json.encode(declared).decode()[:40]}], written by coordinated "
+            f"{writer[:64]}, which this release does not read (it reads formats {readable}): run coordinated "
+            f"{writer[:64]} or later on it"
+        )
+    return (
+        f"is of history format [{msgspec.json.encode(declared).decode()[:40]}], which this release does not read "
+        f"(it reads formats {readable}): a newer release wrote it, or it is damaged"
+    )
+
+
 class SegmentExpander:
     """Reads one segment's complete lines in order, of format 1 or 2, and gives format-1 events.
 
     A line that is not a JSON object gives no events (`events` is None): it is damaged, and the caller names
     it. A format-2 line that leaves out a field no earlier line of its segment set gives an event without that
-    field, which the audit's schema then calls malformed, naming the line.
+    field, which the audit's schema then calls malformed, naming the line. A first line that declares another
+    format raises SegmentFormatError: no line of such a segment is read as an event.
     """
 
     def __init__(self) -> None:
@@ -137,8 +173,11 @@ class SegmentExpander:
             return ExpandedLine(self._lines, stripped, None)
         if not isinstance(decoded, dict):
             return ExpandedLine(self._lines, stripped, None)
-        if self._lines == 1 and decoded.get("format") == FORMAT:
-            self.format = FORMAT
+        if self._lines == 1 and "format" in decoded:
+            problem = format_problem(stripped)
+            if problem:
+                raise SegmentFormatError(problem)
+            self.format = decoded["format"]
         if self.format == 1:
             return ExpandedLine(self._lines, stripped, [decoded])
         decoded.pop("format", None)
@@ -160,25 +199,30 @@ class SegmentExpander:
 
 
 FORMAT2_START = b'{"format":2,'
+# How every line that declares a history format starts (the writer puts `format` first): format 2, or another
+# one, which the Python reader names (format 1 declares none and goes to Spark's text reader).
 FORMAT_START = b'{"format":'
 
 
 def newer_segment_problem(first_line: bytes, what: str, this_release: str) -> str | None:
-    """Why a segment whose first line is `first_line` cannot be read by this release, whose newest history format
-    is FORMAT (a newer release wrote it: the message names the format and that release); None when it can
-    (or when the line is not a format line at all: damage is judged elsewhere)."""
+    """Why a segment whose first line is `first_line` cannot be read by this release: it declares a format newer
+    than FORMAT and the release that wrote it (every release after 0.2.0 that writes another format puts its own
+    `release` on the first line; the message names both). None otherwise: a format this release does not read
+    with no writer named (a number that is not one, or no `release`) is damage, which `format_problem` names and
+    the node skips as any other damaged segment."""
     if not first_line.startswith(FORMAT_START):
         return None
     try:
         head = _DECODER.decode(first_line.rstrip(b"\r\n"))
     except (ValueError, RecursionError):
         return None
-    if not isinstance(head, dict):
+    declared = head.get("format") if isinstance(head, dict) else None
+    if not isinstance(declared, int) or isinstance(declared, bool) or declared <= FORMAT:
         return None
     writer = head.get(RELEASE_FIELD)
-    return newer_format_problem(
-        what, head.get("format"), FORMAT, this_release, writer if isinstance(writer, str) else None
-    )
+    if not isinstance(writer, str) or not writer:
+        return None
+    return newer_format_problem(what, declared, FORMAT, this_release, writer)
 
 
 def is_format2_start(first_line: bytes) -> bool:
@@ -189,10 +233,13 @@ def is_format2_start(first_line: bytes) -> bool:
 __all__ = [
     "ELIDED_FIELDS",
     "FORMAT",
+    "FORMATS",
     "ExpandedLine",
     "LineEncoder",
     "SegmentExpander",
+    "SegmentFormatError",
     "coerce_event",
+    "format_problem",
     "is_format2_start",
     "newer_segment_problem",
 ]

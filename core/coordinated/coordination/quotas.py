@@ -236,6 +236,7 @@ class BatchQuotas:
     now: int
     growth: dict[str, Usage] = field(default_factory=dict)  # of the running task
     written: set[str] = field(default_factory=set)  # quotas under which the running task changed a key
+    recorded: list[str] = field(default_factory=list)  # the rate windows the last task kept was counted in
 
     # -- as BatchKeys reports changes -------------------------------------------------------------------
 
@@ -302,8 +303,24 @@ class BatchQuotas:
 
     def task_done(self) -> None:
         """The running task stays in the batch: its writes count against the windows."""
+        self.recorded = []
         for name in self.written:
-            if self.index.quotas[name].max_writes_per_second is not None:
+            quota = self.index.quotas.get(name)
+            if quota is not None and quota.max_writes_per_second is not None:
                 self.rates.record(name, self.now)
+                self.recorded.append(name)
+        self.task_dropped()
+
+    def task_deferred(self) -> None:
+        """The task just done waits for the next publication after all (batch_writes), its keys taken back: its
+        writes leave the windows again (its usage followed the keys back)."""
+        for name in self.recorded:
+            window = self.rates.windows.get(name)
+            if window:
+                window.pop()
+        self.recorded = []
+
+    def task_dropped(self) -> None:
+        """The running task was refused, or waits for the next publication: its writes do not count."""
         self.growth = {}
         self.written = set()

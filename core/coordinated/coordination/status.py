@@ -18,11 +18,11 @@ from coordinated.coordination.state import ClusterState
 
 
 class BlockLevel(StrEnum):
-    """What `cluster.no_master_block` refuses while a node knows no master."""
+    """What `cluster.no_master_block` refuses while a node knows no master (in the order the setting lists them)."""
 
+    ALL = "all"
     WRITE = "write"
     METADATA_WRITE = "metadata_write"
-    ALL = "all"
 
 
 class HealthColour(StrEnum):

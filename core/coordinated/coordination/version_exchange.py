@@ -94,7 +94,7 @@ class VersionExchange:
             self._undecodable_logged.add((sender, kind))
         self.ctx.log(
             "warning",
-            f"cannot decode a [{kind}] from {sender} ({problem}): a node of a newer release sent something this one "
-            f"({self.versions.version.describe()}) does not know; {'refused it' if answered else 'dropped it'} "
-            "(logged once per sender and kind)",
+            f"cannot decode a [{kind}] from {sender} ({problem}): a message of a newer release that this one "
+            f"({self.versions.version.describe()}) does not know, or a damaged one; "
+            f"{'refused it' if answered else 'dropped it'} (logged once per sender and kind)",
         )

@@ -81,8 +81,10 @@ def _feature(wire_id: int, name: str, release: str, description: str) -> Feature
 # -- the registry: one line per feature, in wire-version order (see the procedure above) --------------------
 INITIAL = _feature(1, "initial", "0.1.0", "the protocol of release 0.1.0, which sends no version")
 NODE_VERSIONS = _feature(2, "node_versions", "0.2.0", "every node's release and wire version in the cluster state")
+# Ungated (client.UNGATED_WIRE_ADDITIONS): a master of an older release ignores `limit` and deletes every key.
+BOUNDED_PREFIX_DELETE = _feature(3, "bounded_prefix_delete", "0.2.0", "a prefix delete's `limit`, and `more`")
 ACCESS_CONTROL = _feature(
-    3,
+    4,
     "access_control",
     "0.2.0",
     "roles, role mappings and quotas in the cluster state with their requests; sessions' owners and keys' last "

@@ -153,7 +153,7 @@ def run_access_schedule(seed: int, node_count: int, chaos_ms: int = 30_000, writ
     cluster = SimulatedCluster(seed, node_count)
     report = AccessReport(seed)
     timeline = Timeline()
-    cluster.applied_observers.append(timeline.observe)
+    cluster.node_applied_observers.append(timeline.observe)
     cluster.run_for(3_000)
     admin = Admin(cluster, 0, random.Random(rng.getrandbits(64)), report)
     clients = [Writer(cluster, 1 + index, random.Random(rng.getrandbits(64)), timeline) for index in range(writers)]

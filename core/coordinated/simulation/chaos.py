@@ -18,6 +18,7 @@ from coordinated.coordination.requests.transactions import Txn, TxnCompare, TxnO
 from coordinated.coordination.settings import Settings
 from coordinated.coordination.wire_versions import UNVERSIONED, newest
 from coordinated.simulation.cluster import SIM_SETTINGS, SimulatedCluster
+from coordinated.simulation.hot_key_clients import HotWriter, VersionWitness
 from coordinated.simulation.linearizability import Operation, Verdict, check_history, check_transactions
 from coordinated.simulation.network import Link
 from coordinated.simulation.range_clients import RangeClient
@@ -50,6 +51,7 @@ class RunReport:
     setting_changes: int = 0  # dynamic settings set to an end of their range, or reset, and committed
     txn_linearizability: Verdict | None = None  # of the multi-key transactions, when there are transfer clients
     listings: int = 0  # range reads the range clients completed
+    own_cas_succeeded: int = 0  # the hot writers' compare-and-sets on their own versions that succeeded
     range_linearizability: Verdict | None = None  # of the range clients' operations, when there are some
     linearizability: Verdict | None = None
     cluster: SimulatedCluster | None = None
@@ -275,6 +277,8 @@ def run_random_schedule(
     settings: Settings | None = None,
     setting_changers: int = 0,
     ranges: int = 0,
+    hot_writers: int = 0,
+    nemesis: bool = True,
     upgrades: bool = False,
 ) -> RunReport:
     """Form a cluster, run faults and clients, heal, stabilise, and check linearizability.
@@ -283,11 +287,14 @@ def run_random_schedule(
     ephemeral keys (`session_clients`); `transfers` clients run multi-key transactions between accounts;
     `ranges` clients write, prefix-delete and list the keys under a prefix (`range_clients`);
     `setting_changers` set dynamic settings to the ends of their ranges, and the settled cluster must then
-    commit their reset and a write (`setting_changes`). With `upgrades`, the nodes start on a mix of the previous
-    release and this one, the nemesis also upgrades and rolls back nodes, and all are upgraded before the run
-    settles: the settled cluster must then carry every node's version (it moved by itself), and no gated state
-    field may ever be lost or published to a node that lacks it (`simulation/versions.py`). Each draws from the
-    seed only when there are some, so a run without them replays exactly as before they existed.
+    commit their reset and a write (`setting_changes`); `hot_writers` write two keys through any node and
+    compare-and-set on the versions their own writes returned, and every acknowledged put's version must name
+    that put in the committed states (`hot_key_clients`). With `upgrades`, the nodes start on a mix of the
+    previous release and this one, the nemesis also upgrades and rolls back nodes, and all are upgraded before the
+    run settles: the settled cluster must then carry every node's version (it moved by itself), and no gated
+    state field may ever be lost or published to a node that lacks it (`simulation/versions.py`). Each draws from
+    the seed only when there are some, so a run without them replays exactly as before they existed. Without
+    `nemesis`, the clients run as long but no fault is injected.
 
     Raises SafetyViolation (with the seed) on any safety or liveness failure.
     """
@@ -330,10 +337,16 @@ def run_random_schedule(
         lister.start()
     for changer in changers:
         changer.start()
+    first_hot = first_changer + setting_changers
+    hot = [HotWriter(cluster, first_hot + index, random.Random(rng.getrandbits(64))) for index in range(hot_writers)]
+    witness = VersionWitness(cluster) if hot else None
+    for writer in hot:
+        writer.start()
     end = cluster.now + chaos_ms
     while cluster.now < end:
         cluster.run_for(rng.randint(100, 3_000))
-        _nemesis_action(cluster, rng, report.faults, upgrades)
+        if nemesis:
+            _nemesis_action(cluster, rng, report.faults, upgrades)
     for worker in workers:
         worker.active = False
     for incrementer in incrementers:
@@ -346,6 +359,8 @@ def run_random_schedule(
         lister.active = False
     for changer in changers:
         changer.active = False
+    for writer in hot:
+        writer.active = False
     cluster.network.heal()
     for node in cluster.nodes:
         node.persisted.failure_rate = 0.0
@@ -383,6 +398,11 @@ def run_random_schedule(
         _check_transfers(cluster)
         report.transfers = sum(mover.acknowledged for mover in movers)
         report.txn_linearizability = check_transactions(cluster.txn_operations, max_states=TXN_SEARCH_STATES)
+    if witness is not None:
+        problems = witness.problems(hot)
+        if problems:
+            cluster.violation("a version names more than one write:\n" + "\n".join(problems[:10]))
+        report.own_cas_succeeded = sum(writer.own_cas_succeeded for writer in hot)
     if listers:
         report.listings = sum(lister.listings for lister in listers)
         report.range_linearizability = check_transactions(cluster.range_operations, max_states=TXN_SEARCH_STATES)

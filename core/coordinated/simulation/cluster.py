@@ -113,10 +113,11 @@ class SimulatedCluster:
         self._request_ids = itertools.count(1)
         self._pending: dict[tuple[int, int], PendingOp] = {}
         self.recorder = OperationRecorder()  # what the clients did, for the linearizability checkers
+        self.applied_observers: list[Callable[[ClusterState], None]] = []  # told of every state a node applies
         self.logs: list[tuple[int, str, str, str]] = []
         self.publications: list[PublicationFinished] = []
         # Called with each state a node applies (workloads that check what the committed states held).
-        self.applied_observers: list[Callable[[SimNode, ClusterState], None]] = []
+        self.node_applied_observers: list[Callable[[SimNode, ClusterState], None]] = []
         self.safety = SafetyChecker(seed, lambda: self.now)
         self.gated_fields = GatedFieldWatch(self.violation)
         self.bus = MessageBus(self.scheduler, self.network, self.nodes, self._run_effects, self.gated_fields)
@@ -293,9 +294,11 @@ class SimulatedCluster:
         self.safety.check_applied(state)
         if state.master_node is not None:  # a committed state (not the no-master view of a candidate)
             self.gated_fields.applied(sim_node.name, state)
-        self._wake_apply_waiters(sim_node, state)
         for observer in self.applied_observers:
-            observer(sim_node, state)
+            observer(state)
+        self._wake_apply_waiters(sim_node, state)
+        for node_observer in self.node_applied_observers:
+            node_observer(sim_node, state)
 
     def deliver_late(self, sender: SimNode, target: SimNode, message: Message) -> None:
         """Deliver `message` now, whatever the links say (see MessageBus.deliver_late)."""

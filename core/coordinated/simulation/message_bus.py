@@ -13,7 +13,7 @@ from coordinated.coordination.messages import Message, decode_envelope
 from coordinated.simulation.network import Link, Network
 from coordinated.simulation.scheduler import Scheduler
 from coordinated.simulation.sim_node import SimNode
-from coordinated.simulation.versions import GatedFieldWatch, as_decoded_by
+from coordinated.simulation.versions import GatedFieldWatch, as_decoded_by, as_sent_by
 
 RunEffects = Callable[[SimNode, list[Effect]], None]
 
@@ -76,8 +76,8 @@ class MessageBus:
             return
         if link is Link.BLACKHOLE:
             return
-        # A node of an older release decodes only what it knows (simulation/versions.py).
-        message = as_decoded_by(message, target.version)
+        # A node of an older release sends and decodes only what it knows (simulation/versions.py).
+        message = as_decoded_by(as_sent_by(message, sender.version), target.version)
         self._run_effects(target, target.coordinator.handle_message(sender.address, message, now))
 
     def deliver_late(self, sender: SimNode, target: SimNode, message: Message) -> None:

@@ -16,6 +16,7 @@ but may have taken effect is recorded with an unknown outcome; a failed read is 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import msgspec
@@ -34,6 +35,24 @@ def _uncertain(result: ClientResult) -> bool:
     return isinstance(result, ClusterError) and result.maybe_applied
 
 
+# The key's current version in a refusal's reason, as `client.version_conflict_error` words it.
+_CURRENT_VERSION = re.compile(r"current version \[(\d+)\]")
+
+
+def refused_at(result: ClientResult) -> int | None:
+    """The key's version that a refused conditional write found (0: absent), None if it does not say: a 409 names
+    it in its reason, and a single-key transaction's failure branch reads it."""
+    if isinstance(result, TxnResult) and not result.succeeded and result.results:
+        read = result.results[0]
+        return read.version if read.found else 0
+    if not isinstance(result, ClusterError) or result.status != 409:
+        return None
+    if result.reason.endswith("but no document was found"):
+        return 0
+    found = _CURRENT_VERSION.search(result.reason)
+    return int(found.group(1)) if found else None
+
+
 class OperationRecorder:
     def __init__(self) -> None:
         self.operations: list[Operation] = []
@@ -47,7 +66,12 @@ class OperationRecorder:
             self._record_txn(client, request, invoked, result, completed)
         elif isinstance(request, KvDeletePrefix):
             if request.prefix.startswith(RANGE_PREFIX):
-                self._record_on_ranges(client, (("delete_prefix", request.prefix, None),), invoked, result, completed)
+                # (its limit, and what it answered: how many it deleted and whether any was left)
+                seen = None
+                if isinstance(result, Committed):
+                    seen = (0 if result.deleted is msgspec.UNSET else result.deleted, result.more)
+                deletion = ("delete_prefix", request.prefix, (request.limit, seen))
+                self._record_on_ranges(client, (deletion,), invoked, result, completed)
         elif isinstance(request, KvPut | KvDelete) and request.key.startswith(RANGE_PREFIX) and not _ephemeral(request):
             op = ("put", request.key, request.value) if isinstance(request, KvPut) else ("delete", request.key, None)
             self._record_on_ranges(client, (op,), invoked, result, completed)
@@ -94,7 +118,19 @@ class OperationRecorder:
                 Operation(client, key, kind, invoked, completed, value, version=result.version, **conditions)
             )
         elif (isinstance(result, ClusterError) and result.status == 409) or isinstance(result, TxnResult):
-            self.operations.append(Operation(client, key, kind, invoked, completed, value, conflict=True, **conditions))
+            self.operations.append(
+                Operation(
+                    client,
+                    key,
+                    kind,
+                    invoked,
+                    completed,
+                    value,
+                    conflict=True,
+                    version=refused_at(result),
+                    **conditions,
+                )
+            )
         elif _uncertain(result):
             self.operations.append(Operation(client, key, kind, invoked, math.inf, value, certain=False, **conditions))
 

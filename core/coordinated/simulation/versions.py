@@ -1,10 +1,10 @@
 """Nodes of older releases in the simulator: what a node of an older wire version makes of a message, and the
 checks that the gated state fields (`feature_gates.STATE_FIELD_GATES`) are never lost.
 
-A simulated node of an older version runs this tree's code with an older version (`SimNode.version`), which it
-reports in its messages as that release would. What it would not understand is modelled at its door: a field
-gated on a feature it lacks is stripped from every message it receives, as release 0.1.0's decoder skips the
-fields it does not know. Its storage refuses to start it on a state that holds such a field, as release
+A simulated node of an older version runs this tree's code with an older version (`SimNode.version`). What that
+release would not send or understand is modelled at its doors: the version fields are stripped from what it
+sends (release 0.1.0 sends none), and a field gated on a feature it lacks from every message it receives, as
+release 0.1.0's decoder skips the fields it does not know. Its storage refuses to start it on a state that holds such a field, as release
 0.1.0's store refuses the format that holds them (`can_start`).
 
 The checks (`GatedFieldWatch`): a master never publishes a state carrying a gated field to a node it knows lacks the
@@ -40,6 +40,15 @@ def gated_fields_set(state: ClusterState | ClusterStateDiff) -> list[str]:
     """The gated fields a state or a diff carries."""
     unset = (msgspec.UNSET, None)
     return [name for name in STATE_FIELD_GATES if getattr(state, name, msgspec.UNSET) not in unset]
+
+
+def as_sent_by(message: m.Message, version: NodeVersion) -> m.Message:
+    """`message` as a node of `version` sends it: release 0.1.0 sends no version fields (nor the table of the
+    nodes' versions in its follower checks)."""
+    defaults = _VERSION_FIELDS.get(type(message))
+    if defaults is not None and not version.has(NODE_VERSIONS):
+        return msgspec.structs.replace(message, **defaults)
+    return message
 
 
 def as_decoded_by(message: m.Message, version: NodeVersion) -> m.Message:

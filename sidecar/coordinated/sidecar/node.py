@@ -53,53 +53,44 @@ from coordinated.coordination.security import REALM_FILE
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
 from coordinated.release import node_version
+from coordinated.s3.object_store import ObjectStore
 from coordinated.sidecar.auth.authenticators import Authentication, build_authenticators
 from coordinated.sidecar.auth.principal import CURRENT_PRINCIPAL
-from coordinated.sidecar.auth.tokens_file import TOKENS_FILE, Tokens
+from coordinated.sidecar.auth.tokens_file import Tokens
 from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.events.archive import SegmentArchive
+from coordinated.sidecar.events.archive_settings import ArchiveSettings
 from coordinated.sidecar.events.history import HistoryWriter, folds_with_next
 from coordinated.sidecar.events.history_maintenance import HistoryMaintenance
 from coordinated.sidecar.events.history_metrics import HistoryCollector
 from coordinated.sidecar.events.history_segments import compressed_segments
 from coordinated.sidecar.events.history_settings import HISTORY_FSYNC, RetentionPolicy
-from coordinated.sidecar.features.change_log import CHANGE_LOG_SIZE, ChangeLog
-from coordinated.sidecar.features.hooks import HOOKS_TIMEOUT, HookManager
+from coordinated.sidecar.features.change_log import ChangeLog
+from coordinated.sidecar.features.hooks import HookManager
+from coordinated.sidecar.features.hooks_settings import HOOKS_TIMEOUT, HOOKS_UNIX_SOCKET_DIR
 from coordinated.sidecar.features.listings import Listings
-from coordinated.sidecar.features.snapshots import SNAPSHOT_SECRET_FILE
-from coordinated.sidecar.features.watch_streams import (
-    STREAM_BUFFER_SIZE,
-    STREAM_PROGRESS_INTERVAL,
-    StreamHub,
-    StreamQuotas,
-)
+from coordinated.sidecar.features.snapshot_settings import SNAPSHOT_SECRET_FILE
+from coordinated.sidecar.features.watch_settings import CHANGE_LOG_SIZE, STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL
+from coordinated.sidecar.features.watch_streams import StreamHub, StreamQuotas
 from coordinated.sidecar.features.watches import SharedBarrier, WatchHub
 from coordinated.sidecar.observability.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.observability.problems import NodeProblem, ProblemKind, count_by_kind
 from coordinated.sidecar.observability.quota_metrics import QuotaCollector, QuotaStatus
-from coordinated.sidecar.peers.auth import SECRET_FILE, TransportAuth
+from coordinated.sidecar.peers.auth import TransportAuth
+from coordinated.sidecar.peers.auth_settings import SECRET_FILE
 from coordinated.sidecar.peers.refusals import Refusals
-from coordinated.sidecar.peers.tls import (
-    TRANSPORT_SSL_TRUST_RESTRICTIONS,
-    TRANSPORT_TLS,
-    ReloadingContext,
-    Side,
-    TrustRestrictions,
-)
-from coordinated.sidecar.peers.transport import (
+from coordinated.sidecar.peers.tls import ReloadingContext, TrustRestrictions
+from coordinated.sidecar.peers.tls_settings import TRANSPORT_SSL_TRUST_RESTRICTIONS, TRANSPORT_TLS, Side
+from coordinated.sidecar.peers.transport import PeerSender, Undecodable, watch_until_closed
+from coordinated.sidecar.peers.transport_settings import (
     TRANSPORT_CONNECT_TIMEOUT,
     TRANSPORT_MAX_CHUNK_SIZE,
     TRANSPORT_QUEUE_SIZE,
     TRANSPORT_REQUEST_TIMEOUT,
     TRANSPORT_RETRIES,
-    PeerSender,
-    Undecodable,
-    watch_until_closed,
 )
-from coordinated.sidecar.s3.object_store import ObjectStore
-from coordinated.sidecar.s3.s3_settings import ArchiveSettings
 from coordinated.sidecar.storage.file_watch import FileWatch
-from coordinated.sidecar.storage.group_commit import PERSISTENCE_SYNC, GroupCommit
+from coordinated.sidecar.storage.group_commit import GroupCommit
 from coordinated.sidecar.storage.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.storage.persistence import (
     HOOKS_FILE,
@@ -108,6 +99,8 @@ from coordinated.sidecar.storage.persistence import (
     FilePersistedState,
     prepare_data_dir,
 )
+from coordinated.sidecar.storage.persistence_settings import PERSISTENCE_SYNC, PersistenceSync
+from coordinated.sidecar.web.access_settings import TOKENS_FILE
 from coordinated.sidecar.web.http_chunks import chunk
 
 log = logging.getLogger("coordinated.node")
@@ -139,7 +132,7 @@ class Node:
         self.persisted = FilePersistedState(
             config.data_dir,
             settings[CLUSTER_NAME],
-            deferred_sync=settings[PERSISTENCE_SYNC] == "background",
+            deferred_sync=settings[PERSISTENCE_SYNC] is PersistenceSync.BACKGROUND,
             derivations=self.derivations,
         )
         self.node_id = self.persisted.node_id
@@ -202,7 +195,9 @@ class Node:
         self.metrics = NodeMetrics(self.status_snapshot)
         self.metrics.registry.register(HistoryCollector(lambda: self.history_maintenance.status))
         self.metrics.registry.register(QuotaCollector(self.quota_statuses))
-        self.hooks = HookManager(config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000)
+        self.hooks = HookManager(
+            config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000, settings[HOOKS_UNIX_SOCKET_DIR]
+        )
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
         self._applied_event = asyncio.Event()

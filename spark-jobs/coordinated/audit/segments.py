@@ -7,6 +7,11 @@ event lines, which then go through exactly the same parsing and checks as any ot
 on Spark's own reader, which is faster. The rows carry the file's line index (`_mid`, in one block), so a bad
 line is named by its line in the segment as for other files.
 
+A compressed segment is read through the frame check of `coordinated.coordination.history_frames`, and each
+segment's first line through the format check of `history_format`: a segment that is cut short, damaged, or of
+a format this release does not read fails its task with `UnreadableSegment`, which names the file (exit 2),
+instead of reading as fewer events, which the audit would call a gap.
+
 A source is a file URI or path. `OPENERS` maps a URI scheme to a function that opens it for reading, in the
 task; local files are built in. Files on another Hadoop file system (an archive's `s3a://` objects) are read
 by Spark (`binaryFile`, with Spark's own credentials) and expanded from their bytes (`rows_of_contents`).
@@ -21,9 +26,14 @@ from typing import BinaryIO
 from urllib.parse import unquote, urlparse
 
 import msgspec
-import zstandard
 
-from coordinated.coordination.history_format import FORMAT_START, SegmentExpander, newer_segment_problem
+from coordinated.coordination.history_format import (
+    FORMAT_START,
+    SegmentExpander,
+    SegmentFormatError,
+    newer_segment_problem,
+)
+from coordinated.coordination.history_frames import open_checked
 from coordinated.coordination.history_lines import is_complete
 from coordinated.release import installed_release
 
@@ -68,12 +78,13 @@ def open_source(uri: str) -> BinaryIO:
         raw = open_raw(uri)
     if not uri.endswith(COMPRESSED):
         return raw
-    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
+    return open_checked(raw)
 
 
 def needs_expansion(uri: str) -> bool:
-    """Whether the Python reader must read this file: compressed with zstd, or of format 2 or later (its first
-    line says so). Only local files are looked into; a remote plain file is format 1 unless its name says `.zst`."""
+    """Whether the Python reader must read this file: compressed with zstd, or of format 2 or any other declared
+    format (its first line says so). Only local files are looked into; a remote plain file is format 1 unless its
+    name says `.zst`."""
     if uri.endswith(COMPRESSED):
         return True
     path = local_file(uri)
@@ -88,15 +99,16 @@ def needs_expansion(uri: str) -> bool:
 
 def newer_format_problem(uris: Sequence[str]) -> str | None:
     """Why the audit cannot read these segments: the first local one (of the plain or compressed files) whose first
-    line says it is of a history format newer than this release reads, naming it, the format and the release
-    that wrote it. A remote segment is looked at where it is read (`expanded_rows`)."""
+    line says it is of a history format newer than this release reads and names the release that wrote it (the
+    message names the file, the format and that release; a newer number without a release is damage, named
+    where the segment is read). A remote segment is looked at where it is read (`expanded_rows`)."""
     for uri in uris:
         if local_file(uri) is None:
             continue
         try:
             with open_source(uri) as file:
                 first = file.readline()
-        except (OSError, zstandard.ZstdError, EOFError):
+        except (OSError, EOFError, ValueError):
             continue  # damage: named where the segment is read
         problem = newer_segment_problem(first, uri, installed_release())
         if problem is not None:
@@ -128,15 +140,13 @@ def expanded_rows(uri: str, content: bytes | None = None) -> Iterator[Row]:
                 index += 1
                 if not is_complete(line):
                     break
-                if index == 0 and (newer := newer_segment_problem(line, uri, installed_release())) is not None:
-                    raise OSError(newer)
                 expanded = expander.expand(line)
                 if expanded.events is None or expander.format == 1:
                     yield expanded.raw.decode("utf-8", errors="replace"), uri, 0, index
                     continue
                 for event in expanded.events:
                     yield _LINE.encode(event).decode(), uri, 0, index
-    except (OSError, zstandard.ZstdError, EOFError) as error:
+    except (OSError, EOFError, SegmentFormatError) as error:
         raise UnreadableSegment(f"{READ_FAILED} {uri}: {error}") from None
 
 
@@ -144,7 +154,7 @@ def _decompressed(uri: str, content: bytes) -> BinaryIO:
     raw = io.BytesIO(content)
     if not uri.endswith(COMPRESSED):
         return raw
-    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
+    return open_checked(raw)
 
 
 def rows_of(uris: Iterable[str]) -> Iterator[Row]:

@@ -14,7 +14,6 @@ and the package index, or pip's cache, for the release's dependencies.
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import os
 import shutil
@@ -22,6 +21,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+import click
 
 REPO = Path(__file__).resolve().parents[3]
 PIN_FILE = REPO / "compat" / "previous-release"
@@ -104,21 +105,21 @@ def _install(tree: Path, venv: Path) -> None:
     _run([*pip, str(tree / "client"), f"{tree}[{EXTRAS}]"], cwd=tree)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coordinated.tools.previous_release", description=__doc__)
-    parser.add_argument("--revision", action="store_true", help="print the pinned revision only")
-    args = parser.parse_args(argv)
-    if args.revision:
-        print(pinned_revision())
-        return 0
+@click.command("previous_release", help=__doc__)
+@click.option("--revision", "revision_only", is_flag=True, help="print the pinned revision only")
+def main(revision_only: bool) -> None:
+    if revision_only:
+        click.echo(pinned_revision())
+        return
     try:
         previous = prepare()
     except PreviousReleaseError as error:
-        print(f"previous release: {error}", file=sys.stderr)
-        return 1
-    print(f"REVISION={previous.revision}\nRELEASE={previous.release}\nTREE={previous.tree}\nPYTHON={previous.python}")
-    return 0
+        click.echo(f"previous release: {error}", err=True)
+        sys.exit(1)
+    click.echo(
+        f"REVISION={previous.revision}\nRELEASE={previous.release}\nTREE={previous.tree}\nPYTHON={previous.python}"
+    )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -25,6 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from coordinated.coordination.authorization import NEEDS_MANAGE, Access
 from coordinated.coordination.batch_draft import Draft, Result
+from coordinated.coordination.batch_writes import Writes
 from coordinated.coordination.client import ClientRequest, ClientResult
 from coordinated.coordination.master_service import Priority
 from coordinated.coordination.settings import Settings
@@ -97,6 +98,10 @@ class Action(Generic[Q]):
     # The new state's version is above this (a restore brings versions of its own), and the request publishes a
     # new state even when it changes nothing.
     version_floor: Callable[[Q], int] | None = None
+    # The keys it changes if it changes any, when that is known without the state (an unconditional put or
+    # delete names its key, a restore changes every key): a batch that changed one of them already leaves the
+    # task for the next publication without running it (batch_writes). None: known only once it runs.
+    writes_keys: Callable[[Q], Writes | None] | None = None
     describe: Callable[[Q], str] | None = None  # its task's source, for logs; default the type's name
     # The wire feature the request needs: refused until every node of the cluster has it. None: every version
     # of the wire that this release supports carries it.

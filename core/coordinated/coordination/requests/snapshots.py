@@ -9,6 +9,7 @@ from typing import Any
 from coordinated.coordination import client
 from coordinated.coordination.batch_draft import Draft, Result, first_oversized, state_too_large_error
 from coordinated.coordination.batch_keys import state_entries_size
+from coordinated.coordination.batch_writes import EVERY_KEY
 from coordinated.coordination.client import ClientRequest, Committed
 from coordinated.coordination.counters import CEILING
 from coordinated.coordination.object_names import parse_base_path, parse_bucket, parse_client_name
@@ -202,6 +203,7 @@ RESTORE = Action(
     validate=lambda request, state, settings: restore_problem(request, settings.registry, state.version),
     execute=_restore_snapshot,
     # Versions (and the fencing tokens built on them) keep increasing across a restore, even into a new cluster.
+    writes_keys=lambda request: EVERY_KEY,
     version_floor=lambda request: max(request.snapshot_version, *(v.version for v in request.kv_versions.values())),
 )
 

@@ -46,11 +46,13 @@ class TxnOp(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaul
 
 
 class Txn(ClientRequest[TxnResult], frozen=True, tag="txn"):
-    """If every compare holds, the success ops run, otherwise the failure ops: all in one committed state."""
+    """If every compare holds, the success ops run, otherwise the failure ops: all in one committed state. Each
+    `delete_prefix` op deletes at most `delete_limit` keys (as `KvDeletePrefix.limit`)."""
 
     compare: tuple[TxnCompare, ...] = ()
     success: tuple[TxnOp, ...] = ()
     failure: tuple[TxnOp, ...] = ()
+    delete_limit: Long | None = None
 
 
 MAX_TXN_OPS = 64
@@ -169,8 +171,8 @@ def run_txn(txn: Txn, keys: BatchKeys) -> TxnResult | ClusterError:
             results.append(TxnOpResult("delete", op.key, keys.delete(op.key), prev=prev))
         elif op.op == "delete_prefix":
             assert op.prefix is not None  # checked by txn_problem
-            deleted = keys.delete_prefix(op.prefix)
-            results.append(TxnOpResult("delete_prefix", op.prefix, deleted > 0, deleted=deleted))
+            deleted, more = keys.delete_prefix(op.prefix, txn.delete_limit)
+            results.append(TxnOpResult("delete_prefix", op.prefix, deleted > 0, deleted=deleted, more=more))
         else:
             found = keys.get(op.key)
             if found is None:

@@ -33,7 +33,6 @@ from coordinated.coordination.security import (
     REALM_FILE,
     name_problem,
 )
-from coordinated.coordination.settings import Parsed, Setting
 
 log = logging.getLogger("coordinated.access")
 
@@ -100,23 +99,6 @@ def load_tokens(path: str) -> list[tuple[bytes, Principal]]:
     except (OSError, UnicodeDecodeError) as error:
         raise TokensFileError(f"cannot read [{path}]: {error}") from None
     return parse_tokens(text, path)
-
-
-def parse_tokens_file(value: str) -> str:
-    try:
-        load_tokens(value)
-    except TokensFileError as error:
-        raise ValueError(str(error)) from None
-    return value
-
-
-TOKENS_FILE: Setting[str | None] = Setting(
-    "http.auth.tokens_file",
-    Parsed(parse_tokens_file),
-    None,
-    "file of `ROLE TOKEN [NAME]` lines (ROLE: `admin`, `writer`, `reader`, a custom role or `none`); without it "
-    "(and without another realm), no authentication",
-)
 
 
 def _fingerprint(path: str) -> tuple[int, int, int] | None:

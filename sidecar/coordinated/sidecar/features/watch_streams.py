@@ -24,6 +24,10 @@ The fan-out is built for cost, as etcd's watchableStore and the Kubernetes watch
 - Quotas' `max_watch_streams` are held by each node for its own streams (`StreamQuotas`): a stream counts against
   every quota under whose prefix one of its prefixes lies, from its request to its end.
 
+The stream's start is fixed before anything is sent: the response's `X-Coordinated-After-Version` header is the
+version after which it reports every change (the `after_version` asked for, or the node's version when a stream
+"from now" started), so a client whose stream breaks before its first line resumes from there, missing nothing.
+
 Lines: `{"type":"put","key","value","version"}` and `{"type":"delete","key","value":null,"version"}`, each with
 `"prev_value"` when the stream asked for it and the key existed before; `progress`; a final `gone` (the version
 to resume from is older than the change log) or `closed`.
@@ -42,29 +46,14 @@ import msgspec
 
 from coordinated.coordination.client import ClusterError, Principal
 from coordinated.coordination.quotas import QUOTA_EXCEEDED, QuotaIndex
-from coordinated.coordination.settings import size_setting, time_setting
 from coordinated.sidecar.features.change_log import ChangeLog, Step, WatchEvent, prefixes_touched
 
 log = logging.getLogger("coordinated.watch")
 
-# A streaming watch whose client leaves more than this unread ends (docs/applications.md, Watches).
-STREAM_BUFFER_SIZE = size_setting(
-    "watch.stream.buffer_size",
-    "1mb",
-    minimum="4kb",
-    maximum="256mb",
-    doc="unread bytes a streaming watch may leave in the node's buffer before the node ends it with a `closed` "
-    "line (the kernel's socket buffer of a stream is set to half this)",
-)
-STREAM_PROGRESS_INTERVAL = time_setting(
-    "watch.stream.progress_interval",
-    "10s",
-    minimum="100ms",
-    maximum="1h",
-    doc="how often an idle streaming watch gets a `progress` line",
-)
 
 Filter = Literal["put", "delete"] | None
+# The response header that tells a stream's client where the stream starts: every change after this version.
+AFTER_VERSION_HEADER = "X-Coordinated-After-Version"
 _ENCODER = msgspec.json.Encoder()
 # A stream's final line is written even into a full buffer; its connection closes once that is sent, or after
 # this long if the client never reads it.
@@ -304,3 +293,16 @@ class StreamQuotas:
 
     def release(self, ticket: int) -> None:
         self._open.pop(ticket, None)
+
+
+def after_version_problem(after: int, version: int) -> str | None:
+    """Why a watch may not start after version `after` when the cluster is at `version` (after the read
+    barrier: the master's committed version when the request came), or None. A version no state has had yet
+    would silently skip every change up to it."""
+    if after <= version:
+        return None
+    return (
+        f"parameter [after_version] is [{after}], beyond the cluster's version [{version}]: no state has that "
+        f"version yet, so the watch would skip every change up to it. Watch from a version this cluster gave "
+        f"(a read's or a watch's), or leave [after_version] out to watch from now"
+    )

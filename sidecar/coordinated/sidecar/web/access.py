@@ -33,7 +33,6 @@ from coordinated.coordination.authorization import KeyAccess, Permissions
 from coordinated.coordination.client import Principal
 from coordinated.sidecar.auth.authenticators import Authentication, Refused
 from coordinated.sidecar.auth.principal import CURRENT_PRINCIPAL
-from coordinated.sidecar.auth.tokens_file import TOKENS_FILE as TOKENS_FILE  # where the settings find it
 from coordinated.sidecar.auth.tokens_file import Tokens as Tokens
 from coordinated.sidecar.web.app_keys import NODE_KEY
 from coordinated.sidecar.web.errors import Forbidden

@@ -9,6 +9,7 @@ from aiohttp import web
 from coordinated.coordination.context import Mode
 from coordinated.coordination.validation import hook_name_problem
 from coordinated.sidecar.events.history import read_events_after
+from coordinated.sidecar.events.history_read import UnreadableHistory
 from coordinated.sidecar.features.hooks import MAX_HOOKS, HookSpec
 from coordinated.sidecar.observability.problems import BLOCKING
 from coordinated.sidecar.web import api_types as t
@@ -32,6 +33,7 @@ routes = Routes()
             Param("after_seq", COUNT, "events after this sequence number"),
             Param("size", {**COUNT, "minimum": 1}, "at most this many events"),
         ),
+        errors=(400, 500),
     )
 )
 async def history(request: web.Request, query: Query) -> web.StreamResponse:
@@ -39,13 +41,21 @@ async def history(request: web.Request, query: Query) -> web.StreamResponse:
     size = param_int(query, "size", None, minimum=1)
     node = node_of(request)
     response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-    await response.prepare(request)
     batch: list[bytes] = []
-    for line in read_events_after(node.history_dir, after, size):
-        batch.append(line)
-        if len(batch) >= 512:
-            await response.write(b"".join(batch))
-            batch = []
+    try:
+        for line in read_events_after(node.history_dir, after, size):
+            batch.append(line)
+            if len(batch) >= 512:
+                if not response.prepared:  # the status is sent with the first lines, once some could be read
+                    await response.prepare(request)
+                await response.write(b"".join(batch))
+                batch = []
+    except UnreadableHistory as error:
+        if response.prepared:  # cut off: the reader sees an incomplete answer, never a shorter history
+            raise
+        return error_response("history_damaged_exception", f"cannot read this node's history: {error}", 500)
+    if not response.prepared:
+        await response.prepare(request)
     if batch:
         await response.write(b"".join(batch))
     await response.write_eof()
@@ -129,10 +139,10 @@ def hook_name(request: web.Request) -> str:
 async def hook_put(request: web.Request, query: Query) -> web.StreamResponse:
     name = hook_name(request)
     spec = decode_body(await read_json(request), HookSpec, "hook")
-    problem = spec.problem()
+    hooks = node_of(request).hooks
+    problem = spec.problem(hooks.socket_dir)
     if problem:
         raise BadRequest(problem)
-    hooks = node_of(request).hooks
     if name not in hooks.specs and len(hooks.specs) >= MAX_HOOKS:
         raise BadRequest(f"at most {MAX_HOOKS} hooks can be registered")
     created = hooks.put(name, spec)

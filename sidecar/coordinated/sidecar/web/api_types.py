@@ -183,7 +183,8 @@ class WriteAnswer(msgspec.Struct):
 
 class PrefixDeleted(msgspec.Struct):
     prefix: str
-    deleted: int  # how many keys
+    deleted: int  # how many keys (at most 1,000 in one call)
+    more: bool  # keys are left under the prefix: call again
     term: int
     version: int
 
@@ -210,6 +211,7 @@ class TxnOpAnswer(msgspec.Struct):
     prev: PrevKey | Omitted | None = msgspec.UNSET  # a put's or a delete's, with `prev_value`
     found: bool | Omitted = msgspec.UNSET  # a get's
     deleted: bool | int | Omitted = msgspec.UNSET  # a delete's (whether it existed), a delete_prefix's (how many)
+    more: bool | Omitted = msgspec.UNSET  # a delete_prefix's: keys are left under the prefix (at most 1,000 a call)
     value: Any | Omitted = msgspec.UNSET  # a get's, when found
     version: int | Omitted = msgspec.UNSET
     create_version: int | Omitted = msgspec.UNSET

@@ -18,7 +18,7 @@ from coordinated.sidecar.node import Node
 from coordinated.sidecar.web.access import access_middleware
 from coordinated.sidecar.web.app_keys import DOCUMENT_KEY, NODE_KEY
 from coordinated.sidecar.web.errors import errors_middleware
-from coordinated.sidecar.web.http_server import MAX_CONTENT_LENGTH
+from coordinated.sidecar.web.http_settings import MAX_CONTENT_LENGTH
 from coordinated.sidecar.web.inputs import NO_PARAMS, check_params
 from coordinated.sidecar.web.openapi import document_bytes
 from coordinated.sidecar.web.privileges import Privilege

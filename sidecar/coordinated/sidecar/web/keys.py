@@ -9,7 +9,7 @@ from aiohttp import web
 
 from coordinated.coordination.client import ClusterError, Committed, PrevKey, ReadValue, TxnOpResult, TxnResult
 from coordinated.coordination.ranges import DEFAULT_RANGE_LIMIT, MAX_RANGE_LIMIT, RangePage
-from coordinated.coordination.requests.keys import KvDelete, KvDeletePrefix, KvGet, KvPut
+from coordinated.coordination.requests.keys import MAX_PREFIX_DELETE, KvDelete, KvDeletePrefix, KvGet, KvPut
 from coordinated.coordination.requests.transactions import Txn, txn_accesses, txn_problem
 from coordinated.coordination.validation import value_problem
 from coordinated.sidecar.features.listings import ListingGone
@@ -100,7 +100,7 @@ def txn_op_to_api(result: TxnOpResult) -> dict[str, Any]:
     if result.op == "delete":
         return {"op": "delete", "key": result.key, "deleted": result.found, **prev_to_api(result.prev)}
     if result.op == "delete_prefix":
-        return {"op": "delete_prefix", "prefix": result.key, "deleted": result.deleted}
+        return {"op": "delete_prefix", "prefix": result.key, "deleted": result.deleted, "more": result.more}
     if not result.found:
         return {"op": "get", "key": result.key, "found": False}
     return {
@@ -122,13 +122,14 @@ def txn_op_to_api(result: TxnOpResult) -> dict[str, Any]:
         Privilege.WRITE,
         t.TxnAnswer,
         keys=KeysFrom.BODY,
-        params=TIMEOUTS,
+        params=(*TIMEOUTS, Param("all", BOOLEAN, "`true`: a `delete_prefix` op may have an empty prefix")),
         body=t.TxnBody,
         errors=WRITE_ERRORS,
     )
 )
 async def metadata_txn(request: web.Request, query: Query) -> web.StreamResponse:
     timeout_ms = timeout_of(query)
+    every_key = param_bool(query, "all", False)
     body = await read_json(request)
     if not isinstance(body, dict) or not set(body) <= {"compare", "success", "failure"}:
         raise BadRequest('a transaction is {"compare": [...], "success": [...], "failure": [...]}')
@@ -137,6 +138,9 @@ async def metadata_txn(request: web.Request, query: Query) -> web.StreamResponse
     if problem is not None:
         raise BadRequest(problem)
     authorize(request, permissions_of(request), txn_accesses(txn))  # each compare and op, in both branches
+    if not every_key and any(op.op == "delete_prefix" and not op.prefix for op in (*txn.success, *txn.failure)):
+        raise BadRequest(f"a [delete_prefix] op with {EVERY_KEY.replace('[all=true]', '[all=true] to the URL')}")
+    txn = msgspec.structs.replace(txn, delete_limit=MAX_PREFIX_DELETE)
     result = await node_of(request).call(txn, timeout_ms)
     if isinstance(result, TxnResult):
         return web.json_response(
@@ -210,29 +214,46 @@ async def metadata_range(request: web.Request, query: Query) -> web.StreamRespon
     return web.Response(body=_RANGE_ENCODER.encode(page), content_type="application/json", charset="utf-8")
 
 
+EVERY_KEY = (
+    "an empty [prefix] deletes every key: add [all=true] to mean it (an unset shell variable makes an empty prefix)"
+)
+
+
 @routes.add(
     Route(
         "DELETE",
         "/_cluster/metadata",
-        "Delete every key under `prefix` (every key if it is empty) in one committed state.",
+        "Delete the keys under `prefix`, in key order, at most 1,000 in one committed state; `more`: call again.",
         Privilege.WRITE,
         t.PrefixDeleted,
         keys=KeysFrom.PREFIX,
-        params=(Param("prefix", {"type": "string"}, "the keys to delete: those starting with this", True), *TIMEOUTS),
+        params=(
+            Param("prefix", {"type": "string"}, "the keys to delete: those starting with this (empty: needs `all`)"),
+            Param("all", BOOLEAN, "`true` with no or an empty `prefix`: delete every key"),
+            *TIMEOUTS,
+        ),
         errors=(400, 503),
     )
 )
 async def metadata_delete_prefix(request: web.Request, query: Query) -> web.StreamResponse:
-    """Every key under `prefix` (every key if it is empty), deleted in one committed state."""
-    if "prefix" not in query:
-        raise BadRequest("a delete of [/_cluster/metadata] needs [prefix]: the keys it deletes (empty: every key)")
+    """The keys under `prefix` in key order, at most MAX_PREFIX_DELETE of them in one committed state; `more`
+    says that keys are left (call again). An empty prefix (every key) only with `all=true`."""
+    every_key = param_bool(query, "all", False)
+    if "prefix" not in query and not every_key:
+        raise BadRequest("a delete of [/_cluster/metadata] needs [prefix]: the keys it deletes (or [all=true])")
     prefix = query_prefix(query)
+    if every_key and prefix:
+        raise BadRequest(f"[all=true] deletes every key: it takes no [prefix], got [{prefix}]")
+    if not prefix and not every_key:
+        raise BadRequest(EVERY_KEY)
     timeout_ms = timeout_of(query)
     await no_body(request)
-    result = await node_of(request).call(KvDeletePrefix(prefix), timeout_ms)
+    result = await node_of(request).call(KvDeletePrefix(prefix, MAX_PREFIX_DELETE), timeout_ms)
     if isinstance(result, Committed):
         deleted = 0 if result.deleted is msgspec.UNSET else result.deleted
-        return web.json_response({"prefix": prefix, "deleted": deleted, "term": result.term, "version": result.version})
+        return web.json_response(
+            {"prefix": prefix, "deleted": deleted, "more": result.more, "term": result.term, "version": result.version}
+        )
     return result_error(result)
 
 

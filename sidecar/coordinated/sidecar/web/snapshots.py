@@ -29,18 +29,18 @@ from coordinated.coordination.requests.snapshots import (
 from coordinated.coordination.state import ClusterState, Repository
 from coordinated.coordination.state_events import state_event
 from coordinated.coordination.validation import snapshot_name_problem
+from coordinated.s3.s3_settings import DEFAULT_CLIENT, S3ClientSettings, client_names
 from coordinated.sidecar.features import snapshots
 from coordinated.sidecar.features.snapshot_fs import FsRepository, location_problem
 from coordinated.sidecar.features.snapshot_s3 import S3Repository
+from coordinated.sidecar.features.snapshot_settings import PATH_REPO
 from coordinated.sidecar.features.snapshots import (
-    PATH_REPO,
     RepositoryUnavailable,
     SnapshotCorrupt,
     SnapshotFile,
     SnapshotRepository,
 )
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.s3.s3_settings import DEFAULT_CLIENT, S3ClientSettings, client_names
 from coordinated.sidecar.web import api_types as t
 from coordinated.sidecar.web.app_keys import node_of
 from coordinated.sidecar.web.errors import BadRequest, FeatureNotAvailable, error_response, result_error

@@ -12,7 +12,14 @@ from coordinated.coordination.authorization import READ, KeyAccess
 from coordinated.coordination.client import ClusterError
 from coordinated.coordination.quotas import quota_index
 from coordinated.sidecar.features.change_log import ChangesGone
-from coordinated.sidecar.features.watch_streams import CLOSE_GRACE_S, LOST_MASTER, Filter, event_line
+from coordinated.sidecar.features.watch_streams import (
+    AFTER_VERSION_HEADER,
+    CLOSE_GRACE_S,
+    LOST_MASTER,
+    Filter,
+    after_version_problem,
+    event_line,
+)
 from coordinated.sidecar.features.watch_streams import line as stream_line
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.web import api_types as t
@@ -61,7 +68,12 @@ _STREAM_ONLY = ("prev_value", "filter")
                 "the keys under any of them",
                 repeatable=True,
             ),
-            Param("after_version", COUNT, "changes after this version; default from now"),
+            Param(
+                "after_version",
+                COUNT,
+                "changes after this version; default from now (a stream's answer names that version in its "
+                "`X-Coordinated-After-Version` header); beyond the cluster's version: 400, unless `local`",
+            ),
             Param("timeout", TIME_VALUE, "how long to wait for a change; default 30s, at most 5m; not with `stream`"),
             MASTER_TIMEOUT,
             LOCAL,
@@ -110,6 +122,8 @@ async def metadata_watch(request: web.Request, query: Query) -> web.StreamRespon
     hub = node.key_watches
     if after is None:
         after = hub.log.version
+    elif not local and (problem_text := after_version_problem(after, hub.log.version)) is not None:
+        raise BadRequest(problem_text)
     while True:
         # Again after every wait: the principal may have lost `read` on the prefix meanwhile.
         authorize(request, permissions_of(request), (KeyAccess(READ, prefix, prefix=True),))
@@ -162,11 +176,16 @@ async def _serve_stream(
     prev_value: bool,
     local: bool,
 ) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    changes = node.key_watches.log
+    if after is None:
+        after = changes.version
+    elif not local and (problem_text := after_version_problem(after, changes.version)) is not None:
+        raise BadRequest(problem_text)
+    # The start goes out first, with the headers: a client whose stream breaks before a line resumes there.
+    headers = {"Content-Type": "application/x-ndjson", AFTER_VERSION_HEADER: str(after)}
+    response = web.StreamResponse(headers=headers)
     response.enable_chunked_encoding()
     await response.prepare(request)
-    changes = node.key_watches.log
-    after = changes.version if after is None else after
     while True:  # the backlog, flow-controlled; then, without an await in between, the live stream
         try:
             events, version = changes.events_after(prefixes, after, WATCH_MAX_EVENTS)
