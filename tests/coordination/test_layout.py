@@ -168,7 +168,7 @@ def test_the_core_imports_no_threading_clock_or_io() -> None:
 
 # The sidecar's modules sit in subpackages by concern; at its top only the node's wiring and entry points.
 SIDECAR_TOP_LEVEL = {"__init__.py", "node.py", "cli.py", "config.py", "node_tool.py", "event_loop.py"}
-SIDECAR_CONCERNS = {"storage", "events", "peers", "web", "features", "s3", "observability"}
+SIDECAR_CONCERNS = {"storage", "events", "peers", "web", "features", "s3", "observability", "auth"}
 
 
 def test_the_sidecar_is_grouped_by_concern() -> None:

@@ -13,6 +13,7 @@ import msgspec
 from msgspec.structs import replace
 
 from coordinated.coordination import client
+from coordinated.coordination.authorization import Authorizer, SessionView, request_denial
 from coordinated.coordination.batch_keys import BatchKeys, state_entries_size, value_size
 from coordinated.coordination.client import (
     AddVotingConfigExclusions,
@@ -23,6 +24,7 @@ from coordinated.coordination.client import (
     KvDelete,
     KvDeletePrefix,
     KvPut,
+    Principal,
     PutRepository,
     RestoreSnapshot,
     SessionCreate,
@@ -33,7 +35,10 @@ from coordinated.coordination.client import (
     UpdateSettings,
 )
 from coordinated.coordination.history import NO_CLUSTER_UUID
+from coordinated.coordination.quotas import BatchQuotas, QuotaIndex, Usage, WriteRates, quota_index
 from coordinated.coordination.reconfigurator import reconfigure
+from coordinated.coordination.security import EMPTY_SECURITY, Quota, SecurityMetadata
+from coordinated.coordination.security_tasks import SECURITY_EXECUTORS
 from coordinated.coordination.settings import size_setting
 from coordinated.coordination.state import (
     ClusterState,
@@ -128,6 +133,13 @@ class BatchContext:
     max_state_size: int = _NO_LIMIT  # cluster.metadata.max_state_size
     sizes: StateSizes | None = None  # the base state's size (None: the state size is not limited)
     derivations: Derivations | None = None  # the node's, where the batch records how it derived its state
+    # Access control: whether every node has it (the batch then turns it on: `ClusterState.security` set), the
+    # master's permissions cache, each quota's usage in the base state, its write-rate windows and its clock.
+    access_control: bool = False
+    authorizer: Authorizer | None = None
+    quota_usage: Callable[[ClusterState], dict[str, Usage]] | None = None
+    write_rates: WriteRates | None = None
+    now: int = 0
 
 
 def improve_configuration(
@@ -188,7 +200,7 @@ def _join(
 
 
 def _create_session(
-    request: SessionCreate, keys: BatchKeys, nodes: dict[str, DiscoveryNode], new_uuid: str
+    request: SessionCreate, keys: BatchKeys, nodes: dict[str, DiscoveryNode], new_uuid: str, owner: str | None = None
 ) -> ClientResult:
     if len(keys.sessions) >= client.MAX_SESSIONS:
         return client.bad_request(f"cannot create more than [{client.MAX_SESSIONS}] sessions")
@@ -198,7 +210,7 @@ def _create_session(
         if node_id is None:
             return client.bad_request(f"node [{request.node_name}] is not in the cluster: cannot bind a session to it")
     ttl_ms = request.ttl_ms if node_id is None else 0
-    keys.add_session(new_uuid, Session(ttl_ms, node_id, keys.new_version))
+    keys.add_session(new_uuid, Session(ttl_ms, node_id, keys.new_version, owner=owner, prefix=request.prefix))
     return SessionInfo(new_uuid, ttl_ms, node_id, 0, 0, remaining_ms=ttl_ms)
 
 
@@ -279,6 +291,9 @@ def execute_batch(
         context.session_keys,
         context.keys_with_prefix,
     )
+    security = base.security_metadata()
+    if security is None and context.access_control:
+        security = EMPTY_SECURITY  # every node has access control now: it turns on with this batch
     draft = _Draft(
         context,
         keys,
@@ -286,7 +301,12 @@ def execute_batch(
         list(base.coordination.voting_config_exclusions),
         base.persistent_settings,
         base.repositories,
+        security=security,
     )
+    index = quota_index(security)
+    if index:
+        usage = context.quota_usage(base) if context.quota_usage is not None else {}
+        draft.start_quotas(index, {name: usage.get(name, Usage()).copy() for name in index.quotas})
     results = [TASK_EXECUTORS[type(task)](task, draft) for task in payloads]
     nodes, exclusions, settings, repositories, elected = (
         draft.nodes,
@@ -308,6 +328,7 @@ def execute_batch(
         persistent_settings=settings,
         repositories=repositories,
         coordination=replace(base.coordination, voting_config_exclusions=tuple(exclusions)),
+        security=base.security if draft.security is None else draft.security,
         **maps,
     )
     candidate = improve_configuration(candidate, context.master.id, context.voters, context.auto_shrink)
@@ -319,6 +340,7 @@ def execute_batch(
         bool(map_changes)
         or candidate.nodes != base.nodes
         or candidate.repositories != base.repositories
+        or candidate.security is not base.security
         or any(isinstance(task, ClientTask) and isinstance(task.request, RestoreSnapshot) for task in payloads)
         or candidate.coordination != base.coordination
         or candidate.master_node != base.master_node
@@ -351,6 +373,35 @@ class _Draft:
     exclusions: list[VotingConfigExclusion]
     settings: Mapping[str, str]
     repositories: dict[str, Repository]
+    security: SecurityMetadata | None = None  # None: access control is off
+    quotas: BatchQuotas | None = None  # None: no quota
+
+    def start_quotas(self, index: QuotaIndex, usage: dict[str, Usage]) -> None:
+        rates = self.context.write_rates if self.context.write_rates is not None else WriteRates()
+        self.quotas = BatchQuotas(index, usage, rates, self.context.now)
+        self.keys.observer = self.quotas
+
+    # -- for the security executors (security_tasks.SecurityDraft) ---------------------------------------
+
+    def keys_under(self, prefix: str) -> Iterable[tuple[str, Any]]:
+        kv = self.keys.kv
+        return ((key, kv[key]) for key in self.keys.keys_under(prefix))
+
+    def sessions(self) -> Iterable[Session]:
+        return [session for _, session in self.keys.sessions.items()]
+
+    def quotas_changed(self, quotas: dict[str, Quota], counted: dict[str, Usage]) -> None:
+        if self.quotas is None:
+            self.start_quotas(QuotaIndex(quotas), dict(counted))
+        else:
+            self.quotas.set_quotas(quotas, counted)
+        if not quotas:
+            self.quotas, self.keys.observer = None, None
+
+    def session_view(self, session_id: str) -> SessionView | None:
+        session = self.keys.sessions.get(session_id)
+        return None if session is None else SessionView(session.owner, session.prefix)
+
     elected: bool = False
 
 
@@ -414,7 +465,13 @@ def _txn(request: Txn, draft: _Draft) -> Result:
 
 
 def _session_create(request: SessionCreate, draft: _Draft) -> Result:
-    return _create_session(request, draft.keys, draft.nodes, draft.context.new_uuid())
+    if draft.quotas is not None:
+        refused = draft.quotas.session_refusal(request.prefix)
+        if refused is not None:
+            return refused
+    # With access control on, a session records who made it and the prefix it holds `session` on.
+    owner = draft.keys.writer if draft.security is not None else None
+    return _create_session(request, draft.keys, draft.nodes, draft.context.new_uuid(), owner)
 
 
 def _session_end(request: SessionEnd, draft: _Draft) -> Result:
@@ -474,25 +531,55 @@ REQUEST_EXECUTORS: dict[type, Callable[[Any, _Draft], Result]] = {
     PutRepository: _put_repository,
     DeleteRepository: _delete_repository,
     RestoreSnapshot: _restore_snapshot,
+    **SECURITY_EXECUTORS,
 }
 
 
 def _client_task(task: ClientTask, draft: _Draft) -> Result:
-    request, keys, context = task.request, draft.keys, draft.context
+    request, keys = task.request, draft.keys
+    principal = task.principal
+    if principal is not None:
+        # Decided against the roles and mappings of the state this batch builds: a write that races a change of
+        # them is decided in the order the cluster commits them.
+        denied = _denial(request, principal, draft)
+        if denied is not None:
+            return denied
+    keys.writer = principal.name if principal is not None and draft.security is not None else None
+    try:
+        return _run_client_task(task, draft)
+    finally:
+        keys.writer = None
+
+
+def _denial(request: Any, principal: Principal, draft: _Draft) -> client.ClusterError | None:
+    authorizer = draft.context.authorizer or Authorizer()
+    return request_denial(request, authorizer.permissions(principal, draft.security), draft.session_view)
+
+
+def _run_client_task(task: ClientTask, draft: _Draft) -> Result:
+    request, keys, context, quotas = task.request, draft.keys, draft.context, draft.quotas
     mark, size_before = keys.mark(), keys.size
     if isinstance(request, KvPut | Txn) and (oversized := _oversized_value(request, context.max_value_size)):
         return oversized
+    if quotas is not None:
+        quotas.start_task()
     executor = REQUEST_EXECUTORS.get(type(request))
     result = executor(request, draft) if executor is not None else None
     # Decided against the state this batch builds, so concurrent writes cannot jointly exceed it. A write that
     # shrinks the state is always let through.
     size_after = keys.size
-    if not isinstance(request, KvPut | Txn) or size_before is None or size_after is None:
-        return result
-    if size_before < size_after and size_after > context.max_state_size:
-        too_large = state_too_large_error(size_before, size_after, context.max_state_size)
+    grew = size_before is not None and size_after is not None and size_before < size_after
+    if isinstance(request, KvPut | Txn) and grew and size_after is not None and size_after > context.max_state_size:
+        too_large = state_too_large_error(size_before or 0, size_after, context.max_state_size)
         keys.rollback(mark)
         return too_large
+    quotas = draft.quotas  # a quota change in this task is held to from the next task on
+    if quotas is not None and not isinstance(request, RestoreSnapshot):
+        refused = quotas.task_refusal()
+        if refused is not None:
+            keys.rollback(mark)
+            return refused
+        quotas.task_done()
     return result
 
 

@@ -5,8 +5,8 @@ log, so that a task that would exceed a limit can be taken back. Pure data.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from typing import Any, Protocol
 
 import immutables
 import msgspec
@@ -94,6 +94,16 @@ class Tracked:
 _ABSENT = object()
 
 
+class ChangeObserver(Protocol):
+    """Told of every change a batch makes to keys and sessions, as it makes it (the batch's quotas)."""
+
+    def key_changed(self, key: str, old: Any, new: Any, absent: object) -> None: ...
+
+    def session_changed(self, prefix: str, sign: int) -> None: ...
+
+    def replaced(self, kv: Mapping[str, Any], sessions: Iterable[Session]) -> None: ...
+
+
 class BatchKeys:
     """The key and session maps of the state a batch builds (persistent maps, changed in place). It keeps the
     total entry size (when `size` is given) and an undo log of key changes, so that a task that would exceed
@@ -110,6 +120,10 @@ class BatchKeys:
         self.new_version = new_version
         self.kv, self.versions = Tracked(base.kv), Tracked(base.kv_versions)
         self.kv_sessions, self.sessions = Tracked(base.kv_sessions), Tracked(base.sessions)
+        self.writers = Tracked(base.kv_writers)
+        # The principal of the task being run, recorded as the writer of each key it writes (None: none is).
+        self.writer: str | None = None
+        self.observer: ChangeObserver | None = None
         self.size = size
         self._base_session_keys = session_keys or (
             lambda session_id: [key for key, owner in base.kv_sessions.items() if owner == session_id]
@@ -117,7 +131,7 @@ class BatchKeys:
         self._base_keys_with_prefix = keys_with_prefix or (
             lambda prefix: [key for key in base.kv if key.startswith(prefix)]
         )
-        self._undo: list[tuple[str, Any, KeyVersion | None, str | None]] = []
+        self._undo: list[tuple[str, Any, KeyVersion | None, str | None, str | None]] = []
 
     def mark(self) -> int:
         return len(self._undo)
@@ -125,17 +139,23 @@ class BatchKeys:
     def rollback(self, mark: int) -> None:
         """Takes back every key change since `mark`."""
         while len(self._undo) > mark:
-            key, value, versions, session = self._undo.pop()
-            self._resize(key, value, self.kv.get(key, _ABSENT))
+            key, value, versions, session, writer = self._undo.pop()
+            self._changed(key, self.kv.get(key, _ABSENT), value)
             if value is _ABSENT:
                 self.kv.pop(key)
             else:
                 self.kv.set(key, value)
-            for tracked, old in ((self.versions, versions), (self.kv_sessions, session)):
+            for tracked, old in ((self.versions, versions), (self.kv_sessions, session), (self.writers, writer)):
                 if old is None:
                     tracked.pop(key)
                 else:
                     tracked.set(key, old)
+
+    def _changed(self, key: str, old: Any, new: Any) -> None:
+        """A key goes from `old` to `new` (either _ABSENT): the size and the observer follow."""
+        self._resize(key, new, old)
+        if self.observer is not None:
+            self.observer.key_changed(key, old, new, _ABSENT)
 
     def _resize(self, key: str, new: Any, old: Any) -> None:
         if self.size is not None:
@@ -144,7 +164,9 @@ class BatchKeys:
             )
 
     def _record(self, key: str) -> None:
-        self._undo.append((key, self.kv.get(key, _ABSENT), self.versions.get(key), self.kv_sessions.get(key)))
+        self._undo.append(
+            (key, self.kv.get(key, _ABSENT), self.versions.get(key), self.kv_sessions.get(key), self.writers.get(key))
+        )
 
     def get(self, key: str) -> KeyVersion | None:
         if key not in self.kv:
@@ -168,7 +190,7 @@ class BatchKeys:
         """A put with a session makes the key ephemeral; without one, persistent (as etcd's put without a lease)."""
         existing = self.get(key)
         self._record(key)
-        self._resize(key, value, self.kv.get(key, _ABSENT))
+        self._changed(key, self.kv.get(key, _ABSENT), value)
         self.kv.set(key, value)
         versions = KeyVersion(self.new_version, existing.create_version if existing else self.new_version)
         self.versions.set(key, versions)
@@ -176,6 +198,10 @@ class BatchKeys:
             self.kv_sessions.pop(key)
         else:
             self.kv_sessions.set(key, session)
+        if self.writer is None:
+            self.writers.pop(key)
+        else:
+            self.writers.set(key, self.writer)
         return versions
 
     def replace_all(self, kv: dict[str, Any], versions: dict[str, KeyVersion]) -> None:
@@ -184,27 +210,36 @@ class BatchKeys:
         self.kv.replace_all(kv)
         self.versions.replace_all(versions)
         self.kv_sessions.replace_all({})
+        # The restore wrote every key: its principal is their last writer.
+        self.writers.replace_all({} if self.writer is None else dict.fromkeys(kv, self.writer))
         self._undo.clear()  # a restore is checked against the size limit before it replaces anything
         if self.size is not None:
             self.size = state_entries_size(kv)
+        if self.observer is not None:
+            self.observer.replaced(kv, [session for _, session in self.sessions.items()])
 
     def delete(self, key: str) -> bool:
         if key not in self.kv:
             return False
         self._record(key)
-        self._resize(key, _ABSENT, self.kv[key])
+        self._changed(key, self.kv[key], _ABSENT)
         self.kv.pop(key)
         self.versions.pop(key)
         self.kv_sessions.pop(key)
+        self.writers.pop(key)
         return True
 
     def add_session(self, session_id: str, session: Session) -> None:
         self.sessions.set(session_id, session)
+        if self.observer is not None:
+            self.observer.session_changed(session.prefix, 1)
 
     def end_session(self, session_id: str) -> bool:
         """Remove the session and delete its ephemeral keys; False if there is no such session."""
         if session_id not in self.sessions:
             return False
+        if self.observer is not None:
+            self.observer.session_changed(self.sessions[session_id].prefix, -1)
         self.sessions.pop(session_id)
         # Its keys in the base state, and any this batch made ephemeral: in proportion to those, not to all keys.
         candidates = {*self._base_session_keys(session_id), *self.kv_sessions.touched}
@@ -216,8 +251,12 @@ class BatchKeys:
     def delete_prefix(self, prefix: str) -> int:
         """Deletes every key under `prefix`; how many there were. In proportion to those keys (and to the keys
         this batch touched), not to every key."""
+        return sum(1 for key in list(self.keys_under(prefix)) if self.delete(key))
+
+    def keys_under(self, prefix: str) -> Iterator[str]:
+        """The keys under `prefix` now, sorted. In proportion to those keys (and to the keys this batch touched)."""
         candidates = {*self._base_keys_with_prefix(prefix), *(key for key in self.kv.touched if key.startswith(prefix))}
-        return sum(1 for key in sorted(candidates) if self.delete(key))
+        return (key for key in sorted(candidates) if key in self.kv)
 
     def checkpoint_sessions(self, session_ids: tuple[str, ...], checkpoint: Callable[[str, Session], Session]) -> None:
         for session_id in session_ids:
@@ -234,6 +273,7 @@ class BatchKeys:
             "kv_versions": self.versions,
             "sessions": self.sessions,
             "kv_sessions": self.kv_sessions,
+            "kv_writers": self.writers,
         }
         maps = {name: one.finish() for name, one in tracked.items()}
         changes = {name: change for name, one in tracked.items() if (change := one.changes(maps[name])) is not None}

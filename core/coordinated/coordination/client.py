@@ -6,11 +6,22 @@ submitted on. Errors carry Elasticsearch's error type names and HTTP status code
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import msgspec
 
+from coordinated.coordination.security import Quota, RoleDescriptor, RoleMapping
 from coordinated.coordination.state import KeyVersion, Long
+
+
+class Principal(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Who a request is made as: its `name`, the `realm` that authenticated it (security.REALM_*), and the roles
+    that realm gives it (a tokens-file line's role; role mappings add more, wherever the principal came from)."""
+
+    name: str
+    realm: str
+    roles: tuple[str, ...] = ()
 
 
 class _Request(msgspec.Struct, frozen=True, tag_field="op"):
@@ -89,10 +100,12 @@ MAX_TXN_OPS = 64
 
 
 class SessionCreate(_Request, frozen=True, tag="session_create"):
-    """A TTL session (`ttl_ms`), or a session bound to the membership of the node named `node_name`."""
+    """A TTL session (`ttl_ms`), or a session bound to the membership of the node named `node_name`. Its creator
+    holds the `session` privilege on the keys under `prefix` (every key: `""`), against whose quotas it counts."""
 
     ttl_ms: Long = 0
     node_name: str | None = None
+    prefix: str = ""
 
 
 class SessionKeepAlive(_Request, frozen=True, tag="session_keepalive"):
@@ -159,6 +172,48 @@ class RestoreSnapshot(_Request, frozen=True, tag="restore"):
     persistent_settings: dict[str, str]
 
 
+class PutRole(_Request, frozen=True, tag="put_role"):
+    """Define or replace a custom role (`PUT /_security/role/NAME`)."""
+
+    name: str
+    role: RoleDescriptor
+
+
+class DeleteRole(_Request, frozen=True, tag="delete_role"):
+    name: str
+
+
+class PutRoleMapping(_Request, frozen=True, tag="put_role_mapping"):
+    """Define or replace a role mapping. `file_admins`: the node it came through has admins in its tokens file
+    (who stay admins whatever the mappings say), so the change cannot leave the cluster without an admin."""
+
+    name: str
+    mapping: RoleMapping
+    file_admins: bool = False
+
+
+class DeleteRoleMapping(_Request, frozen=True, tag="delete_role_mapping"):
+    name: str
+    file_admins: bool = False
+
+
+class PutQuota(_Request, frozen=True, tag="put_quota"):
+    """Define or replace a quota; one whose limits are below what is used now needs `force`."""
+
+    name: str
+    quota: Quota
+    force: bool = False
+
+
+class DeleteQuota(_Request, frozen=True, tag="delete_quota"):
+    name: str
+
+
+# The requests that change roles, role mappings and quotas: they need the `security` privilege, and they answer
+# once every node has applied the change (`Committed.acknowledged`).
+SecurityRequest = PutRole | DeleteRole | PutRoleMapping | DeleteRoleMapping | PutQuota | DeleteQuota
+SECURITY_REQUESTS = (PutRole, DeleteRole, PutRoleMapping, DeleteRoleMapping, PutQuota, DeleteQuota)
+
 ClientRequest = (
     KvPut
     | KvDelete
@@ -175,8 +230,27 @@ ClientRequest = (
     | PutRepository
     | DeleteRepository
     | RestoreSnapshot
+    | PutRole
+    | DeleteRole
+    | PutRoleMapping
+    | DeleteRoleMapping
+    | PutQuota
+    | DeleteQuota
 )
 LinearizableRead = KvGet | ReadBarrier
+
+
+@dataclass(frozen=True)
+class Authenticated:
+    """A client request with the principal it is made as, as a node submits it to its core: the master
+    authorizes it for that principal (a request submitted bare is made as nobody in particular, when the client
+    port authenticates nobody)."""
+
+    request: ClientRequest
+    principal: Principal
+
+
+Submitted = ClientRequest | Authenticated
 # The requests that answer with a Committed (or a ClusterError).
 CommittingRequest = (
     KvPut
@@ -189,6 +263,7 @@ CommittingRequest = (
     | PutRepository
     | DeleteRepository
     | RestoreSnapshot
+    | SecurityRequest
 )
 WRITE_REQUESTS = (
     KvPut,
@@ -203,6 +278,7 @@ WRITE_REQUESTS = (
     PutRepository,
     DeleteRepository,
     RestoreSnapshot,
+    *SECURITY_REQUESTS,
 )
 
 
@@ -231,6 +307,10 @@ class Committed(_Result, frozen=True, tag="committed", omit_defaults=True):
     version: Long
     prev: PrevKey | msgspec.UnsetType | None = msgspec.UNSET
     deleted: Long | msgspec.UnsetType = msgspec.UNSET
+    # A change of roles, role mappings or quotas: whether it made something new (rather than replaced it), and
+    # whether every node of the cluster applied it before the answer (Elasticsearch's `acknowledged`).
+    created: bool | msgspec.UnsetType = msgspec.UNSET
+    acknowledged: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class ReadValue(_Result, frozen=True, tag="value"):
@@ -242,6 +322,7 @@ class ReadValue(_Result, frozen=True, tag="value"):
     key_version: Long = 0  # of the write that last changed the key (0: not found)
     create_version: Long = 0  # of the write that created the key
     session: str | None = None  # an ephemeral key's session
+    writer: str | None = None  # the principal that last wrote the key (with access control on)
 
 
 class TxnOpResult(msgspec.Struct, frozen=True):
@@ -319,6 +400,7 @@ RESULT_TYPES: dict[type, tuple[type, ...]] = {
     PutRepository: (Committed,),
     DeleteRepository: (Committed,),
     RestoreSnapshot: (Committed,),
+    **dict.fromkeys(SECURITY_REQUESTS, (Committed,)),
 }
 
 
@@ -379,3 +461,7 @@ def repository_missing_error(name: str) -> ClusterError:
 
 def bad_request(reason: str) -> ClusterError:
     return ClusterError(type="illegal_argument_exception", reason=reason, status=400)
+
+
+def not_found(reason: str) -> ClusterError:
+    return ClusterError(type="resource_not_found_exception", reason=reason, status=404)

@@ -8,8 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from coordinated.coordination import client
+from coordinated.coordination.applied_waits import AppliedWaits
+from coordinated.coordination.authorization import Authorizer, SessionView, request_denial
 from coordinated.coordination.client import (
     AddVotingConfigExclusions,
+    Authenticated,
     ClearVotingConfigExclusions,
     ClientRequest,
     ClientResult,
@@ -19,9 +22,11 @@ from coordinated.coordination.client import (
     KvDeletePrefix,
     KvGet,
     KvPut,
+    Principal,
     ReadBarrier,
     SessionEnd,
     SessionKeepAlive,
+    Submitted,
     Txn,
     TxnResult,
     UpdateSettings,
@@ -32,6 +37,7 @@ from coordinated.coordination.forwarding import Forwarder
 from coordinated.coordination.master_service import Priority, Task
 from coordinated.coordination.messages import ForwardedRequest, ForwardedResponse
 from coordinated.coordination.reads import ReadService
+from coordinated.coordination.security_tasks import security_request_problem
 from coordinated.coordination.settings import choice_setting
 from coordinated.coordination.state import DiscoveryNode
 from coordinated.coordination.tasks import ClientTask
@@ -59,6 +65,7 @@ class ClientRequests:
         reads: ReadService,
         exclusion_waits: ExclusionWaits,
         renew_session: Callable[[str, int, Reply], None],  # a keepalive that reached the master then
+        applied_version: Callable[[str], int] = lambda node_id: 0,  # the newest a follower applied, as known here
     ) -> None:
         self.ctx = ctx
         self.leader = leader
@@ -67,14 +74,33 @@ class ClientRequests:
         self.reads = reads
         self.exclusion_waits = exclusion_waits
         self.renew_session = renew_session
+        # Changes of roles, role mappings and quotas answer once every node has applied them.
+        self.applied_waits = AppliedWaits(ctx, applied_version)
+        self.authorizer = Authorizer()  # principals' permissions by the roles of the master's newest state
 
-    def handle(self, request: ClientRequest, reply: Reply, timeout: int, forwarded: bool) -> None:
+    def check_waits(self) -> None:
+        """The master's waits for the effects of a change: voting exclusions, and changes every node applied."""
+        self.exclusion_waits.check()
+        self.applied_waits.check()
+
+    def close_waits(self, reason: str) -> None:
+        self.exclusion_waits.close(reason)
+        self.applied_waits.close()
+
+    def handle(
+        self, submitted: Submitted, reply: Reply, timeout: int, forwarded: bool, principal: Principal | None = None
+    ) -> None:
+        """`principal` (or that of an `Authenticated` request): who the request is made as (None: nobody in
+        particular, when the client port authenticates nobody); the master authorizes the request for it."""
+        request: ClientRequest = submitted.request if isinstance(submitted, Authenticated) else submitted
+        if isinstance(submitted, Authenticated):
+            principal = submitted.principal
         mode, leader = self.ctx.mode(), self.leader()
         if mode is Mode.LEADER:
-            self._execute_on_master(request, reply, timeout)
+            self._execute_on_master(request, reply, timeout, principal)
             return
         if mode is Mode.FOLLOWER and leader is not None and not forwarded:
-            self.forwarder.forward(leader, request, reply, timeout)
+            self.forwarder.forward(leader, request, reply, timeout, principal)
             return
         if forwarded:
             reply(client.not_master_error("this node is not the master"))
@@ -87,14 +113,22 @@ class ClientRequests:
         def reply(result: ClientResult) -> None:
             self.ctx.send(sender, ForwardedResponse(request.request_id, result))
 
-        self.handle(request.request, reply, request.timeout_ms, forwarded=True)
+        self.handle(request.request, reply, request.timeout_ms, forwarded=True, principal=request.principal)
 
-    def _execute_on_master(self, request: ClientRequest, reply: Reply, timeout: int) -> None:
+    def _execute_on_master(
+        self, request: ClientRequest, reply: Reply, timeout: int, principal: Principal | None
+    ) -> None:
         # Every request is checked here too, forwarded or not: a peer may have skipped the API's checks.
-        problem = request_problem(request, self.ctx.accepted, self.ctx.settings)
+        problem = request_problem(request, self.ctx.accepted, self.ctx.settings) or security_request_problem(request)
         if problem is not None:
             reply(client.bad_request(problem))
             return
+        if isinstance(request, KvGet | SessionKeepAlive) and principal is not None:
+            # Authorized against the master's newest state; a task is authorized in its batch instead.
+            denied = self._denial(request, principal)
+            if denied is not None:
+                reply(denied)
+                return
         if isinstance(request, KvGet | ReadBarrier):
             self.reads.submit(request, reply)
             return
@@ -102,6 +136,13 @@ class ClientRequests:
             self._keepalive(request.session, reply)
             return
         deadline = self.ctx.now + timeout
+        if isinstance(request, client.SECURITY_REQUESTS):
+            # Answered once every node has applied the change (or at the deadline, not acknowledged).
+            waits, committed_reply = self.applied_waits, reply
+
+            def reply(result: ClientResult) -> None:
+                waits.until_applied(result, committed_reply, deadline)
+
         if isinstance(request, ClearVotingConfigExclusions) and request.wait_for_removal:
             state = self.ctx.accepted
             if any(node_id in state.nodes for node_id in state.coordination.excluded_ids()):
@@ -111,7 +152,7 @@ class ClientRequests:
                         reply(result)
                         return
                     source = "clear-voting-config-exclusions"
-                    self.submit_task(Task(source, Priority.URGENT, ClientTask(request), reply, deadline))
+                    self.submit_task(Task(source, Priority.URGENT, ClientTask(request, principal), reply, deadline))
 
                 self.exclusion_waits.until_removed(when_removed, deadline)
                 return
@@ -129,9 +170,19 @@ class ClientRequests:
         priority = (
             Priority.URGENT
             if isinstance(request, AddVotingConfigExclusions | ClearVotingConfigExclusions)
-            else (Priority.HIGH if isinstance(request, UpdateSettings) else Priority.NORMAL)
+            else (Priority.HIGH if isinstance(request, UpdateSettings | client.SecurityRequest) else Priority.NORMAL)
         )
-        self.submit_task(Task(_describe(request), priority, ClientTask(request), reply, deadline))
+        self.submit_task(Task(_describe(request), priority, ClientTask(request, principal), reply, deadline))
+
+    def _denial(self, request: ClientRequest, principal: Principal) -> ClusterError | None:
+        state = self.ctx.accepted
+
+        def session_of(session_id: str) -> SessionView | None:
+            session = state.sessions.get(session_id)
+            return None if session is None else SessionView(session.owner, session.prefix)
+
+        permissions = self.authorizer.permissions(principal, state.security_metadata())
+        return request_denial(request, permissions, session_of)
 
     def _keepalive(self, session: str, reply: Reply) -> None:
         """Renewed on this master, but only once it has confirmed with a quorum that it still leads (as etcd

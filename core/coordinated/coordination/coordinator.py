@@ -31,7 +31,7 @@ from typing import Any
 from coordinated.coordination import client
 from coordinated.coordination import messages as m
 from coordinated.coordination.batch import MAX_STATE_SIZE
-from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult, Committed
+from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientResult, Committed, Submitted
 from coordinated.coordination.client_requests import NO_MASTER_BLOCK, ClientRequests
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.counters import successor
@@ -157,7 +157,7 @@ class Coordinator:
         self.followers_checker = FollowersChecker(
             ctx, on_node_failed=self._remove_node, on_healthy=self._catch_up, on_term_seen=self._update_max_term_seen
         )
-        self.lag_detector = LagDetector(ctx, on_lagging=self._remove_node)
+        self.lag_detector = LagDetector(ctx, self._remove_node, lambda: self.requests.check_waits())
         self.catch_up = CatchUp(ctx)  # lagging and rejoining nodes get the diffs they missed
         self.handover = Handover(
             ctx,
@@ -178,6 +178,7 @@ class Coordinator:
             reads=self.reads,
             exclusion_waits=self.exclusion_waits,
             renew_session=self.sessions.renew,
+            applied_version=self.lag_detector.applied,
         )
         self.peer_watch = PeerWatch(local_node.id)
         self.elections_won = 0  # counters for metrics
@@ -229,7 +230,7 @@ class Coordinator:
 
         return self._step(now, fire_due)
 
-    def submit(self, request_id: int, request: ClientRequest, now: int, timeout_ms: int | None = None) -> list[Effect]:
+    def submit(self, request_id: int, request: Submitted, now: int, timeout_ms: int | None = None) -> list[Effect]:
         def reply(result: ClientResult) -> None:
             self._out.append(RequestCompleted(request_id, result))
 
@@ -442,7 +443,7 @@ class Coordinator:
         self.followers_checker.clear()
         self.lag_detector.clear_versions()
         self.reads.close(f"no longer master: {reason}")
-        self.exclusion_waits.close(f"no longer master: {reason}")
+        self.requests.close_waits(f"no longer master: {reason}")
         self.sessions.demote()
 
     # ------------------------------------------------------------------------------------------------------
@@ -650,7 +651,7 @@ class Coordinator:
         if self.mode is not Mode.LEADER:
             return
         self.reads.serve_if_possible()
-        self.exclusion_waits.check()
+        self.requests.check_waits()
         if not self.handover.local_node_may_win(state):
             candidates = self.handover.candidates(require_not_excluded=True)
             if candidates:

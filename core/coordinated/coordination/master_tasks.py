@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinated.coordination import client
+from coordinated.coordination.authorization import Authorizer
 from coordinated.coordination.batch import (
     MAX_STATE_SIZE,
     MAX_VALUE_SIZE,
@@ -19,6 +20,7 @@ from coordinated.coordination.batch import (
 from coordinated.coordination.client import ClientResult, Committed
 from coordinated.coordination.context import CoreContext
 from coordinated.coordination.master_service import MasterService, Task
+from coordinated.coordination.quotas import QuotaUsage, Usage, WriteRates
 from coordinated.coordination.reconfigurator import AUTO_SHRINK_VOTING_CONFIGURATION
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected
 from coordinated.coordination.state import ClusterState, Session
@@ -35,6 +37,9 @@ class MasterTasksListener:
     refused: Callable[[str], None]  # the coordination state refused the new state: stop leading
     session_expired: Callable[[str], bool] = lambda session_id: False  # by the master's lease clock
     checkpoint_session: Callable[[str, Session], Session] = lambda session_id, session: session  # sessions.py
+    # Whether every node of the cluster has access control (roles, role mappings, quotas): the batches then
+    # turn it on, and keep it on.
+    access_control: Callable[[], bool] = lambda: True
 
 
 class MasterTasks:
@@ -45,6 +50,9 @@ class MasterTasks:
         self.queue = MasterService()
         self._state_sizes = StateSizes()  # for cluster.metadata.max_state_size
         self._session_keys = SessionKeys(ctx.derivations)  # of the state batches build on, once a session has ended
+        self.authorizer = Authorizer()  # the principals' permissions, by the roles of the state batches build on
+        self._quota_usage = QuotaUsage(ctx.derivations)  # each quota's usage in the state batches build on
+        self._write_rates = WriteRates()  # this master's windows of max_writes_per_second
 
     def submit(self, task: Task) -> None:
         self.queue.add(task)
@@ -62,6 +70,7 @@ class MasterTasks:
         for task in self.queue.take_all():
             task.reply(client.not_master_error(reason))
         self.ctx.timers.cancel(self)
+        self._write_rates = WriteRates()  # a master starts its windows empty
 
     def run(self) -> None:
         if not self.listener.can_run():
@@ -95,6 +104,7 @@ class MasterTasks:
             self.listener.refused(f"publication refused: {rejected}")
             return
         self._session_keys.advance(base, new_state)
+        self._quota_usage.advance(base, new_state)
         self.listener.publish(new_state, base, tasks, results)
         self._schedule_expiry()
 
@@ -122,7 +132,15 @@ class MasterTasks:
             max_state_size=settings[MAX_STATE_SIZE],
             sizes=self._state_sizes,
             derivations=self.ctx.derivations,
+            access_control=self.listener.access_control(),
+            authorizer=self.authorizer,
+            quota_usage=self._usage_at,
+            write_rates=self._write_rates,
+            now=self.ctx.now,
         )
+
+    def _usage_at(self, state: ClusterState) -> dict[str, Usage]:
+        return self._quota_usage.at(state).usage
 
     def improved(self, state: ClusterState) -> ClusterState:
         """`state` with the best voting configuration the master may move to now (maybe unchanged)."""

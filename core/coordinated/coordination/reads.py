@@ -40,6 +40,7 @@ def read_result(request: Read, state: ClusterState) -> ClientResult:
         key_version=versions.version if versions else 0,
         create_version=versions.create_version if versions else 0,
         session=state.kv_sessions.get(request.key),
+        writer=state.kv_writers.get(request.key),
     )
 
 

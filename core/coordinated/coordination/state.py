@@ -22,6 +22,7 @@ import msgspec
 
 from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.history import NO_CLUSTER_UUID
+from coordinated.coordination.security import SecurityMetadata
 from coordinated.coordination.settings import format_time_ms
 
 # Terms, versions and request ids are 64-bit signed integers, as in Elasticsearch (and never negative). A
@@ -112,7 +113,7 @@ LEGACY_KEY_VERSION = KeyVersion(1, 1)
 
 # The state's fields that hold persistent maps and travel in a diff as a `MapDiff` each (upserts and
 # deletes), under the same name in `ClusterStateDiff`. A new map field is added here and to both structs.
-MAP_FIELDS: tuple[str, ...] = ("persistent_settings", "kv", "kv_versions", "sessions", "kv_sessions")
+MAP_FIELDS: tuple[str, ...] = ("persistent_settings", "kv", "kv_versions", "sessions", "kv_sessions", "kv_writers")
 EMPTY_MAP: immutables.Map[str, Any] = immutables.Map()
 
 
@@ -133,6 +134,9 @@ class Session(msgspec.Struct, frozen=True, omit_defaults=True):
     # A TTL session's remaining TTL at its master's last checkpoint, from which a new master continues it;
     # None: the whole TTL (a keepalive came since). See coordination/sessions.py.
     remaining_ms: Long | None = None
+    # With access control on (`ClusterState.security` set): who created it and the prefix it holds `session` on.
+    owner: str | None = None
+    prefix: str = ""
 
 
 class ClusterState(msgspec.Struct, frozen=True, weakref=True):
@@ -151,9 +155,13 @@ class ClusterState(msgspec.Struct, frozen=True, weakref=True):
     kv_versions: Mapping[str, KeyVersion] = EMPTY_MAP  # for each key of `kv`; see LEGACY_KEY_VERSION
     sessions: Mapping[str, Session] = EMPTY_MAP
     kv_sessions: Mapping[str, str] = EMPTY_MAP  # an ephemeral key of `kv` -> the id of its session
+    kv_writers: Mapping[str, str] = EMPTY_MAP  # a key -> its last writer (with access control on: `security`)
     # Cluster-wide metadata, as Elasticsearch keeps repositories, so that every node knows them. A handful:
     # a plain dict, sent whole in a diff when it changes (as `nodes`).
     repositories: dict[str, Repository] = {}
+    # Fields added after the first release, each gated on a feature: UNSET, and so left out of every encoding,
+    # until the master sets it once every node has that feature. Access control: roles, role mappings, quotas.
+    security: SecurityMetadata | msgspec.UnsetType = msgspec.UNSET
 
     def __post_init__(self) -> None:
         # A state built from dicts (decoded, or by a caller) holds persistent maps from then on.
@@ -161,6 +169,10 @@ class ClusterState(msgspec.Struct, frozen=True, weakref=True):
             value = getattr(self, name)
             if not isinstance(value, immutables.Map):
                 msgspec.structs.force_setattr(self, name, persistent(value))
+
+    def security_metadata(self) -> SecurityMetadata | None:
+        """The roles, role mappings and quotas; None while access control is off (not every node has it)."""
+        return None if self.security is msgspec.UNSET else self.security
 
     def key_version(self, key: str) -> KeyVersion | None:
         """The versions of a key, None if it does not exist."""
@@ -229,7 +241,15 @@ class ClusterStateDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     kv_versions: KeyVersionsDiff = KeyVersionsDiff()
     sessions: SessionsDiff = SessionsDiff()
     kv_sessions: MapDiff = MapDiff()
+    kv_writers: MapDiff = MapDiff()
     repositories: dict[str, Repository] | None = None  # None: unchanged
+    # A gated field (see ClusterState), whole when it changed; None: unchanged. Once set it stays set.
+    security: SecurityMetadata | None = None
+
+
+def _changed_field(before: Any, after: Any) -> Any:
+    """A small gated field of a diff: None when unchanged (or unset), else its new value."""
+    return None if after is msgspec.UNSET or before is after or before == after else after
 
 
 def diff_maps(before: Mapping[str, Any], after: Mapping[str, Any]) -> MapDiff:
@@ -261,6 +281,7 @@ _MAP_DIFF_TYPES: dict[str, type[MapDiff] | type[KeyVersionsDiff] | type[Sessions
     "kv_versions": KeyVersionsDiff,
     "sessions": SessionsDiff,
     "kv_sessions": MapDiff,
+    "kv_writers": MapDiff,
 }
 assert tuple(_MAP_DIFF_TYPES) == MAP_FIELDS
 
@@ -292,6 +313,7 @@ def diff_between(
             if before.repositories is after.repositories or before.repositories == after.repositories
             else after.repositories
         ),
+        security=_changed_field(before.security, after.security),
         **maps,
     )
 
@@ -352,12 +374,14 @@ def compose_diffs(diffs: Sequence[ClusterStateDiff]) -> ClusterStateDiff:
         return diffs[0]
     last = diffs[-1]
     changes: dict[str, tuple[dict[str, Any], set[str]]] = {}
-    nodes = repositories = None
+    nodes = repositories = security = None
     for diff in diffs:
         if diff.nodes is not None:
             nodes = diff.nodes
         if diff.repositories is not None:
             repositories = diff.repositories
+        if diff.security is not None:
+            security = diff.security
         for name in MAP_FIELDS:
             step: MapDiff | KeyVersionsDiff | SessionsDiff = getattr(diff, name)
             if not step.upserts and not step.deletes:
@@ -372,7 +396,9 @@ def compose_diffs(diffs: Sequence[ClusterStateDiff]) -> ClusterStateDiff:
     maps = {
         name: _typed_map_diff(name, upserts, tuple(sorted(deletes))) for name, (upserts, deletes) in changes.items()
     }
-    return msgspec.structs.replace(last, base_uuid=diffs[0].base_uuid, nodes=nodes, repositories=repositories, **maps)
+    return msgspec.structs.replace(
+        last, base_uuid=diffs[0].base_uuid, nodes=nodes, repositories=repositories, security=security, **maps
+    )
 
 
 def compute_diff(before: ClusterState, after: ClusterState, derivations: Derivations | None = None) -> ClusterStateDiff:
@@ -411,6 +437,7 @@ def apply_diff(base: ClusterState, diff: ClusterStateDiff, derivations: Derivati
         coordination=diff.coordination,
         **{name: apply_map_diff(getattr(base, name), getattr(diff, name)) for name in MAP_FIELDS},
         repositories=base.repositories if diff.repositories is None else diff.repositories,
+        security=base.security if diff.security is None else diff.security,
     )
     if derivations is not None:
         derivations.record(base, derived, diff)
@@ -448,7 +475,7 @@ class StateEncoder:
         self.maps: dict[str, tuple[immutables.Map[str, Any], dict[str, Any]]] = {}
 
     def encode(self, state: ClusterState) -> bytes:
-        fields = msgspec.structs.asdict(state)
+        fields = _set_fields(state)
         fields.update(self._moved_to(state))
         return _ENCODER.encode(fields)
 
@@ -477,6 +504,11 @@ class StateEncoder:
         return plain
 
 
+def _set_fields(state: ClusterState) -> dict[str, Any]:
+    """The state's fields as a dict, without the gated ones that are unset (as msgspec encodes the struct)."""
+    return {name: value for name, value in msgspec.structs.asdict(state).items() if value is not msgspec.UNSET}
+
+
 def _sorted_dict(mapping: immutables.Map[str, Any]) -> dict[str, Any]:
     return {key: mapping[key] for key in sorted(mapping)}
 
@@ -484,7 +516,7 @@ def _sorted_dict(mapping: immutables.Map[str, Any]) -> dict[str, Any]:
 def encode_state(state: ClusterState) -> bytes:
     """Deterministic, compact JSON: the same state always encodes to the same bytes (fields and keys sorted).
     A node that encodes state after state keeps a `StateEncoder`, which costs in proportion to the change."""
-    fields = msgspec.structs.asdict(state)
+    fields = _set_fields(state)
     fields.update({name: _sorted_dict(getattr(state, name)) for name in MAP_FIELDS})
     return _ENCODER.encode(fields)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinated.coordination.client import ClientRequest
+from coordinated.coordination.client import ClientRequest, Principal
 from coordinated.coordination.state import DiscoveryNode
 
 
@@ -45,6 +45,9 @@ class CheckpointSessions:
 @dataclass(frozen=True)
 class ClientTask:
     request: ClientRequest
+    # Who the request is made as (None: the client port authenticates nothing): authorized, and recorded as the
+    # writer of the keys it writes, against the state the batch builds.
+    principal: Principal | None = None
 
 
 TaskPayload = ElectedAsMaster | NodeJoin | NodeLeft | Reconfigure | ExpireSessions | CheckpointSessions | ClientTask

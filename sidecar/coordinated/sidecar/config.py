@@ -14,12 +14,13 @@ from types import ModuleType
 from coordinated.coordination.registry import coordination_registry
 from coordinated.coordination.settings import NODE_NAME, Settings, SettingsError, SettingsRegistry
 from coordinated.sidecar import event_loop
+from coordinated.sidecar.auth import tokens_file
 from coordinated.sidecar.events import history_settings
 from coordinated.sidecar.features import change_log, hooks, snapshots, watch_streams
 from coordinated.sidecar.peers import auth, tls, transport
 from coordinated.sidecar.s3 import s3_settings
 from coordinated.sidecar.storage import group_commit
-from coordinated.sidecar.web import access, http_server
+from coordinated.sidecar.web import http_server
 
 MODULES: tuple[ModuleType, ...] = (
     auth,
@@ -34,7 +35,7 @@ MODULES: tuple[ModuleType, ...] = (
     snapshots,
     s3_settings,  # the S3 clients and the history archive
     tls,
-    access,
+    tokens_file,
 )
 
 

@@ -22,13 +22,16 @@ from typing import assert_never, overload
 
 import msgspec
 
+from coordinated.coordination.authorization import READ, Authorizer, KeyAccess, Permissions
 from coordinated.coordination.client import (
+    Authenticated,
     ClientRequest,
     ClientResult,
     ClusterError,
     Committed,
     CommittingRequest,
     KvGet,
+    Principal,
     ReadBarrier,
     ReadValue,
     SessionCreate,
@@ -54,9 +57,13 @@ from coordinated.coordination.effects import (
 from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 from coordinated.coordination.messages import Message
 from coordinated.coordination.peer_finder import SEED_HOSTS
+from coordinated.coordination.quotas import QuotaUsage
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
+from coordinated.sidecar.auth.authenticators import Authentication, build_authenticators
+from coordinated.sidecar.auth.principal import CURRENT_PRINCIPAL
+from coordinated.sidecar.auth.tokens_file import TOKENS_FILE, Tokens
 from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.events.archive import SegmentArchive
 from coordinated.sidecar.events.history import HistoryWriter, folds_with_next
@@ -68,7 +75,12 @@ from coordinated.sidecar.features.change_log import CHANGE_LOG_SIZE, ChangeLog
 from coordinated.sidecar.features.hooks import HOOKS_TIMEOUT, HookManager
 from coordinated.sidecar.features.listings import Listings
 from coordinated.sidecar.features.snapshots import SNAPSHOT_SECRET_FILE
-from coordinated.sidecar.features.watch_streams import STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL, StreamHub
+from coordinated.sidecar.features.watch_streams import (
+    STREAM_BUFFER_SIZE,
+    STREAM_PROGRESS_INTERVAL,
+    StreamHub,
+    StreamQuotas,
+)
 from coordinated.sidecar.features.watches import SharedBarrier, WatchHub
 from coordinated.sidecar.observability.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.observability.problems import NodeProblem, ProblemKind, count_by_kind
@@ -102,7 +114,6 @@ from coordinated.sidecar.storage.persistence import (
     FilePersistedState,
     prepare_data_dir,
 )
-from coordinated.sidecar.web.access import TOKENS_FILE, Tokens
 from coordinated.sidecar.web.http_chunks import chunk
 
 log = logging.getLogger("coordinated.node")
@@ -173,6 +184,11 @@ class Node:
         self.snapshot_secret = Path(snapshot_secret_file).read_bytes().strip() if snapshot_secret_file else None
         tokens_file = settings[TOKENS_FILE]
         self.tokens = Tokens(tokens_file) if tokens_file else None
+        # Who a client request is made as: without a token realm, nobody in particular (nothing is checked).
+        realms = build_authenticators(settings)
+        self.authentication = Authentication(self.tokens, realms) if self.tokens is not None or realms else None
+        # What a principal may do, by this node's applied roles and role mappings (compiled once per principal).
+        self.authorizer = Authorizer()
         self.refusals = Refusals()  # transport connections refused either way, for health
         transport_tls = TRANSPORT_TLS.files(settings)
         self.transport_tls = ReloadingContext(transport_tls, Side.CLIENT) if transport_tls is not None else None
@@ -204,6 +220,8 @@ class Node:
         # Key watches (the client API's), parked here until an applied state changes their prefix.
         self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE], self.derivations))
         self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE], chunk)
+        self.stream_quotas = StreamQuotas()  # this node's streams, for the quotas' max_watch_streams
+        self.quota_usage = QuotaUsage(self.derivations)  # every quota's usage in the applied state
         self._progress: asyncio.Task[None] | None = None
         self.listings = Listings(
             self.derivations
@@ -500,8 +518,13 @@ class Node:
         )
 
     def _on_applied(self, state: ClusterState) -> None:
-        self.listings.on_applied(self.applied_state, state)
+        before = self.applied_state
+        self.listings.on_applied(before, state)
+        self.quota_usage.advance(before, state)
         self.applied_state = state
+        if state.security is not before.security and self.watch_streams.streams:
+            # Before this node acknowledges the change: no stream serves a principal by the old rules.
+            self.watch_streams.refuse_streams(self._stream_missing)
         # Wake every long-poll; each re-checks its own version.
         self._applied_event.set()
         self._applied_event = asyncio.Event()
@@ -543,7 +566,15 @@ class Node:
         coordinator = self.coordinator
         self._run(lambda now: coordinator.handle_seed_addresses(addresses, now))
 
+    def _stream_missing(self, principal: Principal, prefixes: tuple[str, ...]) -> str | None:
+        permissions = self.permissions(principal)
+        return permissions.missing(KeyAccess(READ, prefix, prefix=True) for prefix in prefixes)
+
     # -- for the client API ------------------------------------------------------------------------------
+
+    def permissions(self, principal: Principal) -> Permissions:
+        """What `principal` may do, by the roles and role mappings of this node's applied state."""
+        return self.authorizer.permissions(principal, self.applied_state.security_metadata())
 
     @overload
     async def call(self, request: KvGet, timeout_ms: int | None = None) -> ReadValue | ClusterError: ...
@@ -561,7 +592,10 @@ class Node:
         return checked_result(request, await self.submit(request, timeout_ms))
 
     async def submit(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
+        """The request goes to the core as made by the principal of the client request being handled (the access
+        middleware's `CURRENT_PRINCIPAL`), which the master authorizes it for."""
         assert self.coordinator is not None and self.loop is not None
+        principal = CURRENT_PRINCIPAL.get()
         if self.stopping:
             return ClusterError("node_closed_exception", "the node is stopping", 503)
         request_id = next(self._request_ids)
@@ -571,7 +605,8 @@ class Node:
         give_up_at = self.loop.time() + (timeout_ms or 30_000) / 1000 + LOST_COMPLETION_MARGIN_S
         self._pending[request_id] = (future, give_up_at)
         coordinator = self.coordinator
-        self._run(lambda now: coordinator.submit(request_id, request, now, timeout_ms))
+        submitted = request if principal is None else Authenticated(request, principal)
+        self._run(lambda now: coordinator.submit(request_id, submitted, now, timeout_ms))
         return await future
 
     async def _stream_progress(self, interval_s: float) -> None:
@@ -670,10 +705,9 @@ class Node:
             found.append(NodeProblem(ProblemKind.PERSISTENCE, self.persist_monitor.failure))
         for lost in (*self.persisted.files.problems(), *self.file_watch.problems()):
             found.append(NodeProblem(ProblemKind.DATA_FILE, lost.describe()))
-        if self.tokens is not None:
-            self.tokens.check()
-            if self.tokens.problem is not None:
-                found.append(NodeProblem(ProblemKind.TOKENS_FILE, self.tokens.problem))
+        if self.authentication is not None:
+            for problem in self.authentication.problems():
+                found.append(NodeProblem(ProblemKind.TOKENS_FILE, problem))
         for refusal in self.refusals.recent():
             found.append(NodeProblem(ProblemKind.TRANSPORT, refusal.describe()))
         history = self.history_maintenance.status

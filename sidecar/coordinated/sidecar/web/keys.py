@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from coordinated.coordination.authorization import txn_accesses
 from coordinated.coordination.client import (
     ClusterError,
     Committed,
@@ -24,6 +25,7 @@ from coordinated.coordination.ranges import DEFAULT_RANGE_LIMIT, MAX_RANGE_LIMIT
 from coordinated.coordination.validation import txn_problem, value_problem
 from coordinated.sidecar.features.listings import ListingGone
 from coordinated.sidecar.web import api_types as t
+from coordinated.sidecar.web.access import authorize, permissions_of, shows_writers
 from coordinated.sidecar.web.app_keys import node_of
 from coordinated.sidecar.web.errors import BadRequest, error_response, result_error
 from coordinated.sidecar.web.inputs import (
@@ -77,10 +79,13 @@ def prev_to_api(prev: PrevKey | msgspec.UnsetType | None) -> dict[str, Any]:
     }
 
 
-def with_session(body: dict[str, Any], session: str | None) -> dict[str, Any]:
-    """An ephemeral key's answer names its session; a persistent key's has no `session` field."""
+def with_session(body: dict[str, Any], session: str | None, writer: str | None = None) -> dict[str, Any]:
+    """An ephemeral key's answer names its session; a persistent key's has no `session` field. `writer`: the
+    principal that last wrote the key, for an admin's answer."""
     if session is not None:
         body["session"] = session
+    if writer is not None:
+        body["writer"] = writer
     return body
 
 
@@ -142,6 +147,7 @@ async def metadata_txn(request: web.Request, query: Query) -> web.StreamResponse
     problem = txn_problem(txn)
     if problem is not None:
         raise BadRequest(problem)
+    authorize(request, permissions_of(request), txn_accesses(txn))  # each compare and op, in both branches
     result = await node_of(request).call(txn, timeout_ms)
     if isinstance(result, TxnResult):
         return web.json_response(
@@ -196,10 +202,11 @@ async def metadata_range(request: web.Request, query: Query) -> web.StreamRespon
     await no_body(request)
     node = node_of(request)
     assert node.loop is not None
+    writers = shows_writers(request)
     if at_version is not None:
         try:
             page = node.listings.next_page(
-                node.applied_state, at_version, prefix, after, limit, keys_only, node.loop.time()
+                node.applied_state, at_version, prefix, after, limit, keys_only, node.loop.time(), writers
             )
         except ListingGone as gone:
             return error_response("resource_gone_exception", str(gone), 410)
@@ -210,7 +217,7 @@ async def metadata_range(request: web.Request, query: Query) -> web.StreamRespon
     state = node.applied_state
     if count_only:
         return web.json_response({"version": state.version, "count": node.listings.count(state, prefix)})
-    page = node.listings.first_page(state, prefix, after, limit, keys_only, node.loop.time())
+    page = node.listings.first_page(state, prefix, after, limit, keys_only, node.loop.time(), writers)
     return web.Response(body=_RANGE_ENCODER.encode(page), content_type="application/json", charset="utf-8")
 
 
@@ -327,7 +334,8 @@ async def metadata_get(request: web.Request, query: Query) -> web.StreamResponse
             "version": versions.version,
             "create_version": versions.create_version,
         }
-        return web.json_response(with_session(body, state.kv_sessions.get(key)))
+        writer = state.kv_writers.get(key) if shows_writers(request) else None
+        return web.json_response(with_session(body, state.kv_sessions.get(key), writer))
     result = await node.call(KvGet(key), timeout_ms)
     if isinstance(result, ReadValue):
         if not result.found:
@@ -338,5 +346,6 @@ async def metadata_get(request: web.Request, query: Query) -> web.StreamResponse
             "version": result.key_version,
             "create_version": result.create_version,
         }
-        return web.json_response(with_session(body, result.session))
+        writer = result.writer if shows_writers(request) else None
+        return web.json_response(with_session(body, result.session, writer))
     return result_error(result)
