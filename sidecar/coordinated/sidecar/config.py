@@ -14,7 +14,7 @@ from types import ModuleType
 from coordinated.coordination.registry import coordination_registry
 from coordinated.coordination.settings import NODE_NAME, Settings, SettingsError, SettingsRegistry
 from coordinated.sidecar import event_loop
-from coordinated.sidecar.auth import tokens_file
+from coordinated.sidecar.auth import service_accounts, tokens_file
 from coordinated.sidecar.events import history_settings
 from coordinated.sidecar.features import change_log, hooks, snapshots, watch_streams
 from coordinated.sidecar.peers import auth, tls, transport
@@ -36,6 +36,7 @@ MODULES: tuple[ModuleType, ...] = (
     s3_settings,  # the S3 clients and the history archive
     tls,
     tokens_file,
+    service_accounts,  # http.auth.kubernetes.*
 )
 
 

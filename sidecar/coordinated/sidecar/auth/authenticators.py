@@ -66,7 +66,15 @@ class Authenticator(Protocol):
 # The factories of the realms besides the tokens file: each builds its realm from the node's settings, or
 # returns None when its settings leave it off. A realm is added with one line here.
 RealmFactory = Callable[[Settings], Authenticator | None]
-REALM_FACTORIES: list[RealmFactory] = []
+
+
+def _kubernetes(settings: Settings) -> Authenticator | None:
+    from coordinated.sidecar.auth import service_accounts  # it imports this module (Refused)
+
+    return service_accounts.realm_from_settings(settings)
+
+
+REALM_FACTORIES: list[RealmFactory] = [_kubernetes]
 
 
 def build_authenticators(
@@ -138,14 +146,16 @@ class Authentication:
         return Principal(subject, REALM_CERTIFICATE) if subject is not None else None
 
     def problems(self) -> list[str]:
-        found: list[str] = []
+        """What keeps the tokens file from being used: then no token of it is valid."""
         if self.tokens is not None:
             self.tokens.check()
             if self.tokens.problem is not None:
-                found.append(self.tokens.problem)
-        for realm in self.authenticators:
-            found.extend(realm.problems())
-        return found
+                return [self.tokens.problem]
+        return []
+
+    def realm_problems(self) -> list[str]:
+        """What is wrong with the other realms now (each still serves what it can)."""
+        return [problem for realm in self.authenticators for problem in realm.problems()]
 
     def file_admins(self) -> list[str]:
         return self.tokens.admins() if self.tokens is not None else []
