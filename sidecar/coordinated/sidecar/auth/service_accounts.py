@@ -91,9 +91,17 @@ AUDIENCE: Setting[str | None] = Setting(
     "made for another service is accepted); setting it (with `http.auth.kubernetes.keys_file`) turns the "
     "realm on",
 )
+
+
+def _absolute_path(value: str) -> str:
+    if not os.path.isabs(value):
+        raise ValueError(f"expected an absolute path, got [{value}]")
+    return value
+
+
 KEYS_FILE: Setting[str | None] = Setting(
     "http.auth.kubernetes.keys_file",
-    Parsed(str),
+    Parsed(_absolute_path),
     None,
     "the Kubernetes API server's service-account signing keys: its JWKS (`/openid/v1/jwks`) with its `issuer` "
     "added (re-read when it changes)",
