@@ -124,10 +124,12 @@ class AccessSpec:
         for quota in self.quotas:
             if (problem := name_problem(quota.name, "quota")) is not None:
                 found.append(f"spec.access.quotas: {problem}")
+            elif not quota.quota.limits():
+                found.append(
+                    f"spec.access.quotas[{quota.name}]: a quota sets at least one of {', '.join(QUOTA_FIELDS)}"
+                )
             elif (issue := quota_problem(quota.quota)) is not None:
-                field_name, reason = issue
-                camel = next((key for key, value in QUOTA_FIELDS.items() if value == field_name), field_name)
-                found.append(f"spec.access.quotas[{quota.name}]: [{camel}]: {reason}")
+                found.append(f"spec.access.quotas[{quota.name}]: {describe_problem(issue)}")
         return found
 
 

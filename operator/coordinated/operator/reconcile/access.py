@@ -172,7 +172,7 @@ async def step(ctx: Context) -> StepResult:
     before = _previous_condition(previous)
 
     if not access.lists_anything and not any(managed.values()):
-        section["managed"] = None
+        section = {"serviceAccountAudience": audience}
         return StepResult(status=_status(previous, section))
     if not spec.auth_enabled:
         message = (
