@@ -17,6 +17,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import re
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +32,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric import rsa
-from test_operator_apiserver import cluster, kubeconfig, kubectl
+from operator_schemas import REPO
+from test_operator_apiserver import KUBECTL, cluster, kubeconfig, kubectl
 
 from coordinated.cli import cli
 from coordinated.client import AuthenticationError, Client, QuotaExceeded
@@ -229,13 +233,32 @@ async def keys_of(kube: Any) -> tuple[bytes, bytes] | Exception:
 # ---- real tokens, the realm in this process ------------------------------------------------------------------
 
 
+def documented_keys_commands() -> str:
+    """docs/sidecar.md's commands that make a keys file by hand, as a user copies them."""
+    section = (REPO / "docs" / "sidecar.md").read_text().split("### Kubernetes ServiceAccount tokens", 1)[1]
+    match = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert match is not None, "docs/sidecar.md shows no commands that make the keys file"
+    return match.group(1)
+
+
 @pytest.fixture(scope="module")
 def keys_file(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The sidecars' keys file, made from the API server as the operator makes it."""
+    """The sidecars' keys file, made by docs/sidecar.md's commands; the operator makes the same one."""
+    folder = tmp_path_factory.mktemp("keys")
+    assert KUBECTL is not None
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PATH": f"{Path(KUBECTL).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", documented_keys_commands()],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
     document, _, _ = service_account_keys.keys_document(*asyncio.run(kube_as(kubeconfig).service_account_issuer()))
-    path = tmp_path_factory.mktemp("keys") / "keys.json"
-    path.write_text(document)
-    return path
+    assert json.loads((folder / "keys.json").read_text()) == json.loads(document)
+    return folder / "keys.json"
 
 
 class Clock:
