@@ -58,13 +58,13 @@ def test_no_import_cycle_in_the_coordinated_namespace() -> None:
 
 def test_components_do_not_import_the_coordinator() -> None:
     known = modules()
-    for path in CORE.glob("*.py"):
+    for path in CORE.rglob("*.py"):
         if path.name != "coordinator.py":
             assert "coordinated.coordination.coordinator" not in imports(path, known), path.name
 
 
 def test_the_coordinator_stays_the_wiring_and_no_core_module_grows_past_600_lines() -> None:
-    sizes = {path.name: len(path.read_text().splitlines()) for path in CORE.glob("*.py")}
+    sizes = {str(path.relative_to(CORE)): len(path.read_text().splitlines()) for path in CORE.rglob("*.py")}
     assert sizes["coordinator.py"] <= 800, sizes["coordinator.py"]
     assert all(size <= 600 for name, size in sizes.items() if name != "coordinator.py"), sizes
 
@@ -162,7 +162,9 @@ def stdlib_imports(path: Path) -> set[str]:
 
 
 def test_the_core_imports_no_threading_clock_or_io() -> None:
-    used = {path.name: sorted(stdlib_imports(path) & FORBIDDEN_IN_CORE) for path in CORE.glob("*.py")}
+    used = {
+        str(path.relative_to(CORE)): sorted(stdlib_imports(path) & FORBIDDEN_IN_CORE) for path in CORE.rglob("*.py")
+    }
     assert {name: found for name, found in used.items() if found} == {}
 
 
@@ -341,3 +343,81 @@ def test_the_route_scans_catch_a_second_table_an_undeclared_parameter_and_a_priv
     assert "/_cluster/health" in string_constants(sample)
     assert privileges_outside_declarations(sample) == [1]
     assert query_reads([sample])["handler"] == {"local", "stream", "prefix", "after"}
+
+
+# -- the core: one descriptor per client request -------------------------------------------------------------
+# Each request type is declared beside what the core does with it (its `Action`, in the same module of
+# `coordination/requests/`); the routing, the master's check, the priorities, the executors and the wire's union
+# of request types are read from the registry. So no other core module names a request type.
+
+REQUESTS = CORE / "requests"
+# The session leases tell an ended session from an expired one by the task that ended it.
+NAMES_A_REQUEST_TYPE = {CORE / "sessions.py": {"SessionEnd"}}
+
+
+def request_classes(path: Path) -> set[str]:
+    """The classes a file declares as client requests (`class X(ClientRequest[...])`)."""
+    return {
+        node.name
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and any(ast.unparse(base).startswith("ClientRequest[") for base in node.bases)
+    }
+
+
+def imported_names(path: Path, module_prefix: str) -> set[str]:
+    return {
+        alias.name
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(module_prefix)
+        for alias in node.names
+    }
+
+
+def test_every_request_type_is_registered_with_its_action_beside_it() -> None:
+    from coordinated.coordination.client import answer_types
+    from coordinated.coordination.requests import ACTIONS, DOMAINS
+
+    declared = {(path.stem, name) for path in CORE.rglob("*.py") for name in request_classes(path)}
+    registered = {
+        (domain.__name__.rsplit(".", 1)[1], action.request.__name__) for domain in DOMAINS for action in domain.ACTIONS
+    }
+    assert declared == registered, "a request type without an Action in its own module, or one elsewhere"
+    assert all(action.request.__module__ == domain.__name__ for domain in DOMAINS for action in domain.ACTIONS)
+    assert len(ACTIONS) == len(registered) >= 15
+    assert all(answer_types(request) for request in ACTIONS)
+
+
+def test_no_core_module_outside_the_requests_names_a_request_type() -> None:
+    from coordinated.coordination.requests import ACTIONS
+
+    types = {request.__name__ for request in ACTIONS}
+    named = {
+        path: imported_names(path, "coordinated.coordination.requests") & types
+        for path in CORE.rglob("*.py")
+        if REQUESTS not in path.parents
+    }
+    assert {str(path.relative_to(CORE)): sorted(names) for path, names in named.items() if names} == {
+        str(path.relative_to(CORE)): sorted(names) for path, names in NAMES_A_REQUEST_TYPE.items()
+    }
+
+
+def test_a_shells_call_is_one_signature_typed_by_the_request() -> None:
+    import typing
+
+    from coordinated.sidecar.node import Node
+
+    assert typing.get_overloads(Node.call) == []
+    assert "ClientRequest[R]" in str(inspect.signature(Node.call).parameters["request"].annotation)
+
+
+def test_the_request_scans_catch_an_unregistered_type_and_a_type_named_outside(tmp_path: Path) -> None:
+    sample = tmp_path / "elsewhere.py"
+    sample.write_text(
+        "from coordinated.coordination.requests.keys import KvPut, barrier_answer\n"
+        "class KvTouch(ClientRequest[Committed], frozen=True, tag='touch'):\n"
+        "    key: str\n"
+        "class Other(msgspec.Struct):\n"
+        "    pass\n"
+    )
+    assert request_classes(sample) == {"KvTouch"}
+    assert imported_names(sample, "coordinated.coordination.requests") == {"KvPut", "barrier_answer"}

@@ -24,22 +24,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinated.coordination import messages as m
-from coordinated.coordination.client import (
-    ClientResult,
-    Committed,
-    KvGet,
-    KvPut,
-    ReadValue,
-    RestoreSnapshot,
-    SessionCreate,
-    SessionInfo,
-    Txn,
-    TxnCompare,
-    TxnOp,
-    TxnOpResult,
-    TxnResult,
-)
+from coordinated.coordination.client import ClientResult, Committed, ReadValue, SessionInfo, TxnOpResult, TxnResult
 from coordinated.coordination.counters import CEILING, LONG_MAX, MAX_STEP
+from coordinated.coordination.requests.keys import KvGet, KvPut
+from coordinated.coordination.requests.sessions import SessionCreate
+from coordinated.coordination.requests.snapshots import RestoreSnapshot
+from coordinated.coordination.requests.transactions import Txn, TxnCompare, TxnOp
 from coordinated.coordination.state import ENCODE_HOOK, KeyVersion
 from coordinated.simulation.cluster import SimulatedCluster, stabilisation_time
 from coordinated.simulation.node_invariants import check_node_invariants

@@ -6,16 +6,13 @@ import itertools
 
 import msgspec
 
-from coordinated.coordination.batch import BatchContext, execute_batch
-from coordinated.coordination.client import (
-    ClusterError,
-    Committed,
-    DeleteRepository,
-    KvPut,
-    PutRepository,
-    RestoreSnapshot,
-)
+from coordinated.coordination.batch import execute_batch
+from coordinated.coordination.batch_draft import BatchContext
+from coordinated.coordination.client import ClusterError, Committed
 from coordinated.coordination.registry import default_settings
+from coordinated.coordination.requests import request_problem
+from coordinated.coordination.requests.keys import KvPut
+from coordinated.coordination.requests.snapshots import DeleteRepository, PutRepository, RestoreSnapshot
 from coordinated.coordination.state import (
     ClusterState,
     CoordinationMetadata,
@@ -27,7 +24,6 @@ from coordinated.coordination.state import (
     compute_diff,
 )
 from coordinated.coordination.tasks import ClientTask
-from coordinated.coordination.validation import request_problem
 
 MASTER = DiscoveryNode("m", "node-1", "127.0.0.1:9300")
 _uuids = itertools.count()

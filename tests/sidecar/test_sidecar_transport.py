@@ -11,7 +11,6 @@ import aiohttp
 import pytest
 from aiohttp import WSMsgType, web
 
-from coordinated.coordination.client import KvPut
 from coordinated.coordination.context import Mode
 from coordinated.coordination.messages import (
     Envelope,
@@ -22,6 +21,7 @@ from coordinated.coordination.messages import (
     decode_envelope,
     encode_envelope,
 )
+from coordinated.coordination.requests.keys import KvPut
 from coordinated.coordination.state import DiscoveryNode
 from coordinated.sidecar.observability.metrics import NodeMetrics, StatusSnapshot
 from coordinated.sidecar.peers import transport

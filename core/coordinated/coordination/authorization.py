@@ -13,9 +13,9 @@ names it, as of one `SecurityMetadata`. Its **permissions** are the union of wha
 A request is allowed when every access it makes is: a key access names a privilege and a key, or a privilege
 and a prefix (every key under it); either is allowed when one granted prefix of that privilege starts it. So a
 range read, prefix delete or watch of a prefix needs the privilege on the whole prefix, not only on some keys
-under it. A transaction needs `read` for each compare and get, `write` for each put, delete and prefix delete,
-in both branches (the branch that runs is known only on the master, as etcd checks them); a put bound to a
-session needs `session` on its key too. A session belongs to the principal that created it: only that
+under it. A transaction is a write: it needs `write` on every key it names and `read` too on each it reads
+(compares and gets), in both branches (the branch that runs is known only on the master, as etcd checks them);
+a put bound to a session needs `session` on its key too. A session belongs to the principal that created it: only that
 principal (or an admin) keeps it alive, ends it or binds keys to it.
 
 `Permissions` are compiled once per principal and `SecurityMetadata` (`Authorizer` caches them), so that a
@@ -27,28 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from coordinated.coordination.client import (
-    AddVotingConfigExclusions,
-    ClearVotingConfigExclusions,
-    ClientRequest,
-    ClusterError,
-    DeleteRepository,
-    KvDelete,
-    KvDeletePrefix,
-    KvGet,
-    KvPut,
-    Principal,
-    PutRepository,
-    ReadBarrier,
-    RestoreSnapshot,
-    SessionCreate,
-    SessionEnd,
-    SessionKeepAlive,
-    Txn,
-    UpdateSettings,
-)
+from coordinated.coordination.client import ClusterError, Principal
 from coordinated.coordination.security import (
     ADMIN,
     CLUSTER_PRIVILEGES,
@@ -214,73 +195,25 @@ class Authorizer:
         return found
 
 
-# -- what each client request of the core needs -------------------------------------------------------------
+# -- what a client request of the core needs (declared by its Action: requests/base.py) --------------------
 
 
-def request_accesses(request: ClientRequest) -> tuple[KeyAccess, ...]:
-    """The key accesses a request makes (none for a cluster request or a session call)."""
-    if isinstance(request, KvGet):
-        return (KeyAccess(READ, request.key),)
-    if isinstance(request, KvPut):
-        put = KeyAccess(WRITE, request.key)
-        return (put,) if request.session is None else (put, KeyAccess(SESSION, request.key))
-    if isinstance(request, KvDelete):
-        return (KeyAccess(WRITE, request.key),)
-    if isinstance(request, KvDeletePrefix):
-        return (KeyAccess(WRITE, request.prefix, prefix=True),)
-    if isinstance(request, Txn):
-        return txn_accesses(request)
-    if isinstance(request, SessionCreate):
-        return (KeyAccess(SESSION, request.prefix, prefix=True),)
-    return ()
+@dataclass(frozen=True)
+class Access:
+    """What the requests of one type need of their principal: a cluster privilege, or key accesses and the
+    sessions they use (each must be the principal's own); `open`: nothing (a read barrier, which reads no key: a
+    node asks for one before it serves a read of its own state, which it checks itself)."""
+
+    cluster: str | None = None
+    keys: Callable[[Any], Iterable[KeyAccess]] | None = None
+    sessions: Callable[[Any], Iterable[str]] | None = None
+    session_privilege: bool = True  # using its sessions needs `session` on their prefixes (not to end one)
+    open: bool = False
 
 
-def txn_accesses(txn: Txn) -> tuple[KeyAccess, ...]:
-    accesses = [KeyAccess(READ, compare.key) for compare in txn.compare]
-    for op in (*txn.success, *txn.failure):
-        if op.op == "get":
-            accesses.append(KeyAccess(READ, op.key))
-        elif op.op == "delete_prefix":
-            accesses.append(KeyAccess(WRITE, op.prefix or "", prefix=True))
-        else:
-            accesses.append(KeyAccess(WRITE, op.key))
-            if op.op == "put" and op.session is not None:
-                accesses.append(KeyAccess(SESSION, op.key))
-    return tuple(accesses)
-
-
-def request_sessions(request: ClientRequest) -> tuple[str, ...]:
-    """The sessions a request uses, each of which must belong to its principal."""
-    if isinstance(request, SessionKeepAlive | SessionEnd):
-        return (request.session,)
-    if isinstance(request, KvPut) and request.session is not None:
-        return (request.session,)
-    if isinstance(request, Txn):
-        return tuple(op.session for op in (*request.success, *request.failure) if op.session is not None)
-    return ()
-
-
-# The cluster privilege of each request that needs one (the others are key requests or session calls).
-_CLUSTER_REQUESTS: dict[type, str] = {
-    UpdateSettings: MANAGE,
-    AddVotingConfigExclusions: MANAGE,
-    ClearVotingConfigExclusions: MANAGE,
-    PutRepository: MANAGE,
-    DeleteRepository: MANAGE,
-    RestoreSnapshot: MANAGE,
-}
-# Requests any principal may make: a read barrier reads no key (a node asks for it before it serves a read of
-# its own state, which it checks itself).
-_OPEN_REQUESTS = (ReadBarrier,)
-
-
-def register_cluster_request(request_type: type, privilege: str) -> None:
-    """Another request type that needs a cluster privilege (the security requests need `security`)."""
-    _CLUSTER_REQUESTS[request_type] = privilege
-
-
-def cluster_privilege_of(request: ClientRequest) -> str | None:
-    return _CLUSTER_REQUESTS.get(type(request))
+NEEDS_MANAGE = Access(cluster=MANAGE)  # a request that declares nothing else
+OPEN = Access(open=True)
+NEEDS_SECURITY = Access(cluster=SECURITY)
 
 
 @dataclass(frozen=True)
@@ -309,37 +242,35 @@ def session_missing(
 
 
 def request_missing(
-    request: ClientRequest, permissions: Permissions, session_of: Callable[[str], SessionView | None]
+    request: Any, access: Access, permissions: Permissions, session_of: Callable[[str], SessionView | None]
 ) -> str | None:
-    """None when `permissions` allow `request`, else what is missing."""
-    if permissions.admin or isinstance(request, _OPEN_REQUESTS):
+    """None when `permissions` allow `request` (whose type needs `access`), else what is missing."""
+    if permissions.admin or access.open:
         return None
-    cluster = cluster_privilege_of(request)
-    if cluster is not None:
-        return permissions.missing_cluster(cluster)
-    missing = permissions.missing(request_accesses(request))
-    if missing is not None:
-        return missing
-    for session_id in request_sessions(request):
-        # Ending one's own session needs no privilege any more: a principal that lost it may still let go.
-        needs_privilege = not isinstance(request, SessionEnd)
-        missing = session_missing(permissions, session_id, session_of(session_id), needs_privilege)
+    if access.cluster is not None:
+        return permissions.missing_cluster(access.cluster)
+    if access.keys is not None:
+        missing = permissions.missing(access.keys(request))
+        if missing is not None:
+            return missing
+    for session_id in access.sessions(request) if access.sessions is not None else ():
+        missing = session_missing(permissions, session_id, session_of(session_id), access.session_privilege)
         if missing is not None:
             return missing
     return None
 
 
 def request_denial(
-    request: ClientRequest, permissions: Permissions, session_of: Callable[[str], SessionView | None]
+    request: Any, access: Access, permissions: Permissions, session_of: Callable[[str], SessionView | None]
 ) -> ClusterError | None:
     """None when `permissions` allow `request`, else the 403 naming what is missing."""
-    missing = request_missing(request, permissions, session_of)
+    missing = request_missing(request, access, permissions, session_of)
     if missing is None:
         return None
     return forbidden(permissions.unauthorized(describe_request(request), missing))
 
 
-def describe_request(request: ClientRequest) -> str:
+def describe_request(request: Any) -> str:
     """The action a refusal names: the request type, with its key or prefix when it has one."""
     name = type(request).__name__
     key = getattr(request, "key", None)

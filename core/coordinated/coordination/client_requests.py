@@ -1,47 +1,38 @@
-"""Where a client request goes: the master runs it (a read round, a master task, an exclusion wait), a
-follower forwards it to its master, and a node without a master answers it according to
-`cluster.no_master_block`.
+"""Where a client request goes: the master runs it (its type's `Action`: a master task, a read round, or a
+procedure of its own), a follower forwards it to its master, and a node without a master answers it according
+to `cluster.no_master_block`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from coordinated.coordination import client
 from coordinated.coordination.applied_waits import AppliedWaits
 from coordinated.coordination.authorization import Authorizer, SessionView, request_denial
 from coordinated.coordination.client import (
-    AddVotingConfigExclusions,
     Authenticated,
-    ClearVotingConfigExclusions,
     ClientRequest,
     ClientResult,
     ClusterError,
     Committed,
-    KvDelete,
-    KvDeletePrefix,
-    KvGet,
-    KvPut,
     Principal,
-    ReadBarrier,
-    SessionEnd,
-    SessionKeepAlive,
     Submitted,
-    Txn,
     TxnResult,
-    UpdateSettings,
 )
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.exclusion_waits import ExclusionWaits
 from coordinated.coordination.forwarding import Forwarder
-from coordinated.coordination.master_service import Priority, Task
+from coordinated.coordination.master_service import Task
 from coordinated.coordination.messages import ForwardedRequest, ForwardedResponse
 from coordinated.coordination.reads import ReadService
-from coordinated.coordination.security_tasks import security_request_problem
+from coordinated.coordination.requests import action_of
+from coordinated.coordination.requests.base import Runs
+from coordinated.coordination.requests.keys import barrier_answer
 from coordinated.coordination.settings import choice_setting
-from coordinated.coordination.state import DiscoveryNode
+from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.tasks import ClientTask
-from coordinated.coordination.validation import request_problem
 
 NO_MASTER_BLOCK = choice_setting(
     "cluster.no_master_block",
@@ -55,6 +46,8 @@ Reply = Callable[[ClientResult], None]
 
 
 class ClientRequests:
+    """Routes client requests; on the master it is what a request's own procedure runs on (`requests.base.Master`)."""
+
     def __init__(
         self,
         ctx: CoreContext,
@@ -92,7 +85,7 @@ class ClientRequests:
     ) -> None:
         """`principal` (or that of an `Authenticated` request): who the request is made as (None: nobody in
         particular, when the client port authenticates nobody); the master authorizes the request for it."""
-        request: ClientRequest = submitted.request if isinstance(submitted, Authenticated) else submitted
+        request = submitted.request if isinstance(submitted, Authenticated) else submitted
         if isinstance(submitted, Authenticated):
             principal = submitted.principal
         mode, leader = self.ctx.mode(), self.leader()
@@ -116,65 +109,29 @@ class ClientRequests:
         self.handle(request.request, reply, request.timeout_ms, forwarded=True, principal=request.principal)
 
     def _execute_on_master(
-        self, request: ClientRequest, reply: Reply, timeout: int, principal: Principal | None
+        self, request: ClientRequest[Any], reply: Reply, timeout: int, principal: Principal | None
     ) -> None:
+        action = action_of(request)
         # Every request is checked here too, forwarded or not: a peer may have skipped the API's checks.
-        problem = request_problem(request, self.ctx.accepted, self.ctx.settings) or security_request_problem(request)
+        problem = action.validate(request, self.ctx.accepted, self.ctx.settings)
         if problem is not None:
             reply(client.bad_request(problem))
             return
-        if isinstance(request, KvGet | SessionKeepAlive) and principal is not None:
-            # Authorized against the master's newest state; a task is authorized in its batch instead.
+        if principal is not None and action.execute is None:
+            # A read round or a keepalive: authorized against the master's newest state (a task is authorized in
+            # its batch instead, against the state it builds).
             denied = self._denial(request, principal)
             if denied is not None:
                 reply(denied)
                 return
-        if isinstance(request, KvGet | ReadBarrier):
-            self.reads.submit(request, reply)
-            return
-        if isinstance(request, SessionKeepAlive):
-            self._keepalive(request.session, reply)
-            return
         deadline = self.ctx.now + timeout
-        if isinstance(request, client.SECURITY_REQUESTS):
-            # Answered once every node has applied the change (or at the deadline, not acknowledged).
-            waits, committed_reply = self.applied_waits, reply
+        master = self if principal is None else _MasterFor(self, principal)
+        if action.on_master is not None:
+            action.on_master(request, reply, deadline, master)
+        else:
+            master.run(request, reply, deadline)
 
-            def reply(result: ClientResult) -> None:
-                waits.until_applied(result, committed_reply, deadline)
-
-        if isinstance(request, ClearVotingConfigExclusions) and request.wait_for_removal:
-            state = self.ctx.accepted
-            if any(node_id in state.nodes for node_id in state.coordination.excluded_ids()):
-
-                def when_removed(result: ClientResult) -> None:
-                    if isinstance(result, ClusterError):
-                        reply(result)
-                        return
-                    source = "clear-voting-config-exclusions"
-                    self.submit_task(Task(source, Priority.URGENT, ClientTask(request, principal), reply, deadline))
-
-                self.exclusion_waits.until_removed(when_removed, deadline)
-                return
-        if isinstance(request, AddVotingConfigExclusions):
-            inner = reply
-
-            def reply(result: ClientResult, request: AddVotingConfigExclusions = request) -> None:
-                if isinstance(result, Committed):
-                    self.exclusion_waits.until_out_of_config(request, inner, deadline)
-                else:
-                    inner(result)
-
-        if isinstance(request, Txn | KvPut | KvDelete | KvDeletePrefix | SessionEnd):
-            reply = self._confirmed_if_unwritten(reply, self.ctx.accepted.version)
-        priority = (
-            Priority.URGENT
-            if isinstance(request, AddVotingConfigExclusions | ClearVotingConfigExclusions)
-            else (Priority.HIGH if isinstance(request, UpdateSettings | client.SecurityRequest) else Priority.NORMAL)
-        )
-        self.submit_task(Task(_describe(request), priority, ClientTask(request, principal), reply, deadline))
-
-    def _denial(self, request: ClientRequest, principal: Principal) -> ClusterError | None:
+    def _denial(self, request: ClientRequest[Any], principal: Principal) -> ClusterError | None:
         state = self.ctx.accepted
 
         def session_of(session_id: str) -> SessionView | None:
@@ -182,24 +139,50 @@ class ClientRequests:
             return None if session is None else SessionView(session.owner, session.prefix)
 
         permissions = self.authorizer.permissions(principal, state.security_metadata())
-        return request_denial(request, permissions, session_of)
+        return request_denial(request, action_of(request).access, permissions, session_of)
 
-    def _keepalive(self, session: str, reply: Reply) -> None:
-        """Renewed on this master, but only once it has confirmed with a quorum that it still leads (as etcd
-        does since a deposed leader renewed leases): a deposed master cannot acknowledge a keepalive that the
-        new master never hears of. The renewal counts from the arrival; the leases answer it (sessions.py)."""
-        arrived = self.ctx.now
-        if session not in self.ctx.accepted.sessions:
-            self.reads.submit(ReadBarrier(), lambda barrier: reply(_unless_error(barrier, session)))
+    # -- what a request's own procedure may do on the master (requests.base.Master) -------------------------
+
+    @property
+    def now(self) -> int:
+        return self.ctx.now
+
+    @property
+    def state(self) -> ClusterState:
+        return self.ctx.accepted
+
+    def run(
+        self,
+        request: ClientRequest[Any],
+        reply: Reply,
+        deadline: int,
+        source: str | None = None,
+        principal: Principal | None = None,
+    ) -> None:
+        action = action_of(request)
+        if action.runs is Runs.READ:
+            read = action.read
+            assert read is not None  # a read round without an answer has a procedure of its own
+            self.reads.submit(lambda state: read(request, state), reply)
             return
+        if action.confirm_unwritten:
+            reply = self._confirmed_if_unwritten(reply, self.ctx.accepted.version)
+        task = Task(source or action.source(request), action.priority, ClientTask(request, principal), reply, deadline)
+        self.submit_task(task)
 
-        def after_barrier(barrier: ClientResult) -> None:
-            if not isinstance(barrier, Committed):
-                reply(barrier)
-                return
-            self.renew_session(session, arrived, reply)
+    def confirm(self, reply: Reply) -> None:
+        self.reads.submit(barrier_answer, reply)
 
-        self.reads.submit(ReadBarrier(), after_barrier)
+    def until_out_of_config(
+        self, node_names: tuple[str, ...], node_ids: tuple[str, ...], reply: Reply, deadline: int
+    ) -> None:
+        self.exclusion_waits.until_out_of_config(node_names, node_ids, reply, deadline)
+
+    def until_removed(self, then: Reply, deadline: int) -> None:
+        self.exclusion_waits.until_removed(then, deadline)
+
+    def until_applied(self, result: ClientResult, reply: Reply, deadline: int) -> None:
+        self.applied_waits.until_applied(result, reply, deadline)
 
     def _confirmed_if_unwritten(self, reply: Reply, accepted_version: int) -> Reply:
         """A conflict, a missing session, a transaction that wrote nothing, or a write that changed nothing (the
@@ -220,21 +203,42 @@ class ClientRequests:
             def after_barrier(barrier: ClientResult) -> None:
                 reply(result if isinstance(barrier, Committed) else barrier)
 
-            self.reads.submit(ReadBarrier(), after_barrier)
+            self.confirm(after_barrier)
 
         return confirmed_reply
 
 
-def _unless_error(barrier: ClientResult, session: str) -> ClientResult:
-    """A session this master does not hold is not found, once the master has confirmed that it leads."""
-    return barrier if isinstance(barrier, ClusterError) else client.session_not_found_error(session)
+class _MasterFor:
+    """The master as one principal's request sees it (`requests.base.Master`): the tasks it runs are made as that
+    principal, so their batch authorizes them and records their writer."""
 
+    def __init__(self, requests: ClientRequests, principal: Principal) -> None:
+        self.requests, self.principal = requests, principal
 
-def _describe(request: ClientRequest) -> str:
-    if isinstance(request, KvPut | KvDelete | KvGet):
-        return f"{type(request).__name__} [{request.key}]"
-    if isinstance(request, KvDeletePrefix):
-        return f"KvDeletePrefix [{request.prefix}]"
-    if isinstance(request, Txn):
-        return f"Txn [{len(request.compare)} compares, {len(request.success)}/{len(request.failure)} ops]"
-    return type(request).__name__
+    @property
+    def now(self) -> int:
+        return self.requests.now
+
+    @property
+    def state(self) -> ClusterState:
+        return self.requests.state
+
+    def run(self, request: ClientRequest[Any], reply: Reply, deadline: int, source: str | None = None) -> None:
+        self.requests.run(request, reply, deadline, source, self.principal)
+
+    def confirm(self, reply: Reply) -> None:
+        self.requests.confirm(reply)
+
+    def until_out_of_config(
+        self, node_names: tuple[str, ...], node_ids: tuple[str, ...], reply: Reply, deadline: int
+    ) -> None:
+        self.requests.until_out_of_config(node_names, node_ids, reply, deadline)
+
+    def until_removed(self, then: Reply, deadline: int) -> None:
+        self.requests.until_removed(then, deadline)
+
+    def renew_session(self, session: str, arrived: int, reply: Reply) -> None:
+        self.requests.renew_session(session, arrived, reply)
+
+    def until_applied(self, result: ClientResult, reply: Reply, deadline: int) -> None:
+        self.requests.until_applied(result, reply, deadline)

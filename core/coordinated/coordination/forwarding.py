@@ -7,6 +7,7 @@ client's timeout, or a change of master.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from coordinated.coordination import client
 from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Principal
@@ -25,7 +26,7 @@ class Forwarder:
     def forward(
         self,
         master: DiscoveryNode,
-        request: ClientRequest,
+        request: ClientRequest[Any],
         reply: Reply,
         timeout: int,
         principal: Principal | None = None,

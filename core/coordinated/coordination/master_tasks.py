@@ -9,14 +9,8 @@ from dataclasses import dataclass
 
 from coordinated.coordination import client
 from coordinated.coordination.authorization import Authorizer
-from coordinated.coordination.batch import (
-    MAX_STATE_SIZE,
-    MAX_VALUE_SIZE,
-    BatchContext,
-    StateSizes,
-    execute_batch,
-    improve_configuration,
-)
+from coordinated.coordination.batch import MAX_STATE_SIZE, MAX_VALUE_SIZE, execute_batch, improve_configuration
+from coordinated.coordination.batch_draft import BatchContext, StateSizes
 from coordinated.coordination.client import ClientResult, Committed
 from coordinated.coordination.context import CoreContext
 from coordinated.coordination.master_service import MasterService, Task

@@ -10,8 +10,9 @@ from typing import Any
 
 import msgspec
 
-from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult, Principal
+from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientResult, Principal
 from coordinated.coordination.history import NO_CLUSTER_UUID
+from coordinated.coordination.requests import AnyRequest
 from coordinated.coordination.state import ENCODE_HOOK, ClusterState, ClusterStateDiff, DiscoveryNode, Long
 
 
@@ -164,7 +165,7 @@ class LeadershipProbeResponse(_Message, frozen=True, tag="leadership_probe_respo
 class ForwardedRequest(_Message, frozen=True, tag="forwarded_request"):
     source_id: str
     request_id: Long
-    request: ClientRequest
+    request: AnyRequest  # decoded by its tag as any registered request type
     # The client's timeout: the master's tasks and waits for this request end by then.
     timeout_ms: Long = DEFAULT_REQUEST_TIMEOUT_MS
     # Who the client is, as the forwarding node authenticated it: the master authorizes the request for it. A

@@ -9,19 +9,9 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from coordinated.coordination.client import (
-    ClientResult,
-    ClusterError,
-    Committed,
-    KvDelete,
-    KvGet,
-    KvPut,
-    ReadValue,
-    Txn,
-    TxnCompare,
-    TxnOp,
-    TxnResult,
-)
+from coordinated.coordination.client import ClientResult, ClusterError, Committed, ReadValue, TxnResult
+from coordinated.coordination.requests.keys import KvDelete, KvGet, KvPut
+from coordinated.coordination.requests.transactions import Txn, TxnCompare, TxnOp
 from coordinated.coordination.settings import Settings
 from coordinated.simulation.cluster import SimulatedCluster
 from coordinated.simulation.linearizability import Operation, Verdict, check_history, check_transactions

@@ -18,9 +18,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed, ReadBarrier
+from coordinated.coordination.client import (
+    Authenticated,
+    ClientRequest,
+    ClientResult,
+    ClusterError,
+    Committed,
+    Principal,
+)
 from coordinated.coordination.coordinator import Mode
 from coordinated.coordination.effects import Effect, PublicationFinished
 from coordinated.coordination.elections import ELECTION_DURATION, ELECTION_MAX_TIMEOUT
@@ -41,6 +48,7 @@ from coordinated.coordination.publication import PUBLISH_TIMEOUT
 from coordinated.coordination.ranges import RangeEntry, range_page
 from coordinated.coordination.reconfigurator import AUTO_SHRINK_VOTING_CONFIGURATION
 from coordinated.coordination.registry import default_settings
+from coordinated.coordination.requests.keys import ReadBarrier
 from coordinated.coordination.settings import NODE_NAME, NODE_ROLES, Settings
 from coordinated.coordination.state import ClusterState
 from coordinated.coordination.state_index import SortedKeys
@@ -77,7 +85,7 @@ def stabilisation_time(settings: Settings) -> int:
 class PendingOp:
     client: int
     node: int
-    request: ClientRequest
+    request: ClientRequest[Any]
     invoked: int
     on_done: Callable[[ClientResult], None] | None = None
 
@@ -104,6 +112,8 @@ class SimulatedCluster:
         self.recorder = OperationRecorder()  # what the clients did, for the linearizability checkers
         self.logs: list[tuple[int, str, str, str]] = []
         self.publications: list[PublicationFinished] = []
+        # Called with each state a node applies (workloads that check what the committed states held).
+        self.applied_observers: list[Callable[[SimNode, ClusterState], None]] = []
         self.safety = SafetyChecker(seed, lambda: self.now)
         self.bus = MessageBus(self.scheduler, self.network, self.nodes, self._run_effects)
         self.effects = EffectInterpreter(
@@ -273,6 +283,8 @@ class SimulatedCluster:
     def _state_applied(self, sim_node: SimNode, state: ClusterState) -> None:
         self.safety.check_applied(state)
         self._wake_apply_waiters(sim_node, state)
+        for observer in self.applied_observers:
+            observer(sim_node, state)
 
     def deliver_late(self, sender: SimNode, target: SimNode, message: Message) -> None:
         """Deliver `message` now, whatever the links say (see MessageBus.deliver_late)."""
@@ -288,11 +300,13 @@ class SimulatedCluster:
     def submit(
         self,
         node_index: int,
-        request: ClientRequest,
+        request: ClientRequest[Any],
         client: int = 0,
         on_done: Callable[[ClientResult], None] | None = None,
         timeout: int = 10_000,
+        principal: Principal | None = None,
     ) -> None:
+        """`principal`: who the request is made as (the node authenticated it), or nobody in particular."""
         sim_node = self.nodes[node_index]
         request_id = next(self._request_ids)
         op = PendingOp(client, node_index, request, self.now, on_done)
@@ -304,7 +318,8 @@ class SimulatedCluster:
                 on_done(ClusterError("connect_exception", "node is down", 503))
             return
         self._pending[(node_index, request_id)] = op
-        self._run_effects(sim_node, sim_node.coordinator.submit(request_id, request, self.now, timeout))
+        submitted = request if principal is None else Authenticated(request, principal)
+        self._run_effects(sim_node, sim_node.coordinator.submit(request_id, submitted, self.now, timeout))
 
     def _complete_op(self, key: tuple[int, int], result: ClientResult) -> None:
         op = self._pending.pop(key, None)

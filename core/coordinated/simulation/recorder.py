@@ -20,21 +20,10 @@ from typing import Any
 
 import msgspec
 
-from coordinated.coordination.client import (
-    ClientRequest,
-    ClientResult,
-    ClusterError,
-    Committed,
-    KvDelete,
-    KvDeletePrefix,
-    KvGet,
-    KvPut,
-    ReadValue,
-    Txn,
-    TxnOp,
-    TxnResult,
-)
+from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed, ReadValue, TxnResult
 from coordinated.coordination.ranges import RangeEntry, decoded_value
+from coordinated.coordination.requests.keys import KvDelete, KvDeletePrefix, KvGet, KvPut
+from coordinated.coordination.requests.transactions import Txn, TxnOp
 from coordinated.simulation.linearizability import MISSING, UNCONDITIONAL, Operation, TxnOperation
 
 MULTI_KEY_PREFIX = "acct/"
@@ -51,7 +40,9 @@ class OperationRecorder:
         self.txn_operations: list[TxnOperation] = []
         self.range_operations: list[TxnOperation] = []
 
-    def record(self, client: int, request: ClientRequest, invoked: int, result: ClientResult, completed: int) -> None:
+    def record(
+        self, client: int, request: ClientRequest[Any], invoked: int, result: ClientResult, completed: int
+    ) -> None:
         if isinstance(request, Txn):
             self._record_txn(client, request, invoked, result, completed)
         elif isinstance(request, KvDeletePrefix):

@@ -18,7 +18,7 @@ import random
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import assert_never, overload
+from typing import Any, TypeVar, assert_never
 
 import msgspec
 
@@ -28,18 +28,7 @@ from coordinated.coordination.client import (
     ClientRequest,
     ClientResult,
     ClusterError,
-    Committed,
-    CommittingRequest,
-    KvGet,
     Principal,
-    ReadBarrier,
-    ReadValue,
-    SessionCreate,
-    SessionEnd,
-    SessionInfo,
-    SessionKeepAlive,
-    Txn,
-    TxnResult,
     checked_result,
 )
 from coordinated.coordination.coordinator import Coordinator
@@ -59,6 +48,7 @@ from coordinated.coordination.messages import Message
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.quotas import QuotaUsage
 from coordinated.coordination.recovery import recovered_state_event
+from coordinated.coordination.requests.keys import ReadBarrier
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
 from coordinated.sidecar.auth.authenticators import Authentication, build_authenticators
@@ -84,6 +74,7 @@ from coordinated.sidecar.features.watch_streams import (
 from coordinated.sidecar.features.watches import SharedBarrier, WatchHub
 from coordinated.sidecar.observability.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.observability.problems import NodeProblem, ProblemKind, count_by_kind
+from coordinated.sidecar.observability.quota_metrics import QuotaCollector, QuotaStatus
 from coordinated.sidecar.peers.auth import SECRET_FILE, TransportAuth
 from coordinated.sidecar.peers.refusals import Refusals
 from coordinated.sidecar.peers.tls import (
@@ -117,6 +108,7 @@ from coordinated.sidecar.storage.persistence import (
 from coordinated.sidecar.web.http_chunks import chunk
 
 log = logging.getLogger("coordinated.node")
+R = TypeVar("R")  # what a request answers
 READ_BARRIER_TIMEOUT_MS = 30_000
 STORE_CLOSE_TIMEOUT_S = 10.0
 # On a graceful stop the node closes its current history segment and waits this long for the archive to take it,
@@ -203,6 +195,7 @@ class Node:
         self.group_commit = GroupCommit(self.persisted, self._execute, self._on_sync_failure)
         self.metrics = NodeMetrics(self.status_snapshot)
         self.metrics.registry.register(HistoryCollector(lambda: self.history_maintenance.status))
+        self.metrics.registry.register(QuotaCollector(self.quota_statuses))
         self.hooks = HookManager(config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000)
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
@@ -566,6 +559,22 @@ class Node:
         coordinator = self.coordinator
         self._run(lambda now: coordinator.handle_seed_addresses(addresses, now))
 
+    def quota_statuses(self) -> list[QuotaStatus]:
+        """Every quota of the applied state with its usage (watch streams: this node's own)."""
+        state = self.applied_state
+        security = state.security_metadata()
+        if security is None or not security.quotas:
+            return []
+        usage = self.quota_usage.at(state).usage
+        statuses = []
+        for name, quota in sorted(security.quotas.items()):
+            counted = usage.get(name)
+            used = {"watch_streams": self.stream_quotas.count(quota.prefix)}
+            if counted is not None:
+                used.update(keys=counted.keys, bytes=counted.bytes, sessions=counted.sessions)
+            statuses.append(QuotaStatus(name, quota.prefix, quota.limits(), used))
+        return statuses
+
     def _stream_missing(self, principal: Principal, prefixes: tuple[str, ...]) -> str | None:
         permissions = self.permissions(principal)
         return permissions.missing(KeyAccess(READ, prefix, prefix=True) for prefix in prefixes)
@@ -576,22 +585,12 @@ class Node:
         """What `principal` may do, by the roles and role mappings of this node's applied state."""
         return self.authorizer.permissions(principal, self.applied_state.security_metadata())
 
-    @overload
-    async def call(self, request: KvGet, timeout_ms: int | None = None) -> ReadValue | ClusterError: ...
-    @overload
-    async def call(self, request: Txn, timeout_ms: int | None = None) -> TxnResult | ClusterError: ...
-    @overload
-    async def call(
-        self, request: SessionCreate | SessionKeepAlive | SessionEnd, timeout_ms: int | None = None
-    ) -> SessionInfo | Committed | ClusterError: ...
-    @overload
-    async def call(self, request: CommittingRequest, timeout_ms: int | None = None) -> Committed | ClusterError: ...
-    async def call(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
-        """`submit`, typed by the request (`client.RESULT_TYPES`): any other answer becomes an internal error here,
-        once, rather than in every handler."""
+    async def call(self, request: ClientRequest[R], timeout_ms: int | None = None) -> R | ClusterError:
+        """`submit`, typed by the request (a `ClientRequest[R]` answers an R): any other answer becomes an internal
+        error here, once, rather than in every handler."""
         return checked_result(request, await self.submit(request, timeout_ms))
 
-    async def submit(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
+    async def submit(self, request: ClientRequest[Any], timeout_ms: int | None = None) -> ClientResult:
         """The request goes to the core as made by the principal of the client request being handled (the access
         middleware's `CURRENT_PRINCIPAL`), which the master authorizes it for."""
         assert self.coordinator is not None and self.loop is not None

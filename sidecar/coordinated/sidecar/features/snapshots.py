@@ -13,7 +13,7 @@ one. With a snapshot secret (`snapshot.secret_file`) the header also carries `hm
 HMAC-SHA256 of `SIGNATURE_DOMAIN || payload` (the payload names the snapshot, so a signed blob cannot be
 passed off under another name), and a node holding the secret reads only snapshots signed with it, whatever
 the repository's type. The master checks a restored snapshot's content as it checks the writes that could have
-made it, either way (`coordination.validation.restore_problem`, and the batch's size limits).
+made it, either way (`coordination.requests.snapshots.restore_problem`, and the batch's size limits).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from coordinated.sidecar.auth.authenticators import Authentication, Refused
 from coordinated.sidecar.auth.principal import CURRENT_PRINCIPAL
 from coordinated.sidecar.auth.tokens_file import TOKENS_FILE as TOKENS_FILE  # where the settings find it
 from coordinated.sidecar.auth.tokens_file import Tokens as Tokens
-from coordinated.sidecar.web.app_keys import node_of
+from coordinated.sidecar.web.app_keys import NODE_KEY
 from coordinated.sidecar.web.errors import Forbidden
 from coordinated.sidecar.web.privileges import Privilege, missing_privilege
 from coordinated.sidecar.web.routes import Endpoint, requested_keys
@@ -43,6 +43,7 @@ from coordinated.sidecar.web.routes import Endpoint, requested_keys
 log = logging.getLogger("coordinated.access")
 
 PRINCIPAL_KEY: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
+PERMISSIONS_KEY: web.RequestKey[Permissions] = web.RequestKey("permissions", Permissions)
 
 
 def principal_of(request: web.Request) -> Principal | None:
@@ -52,9 +53,14 @@ def principal_of(request: web.Request) -> Principal | None:
 
 def permissions_of(request: web.Request) -> Permissions | None:
     """The permissions of the request's principal by this node's applied roles and mappings; None when the
-    client port authenticates nothing (everything is allowed)."""
+    client port authenticates nothing (everything is allowed). Those of now: a handler that waited (a long
+    poll) asks again, by the state applied since."""
     principal = principal_of(request)
-    return None if principal is None else node_of(request).permissions(principal)
+    if principal is None:
+        return None
+    if NODE_KEY in request.app:
+        return request.app[NODE_KEY].permissions(principal)
+    return request[PERMISSIONS_KEY]
 
 
 def shows_writers(request: web.Request) -> bool:
@@ -151,6 +157,7 @@ def access_middleware(
         if lacking is not None:
             return refuse(403, permissions.unauthorized(action_of(request), lacking))
         request[PRINCIPAL_KEY] = principal
+        request[PERMISSIONS_KEY] = permissions
         token = CURRENT_PRINCIPAL.set(principal)
         try:
             return await handler(request)  # a handler's Forbidden is answered by the errors middleware

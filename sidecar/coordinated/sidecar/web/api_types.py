@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from coordinated.coordination.client import TxnCompare, TxnOp
+from coordinated.coordination.requests.transactions import TxnCompare, TxnOp
 
 Omitted = msgspec.UnsetType  # a field an answer has only in some cases
 
@@ -330,21 +330,25 @@ class Created(msgspec.Struct):
 class RoleChanged(msgspec.Struct):
     role: Created
     acknowledged: bool  # every node applied it before the answer (no node serves by the old rules)
+    version: int  # of the cluster state that carries the change
 
 
 class RoleMappingChanged(msgspec.Struct):
     role_mapping: Created
     acknowledged: bool
+    version: int
 
 
 class QuotaChanged(msgspec.Struct):
     quota: Created
     acknowledged: bool
+    version: int
 
 
 class Deleted(msgspec.Struct):
     found: bool
     acknowledged: bool
+    version: int
 
 
 class KeyGrantBody(msgspec.Struct, forbid_unknown_fields=True):

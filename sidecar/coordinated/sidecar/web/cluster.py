@@ -9,11 +9,10 @@ from typing import Any
 
 from aiohttp import web
 
-from coordinated.coordination.client import (
+from coordinated.coordination.client import ClusterError, Committed
+from coordinated.coordination.requests.cluster import (
     AddVotingConfigExclusions,
     ClearVotingConfigExclusions,
-    ClusterError,
-    Committed,
     UpdateSettings,
 )
 from coordinated.coordination.settings import CLUSTER_NAME

@@ -12,8 +12,9 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from coordinated.coordination.client import ClusterError, Committed, DeleteQuota, PutQuota
+from coordinated.coordination.client import ClusterError, Committed
 from coordinated.coordination.quotas import Usage
+from coordinated.coordination.requests.security import DeleteQuota, PutQuota
 from coordinated.coordination.security import Quota, describe_problem, name_problem, quota_problem
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.web import api_types as t

@@ -15,14 +15,8 @@ import msgspec
 from aiohttp import web
 
 from coordinated.coordination.authorization import READ, Permissions
-from coordinated.coordination.client import (
-    ClusterError,
-    Committed,
-    DeleteRole,
-    DeleteRoleMapping,
-    PutRole,
-    PutRoleMapping,
-)
+from coordinated.coordination.client import ClusterError, Committed
+from coordinated.coordination.requests.security import DeleteRole, DeleteRoleMapping, PutRole, PutRoleMapping
 from coordinated.coordination.security import (
     ADMIN,
     KEY_PRIVILEGES,
@@ -84,13 +78,19 @@ def file_admins(node: Node) -> bool:
 def changed(result: Committed | ClusterError, kind: str) -> web.Response:
     if isinstance(result, ClusterError):
         return result_error(result)
-    return web.json_response({kind: {"created": result.created is True}, "acknowledged": result.acknowledged is True})
+    return web.json_response(
+        {
+            kind: {"created": result.created is True},
+            "acknowledged": result.acknowledged is True,
+            "version": result.version,
+        }
+    )
 
 
 def deleted(result: Committed | ClusterError) -> web.Response:
     if isinstance(result, ClusterError):
         return result_error(result)
-    return web.json_response({"found": True, "acknowledged": result.acknowledged is True})
+    return web.json_response({"found": True, "acknowledged": result.acknowledged is True, "version": result.version})
 
 
 async def read_problem(request: web.Request, params: Query) -> web.Response | None:

@@ -17,17 +17,18 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from coordinated.coordination.client import (
-    ClusterError,
+from coordinated.coordination.client import ClusterError
+from coordinated.coordination.history import EventType, HistoryEvent
+from coordinated.coordination.object_names import parse_base_path
+from coordinated.coordination.requests.snapshots import (
     DeleteRepository,
     PutRepository,
     RestoreSnapshot,
+    repository_problem,
 )
-from coordinated.coordination.history import EventType, HistoryEvent
-from coordinated.coordination.object_names import parse_base_path
 from coordinated.coordination.state import ClusterState, Repository
 from coordinated.coordination.state_events import state_event
-from coordinated.coordination.validation import repository_problem, snapshot_name_problem
+from coordinated.coordination.validation import snapshot_name_problem
 from coordinated.sidecar.features import snapshots
 from coordinated.sidecar.features.snapshot_fs import FsRepository, location_problem
 from coordinated.sidecar.features.snapshot_s3 import S3Repository

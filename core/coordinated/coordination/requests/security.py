@@ -1,37 +1,35 @@
-"""What the master does with the requests that change roles, role mappings and quotas: their checks, and their
-changes to the `SecurityMetadata` a batch builds (one after the other, so that two concurrent changes are decided
-in order: two deletes of the last two admin mappings cannot both succeed).
+"""The requests that change roles, role mappings and quotas (`/_security/role`, `/_security/role_mapping`,
+`/_quota`), each with what the core does with it (base.Action): their checks, and their changes to the
+`SecurityMetadata` a batch builds, one after the other, so that two concurrent changes are decided in order (two
+deletes of the last two admin mappings cannot both succeed).
 
 A change takes effect with the publication that carries it. Its answer waits until every node of the cluster has
-applied it (`Committed.acknowledged`, client_requests.py), so that once a revocation is acknowledged no node
-serves the principal by the old rules.
+applied it (`Committed.acknowledged`, applied_waits.py), so that once a revocation is acknowledged no node serves
+the principal by the old rules. They all need the `security` privilege (the built-in `admin` role's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
 from coordinated.coordination import client
-from coordinated.coordination.client import (
-    ClientRequest,
-    ClientResult,
-    Committed,
-    DeleteQuota,
-    DeleteRole,
-    DeleteRoleMapping,
-    PutQuota,
-    PutRole,
-    PutRoleMapping,
-)
-from coordinated.coordination.quotas import BatchQuotas, Usage, below_usage_problem, usage_under
+from coordinated.coordination.authorization import NEEDS_SECURITY
+from coordinated.coordination.batch_draft import Draft, Result
+from coordinated.coordination.client import ClientRequest, Committed
+from coordinated.coordination.master_service import Priority
+from coordinated.coordination.quotas import below_usage_problem, usage_under
+from coordinated.coordination.requests.base import Action, Master, Reply, Runs
 from coordinated.coordination.security import (
     ADMIN,
     MAX_QUOTAS,
     MAX_ROLE_MAPPINGS,
     MAX_ROLES,
+    Quota,
+    RoleDescriptor,
+    RoleMapping,
     SecurityMetadata,
     describe_problem,
     mapping_problem,
@@ -40,51 +38,49 @@ from coordinated.coordination.security import (
     role_name_problem,
     role_problem,
 )
-from coordinated.coordination.state import Session
 
 FEATURE_NOT_AVAILABLE = "feature_not_available_exception"
 
 
-class SecurityDraft(Protocol):
-    """What the security executors change in a batch's draft."""
+class PutRole(ClientRequest[Committed], frozen=True, tag="put_role"):
+    """Define or replace a custom role (`PUT /_security/role/NAME`)."""
 
-    security: SecurityMetadata | None
-    quotas: BatchQuotas | None
-
-    def keys_under(self, prefix: str) -> Iterable[tuple[str, Any]]: ...
-
-    def sessions(self) -> Iterable[Session]: ...
-
-    def quotas_changed(self, quotas: dict[str, Any], counted: dict[str, Usage]) -> None: ...
+    name: str
+    role: RoleDescriptor
 
 
-def security_request_problem(request: ClientRequest) -> str | None:
-    """The checks of a security request's names and body: None, or the reason of a 400 naming the field."""
-    if isinstance(request, PutRole):
-        problem = role_name_problem(request.name)
-        if problem is not None:
-            return problem
-        found = role_problem(request.role)
-        return None if found is None else describe_problem(found)
-    if isinstance(request, DeleteRole):
-        return role_name_problem(request.name)
-    if isinstance(request, PutRoleMapping):
-        problem = name_problem(request.name, "role mapping")
-        if problem is not None:
-            return problem
-        found = mapping_problem(request.mapping)
-        return None if found is None else describe_problem(found)
-    if isinstance(request, DeleteRoleMapping):
-        return name_problem(request.name, "role mapping")
-    if isinstance(request, PutQuota):
-        problem = name_problem(request.name, "quota")
-        if problem is not None:
-            return problem
-        found = quota_problem(request.quota)
-        return None if found is None else describe_problem(found)
-    if isinstance(request, DeleteQuota):
-        return name_problem(request.name, "quota")
-    return None
+class DeleteRole(ClientRequest[Committed], frozen=True, tag="delete_role"):
+    name: str
+
+
+class PutRoleMapping(ClientRequest[Committed], frozen=True, tag="put_role_mapping"):
+    """Define or replace a role mapping. `file_admins`: the node it came through has admins in its tokens file
+    (who stay admins whatever the mappings say), so the change cannot leave the cluster without an admin."""
+
+    name: str
+    mapping: RoleMapping
+    file_admins: bool = False
+
+
+class DeleteRoleMapping(ClientRequest[Committed], frozen=True, tag="delete_role_mapping"):
+    name: str
+    file_admins: bool = False
+
+
+class PutQuota(ClientRequest[Committed], frozen=True, tag="put_quota"):
+    """Define or replace a quota; one whose limits are below what is used now needs `force`."""
+
+    name: str
+    quota: Quota
+    force: bool = False
+
+
+class DeleteQuota(ClientRequest[Committed], frozen=True, tag="delete_quota"):
+    name: str
+
+
+def _described(problem: tuple[str, str] | None) -> str | None:
+    return None if problem is None else describe_problem(problem)
 
 
 def access_control_off() -> client.ClusterError:
@@ -99,11 +95,11 @@ def _changed(security: SecurityMetadata, **fields: Any) -> SecurityMetadata:
     return msgspec.structs.replace(security, **fields)
 
 
-def _has_admin_mapping(mappings: Iterable[Any]) -> bool:
+def _has_admin_mapping(mappings: Iterable[RoleMapping]) -> bool:
     return any(ADMIN in mapping.roles for mapping in mappings)
 
 
-def _leaves_no_admin(file_admins: bool, before: dict[str, Any], after: dict[str, Any]) -> bool:
+def _leaves_no_admin(file_admins: bool, before: dict[str, RoleMapping], after: dict[str, RoleMapping]) -> bool:
     """A change that takes the last `admin` mapping away, from a node whose tokens file names no admin."""
     return not file_admins and _has_admin_mapping(before.values()) and not _has_admin_mapping(after.values())
 
@@ -116,7 +112,7 @@ def _no_admin_left(name: str) -> client.ClusterError:
     )
 
 
-def put_role(request: PutRole, draft: SecurityDraft) -> ClientResult | None:
+def _put_role(request: PutRole, draft: Draft) -> Result:
     security = draft.security
     if security is None:
         return access_control_off()
@@ -127,7 +123,7 @@ def put_role(request: PutRole, draft: SecurityDraft) -> ClientResult | None:
     return Committed(0, 0, created=created)
 
 
-def delete_role(request: DeleteRole, draft: SecurityDraft) -> ClientResult | None:
+def _delete_role(request: DeleteRole, draft: Draft) -> Result:
     security = draft.security
     if security is None:
         return access_control_off()
@@ -138,7 +134,7 @@ def delete_role(request: DeleteRole, draft: SecurityDraft) -> ClientResult | Non
     return Committed(0, 0)
 
 
-def put_role_mapping(request: PutRoleMapping, draft: SecurityDraft) -> ClientResult | None:
+def _put_role_mapping(request: PutRoleMapping, draft: Draft) -> Result:
     security = draft.security
     if security is None:
         return access_control_off()
@@ -152,7 +148,7 @@ def put_role_mapping(request: PutRoleMapping, draft: SecurityDraft) -> ClientRes
     return Committed(0, 0, created=created)
 
 
-def delete_role_mapping(request: DeleteRoleMapping, draft: SecurityDraft) -> ClientResult | None:
+def _delete_role_mapping(request: DeleteRoleMapping, draft: Draft) -> Result:
     security = draft.security
     if security is None:
         return access_control_off()
@@ -165,7 +161,7 @@ def delete_role_mapping(request: DeleteRoleMapping, draft: SecurityDraft) -> Cli
     return Committed(0, 0)
 
 
-def put_quota(request: PutQuota, draft: SecurityDraft) -> ClientResult | None:
+def _put_quota(request: PutQuota, draft: Draft) -> Result:
     security = draft.security
     if security is None:
         return access_control_off()
@@ -183,7 +179,7 @@ def put_quota(request: PutQuota, draft: SecurityDraft) -> ClientResult | None:
     return Committed(0, 0, created=created)
 
 
-def delete_quota(request: DeleteQuota, draft: SecurityDraft) -> ClientResult | None:
+def _delete_quota(request: DeleteQuota, draft: Draft) -> Result:
     security = draft.security
     if security is None:
         return access_control_off()
@@ -195,11 +191,40 @@ def delete_quota(request: DeleteQuota, draft: SecurityDraft) -> ClientResult | N
     return Committed(0, 0)
 
 
-SECURITY_EXECUTORS: dict[type, Callable[[Any, Any], ClientResult | None]] = {
-    PutRole: put_role,
-    DeleteRole: delete_role,
-    PutRoleMapping: put_role_mapping,
-    DeleteRoleMapping: delete_role_mapping,
-    PutQuota: put_quota,
-    DeleteQuota: delete_quota,
-}
+def _acknowledged(request: ClientRequest[Any], reply: Reply, deadline: int, master: Master) -> None:
+    """The change's task, answered once every node has applied it (or at the deadline, not acknowledged)."""
+    master.run(request, lambda result: master.until_applied(result, reply, deadline), deadline)
+
+
+def _action(request: type[Any], execute: Any, validate: Any) -> Action[Any]:
+    return Action(
+        request,
+        Runs.MASTER,
+        validate=lambda request, state, settings: validate(request),
+        priority=Priority.HIGH,
+        execute=execute,
+        on_master=_acknowledged,
+        describe=lambda request: f"{type(request).__name__} [{request.name}]",
+        access=NEEDS_SECURITY,
+    )
+
+
+PUT_ROLE = _action(PutRole, _put_role, lambda r: role_name_problem(r.name) or _described(role_problem(r.role)))
+DELETE_ROLE = _action(DeleteRole, _delete_role, lambda r: role_name_problem(r.name))
+PUT_ROLE_MAPPING = _action(
+    PutRoleMapping,
+    _put_role_mapping,
+    lambda r: name_problem(r.name, "role mapping") or _described(mapping_problem(r.mapping)),
+)
+DELETE_ROLE_MAPPING = _action(DeleteRoleMapping, _delete_role_mapping, lambda r: name_problem(r.name, "role mapping"))
+PUT_QUOTA = _action(PutQuota, _put_quota, lambda r: name_problem(r.name, "quota") or _described(quota_problem(r.quota)))
+DELETE_QUOTA = _action(DeleteQuota, _delete_quota, lambda r: name_problem(r.name, "quota"))
+
+ACTIONS: tuple[Action[Any], ...] = (
+    PUT_ROLE,
+    DELETE_ROLE,
+    PUT_ROLE_MAPPING,
+    DELETE_ROLE_MAPPING,
+    PUT_QUOTA,
+    DELETE_QUOTA,
+)

@@ -1,0 +1,152 @@
+"""What the tasks of a batch build on: the batch's context (the master, its term, its limits and lease clock), the
+draft each task's executor changes in turn, and the size limits a write is held to.
+
+`batch.execute_batch` makes the draft and turns it into the next state; each client request's executor (in
+`coordinated.coordination.requests`) changes the draft and returns its request's result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from coordinated.coordination import client
+from coordinated.coordination.authorization import Authorizer, SessionView
+from coordinated.coordination.batch_keys import BatchKeys, state_entries_size, value_size
+from coordinated.coordination.client import ClientResult
+from coordinated.coordination.quotas import BatchQuotas, QuotaIndex, Usage, WriteRates
+from coordinated.coordination.security import Quota, SecurityMetadata
+from coordinated.coordination.state import (
+    ClusterState,
+    Derivations,
+    DiscoveryNode,
+    Repository,
+    Session,
+    VotingConfigExclusion,
+)
+
+NO_LIMIT = 1 << 62
+
+
+class StateSizes:
+    """The total entry size of the master's newest states, so that a batch costs in proportion to its changes:
+    it is summed over every key only for a state the master did not build itself (after an election)."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, int] = {}
+
+    def of(self, state: ClusterState) -> int:
+        size = self._known.get(state.state_uuid)
+        if size is None:
+            size = state_entries_size(state.kv)
+            self.remember(state, size)
+        return size
+
+    def known(self, state: ClusterState) -> int | None:
+        """The size if it is known already (no scan of the keys)."""
+        return self._known.get(state.state_uuid)
+
+    def remember(self, state: ClusterState, size: int) -> None:
+        if len(self._known) >= 4:
+            self._known.pop(next(iter(self._known)))
+        self._known[state.state_uuid] = size
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    master: DiscoveryNode
+    term: int
+    voters: Collection[str]  # nodes whose join votes the master holds in this term
+    max_exclusions: int
+    auto_shrink: bool
+    new_uuid: Callable[[], str]
+    # The master's lease clock: whether a TTL session has gone without a keepalive for its TTL (now), and a
+    # session as a checkpoint of its remaining TTL records it now (sessions.py).
+    session_expired: Callable[[str], bool] = lambda session_id: False
+    checkpoint_session: Callable[[str, Session], Session] = lambda session_id, session: session
+    # The ephemeral keys of a session, and the keys under a prefix, in the base state (state_index); None: found
+    # by a scan of every key.
+    session_keys: Callable[[str], Collection[str]] | None = None
+    keys_with_prefix: Callable[[str], Iterable[str]] | None = None
+    max_value_size: int = NO_LIMIT  # cluster.metadata.max_value_size
+    max_state_size: int = NO_LIMIT  # cluster.metadata.max_state_size
+    sizes: StateSizes | None = None  # the base state's size (None: the state size is not limited)
+    derivations: Derivations | None = None  # the node's, where the batch records how it derived its state
+    # Access control: whether every node has it (the batch then turns it on: `ClusterState.security` set), the
+    # master's permissions cache, each quota's usage in the base state, its write-rate windows and its clock.
+    access_control: bool = False
+    authorizer: Authorizer | None = None
+    quota_usage: Callable[[ClusterState], dict[str, Usage]] | None = None
+    write_rates: WriteRates | None = None
+    now: int = 0
+
+
+@dataclass
+class Draft:
+    """What a batch builds, task after task: each executor changes it and returns its task's result."""
+
+    context: BatchContext
+    keys: BatchKeys
+    nodes: dict[str, DiscoveryNode]
+    exclusions: list[VotingConfigExclusion]
+    settings: Mapping[str, str]
+    repositories: dict[str, Repository]
+    elected: bool = False
+    security: SecurityMetadata | None = None  # None: access control is off
+    quotas: BatchQuotas | None = None  # None: no quota
+
+    def start_quotas(self, index: QuotaIndex, usage: dict[str, Usage]) -> None:
+        """Hold the batch's tasks to these quotas, from their usage now."""
+        rates = self.context.write_rates if self.context.write_rates is not None else WriteRates()
+        self.quotas = BatchQuotas(index, usage, rates, self.context.now)
+        self.keys.observer = self.quotas
+
+    def keys_under(self, prefix: str) -> Iterable[tuple[str, Any]]:
+        """The keys under `prefix` now, with their values."""
+        kv = self.keys.kv
+        return ((key, kv[key]) for key in self.keys.keys_under(prefix))
+
+    def sessions(self) -> Iterable[Session]:
+        return [session for _, session in self.keys.sessions.items()]
+
+    def quotas_changed(self, quotas: dict[str, Quota], counted: dict[str, Usage]) -> None:
+        """A task changed the quotas: `counted` holds the usage of each new or changed one."""
+        if self.quotas is None:
+            self.start_quotas(QuotaIndex(quotas), dict(counted))
+        else:
+            self.quotas.set_quotas(quotas, counted)
+        if not quotas:
+            self.quotas, self.keys.observer = None, None
+
+    def session_view(self, session_id: str) -> SessionView | None:
+        session = self.keys.sessions.get(session_id)
+        return None if session is None else SessionView(session.owner, session.prefix)
+
+
+Result = ClientResult | None  # None: the task succeeds with the publication
+
+
+def value_too_large_error(key: str, size: int, limit: int) -> client.ClusterError:
+    return client.bad_request(
+        f"the value of key [{key}] is [{size}] bytes, which is larger than the limit of [{limit}] bytes set by "
+        "[cluster.metadata.max_value_size]"
+    )
+
+
+def state_too_large_error(before: int, after: int, limit: int) -> client.ClusterError:
+    return client.bad_request(
+        f"this write would make the stored keys and values [{after}] bytes (they are [{before}] bytes now), "
+        f"which is more than the limit of [{limit}] bytes set by [cluster.metadata.max_state_size]"
+    )
+
+
+def first_oversized(puts: Iterable[tuple[str, Any]], limit: int) -> client.ClusterError | None:
+    """The error of the first value above `limit` (`cluster.metadata.max_value_size`), if one is."""
+    for key, value in puts:
+        size = value_size(None if value is msgspec.UNSET else value)
+        if size > limit:
+            return value_too_large_error(key, size, limit)
+    return None
