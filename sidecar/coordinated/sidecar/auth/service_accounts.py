@@ -57,7 +57,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from coordinated.coordination.client import Principal
 from coordinated.coordination.security import REALM_KUBERNETES
 from coordinated.coordination.settings import Parsed, Setting, Settings, SettingsRule
-from coordinated.sidecar.auth.authenticators import Refused
+from coordinated.sidecar.auth.refusal import Refused
 
 log = logging.getLogger("coordinated.access")
 
