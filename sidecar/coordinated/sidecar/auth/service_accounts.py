@@ -21,16 +21,14 @@ minutes), which bounds that.
 
 The keys come from a file (`http.auth.kubernetes.keys_file`): the JWKS as the API server publishes it, plus
 the discovery document's `issuer` as a member of its own (a JWK Set may carry more members). On Kubernetes the
-operator reads both from the API server and keeps the file in a ConfigMap that every pod mounts; elsewhere:
-
-    jq -n --argjson d "$(kubectl get --raw /.well-known/openid-configuration)" \\
-          --argjson k "$(kubectl get --raw /openid/v1/jwks)" '$k + {issuer: $d.issuer}' > keys.json
+operator reads both from the API server and keeps the file in a ConfigMap that every pod mounts (elsewhere,
+docs/sidecar.md shows the commands that make it).
 
 The file is re-read when it changes (looked at at most once per `CHECK_INTERVAL_S`). A key removed from it
-revokes the tokens it signed at once (the cache of verified tokens is emptied on every change). A file that is
-missing, unreadable or does not parse keeps the keys last read (a missing file is no revocation), and the
-realm's `problems()` says so (the node's health shows it); until a first file is read, every ServiceAccount
-token is refused with that reason.
+revokes the tokens it signed at once (a verified token is remembered only for the keys it was verified with). A
+file that is missing, unreadable or does not parse keeps the keys last read (a missing file is no revocation),
+and the realm's `problems()` says so (the node's health shows it); until a first file is read, every
+ServiceAccount token is refused with that reason.
 
 The signature, the algorithm, the audience, the issuer and the required claims are PyJWT's to check; the time
 claims (`exp`, `nbf`, `iat`, with `LEEWAY_S` of clock skew) are checked here against the realm's clock, because
