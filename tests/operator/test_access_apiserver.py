@@ -455,3 +455,36 @@ def test_a_node_answers_401_with_the_reason_and_never_logs_the_token(kubeconfig:
     for token, _ in cases.values():
         assert token.split(".")[2] not in log and token.split(".")[1] not in log
     assert "issued for the audience" in log  # the refusals are logged, with their reasons
+
+
+def test_a_lost_keys_file_keeps_the_keys_and_turns_health_yellow_without_locking_anyone_out(
+    kubeconfig: Path, node: Node, keys_file: Path
+) -> None:
+    """The keys file stands for the API server here: while it cannot be read (the operator cannot reach the API
+    server, a ConfigMap volume remounted), the node keeps verifying with the keys it has, new tokens too."""
+    ensure_account(kubeconfig, "team-a", "app")
+    verified_before = token_for(kubeconfig, "team-a", "app")
+    headers = {"Authorization": f"Bearer {verified_before}"}
+    assert http("GET", f"{node.node.url}/_security/_authenticate", headers=headers)[0] == 200
+    saved = keys_file.read_bytes()
+    try:
+        keys_file.write_text("{damaged")
+        deadline = time.monotonic() + 30
+        while (health := node.node.get("/_cluster/health")[1])["status"] != "yellow" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert health["status"] == "yellow", health
+        [problem] = [problem for problem in health["problems"] if problem["kind"] == "auth_realm"]
+        assert "[http.auth.kubernetes.keys_file] is not usable" in problem["reason"], problem
+        assert "the keys read before are kept" in problem["reason"]
+        assert http("GET", f"{node.node.url}/readyz")[0] == 200  # not a reason to take the node out of service
+        for token in (verified_before, token_for(kubeconfig, "team-a", "app")):
+            status, body = http(
+                "GET", f"{node.node.url}/_security/_authenticate", headers={"Authorization": f"Bearer {token}"}
+            )
+            assert (status, body["principal"]) == (200, "system:serviceaccount:team-a:app"), body
+    finally:
+        keys_file.write_bytes(saved)
+    deadline = time.monotonic() + 30
+    while node.node.get("/_cluster/health")[1]["status"] != "green" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert node.node.get("/_cluster/health")[1]["status"] == "green"

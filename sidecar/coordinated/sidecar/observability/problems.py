@@ -2,7 +2,8 @@
 
 Each kind has one source: a write of the term or state that failed (`persist_monitor`), a data file deleted or
 replaced under the running node (`file_watch`), a tokens file that is not usable (`auth.tokens_file`), another
-token realm that cannot verify its tokens (Kubernetes' signing keys: `auth.service_accounts`), transport connections refused either way (`refusals`), the data volume's fill and the history's losses
+token realm that cannot verify its tokens (Kubernetes' signing keys: `auth.service_accounts`), transport
+connections refused either way (`refusals`), the data volume's fill and the history's losses
 (`history_maintenance`), and the history archive's failing uploads or segments it will never have (`archive`).
 Health lists them all (`problems`); readiness fails for the kinds that stop the node from doing its job
 (`BLOCKING`), status is red for those that stop it from persisting (`RED`) and yellow for those that warn
