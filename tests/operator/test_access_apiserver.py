@@ -154,12 +154,22 @@ def test_the_api_server_refuses_a_malformed_spec_access(kubeconfig: Path, access
     assert done.returncode != 0 and message in done.stderr, done.stderr
 
 
-def test_the_api_server_takes_the_documented_spec_access(kubeconfig: Path) -> None:
-    done = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", "-", stdin=cluster("checked", access=ACCESS))
+def documented_access() -> dict[str, Any]:
+    """docs/operator.md's spec.access, as a user copies it."""
+    section = (REPO / "docs" / "operator.md").read_text().split("### Roles, role mappings and quotas", 1)[1]
+    match = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert match is not None, "docs/operator.md shows no spec.access"
+    return dict(yaml.safe_load(match.group(1))["spec"]["access"])
+
+
+@pytest.mark.parametrize("access", [ACCESS, documented_access()], ids=["two-namespaces", "docs"])
+def test_the_api_server_takes_the_documented_spec_access(kubeconfig: Path, access: dict[str, Any]) -> None:
+    done = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", "-", stdin=cluster("checked", access=access))
     assert done.returncode == 0, done.stderr
-    spec = ClusterSpec.from_resource(yaml.safe_load(cluster("checked", access=ACCESS)))
+    spec = ClusterSpec.from_resource(yaml.safe_load(cluster("checked", access=access)))
     assert spec.access.validate() == []
-    assert spec.access.role_mappings[1].mapping.principals == ("system:serviceaccount:billing:*",)
+    principals = [principal for mapping in spec.access.role_mappings for principal in mapping.mapping.principals]
+    assert "system:serviceaccount:shop:orders-api" in principals, principals
 
 
 # ---- the signing keys ----------------------------------------------------------------------------------------
