@@ -71,6 +71,10 @@ for name in ("WRONG_AUDIENCE", "EXPIRED"):
 cli = subprocess.run(["coordinated", "auth", "whoami", "-o", "json", "--endpoints", os.environ["COORDINATED_URL"],
                       "--cacert", "/etc/coordinated/ca/ca.crt"], capture_output=True, text=True, timeout=60)
 result["cli"] = json.loads(cli.stdout)["principal"] if cli.returncode == 0 else cli.stderr
+get = subprocess.run(["coordinated", "kv", "get", os.environ["OWN_KEY"], "-o", "json", "--endpoints",
+                      os.environ["COORDINATED_URL"], "--cacert", "/etc/coordinated/ca/ca.crt"],
+                     capture_output=True, text=True, timeout=60)
+result["cli_get"] = json.loads(get.stdout)["value"] if get.returncode == 0 else get.stderr
 print("RESULT " + json.dumps(result), flush=True)
 """
 
@@ -195,6 +199,7 @@ def test_each_application_has_its_own_prefix_and_no_shared_secret(shared: Cluste
     assert orders["own"] == {"by": "system:serviceaccount:shop:orders-api"}
     assert orders["read_other"][0] == 403 and orders["write_other"][0] == 403, orders
     assert orders["cli"] == "system:serviceaccount:shop:orders-api", orders
+    assert orders["cli_get"] == {"by": "system:serviceaccount:shop:orders-api"}, orders
     status_code, reason = orders["wrong_audience"]
     assert status_code == 401 and 'issued for the audience ["vault"]' in reason, orders
 
