@@ -160,6 +160,7 @@ def shared(operator_release: str, tmp_path_factory: pytest.TempPathFactory) -> I
             text=True,
             timeout=120,
             env=dict(os.environ),
+            cwd=tmp_path_factory.mktemp("ca"),  # where the commands write shared-ca.crt
         )
         assert done.returncode == 0, done.stderr
         for document in applications:
