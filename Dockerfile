@@ -42,6 +42,9 @@ RUN pip install --no-deps ./client . \
 
 # ---- runtime: the base image, a Java runtime for Spark, the virtualenv, a non-root user ---------------
 FROM ${BASE_IMAGE} AS runtime
+# The release, as pyproject.toml's `version` (its one source) says: tests/upgrades/test_release.py checks it.
+LABEL org.opencontainers.image.title="coordinated-cluster" \
+      org.opencontainers.image.version="0.2.0"
 ARG JAVA_PACKAGE=openjdk-17-jre-headless
 RUN apt-get update \
  && apt-get install -y --no-install-recommends "${JAVA_PACKAGE}" \

@@ -92,7 +92,24 @@ def program_command(name: str) -> click.Command:
     )
 
 
+def print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from coordinated.release import describe
+
+    click.echo(describe())
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=print_version,
+    help="Print the release and wire version of this installation, and exit.",
+)
 def cli() -> None:
     """The `coordinated` command: nodes, tools and the command-line client (docs/cli.md)."""
 

@@ -31,6 +31,7 @@ from coordinated.coordination.requests.sessions import SessionCreate
 from coordinated.coordination.requests.snapshots import RestoreSnapshot
 from coordinated.coordination.requests.transactions import Txn, TxnCompare, TxnOp
 from coordinated.coordination.state import ENCODE_HOOK, KeyVersion
+from coordinated.coordination.wire_versions import newest
 from coordinated.simulation.cluster import SimulatedCluster, stabilisation_time
 from coordinated.simulation.node_invariants import check_node_invariants
 
@@ -220,15 +221,20 @@ def document_node() -> dict[str, Any]:
     return {"id": "intruder", "name": "intruder", "transport_address": "intruder:9300", "roles": ["master"]}
 
 
+def this_release() -> dict[str, object]:
+    version = newest()
+    return {"release": version.release, "wire_version": version.wire}
+
+
 def test_a_term_past_the_ceiling_moves_the_cluster_one_step_and_it_goes_on() -> None:
     """A term the nodes may take (up to the ceiling and a step) is taken, and the cluster elects past it; a
     new node far behind it still catches up, in steps."""
     cluster = SimulatedCluster(5, 3, check_safety=False)
     cluster.stabilise()
     term = CEILING + MAX_STEP
-    start_join = msgspec.json.encode(
-        {"sender": "intruder:9300", "message": {"type": "start_join", "candidate": document_node(), "term": term}}
-    )
+    # A candidate of this release (one of an older release gets no vote once the cluster's version has moved).
+    message = {"type": "start_join", "candidate": document_node(), "term": term, **this_release()}
+    start_join = msgspec.json.encode({"sender": "intruder:9300", "message": message})
     for node in cluster.nodes:
         assert cluster.deliver_from_wire(node, "intruder:9300", start_join) is None
     elects_and_commits(cluster, "after a term at the ceiling")

@@ -293,3 +293,28 @@ def test_writes_racing_a_revocation_are_acknowledged_before_it_or_refused(
         stop.set()
     assert acknowledged and max(acknowledged) <= answer["version"], (max(acknowledged), answer)
     assert after_answer and set(after_answer) == {403}, after_answer
+
+
+def test_roles_mappings_and_quotas_are_in_snapshots_and_a_restore_brings_them_back(
+    make_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(TOKENS)
+    cluster = make_cluster(client_headers=bearer(ADMIN))
+    cluster.settings.update({"http.auth.tokens_file": str(tokens), "path.repo": str(tmp_path / "repos")})
+    (node,) = cluster.bootstrap(1)
+    ok(call(node, "PUT", "/_security/role/app-a", ADMIN, ROLE_A))
+    ok(call(node, "PUT", "/_security/role_mapping/app-a", ADMIN, {"roles": ["app-a"], "principals": ["app-a"]}))
+    ok(call(node, "PUT", "/_quota/a", ADMIN, {"prefix": "app/a/", "max_keys": 5}))
+    ok(call(node, "PUT", "/_cluster/metadata/app/a/x", APP_A, 1))
+    repository = {"type": "fs", "settings": {"location": str(tmp_path / "repos" / "r")}}
+    ok(call(node, "PUT", "/_snapshot/r", ADMIN, repository))
+    ok(call(node, "PUT", "/_snapshot/r/s?wait_for_completion=true", ADMIN))
+    ok(call(node, "DELETE", "/_security/role_mapping/app-a", ADMIN))
+    ok(call(node, "DELETE", "/_quota/a", ADMIN))
+    refused(call(node, "GET", "/_cluster/metadata/app/a/x", APP_A), 403, "security_exception")
+    ok(call(node, "POST", "/_snapshot/r/s/_restore", ADMIN))
+    assert ok(call(node, "GET", "/_cluster/metadata/app/a/x", APP_A))["value"] == 1
+    assert ok(call(node, "GET", "/_quota/a", ADMIN))["a"]["usage"]["keys"] == 1
+    # The restore wrote every key: its principal is their last writer.
+    assert ok(call(node, "GET", "/_cluster/metadata/app/a/x", ADMIN))["writer"] == "admin"

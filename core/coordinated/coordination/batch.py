@@ -37,6 +37,7 @@ from coordinated.coordination.tasks import (
     NodeJoin,
     NodeLeft,
     Reconfigure,
+    RefreshNodeVersions,
     TaskPayload,
 )
 
@@ -184,6 +185,8 @@ def execute_batch(
         **maps,
     )
     candidate = improve_configuration(candidate, context.master.id, context.voters, context.auto_shrink)
+    if context.node_versions is not None:
+        candidate = candidate.replace(node_versions=context.node_versions(candidate))
     if settings is not base.persistent_settings:
         settings_diff = diff_maps(base.persistent_settings, candidate.persistent_settings)  # a few settings
         if not settings_diff.is_empty():
@@ -196,6 +199,7 @@ def execute_batch(
         or bool(floors)  # a restore publishes its state even when it changes nothing
         or candidate.coordination != base.coordination
         or candidate.master_node != base.master_node
+        or candidate.node_versions != base.node_versions
     )
     if not changed:
         return None, [_stamped(result, base.term, base.version) for result in results]
@@ -232,6 +236,10 @@ def _node_left(task: NodeLeft, draft: Draft) -> Result:
 
 def _reconfigure(task: Reconfigure, draft: Draft) -> Result:
     return None  # every batch moves to the best voting configuration: this task only forces a batch
+
+
+def _refresh_node_versions(task: RefreshNodeVersions, draft: Draft) -> Result:
+    return None  # every batch sets the state's node versions: this task only forces a batch
 
 
 def _expire_sessions(task: ExpireSessions, draft: Draft) -> Result:
@@ -301,6 +309,7 @@ TASK_EXECUTORS: dict[type, Callable[[Any, Draft], Result]] = {
     NodeJoin: _node_join,
     NodeLeft: _node_left,
     Reconfigure: _reconfigure,
+    RefreshNodeVersions: _refresh_node_versions,
     ExpireSessions: _expire_sessions,
     CheckpointSessions: _checkpoint_sessions,
     ClientTask: _client_task,

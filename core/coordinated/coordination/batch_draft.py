@@ -75,6 +75,9 @@ class BatchContext:
     max_state_size: int = NO_LIMIT  # cluster.metadata.max_state_size
     sizes: StateSizes | None = None  # the base state's size (None: the state size is not limited)
     derivations: Derivations | None = None  # the node's, where the batch records how it derived its state
+    # The gated `node_versions` of a state the batch builds (its nodes and configurations final): the master's
+    # NodeVersions.to_publish; by default the base's, unchanged.
+    node_versions: Callable[[ClusterState], Any] | None = None
     # Access control: whether every node has it (the batch then turns it on: `ClusterState.security` set), the
     # master's permissions cache, each quota's usage in the base state, its write-rate windows and its clock.
     access_control: bool = False

@@ -168,6 +168,9 @@ def checked_result(request: ClientRequest[R], result: ClientResult) -> R | Clust
     return ClusterError("internal_server_exception", reason, 500, maybe_applied=True)  # it did answer
 
 
+# A request that needs a feature not every node of the cluster has yet (feature_gates).
+FEATURE_NOT_AVAILABLE = "feature_not_available_exception"
+
 NO_MASTER_BLOCKS = ("all", "write", "metadata_write")  # what `cluster.no_master_block` may refuse
 
 

@@ -23,6 +23,7 @@ from coordinated.coordination.client import (
 )
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.exclusion_waits import ExclusionWaits
+from coordinated.coordination.feature_gates import feature_not_available, required_features
 from coordinated.coordination.forwarding import Forwarder
 from coordinated.coordination.master_service import Task
 from coordinated.coordination.messages import ForwardedRequest, ForwardedResponse
@@ -56,16 +57,16 @@ class ClientRequests:
         submit_task: Callable[[Task], None],  # add a master task and run the master service
         forwarder: Forwarder,
         reads: ReadService,
-        exclusion_waits: ExclusionWaits,
         renew_session: Callable[[str, int, Reply], None],  # a keepalive that reached the master then
         applied_version: Callable[[str], int] = lambda node_id: 0,  # the newest a follower applied, as known here
     ) -> None:
+        self.versions = ctx.versions
         self.ctx = ctx
         self.leader = leader
         self.submit_task = submit_task
         self.forwarder = forwarder
         self.reads = reads
-        self.exclusion_waits = exclusion_waits
+        self.exclusion_waits = ExclusionWaits(ctx)  # the master's waits for voting exclusions to take effect
         self.renew_session = renew_session
         # Changes of roles, role mappings and quotas answer once every node has applied them.
         self.applied_waits = AppliedWaits(ctx, applied_version)
@@ -88,6 +89,10 @@ class ClientRequests:
         request = submitted.request if isinstance(submitted, Authenticated) else submitted
         if isinstance(submitted, Authenticated):
             principal = submitted.principal
+        refusal = self._feature_refusal(request)
+        if refusal is not None:
+            reply(refusal)
+            return
         mode, leader = self.ctx.mode(), self.leader()
         if mode is Mode.LEADER:
             self._execute_on_master(request, reply, timeout, principal)
@@ -101,6 +106,15 @@ class ClientRequests:
         # Without a master nothing can be written, and no read is linearizable: a read of this node's applied
         # state, however stale, is the shell's `local` read, not a client request of the core.
         reply(client.no_master_error(self.ctx.settings[NO_MASTER_BLOCK]))
+
+    def _feature_refusal(self, request: ClientRequest[Any]) -> ClusterError | None:
+        """A request that needs a feature some node of the cluster lacks (as far as this node knows) is refused
+        at once, before it is forwarded to a master that may not decode it; the master checks again."""
+        for feature in required_features(request):
+            state = self.ctx.accepted
+            if not self.versions.enabled(feature, state):
+                return feature_not_available(feature, self.versions.lacking(feature, state))
+        return None
 
     def on_forwarded_request(self, sender: str, request: ForwardedRequest) -> None:
         def reply(result: ClientResult) -> None:

@@ -23,9 +23,13 @@ from typing import Any
 
 import msgspec
 
+from coordinated.coordination.formats import newer_format_problem
 from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 
 FORMAT = 2
+# A segment of format 3 or later says on its first line, beside `format`, the release that wrote it
+# (`"release": "0.3.0"`), so that a release that does not read it can say which one does.
+RELEASE_FIELD = "release"
 # Left out of a format-2 line when equal to the line before it in the same segment.
 ELIDED_FIELDS: tuple[str, ...] = (
     "cluster_uuid",
@@ -156,6 +160,25 @@ class SegmentExpander:
 
 
 FORMAT2_START = b'{"format":2,'
+FORMAT_START = b'{"format":'
+
+
+def newer_segment_problem(first_line: bytes, what: str, this_release: str) -> str | None:
+    """Why a segment whose first line is `first_line` cannot be read by this release, whose newest history format
+    is FORMAT (a newer release wrote it: the message names the format and that release); None when it can
+    (or when the line is not a format line at all: damage is judged elsewhere)."""
+    if not first_line.startswith(FORMAT_START):
+        return None
+    try:
+        head = _DECODER.decode(first_line.rstrip(b"\r\n"))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(head, dict):
+        return None
+    writer = head.get(RELEASE_FIELD)
+    return newer_format_problem(
+        what, head.get("format"), FORMAT, this_release, writer if isinstance(writer, str) else None
+    )
 
 
 def is_format2_start(first_line: bytes) -> bool:
@@ -171,4 +194,5 @@ __all__ = [
     "SegmentExpander",
     "coerce_event",
     "is_format2_start",
+    "newer_segment_problem",
 ]

@@ -21,6 +21,7 @@ from coordinated.coordination.state import ClusterState, Session
 from coordinated.coordination.state_index import SessionKeys
 from coordinated.coordination.tasks import TaskPayload
 from coordinated.coordination.validation import MAX_VOTING_CONFIG_EXCLUSIONS
+from coordinated.coordination.wire_versions import ACCESS_CONTROL
 
 
 @dataclass
@@ -31,9 +32,6 @@ class MasterTasksListener:
     refused: Callable[[str], None]  # the coordination state refused the new state: stop leading
     session_expired: Callable[[str], bool] = lambda session_id: False  # by the master's lease clock
     checkpoint_session: Callable[[str, Session], Session] = lambda session_id, session: session  # sessions.py
-    # Whether every node of the cluster has access control (roles, role mappings, quotas): the batches then
-    # turn it on, and keep it on.
-    access_control: Callable[[], bool] = lambda: True
 
 
 class MasterTasks:
@@ -126,11 +124,13 @@ class MasterTasks:
             max_state_size=settings[MAX_STATE_SIZE],
             sizes=self._state_sizes,
             derivations=self.ctx.derivations,
-            access_control=self.listener.access_control(),
+            # Once every node has access control, the batches turn it on (and keep it on).
+            access_control=self.ctx.versions.enabled(ACCESS_CONTROL, base or self.ctx.accepted),
             authorizer=self.authorizer,
             quota_usage=self._usage_at,
             write_rates=self._write_rates,
             now=self.ctx.now,
+            node_versions=self.ctx.versions.to_publish,
         )
 
     def _usage_at(self, state: ClusterState) -> dict[str, Usage]:

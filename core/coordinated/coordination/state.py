@@ -24,6 +24,7 @@ from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.security import SecurityMetadata
 from coordinated.coordination.settings import format_time_ms
+from coordinated.coordination.wire_versions import NodeVersion
 
 # Terms, versions and request ids are 64-bit signed integers, as in Elasticsearch (and never negative). A
 # message or record holding a number outside that range fails to decode, so it is refused before it can
@@ -159,8 +160,12 @@ class ClusterState(msgspec.Struct, frozen=True, weakref=True):
     # Cluster-wide metadata, as Elasticsearch keeps repositories, so that every node knows them. A handful:
     # a plain dict, sent whole in a diff when it changes (as `nodes`).
     repositories: dict[str, Repository] = {}
-    # Fields added after the first release, each gated on a feature: UNSET, and so left out of every encoding,
-    # until the master sets it once every node has that feature. Access control: roles, role mappings, quotas.
+    # Fields added after the first release, each gated on a feature (`feature_gates.STATE_FIELD_GATES`): UNSET,
+    # and so left out of every encoding, until the master sets it once every node has that feature.
+    # Every member's release and wire version (`node_versions`): a handful, sent whole in a diff when it changes.
+    node_versions: dict[str, NodeVersion] | msgspec.UnsetType = msgspec.UNSET
+    # Access control: custom roles, role mappings and quotas (`security`): set, possibly empty, once every node
+    # has access control; a handful, sent whole in a diff when it changes.
     security: SecurityMetadata | msgspec.UnsetType = msgspec.UNSET
 
     def __post_init__(self) -> None:
@@ -244,11 +249,16 @@ class ClusterStateDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     kv_writers: MapDiff = MapDiff()
     repositories: dict[str, Repository] | None = None  # None: unchanged
     # A gated field (see ClusterState), whole when it changed; None: unchanged. Once set it stays set.
+    node_versions: dict[str, NodeVersion] | None = None
     security: SecurityMetadata | None = None
 
 
+# The state's small fields that travel whole in a diff when they changed (None there: unchanged).
+WHOLE_FIELDS = ("nodes", "repositories", "node_versions", "security")
+
+
 def _changed_field(before: Any, after: Any) -> Any:
-    """A small gated field of a diff: None when unchanged (or unset), else its new value."""
+    """A field of WHOLE_FIELDS in a diff: None when unchanged (or a gated field unset), else its new value."""
     return None if after is msgspec.UNSET or before is after or before == after else after
 
 
@@ -307,13 +317,7 @@ def diff_between(
         cluster_uuid_committed=after.cluster_uuid_committed,
         master_node=after.master_node,
         coordination=after.coordination,
-        nodes=None if before.nodes is after.nodes or before.nodes == after.nodes else after.nodes,
-        repositories=(
-            None
-            if before.repositories is after.repositories or before.repositories == after.repositories
-            else after.repositories
-        ),
-        security=_changed_field(before.security, after.security),
+        **{name: _changed_field(getattr(before, name), getattr(after, name)) for name in WHOLE_FIELDS},
         **maps,
     )
 
@@ -374,14 +378,9 @@ def compose_diffs(diffs: Sequence[ClusterStateDiff]) -> ClusterStateDiff:
         return diffs[0]
     last = diffs[-1]
     changes: dict[str, tuple[dict[str, Any], set[str]]] = {}
-    nodes = repositories = security = None
+    whole: dict[str, Any] = dict.fromkeys(WHOLE_FIELDS)
     for diff in diffs:
-        if diff.nodes is not None:
-            nodes = diff.nodes
-        if diff.repositories is not None:
-            repositories = diff.repositories
-        if diff.security is not None:
-            security = diff.security
+        whole.update((name, getattr(diff, name)) for name in WHOLE_FIELDS if getattr(diff, name) is not None)
         for name in MAP_FIELDS:
             step: MapDiff | KeyVersionsDiff | SessionsDiff = getattr(diff, name)
             if not step.upserts and not step.deletes:
@@ -396,9 +395,7 @@ def compose_diffs(diffs: Sequence[ClusterStateDiff]) -> ClusterStateDiff:
     maps = {
         name: _typed_map_diff(name, upserts, tuple(sorted(deletes))) for name, (upserts, deletes) in changes.items()
     }
-    return msgspec.structs.replace(
-        last, base_uuid=diffs[0].base_uuid, nodes=nodes, repositories=repositories, security=security, **maps
-    )
+    return msgspec.structs.replace(last, base_uuid=diffs[0].base_uuid, **whole, **maps)
 
 
 def compute_diff(before: ClusterState, after: ClusterState, derivations: Derivations | None = None) -> ClusterStateDiff:
@@ -425,6 +422,10 @@ def apply_diff(base: ClusterState, diff: ClusterStateDiff, derivations: Derivati
         raise IncompatibleDiffError(
             f"diff is based on state [{diff.base_uuid}] but this node holds state [{base.state_uuid}]"
         )
+    fields: dict[str, Any] = {name: apply_map_diff(getattr(base, name), getattr(diff, name)) for name in MAP_FIELDS}
+    fields.update(
+        {name: getattr(base, name) if getattr(diff, name) is None else getattr(diff, name) for name in WHOLE_FIELDS}
+    )
     derived = ClusterState(
         cluster_name=base.cluster_name,
         cluster_uuid=diff.cluster_uuid,
@@ -433,11 +434,8 @@ def apply_diff(base: ClusterState, diff: ClusterStateDiff, derivations: Derivati
         state_uuid=diff.state_uuid,
         parent_uuid=diff.parent_uuid,
         master_node=diff.master_node,
-        nodes=base.nodes if diff.nodes is None else diff.nodes,
         coordination=diff.coordination,
-        **{name: apply_map_diff(getattr(base, name), getattr(diff, name)) for name in MAP_FIELDS},
-        repositories=base.repositories if diff.repositories is None else diff.repositories,
-        security=base.security if diff.security is None else diff.security,
+        **fields,
     )
     if derivations is not None:
         derivations.record(base, derived, diff)

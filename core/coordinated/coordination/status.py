@@ -13,6 +13,7 @@ from enum import StrEnum
 from coordinated.coordination import client
 from coordinated.coordination.client import ClusterError
 from coordinated.coordination.context import Mode
+from coordinated.coordination.node_versions import VersionStatus
 from coordinated.coordination.state import ClusterState
 
 
@@ -70,6 +71,7 @@ class CoordinatorStatus:
     elections_won: int
     failed_publications: int
     lagging_nodes_removed: int
+    versions: VersionStatus  # this node's release and wire version, the cluster's, and every member's
     now: int  # the core's clock when the snapshot was taken
 
 

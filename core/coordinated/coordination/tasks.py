@@ -30,6 +30,11 @@ class Reconfigure:
 
 
 @dataclass(frozen=True)
+class RefreshNodeVersions:
+    """The master learned a node's version: publish `node_versions` anew if it changes (every batch sets it)."""
+
+
+@dataclass(frozen=True)
 class ExpireSessions:
     """End these TTL sessions if they are still expired when the batch runs (a keepalive may come first)."""
 
@@ -51,4 +56,13 @@ class ClientTask:
     principal: Principal | None = None
 
 
-TaskPayload = ElectedAsMaster | NodeJoin | NodeLeft | Reconfigure | ExpireSessions | CheckpointSessions | ClientTask
+TaskPayload = (
+    ElectedAsMaster
+    | NodeJoin
+    | NodeLeft
+    | Reconfigure
+    | RefreshNodeVersions
+    | ExpireSessions
+    | CheckpointSessions
+    | ClientTask
+)

@@ -9,11 +9,15 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
+import msgspec
+
 from coordinated.coordination.client import ClientResult, ClusterError, Committed, ReadValue, TxnResult
+from coordinated.coordination.node_versions import members
 from coordinated.coordination.requests.keys import KvDelete, KvGet, KvPut
 from coordinated.coordination.requests.transactions import Txn, TxnCompare, TxnOp
 from coordinated.coordination.settings import Settings
-from coordinated.simulation.cluster import SimulatedCluster
+from coordinated.coordination.wire_versions import UNVERSIONED, newest
+from coordinated.simulation.cluster import SIM_SETTINGS, SimulatedCluster
 from coordinated.simulation.linearizability import Operation, Verdict, check_history, check_transactions
 from coordinated.simulation.network import Link
 from coordinated.simulation.range_clients import RangeClient
@@ -184,7 +188,9 @@ def _check_counter(cluster: SimulatedCluster, counters: list[_Counter]) -> None:
         )
 
 
-def _nemesis_action(cluster: SimulatedCluster, rng: random.Random, faults: Counter[str]) -> None:
+def _nemesis_action(
+    cluster: SimulatedCluster, rng: random.Random, faults: Counter[str], upgrades: bool = False
+) -> None:
     nodes = cluster.nodes
     addresses = cluster.addresses()
     alive = [node for node in nodes if node.alive]
@@ -193,9 +199,23 @@ def _nemesis_action(cluster: SimulatedCluster, rng: random.Random, faults: Count
         [
             *("crash", "restart", "disconnect", "blackhole", "partition", "isolate_master", "bridge", "heal"),
             *("io", "drops", "disk"),
+            *(("upgrade", "rollback", "upgrade_all", "new_old_node") if upgrades else ()),
         ]
     )
-    if action == "crash" and len(alive) > 1:
+    if action in ("upgrade", "rollback"):
+        # A node restarted on this tree's release, or back on the previous one (which refuses to start, and
+        # stays down until upgraded again, if its store holds what the previous release does not read).
+        cluster.restart(rng.choice(nodes).index, version=newest() if action == "upgrade" else UNVERSIONED)
+    elif action == "upgrade_all":
+        for node in nodes:  # every node that is not on this release yet, one after the other, without waiting
+            if node.version != newest():
+                cluster.restart(node.index, version=newest())
+    elif action == "new_old_node" and len(nodes) >= 5 and not faults["new_old_node"] and not faults["refused_start"]:
+        # A lost disk replaced by an empty one, and the node started on the previous release: the version barrier
+        # keeps it out of a cluster whose nodes are all newer. Once a run, in a cluster of five or more: its old
+        # identity stays a missing voter, as a node a storage fault left down does.
+        cluster.lose_data(rng.choice(nodes).index, version=UNVERSIONED)
+    elif action == "crash" and len(alive) > 1:
         cluster.crash(rng.choice(alive).index)
     elif action == "restart" and dead:
         cluster.start_node(rng.choice(dead).index)
@@ -224,7 +244,7 @@ def _nemesis_action(cluster: SimulatedCluster, rng: random.Random, faults: Count
     elif action == "io":
         node = rng.choice(nodes)
         node.persisted.failure_rate = rng.choice([0.0, 0.1, 0.5])
-    elif action == "disk" and not any(node.refused for node in nodes):
+    elif action == "disk" and not any(node.refused for node in nodes) and not faults["new_old_node"]:
         # A storage fault at a restart: the node loads what the startup rule allows or refuses and stays down.
         # At most one node is left down that way, so that the others keep a quorum and the run can settle.
         fault = rng.choice(list(StorageFault))
@@ -255,6 +275,7 @@ def run_random_schedule(
     settings: Settings | None = None,
     setting_changers: int = 0,
     ranges: int = 0,
+    upgrades: bool = False,
 ) -> RunReport:
     """Form a cluster, run faults and clients, heal, stabilise, and check linearizability.
 
@@ -262,17 +283,20 @@ def run_random_schedule(
     ephemeral keys (`session_clients`); `transfers` clients run multi-key transactions between accounts;
     `ranges` clients write, prefix-delete and list the keys under a prefix (`range_clients`);
     `setting_changers` set dynamic settings to the ends of their ranges, and the settled cluster must then
-    commit their reset and a write (`setting_changes`). Each draws from the seed only when there are some, so
-    a run without them replays exactly as before they existed.
+    commit their reset and a write (`setting_changes`). With `upgrades`, the nodes start on a mix of the previous
+    release and this one, the nemesis also upgrades and rolls back nodes, and all are upgraded before the run
+    settles: the settled cluster must then carry every node's version (it moved by itself), and no gated state
+    field may ever be lost or published to a node that lacks it (`simulation/versions.py`). Each draws from the
+    seed only when there are some, so a run without them replays exactly as before they existed.
 
     Raises SafetyViolation (with the seed) on any safety or liveness failure.
     """
     rng = random.Random(seed)
-    cluster = (
-        SimulatedCluster(seed, node_count)
-        if settings is None
-        else SimulatedCluster(seed, node_count, settings=settings)
-    )
+    versions = None
+    if upgrades:  # at least one node of each release
+        versions = [rng.choice([UNVERSIONED, newest()]) for _ in range(node_count)]
+        versions[rng.randrange(node_count)] = UNVERSIONED
+    cluster = SimulatedCluster(seed, node_count, settings=settings or SIM_SETTINGS, versions=versions)
     report = RunReport(seed, node_count, 0, 0)
     cluster.run_for(3_000)
     workers = [_Client(cluster, index, random.Random(rng.getrandbits(64))) for index in range(clients)]
@@ -309,7 +333,7 @@ def run_random_schedule(
     end = cluster.now + chaos_ms
     while cluster.now < end:
         cluster.run_for(rng.randint(100, 3_000))
-        _nemesis_action(cluster, rng, report.faults)
+        _nemesis_action(cluster, rng, report.faults, upgrades)
     for worker in workers:
         worker.active = False
     for incrementer in incrementers:
@@ -325,9 +349,13 @@ def run_random_schedule(
     cluster.network.heal()
     for node in cluster.nodes:
         node.persisted.failure_rate = 0.0
+        if upgrades and node.version != newest():
+            cluster.restart(node.index, version=newest())  # the end of the rolling upgrade
         if not node.alive:
             cluster.start_node(node.index)
     cluster.stabilise()
+    if upgrades:
+        _check_moved(cluster)
     if holders:
         # Every holder has stopped: their sessions expire within a TTL of the last election, or of now.
         slack = expiry_slack_ms(cluster)
@@ -359,6 +387,23 @@ def run_random_schedule(
         report.listings = sum(lister.listings for lister in listers)
         report.range_linearizability = check_transactions(cluster.range_operations, max_states=TXN_SEARCH_STATES)
     return report
+
+
+def _check_moved(cluster: SimulatedCluster) -> None:
+    """Once every node runs this release and the cluster settled, it carries every node's version: the gated
+    features turned on by themselves. (Unless a voter is missing, one a storage fault left down: its version is
+    not known, so the cluster keeps the previous release's forms until it is back or replaced.)"""
+    leader = cluster.leader()
+    assert leader is not None
+    applied = leader.running().applied_state
+    if not set(members(applied)) <= set(applied.nodes):
+        return
+    published = applied.node_versions
+    expected = {node_id: newest() for node_id in applied.nodes}
+    if published is msgspec.UNSET or {node_id: published.get(node_id) for node_id in applied.nodes} != expected:
+        cluster.violation(f"every node runs {newest().describe()}, but the settled state carries {published}")
+    if not all(leader.running().status().versions.features.values()):
+        cluster.violation(f"the settled cluster's features are not all on: {leader.running().status().versions}")
 
 
 def _check_final_state(cluster: SimulatedCluster) -> None:

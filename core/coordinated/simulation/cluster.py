@@ -52,6 +52,7 @@ from coordinated.coordination.requests.keys import ReadBarrier
 from coordinated.coordination.settings import NODE_NAME, NODE_ROLES, Settings
 from coordinated.coordination.state import ClusterState
 from coordinated.coordination.state_index import SortedKeys
+from coordinated.coordination.wire_versions import NodeVersion
 from coordinated.simulation.effect_interpreter import EffectInterpreter
 from coordinated.simulation.lifecycle import NodeLifecycle, roles
 from coordinated.simulation.linearizability import Operation, TxnOperation
@@ -62,6 +63,7 @@ from coordinated.simulation.safety_checker import SafetyChecker, SafetyViolation
 from coordinated.simulation.scheduler import Scheduler
 from coordinated.simulation.sim_node import SimNode
 from coordinated.simulation.storage import FlakyPersistedState, InjectedIOError, StorageFault
+from coordinated.simulation.versions import GatedFieldWatch
 
 __all__ = ["FlakyPersistedState", "InjectedIOError", "SafetyViolation", "SimNode", "SimulatedCluster", "StorageFault"]
 
@@ -100,6 +102,7 @@ class SimulatedCluster:
         master_eligible: list[bool] | None = None,
         initial_master_nodes: int | None = None,
         check_safety: bool = True,
+        versions: Sequence[NodeVersion] | None = None,  # each node's release (default: this tree's)
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -115,7 +118,8 @@ class SimulatedCluster:
         # Called with each state a node applies (workloads that check what the committed states held).
         self.applied_observers: list[Callable[[SimNode, ClusterState], None]] = []
         self.safety = SafetyChecker(seed, lambda: self.now)
-        self.bus = MessageBus(self.scheduler, self.network, self.nodes, self._run_effects)
+        self.gated_fields = GatedFieldWatch(self.violation)
+        self.bus = MessageBus(self.scheduler, self.network, self.nodes, self._run_effects, self.gated_fields)
         self.effects = EffectInterpreter(
             lambda: self.now,
             send=self.bus.send,
@@ -151,13 +155,16 @@ class SimulatedCluster:
                 base.with_values(
                     {NODE_NAME: names[index], NODE_ROLES: roles(eligible[index]), INITIAL_MASTER_NODES: bootstrap}
                 ),
+                version=versions[index] if versions is not None else None,
             )
 
     # ---------------------------------------------------------------------------------------------------
     # nodes
 
-    def add_node(self, master_eligible: bool = True, settings: Settings | None = None) -> SimNode:
-        return self.lifecycle.add(master_eligible, settings)
+    def add_node(
+        self, master_eligible: bool = True, settings: Settings | None = None, version: NodeVersion | None = None
+    ) -> SimNode:
+        return self.lifecycle.add(master_eligible, settings, version)
 
     def start_node(self, index: int) -> None:
         self.lifecycle.start(index)
@@ -166,13 +173,15 @@ class SimulatedCluster:
         """Stop a node at once; what it persisted survives, everything else is lost."""
         self.lifecycle.crash(index)
 
-    def restart(self, index: int, new_address: str | None = None) -> None:
-        """Crash and start a node; with `new_address` it comes back elsewhere, as a rescheduled pod gets a new IP."""
-        self.lifecycle.restart(index, new_address)
+    def restart(self, index: int, new_address: str | None = None, version: NodeVersion | None = None) -> None:
+        """Crash and start a node; with `new_address` it comes back elsewhere, as a rescheduled pod gets a new IP;
+        with `version`, on another release (an upgrade or a rollback: simulation/versions.py)."""
+        self.lifecycle.restart(index, new_address, version)
 
-    def lose_data(self, index: int) -> None:
-        """Crash a node and start it again on an empty disk: a new node under the same name (`NodeLifecycle`)."""
-        self.lifecycle.lose_data(index)
+    def lose_data(self, index: int, version: NodeVersion | None = None) -> None:
+        """Crash a node and start it again on an empty disk: a new node under the same name (`NodeLifecycle`),
+        on another release if `version` is given."""
+        self.lifecycle.lose_data(index, version)
 
     def storage_fault(self, index: int, fault: StorageFault) -> None:
         """Crash a node, damage its storage as `fault` says, and start it again (or it refuses and stays down)."""
@@ -282,6 +291,8 @@ class SimulatedCluster:
 
     def _state_applied(self, sim_node: SimNode, state: ClusterState) -> None:
         self.safety.check_applied(state)
+        if state.master_node is not None:  # a committed state (not the no-master view of a candidate)
+            self.gated_fields.applied(sim_node.name, state)
         self._wake_apply_waiters(sim_node, state)
         for observer in self.applied_observers:
             observer(sim_node, state)

@@ -6,12 +6,14 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
 import ssl
 import sys
 
 from aiohttp import web
 
+from coordinated.coordination import feature_gates
 from coordinated.coordination.settings import SettingsError
 from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
 from coordinated.sidecar.event_loop import loop_factory
@@ -71,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # A test hook (feature_gates.install_test_gates): requests gated on a feature, for the mixed-release tests.
+    feature_gates.install_test_gates(os.environ.get("COORDINATED_TEST_REQUEST_GATES", ""))
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format=f"%(asctime)s %(levelname)-7s [{args.name}] %(name)s: %(message)s",
@@ -130,6 +134,8 @@ async def serve(node: Node, config: NodeConfig) -> int:
             refusals=node.refusals,
             local_address=config.transport_address,
             trust=node.transport_trust,
+            version=node.version,
+            on_undecodable=node.handle_undecodable,
         ),
         access_log=None,
         handle_signals=False,

@@ -51,6 +51,7 @@ from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.requests.keys import ReadBarrier
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
+from coordinated.release import node_version
 from coordinated.sidecar.auth.authenticators import Authentication, build_authenticators
 from coordinated.sidecar.auth.principal import CURRENT_PRINCIPAL
 from coordinated.sidecar.auth.tokens_file import TOKENS_FILE, Tokens
@@ -91,6 +92,7 @@ from coordinated.sidecar.peers.transport import (
     TRANSPORT_REQUEST_TIMEOUT,
     TRANSPORT_RETRIES,
     PeerSender,
+    Undecodable,
     watch_until_closed,
 )
 from coordinated.sidecar.s3.object_store import ObjectStore
@@ -187,6 +189,7 @@ class Node:
         patterns = settings[TRANSPORT_SSL_TRUST_RESTRICTIONS]
         self.transport_trust = TrustRestrictions(patterns) if transport_tls is not None and patterns else None
         self.local_node = DiscoveryNode(self.node_id, config.node_name, config.transport_address, settings[NODE_ROLES])
+        self.version = node_version()  # this node's release and wire version
         self.loop: asyncio.AbstractEventLoop | None = None
         self.coordinator: Coordinator | None = None
         # For health (did the last write fail?), and so that the change log keeps each accepted state until it
@@ -247,6 +250,7 @@ class Node:
             max_chunk_size=settings[TRANSPORT_MAX_CHUNK_SIZE],
             refusals=self.refusals,
             trust=self.transport_trust,
+            version=self.version,
         )
         await self.sender.start()
         await self.hooks.start()
@@ -257,6 +261,7 @@ class Node:
             rng=random.Random(),
             now=self.now_ms(),
             derivations=self.derivations,
+            version=self.version,
         )
         self._run(self.coordinator.start)
         self._sweeper = self.loop.create_task(self._sweep_lost_completions())
@@ -280,11 +285,10 @@ class Node:
             self._sweeper.cancel()
         if self._progress is not None:
             self._progress.cancel()
-        self.watch_streams.close()
+        self.close_client_waits()
         for task in self._watches.values():
             task.cancel()
         self._watches.clear()
-        self.key_watches.close()
         if self.sender is not None:
             await self.sender.flush(handover_timeout_s)
             await self.sender.close()
@@ -306,6 +310,12 @@ class Node:
         else:
             self.persisted.close()
         self.lock.release()
+
+    def close_client_waits(self) -> None:
+        """Ends every streaming watch (with its last line) and answers every long-polling watch: the node is
+        stopping. Idempotent."""
+        self.watch_streams.close()
+        self.key_watches.close()
 
     # -- feeding the core --------------------------------------------------------------------------------
 
@@ -332,6 +342,12 @@ class Node:
         assert self.coordinator is not None
         coordinator = self.coordinator
         self._run(lambda now: coordinator.handle_message(sender, message, now))
+
+    def handle_undecodable(self, frame: Undecodable, problem: str) -> None:
+        """A peer's frame that does not decode as a message (a newer node's): the core answers or drops it."""
+        assert self.coordinator is not None
+        coordinator = self.coordinator
+        self._run(lambda now: coordinator.handle_undecodable(frame.sender, frame.kind, frame.request_id, problem, now))
 
     def _on_send_failure(self, destination: str, message: Message) -> None:
         assert self.coordinator is not None

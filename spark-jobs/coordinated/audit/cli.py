@@ -22,6 +22,8 @@ EXIT_OK, EXIT_VIOLATIONS, EXIT_UNUSABLE, EXIT_INCOMPLETE = 0, 1, 2, 3
 
 
 _READ_FAILED = re.compile(r"(?:error while reading file|reading file|read file)\s+(\S+?)[.,]?(?:\s|$)", re.I)
+# A segment of a newer release's format, as a Python task names it (coordination.formats.newer_format_problem).
+_NEWER = re.compile(r"\S+ is of format \d+, written by [^\n]*?(?:or later on it|or a later one)")
 _CAUSE = re.compile(r"(?:Caused by: )?((?:java|org\.apache|parquet)\.[\w.$]+(?:Exception|Error)[^\n]*)")
 
 
@@ -234,7 +236,9 @@ def _audit(argv: list[str] | None) -> int:
         where = unreadable_file(e)
         if where is None:
             raise
-        print(f"coordinated audit: unusable input: cannot read {where}: {first_cause(e)}", file=sys.stderr)
+        newer = _NEWER.search(str(e))
+        problem = newer.group(0) if newer is not None else f"cannot read {where}: {first_cause(e)}"
+        print(f"coordinated audit: unusable input: {problem}", file=sys.stderr)
         return EXIT_UNUSABLE
     finally:
         _clean_up(spark, inp, stop=not had_session)

@@ -23,11 +23,12 @@ from urllib.parse import unquote, urlparse
 import msgspec
 import zstandard
 
-from coordinated.coordination.history_format import FORMAT2_START, SegmentExpander
+from coordinated.coordination.history_format import FORMAT_START, SegmentExpander, newer_segment_problem
 from coordinated.coordination.history_lines import is_complete
+from coordinated.release import installed_release
 
 COMPRESSED = ".zst"
-_HEAD_BYTES = len(FORMAT2_START)
+_HEAD_BYTES = len(FORMAT_START)
 _LINE = msgspec.json.Encoder(order="sorted")
 
 
@@ -71,8 +72,8 @@ def open_source(uri: str) -> BinaryIO:
 
 
 def needs_expansion(uri: str) -> bool:
-    """Whether the Python reader must read this file: compressed with zstd, or of format 2 (its first line
-    says so). Only local files are looked into; a remote plain file is format 1 unless its name says `.zst`."""
+    """Whether the Python reader must read this file: compressed with zstd, or of format 2 or later (its first
+    line says so). Only local files are looked into; a remote plain file is format 1 unless its name says `.zst`."""
     if uri.endswith(COMPRESSED):
         return True
     path = local_file(uri)
@@ -80,9 +81,27 @@ def needs_expansion(uri: str) -> bool:
         return False
     try:
         with open(path, "rb") as file:
-            return file.read(_HEAD_BYTES) == FORMAT2_START
+            return file.read(_HEAD_BYTES) == FORMAT_START
     except OSError:
         return False
+
+
+def newer_format_problem(uris: Sequence[str]) -> str | None:
+    """Why the audit cannot read these segments: the first local one (of the plain or compressed files) whose first
+    line says it is of a history format newer than this release reads, naming it, the format and the release
+    that wrote it. A remote segment is looked at where it is read (`expanded_rows`)."""
+    for uri in uris:
+        if local_file(uri) is None:
+            continue
+        try:
+            with open_source(uri) as file:
+                first = file.readline()
+        except (OSError, zstandard.ZstdError, EOFError):
+            continue  # damage: named where the segment is read
+        problem = newer_segment_problem(first, uri, installed_release())
+        if problem is not None:
+            return problem
+    return None
 
 
 Row = tuple[str, str, int, int]  # value, _source, _block, _mid
@@ -109,6 +128,8 @@ def expanded_rows(uri: str, content: bytes | None = None) -> Iterator[Row]:
                 index += 1
                 if not is_complete(line):
                     break
+                if index == 0 and (newer := newer_segment_problem(line, uri, installed_release())) is not None:
+                    raise OSError(newer)
                 expanded = expander.expand(line)
                 if expanded.events is None or expander.format == 1:
                     yield expanded.raw.decode("utf-8", errors="replace"), uri, 0, index

@@ -38,6 +38,7 @@ from coordinated.coordination.security import (
     role_name_problem,
     role_problem,
 )
+from coordinated.coordination.wire_versions import ACCESS_CONTROL
 
 FEATURE_NOT_AVAILABLE = "feature_not_available_exception"
 
@@ -206,6 +207,7 @@ def _action(request: type[Any], execute: Any, validate: Any) -> Action[Any]:
         on_master=_acknowledged,
         describe=lambda request: f"{type(request).__name__} [{request.name}]",
         access=NEEDS_SECURITY,
+        feature=ACCESS_CONTROL.name,  # a master of an older release cannot decode it
     )
 
 

@@ -14,9 +14,17 @@ import zstandard
 
 from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.history import MARK_CARRYING_EVENT_TYPES, RESET_EVENT_TYPES, EventType
+from coordinated.coordination.history_format import newer_segment_problem
 from coordinated.coordination.history_lines import is_complete
 from coordinated.coordination.recovery import HistorySummary
+from coordinated.release import installed_release
 from coordinated.sidecar.events.history_segments import expanded_lines, list_segments, plain_tail, read_lines
+
+
+class HistoryNewer(Exception):
+    """A segment of a history format newer than this release reads; the message names it, the format and the
+    release that wrote it. Nothing was changed."""
+
 
 _MARK_CARRIERS = frozenset(kind.value for kind in MARK_CARRYING_EVENT_TYPES)
 _RESETS = frozenset(kind.value for kind in RESET_EVENT_TYPES)
@@ -111,7 +119,8 @@ def summarize_history(directory: Path) -> HistorySummary:
     deleted, or a deleted segment, may have held the newest ones), so they count like a `term` and an
     `accepted` event. Segments are read newest first until each kind of mark has been seen or a reset event
     was; plain segments are all read. A line that cannot be read, other than a last line cut by a crash, is
-    reported as damage (marks it held are lost). The node ids are those of every line read.
+    reported as damage (marks it held are lost). The node ids are those of every line read. A segment of a
+    newer format than this release reads raises HistoryNewer (the node refuses to start, changing nothing).
     """
     term: int | None = None
     accepted: tuple[int, int] | None = None
@@ -130,6 +139,9 @@ def summarize_history(directory: Path) -> HistorySummary:
         except (OSError, zstandard.ZstdError) as error:
             damaged.append(f"[{path}] cannot be read ({error})")
             continue
+        newer = newer_segment_problem(lines[0], f"[{path}]", installed_release()) if lines else None
+        if newer is not None:
+            raise HistoryNewer(newer)
         for number, line in enumerate(lines, 1):
             if not is_complete(line) or not line.strip():
                 continue  # a partial line left by a crash, or a blank one

@@ -1,7 +1,11 @@
 """Snapshots: what one holds, its format, and the repository interface every repository type implements.
 
 A snapshot is one blob, `snap-<name>.dat`: a header line `COORDINATED-SNAPSHOT1 <sha256 of the payload> <payload
-length>` and the JSON payload (`SnapshotFile`). Every repository type (`fs` in `snapshot_fs`, `s3` in
+length>` and the JSON payload (`SnapshotFile`), whose `format` says how to read it and `release` which release wrote
+it (from 0.2.0 on; release 0.1.0 reads format 1 and skips `release`). Format 2 (release 0.2.0) is format 1 with the
+cluster's roles, role mappings and quotas (`security`, written once access control is on), which release 0.1.0
+would drop: a snapshot without them is written in format 1. A snapshot of a newer format is refused
+(`SnapshotNewer`), naming its format and the release that wrote it. Every repository type (`fs` in `snapshot_fs`, `s3` in
 `snapshot_s3`) stores exactly these bytes and reads them back through `SnapshotRepository`, so the format and its
 checks are one: a blob whose header, length or checksum does not hold is refused with `SnapshotCorrupt`, naming
 where it is; a name is written at most once (`SnapshotExists`), atomically, so that a reader sees a whole
@@ -26,10 +30,13 @@ from typing import Any
 
 import msgspec
 
+from coordinated.coordination.formats import newer_format_problem
 from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
+from coordinated.coordination.security import SecurityMetadata
 from coordinated.coordination.settings import Parsed, Setting
 from coordinated.coordination.state import ClusterState, KeyVersion, Long, Session
 from coordinated.coordination.validation import session_id_problem
+from coordinated.release import installed_release
 from coordinated.sidecar.peers.auth import parse_secret_file
 
 
@@ -59,14 +66,16 @@ SNAPSHOT_SECRET_FILE: Setting[str | None] = Setting(
 MAGIC = b"COORDINATED-SNAPSHOT1"
 SIGNATURE_DOMAIN = b"coordinated snapshot v1\n"
 SIGNATURE_PREFIX = b"hmac-sha256="
-FORMAT = 1
+FORMAT = 2  # the newest this release writes and reads
+UNGATED_FORMAT = 1  # of a snapshot without `security`: what release 0.1.0 reads
 PREFIX, SUFFIX = "snap-", ".dat"
 
 
 class SnapshotFile(msgspec.Struct, frozen=True, kw_only=True):
     """The committed global state of one cluster-state version, and when it was taken."""
 
-    format: int = FORMAT
+    format: int = UNGATED_FORMAT
+    release: str = ""  # the release that wrote it (none before 0.2.0)
     snapshot: str
     uuid: str
     cluster_name: str
@@ -82,6 +91,8 @@ class SnapshotFile(msgspec.Struct, frozen=True, kw_only=True):
     # For the record (what the cluster held); a restore makes every key persistent and restores no session.
     sessions: dict[str, Session] = {}
     kv_sessions: dict[str, str] = {}  # an ephemeral key -> its session
+    # Format 2: the roles, role mappings and quotas, which a restore restores too (UNSET: access control was off).
+    security: SecurityMetadata | msgspec.UnsetType = msgspec.UNSET
 
 
 class SnapshotError(Exception):
@@ -90,6 +101,11 @@ class SnapshotError(Exception):
 
 class SnapshotCorrupt(SnapshotError):
     """The file exists but does not hold a whole, intact snapshot; the message names it."""
+
+
+class SnapshotNewer(SnapshotCorrupt):
+    """The file holds a snapshot of a format newer than this release reads; the message names the format and
+    the release that wrote it."""
 
 
 class SnapshotMissing(SnapshotError):
@@ -105,6 +121,14 @@ class RepositoryUnavailable(SnapshotError):
 
 
 _DECODER = msgspec.json.Decoder(SnapshotFile)
+
+
+class _FormatOnly(msgspec.Struct):
+    format: Any = FORMAT
+    release: Any = None
+
+
+_FORMAT_DECODER = msgspec.json.Decoder(_FormatOnly)
 _ENCODER = msgspec.json.Encoder(order="sorted")
 
 
@@ -112,6 +136,8 @@ def snapshot_of(state: ClusterState, name: str, start_ms: int, end_ms: int) -> S
     """What a snapshot of this (committed, immutable) state holds: a consistent cut by construction."""
     versions = {key: state.key_version(key) for key in state.kv}
     return SnapshotFile(
+        format=UNGATED_FORMAT if state.security is msgspec.UNSET else FORMAT,
+        security=state.security,
         snapshot=name,
         uuid=uuid.uuid4().hex,
         cluster_name=state.cluster_name,
@@ -119,6 +145,7 @@ def snapshot_of(state: ClusterState, name: str, start_ms: int, end_ms: int) -> S
         term=state.term,
         version=state.version,
         state_uuid=state.state_uuid,
+        release=installed_release(),
         start_time_in_millis=start_ms,
         end_time_in_millis=end_ms,
         kv=dict(state.kv),
@@ -167,14 +194,25 @@ def decode_snapshot(data: bytes, path: object, secret: bytes | None = None) -> S
                 f"snapshot file [{path}] is not signed with this node's [snapshot.secret_file]: made or changed "
                 "by someone without the secret"
             )
+    try:  # its format first: a newer one may hold what this release cannot decode
+        found = _FORMAT_DECODER.decode(payload)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        found = None
+    if found is not None:
+        writer = found.release if isinstance(found.release, str) else None
+        newer = newer_format_problem(f"snapshot file [{path}]", found.format, FORMAT, installed_release(), writer)
+        if newer is not None:
+            raise SnapshotNewer(newer)
     try:
         snapshot = _DECODER.decode(payload)
     except (msgspec.DecodeError, UnicodeDecodeError) as error:
         raise SnapshotCorrupt(f"snapshot file [{path}] is damaged: {error}") from None
     except RecursionError:
         raise SnapshotCorrupt(f"snapshot file [{path}] is damaged: nested too deeply") from None
-    if snapshot.format != FORMAT:
-        raise SnapshotCorrupt(f"snapshot file [{path}] has format [{snapshot.format}]; this version reads [{FORMAT}]")
+    if snapshot.format not in (UNGATED_FORMAT, FORMAT):
+        raise SnapshotCorrupt(
+            f"snapshot file [{path}] has format [{snapshot.format}]; this version reads [{UNGATED_FORMAT}] and [{FORMAT}]"
+        )
     problem = content_problem(snapshot)
     if problem is not None:
         raise SnapshotCorrupt(f"snapshot file [{path}] does not hang together: {problem}")

@@ -85,6 +85,13 @@ def client_app(node: Node, authentication: Authentication | None = None) -> web.
     document: Callable[[], bytes] = document_bytes
     app[DOCUMENT_KEY] = document
     served.register(app.router)
+
+    async def end_waits(app: web.Application) -> None:
+        # Before the server waits for its open requests to finish: streaming watches and long-polls end now, or
+        # a node with a watcher connected would take the server's whole shutdown timeout to stop.
+        node.close_client_waits()
+
+    app.on_shutdown.append(end_waits)
     return app
 
 

@@ -20,7 +20,7 @@ from coordinated.coordination.state import session_binding_to_api
 from coordinated.coordination.validation import key_prefix_problem, session_id_problem
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.web import api_types as t
-from coordinated.sidecar.web.access import authorize, permissions_of
+from coordinated.sidecar.web.access import authorize, permissions_of, principal_of
 from coordinated.sidecar.web.app_keys import node_of
 from coordinated.sidecar.web.errors import (
     BadRequest,
@@ -90,9 +90,17 @@ def check_owner(request: web.Request, session_id: str, needs_privilege: bool) ->
         raise Forbidden(permissions.unauthorized(f"{request.method} {request.path}", missing))
 
 
-def session_result(result: SessionInfo | Committed | ClusterError, node: Node, status: int = 200) -> web.Response:
+def session_result(
+    result: SessionInfo | Committed | ClusterError,
+    node: Node,
+    status: int = 200,
+    created_for: tuple[str, str] | None = None,
+) -> web.Response:
+    """`created_for`: the prefix and owner of a session just created (this node may not have applied it yet)."""
     if isinstance(result, SessionInfo):
         body = session_body(result.id, result.ttl_ms, result.node, node)
+        if created_for is not None:
+            body.update(prefix=created_for[0], owner=created_for[1])
         if result.ttl_ms > 0:
             body["remaining_ms"] = result.remaining_ms  # by the master's clock, when it answered
         return web.json_response(body, status=status)
@@ -128,7 +136,11 @@ async def session_create(request: web.Request, query: Query) -> web.StreamRespon
     if problem is not None:
         raise BadRequest(problem)
     node = node_of(request)
-    return session_result(await node.call(create, timeout_ms), node, status=201)
+    principal = principal_of(request)
+    # With access control on, the session records its owner and prefix (as the answer says).
+    recorded = principal is not None and node.applied_state.security_metadata() is not None
+    created_for = (create.prefix, principal.name) if recorded and principal is not None else None
+    return session_result(await node.call(create, timeout_ms), node, status=201, created_for=created_for)
 
 
 # Sessions are a writer's, their listing included: their ids are what a writer keeps alive and binds keys to.

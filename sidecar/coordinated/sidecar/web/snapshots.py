@@ -43,7 +43,7 @@ from coordinated.sidecar.node import Node
 from coordinated.sidecar.s3.s3_settings import DEFAULT_CLIENT, S3ClientSettings, client_names
 from coordinated.sidecar.web import api_types as t
 from coordinated.sidecar.web.app_keys import node_of
-from coordinated.sidecar.web.errors import BadRequest, error_response, result_error
+from coordinated.sidecar.web.errors import BadRequest, FeatureNotAvailable, error_response, result_error
 from coordinated.sidecar.web.inputs import no_body, param_bool, read_json, timeout_of
 from coordinated.sidecar.web.privileges import Privilege
 from coordinated.sidecar.web.reads import read_barrier
@@ -401,6 +401,8 @@ async def _read(node: Node, repository: SnapshotRepository, repo: str, snap: str
         return await repository.read(snap, node.snapshot_secret)
     except snapshots.SnapshotMissing:
         return _missing_snapshot(repo, snap)
+    except snapshots.SnapshotNewer as error:  # written by a newer release: not damaged, and not for this one
+        return error_response("snapshot_restore_exception", f"[{repo}:{snap}] {error}", 400)
     except SnapshotCorrupt as error:
         return error_response("corrupt_state_exception", f"[{repo}:{snap}] {error}", 500)
     except RepositoryUnavailable as error:
@@ -470,12 +472,21 @@ async def snapshot_restore(request: web.Request, query: Query) -> web.StreamResp
     loaded = await _read(node, repository, repo, snap)
     if isinstance(loaded, web.Response):
         return loaded
+    security = None if loaded.security is msgspec.UNSET else loaded.security
+    if security is not None and node.applied_state.security_metadata() is None:
+        raise FeatureNotAvailable(
+            f"[{repo}:{snap}] holds roles, role mappings and quotas, which need access control: it is not on "
+            "until every node of the cluster runs a release that has it"
+        )
+    admins = node.authentication is not None and bool(node.authentication.file_admins())
     restore = RestoreSnapshot(
         snapshot=f"{repo}:{snap}",
         snapshot_version=loaded.version,
         kv=loaded.kv,
         kv_versions=loaded.kv_versions,
         persistent_settings=loaded.persistent_settings,
+        security=security,
+        file_admins=admins,
     )
     result = await node.call(restore, timeout_ms)
     if isinstance(result, ClusterError):
