@@ -318,3 +318,26 @@ def test_roles_mappings_and_quotas_are_in_snapshots_and_a_restore_brings_them_ba
     assert ok(call(node, "GET", "/_quota/a", ADMIN))["a"]["usage"]["keys"] == 1
     # The restore wrote every key: its principal is their last writer.
     assert ok(call(node, "GET", "/_cluster/metadata/app/a/x", ADMIN))["writer"] == "admin"
+
+
+def test_a_token_taken_out_of_the_tokens_file_ends_its_principals_open_streams(
+    secured: tuple[LocalCluster, list[LocalNode]], tmp_path: Path
+) -> None:
+    cluster, nodes = secured
+    master = cluster.wait_master()
+    ok(call(master, "PUT", "/_security/role/app-a", ADMIN, ROLE_A))
+    ok(call(master, "PUT", "/_security/role_mapping/app-a", ADMIN, {"roles": ["app-a"], "principals": ["app-a"]}))
+    tokens = Path(cluster.settings["http.auth.tokens_file"])
+    with stream(nodes[0], APP_A, "app/a/", local="true") as lines:
+        until(lines, lambda line: line["type"] == "progress")
+        replacement = tmp_path / "tokens.new"
+        replacement.write_text(TOKENS.replace(f"none {APP_A} app-a\n", ""))
+        replacement.rename(tokens)  # atomically, as a Secret volume does
+        # The node looks at the file at most once a second, as requests (the kubelet's probes) come.
+        for _ in range(100):
+            http("GET", nodes[0].url + "/readyz")
+            threading.Event().wait(0.1)
+            if call(nodes[0], "GET", "/_security/_authenticate", APP_A)[0] == 401:
+                break
+        closed = until(lines, lambda line: line["type"] == "closed")[-1]
+        assert "principal [app-a] may no longer watch: its token is no longer in the tokens file" in closed["reason"]

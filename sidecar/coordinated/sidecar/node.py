@@ -49,6 +49,7 @@ from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.quotas import QuotaUsage
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.requests.keys import ReadBarrier
+from coordinated.coordination.security import REALM_FILE
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
 from coordinated.release import node_version
@@ -183,6 +184,8 @@ class Node:
         self.authentication = Authentication(self.tokens, realms) if self.tokens is not None or realms else None
         # What a principal may do, by this node's applied roles and role mappings (compiled once per principal).
         self.authorizer = Authorizer()
+        if self.tokens is not None:
+            self.tokens.on_change = self._tokens_changed
         self.refusals = Refusals()  # transport connections refused either way, for health
         transport_tls = TRANSPORT_TLS.files(settings)
         self.transport_tls = ReloadingContext(transport_tls, Side.CLIENT) if transport_tls is not None else None
@@ -590,6 +593,17 @@ class Node:
                 used.update(keys=counted.keys, bytes=counted.bytes, sessions=counted.sessions)
             statuses.append(QuotaStatus(name, quota.prefix, quota.limits(), used))
         return statuses
+
+    def _tokens_changed(self, principals: frozenset[Principal]) -> None:
+        """The tokens file changed: the open streams of a principal whose tokens are all gone end."""
+
+        def gone(principal: Principal, prefixes: tuple[str, ...]) -> str | None:
+            if principal.realm != REALM_FILE or principal in principals:
+                return None
+            return "its token is no longer in the tokens file"
+
+        if self.watch_streams.streams:
+            self.watch_streams.refuse_streams(gone, "may no longer watch: ")
 
     def _stream_missing(self, principal: Principal, prefixes: tuple[str, ...]) -> str | None:
         permissions = self.permissions(principal)

@@ -136,6 +136,8 @@ class Tokens:
     def __init__(self, path: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self._clock = clock
+        # Called after the file was read again (or found unusable), with the principals it holds now.
+        self.on_change: Callable[[frozenset[Principal]], None] = lambda principals: None
         self._fingerprint = _fingerprint(path)
         self._tokens = load_tokens(path)
         self._checked_at = clock()
@@ -150,6 +152,10 @@ class Tokens:
             if hmac.compare_digest(known, candidate) and found is None:
                 found = principal
         return found
+
+    def principals(self) -> frozenset[Principal]:
+        """The principals of the tokens valid now."""
+        return frozenset(principal for _, principal in self._tokens)
 
     def admins(self) -> list[str]:
         """The principals the file makes admins (whatever the role mappings say, they stay admins)."""
@@ -175,6 +181,7 @@ class Tokens:
             if problem != self.problem:
                 log.warning("%s", problem)
             self.problem = problem
+            self.on_change(self.principals())
             return
         self._tokens = tokens
         if self.problem is not None:
@@ -182,3 +189,4 @@ class Tokens:
         else:
             log.info("reloaded the tokens of [http.auth.tokens_file] from %s", self.path)
         self.problem = None
+        self.on_change(self.principals())

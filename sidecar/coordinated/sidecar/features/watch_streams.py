@@ -238,7 +238,11 @@ class StreamHub:
             stream.transport.write(self.frame(line(type="closed", version=stream.version, reason=reason)))
         stream.ended.set_result(why)
 
-    def refuse_streams(self, missing: Callable[[Principal, tuple[str, ...]], str | None]) -> int:
+    def refuse_streams(
+        self,
+        missing: Callable[[Principal, tuple[str, ...]], str | None],
+        why: str = "may no longer read these keys: ",
+    ) -> int:
         """End every stream whose principal now lacks what it needs (`missing(principal, prefixes)`: None, or
         what it lacks), each with a `closed` line saying so; how many ended."""
         ended = 0
@@ -248,7 +252,7 @@ class StreamHub:
                     continue
                 lacking = missing(stream.principal, group.prefixes)
                 if lacking is not None:
-                    self.end(stream, f"principal [{stream.principal.name}] may no longer read these keys: {lacking}")
+                    self.end(stream, f"principal [{stream.principal.name}] {why}{lacking}")
                     ended += 1
         return ended
 
