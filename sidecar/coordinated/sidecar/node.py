@@ -734,6 +734,8 @@ class Node:
         if self.authentication is not None:
             for problem in self.authentication.problems():
                 found.append(NodeProblem(ProblemKind.TOKENS_FILE, problem))
+            for problem in self.authentication.realm_problems():
+                found.append(NodeProblem(ProblemKind.AUTH_REALM, problem))
         for refusal in self.refusals.recent():
             found.append(NodeProblem(ProblemKind.TRANSPORT, refusal.describe()))
         history = self.history_maintenance.status

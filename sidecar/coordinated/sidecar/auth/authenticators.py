@@ -32,22 +32,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from coordinated.coordination.client import Principal
 from coordinated.coordination.security import REALM_CERTIFICATE
 from coordinated.coordination.settings import Settings
+from coordinated.sidecar.auth import service_accounts
+from coordinated.sidecar.auth.refusal import Refused as Refused  # what a realm answers for a token it refuses
 from coordinated.sidecar.auth.tokens_file import Tokens
 
 log = logging.getLogger("coordinated.access")
-
-
-@dataclass(frozen=True)
-class Refused:
-    """A credential that a realm recognised and refused: the reason of the 401 (never the credential)."""
-
-    reason: str
 
 
 class Authenticator(Protocol):
@@ -66,7 +60,7 @@ class Authenticator(Protocol):
 # The factories of the realms besides the tokens file: each builds its realm from the node's settings, or
 # returns None when its settings leave it off. A realm is added with one line here.
 RealmFactory = Callable[[Settings], Authenticator | None]
-REALM_FACTORIES: list[RealmFactory] = []
+REALM_FACTORIES: list[RealmFactory] = [service_accounts.realm_from_settings]  # Kubernetes ServiceAccount tokens
 
 
 def build_authenticators(
