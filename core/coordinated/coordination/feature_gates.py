@@ -50,10 +50,18 @@ STATE_FIELD_GATES: Mapping[str, Feature] = {"node_versions": NODE_VERSIONS, "sec
 
 def required_features(request: ClientRequest[Any], gates: Iterable[RequestGate] | None = None) -> list[Feature]:
     """The features `request` needs beyond the first release's protocol (none for most): its type's (the
-    `feature` of its Action) and those of `gates` (REQUEST_GATES) that it needs."""
+    `feature` of its Action, unless its `needs_feature` says this one does without) and those of `gates`
+    (REQUEST_GATES) that it needs."""
     found = [feature for feature, needs in (REQUEST_GATES if gates is None else gates) if needs(request)]
-    declared = feature_named(action_of(request).feature or "")
-    return found if declared is None or declared in found else [declared, *found]
+    action = action_of(request)
+    declared = feature_named(action.feature or "")
+    if (
+        declared is None
+        or declared in found
+        or (action.needs_feature is not None and not action.needs_feature(request))
+    ):
+        return found
+    return [declared, *found]
 
 
 def feature_not_available(feature: Feature, lacking: Mapping[str, NodeVersion | None]) -> ClusterError:

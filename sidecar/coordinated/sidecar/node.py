@@ -52,6 +52,7 @@ from coordinated.coordination.requests.keys import ReadBarrier
 from coordinated.coordination.security import REALM_FILE
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
+from coordinated.coordination.wire_versions import ACCESS_CONTROL
 from coordinated.release import node_version
 from coordinated.s3.object_store import ObjectStore
 from coordinated.sidecar.auth.authenticators import Authentication, build_authenticators
@@ -607,6 +608,20 @@ class Node:
         return permissions.missing(KeyAccess(READ, prefix, prefix=True) for prefix in prefixes)
 
     # -- for the client API ------------------------------------------------------------------------------
+
+    def access_control_off(self) -> str | None:
+        """Why what needs access control (roles, role mappings, quotas, a session's prefix) is refused now, or
+        None once this node's applied state has it on: the members that lack feature [access_control], or, once
+        every member has it, that the next published state turns it on."""
+        if self.applied_state.security_metadata() is not None:
+            return None
+        refusal = self.coordinator.feature_refusal(ACCESS_CONTROL) if self.coordinator is not None else None
+        if refusal is not None:
+            return refusal.reason
+        return (
+            f"access control is not on yet: every node has feature {ACCESS_CONTROL.describe()}, and the next "
+            "state the master publishes turns it on; retry"
+        )
 
     def permissions(self, principal: Principal) -> Permissions:
         """What `principal` may do, by the roles and role mappings of this node's applied state."""

@@ -16,6 +16,7 @@ from coordinated.coordination.authorization import Authorizer
 from coordinated.coordination.batch import execute_batch
 from coordinated.coordination.batch_draft import BatchContext, StateSizes
 from coordinated.coordination.batch_keys import entry_size
+from coordinated.coordination.batch_writes import DEFERRED
 from coordinated.coordination.client import ClusterError, Committed, Principal, SessionInfo, TxnResult
 from coordinated.coordination.quotas import QuotaUsage, Usage, WriteRates, quota_index, usage_of_state
 from coordinated.coordination.requests import action_of
@@ -156,8 +157,12 @@ def test_a_session_belongs_to_the_principal_that_created_it() -> None:
     for request in (KvPut("app/a/lock", 1, session=created.id), SessionEnd(created.id)):
         _, results = run(state, task(request, other))
         refused(results[0], 403, f"session [{created.id}]")
-    _, results = run(state, task(KvPut("app/a/lock", 1, session=created.id)), task(SessionEnd(created.id)))
-    assert results == [None, None]
+    # Its owner may use it and end it (in two batches: ending it deletes the key the put wrote, and a batch
+    # writes a key once).
+    locked, results = run(state, task(KvPut("app/a/lock", 1, session=created.id)))
+    assert results == [None]
+    _, results = run(locked, task(SessionEnd(created.id)))
+    assert results == [None]
     _, results = run(state, task(SessionEnd(created.id), ADMIN))  # an admin may end any
     assert results == [None]
     # A session for keys its creator may not use is refused.
@@ -268,6 +273,20 @@ def test_writes_per_second_are_a_sliding_window_of_the_masters_clock() -> None:
     refused(results[0], 429)
     state, results = run(state, task(KvPut("app/a/x", 1)), task(KvPut("free", 1), ADMIN), now=2_000, rates=rates)
     assert results == [None, None]  # a second after: room again; a key under no quota is never counted
+
+
+def test_a_write_that_waits_for_the_next_batch_is_not_counted_against_writes_per_second() -> None:
+    """A transaction that writes a key an earlier task of the batch wrote runs, is taken back and waits for the
+    next publication (one write per key per batch): until it runs again it has written nothing under the quota."""
+    quota = Quota("app/a/", max_writes_per_second=2)
+    state = base(security=SecurityMetadata(SECURITY.roles, SECURITY.role_mappings, {"q": quota}))
+    rates = WriteRates()
+    again = Txn(success=(TxnOp("put", "app/a/x", 2),))  # its writes are known only once it runs
+    state, results = run(state, task(KvPut("app/a/x", 1)), task(again), now=1_000, rates=rates)
+    assert results == [None, DEFERRED] and state.kv["app/a/x"] == 1
+    state, results = run(state, task(again), now=1_000, rates=rates)
+    assert isinstance(results[0], TxnResult) and state.kv["app/a/x"] == 2  # the second write of this second
+    refused(run(state, task(KvPut("app/a/y", 1)), now=1_000, rates=rates)[1][0], 429, "[max_writes_per_second]")
 
 
 def test_a_quota_set_in_a_batch_counts_what_earlier_tasks_of_the_batch_wrote() -> None:

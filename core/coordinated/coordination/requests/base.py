@@ -106,6 +106,9 @@ class Action(Generic[Q]):
     # The wire feature the request needs: refused until every node of the cluster has it. None: every version
     # of the wire that this release supports carries it.
     feature: str | None = None
+    # Whether a request of the type needs `feature` (a field added with it, e.g. a session's prefix): None,
+    # every request of the type does.
+    needs_feature: Callable[[Q], bool] | None = None
     # What it needs of its principal (authorization.py): by default the cluster privilege `manage`; a key request
     # names its key accesses and the sessions it uses.
     access: Access = NEEDS_MANAGE

@@ -14,6 +14,7 @@ from coordinated.coordination.requests.base import Action, Master, Reply, Runs
 from coordinated.coordination.settings import format_time_ms, parse_node_name
 from coordinated.coordination.state import Long, Session
 from coordinated.coordination.validation import key_prefix_problem, session_id_problem
+from coordinated.coordination.wire_versions import ACCESS_CONTROL
 
 # TTL bounds. The lower one keeps a session above the time a master needs to notice a keepalive at all; the
 # upper one (Consul's) keeps an abandoned session from holding its keys for days.
@@ -79,6 +80,9 @@ CREATE = Action(
     validate=lambda request, state, settings: session_create_problem(request),
     execute=_create_session,
     access=Access(keys=lambda request: (KeyAccess(SESSION, request.prefix, prefix=True),)),
+    # A session's prefix is access control's: a master of an older release would drop it from the session.
+    feature=ACCESS_CONTROL.name,
+    needs_feature=lambda request: request.prefix != "",
 )
 
 

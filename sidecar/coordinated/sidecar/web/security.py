@@ -57,10 +57,7 @@ def security_of(node: Node) -> SecurityMetadata:
     not on (not every node has it: a change must then never reach a master that cannot decode it)."""
     security = node.applied_state.security_metadata()
     if security is None:
-        raise FeatureNotAvailable(
-            "access control (roles, role mappings and quotas) is not on yet: not every node of the cluster runs a "
-            "release that has it"
-        )
+        raise FeatureNotAvailable(f"roles, role mappings and quotas need access control: {node.access_control_off()}")
     return security
 
 

@@ -60,10 +60,8 @@ def session_prefix(request: web.Request, given: str | None) -> str:
         problem = key_prefix_problem(given)
         if problem is not None:
             raise BadRequest(f"invalid [prefix]: {problem}")
-        if given and node.applied_state.security_metadata() is None:
-            raise FeatureNotAvailable(
-                "a session's [prefix] needs access control, which is not on until every node of the cluster has it"
-            )
+        if given and (off := node.access_control_off()) is not None:
+            raise FeatureNotAvailable(f"a session's [prefix] needs access control: {off}")
         authorize(request, permissions, (KeyAccess(SESSION, given, prefix=True),))
         return given
     if permissions is None or permissions.allows(KeyAccess(SESSION, "", prefix=True)):

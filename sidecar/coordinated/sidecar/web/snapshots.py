@@ -473,10 +473,9 @@ async def snapshot_restore(request: web.Request, query: Query) -> web.StreamResp
     if isinstance(loaded, web.Response):
         return loaded
     security = None if loaded.security is msgspec.UNSET else loaded.security
-    if security is not None and node.applied_state.security_metadata() is None:
+    if security is not None and (off := node.access_control_off()) is not None:
         raise FeatureNotAvailable(
-            f"[{repo}:{snap}] holds roles, role mappings and quotas, which need access control: it is not on "
-            "until every node of the cluster runs a release that has it"
+            f"[{repo}:{snap}] holds roles, role mappings and quotas, which need access control: {off}"
         )
     admins = node.authentication is not None and bool(node.authentication.file_admins())
     restore = RestoreSnapshot(
