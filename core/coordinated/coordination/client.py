@@ -62,6 +62,10 @@ UNGATED_WIRE_ADDITIONS: tuple[tuple[str, str], ...] = (
     ("Txn", "delete_limit"),
     ("Committed", "more"),
     ("TxnOpResult", "more"),
+    # Access control's, harmless to ignore: a key's last writer is only recorded once access control is on (every
+    # node has it), and a master of an older release has no roles to authorize a forwarded request's principal by.
+    ("ReadValue", "writer"),
+    ("ForwardedRequest", "principal"),
 )
 
 
