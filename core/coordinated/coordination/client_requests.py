@@ -35,6 +35,7 @@ from coordinated.coordination.settings import enum_setting
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.status import BlockLevel
 from coordinated.coordination.tasks import ClientTask
+from coordinated.coordination.wire_versions import Feature
 
 NO_MASTER_BLOCK = enum_setting(
     "cluster.no_master_block",
@@ -111,10 +112,18 @@ class ClientRequests:
         """A request that needs a feature some node of the cluster lacks (as far as this node knows) is refused
         at once, before it is forwarded to a master that may not decode it; the master checks again."""
         for feature in required_features(request):
-            state = self.ctx.accepted
-            if not self.versions.enabled(feature, state):
-                return feature_not_available(feature, self.versions.lacking(feature, state))
+            refusal = self.feature_refusal(feature)
+            if refusal is not None:
+                return refusal
         return None
+
+    def feature_refusal(self, feature: Feature) -> ClusterError | None:
+        """The refusal of what needs `feature` while a member of the cluster lacks it (as far as this node knows),
+        naming those members; also for what the shell serves itself."""
+        state = self.ctx.accepted
+        if self.versions.enabled(feature, state):
+            return None
+        return feature_not_available(feature, self.versions.lacking(feature, state))
 
     def on_forwarded_request(self, sender: str, request: ForwardedRequest) -> None:
         def reply(result: ClientResult) -> None:

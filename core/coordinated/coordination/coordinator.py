@@ -32,14 +32,13 @@ from typing import Any
 from coordinated.coordination import client
 from coordinated.coordination import messages as m
 from coordinated.coordination.batch import MAX_STATE_SIZE
-from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientResult, ClusterError, Committed, Submitted
+from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientResult, Committed, Submitted
 from coordinated.coordination.client_requests import NO_MASTER_BLOCK, ClientRequests
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.counters import successor
 from coordinated.coordination.diff_history import CatchUp
 from coordinated.coordination.effects import Effect, RequestCompleted, StateApplied
 from coordinated.coordination.elections import ElectionScheduler, PreVoteCollector
-from coordinated.coordination.feature_gates import feature_not_available
 from coordinated.coordination.followers_checker import FollowersChecker, LagDetector
 from coordinated.coordination.formation import ClusterBootstrapService, ClusterFormationFailureHelper
 from coordinated.coordination.forwarding import Forwarder
@@ -63,7 +62,7 @@ from coordinated.coordination.status import CoordinatorStatus, NoMasterBlock, fo
 from coordinated.coordination.tasks import ElectedAsMaster, NodeLeft, Reconfigure
 from coordinated.coordination.timers import Timers
 from coordinated.coordination.version_exchange import VersionExchange
-from coordinated.coordination.wire_versions import Feature, NodeVersion
+from coordinated.coordination.wire_versions import NodeVersion
 
 __all__ = ["Coordinator", "Mode"]
 
@@ -282,14 +281,6 @@ class Coordinator:
             versions=self.ctx.versions.status(applied),
             now=self.now,
         )
-
-    def feature_refusal(self, feature: Feature) -> ClusterError | None:
-        """The refusal of what needs `feature` while a member of the cluster lacks it (as far as this node knows),
-        naming those members: for what the shell serves itself, as the core refuses a gated request."""
-        state = self.ctx.accepted
-        if self.ctx.versions.enabled(feature, state):
-            return None
-        return feature_not_available(feature, self.ctx.versions.lacking(feature, state))
 
     @property
     def now(self) -> int:

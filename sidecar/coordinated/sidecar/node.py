@@ -615,7 +615,7 @@ class Node:
         every member has it, that the next published state turns it on."""
         if self.applied_state.security_metadata() is not None:
             return None
-        refusal = self.coordinator.feature_refusal(ACCESS_CONTROL) if self.coordinator is not None else None
+        refusal = self.coordinator.requests.feature_refusal(ACCESS_CONTROL) if self.coordinator is not None else None
         if refusal is not None:
             return refusal.reason
         return (
