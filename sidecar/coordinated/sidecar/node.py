@@ -43,6 +43,7 @@ from coordinated.coordination.effects import (
     StateApplied,
     WatchPeers,
 )
+from coordinated.coordination.feature_gates import feature_not_available
 from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 from coordinated.coordination.messages import Message
 from coordinated.coordination.peer_finder import SEED_HOSTS
@@ -615,9 +616,15 @@ class Node:
         every member has it, that the next published state turns it on."""
         if self.applied_state.security_metadata() is not None:
             return None
-        refusal = self.coordinator.requests.feature_refusal(ACCESS_CONTROL) if self.coordinator is not None else None
-        if refusal is not None:
-            return refusal.reason
+        versions = self.coordinator.status().versions if self.coordinator is not None else None
+        if versions is not None and not versions.features.get(ACCESS_CONTROL.name, False):
+            nodes = self.applied_state.nodes
+            lacking = {
+                nodes[node_id].name if node_id in nodes else node_id: version
+                for node_id, version in versions.node_versions.items()
+                if version is None or not version.has(ACCESS_CONTROL)
+            }
+            return feature_not_available(ACCESS_CONTROL, lacking).reason
         return (
             f"access control is not on yet: every node has feature {ACCESS_CONTROL.describe()}, and the next "
             "state the master publishes turns it on; retry"
