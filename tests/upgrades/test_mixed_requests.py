@@ -248,14 +248,15 @@ def test_a_request_that_needs_a_feature_the_master_lacks_is_refused_at_once_nami
 
 
 def test_access_control_is_refused_through_an_upgraded_node_while_the_master_lacks_it_naming_it(mixed: Mixed) -> None:
-    """Roles, role mappings, quotas and a session's prefix need [access_control]: refused where they arrive, with
-    the feature and the nodes that lack it named; a session without a prefix works as before."""
+    """Changes of roles, role mappings and quotas, and a session's prefix, need [access_control]: refused where
+    they arrive, with the feature and the nodes that lack it named (reads show the built-in roles and no quota);
+    a session without a prefix works as before."""
     master, new, _ = master_old_with_a_new_follower(mixed)
     role = {"keys": [{"prefixes": ["app/"], "privileges": ["read"]}]}
     for method, path, body in (
         ("PUT", "/_security/role/app", role),
-        ("GET", "/_security/role", None),
-        ("GET", "/_quota", None),
+        ("DELETE", "/_security/role_mapping/app", None),
+        ("PUT", "/_quota/app", {"prefix": "app/", "max_keys": 10}),
         ("POST", "/_sessions", {"ttl": "10s", "prefix": "app/"}),
     ):
         status, answer = new.request(method, path, body, timeout=30)
