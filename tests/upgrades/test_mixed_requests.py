@@ -264,7 +264,7 @@ def test_access_control_is_refused_through_an_upgraded_node_while_the_master_lac
         reason = answer["error"]["reason"]
         assert f"feature [{ACCESS_CONTROL.name}]" in reason and f"{master.name} (0.1.0" in reason, reason
     status, answer = new.request("POST", "/_sessions", {"ttl": "10s"}, timeout=30)
-    assert status == 200, answer
+    assert status == 201, answer
     call(new, "DELETE", f"/_sessions/{answer['id']}")
 
 
