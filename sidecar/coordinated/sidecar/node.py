@@ -22,7 +22,15 @@ from typing import Any, TypeVar, assert_never
 
 import msgspec
 
-from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, checked_result
+from coordinated.coordination.authorization import READ, Authorizer, KeyAccess, Permissions
+from coordinated.coordination.client import (
+    Authenticated,
+    ClientRequest,
+    ClientResult,
+    ClusterError,
+    Principal,
+    checked_result,
+)
 from coordinated.coordination.coordinator import Coordinator
 from coordinated.coordination.effects import (
     Effect,
@@ -35,15 +43,22 @@ from coordinated.coordination.effects import (
     StateApplied,
     WatchPeers,
 )
+from coordinated.coordination.feature_gates import feature_not_available
 from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 from coordinated.coordination.messages import Message
 from coordinated.coordination.peer_finder import SEED_HOSTS
+from coordinated.coordination.quotas import QuotaUsage
 from coordinated.coordination.recovery import recovered_state_event
 from coordinated.coordination.requests.keys import ReadBarrier
+from coordinated.coordination.security import REALM_FILE
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
+from coordinated.coordination.wire_versions import ACCESS_CONTROL
 from coordinated.release import node_version
 from coordinated.s3.object_store import ObjectStore
+from coordinated.sidecar.auth.authenticators import Authentication, build_authenticators
+from coordinated.sidecar.auth.principal import CURRENT_PRINCIPAL
+from coordinated.sidecar.auth.tokens_file import Tokens
 from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.events.archive import SegmentArchive
 from coordinated.sidecar.events.archive_settings import ArchiveSettings
@@ -58,10 +73,11 @@ from coordinated.sidecar.features.hooks_settings import HOOKS_TIMEOUT, HOOKS_UNI
 from coordinated.sidecar.features.listings import Listings
 from coordinated.sidecar.features.snapshot_settings import SNAPSHOT_SECRET_FILE
 from coordinated.sidecar.features.watch_settings import CHANGE_LOG_SIZE, STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL
-from coordinated.sidecar.features.watch_streams import StreamHub
+from coordinated.sidecar.features.watch_streams import StreamHub, StreamQuotas
 from coordinated.sidecar.features.watches import SharedBarrier, WatchHub
 from coordinated.sidecar.observability.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.observability.problems import NodeProblem, ProblemKind, count_by_kind
+from coordinated.sidecar.observability.quota_metrics import QuotaCollector, QuotaStatus
 from coordinated.sidecar.peers.auth import TransportAuth
 from coordinated.sidecar.peers.auth_settings import SECRET_FILE
 from coordinated.sidecar.peers.refusals import Refusals
@@ -86,7 +102,6 @@ from coordinated.sidecar.storage.persistence import (
     prepare_data_dir,
 )
 from coordinated.sidecar.storage.persistence_settings import PERSISTENCE_SYNC, PersistenceSync
-from coordinated.sidecar.web.access import Tokens
 from coordinated.sidecar.web.access_settings import TOKENS_FILE
 from coordinated.sidecar.web.http_chunks import chunk
 
@@ -159,6 +174,13 @@ class Node:
         self.snapshot_secret = Path(snapshot_secret_file).read_bytes().strip() if snapshot_secret_file else None
         tokens_file = settings[TOKENS_FILE]
         self.tokens = Tokens(tokens_file) if tokens_file else None
+        # Who a client request is made as: without a token realm, nobody in particular (nothing is checked).
+        realms = build_authenticators(settings)
+        self.authentication = Authentication(self.tokens, realms) if self.tokens is not None or realms else None
+        # What a principal may do, by this node's applied roles and role mappings (compiled once per principal).
+        self.authorizer = Authorizer()
+        if self.tokens is not None:
+            self.tokens.on_change = self._tokens_changed
         self.refusals = Refusals()  # transport connections refused either way, for health
         transport_tls = TRANSPORT_TLS.files(settings)
         self.transport_tls = ReloadingContext(transport_tls, Side.CLIENT) if transport_tls is not None else None
@@ -174,6 +196,7 @@ class Node:
         self.group_commit = GroupCommit(self.persisted, self._execute, self._on_sync_failure)
         self.metrics = NodeMetrics(self.status_snapshot)
         self.metrics.registry.register(HistoryCollector(lambda: self.history_maintenance.status))
+        self.metrics.registry.register(QuotaCollector(self.quota_statuses))
         self.hooks = HookManager(
             config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000, settings[HOOKS_UNIX_SOCKET_DIR]
         )
@@ -193,6 +216,8 @@ class Node:
         # Key watches (the client API's), parked here until an applied state changes their prefix.
         self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE], self.derivations))
         self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE], chunk)
+        self.stream_quotas = StreamQuotas()  # this node's streams, for the quotas' max_watch_streams
+        self.quota_usage = QuotaUsage(self.derivations)  # every quota's usage in the applied state
         self._progress: asyncio.Task[None] | None = None
         self.listings = Listings(
             self.derivations
@@ -268,6 +293,8 @@ class Node:
             await self.sender.flush(handover_timeout_s)
             await self.sender.close()
         await self.hooks.close()
+        if self.authentication is not None:
+            await self.authentication.close()  # the realms' own resources (a verifier's HTTP client, say)
         for future, _ in self._pending.values():
             if not future.done():
                 future.set_result(ClusterError("node_closed_exception", "the node is stopping", 503, True))
@@ -502,8 +529,13 @@ class Node:
         )
 
     def _on_applied(self, state: ClusterState) -> None:
-        self.listings.on_applied(self.applied_state, state)
+        before = self.applied_state
+        self.listings.on_applied(before, state)
+        self.quota_usage.advance(before, state)
         self.applied_state = state
+        if state.security is not before.security and self.watch_streams.streams:
+            # Before this node acknowledges the change: no stream serves a principal by the old rules.
+            self.watch_streams.refuse_streams(self._stream_missing)
         # Wake every long-poll; each re-checks its own version.
         self._applied_event.set()
         self._applied_event = asyncio.Event()
@@ -545,7 +577,62 @@ class Node:
         coordinator = self.coordinator
         self._run(lambda now: coordinator.handle_seed_addresses(addresses, now))
 
+    def quota_statuses(self) -> list[QuotaStatus]:
+        """Every quota of the applied state with its usage (watch streams: this node's own)."""
+        state = self.applied_state
+        security = state.security_metadata()
+        if security is None or not security.quotas:
+            return []
+        usage = self.quota_usage.at(state).usage
+        statuses = []
+        for name, quota in sorted(security.quotas.items()):
+            counted = usage.get(name)
+            used = {"watch_streams": self.stream_quotas.count(quota.prefix)}
+            if counted is not None:
+                used.update(keys=counted.keys, bytes=counted.bytes, sessions=counted.sessions)
+            statuses.append(QuotaStatus(name, quota.prefix, quota.limits(), used))
+        return statuses
+
+    def _tokens_changed(self, principals: frozenset[Principal]) -> None:
+        """The tokens file changed: the open streams of a principal whose tokens are all gone end."""
+
+        def gone(principal: Principal, prefixes: tuple[str, ...]) -> str | None:
+            if principal.realm != REALM_FILE or principal in principals:
+                return None
+            return "its token is no longer in the tokens file"
+
+        if self.watch_streams.streams:
+            self.watch_streams.refuse_streams(gone, "may no longer watch: ")
+
+    def _stream_missing(self, principal: Principal, prefixes: tuple[str, ...]) -> str | None:
+        permissions = self.permissions(principal)
+        return permissions.missing(KeyAccess(READ, prefix, prefix=True) for prefix in prefixes)
+
     # -- for the client API ------------------------------------------------------------------------------
+
+    def access_control_off(self) -> str | None:
+        """Why what needs access control (roles, role mappings, quotas, a session's prefix) is refused now, or
+        None once this node's applied state has it on: the members that lack feature [access_control], or, once
+        every member has it, that the next published state turns it on."""
+        if self.applied_state.security_metadata() is not None:
+            return None
+        versions = self.coordinator.status().versions if self.coordinator is not None else None
+        if versions is not None and not versions.features.get(ACCESS_CONTROL.name, False):
+            nodes = self.applied_state.nodes
+            lacking = {
+                nodes[node_id].name if node_id in nodes else node_id: version
+                for node_id, version in versions.node_versions.items()
+                if version is None or not version.has(ACCESS_CONTROL)
+            }
+            return feature_not_available(ACCESS_CONTROL, lacking).reason
+        return (
+            f"access control is not on yet: every node has feature {ACCESS_CONTROL.describe()}, and the next "
+            "state the master publishes turns it on; retry"
+        )
+
+    def permissions(self, principal: Principal) -> Permissions:
+        """What `principal` may do, by the roles and role mappings of this node's applied state."""
+        return self.authorizer.permissions(principal, self.applied_state.security_metadata())
 
     async def call(self, request: ClientRequest[R], timeout_ms: int | None = None) -> R | ClusterError:
         """`submit`, typed by the request (a `ClientRequest[R]` answers an R): any other answer becomes an internal
@@ -553,7 +640,10 @@ class Node:
         return checked_result(request, await self.submit(request, timeout_ms))
 
     async def submit(self, request: ClientRequest[Any], timeout_ms: int | None = None) -> ClientResult:
+        """The request goes to the core as made by the principal of the client request being handled (the access
+        middleware's `CURRENT_PRINCIPAL`), which the master authorizes it for."""
         assert self.coordinator is not None and self.loop is not None
+        principal = CURRENT_PRINCIPAL.get()
         if self.stopping:
             return ClusterError("node_closed_exception", "the node is stopping", 503)
         request_id = next(self._request_ids)
@@ -563,7 +653,8 @@ class Node:
         give_up_at = self.loop.time() + (timeout_ms or 30_000) / 1000 + LOST_COMPLETION_MARGIN_S
         self._pending[request_id] = (future, give_up_at)
         coordinator = self.coordinator
-        self._run(lambda now: coordinator.submit(request_id, request, now, timeout_ms))
+        submitted = request if principal is None else Authenticated(request, principal)
+        self._run(lambda now: coordinator.submit(request_id, submitted, now, timeout_ms))
         return await future
 
     async def _stream_progress(self, interval_s: float) -> None:
@@ -662,10 +753,11 @@ class Node:
             found.append(NodeProblem(ProblemKind.PERSISTENCE, self.persist_monitor.failure))
         for lost in (*self.persisted.files.problems(), *self.file_watch.problems()):
             found.append(NodeProblem(ProblemKind.DATA_FILE, lost.describe()))
-        if self.tokens is not None:
-            self.tokens.check()
-            if self.tokens.problem is not None:
-                found.append(NodeProblem(ProblemKind.TOKENS_FILE, self.tokens.problem))
+        if self.authentication is not None:
+            for problem in self.authentication.problems():
+                found.append(NodeProblem(ProblemKind.TOKENS_FILE, problem))
+            for problem in self.authentication.realm_problems():
+                found.append(NodeProblem(ProblemKind.AUTH_REALM, problem))
         for refusal in self.refusals.recent():
             found.append(NodeProblem(ProblemKind.TRANSPORT, refusal.describe()))
         history = self.history_maintenance.status
