@@ -294,6 +294,22 @@ def transport_send(
         suite.main(destinations, per_turn, rounds, runs, source)
 
 
+@cli.command("access-cost")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="interleaved rounds")
+@click.option("--clients", type=click.IntRange(min=1), default=16, show_default=True, help="concurrent writers")
+@click.option("--seconds", type=click.FloatRange(min=1), default=8.0, show_default=True, help="per measurement")
+@WORKDIR
+@OUT
+def access_cost(rounds: int, clients: int, seconds: float, workdir: Path | None, out: Path | None) -> None:
+    """CPU per write with 100 custom roles and 1,000 role mappings, against the same run without roles."""
+    from bench.suites import access_cost as suite
+
+    options = suite.AccessCostOptions(rounds=rounds, clients=clients, seconds=seconds, workdir=workdir)
+    section = suite.run(options)
+    click.echo(suite.summary_text(section))
+    save(out, "access-cost", section, workdir)
+
+
 @cli.command("client-overhead")
 @click.option("--writes", type=click.IntRange(min=1), default=400, show_default=True, help="per driver and round")
 @click.option("--rounds", type=click.IntRange(min=1), default=5, show_default=True)

@@ -221,6 +221,11 @@ def document_node() -> dict[str, Any]:
     return {"id": "intruder", "name": "intruder", "transport_address": "intruder:9300", "roles": ["master"]}
 
 
+def this_release() -> dict[str, object]:
+    version = newest()
+    return {"release": version.release, "wire_version": version.wire}
+
+
 def test_a_term_past_the_ceiling_moves_the_cluster_one_step_and_it_goes_on() -> None:
     """A term the nodes may take (up to the ceiling and a step) is taken, and the cluster elects past it; a
     new node far behind it still catches up, in steps."""

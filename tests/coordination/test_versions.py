@@ -7,6 +7,7 @@ or lost once committed (`GatedFieldWatch`)."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import msgspec
 import pytest
@@ -15,12 +16,21 @@ from hypothesis import strategies as st
 
 from coordinated.coordination import feature_gates
 from coordinated.coordination import messages as m
-from coordinated.coordination.client import FEATURE_NOT_AVAILABLE, ClientResult, ClusterError, Committed
+from coordinated.coordination.client import (
+    FEATURE_NOT_AVAILABLE,
+    ClientRequest,
+    ClientResult,
+    ClusterError,
+    Committed,
+    SessionInfo,
+)
 from coordinated.coordination.effects import Log, Send
 from coordinated.coordination.node_versions import NodeVersions
 from coordinated.coordination.requests.keys import KvDeletePrefix, KvGet, KvPut
+from coordinated.coordination.requests.security import DeleteQuota, DeleteRole
+from coordinated.coordination.requests.sessions import SessionCreate
 from coordinated.coordination.state import DiscoveryNode, initial_state
-from coordinated.coordination.wire_versions import NODE_VERSIONS, UNVERSIONED, newest
+from coordinated.coordination.wire_versions import ACCESS_CONTROL, NODE_VERSIONS, UNVERSIONED, NodeVersion, newest
 from coordinated.simulation.chaos import run_random_schedule
 from coordinated.simulation.cluster import SimulatedCluster, stabilisation_time
 from coordinated.simulation.linearizability import check_history
@@ -216,6 +226,47 @@ def test_a_request_that_needs_a_feature_some_node_lacks_is_refused_at_once_and_w
     cluster.stabilise()
     result, _ = submit_and_wait(cluster, 0, KvDeletePrefix("p/"))
     assert isinstance(result, Committed)
+
+
+# A node of the release before access control: it has every feature but [access_control].
+BEFORE_ACCESS = NodeVersion(ACCESS_CONTROL.release, ACCESS_CONTROL.id - 1)
+
+
+def call_and_wait(cluster: SimulatedCluster, index: int, request: ClientRequest[Any]) -> tuple[ClientResult, int]:
+    results: list[tuple[ClientResult, int]] = []
+    cluster.submit(index, request, on_done=lambda result: results.append((result, cluster.now)))
+    cluster.run_until(lambda: bool(results), 10_000, step=10)
+    return results[0]
+
+
+def test_access_controls_requests_and_a_sessions_prefix_are_refused_at_once_while_a_node_lacks_it() -> None:
+    """What access control adds on the wire: its requests, and a session's prefix (a master without the feature
+    would drop it from the session). Each is refused where it arrives, naming the feature and the node that lacks
+    it, never forwarded; a session without a prefix is not access control's, and works throughout."""
+    cluster = SimulatedCluster(6, 3, versions=[NEW, NEW, BEFORE_ACCESS])
+    cluster.run_for(3_000)
+    cluster.stabilise()
+    sent: list[m.Message] = []
+    cluster.tap = lambda sender, destination, message: sent.append(message)
+    gated: list[ClientRequest[Any]] = [DeleteRole("app"), DeleteQuota("app"), SessionCreate(ttl_ms=30_000, prefix="a/")]
+    for index in (0, 1):
+        for request in gated:
+            submitted_at = cluster.now
+            result, done_at = call_and_wait(cluster, index, request)
+            assert isinstance(result, ClusterError) and result.type == FEATURE_NOT_AVAILABLE, (request, result)
+            assert done_at == submitted_at
+            assert f"feature [{ACCESS_CONTROL.name}]" in result.reason
+            assert f"[node2 ({BEFORE_ACCESS.describe()})] lack it" in result.reason
+    assert not any(isinstance(message, m.ForwardedRequest) and message.request in gated for message in sent)
+    plain, _ = call_and_wait(cluster, 0, SessionCreate(ttl_ms=30_000))
+    assert isinstance(plain, SessionInfo)
+    cluster.restart(2, version=NEW)
+    cluster.stabilise()
+    session, _ = call_and_wait(cluster, 0, SessionCreate(ttl_ms=30_000, prefix="a/"))
+    assert isinstance(session, SessionInfo)
+    assert cluster.leader().running().last_accepted_state.sessions[session.id].prefix == "a/"
+    deleted, _ = call_and_wait(cluster, 1, DeleteQuota("app"))
+    assert not (isinstance(deleted, ClusterError) and deleted.type == FEATURE_NOT_AVAILABLE), deleted
 
 
 def test_no_node_of_a_moved_cluster_votes_for_a_candidate_of_an_older_release() -> None:

@@ -186,9 +186,13 @@ def test_operator_rbac_is_least_privilege(tools: dict[str, Path]) -> None:
     verbs = {
         (group, resource): set(rule["verbs"])
         for rule in role["rules"]
+        if "nonResourceURLs" not in rule
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
+    # Non-resource URLs: the API server's OIDC discovery (its issuer and ServiceAccount signing keys), read only.
+    urls = [rule for rule in role["rules"] if "nonResourceURLs" in rule]
+    assert urls == [{"nonResourceURLs": ["/.well-known/openid-configuration", "/openid/v1/jwks"], "verbs": ["get"]}]
     # Secrets are read by name only: the operator cannot list a namespace's other Secrets.
     assert verbs[("", "secrets")] == {"get", "create", "patch"}
     assert verbs[("", "pods")] == {"list", "watch", "delete"}  # delete: the rolling restart

@@ -32,6 +32,25 @@ from coordinated.operator.spec import (
 )
 
 
+def _issuer() -> tuple[bytes, bytes]:
+    """An API server's OIDC discovery document and JWKS, as `/.well-known/openid-configuration` and
+    `/openid/v1/jwks` serve them."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from jwt.algorithms import ECAlgorithm
+
+    key = json.loads(ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP256R1()).public_key()))
+    discovery = {
+        "issuer": "https://kubernetes.default.svc.cluster.local",
+        "jwks_uri": "https://10.0.0.1/openid/v1/jwks",
+    }
+    return json.dumps(discovery).encode(), json.dumps(
+        {"keys": [{**key, "kid": "k1", "use": "sig", "alg": "ES256"}]}
+    ).encode()
+
+
+SERVICE_ACCOUNT_ISSUER = _issuer()
+
+
 class FakeKube:
     """Holds the CoordinatedCluster and records what the operator writes."""
 
@@ -60,6 +79,9 @@ class FakeKube:
 
     async def serves(self, api_version: str, kind: str) -> bool:
         return self.cert_manager
+
+    async def service_account_issuer(self) -> tuple[bytes, bytes]:
+        return SERVICE_ACCOUNT_ISSUER
 
     async def post_event(self, body: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         self.events.append((reason, message))
@@ -234,7 +256,7 @@ def test_bootstrap_and_first_scale_down_step(monkeypatch: pytest.MonkeyPatch) ->
             await reconcile()
             assert kube.annotation_patches == [{INITIAL_MASTER_NODES_ANNOTATION: "demo-0,demo-1,demo-2"}]
             assert kube.replicas is None
-            configmap = next(m for m in kube.applied if m["kind"] == "ConfigMap")
+            configmap = next(m for m in kube.applied if m["metadata"]["name"] == "demo-bootstrap")
             assert configmap["data"]["initial_master_nodes"] == "demo-0,demo-1,demo-2"
             created = sorted(m["metadata"]["name"] for m in kube.created)
             assert created == ["demo-admin", "demo-client", "demo-reader", "demo-transport"]
@@ -259,7 +281,7 @@ def test_bootstrap_and_first_scale_down_step(monkeypatch: pytest.MonkeyPatch) ->
                 INITIAL_MASTER_NODES_ANNOTATION: None,
             }
             assert kube.stored["metadata"]["annotations"] == {CLUSTER_UUID_ANNOTATION: "uuid-1"}
-            configmap = next(m for m in kube.applied if m["kind"] == "ConfigMap")
+            configmap = next(m for m in kube.applied if m["metadata"]["name"] == "demo-bootstrap")
             assert configmap["data"]["initial_master_nodes"] == ""
             assert kube.status["clusterUUID"] == "uuid-1"
             assert kube.status["master"] == "demo-0"

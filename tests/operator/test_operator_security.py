@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime
+import json
 import logging
 import socket
 import ssl
@@ -15,10 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jwt
 import kopf
 import pytest
 from aiohttp import web
 from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
 from test_operator_handlers import FakeKube, FakeSidecars
 
 from coordinated.operator import certificates, manifests, security
@@ -503,9 +506,16 @@ def test_real_sidecars_run_on_the_operators_files_and_answer_its_calls(
     spec, now = cluster(), datetime.datetime.now(datetime.UTC)
     pods = ("demo-0", "demo-1", "demo-2")
     authority = certificates.generate_ca("demo CA", now, 100 * HOUR)
-    tls_dir, tokens_dir = tmp_path / "tls", tmp_path / "tokens"
+    tls_dir, tokens_dir, keys_dir = tmp_path / "tls", tmp_path / "tokens", tmp_path / "service-account-keys"
     tls_dir.mkdir()
     tokens_dir.mkdir()
+    keys_dir.mkdir()
+    # The API server's signing keys as the operator writes them (its JWKS with its issuer): the ServiceAccount
+    # realm is on by default, and a node without its keys reports the problem in its health.
+    signing = ec.generate_private_key(ec.SECP256R1())
+    jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(signing.public_key()))
+    keys = {"issuer": "https://kubernetes.default.svc", "keys": [{**jwk, "kid": "k", "use": "sig", "alg": "ES256"}]}
+    (keys_dir / manifests.SERVICE_ACCOUNT_KEYS_KEY).write_text(json.dumps(keys))
     for key, value in security.plan_certificates(spec, authority, {}, pods, now).data.items():
         (tls_dir / key).write_bytes(value)
     tokens = {"admin": "A" * 43, "client": "C" * 43, "reader": "R" * 43}
@@ -517,6 +527,7 @@ def test_real_sidecars_run_on_the_operators_files_and_answer_its_calls(
         return {
             key: value.replace(manifests.TLS_DIR, str(tls_dir))
             .replace(manifests.TOKENS_DIR, str(tokens_dir))
+            .replace(manifests.SERVICE_ACCOUNT_KEYS_DIR, str(keys_dir))
             .replace("$(POD_NAME)", pod)
             for key, value in settings.items()
         }

@@ -16,7 +16,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from route_lookup import required_role
 
+from coordinated.coordination.authorization import Authorizer
 from coordinated.coordination.client import error_body, version_conflict_error
+from coordinated.sidecar.auth.authenticators import Authentication
 from coordinated.sidecar.web import openapi
 from coordinated.sidecar.web.access import Tokens, access_middleware
 from coordinated.sidecar.web.api_types import ErrorAnswer
@@ -105,7 +107,14 @@ def test_a_node_serves_the_document_to_a_reader(tmp_path: Path) -> None:
 
 async def fetch_document(tokens: Tokens) -> None:
     routes = ServedRoutes()
-    app = web.Application(middlewares=[access_middleware(tokens, routes.privilege_of)])
+    authorizer = Authorizer()
+    middleware = access_middleware(
+        Authentication(tokens),
+        routes.endpoint_of,
+        routes.privilege_of,
+        lambda principal: authorizer.permissions(principal, None),
+    )
+    app = web.Application(middlewares=[middleware])
     app[DOCUMENT_KEY] = openapi.document_bytes
     routes.register(app.router, [endpoint for endpoint in ENDPOINTS if endpoint.route.path == "/_openapi"])
     async with TestClient(TestServer(app)) as client:

@@ -43,9 +43,11 @@ def test_each_built_in_role_holds_what_the_one_before_it_holds_and_a_privilege_n
     assert BUILT_IN_ROLES[Role.ADMIN] == frozenset(Privilege)
     assert [role_for(privilege) for privilege in Privilege] == [
         Role.OPEN,  # none
+        Role.READER,  # authenticated
         Role.READER,  # monitor
         Role.READER,  # read
         Role.WRITER,  # write
         Role.WRITER,  # session
         Role.ADMIN,  # manage
+        Role.ADMIN,  # security
     ]

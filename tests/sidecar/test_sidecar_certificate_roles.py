@@ -17,7 +17,7 @@ from coordinated.coordination.settings import SettingsError
 from coordinated.sidecar.node_settings import build_config
 from coordinated.sidecar.peers.framing import MESSAGE_PATH, STREAM_PATH
 from coordinated.sidecar.peers.tls import TrustRestrictions
-from coordinated.sidecar.web.access import Role
+from coordinated.sidecar.web.privileges import Role
 from coordinated.tools.devcerts import Cert, client_context, have_openssl, make_ca, make_cert, make_client_cert
 from coordinated.tools.localcluster import LocalCluster, LocalNode, http
 
@@ -182,3 +182,39 @@ def test_the_role_matrix_with_tls_on_both_ports(
                 if not ok:
                     wrong.append(f"{node.name} {method} {path} as {role.name if role else 'nobody'}: {status}")
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.timeout(180)
+def test_a_client_certificates_subject_is_a_principal(
+    make_cluster: Callable[..., LocalCluster], pki: dict[str, Cert], tmp_path: Path
+) -> None:
+    """With `http.ssl.client_authentication`, a request with a verified client certificate and no token is made
+    as the certificate's subject, whose roles come from role mappings only; a token, if sent, decides instead."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(TOKENS)
+    ca = pki["node-a"].ca
+    cluster = make_cluster(client_tls=client_context(ca), client_headers={"Authorization": f"Bearer {ADMIN}"})
+    start(cluster, pki, tokens, 1)
+    master = cluster.wait_master(nodes=1)
+    app = client_context(ca, pki["app"])
+
+    status, who = http("GET", master.url + "/_security/_authenticate", context=app)
+    assert (status, who) == (200, {"principal": "CN=app.example", "realm": "certificate", "roles": [], "admin": False})
+    status, _ = http("GET", master.url + "/_cluster/metadata/app/x", context=app)
+    assert status == 403
+    status, _ = http("GET", master.url + "/_cluster/metadata/app/x", context=client_context(ca))  # no certificate
+    assert status == 401
+    reader = {"Authorization": f"Bearer {READER}"}
+    status, who = http("GET", master.url + "/_security/_authenticate", headers=reader, context=app)
+    assert who["principal"] == "reader"  # the token decides
+
+    role = {"keys": [{"prefixes": ["app/"], "privileges": ["read", "write"]}]}
+    assert master.put("/_security/role/app", role)[0] == 200
+    mapping = {"roles": ["app"], "principals": ["CN=app.example"]}
+    assert master.put("/_security/role_mapping/app", mapping)[0] == 200
+    status, answer = http("PUT", master.url + "/_cluster/metadata/app/x", {"v": 1}, context=app)
+    assert status == 200, answer
+    _, key = master.get("/_cluster/metadata/app/x")
+    assert key["writer"] == "CN=app.example"
+    status, _ = http("PUT", master.url + "/_cluster/metadata/other", {"v": 1}, context=app)
+    assert status == 403

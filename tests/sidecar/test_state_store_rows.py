@@ -14,6 +14,7 @@ import pytest
 from test_sidecar_storage import state_with
 
 from coordinated.coordination.formats import label
+from coordinated.coordination.security import KeyGrant, RoleDescriptor, SecurityMetadata
 from coordinated.coordination.state import ClusterState, DiscoveryNode, KeyVersion, Session, encode_state
 from coordinated.release import installed_release
 from coordinated.sidecar.events.history_read import read_history_summary
@@ -296,3 +297,28 @@ def test_a_format_that_is_not_one_is_corrupt(tmp_path: Path) -> None:
     put_meta_row(tmp_path, "coordination", msgspec.json.encode({**coordination, "format": "x"}))
     with pytest.raises(DataDirError, match=r"is of format \[x\], which this release"):
         FilePersistedState(tmp_path, "c", read_history=read_history_summary)
+
+
+def test_access_control_is_stored_whole_in_the_gated_format_and_a_state_without_it_as_before(tmp_path: Path) -> None:
+    """Each key's writer is a fourth element of its row, and a session's owner and prefix are fields of its row,
+    only with access control on (`security` set): such a state is written in the gated format, which release
+    0.1.0 refuses to load rather than dropping them. A state without access control keeps format 3's rows."""
+    before = state_with(1, {"a": 1})
+    (tmp_path / "off").mkdir()
+    (tmp_path / "on").mkdir()
+    write(tmp_path / "off", before)
+    conn = connect(tmp_path / "off" / DB_FILE, read_only=True)
+    rows = [msgspec.json.decode(value) for (value,) in conn.execute("SELECT value FROM kv")]
+    conn.close()
+    assert rows == [[1, [1, 1], None]] and b'"format":"3"' in meta_rows(tmp_path / "off")["coordination"]
+    security = SecurityMetadata(roles={"r": RoleDescriptor((KeyGrant(("app/",), ("read",)),))})
+    on = next_state(before, **{"app/x": 2}).replace(
+        security=security,
+        kv_writers={"app/x": "app-a"},
+        sessions={"s1": Session(10_000, None, 2, owner="app-a", prefix="app/")},
+    )
+    write(tmp_path / "on", on)
+    back = loaded(tmp_path / "on")
+    assert back.security == security and dict(back.kv_writers) == {"app/x": "app-a"}
+    assert back.sessions["s1"].owner == "app-a" and back.sessions["s1"].prefix == "app/"
+    assert b'"format":"3"' not in meta_rows(tmp_path / "on")["coordination"]  # the gated format's label

@@ -15,11 +15,13 @@ import pytest
 
 from coordinated.coordination.formats import label, newer_format_problem, parse
 from coordinated.coordination.history_format import newer_segment_problem
+from coordinated.coordination.security import Quota, SecurityMetadata
 from coordinated.coordination.state import initial_state
 from coordinated.release import installed_release
 from coordinated.sidecar.cli import main as node_main
 from coordinated.sidecar.events.history_read import read_history_summary
 from coordinated.sidecar.features.snapshots import (
+    FORMAT,
     SnapshotNewer,
     decode_snapshot,
     encode_snapshot,
@@ -116,7 +118,7 @@ def test_a_snapshot_of_a_newer_format_is_refused_naming_the_release_that_wrote_i
     snapshot = snapshot_of(initial_state("c").replace(version=3), "s1", 1, 2)
     assert snapshot.release == RELEASE and snapshot.format == 1
     assert decode_snapshot(encode_snapshot(snapshot), "repo/snap-s1.dat") == snapshot
-    newer = msgspec.structs.replace(snapshot, format=2, release=NEWER)
+    newer = msgspec.structs.replace(snapshot, format=FORMAT + 1, release=NEWER)
     blob = encode_snapshot(newer)
     # A newer format may add what this release cannot decode: the format is read first.
     _, _, payload = blob.partition(b"\n")
@@ -126,8 +128,9 @@ def test_a_snapshot_of_a_newer_format_is_refused_naming_the_release_that_wrote_i
     with pytest.raises(
         SnapshotNewer,
         match=re.escape(
-            f"snapshot file [repo/snap-s1.dat] is of format 2, written by coordinated {NEWER}; this release ({RELEASE}) "
-            f"reads formats up to 1. Nothing was changed, and the file is not damaged: run coordinated {NEWER} or later"
+            f"snapshot file [repo/snap-s1.dat] is of format {FORMAT + 1}, written by coordinated {NEWER}; this release "
+            f"({RELEASE}) reads formats up to {FORMAT}. Nothing was changed, and the file is not damaged: run "
+            f"coordinated {NEWER} or later"
         ),
     ):
         decode_snapshot(blob, "repo/snap-s1.dat")
@@ -146,3 +149,13 @@ def test_format_values_and_their_refusals() -> None:
     # A newer number with no writer named is damage (format_problem names it; the node skips it as such).
     assert newer_segment_problem(b'{"format":3,"seq":1}\n', "seg", RELEASE) is None
     assert newer_segment_problem(b'{"cluster_uuid":"u","format":9}\n', "seg", RELEASE) is None  # format 1: no head
+
+
+def test_a_snapshot_holds_roles_mappings_and_quotas_in_format_2_once_access_control_is_on() -> None:
+    """Release 0.1.0 reads format 1 and would drop a snapshot's roles: a snapshot holds them in format 2 (which it
+    refuses), and only once access control is on; before, a snapshot is written in format 1 as before."""
+    off = snapshot_of(initial_state("c").replace(version=3), "s1", 1, 2)
+    assert off.format == 1 and b"security" not in encode_snapshot(off)
+    security = SecurityMetadata(quotas={"q": Quota("app/", max_keys=1)})
+    on = snapshot_of(initial_state("c").replace(version=3, security=security), "s2", 1, 2)
+    assert on.format == FORMAT == 2 and decode_snapshot(encode_snapshot(on), "repo/snap-s2.dat").security == security

@@ -19,7 +19,7 @@ import pytest
 from mixed import Mixed
 
 from coordinated.coordination import feature_gates
-from coordinated.coordination.wire_versions import CURRENT, NODE_VERSIONS
+from coordinated.coordination.wire_versions import ACCESS_CONTROL, CURRENT, NODE_VERSIONS
 from coordinated.release import installed_release
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalNode
 from coordinated.tools.previous_release import PreviousRelease
@@ -245,6 +245,27 @@ def test_a_request_that_needs_a_feature_the_master_lacks_is_refused_at_once_nami
     # without a message): never forwarded to a master that cannot decode it, which would close the stream.
     assert master.log_path is not None and "undecodable" not in master.log_path.read_text()
     print(f"refused in {elapsed:.3f}s")
+
+
+def test_access_control_is_refused_through_an_upgraded_node_while_the_master_lacks_it_naming_it(mixed: Mixed) -> None:
+    """Changes of roles, role mappings and quotas, and a session's prefix, need [access_control]: refused where
+    they arrive, with the feature and the nodes that lack it named (reads show the built-in roles and no quota);
+    a session without a prefix works as before."""
+    master, new, _ = master_old_with_a_new_follower(mixed)
+    role = {"keys": [{"prefixes": ["app/"], "privileges": ["read"]}]}
+    for method, path, body in (
+        ("PUT", "/_security/role/app", role),
+        ("DELETE", "/_security/role_mapping/app", None),
+        ("PUT", "/_quota/app", {"prefix": "app/", "max_keys": 10}),
+        ("POST", "/_sessions", {"ttl": "10s", "prefix": "app/"}),
+    ):
+        status, answer = new.request(method, path, body, timeout=30)
+        assert status == 400 and answer["error"]["type"] == "feature_not_available_exception", (path, answer)
+        reason = answer["error"]["reason"]
+        assert f"feature [{ACCESS_CONTROL.name}]" in reason and f"{master.name} (0.1.0" in reason, reason
+    status, answer = new.request("POST", "/_sessions", {"ttl": "10s"}, timeout=30)
+    assert status == 201, answer
+    call(new, "DELETE", f"/_sessions/{answer['id']}")
 
 
 def test_every_node_shows_every_nodes_version_and_the_clusters(mixed: Mixed) -> None:

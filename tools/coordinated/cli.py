@@ -40,6 +40,7 @@ CLIENT_COMMANDS: dict[str, tuple[str, str, str]] = {
     "member": ("coordinated.ctl.member", "member", "voting members: list, exclude, clear-exclusions"),
     "snapshot": ("coordinated.ctl.snapshot", "snapshot", "snapshots: save, restore, list, delete"),
     "settings": ("coordinated.ctl.settings", "settings", "the cluster's dynamic settings: get, set"),
+    "auth": ("coordinated.ctl.auth", "auth", "access control: whoami, role, role-mapping, quota"),
     "local": ("coordinated.ctl.local", "local", "a local 3-node cluster in the background: up, down"),
     "completion": ("coordinated.ctl.completion", "completion", "print the shell completion script (bash, zsh, fish)"),
 }

@@ -93,6 +93,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get]
+# The API server's OIDC discovery: its issuer and the public keys it signs ServiceAccount tokens with, which the
+# sidecars verify tokens against (the operator copies them into each cluster's NAME-service-account-keys).
+- nonResourceURLs: [/.well-known/openid-configuration, /openid/v1/jwks]
+  verbs: [get]
 {{- end -}}
 
 {{- define "coordinated-cluster.auditLabels" -}}

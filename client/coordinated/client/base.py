@@ -8,6 +8,7 @@ as its own `Retrying.__iter__` does), so that the pauses are `Sleep` steps that 
 
 from __future__ import annotations
 
+import os
 import ssl
 import sys
 import time
@@ -29,6 +30,7 @@ from coordinated.client.endpoints import (
 )
 from coordinated.client.errors import ApiError, CoordinatedError
 from coordinated.client.flow import Flow, Send, Sleep
+from coordinated.client.token_file import TokenFile, default_token_file, environment_token_file
 
 T = TypeVar("T")
 
@@ -40,6 +42,7 @@ class ClientOptions(TypedDict, total=False):
     """The options of `Client` and `AsyncClient` (see `ClientBase`)."""
 
     token: str | None
+    token_file: str | os.PathLike[str] | None
     verify: bool | str | ssl.SSLContext
     cert: str | tuple[str, str] | None
     request_timeout: float
@@ -55,7 +58,10 @@ class ClientBase:
 
     `addresses`: one sidecar (in a pod, its loopback listener, the default) or several; the client follows
     the master among them and fails over when one stops answering. `token`: a bearer token (the
-    `<cluster>-client` Secret on Kubernetes). `verify`/`cert`: TLS, as httpx takes them (a CA bundle path or
+    `<cluster>-client` Secret on Kubernetes); or `token_file`, a file that holds it, re-read when it changes (a
+    projected ServiceAccount token, which the kubelet renews). Without either, the client sends the token of
+    `token_file.DEFAULT_TOKEN_FILE` when that file exists (an application pod's projected token for the
+    cluster), else none. `verify`/`cert`: TLS, as httpx takes them (a CA bundle path or
     an `ssl.SSLContext`; a client certificate). `server_hostname`: the name to check the server's
     certificate against, when the address is an IP that the certificate does not name. `headers`: sent with
     every request (a proxy's, say), beside the token's `Authorization`. Calls that fail
@@ -70,6 +76,7 @@ class ClientBase:
         addresses: str | Sequence[str] = DEFAULT_ADDRESS,
         *,
         token: str | None = None,
+        token_file: str | os.PathLike[str] | None = None,
         verify: bool | str | ssl.SSLContext = True,
         cert: str | tuple[str, str] | None = None,
         request_timeout: float = 10.0,
@@ -85,6 +92,11 @@ class ClientBase:
         self.master_timeout = None if master_timeout is None else calls.duration(master_timeout, "master_timeout")
         self.verify = verify
         self.cert = cert
+        if token and token_file:
+            raise ValueError("give a token or a token file, not both")
+        if not token and not token_file:
+            token_file = default_token_file()
+        self.token_file = TokenFile(token_file) if token_file else None  # ValueError when it holds no token
         self._headers: Mapping[str, str] = {
             **(headers or {}),
             **({"Authorization": f"Bearer {token}"} if token else {}),
@@ -93,14 +105,19 @@ class ClientBase:
 
     @classmethod
     def from_env(cls, **options: Any) -> Self:
-        """From `COORDINATED_URL` (default: the loopback listener) and `COORDINATED_TOKEN`, as the operator
-        sets them in the cluster's pods."""
+        """From `COORDINATED_URL` (default: the loopback listener) and `COORDINATED_TOKEN` (as the operator sets
+        them in the cluster's pods), or `COORDINATED_TOKEN_FILE` (a file that holds the token, re-read when it
+        changes); without either, the pod's projected token at `DEFAULT_TOKEN_FILE` if there is one."""
         addresses, token = from_environment()
-        return cls(addresses, token=token, **options)
+        if "token" not in options and "token_file" not in options:
+            options = {**options, "token": token, "token_file": None if token else environment_token_file()}
+        return cls(addresses, **options)
 
     def request_options(self, send: Send) -> dict[str, Any]:
         """The keyword arguments of `httpx.Client.request` (and of `httpx.AsyncClient.request`) for a step."""
         headers = dict(self._headers)
+        if self.token_file is not None:
+            headers["Authorization"] = f"Bearer {self.token_file.current()}"
         if send.body is not None:
             headers["Content-Type"] = "application/json"
         return {

@@ -333,10 +333,12 @@ def reset_events(prefix: str, listing: Listing) -> list[WatchEvent]:
     ]
 
 
-def create_session(ttl_s: float | None = None, node: str | None = None) -> Call[SessionInfo]:
+def create_session(ttl_s: float | None = None, node: str | None = None, prefix: str | None = None) -> Call[SessionInfo]:
     if (ttl_s is None) == (node is None):
         raise ValueError("a session has either a ttl or a node")
     payload: dict[str, Any] = {"node": node} if node is not None else {"ttl": duration(ttl_s or 0, "ttl")}
+    if prefix is not None:
+        payload["prefix"] = checked_prefix(prefix)
 
     def parse(status: int, body: Any) -> SessionInfo:
         body = ok(status, body)

@@ -42,6 +42,11 @@ class ChangesGone(ApiError):
     """410: a watch asked for changes older than the node's change log; re-read and watch from there."""
 
 
+class QuotaExceeded(ApiError):
+    """429 `quota_exceeded_exception`: the request would pass a quota's limit (the reason names the quota and the
+    limit). Nothing was changed; retry later (writes per second) or once there is room."""
+
+
 class Unavailable(ApiError):
     """503 that outlasted the client's retries (no master, a master change, a timeout). Raised rather than
     `NoNodeAvailable` when some node answered while others could not be reached: a node that answers that it
@@ -89,6 +94,7 @@ _BY_STATUS: dict[int, type[ApiError]] = {
     404: NotFound,
     409: VersionConflict,
     410: ChangesGone,
+    429: QuotaExceeded,
     503: Unavailable,
 }
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from coordinated.client import admin_calls, calls
+from coordinated.client import admin_calls, calls, security_calls
 from coordinated.client.base import ClientBase, attempt, perform
 from coordinated.client.endpoints import Retryable
 from coordinated.client.errors import ChangesGone, ListingLost
@@ -30,6 +30,7 @@ from coordinated.client.watch_stream import MalformedStream, StreamPosition, eve
 
 __all__ = [
     "add_voting_config_exclusions",
+    "authenticate",
     "cas",
     "clear_voting_config_exclusions",
     "cluster_health",
@@ -41,6 +42,9 @@ __all__ = [
     "create_snapshot",
     "delete",
     "delete_prefix",
+    "delete_quota",
+    "delete_role",
+    "delete_role_mapping",
     "delete_snapshot",
     "end_session",
     "get",
@@ -52,9 +56,15 @@ __all__ = [
     "put",
     "put_cluster_settings",
     "put_fs_repository",
+    "put_quota",
     "put_repository",
+    "put_role",
+    "put_role_mapping",
+    "quotas",
     "range_pages",
     "restore_snapshot",
+    "role_mappings",
+    "roles",
     "sessions",
     "txn",
     "watch",
@@ -325,9 +335,13 @@ def watch(
 # -- sessions -----------------------------------------------------------------------------------------------
 
 
-def create_session(client: ClientBase, ttl: float | None = None, *, node: str | None = None) -> Flow[SessionInfo]:
-    """A session with a TTL in seconds (kept alive by `keepalive`), or bound to a node's membership."""
-    return (yield from perform(client, calls.create_session(ttl, node)))
+def create_session(
+    client: ClientBase, ttl: float | None = None, *, node: str | None = None, prefix: str | None = None
+) -> Flow[SessionInfo]:
+    """A session with a TTL in seconds (kept alive by `keepalive`), or bound to a node's membership. With access
+    control on, `prefix` names the keys it is for (its creator holds `session` on them; default: every key, or
+    the one prefix the creator holds `session` on)."""
+    return (yield from perform(client, calls.create_session(ttl, node, prefix)))
 
 
 def keepalive(client: ClientBase, session_id: str) -> Flow[None]:
@@ -419,3 +433,79 @@ def delete_snapshot(client: ClientBase, repository: str, snapshot: str) -> Flow[
 def restore_snapshot(client: ClientBase, repository: str, snapshot: str) -> Flow[dict[str, Any]]:
     """Replaces the keys and settings with the snapshot's, in one committed state."""
     return (yield from perform(client, admin_calls.restore_snapshot(repository, snapshot)))
+
+
+# -- access control -------------------------------------------------------------------------------------------
+
+
+def authenticate(client: ClientBase) -> Flow[dict[str, Any]]:
+    """Who this client is to the cluster: `{"principal", "realm", "roles", "admin"}`."""
+    return (yield from perform(client, security_calls.authenticate()))
+
+
+def roles(client: ClientBase, name: str | None = None) -> Flow[dict[str, Any]]:
+    """Every role, built-in ones included, or the one named (NotFound): `{NAME: {"keys", "cluster", "built_in"}}`."""
+    return (yield from perform(client, security_calls.roles(name)))
+
+
+def put_role(
+    client: ClientBase, name: str, grants: Mapping[str, Sequence[str]], cluster: Sequence[str] = ()
+) -> Flow[dict[str, Any]]:
+    """Defines or replaces the custom role `name`: `grants` are the key privileges (`read`, `write`, `session`)
+    by prefix (`{"app/a/": ["read", "write"]}`; `""`: every key), `cluster` its cluster privileges (`monitor`,
+    `manage`). Answers `{"role": {"created"}, "acknowledged"}` once every node has applied it."""
+    return (yield from perform(client, security_calls.put_role(name, security_calls.role_body(grants, cluster))))
+
+
+def delete_role(client: ClientBase, name: str) -> Flow[dict[str, Any]]:
+    return (yield from perform(client, security_calls.delete_role(name)))
+
+
+def role_mappings(client: ClientBase, name: str | None = None) -> Flow[dict[str, Any]]:
+    """Every role mapping, or the one named (NotFound): `{NAME: {"roles", "principals"}}`."""
+    return (yield from perform(client, security_calls.role_mappings(name)))
+
+
+def put_role_mapping(
+    client: ClientBase, name: str, roles: Sequence[str], principals: Sequence[str]
+) -> Flow[dict[str, Any]]:
+    """Gives `roles` to `principals` (names, or a name's start followed by `*`, such as
+    `system:serviceaccount:team-a:*`)."""
+    return (yield from perform(client, security_calls.put_role_mapping(name, roles, principals)))
+
+
+def delete_role_mapping(client: ClientBase, name: str) -> Flow[dict[str, Any]]:
+    return (yield from perform(client, security_calls.delete_role_mapping(name)))
+
+
+def quotas(client: ClientBase, name: str | None = None) -> Flow[dict[str, Any]]:
+    """Every quota, or the one named (NotFound), with its usage."""
+    return (yield from perform(client, security_calls.quotas(name)))
+
+
+def put_quota(
+    client: ClientBase,
+    name: str,
+    prefix: str,
+    *,
+    max_keys: int | None = None,
+    max_bytes: int | None = None,
+    max_sessions: int | None = None,
+    max_watch_streams: int | None = None,
+    max_writes_per_second: int | None = None,
+    force: bool = False,
+) -> Flow[dict[str, Any]]:
+    """Limits on what is under `prefix` (None: not limited; at least one is set). A request that would pass one
+    raises QuotaExceeded. Limits below what the prefix uses now are refused unless `force`."""
+    limits = {
+        "max_keys": max_keys,
+        "max_bytes": max_bytes,
+        "max_sessions": max_sessions,
+        "max_watch_streams": max_watch_streams,
+        "max_writes_per_second": max_writes_per_second,
+    }
+    return (yield from perform(client, security_calls.put_quota(name, prefix, limits, force)))
+
+
+def delete_quota(client: ClientBase, name: str) -> Flow[dict[str, Any]]:
+    return (yield from perform(client, security_calls.delete_quota(name)))

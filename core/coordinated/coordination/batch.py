@@ -11,14 +11,17 @@ from typing import Any
 from msgspec.structs import replace
 
 from coordinated.coordination import client
+from coordinated.coordination.authorization import Authorizer, request_denial
 from coordinated.coordination.batch_draft import BatchContext, Draft, Result, first_oversized, state_too_large_error
 from coordinated.coordination.batch_keys import BatchKeys
 from coordinated.coordination.batch_writes import DEFERRED, Deferred, WriteClaims, Writes, deferrable
 from coordinated.coordination.client import ClientResult, Committed, SessionInfo, TxnResult
 from coordinated.coordination.history import NO_CLUSTER_UUID
+from coordinated.coordination.quotas import Usage, quota_index
 from coordinated.coordination.reconfigurator import reconfigure
 from coordinated.coordination.requests import action_of
 from coordinated.coordination.requests.cluster import ABSENT_PREFIX
+from coordinated.coordination.security import EMPTY_SECURITY
 from coordinated.coordination.settings import size_setting
 from coordinated.coordination.state import (
     ClusterState,
@@ -147,6 +150,9 @@ def execute_batch(
         context.session_keys,
         context.keys_with_prefix,
     )
+    security = base.security_metadata()
+    if security is None and context.access_control:
+        security = EMPTY_SECURITY  # every node has access control now: it turns on with this batch
     draft = Draft(
         context,
         keys,
@@ -154,7 +160,12 @@ def execute_batch(
         list(base.coordination.voting_config_exclusions),
         base.persistent_settings,
         base.repositories,
+        security=security,
     )
+    index = quota_index(security)
+    if index:
+        usage = context.quota_usage(base) if context.quota_usage is not None else {}
+        draft.start_quotas(index, {name: usage.get(name, Usage()).copy() for name in index.quotas})
     claims = WriteClaims()
     results: list[BatchResult] = []
     membership_done = False
@@ -181,6 +192,7 @@ def execute_batch(
         persistent_settings=settings,
         repositories=repositories,
         coordination=replace(base.coordination, voting_config_exclusions=tuple(exclusions)),
+        security=base.security if draft.security is None else draft.security,
         **maps,
     )
     candidate = improve_configuration(candidate, context.master.id, context.voters, context.auto_shrink)
@@ -194,6 +206,7 @@ def execute_batch(
         bool(map_changes)
         or candidate.nodes != base.nodes
         or candidate.repositories != base.repositories
+        or candidate.security is not base.security
         or claims.every_claimed  # a restore ran: it publishes its state even when it changes nothing
         or candidate.coordination != base.coordination
         or candidate.master_node != base.master_node
@@ -242,6 +255,8 @@ def _run_task(task: TaskPayload, draft: Draft, claims: WriteClaims) -> BatchResu
         # Only keys, sessions, settings (a restore's) and repositories can change in a task that writes keys.
         keys.rollback(mark)
         draft.settings, draft.repositories = settings, repositories
+        if draft.quotas is not None:
+            draft.quotas.task_deferred()
         claims.defer(written)
         return DEFERRED
     claims.take(written)
@@ -294,24 +309,51 @@ def _checkpoint_sessions(task: CheckpointSessions, draft: Draft) -> Result:
 
 
 def _client_task(task: ClientTask, draft: Draft) -> Result:
-    request, keys, context = task.request, draft.keys, draft.context
+    request, keys, principal = task.request, draft.keys, task.principal
     action = action_of(request)
     if action.execute is None:
         return None  # reads and keepalives never become master tasks
+    if principal is not None:
+        # Decided against the roles and mappings of the state this batch builds: a write that races a change of
+        # them is decided in the order the cluster commits them.
+        permissions = (draft.context.authorizer or Authorizer()).permissions(principal, draft.security)
+        denied = request_denial(request, action.access, permissions, draft.session_view)
+        if denied is not None:
+            return denied
+    keys.writer = principal.name if principal is not None and draft.security is not None else None
+    try:
+        return _run_client_task(task, draft)
+    finally:
+        keys.writer = None
+
+
+def _run_client_task(task: ClientTask, draft: Draft) -> Result:
+    request, keys, context = task.request, draft.keys, draft.context
+    action = action_of(request)
+    assert action.execute is not None
     values = action.writes_values
     if values is not None and (oversized := first_oversized(values(request), context.max_value_size)):
         return oversized
     mark, size_before = keys.mark(), keys.size
+    if draft.quotas is not None:
+        draft.quotas.start_task()
     result = action.execute(request, draft)
     # Decided against the state this batch builds, so concurrent writes cannot jointly exceed it. A write that
     # shrinks the state is always let through.
     size_after = keys.size
-    if values is None or size_before is None or size_after is None:
-        return result
-    if size_before < size_after and size_after > context.max_state_size:
-        too_large = state_too_large_error(size_before, size_after, context.max_state_size)
+    grew = size_before is not None and size_after is not None and size_before < size_after
+    if values is not None and grew and size_after is not None and size_after > context.max_state_size:
+        too_large = state_too_large_error(size_before or 0, size_after, context.max_state_size)
         keys.rollback(mark)
         return too_large
+    # Quotas likewise, task after task; a restore is not held to them (it replaces every key: counted afresh).
+    quotas = draft.quotas  # a quota the task itself changed is held to from the next task on
+    if quotas is not None and action.version_floor is None:
+        refused = quotas.task_refusal()
+        if refused is not None:
+            keys.rollback(mark)
+            return refused
+        quotas.task_done()
     return result
 
 

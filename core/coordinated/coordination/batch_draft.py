@@ -14,8 +14,11 @@ from typing import Any
 import msgspec
 
 from coordinated.coordination import client
+from coordinated.coordination.authorization import Authorizer, SessionView
 from coordinated.coordination.batch_keys import BatchKeys, state_entries_size, value_size
 from coordinated.coordination.client import ClientResult
+from coordinated.coordination.quotas import BatchQuotas, QuotaIndex, Usage, WriteRates
+from coordinated.coordination.security import Quota, SecurityMetadata
 from coordinated.coordination.state import (
     ClusterState,
     Derivations,
@@ -75,6 +78,13 @@ class BatchContext:
     # The gated `node_versions` of a state the batch builds (its nodes and configurations final): the master's
     # NodeVersions.to_publish; by default the base's, unchanged.
     node_versions: Callable[[ClusterState], Any] | None = None
+    # Access control: whether every node has it (the batch then turns it on: `ClusterState.security` set), the
+    # master's permissions cache, each quota's usage in the base state, its write-rate windows and its clock.
+    access_control: bool = False
+    authorizer: Authorizer | None = None
+    quota_usage: Callable[[ClusterState], dict[str, Usage]] | None = None
+    write_rates: WriteRates | None = None
+    now: int = 0
 
 
 @dataclass
@@ -88,6 +98,35 @@ class Draft:
     settings: Mapping[str, str]
     repositories: dict[str, Repository]
     elected: bool = False
+    security: SecurityMetadata | None = None  # None: access control is off
+    quotas: BatchQuotas | None = None  # None: no quota
+
+    def start_quotas(self, index: QuotaIndex, usage: dict[str, Usage]) -> None:
+        """Hold the batch's tasks to these quotas, from their usage now."""
+        rates = self.context.write_rates if self.context.write_rates is not None else WriteRates()
+        self.quotas = BatchQuotas(index, usage, rates, self.context.now)
+        self.keys.observer = self.quotas
+
+    def keys_under(self, prefix: str) -> Iterable[tuple[str, Any]]:
+        """The keys under `prefix` now, with their values."""
+        kv = self.keys.kv
+        return ((key, kv[key]) for key in self.keys.keys_under(prefix))
+
+    def sessions(self) -> Iterable[Session]:
+        return [session for _, session in self.keys.sessions.items()]
+
+    def quotas_changed(self, quotas: dict[str, Quota], counted: dict[str, Usage]) -> None:
+        """A task changed the quotas: `counted` holds the usage of each new or changed one."""
+        if self.quotas is None:
+            self.start_quotas(QuotaIndex(quotas), dict(counted))
+        else:
+            self.quotas.set_quotas(quotas, counted)
+        if not quotas:
+            self.quotas, self.keys.observer = None, None
+
+    def session_view(self, session_id: str) -> SessionView | None:
+        session = self.keys.sessions.get(session_id)
+        return None if session is None else SessionView(session.owner, session.prefix)
 
 
 Result = ClientResult | None  # None: the task succeeds with the publication

@@ -7,8 +7,8 @@ be taken back, and the keys a task changed are known. Pure data.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from typing import Any, NamedTuple, Protocol
 
 import immutables
 import msgspec
@@ -108,13 +108,24 @@ class Tracked:
 _ABSENT = object()
 
 
+class ChangeObserver(Protocol):
+    """Told of every change a batch makes to keys and sessions, as it makes it (the batch's quotas)."""
+
+    def key_changed(self, key: str, old: Any, new: Any, absent: object) -> None: ...
+
+    def session_changed(self, prefix: str, sign: int) -> None: ...
+
+    def replaced(self, kv: Mapping[str, Any], sessions: Iterable[Session]) -> None: ...
+
+
 class _KeyUndo(NamedTuple):
-    """A key's change, taken back: its value (_ABSENT if none), versions and session before."""
+    """A key's change, taken back: its value (_ABSENT if none), versions, session and last writer before."""
 
     key: str
     value: Any
     versions: KeyVersion | None
     session: str | None
+    writer: str | None
 
 
 class _SessionUndo(NamedTuple):
@@ -130,6 +141,7 @@ class _RestoreUndo(NamedTuple):
     kv: immutables.Map[str, Any]
     versions: immutables.Map[str, Any]
     kv_sessions: immutables.Map[str, Any]
+    writers: immutables.Map[str, Any]
     size: int | None
 
 
@@ -149,6 +161,10 @@ class BatchKeys:
         self.new_version = new_version
         self.kv, self.versions = Tracked(base.kv), Tracked(base.kv_versions)
         self.kv_sessions, self.sessions = Tracked(base.kv_sessions), Tracked(base.sessions)
+        self.writers = Tracked(base.kv_writers)
+        # The principal of the task being run, recorded as the writer of each key it writes (None: none is).
+        self.writer: str | None = None
+        self.observer: ChangeObserver | None = None
         self.size = size
         self._base_session_keys = session_keys or (
             lambda session_id: [key for key, owner in base.kv_sessions.items() if owner == session_id]
@@ -176,6 +192,11 @@ class BatchKeys:
         while len(self._undo) > mark:
             entry = self._undo.pop()
             if isinstance(entry, _SessionUndo):
+                current = self.sessions.get(entry.session_id)
+                if self.observer is not None and current is not None:
+                    self.observer.session_changed(current.prefix, -1)
+                if self.observer is not None and entry.before is not None:
+                    self.observer.session_changed(entry.before.prefix, 1)
                 if entry.before is None:
                     self.sessions.pop(entry.session_id)
                 else:
@@ -184,18 +205,21 @@ class BatchKeys:
                 self.kv.restore(entry.kv)
                 self.versions.restore(entry.versions)
                 self.kv_sessions.restore(entry.kv_sessions)
+                self.writers.restore(entry.writers)
                 self.size = entry.size
+                if self.observer is not None:
+                    self.observer.replaced(entry.kv, [session for _, session in self.sessions.items()])
             else:
                 self._undo_key(entry)
 
     def _undo_key(self, entry: _KeyUndo) -> None:
-        key, value, versions, session = entry
-        self._resize(key, value, self.kv.get(key, _ABSENT))
+        key, value, versions, session, writer = entry
+        self._changed(key, self.kv.get(key, _ABSENT), value)
         if value is _ABSENT:
             self.kv.pop(key)
         else:
             self.kv.set(key, value)
-        for tracked, old in ((self.versions, versions), (self.kv_sessions, session)):
+        for tracked, old in ((self.versions, versions), (self.kv_sessions, session), (self.writers, writer)):
             if old is None:
                 tracked.pop(key)
             else:
@@ -204,6 +228,12 @@ class BatchKeys:
     def _record_session(self, session_id: str) -> None:
         self._undo.append(_SessionUndo(session_id, self.sessions.get(session_id)))
 
+    def _changed(self, key: str, old: Any, new: Any) -> None:
+        """A key goes from `old` to `new` (either _ABSENT): the size and the observer follow."""
+        self._resize(key, new, old)
+        if self.observer is not None:
+            self.observer.key_changed(key, old, new, _ABSENT)
+
     def _resize(self, key: str, new: Any, old: Any) -> None:
         if self.size is not None:
             self.size += (entry_size(key, new) if new is not _ABSENT else 0) - (
@@ -211,7 +241,11 @@ class BatchKeys:
             )
 
     def _record(self, key: str) -> None:
-        self._undo.append(_KeyUndo(key, self.kv.get(key, _ABSENT), self.versions.get(key), self.kv_sessions.get(key)))
+        self._undo.append(
+            _KeyUndo(
+                key, self.kv.get(key, _ABSENT), self.versions.get(key), self.kv_sessions.get(key), self.writers.get(key)
+            )
+        )
 
     def get(self, key: str) -> KeyVersion | None:
         if key not in self.kv:
@@ -235,7 +269,7 @@ class BatchKeys:
         """A put with a session makes the key ephemeral; without one, persistent (as etcd's put without a lease)."""
         existing = self.get(key)
         self._record(key)
-        self._resize(key, value, self.kv.get(key, _ABSENT))
+        self._changed(key, self.kv.get(key, _ABSENT), value)
         self.kv.set(key, value)
         versions = KeyVersion(self.new_version, existing.create_version if existing else self.new_version)
         self.versions.set(key, versions)
@@ -243,39 +277,58 @@ class BatchKeys:
             self.kv_sessions.pop(key)
         else:
             self.kv_sessions.set(key, session)
+        if self.writer is None:
+            self.writers.pop(key)
+        else:
+            self.writers.set(key, self.writer)
         return versions
 
     def replace_all(self, kv: dict[str, Any], versions: dict[str, KeyVersion]) -> None:
         """A restore: exactly these keys, with the versions they had. Restored keys are persistent: a
         snapshot's sessions belonged to clients of another time, so no restored key is ephemeral."""
         self._undo.append(
-            _RestoreUndo(self.kv.snapshot(), self.versions.snapshot(), self.kv_sessions.snapshot(), self.size)
+            _RestoreUndo(
+                self.kv.snapshot(),
+                self.versions.snapshot(),
+                self.kv_sessions.snapshot(),
+                self.writers.snapshot(),
+                self.size,
+            )
         )
         self.kv.replace_all(kv)
         self.versions.replace_all(versions)
         self.kv_sessions.replace_all({})
+        # The restore wrote every key: its principal is their last writer.
+        self.writers.replace_all({} if self.writer is None else dict.fromkeys(kv, self.writer))
         if self.size is not None:
             self.size = state_entries_size(kv)
+        if self.observer is not None:
+            self.observer.replaced(kv, [session for _, session in self.sessions.items()])
 
     def delete(self, key: str) -> bool:
         if key not in self.kv:
             return False
         self._record(key)
-        self._resize(key, _ABSENT, self.kv[key])
+        self._changed(key, self.kv[key], _ABSENT)
         self.kv.pop(key)
         self.versions.pop(key)
         self.kv_sessions.pop(key)
+        self.writers.pop(key)
         return True
 
     def add_session(self, session_id: str, session: Session) -> None:
         self._record_session(session_id)
         self.sessions.set(session_id, session)
+        if self.observer is not None:
+            self.observer.session_changed(session.prefix, 1)
 
     def end_session(self, session_id: str) -> bool:
         """Remove the session and delete its ephemeral keys; False if there is no such session."""
         if session_id not in self.sessions:
             return False
         self._record_session(session_id)
+        if self.observer is not None:
+            self.observer.session_changed(self.sessions[session_id].prefix, -1)
         self.sessions.pop(session_id)
         # Its keys in the base state, and any this batch made ephemeral: in proportion to those, not to all keys.
         candidates = {*self._base_session_keys(session_id), *self.kv_sessions.touched}
@@ -303,6 +356,11 @@ class BatchKeys:
                 deleted += 1
         return deleted, False
 
+    def keys_under(self, prefix: str) -> Iterator[str]:
+        """The keys under `prefix` now, sorted. In proportion to those keys (and to the keys this batch touched)."""
+        candidates = {*self._base_keys_with_prefix(prefix), *(key for key in self.kv.touched if key.startswith(prefix))}
+        return (key for key in sorted(candidates) if key in self.kv)
+
     def checkpoint_sessions(self, session_ids: tuple[str, ...], checkpoint: Callable[[str, Session], Session]) -> None:
         for session_id in session_ids:
             session = self.sessions.get(session_id)
@@ -319,6 +377,7 @@ class BatchKeys:
             "kv_versions": self.versions,
             "sessions": self.sessions,
             "kv_sessions": self.kv_sessions,
+            "kv_writers": self.writers,
         }
         maps = {name: one.finish() for name, one in tracked.items()}
         changes = {name: change for name, one in tracked.items() if (change := one.changes(maps[name])) is not None}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import types
 import typing
+from dataclasses import dataclass
 from typing import Annotated, Any, Generic, TypeVar, cast
 
 import msgspec
@@ -28,6 +29,28 @@ class ClientRequest(msgspec.Struct, Generic[R_co], frozen=True, tag_field="op"):
     """A request of a client; each type has a `tag` of its own (its name on the wire)."""
 
 
+class Principal(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Who a request is made as: its `name`, the `realm` that authenticated it (security.REALM_*), and the roles
+    that realm gives it (a tokens-file line's role; role mappings add more, wherever the principal came from)."""
+
+    name: str
+    realm: str
+    roles: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Authenticated:
+    """A client request with the principal it is made as, as a node submits it to its core: the master
+    authorizes it for that principal (a request submitted bare is made as nobody in particular, when the client
+    port authenticates nobody)."""
+
+    request: ClientRequest[Any]
+    principal: Principal
+
+
+Submitted = ClientRequest[Any] | Authenticated
+
+
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000  # a client request without a timeout of its own
 
 # Fields this release added to requests and results that a node of the previous release ignores (msgspec skips
@@ -39,6 +62,10 @@ UNGATED_WIRE_ADDITIONS: tuple[tuple[str, str], ...] = (
     ("Txn", "delete_limit"),
     ("Committed", "more"),
     ("TxnOpResult", "more"),
+    # Access control's, harmless to ignore: a key's last writer is only recorded once access control is on (every
+    # node has it), and a master of an older release has no roles to authorize a forwarded request's principal by.
+    ("ReadValue", "writer"),
+    ("ForwardedRequest", "principal"),
 )
 
 
@@ -64,6 +91,10 @@ class Committed(_Result, frozen=True, tag="committed", omit_defaults=True):
     version: Long
     prev: PrevKey | msgspec.UnsetType | None = msgspec.UNSET
     deleted: Long | msgspec.UnsetType = msgspec.UNSET
+    # A change of roles, role mappings or quotas: whether it made something new (rather than replaced it), and
+    # whether every node of the cluster applied it before the answer (Elasticsearch's `acknowledged`).
+    created: bool | msgspec.UnsetType = msgspec.UNSET
+    acknowledged: bool | msgspec.UnsetType = msgspec.UNSET
     more: bool = False  # a prefix delete that reached its limit: keys are left under the prefix
 
 
@@ -76,6 +107,7 @@ class ReadValue(_Result, frozen=True, tag="value"):
     key_version: Long = 0  # of the write that last changed the key (0: not found)
     create_version: Long = 0  # of the write that created the key
     session: str | None = None  # an ephemeral key's session
+    writer: str | None = None  # the principal that last wrote the key (with access control on)
 
 
 class TxnOpResult(msgspec.Struct, frozen=True):
@@ -156,6 +188,8 @@ def checked_result(request: ClientRequest[R], result: ClientResult) -> R | Clust
 # A request that needs a feature not every node of the cluster has yet (feature_gates).
 FEATURE_NOT_AVAILABLE = "feature_not_available_exception"
 
+NO_MASTER_BLOCKS = ("all", "write", "metadata_write")  # what `cluster.no_master_block` may refuse
+
 
 def no_master_error(block: str) -> ClusterError:
     return ClusterError(
@@ -203,3 +237,7 @@ def repository_missing_error(name: str) -> ClusterError:
 
 def bad_request(reason: str) -> ClusterError:
     return ClusterError(type="illegal_argument_exception", reason=reason, status=400)
+
+
+def not_found(reason: str) -> ClusterError:
+    return ClusterError(type="resource_not_found_exception", reason=reason, status=404)

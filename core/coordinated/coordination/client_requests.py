@@ -9,7 +9,18 @@ from collections.abc import Callable
 from typing import Any
 
 from coordinated.coordination import client
-from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed, TxnResult
+from coordinated.coordination.applied_waits import AppliedWaits
+from coordinated.coordination.authorization import Authorizer, SessionView, request_denial
+from coordinated.coordination.client import (
+    Authenticated,
+    ClientRequest,
+    ClientResult,
+    ClusterError,
+    Committed,
+    Principal,
+    Submitted,
+    TxnResult,
+)
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.exclusion_waits import ExclusionWaits
 from coordinated.coordination.feature_gates import feature_not_available, required_features
@@ -24,6 +35,7 @@ from coordinated.coordination.settings import enum_setting
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.status import BlockLevel
 from coordinated.coordination.tasks import ClientTask
+from coordinated.coordination.wire_versions import Feature
 
 NO_MASTER_BLOCK = enum_setting(
     "cluster.no_master_block",
@@ -46,8 +58,8 @@ class ClientRequests:
         submit_task: Callable[[Task], None],  # add a master task and run the master service
         forwarder: Forwarder,
         reads: ReadService,
-        exclusion_waits: ExclusionWaits,
         renew_session: Callable[[str, int, Reply], None],  # a keepalive that reached the master then
+        applied_version: Callable[[str], int] = lambda node_id: 0,  # the newest a follower applied, as known here
     ) -> None:
         self.versions = ctx.versions
         self.ctx = ctx
@@ -55,20 +67,39 @@ class ClientRequests:
         self.submit_task = submit_task
         self.forwarder = forwarder
         self.reads = reads
-        self.exclusion_waits = exclusion_waits
+        self.exclusion_waits = ExclusionWaits(ctx)  # the master's waits for voting exclusions to take effect
         self.renew_session = renew_session
+        # Changes of roles, role mappings and quotas answer once every node has applied them.
+        self.applied_waits = AppliedWaits(ctx, applied_version)
+        self.authorizer = Authorizer()  # principals' permissions by the roles of the master's newest state
 
-    def handle(self, request: ClientRequest[Any], reply: Reply, timeout: int, forwarded: bool) -> None:
+    def check_waits(self) -> None:
+        """The master's waits for the effects of a change: voting exclusions, and changes every node applied."""
+        self.exclusion_waits.check()
+        self.applied_waits.check()
+
+    def close_waits(self, reason: str) -> None:
+        self.exclusion_waits.close(reason)
+        self.applied_waits.close()
+
+    def handle(
+        self, submitted: Submitted, reply: Reply, timeout: int, forwarded: bool, principal: Principal | None = None
+    ) -> None:
+        """`principal` (or that of an `Authenticated` request): who the request is made as (None: nobody in
+        particular, when the client port authenticates nobody); the master authorizes the request for it."""
+        request = submitted.request if isinstance(submitted, Authenticated) else submitted
+        if isinstance(submitted, Authenticated):
+            principal = submitted.principal
         refusal = self._feature_refusal(request)
         if refusal is not None:
             reply(refusal)
             return
         mode, leader = self.ctx.mode(), self.leader()
         if mode is Mode.LEADER:
-            self._execute_on_master(request, reply, timeout)
+            self._execute_on_master(request, reply, timeout, principal)
             return
         if mode is Mode.FOLLOWER and leader is not None and not forwarded:
-            self.forwarder.forward(leader, request, reply, timeout)
+            self.forwarder.forward(leader, request, reply, timeout, principal)
             return
         if forwarded:
             reply(client.not_master_error("this node is not the master"))
@@ -81,29 +112,57 @@ class ClientRequests:
         """A request that needs a feature some node of the cluster lacks (as far as this node knows) is refused
         at once, before it is forwarded to a master that may not decode it; the master checks again."""
         for feature in required_features(request):
-            state = self.ctx.accepted
-            if not self.versions.enabled(feature, state):
-                return feature_not_available(feature, self.versions.lacking(feature, state))
+            refusal = self.feature_refusal(feature)
+            if refusal is not None:
+                return refusal
         return None
+
+    def feature_refusal(self, feature: Feature) -> ClusterError | None:
+        """The refusal of what needs `feature` while a member of the cluster lacks it (as far as this node knows),
+        naming those members; also for what the shell serves itself."""
+        state = self.ctx.accepted
+        if self.versions.enabled(feature, state):
+            return None
+        return feature_not_available(feature, self.versions.lacking(feature, state))
 
     def on_forwarded_request(self, sender: str, request: ForwardedRequest) -> None:
         def reply(result: ClientResult) -> None:
             self.ctx.send(sender, ForwardedResponse(request.request_id, result))
 
-        self.handle(request.request, reply, request.timeout_ms, forwarded=True)
+        self.handle(request.request, reply, request.timeout_ms, forwarded=True, principal=request.principal)
 
-    def _execute_on_master(self, request: ClientRequest[Any], reply: Reply, timeout: int) -> None:
+    def _execute_on_master(
+        self, request: ClientRequest[Any], reply: Reply, timeout: int, principal: Principal | None
+    ) -> None:
         action = action_of(request)
         # Every request is checked here too, forwarded or not: a peer may have skipped the API's checks.
         problem = action.validate(request, self.ctx.accepted, self.ctx.settings)
         if problem is not None:
             reply(client.bad_request(problem))
             return
+        if principal is not None and action.execute is None:
+            # A read round or a keepalive: authorized against the master's newest state (a task is authorized in
+            # its batch instead, against the state it builds).
+            denied = self._denial(request, principal)
+            if denied is not None:
+                reply(denied)
+                return
         deadline = self.ctx.now + timeout
+        master = self if principal is None else _MasterFor(self, principal)
         if action.on_master is not None:
-            action.on_master(request, reply, deadline, self)
+            action.on_master(request, reply, deadline, master)
         else:
-            self.run(request, reply, deadline)
+            master.run(request, reply, deadline)
+
+    def _denial(self, request: ClientRequest[Any], principal: Principal) -> ClusterError | None:
+        state = self.ctx.accepted
+
+        def session_of(session_id: str) -> SessionView | None:
+            session = state.sessions.get(session_id)
+            return None if session is None else SessionView(session.owner, session.prefix)
+
+        permissions = self.authorizer.permissions(principal, state.security_metadata())
+        return request_denial(request, action_of(request).access, permissions, session_of)
 
     # -- what a request's own procedure may do on the master (requests.base.Master) -------------------------
 
@@ -115,7 +174,14 @@ class ClientRequests:
     def state(self) -> ClusterState:
         return self.ctx.accepted
 
-    def run(self, request: ClientRequest[Any], reply: Reply, deadline: int, source: str | None = None) -> None:
+    def run(
+        self,
+        request: ClientRequest[Any],
+        reply: Reply,
+        deadline: int,
+        source: str | None = None,
+        principal: Principal | None = None,
+    ) -> None:
         action = action_of(request)
         if action.runs is Runs.READ:
             read = action.read
@@ -124,7 +190,7 @@ class ClientRequests:
             return
         if action.confirm_unwritten:
             reply = self._confirmed_if_unwritten(reply, self.ctx.accepted.version)
-        task = Task(source or action.source(request), action.priority, ClientTask(request), reply, deadline)
+        task = Task(source or action.source(request), action.priority, ClientTask(request, principal), reply, deadline)
         self.submit_task(task)
 
     def confirm(self, reply: Reply) -> None:
@@ -137,6 +203,9 @@ class ClientRequests:
 
     def until_removed(self, then: Reply, deadline: int) -> None:
         self.exclusion_waits.until_removed(then, deadline)
+
+    def until_applied(self, result: ClientResult, reply: Reply, deadline: int) -> None:
+        self.applied_waits.until_applied(result, reply, deadline)
 
     def _confirmed_if_unwritten(self, reply: Reply, accepted_version: int) -> Reply:
         """A conflict, a missing session, a transaction that wrote nothing, or a write that changed nothing (the
@@ -160,3 +229,39 @@ class ClientRequests:
             self.confirm(after_barrier)
 
         return confirmed_reply
+
+
+class _MasterFor:
+    """The master as one principal's request sees it (`requests.base.Master`): the tasks it runs are made as that
+    principal, so their batch authorizes them and records their writer."""
+
+    def __init__(self, requests: ClientRequests, principal: Principal) -> None:
+        self.requests, self.principal = requests, principal
+
+    @property
+    def now(self) -> int:
+        return self.requests.now
+
+    @property
+    def state(self) -> ClusterState:
+        return self.requests.state
+
+    def run(self, request: ClientRequest[Any], reply: Reply, deadline: int, source: str | None = None) -> None:
+        self.requests.run(request, reply, deadline, source, self.principal)
+
+    def confirm(self, reply: Reply) -> None:
+        self.requests.confirm(reply)
+
+    def until_out_of_config(
+        self, node_names: tuple[str, ...], node_ids: tuple[str, ...], reply: Reply, deadline: int
+    ) -> None:
+        self.requests.until_out_of_config(node_names, node_ids, reply, deadline)
+
+    def until_removed(self, then: Reply, deadline: int) -> None:
+        self.requests.until_removed(then, deadline)
+
+    def renew_session(self, session: str, arrived: int, reply: Reply) -> None:
+        self.requests.renew_session(session, arrived, reply)
+
+    def until_applied(self, result: ClientResult, reply: Reply, deadline: int) -> None:
+        self.requests.until_applied(result, reply, deadline)

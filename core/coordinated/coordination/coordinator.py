@@ -32,14 +32,13 @@ from typing import Any
 from coordinated.coordination import client
 from coordinated.coordination import messages as m
 from coordinated.coordination.batch import MAX_STATE_SIZE
-from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientResult, Committed
+from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientResult, Committed, Submitted
 from coordinated.coordination.client_requests import NO_MASTER_BLOCK, ClientRequests
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.counters import successor
 from coordinated.coordination.diff_history import CatchUp
 from coordinated.coordination.effects import Effect, RequestCompleted, StateApplied
 from coordinated.coordination.elections import ElectionScheduler, PreVoteCollector
-from coordinated.coordination.exclusion_waits import ExclusionWaits
 from coordinated.coordination.followers_checker import FollowersChecker, LagDetector
 from coordinated.coordination.formation import ClusterBootstrapService, ClusterFormationFailureHelper
 from coordinated.coordination.forwarding import Forwarder
@@ -55,7 +54,6 @@ from coordinated.coordination.peer_watch import PeerWatch
 from coordinated.coordination.publication import Publication, PublicationListener, catch_up_message
 from coordinated.coordination.publish_handler import PublishHandler, PublishListener
 from coordinated.coordination.reads import ReadService
-from coordinated.coordination.requests import AnyRequest
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
 from coordinated.coordination.sessions import SessionLeases
 from coordinated.coordination.settings import Settings
@@ -164,7 +162,7 @@ class Coordinator:
             ctx, on_node_failed=self._remove_node, on_healthy=self._catch_up, on_term_seen=self._update_max_term_seen
         )
         self.version_exchange = VersionExchange(ctx, self.master_tasks, self._remove_node)
-        self.lag_detector = LagDetector(ctx, on_lagging=self._remove_node)
+        self.lag_detector = LagDetector(ctx, self._remove_node, lambda: self.requests.check_waits())
         self.catch_up = CatchUp(ctx)  # lagging and rejoining nodes get the diffs they missed
         self.handover = Handover(
             ctx,
@@ -176,15 +174,14 @@ class Coordinator:
         self.leader_checker: LeaderChecker | None = None
         self.forwarder = Forwarder(ctx)
         self.reads = ReadService(ctx, lambda: self.applied_state, self._reads_ready)
-        self.exclusion_waits = ExclusionWaits(ctx)
         self.requests = ClientRequests(
             ctx,
             leader=lambda: self.leader,
             submit_task=self.master_tasks.submit,
             forwarder=self.forwarder,
             reads=self.reads,
-            exclusion_waits=self.exclusion_waits,
             renew_session=self.sessions.renew,
+            applied_version=self.lag_detector.applied,
         )
         self.peer_watch = PeerWatch(local_node.id)
         self.elections_won = 0  # counters for metrics
@@ -236,7 +233,7 @@ class Coordinator:
 
         return self._step(now, fire_due)
 
-    def submit(self, request_id: int, request: AnyRequest, now: int, timeout_ms: int | None = None) -> list[Effect]:
+    def submit(self, request_id: int, request: Submitted, now: int, timeout_ms: int | None = None) -> list[Effect]:
         def reply(result: ClientResult) -> None:
             self._out.append(RequestCompleted(request_id, result))
 
@@ -453,7 +450,7 @@ class Coordinator:
         self.followers_checker.clear()
         self.lag_detector.clear_versions()
         self.reads.close(f"no longer master: {reason}")
-        self.exclusion_waits.close(f"no longer master: {reason}")
+        self.requests.close_waits(f"no longer master: {reason}")
         self.sessions.demote()
 
     # ------------------------------------------------------------------------------------------------------
@@ -648,7 +645,7 @@ class Coordinator:
         if self.mode is not Mode.LEADER:
             return
         self.reads.serve_if_possible()
-        self.exclusion_waits.check()
+        self.requests.check_waits()
         if not self.handover.local_node_may_win(state):
             candidates = self.handover.candidates(require_not_excluded=True)
             if candidates:

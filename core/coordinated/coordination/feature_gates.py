@@ -16,7 +16,8 @@ from typing import Any
 
 from coordinated.coordination import client
 from coordinated.coordination.client import ClientRequest, ClusterError
-from coordinated.coordination.wire_versions import NODE_VERSIONS, Feature, NodeVersion, feature_named
+from coordinated.coordination.requests import action_of
+from coordinated.coordination.wire_versions import ACCESS_CONTROL, NODE_VERSIONS, Feature, NodeVersion, feature_named
 
 # A request that needs a feature: (the feature, whether this request needs it). One line per request type,
 # request field or transaction-op field added after the first release, e.g.
@@ -44,12 +45,23 @@ def test_gates(spec: str) -> tuple[RequestGate, ...]:
 
 
 # A field of the cluster state that needs a feature: set (not `msgspec.UNSET`) only once the feature is on.
-STATE_FIELD_GATES: Mapping[str, Feature] = {"node_versions": NODE_VERSIONS}
+STATE_FIELD_GATES: Mapping[str, Feature] = {"node_versions": NODE_VERSIONS, "security": ACCESS_CONTROL}
 
 
 def required_features(request: ClientRequest[Any], gates: Iterable[RequestGate] | None = None) -> list[Feature]:
-    """The features `request` needs beyond the first release's protocol (none for most); `gates`: REQUEST_GATES."""
-    return [feature for feature, needs in (REQUEST_GATES if gates is None else gates) if needs(request)]
+    """The features `request` needs beyond the first release's protocol (none for most): its type's (the
+    `feature` of its Action, unless its `needs_feature` says this one does without) and those of `gates`
+    (REQUEST_GATES) that it needs."""
+    found = [feature for feature, needs in (REQUEST_GATES if gates is None else gates) if needs(request)]
+    action = action_of(request)
+    declared = feature_named(action.feature or "")
+    if (
+        declared is None
+        or declared in found
+        or (action.needs_feature is not None and not action.needs_feature(request))
+    ):
+        return found
+    return [declared, *found]
 
 
 def feature_not_available(feature: Feature, lacking: Mapping[str, NodeVersion | None]) -> ClusterError:

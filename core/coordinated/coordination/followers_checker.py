@@ -163,9 +163,13 @@ class FollowersChecker:
 class LagDetector:
     """Tracks the version each node has applied; a node that stays behind a committed version is lagging."""
 
-    def __init__(self, ctx: CoreContext, on_lagging: Callable[[str, str], None]) -> None:
+    def __init__(
+        self, ctx: CoreContext, on_lagging: Callable[[str, str], None], on_applied: Callable[[], None] = lambda: None
+    ) -> None:
+        """`on_applied()`: a node answered that it applied a version."""
         self.ctx = ctx
         self.on_lagging = on_lagging
+        self.on_applied = on_applied
         self.applied_versions: dict[str, int] = {}
         self.lagging_nodes_removed = 0
 
@@ -174,6 +178,7 @@ class LagDetector:
 
     def record_applied(self, node_id: str, version: int) -> None:
         self.applied_versions[node_id] = max(self.applied_versions.get(node_id, 0), version)
+        self.on_applied()
 
     def start(self, state: ClusterState) -> None:
         """A state was committed: every node that has not applied it yet has until the lag timeout."""

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from coordinated.coordination import client
-from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError
+from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Principal
 from coordinated.coordination.context import CoreContext
 from coordinated.coordination.messages import ForwardedRequest, ForwardedResponse
 from coordinated.coordination.state import DiscoveryNode
@@ -23,11 +23,19 @@ class Forwarder:
         self.ctx = ctx
         self.waiting: dict[int, Reply] = {}  # forward id -> the client's reply
 
-    def forward(self, master: DiscoveryNode, request: ClientRequest[Any], reply: Reply, timeout: int) -> None:
+    def forward(
+        self,
+        master: DiscoveryNode,
+        request: ClientRequest[Any],
+        reply: Reply,
+        timeout: int,
+        principal: Principal | None = None,
+    ) -> None:
         ctx = self.ctx
         forward_id = ctx.new_request_id()
         self.waiting[forward_id] = reply
-        ctx.send(master.transport_address, ForwardedRequest(ctx.local_node.id, forward_id, request, timeout))
+        message = ForwardedRequest(ctx.local_node.id, forward_id, request, timeout, principal=principal)
+        ctx.send(master.transport_address, message)
         ctx.timers.schedule((self, forward_id), ctx.now + timeout, lambda: self._timed_out(forward_id))
 
     def finish(self, forward_id: int, result: ClientResult) -> None:

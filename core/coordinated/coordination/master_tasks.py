@@ -8,18 +8,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinated.coordination import client
+from coordinated.coordination.authorization import Authorizer
 from coordinated.coordination.batch import MAX_STATE_SIZE, MAX_VALUE_SIZE, execute_batch, improve_configuration
 from coordinated.coordination.batch_draft import BatchContext, StateSizes
 from coordinated.coordination.batch_writes import DEFERRED
 from coordinated.coordination.client import ClientResult, Committed
 from coordinated.coordination.context import CoreContext
 from coordinated.coordination.master_service import MasterService, Task
+from coordinated.coordination.quotas import QuotaUsage, Usage, WriteRates
 from coordinated.coordination.reconfigurator import AUTO_SHRINK_VOTING_CONFIGURATION
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected
 from coordinated.coordination.state import ClusterState, Session
 from coordinated.coordination.state_index import SessionKeys, SortedKeys
 from coordinated.coordination.tasks import TaskPayload
 from coordinated.coordination.validation import MAX_VOTING_CONFIG_EXCLUSIONS
+from coordinated.coordination.wire_versions import ACCESS_CONTROL
 
 
 @dataclass
@@ -40,6 +43,9 @@ class MasterTasks:
         self.queue = MasterService()
         self._state_sizes = StateSizes()  # for cluster.metadata.max_state_size
         self._session_keys = SessionKeys(ctx.derivations)  # of the state batches build on, once a session has ended
+        self.authorizer = Authorizer()  # the principals' permissions, by the roles of the state batches build on
+        self._quota_usage = QuotaUsage(ctx.derivations)  # each quota's usage in the state batches build on
+        self._write_rates = WriteRates()  # this master's windows of max_writes_per_second
         # The sorted key names of that state, once a prefix has been deleted: each prefix delete then costs in
         # proportion to the keys it deletes, not to every key (a scan of 100,000 keys took about 100 ms a call).
         self._sorted_keys = SortedKeys(ctx.derivations)
@@ -60,6 +66,7 @@ class MasterTasks:
         for task in self.queue.take_all():
             task.reply(client.not_master_error(reason))
         self.ctx.timers.cancel(self)
+        self._write_rates = WriteRates()  # a master starts its windows empty
 
     def run(self) -> None:
         if not self.listener.can_run():
@@ -100,6 +107,7 @@ class MasterTasks:
             self.listener.refused(f"publication refused: {rejected}")
             return
         self._session_keys.advance(base, new_state)
+        self._quota_usage.advance(base, new_state)
         self._sorted_keys.advance(base, new_state)
         self.listener.publish(new_state, base, tasks, results)
         self._schedule_expiry()
@@ -129,8 +137,17 @@ class MasterTasks:
             max_state_size=settings[MAX_STATE_SIZE],
             sizes=self._state_sizes,
             derivations=self.ctx.derivations,
+            # Once every node has access control, the batches turn it on (and keep it on).
+            access_control=self.ctx.versions.enabled(ACCESS_CONTROL, base or self.ctx.accepted),
+            authorizer=self.authorizer,
+            quota_usage=self._usage_at,
+            write_rates=self._write_rates,
+            now=self.ctx.now,
             node_versions=self.ctx.versions.to_publish,
         )
+
+    def _usage_at(self, state: ClusterState) -> dict[str, Usage]:
+        return self._quota_usage.at(state).usage
 
     def improved(self, state: ClusterState) -> ClusterState:
         """`state` with the best voting configuration the master may move to now (maybe unchanged)."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientResult
+from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientResult, Principal
 from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.requests import AnyRequest
 from coordinated.coordination.state import ENCODE_HOOK, ClusterState, ClusterStateDiff, DiscoveryNode, Long
@@ -189,6 +189,9 @@ class ForwardedRequest(_Message, frozen=True, tag="forwarded_request"):
     request: AnyRequest  # decoded by its tag as any registered request type
     # The client's timeout: the master's tasks and waits for this request end by then.
     timeout_ms: Long = DEFAULT_REQUEST_TIMEOUT_MS
+    # Who the client is, as the forwarding node authenticated it: the master authorizes the request for it. A
+    # master of an older release ignores it (it has no roles or mappings: the forwarding node's check is all).
+    principal: Principal | None = None
 
 
 class ForwardedResponse(_Message, frozen=True, tag="forwarded_response"):

@@ -30,6 +30,7 @@ class RangeEntry(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
     version: int
     create_version: int
     session: str | None = None  # an ephemeral key's session
+    writer: str | None = None  # the principal that last wrote it (shown to admins)
 
 
 class RangePage(msgspec.Struct, frozen=True):
@@ -45,8 +46,10 @@ def range_page(
     limit: int = DEFAULT_RANGE_LIMIT,
     keys_only: bool = False,
     max_bytes: int = MAX_RANGE_BYTES,
+    writers: bool = False,
 ) -> RangePage:
-    """The first keys of `keys_in_order` (names of `state`'s keys, in order) that fit the page."""
+    """The first keys of `keys_in_order` (names of `state`'s keys, in order) that fit the page; with `writers`,
+    each with the principal that last wrote it."""
     entries: list[RangeEntry] = []
     size = 0
     keys: Iterator[str] = iter(keys_in_order)
@@ -71,6 +74,7 @@ def range_page(
                 version=versions.version,
                 create_version=versions.create_version,
                 session=state.kv_sessions.get(key),
+                writer=state.kv_writers.get(key) if writers else None,
             )
         )
     return RangePage(state.version, entries, False, entries[-1].key if entries else None)

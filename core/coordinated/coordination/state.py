@@ -22,6 +22,7 @@ import msgspec
 
 from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.history import NO_CLUSTER_UUID
+from coordinated.coordination.security import SecurityMetadata
 from coordinated.coordination.settings import format_time_ms
 from coordinated.coordination.wire_versions import NodeVersion
 
@@ -113,7 +114,7 @@ LEGACY_KEY_VERSION = KeyVersion(1, 1)
 
 # The state's fields that hold persistent maps and travel in a diff as a `MapDiff` each (upserts and
 # deletes), under the same name in `ClusterStateDiff`. A new map field is added here and to both structs.
-MAP_FIELDS: tuple[str, ...] = ("persistent_settings", "kv", "kv_versions", "sessions", "kv_sessions")
+MAP_FIELDS: tuple[str, ...] = ("persistent_settings", "kv", "kv_versions", "sessions", "kv_sessions", "kv_writers")
 EMPTY_MAP: immutables.Map[str, Any] = immutables.Map()
 
 
@@ -134,6 +135,9 @@ class Session(msgspec.Struct, frozen=True, omit_defaults=True):
     # A TTL session's remaining TTL at its master's last checkpoint, from which a new master continues it;
     # None: the whole TTL (a keepalive came since). See coordination/sessions.py.
     remaining_ms: Long | None = None
+    # With access control on (`ClusterState.security` set): who created it and the prefix it holds `session` on.
+    owner: str | None = None
+    prefix: str = ""
 
 
 class ClusterState(msgspec.Struct, frozen=True, weakref=True):
@@ -152,6 +156,7 @@ class ClusterState(msgspec.Struct, frozen=True, weakref=True):
     kv_versions: Mapping[str, KeyVersion] = EMPTY_MAP  # for each key of `kv`; see LEGACY_KEY_VERSION
     sessions: Mapping[str, Session] = EMPTY_MAP
     kv_sessions: Mapping[str, str] = EMPTY_MAP  # an ephemeral key of `kv` -> the id of its session
+    kv_writers: Mapping[str, str] = EMPTY_MAP  # a key -> its last writer (with access control on: `security`)
     # Cluster-wide metadata, as Elasticsearch keeps repositories, so that every node knows them. A handful:
     # a plain dict, sent whole in a diff when it changes (as `nodes`).
     repositories: dict[str, Repository] = {}
@@ -159,6 +164,9 @@ class ClusterState(msgspec.Struct, frozen=True, weakref=True):
     # and so left out of every encoding, until the master sets it once every node has that feature.
     # Every member's release and wire version (`node_versions`): a handful, sent whole in a diff when it changes.
     node_versions: dict[str, NodeVersion] | msgspec.UnsetType = msgspec.UNSET
+    # Access control: custom roles, role mappings and quotas (`security`): set, possibly empty, once every node
+    # has access control; a handful, sent whole in a diff when it changes.
+    security: SecurityMetadata | msgspec.UnsetType = msgspec.UNSET
 
     def __post_init__(self) -> None:
         # A state built from dicts (decoded, or by a caller) holds persistent maps from then on.
@@ -166,6 +174,10 @@ class ClusterState(msgspec.Struct, frozen=True, weakref=True):
             value = getattr(self, name)
             if not isinstance(value, immutables.Map):
                 msgspec.structs.force_setattr(self, name, persistent(value))
+
+    def security_metadata(self) -> SecurityMetadata | None:
+        """The roles, role mappings and quotas; None while access control is off (not every node has it)."""
+        return None if self.security is msgspec.UNSET else self.security
 
     def key_version(self, key: str) -> KeyVersion | None:
         """The versions of a key, None if it does not exist."""
@@ -234,13 +246,19 @@ class ClusterStateDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     kv_versions: KeyVersionsDiff = KeyVersionsDiff()
     sessions: SessionsDiff = SessionsDiff()
     kv_sessions: MapDiff = MapDiff()
+    kv_writers: MapDiff = MapDiff()
     repositories: dict[str, Repository] | None = None  # None: unchanged
     # A gated field (see ClusterState), whole when it changed; None: unchanged. Once set it stays set.
     node_versions: dict[str, NodeVersion] | None = None
+    security: SecurityMetadata | None = None
+
+
+# The state's small fields that travel whole in a diff when they changed (None there: unchanged).
+WHOLE_FIELDS = ("nodes", "repositories", "node_versions", "security")
 
 
 def _changed_field(before: Any, after: Any) -> Any:
-    """A small gated field of a diff: None when unchanged (or unset), else its new value."""
+    """A field of WHOLE_FIELDS in a diff: None when unchanged (or a gated field unset), else its new value."""
     return None if after is msgspec.UNSET or before is after or before == after else after
 
 
@@ -273,6 +291,7 @@ _MAP_DIFF_TYPES: dict[str, type[MapDiff] | type[KeyVersionsDiff] | type[Sessions
     "kv_versions": KeyVersionsDiff,
     "sessions": SessionsDiff,
     "kv_sessions": MapDiff,
+    "kv_writers": MapDiff,
 }
 assert tuple(_MAP_DIFF_TYPES) == MAP_FIELDS
 
@@ -298,13 +317,7 @@ def diff_between(
         cluster_uuid_committed=after.cluster_uuid_committed,
         master_node=after.master_node,
         coordination=after.coordination,
-        nodes=None if before.nodes is after.nodes or before.nodes == after.nodes else after.nodes,
-        repositories=(
-            None
-            if before.repositories is after.repositories or before.repositories == after.repositories
-            else after.repositories
-        ),
-        node_versions=_changed_field(before.node_versions, after.node_versions),
+        **{name: _changed_field(getattr(before, name), getattr(after, name)) for name in WHOLE_FIELDS},
         **maps,
     )
 
@@ -365,14 +378,9 @@ def compose_diffs(diffs: Sequence[ClusterStateDiff]) -> ClusterStateDiff:
         return diffs[0]
     last = diffs[-1]
     changes: dict[str, tuple[dict[str, Any], set[str]]] = {}
-    nodes = repositories = node_versions = None
+    whole: dict[str, Any] = dict.fromkeys(WHOLE_FIELDS)
     for diff in diffs:
-        if diff.nodes is not None:
-            nodes = diff.nodes
-        if diff.repositories is not None:
-            repositories = diff.repositories
-        if diff.node_versions is not None:
-            node_versions = diff.node_versions
+        whole.update((name, getattr(diff, name)) for name in WHOLE_FIELDS if getattr(diff, name) is not None)
         for name in MAP_FIELDS:
             step: MapDiff | KeyVersionsDiff | SessionsDiff = getattr(diff, name)
             if not step.upserts and not step.deletes:
@@ -387,14 +395,7 @@ def compose_diffs(diffs: Sequence[ClusterStateDiff]) -> ClusterStateDiff:
     maps = {
         name: _typed_map_diff(name, upserts, tuple(sorted(deletes))) for name, (upserts, deletes) in changes.items()
     }
-    return msgspec.structs.replace(
-        last,
-        base_uuid=diffs[0].base_uuid,
-        nodes=nodes,
-        repositories=repositories,
-        node_versions=node_versions,
-        **maps,
-    )
+    return msgspec.structs.replace(last, base_uuid=diffs[0].base_uuid, **whole, **maps)
 
 
 def compute_diff(before: ClusterState, after: ClusterState, derivations: Derivations | None = None) -> ClusterStateDiff:
@@ -421,6 +422,10 @@ def apply_diff(base: ClusterState, diff: ClusterStateDiff, derivations: Derivati
         raise IncompatibleDiffError(
             f"diff is based on state [{diff.base_uuid}] but this node holds state [{base.state_uuid}]"
         )
+    fields: dict[str, Any] = {name: apply_map_diff(getattr(base, name), getattr(diff, name)) for name in MAP_FIELDS}
+    fields.update(
+        {name: getattr(base, name) if getattr(diff, name) is None else getattr(diff, name) for name in WHOLE_FIELDS}
+    )
     derived = ClusterState(
         cluster_name=base.cluster_name,
         cluster_uuid=diff.cluster_uuid,
@@ -429,11 +434,8 @@ def apply_diff(base: ClusterState, diff: ClusterStateDiff, derivations: Derivati
         state_uuid=diff.state_uuid,
         parent_uuid=diff.parent_uuid,
         master_node=diff.master_node,
-        nodes=base.nodes if diff.nodes is None else diff.nodes,
         coordination=diff.coordination,
-        **{name: apply_map_diff(getattr(base, name), getattr(diff, name)) for name in MAP_FIELDS},
-        repositories=base.repositories if diff.repositories is None else diff.repositories,
-        node_versions=base.node_versions if diff.node_versions is None else diff.node_versions,
+        **fields,
     )
     if derivations is not None:
         derivations.record(base, derived, diff)

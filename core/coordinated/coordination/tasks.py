@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from coordinated.coordination.client import ClientRequest
+from coordinated.coordination.client import ClientRequest, Principal
 from coordinated.coordination.state import DiscoveryNode
 
 
@@ -51,6 +51,9 @@ class CheckpointSessions:
 @dataclass(frozen=True)
 class ClientTask:
     request: ClientRequest[Any]
+    # Who the request is made as (None: the client port authenticates nothing): authorized, and recorded as the
+    # writer of the keys it writes, against the state the batch builds.
+    principal: Principal | None = None
 
 
 TaskPayload = (

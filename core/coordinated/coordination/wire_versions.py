@@ -83,6 +83,13 @@ INITIAL = _feature(1, "initial", "0.1.0", "the protocol of release 0.1.0, which 
 NODE_VERSIONS = _feature(2, "node_versions", "0.2.0", "every node's release and wire version in the cluster state")
 # Ungated (client.UNGATED_WIRE_ADDITIONS): a master of an older release ignores `limit` and deletes every key.
 BOUNDED_PREFIX_DELETE = _feature(3, "bounded_prefix_delete", "0.2.0", "a prefix delete's `limit`, and `more`")
+ACCESS_CONTROL = _feature(
+    4,
+    "access_control",
+    "0.2.0",
+    "roles, role mappings and quotas in the cluster state with their requests; sessions' owners and keys' last "
+    "writers; the principal of a forwarded request, which the master authorizes",
+)
 # ------------------------------------------------------------------------------------------------------------
 
 CURRENT: int = FEATURES[-1].id  # the wire version this tree speaks

@@ -20,7 +20,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
-from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed
+from coordinated.coordination.client import (
+    Authenticated,
+    ClientRequest,
+    ClientResult,
+    ClusterError,
+    Committed,
+    Principal,
+)
 from coordinated.coordination.coordinator import Mode
 from coordinated.coordination.effects import Effect, PublicationFinished
 from coordinated.coordination.elections import ELECTION_DURATION, ELECTION_MAX_TIMEOUT
@@ -109,6 +116,8 @@ class SimulatedCluster:
         self.applied_observers: list[Callable[[ClusterState], None]] = []  # told of every state a node applies
         self.logs: list[tuple[int, str, str, str]] = []
         self.publications: list[PublicationFinished] = []
+        # Called with each state a node applies (workloads that check what the committed states held).
+        self.node_applied_observers: list[Callable[[SimNode, ClusterState], None]] = []
         self.safety = SafetyChecker(seed, lambda: self.now)
         self.gated_fields = GatedFieldWatch(self.violation)
         self.bus = MessageBus(self.scheduler, self.network, self.nodes, self._run_effects, self.gated_fields)
@@ -288,6 +297,8 @@ class SimulatedCluster:
         for observer in self.applied_observers:
             observer(state)
         self._wake_apply_waiters(sim_node, state)
+        for node_observer in self.node_applied_observers:
+            node_observer(sim_node, state)
 
     def deliver_late(self, sender: SimNode, target: SimNode, message: Message) -> None:
         """Deliver `message` now, whatever the links say (see MessageBus.deliver_late)."""
@@ -307,7 +318,9 @@ class SimulatedCluster:
         client: int = 0,
         on_done: Callable[[ClientResult], None] | None = None,
         timeout: int = 10_000,
+        principal: Principal | None = None,
     ) -> None:
+        """`principal`: who the request is made as (the node authenticated it), or nobody in particular."""
         sim_node = self.nodes[node_index]
         request_id = next(self._request_ids)
         op = PendingOp(client, node_index, request, self.now, on_done)
@@ -319,7 +332,8 @@ class SimulatedCluster:
                 on_done(ClusterError("connect_exception", "node is down", 503))
             return
         self._pending[(node_index, request_id)] = op
-        self._run_effects(sim_node, sim_node.coordinator.submit(request_id, request, self.now, timeout))
+        submitted = request if principal is None else Authenticated(request, principal)
+        self._run_effects(sim_node, sim_node.coordinator.submit(request_id, submitted, self.now, timeout))
 
     def _complete_op(self, key: tuple[int, int], result: ClientResult) -> None:
         op = self._pending.pop(key, None)

@@ -285,6 +285,19 @@ class Kube:
         claim template (which cannot be changed in place); the new one adopts the pods."""
         await asyncio.to_thread(self._orphan_statefulset, name, namespace)
 
+    def _service_account_issuer(self) -> tuple[bytes, bytes]:
+        # Raw bodies: the keys are served as application/jwk-set+json, which the generated models do not parse.
+        well_known = client.WellKnownApi(self._api_client)
+        openid = client.OpenidApi(self._api_client)
+        discovery: Any = well_known.get_service_account_issuer_open_id_configuration(_preload_content=False)
+        keys: Any = openid.get_service_account_issuer_open_id_keyset(_preload_content=False)
+        return bytes(discovery.data), bytes(keys.data)
+
+    async def service_account_issuer(self) -> tuple[bytes, bytes]:
+        """The API server's OIDC discovery document (`/.well-known/openid-configuration`) and its service-account
+        signing keys (`/openid/v1/jwks`), as served."""
+        return await asyncio.to_thread(self._service_account_issuer)
+
     def _post_event(self, body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         metadata = body["metadata"]
         namespace = metadata.get("namespace") or "default"

@@ -16,6 +16,7 @@ from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.operator import API_VERSION, KIND, object_storage, placement
 from coordinated.operator.sidecar_client import HTTP_PORT, TRANSPORT_PORT
 from coordinated.operator.spec import ClusterSpec
+from coordinated.sidecar.auth import service_accounts_settings
 from coordinated.sidecar.features.snapshot_settings import PATH_REPO
 from coordinated.sidecar.peers.auth_settings import SECRET_FILE
 from coordinated.sidecar.peers.tls_settings import (
@@ -47,6 +48,11 @@ CA_KEY_KEY = "ca.key"
 BUILTIN_TLS = "builtin"  # the operator's own CA signs one certificate per pod
 CERT_MANAGER_TLS = "cert-manager"  # a cert-manager Issuer signs one certificate for every pod
 TOKEN_ROLES = {"admin": "admin", "client": "writer", "reader": "reader"}  # Secret suffix -> role
+# The Kubernetes API server's signing keys (its JWKS and issuer), which the sidecars verify ServiceAccount tokens
+# against: a ConfigMap the operator keeps up to date (reconcile/service_account_keys.py).
+SERVICE_ACCOUNT_KEYS_DIR = "/etc/coordinated/service-account-keys"
+SERVICE_ACCOUNT_KEYS_KEY = "keys.json"
+SERVICE_ACCOUNT_KEYS_VOLUME = "service-account-keys"
 
 
 # ---- names -------------------------------------------------------------------------------------------
@@ -94,6 +100,19 @@ def token_secret_name(spec: ClusterSpec, suffix: str) -> str:
 
 def tokens_file_secret_name(spec: ClusterSpec) -> str:
     return f"{spec.name}-tokens"
+
+
+def service_account_keys_configmap_name(spec: ClusterSpec) -> str:
+    return f"{spec.name}-service-account-keys"
+
+
+def service_account_audience(spec: ClusterSpec) -> str | None:
+    """The audience of the ServiceAccount tokens the sidecars accept (spec.access.serviceAccounts, default
+    `coordinated.dev/NAMESPACE/NAME`: this cluster's own); None when they accept none (tokens off, or turned
+    off)."""
+    if not spec.auth_enabled or not spec.access.service_accounts.enabled:
+        return None
+    return spec.access.service_accounts.audience or f"coordinated.dev/{spec.namespace}/{spec.name}"
 
 
 def network_policy_name(spec: ClusterSpec) -> str:
@@ -287,6 +306,16 @@ def bootstrap_configmap(spec: ClusterSpec, initial_master_nodes: tuple[str, ...]
     }
 
 
+def service_account_keys_configmap(spec: ClusterSpec, keys_document: str) -> Manifest:
+    """The API server's signing keys for the sidecars (`http.auth.kubernetes.keys_file`): public keys only."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(spec, service_account_keys_configmap_name(spec)),
+        "data": {SERVICE_ACCOUNT_KEYS_KEY: keys_document},
+    }
+
+
 def security_settings(spec: ClusterSpec, tls_source: str | None) -> dict[str, str]:
     """The sidecar's TLS and token settings, all pointing at mounted Secret files the sidecar re-reads."""
     settings: dict[str, str] = {}
@@ -305,6 +334,9 @@ def security_settings(spec: ClusterSpec, tls_source: str | None) -> dict[str, st
         settings[TRANSPORT_SSL_TRUST_RESTRICTIONS.name] = f"*.{headless_service_name(spec)}.{spec.namespace}.svc"
     if spec.auth_enabled:
         settings[TOKENS_FILE.name] = f"{TOKENS_DIR}/{TOKENS_KEY}"
+    if (audience := service_account_audience(spec)) is not None:
+        settings[service_accounts_settings.AUDIENCE.name] = audience
+        settings[service_accounts_settings.KEYS_FILE.name] = f"{SERVICE_ACCOUNT_KEYS_DIR}/{SERVICE_ACCOUNT_KEYS_KEY}"
     return settings
 
 
@@ -384,6 +416,8 @@ def _sidecar_container(spec: ClusterSpec, tls_source: str | None, voting: bool =
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
     if spec.auth_enabled:
         mounts.append({"name": "tokens", "mountPath": TOKENS_DIR, "readOnly": True})
+    if service_account_audience(spec) is not None:
+        mounts.append({"name": SERVICE_ACCOUNT_KEYS_VOLUME, "mountPath": SERVICE_ACCOUNT_KEYS_DIR, "readOnly": True})
     if spec.snapshot_volume:
         mounts.append({"name": SNAPSHOT_VOLUME, "mountPath": SNAPSHOT_DIR})
     container: dict[str, Any] = {
@@ -475,6 +509,10 @@ def _security_volumes(spec: ClusterSpec, tls_source: str | None) -> list[dict[st
         volumes.append(
             {"name": "tokens", "secret": {"secretName": tokens_file_secret_name(spec), "defaultMode": 0o440}}
         )
+    if service_account_audience(spec) is not None:
+        # Optional: a pod starts before the operator could read the keys (the realm then says so in health).
+        configmap = {"name": service_account_keys_configmap_name(spec), "defaultMode": 0o440, "optional": True}
+        volumes.append({"name": SERVICE_ACCOUNT_KEYS_VOLUME, "configMap": configmap})
     return volumes
 
 

@@ -17,6 +17,7 @@ from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.retired_settings import retired_setting_message
 from coordinated.coordination.settings import NODE_NAME, NODE_ROLES, SettingsError
 from coordinated.s3.s3_settings import S3_CLIENT_SETTINGS
+from coordinated.sidecar.auth.service_accounts_settings import AUDIENCE, KEYS_FILE
 from coordinated.sidecar.events.archive_settings import ARCHIVE_SETTINGS
 from coordinated.sidecar.features.snapshot_settings import PATH_REPO
 from coordinated.sidecar.node_settings import sidecar_registry
@@ -44,6 +45,8 @@ OPERATOR_MANAGED_SETTINGS: dict[str, str] = {
     HTTP_SSL_CLIENT_AUTHENTICATION.name: "set spec.tls.clientAuthentication instead",
     TRANSPORT_SSL_TRUST_RESTRICTIONS.name: "the operator restricts the transport to its pods' certificates",
     TOKENS_FILE.name: "the operator sets tokens from spec.auth and mounts the tokens file it manages",
+    AUDIENCE.name: "set spec.access.serviceAccounts.audience instead",
+    KEYS_FILE.name: "the operator mounts the Kubernetes API server's signing keys, which it keeps up to date",
     PATH_REPO.name: "the operator sets it to the snapshot volume's mount path from spec.snapshots",
     **{setting.name: _ARCHIVE for setting in ARCHIVE_SETTINGS},
     **{setting.name: _S3_CLIENT for setting in S3_CLIENT_SETTINGS},

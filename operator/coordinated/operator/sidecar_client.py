@@ -22,11 +22,13 @@ T = TypeVar("T")
 
 
 class SidecarError(Exception):
-    """The sidecar could not be reached or gave an unexpected answer (`status`: its HTTP status, if any)."""
+    """The sidecar could not be reached or gave an unexpected answer (`status`: its HTTP status, if any;
+    `error_type`: the API's error type, such as `feature_not_available_exception`)."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, error_type: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.error_type = error_type
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,7 @@ class SidecarClient:
         try:
             return await call
         except ApiError as error:
-            raise SidecarError(f"{what} on {self.base_url} answered {error}", error.status) from error
+            raise SidecarError(f"{what} on {self.base_url} answered {error}", error.status, error.type) from error
         except (CoordinatedError, KeyError, TypeError, ValueError) as error:
             raise SidecarError(f"{what} on {self.base_url} failed: {error}") from error
 
@@ -265,6 +267,36 @@ class SidecarClient:
         call = self._client.restore_snapshot(repository, snapshot)
         restored = (await self._answer(f"restoring snapshot [{snapshot}]", call))["snapshot"]
         return RestoreInfo(snapshot=snapshot, version=int(restored["version"]), keys=int(restored.get("keys", 0)))
+
+    # -- access control (spec.access): the API's answers as they are ------------------------------------------
+
+    async def roles(self) -> dict[str, Any]:
+        return await self._answer("roles", self._client.roles())
+
+    async def put_role(self, name: str, grants: Mapping[str, Sequence[str]], cluster: Sequence[str]) -> None:
+        await self._answer(f"role [{name}]", self._client.put_role(name, grants, cluster))
+
+    async def delete_role(self, name: str) -> None:
+        await self._answer(f"deleting role [{name}]", self._client.delete_role(name))
+
+    async def role_mappings(self) -> dict[str, Any]:
+        return await self._answer("role mappings", self._client.role_mappings())
+
+    async def put_role_mapping(self, name: str, roles: Sequence[str], principals: Sequence[str]) -> None:
+        await self._answer(f"role mapping [{name}]", self._client.put_role_mapping(name, roles, principals))
+
+    async def delete_role_mapping(self, name: str) -> None:
+        await self._answer(f"deleting role mapping [{name}]", self._client.delete_role_mapping(name))
+
+    async def quotas(self) -> dict[str, Any]:
+        return await self._answer("quotas", self._client.quotas())
+
+    async def put_quota(self, name: str, prefix: str, limits: Mapping[str, int], force: bool) -> None:
+        call = self._client.put_quota(name, prefix, force=force, **limits)
+        await self._answer(f"quota [{name}]", call)
+
+    async def delete_quota(self, name: str) -> None:
+        await self._answer(f"deleting quota [{name}]", self._client.delete_quota(name))
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinated.operator.access_spec import AccessSpec
+
 DEFAULT_IMAGE = "coordinated-cluster:0.2.0"
 
 # Annotations on the CoordinatedCluster; they hold what must survive an operator restart.
@@ -167,6 +169,9 @@ class ClusterSpec:
     archive: BucketSpec | None = None
     creation_timestamp: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
+    access: AccessSpec = field(
+        default_factory=AccessSpec
+    )  # spec.access: ServiceAccount tokens, roles, role mappings, quotas
 
     @property
     def cluster_name(self) -> str:
@@ -309,4 +314,5 @@ class ClusterSpec:
             restore_from=(spec.get("restoreFrom") or {}).get("snapshot") or None,
             creation_timestamp=metadata.get("creationTimestamp"),
             annotations=dict(metadata.get("annotations") or {}),
+            access=AccessSpec.from_resource(spec.get("access")),
         )

@@ -159,7 +159,7 @@ async def serve(node: Node, config: NodeConfig) -> int:
         access_log=None,
         handle_signals=False,
     )
-    client_runner = ClientAppRunner(client_app(node, node.tokens))
+    client_runner = ClientAppRunner(client_app(node, node.authentication))
     await transport_runner.setup()
     await client_runner.setup()
     sites = [

@@ -20,7 +20,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, assert_never
 
-from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, checked_result
+from coordinated.coordination.authorization import READ, Authorizer, KeyAccess, Permissions
+from coordinated.coordination.client import (
+    Authenticated,
+    ClientRequest,
+    ClientResult,
+    ClusterError,
+    Principal,
+    checked_result,
+)
 from coordinated.coordination.coordinator import Coordinator
 from coordinated.coordination.effects import (
     Effect,
@@ -33,15 +41,21 @@ from coordinated.coordination.effects import (
     StateApplied,
     WatchPeers,
 )
+from coordinated.coordination.feature_gates import feature_not_available
 from coordinated.coordination.history import HistoryEvent
 from coordinated.coordination.messages import Message
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.requests.keys import ReadBarrier
+from coordinated.coordination.security import REALM_FILE
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import Derivations, DiscoveryNode
+from coordinated.coordination.wire_versions import ACCESS_CONTROL
 from coordinated.release import node_version
 from coordinated.s3.object_store import Bucket, ObjectStore
 from coordinated.s3.s3_settings import S3ClientSettings
+from coordinated.sidecar.auth.authenticators import Authentication, build_authenticators
+from coordinated.sidecar.auth.principal import CURRENT_PRINCIPAL
+from coordinated.sidecar.auth.tokens_file import Tokens
 from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.events.history import folds_with_next
 from coordinated.sidecar.events.history_metrics import HistoryCollector
@@ -54,6 +68,7 @@ from coordinated.sidecar.features.snapshot_settings import SNAPSHOT_SECRET_FILE
 from coordinated.sidecar.observability.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.observability.node_status import NodeStatus
 from coordinated.sidecar.observability.problems import NodeProblem, ProblemKind, count_by_kind
+from coordinated.sidecar.observability.quota_metrics import QuotaCollector, QuotaStatus
 from coordinated.sidecar.peers.auth import TransportAuth
 from coordinated.sidecar.peers.auth_settings import SECRET_FILE
 from coordinated.sidecar.peers.framing import Undecodable
@@ -71,7 +86,6 @@ from coordinated.sidecar.peers.transport_settings import (
 from coordinated.sidecar.storage.node_store import NodeStore
 from coordinated.sidecar.storage.persistence import HISTORY_DIR, HOOKS_FILE
 from coordinated.sidecar.storage.persistence_settings import PERSISTENCE_SYNC, PersistenceSync
-from coordinated.sidecar.web.access import Tokens
 from coordinated.sidecar.web.access_settings import TOKENS_FILE
 from coordinated.sidecar.web.http_chunks import chunk
 
@@ -128,6 +142,13 @@ class Node:
         self._snapshot_secret = Path(snapshot_secret_file).read_bytes().strip() if snapshot_secret_file else None
         tokens_file = settings[TOKENS_FILE]
         self.tokens = Tokens(tokens_file) if tokens_file else None
+        # Who a client request is made as: without a token realm, nobody in particular (nothing is checked).
+        realms = build_authenticators(settings)
+        self.authentication = Authentication(self.tokens, realms) if self.tokens is not None or realms else None
+        # What a principal may do, by this node's applied roles and role mappings (compiled once per principal).
+        self.authorizer = Authorizer()
+        if self.tokens is not None:
+            self.tokens.on_change = self._tokens_changed
         self.refusals = Refusals()  # transport connections refused either way, for health
         transport_tls = TRANSPORT_TLS.files(settings)
         self.transport_tls = ReloadingContext(transport_tls, Side.CLIENT) if transport_tls is not None else None
@@ -137,6 +158,7 @@ class Node:
         self.version = node_version()  # this node's release and wire version
         self.loop: asyncio.AbstractEventLoop | None = None
         self.coordinator: Coordinator | None = None
+        self.metrics.registry.register(QuotaCollector(self.quota_statuses))
         self.hooks = HookManager(
             config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000, settings[HOOKS_UNIX_SOCKET_DIR]
         )
@@ -156,6 +178,7 @@ class Node:
             persisted.last_accepted_state.replace(master_node=None),
             chunk,
             lambda: self.call(ReadBarrier(), READ_BARRIER_TIMEOUT_MS),
+            self._stream_missing,
         )
         # Watch connections by peer address, to the peers the core's last `WatchPeers` named (see _watch_peers).
         self._watches: dict[str, asyncio.Task[None]] = {}
@@ -223,6 +246,8 @@ class Node:
             await self.sender.flush(handover_timeout_s)
             await self.sender.close()
         await self.hooks.close()
+        if self.authentication is not None:
+            await self.authentication.close()  # the realms' own resources (a verifier's HTTP client, say)
         for future, _ in self._pending.values():
             if not future.done():
                 future.set_result(ClusterError("node_closed_exception", "the node is stopping", 503, True))
@@ -386,7 +411,63 @@ class Node:
         coordinator = self.coordinator
         self._run(lambda now: coordinator.handle_seed_addresses(addresses, now))
 
+    def quota_statuses(self) -> list[QuotaStatus]:
+        """Every quota of the applied state with its usage (watch streams: this node's own)."""
+        state = self.keys.applied_state
+        security = state.security_metadata()
+        if security is None or not security.quotas:
+            return []
+        usage = self.keys.quota_usage.at(state).usage
+        statuses = []
+        for name, quota in sorted(security.quotas.items()):
+            counted = usage.get(name)
+            used = {"watch_streams": self.keys.stream_quotas.count(quota.prefix)}
+            if counted is not None:
+                used.update(keys=counted.keys, bytes=counted.bytes, sessions=counted.sessions)
+            statuses.append(QuotaStatus(name, quota.prefix, quota.limits(), used))
+        return statuses
+
+    def _tokens_changed(self, principals: frozenset[Principal]) -> None:
+        """The tokens file changed: the open streams of a principal whose tokens are all gone end."""
+
+        def gone(principal: Principal, prefixes: tuple[str, ...]) -> str | None:
+            if principal.realm != REALM_FILE or principal in principals:
+                return None
+            return "its token is no longer in the tokens file"
+
+        if self.keys.watch_streams.streams:
+            self.keys.watch_streams.refuse_streams(gone, "may no longer watch: ")
+
+    def _stream_missing(self, principal: Principal, prefixes: tuple[str, ...]) -> str | None:
+        permissions = self.permissions(principal)
+        return permissions.missing(KeyAccess(READ, prefix, prefix=True) for prefix in prefixes)
+
     # -- for the client API ------------------------------------------------------------------------------
+
+    def access_control_off(self) -> str | None:
+        """Why what needs access control (roles, role mappings, quotas, a session's prefix) is refused now, or
+        None once this node's applied state has it on: the members that lack feature [access_control], or, once
+        every member has it, that the next published state turns it on."""
+        state = self.keys.applied_state
+        if state.security_metadata() is not None:
+            return None
+        versions = self.coordinator.status().versions if self.coordinator is not None else None
+        if versions is not None and not versions.features.get(ACCESS_CONTROL.name, False):
+            nodes = state.nodes
+            lacking = {
+                nodes[node_id].name if node_id in nodes else node_id: version
+                for node_id, version in versions.node_versions.items()
+                if version is None or not version.has(ACCESS_CONTROL)
+            }
+            return feature_not_available(ACCESS_CONTROL, lacking).reason
+        return (
+            f"access control is not on yet: every node has feature {ACCESS_CONTROL.describe()}, and the next "
+            "state the master publishes turns it on; retry"
+        )
+
+    def permissions(self, principal: Principal) -> Permissions:
+        """What `principal` may do, by the roles and role mappings of this node's applied state."""
+        return self.authorizer.permissions(principal, self.keys.applied_state.security_metadata())
 
     async def call(self, request: ClientRequest[R], timeout_ms: int | None = None) -> R | ClusterError:
         """`submit`, typed by the request (a `ClientRequest[R]` answers an R): any other answer becomes an internal
@@ -394,7 +475,10 @@ class Node:
         return checked_result(request, await self.submit(request, timeout_ms))
 
     async def submit(self, request: ClientRequest[Any], timeout_ms: int | None = None) -> ClientResult:
+        """The request goes to the core as made by the principal of the client request being handled (the access
+        middleware's `CURRENT_PRINCIPAL`), which the master authorizes it for."""
         assert self.coordinator is not None and self.loop is not None
+        principal = CURRENT_PRINCIPAL.get()
         if self.stopping:
             return ClusterError("node_closed_exception", "the node is stopping", 503)
         request_id = next(self._request_ids)
@@ -404,7 +488,8 @@ class Node:
         give_up_at = self.loop.time() + (timeout_ms or 30_000) / 1000 + LOST_COMPLETION_MARGIN_S
         self._pending[request_id] = (future, give_up_at)
         coordinator = self.coordinator
-        self._run(lambda now: coordinator.submit(request_id, request, now, timeout_ms))
+        submitted = request if principal is None else Authenticated(request, principal)
+        self._run(lambda now: coordinator.submit(request_id, submitted, now, timeout_ms))
         return await future
 
     async def _sweep_lost_completions(self) -> None:
@@ -500,10 +585,11 @@ class Node:
             found.append(NodeProblem(ProblemKind.PERSISTENCE, self.store.failure))
         for lost in self.store.lost_files():
             found.append(NodeProblem(ProblemKind.DATA_FILE, lost.describe()))
-        if self.tokens is not None:
-            self.tokens.check()
-            if self.tokens.problem is not None:
-                found.append(NodeProblem(ProblemKind.TOKENS_FILE, self.tokens.problem))
+        if self.authentication is not None:
+            for problem in self.authentication.problems():
+                found.append(NodeProblem(ProblemKind.TOKENS_FILE, problem))
+            for problem in self.authentication.realm_problems():
+                found.append(NodeProblem(ProblemKind.AUTH_REALM, problem))
         for refusal in self.refusals.recent():
             found.append(NodeProblem(ProblemKind.TRANSPORT, refusal.describe()))
         history = self.history.status

@@ -17,6 +17,7 @@ from coordinated.coordination.registry import coordination_registry
 from coordinated.coordination.settings import SettingsError, SettingsRegistry
 from coordinated.s3 import s3_settings
 from coordinated.sidecar import event_loop_settings
+from coordinated.sidecar.auth import service_accounts_settings
 from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.events import archive_settings, history_settings
 from coordinated.sidecar.features import hooks_settings, snapshot_settings, watch_settings
@@ -38,6 +39,7 @@ MODULES: tuple[ModuleType, ...] = (
     archive_settings,
     tls_settings,
     access_settings,
+    service_accounts_settings,  # http.auth.kubernetes.*
 )
 
 

@@ -45,8 +45,9 @@ from coordinated.audit.schema import (
     STATE_TYPES,
     UNBOOTSTRAPPED,
 )
-from coordinated.coordination.history_format import format_problem
+from coordinated.coordination.history_format import format_problem, newer_segment_problem
 from coordinated.coordination.history_lines import NEWLINE, ends_with_cut_line
+from coordinated.release import installed_release
 
 CORRUPT = "_corrupt_record"
 CARRIED = "_carried"  # an event an incremental audit's checkpoint carried in from an earlier audit
@@ -177,7 +178,11 @@ def cut_line(path: str) -> tuple[int, bytes] | None:
     opener = OPENERS.get(os.path.splitext(path)[1])
     try:
         with (opener or open)(path, "rb") as fh:
-            problem = format_problem(fh.readline(_CHUNK))
+            first = fh.readline(_CHUNK)
+        newer = newer_segment_problem(first, path, installed_release())
+        if newer:
+            raise UnusableInput(newer)
+        problem = format_problem(first)
         if problem:
             raise UnusableInput(f"{path} {problem}")
         if opener is None:

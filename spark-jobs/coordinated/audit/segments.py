@@ -140,6 +140,10 @@ def expanded_rows(uri: str, content: bytes | None = None) -> Iterator[Row]:
                 index += 1
                 if not is_complete(line):
                     break
+                if index == 0:  # a newer release's segment is named as the driver names a local one
+                    newer = newer_segment_problem(line, uri, installed_release())
+                    if newer:
+                        raise SegmentFormatError(newer)
                 expanded = expander.expand(line)
                 if expanded.events is None or expander.format == 1:
                     yield expanded.raw.decode("utf-8", errors="replace"), uri, 0, index

@@ -1,8 +1,10 @@
 """The connection options every client command takes, and the `Client` they make.
 
 Endpoints come from `--endpoints` or `COORDINATED_ENDPOINTS` (a comma list), else from the cluster that
-`coordinated local up` started, else the sidecar's loopback listener (http://127.0.0.1:9200). The token and
-the CA bundle come from `--token`/`COORDINATED_TOKEN` and `--cacert`/`COORDINATED_CACERT`.
+`coordinated local up` started, else the sidecar's loopback listener (http://127.0.0.1:9200). The token comes
+from `--token`/`COORDINATED_TOKEN`, else from the file `--token-file`/`COORDINATED_TOKEN_FILE` names (re-read
+when it changes, as a projected ServiceAccount token is), else from the pod's projected token for the cluster
+when it has one (the client's DEFAULT_TOKEN_FILE); the CA bundle from `--cacert`/`COORDINATED_CACERT`.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class Connection:
     timeout: float
     output: str
     http: httpx.Client | None = None
+    token_file: str | None = None
 
     def client(self, addresses: list[str] | None = None, *, retry: bool = True) -> Client:
         """A client of the endpoints (or of `addresses`); without `retry`, one attempt per call. It does not
@@ -58,6 +61,7 @@ class Connection:
         return Client(
             addresses or self.endpoints,
             token=self.token,
+            token_file=self.token_file,
             verify=self.verify,
             request_timeout=min(self.timeout, 10.0) if self.timeout > 0 else 10.0,
             retry_timeout=self.timeout if retry else 0,
@@ -90,6 +94,23 @@ def endpoints_from(given: str | None) -> list[str]:
     return record.endpoints if record is not None else [DEFAULT_ADDRESS]
 
 
+def token_file_from(token: str | None, token_file: str | None) -> str | None:
+    """The token file to use, checked (BadInput when it holds no token): None with a token; without either, the
+    pod's projected token for the cluster when there is one."""
+    if token:
+        return None
+    from coordinated.client.token_file import TokenFile, default_token_file
+
+    path = token_file or default_token_file()
+    if path is None:
+        return None
+    try:
+        TokenFile(path)
+    except ValueError as error:
+        raise BadInput(f"--token-file: {error}") from None
+    return path
+
+
 def verify_from(cacert: str | None) -> bool | ssl.SSLContext:
     if cacert is None:
         return True
@@ -105,6 +126,12 @@ def connection_options(command: Callable[..., R]) -> Callable[..., R]:
 
     @click.option("--endpoints", envvar="COORDINATED_ENDPOINTS", help="sidecar URLs, comma separated")
     @click.option("--token", envvar="COORDINATED_TOKEN", help="bearer token (the cluster's client or admin token)")
+    @click.option(
+        "--token-file",
+        envvar="COORDINATED_TOKEN_FILE",
+        type=click.Path(dir_okay=False),
+        help="file holding the bearer token, re-read when it changes (a projected ServiceAccount token)",
+    )
     @click.option(
         "--cacert",
         envvar="COORDINATED_CACERT",
@@ -122,7 +149,13 @@ def connection_options(command: Callable[..., R]) -> Callable[..., R]:
     @output_option
     @functools.wraps(command)
     def wrapper(
-        endpoints: str | None, token: str | None, cacert: str | None, timeout: float, output: str, **kwargs: Any
+        endpoints: str | None,
+        token: str | None,
+        token_file: str | None,
+        cacert: str | None,
+        timeout: float,
+        output: str,
+        **kwargs: Any,
     ) -> R:
         preset = click.get_current_context().meta.get(PRESET_KEY)
         if isinstance(preset, Preset):
@@ -131,7 +164,9 @@ def connection_options(command: Callable[..., R]) -> Callable[..., R]:
             addresses = endpoints_from(endpoints)
             # Without an https endpoint nothing is verified: skip loading the CA store (a third of a call's time).
             verify = verify_from(cacert) if any(a.startswith("https://") for a in addresses) else False
-            connection = Connection(addresses, token or None, verify, timeout, output)
+            connection = Connection(
+                addresses, token or None, verify, timeout, output, token_file=token_file_from(token, token_file)
+            )
         with as_exit_codes():
             return command(connection=connection, **kwargs)
 

@@ -1,5 +1,5 @@
 """Every client request type of the core, each declared with what the core does with it (base.Action), one
-domain per module: keys, transactions, sessions, cluster and snapshots. A new request is one type and one
+domain per module: keys, transactions, sessions, cluster, snapshots and security. A new request is one type and one
 `Action` in its domain's module (listed in its `ACTIONS`); everything else reads them from `ACTIONS` here: the
 wire's union of request types (`AnyRequest`), the master's checks, routing, priorities and executors."""
 
@@ -10,12 +10,12 @@ import operator
 from typing import TYPE_CHECKING, Any
 
 from coordinated.coordination.client import ClientRequest
-from coordinated.coordination.requests import cluster, keys, sessions, snapshots, transactions
+from coordinated.coordination.requests import cluster, keys, security, sessions, snapshots, transactions
 from coordinated.coordination.requests.base import Action
 from coordinated.coordination.settings import Settings
 from coordinated.coordination.state import ClusterState
 
-DOMAINS = (keys, transactions, sessions, cluster, snapshots)
+DOMAINS = (keys, transactions, sessions, cluster, snapshots, security)
 ACTIONS: dict[type[ClientRequest[Any]], Action[Any]] = {
     action.request: action for domain in DOMAINS for action in domain.ACTIONS
 }

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from coordinated.coordination.authorization import NEEDS_MANAGE, Access
 from coordinated.coordination.batch_draft import Draft, Result
 from coordinated.coordination.batch_writes import Writes
 from coordinated.coordination.client import ClientRequest, ClientResult
@@ -66,6 +67,10 @@ class Master(Protocol):
     def renew_session(self, session: str, arrived: int, reply: Reply) -> None:
         """Renew a TTL session's lease on this master (sessions.py)."""
 
+    def until_applied(self, result: ClientResult, reply: Reply, deadline: int) -> None:
+        """Reply with `result` (a Committed: with `acknowledged`) once every node has applied its state, or at
+        the deadline (applied_waits.py)."""
+
 
 def _no_problem(request: Any, state: ClusterState, settings: Settings) -> str | None:
     return None
@@ -101,6 +106,12 @@ class Action(Generic[Q]):
     # The wire feature the request needs: refused until every node of the cluster has it. None: every version
     # of the wire that this release supports carries it.
     feature: str | None = None
+    # Whether a request of the type needs `feature` (a field added with it, e.g. a session's prefix): None,
+    # every request of the type does.
+    needs_feature: Callable[[Q], bool] | None = None
+    # What it needs of its principal (authorization.py): by default the cluster privilege `manage`; a key request
+    # names its key accesses and the sessions it uses.
+    access: Access = NEEDS_MANAGE
 
     def __post_init__(self) -> None:
         name = self.request.__name__

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from coordinated.coordination import client
+from coordinated.coordination.authorization import OPEN, READ, SESSION, WRITE, Access, KeyAccess
 from coordinated.coordination.batch_draft import Draft, Result
 from coordinated.coordination.client import ClientRequest, ClientResult, Committed, ReadValue
 from coordinated.coordination.requests.base import Action, Runs
@@ -72,6 +73,12 @@ def _keyed(request: KvPut | KvDelete | KvGet) -> str:
     return f"{type(request).__name__} [{request.key}]"
 
 
+def _put_accesses(request: KvPut) -> tuple[KeyAccess, ...]:
+    """`write` on the key; an ephemeral key, `session` on it too (and its session must be the principal's)."""
+    put = KeyAccess(WRITE, request.key)
+    return (put,) if request.session is None else (put, KeyAccess(SESSION, request.key))
+
+
 def _unconditional_key(request: KvPut | KvDelete) -> tuple[str, ...] | None:
     """An unconditional write changes its key whatever the state; a conditional one may be refused in its batch."""
     return (request.key,) if request.if_version is None else None
@@ -86,6 +93,7 @@ PUT = Action(
     writes_values=lambda request: ((request.key, request.value),),
     writes_keys=_unconditional_key,
     describe=_keyed,
+    access=Access(keys=_put_accesses, sessions=lambda request: () if request.session is None else (request.session,)),
 )
 DELETE = Action(
     KvDelete,
@@ -95,6 +103,7 @@ DELETE = Action(
     confirm_unwritten=True,
     writes_keys=_unconditional_key,
     describe=_keyed,
+    access=Access(keys=lambda request: (KeyAccess(WRITE, request.key),)),
 )
 
 
@@ -129,6 +138,7 @@ DELETE_PREFIX = Action(
     execute=_delete_prefix,
     confirm_unwritten=True,
     describe=lambda request: f"KvDeletePrefix [{request.prefix}]",
+    access=Access(keys=lambda request: (KeyAccess(WRITE, request.prefix, prefix=True),)),
 )
 
 
@@ -152,10 +162,17 @@ def _read_key(request: KvGet, state: ClusterState) -> ClientResult:
         key_version=versions.version if versions else 0,
         create_version=versions.create_version if versions else 0,
         session=state.kv_sessions.get(request.key),
+        writer=state.kv_writers.get(request.key),
     )
 
 
-GET = Action(KvGet, Runs.READ, validate=_stored_key_problem, read=_read_key)
+GET = Action(
+    KvGet,
+    Runs.READ,
+    validate=_stored_key_problem,
+    read=_read_key,
+    access=Access(keys=lambda request: (KeyAccess(READ, request.key),)),
+)
 
 
 class ReadBarrier(ClientRequest[Committed], frozen=True, tag="barrier"):
@@ -167,6 +184,6 @@ def barrier_answer(state: ClusterState) -> ClientResult:
     return Committed(state.term, state.version)
 
 
-BARRIER = Action(ReadBarrier, Runs.READ, read=lambda request, state: barrier_answer(state))
+BARRIER = Action(ReadBarrier, Runs.READ, read=lambda request, state: barrier_answer(state), access=OPEN)
 
 ACTIONS: tuple[Action[Any], ...] = (PUT, DELETE, DELETE_PREFIX, GET, BARRIER)

@@ -7,12 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from coordinated.coordination import client
+from coordinated.coordination.authorization import SESSION, Access, KeyAccess
 from coordinated.coordination.batch_draft import Draft, Result
 from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed, SessionInfo
 from coordinated.coordination.requests.base import Action, Master, Reply, Runs
 from coordinated.coordination.settings import format_time_ms, parse_node_name
 from coordinated.coordination.state import Long, Session
-from coordinated.coordination.validation import session_id_problem
+from coordinated.coordination.validation import key_prefix_problem, session_id_problem
+from coordinated.coordination.wire_versions import ACCESS_CONTROL
 
 # TTL bounds. The lower one keeps a session above the time a master needs to notice a keepalive at all; the
 # upper one (Consul's) keeps an abandoned session from holding its keys for days.
@@ -22,16 +24,21 @@ MAX_SESSIONS = 10_000  # in the cluster state at once
 
 
 class SessionCreate(ClientRequest[SessionInfo | Committed], frozen=True, tag="session_create"):
-    """A TTL session (`ttl_ms`), or a session bound to the membership of the node named `node_name`."""
+    """A TTL session (`ttl_ms`), or a session bound to the membership of the node named `node_name`. Its creator
+    holds the `session` privilege on the keys under `prefix` (every key: `""`), against whose quotas it counts."""
 
     ttl_ms: Long = 0
     node_name: str | None = None
+    prefix: str = ""
 
 
 def session_create_problem(request: SessionCreate) -> str | None:
     """Exactly one of [ttl] and [node]; a TTL within the bounds; a well-formed node name."""
     if (request.ttl_ms > 0) == (request.node_name is not None):
         return 'a session needs exactly one of [ttl] (e.g. {"ttl": "10s"}) and [node] (a node name)'
+    problem = key_prefix_problem(request.prefix)
+    if problem is not None:
+        return f"invalid [prefix]: {problem}"
     if request.node_name is not None:
         try:
             parse_node_name(request.node_name)
@@ -51,13 +58,19 @@ def _create_session(request: SessionCreate, draft: Draft) -> Result:
     new_uuid = draft.context.new_uuid()
     if len(keys.sessions) >= MAX_SESSIONS:
         return client.bad_request(f"cannot create more than [{MAX_SESSIONS}] sessions")
+    if draft.quotas is not None:
+        refused = draft.quotas.session_refusal(request.prefix)
+        if refused is not None:
+            return refused
     node_id: str | None = None
     if request.node_name is not None:
         node_id = next((node.id for node in nodes.values() if node.name == request.node_name), None)
         if node_id is None:
             return client.bad_request(f"node [{request.node_name}] is not in the cluster: cannot bind a session to it")
     ttl_ms = request.ttl_ms if node_id is None else 0
-    keys.add_session(new_uuid, Session(ttl_ms, node_id, keys.new_version))
+    # With access control on, a session records who made it and the prefix it holds `session` on.
+    owner = keys.writer if draft.security is not None else None
+    keys.add_session(new_uuid, Session(ttl_ms, node_id, keys.new_version, owner=owner, prefix=request.prefix))
     return SessionInfo(new_uuid, ttl_ms, node_id, 0, 0, remaining_ms=ttl_ms)
 
 
@@ -66,6 +79,10 @@ CREATE = Action(
     Runs.MASTER,
     validate=lambda request, state, settings: session_create_problem(request),
     execute=_create_session,
+    access=Access(keys=lambda request: (KeyAccess(SESSION, request.prefix, prefix=True),)),
+    # A session's prefix is access control's: a master of an older release would drop it from the session.
+    feature=ACCESS_CONTROL.name,
+    needs_feature=lambda request: request.prefix != "",
 )
 
 
@@ -103,6 +120,7 @@ KEEPALIVE = Action(
     Runs.READ,
     validate=lambda request, state, settings: session_id_problem(request.session),
     on_master=_keepalive,
+    access=Access(sessions=lambda request: (request.session,)),
 )
 
 
@@ -120,6 +138,8 @@ END = Action(
     validate=lambda request, state, settings: session_id_problem(request.session),
     execute=_end_session,
     confirm_unwritten=True,
+    # Ending one's own session needs no privilege any more: a principal that lost it may still let go.
+    access=Access(sessions=lambda request: (request.session,), session_privilege=False),
 )
 
 ACTIONS: tuple[Action[Any], ...] = (CREATE, KEEPALIVE, END)

@@ -14,7 +14,9 @@ from coordinated.coordination.client import ClientRequest, Committed
 from coordinated.coordination.counters import CEILING
 from coordinated.coordination.object_names import parse_base_path, parse_bucket, parse_client_name
 from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
+from coordinated.coordination.quotas import QuotaIndex, usage_of_state
 from coordinated.coordination.requests.base import Action, Runs
+from coordinated.coordination.security import ADMIN, SecurityMetadata
 from coordinated.coordination.settings import SettingsError, SettingsRegistry
 from coordinated.coordination.state import KeyVersion, Long, Repository
 from coordinated.coordination.validation import (
@@ -53,6 +55,10 @@ class RestoreSnapshot(ClientRequest[Committed], frozen=True, tag="restore"):
     kv: dict[str, Any]
     kv_versions: dict[str, KeyVersion]
     persistent_settings: dict[str, str]
+    # The snapshot's roles, role mappings and quotas, restored too (None: it has none, or access control is off;
+    # sent only once every node has access control). `file_admins`: as PutRoleMapping's.
+    security: SecurityMetadata | None = None
+    file_admins: bool = False
 
 
 def repository_problem(request: PutRepository) -> str | None:
@@ -159,10 +165,36 @@ def _restore_snapshot(request: RestoreSnapshot, draft: Draft) -> Result:
     refused = _oversized_restored_value(request, context.max_value_size) or _restore_too_large(
         request, draft.keys.size, context.max_state_size
     )
+    if refused is None and request.security is not None:
+        refused = _security_refusal(request, draft)
     if refused is None:
         draft.keys.replace_all(request.kv, request.kv_versions)
         draft.settings = dict(request.persistent_settings)
+        if request.security is not None:
+            draft.security = request.security
+            index = QuotaIndex(request.security.quotas)
+            draft.quotas, draft.keys.observer = None, None
+            if index:
+                draft.start_quotas(index, usage_of_state(request.kv, draft.sessions(), index))
     return refused
+
+
+def _security_refusal(request: RestoreSnapshot, draft: Draft) -> client.ClusterError | None:
+    """Restoring roles needs access control on, and may not take the last admin mapping away (as a change of
+    the mappings may not)."""
+    security, restored = draft.security, request.security
+    if security is None or restored is None:
+        return client.bad_request(
+            f"snapshot [{request.snapshot}] holds roles, role mappings and quotas, but access control is not on"
+        )
+    had = any(ADMIN in mapping.roles for mapping in security.role_mappings.values())
+    has = any(ADMIN in mapping.roles for mapping in restored.role_mappings.values())
+    if had and not has and not request.file_admins:
+        return client.bad_request(
+            f"restoring snapshot [{request.snapshot}] would leave the cluster with no admin: its role mappings give "
+            "no principal the [admin] role and the tokens file of the node that took the request names no admin"
+        )
+    return None
 
 
 RESTORE = Action(

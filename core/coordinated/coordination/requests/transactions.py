@@ -8,6 +8,7 @@ from typing import Any, Literal
 import msgspec
 
 from coordinated.coordination import client
+from coordinated.coordination.authorization import READ, SESSION, WRITE, Access, KeyAccess
 from coordinated.coordination.batch_keys import BatchKeys
 from coordinated.coordination.client import ClientRequest, ClusterError, TxnOpResult, TxnResult
 from coordinated.coordination.requests.base import Action, Runs
@@ -186,6 +187,31 @@ def _puts(txn: Txn) -> list[tuple[str, Any]]:
     return [(op.key, op.value) for op in (*txn.success, *txn.failure) if op.op == "put"]
 
 
+def txn_accesses(txn: Txn) -> tuple[KeyAccess, ...]:
+    """A transaction is a write: `write` on every key it names, and `read` too on those it reads (each compare
+    and get), `session` on an ephemeral put's key; in both branches, since which one runs is known only on the
+    master."""
+    accesses = [access for compare in txn.compare for access in _read_in_txn(compare.key)]
+    for op in (*txn.success, *txn.failure):
+        if op.op == "get":
+            accesses.extend(_read_in_txn(op.key))
+        elif op.op == "delete_prefix":
+            accesses.append(KeyAccess(WRITE, op.prefix or "", prefix=True))
+        else:
+            accesses.append(KeyAccess(WRITE, op.key))
+            if op.op == "put" and op.session is not None:
+                accesses.append(KeyAccess(SESSION, op.key))
+    return tuple(accesses)
+
+
+def _read_in_txn(key: str) -> tuple[KeyAccess, KeyAccess]:
+    return (KeyAccess(READ, key), KeyAccess(WRITE, key))
+
+
+def txn_sessions(txn: Txn) -> tuple[str, ...]:
+    return tuple(op.session for op in (*txn.success, *txn.failure) if op.session is not None)
+
+
 TXN = Action(
     Txn,
     Runs.MASTER,
@@ -194,5 +220,6 @@ TXN = Action(
     confirm_unwritten=True,
     writes_values=_puts,
     describe=lambda txn: f"Txn [{len(txn.compare)} compares, {len(txn.success)}/{len(txn.failure)} ops]",
+    access=Access(keys=txn_accesses, sessions=txn_sessions),
 )
 ACTIONS: tuple[Action[Any], ...] = (TXN,)

@@ -20,10 +20,12 @@ from coordinated.operator import metrics, object_storage, security, snapshot_sch
 from coordinated.operator.config import OperatorConfig
 from coordinated.operator.planner import Action, ActionKind
 from coordinated.operator.reconcile import (
+    access,
     bootstrap,
     children,
     membership,
     observe,
+    service_account_keys,
     snapshots,
     status,
 )
@@ -36,11 +38,13 @@ from coordinated.operator.work_queue import cluster_key
 
 STEPS: tuple[Step, ...] = (
     security_step.step,
+    service_account_keys.step,
     observe.step,
     bootstrap.step,
     children.step,
     membership.step,
     volumes_step.step,
+    access.step,
     status.step,
     snapshots.step,
 )

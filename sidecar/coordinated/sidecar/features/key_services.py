@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from coordinated.coordination.client import ClusterError, Committed
+from coordinated.coordination.client import ClusterError, Committed, Principal
+from coordinated.coordination.quotas import QuotaUsage
 from coordinated.coordination.settings import Settings
 from coordinated.coordination.state import ClusterState, Derivations
 from coordinated.sidecar.features.change_log import ChangeLog
 from coordinated.sidecar.features.listings import Listings
 from coordinated.sidecar.features.watch_settings import CHANGE_LOG_SIZE, STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL
-from coordinated.sidecar.features.watch_streams import StreamHub
+from coordinated.sidecar.features.watch_streams import StreamHub, StreamQuotas
 from coordinated.sidecar.features.watches import SharedBarrier, WatchHub
 
 
@@ -28,15 +29,20 @@ class KeyServices:
         applied_state: ClusterState,
         chunk: Callable[[bytes], bytes],
         read_barrier: Callable[[], Awaitable[Committed | ClusterError]],
+        stream_refusal: Callable[[Principal, tuple[str, ...]], str | None],
     ) -> None:
         """`applied_state`: the state served until the first one is applied; `chunk`: frames a stream's line;
-        `read_barrier`: asks the master for a read barrier (shared by the reads that arrive while one is out)."""
+        `read_barrier`: asks the master for a read barrier (shared by the reads that arrive while one is out);
+        `stream_refusal`: why a principal may no longer watch its streams' prefixes, by the applied roles."""
         self.settings = settings
+        self.stream_refusal = stream_refusal
         self.applied_state = applied_state
         self._applied_event = asyncio.Event()
         # Key watches (the client API's), parked here until an applied state changes their prefix.
         self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE], derivations))
         self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE], chunk)
+        self.stream_quotas = StreamQuotas()  # this node's streams, for the quotas' max_watch_streams
+        self.quota_usage = QuotaUsage(derivations)  # every quota's usage in the applied state
         # Range reads: the sorted keys of the applied state, and pinned listings.
         self.listings = Listings(derivations)
         self.shared_read_barrier = SharedBarrier(read_barrier)
@@ -63,8 +69,13 @@ class KeyServices:
         self.key_watches.close()
 
     def on_applied(self, state: ClusterState) -> None:
-        self.listings.on_applied(self.applied_state, state)
+        before = self.applied_state
+        self.listings.on_applied(before, state)
+        self.quota_usage.advance(before, state)
         self.applied_state = state
+        if state.security is not before.security and self.watch_streams.streams:
+            # Before this node acknowledges the change: no stream serves a principal by the old rules.
+            self.watch_streams.refuse_streams(self.stream_refusal)
         # Wake every long-poll; each re-checks its own version.
         self._applied_event.set()
         self._applied_event = asyncio.Event()

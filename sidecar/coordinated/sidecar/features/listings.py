@@ -54,11 +54,19 @@ class Listings:
         return self.index.at(state).count(prefix)
 
     def first_page(
-        self, state: ClusterState, prefix: str, after: str | None, limit: int, keys_only: bool, now: float
+        self,
+        state: ClusterState,
+        prefix: str,
+        after: str | None,
+        limit: int,
+        keys_only: bool,
+        now: float,
+        writers: bool = False,
     ) -> RangePage:
-        """A page of `state` (the applied one); pinned for its continuations if keys follow it."""
+        """A page of `state` (the applied one); pinned for its continuations if keys follow it. With `writers`,
+        each key with its last writer."""
         index = self.index.at(state)
-        page = range_page(state, index.with_prefix(prefix, after), limit, keys_only)
+        page = range_page(state, index.with_prefix(prefix, after), limit, keys_only, writers=writers)
         if page.more:
             self._expire(now)
             keys = tuple(index.with_prefix(prefix))
@@ -77,6 +85,7 @@ class Listings:
         limit: int,
         keys_only: bool,
         now: float,
+        writers: bool = False,
     ) -> RangePage:
         """A page of the listing of `prefix` at `version`: from the pinned state, or from the applied one if it
         is that version. Raises ListingGone otherwise."""
@@ -85,11 +94,11 @@ class Listings:
         if listing is None:
             if applied.version != version:
                 raise ListingGone(version, prefix, applied.version)
-            return self.first_page(applied, prefix, after, limit, keys_only, now)
+            return self.first_page(applied, prefix, after, limit, keys_only, now, writers)
         listing.used = now
         self._pinned.move_to_end((version, prefix))
         start = 0 if after is None else bisect.bisect_right(listing.keys, after)
-        return range_page(listing.state, listing.keys[start:], limit, keys_only)
+        return range_page(listing.state, listing.keys[start:], limit, keys_only, writers=writers)
 
     def _expire(self, now: float) -> None:
         while self._pinned:

@@ -2,7 +2,9 @@
 
 A snapshot is one blob, `snap-<name>.dat`: a header line `COORDINATED-SNAPSHOT1 <sha256 of the payload> <payload
 length>` and the JSON payload (`SnapshotFile`), whose `format` says how to read it and `release` which release wrote
-it (from 0.2.0 on; release 0.1.0 reads format 1 and skips `release`). A snapshot of a newer format is refused
+it (from 0.2.0 on; release 0.1.0 reads format 1 and skips `release`). Format 2 (release 0.2.0) is format 1 with the
+cluster's roles, role mappings and quotas (`security`, written once access control is on), which release 0.1.0
+would drop: a snapshot without them is written in format 1. A snapshot of a newer format is refused
 (`SnapshotNewer`), naming its format and the release that wrote it. Every repository type (`fs` in `snapshot_fs`, `s3` in
 `snapshot_s3`) stores exactly these bytes and reads them back through `SnapshotRepository`, so the format and its
 checks are one: a blob whose header, length or checksum does not hold is refused with `SnapshotCorrupt`, naming
@@ -30,6 +32,7 @@ import msgspec
 
 from coordinated.coordination.formats import newer_format_problem
 from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
+from coordinated.coordination.security import SecurityMetadata
 from coordinated.coordination.state import ClusterState, KeyVersion, Long, Session
 from coordinated.coordination.validation import session_id_problem
 from coordinated.release import installed_release
@@ -37,14 +40,15 @@ from coordinated.release import installed_release
 MAGIC = b"COORDINATED-SNAPSHOT1"
 SIGNATURE_DOMAIN = b"coordinated snapshot v1\n"
 SIGNATURE_PREFIX = b"hmac-sha256="
-FORMAT = 1
+FORMAT = 2  # the newest this release writes and reads
+UNGATED_FORMAT = 1  # of a snapshot without `security`: what release 0.1.0 reads
 PREFIX, SUFFIX = "snap-", ".dat"
 
 
 class SnapshotFile(msgspec.Struct, frozen=True, kw_only=True):
     """The committed global state of one cluster-state version, and when it was taken."""
 
-    format: int = FORMAT
+    format: int = UNGATED_FORMAT
     release: str = ""  # the release that wrote it (none before 0.2.0)
     snapshot: str
     uuid: str
@@ -61,6 +65,8 @@ class SnapshotFile(msgspec.Struct, frozen=True, kw_only=True):
     # For the record (what the cluster held); a restore makes every key persistent and restores no session.
     sessions: dict[str, Session] = {}
     kv_sessions: dict[str, str] = {}  # an ephemeral key -> its session
+    # Format 2: the roles, role mappings and quotas, which a restore restores too (UNSET: access control was off).
+    security: SecurityMetadata | msgspec.UnsetType = msgspec.UNSET
 
 
 class SnapshotError(Exception):
@@ -104,6 +110,8 @@ def snapshot_of(state: ClusterState, name: str, start_ms: int, end_ms: int) -> S
     """What a snapshot of this (committed, immutable) state holds: a consistent cut by construction."""
     versions = {key: state.key_version(key) for key in state.kv}
     return SnapshotFile(
+        format=UNGATED_FORMAT if state.security is msgspec.UNSET else FORMAT,
+        security=state.security,
         snapshot=name,
         uuid=uuid.uuid4().hex,
         cluster_name=state.cluster_name,
@@ -175,8 +183,10 @@ def decode_snapshot(data: bytes, path: object, secret: bytes | None = None) -> S
         raise SnapshotCorrupt(f"snapshot file [{path}] is damaged: {error}") from None
     except RecursionError:
         raise SnapshotCorrupt(f"snapshot file [{path}] is damaged: nested too deeply") from None
-    if snapshot.format != FORMAT:
-        raise SnapshotCorrupt(f"snapshot file [{path}] has format [{snapshot.format}]; this version reads [{FORMAT}]")
+    if snapshot.format not in (UNGATED_FORMAT, FORMAT):
+        raise SnapshotCorrupt(
+            f"snapshot file [{path}] has format [{snapshot.format}]; this version reads [{UNGATED_FORMAT}] and [{FORMAT}]"
+        )
     problem = content_problem(snapshot)
     if problem is not None:
         raise SnapshotCorrupt(f"snapshot file [{path}] does not hang together: {problem}")

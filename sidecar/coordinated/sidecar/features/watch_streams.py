@@ -18,6 +18,11 @@ The fan-out is built for cost, as etcd's watchableStore and the Kubernetes watch
   `{"type":"progress","version"}` line: everything up to that version has been delivered.
 - A stream ends with a `closed` line too when its node stops, or loses its master (as etcd's watches with
   `WithRequireLeader`): what it would serve then may be stale. A `local` stream goes on without a master.
+- A stream ends with a `closed` line when its principal loses `read` on one of its prefixes: a change of roles or
+  role mappings is checked against every open stream as this node applies it, before the change is
+  acknowledged (`refuse_streams`).
+- Quotas' `max_watch_streams` are held by each node for its own streams (`StreamQuotas`): a stream counts against
+  every quota under whose prefix one of its prefixes lies, from its request to its end.
 
 The stream's start is fixed before anything is sent: the response's `X-Coordinated-After-Version` header is the
 version after which it reports every change (the `after_version` asked for, or the node's version when a stream
@@ -39,6 +44,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from coordinated.coordination.client import ClusterError, Principal
+from coordinated.coordination.quotas import QUOTA_EXCEEDED, QuotaIndex
 from coordinated.sidecar.features.change_log import ChangeLog, Step, WatchEvent, prefixes_touched
 
 log = logging.getLogger("coordinated.watch")
@@ -83,6 +90,7 @@ class Stream:
     ended: asyncio.Future[str]  # resolved with why the stream ended
     needs_master: bool = True  # ends when the node loses its master (every stream but a `local` one)
     fed: bool = False  # something was written since the last progress round
+    principal: Principal | None = None  # who opened it (None: the client port authenticates nobody)
 
 
 @dataclass
@@ -128,6 +136,7 @@ class StreamHub:
         prev_value: bool,
         version: int,
         needs_master: bool = True,
+        principal: Principal | None = None,
     ) -> Stream:
         """A stream that has been sent everything up to `version`, the change log's current version: from now
         on it is fed as states are applied. The caller awaits `ended`."""
@@ -142,7 +151,9 @@ class StreamHub:
             # The kernel's share of what waits unread is bounded too (its autotuning would grow it to megabytes
             # per connection): a stream then buffers at most about twice `buffer_size`.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(4096, self.buffer_size // 2))
-        stream = Stream(transport, key, version, asyncio.get_running_loop().create_future(), needs_master)
+        stream = Stream(
+            transport, key, version, asyncio.get_running_loop().create_future(), needs_master, principal=principal
+        )
         group.streams.add(stream)
         if self.closed:
             self.end(stream, STOPPING)
@@ -216,6 +227,24 @@ class StreamHub:
             stream.transport.write(self.frame(line(type="closed", version=stream.version, reason=reason)))
         stream.ended.set_result(why)
 
+    def refuse_streams(
+        self,
+        missing: Callable[[Principal, tuple[str, ...]], str | None],
+        why: str = "may no longer read these keys: ",
+    ) -> int:
+        """End every stream whose principal now lacks what it needs (`missing(principal, prefixes)`: None, or
+        what it lacks), each with a `closed` line saying so; how many ended."""
+        ended = 0
+        for group in list(self._groups.values()):
+            for stream in list(group.streams):
+                if stream.principal is None:
+                    continue
+                lacking = missing(stream.principal, group.prefixes)
+                if lacking is not None:
+                    self.end(stream, f"principal [{stream.principal.name}] {why}{lacking}")
+                    ended += 1
+        return ended
+
     def lost_master(self) -> None:
         """The node has no master: what it applies may be stale, so every stream but the local ones ends."""
         for group in list(self._groups.values()):
@@ -229,6 +258,41 @@ class StreamHub:
         for group in list(self._groups.values()):
             for stream in list(group.streams):
                 self.end(stream, STOPPING)
+
+
+class StreamQuotas:
+    """The streams this node serves, by the prefixes they watch, for the quotas' `max_watch_streams`: a stream
+    counts against every quota under whose prefix one of its prefixes lies, from the moment its request is let
+    through (`admit`) until it ends (`release`). One event loop: a count and the admission that follows it
+    cannot interleave with another's."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, tuple[str, ...]] = {}
+        self._next = 0
+
+    def count(self, prefix: str) -> int:
+        """The streams counted against a quota of `prefix`."""
+        return sum(1 for prefixes in self._open.values() if any(p.startswith(prefix) for p in prefixes))
+
+    def admit(self, prefixes: tuple[str, ...], quotas: QuotaIndex) -> int | ClusterError:
+        """A ticket for a new stream of `prefixes`, or the 429 of the first quota it would take over its limit."""
+        for name, quota in sorted(quotas.quotas.items()):
+            limit = quota.max_watch_streams
+            if limit is None or not any(prefix.startswith(quota.prefix) for prefix in prefixes):
+                continue
+            used = self.count(quota.prefix)
+            if used + 1 > limit:
+                reason = (
+                    f"quota [{name}] on prefix [{quota.prefix}] exceeded: [max_watch_streams] is [{limit}], and this "
+                    f"node serves [{used}] streams under it (each node holds its own streams to the limit)"
+                )
+                return ClusterError(type=QUOTA_EXCEEDED, reason=reason, status=429)
+        self._next += 1
+        self._open[self._next] = prefixes
+        return self._next
+
+    def release(self, ticket: int) -> None:
+        self._open.pop(ticket, None)
 
 
 def after_version_problem(after: int, version: int) -> str | None:

@@ -84,6 +84,7 @@ _STORED_ELSEWHERE: dict[str, Any] = {
     "kv": {},
     "kv_versions": {},
     "kv_sessions": {},
+    "kv_writers": {},
     "sessions": {},
     "version": 0,
     "state_uuid": "",
@@ -138,12 +139,27 @@ class _Coordination(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class _KeyRow(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
-    """A key row: the value, its versions (None for a key written before keys carried versions) and, for an
-    ephemeral key, its session (format 3; a persistent key's row is `[value, versions]`, as in format 2)."""
+    """A key row: the value, its versions (None for a key written before keys carried versions), for an
+    ephemeral key its session (format 3; `[value, versions, session]`, session null for a persistent key) and,
+    with access control on, its last writer (a fourth element, only when there is one: `_WrittenKeyRow`)."""
 
     value: Any
     versions: KeyVersion | None
     session: str | None = None
+    writer: str | None = None
+
+
+class _WrittenKeyRow(msgspec.Struct, frozen=True, array_like=True):
+    value: Any
+    versions: KeyVersion | None
+    session: str | None
+    writer: str
+
+
+class _UnwrittenKeyRow(msgspec.Struct, frozen=True, array_like=True):
+    value: Any
+    versions: KeyVersion | None
+    session: str | None
 
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
@@ -175,8 +191,14 @@ def _crc(key: bytes, value: bytes) -> int:
     return zlib.crc32(value, zlib.crc32(key))
 
 
-def encode_key_row(value: Any, versions: KeyVersion | None, session: str | None = None) -> bytes:
-    return _ENCODER.encode(_KeyRow(value, versions, session))
+def encode_key_row(
+    value: Any, versions: KeyVersion | None, session: str | None = None, writer: str | None = None
+) -> bytes:
+    """Three elements, as format 3 has them, unless the key has a writer (only with access control on, whose
+    states are written in the gated format, which a release without it refuses rather than drop the writers)."""
+    if writer is None:
+        return _ENCODER.encode(_UnwrittenKeyRow(value, versions, session))
+    return _ENCODER.encode(_WrittenKeyRow(value, versions, session, writer))
 
 
 def _rest_of_state(state: ClusterState) -> bytes:
@@ -282,6 +304,7 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
     kv: dict[str, Any] = {}
     kv_versions: dict[str, KeyVersion] = {}
     kv_sessions: dict[str, str] = {}
+    kv_writers: dict[str, str] = {}
     key_crcs: dict[str, int] = {}
     key_summary = (coordination.kv_count, coordination.kv_crc_sum)
     for key, row in _checked_rows(conn, "kv", key_crcs, key_summary, _ROW_DECODER):
@@ -290,7 +313,9 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
             kv_versions[key] = row.versions
         if row.session is not None:
             kv_sessions[key] = row.session
-    fields: dict[str, Any] = {"kv": kv, "kv_versions": kv_versions}
+        if row.writer is not None:
+            kv_writers[key] = row.writer
+    fields: dict[str, Any] = {"kv": kv, "kv_versions": kv_versions, "kv_writers": kv_writers}
     session_crcs: dict[str, int] = {}
     if number >= 3:  # earlier formats keep the sessions in the `state` row
         summary = (coordination.sessions_count, coordination.sessions_crc_sum)
@@ -606,13 +631,20 @@ class StateStore:
                 *diff.kv_versions.deletes,
                 *diff.kv_sessions.upserts,
                 *diff.kv_sessions.deletes,
+                *diff.kv_writers.upserts,
+                *diff.kv_writers.deletes,
             }
             gone_keys = set(diff.kv.deletes) | {key for key in touched if key not in state.kv}
             changed_keys = touched - gone_keys
             gone_sessions = {session for session in diff.sessions.deletes if session not in state.sessions}
             changed_sessions = set(diff.sessions.upserts)
         key_rows = (
-            (key, encode_key_row(state.kv[key], state.kv_versions.get(key), state.kv_sessions.get(key)))
+            (
+                key,
+                encode_key_row(
+                    state.kv[key], state.kv_versions.get(key), state.kv_sessions.get(key), state.kv_writers.get(key)
+                ),
+            )
             for key in changed_keys
         )
         session_rows = ((session, _ENCODER.encode(state.sessions[session])) for session in changed_sessions)

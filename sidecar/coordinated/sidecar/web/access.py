@@ -1,141 +1,166 @@
-"""Who may call what on the client port: bearer tokens with roles, checked by one middleware.
+"""Who may call what on the client port: one middleware that authenticates every request as a principal and
+checks the privilege its route declares against the principal's permissions.
 
-`http.auth.tokens_file` holds one `ROLE TOKEN` pair per line (blank lines and `#` comments are ignored); the
-roles are `reader` < `writer` < `admin`, each allowed everything the one before it is. A request carries
-`Authorization: Bearer TOKEN`. A missing or unknown token gets 401 `security_exception`, a known token whose
-role is below what the route needs gets 403 `security_exception`. What a route needs is the privilege of its
-declaration (routes.py), and the role is the lowest built-in role that holds it (privileges.py); a request
-that no route serves (404, 405) needs `admin`. The file is re-read when it changes (checked at most once per
-`CHECK_INTERVAL_S`); while it is missing, unreadable or does not parse, every token is refused (see `Tokens`).
-Tokens are compared in constant time.
+Authentication is the realms' (auth/authenticators.py): a bearer token of `http.auth.tokens_file` or of another
+realm, or a client certificate's subject. A request without credentials, or with a token no realm knows, gets
+401 `security_exception` with the reason (and `WWW-Authenticate: Bearer realm="coordinated"`); the token itself
+is never logged nor echoed.
 
-Without `http.auth.tokens_file` nothing is checked (the local demo's default).
+Authorization is the engine's (coordination/authorization.py), against this node's applied state (its roles and
+role mappings). What a route needs is the privilege of its declaration (routes.py); a request that no route
+serves (404, 405) needs `manage`. For a key privilege the route also says where the request names its keys:
+
+- the key in the path, or each `prefix` parameter (none: every key), checked here, before the body is read;
+- the keys of a body (a transaction's ops and compares), checked by the handler once it has decoded the body
+  (`authorize`), and `session` routes, whose handlers check the session's owner and prefix.
+
+A refused principal gets 403 `security_exception` naming what it lacks. The principal goes with the request
+(`principal_of`, and `CURRENT_PRINCIPAL` for the calls the handler makes), so that the master checks every
+write again against the state it builds: a write that races a change of roles is decided in the order the
+cluster commits them.
+
+Without any token realm nothing is checked (the local demo's default).
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
-import os
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
-from coordinated.sidecar.web.access_settings import TokensFileError, load_tokens, token_digest
-from coordinated.sidecar.web.privileges import Privilege, Role, role_for
+from coordinated.coordination.authorization import KeyAccess, Permissions
+from coordinated.coordination.client import Principal
+from coordinated.sidecar.auth.authenticators import Authentication, Refused
+from coordinated.sidecar.auth.principal import CURRENT_PRINCIPAL
+from coordinated.sidecar.auth.tokens_file import Tokens as Tokens
+from coordinated.sidecar.web.app_keys import NODE_KEY
+from coordinated.sidecar.web.errors import Forbidden
+from coordinated.sidecar.web.privileges import Privilege, missing_privilege
+from coordinated.sidecar.web.routes import Endpoint, requested_keys
 
 log = logging.getLogger("coordinated.access")
 
-CHECK_INTERVAL_S = 1.0
+PRINCIPAL_KEY: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
+PERMISSIONS_KEY: web.RequestKey[Permissions] = web.RequestKey("permissions", Permissions)
 
 
-def _fingerprint(path: str) -> tuple[int, int, int] | None:
-    try:
-        stat = os.stat(path)
-    except OSError:
+def principal_of(request: web.Request) -> Principal | None:
+    """The request's principal; None when the client port authenticates nothing."""
+    return request.get(PRINCIPAL_KEY)
+
+
+def permissions_of(request: web.Request) -> Permissions | None:
+    """The permissions of the request's principal by this node's applied roles and mappings; None when the
+    client port authenticates nothing (everything is allowed). Those of now: a handler that waited (a long
+    poll) asks again, by the state applied since."""
+    principal = principal_of(request)
+    if principal is None:
         return None
-    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    if NODE_KEY in request.app:
+        return request.app[NODE_KEY].permissions(principal)
+    return request[PERMISSIONS_KEY]
 
 
-class Tokens:
-    """The tokens of a tokens file, re-read when the file changes (looked at, with a `stat`, at most once per
-    CHECK_INTERVAL_S). It fails closed: while the file is missing, unreadable or does not parse, no token is
-    valid, and `problem` says why (health, readiness and the log show it); the tokens come back with a file that
-    parses. So deleting the file, or breaking it, revokes every token rather than keeping the old ones."""
-
-    def __init__(self, path: str, clock: Callable[[], float] = time.monotonic) -> None:
-        self.path = path
-        self._clock = clock
-        self._fingerprint = _fingerprint(path)
-        self._tokens = load_tokens(path)
-        self._checked_at = clock()
-        self.problem: str | None = None  # why no token is valid now; None while the file is usable
-
-    def role_of(self, token: str) -> Role | None:
-        self.check()
-        candidate = token_digest(token)
-        found: Role | None = None
-        # Every entry compared, each in constant time; digests, so that a token's length does not show either.
-        for known, role in self._tokens:
-            if hmac.compare_digest(known, candidate) and found is None:
-                found = role
-        return found
-
-    def check(self) -> None:
-        """Re-read the file if it changed, at most once per CHECK_INTERVAL_S."""
-        now = self._clock()
-        if now - self._checked_at >= CHECK_INTERVAL_S:
-            self._checked_at = now
-            self._reload_if_changed()
-
-    def _reload_if_changed(self) -> None:
-        fingerprint = _fingerprint(self.path)
-        if fingerprint is not None and fingerprint == self._fingerprint:
-            return
-        self._fingerprint = fingerprint
-        try:
-            tokens = load_tokens(self.path)
-        except TokensFileError as error:
-            self._tokens = []
-            problem = f"[http.auth.tokens_file] is not usable ({error}): every token is refused until it is"
-            if problem != self.problem:
-                log.warning("%s", problem)
-            self.problem = problem
-            return
-        self._tokens = tokens
-        if self.problem is not None:
-            log.warning("[http.auth.tokens_file] is usable again: %s", self.path)
-        else:
-            log.info("reloaded the tokens of [http.auth.tokens_file] from %s", self.path)
-        self.problem = None
+def shows_writers(request: web.Request) -> bool:
+    """Whether answers show each key's last writer: to admins (and when nobody is authenticated)."""
+    permissions = permissions_of(request)
+    return permissions is None or permissions.admin
 
 
-def _security_error(status: int, reason: str) -> web.Response:
+def security_error(status: int, reason: str) -> web.Response:
     body = {"error": {"type": "security_exception", "reason": reason}, "status": status}
     headers = {"WWW-Authenticate": 'Bearer realm="coordinated"'} if status == 401 else None
     return web.json_response(body, status=status, headers=headers)
 
 
+PermissionsOf = Callable[[Principal], Permissions]
+
+
+def action_of(request: web.Request) -> str:
+    return f"{request.method} {request.path}"
+
+
+def authorize(request: web.Request, permissions: Permissions | None, accesses: Iterable[KeyAccess]) -> None:
+    """A handler's check of the keys it found in its body: raises Forbidden naming the first one refused.
+    `permissions` None: the client port authenticates nothing."""
+    if permissions is None:
+        return
+    missing = permissions.missing(accesses)
+    if missing is not None:
+        raise Forbidden(permissions.unauthorized(action_of(request), missing))
+
+
 def access_middleware(
-    tokens: Tokens,
+    authentication: Authentication,
+    endpoint_of: Callable[[web.Request], Endpoint | None],
     privilege_of: Callable[[web.Request], Privilege],
+    permissions_of: PermissionsOf,
     on_refused: Callable[[int], None] = lambda status: None,
 ) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """`privilege_of(request)` is what the route that will handle the request needs (its declaration's; that of
-    `admin` when no route serves it); `on_refused(status)` is called for each 401 and 403 (for the request
-    metrics)."""
+    """`endpoint_of(request)` is the declaration of the route that will handle the request (None when no route
+    serves it) and `privilege_of(request)` what it needs (that of no route when none serves it);
+    `permissions_of(principal)` the principal's permissions by this node's applied state; `on_refused(status)` is
+    called for each 401 and 403 (for the request metrics)."""
 
     def refuse(status: int, reason: str) -> web.Response:
         on_refused(status)
-        return _security_error(status, reason)
+        return security_error(status, reason)
 
-    @web.middleware
-    async def check_access(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        needed = role_for(privilege_of(request))
-        if needed is Role.OPEN:
-            return await handler(request)
-        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+    async def authenticate(request: web.Request) -> Principal | web.Response:
+        scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+        token = credentials.strip()
+        if not scheme and not token:
+            transport = request.transport
+            principal = authentication.certificate_principal(
+                transport.get_extra_info("peercert") if transport is not None else None
+            )
+            if principal is not None:
+                return principal
             return refuse(401, f"missing authentication credentials for REST request [{request.method} {request.path}]")
-        role = tokens.role_of(token.strip())
-        if role is None and tokens.problem is not None:
+        if scheme.lower() != "bearer" or not token:
+            return refuse(401, f"unsupported authentication scheme for REST request [{request.path}]: use Bearer")
+        found = await authentication.authenticate_token(token)
+        if isinstance(found, Principal):
+            return found
+        if isinstance(found, Refused):
+            log.info("refused %s %s from %s: %s", request.method, request.path, request.remote, found.reason)
+            return refuse(401, f"unable to authenticate the token for REST request [{request.path}]: {found.reason}")
+        tokens = authentication.tokens
+        if tokens is not None and tokens.problem is not None:
             return refuse(
                 401,
                 f"unable to authenticate the token for REST request [{request.path}]: this node's tokens file is "
                 "not usable now, so it accepts no token (its /readyz and log say why)",
             )
-        if role is None:
-            log.info("refused %s %s from %s: unknown token", request.method, request.path, request.remote)
-            return refuse(401, f"unable to authenticate with the provided token for REST request [{request.path}]")
-        if role < needed:
-            return refuse(
-                403,
-                f"action [{request.method} {request.path}] is unauthorized for a token with role [{role.name.lower()}]; "
-                f"it needs role [{needed.name.lower()}]",
-            )
-        return await handler(request)
+        log.info("refused %s %s from %s: unknown token", request.method, request.path, request.remote)
+        return refuse(401, f"unable to authenticate with the provided token for REST request [{request.path}]")
+
+    def missing(request: web.Request, endpoint: Endpoint | None, permissions: Permissions) -> str | None:
+        targets = () if endpoint is None else requested_keys(endpoint.route.keys, request)
+        pairs = None if targets is None else tuple((target.name, target.prefix) for target in targets)
+        return missing_privilege(privilege_of(request), pairs, permissions)
+
+    @web.middleware
+    async def check_access(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        endpoint = endpoint_of(request)
+        if endpoint is not None and not endpoint.route.needs_credentials:
+            return await handler(request)
+        principal = await authenticate(request)
+        if isinstance(principal, web.Response):
+            return principal
+        permissions = permissions_of(principal)
+        lacking = missing(request, endpoint, permissions)
+        if lacking is not None:
+            return refuse(403, permissions.unauthorized(action_of(request), lacking))
+        request[PRINCIPAL_KEY] = principal
+        request[PERMISSIONS_KEY] = permissions
+        token = CURRENT_PRINCIPAL.set(principal)
+        try:
+            return await handler(request)  # a handler's Forbidden is answered by the errors middleware
+        finally:
+            CURRENT_PRINCIPAL.reset(token)
 
     return check_access

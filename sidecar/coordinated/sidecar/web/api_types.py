@@ -48,6 +48,9 @@ class SessionBody(msgspec.Struct, forbid_unknown_fields=True):
 
     ttl: str | None = None
     node: str | None = None
+    # The keys it is for: its creator must hold `session` on every key under it, and it counts against their
+    # quotas. Default: every key, if the creator holds `session` on every key, else the one prefix it holds it on.
+    prefix: str | None = None
 
 
 class SettingsBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -237,6 +240,8 @@ class SessionAnswer(msgspec.Struct):
     ttl: str | Omitted = msgspec.UNSET  # a TTL session's
     node: str | Omitted = msgspec.UNSET  # a node session's node (its name while it is a member)
     node_id: str | Omitted = msgspec.UNSET
+    prefix: str | Omitted = msgspec.UNSET  # with access control on: the keys it is for
+    owner: str | Omitted = msgspec.UNSET  # with access control on: the principal that created it
 
 
 class ListedSession(SessionAnswer):
@@ -333,3 +338,89 @@ class RestoredSnapshot(msgspec.Struct):
 
 class RestoreAnswer(msgspec.Struct):
     snapshot: RestoredSnapshot
+
+
+# -- access control: `/_security` and `/_quota` -------------------------------------------------------------
+
+
+class AuthenticateAnswer(msgspec.Struct):
+    """Who the caller is: its principal, the realm that authenticated it, and every role it has (its realm's
+    and its role mappings'). Without authentication on the client port, `principal` is null."""
+
+    principal: str | None
+    realm: str | None
+    roles: list[str]
+    admin: bool
+
+
+class Created(msgspec.Struct):
+    created: bool  # false: it replaced one of the same name
+
+
+class RoleChanged(msgspec.Struct):
+    role: Created
+    acknowledged: bool  # every node applied it before the answer (no node serves by the old rules)
+    version: int  # of the cluster state that carries the change
+
+
+class RoleMappingChanged(msgspec.Struct):
+    role_mapping: Created
+    acknowledged: bool
+    version: int
+
+
+class QuotaChanged(msgspec.Struct):
+    quota: Created
+    acknowledged: bool
+    version: int
+
+
+class Deleted(msgspec.Struct):
+    found: bool
+    acknowledged: bool
+    version: int
+
+
+class KeyGrantBody(msgspec.Struct, forbid_unknown_fields=True):
+    prefixes: list[str]  # `""`: every key
+    privileges: list[str]  # read, write, session
+
+
+class RoleBody(msgspec.Struct, forbid_unknown_fields=True):
+    """A custom role: privileges on the keys under prefixes, and on the cluster (`monitor`, `manage`)."""
+
+    keys: list[KeyGrantBody] = []
+    cluster: list[str] = []
+
+
+class KeyGrantAnswer(msgspec.Struct):
+    prefixes: list[str]
+    privileges: list[str]
+
+
+class RoleAnswer(msgspec.Struct):
+    keys: list[KeyGrantAnswer]
+    cluster: list[str]
+    built_in: bool  # admin, writer and reader: neither changed nor deleted
+
+
+class RoleMappingAnswer(msgspec.Struct):
+    roles: list[str]
+    principals: list[str]
+
+
+class QuotaUsageAnswer(msgspec.Struct):
+    keys: int
+    bytes: int
+    sessions: int
+    watch_streams: int  # on the node that answered: each node holds its own streams to the limit
+
+
+class QuotaAnswer(msgspec.Struct):
+    prefix: str
+    max_keys: int | None
+    max_bytes: int | None
+    max_sessions: int | None
+    max_watch_streams: int | None
+    max_writes_per_second: int | None
+    usage: QuotaUsageAnswer

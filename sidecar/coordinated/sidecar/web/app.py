@@ -13,8 +13,9 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
+from coordinated.sidecar.auth.authenticators import Authentication
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.web.access import Tokens, access_middleware
+from coordinated.sidecar.web.access import access_middleware
 from coordinated.sidecar.web.app_keys import DOCUMENT_KEY, NODE_KEY
 from coordinated.sidecar.web.errors import errors_middleware
 from coordinated.sidecar.web.http_settings import MAX_CONTENT_LENGTH
@@ -69,12 +70,16 @@ class ServedRoutes:
         return Privilege.MANAGE if endpoint is None else endpoint.route.privilege
 
 
-def client_app(node: Node, tokens: Tokens | None = None) -> web.Application:
-    """With `tokens`, every request is checked (before its body is read) by the access middleware."""
+def client_app(node: Node, authentication: Authentication | None = None) -> web.Application:
+    """With `authentication`, every request is authenticated and checked (before its body is read) by the access
+    middleware."""
     served = ServedRoutes()
     middlewares: list[Callable[..., Awaitable[web.StreamResponse]]] = [errors_middleware]
-    if tokens is not None:
-        middlewares.insert(0, access_middleware(tokens, served.privilege_of, node.metrics.count_request))
+    if authentication is not None:
+        middleware = access_middleware(
+            authentication, served.endpoint_of, served.privilege_of, node.permissions, node.metrics.count_request
+        )
+        middlewares.insert(0, middleware)
     app = web.Application(client_max_size=node.status().settings[MAX_CONTENT_LENGTH], middlewares=middlewares)
     app[NODE_KEY] = node
     document: Callable[[], bytes] = document_bytes

@@ -26,6 +26,20 @@ class BadRequest(Exception):
         self.status = status
 
 
+class FeatureNotAvailable(BadRequest):
+    """A request that needs a feature not every node of the cluster has yet."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, "feature_not_available_exception", 400)
+
+
+class Forbidden(BadRequest):
+    """A 403 `security_exception`: the principal lacks what the request needs (the reason names it)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, "security_exception", 403)
+
+
 def error_response(error_type: str, reason: str, status: int) -> web.Response:
     return web.json_response(error_body(error_type, reason, status), status=status)
 

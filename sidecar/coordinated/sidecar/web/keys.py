@@ -11,10 +11,11 @@ from aiohttp import web
 from coordinated.coordination.client import ClusterError, Committed, PrevKey, ReadValue, TxnOpResult, TxnResult
 from coordinated.coordination.ranges import DEFAULT_RANGE_LIMIT, MAX_RANGE_LIMIT, RangePage
 from coordinated.coordination.requests.keys import MAX_PREFIX_DELETE, KvDelete, KvDeletePrefix, KvGet, KvPut
-from coordinated.coordination.requests.transactions import Txn, txn_problem
+from coordinated.coordination.requests.transactions import Txn, txn_accesses, txn_problem
 from coordinated.coordination.validation import value_problem
 from coordinated.sidecar.features.listings import ListingGone
 from coordinated.sidecar.web import api_types as t
+from coordinated.sidecar.web.access import authorize, permissions_of, shows_writers
 from coordinated.sidecar.web.app_keys import node_of
 from coordinated.sidecar.web.errors import BadRequest, error_response, result_error
 from coordinated.sidecar.web.inputs import (
@@ -68,10 +69,13 @@ def prev_to_api(prev: PrevKey | msgspec.UnsetType | None) -> dict[str, Any]:
     }
 
 
-def with_session(body: dict[str, Any], session: str | None) -> dict[str, Any]:
-    """An ephemeral key's answer names its session; a persistent key's has no `session` field."""
+def with_session(body: dict[str, Any], session: str | None, writer: str | None = None) -> dict[str, Any]:
+    """An ephemeral key's answer names its session; a persistent key's has no `session` field. `writer`: the
+    principal that last wrote the key, for an admin's answer."""
     if session is not None:
         body["session"] = session
+    if writer is not None:
+        body["writer"] = writer
     return body
 
 
@@ -134,6 +138,7 @@ async def metadata_txn(request: web.Request, query: Query) -> web.StreamResponse
     problem = txn_problem(txn)
     if problem is not None:
         raise BadRequest(problem)
+    authorize(request, permissions_of(request), txn_accesses(txn))  # each compare and op, in both branches
     if not every_key and any(op.op == "delete_prefix" and not op.prefix for op in (*txn.success, *txn.failure)):
         raise BadRequest(f"a [delete_prefix] op with {EVERY_KEY.replace('[all=true]', '[all=true] to the URL')}")
     txn = msgspec.structs.replace(txn, delete_limit=MAX_PREFIX_DELETE)
@@ -190,10 +195,18 @@ async def metadata_range(request: web.Request, query: Query) -> web.StreamRespon
         )
     await no_body(request)
     node = node_of(request)
+    writers = shows_writers(request)
     if at_version is not None:
         try:
             page = node.keys.listings.next_page(
-                node.keys.applied_state, at_version, prefix, after, limit, keys_only, asyncio.get_running_loop().time()
+                node.keys.applied_state,
+                at_version,
+                prefix,
+                after,
+                limit,
+                keys_only,
+                asyncio.get_running_loop().time(),
+                writers,
             )
         except ListingGone as gone:
             return error_response("resource_gone_exception", str(gone), 410)
@@ -204,7 +217,9 @@ async def metadata_range(request: web.Request, query: Query) -> web.StreamRespon
     state = node.keys.applied_state
     if count_only:
         return web.json_response({"version": state.version, "count": node.keys.listings.count(state, prefix)})
-    page = node.keys.listings.first_page(state, prefix, after, limit, keys_only, asyncio.get_running_loop().time())
+    page = node.keys.listings.first_page(
+        state, prefix, after, limit, keys_only, asyncio.get_running_loop().time(), writers
+    )
     return web.Response(body=_RANGE_ENCODER.encode(page), content_type="application/json", charset="utf-8")
 
 
@@ -339,7 +354,8 @@ async def metadata_get(request: web.Request, query: Query) -> web.StreamResponse
             "version": versions.version,
             "create_version": versions.create_version,
         }
-        return web.json_response(with_session(body, state.kv_sessions.get(key)))
+        writer = state.kv_writers.get(key) if shows_writers(request) else None
+        return web.json_response(with_session(body, state.kv_sessions.get(key), writer))
     result = await node.call(KvGet(key), timeout_ms)
     if isinstance(result, ReadValue):
         if not result.found:
@@ -350,5 +366,6 @@ async def metadata_get(request: web.Request, query: Query) -> web.StreamResponse
             "version": result.key_version,
             "create_version": result.create_version,
         }
-        return web.json_response(with_session(body, result.session))
+        writer = result.writer if shows_writers(request) else None
+        return web.json_response(with_session(body, result.session, writer))
     return result_error(result)

@@ -3,8 +3,8 @@ The registration (app.py) and the OpenAPI document (openapi.py) are made from th
 
 from __future__ import annotations
 
-from coordinated.sidecar.web import admin, cluster, keys, sessions, snapshots, watch
+from coordinated.sidecar.web import admin, cluster, keys, quotas, security, sessions, snapshots, watch
 from coordinated.sidecar.web.routes import Endpoint
 
-RESOURCES = (cluster, keys, watch, sessions, admin, snapshots)
+RESOURCES = (cluster, keys, watch, sessions, admin, snapshots, security, quotas)
 ENDPOINTS: tuple[Endpoint, ...] = tuple(endpoint for module in RESOURCES for endpoint in module.routes.endpoints)

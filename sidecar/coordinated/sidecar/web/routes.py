@@ -61,6 +61,9 @@ PATH_PARAMS = {
     "name": PathParam("a hook name"),
     "repo": PathParam("a snapshot repository name"),
     "snap": PathParam("a snapshot name"),
+    "role": PathParam("a role name"),
+    "mapping": PathParam("a role mapping name"),
+    "quota": PathParam("a quota name"),
 }
 
 
@@ -131,6 +134,10 @@ class Route:
     @property
     def role(self) -> Role:
         return role_for(self.privilege)
+
+    @property
+    def needs_credentials(self) -> bool:
+        return self.role is not Role.OPEN
 
     @property
     def path_params(self) -> tuple[str, ...]:

@@ -43,7 +43,7 @@ from coordinated.sidecar.features.snapshots import (
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.web import api_types as t
 from coordinated.sidecar.web.app_keys import node_of
-from coordinated.sidecar.web.errors import BadRequest, error_response, result_error
+from coordinated.sidecar.web.errors import BadRequest, FeatureNotAvailable, error_response, result_error
 from coordinated.sidecar.web.inputs import no_body, param_bool, read_json, timeout_of
 from coordinated.sidecar.web.privileges import Privilege
 from coordinated.sidecar.web.reads import read_barrier
@@ -473,12 +473,20 @@ async def snapshot_restore(request: web.Request, query: Query) -> web.StreamResp
     loaded = await _read(node, repository, repo, snap)
     if isinstance(loaded, web.Response):
         return loaded
+    security = None if loaded.security is msgspec.UNSET else loaded.security
+    if security is not None and (off := node.access_control_off()) is not None:
+        raise FeatureNotAvailable(
+            f"[{repo}:{snap}] holds roles, role mappings and quotas, which need access control: {off}"
+        )
+    admins = node.authentication is not None and bool(node.authentication.file_admins())
     restore = RestoreSnapshot(
         snapshot=f"{repo}:{snap}",
         snapshot_version=loaded.version,
         kv=loaded.kv,
         kv_versions=loaded.kv_versions,
         persistent_settings=loaded.persistent_settings,
+        security=security,
+        file_admins=admins,
     )
     result = await node.call(restore, timeout_ms)
     if isinstance(result, ClusterError):

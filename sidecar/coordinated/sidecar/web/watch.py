@@ -8,6 +8,9 @@ import asyncio
 
 from aiohttp import HttpVersion11, web
 
+from coordinated.coordination.authorization import READ, KeyAccess
+from coordinated.coordination.client import ClusterError
+from coordinated.coordination.quotas import quota_index
 from coordinated.sidecar.features.change_log import ChangesGone
 from coordinated.sidecar.features.watch_streams import (
     AFTER_VERSION_HEADER,
@@ -18,9 +21,11 @@ from coordinated.sidecar.features.watch_streams import (
     event_line,
 )
 from coordinated.sidecar.features.watch_streams import line as stream_line
+from coordinated.sidecar.node import Node
 from coordinated.sidecar.web import api_types as t
+from coordinated.sidecar.web.access import authorize, permissions_of, principal_of
 from coordinated.sidecar.web.app_keys import node_of
-from coordinated.sidecar.web.errors import BadRequest, error_response
+from coordinated.sidecar.web.errors import BadRequest, error_response, result_error
 from coordinated.sidecar.web.http_chunks import chunk
 from coordinated.sidecar.web.inputs import DEFAULT_TIMEOUT, no_body, param_bool, param_int, param_time_ms, query_prefix
 from coordinated.sidecar.web.privileges import Privilege
@@ -119,6 +124,8 @@ async def metadata_watch(request: web.Request, query: Query) -> web.StreamRespon
     elif not local and (problem_text := after_version_problem(after, hub.log.version)) is not None:
         raise BadRequest(problem_text)
     while True:
+        # Again after every wait: the principal may have lost `read` on the prefix meanwhile.
+        authorize(request, permissions_of(request), (KeyAccess(READ, prefix, prefix=True),))
         try:
             events, version = hub.log.events_after(prefix, after, WATCH_MAX_EVENTS)
         except ChangesGone as gone:
@@ -150,6 +157,24 @@ async def watch_stream(
     problem = await consistent_read(node, local, master_timeout_ms)
     if problem is not None:
         return problem
+    ticket = node.keys.stream_quotas.admit(prefixes, quota_index(node.keys.applied_state.security_metadata()))
+    if isinstance(ticket, ClusterError):
+        return result_error(ticket)
+    try:
+        return await _serve_stream(request, node, prefixes, after, filter_, prev_value, local)
+    finally:
+        node.keys.stream_quotas.release(ticket)
+
+
+async def _serve_stream(
+    request: web.Request,
+    node: Node,
+    prefixes: tuple[str, ...],
+    after: int | None,
+    filter_: Filter,
+    prev_value: bool,
+    local: bool,
+) -> web.StreamResponse:
     changes = node.keys.key_watches.log
     if after is None:
         after = changes.version
@@ -177,7 +202,9 @@ async def watch_stream(
     if transport is None or transport.is_closing():
         return response
     hub = node.keys.watch_streams
-    stream = hub.add(transport, prefixes, filter_, prev_value, after, needs_master=not local)
+    stream = hub.add(
+        transport, prefixes, filter_, prev_value, after, needs_master=not local, principal=principal_of(request)
+    )
     transport.write(chunk(stream_line(type="progress", version=after)))  # live from here
     if not local and node.keys.applied_state.master_node is None:
         hub.end(stream, LOST_MASTER)  # lost during the backlog
