@@ -64,6 +64,7 @@ from coordinated.sidecar.features.watch_streams import CLOSE_GRACE_S, LOST_MASTE
 from coordinated.sidecar.features.watch_streams import line as stream_line
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.observability.problems import BLOCKING, RED, YELLOW, ProblemKind
+from coordinated.sidecar.web import state_filter
 from coordinated.sidecar.web.access import Tokens, access_middleware
 from coordinated.sidecar.web.api_types import SessionBody, SettingsBody
 from coordinated.sidecar.web.http_server import BODY_TIMEOUT_S, MAX_CONTENT_LENGTH
@@ -366,10 +367,19 @@ async def cluster_state(request: web.Request) -> web.Response:
         problem = await read_barrier(node, timeout_ms)
         if problem is not None:
             return problem
-    body = state_to_api(node.applied_state)
+    if "filter_path" not in query:
+        body = state_to_api(node.applied_state)
+        if wait_for is not None:
+            body["wait_for_timed_out"] = timed_out
+        return web.json_response(body)
+    try:
+        patterns = state_filter.parse(query["filter_path"])
+    except ValueError as error:
+        raise BadRequest(str(error)) from None
+    body = state_to_api(state_filter.lighten(node.applied_state, patterns))
     if wait_for is not None:
         body["wait_for_timed_out"] = timed_out
-    return web.json_response(body)
+    return web.json_response(state_filter.apply(body, patterns))
 
 
 async def read_barrier(node: Node, timeout_ms: int) -> web.Response | None:

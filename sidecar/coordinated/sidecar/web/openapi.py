@@ -132,7 +132,11 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
             MASTER_TIMEOUT,
         ),
         errors=(400, 503),
-        description="Without `local`, after a read barrier: includes every write acknowledged before the request.",
+        description=(
+            "Without `local`, after a read barrier: includes every write acknowledged before the request. The "
+            "common parameter `filter_path` answers only the fields it names (comma-separated dotted paths, `*` in "
+            "a name, `**` for any levels), and the keys and sessions are not rendered unless it selects them."
+        ),
     ),
     ("GET", "/_cluster/health"): Operation(
         "The cluster's health (green, yellow, red) as this node sees it, with the problems it knows of.",
@@ -478,7 +482,8 @@ def build_document() -> dict[str, Any]:
                 "it; writes are forwarded to the master. With `http.auth.tokens_file` set, a request carries "
                 "`Authorization: Bearer TOKEN` and each operation's `x-required-role` (reader < writer < admin) "
                 "says which role it needs. Every parameter not listed is refused with a 400, except `pretty`, "
-                "`human`, `error_trace` and `filter_path`, which are accepted and ignored."
+                "`human`, `error_trace` and `filter_path`, which are accepted and ignored (`GET /_cluster/state` "
+                "applies `filter_path`)."
             ),
         },
         "paths": paths,
