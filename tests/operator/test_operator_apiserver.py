@@ -872,3 +872,47 @@ def test_a_placement_that_cannot_be_scheduled_names_the_schedulers_reason(kubeco
     assert (condition.status, condition.reason) == (False, "Unschedulable")
     assert condition.message.startswith("demo-0 cannot be scheduled: 0/")
     assert "didn't match Pod's node affinity/selector" in condition.message, condition.message
+
+
+# ---- leader election on a real Lease ----------------------------------------------------------------------
+def test_replicas_elect_one_leader_on_a_lease_and_another_takes_over(kubeconfig: Path) -> None:
+    """The Lease calls as the API server takes them: create, replace with the resourceVersion read (a stale
+    one is a conflict, never an overwrite), and a takeover once the holder stopped renewing (a moved clock:
+    the election never compares the holder's time with its own)."""
+    from dataclasses import replace
+
+    from kubernetes import config
+
+    from coordinated.operator.leadership import LeaderElection, LeaseConflict, LeaseStore, Timing
+
+    config.load_kube_config(config_file=str(kubeconfig))
+    now = [0.0]
+    log: list[str] = []
+
+    def candidate(name: str) -> LeaderElection:
+        return LeaderElection(
+            LeaseStore("default", "coordinated-operator"), name, lambda: log.append(f"{name} leads"),
+            lambda: log.append(f"{name} stops"), Timing(15, 10, 2), lambda: now[0],
+        )  # fmt: skip
+
+    first, second = candidate("first"), candidate("second")
+
+    async def scenario() -> None:
+        await first._attempt()
+        await second._attempt()
+        assert (first.leading, second.leading) == (True, False)
+        stored = await first.store.read()
+        assert stored is not None and stored.holder == "first"
+        with pytest.raises(LeaseConflict):  # a write based on an older read loses
+            await second.store.write(replace(stored, holder="second", resource_version="1"), create=False)
+        with pytest.raises(LeaseConflict):  # and so does a second creation
+            await second.store.write(replace(stored, resource_version=None), create=True)
+        now[0] += 16  # first is gone: no renewal for longer than the lease
+        await second._attempt()
+        await first._attempt()  # back, it finds second holding the Lease and stops at once
+        assert (first.leading, second.leading) == (False, True)
+        lease = json.loads(kubectl(kubeconfig, "get", "lease", "coordinated-operator", "-o", "json").stdout)
+        assert lease["spec"]["holderIdentity"] == "second" and lease["spec"]["leaseTransitions"] == 1
+
+    asyncio.run(scenario())
+    assert log == ["first leads", "second leads", "first stops"]

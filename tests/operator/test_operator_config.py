@@ -23,7 +23,12 @@ def test_the_options_reach_the_operator_through_the_environment() -> None:
         reconcile_interval_seconds=4.0,
         namespace="ops",
         pod_labels={"app": "op", "tier": "control"},
+        lease_name="coordinated-operator",
     )
+    alone, _ = cli.parse_args(["--operator-namespace", "ops", "--no-leader-election"])
+    assert cli.config_of(alone).lease_name is None
+    nowhere, _ = cli.parse_args(["--operator-namespace", ""])  # no namespace: no Lease to elect on
+    assert cli.config_of(nowhere).lease_name is None
 
 
 def test_without_options_the_defaults_and_the_interval_variable() -> None:

@@ -456,9 +456,8 @@ def test_a_scale_down_runs_its_steps_without_waiting_for_the_periodic_pass(monke
             memo = kopf.Memo(
                 kube=kube, http=http, work=handlers.make_work_queue(OperatorConfig(reconcile_interval_seconds=3600.0))
             )  # the periodic pass never comes
-            handlers.track(event={"type": "ADDED"}, body=body, memo=memo)
             try:
-                await handlers.on_change(body=body, memo=memo, logger=logging.getLogger("test"))  # the spec change
+                await handlers.track(event={"type": "ADDED"}, body=body, memo=memo)  # a new cluster: a pass at once
                 deadline = asyncio.get_running_loop().time() + 30  # a bound for a loaded machine, not a timing
                 while kube.replicas != 2 and asyncio.get_running_loop().time() < deadline:
                     await asyncio.sleep(0.05)
@@ -472,7 +471,7 @@ def test_a_scale_down_runs_its_steps_without_waiting_for_the_periodic_pass(monke
                 # Stop following the cluster, and let a pass under way end, before the connections close: a pass
                 # that used closed connections would fail (ReconcileFailed), as it would not in the operator.
                 under_way = memo.work.pass_under_way("ns/demo")
-                handlers.track(event={"type": "DELETED"}, body=body, memo=memo)
+                await handlers.track(event={"type": "DELETED"}, body=body, memo=memo)
                 if under_way is not None:
                     await under_way
 

@@ -55,6 +55,17 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         default=float(os.environ.get(INTERVAL_VARIABLE) or DEFAULTS.reconcile_interval_seconds),
         help=f"seconds between periodic passes over every cluster (default: ${INTERVAL_VARIABLE}, else 15)",
     )
+    parser.add_argument(
+        "--lease",
+        default="coordinated-operator",
+        help="the Lease in the operator's namespace on which replicas elect the one that reconciles",
+    )
+    parser.add_argument(
+        "--no-leader-election",
+        dest="leader_election",
+        action="store_false",
+        help="reconcile without a Lease (one replica only); without --operator-namespace there is no election either",
+    )
     return parser.parse_known_args(argv)
 
 
@@ -85,6 +96,7 @@ def config_of(options: argparse.Namespace) -> OperatorConfig:
         reconcile_interval_seconds=options.reconcile_interval,
         namespace=options.operator_namespace,
         pod_labels=options.operator_labels,
+        lease_name=options.lease if options.leader_election and options.operator_namespace else None,
     )
 
 
