@@ -692,6 +692,18 @@ def test_status_follows_pod_changes_without_waiting_for_the_periodic_pass(
     wait_until(lambda: status_of(kubeconfig, "watched").get("replicas") == 0, "the status to count 0 pods")
 
 
+def test_the_phase_follows_a_pause_and_a_resume_at_once(kubeconfig: Path, running_operator: RunningOperator) -> None:
+    """The periodic pass is an hour away: the pause annotation and its removal alone must move the phase (it
+    read Paused a pass after a resume)."""
+    assert kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("paused", replicas=1)).returncode == 0
+    wait_until(lambda: status_of(kubeconfig, "paused").get("phase") == "Pending", "the first status")
+    kubectl(kubeconfig, "annotate", "ccl", "paused", "coordinated.dev/pause=true")
+    wait_until(lambda: status_of(kubeconfig, "paused").get("phase") == "Paused", "the phase to say Paused", timeout=20)
+    kubectl(kubeconfig, "annotate", "ccl", "paused", "coordinated.dev/pause-")
+    wait_until(lambda: status_of(kubeconfig, "paused").get("phase") == "Pending", "the phase to follow the resume", 20)
+    assert kubectl(kubeconfig, "delete", "ccl", "paused", "--wait=true").returncode == 0
+
+
 def test_an_existing_rolling_update_statefulset_becomes_on_delete(kubeconfig: Path) -> None:
     """Operators before rolling restarts applied RollingUpdate with a partition; re-applying switches it."""
     from kubernetes import config
