@@ -127,7 +127,15 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             time.sleep(0.5)
         applied = kubectl(config, "apply", "--server-side", "-f", str(CRD))
         assert applied.returncode == 0 or str(CRD) == "/dev/null", applied.stderr
-        established = kubectl(config, "wait", "--for=condition=Established", "crd/coordinatedclusters.coordinated.dev")
+        # Right after the apply the CRD may have no conditions yet, which `kubectl wait` reports as an error (an
+        # "accessor error" on .status.conditions) instead of waiting: ask again until it is Established.
+        deadline = time.monotonic() + 60
+        while (
+            established := kubectl(
+                config, "wait", "--for=condition=Established", "crd/coordinatedclusters.coordinated.dev"
+            )
+        ).returncode != 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert established.returncode == 0, established.stderr
         yield config
     finally:
@@ -484,7 +492,13 @@ def test_operator_writes_are_accepted(kubeconfig: Path, monkeypatch: pytest.Monk
     assert replicas == "3"
     # The scheduling fields reached the pod template as the API server validated them.
     template = json.loads(kubectl(kubeconfig, "get", "statefulset", "orders", "-o", "json").stdout)["spec"]["template"]
-    assert template["spec"]["priorityClassName"] == "system-cluster-critical"
+    # system-cluster-critical (2000000000), run under the non-preempting twin the operator made: the highest
+    # value a class not named system-* may have, and preemptionPolicy Never (members never evict each other).
+    assert template["spec"]["priorityClassName"] == "coordinated-nonpreempting-1000000000"
+    twin = json.loads(
+        kubectl(kubeconfig, "get", "priorityclass", "coordinated-nonpreempting-1000000000", "-o", "json").stdout
+    )
+    assert (twin["value"], twin["preemptionPolicy"]) == (1000000000, "Never")
     assert template["spec"]["tolerations"][0]["key"] == "dedicated"
     assert {"nodeAffinity", "podAntiAffinity"} <= template["spec"]["affinity"].keys()
     assert template["spec"]["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
@@ -928,3 +942,89 @@ def test_replicas_elect_one_leader_on_a_lease_and_another_takes_over(kubeconfig:
 
     asyncio.run(scenario())
     assert log == ["first leads", "second leads", "first stops"]
+
+
+def test_a_new_member_of_a_higher_priority_never_preempts_the_others(kubeconfig: Path, scheduler: None) -> None:
+    """The trial's outage, scheduled by a real kube-scheduler: two members run on the only node at the default
+    priority; the first pod of a roll to the docs' scheduling example (one voter per node, required, and a higher
+    priority class) cannot be placed. Under the class as written the scheduler evicts the two others to make room
+    (the control); under the operator's non-preempting twin it stays Pending and they keep running."""
+    from kubernetes import config
+
+    from coordinated.operator import manifests, placement
+    from coordinated.operator.kube import Kube
+    from coordinated.operator.spec import ClusterSpec
+
+    config.load_kube_config(config_file=str(kubeconfig))
+    high = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"}, "value": 5000}
+    assert kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(high)).returncode == 0
+    fake_node(kubeconfig, "solo", {"preemption-test": "yes"})
+    example = {
+        "nodeSelector": {"preemption-test": "yes"},
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {
+                            "matchLabels": {"app.kubernetes.io/instance": "demo", "coordinated.dev/voting": "true"}
+                        },
+                    }
+                ]
+            }
+        },
+        "priorityClassName": "high",
+    }
+
+    def roll(namespace: str, twin: bool) -> tuple[list[str], dict[str, Any]]:
+        """The two members' deletion state and the new pod once the scheduler has judged it."""
+        kubectl(kubeconfig, "create", "namespace", namespace)
+        kubectl(kubeconfig, "-n", namespace, "create", "serviceaccount", "demo")
+        meta = {"name": "demo", "namespace": namespace}
+        before = ClusterSpec.from_resource(
+            {"metadata": meta, "spec": {"scheduling": {"nodeSelector": example["nodeSelector"]}}}
+        )
+        members = create_pods_of(kubeconfig, manifests.statefulset(before, 2), namespace)
+        placed(kubeconfig, namespace, members)
+        after = ClusterSpec.from_resource({"metadata": meta, "spec": {"scheduling": example}})
+        found = asyncio.run(Kube().priority_class("high"))
+        name, twin_class = placement.pod_priority_class("high", found) if twin else ("high", None)
+        if twin_class is not None:
+            asyncio.run(Kube().create_if_absent(twin_class))
+        new = manifests.statefulset(after, 3, priority_class_name=name)
+        template = new["spec"]["template"]
+        spec = json.loads(json.dumps(template["spec"]))
+        spec["volumes"].append({"name": "data", "emptyDir": {}})
+        pod = {"apiVersion": "v1", "kind": "Pod", "spec": spec,
+               "metadata": {"name": "demo-2", "namespace": namespace, "labels": template["metadata"]["labels"]}}  # fmt: skip
+        assert kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(pod)).returncode == 0
+
+        def judged() -> dict[str, Any] | None:
+            got = json.loads(kubectl(kubeconfig, "-n", namespace, "get", "pod", "demo-2", "-o", "json").stdout)
+            status = got.get("status") or {}
+            refused = any(
+                c.get("type") == "PodScheduled" and c.get("status") == "False" for c in status.get("conditions") or ()
+            )
+            return got if refused or status.get("nominatedNodeName") else None
+
+        wait_until(lambda: judged() is not None, "the scheduler to judge the new pod", timeout=60)
+        time.sleep(2)  # a preemption is decided in that same cycle; give its deletions time to land
+        evicted = []
+        for member in members:
+            got = kubectl(kubeconfig, "-n", namespace, "get", "pod", member, "-o", "json")
+            if got.returncode != 0 or json.loads(got.stdout)["metadata"].get("deletionTimestamp"):
+                evicted.append(member)
+        return evicted, judged() or {}
+
+    evicted, pending = roll("as-written", twin=False)
+    assert evicted, "the control: the class as written should have preempted the other members"
+    kubectl(kubeconfig, "cordon", "solo")  # the control's evicted pods would hold the node: a fresh one
+    fake_node(kubeconfig, "solo-2", {"preemption-test": "yes"})
+    evicted, pending = roll("twin", twin=True)
+    assert evicted == [], "a new member evicted the others"
+    assert pending["spec"]["priorityClassName"] == "coordinated-nonpreempting-5000"
+    assert pending["spec"]["preemptionPolicy"] == "Never" and pending["spec"]["priority"] == 5000
+    assert not pending["status"].get("nominatedNodeName")
+    # The scheduler's own word that it did not consider evicting anything for it.
+    (scheduled,) = [c for c in pending["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert "preemption: not eligible due to preemptionPolicy=Never" in scheduled["message"], scheduled

@@ -48,6 +48,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [apps]
   resources: [statefulsets]
   verbs: [get, create, patch, delete]
+# A rolling restart that cannot be scheduled goes back to the pod template that ran, read from its revision.
+- apiGroups: [apps]
+  resources: [controllerrevisions]
+  verbs: [get]
 - apiGroups: [""]
   resources: [services, configmaps, serviceaccounts]
   verbs: [create, patch]
@@ -93,6 +97,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get]
+# spec.scheduling.priorityClassName: the pods run under a twin class that never preempts (same value), which the
+# operator creates once per value (coordinated-nonpreempting-VALUE) and never changes.
+- apiGroups: [scheduling.k8s.io]
+  resources: [priorityclasses]
+  verbs: [get, create]
 {{- end -}}
 
 {{- define "coordinated-cluster.auditLabels" -}}

@@ -141,6 +141,13 @@ class SchedulingSpec:
 
 
 @dataclass(frozen=True)
+class RolloutSpec:
+    """How a rolling restart gives up: a new pod the scheduler cannot place for this long stops it."""
+
+    unschedulable_timeout: str = "5m"
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     name: str
     namespace: str
@@ -162,6 +169,7 @@ class ClusterSpec:
     client_access: tuple[Mapping[str, Any], ...] | None = None  # None: the default peers (docs/operator.md)
     metrics_access: tuple[Mapping[str, Any], ...] = ()  # also admitted to the client port: who scrapes /metrics
     scheduling: SchedulingSpec = SchedulingSpec()
+    rollout: RolloutSpec = RolloutSpec()
     snapshots: SnapshotsSpec | None = None
     restore_from: str | None = None  # a snapshot in the snapshot repository, restored once after the cluster forms
     archive: BucketSpec | None = None
@@ -291,6 +299,9 @@ class ClusterSpec:
                 affinity=dict(scheduling.get("affinity") or {}),
                 topology_spread_constraints=None if spread is None else tuple(dict(c) for c in spread),
                 priority_class_name=scheduling.get("priorityClassName") or None,
+            ),
+            rollout=RolloutSpec(
+                unschedulable_timeout=str((spec.get("rollout") or {}).get("unschedulableTimeout") or "5m"),
             ),
             snapshots=(
                 None
