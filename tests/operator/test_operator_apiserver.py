@@ -428,14 +428,10 @@ def test_defaults_scale_and_immutable_fields(kubeconfig: Path) -> None:
     assert grown.returncode == 0, grown.stderr  # volumes grow in place (where the StorageClass allows it)
     same = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec, storage={"size": "5120Mi"}))
     assert same.returncode == 0, same.stderr  # the same quantity, spelt otherwise
-    shrunk = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec, storage={"size": "1Gi"}))
-    assert shrunk.returncode != 0
-    # The field, and both values; never the CEL placeholder 'Invalid value: "string"'.
-    assert (
-        "spec.storage.size: Forbidden: storage.size cannot shrink (a volume can grow in place, never shrink): "
-        "it is 5120Mi, not 1Gi" in shrunk.stderr
-    ), shrunk.stderr
-    assert 'Invalid value: "string"' not in shrunk.stderr
+    # Back to a smaller size: the API server cannot know whether the volumes ever grew (a class that cannot
+    # expand leaves them as they were), so it takes it; the operator compares with the claims (volumes.py).
+    back = kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("scaled", **spec, storage={"size": "1Gi"}))
+    assert back.returncode == 0, back.stderr
 
 
 def test_examples_are_accepted(kubeconfig: Path) -> None:
