@@ -1024,3 +1024,61 @@ def test_a_new_member_of_a_higher_priority_never_preempts_the_others(kubeconfig:
     # The scheduler's own word that it did not consider evicting anything for it.
     (scheduled,) = [c for c in pending["status"]["conditions"] if c["type"] == "PodScheduled"]
     assert "preemption: not eligible due to preemptionPolicy=Never" in scheduled["message"], scheduled
+
+
+def test_each_cluster_gets_its_pod_monitor_from_its_own_resource(kubeconfig: Path) -> None:
+    """With the Prometheus Operator's PodMonitor kind served, a cluster's spec.monitoring.podMonitor makes the
+    operator apply its PodMonitor (server-side, as the API server takes it) and delete it once turned off: no
+    operator upgrade per new cluster, as the chart's list of clusters needed."""
+    import kopf
+    from kubernetes import config
+
+    from coordinated.operator.config import OperatorConfig
+    from coordinated.operator.kube import Kube
+    from coordinated.operator.reconcile import driver
+    from coordinated.operator.sidecar_client import SidecarConnections
+
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "podmonitors.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "names": {"kind": "PodMonitor", "plural": "podmonitors", "singular": "podmonitor"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": True, "storage": True,
+                          "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+        },
+    }  # fmt: skip
+    assert kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(crd)).returncode == 0
+    wait_until(lambda: kubectl(kubeconfig, "get", "podmonitors").returncode == 0, "the PodMonitor kind", timeout=60)
+    config.load_kube_config(config_file=str(kubeconfig))
+    monitored = {"podMonitor": {"enabled": True, "labels": {"release": "kp"}}}
+    assert (
+        kubectl(kubeconfig, "apply", "-f", "-", stdin=cluster("watched-by-prometheus", monitoring=monitored)).returncode
+        == 0
+    )
+
+    async def passes(count: int) -> None:
+        async with SidecarConnections() as http:
+            memo = kopf.Memo(kube=Kube(), http=http, config=OperatorConfig(pod_monitors=False))
+            body = kopf.Body({"metadata": {"namespace": "default", "name": "watched-by-prometheus"}})
+            for _ in range(count):
+                await driver.reconcile(body, memo, logging.getLogger("test"))
+
+    asyncio.run(passes(2))
+    got = kubectl(kubeconfig, "get", "podmonitor", "watched-by-prometheus-sidecars", "-o", "json")
+    assert got.returncode == 0, got.stderr
+    monitor = json.loads(got.stdout)
+    assert monitor["metadata"]["labels"]["release"] == "kp"
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["tlsConfig"]["ca"]["secret"]["name"] == "watched-by-prometheus-certs"
+    unmonitored = {"podMonitor": {"enabled": False}}
+    assert (
+        kubectl(
+            kubeconfig, "apply", "-f", "-", stdin=cluster("watched-by-prometheus", monitoring=unmonitored)
+        ).returncode
+        == 0
+    )
+    asyncio.run(passes(1))
+    assert kubectl(kubeconfig, "get", "podmonitor", "watched-by-prometheus-sidecars").returncode != 0

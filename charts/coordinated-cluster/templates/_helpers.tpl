@@ -79,6 +79,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [create, patch, delete]
+# The sidecars' PodMonitor of each cluster (podMonitor.enabled, or spec.monitoring.podMonitor), where the
+# Prometheus Operator is installed; deleted when turned off.
+- apiGroups: [monitoring.coreos.com]
+  resources: [podmonitors]
+  verbs: [create, patch, delete]
 # Only used when a cluster sets spec.tls.issuerRef and cert-manager is installed.
 - apiGroups: [cert-manager.io]
   resources: [certificates]
@@ -221,29 +226,11 @@ template:
         command: [/usr/local/bin/spark-entrypoint.sh]
 {{- end -}}
 
-{{/* One sidecar scrape endpoint: the http port, labels by pod and cluster (never by pod IP). */}}
-{{- define "coordinated-cluster.sidecarEndpoint" -}}
-port: http
-path: /metrics
-interval: {{ .Values.podMonitor.interval }}
-scrapeTimeout: {{ .Values.podMonitor.scrapeTimeout }}
-relabelings:
-  - action: replace
-    targetLabel: job
-    replacement: coordinated-sidecar
-  # instance is the pod (the node's name), not IP:port.
-  - action: replace
-    sourceLabels: [__meta_kubernetes_pod_name]
-    targetLabel: instance
-  - action: replace
-    sourceLabels: [__meta_kubernetes_pod_name]
-    targetLabel: pod
-  - action: replace
-    sourceLabels: [__meta_kubernetes_pod_label_app_kubernetes_io_instance]
-    targetLabel: cluster
-  - action: replace
-    sourceLabels: [__meta_kubernetes_namespace]
-    targetLabel: namespace
-  - action: labeldrop
-    regex: (endpoint|container)
+{{/* A map of labels as k=v,k=v (the operator's --pod-monitor-labels). */}}
+{{- define "coordinated-cluster.labelList" -}}
+{{- $pairs := list }}
+{{- range $key, $value := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
+{{- end }}
+{{- join "," $pairs }}
 {{- end -}}

@@ -56,6 +56,17 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help=f"seconds between periodic passes over every cluster (default: ${INTERVAL_VARIABLE}, else 15)",
     )
     parser.add_argument(
+        "--pod-monitors",
+        action="store_true",
+        help="give every cluster a PodMonitor for its sidecars (unless its spec.monitoring.podMonitor.enabled is false)",
+    )
+    parser.add_argument(
+        "--pod-monitor-labels",
+        type=parse_labels,
+        default={},
+        help="labels of those PodMonitors, as k=v,k=v (what Prometheus's podMonitorSelector matches)",
+    )
+    parser.add_argument(
         "--lease",
         default="coordinated-operator",
         help="the Lease in the operator's namespace on which replicas elect the one that reconciles",
@@ -97,6 +108,8 @@ def config_of(options: argparse.Namespace) -> OperatorConfig:
         namespace=options.operator_namespace,
         pod_labels=options.operator_labels,
         lease_name=options.lease if options.leader_election and options.operator_namespace else None,
+        pod_monitors=options.pod_monitors,
+        pod_monitor_labels=options.pod_monitor_labels,
     )
 
 

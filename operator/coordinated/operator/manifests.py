@@ -213,13 +213,17 @@ def owner_reference(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-def _metadata(spec: ClusterSpec, name: str, component: str = "node") -> dict[str, Any]:
+def object_metadata(spec: ClusterSpec, name: str, component: str = "node") -> dict[str, Any]:
+    """A child's metadata: in the cluster's namespace, labelled, and owned by the cluster (deleted with it)."""
     return {
         "name": name,
         "namespace": spec.namespace,
         "labels": common_labels(spec, component),
         "ownerReferences": [owner_reference(spec)],
     }
+
+
+_metadata = object_metadata
 
 
 # ---- builders ----------------------------------------------------------------------------------------

@@ -141,6 +141,16 @@ class SchedulingSpec:
 
 
 @dataclass(frozen=True)
+class MonitoringSpec:
+    """spec.monitoring.podMonitor: the operator's PodMonitor for the sidecars (monitoring.py)."""
+
+    pod_monitor: bool | None = None  # None: as the operator's --pod-monitors says
+    labels: Mapping[str, str] = field(default_factory=dict)  # on the PodMonitor, for Prometheus's selector
+    interval: str = "30s"
+    scrape_timeout: str = "10s"
+
+
+@dataclass(frozen=True)
 class RolloutSpec:
     """How a rolling restart gives up: a new pod the scheduler cannot place for this long stops it."""
 
@@ -170,6 +180,7 @@ class ClusterSpec:
     metrics_access: tuple[Mapping[str, Any], ...] = ()  # also admitted to the client port: who scrapes /metrics
     scheduling: SchedulingSpec = SchedulingSpec()
     rollout: RolloutSpec = RolloutSpec()
+    monitoring: MonitoringSpec = MonitoringSpec()
     snapshots: SnapshotsSpec | None = None
     restore_from: str | None = None  # a snapshot in the snapshot repository, restored once after the cluster forms
     archive: BucketSpec | None = None
@@ -242,6 +253,7 @@ class ClusterSpec:
         archive = spec.get("archive")
         scheduling = spec.get("scheduling") or {}
         spread = scheduling.get("topologySpreadConstraints")
+        pod_monitor = (spec.get("monitoring") or {}).get("podMonitor") or {}
         return cls(
             name=metadata["name"],
             namespace=metadata.get("namespace") or "default",
@@ -302,6 +314,12 @@ class ClusterSpec:
             ),
             rollout=RolloutSpec(
                 unschedulable_timeout=str((spec.get("rollout") or {}).get("unschedulableTimeout") or "5m"),
+            ),
+            monitoring=MonitoringSpec(
+                pod_monitor=None if pod_monitor.get("enabled") is None else bool(pod_monitor["enabled"]),
+                labels={str(k): str(v) for k, v in (pod_monitor.get("labels") or {}).items()},
+                interval=str(pod_monitor.get("interval") or "30s"),
+                scrape_timeout=str(pod_monitor.get("scrapeTimeout") or "10s"),
             ),
             snapshots=(
                 None

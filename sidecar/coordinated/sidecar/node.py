@@ -70,11 +70,13 @@ from coordinated.sidecar.features.listings import Listings
 from coordinated.sidecar.features.snapshots import SNAPSHOT_SECRET_FILE
 from coordinated.sidecar.features.watch_streams import STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL, StreamHub
 from coordinated.sidecar.features.watches import SharedBarrier, WatchHub
+from coordinated.sidecar.observability.certificates import CertificateCollector
 from coordinated.sidecar.observability.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.observability.problems import NodeProblem, ProblemKind, count_by_kind
 from coordinated.sidecar.peers.auth import SECRET_FILE, TransportAuth
 from coordinated.sidecar.peers.refusals import Refusals
 from coordinated.sidecar.peers.tls import (
+    HTTP_TLS,
     TRANSPORT_SSL_TRUST_RESTRICTIONS,
     TRANSPORT_TLS,
     ReloadingContext,
@@ -186,6 +188,9 @@ class Node:
         self.group_commit = GroupCommit(self.persisted, self._execute, self._on_sync_failure)
         self.metrics = NodeMetrics(self.status_snapshot)
         self.metrics.registry.register(HistoryCollector(lambda: self.history_maintenance.status))
+        self.metrics.registry.register(
+            CertificateCollector({"transport": transport_tls, "http": HTTP_TLS.files(settings)})
+        )
         self.hooks = HookManager(config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000)
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)

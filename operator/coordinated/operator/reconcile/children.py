@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 
-from coordinated.operator import manifests, membership, security
+from coordinated.operator import manifests, membership, monitoring, security
 from coordinated.operator.manifests import Manifest
 from coordinated.operator.planner import ActionKind
 from coordinated.operator.reconcile.context import Context, StepResult
@@ -57,6 +57,7 @@ async def step(ctx: Context) -> StepResult:
         await kube.delete_if_present("policy/v1", "PodDisruptionBudget", spec.name, spec.namespace)
     if "CronJob" not in kinds:
         await kube.delete_if_present("batch/v1", "CronJob", manifests.audit_cronjob_name(spec), spec.namespace)
+    await _pod_monitor(ctx)
     policy = security.network_policy(spec, security.operator_peer(ctx.config.namespace, ctx.config.pod_labels))
     if policy is not None:
         await kube.apply(policy)
@@ -74,3 +75,16 @@ async def _with_template_of(ctx: Context, statefulset: Manifest, revision: str) 
         ctx.logger.warning("revision %s of %s is gone: the new template stays", revision, ctx.spec.name)
         return statefulset
     return {**statefulset, "spec": {**statefulset["spec"], "template": template}}
+
+
+async def _pod_monitor(ctx: Context) -> None:
+    """The sidecars' PodMonitor, where the Prometheus Operator is installed: applied when wanted, else deleted."""
+    spec = ctx.spec
+    if not await ctx.kube.serves(monitoring.API_VERSION, monitoring.KIND):
+        return
+    wanted = ctx.config.pod_monitors if spec.monitoring.pod_monitor is None else spec.monitoring.pod_monitor
+    if wanted:
+        await ctx.kube.apply(monitoring.pod_monitor(spec, ctx.secured.tls_source, ctx.config.pod_monitor_labels))
+    else:
+        name = monitoring.pod_monitor_name(spec)
+        await ctx.kube.delete_if_present(monitoring.API_VERSION, monitoring.KIND, name, spec.namespace)
