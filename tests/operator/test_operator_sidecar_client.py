@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -97,32 +97,29 @@ def test_sidecar_url_template() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_the_operator_reads_a_real_nodes_membership_without_its_keys(tmp_path: Path) -> None:
+def test_the_operator_reads_a_real_nodes_membership_without_its_keys(make_cluster: Callable[..., LocalCluster]) -> None:
     """The light read (filter_path) parses to what the whole state does, and its answer holds no key: the
     operator's memory does not grow with the cluster's data. A node that ignores filter_path (an older
     release) answers the whole state, which parses the same."""
-    cluster = LocalCluster(tmp_path / "cluster")
-    try:
-        (node,) = cluster.bootstrap(1)
-        for index in range(200):
-            assert node.put(f"/_cluster/metadata/key{index}", "v" * 200)[0] == 200
-        status, whole = node.request("GET", "/_cluster/state?local=true")
-        assert status == 200
+    cluster = make_cluster()  # stopped by the fixture
+    (node,) = cluster.bootstrap(1)
+    for index in range(200):
+        assert node.put(f"/_cluster/metadata/key{index}", "v" * 200)[0] == 200
+    status, whole = node.request("GET", "/_cluster/state?local=true")
+    assert status == 200
 
-        async def read() -> tuple[ClusterState, int]:
-            sizes: list[int] = []
+    async def read() -> tuple[ClusterState, int]:
+        sizes: list[int] = []
 
-            async def record(response: httpx.Response) -> None:
-                await response.aread()
-                sizes.append(len(response.content))
+        async def record(response: httpx.Response) -> None:
+            await response.aread()
+            sizes.append(len(response.content))
 
-            async with SidecarConnections() as http:
-                client = SidecarClient(http, node.url)
-                http.pool(SidecarAccess()).event_hooks["response"].append(record)
-                return await client.cluster_state(local=True), sizes[0]
+        async with SidecarConnections() as http:
+            client = SidecarClient(http, node.url)
+            http.pool(SidecarAccess()).event_hooks["response"].append(record)
+            return await client.cluster_state(local=True), sizes[0]
 
-        state, size = asyncio.run(read())
-        assert state == parse_cluster_state(whole)
-        assert size * 10 < len(json.dumps(whole)), (size, len(json.dumps(whole)))
-    finally:
-        cluster.stop_all()
+    state, size = asyncio.run(read())
+    assert state == parse_cluster_state(whole)
+    assert size * 10 < len(json.dumps(whole)), (size, len(json.dumps(whole)))

@@ -4,7 +4,7 @@ and not the keys."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -60,22 +60,19 @@ def test_a_state_is_rendered_without_the_maps_no_pattern_selects() -> None:
     assert len(state_filter.lighten(state, state_filter.parse("**")).kv) == 1000
 
 
-def test_a_node_answers_the_fields_asked_for(tmp_path: Path) -> None:
-    cluster = LocalCluster(tmp_path / "cluster")
-    try:
-        (node,) = cluster.bootstrap(1)
-        for index in range(50):
-            assert node.put(f"/_cluster/metadata/key{index}", "x" * 100)[0] == 200
-        status, whole = node.request("GET", "/_cluster/state?local=true")
-        assert status == 200 and len(whole["metadata"]["kv"]) == 50
-        status, light = node.request("GET", f"/_cluster/state?local=true&filter_path={STATUS_FIELDS}")
-        assert status == 200, light
-        assert light == {
-            **{key: whole[key] for key in ("cluster_name", "cluster_uuid", "version", "term", "master_node", "nodes")},
-            "metadata": {"cluster_coordination": whole["metadata"]["cluster_coordination"]},
-        }
-        status, refused = node.request("GET", "/_cluster/state?filter_path=-metadata.kv")
-        assert status == 400 and refused["error"]["type"] == "illegal_argument_exception", refused
-        assert "exclusions" in refused["error"]["reason"]
-    finally:
-        cluster.stop_all()
+def test_a_node_answers_the_fields_asked_for(make_cluster: Callable[..., LocalCluster]) -> None:
+    cluster = make_cluster()
+    (node,) = cluster.bootstrap(1)
+    for index in range(50):
+        assert node.put(f"/_cluster/metadata/key{index}", "x" * 100)[0] == 200
+    status, whole = node.request("GET", "/_cluster/state?local=true")
+    assert status == 200 and len(whole["metadata"]["kv"]) == 50
+    status, light = node.request("GET", f"/_cluster/state?local=true&filter_path={STATUS_FIELDS}")
+    assert status == 200, light
+    assert light == {
+        **{key: whole[key] for key in ("cluster_name", "cluster_uuid", "version", "term", "master_node", "nodes")},
+        "metadata": {"cluster_coordination": whole["metadata"]["cluster_coordination"]},
+    }
+    status, refused = node.request("GET", "/_cluster/state?filter_path=-metadata.kv")
+    assert status == 400 and refused["error"]["type"] == "illegal_argument_exception", refused
+    assert "exclusions" in refused["error"]["reason"]
