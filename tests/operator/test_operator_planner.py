@@ -524,3 +524,15 @@ def test_a_roll_is_stopped_only_while_live_members_run_an_older_template() -> No
         on_revisions(healthy(3, 3), {"c-0": "new", "c-1": "old"}, update_revision="old"), "c-2", "old", seconds=900
     )
     assert plan(replace(back, rollout_blocked="old")).kind is not ActionKind.BLOCK_ROLLOUT
+
+
+def test_a_non_voter_pending_on_a_template_no_longer_wanted_is_replaced_at_once() -> None:
+    """Their StatefulSet rolls the non-voters itself, and would wait for ever for one that cannot become Ready."""
+    obs = healthy(3, 3)
+    stuck = PodObservation("c-nonvoter-0", voting=False, revision="nv-example", unschedulable="0/1 nodes are available")
+    running = PodObservation("c-nonvoter-1", voting=False, ready=True, ip="10.0.0.9", revision="nv-example")
+    obs = replace(obs, pods={**obs.pods, stuck.name: stuck, running.name: running}, nonvoter_update_revision="nv-old")
+    obs = with_cluster(obs, reachable=obs.cluster.reachable | {running.name})
+    action = plan(obs)
+    assert (action.kind, action.nodes) == (ActionKind.RESTART, ("c-nonvoter-0",)), action
+    assert plan(replace(obs, nonvoter_update_revision="nv-example")).kind is ActionKind.NONE

@@ -96,6 +96,7 @@ class Observation:
     statefulset_deleting: bool = False
     desired_nonvoters: int = 0
     nonvoter_statefulset_replicas: int | None = None  # None: no non-voters' StatefulSet
+    nonvoter_update_revision: str | None = None  # the non-voters' StatefulSet's status.updateRevision
     # Hibernation: the voters' StatefulSet size when the cluster went to sleep (an annotation), and whether a
     # snapshot must still be taken before it does (a snapshot volume, and none taken yet).
     hibernated_voters: int | None = None
@@ -149,9 +150,17 @@ class Observation:
         running a sidecar that answers. They hold nothing the cluster needs (a process that answers, even without
         a master, is never one of them), and waiting for them would block the change that replaces them: a
         revert of a template that could not be scheduled would wait for the pods that cannot be."""
+        # The non-voters too: their StatefulSet rolls them itself, but waits, as a StatefulSet does, for a pod
+        # that cannot become Ready (Kubernetes' "forced rollback" is by hand); and they hold no vote.
+        nonvoters = tuple(
+            name
+            for name, pod in self.pods.items()
+            if not pod.voting and pod.revision and self.nonvoter_update_revision
+            and pod.revision != self.nonvoter_update_revision
+        )  # fmt: skip
         return tuple(
             name
-            for name in self.outdated_pods
+            for name in (*self.outdated_pods, *sorted(nonvoters))
             if not (pod := self.pods[name]).ready
             and not pod.terminating
             and (pod.unschedulable is not None or name not in self.cluster.reachable)

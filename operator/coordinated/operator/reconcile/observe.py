@@ -52,6 +52,7 @@ async def step(ctx: Context) -> StepResult:
         statefulset_deleting=statefulset is not None and statefulset.deleting,
         desired_nonvoters=spec.non_voters,
         nonvoter_statefulset_replicas=nonvoter_set.replicas if nonvoter_set is not None else None,
+        nonvoter_update_revision=nonvoter_set.update_revision if nonvoter_set is not None else None,
         hibernated_voters=spec.hibernated_voters,
         snapshot_before_hibernation=(
             spec.hibernating and spec.snapshots is not None and HIBERNATION_SNAPSHOT_ANNOTATION not in spec.annotations
