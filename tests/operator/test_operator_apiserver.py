@@ -1082,3 +1082,32 @@ def test_each_cluster_gets_its_pod_monitor_from_its_own_resource(kubeconfig: Pat
     )
     asyncio.run(passes(1))
     assert kubectl(kubeconfig, "get", "podmonitor", "watched-by-prometheus-sidecars").returncode != 0
+
+
+def test_the_kubernetes_client_answers_many_passes_at_once(kubeconfig: Path) -> None:
+    """Passes of several clusters run at once, each API call in a worker thread; the dynamic client's discovery
+    (its lazy cache of the API groups) is not thread-safe, and a pass failed on `KeyError: 'resources'` when
+    another discovered at the same moment (a ReconcileFailed of its own, seen in this module's status test)."""
+    import concurrent.futures
+
+    from kubernetes import config
+
+    from coordinated.operator.kube import Kube
+
+    config.load_kube_config(config_file=str(kubeconfig))
+    kinds = [
+        ("apps/v1", "StatefulSet"), ("v1", "Service"), ("v1", "ConfigMap"), ("policy/v1", "PodDisruptionBudget"),
+        ("batch/v1", "CronJob"), ("networking.k8s.io/v1", "NetworkPolicy"), ("v1", "ServiceAccount"),
+        ("monitoring.coreos.com/v1", "PodMonitor"), ("cert-manager.io/v1", "Certificate"),
+        ("scheduling.k8s.io/v1", "PriorityClass"),
+    ]  # fmt: skip
+    failures: list[str] = []
+    for _ in range(3):
+        kube = Kube()  # a fresh client discovers anew
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            for future in [pool.submit(kube._serves, api, kind) for api, kind in kinds * 3]:
+                try:
+                    future.result()
+                except Exception as error:  # the failure under test, whatever it raises
+                    failures.append(repr(error))
+    assert failures == [], failures[:3]

@@ -10,6 +10,7 @@ import asyncio
 import datetime
 import json
 import socket
+import threading
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -37,6 +38,7 @@ class Kube:
     def __init__(self) -> None:
         self._api_client = client.ApiClient()
         self._dynamic: DynamicClient | None = None
+        self._discovery = threading.Lock()
         self._core = client.CoreV1Api(self._api_client)
         self._apps = client.AppsV1Api(self._api_client)
         self._custom = client.CustomObjectsApi(self._api_client)
@@ -44,9 +46,12 @@ class Kube:
         self._scheduling = client.SchedulingV1Api(self._api_client)
 
     def _resource(self, api_version: str, kind: str) -> Any:
-        if self._dynamic is None:  # discovery happens once, lazily, on first use
-            self._dynamic = DynamicClient(self._api_client)  # type: ignore[no-untyped-call]
-        return self._dynamic.resources.get(api_version=api_version, kind=kind)
+        # The calls run in worker threads, several passes at once, and the dynamic client's discovery (a lazy
+        # cache of the API groups) is not thread-safe: concurrent lookups failed with KeyError('resources').
+        with self._discovery:
+            if self._dynamic is None:  # discovery happens once, lazily, on first use
+                self._dynamic = DynamicClient(self._api_client)  # type: ignore[no-untyped-call]
+            return self._dynamic.resources.get(api_version=api_version, kind=kind)
 
     def _apply(self, manifest: Mapping[str, Any]) -> None:
         resource = self._resource(manifest["apiVersion"], manifest["kind"])
