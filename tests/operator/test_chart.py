@@ -48,6 +48,8 @@ def schema_dir(tools: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
         ("policy/v1", "PodDisruptionBudget"),
         ("batch/v1", "CronJob"),
         ("networking.k8s.io/v1", "NetworkPolicy"),
+        ("coordination.k8s.io/v1", "Lease"),
+        ("scheduling.k8s.io/v1", "PriorityClass"),
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
         *{
             ("rbac.authorization.k8s.io/v1", kind)
@@ -478,3 +480,11 @@ def test_alerts_have_runbooks_and_use_existing_metrics(tools: dict[str, Path]) -
         for target in panel["targets"]:
             used = _series_in(target["expr"])
             assert used and used <= known, (panel["title"], used - known)
+
+
+def test_the_operators_non_preempting_class_validates(tools: dict[str, Path], schema_dir: Path) -> None:
+    from coordinated.operator import placement
+
+    twin = placement.nonpreempting_class(2_000_000_000)
+    result = kubeconform(tools, schema_dir, yaml.safe_dump(twin))
+    assert result.returncode == 0 and "Valid: 1" in result.stdout, result.stdout + result.stderr
