@@ -939,6 +939,17 @@ def test_replicas_elect_one_leader_on_a_lease_and_another_takes_over(kubeconfig:
     asyncio.run(scenario())
     assert log == ["first leads", "second leads", "first stops"]
 
+    # The chart's Lease: made by helm with no spec and helm's labels, which the election keeps.
+    chart_lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                   "metadata": {"name": "from-the-chart", "labels": {"app.kubernetes.io/managed-by": "Helm"}}}  # fmt: skip
+    assert kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(chart_lease)).returncode == 0
+    third = LeaderElection(LeaseStore("default", "from-the-chart"), "third", lambda: None, lambda: None)
+    asyncio.run(third._attempt())
+    assert third.leading
+    lease = json.loads(kubectl(kubeconfig, "get", "lease", "from-the-chart", "-o", "json").stdout)
+    assert lease["spec"]["holderIdentity"] == "third"
+    assert lease["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "Helm"}
+
 
 def test_a_new_member_of_a_higher_priority_never_preempts_the_others(kubeconfig: Path, scheduler: None) -> None:
     """The trial's outage, scheduled by a real kube-scheduler: two members run on the only node at the default

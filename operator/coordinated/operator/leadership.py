@@ -123,20 +123,19 @@ class LeaseStore:
     def _write(self, record: LeaseRecord, create: bool) -> None:
         from kubernetes.client.exceptions import ApiException
 
-        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
-        if record.resource_version is not None:
-            metadata["resourceVersion"] = record.resource_version
-        body: Any = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": metadata,
-            "spec": record.spec(),
-        }
         try:
             if create:
-                self._api.create_namespaced_lease(self.namespace, body)
+                metadata = {"name": self.name, "namespace": self.namespace}
+                body: Any = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata}
+                lease: Any = {**body, "spec": record.spec()}
+                self._api.create_namespaced_lease(self.namespace, lease)
             else:
-                self._api.replace_namespaced_lease(self.name, self.namespace, body)
+                # A merge patch of the spec alone (the chart's labels stay), on the condition that the Lease is
+                # still the one read: a resourceVersion in a patch is a precondition (409 when it changed).
+                patch: Any = {"metadata": {"resourceVersion": record.resource_version}, "spec": record.spec()}
+                self._api.patch_namespaced_lease(
+                    self.name, self.namespace, patch, _content_type="application/merge-patch+json"
+                )
         except ApiException as error:
             if error.status == 409:
                 raise LeaseConflict(str(error.reason)) from error
