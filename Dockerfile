@@ -1,6 +1,6 @@
 # One image for the sidecar, the operator, the audit job and the Python client (coordinated.client); the
 # entrypoint is the `coordinated` CLI.
-#   docker build -t coordinated-cluster:0.1.0 .
+#   docker build -t coordinated-cluster:0.2.0 .
 #   docker build --build-arg BASE_IMAGE=python:3.13-slim-trixie --build-arg JAVA_PACKAGE=openjdk-21-jre-headless .
 ARG BASE_IMAGE=python:3.12-slim-bookworm
 
@@ -65,6 +65,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PYSPARK_PYTHON=/opt/venv/bin/python
+
+# The release the image's packages call themselves (pyproject.toml's version; tests/image checks they agree).
+ARG VERSION=0.2.0
+LABEL org.opencontainers.image.title="coordinated-cluster" org.opencontainers.image.version="${VERSION}"
 
 USER 10001:10001
 WORKDIR /data

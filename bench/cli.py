@@ -130,6 +130,17 @@ def history_bytes(out: Path | None, writes: int, clients: tuple[int, ...], nodes
     save(out, "history-bytes", suite.run(writes, list(clients or (1, 8)), nodes, baseline))
 
 
+@cli.command("prefix-delete")
+@click.option("--keys", type=click.IntRange(min=1), default=100_000, show_default=True)
+@click.option("--baseline", default=None, help="another source tree measured in the same run")
+@OUT
+def prefix_delete(out: Path | None, keys: int, baseline: str | None) -> None:
+    """How long a write waits behind a prefix delete of KEYS keys, against the median write (the floor)."""
+    from bench.suites import prefix_delete as suite
+
+    save(out, "prefix-delete", suite.run(keys, baseline))
+
+
 @cli.command()
 @click.option("--quick", is_flag=True, help="a smoke run of each suite")
 @click.option(
@@ -272,6 +283,15 @@ def client_overhead(writes: int, rounds: int) -> None:
     from bench.suites import client_overhead as suite
 
     suite.main(writes, rounds)
+
+
+@cli.command("cli-startup")
+@click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True, help="of each command")
+def cli_startup(runs: int) -> None:
+    """`coordinated kv get` as a whole command, start-up included, against `etcdctl get` in the same run."""
+    from bench.suites import cli_startup as suite
+
+    suite.main(runs)
 
 
 @cli.group()

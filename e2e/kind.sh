@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cluster=${KIND_CLUSTER:-coordinated-e2e}
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)
+version=$(python3 e2e/release.py version)
 image=coordinated-cluster:$version
 mkdir -p e2e/.state
 export KUBECONFIG=$PWD/e2e/.state/kind-kubeconfig

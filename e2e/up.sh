@@ -15,6 +15,15 @@ t0=$SECONDS
 tools=$(env -u K8S_VERSION "$REPO_DIR/scripts/install-tools.sh")
 S3_SERVER_BIN=$(sed -n 's/^S3_SERVER=//p' <<<"$tools")
 mapfile -t images < <("$lib/image.sh")
+# The previous release's image and chart, for the upgrade test (e2e/test_04_upgrade.py). Its image is imported
+# only when it calls itself another release than this checkout: an image of the same name would replace ours.
+previous=$("$lib/previous-release.sh")
+previous_version=$(sed -n 's/^version=//p' <<<"$previous")
+if [[ $previous_version != "$IMAGE_VERSION" ]]; then
+  images+=("$(sed -n 's/^archive=//p' <<<"$previous")")
+else
+  log "the previous release calls itself $previous_version, as this checkout does: its image is not imported"
+fi
 t_build=$((SECONDS - t0))
 
 # Imports each image archive once per cluster (the archive name carries its content key),
@@ -168,6 +177,7 @@ EOT
   log "cluster Ready: ${t_build}s builds and checks, $((SECONDS - t1))s to Ready" \
     "(image import ${t_import}s, apiserver start to node Ready $((SECONDS - t3))s)"
 fi
+echo "$previous" >"$STATE/previous-release.env"  # what the upgrade test installs
 for name in etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy \
   kube-network-policies provisioner coredns s3; do
   alive "$name" || die "$name is not running: see $STATE/logs/$name.log"

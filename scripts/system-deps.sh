@@ -2,7 +2,8 @@
 # Installs the system commands that a Makefile target runs, from Debian's packages, so that the README's
 # commands work on a fresh machine. A no-op (no apt call) when every command is already there.
 #   scripts/system-deps.sh demo   the audit's Java runtime
-#   scripts/system-deps.sh bench  etcd, the peer `make bench` measures against
+#   scripts/system-deps.sh bench  etcd, the peer `make bench` measures against (etcdctl: the command
+#                                 line `kv get` is timed against)
 #   scripts/system-deps.sh test   the demo's, plus what the tests start: iptables and tc for the chaos run's
 #                                 network namespaces, etcd and openssl for the API-server tests, promtool
 #                                 (Debian's prometheus package) for the alert rule tests, Maven for the
@@ -13,7 +14,7 @@ set -euo pipefail
 
 # Each entry: COMMAND:DEBIAN_PACKAGE.
 demo=(java:openjdk-17-jre-headless)
-bench=(etcd:etcd-server)
+bench=(etcd:etcd-server etcdctl:etcd-client)
 test=("${demo[@]}" ip:iproute2 tc:iproute2 iptables:iptables etcd:etcd-server openssl:openssl promtool:prometheus mvn:maven faketime:faketime)
 
 case "${1:-}" in

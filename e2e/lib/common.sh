@@ -28,7 +28,10 @@ APISERVER_SVC_IP=10.234.0.1
 # kubelet's resolvConf (dnsPolicy Default) names an address nothing answers.
 CLUSTER_DNS=$NODE_IP
 NO_DNS=10.234.0.10
-IMAGE_VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_DIR/pyproject.toml" | head -1)"
+# release_version [CHECKOUT]: the release a checkout calls itself (default: this one); its image is
+# coordinated-cluster:<it>. e2e/release.py is the one place that reads it.
+release_version() { python3 "$E2E_DIR/release.py" version "${1:-$REPO_DIR}"; }
+IMAGE_VERSION="$(release_version)"
 IMAGE="coordinated-cluster:$IMAGE_VERSION"
 PAUSE_IMAGE="localhost/coordinated-e2e/pause:1"
 E2E_PROVISIONER=coordinated.dev/e2e-hostpath

@@ -6,8 +6,21 @@
 #   layer 2: /opt/venv with `pip install ./client .[operator,audit]`, the s3a:// jars in pyspark's jars folder
 #            (scripts/fetch-s3a-jars.sh), and the Spark-on-Kubernetes files
 # Prints the paths of the two archives (pause first). Cached by content.
+#
+# image.sh --source CHECKOUT --out ARCHIVE: the image of another checkout instead (e2e/lib/previous-release.sh
+# builds the previous release's so), tagged with that checkout's release version, on the same base layer; the
+# caller caches it. Prints ARCHIVE.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
+source_dir=$REPO_DIR out=
+while (($#)); do
+  case $1 in
+    --source) source_dir=$(cd "$2" && pwd); shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) die "image.sh: unknown argument $1 (usage: image.sh [--source CHECKOUT --out ARCHIVE])" ;;
+  esac
+done
+[[ $source_dir == "$REPO_DIR" || -n $out ]] || die "image.sh --source needs --out"
 
 dir="$CACHE/image"
 mkdir -p "$dir"
@@ -50,48 +63,74 @@ if [[ ! -f $base/layer.tar ]]; then
   find "$dir" -maxdepth 1 -name 'base-*' ! -path "$base" -exec rm -rf {} +
 fi
 
-# App layer, keyed by the project's sources. The wheels are built on the host (same
-# CPython minor as bookworm's, 3.11) so the chroot needs no network at all.
+# App layer on the base: /opt/venv with the checkout's packages, tagged with its release version.
+# build_app CHECKOUT ARCHIVE. The wheels are built on the host (same CPython minor as bookworm's, 3.11) so the
+# chroot needs no network at all.
+build_app() {
+  local src=$1 image_tar=$2 version ref
+  version=$(release_version "$src")
+  ref="coordinated-cluster:$version"
+  unset PIP_FIND_LINKS  # the host's pip setting names a folder the chroot lacks
+  local py=${PYTHON:-python3}
+  [[ $("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])') == 3.11 ]] ||
+    die "$py must be CPython 3.11 (bookworm's python3) to build wheels for the image"
+  # The client (client/) is a distribution of its own that the project pins: built in the same resolve, so
+  # that pip takes it from this checkout. The folder keeps the dependencies' wheels between builds; the
+  # project's own go first, so that another checkout's wheel of the same version is never installed.
+  log "building wheels for coordinated-client and coordinated-cluster[$IMAGE_EXTRAS] $version"
+  rm -f "$dir"/wheels/coordinated_cluster-*.whl "$dir"/wheels/coordinated_client-*.whl
+  "$py" -m pip wheel -q --wheel-dir "$dir/wheels" "${src}/client" "${src}[$IMAGE_EXTRAS]"
+  local root="$base/rootfs"
+  local app=(opt/venv app usr/local/bin/spark-entrypoint.sh opt/coordinated)
+  (cd "$root" && rm -rf "${app[@]}" tmp/wheels) && cp -r "$dir/wheels" "$root/tmp/wheels"
+  chroot "$root" python3 -m venv /opt/venv
+  chroot "$root" /opt/venv/bin/pip install -q --no-index --no-cache-dir --find-links /tmp/wheels \
+    --force-reinstall "coordinated-cluster[$IMAGE_EXTRAS]==$version"
+  chroot "$root" /opt/venv/bin/coordinated --help >/dev/null || die "coordinated does not run in the image"
+  chroot "$root" /opt/venv/bin/python -c "from coordinated.client import Client, AsyncClient, Lock, LeaderElection" ||
+    die "the documented Python client (coordinated.client) does not import in the image"
+  # The image's version label is the release its packages call themselves.
+  local installed
+  installed=$(chroot "$root" /opt/venv/bin/python -c \
+    'import importlib.metadata as m; print(m.version("coordinated-cluster"), m.version("coordinated-client"))')
+  [[ $installed == "$version $version" ]] ||
+    die "the image of $ref holds coordinated-cluster and coordinated-client $installed, not $version"
+  find "$root/opt/venv" -name __pycache__ -prune -exec rm -rf {} +
+  rm -rf "$root"/opt/venv/lib/python3*/site-packages/pyspark/{examples,data}
+  # hadoop-aws and the AWS SDK modules it uses, for the audit of the history archive (s3a://), on the classpath
+  # of the driver and of every executor.
+  local spark_jars s3a_jars
+  spark_jars=$(echo "$root"/opt/venv/lib/python3*/site-packages/pyspark/jars)
+  s3a_jars=$("$REPO_DIR/scripts/fetch-s3a-jars.sh" "$spark_jars")
+  cp "$s3a_jars"/*.jar "$spark_jars/"
+  install -D -m 644 "$src/spark-jobs/audit_main.py" "$root/app/spark-jobs/audit_main.py"
+  install -D -m 755 "$src/spark-jobs/k8s/spark-entrypoint.sh" "$root/usr/local/bin/spark-entrypoint.sh"
+  install -D -m 644 "$src/spark-jobs/k8s/pod-template.yaml" "$root/opt/coordinated/pod-template.yaml"
+  tar --numeric-owner -C "$root" -cf "$dir/app-layer.tar" "${app[@]}"
+  (cd "$root" && rm -rf "${app[@]}" tmp/wheels)
+  local config='{"Entrypoint":["coordinated"],"Cmd":["--help"],"User":"10001:10001","WorkingDir":"/data",
+    "ExposedPorts":{"9200/tcp":{},"9300/tcp":{},"8000/tcp":{},"8080/tcp":{}},
+    "Env":["PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           "PYTHONDONTWRITEBYTECODE=1","PYTHONUNBUFFERED=1","PYSPARK_PYTHON=/opt/venv/bin/python"],
+    "Labels":{"org.opencontainers.image.title":"coordinated-cluster","org.opencontainers.image.version":"'"$version"'"}}'
+  mkdir -p "$(dirname "$image_tar")"
+  "$E2E_DIR/lib/image-archive.sh" "$image_tar" "$ref" "$config" "$base/layer.tar" "$dir/app-layer.tar"
+  rm -f "$dir/app-layer.tar"
+}
+
+if [[ -n $out ]]; then
+  [[ -f $out ]] || build_app "$source_dir" "$out"
+  echo "$out"
+  exit 0
+fi
+
+# This checkout's image, keyed by the project's sources.
 src_key=$(cd "$REPO_DIR" && git ls-files -co --exclude-standard -- pyproject.toml README.md $IMAGE_SOURCES e2e/lib/image.sh \
   scripts/fetch-s3a-jars.sh |
   LC_ALL=C sort | xargs -d '\n' sha256sum | sha256sum | cut -c1-16)
 image_tar="$dir/coordinated-cluster-$IMAGE_VERSION-$base_key-$src_key.tar"
 if [[ ! -f $image_tar ]]; then
-  unset PIP_FIND_LINKS  # the host's pip setting names a folder the chroot lacks
-  py=${PYTHON:-python3}
-  [[ $("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])') == 3.11 ]] ||
-    die "$py must be CPython 3.11 (bookworm's python3) to build wheels for the image"
-  # The client (client/) is a distribution of its own that the project pins: built in the same resolve, so
-  # that pip takes it from this checkout.
-  log "building wheels for coordinated-client and coordinated-cluster[$IMAGE_EXTRAS]"
-  "$py" -m pip wheel -q --wheel-dir "$dir/wheels" "${REPO_DIR}/client" "${REPO_DIR}[$IMAGE_EXTRAS]"
-  root="$base/rootfs"
-  app=(opt/venv app usr/local/bin/spark-entrypoint.sh opt/coordinated)
-  (cd "$root" && rm -rf "${app[@]}" tmp/wheels) && cp -r "$dir/wheels" "$root/tmp/wheels"
-  chroot "$root" python3 -m venv /opt/venv
-  chroot "$root" /opt/venv/bin/pip install -q --no-index --no-cache-dir --find-links /tmp/wheels \
-    --force-reinstall "coordinated-cluster[$IMAGE_EXTRAS]==$IMAGE_VERSION"
-  chroot "$root" /opt/venv/bin/coordinated --help >/dev/null || die "coordinated does not run in the image"
-  chroot "$root" /opt/venv/bin/python -c "from coordinated.client import Client, AsyncClient, Lock, LeaderElection" ||
-    die "the documented Python client (coordinated.client) does not import in the image"
-  find "$root/opt/venv" -name __pycache__ -prune -exec rm -rf {} +
-  rm -rf "$root"/opt/venv/lib/python3*/site-packages/pyspark/{examples,data}
-  # hadoop-aws and the AWS SDK modules it uses, for the audit of the history archive (s3a://), on the classpath
-  # of the driver and of every executor.
-  spark_jars=$(echo "$root"/opt/venv/lib/python3*/site-packages/pyspark/jars)
-  s3a_jars=$("$REPO_DIR/scripts/fetch-s3a-jars.sh" "$spark_jars")
-  cp "$s3a_jars"/*.jar "$spark_jars/"
-  install -D -m 644 "$REPO_DIR/spark-jobs/audit_main.py" "$root/app/spark-jobs/audit_main.py"
-  install -D -m 755 "$REPO_DIR/spark-jobs/k8s/spark-entrypoint.sh" "$root/usr/local/bin/spark-entrypoint.sh"
-  install -D -m 644 "$REPO_DIR/spark-jobs/k8s/pod-template.yaml" "$root/opt/coordinated/pod-template.yaml"
-  tar --numeric-owner -C "$root" -cf "$dir/app-layer.tar" "${app[@]}"
-  (cd "$root" && rm -rf "${app[@]}" tmp/wheels)
-  config='{"Entrypoint":["coordinated"],"Cmd":["--help"],"User":"10001:10001","WorkingDir":"/data",
-    "ExposedPorts":{"9200/tcp":{},"9300/tcp":{},"8000/tcp":{},"8080/tcp":{}},
-    "Env":["PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "PYTHONDONTWRITEBYTECODE=1","PYTHONUNBUFFERED=1","PYSPARK_PYTHON=/opt/venv/bin/python"]}'
-  "$E2E_DIR/lib/image-archive.sh" "$image_tar" "$IMAGE" "$config" "$base/layer.tar" "$dir/app-layer.tar"
-  rm -f "$dir/app-layer.tar"
+  build_app "$REPO_DIR" "$image_tar"
   # Keep only the newest project image archive.
   find "$dir" -maxdepth 1 -name 'coordinated-cluster-*.tar' ! -path "$image_tar" -delete
 fi

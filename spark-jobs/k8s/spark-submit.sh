@@ -34,7 +34,7 @@ set -euo pipefail
 NAMESPACE="${NAMESPACE:-default}"
 CLUSTER="${CLUSTER:-coordinated}"
 REPLICAS="${REPLICAS:-3}"
-IMAGE="${IMAGE:-coordinated-cluster:0.1.0}"
+IMAGE="${IMAGE:-coordinated-cluster:0.2.0}"
 TLS="${TLS:-true}"
 AUTH="${AUTH:-true}"
 CA_SECRET="${CA_SECRET:-${CLUSTER}-certs}"

@@ -197,3 +197,26 @@ def test_the_archive_audits_incrementally_with_its_checkpoint_in_the_bucket(
     full, incremental = report_of(tmp_path / "first"), report_of(tmp_path / "second")
     # Nothing was archived between the runs: no event is new, and none is judged twice.
     assert incremental["ok"] is True and incremental["events"] < full["events"], (incremental["events"], full["events"])
+
+
+@pytest.mark.parametrize("marked", [True, False])
+def test_an_object_damaged_before_it_was_archived_is_named_not_a_gap(
+    spark: SparkSession, archive: Archive, tmp_path: Path, marked: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The segment was cut on the node's disk before the upload, so its SHA-256 holds: the archive marks it
+    (`x-amz-meta-damaged`), and an object without the mark (an earlier release's upload) fails the frame check."""
+    bucket = f"cut-before-upload-{'marked' if marked else 'unmarked'}"
+    root = archive.copy(bucket)
+    access = S3Access.resolve(archive.server.endpoint, credentials_file=str(archive.credentials))
+    victim = sorted(root.rglob("segment-*"))[1]
+    key = str(victim.relative_to(root))
+    cut = victim.read_bytes()[: victim.stat().st_size // 2]
+    victim.unlink()
+    metadata = {"sha256": hashlib.sha256(cut).hexdigest()}
+    if marked:
+        metadata["damaged"] = "truncated: the file ends after 100 bytes, inside a zstd frame that has not ended"
+    access.run(bucket, lambda b: b.put_new(key, cut, metadata))
+    assert main(archive.args(bucket, tmp_path / "r")) == 2
+    message = capsys.readouterr().err
+    assert "unusable input" in message and key in message and "truncated" in message, message
+    assert not (tmp_path / "r" / "audit-report.json").exists()

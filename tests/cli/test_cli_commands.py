@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from child_processes import ChildProcesses
 from click.testing import CliRunner, Result
+from network_proxy import NetworkProxy
 
 from coordinated.cli import cli
 from coordinated.client import Client, Lock
@@ -131,6 +132,9 @@ def test_kv_put_get_del_and_their_failures(secured: Secured) -> None:
     assert json_of(run(secured, "kv", "del", "app/config", "-o", "json"))["key"] == "app/config"
     missing = run(secured, "kv", "get", "app/config")
     assert missing.exit_code == FAILED and "not found" in missing.stderr
+    # Deleting a key that does not exist fails, and says so.
+    gone = run(secured, "kv", "del", "app/config")
+    assert gone.exit_code == FAILED and "[app/config] not found" in gone.stderr
 
 
 def test_kv_txn_from_a_file_and_stdin(secured: Secured, tmp_path: Path) -> None:
@@ -152,9 +156,40 @@ def test_kv_txn_from_a_file_and_stdin(secured: Secured, tmp_path: Path) -> None:
     assert run(secured, "kv", "txn", stdin='{"compare": [{"key": "a"}]}').exit_code == BAD_INPUT
     assert run(secured, "kv", "txn", stdin='{"succes": []}').exit_code == BAD_INPUT
     assert run(secured, "kv", "txn", str(tmp_path / "missing.json")).exit_code == BAD_INPUT
+    for compare in ({"key": "a", "version": 1, "value": 1}, {"key": "a", "version": 1, "op": "~"}, ["a", 1]):
+        malformed = run(secured, "kv", "txn", stdin=json.dumps({"compare": [compare]}))
+        assert malformed.exit_code == BAD_INPUT and "stdin" in malformed.stderr, malformed.stderr
     # A transaction the server refuses (an op it does not know) is bad input too, and writes nothing.
     refused = run(secured, "kv", "txn", stdin='{"success": [{"op": "rename", "key": "txn/b"}]}')
     assert refused.exit_code == BAD_INPUT and "400" in refused.stderr
+
+
+def test_kv_txn_takes_every_compare_of_the_api(secured: Secured) -> None:
+    """On version, create version and value, with each op, as the API takes them."""
+    created = json_of(run(secured, "kv", "put", "cmp/n", "5", "-o", "json"))["version"]
+    run(secured, "kv", "put", "cmp/s", '"m"')
+    holding = [
+        {"key": "cmp/n", "value": 5},
+        {"key": "cmp/n", "value": 10, "op": "<"},
+        {"key": "cmp/n", "value": 1, "op": ">"},
+        {"key": "cmp/n", "value": 6, "op": "!="},
+        {"key": "cmp/s", "value": "a", "op": ">"},
+        {"key": "cmp/n", "create_version": created},
+        {"key": "cmp/n", "create_version": 0, "op": ">"},
+        {"key": "cmp/n", "version": created, "op": "="},
+        {"key": "cmp/n", "version": created + 1000, "op": "<"},
+        {"key": "cmp/missing", "version": 0},
+    ]
+    for compare in holding:
+        spec = {"compare": [compare], "success": [{"op": "get", "key": "cmp/n"}]}
+        result = run(secured, "kv", "txn", "-o", "json", stdin=json.dumps(spec))
+        assert result.exit_code == OK and json.loads(result.stdout)["succeeded"], (compare, result.stderr)
+    failing = {"compare": [{"key": "cmp/missing", "value": 1, "op": "!="}], "failure": [{"op": "get", "key": "cmp/n"}]}
+    failed = run(secured, "kv", "txn", "-o", "json", stdin=json.dumps(failing))  # no value compare holds if absent
+    assert failed.exit_code == FAILED and json.loads(failed.stdout)["results"][0]["value"] == 5
+    ordered = {"compare": [{"key": "cmp/n", "value": [1], "op": "<"}]}  # the server's rule: a number or a string
+    refused = run(secured, "kv", "txn", stdin=json.dumps(ordered))
+    assert refused.exit_code == BAD_INPUT and "400" in refused.stderr and "number or a string" in refused.stderr
 
 
 def test_kv_export_then_import(secured: Secured, tmp_path: Path) -> None:
@@ -165,12 +200,19 @@ def test_kv_export_then_import(secured: Secured, tmp_path: Path) -> None:
     lines = [json.loads(line) for line in exported.read_text().splitlines()]
     assert {"key": "io/b", "value": {"deep": [1, 2]}} in lines
     assert [line["key"] for line in lines] == sorted(line["key"] for line in lines)
+    assert run(secured, "kv", "export", "-f", str(tmp_path / "again.jsonl")).exit_code == OK
+    assert (tmp_path / "again.jsonl").read_text() == exported.read_text()
     with secured.client() as client:
         for key in ("io/a", "io/b", "io/c"):
             client.delete(key)
-    imported = json_of(run(secured, "kv", "import", str(exported), "-o", "json"))
+    # Both take their file with --file (-f); the import's old form, FILE as an argument, still works.
+    imported = json_of(run(secured, "kv", "import", "--file", str(exported), "-o", "json"))
     assert imported["imported"] == len(lines)
     assert json_of(run(secured, "kv", "get", "io/b", "-o", "json"))["value"] == {"deep": [1, 2]}
+    old_form = run(secured, "kv", "import", str(exported), "-o", "json")
+    assert json.loads(old_form.stdout)["imported"] == len(lines) and "deprecated" in old_form.stderr
+    assert json_of(run(secured, "kv", "import", "-f", "-", "-o", "json", stdin=exported.read_text()))["imported"]
+    assert run(secured, "kv", "import", str(exported), "--file", str(exported)).exit_code == BAD_INPUT
     # A malformed line stops the import before anything is written.
     bad = '{"key": "io/new1", "value": 1}\n{"key": "io/new2"}\n'
     refused = run(secured, "kv", "import", stdin=bad)
@@ -321,6 +363,10 @@ def test_kv_get_prefix_list_and_del_prefix(secured: Secured) -> None:
     for usage in (["get"], ["get", "k", "--prefix", "p"], ["get", "k", "--limit", "2"], ["del"]):
         assert run(secured, "kv", *usage).exit_code == BAD_INPUT, usage
     assert run(secured, "kv", "del", "--prefix", "p", "--if-version", "3").exit_code == BAD_INPUT
+    unset = run(secured, "kv", "del", "--prefix", "")  # "$PREFIX" of an unset variable: nothing deleted
+    assert unset.exit_code == BAD_INPUT and "--all" in unset.output, unset.output
+    assert run(secured, "kv", "get", "prefixed-elsewhere").exit_code == OK
+    assert run(secured, "kv", "del", "--prefix", "p", "--all").exit_code == BAD_INPUT
     assert run(secured, "kv", "get", "--prefix", "_reserved").exit_code == BAD_INPUT
 
 
@@ -429,7 +475,8 @@ def test_snapshot_save_list_restore_delete(secured: Secured) -> None:
     run(secured, "kv", "put", "snap/kept", '"before"')
     saved = json_of(run(secured, "snapshot", "save", "backups", "first", "--location", "backups", "-o", "json"))
     assert saved["snapshot"] == "first" and saved["state"] == "SUCCESS"
-    assert run(secured, "snapshot", "save", "backups", "first").exit_code == BAD_INPUT  # the name exists
+    taken = run(secured, "snapshot", "save", "backups", "first")  # the name exists: a conflict
+    assert taken.exit_code == FAILED and "exists already" in taken.stderr
     listed = json_of(run(secured, "snapshot", "list", "backups", "-o", "json"))
     assert [s["snapshot"] for s in listed] == ["first"]
     run(secured, "kv", "put", "snap/kept", '"after"')
@@ -525,3 +572,183 @@ def test_the_programs_keep_their_own_arguments(processes: ChildProcesses) -> Non
     unknown = processes.run([sys.executable, "-m", "coordinated.cli", "nonsense"], capture_output=True, text=True)
     assert unknown.returncode == BAD_INPUT and "No such command" in unknown.stderr
     time.sleep(0)
+
+
+# -- the table of exit codes in docs/cli.md ---------------------------------------------------------------
+
+CLI_DOC = Path(__file__).parents[2] / "docs" / "cli.md"
+
+
+def documented_exit_codes() -> dict[str, int]:
+    """docs/cli.md's table of exit codes: each example (the last column, split at `;`) -> its code."""
+    text = CLI_DOC.read_text()
+    table = text[text.index("| code | meaning | examples |") :].split("\n\n", 1)[0]
+    examples = {}
+    for row in table.splitlines()[2:]:
+        code, _, listed = (cell.strip() for cell in row.strip("|").split("|"))
+        for example in listed.split(";"):
+            examples[" ".join(example.split())] = int(code)
+    return examples
+
+
+def masterless_node(directory: Path) -> tuple[LocalCluster, str]:
+    """A node that never gets a master: it waits for two more of its bootstrap nodes, which never come."""
+    cluster = LocalCluster(directory, max_nodes=1)
+    node = cluster.start("lonely", initial_master_nodes=["lonely", "ghost-1", "ghost-2"])
+    cluster.wait_http(node)
+    return cluster, node.url
+
+
+def lost_while_held(secured: Secured, *args: str, command: tuple[str, ...] = ()) -> int:
+    """`lock` or `elect` through a proxy to one node, cut off once it holds: no keepalive reaches the cluster."""
+    node = secured.cluster.nodes["node-1"]
+    proxy = NetworkProxy(("127.0.0.1", node.http_port))
+    try:
+        endpoint = proxy.address.replace("http", "https")
+        process = cli_process(secured, *args, "--ttl", "1", "--endpoints", endpoint, *command)
+        assert process.stdout is not None
+        process.stdout.readline()  # the leader, or the command's first line: it holds
+        proxy.cut_off()
+        _, errors = process.communicate(timeout=30)
+    finally:
+        proxy.close()
+    assert "no keepalive has reached the cluster" in errors, errors
+    return process.returncode
+
+
+def lost_answer(secured: Secured, *args: str, stdin: str | None = None) -> Result:
+    """The command against a server that takes the request and closes the connection without an answer."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def swallow_one_request() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+
+        thread = threading.Thread(target=swallow_one_request, daemon=True)
+        thread.start()
+        address = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        result = run(secured, *args, stdin=stdin, COORDINATED_ENDPOINTS=address, COORDINATED_CACERT=None)
+        thread.join(5)
+    return result
+
+
+def test_every_example_of_the_exit_code_table_exits_with_its_code(secured: Secured, tmp_path: Path) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        dead = f"https://127.0.0.1:{unused.getsockname()[1]}"
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("not a certificate")
+    version = json_of(run(secured, "kv", "put", "codes/k", "1", "-o", "json"))["version"]
+    run(secured, "snapshot", "save", "codes", "taken", "--location", "codes")
+    masterless, lonely = masterless_node(tmp_path / "masterless")
+
+    def held_lock() -> int:
+        with secured.client() as client, client.session(ttl=10) as session, Lock(client, "codes/lock", session):
+            return run(secured, "lock", "codes/lock", "--wait", "0.3", "--", "true").exit_code
+
+    lines = "\n".join(['{"key": "codes/i", "value": 1}', '{"key": "codes/j"}'])
+    scenarios: dict[str, list[Callable[[], int]]] = {
+        "the command did what it was asked": [lambda: run(secured, "kv", "get", "codes/k").exit_code],
+        "a key or session not found (`kv get`, `kv del`, `session keepalive`)": [
+            lambda: run(secured, "kv", "get", "codes/missing").exit_code,
+            lambda: run(secured, "kv", "del", "codes/missing").exit_code,
+            lambda: run(secured, "session", "keepalive", "0" * 32).exit_code,
+        ],
+        "a conflict (409: `--create` on an existing key, a stale `--if-version`)": [
+            lambda: run(secured, "kv", "put", "codes/k", "2", "--create").exit_code,
+            lambda: run(secured, "kv", "put", "codes/k", "2", "--if-version", str(version + 1000)).exit_code,
+            lambda: run(secured, "kv", "del", "codes/k", "--if-version", str(version + 1000)).exit_code,
+        ],
+        "a transaction whose compares failed": [
+            lambda: run(secured, "kv", "txn", stdin='{"compare": [{"key": "codes/k", "version": 0}]}').exit_code
+        ],
+        "a lock not acquired within `--wait`": [held_lock],
+        "a lock or a leadership lost (no keepalive reached the cluster in time)": [
+            lambda: lost_while_held(secured, "lock", "codes/lost", command=("--", "sh", "-c", "echo held; sleep 30")),
+            lambda: lost_while_held(secured, "elect", "codes/lost-election", "alice"),
+        ],
+        "an unhealthy node for `endpoint health`": [
+            lambda: run(secured, "endpoint", "health", COORDINATED_ENDPOINTS=f"{secured.endpoints},{dead}").exit_code
+        ],
+        "a snapshot name taken": [lambda: run(secured, "snapshot", "save", "codes", "taken").exit_code],
+        "an unknown option": [lambda: run(secured, "kv", "get", "codes/k", "--no-such-option").exit_code],
+        "a VALUE that is not JSON": [lambda: run(secured, "kv", "put", "codes/k", "hello").exit_code],
+        "a key name the cluster refuses": [
+            lambda: run(secured, "kv", "put", "_reserved", "1").exit_code,
+            lambda: run(secured, "kv", "get", "codes//k").exit_code,
+        ],
+        "a malformed transaction or import file": [
+            lambda: (
+                run(secured, "kv", "txn", stdin='{"compare": [{"key": "codes/k", "value": 1, "version": 1}]}').exit_code
+            ),
+            lambda: run(secured, "kv", "txn", stdin='{"success": [{"op": "rename", "key": "codes/k"}]}').exit_code,
+            lambda: run(secured, "kv", "import", stdin=lines).exit_code,
+        ],
+        "an unknown setting or a bad value (the cluster's 400)": [
+            lambda: run(secured, "settings", "set", "cluster.no_such_setting=1").exit_code,
+            lambda: run(secured, "settings", "set", "cluster.publish.diff_history.max_diffs=-3").exit_code,
+        ],
+        "a CA file that is not PEM": [
+            lambda: run(secured, "kv", "get", "codes/k", COORDINATED_CACERT=str(not_pem)).exit_code
+        ],
+        "connection refused": [
+            lambda: run(secured, "kv", "get", "codes/k", COORDINATED_ENDPOINTS=dead, COORDINATED_TIMEOUT="0").exit_code
+        ],
+        "a wrong address": [
+            lambda: (
+                run(
+                    secured,
+                    "kv",
+                    "get",
+                    "codes/k",
+                    COORDINATED_ENDPOINTS="https://no-such-host.invalid:9200",
+                    COORDINATED_TIMEOUT="0",
+                ).exit_code
+            )
+        ],
+        "a TLS failure (an untrusted certificate)": [
+            lambda: (
+                run(
+                    secured, "kv", "get", "codes/k", COORDINATED_CACERT=str(secured.other_ca), COORDINATED_TIMEOUT="0"
+                ).exit_code
+            )
+        ],
+        "no master for longer than `--timeout` (the message says that the node that answered has no master)": [
+            lambda: no_master(secured, lonely),
+            lambda: no_master(secured, f"{lonely},{dead}"),  # the dead endpoint is not what the message names
+        ],
+        "a missing or unknown token (401) or a role too low (403)": [
+            lambda: run(secured, "kv", "put", "codes/k", "1", token=None).exit_code,
+            lambda: run(secured, "kv", "put", "codes/k", "1", token="not-a-token-0123456789").exit_code,
+            lambda: run(secured, "kv", "put", "codes/k", "1", token=READER).exit_code,
+        ],
+        "a conditional write or transaction was sent and its answer was lost (it may or may not have taken effect: "
+        "read the key to find out)": [
+            lambda: lost_answer(secured, "kv", "put", "codes/k", "1", "--create").exit_code,
+            lambda: (
+                lost_answer(
+                    secured, "kv", "txn", stdin='{"success": [{"op": "put", "key": "a", "value": 1}]}'
+                ).exit_code
+            ),
+        ],
+    }
+    try:
+        documented = documented_exit_codes()
+        assert set(documented) == set(scenarios)  # every example of the table has its scenarios, and no more
+        assert set(documented.values()) == {OK, FAILED, BAD_INPUT, UNREACHABLE, UNKNOWN_OUTCOME}
+        for example, code in documented.items():
+            for number, scenario in enumerate(scenarios[example]):
+                assert scenario() == code, f"{example} (scenario {number}) did not exit {code}"
+    finally:
+        masterless.stop_all(graceful=False)
+
+
+def no_master(secured: Secured, endpoints: str) -> int:
+    result = run(
+        secured, "kv", "put", "codes/k", "1", COORDINATED_ENDPOINTS=endpoints, COORDINATED_TIMEOUT="2", token=None
+    )
+    assert "has no master" in result.stderr and "cannot reach" not in result.stderr, result.stderr
+    return result.exit_code

@@ -100,6 +100,18 @@ def test_connection_refused_everywhere_gives_up_after_the_retry_time(driver: Dri
         driver.run(client.put("k", 1))
 
 
+def test_a_node_without_a_master_says_more_than_the_addresses_that_do_not_answer(driver: Driver) -> None:
+    """One live node without a master among dead addresses: the caller is told there is no master, by the node
+    that said so, not that the last address tried could not be reached."""
+    refused: list[httpx.Response | Exception] = [httpx.ConnectError("refused") for _ in range(200)]
+    script = Script(error(503, "cluster_block_exception"), *refused)
+    client = driver.client(TWO, handler=script, retry_timeout=0.5)
+    with pytest.raises(Unavailable) as raised:
+        driver.run(client.put("k", 1))
+    assert raised.value.type == "cluster_block_exception" and raised.value.address == "http://127.0.0.1:1"
+    assert len(script.hosts) > 2  # the attempts after the answer could not connect: no master is still what is said
+
+
 def test_no_retry_time_means_one_attempt(driver: Driver) -> None:
     script = Script(error(503, "cluster_block_exception"), written())
     client = driver.client(TWO, handler=script, retry_timeout=0)

@@ -1,14 +1,18 @@
 """Connection states of session recipes, against scripted answers, for the blocking and the asyncio client: a
-holder cut off from every node stops reporting `held()` once a whole TTL has passed since its last
-successful keepalive was sent (`suspended`), comes back when a keepalive succeeds again, and is `lost` once
-the cluster says its session ended."""
+holder cut off from every node stops reporting `held()` once the TTL less the safety margin has passed since
+its last successful keepalive was sent (`suspended`), even while a keepalive hangs without an answer; it comes
+back when a keepalive succeeds again, is `lost` once the cluster says its session ended, and `ended` (not
+`lost`) when it ends the session itself."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from typing import Any
 
 import httpx
+import pytest
 from client_drivers import Driver
 
 from coordinated.client import AsyncLock, ConnectionState, Lock
@@ -17,14 +21,37 @@ TTL_S = 0.9
 
 
 class Cluster:
-    """Answers a session, a lock and keepalives, until cut off (every request refused) or the session ends."""
+    """Answers a session, a lock and keepalives, until cut off (every request refused) or the session ends.
+    While `hanging`, a keepalive gets no answer until `hanging` is cleared (then a read timeout)."""
 
-    def __init__(self) -> None:
+    def __init__(self, asynchronous: bool = False) -> None:
+        self.asynchronous = asynchronous
         self.cut_off = threading.Event()
         self.session_gone = threading.Event()
+        self.hanging = threading.Event()
+        self.hung = 0  # keepalives that got no answer
         self.lock_key = ""
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: httpx.Request) -> Any:
+        if self.hanging.is_set() and request.url.path.endswith("/_keepalive"):
+            self.hung += 1
+            return self.hang(request)
+        return self.answer(request)
+
+    def hang(self, request: httpx.Request) -> Any:
+        if not self.asynchronous:
+            while self.hanging.is_set():
+                time.sleep(0.01)
+            raise httpx.ReadTimeout("no answer", request=request)
+
+        async def no_answer() -> httpx.Response:  # the asyncio client's transport awaits it
+            while self.hanging.is_set():
+                await asyncio.sleep(0.01)
+            raise httpx.ReadTimeout("no answer", request=request)
+
+        return no_answer()
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
         if self.cut_off.is_set():
             raise httpx.ConnectError("cut off", request=request)
         path = request.url.path
@@ -82,4 +109,42 @@ def test_a_holder_cut_off_from_every_node_is_suspended_within_its_ttl_then_recon
     assert wait_for(driver, lambda: lock.connection_state() is ConnectionState.LOST, TTL_S * 2)
     assert not lock.held()
     assert seen == [ConnectionState.SUSPENDED, ConnectionState.CONNECTED, ConnectionState.LOST]
+    driver.close(client)
+
+
+def test_a_keepalive_that_hangs_does_not_delay_the_suspension(driver: Driver) -> None:
+    """The node of the keepalive stops (SIGSTOP, a partition): the keepalive hangs for its whole request
+    timeout, and the session's clock still says `suspended` at its TTL less the margin, to the listeners
+    too, while that keepalive is still waiting."""
+    cluster = Cluster(asynchronous=driver.kind == "asyncio")
+    client = driver.client(["127.0.0.1:1"], handler=cluster, retry_timeout=0, request_timeout=30)
+    session = driver.session(client, ttl=TTL_S)
+    assert session.safety_margin == pytest.approx(TTL_S / 10) and session.lifetime == pytest.approx(TTL_S * 0.9)
+    lock = driver.pick(Lock, AsyncLock)(client, "locks/a", session)
+    seen: list[tuple[ConnectionState, int]] = []
+    lock.add_state_listener(lambda state: seen.append((state, cluster.hung)))
+    driver.run(lock.acquire(timeout=1))
+    cluster.hanging.set()
+    assert wait_for(driver, lambda: seen, TTL_S * 2)
+    # Reported while the keepalive sent after the cut was still hanging, by the clock alone.
+    assert seen == [(ConnectionState.SUSPENDED, 1)] and cluster.hanging.is_set()
+    assert not lock.held()
+    cluster.hanging.clear()
+    assert wait_for(driver, lambda: lock.held(), TTL_S * 2)
+    driver.close(client)
+
+
+def test_a_session_ended_on_purpose_is_ended_not_lost(driver: Driver) -> None:
+    cluster = Cluster()
+    client = driver.client(["127.0.0.1:1"], handler=cluster, retry_timeout=0.1, request_timeout=0.2)
+    session = driver.session(client, ttl=TTL_S)
+    lock = driver.pick(Lock, AsyncLock)(client, "locks/a", session)
+    seen: list[ConnectionState] = []
+    lock.add_state_listener(seen.append)
+    driver.run(lock.acquire(timeout=1))
+    driver.run(session.end())
+    assert seen == [ConnectionState.ENDED] and lock.connection_state() is ConnectionState.ENDED
+    assert not lock.held() and session.expired.is_set()
+    driver.run(session.end())  # once more: nothing changes
+    assert seen == [ConnectionState.ENDED]
     driver.close(client)

@@ -35,6 +35,18 @@ def test_the_client_is_versioned_with_the_server() -> None:
     assert (CLIENT / "coordinated" / "client" / "py.typed").exists()
 
 
+def test_every_public_name_is_found_where_the_package_says() -> None:
+    """The package imports its names when first used: each name of `__all__` has its module, and is there."""
+    import importlib
+
+    located = coordinated.client._MODULE_OF
+    assert set(located) | {"__version__"} == set(coordinated.client.__all__)
+    for name, module in located.items():
+        assert getattr(coordinated.client, name) is getattr(importlib.import_module(module), name), name
+    with pytest.raises(AttributeError, match="no_such_name"):
+        coordinated.client.no_such_name  # noqa: B018
+
+
 USE = """
 import json, sys
 from coordinated.client import Client, KeyValue

@@ -96,7 +96,7 @@ def test_prev_value_and_transaction_compares(driver: Driver, make_cluster: Calla
         )
         assert done.succeeded
         assert done.results[0]["prev"]["value"] == 6
-        assert done.results[1] == {"op": "delete_prefix", "prefix": "d/", "deleted": 2}
+        assert done.results[1] == {"op": "delete_prefix", "prefix": "d/", "deleted": 2, "more": False}
         assert driver.run(client.count("d/")).count == 0
         gone = driver.run(client.txn([Compare.exists("n")], [delete_op("n", prev_value=True)]))
         assert gone.results[0]["prev"]["value"] == 7

@@ -176,3 +176,168 @@ def test_the_sidecar_is_grouped_by_concern() -> None:
     folders = {path.name for path in SHELL.iterdir() if path.is_dir() and (path / "__init__.py").exists()}
     assert top - SIDECAR_TOP_LEVEL == set(), "put a new sidecar module in the subpackage of its concern"
     assert folders == SIDECAR_CONCERNS
+
+
+# -- the client API: one declaration per route ---------------------------------------------------------------
+# Each route's facts (method, path, parameters, privilege, body, answer, errors) are written once, in its
+# `Route` declaration beside its handler; registration, the parameter check, the access rule and the OpenAPI
+# document are derived from the declarations. The rules below keep it so.
+
+WEB = SHELL / "web"
+REGISTRATION = WEB / "app.py"  # the one place routes are registered and their parameters checked
+ROUTER_CALLS = {"add_get", "add_put", "add_post", "add_delete", "add_patch", "add_head", "add_route", "add_view"}
+PRIVILEGE_HOMES = {WEB / "privileges.py", REGISTRATION}  # the privileges' definitions; the no-route default
+
+
+def calls_named(path: Path, names: set[str]) -> list[str]:
+    """The calls in a file to a function or method of one of `names`, each as `name:line`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in names:
+                found.append(f"{name}:{node.lineno}")
+    return found
+
+
+def web_files() -> list[Path]:
+    return sorted(WEB.glob("*.py"))
+
+
+def test_client_routes_are_registered_and_their_parameters_checked_only_from_their_declarations() -> None:
+    def calls_by_file(names: set[str]) -> dict[str, list[str]]:
+        found = {str(path.relative_to(REPO)): calls_named(path, names) for path in web_files()}
+        return {name: [call.split(":")[0] for call in calls] for name, calls in found.items() if calls}
+
+    registration = str(REGISTRATION.relative_to(REPO))
+    assert calls_by_file(ROUTER_CALLS) == {registration: ["add_get", "add_route"]}
+    assert calls_by_file({"check_params"}) == {registration: ["check_params"]}
+
+
+def string_constants(path: Path) -> list[str]:
+    return [
+        node.value
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+
+
+def test_each_route_path_is_written_once() -> None:
+    """No second table keyed by path (a role table, a list of documented operations, a registration list):
+    each declared path appears as a string once in the sidecar, in its declaration."""
+    from coordinated.sidecar.web.route_table import ENDPOINTS
+
+    paths = {endpoint.route.path for endpoint in ENDPOINTS if endpoint.route.path != "/"}
+    written = [value for path in SHELL.rglob("*.py") for value in string_constants(path) if value in paths]
+    declared = [endpoint.route.path for endpoint in ENDPOINTS if endpoint.route.path != "/"]
+    assert sorted(written) == sorted(declared), "a route path is written outside its declaration"
+    assert len(paths) > 20, "the route table was not found"
+
+
+def privileges_outside_declarations(path: Path) -> list[int]:
+    """The lines where a file names a `Privilege.X` other than as an argument of a `Route(...)` declaration."""
+    tree = ast.parse(path.read_text())
+    in_routes = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Route"
+        for inner in ast.walk(node)
+    }
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "Privilege"
+        and id(node) not in in_routes
+    ]
+
+
+def test_a_routes_access_rule_is_its_declared_privilege() -> None:
+    found = {
+        str(path.relative_to(REPO)): privileges_outside_declarations(path)
+        for path in SHELL.rglob("*.py")
+        if path not in PRIVILEGE_HOMES
+    }
+    assert {name: lines for name, lines in found.items() if lines} == {}
+
+
+def query_reads(paths: list[Path]) -> dict[str, set[str]]:
+    """The query parameters each module-level function of `paths` reads by name itself: `query["x"]`,
+    `query.get("x")`, `"x" in query`, `request.query.getall("x")`, or `f(query, "x")` (as `param_bool` reads).
+    A shared helper that reads a choice of names (`timeout_of`: `timeout` or `master_timeout`) is not counted
+    for its callers, since a route may take only one of them."""
+    found: dict[str, set[str]] = {}
+    for path in paths:
+        for function in ast.parse(path.read_text()).body:
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            reads = found.setdefault(function.name, set())
+            for node in ast.walk(function):
+                if isinstance(node, ast.Subscript) and _is_query(node.value) and _text(node.slice):
+                    reads.add(_text(node.slice))
+                elif isinstance(node, ast.Compare) and _text(node.left) and any(map(_is_query, node.comparators)):
+                    reads.add(_text(node.left))
+                elif isinstance(node, ast.Call):
+                    func, args = node.func, node.args
+                    if isinstance(func, ast.Attribute) and _is_query(func.value) and args and _text(args[0]):
+                        reads.add(_text(args[0]))
+                    elif len(args) > 1 and _is_query(args[0]) and _text(args[1]):
+                        reads.add(_text(args[1]))
+    return found
+
+
+def _is_query(node: ast.expr) -> bool:
+    """`query`, or `request.query`."""
+    return (isinstance(node, ast.Name) and node.id == "query") or (
+        isinstance(node, ast.Attribute) and node.attr == "query"
+    )
+
+
+def _text(node: ast.expr) -> str:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ""
+
+
+def test_every_handler_is_declared_and_reads_only_the_parameters_its_routes_declare() -> None:
+    from coordinated.sidecar.web.route_table import ENDPOINTS, RESOURCES
+
+    reads = query_reads(web_files())
+    declared: dict[str, set[str]] = {}
+    for endpoint in ENDPOINTS:
+        params = {param.name for param in endpoint.route.params} if endpoint.route.check_params else set()
+        name = endpoint.handler.__name__
+        declared[name] = declared.get(name, params) & params  # a handler of several routes: what all declare
+    undeclared = {name: sorted(reads[name] - params) for name, params in declared.items() if reads[name] - params}
+    assert undeclared == {}, "a handler reads a query parameter that its route does not declare"
+    handlers = {
+        function.name
+        for module in RESOURCES
+        for function in ast.parse(Path(str(module.__file__)).read_text()).body
+        if isinstance(function, ast.AsyncFunctionDef)
+        and [arg.arg for arg in function.args.args] == ["request", "query"]
+    }
+    assert handlers == set(declared), "a handler without a declaration, or a declared handler outside a resource"
+    assert {"metadata_put", "metadata_watch", "snapshot_restore"} <= handlers
+
+
+def test_the_route_scans_catch_a_second_table_an_undeclared_parameter_and_a_privilege_outside_a_route(
+    tmp_path: Path,
+) -> None:
+    sample = tmp_path / "resource.py"
+    sample.write_text(
+        "RULES = {('GET', '/_cluster/health'): Privilege.MONITOR}\n"
+        "@routes.add(Route('GET', '/x', 's', Privilege.READ, T, params=(LOCAL,)))\n"
+        "async def handler(request, query):\n"
+        "    router.add_get('/y', handler)\n"
+        "    check_params(request, {'local'})\n"
+        "    a, b = query.get('local'), timeout_of(query)\n"
+        "    return param_bool(query, 'stream', False), 'prefix' in query, request.query.getall('after')\n"
+        "def timeout_of(query):\n"
+        "    return query['timeout']\n"
+    )
+    assert calls_named(sample, ROUTER_CALLS) == ["add_get:4"]
+    assert calls_named(sample, {"check_params"}) == ["check_params:5"]
+    assert "/_cluster/health" in string_constants(sample)
+    assert privileges_outside_declarations(sample) == [1]
+    assert query_reads([sample])["handler"] == {"local", "stream", "prefix", "after"}

@@ -69,6 +69,23 @@ def test_a_write_of_unknown_outcome_may_show_in_a_listing_which_reveals_its_vers
     assert not check_transactions([*history, listing(8, 9, "r/", ("r/a", 1, 8))]).ok
 
 
+def limited_delete(
+    start: float, end: float, prefix: str, limit: int, seen: tuple[int, bool], version: int
+) -> TxnOperation:
+    return TxnOperation(1, start, end, (), (("delete_prefix", prefix, (limit, seen)),), (), True, version)
+
+
+def test_a_limited_prefix_delete_removes_the_first_keys_in_key_order_and_says_whether_any_is_left() -> None:
+    writes = [put(0, 1, "r/c", 3, 3), put(0, 1, "r/a", 1, 4), put(0, 1, "r/b", 2, 5)]
+    first = limited_delete(2, 3, "r/", 2, (2, True), 6)
+    assert check_transactions([*writes, first, listing(4, 5, "r/", ("r/c", 3, 3))]).ok
+    assert not check_transactions([*writes, first, listing(4, 5, "r/", ("r/a", 1, 4))]).ok, "not the first in order"
+    assert not check_transactions([*writes, limited_delete(2, 3, "r/", 2, (2, False), 6)]).ok, "one was left"
+    assert not check_transactions([*writes, limited_delete(2, 3, "r/", 5, (2, False), 6)]).ok, "three were there"
+    rest = limited_delete(6, 7, "r/", 2, (1, False), 7)
+    assert check_transactions([*writes, first, rest, listing(8, 9, "r/")]).ok
+
+
 @pytest.mark.slow  # random schedules: make test runs it, make test-fast does not
 def test_the_random_schedules_with_range_clients_pass_the_check() -> None:
     for seed in (1, 4, 8):

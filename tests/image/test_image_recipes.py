@@ -35,6 +35,6 @@ def test_the_harness_image_installs_the_same_extras_and_is_rebuilt_when_any_pack
     sources = re.search(r'^IMAGE_SOURCES="([^"]+)"$', script, re.MULTILINE)
     assert extras is not None and sources is not None
     assert set(extras.group(1).split(",")) == EXTRAS
-    assert f'"${{REPO_DIR}}/{CLIENT_FOLDER}"' in script  # the client's wheel is built in the same resolve
+    assert f'"${{src}}/{CLIENT_FOLDER}" "${{src}}[$IMAGE_EXTRAS]"' in script  # the client's wheel: the same resolve
     # The cache key hashes these folders: a change to one that is missing (core/ was) kept a stale image.
     assert set(sources.group(1).split()) == wheel_folders() | {CLIENT_FOLDER}

@@ -21,7 +21,7 @@ from coordinated.kubectl.tunnel import http_client, pod_address
 
 OK, FAILED, BAD_INPUT, UNREACHABLE = 0, 1, 2, 3
 
-FACTS = Facts("prod", "demo", survivor=1, lost=(0, 2), image="coordinated-cluster:0.1.0", pull_policy="Never")
+FACTS = Facts("prod", "demo", survivor=1, lost=(0, 2), image="coordinated-cluster:0.2.0", pull_policy="Never")
 
 
 def test_the_recover_plan_is_the_documented_procedure_in_order() -> None:
@@ -51,7 +51,7 @@ def test_the_bootstrap_job_mounts_only_the_survivors_claim_as_the_sidecars_user(
     assert pod["volumes"] == [{"name": "data", "persistentVolumeClaim": {"claimName": "data-demo-1"}}]
     container = pod["containers"][0]
     assert container["args"] == ["node-tool", "unsafe-bootstrap", "--data-dir", "/data", "--yes"]
-    assert container["image"] == "coordinated-cluster:0.1.0" and container["imagePullPolicy"] == "Never"
+    assert container["image"] == "coordinated-cluster:0.2.0" and container["imagePullPolicy"] == "Never"
     assert pod["securityContext"]["runAsUser"] == 10001 and pod["securityContext"]["runAsNonRoot"] is True
 
 

@@ -260,3 +260,13 @@ def test_each_rule(
     assert bool(found) == fired, found
     if fired:
         assert labels.items() <= found[0].items(), found
+
+
+def test_the_archive_alert_fires_minutes_after_the_sidecar_reports_failing(rules_file: Path) -> None:
+    """`coordinated_archive_failing` turns 1 within `s3.client.*.call_timeout` (30s) of a store that hangs; the
+    alert follows after `archiveFailingFor` (values.yaml: 5m). Failing from minute 2: not yet at minute 6, firing at
+    minute 8 (with 15m it fired at minute 17)."""
+    series = {f'coordinated_archive_failing{{{SIDECAR}, pod="orders-0"}}': "0 0 1+0x30"}
+    assert not alerts_fired(rules_file, fires("CoordinatedClusterArchiveFailing", series, "6m", False))
+    found = alerts_fired(rules_file, fires("CoordinatedClusterArchiveFailing", series, "8m", True))
+    assert found and found[0]["pod"] == "orders-0", found

@@ -38,7 +38,7 @@ def apply(config: Path, *documents: dict[str, Any]) -> None:
 def cluster_objects(name: str, replicas: int) -> list[dict[str, Any]]:
     """A CoordinatedCluster, the StatefulSet and claims the operator would make, and Pending pods."""
     labels = {"app.kubernetes.io/name": "coordinated-cluster", "app.kubernetes.io/instance": name}
-    container = {"name": "sidecar", "image": "coordinated-cluster:0.1.0", "imagePullPolicy": "Never"}
+    container = {"name": "sidecar", "image": "coordinated-cluster:0.2.0", "imagePullPolicy": "Never"}
     objects: list[dict[str, Any]] = [
         {
             "apiVersion": "coordinated.dev/v1alpha1",

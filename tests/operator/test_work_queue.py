@@ -245,6 +245,10 @@ def test_only_the_leader_runs_passes_and_a_new_leader_passes_over_every_cluster(
         release.set()
         await asyncio.sleep(0.05)
         assert sorted(passes) == ["a", "b"]
+        leading[0] = True  # the Lease again: the replica reconciles again
+        work.lead(memo)
+        await settle()
+        assert sorted(passes) == ["a", "a", "b", "b"]
         work.stop()
 
     asyncio.run(scenario())
@@ -274,3 +278,60 @@ def test_the_periodic_loop_leaves_a_cluster_whose_follow_up_is_pending() -> None
     asyncio.run(scenario())
     # One pass per interval, give or take the start: never two (about 40 before).
     assert len(passes) <= 20 + 3, len(passes)
+
+
+def test_a_stopping_operator_lets_the_pass_under_way_end_before_closing_and_starts_no_other() -> None:
+    """The operator's cleanup stops the queue, drains it, then closes the sidecar connections: a pass under way
+    ends with the connections still open (before, it failed on a closed client and sent a ReconcileFailed Event
+    on every operator upgrade), and nothing starts a pass after the stop."""
+    closed = False
+    outcomes: list[str] = []
+
+    async def scenario() -> None:
+        nonlocal closed
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def slow_pass(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger) -> None:
+            started.set()
+            await release.wait()
+            outcomes.append("closed client" if closed else "done")
+
+        class Connections:
+            async def aclose(self) -> None:
+                nonlocal closed
+                closed = True
+
+        work = queue_of(slow_pass)
+        memo = kopf.Memo(work=work, http=Connections())
+        work.watch(cluster("demo"))
+        work.request_pass("ns/demo", memo)
+        await started.wait()
+        closing = asyncio.create_task(handlers.close(memo=memo))
+        await settle()
+        assert not closing.done() and not closed  # waiting for the pass
+        work.request_pass("ns/demo", memo)  # a pod event after the stop
+        await work.run(cluster("demo"), memo, LOG)  # a change handler after the stop
+        release.set()
+        await closing
+        assert closed
+
+    asyncio.run(scenario())
+    assert outcomes == ["done"]
+
+
+def test_draining_is_bounded_by_its_timeout() -> None:
+    async def scenario() -> None:
+        never = asyncio.Event()
+
+        async def stuck_pass(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger) -> None:
+            await never.wait()
+
+        work = queue_of(stuck_pass)
+        work.watch(cluster("demo"))
+        work.request_pass("ns/demo", kopf.Memo())
+        await settle()
+        work.stop()
+        await asyncio.wait_for(work.drain(0.01), timeout=5)  # returns although the pass never ends
+        work.forget("ns/demo")
+
+    asyncio.run(scenario())

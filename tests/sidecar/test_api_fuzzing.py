@@ -171,6 +171,6 @@ def test_after_the_fuzzing_the_cluster_is_green_and_kept_every_acknowledged_writ
 
 
 def test_the_node_serves_the_document_it_is_fuzzed_with(fuzzed: FuzzedCluster) -> None:
-    status, served = fuzzed.nodes[0].get(openapi.DOCUMENT_PATH)
+    status, served = fuzzed.nodes[0].get("/_openapi")
     assert status == 200
     assert served == openapi.build_document()

@@ -11,8 +11,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from coordinated.sidecar.observability.metrics import NodeMetrics
-from coordinated.sidecar.web import api
-from coordinated.sidecar.web.snapshot_api import setup_snapshot_routes
+from coordinated.sidecar.web.app import ServedRoutes
+from coordinated.sidecar.web.app_keys import NODE_KEY
+from coordinated.sidecar.web.errors import errors_middleware
 
 REFUSED = [
     # Documented booleans that were never parsed, so any value passed.
@@ -51,10 +52,9 @@ def test_a_malformed_parameter_is_refused_with_the_error_shape(method: str, path
 async def request(method: str, path: str) -> tuple[int, dict[str, object]]:
     # Only the middleware's metrics are reached: every one of these requests is refused before the node is.
     stand_in = types.SimpleNamespace(metrics=NodeMetrics(lambda: None))
-    app = web.Application(middlewares=[api.errors_middleware])
-    app[api.NODE_KEY] = stand_in  # type: ignore[misc]
-    api.setup_routes(app)
-    setup_snapshot_routes(app.router)
+    app = web.Application(middlewares=[errors_middleware])
+    app[NODE_KEY] = stand_in  # type: ignore[misc]
+    ServedRoutes().register(app.router)
     async with TestClient(TestServer(app)) as client:
         response = await client.request(method, path, json={"persistent": {}} if method == "PUT" else None)
         return response.status, await response.json()

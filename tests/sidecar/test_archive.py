@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
+import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -252,3 +254,51 @@ def test_uploads_ride_out_a_fault_and_resume_when_it_is_healed(
     assert len(bucket_keys(s3_server)) == 3
     for secret in (s3_server.secret_key, s3_server.access_key):
         assert secret not in caplog.text, "a credential reached the logs"
+
+
+def test_an_upload_to_a_store_that_hangs_fails_at_its_deadline_and_resumes(s3_server: S3Server, tmp_path: Path) -> None:
+    """A store stopped with SIGSTOP: the kernel still accepts connections and takes the request's bytes, and
+    nothing answers or resets. botocore's read timeout (50s here, with 3 retries) would hold the upload for
+    minutes; the request's deadline (`call_timeout`) fails it, and the failure shows, while the store hangs."""
+    credentials = s3_server.credentials_file(tmp_path / "credentials")
+    settings = archive_settings(s3_server.address, credentials, call_timeout="2s", read_timeout="50s", max_retries="3")
+    harness = Harness(settings, tmp_path / "history")
+    assert s3_server.process is not None
+
+    async def scenario(h: Harness) -> None:
+        write_segments(h.writer, 1)
+        await h.until("the first segment archived", lambda: h.archive.status().pending_segments == 0)
+        os.kill(s3_server.process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+        try:
+            write_segments(h.writer, 2)
+            await h.until("the hung upload failed", lambda: "no answer within 2s" in (h.archive.status().problem or ""))
+            status = h.archive.status()
+            assert status.failures >= 1 and status.pending_segments == 2
+            assert "s3.client.default.call_timeout" in (status.problem or "")
+        finally:
+            os.kill(s3_server.process.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        await h.until("every segment archived", lambda: h.archive.status().pending_segments == 0)
+        assert h.archive.status().problem is None
+
+    run_archive(harness, scenario)
+    assert len(bucket_keys(s3_server)) == 3
+
+
+def test_a_segment_damaged_on_disk_is_archived_as_it_is_and_marked_damaged(s3_server: S3Server, tmp_path: Path) -> None:
+    """Left out, it would leave a hole in the archive that an audit reports as a gap; marked, the audit names it."""
+    settings = archive_settings(s3_server.address, s3_server.credentials_file(tmp_path / "credentials"))
+    harness = Harness(settings, tmp_path / "history")
+    write_segments(harness.writer, 2)
+    first, second = harness.closed()
+    data = first.read_bytes()
+    first.write_bytes(data[: len(data) // 2])
+
+    async def scenario(h: Harness) -> None:
+        await h.until("both archived", lambda: h.archive.status().pending_segments == 0)
+        damaged = await h.archive.bucket.head(h.archive.key_of(CLUSTER, first))
+        whole = await h.archive.bucket.head(h.archive.key_of(CLUSTER, second))
+        assert damaged is not None and whole is not None
+        assert (damaged.metadata or {}).get("damaged", "").startswith("truncated: the file ends after"), damaged
+        assert "damaged" not in (whole.metadata or {})
+
+    run_archive(harness, scenario)

@@ -5,6 +5,8 @@ reason, and uploads resume when the store is back. Credentials never show in log
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -231,3 +233,45 @@ def test_retention_deletes_no_segment_the_archive_lacks(
     kept_first = list_segments(history)[0].first_seq
     deleted = [name for name in objects if int(name.rsplit("segment-", 1)[-1].split(".")[0]) < kept_first]
     assert deleted and all(f"prod/{state['cluster_uuid']}/{node.node_id()}/" in name for name in deleted)
+
+
+def test_a_store_that_hangs_turns_health_yellow_with_the_s3_clients_defaults(
+    make_cluster: Callable[..., LocalCluster], s3_server: S3Server, tmp_path: Path
+) -> None:
+    """SIGSTOP: the store accepts connections and answers nothing. With the default client settings (`read_timeout`
+    50s, 3 retries) only the request's deadline (`call_timeout`, 30s) fails the upload: health turns yellow naming
+    it, and `coordinated_archive_failing` says so, well within a minute; SIGCONT and the uploads resume."""
+    cluster = make_cluster()
+    settings = archive_settings(s3_server, s3_server.credentials_file(tmp_path / "credentials"))
+    for default in ("s3.client.default.max_retries", "s3.client.default.read_timeout"):
+        del settings[default]
+    cluster.settings.update(settings)
+    (node,) = cluster.bootstrap(1)
+    write(cluster, 30, "before")
+    wait("the first segments archived", lambda: metrics(node).get("coordinated_archive_uploaded_segments_total", 0) > 0)
+    assert s3_server.process is not None
+    os.kill(s3_server.process.pid, signal.SIGSTOP)
+    try:
+        hung_at = time.monotonic()
+        write(cluster, 30, "while-hung")  # closes segments: an upload starts and hangs
+
+        def yellow() -> dict[str, Any] | None:
+            health = node.get("/_cluster/health")[1]
+            return health if health["status"] == "yellow" and health["archive_problem"] else None
+
+        health = wait("health yellow with the archive's problem", yellow, timeout=120)
+        took = time.monotonic() - hung_at
+        print(f"health yellow {took:.1f}s after the store hung: {health['archive_problem']}")
+        assert "no answer within" in health["archive_problem"] and "call_timeout" in health["archive_problem"]
+        values = metrics(node)
+        assert values["coordinated_archive_failing"] == 1 and values["coordinated_archive_failures_total"] >= 1
+        assert values["coordinated_archive_pending_segments"] >= 1
+    finally:
+        os.kill(s3_server.process.pid, signal.SIGCONT)
+
+    def drained() -> bool:
+        return metrics(node).get("coordinated_archive_pending_segments") == 0 and (
+            node.get("/_cluster/health")[1]["archive_problem"] is None
+        )
+
+    wait("every pending segment uploaded once the store answers again", drained, timeout=120)

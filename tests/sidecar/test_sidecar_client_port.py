@@ -20,7 +20,7 @@ from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.messages import Envelope, ForwardedRequest, encode_envelope
 from coordinated.coordination.state import DiscoveryNode
 from coordinated.sidecar.observability.metrics import NodeMetrics
-from coordinated.sidecar.web import api, http_server
+from coordinated.sidecar.web import app_keys, errors, http_server
 from coordinated.tools.localcluster import LocalCluster, free_ports, http
 
 pytestmark = pytest.mark.timeout(120)
@@ -112,8 +112,8 @@ async def start_client_port(
     async def echo(request: web.Request) -> web.Response:
         return web.json_response({"length": len(await request.read())})
 
-    app = web.Application(middlewares=[*([access] if access else []), api.errors_middleware])
-    app[api.NODE_KEY] = stand_in  # type: ignore[misc]  # the middleware only needs metrics and config
+    app = web.Application(middlewares=[*([access] if access else []), errors.errors_middleware])
+    app[app_keys.NODE_KEY] = stand_in  # type: ignore[misc]  # the middleware only needs metrics and config
     app.router.add_put("/echo", echo)
     runner = http_server.ClientAppRunner(app)
     await runner.setup()
@@ -127,7 +127,7 @@ async def closed_by_server(reader: asyncio.StreamReader, within_s: float) -> byt
 
 def test_slow_headers_idle_connections_and_slow_bodies_are_cut_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(http_server, "IDLE_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(api, "BODY_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(errors, "BODY_TIMEOUT_S", 0.5)
 
     async def scenario() -> None:
         port = free_ports(1)[0]

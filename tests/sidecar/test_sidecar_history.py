@@ -116,7 +116,7 @@ def test_a_followers_commit_and_apply_are_one_line_and_two_events(tmp_path: Path
     assert {k: v for k, v in committed.items() if k not in ("seq", "type")} == {
         k: v for k, v in applied.items() if k not in ("seq", "type")
     }
-    assert last_seq_in(list_segments(tmp_path)[0].path) == (4, False)
+    assert last_seq_in(list_segments(tmp_path)[0].path)[:2] == (4, False)
 
 
 def test_compressed_segments_read_like_plain_ones(tmp_path: Path) -> None:

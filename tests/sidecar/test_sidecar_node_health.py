@@ -22,7 +22,7 @@ from coordinated.sidecar.config import build_config
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.peers.transport import transport_app
 from coordinated.sidecar.storage.persist_monitor import MonitoredPersistedState
-from coordinated.sidecar.web.api import client_app
+from coordinated.sidecar.web.app import client_app
 from coordinated.sidecar.web.http_server import ClientAppRunner
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, free_ports
 

@@ -113,7 +113,7 @@ def test_prefix_deletes_previous_values_compares_and_bad_parameters(make_cluster
                 "create_version": result["results"][0]["create_version"],
             },
         },
-        {"op": "delete_prefix", "prefix": "cfg", "deleted": 1},
+        {"op": "delete_prefix", "prefix": "cfg", "deleted": 1, "more": False},
     ]
 
     bad: list[tuple[str, str, str]] = [
@@ -124,6 +124,9 @@ def test_prefix_deletes_previous_values_compares_and_bad_parameters(make_cluster
         ("GET", "/_cluster/metadata?at_version=x", "[at_version]"),
         ("GET", "/_cluster/metadata?recursive=true", "unrecognized parameter"),
         ("DELETE", "/_cluster/metadata", "needs [prefix]"),
+        ("DELETE", "/_cluster/metadata?prefix=", "an empty [prefix] deletes every key: add [all=true]"),
+        ("DELETE", "/_cluster/metadata?prefix=cfg&all=true", "takes no [prefix]"),
+        ("DELETE", "/_cluster/metadata?prefix=&all=maybe", "[all]"),
         ("PUT", "/_cluster/metadata/k?prev_value=maybe", "[prev_value]"),
     ]
     for method, path, reason in bad:

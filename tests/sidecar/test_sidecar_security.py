@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from route_lookup import required_role
 
 from coordinated.coordination.settings import SettingsError
 from coordinated.sidecar.config import build_config, sidecar_registry
 from coordinated.sidecar.peers.tls import ReloadingContext, Side, TlsFiles
-from coordinated.sidecar.web.access import Role, required_role
+from coordinated.sidecar.web.privileges import Role
 from coordinated.tools.devcerts import Cert, client_context, have_openssl, make_ca, make_cert
 from coordinated.tools.localcluster import LocalCluster, LocalNode, http
 
@@ -112,17 +113,17 @@ def test_route_table() -> None:
     assert required_role("GET", "/_cluster/metadata") is Role.READER  # a range read
     assert required_role("DELETE", "/_cluster/metadata") is Role.WRITER  # a prefix delete
     assert required_role("POST", "/_sessions") is Role.WRITER
-    # Sessions are a writer's, their listing included; as route templates too.
+    # Sessions are a writer's, their listing included.
     assert required_role("GET", "/_sessions") is Role.WRITER
-    assert required_role("PUT", "/_sessions/{id}/_keepalive") is Role.WRITER
-    assert required_role("DELETE", "/_sessions/{id}") is Role.WRITER
+    assert required_role("PUT", "/_sessions/abc/_keepalive") is Role.WRITER
+    assert required_role("DELETE", "/_sessions/abc") is Role.WRITER
     assert required_role("GET", "/_cluster/settings") is Role.ADMIN
     assert required_role("PUT", "/_snapshot/r/s") is Role.ADMIN
     assert required_role("GET", "/_hooks") is Role.ADMIN
-    assert required_role("POST", "/_some/new/api") is Role.ADMIN  # unclassified: closed
-    # As the middleware sees them: route templates.
-    assert required_role("PUT", "/_cluster/metadata/{key}") is Role.WRITER
-    assert required_role("DELETE", "/_hooks/{name}") is Role.ADMIN
+    assert required_role("POST", "/_some/new/api") is Role.ADMIN  # no route: closed
+    assert required_role("POST", "/_cluster/metadata/a") is Role.ADMIN  # a method no route takes: closed too
+    assert required_role("PUT", "/_cluster/metadata/%7Bkey%7D/a%2Fb") is Role.WRITER
+    assert required_role("DELETE", "/_hooks/h") is Role.ADMIN
 
 
 # -- tokens, roles and the loopback listener on a real node ---------------------------------------------

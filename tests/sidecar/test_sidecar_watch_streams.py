@@ -76,6 +76,16 @@ def test_the_backlog_then_live_changes_on_one_response(make_cluster: Callable[..
         master.request("DELETE", "/_cluster/metadata/app/a")
         assert changes(until(lines, lambda line: "key" in line)) == [("delete", "app/a", None, "-")]
 
+    # Where a stream starts comes first, with the headers: the after_version asked for, or, from now, the
+    # version the node is at after its read barrier (every write acknowledged before is at or below it).
+    acknowledged = master.put("/_cluster/metadata/app/b", 3)[1]["version"]
+    with httpx.Client(timeout=httpx.Timeout(30.0)) as client:
+        for query in (f"&after_version={start}", ""):
+            url = f"{follower.url}/_cluster/metadata/_watch?stream=true{query}"
+            with client.stream("GET", url) as response:
+                after = int(response.headers["X-Coordinated-After-Version"])
+                assert after == start if query else after >= acknowledged, (query, after)
+
 
 def test_gone_bad_parameters_and_a_slow_reader(make_cluster: Callable[..., LocalCluster]) -> None:
     cluster = make_cluster(settings={**FAST_PROGRESS, "watch.change_log.size": "5", "watch.stream.buffer_size": "64kb"})

@@ -99,10 +99,16 @@ def test_bad_watch_parameters_get_400_naming_them(make_cluster: Callable[..., Lo
         ("prefix=_sessions", "prefix"),
         ("local=maybe", "local"),
         ("since=3", "since"),
+        ("after_version=999999999", "beyond the cluster's version"),
+        ("after_version=999999999&stream=true", "beyond the cluster's version"),
     ):
         status, body = node.get(f"/_cluster/metadata/_watch?{query}")
         assert status == 400, (query, body)
         assert named in body["error"]["reason"], (query, body)
+        assert body["error"]["type"] == "illegal_argument_exception" and body["status"] == 400
+    # A local watch is this node's view, which may lag: beyond its version, it waits as for any quiet prefix.
+    status, body = node.get("/_cluster/metadata/_watch?after_version=999999999&local=true&timeout=0s")
+    assert status == 200 and body["events"] == []
 
 
 def test_a_version_older_than_the_change_log_is_gone(make_cluster: Callable[..., LocalCluster]) -> None:

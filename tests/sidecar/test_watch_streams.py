@@ -10,6 +10,7 @@ from coordinated.coordination.state import ClusterState, KeyVersion
 from coordinated.sidecar.features import watch_streams
 from coordinated.sidecar.features.change_log import ChangeLog
 from coordinated.sidecar.features.watch_streams import LOST_MASTER, STOPPING, StreamHub
+from coordinated.sidecar.web.http_chunks import chunk
 
 
 class FakeTransport:
@@ -51,7 +52,7 @@ def state(version: int, kv: dict[str, Any]) -> ClusterState:
 def test_one_encoding_per_event_and_one_chunk_per_group(monkeypatch: Any) -> None:
     async def run() -> None:
         log = ChangeLog(100)
-        hub = StreamHub(log, buffer_size=1 << 20)
+        hub = StreamHub(log, buffer_size=1 << 20, frame=chunk)
         log.record(state(1, {"a/x": 0, "b/y": 0}))
         same = [FakeTransport() for _ in range(3)]
         streams = [hub.add(t, ("a/",), None, False, 1) for t in same]
@@ -84,7 +85,7 @@ def test_one_encoding_per_event_and_one_chunk_per_group(monkeypatch: Any) -> Non
 def test_a_reader_that_falls_behind_is_ended_with_a_closed_line_and_a_gone_client_is_dropped() -> None:
     async def run() -> None:
         log = ChangeLog(100)
-        hub = StreamHub(log, buffer_size=1_000)
+        hub = StreamHub(log, buffer_size=1_000, frame=chunk)
         log.record(state(1, {"k": 0}))
         slow, gone, fine = FakeTransport(buffered=5_000), FakeTransport(), FakeTransport()
         streams = [hub.add(t, ("",), None, False, 1) for t in (slow, gone, fine)]
@@ -105,7 +106,7 @@ def test_a_reader_that_falls_behind_is_ended_with_a_closed_line_and_a_gone_clien
 
 def test_streams_end_when_their_node_loses_its_master_but_local_ones_go_on() -> None:
     async def run() -> None:
-        hub = StreamHub(ChangeLog(100), buffer_size=1_000)
+        hub = StreamHub(ChangeLog(100), buffer_size=1_000, frame=chunk)
         linearizable, local = FakeTransport(), FakeTransport()
         ended = hub.add(linearizable, ("",), None, False, 1)
         kept = hub.add(local, ("",), None, False, 1, needs_master=False)
@@ -119,7 +120,7 @@ def test_streams_end_when_their_node_loses_its_master_but_local_ones_go_on() -> 
 def test_a_stream_that_joined_after_a_step_was_recorded_does_not_get_it_twice() -> None:
     async def run() -> None:
         log = ChangeLog(100)
-        hub = StreamHub(log, buffer_size=1_000)
+        hub = StreamHub(log, buffer_size=1_000, frame=chunk)
         log.record(state(1, {"k": 0}))
         log.record(state(2, {"k": 1}))  # recorded, its delivery still to come
         step = log.newest

@@ -132,10 +132,14 @@ class AsyncClient(ClientBase):
     delete_snapshot = awaiting(operations.delete_snapshot)
     restore_snapshot = awaiting(operations.restore_snapshot)
 
-    async def session(self, ttl: float = 10.0, on_expired: Callable[[], None] | None = None) -> AsyncSession:
-        """A TTL session kept alive by a task of the running loop until `end()` (or the `async with`)."""
+    async def session(
+        self, ttl: float = 10.0, on_expired: Callable[[], None] | None = None, *, safety_margin: float | None = None
+    ) -> AsyncSession:
+        """A TTL session kept alive by a task of the running loop until `end()` (or the `async with`); see
+        `Client.session`."""
+        margin = session_flows.safety_margin_of(ttl, safety_margin)  # checked before the session is created
         created_at = time.monotonic()  # the TTL runs from no earlier than this
-        session = AsyncSession(self, await self.create_session(ttl), ttl, on_expired, created_at)
+        session = AsyncSession(self, await self.create_session(ttl), ttl, on_expired, created_at, margin)
         self._sessions.add(session)
         return session
 
@@ -190,7 +194,8 @@ class AsyncRecipe:
 
 
 class AsyncSession(session_flows.SessionBase):
-    """A TTL session that a task keeps alive; see `SessionBase`. `expired` is an `asyncio.Event`."""
+    """A TTL session that a task keeps alive while another watches its clock; see `SessionBase`. `expired`
+    is an `asyncio.Event`."""
 
     expired: asyncio.Event
 
@@ -201,20 +206,26 @@ class AsyncSession(session_flows.SessionBase):
         ttl: float,
         on_expired: Callable[[], None] | None = None,
         created_at: float | None = None,
+        safety_margin: float | None = None,
     ) -> None:
-        super().__init__(info, ttl, asyncio.Event(), on_expired, created_at)
+        super().__init__(info, ttl, asyncio.Event(), on_expired, created_at, safety_margin)
         self.client = client
-        keep_alive = client.run_flow(session_flows.keep_alive(client, self))
-        self._task = asyncio.get_running_loop().create_task(keep_alive, name=f"session-{self.id}")
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(client.run_flow(session_flows.keep_alive(client, self)), name=f"session-{self.id}"),
+            loop.create_task(client.run_flow(session_flows.watch_clock(self)), name=f"session-clock-{self.id}"),
+        ]
 
     async def stop_keepalive(self) -> None:
-        """Stops the keepalives; the session then expires after its TTL."""
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        """Stops the keepalives (and the watch of the clock); the session then expires after its TTL."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def end(self) -> None:
-        """Ends the session (its ephemeral keys go with it) and stops the keepalives."""
+        """Ends the session (its ephemeral keys go with it) and stops the keepalives: `ended`."""
         await self.stop_keepalive()
         await self.client.run_flow(session_flows.end(self.client, self))
 

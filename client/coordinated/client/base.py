@@ -15,15 +15,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Self, TypedDict, TypeVar
 
 import httpx
-from tenacity import (
-    DoAttempt,
-    DoSleep,
-    RetryCallState,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_delay,
-    wait_random_exponential,
-)
 
 from coordinated.client import calls
 from coordinated.client.endpoints import (
@@ -36,7 +27,7 @@ from coordinated.client.endpoints import (
     from_environment,
     timeout_for,
 )
-from coordinated.client.errors import CoordinatedError
+from coordinated.client.errors import ApiError, CoordinatedError
 from coordinated.client.flow import Flow, Send, Sleep
 
 T = TypeVar("T")
@@ -121,9 +112,12 @@ class ClientBase:
         }
 
 
-def attempt(client: ClientBase, address: str, call: calls.Call[T], timeout_s: float | None = None) -> Flow[T]:
+def attempt(
+    client: ClientBase, address: str, call: calls.Call[T], timeout_s: float | None = None, *, moves_on_503: bool = True
+) -> Flow[T]:
     """One attempt at one address. A failure of the attempt itself (no connection, no answer, a 503) raises
-    `Retryable` or `OutcomeUnknown`; an answer is parsed by the call (which raises the API's errors)."""
+    `Retryable` or `OutcomeUnknown`, and moves the client to its next address (for a 503, unless not
+    `moves_on_503`); an answer is parsed by the call (which raises the API's errors)."""
     params = dict(call.params)
     if call.master_timeout and client.master_timeout is not None:
         params["master_timeout"] = client.master_timeout
@@ -141,10 +135,11 @@ def attempt(client: ClientBase, address: str, call: calls.Call[T], timeout_s: fl
         client.endpoints.failed(address)
         raise failure(call, address, error) from error
     if call.stream and response.status_code == 200:
-        return call.parse(200, None)  # the body is the held stream, for the flow's `ReadLine` steps
+        return call.parse(200, response.headers)  # the body is the held stream, for the flow's `ReadLine` steps
     body = decode(response)
     if response.status_code == 503:
-        client.endpoints.failed(address)
+        if moves_on_503:
+            client.endpoints.failed(address)
         raise failure(call, address, None, 503, body)
     return call.parse(response.status_code, body)
 
@@ -154,7 +149,10 @@ def find_master(client: ClientBase) -> Flow[None]:
     endpoints = client.endpoints
     endpoints.find_master = False
     try:
-        master = yield from attempt(client, endpoints.current, calls.cat_master(), FIND_MASTER_TIMEOUT_S)
+        # A node without a master stays the one to send to: the call's own answer will say so.
+        master = yield from attempt(
+            client, endpoints.current, calls.cat_master(), FIND_MASTER_TIMEOUT_S, moves_on_503=False
+        )
     except (Retryable, CoordinatedError):
         return
     if master is None:
@@ -178,15 +176,28 @@ def attempt_here(client: ClientBase, call: calls.Call[T]) -> Flow[T]:
 
 
 def perform(client: ClientBase, call: calls.Call[T]) -> Flow[T]:
-    """Runs one call with retries; raises the call's ApiError, OutcomeUnknown, or the last failure.
+    """Runs one call with retries; raises the call's ApiError, OutcomeUnknown, or the failure that says most:
+    the last answer of a node (a 503: no master, say) if any node answered, else the last failure.
 
     The first attempt goes out at once; tenacity takes over only after it failed (most calls succeed at
-    the first attempt, and tenacity's bookkeeping costs about as much as the request's own)."""
+    the first attempt, and tenacity's bookkeeping costs about as much as the request's own; a short-lived
+    program, such as the command line, does not even import it then)."""
     started = time.monotonic()
     try:
         return (yield from attempt_here(client, call))
     except Retryable as failed:
         first = failed
+    answered = first.error if isinstance(first.error, ApiError) else None
+    from tenacity import (
+        DoAttempt,
+        DoSleep,
+        RetryCallState,
+        Retrying,
+        retry_if_exception_type,
+        stop_after_delay,
+        wait_random_exponential,
+    )
+
     retrying = Retrying(
         stop=stop_after_delay(client.retry_timeout - (time.monotonic() - started)),
         wait=wait_random_exponential(multiplier=0.05, max=1.0),
@@ -199,12 +210,16 @@ def perform(client: ClientBase, call: calls.Call[T]) -> Flow[T]:
     while True:
         try:
             action = retrying.iter(state)
-        except Retryable as retryable:  # out of time: the last failure, as the caller knows it
+        except Retryable as retryable:  # out of time: the failure that says most, as the caller knows it
+            if answered is not None and not isinstance(retryable.error, ApiError):
+                raise answered from retryable.error
             raise retryable.error from retryable.__cause__
         if isinstance(action, DoAttempt):
             try:
                 result = yield from attempt_here(client, call)
-            except Retryable:
+            except Retryable as failed:
+                if isinstance(failed.error, ApiError):
+                    answered = failed.error
                 state.set_exception(sys.exc_info())  # type: ignore[arg-type]  # Retryable is an exception
             else:
                 state.set_result(result)

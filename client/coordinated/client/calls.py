@@ -58,7 +58,7 @@ class Call(Generic[T]):
     wait_s: float = 0.0  # how long the server may hold the request (a watch), on top of the usual timeout
     # The call takes `master_timeout` (how long the master may take), which the client may set for all.
     master_timeout: bool = True
-    # A held stream: a 200's body stays open for the flow to read line by line (`parse` gets no body).
+    # A held stream: a 200's body stays open for the flow to read line by line (`parse` gets the headers).
     stream: bool = False
 
 
@@ -215,13 +215,18 @@ def count(prefix: str, *, local: bool = False) -> Call[KeyCount]:
     return Call("GET", "/_cluster/metadata", parse, params | _flag("local", local))
 
 
-def delete_prefix(prefix: str) -> Call[PrefixDeleted]:
+def delete_prefix(prefix: str, *, every_key: bool = False) -> Call[PrefixDeleted]:
+    """One call: the first keys under `prefix` (at most 1,000 a call, a node's limit); `more` says keys are left."""
+
     def parse(status: int, body: Any) -> PrefixDeleted:
         body = ok(status, body)
-        return PrefixDeleted(body["prefix"], body["deleted"], body["term"], body["version"])
+        return PrefixDeleted(body["prefix"], body["deleted"], body["term"], body["version"], body.get("more", False))
 
+    if not prefix and not every_key:
+        raise InvalidKey("an empty prefix deletes every key: pass every_key=True to mean it")
+    params = {"prefix": checked_prefix(prefix)} | ({"all": "true"} if every_key and not prefix else {})
     # Retried like an unconditional delete: a repeat deletes what is under the prefix then.
-    return Call("DELETE", "/_cluster/metadata", parse, {"prefix": checked_prefix(prefix)})
+    return Call("DELETE", "/_cluster/metadata", parse, params)
 
 
 def _compare(compare: Compare | tuple[str, int]) -> dict[str, Any]:
@@ -296,8 +301,8 @@ STREAM_SILENCE_S = 30.0
 
 def watch_stream(
     prefixes: Sequence[str], after_version: int | None, prev_value: bool, only: str | None, local: bool
-) -> Call[None]:
-    """Opens a streaming watch (its lines are read by the flow)."""
+) -> Call[int | None]:
+    """Opens a streaming watch (its lines are read by the flow); the result is where the stream starts."""
     if only not in (None, "put", "delete"):
         raise ValueError(f"filter must be 'put' or 'delete', got {only!r}")
     params: dict[str, str | list[str]] = {"stream": "true", "prefix": [checked_prefix(p) for p in prefixes]}
@@ -306,7 +311,18 @@ def watch_stream(
         params["after_version"] = str(after_version)
     if only is not None:
         params["filter"] = only
-    return Call("GET", "/_cluster/metadata/_watch", ok, params, wait_s=STREAM_SILENCE_S, stream=True)
+    return Call("GET", "/_cluster/metadata/_watch", _stream_start, params, wait_s=STREAM_SILENCE_S, stream=True)
+
+
+# The header of a stream's answer that says where it starts: it reports every change after this version.
+AFTER_VERSION_HEADER = "X-Coordinated-After-Version"
+
+
+def _stream_start(status: int, headers: Any) -> int | None:
+    """A stream's start, from its answer's headers (None from a node too old to send it)."""
+    ok(status, headers)
+    start = headers.get(AFTER_VERSION_HEADER) if headers is not None else None
+    return int(start) if start is not None and start.isdigit() else None
 
 
 def reset_events(prefix: str, listing: Listing) -> list[WatchEvent]:

@@ -95,6 +95,7 @@ def failure(call: Call[Any], address: str, error: BaseException | None, status: 
             return OutcomeUnknown(f"{call.method} {call.path} via {address} may or may not have taken effect", error)
         return Retryable(NoNodeAvailable(f"no answer from {address}: {error!r}"))
     api = api_error(status, body)
+    api.address = address
     if api.type not in NOT_APPLIED_503 and call.retry is Retry.NEVER_BLIND:
         return OutcomeUnknown(f"{call.method} {call.path} via {address} may or may not have taken effect: {api}", api)
     return Retryable(api)

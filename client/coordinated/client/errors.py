@@ -11,6 +11,9 @@ class CoordinatedError(Exception):
 
 
 class ApiError(CoordinatedError):
+    # The address of the node that answered, when the client gave up on retrying it (a 503).
+    address: str | None = None
+
     def __init__(self, status: int, error_type: str, reason: str, body: Any = None) -> None:
         super().__init__(f"{status} {error_type}: {reason}")
         self.status = status
@@ -40,7 +43,16 @@ class ChangesGone(ApiError):
 
 
 class Unavailable(ApiError):
-    """503 that outlasted the client's retries (no master, a master change, a timeout)."""
+    """503 that outlasted the client's retries (no master, a master change, a timeout). Raised rather than
+    `NoNodeAvailable` when some node answered while others could not be reached: a node that answers that it
+    has no master says more than the ones that do not answer."""
+
+    def no_master(self) -> bool:
+        """Whether the node that answered has no master (`cluster_block_exception` of the no-master block, or
+        `master_not_discovered_exception`)."""
+        return self.type == "master_not_discovered_exception" or (
+            self.type == "cluster_block_exception" and "no master" in self.reason
+        )
 
 
 class SessionNotFound(NotFound):

@@ -35,6 +35,7 @@ import httpx
 
 T = TypeVar("T")
 E = TypeVar("E")
+E_co = TypeVar("E_co", covariant=True)
 S = TypeVar("S")
 P = ParamSpec("P")
 
@@ -174,9 +175,21 @@ def blocking(flow: Callable[Concatenate[S, P], Flow[T]]) -> Callable[Concatenate
     return _method(flow, "run_flow", "{}")
 
 
-def blocking_stream(stream: Callable[Concatenate[S, P], Stream[E]]) -> Callable[Concatenate[S, P], Iterator[E]]:
-    """The stream as a method that returns an iterator of its items."""
-    return _method(stream, "iterate_flow", "Iterator[{}]")
+class ClosableIterator(Protocol[E_co]):
+    """A blocking stream's items (sync.py's `BlockingStream`): `close()` ends it, from any thread."""
+
+    def __iter__(self) -> ClosableIterator[E_co]: ...
+
+    def __next__(self) -> E_co: ...
+
+    def close(self) -> None: ...
+
+
+def blocking_stream(
+    stream: Callable[Concatenate[S, P], Stream[E]],
+) -> Callable[Concatenate[S, P], ClosableIterator[E]]:
+    """The stream as a method that returns an iterator of its items, which any thread may `close()`."""
+    return _method(stream, "iterate_flow", "BlockingStream[{}]")
 
 
 def awaiting_stream(stream: Callable[Concatenate[S, P], Stream[E]]) -> Callable[Concatenate[S, P], AsyncIterator[E]]:

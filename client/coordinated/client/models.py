@@ -57,10 +57,14 @@ class PrefixDeleted:
     prefix: str
     deleted: int  # how many keys were under the prefix
     term: int
-    version: int  # the state version of the delete (or the current one, if nothing was there)
+    version: int  # the state version of the (last) delete (or the current one, if nothing was there)
+    more: bool = False  # of one call (`calls.delete_prefix`): keys are left under the prefix
 
 
 CompareOp = Literal["=", "!=", "<", ">"]
+COMPARE_OPS: tuple[CompareOp, ...] = ("=", "!=", "<", ">")
+CompareTarget = Literal["version", "create_version", "value"]
+COMPARE_TARGETS: tuple[CompareTarget, ...] = ("version", "create_version", "value")
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ class Compare:
     `Compare.absent("lock")`, `Compare.exists("lock")`."""
 
     key: str
-    target: Literal["version", "create_version", "value"]
+    target: CompareTarget
     op: CompareOp
     operand: Any
 
@@ -100,6 +104,28 @@ class Compare:
     def to_api(self) -> dict[str, Any]:
         return {"key": self.key, self.target: self.operand, "op": self.op}
 
+    @classmethod
+    def from_api(cls, compare: Any) -> Compare:
+        """A compare as the API takes it: `{"key", one of "version", "create_version", "value", "op"}` (`op`
+        one of `=` (the default), `!=`, `<`, `>`). ValueError names what is wrong with a malformed one."""
+        if not isinstance(compare, dict) or not isinstance(compare.get("key"), str):
+            raise ValueError(f"a compare is an object with a [key]: {compare!r}")
+        unknown = set(compare) - {"key", "op", *COMPARE_TARGETS}
+        if unknown:
+            raise ValueError(f"the compare of [{compare['key']}] has unknown fields {sorted(unknown)}")
+        given = [target for target in COMPARE_TARGETS if target in compare]
+        if len(given) != 1:
+            raise ValueError(
+                f"the compare of [{compare['key']}] needs exactly one of [version], [create_version] and [value]"
+            )
+        target, op = given[0], compare.get("op", "=")
+        if op not in COMPARE_OPS:
+            raise ValueError(f"the compare of [{compare['key']}] has op [{op}]: give one of {list(COMPARE_OPS)}")
+        operand = compare[target]
+        if target != "value" and (isinstance(operand, bool) or not isinstance(operand, int) or operand < 0):
+            raise ValueError(f"the compare of [{compare['key']}]: [{target}] is a version, 0 or more: {operand!r}")
+        return cls(compare["key"], target, op, operand)
+
 
 @dataclass(frozen=True)
 class TxnResult:
@@ -111,9 +137,11 @@ class TxnResult:
 @dataclass(frozen=True)
 class WatchEvent:
     """A change under a watched prefix. `reset` says the watch fell behind the node's change log: forget what
-    you know under the prefix; the `put` events that follow (at the version of that re-read) are its keys."""
+    you know under the prefix; the `put` events that follow (at the version of that re-read) are its keys.
+    `progress` (only on a watch that asks for it) is no change: every change up to its `version` has been
+    given; the first one says the watch has started, and gives every change after its version."""
 
-    type: Literal["put", "delete", "reset"]
+    type: Literal["put", "delete", "reset", "progress"]
     key: str
     value: Any
     version: int

@@ -103,9 +103,16 @@ def delete(
     return (yield from perform(client, calls.delete(key, if_version=if_version, prev_value=prev_value)))
 
 
-def delete_prefix(client: ClientBase, prefix: str) -> Flow[PrefixDeleted]:
-    """Deletes every key under `prefix` (`""`: every key) in one committed state."""
-    return (yield from perform(client, calls.delete_prefix(prefix)))
+def delete_prefix(client: ClientBase, prefix: str, *, every_key: bool = False) -> Flow[PrefixDeleted]:
+    """Deletes every key under `prefix` (`""` with `every_key=True`: every key), in key order, in committed
+    states of at most 1,000 keys each (a node deletes no more in one), calling until none is left; `deleted`
+    counts them all, `version` is the last state's."""
+    total = 0
+    while True:
+        done = yield from perform(client, calls.delete_prefix(prefix, every_key=every_key))
+        total += done.deleted
+        if not done.more:
+            return PrefixDeleted(done.prefix, total, done.term, done.version)
 
 
 def txn(
@@ -258,23 +265,30 @@ def watch(
     prev_value: bool = False,
     filter: str | None = None,
     local: bool = False,
+    progress: bool = False,
 ) -> Stream[WatchEvent]:
     """Every change under `prefix` (a prefix, or several), for ever, on one held stream: the changes after
     `after_version` (None: from now), in version order. `prev_value`: events carry the value before the
     change; `filter`: `"put"` or `"delete"` events only. A dropped stream (its node killed, a failover, a
     stream ended by the node) is resumed on another one, through any node, with no change missed or
     reported twice. If the watch falls behind a node's change log, it re-reads each prefix (a range read at
-    one version) and yields a `reset` event for it followed by a `put` of every key there, and goes on."""
+    one version) and yields a `reset` event for it followed by a `put` of every key there, and goes on.
+    `progress`: also a `progress` event whenever every change up to a later version has been given, the
+    first one as soon as the watch has started (a watch from now gives every change after its version).
+    The blocking client's iterator ends at once when `close()`d, from any thread."""
     prefixes = [prefix] if isinstance(prefix, str) else list(prefix) or [""]
     position = StreamPosition(after_version)
     quiet_ends = 0
     while True:
         call = calls.watch_stream(prefixes, position.resume_after(), prev_value, filter, local)
         try:
-            yield from perform(client, call)
+            start = yield from perform(client, call)
         except ChangesGone:  # a node that answers a stream's 410 as a status rather than a `gone` line
             yield from _re_read(client, prefixes, local, position)
             continue
+        # Where this stream starts, known before its first line: a break from here on resumes from there.
+        if start is not None and position.progress(start) and progress:
+            yield Emit(WatchEvent("progress", "", None, start))
         address = client.endpoints.current
         lines = 0
         while True:
@@ -288,16 +302,16 @@ def watch(
                 break
             lines += 1
             kind = message.get("type")
-            if kind == "progress":
-                position.progress(message["version"])
+            if kind in ("progress", "closed"):  # `closed`: the node ended the stream, everything up to it sent
+                if position.progress(message["version"]) and progress:
+                    yield Emit(WatchEvent("progress", "", None, message["version"]))
+                if kind == "closed":
+                    client.endpoints.failed(address)
+                    break
             elif kind in ("put", "delete"):
                 event = event_of(message)
                 if position.report(event):
                     yield Emit(event)
-            elif kind == "closed":  # the node ended the stream; everything up to its version was sent
-                position.progress(message["version"])
-                client.endpoints.failed(address)
-                break
             elif kind == "gone":
                 yield CloseStream()
                 yield from _re_read(client, prefixes, local, position)

@@ -153,6 +153,7 @@ class PrefixCache(PrefixCacheBase[Client]):
         super().__init__(client, prefix)
         self.initialized = threading.Event()
         self._closed = threading.Event()
+        self._changes = client.iterate_flow(maintain(self))
         self._thread = threading.Thread(target=self._run, name=f"prefix-cache-{prefix}", daemon=True)
 
     def start(self) -> PrefixCache:
@@ -160,7 +161,9 @@ class PrefixCache(PrefixCacheBase[Client]):
         return self
 
     def _run(self) -> None:
-        for change in self.client.iterate_flow(maintain(self), self._closed):
+        for change in self._changes:
+            if self._closed.is_set():
+                return
             if change.type == "initialized":
                 self.initialized.set()
             self.notify(change)
@@ -170,9 +173,9 @@ class PrefixCache(PrefixCacheBase[Client]):
 
     def close(self) -> None:
         """Stops following the prefix: the thread sends nothing more and calls no listener once a change
-        being notified is done. It ends at the stream's next line (a node sends one at least every
-        `watch.stream.progress_interval`), or at once if it was not reading."""
+        being notified is done; its stream is closed at once."""
         self._closed.set()
+        self._changes.close()
 
     def __enter__(self) -> PrefixCache:
         return self.start()

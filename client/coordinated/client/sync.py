@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, TypeVar, Unpack, cast
 
 import httpx
@@ -72,12 +73,14 @@ class Client(ClientBase):
             pass
         return cast(T, stepper.result)
 
-    def iterate_flow(self, stream: Stream[E], stop: threading.Event | None = None) -> Iterator[E]:
-        """The stream's items; with `stop`, it ends before its next step once `stop` is set."""
-        return cast(Iterator[E], self._drive(Stepper(stream, stream=True), stop))
+    def iterate_flow(self, stream: Stream[E]) -> BlockingStream[E]:
+        """The stream's items, as an iterator that any thread may `close()`."""
+        return BlockingStream(self, Stepper(stream, stream=True))
 
-    def _drive(self, stepper: Stepper[Any], stop: threading.Event | None = None) -> Iterator[Any]:
-        held = _HeldStream()
+    def _drive(
+        self, stepper: Stepper[Any], stop: threading.Event | None = None, held: _HeldStream | None = None
+    ) -> Generator[Any, None, None]:
+        held = held or _HeldStream()
         with contextlib.closing(stepper.flow), contextlib.closing(held):
             while (step := stepper.next_step()) is not None:
                 if stop is not None and stop.is_set():
@@ -136,20 +139,67 @@ class Client(ClientBase):
     delete_snapshot = blocking(operations.delete_snapshot)
     restore_snapshot = blocking(operations.restore_snapshot)
 
-    def session(self, ttl: float = 10.0, on_expired: Callable[[], None] | None = None) -> Session:
-        """A TTL session kept alive in the background until `end()` (or the end of a `with` block)."""
+    def session(
+        self, ttl: float = 10.0, on_expired: Callable[[], None] | None = None, *, safety_margin: float | None = None
+    ) -> Session:
+        """A TTL session kept alive in the background until `end()` (or the end of a `with` block).
+        `on_expired` is called once the cluster says the session ended (`lost`). The session is `suspended`
+        once no keepalive has succeeded for `ttl - safety_margin` seconds (default margin: a tenth of the TTL)."""
+        margin = session_flows.safety_margin_of(ttl, safety_margin)  # checked before the session is created
         created_at = time.monotonic()  # the TTL runs from no earlier than this
-        session = Session(self, self.create_session(ttl), ttl, on_expired, created_at)
+        session = Session(self, self.create_session(ttl), ttl, on_expired, created_at, margin)
         self._sessions.add(session)
         return session
 
 
+class BlockingStream(Iterator[E]):
+    """The items of a stream (a watch, the pages of a listing, an election's leaders), one per `next()`.
+    `close()` ends it from any thread: a `next()` waiting for the stream's next line (a watch waiting for a
+    change) ends at once with StopIteration, as does every later one, and its connection is closed."""
+
+    def __init__(self, client: Client, stepper: Stepper[Any]) -> None:
+        self._stop = threading.Event()
+        self._held = _HeldStream()
+        self._items = client._drive(stepper, self._stop, self._held)
+        self._iterating = threading.Lock()  # held by the thread inside `next()`
+
+    def __iter__(self) -> BlockingStream[E]:
+        return self
+
+    def __next__(self) -> E:
+        with self._iterating:
+            return cast(E, next(self._items))
+
+    def close(self) -> None:
+        self._stop.set()  # the driver ends at its next step, a pause ends at once
+        self._held.abort()  # a read under way ends at once
+        # Unless a thread is inside `next()` (it then ends the flow itself, at once), the flow ends here.
+        if self._iterating.acquire(blocking=False):
+            try:
+                self._items.close()
+            finally:
+                self._iterating.release()
+
+    @property
+    def closed(self) -> bool:
+        return self._stop.is_set()
+
+    def __enter__(self) -> BlockingStream[E]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class _HeldStream:
-    """The open answer of a flow's streaming `Send`, read line by line."""
+    """The open answer of a flow's streaming `Send`, read line by line. `abort` (from any thread) shuts its
+    connection down, so that a read under way ends at once, and any later answer is closed as it comes."""
 
     def __init__(self) -> None:
         self.response: httpx.Response | None = None
         self.lines: Iterator[str] = iter(())
+        self._lock = threading.Lock()
+        self._aborted = False
 
     def open(self, response: httpx.Response) -> httpx.Response:
         """Holds a 200 answer open; reads any other whole (an error to parse) and closes it."""
@@ -159,8 +209,17 @@ class _HeldStream:
             finally:
                 response.close()
             return response
-        self.response, self.lines = response, response.iter_lines()
+        with self._lock:
+            self.response, self.lines = response, response.iter_lines()
+            if self._aborted:
+                _shut_down(response)
         return response
+
+    def abort(self) -> None:
+        with self._lock:
+            self._aborted = True
+            if self.response is not None:
+                _shut_down(self.response)
 
     def next_line(self) -> str | None:
         """The next line; None at the end. The stream is closed at its end and when a read fails."""
@@ -174,9 +233,21 @@ class _HeldStream:
         return line
 
     def close(self) -> None:
-        if self.response is not None:
-            self.response.close()
-        self.response, self.lines = None, iter(())
+        with self._lock:
+            response, self.response, self.lines = self.response, None, iter(())
+        if response is not None:
+            response.close()
+
+
+def _shut_down(response: httpx.Response) -> None:
+    """Shuts the answer's connection down (not only closes it: a thread blocked reading it wakes up)."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            # The plain socket's shutdown, also under TLS: `SSLSocket.shutdown` would drop its TLS object
+            # under the reading thread's feet.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 class BlockingRecipe:
@@ -187,13 +258,13 @@ class BlockingRecipe:
     def run_flow(self, flow: Flow[T]) -> T:
         return self.client.run_flow(flow)
 
-    def iterate_flow(self, stream: Stream[E]) -> Iterator[E]:
+    def iterate_flow(self, stream: Stream[E]) -> BlockingStream[E]:
         return self.client.iterate_flow(stream)
 
 
 class Session(session_flows.SessionBase):
-    """A TTL session that a daemon thread keeps alive (a keepalive every third of the TTL); see
-    `SessionBase`. `expired` is a `threading.Event`."""
+    """A TTL session that a daemon thread keeps alive (a keepalive every third of the TTL) while another
+    watches its clock; see `SessionBase`. `expired` is a `threading.Event`."""
 
     expired: threading.Event
 
@@ -204,24 +275,28 @@ class Session(session_flows.SessionBase):
         ttl: float,
         on_expired: Callable[[], None] | None = None,
         created_at: float | None = None,
+        safety_margin: float | None = None,
     ) -> None:
-        super().__init__(info, ttl, threading.Event(), on_expired, created_at)
+        super().__init__(info, ttl, threading.Event(), on_expired, created_at, safety_margin)
         self.client = client
         self._stop = threading.Event()
-        keep_alive = session_flows.keep_alive(client, self)
-        self._thread = threading.Thread(
-            target=client.run_flow, args=(keep_alive, self._stop), name=f"session-{self.id}", daemon=True
-        )
-        self._thread.start()
+        flows = {"session": session_flows.keep_alive(client, self), "session-clock": session_flows.watch_clock(self)}
+        self._threads = [
+            threading.Thread(target=client.run_flow, args=(flow, self._stop), name=f"{name}-{self.id}", daemon=True)
+            for name, flow in flows.items()
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def stop_keepalive(self) -> None:
-        """Stops the keepalives; the session then expires after its TTL."""
+        """Stops the keepalives (and the watch of the clock); the session then expires after its TTL."""
         self._stop.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(self.client.request_timeout + self.client.retry_timeout)
+        for thread in self._threads:
+            if threading.current_thread() is not thread:
+                thread.join(self.client.request_timeout + self.client.retry_timeout)
 
     def end(self) -> None:
-        """Ends the session (its ephemeral keys go with it) and stops the keepalives."""
+        """Ends the session (its ephemeral keys go with it) and stops the keepalives: `ended`."""
         self.stop_keepalive()
         self.client.run_flow(session_flows.end(self.client, self))
 

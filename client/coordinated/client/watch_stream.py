@@ -2,7 +2,8 @@
 connection or a failover) without a gap and without reporting a change twice.
 
 A stream sends the changes of one state version together, in key order, and a progress line says that
-every version up to its own is complete. So the position is the last complete version (`finished`), plus
+every version up to its own is complete. A stream's answer says where it starts (its `X-Coordinated-After-Version`
+header) before any line: a watch "from now" that breaks before its first line resumes from there. So the position is the last complete version (`finished`), plus
 how many events of the version being sent (`current`) were already reported. A resume asks for the changes
 after `current - 1` and skips as many events of `current` as were reported: the server sends them again in
 the same order. After a reset (the watch fell behind a node's change log and re-read each prefix at its own
@@ -59,13 +60,15 @@ class StreamPosition:
         self.to_skip = 0
         return self.finished
 
-    def progress(self, version: int) -> None:
-        """Everything up to `version` has been sent."""
-        if self.finished is None or version > self.finished:
+    def progress(self, version: int) -> bool:
+        """Everything up to `version` has been sent; whether that moved `finished` on."""
+        moved = self.finished is None or version > self.finished
+        if moved:
             self.finished = version
         if self.current is not None and self.current <= version:
             self.current, self.reported, self.to_skip = None, 0, 0
         self.re_read = {prefix: at for prefix, at in self.re_read.items() if at > version}
+        return moved
 
     def reset(self, re_read: Mapping[str, int]) -> None:
         """Each prefix was re-read at its version; the stream goes on from the oldest of them."""

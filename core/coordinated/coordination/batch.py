@@ -406,7 +406,8 @@ def _put_or_delete(request: KvPut | KvDelete, draft: _Draft) -> Result:
 
 
 def _delete_prefix(request: KvDeletePrefix, draft: _Draft) -> Result:
-    return Committed(0, 0, deleted=draft.keys.delete_prefix(request.prefix))
+    deleted, more = draft.keys.delete_prefix(request.prefix, request.limit)
+    return Committed(0, 0, deleted=deleted, more=more)
 
 
 def _txn(request: Txn, draft: _Draft) -> Result:

@@ -5,6 +5,7 @@ log, so that a task that would exceed a limit can be taken back. Pure data.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
@@ -114,8 +115,8 @@ class BatchKeys:
         self._base_session_keys = session_keys or (
             lambda session_id: [key for key, owner in base.kv_sessions.items() if owner == session_id]
         )
-        self._base_keys_with_prefix = keys_with_prefix or (
-            lambda prefix: [key for key in base.kv if key.startswith(prefix)]
+        self._base_keys_with_prefix = keys_with_prefix or (  # in key order
+            lambda prefix: sorted(key for key in base.kv if key.startswith(prefix))
         )
         self._undo: list[tuple[str, Any, KeyVersion | None, str | None]] = []
 
@@ -213,11 +214,24 @@ class BatchKeys:
                 self.delete(key)
         return True
 
-    def delete_prefix(self, prefix: str) -> int:
-        """Deletes every key under `prefix`; how many there were. In proportion to those keys (and to the keys
-        this batch touched), not to every key."""
-        candidates = {*self._base_keys_with_prefix(prefix), *(key for key in self.kv.touched if key.startswith(prefix))}
-        return sum(1 for key in sorted(candidates) if self.delete(key))
+    def delete_prefix(self, prefix: str, limit: int | None = None) -> tuple[int, bool]:
+        """Deletes the keys under `prefix` in key order, at most `limit` of them (None: every one); (how many it
+        deleted, whether any is left). In proportion to those keys (and to the keys this batch touched), not to
+        every key under the prefix, nor to every key."""
+        touched = sorted(key for key in self.kv.touched if key.startswith(prefix))
+        deleted = 0
+        previous = None
+        for key in heapq.merge(self._base_keys_with_prefix(prefix), touched):
+            if key == previous:
+                continue
+            previous = key
+            if limit is not None and deleted >= limit:
+                if key in self.kv:
+                    return deleted, True
+                continue
+            if self.delete(key):
+                deleted += 1
+        return deleted, False
 
     def checkpoint_sessions(self, session_ids: tuple[str, ...], checkpoint: Callable[[str, Session], Session]) -> None:
         for session_id in session_ids:

@@ -99,6 +99,8 @@ class HistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
     first_kept_seq: int | msgspec.UnsetType = msgspec.UNSET  # retention_cut only
     first_lost_seq: int | msgspec.UnsetType = msgspec.UNSET  # history_lost only
     last_lost_seq: int | msgspec.UnsetType = msgspec.UNSET
+    # history_lost only, when a start skipped the seqs a damaged newest segment (this file name) may hold
+    damaged_segment: str | msgspec.UnsetType = msgspec.UNSET
 
     def to_dict(self) -> dict[str, Any]:
         """The event as the JSON object of the history line (without `seq` and `ts`)."""

@@ -111,12 +111,41 @@ class ExpandedLine:
     events: list[dict[str, Any]] | None
 
 
+FORMATS = (1, FORMAT)  # the history formats this release reads (format 1 writes no `format` field)
+
+
+class SegmentFormatError(ValueError):
+    """A segment whose first line declares a history format this release does not read (a newer release's)."""
+
+
+def format_problem(first_line: bytes) -> str:
+    """'' when a segment whose first line is `first_line` is of a format this release reads, else why not.
+
+    The format is the `format` field of a segment's first line (format 1 has none). Only a line that is a
+    JSON object is looked at: a damaged first line is the reader's to name as such."""
+    try:
+        decoded = _DECODER.decode(first_line.rstrip(b"\r\n"))
+    except (ValueError, RecursionError):
+        return ""
+    if not isinstance(decoded, dict) or "format" not in decoded:
+        return ""
+    declared = decoded["format"]
+    if isinstance(declared, int) and not isinstance(declared, bool) and declared in FORMATS:
+        return ""
+    readable = " and ".join(str(f) for f in FORMATS)
+    return (
+        f"is of history format [{msgspec.json.encode(declared).decode()[:40]}], which this release does not read "
+        f"(it reads formats {readable}): a newer release wrote it, or it is damaged"
+    )
+
+
 class SegmentExpander:
     """Reads one segment's complete lines in order, of format 1 or 2, and gives format-1 events.
 
     A line that is not a JSON object gives no events (`events` is None): it is damaged, and the caller names
     it. A format-2 line that leaves out a field no earlier line of its segment set gives an event without that
-    field, which the audit's schema then calls malformed, naming the line.
+    field, which the audit's schema then calls malformed, naming the line. A first line that declares another
+    format raises SegmentFormatError: no line of such a segment is read as an event.
     """
 
     def __init__(self) -> None:
@@ -133,8 +162,11 @@ class SegmentExpander:
             return ExpandedLine(self._lines, stripped, None)
         if not isinstance(decoded, dict):
             return ExpandedLine(self._lines, stripped, None)
-        if self._lines == 1 and decoded.get("format") == FORMAT:
-            self.format = FORMAT
+        if self._lines == 1 and "format" in decoded:
+            problem = format_problem(stripped)
+            if problem:
+                raise SegmentFormatError(problem)
+            self.format = decoded["format"]
         if self.format == 1:
             return ExpandedLine(self._lines, stripped, [decoded])
         decoded.pop("format", None)
@@ -166,9 +198,12 @@ def is_format2_start(first_line: bytes) -> bool:
 __all__ = [
     "ELIDED_FIELDS",
     "FORMAT",
+    "FORMATS",
     "ExpandedLine",
     "LineEncoder",
     "SegmentExpander",
+    "SegmentFormatError",
     "coerce_event",
+    "format_problem",
     "is_format2_start",
 ]

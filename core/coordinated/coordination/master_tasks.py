@@ -22,7 +22,7 @@ from coordinated.coordination.master_service import MasterService, Task
 from coordinated.coordination.reconfigurator import AUTO_SHRINK_VOTING_CONFIGURATION
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected
 from coordinated.coordination.state import ClusterState, Session
-from coordinated.coordination.state_index import SessionKeys
+from coordinated.coordination.state_index import SessionKeys, SortedKeys
 from coordinated.coordination.tasks import TaskPayload
 from coordinated.coordination.validation import MAX_VOTING_CONFIG_EXCLUSIONS
 
@@ -45,6 +45,9 @@ class MasterTasks:
         self.queue = MasterService()
         self._state_sizes = StateSizes()  # for cluster.metadata.max_state_size
         self._session_keys = SessionKeys(ctx.derivations)  # of the state batches build on, once a session has ended
+        # The sorted key names of that state, once a prefix has been deleted: each prefix delete then costs in
+        # proportion to the keys it deletes, not to every key (a scan of 100,000 keys took about 100 ms a call).
+        self._sorted_keys = SortedKeys(ctx.derivations)
 
     def submit(self, task: Task) -> None:
         self.queue.add(task)
@@ -95,6 +98,7 @@ class MasterTasks:
             self.listener.refused(f"publication refused: {rejected}")
             return
         self._session_keys.advance(base, new_state)
+        self._sorted_keys.advance(base, new_state)
         self.listener.publish(new_state, base, tasks, results)
         self._schedule_expiry()
 
@@ -107,7 +111,7 @@ class MasterTasks:
 
     def _batch_context(self, base: ClusterState | None = None) -> BatchContext:
         settings = self.ctx.settings
-        index = self._session_keys
+        index, sorted_keys = self._session_keys, self._sorted_keys
         return BatchContext(
             master=self.ctx.local_node,
             term=self.ctx.current_term,
@@ -118,6 +122,7 @@ class MasterTasks:
             session_expired=self.listener.session_expired,
             checkpoint_session=self.listener.checkpoint_session,
             session_keys=None if base is None else (lambda session_id: index.at(base).of(session_id)),
+            keys_with_prefix=None if base is None else (lambda prefix: sorted_keys.at(base).with_prefix(prefix)),
             max_value_size=settings[MAX_VALUE_SIZE],
             max_state_size=settings[MAX_STATE_SIZE],
             sizes=self._state_sizes,

@@ -57,8 +57,8 @@ def run_txn(txn: Txn, keys: BatchKeys) -> TxnResult | ClusterError:
             results.append(TxnOpResult("delete", op.key, keys.delete(op.key), prev=prev))
         elif op.op == "delete_prefix":
             assert op.prefix is not None  # checked by txn_problem
-            deleted = keys.delete_prefix(op.prefix)
-            results.append(TxnOpResult("delete_prefix", op.prefix, deleted > 0, deleted=deleted))
+            deleted, more = keys.delete_prefix(op.prefix, txn.delete_limit)
+            results.append(TxnOpResult("delete_prefix", op.prefix, deleted > 0, deleted=deleted, more=more))
         else:
             found = keys.get(op.key)
             if found is None:

@@ -245,9 +245,16 @@ def _txn_steps(op: TxnOperation, registers: dict[str, tuple[Any, int | None]]) -
             elif kind == "delete":
                 new[key] = (MISSING, 0)
             elif kind == "delete_prefix":
-                for name in new:
-                    if name.startswith(key):
-                        new[name] = (MISSING, 0)
+                # The first `limit` present keys in key order (None: all); where the answer was seen, it must
+                # say how many that was and whether any was left.
+                limit, seen = value if isinstance(value, tuple) else (None, None)
+                present = sorted(name for name, held in new.items() if name.startswith(key) and held[0] != MISSING)
+                gone = present if limit is None else present[:limit]
+                for name in gone:
+                    new[name] = (MISSING, 0)
+                if op.certain and seen is not None and tuple(seen) != (len(gone), len(present) > len(gone)):
+                    consistent = False
+                    break
             elif kind == "range":
                 if op.certain and not _range_matches(key, next(ranges), new):
                     consistent = False

@@ -1,7 +1,8 @@
 """Simulated clients of the keys under RANGE_PREFIX: puts, deletes, prefix deletes and range reads (every page
 of a listing, PAGE_LIMIT keys a page), each through any node. The recorder keeps all of them as operations
 over those keys together (`recorder.range_operations`), and `check_transactions` judges them: every range
-read returns exactly the keys one state held, in key order, and a prefix delete removes them all at once.
+read returns exactly the keys one state held, in key order, and a prefix delete removes them all at once, or,
+with a limit, the first ones in key order, saying whether any is left.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class RangeClient(SimClient):
             self.cluster.submit(node, KvDelete(self.rng.choice(RANGE_KEYS)), self.client_id, self.again)
         elif roll < 0.62:
             prefix = self.rng.choice((RANGE_PREFIX, f"{RANGE_PREFIX}b"))
-            self.cluster.submit(node, KvDeletePrefix(prefix), self.client_id, self.again)
+            limit = self.rng.choice((None, 1, 2))  # bounded as this release's nodes send it, or whole
+            self.cluster.submit(node, KvDeletePrefix(prefix, limit), self.client_id, self.again)
         else:
             self.cluster.read_range(node, RANGE_PREFIX, PAGE_LIMIT, self.client_id, self.listed)
 

@@ -56,7 +56,12 @@ class OperationRecorder:
             self._record_txn(client, request, invoked, result, completed)
         elif isinstance(request, KvDeletePrefix):
             if request.prefix.startswith(RANGE_PREFIX):
-                self._record_on_ranges(client, (("delete_prefix", request.prefix, None),), invoked, result, completed)
+                # (its limit, and what it answered: how many it deleted and whether any was left)
+                seen = None
+                if isinstance(result, Committed):
+                    seen = (0 if result.deleted is msgspec.UNSET else result.deleted, result.more)
+                deletion = ("delete_prefix", request.prefix, (request.limit, seen))
+                self._record_on_ranges(client, (deletion,), invoked, result, completed)
         elif isinstance(request, KvPut | KvDelete) and request.key.startswith(RANGE_PREFIX) and not _ephemeral(request):
             op = ("put", request.key, request.value) if isinstance(request, KvPut) else ("delete", request.key, None)
             self._record_on_ranges(client, (op,), invoked, result, completed)

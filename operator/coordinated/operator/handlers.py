@@ -73,14 +73,19 @@ def make_work_queue(config: OperatorConfig, leading: Any = None) -> WorkQueue:
     )
 
 
+# How long the operator, told to stop, lets the passes under way end before it closes their connections.
+DRAIN_SECONDS = 10.0
+
+
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
-    if (task := memo.get("election_task")) is not None:
-        task.cancel()
-    if (election := memo.get("election")) is not None:
-        await election.release()  # another replica takes over at once
     if getattr(memo, "work", None) is not None:
         memo.work.stop()
+        await memo.work.drain(DRAIN_SECONDS)  # still the leader meanwhile: the Lease is renewed
+    if (election := memo.get("election")) is not None:
+        await election.release()  # once the passes ended: another replica takes over at once
+    if (task := memo.get("election_task")) is not None:
+        task.cancel()
     if getattr(memo, "http", None) is not None:
         await memo.http.aclose()
 

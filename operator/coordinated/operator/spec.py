@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_IMAGE = "coordinated-cluster:0.1.0"
+DEFAULT_IMAGE = "coordinated-cluster:0.2.0"
 
 # Annotations on the CoordinatedCluster; they hold what must survive an operator restart.
 ANNOTATION_PREFIX = "coordinated.dev"

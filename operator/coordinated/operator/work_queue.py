@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import kopf
 
@@ -78,6 +79,8 @@ class WorkQueue:
         self._again: set[str] = set()  # clusters whose prompt pass must run once more
         self._later: dict[str, asyncio.Task[None]] = {}  # the follow-up pass waiting, per cluster
         self._streaks: dict[str, tuple[tuple[str, str], int]] = {}  # the last decision, how many passes in a row
+        self._running: set[asyncio.Task[Any]] = set()  # the tasks running a pass now
+        self._stopped = False
 
     def watch(self, body: kopf.Body) -> bool:
         """Follows the cluster; True when it is new to the queue or changed (essence), which asks for a pass."""
@@ -104,13 +107,22 @@ class WorkQueue:
     async def run(self, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger) -> None:
         """One pass for this cluster, after any other pass for it (timers and change handlers may overlap; scaling
         steps must not), then its follow-up."""
+        if self._stopped:
+            return  # the operator stops: what the pass uses is being closed
         key = cluster_key(body)
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            if not self._leading():
-                return  # another replica reconciles
-            action = await self._run_pass(body, memo, logger)
-            if action is not None:
-                self._follow_up(key, memo, action)
+        task = asyncio.current_task()
+        if task is not None:
+            self._running.add(task)
+        try:
+            async with self._locks.setdefault(key, asyncio.Lock()):
+                if not self._leading():
+                    return  # another replica reconciles
+                action = await self._run_pass(body, memo, logger)
+                if action is not None:
+                    self._follow_up(key, memo, action)
+        finally:
+            if task is not None:
+                self._running.discard(task)
 
     def start_periodic(self, memo: kopf.Memo) -> asyncio.Task[None]:
         if self._periodic is None or self._periodic.done():
@@ -118,8 +130,9 @@ class WorkQueue:
         return self._periodic
 
     def stop(self) -> None:
-        """The operator stops: the periodic loop and the follow-ups waiting are cancelled (a pass under way ends
-        with the event loop)."""
+        """The operator stops: no pass starts any more, and the periodic loop and the follow-ups waiting are
+        cancelled (a pass under way goes on: `drain` waits for it)."""
+        self._stopped = True
         if self._periodic is not None:
             self._periodic.cancel()
             self._periodic = None
@@ -127,18 +140,35 @@ class WorkQueue:
             later.cancel()
         self._later.clear()
 
+    async def drain(self, timeout: float) -> None:
+        """Wait, at most `timeout` seconds, for the passes under way to end, so that the caller closes what they use
+        (the sidecar connections) only after them: a pass cut short by a closed client reports a failure that is
+        none (a `ReconcileFailed` Event on every operator upgrade or restart)."""
+        running = [task for task in self._running if task is not asyncio.current_task() and not task.done()]
+        if running:
+            await asyncio.wait(running, timeout=timeout)
+
     def lead(self, memo: kopf.Memo) -> None:
         """This replica became the leader: the periodic loop, and a pass over every cluster at once."""
+        if self._stopped:
+            return  # the operator stops
         self.start_periodic(memo)
         for key in list(self._known):
             self.request_pass(key, memo)
 
     def step_down(self) -> None:
-        """This replica stopped being the leader: nothing more runs, and the passes under way are cancelled (their
-        next step would act on a cluster another replica may reconcile by now)."""
-        self.stop()
-        for task in self._soon.values():
-            task.cancel()
+        """This replica stopped being the leader: nothing more starts (until it leads again), the periodic loop and
+        the follow-ups waiting are cancelled, and so are the passes under way (their next step would act on a
+        cluster another replica may reconcile by now)."""
+        if self._periodic is not None:
+            self._periodic.cancel()
+            self._periodic = None
+        for later in self._later.values():
+            later.cancel()
+        self._later.clear()
+        for task in [*self._soon.values(), *self._running]:
+            if task is not asyncio.current_task():
+                task.cancel()
         self._soon.clear()
         self._again.clear()
         self._streaks.clear()
@@ -153,8 +183,10 @@ class WorkQueue:
 
     def request_pass(self, key: str, memo: kopf.Memo) -> None:
         """A pass soon: at once, or right after the one under way (however many requests come meanwhile)."""
-        if key not in self._known or not self._leading():
-            return  # a pod of a cluster this operator does not (or no longer) watch, or another replica leads
+        if key not in self._known or self._stopped or not self._leading():
+            # a pod of a cluster this operator does not (or no longer) watch, the operator stops, or another
+            # replica leads
+            return
         running = self._soon.get(key)
         if running is not None and not running.done():
             self._again.add(key)

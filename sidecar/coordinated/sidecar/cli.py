@@ -19,10 +19,9 @@ from coordinated.sidecar.node import Node
 from coordinated.sidecar.peers.tls import HTTP_TLS, TRANSPORT_TLS, ReloadingContext, Side, TlsSettings
 from coordinated.sidecar.peers.transport import TRANSPORT_MAX_CHUNK_SIZE, transport_app
 from coordinated.sidecar.storage.persistence import DataDirError
-from coordinated.sidecar.web.api import client_app
+from coordinated.sidecar.web.app import client_app
 from coordinated.sidecar.web.http_server import ClientAppRunner
 from coordinated.sidecar.web.https_site import HttpsSite
-from coordinated.sidecar.web.openapi import EXTRA_ROUTES
 
 EXIT_SETTINGS = 2
 EXIT_DATA_DIR = 3
@@ -135,7 +134,7 @@ async def serve(node: Node, config: NodeConfig) -> int:
         access_log=None,
         handle_signals=False,
     )
-    client_runner = ClientAppRunner(client_app(node, node.tokens, EXTRA_ROUTES))
+    client_runner = ClientAppRunner(client_app(node, node.tokens))
     await transport_runner.setup()
     await client_runner.setup()
     sites = [

@@ -65,7 +65,7 @@ from coordinated.sidecar.events.history_metrics import HistoryCollector
 from coordinated.sidecar.events.history_segments import compressed_segments
 from coordinated.sidecar.events.history_settings import HISTORY_FSYNC, RetentionPolicy
 from coordinated.sidecar.features.change_log import CHANGE_LOG_SIZE, ChangeLog
-from coordinated.sidecar.features.hooks import HOOKS_TIMEOUT, HookManager
+from coordinated.sidecar.features.hooks import HOOKS_TIMEOUT, HOOKS_UNIX_SOCKET_DIR, HookManager
 from coordinated.sidecar.features.listings import Listings
 from coordinated.sidecar.features.snapshots import SNAPSHOT_SECRET_FILE
 from coordinated.sidecar.features.watch_streams import STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL, StreamHub
@@ -105,6 +105,7 @@ from coordinated.sidecar.storage.persistence import (
     prepare_data_dir,
 )
 from coordinated.sidecar.web.access import TOKENS_FILE, Tokens
+from coordinated.sidecar.web.http_chunks import chunk
 
 log = logging.getLogger("coordinated.node")
 READ_BARRIER_TIMEOUT_MS = 30_000
@@ -191,7 +192,9 @@ class Node:
         self.metrics.registry.register(
             CertificateCollector({"transport": transport_tls, "http": HTTP_TLS.files(settings)})
         )
-        self.hooks = HookManager(config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000)
+        self.hooks = HookManager(
+            config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000, settings[HOOKS_UNIX_SOCKET_DIR]
+        )
         self.sender: PeerSender | None = None
         self.applied_state: ClusterState = self.persisted.last_accepted_state.replace(master_node=None)
         self._applied_event = asyncio.Event()
@@ -207,7 +210,7 @@ class Node:
         self.stopping = False
         # Key watches (the client API's), parked here until an applied state changes their prefix.
         self.key_watches = WatchHub(ChangeLog(settings[CHANGE_LOG_SIZE], self.derivations))
-        self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE])
+        self.watch_streams = StreamHub(self.key_watches.log, settings[STREAM_BUFFER_SIZE], chunk)
         self._progress: asyncio.Task[None] | None = None
         self.listings = Listings(
             self.derivations

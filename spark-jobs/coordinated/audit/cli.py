@@ -25,6 +25,10 @@ _READ_FAILED = re.compile(r"(?:error while reading file|reading file|read file)\
 _CAUSE = re.compile(r"(?:Caused by: )?((?:java|org\.apache|parquet)\.[\w.$]+(?:Exception|Error)[^\n]*)")
 
 
+# How the Python reader words a segment it cannot read (`segments.UnreadableSegment`): the file, then why.
+_SEGMENT_FAILED = re.compile(r"error while reading file \S+?: (.+)")
+
+
 def unreadable_file(error: BaseException) -> str | None:
     """The file a Spark read failure names, if this is one (`FAILED_READ_FILE` and its kin)."""
     m = _READ_FAILED.search(str(error))
@@ -32,7 +36,14 @@ def unreadable_file(error: BaseException) -> str | None:
         return None
     from coordinated.audit.reading import display_source
 
-    return display_source(m.group(1))
+    return display_source(m.group(1).rstrip(":"))
+
+
+def why_unreadable(error: BaseException) -> str:
+    """Why a file could not be read: the Python reader's own reason (a segment cut short, damaged, of another
+    format) when the failure carries it, else the JVM's root cause."""
+    m = _SEGMENT_FAILED.search(str(error))
+    return m.group(1).strip()[:300] if m is not None else first_cause(error)
 
 
 def first_cause(error: BaseException) -> str:
@@ -234,7 +245,7 @@ def _audit(argv: list[str] | None) -> int:
         where = unreadable_file(e)
         if where is None:
             raise
-        print(f"coordinated audit: unusable input: cannot read {where}: {first_cause(e)}", file=sys.stderr)
+        print(f"coordinated audit: unusable input: cannot read {where}: {why_unreadable(e)}", file=sys.stderr)
         return EXIT_UNUSABLE
     finally:
         _clean_up(spark, inp, stop=not had_session)

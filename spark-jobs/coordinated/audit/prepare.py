@@ -62,6 +62,7 @@ class Frames:
     flagged: list[Row] = field(default_factory=list)  # up to MAX_FLAGGED `suspect` states
     scout: Scout | None = None  # what the input's first pass found out (time range, resets, node names)
     horizon: Horizon = field(default_factory=Horizon)  # where histories start on purpose (`horizon`)
+    cut_notes: list[dict[str, object]] = field(default_factory=list)  # the input's crash-cut last lines (`holes`)
 
     def flags(self, condition: str) -> bool:
         """Whether a check has anything to look at: any flagged state meets `condition` (a column name or

@@ -45,6 +45,7 @@ from coordinated.audit.schema import (
     STATE_TYPES,
     UNBOOTSTRAPPED,
 )
+from coordinated.coordination.history_format import format_problem
 from coordinated.coordination.history_lines import NEWLINE, ends_with_cut_line
 
 CORRUPT = "_corrupt_record"
@@ -170,10 +171,15 @@ def detect_format(paths: Sequence[str]) -> str:
 def cut_line(path: str) -> tuple[int, bytes] | None:
     """(line number, bytes) of a local file's crash-cut last line, or None if it ends complete.
 
-    A compressed file is read to its end, so a damaged one is unusable input here, naming the file.
+    A compressed file is read to its end, so a damaged one is unusable input here, naming the file; so is a
+    file whose first line declares a history format this release does not read.
     """
     opener = OPENERS.get(os.path.splitext(path)[1])
     try:
+        with (opener or open)(path, "rb") as fh:
+            problem = format_problem(fh.readline(_CHUNK))
+        if problem:
+            raise UnusableInput(f"{path} {problem}")
         if opener is None:
             size = os.path.getsize(path)
             with open(path, "rb") as fh:

@@ -47,6 +47,7 @@ def audit(
         folder=inp.origin,
         seed=checkpoint.seed if checkpoint is not None else None,
     )
+    frames.cut_notes = inp.truncated
     following = None
     try:
         results = run_all(frames)

@@ -13,7 +13,9 @@ environment and file (on Kubernetes, executors need them in their pods too).
 
 Before the audit, every object the archive wrote is checked against the SHA-256 it recorded in the object's
 metadata (`x-amz-meta-sha256`), in one Spark job (`binaryFile` and `sha2`, on the executors): a damaged or
-truncated object is unusable input naming its key (exit 2), never a history with holes.
+truncated object is unusable input naming its key (exit 2), never a history with holes; so is an object the
+archive marked damaged (`x-amz-meta-damaged`: the segment was damaged on the node's disk before it went), and
+every compressed object is read through the frame check (`history_frames`) like a local segment.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ T = TypeVar("T")
 SCHEMES = ("s3://", "s3a://")
 SEGMENT_OBJECT = re.compile(r"(?:^|/)segment-(\d+)\.jsonl(?:\.zst)?$")
 SHA256_METADATA = "sha256"  # the sidecar archive's `x-amz-meta-sha256`
+DAMAGED_METADATA = "damaged"  # its `x-amz-meta-damaged`: the segment was damaged on the node's disk already
 HEADS_AT_ONCE = 16
 TAIL_BYTES = 1 << 20  # as much of an object's end as the reader looks at for a crash-cut line
 # Tried in order by s3a: Spark-level keys if a user gave them, then the standard AWS sources.
@@ -134,6 +137,7 @@ class S3Access:
             credentials_file=self.credentials_file,
             read_timeout_s=50.0,
             max_retries=3,
+            call_timeout_s=60.0,
         )
 
     def run(self, bucket: str, operation: Callable[[Bucket], Awaitable[T]]) -> T:
@@ -226,7 +230,13 @@ def inspect_segments(spark: SparkSession, access: S3Access, segments: Sequence[S
     UnusableInput naming the damaged objects."""
     from pyspark.sql import functions as F
 
-    recorded = _recorded_digests(access, segments)
+    recorded, marked = _recorded_digests(access, segments)
+    if marked:
+        named = [f"s3://{uri.removeprefix('s3a://')} ({why})" for uri, why in sorted(marked.items())]
+        more = f" and {len(named) - 5} more" if len(named) > 5 else ""
+        raise UnusableInput(
+            f"archive object of a segment damaged on its node before it was archived: {'; '.join(named[:5])}{more}"
+        )
     content, cut = F.col("content"), F.expr("length(content) > 0 and substring(content, -1, 1) != X'0A'")
     rows = (
         spark.read.format("binaryFile")
@@ -261,28 +271,35 @@ def inspect_segments(spark: SparkSession, access: S3Access, segments: Sequence[S
     return tails
 
 
-def _recorded_digests(access: S3Access, segments: Sequence[SegmentObject]) -> dict[str, str | None]:
-    """The SHA-256 the archive recorded for each object (`x-amz-meta-sha256`), by URI; HEADs, a few at once."""
+def _recorded_digests(
+    access: S3Access, segments: Sequence[SegmentObject]
+) -> tuple[dict[str, str | None], dict[str, str]]:
+    """The SHA-256 the archive recorded for each object (`x-amz-meta-sha256`), by URI, and what was wrong with
+    those it marked damaged (`x-amz-meta-damaged`); HEADs, a few at once."""
     by_bucket: dict[str, list[SegmentObject]] = {}
     for segment in segments:
         by_bucket.setdefault(segment.bucket, []).append(segment)
     recorded: dict[str, str | None] = {}
+    marked: dict[str, str] = {}
     for bucket, members in by_bucket.items():
 
-        async def heads(b: Bucket, members: list[SegmentObject] = members) -> list[str | None]:
+        async def heads(b: Bucket, members: list[SegmentObject] = members) -> list[dict[str, str]]:
             limit = asyncio.Semaphore(HEADS_AT_ONCE)
 
-            async def digest(segment: SegmentObject) -> str | None:
+            async def metadata(segment: SegmentObject) -> dict[str, str]:
                 async with limit:
                     info = await b.head(segment.key)
                 if info is None:
                     raise ObjectMissing(f"cannot read s3://{segment.bucket}/{segment.key}: it is gone")
-                return (info.metadata or {}).get(SHA256_METADATA)
+                return info.metadata or {}
 
-            return await asyncio.gather(*(digest(segment) for segment in members))
+            return await asyncio.gather(*(metadata(segment) for segment in members))
 
-        recorded.update(zip((s.uri for s in members), access.run(bucket, heads), strict=True))
-    return recorded
+        for segment, found in zip(members, access.run(bucket, heads), strict=True):
+            recorded[segment.uri] = found.get(SHA256_METADATA)
+            if DAMAGED_METADATA in found:
+                marked[segment.uri] = found[DAMAGED_METADATA]
+    return recorded, marked
 
 
 def _why(recorded: str, actual: Row | None) -> str:

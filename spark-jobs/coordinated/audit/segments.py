@@ -7,6 +7,11 @@ event lines, which then go through exactly the same parsing and checks as any ot
 on Spark's own reader, which is faster. The rows carry the file's line index (`_mid`, in one block), so a bad
 line is named by its line in the segment as for other files.
 
+A compressed segment is read through the frame check of `coordinated.coordination.history_frames`, and each
+segment's first line through the format check of `history_format`: a segment that is cut short, damaged, or of
+a format this release does not read fails its task with `UnreadableSegment`, which names the file (exit 2),
+instead of reading as fewer events, which the audit would call a gap.
+
 A source is a file URI or path. `OPENERS` maps a URI scheme to a function that opens it for reading, in the
 task; local files are built in. Files on another Hadoop file system (an archive's `s3a://` objects) are read
 by Spark (`binaryFile`, with Spark's own credentials) and expanded from their bytes (`rows_of_contents`).
@@ -21,13 +26,16 @@ from typing import BinaryIO
 from urllib.parse import unquote, urlparse
 
 import msgspec
-import zstandard
 
-from coordinated.coordination.history_format import FORMAT2_START, SegmentExpander
+from coordinated.coordination.history_format import SegmentExpander, SegmentFormatError
+from coordinated.coordination.history_frames import open_checked
 from coordinated.coordination.history_lines import is_complete
 
 COMPRESSED = ".zst"
-_HEAD_BYTES = len(FORMAT2_START)
+# How every line that declares a history format starts (the writer puts `format` first): format 2, or another
+# one, which the Python reader names (format 1 declares none and goes to Spark's text reader).
+FORMAT_START = b'{"format":'
+_HEAD_BYTES = len(FORMAT_START)
 _LINE = msgspec.json.Encoder(order="sorted")
 
 
@@ -67,12 +75,13 @@ def open_source(uri: str) -> BinaryIO:
         raw = open_raw(uri)
     if not uri.endswith(COMPRESSED):
         return raw
-    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
+    return open_checked(raw)
 
 
 def needs_expansion(uri: str) -> bool:
-    """Whether the Python reader must read this file: compressed with zstd, or of format 2 (its first line
-    says so). Only local files are looked into; a remote plain file is format 1 unless its name says `.zst`."""
+    """Whether the Python reader must read this file: compressed with zstd, or of format 2 or any other declared
+    format (its first line says so). Only local files are looked into; a remote plain file is format 1 unless its
+    name says `.zst`."""
     if uri.endswith(COMPRESSED):
         return True
     path = local_file(uri)
@@ -80,7 +89,7 @@ def needs_expansion(uri: str) -> bool:
         return False
     try:
         with open(path, "rb") as file:
-            return file.read(_HEAD_BYTES) == FORMAT2_START
+            return file.read(_HEAD_BYTES) == FORMAT_START
     except OSError:
         return False
 
@@ -115,7 +124,7 @@ def expanded_rows(uri: str, content: bytes | None = None) -> Iterator[Row]:
                     continue
                 for event in expanded.events:
                     yield _LINE.encode(event).decode(), uri, 0, index
-    except (OSError, zstandard.ZstdError, EOFError) as error:
+    except (OSError, EOFError, SegmentFormatError) as error:
         raise UnreadableSegment(f"{READ_FAILED} {uri}: {error}") from None
 
 
@@ -123,7 +132,7 @@ def _decompressed(uri: str, content: bytes) -> BinaryIO:
     raw = io.BytesIO(content)
     if not uri.endswith(COMPRESSED):
         return raw
-    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
+    return open_checked(raw)
 
 
 def rows_of(uris: Iterable[str]) -> Iterator[Row]:

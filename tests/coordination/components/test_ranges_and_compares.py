@@ -192,8 +192,41 @@ def test_the_batch_finds_the_keys_under_a_prefix_among_those_it_wrote_itself() -
     keys.put("p/b", 3)
     keys.put("p/c", 4)
     keys.delete("p/c")
-    assert keys.delete_prefix("p/") == 2
+    assert keys.delete_prefix("p/") == (2, False)
     assert dict(keys.kv.items()) == {"q": 2}
+
+
+@pytest.mark.parametrize("indexed", [True, False])
+def test_a_limited_prefix_delete_takes_the_first_keys_in_key_order_base_and_batch_alike(indexed: bool) -> None:
+    base = ClusterState(cluster_name="t", version=4, state_uuid="s4", kv={"p/a": 1, "p/c": 2, "p/e": 3, "q": 4})
+    index = SortedKeys().at(base).with_prefix if indexed else None
+    keys = BatchKeys(base, 5, keys_with_prefix=index)
+    keys.put("p/b", 5)  # written by this batch: among them in key order
+    keys.put("p/d", 6)
+    keys.delete("p/a")  # deleted by this batch: not counted, not left
+    assert keys.delete_prefix("p/", 2) == (2, True)
+    assert sorted(dict(keys.kv.items())) == ["p/d", "p/e", "q"]
+    assert keys.delete_prefix("p/", 2) == (2, False), "exactly the limit left: none more"
+    assert keys.delete_prefix("p/", 2) == (0, False)
+    assert sorted(dict(keys.kv.items())) == ["q"]
+
+
+def test_a_prefix_delete_with_a_limit_says_more_and_a_transactions_ops_too() -> None:
+    node = leader()
+    for key in ("big/1", "big/2", "big/3", "other"):
+        committed(node, KvPut(key, 1))
+    first = committed(node, KvDeletePrefix("big/", limit=2))
+    assert (first.deleted, first.more) == (2, True) and sorted(state_of(node).kv) == ["big/3", "other"]
+    last = committed(node, KvDeletePrefix("big/", limit=2))
+    assert (last.deleted, last.more) == (1, False)
+    for key in ("big/1", "big/2", "big/3"):
+        committed(node, KvPut(key, 2))
+    result = result_of(node, Txn(success=(TxnOp("delete_prefix", prefix="big/"),), delete_limit=2))
+    assert isinstance(result, TxnResult) and result.succeeded, result
+    (op,) = result.results
+    assert (op.deleted, op.more) == (2, True) and sorted(state_of(node).kv) == ["big/3", "other"]
+    unbounded = committed(node, KvDeletePrefix(""))  # a previous release's node asks without a limit: all go
+    assert (unbounded.deleted, unbounded.more) == (2, False) and not state_of(node).kv
 
 
 # -- the indexes and the pages ---------------------------------------------------------------------------

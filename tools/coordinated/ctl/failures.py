@@ -79,6 +79,9 @@ def exit_code_of(error: CoordinatedError) -> ExitCode:
 
 
 def describe(error: CoordinatedError) -> str:
+    if isinstance(error, Unavailable) and error.no_master():
+        node = f"the node at {error.address}" if error.address else "the node that answered"
+        return one_line(f"cannot use the cluster: it has no master ({node} says: {error.reason})")
     prefix = {
         ExitCode.UNKNOWN_OUTCOME: "outcome unknown (read the key to find out): ",
         ExitCode.UNREACHABLE: "cannot use the cluster: ",

@@ -4,17 +4,20 @@ deletes, watches (kv_watch.py), and export/import of keys as JSON Lines."""
 from __future__ import annotations
 
 import json
-from typing import IO, Any
+import sys
+from typing import IO, TYPE_CHECKING, Any
 
 import click
-import msgspec
 
-from coordinated.client import Client, KeyValue, TxnResult, put_op
+from coordinated.client import Client, KeyValue, OutcomeUnknown, TxnResult, put_op
 from coordinated.ctl.connection import Connection, connection_options
-from coordinated.ctl.failures import BadInput, Failed
+from coordinated.ctl.failures import Failed
 from coordinated.ctl.inputs import json_document, json_lines, value_argument
 from coordinated.ctl.kv_watch import watch
 from coordinated.ctl.output import emit
+
+if TYPE_CHECKING:
+    from coordinated.ctl.kv_files import ExportedKey
 
 # The server takes at most this many ops in one transaction; an import writes in transactions of this size.
 MAX_TXN_OPS = 64
@@ -123,58 +126,69 @@ def put(
 
 @kv.command(name="del")
 @click.argument("key", required=False)
-@click.option("--prefix", help="delete every key whose name starts with PREFIX, in one committed state")
+@click.option("--prefix", help="delete every key whose name starts with PREFIX (at most 1,000 per committed state)")
+@click.option("--all", "every_key", is_flag=True, help="with an empty --prefix: delete every key")
 @click.option("--if-version", type=click.IntRange(min=1), help="delete only if the key is at this version")
 @connection_options
-def delete(connection: Connection, key: str | None, prefix: str | None, if_version: int | None) -> None:
+def delete(
+    connection: Connection, key: str | None, prefix: str | None, every_key: bool, if_version: int | None
+) -> None:
     """Deletes KEY (exit 1 if it does not exist, or is not at --if-version); or, with --prefix, every key
-    under PREFIX (`--prefix ""`: every key), printing how many there were."""
+    under PREFIX (`--prefix "" --all`: every key), printing how many there were."""
     if (key is None) == (prefix is None):
         raise click.UsageError("give KEY or --prefix PREFIX")
     if prefix is not None and if_version is not None:
         raise click.UsageError("--if-version goes with KEY, not --prefix")
+    if prefix == "" and not every_key:
+        raise click.UsageError("an empty --prefix deletes every key: add --all to mean it (is a variable unset?)")
+    if every_key and prefix != "":
+        raise click.UsageError('--all goes with --prefix ""')
     with connection.client() as client:
         if prefix is not None:
-            deleted = client.delete_prefix(prefix)
+            deleted = client.delete_prefix(prefix, every_key=every_key)
             data = {"prefix": deleted.prefix, "deleted": deleted.deleted, "version": deleted.version}
             emit(data, connection.output, ("prefix", "deleted", "version"))
             return
-        written = client.delete(key or "", if_version=if_version)
+        written = delete_key(client, key or "", if_version)
     emit(write_data(written), connection.output, ("key", "version", "term"))
+
+
+def delete_key(client: Client, key: str, if_version: int | None) -> Any:
+    """Deletes the key; Failed (exit 1) if it did not exist. Whether it existed comes with the delete (its
+    previous value), so the answer is exact; if that answer is lost, a plain delete (which may be repeated)
+    makes sure the key is gone, and whether it was there is then unknown (said on stderr)."""
+    if if_version is not None:
+        return client.delete(key, if_version=if_version)  # a missing key is a conflict: exit 1
+    try:
+        written = client.delete(key, prev_value=True)
+    except OutcomeUnknown:
+        click.echo(f"the answer was lost: [{key}] is deleted, but whether it existed is unknown", err=True)
+        return client.delete(key)
+    if written.prev is None:
+        raise Failed(f"[{key}] not found: nothing was deleted")
+    return written
 
 
 def write_data(written: Any) -> dict[str, Any]:
     return {"key": written.key, "version": written.version, "term": written.term}
 
 
-class Compare(msgspec.Struct, forbid_unknown_fields=True):
-    key: str
-    version: int
-
-
-class TxnFile(msgspec.Struct, forbid_unknown_fields=True):
-    compare: list[Compare] = []
-    success: list[dict[str, Any]] = []
-    failure: list[dict[str, Any]] = []
-
-
 @kv.command()
 @click.argument("file", type=click.File("r"), default="-")
 @connection_options
 def txn(connection: Connection, file: IO[str]) -> None:
-    """Runs the transaction in FILE (default: stdin), all or nothing:
+    """Runs the transaction in FILE (default: stdin), all or nothing, as the API takes it:
 
-    {"compare": [{"key": "a", "version": 3}], "success": [{"op": "put", "key": "a", "value": 1}],
-    "failure": [{"op": "get", "key": "a"}]}
+    {"compare": [{"key": "a", "version": 3}, {"key": "n", "value": 10, "op": "<"}],
+    "success": [{"op": "put", "key": "a", "value": 1}], "failure": [{"op": "get", "key": "a"}]}
 
+    A compare names a key and one of version, create_version and value, with op =, !=, < or > (default =).
     Exits 1 when a compare failed (the failure ops ran instead)."""
-    document = json_document(file)
-    try:
-        spec = msgspec.convert(document, TxnFile)
-    except msgspec.ValidationError as error:
-        raise BadInput(f"the transaction in {file.name}: {error}") from error
+    from coordinated.ctl.kv_files import transaction
+
+    compares, success, failure = transaction(json_document(file), "stdin" if file.name == "<stdin>" else file.name)
     with connection.client() as client:
-        result = client.txn([(c.key, c.version) for c in spec.compare], spec.success, spec.failure)
+        result = client.txn(compares, success, failure)
     emit(txn_data(result), connection.output, ("succeeded", "version", "results"))
     if not result.succeeded:
         raise Failed("the transaction's compares failed: the failure ops ran")
@@ -184,10 +198,13 @@ def txn_data(result: TxnResult) -> dict[str, Any]:
     return {"succeeded": result.succeeded, "version": result.version, "results": result.results}
 
 
+file_option_help = "the JSON Lines file (default: - for {})"
+
+
 @kv.command(name="export")
 @click.option("--prefix", default="", help="only the keys whose names start with PREFIX")
 @click.option("--include-ephemeral", is_flag=True, help="also the keys of live sessions")
-@click.option("--file", "file", type=click.File("w"), default="-", help="write here instead of stdout")
+@click.option("-f", "--file", "file", type=click.File("w"), default="-", help=file_option_help.format("stdout"))
 @connection_options
 def export_keys(connection: Connection, prefix: str, include_ephemeral: bool, file: IO[str]) -> None:
     """Every key (under PREFIX) and its value as JSON Lines ({"key", "value"} per line, sorted by key), read
@@ -201,26 +218,28 @@ def export_keys(connection: Connection, prefix: str, include_ephemeral: bool, fi
             click.echo(line, file=file)
 
 
-class ExportedKey(msgspec.Struct, forbid_unknown_fields=True):
-    key: str
-    value: Any
-
-
 @kv.command(name="import")
-@click.argument("file", type=click.File("r"), default="-")
+@click.option("-f", "--file", "file", type=click.File("r"), help=file_option_help.format("stdin"))
+@click.argument("old_file", metavar="[FILE]", required=False, type=click.File("r"))
 @connection_options
-def import_keys(connection: Connection, file: IO[str]) -> None:
-    """Writes the keys of FILE (default: stdin; the JSON Lines of `kv export`), in transactions of 64 keys.
-    A malformed line stops the import before anything is written."""
-    try:
-        entries = [msgspec.convert(line, ExportedKey) for line in json_lines(file)]
-    except msgspec.ValidationError as error:
-        raise BadInput(f'{file.name}: each line is {{"key": ..., "value": ...}}: {error}') from error
+def import_keys(connection: Connection, file: IO[str] | None, old_file: IO[str] | None) -> None:
+    """Writes the keys of --file (default: stdin; the JSON Lines of `kv export`), in transactions of 64 keys.
+    A malformed line stops the import before anything is written. (FILE as an argument still works, but is
+    deprecated: `kv export` and `kv import` both take --file.)"""
+    if old_file is not None:
+        if file is not None:
+            raise click.UsageError("give the file once: --file FILE")
+        click.echo("Warning: `kv import FILE` is deprecated: use `kv import --file FILE`", err=True)
+    from coordinated.ctl.kv_files import exported_keys
+
+    source = file or old_file or sys.stdin
+    entries = exported_keys(json_lines(source), "stdin" if source.name == "<stdin>" else source.name)
     version = write_all(connection.client(), entries)
     emit({"imported": len(entries), "version": version}, connection.output, ("imported", "version"))
 
 
 def write_all(client: Client, entries: list[ExportedKey]) -> int | None:
+    """Puts the keys in transactions of MAX_TXN_OPS; the version of the last."""
     version = None
     with client:
         for start in range(0, len(entries), MAX_TXN_OPS):

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
-import yaml
 
 FORMATS = ("table", "json", "yaml")
 
@@ -45,6 +44,8 @@ def render(data: Any, output: str, columns: Sequence[str] = (), rows: Sequence[M
     if output == "json":
         return json.dumps(data, ensure_ascii=False, indent=2, sort_keys=True)
     if output == "yaml":
+        import yaml  # only for -o yaml: it is a tenth of a command's start-up
+
         return yaml.safe_dump(data, sort_keys=True, allow_unicode=True).rstrip("\n")
     if rows is None:
         rows = data if isinstance(data, list) else [data]

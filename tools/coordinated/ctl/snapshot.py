@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from coordinated.client import BadRequest
 from coordinated.ctl.connection import Connection, connection_options
 from coordinated.ctl.failures import Failed
 from coordinated.ctl.output import emit
@@ -35,11 +36,17 @@ def snapshot_row(info: dict[str, Any]) -> dict[str, Any]:
 @location_option
 @connection_options
 def save(connection: Connection, repository: str, name: str, location: str | None) -> None:
-    """Writes snapshot NAME of the committed state into REPOSITORY and waits until it is complete."""
+    """Writes snapshot NAME of the committed state into REPOSITORY and waits until it is complete. A name that
+    is taken exits 1, as a conflict."""
     with connection.client() as client:
         if location is not None:
             client.put_fs_repository(repository, location)
-        answer = client.create_snapshot(repository, name)
+        try:
+            answer = client.create_snapshot(repository, name)
+        except BadRequest as error:
+            if error.type == "invalid_snapshot_name_exception" and "already exists" in error.reason:
+                raise Failed(f"snapshot [{repository}:{name}] exists already: {error.reason}") from error
+            raise
     emit(answer["snapshot"], connection.output, COLUMNS, rows=[snapshot_row(answer["snapshot"])])
 
 

@@ -8,6 +8,10 @@ object store's own thread, so a slow, failing or unreachable store never holds u
 
 - Verifiable: each object carries the SHA-256 of its bytes as user metadata (`x-amz-meta-sha256`), which the audit
   checks, so that a damaged or truncated object is named as such instead of read as a history with holes.
+- Checked before it goes: each segment's zstd frames are read to their end and their checksum
+  (`history_frames`). A segment damaged on the node's disk is uploaded as it is (it is the node's history: left
+  out, the archive would show a hole the audit reports as a gap), with what is wrong in `x-amz-meta-damaged`, so
+  the audit names it as unusable input without reading it; the node's health names it too (`history_problem`).
 - Idempotent: a put that finds the key taken (a retry whose answer was lost) compares sizes; equal means
   archived. A different object under that key is never overwritten: the segment stays local and health says why.
 - Resumed: on start (and when the node's cluster changes) the archive lists what the bucket already has under
@@ -31,6 +35,7 @@ from pathlib import Path
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
+from coordinated.coordination.history_frames import DamagedSegment, decompress_checked
 from coordinated.sidecar.s3.object_store import Bucket, ObjectExists, ObjectStoreError
 from coordinated.sidecar.s3.s3_settings import ArchiveSettings
 
@@ -38,6 +43,9 @@ log = logging.getLogger("coordinated.archive")
 
 # The user metadata key (`x-amz-meta-sha256`) with the hex SHA-256 of an archived segment's bytes.
 SHA256_METADATA = "sha256"
+# The user metadata key (`x-amz-meta-damaged`) of a segment that was damaged on the node's disk: what is wrong.
+DAMAGED_METADATA = "damaged"
+MAX_DAMAGE_TEXT = 200  # characters of it (user metadata is at most 2 KB, and ASCII)
 INITIAL_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
 # While the node knows no cluster UUID yet (or nothing is pending), look again this often.
@@ -185,8 +193,13 @@ class SegmentArchive:
             except FileNotFoundError:
                 continue  # removed meanwhile (a retention that does not wait for the archive)
             key = self.key_of(cluster, path)
+            metadata = {SHA256_METADATA: hashlib.sha256(data).hexdigest()}
+            damage = await asyncio.to_thread(_damage, data)
+            if damage:
+                log.error("history archive: %s is %s; uploading it as it is, marked damaged", path, damage)
+                metadata[DAMAGED_METADATA] = damage.encode("ascii", "replace").decode()[:MAX_DAMAGE_TEXT]
             try:
-                await self.bucket.put_new(key, data, {SHA256_METADATA: hashlib.sha256(data).hexdigest()})
+                await self.bucket.put_new(key, data, metadata)
             except ObjectExists:
                 existing = await self.bucket.head(key)
                 if existing is None or existing.size != len(data):
@@ -213,3 +226,12 @@ class SegmentArchive:
         if reason != self._last_error:
             log.warning("history archive: %s (retrying with backoff)", reason)
         self._last_error = reason
+
+
+def _damage(data: bytes) -> str:
+    """'' when a compressed segment's bytes are whole, else what is wrong with them."""
+    try:
+        decompress_checked(data)
+    except DamagedSegment as error:
+        return str(error)
+    return ""

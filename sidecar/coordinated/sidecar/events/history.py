@@ -7,6 +7,12 @@ out, so a killed process never loses an event it acted on (the page cache surviv
 writes into a new segment, created with its first event, and a segment is closed once it would grow past
 `segment_size` (`on_rotate` then gets its path: the node compresses it, see `history_maintenance`).
 
+A seq is never given twice. If the newest segment is a compressed one that is cut short or damaged, where its
+events end is unknown (an intact copy may be in the archive): `seq` continues past every seq it can hold
+(`history_read.seq_bound`), and the first event written is a `history_lost` event that names the damaged
+segment (`damaged_segment`) and the seqs skipped, from the last one that could be read. The damaged file stays
+where it is, for the operator (health names it, see `history_maintenance`).
+
 The writer notices files lost under it. Before an append (at most once per `check_interval_s`) it looks at
 its open segment: if the file was deleted (no link left) or replaced (its name now names another file), it
 writes no further line into it. It opens a new segment and records the loss there first, as a
@@ -39,9 +45,10 @@ from coordinated.sidecar.events.history_read import (
     last_seq_in,
     newest_durable_marks,
     read_events_after,
+    seq_bound,
     summarize_history,
 )
-from coordinated.sidecar.events.history_segments import Segment, list_segments, segment_name
+from coordinated.sidecar.events.history_segments import Segment, list_segments, read_lines, segment_name
 
 log = logging.getLogger("coordinated.history")
 
@@ -98,6 +105,13 @@ def folds_with_next(effects: Sequence[object], index: int) -> bool:
     )
 
 
+def _holds_complete_line(path: Path) -> bool:
+    try:
+        return any(line.endswith(b"\n") for line in read_lines(path))
+    except OSError:
+        return True  # damaged: not this writer's to remove (a start skips past it, see the module's docstring)
+
+
 class HistoryWriter:
     def __init__(
         self,
@@ -118,9 +132,24 @@ class HistoryWriter:
         directory.mkdir(parents=True, exist_ok=True)
         self.last_seq = 0
         self.truncated_segments: list[str] = []
+        # (segment name, what is wrong, first seq skipped) of a damaged newest segment, recorded with the next event
+        self._skipped: tuple[str, str, int] | None = None
         segments = list_segments(directory)
         for first_seq, path in reversed(segments):
-            last, partial = last_seq_in(path)
+            last, partial, damage = last_seq_in(path)
+            if damage:
+                readable = max(first_seq - 1, last or 0)
+                self.last_seq = max(self.last_seq, seq_bound(path, first_seq, segment_size))
+                self._skipped = (path.name, damage, readable + 1)
+                log.error(
+                    "history: %s is %s; seq continues after %d, past every seq it can hold, and the events it held "
+                    "after seq %d are recorded as lost",
+                    path,
+                    damage,
+                    self.last_seq,
+                    readable,
+                )
+                break
             if partial and path == segments[-1].path:
                 # A crash cut the last line. It stays the last line of its segment, where readers skip it.
                 self.truncated_segments.append(path.name)
@@ -150,6 +179,8 @@ class HistoryWriter:
         if self._fd >= 0 and ts - self._checked_at >= self.check_interval_s:
             self._checked_at = ts
             self.check_open_segment(event)
+        if self._skipped is not None:
+            self._record_skipped(event, ts)
         if self._unwritten is not None:
             self._record_unwritten(event, ts)
         return self._write_event(event, ts, folds_commit)
@@ -207,6 +238,22 @@ class HistoryWriter:
             marks_accepted=accepted,
             **fields,  # type: ignore[arg-type]
         )
+
+    def _record_skipped(self, base: HistoryEvent, ts: float) -> None:
+        """Record the seqs skipped past a damaged newest segment (see the module's docstring), once."""
+        assert self._skipped is not None
+        name, damage, first = self._skipped
+        self._skipped = None
+        reason = f"{name} is {damage}; the seqs it may hold from {first} on are not used again"
+        lost = self.marks_event(
+            base,
+            EventType.HISTORY_LOST,
+            first_lost_seq=first,
+            last_lost_seq=self.last_seq,
+            damaged_segment=name,
+            reason=reason,
+        )
+        self._write_event(lost, ts, False)
 
     def _record_unwritten(self, base: HistoryEvent, ts: float) -> None:
         """Record the seqs whose writes failed, once a line can be written again."""
@@ -269,6 +316,12 @@ class HistoryWriter:
             # seq) must not be appended to the cut bytes.
             log.warning("history: removing %s, which holds only a line cut by a crash", path)
             path.unlink()
+        twin = self.directory / segment_name(first_seq, compressed=True)
+        if twin.exists() and not _holds_complete_line(twin):
+            # The same, compressed by a pass that ran before this process's first event: beside it, the new
+            # plain segment would read as a compression's leftover.
+            log.warning("history: removing %s, which holds only a line cut by a crash", twin)
+            twin.unlink()
         self._path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._first_seq = first_seq

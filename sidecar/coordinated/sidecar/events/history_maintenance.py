@@ -5,8 +5,9 @@ Each pass:
 1. removes what a crash in the middle of a compression left (a `.tmp`, a plain file beside its `.zst`);
 2. compresses every closed plain segment (in a worker thread: the event loop keeps serving), then calls
    `on_segment_closed(path)` with the durable `segment-N.jsonl.zst`, on the event loop;
-3. checks every compressed segment once per process (in the thread), so damage in a segment the startup check
-   did not read is reported soon after the start;
+3. checks every compressed segment once per process (in the thread): its frames whole and its format one this
+   release reads (`history_segments.verify_compressed`), so damage in a segment the startup check did not read
+   is reported soon after the start, and a segment just compressed is proven readable;
 4. notices segments deleted or replaced under the node (and the open one, see `HistoryWriter`) and records
    each loss in the history;
 5. reads the data volume's usage (`statvfs`) and applies the retention (`history_retention.plan_cut`): the
@@ -178,7 +179,6 @@ class HistoryMaintenance:
                 log.warning("history: cannot compress %s: %s", segment.path.name, error.strerror or error)
                 continue
             self._forget(segment.first_seq)  # replaced by its compressed file, not lost
-            self._verified.add(target.name)
             if self.on_segment_closed is not None:
                 self.on_segment_closed(target)
 

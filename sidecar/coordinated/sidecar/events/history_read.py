@@ -1,19 +1,21 @@
 """Reading the node's own history: what it proves at startup (`summarize_history`), where its seq continues
 (`last_seq_in`), and its events for `GET /_history` (`read_events_after`), from plain and compressed segments
-of format 1 and 2 alike.
+of format 1 and 2 alike. A compressed segment that is cut short or damaged (`DamagedSegment`), or a segment of a
+format this release does not read (`SegmentFormatError`), is named as such, never read as fewer events.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 import msgspec
-import zstandard
 
 from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.history import MARK_CARRYING_EVENT_TYPES, RESET_EVENT_TYPES, EventType
+from coordinated.coordination.history_format import SegmentFormatError, format_problem
+from coordinated.coordination.history_frames import DamagedSegment, declared_size
 from coordinated.coordination.history_lines import is_complete
 from coordinated.coordination.recovery import HistorySummary
 from coordinated.sidecar.events.history_segments import expanded_lines, list_segments, plain_tail, read_lines
@@ -22,10 +24,20 @@ _MARK_CARRIERS = frozenset(kind.value for kind in MARK_CARRYING_EVENT_TYPES)
 _RESETS = frozenset(kind.value for kind in RESET_EVENT_TYPES)
 _FORMAT1_LINE = msgspec.json.Encoder(order="sorted")
 _RETRIES = 3  # a segment compressed or deleted under a reader: list the segments again, this often
+# The fewest bytes of history line per seq: a folded format-2 line holds two seqs in more than 40 bytes. With a
+# compressed segment's content size it bounds the seqs the segment can hold (`seq_bound`).
+MIN_BYTES_PER_SEQ = 16
+# A compressed segment whose frame header is damaged declares no content size: it is taken to hold at most
+# this many times its compressed size (the node's segments compress about 9 to 1), or `history.segment_size`.
+MAX_COMPRESSION_RATIO = 256
 
 
 # A term or version a line records: an integer of the wire's range, or the line is damage (not a mark).
 _Mark = Annotated[int, msgspec.Meta(ge=0, le=LONG_MAX)]
+
+
+class UnreadableHistory(Exception):
+    """A segment `read_events_after` cannot read whole (damaged, or of another format): the message names it."""
 
 
 class _Head(msgspec.Struct):
@@ -51,23 +63,50 @@ def _head(line: bytes) -> _Head | None:
         return None
 
 
-def last_seq_in(path: Path) -> tuple[int | None, bool]:
-    """(the last complete event's seq, whether the segment ends in a line cut by a crash)."""
+class SegmentEnd(NamedTuple):
+    """Where a segment's events end, as far as it can be read."""
+
+    last: int | None  # the last complete event's seq (of the part that could be read)
+    partial: bool  # the segment ends in a line cut by a crash
+    damage: str = ""  # a compressed segment that cannot be read whole: what is wrong with it
+
+
+def last_seq_in(path: Path) -> SegmentEnd:
+    """The last complete event's seq, whether the segment ends in a line cut by a crash, and whether (and how)
+    a compressed one is damaged: then `last` is that of the part before the damage."""
     if path.name.endswith(".zst"):
         last: int | None = None
         partial = False
-        for line in read_lines(path):
-            partial = not is_complete(line)
-            head = None if partial else _head(line)
-            if head is not None:
-                last = head.seq
-        return last, partial
+        try:
+            for line in read_lines(path):
+                partial = not is_complete(line)
+                head = None if partial else _head(line)
+                if head is not None:
+                    last = head.seq
+        except DamagedSegment as error:
+            return SegmentEnd(last, False, str(error))
+        return SegmentEnd(last, partial)
     tail, partial = plain_tail(path)
     for line in reversed(tail.split(b"\n")):
         head = _head(line) if line.strip() else None
         if head is not None:
-            return head.seq, partial  # a folded line's seq is its last event's
-    return None, partial
+            return SegmentEnd(head.seq, partial)  # a folded line's seq is its last event's
+    return SegmentEnd(None, partial)
+
+
+def seq_bound(path: Path, first_seq: int, segment_size: int) -> int:
+    """A seq past every seq a (damaged) compressed segment can hold: its content size, from its frame header
+    (or, if the header is damaged too, `MAX_COMPRESSION_RATIO` times its size, and at least `segment_size`), at
+    `MIN_BYTES_PER_SEQ` bytes a seq."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(64)
+            size = declared_size(head)
+            if size is None:
+                size = max(segment_size, MAX_COMPRESSION_RATIO * path.stat().st_size)
+    except OSError:
+        size = max(segment_size, 1 << 30)
+    return min(LONG_MAX, first_seq + size // MIN_BYTES_PER_SEQ + 1)
 
 
 def _events_after(directory: Path, after_seq: int) -> Iterator[tuple[bytes, int]]:
@@ -76,15 +115,21 @@ def _events_after(directory: Path, after_seq: int) -> Iterator[tuple[bytes, int]
         next_first = segments[index + 1].first_seq if index + 1 < len(segments) else None
         if next_first is not None and next_first <= after_seq + 1:
             continue
-        for expanded in expanded_lines(path):
-            for event in expanded.events or ():
-                seq = event.get("seq")
-                if isinstance(seq, int) and seq > after_seq:
-                    yield _FORMAT1_LINE.encode(event) + b"\n", seq
+        try:
+            for expanded in expanded_lines(path):
+                for event in expanded.events or ():
+                    seq = event.get("seq")
+                    if isinstance(seq, int) and seq > after_seq:
+                        yield _FORMAT1_LINE.encode(event) + b"\n", seq
+        except DamagedSegment as error:
+            raise UnreadableHistory(f"[{path}] is {error}") from None
+        except SegmentFormatError as error:
+            raise UnreadableHistory(f"[{path}] {error}") from None
 
 
 def read_events_after(directory: Path, after_seq: int, limit: int | None = None) -> Iterator[bytes]:
-    """Format-1 event lines with seq > after_seq, oldest first, skipping segments that end before it."""
+    """Format-1 event lines with seq > after_seq, oldest first, skipping segments that end before it. Raises
+    UnreadableHistory, naming the segment, at one that cannot be read whole."""
     count = 0
     position = after_seq
     for _attempt in range(_RETRIES):
@@ -127,8 +172,15 @@ def summarize_history(directory: Path) -> HistorySummary:
         reset = False
         try:
             lines = list(read_lines(path))
-        except (OSError, zstandard.ZstdError) as error:
-            damaged.append(f"[{path}] cannot be read ({error})")
+        except DamagedSegment as error:
+            damaged.append(f"[{path}], which is {error}")
+            continue
+        except OSError as error:
+            damaged.append(f"[{path}], which cannot be read ({error.strerror or error})")
+            continue
+        problem = format_problem(lines[0]) if lines else ""
+        if problem:
+            damaged.append(f"[{path}], which {problem}")
             continue
         for number, line in enumerate(lines, 1):
             if not is_complete(line) or not line.strip():

@@ -4,12 +4,13 @@
 A closed segment is compressed into `segment-N.jsonl.zst.tmp`, fsynced, renamed to `segment-N.jsonl.zst`
 and only then is the plain file removed, so a crash leaves the plain file, or both (the compressed one is
 then complete, and the plain one is removed at the next pass), never neither. Reading goes through
-`SegmentExpander`, so both formats read as format-1 events.
+`SegmentExpander`, so both formats read as format-1 events, and a compressed segment is read through the
+frame check of `coordinated.coordination.history_frames`: one that is cut short or damaged raises
+`DamagedSegment` (an OSError naming what is wrong) instead of reading as fewer events.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import re
 from collections.abc import Iterator
@@ -18,7 +19,8 @@ from typing import BinaryIO, NamedTuple
 
 import zstandard
 
-from coordinated.coordination.history_format import ExpandedLine, SegmentExpander
+from coordinated.coordination.history_format import ExpandedLine, SegmentExpander, format_problem
+from coordinated.coordination.history_frames import DamagedSegment, open_checked
 from coordinated.coordination.history_lines import ends_with_cut_line, is_complete
 from coordinated.sidecar.storage.durable_files import fsync_dir
 
@@ -77,11 +79,11 @@ def leftover_files(directory: Path) -> list[Path]:
 
 
 def open_segment(path: Path) -> BinaryIO:
-    """The segment's bytes, decompressed if it is compressed."""
+    """The segment's bytes, decompressed (and checked to its end, see `history_frames`) if it is compressed."""
     file = path.open("rb")
     if not path.name.endswith(COMPRESSED_SUFFIX):
         return file
-    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(file, closefd=True))
+    return open_checked(file)
 
 
 def read_lines(path: Path) -> Iterator[bytes]:
@@ -127,11 +129,15 @@ def compress(path: Path) -> Path:
 
 
 def verify_compressed(path: Path) -> str:
-    """'' when a compressed segment decompresses whole (its checksum holds), else what is wrong."""
+    """'' when a compressed segment decompresses whole (every frame ends, its checksum holds) and is of a
+    history format this release reads, else what is wrong."""
     try:
         with open_segment(path) as file:
+            problem = format_problem(file.readline())
             while file.read(1 << 20):
                 pass
-    except (OSError, zstandard.ZstdError) as error:
-        return f"[{path}] cannot be decompressed: {error}"
-    return ""
+    except DamagedSegment as error:
+        return f"[{path}] is {error}"
+    except OSError as error:
+        return f"[{path}] cannot be read: {error.strerror or error}"
+    return f"[{path}] {problem}" if problem else ""

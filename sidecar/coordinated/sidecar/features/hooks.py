@@ -1,7 +1,11 @@
 """Local hooks: an application in the pod registers a callback that is told about every applied state.
 
-A hook is an HTTP URL on loopback, or a Unix socket plus a path. Each notification is a POST of a small JSON
-summary of the state (fetch the state itself with `GET /_cluster/state?wait_for_version=N`). Delivery is in
+A hook is an HTTP URL on loopback, or a Unix socket plus a path. The socket must be in the folder
+`hooks.unix_socket_dir` (default `/run/coordinated/hooks`: a volume the application and the sidecar share), so
+that whoever may register hooks cannot make the node write to any socket the pod can open (a container
+runtime's, another service's): a relative `unix_socket` is a name in that folder, an absolute one must lie in
+it, and the path is resolved (symlinks followed) again at each notification, which goes to the resolved path.
+Each notification is a POST of a small JSON summary of the state (fetch the state itself with `GET /_cluster/state?wait_for_version=N`). Delivery is in
 order per hook, and coalescing: a slow hook receives the newest state rather than a growing backlog.
 Hooks are kept in DATA_DIR/hooks.json, so they survive a sidecar restart.
 """
@@ -12,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +25,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import msgspec
 
-from coordinated.coordination.settings import time_setting
+from coordinated.coordination.settings import Parsed, Setting, time_setting
 from coordinated.coordination.state import ClusterState
 from coordinated.sidecar.storage.durable_files import DataDirError, atomic_write, read_checked
 
@@ -30,20 +35,60 @@ MAX_HOOKS = 32
 HOOKS_TIMEOUT = time_setting("hooks.timeout", "5s", minimum="1ms", maximum="5m", doc="timeout of one hook notification")
 
 
+def parse_socket_dir(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"[{value}] is not an absolute path")
+    return os.path.normpath(value)
+
+
+HOOKS_UNIX_SOCKET_DIR = Setting(
+    "hooks.unix_socket_dir",
+    Parsed(parse_socket_dir),
+    "/run/coordinated/hooks",
+    "the folder a hook's `unix_socket` must be in (a volume the application shares with the sidecar); symlinks "
+    "are followed and must stay in it",
+)
+
+
+def socket_path(unix_socket: str, folder: str) -> str:
+    """Where a hook's socket is: a relative `unix_socket` is a name in `folder`."""
+    return os.path.normpath(os.path.join(folder, unix_socket))
+
+
+def _inside(path: str, folder: str) -> bool:
+    return os.path.commonpath([path, folder]) == folder and path != folder
+
+
+def socket_problem(unix_socket: str, folder: str) -> str | None:
+    """Why a hook may not use `unix_socket` now (None: it may): the path, and the path it resolves to, must be in
+    `folder` (`hooks.unix_socket_dir`)."""
+    path = socket_path(unix_socket, folder)
+    if not _inside(path, folder):
+        return f"[unix_socket] must be in [{folder}] (hooks.unix_socket_dir), got [{unix_socket}]"
+    real_folder = os.path.realpath(folder)
+    resolved = os.path.realpath(path)
+    if not _inside(resolved, real_folder):
+        return (
+            f"[unix_socket] [{unix_socket}] resolves to [{resolved}], outside [{folder}] (hooks.unix_socket_dir): "
+            "a symlink in the folder points out of it"
+        )
+    return None
+
+
 class HookSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     url: str | None = None
-    unix_socket: str | None = None
+    unix_socket: str | None = None  # in `hooks.unix_socket_dir`: a name there, or an absolute path in it
     path: str = "/"
 
-    def problem(self) -> str | None:
+    def problem(self, socket_dir: str) -> str | None:
         if (self.url is None) == (self.unix_socket is None):
             return "give exactly one of [url] and [unix_socket]"
         if self.url is not None:
             parts = urlsplit(self.url)
             if parts.scheme != "http" or parts.hostname not in LOOPBACK_HOSTS:
                 return f"[url] must be an http:// URL on loopback ({', '.join(LOOPBACK_HOSTS)}), got [{self.url}]"
-        if self.unix_socket is not None and not self.unix_socket.startswith("/"):
-            return "[unix_socket] must be an absolute path"
+        if self.unix_socket is not None and (problem := socket_problem(self.unix_socket, socket_dir)):
+            return problem
         if not self.path.startswith("/"):
             return "[path] must start with /"
         return None
@@ -63,8 +108,9 @@ class _Hook:
 
 
 class HookManager:
-    def __init__(self, path: Path, timeout_s: float) -> None:
+    def __init__(self, path: Path, timeout_s: float, socket_dir: str = HOOKS_UNIX_SOCKET_DIR.default or "/") -> None:
         self.path = path
+        self.socket_dir = socket_dir  # `hooks.unix_socket_dir`
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.hooks: dict[str, _Hook] = {}
         self.specs: dict[str, HookSpec] = {}
@@ -165,7 +211,12 @@ class HookManager:
                 response.raise_for_status()
             return
         assert spec.unix_socket is not None
-        connector = aiohttp.UnixConnector(path=spec.unix_socket)
+        # Checked again at each notification (hooks.json may be older than the setting, a symlink may have
+        # changed), and sent to the path as resolved then.
+        problem = socket_problem(spec.unix_socket, self.socket_dir)
+        if problem is not None:
+            raise OSError(problem)
+        connector = aiohttp.UnixConnector(path=os.path.realpath(socket_path(spec.unix_socket, self.socket_dir)))
         async with (
             aiohttp.ClientSession(connector=connector, timeout=self.timeout) as session,
             session.post(f"http://localhost{spec.path}", data=body, headers=headers) as response,

@@ -5,8 +5,9 @@ The fan-out is built for cost, as etcd's watchableStore and the Kubernetes watch
 
 - Streams that ask for the same thing (the same prefixes, filter and `prev_value`) form one group. An applied
   state finds the groups it concerns by the prefixes its changed keys start with (one lookup per distinct
-  prefix, not per stream), encodes each event once, joins a group's lines into one HTTP chunk once, and then
-  writes those same bytes to each stream of the group: the work per stream is one `transport.write`.
+  prefix, not per stream), encodes each event once, joins a group's lines and frames them once (as one HTTP
+  chunk: the web layer gives the hub its framing), and then writes those same bytes to each stream of the
+  group: the work per stream is one `transport.write`.
 - Nothing of this runs on the master's write path: a node delivers what it applied, to its own streams, after
   the effects of that state (the write's answer among them) have been handed to the event loop.
 - A stream that its client does not read fills its connection's buffers: the kernel's (set to half of
@@ -18,6 +19,10 @@ The fan-out is built for cost, as etcd's watchableStore and the Kubernetes watch
 - A stream ends with a `closed` line too when its node stops, or loses its master (as etcd's watches with
   `WithRequireLeader`): what it would serve then may be stale. A `local` stream goes on without a master.
 
+The stream's start is fixed before anything is sent: the response's `X-Coordinated-After-Version` header is the
+version after which it reports every change (the `after_version` asked for, or the node's version when a stream
+"from now" started), so a client whose stream breaks before its first line resumes from there, missing nothing.
+
 Lines: `{"type":"put","key","value","version"}` and `{"type":"delete","key","value":null,"version"}`, each with
 `"prev_value"` when the stream asked for it and the key existed before; `progress`; a final `gone` (the version
 to resume from is older than the change log) or `closed`.
@@ -28,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -57,6 +62,8 @@ STREAM_PROGRESS_INTERVAL = time_setting(
 )
 
 Filter = Literal["put", "delete"] | None
+# The response header that tells a stream's client where the stream starts: every change after this version.
+AFTER_VERSION_HEADER = "X-Coordinated-After-Version"
 _ENCODER = msgspec.json.Encoder()
 # A stream's final line is written even into a full buffer; its connection closes once that is sent, or after
 # this long if the client never reads it.
@@ -76,11 +83,6 @@ class _Line(msgspec.Struct, omit_defaults=True):
 def event_line(event: WatchEvent, prev_value: bool) -> bytes:
     prev = event.prev if prev_value and event.had_prev else msgspec.UNSET
     return _ENCODER.encode(_Line(event.type, event.key, event.value, event.version, prev)) + b"\n"
-
-
-def chunk(payload: bytes) -> bytes:
-    """`payload` as one HTTP/1.1 chunk of a chunked response body."""
-    return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
 def line(**fields: Any) -> bytes:
@@ -121,9 +123,11 @@ class _Group:
 
 
 class StreamHub:
-    def __init__(self, change_log: ChangeLog, buffer_size: int) -> None:
+    def __init__(self, change_log: ChangeLog, buffer_size: int, frame: Callable[[bytes], bytes]) -> None:
+        """`frame` turns lines into the bytes of the streams' connections (an HTTP chunk)."""
         self.log = change_log
         self.buffer_size = buffer_size
+        self.frame = frame
         self._groups: dict[GroupKey, _Group] = {}
         self._by_prefix: dict[str, set[GroupKey]] = {}
         self.closed = False
@@ -186,7 +190,7 @@ class StreamHub:
             lines = group.lines(step.events, encoded)
             if not lines:
                 continue
-            data = chunk(b"".join(lines))
+            data = self.frame(b"".join(lines))
             for stream in list(group.streams):
                 # A stream that joined after this step was recorded had it in its backlog.
                 if stream.version < step.version:
@@ -197,7 +201,7 @@ class StreamHub:
         if not self._groups:
             return
         version = self.log.version
-        data = chunk(line(type="progress", version=version))
+        data = self.frame(line(type="progress", version=version))
         for group in list(self._groups.values()):
             for stream in list(group.streams):
                 if not stream.fed:
@@ -226,7 +230,7 @@ class StreamHub:
             return
         if not stream.transport.is_closing():
             reason = f"{why}; resume from the last version you finished"
-            stream.transport.write(chunk(line(type="closed", version=stream.version, reason=reason)))
+            stream.transport.write(self.frame(line(type="closed", version=stream.version, reason=reason)))
         stream.ended.set_result(why)
 
     def lost_master(self) -> None:
@@ -242,3 +246,16 @@ class StreamHub:
         for group in list(self._groups.values()):
             for stream in list(group.streams):
                 self.end(stream, STOPPING)
+
+
+def after_version_problem(after: int, version: int) -> str | None:
+    """Why a watch may not start after version `after` when the cluster is at `version` (after the read
+    barrier: the master's committed version when the request came), or None. A version no state has had yet
+    would silently skip every change up to it."""
+    if after <= version:
+        return None
+    return (
+        f"parameter [after_version] is [{after}], beyond the cluster's version [{version}]: no state has that "
+        f"version yet, so the watch would skip every change up to it. Watch from a version this cluster gave "
+        f"(a read's or a watch's), or leave [after_version] out to watch from now"
+    )

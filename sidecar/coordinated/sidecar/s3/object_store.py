@@ -7,7 +7,12 @@ and on the node's loop they would hold up the write path and the election timers
 
 The S3 client is aiobotocore's: SigV4 signing, the standard AWS credential chain (environment, web-identity
 token, IMDS...) and botocore's `standard` retry mode (exponential backoff with jitter on throttling, 5xx and
-connection errors, `s3.client.NAME.max_retries` times). When `s3.client.NAME.credentials_file` is set, the
+connection errors, `s3.client.NAME.max_retries` times). Every request has an overall deadline, its retries
+included: `s3.client.NAME.call_timeout`, plus a second for each MiB it sends, or receives once the answer says
+how much (`MIN_TRANSFER_BYTES_PER_S`). botocore's `read_timeout` bounds each wait for bytes of an answer, but
+not a request that cannot send its body, nor its retries; a store that hangs (stopped with SIGSTOP: the kernel
+still accepts connections) would hold an upload for minutes. Past the deadline the request is cancelled and
+fails like any other. When `s3.client.NAME.credentials_file` is set, the
 credentials come from that file only, re-read every few minutes so that a rotated Kubernetes Secret is picked
 up. Errors become `ObjectStoreError` with a message that names the operation, the object and S3's error code,
 and never a credential: botocore's own loggers, whose debug output carries request headers, are held at
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
@@ -34,6 +40,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 CLOSE_TIMEOUT_S = 10.0
+# The slowest transfer a request's deadline allows for: a second per MiB on top of `call_timeout`.
+MIN_TRANSFER_BYTES_PER_S = 1 << 20
+# The deadline of the request running in this task, which a download extends once it knows the body's size.
+_DEADLINE: contextvars.ContextVar[asyncio.Timeout | None] = contextvars.ContextVar("s3_deadline", default=None)
 
 __all__ = ["Bucket", "ObjectExists", "ObjectInfo", "ObjectMissing", "ObjectStore", "ObjectStoreError"]
 
@@ -123,14 +133,35 @@ class ObjectStore:
             with contextlib.suppress(Exception):
                 await known[1].__aexit__(None, None, None)
 
-    async def call(self, settings: S3ClientSettings, what: str, operation: Callable[[S3Client], Awaitable[T]]) -> T:
-        """Run `operation` with the client for `settings` on the store's loop; raises ObjectStoreError."""
+    async def call(
+        self,
+        settings: S3ClientSettings,
+        what: str,
+        operation: Callable[[S3Client], Awaitable[T]],
+        *,
+        sends: int = 0,
+    ) -> T:
+        """Run `operation` with the client for `settings` on the store's loop, within its deadline (see the
+        module's docstring; `sends`: the bytes it uploads); raises ObjectStoreError."""
+        deadline_s = settings.call_timeout_s + sends / MIN_TRANSFER_BYTES_PER_S
 
         async def run() -> T:
+            started = asyncio.get_running_loop().time()
+            deadline = asyncio.timeout(deadline_s)
             try:
-                return await operation(await self._client(settings))
+                async with deadline:
+                    _DEADLINE.set(deadline)
+                    return await operation(await self._client(settings))
             except ObjectStoreError:
                 raise
+            except TimeoutError:
+                if not deadline.expired():
+                    raise ObjectStoreError(f"{what}: timed out") from None
+                allowed = (deadline.when() or started + deadline_s) - started
+                raise ObjectStoreError(
+                    f"{what}: no answer within {allowed:.0f}s (s3.client.{settings.name}.call_timeout, "
+                    "retries included)"
+                ) from None
             except Exception as error:
                 if not isinstance(error, (aiohttp.ClientError, OSError, TimeoutError, *_request_errors())):
                     raise
@@ -167,6 +198,21 @@ class ObjectStore:
         return Bucket(self, settings, name)
 
 
+def _allow_transfer(size: int) -> None:
+    """Extend the running request's deadline for a body of `size` bytes to come (a second per MiB)."""
+    deadline = _DEADLINE.get()
+    when = deadline.when() if deadline is not None else None
+    if deadline is not None and when is not None:
+        deadline.reschedule(when + size / MIN_TRANSFER_BYTES_PER_S)
+
+
+def _next_request(settings: S3ClientSettings) -> None:
+    """A call of several requests (a listing's pages): each one that follows gets a deadline of its own."""
+    deadline = _DEADLINE.get()
+    if deadline is not None:
+        deadline.reschedule(asyncio.get_running_loop().time() + settings.call_timeout_s)
+
+
 class Bucket:
     """One bucket through one client: the handful of operations the archive and the snapshots need."""
 
@@ -184,7 +230,7 @@ class Bucket:
         async def put(client: S3Client) -> None:
             await client.put_object(Bucket=self.name, Key=key, Body=data, IfNoneMatch="*", Metadata=metadata or {})
 
-        await self.store.call(self.settings, f"cannot write {self.uri(key)}", put)
+        await self.store.call(self.settings, f"cannot write {self.uri(key)}", put, sends=len(data))
 
     async def put(self, key: str, data: bytes) -> None:
         """Write (or replace) an object."""
@@ -192,11 +238,12 @@ class Bucket:
         async def put(client: S3Client) -> None:
             await client.put_object(Bucket=self.name, Key=key, Body=data)
 
-        await self.store.call(self.settings, f"cannot write {self.uri(key)}", put)
+        await self.store.call(self.settings, f"cannot write {self.uri(key)}", put, sends=len(data))
 
     async def get(self, key: str) -> bytes:
         async def get(client: S3Client) -> bytes:
             response = await client.get_object(Bucket=self.name, Key=key)
+            _allow_transfer(int(response.get("ContentLength") or 0))
             async with response["Body"] as body:
                 data: bytes = await body.read()
             return data
@@ -222,6 +269,7 @@ class Bucket:
             found: list[ObjectInfo] = []
             paginator = client.get_paginator("list_objects_v2")
             async for page in paginator.paginate(Bucket=self.name, Prefix=prefix):
+                _next_request(self.settings)
                 found.extend(
                     ObjectInfo(item["Key"], int(item["Size"]), last_modified=item["LastModified"].timestamp())
                     for item in page.get("Contents", ())

@@ -123,6 +123,15 @@ S3_READ_TIMEOUT = time_setting(
     maximum="1h",
     doc="how long to wait for an answer before the request is retried",
 )
+S3_CALL_TIMEOUT = time_setting(
+    f"{_CLIENT}call_timeout",
+    "30s",
+    minimum="1s",
+    maximum="1h",
+    doc="the deadline of one S3 request with all its retries, plus a second for each MiB it sends or receives; "
+    "past it the request fails (a store that hangs, one stopped with SIGSTOP, answers nothing and never resets "
+    "the connection)",
+)
 S3_MAX_RETRIES = int_setting(
     f"{_CLIENT}max_retries", 3, minimum=0, maximum=20, doc="retries of a failed request, with exponential backoff"
 )
@@ -160,6 +169,7 @@ S3_CLIENT_SETTINGS = (
     S3_PATH_STYLE_ACCESS,
     S3_CREDENTIALS_FILE,
     S3_READ_TIMEOUT,
+    S3_CALL_TIMEOUT,
     S3_MAX_RETRIES,
     S3_ACCESS_KEY,
     S3_SECRET_KEY,
@@ -194,6 +204,7 @@ class S3ClientSettings:
     credentials_file: str | None
     read_timeout_s: float
     max_retries: int
+    call_timeout_s: float = 30.0  # the deadline of one request with its retries (`call_timeout`, `ObjectStore.call`)
 
     @classmethod
     def from_settings(cls, settings: Settings, name: str) -> S3ClientSettings:
@@ -208,6 +219,7 @@ class S3ClientSettings:
             credentials_file=settings.for_namespace(S3_CREDENTIALS_FILE, name),
             read_timeout_s=settings.for_namespace(S3_READ_TIMEOUT, name) / 1000,
             max_retries=settings.for_namespace(S3_MAX_RETRIES, name),
+            call_timeout_s=settings.for_namespace(S3_CALL_TIMEOUT, name) / 1000,
         )
 
 

@@ -3,97 +3,36 @@
 `http.auth.tokens_file` holds one `ROLE TOKEN` pair per line (blank lines and `#` comments are ignored); the
 roles are `reader` < `writer` < `admin`, each allowed everything the one before it is. A request carries
 `Authorization: Bearer TOKEN`. A missing or unknown token gets 401 `security_exception`, a known token whose
-role is below what the route needs gets 403 `security_exception`. Which role a route needs is the table
-`RULES` below, in one place; a route it does not list needs `admin`, so a new API is closed until it is
-classified. The file is re-read when it changes (checked at most once per `CHECK_INTERVAL_S`); while it is
-missing, unreadable or does not parse, every token is refused (see `Tokens`). Tokens are compared in constant
-time.
+role is below what the route needs gets 403 `security_exception`. What a route needs is the privilege of its
+declaration (routes.py), and the role is the lowest built-in role that holds it (privileges.py); a request
+that no route serves (404, 405) needs `admin`. The file is re-read when it changes (checked at most once per
+`CHECK_INTERVAL_S`); while it is missing, unreadable or does not parse, every token is refused (see `Tokens`).
+Tokens are compared in constant time.
 
 Without `http.auth.tokens_file` nothing is checked (the local demo's default).
 """
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import hmac
 import logging
 import os
-import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 
 from coordinated.coordination.settings import Parsed, Setting
+from coordinated.sidecar.web.privileges import Privilege, Role, role_for
 
 log = logging.getLogger("coordinated.access")
 
 CHECK_INTERVAL_S = 1.0
 
 
-class Role(enum.IntEnum):
-    OPEN = 0  # no token needed
-    READER = 1
-    WRITER = 2
-    ADMIN = 3
-
-
 ROLE_NAMES = {"reader": Role.READER, "writer": Role.WRITER, "admin": Role.ADMIN}
-_READ = frozenset({"GET", "HEAD"})
-_ANY = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE", "PATCH", "OPTIONS"})
-
-
-@dataclass(frozen=True)
-class Rule:
-    methods: frozenset[str]
-    path: re.Pattern[str]
-    role: Role
-
-
-def _rule(methods: frozenset[str], path: str, role: Role) -> Rule:
-    return Rule(methods, re.compile(path), role)
-
-
-# First match wins. Matched in full against the route's template (see `route_path`).
-RULES: tuple[Rule, ...] = (
-    _rule(_READ, r"/(healthz|readyz)", Role.OPEN),
-    # Prometheus sends a bearer token (`authorization` in its scrape config); the metrics name the nodes and
-    # the cluster's activity, which is not for anyone on the network.
-    _rule(_READ, r"/metrics", Role.READER),
-    # Administration, whatever the method: settings, voting-config exclusions, hooks, snapshots.
-    _rule(_ANY, r"/_cluster/settings", Role.ADMIN),
-    _rule(_ANY, r"/_cluster/voting_config_exclusions", Role.ADMIN),
-    _rule(_ANY, r"/_hooks(/.*)?", Role.ADMIN),
-    _rule(_ANY, r"/_snapshot(/.*)?", Role.ADMIN),
-    # Reads, range reads and watches (a watch is a GET under /_cluster/metadata/_watch).
-    _rule(_READ, r"/", Role.READER),
-    _rule(_READ, r"/_cluster/(state|health)", Role.READER),
-    _rule(_READ, r"/_cat/master", Role.READER),
-    _rule(_READ, r"/_cluster/metadata(/.+)?", Role.READER),
-    _rule(_READ, r"/_history", Role.READER),
-    _rule(_READ, r"/_openapi", Role.READER),
-    # Writes: keys, transactions, sessions. Sessions are a writer's, listing included: their ids are what a
-    # writer keeps alive and binds keys to.
-    _rule(frozenset({"PUT", "DELETE", "POST"}), r"/_cluster/metadata(/.+)?", Role.WRITER),
-    _rule(_ANY, r"/_sessions(/.*)?", Role.WRITER),
-)
-
-
-def required_role(method: str, path: str) -> Role:
-    for rule in RULES:
-        if method in rule.methods and rule.path.fullmatch(path):
-            return rule.role
-    return Role.ADMIN
-
-
-def route_path(request: web.Request) -> str:
-    """The template of the route that will handle the request (`/_cluster/metadata/{key}`), so that the role
-    is decided by the handler that runs, whatever escapes the path holds; the path itself if none matched."""
-    resource = request.match_info.route.resource
-    return resource.canonical if resource is not None else request.path
 
 
 class TokensFileError(ValueError):
@@ -216,9 +155,13 @@ def _security_error(status: int, reason: str) -> web.Response:
 
 
 def access_middleware(
-    tokens: Tokens, on_refused: Callable[[int], None] = lambda status: None
+    tokens: Tokens,
+    privilege_of: Callable[[web.Request], Privilege],
+    on_refused: Callable[[int], None] = lambda status: None,
 ) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """`on_refused(status)` is called for each 401 and 403 (for the request metrics)."""
+    """`privilege_of(request)` is what the route that will handle the request needs (its declaration's; that of
+    `admin` when no route serves it); `on_refused(status)` is called for each 401 and 403 (for the request
+    metrics)."""
 
     def refuse(status: int, reason: str) -> web.Response:
         on_refused(status)
@@ -228,7 +171,7 @@ def access_middleware(
     async def check_access(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        needed = required_role(request.method, route_path(request))
+        needed = role_for(privilege_of(request))
         if needed is Role.OPEN:
             return await handler(request)
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")

@@ -7,7 +7,7 @@ handlers send. Answers are open (a client must ignore fields it does not know); 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -72,7 +72,10 @@ class SnapshotBody(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class RestoreBody(msgspec.Struct, forbid_unknown_fields=True):
-    include_global_state: Literal[True] | Omitted = msgspec.UNSET
+    """A restore brings the snapshot's global state, the only state a snapshot holds: `include_global_state`
+    may be given, as Elasticsearch's clients send it, but only as true."""
+
+    include_global_state: Annotated[bool, msgspec.Meta(extra_json_schema={"const": True})] | Omitted = msgspec.UNSET
 
 
 # -- answers ------------------------------------------------------------------------------------------------
@@ -149,7 +152,8 @@ class WriteAnswer(msgspec.Struct):
 
 class PrefixDeleted(msgspec.Struct):
     prefix: str
-    deleted: int  # how many keys
+    deleted: int  # how many keys (at most 1,000 in one call)
+    more: bool  # keys are left under the prefix: call again
     term: int
     version: int
 
@@ -176,6 +180,7 @@ class TxnOpAnswer(msgspec.Struct):
     prev: PrevKey | Omitted | None = msgspec.UNSET  # a put's or a delete's, with `prev_value`
     found: bool | Omitted = msgspec.UNSET  # a get's
     deleted: bool | int | Omitted = msgspec.UNSET  # a delete's (whether it existed), a delete_prefix's (how many)
+    more: bool | Omitted = msgspec.UNSET  # a delete_prefix's: keys are left under the prefix (at most 1,000 a call)
     value: Any | Omitted = msgspec.UNSET  # a get's, when found
     version: int | Omitted = msgspec.UNSET
     create_version: int | Omitted = msgspec.UNSET

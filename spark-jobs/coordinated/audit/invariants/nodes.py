@@ -1,7 +1,8 @@
 """Per-node invariants, from the window pass of `streams.py` (nothing here scans the events again unless
 there is a violation to show or an unordered apply to verify).
 
-- history-gap: per node, seq starts at 1 and has no holes and no repeats.
+- history-gap: per node, seq starts at 1 and has no holes and no repeats; a hole the files explain (a
+  crash-cut line's, seqs skipped past a damaged segment: `holes`) is not one.
 - node-monotonic: the node's term never decreases (over `term`, `elected`, `accepted` and `stepped_down`,
   which all carry the node's current term) and its applied (term, version) strictly increases.
 - node-cluster-stable: once a node has committed a state of a cluster UUID (its bootstrap is complete), all
@@ -18,6 +19,7 @@ from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from coordinated.audit.holes import explained_holes
 from coordinated.audit.prepare import Frames
 from coordinated.audit.schema import (
     APPLIED_COMMITTED,
@@ -39,6 +41,8 @@ def check(fr: Frames) -> list[CheckResult]:
         and not (r["gap"] == "start" and (r["cluster_uuid"], r["node"], r["seq"]) in np.joined)
         and not (r["gap"] == "gap" and (r["cluster_uuid"], r["node"], r["seq"]) in np.filled)
     ]
+    explained = explained_holes(fr.events, gaps, fr.cut_notes)
+    gaps = [r for r in gaps if r["gap"] != "gap" or (r["cluster_uuid"], r["node"], r["seq"]) not in explained]
     mono = [r for r in np.flagged if r["term_back"] or r["applied_back"]]
     unordered = _verify_unordered_applies(fr, [r for r in np.flagged if r["unordered_apply"]])
     # Across pieces: a piece that continues another must not start below the term the node had reached. Only

@@ -40,31 +40,26 @@ from coordinated.sidecar.features.snapshots import (
 )
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.s3.s3_settings import DEFAULT_CLIENT, S3ClientSettings, client_names
-from coordinated.sidecar.web.api import (
-    BadRequest,
-    check_params,
-    error_response,
-    no_body,
-    node_of,
-    param_bool,
-    read_barrier,
-    read_json,
-    result_error,
-    timeout_of,
+from coordinated.sidecar.web import api_types as t
+from coordinated.sidecar.web.app_keys import node_of
+from coordinated.sidecar.web.errors import BadRequest, error_response, result_error
+from coordinated.sidecar.web.inputs import no_body, param_bool, read_json, timeout_of
+from coordinated.sidecar.web.privileges import Privilege
+from coordinated.sidecar.web.reads import read_barrier
+from coordinated.sidecar.web.routes import (
+    BOOLEAN,
+    LOCAL,
+    MASTER_TIMEOUT,
+    TIMEOUTS,
+    WRITE_ERRORS,
+    Param,
+    Query,
+    Route,
+    Routes,
 )
 
-
-def setup_snapshot_routes(router: web.UrlDispatcher) -> None:
-    router.add_get("/_snapshot", repositories_get)
-    router.add_get("/_snapshot/{repo}", repositories_get)
-    router.add_put("/_snapshot/{repo}", repository_put)
-    router.add_post("/_snapshot/{repo}", repository_put)
-    router.add_delete("/_snapshot/{repo}", repository_delete)
-    router.add_put("/_snapshot/{repo}/{snap}", snapshot_create)
-    router.add_post("/_snapshot/{repo}/{snap}", snapshot_create)
-    router.add_get("/_snapshot/{repo}/{snap}", snapshot_get)
-    router.add_delete("/_snapshot/{repo}/{snap}", snapshot_delete)
-    router.add_post("/_snapshot/{repo}/{snap}/_restore", snapshot_restore)
+routes = Routes()
+WAIT_FOR_COMPLETION = Param("wait_for_completion", BOOLEAN, "answer when the work is done")
 
 
 def _name(request: web.Request, part: str, what: str) -> str:
@@ -176,8 +171,29 @@ def _repository_body(repo: Repository) -> dict[str, Any]:
     return {"type": repo.type, "settings": {"location": repo.location}}
 
 
-async def repositories_get(request: web.Request) -> web.Response:
-    query = check_params(request, {"local", "master_timeout"})
+@routes.add(
+    Route(
+        "GET",
+        "/_snapshot/{repo}",
+        "One snapshot repository.",
+        Privilege.MANAGE,
+        dict[str, t.RepositoryAnswer],
+        params=(LOCAL, MASTER_TIMEOUT),
+        errors=(400, 404, 503),
+    )
+)
+@routes.add(
+    Route(
+        "GET",
+        "/_snapshot",
+        "Every snapshot repository.",
+        Privilege.MANAGE,
+        dict[str, t.RepositoryAnswer],
+        params=(LOCAL, MASTER_TIMEOUT),
+        errors=(400, 503),
+    )
+)
+async def repositories_get(request: web.Request, query: Query) -> web.StreamResponse:
     timeout_ms = timeout_of(query)  # checked even with `local`, which does not wait for the master
     node = node_of(request)
     if not param_bool(query, "local", False):
@@ -235,8 +251,20 @@ def _put_request(node: Node, repo: str, body: Any) -> PutRepository:
     return PutRepository(repo, str(kind), resolved)
 
 
-async def repository_put(request: web.Request) -> web.Response:
-    query = check_params(request, {"timeout", "master_timeout", "verify"})
+# Taken with PUT or POST, as Elasticsearch does.
+@routes.add(
+    Route(
+        ("PUT", "POST"),
+        "/_snapshot/{repo}",
+        "Register an `fs` snapshot repository under one of the nodes' `path.repo` roots.",
+        Privilege.MANAGE,
+        t.Acknowledged,
+        params=(*TIMEOUTS, Param("verify", BOOLEAN, "check first that this node can write there; default true")),
+        body=t.RepositoryBody,
+        errors=(*WRITE_ERRORS, 500),
+    )
+)
+async def repository_put(request: web.Request, query: Query) -> web.StreamResponse:
     repo = _name(request, "repo", "repository")
     timeout_ms = timeout_of(query)
     node = node_of(request)
@@ -256,8 +284,18 @@ async def repository_put(request: web.Request) -> web.Response:
     return web.json_response({"acknowledged": True})
 
 
-async def repository_delete(request: web.Request) -> web.Response:
-    query = check_params(request, {"timeout", "master_timeout"})
+@routes.add(
+    Route(
+        "DELETE",
+        "/_snapshot/{repo}",
+        "Unregister a snapshot repository (its files stay).",
+        Privilege.MANAGE,
+        t.Acknowledged,
+        params=TIMEOUTS,
+        errors=(400, 404, 503),
+    )
+)
+async def repository_delete(request: web.Request, query: Query) -> web.StreamResponse:
     repo = _name(request, "repo", "repository")
     timeout_ms = timeout_of(query)
     await no_body(request)
@@ -270,8 +308,20 @@ async def repository_delete(request: web.Request) -> web.Response:
 # -- snapshots ------------------------------------------------------------------------------------------
 
 
-async def snapshot_create(request: web.Request) -> web.Response:
-    query = check_params(request, {"wait_for_completion", "master_timeout", "timeout"})
+@routes.add(
+    Route(
+        ("PUT", "POST"),
+        "/_snapshot/{repo}/{snap}",
+        "Take a snapshot of the committed state.",
+        Privilege.MANAGE,
+        t.SnapshotCreated,
+        params=(WAIT_FOR_COMPLETION, *TIMEOUTS),
+        body=t.SnapshotBody,
+        body_required=False,
+        errors=(400, 404, 408, 413, 500, 503),
+    )
+)
+async def snapshot_create(request: web.Request, query: Query) -> web.StreamResponse:
     repo = _name(request, "repo", "repository")
     snap = _name(request, "snap", "snapshot")
     wait = param_bool(query, "wait_for_completion", False)
@@ -304,8 +354,22 @@ async def snapshot_create(request: web.Request) -> web.Response:
     return web.json_response({"snapshot": snapshot_info(repo, written)})
 
 
-async def snapshot_get(request: web.Request) -> web.Response:
-    query = check_params(request, {"master_timeout", "timeout", "ignore_unavailable", "verbose"})
+@routes.add(
+    Route(
+        "GET",
+        "/_snapshot/{repo}/{snap}",
+        "One snapshot, or every one with `_all` or `*`.",
+        Privilege.MANAGE,
+        t.SnapshotsAnswer,
+        params=(
+            *TIMEOUTS,
+            Param("ignore_unavailable", BOOLEAN, "accepted and ignored"),
+            Param("verbose", BOOLEAN, "accepted and ignored"),
+        ),
+        errors=(400, 404, 500, 503),
+    )
+)
+async def snapshot_get(request: web.Request, query: Query) -> web.StreamResponse:
     for name in ("ignore_unavailable", "verbose"):  # accepted for Elasticsearch's clients: no effect
         param_bool(query, name, False)
     repo = _name(request, "repo", "repository")
@@ -342,8 +406,18 @@ async def _read(node: Node, repository: SnapshotRepository, repo: str, snap: str
         return _unavailable(repo, error, snap)
 
 
-async def snapshot_delete(request: web.Request) -> web.Response:
-    query = check_params(request, {"master_timeout", "timeout"})
+@routes.add(
+    Route(
+        "DELETE",
+        "/_snapshot/{repo}/{snap}",
+        "Delete a snapshot's file.",
+        Privilege.MANAGE,
+        t.Acknowledged,
+        params=TIMEOUTS,
+        errors=(400, 404, 503),
+    )
+)
+async def snapshot_delete(request: web.Request, query: Query) -> web.StreamResponse:
     repo = _name(request, "repo", "repository")
     snap = _name(request, "snap", "snapshot")
     await no_body(request)
@@ -369,8 +443,20 @@ def _restore_options(body: Any) -> None:
         raise BadRequest("[include_global_state] must be true: a snapshot holds only the global state")
 
 
-async def snapshot_restore(request: web.Request) -> web.Response:
-    query = check_params(request, {"wait_for_completion", "master_timeout", "timeout"})
+@routes.add(
+    Route(
+        "POST",
+        "/_snapshot/{repo}/{snap}/_restore",
+        "Replace the keys and persistent settings with a snapshot's, in one committed state.",
+        Privilege.MANAGE,
+        t.RestoreAnswer,
+        params=(WAIT_FOR_COMPLETION, *TIMEOUTS),
+        body=t.RestoreBody,
+        body_required=False,
+        errors=(400, 404, 408, 413, 500, 503),
+    )
+)
+async def snapshot_restore(request: web.Request, query: Query) -> web.StreamResponse:
     repo = _name(request, "repo", "repository")
     snap = _name(request, "snap", "snapshot")
     param_bool(query, "wait_for_completion", False)  # a restore is one committed state: always complete
