@@ -88,12 +88,17 @@ async def root(request: web.Request, query: Query) -> web.StreamResponse:
             Param("wait_for_version", COUNT, "first wait until this node has applied this version or a later one"),
             Param("wait_for_timeout", TIME_VALUE, "how long `wait_for_version` waits; default 30s"),
             MASTER_TIMEOUT,
+            Param(
+                "filter_path",
+                {"type": "string", "examples": ["master_node,nodes,metadata.cluster_coordination"]},
+                "only the fields it names (comma-separated dotted paths, `*` in a name, `**` for any levels); the "
+                "keys and sessions are not rendered unless it selects them",
+            ),
         ),
         errors=(400, 503),
         description=(
-            "Without `local`, after a read barrier: includes every write acknowledged before the request. The "
-            "common parameter `filter_path` answers only the fields it names (comma-separated dotted paths, `*` in "
-            "a name, `**` for any levels), and the keys and sessions are not rendered unless it selects them."
+            "Without `local`, after a read barrier: includes every write acknowledged before the request. With "
+            "`filter_path`, only the fields it names."
         ),
     )
 )
