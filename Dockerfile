@@ -31,6 +31,7 @@ print('\n'.join(own + c['dependencies'] + extras['operator'] + extras['audit']))
 COPY README.md ./
 COPY client/ client/
 COPY core/ core/
+COPY s3/ s3/
 COPY sidecar/ sidecar/
 COPY operator/ operator/
 COPY spark-jobs/ spark-jobs/

@@ -76,6 +76,25 @@ def peers(quick: bool, out: Path | None, **given: Any) -> None:
     save(out, "peers", section, options.workdir)
 
 
+@cli.command("hot-keys")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="interleaved rounds")
+@click.option("--seconds", type=click.FloatRange(min=0.5), default=5.0, show_default=True, help="per point")
+@click.option("--systems", default="coordinated 3n,etcd 3n", show_default=True, help="comma-separated labels")
+@click.option(
+    "--ab-tree", multiple=True, metavar="REV", help="also run 'coordinated 3n [REV]', git revision REV (repeatable)"
+)
+@WORKDIR
+@OUT
+def hot_keys(out: Path | None, ab_tree: tuple[str, ...], **given: Any) -> None:
+    """Throughput of 16 clients on 1 key and 64 clients on 16 keys, against etcd (and their own keys)."""
+    from bench.suites import hot_keys as suite
+
+    options = suite.HotKeysOptions(ab_tree=list(ab_tree), **given)
+    section = suite.run(options)
+    click.echo(reports.hot_keys_text(section))
+    save(out, "hot-keys", section, options.workdir)
+
+
 @cli.command()
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--kill-trials", type=click.IntRange(min=0), default=4, show_default=True, help="kill -9 per round")

@@ -165,6 +165,41 @@ def peers_text(section: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+HOT_KEY_FIGURES = (
+    ("16 clients on 1 key", "hot_16_on_1"),
+    ("16 clients on their own keys", "tput_16"),
+    ("64 clients on 16 keys", "hot_64_on_16"),
+    ("64 clients on their own keys", "tput_64"),
+)
+
+
+def hot_keys_text(section: dict[str, Any]) -> str:
+    """What `hot-keys` prints after its run: writes/s per point (median (min-max) over the rounds), and each
+    system's ratio to etcd's median."""
+    results = section["results"]
+    etcd = results.get("etcd 3n", {})
+    labels = [label for label in results if any(figure in results[label] for _, figure in HOT_KEY_FIGURES)]
+    lines = [
+        *banner(section["etcd_check"]),
+        "",
+        "Hot keys, writes/s (median (min-max) over the rounds), and the ratio to etcd 3n's median:",
+        "| point | " + " | ".join(labels) + " |",
+        "|---|" + "---|" * len(labels),
+    ]
+    for name, figure in HOT_KEY_FIGURES:
+        cells = []
+        for label in labels:
+            values = results[label].get(figure, [])
+            against = (
+                f" **{ratio(med(values), med(etcd[figure]))}**"
+                if etcd.get(figure) and values and label != "etcd 3n"
+                else ""
+            )
+            cells.append(spread(values, 0) + against)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def failover_text(section: dict[str, Any]) -> str:
     title = f"Failover (one sequential writer, client timeout {CLIENT_TIMEOUT_S:.0f} s, rotating over the others):"
     return "\n".join([title, *fault_table(section["results"])])

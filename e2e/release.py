@@ -7,7 +7,7 @@ by the first line of compat/previous-release that is not a comment.
 
 from __future__ import annotations
 
-import argparse
+import argparse  # not click, as every other program: the system's python3 runs this, standard library only
 import tomllib
 from pathlib import Path
 

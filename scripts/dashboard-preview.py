@@ -16,7 +16,6 @@ points returned, or the error). Exits 1 if any target fails to evaluate. Needs `
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import shutil
@@ -31,6 +30,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import click
+
+from coordinated.programs import run_program
 from coordinated.tools.localcluster import LocalCluster, free_ports
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,16 +102,15 @@ def write_load(cluster: LocalCluster, stop: threading.Event) -> None:
         time.sleep(0.02)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--seconds", type=float, default=150.0, help="how long the cluster runs under load")
-    args = parser.parse_args()
+@click.command(help=__doc__.split("\n\n")[0] if __doc__ else None)
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option("--seconds", type=float, default=150.0, help="how long the cluster runs under load")
+def preview(out: Path, seconds: float) -> int:
     for tool in ("prometheus", "chromium"):
         if shutil.which(tool) is None:
             print(f"{tool} is not on PATH (apt-get install prometheus chromium)", file=sys.stderr)
             return 2
-    args.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     dashboard = json.loads(DASHBOARD.read_text())
     work = Path(tempfile.mkdtemp(prefix="dashboard-preview-"))
     cluster = LocalCluster(work / "cluster")
@@ -131,14 +132,14 @@ def main() -> int:
         started = time.time()
         writer = threading.Thread(target=write_load, args=(cluster, stop), daemon=True)
         writer.start()
-        time.sleep(args.seconds / 3)
+        time.sleep(seconds / 3)
         master = cluster.wait_master()
         print(f"killing the master {master.name}", flush=True)
         cluster.kill(master, signal.SIGKILL)
-        time.sleep(args.seconds / 6)
+        time.sleep(seconds / 6)
         cluster.start(master.name)
         cluster.wait_http(master)
-        time.sleep(args.seconds / 2)
+        time.sleep(seconds / 2)
         stop.set()
         writer.join(5)
         end = time.time()
@@ -157,7 +158,7 @@ def main() -> int:
         for name in ("namespace", "cluster"):
             with urllib.request.urlopen(f"{base}/api/v1/label/{name}/values", timeout=10) as response:
                 summary.append(f"label_values({name}): {json.load(response)['data']}")
-        (args.out / "summary.txt").write_text("\n".join(summary) + "\n")
+        (out / "summary.txt").write_text("\n".join(summary) + "\n")
         print("\n".join(summary))
 
         minutes = max(1, int((end - started) // 60) + 1)
@@ -166,7 +167,7 @@ def main() -> int:
         for i, (_, expr) in enumerate(targets(dashboard)):
             params |= {f"g{i}.expr": expr, f"g{i}.tab": "0", f"g{i}.range_input": query["g.range_input"]}
         url = f"{base}/classic/graph?{urllib.parse.urlencode(params)}"
-        screenshot = args.out / "dashboard.png"
+        screenshot = out / "dashboard.png"
         subprocess.run(
             ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
              "--window-size=1300,6400", "--virtual-time-budget=20000", f"--screenshot={screenshot}", url],
@@ -187,4 +188,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_program(preview, None, "scripts/dashboard-preview.py"))

@@ -6,9 +6,12 @@
 #     so that kubeconform can validate the built-in kinds without downloading schemas;
 #   - the prometheus-operator CRDs (for the optional ServiceMonitor), from that project's Go module;
 #   - an S3-compatible object store for the archive, snapshot and audit tests: Versity's S3 gateway
-#     (versitygw, Apache-2.0) with its posix backend, serving a folder over the S3 API with SigV4 checks.
-# Prints KEY=path lines (HELM, KUBECONFORM, K8S_OPENAPI, MONITORING_CRDS, S3_SERVER) for callers such as the
-# tests. With arguments, only those keys' tools (e.g. `install-tools.sh S3_SERVER`).
+#     (versitygw, Apache-2.0) with its posix backend, serving a folder over the S3 API with SigV4 checks;
+#   - porcupine-check (tools/porcupine, this repository's source), which checks a recorded history with
+#     porcupine, the linearizability checker of MIT 6.5840 and etcd's robustness tests (pinned in its go.mod);
+#     cached by the hash of its source.
+# Prints KEY=path lines (HELM, KUBECONFORM, K8S_OPENAPI, MONITORING_CRDS, S3_SERVER, PORCUPINE) for callers such
+# as the tests. With arguments, only those keys' tools (e.g. `install-tools.sh S3_SERVER`).
 set -euo pipefail
 
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
@@ -40,6 +43,21 @@ go_install() {
     echo "$target"
 }
 
+# go_build_local NAME DIR: builds the Go program in this repository's DIR into $BIN/NAME-HASH (HASH: of its
+# go.mod, go.sum and Go files) unless it is cached; its dependencies come through the Go module proxy.
+go_build_local() {
+    local name="$1" dir="$2" hash target
+    hash="$(cd "$dir" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-12)"
+    target="$BIN/$name-$hash"
+    if [[ ! -x "$target" ]]; then
+        echo "install-tools: building $dir (once per change of its source; cached in $BIN)" >&2
+        (cd "$dir" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -trimpath" go build -o "$target.tmp" . >&2)
+        mv "$target.tmp" "$target"
+    fi
+    ln -sfn "$name-$hash" "$BIN/$name"
+    echo "$target"
+}
+
 # module_file MODULE VERSION PATH DEST: copies PATH out of the module's source (downloaded once) to DEST.
 module_file() {
     local module="$1" version="$2" path="$3" dest="$4"
@@ -57,7 +75,7 @@ module_file() {
 
 # With arguments, only the tools those keys name; without, every one.
 REQUESTED=("$@")
-((${#REQUESTED[@]})) || REQUESTED=(HELM KUBECONFORM K8S_OPENAPI MONITORING_CRDS S3_SERVER)
+((${#REQUESTED[@]})) || REQUESTED=(HELM KUBECONFORM K8S_OPENAPI MONITORING_CRDS S3_SERVER PORCUPINE)
 for key in "${REQUESTED[@]}"; do
     # An assignment, not `echo "$(...)"`, so that a failed build stops the script (set -e).
     case "$key" in
@@ -72,6 +90,7 @@ for key in "${REQUESTED[@]}"; do
             example/prometheus-operator-crd "$CACHE/schemas/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/crds")"
         ;;
     S3_SERVER) path="$(go_install versitygw github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION")" ;;
+    PORCUPINE) path="$(go_build_local porcupine-check "$(dirname "$0")/../tools/porcupine")" ;;
     *) echo "install-tools: unknown tool [$key]" >&2; exit 2 ;;
     esac
     echo "$key=$path"

@@ -20,6 +20,8 @@ from child_processes import ChildProcesses
 from required_commands import require_command
 
 from coordinated.tools.localcluster import LocalCluster
+from coordinated.tools.previous_release import PreviousRelease, PreviousReleaseError
+from coordinated.tools.previous_release import prepare as prepare_previous_release
 from coordinated.tools.s3server import S3Server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,10 +37,15 @@ PROCESS_FIXTURES: dict[str, str] = {
     "fuzzed": "integration",
     "sidecar": "integration",
     "archive": "integration",
+    # the previous release (compat/previous-release): a git worktree and its virtualenv, built once per machine
+    "previous_release": "integration",
     # the S3-compatible server, built through the Go module proxy by scripts/install-tools.sh
     "s3_server_binary": "integration",
     # helm, kubeconform, promtool and the Kubernetes schemas (Go builds, scripts/install-tools.sh)
     "installed_tools": "integration",
+    # porcupine-check (tools/porcupine, a Go build by scripts/install-tools.sh), and the fault run it checks
+    "porcupine": "integration",
+    "fault_history": "integration",
     # etcd, kube-apiserver and kube-scheduler (e2e/lib/build-kubernetes.sh)
     "kubeconfig": "integration",
     # openssl, for certificate authorities
@@ -136,6 +143,17 @@ def s3_server_binary() -> Path:
     if result.returncode != 0:
         pytest.fail(f"scripts/install-tools.sh S3_SERVER failed (run make test-deps): {result.stderr[-2000:]}")
     return Path(result.stdout.strip().partition("=")[2])
+
+
+@pytest.fixture(scope="session")
+def previous_release() -> PreviousRelease:
+    """The release named in compat/previous-release, checked out from this clone and installed in a virtualenv of
+    its own (`coordinated.tools.previous_release`; cached under ~/.cache/coordinated-cluster, keyed by revision).
+    A test that needs it fails, never skips, when it cannot be prepared."""
+    try:
+        return prepare_previous_release()
+    except PreviousReleaseError as error:
+        pytest.fail(f"the previous release cannot be prepared: {error}")
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,8 @@ from collections import Counter
 from pathlib import Path
 from types import FrameType
 
+import click
+
 INTERVAL_S = 0.001  # the kernel rounds it up to its tick (4 ms at HZ=250)
 
 
@@ -31,11 +33,15 @@ def _frame_name(frame: FrameType) -> str:
     return f"{code.co_name} ({path}:{code.co_firstlineno})"
 
 
-def main() -> None:
-    out = Path(sys.argv[1])
-    if sys.argv[3] != "-m" or len(sys.argv) < 5:
-        raise SystemExit("usage: cpu_sampler.py OUT PYTHON -m MODULE [ARGS...]")
-    module = sys.argv[4]
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("out", type=click.Path(path_type=Path))
+@click.argument("python")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-m MODULE [ARGS]...")
+def main(out: Path, python: str, command: tuple[str, ...]) -> None:
+    """Runs `python -m MODULE ARGS` in this process, sampled (PYTHON itself is not used)."""
+    if len(command) < 2 or command[0] != "-m":
+        raise click.UsageError("expected PYTHON -m MODULE [ARGS]... after OUT")
+    module, arguments = command[1], command[2:]
     samples: Counter[str] = Counter()
 
     def sample(signum: int, frame: FrameType | None) -> None:
@@ -55,7 +61,7 @@ def main() -> None:
     signal.signal(signal.SIGUSR2, dump)
     signal.signal(signal.SIGPROF, sample)
     signal.setitimer(signal.ITIMER_PROF, INTERVAL_S, INTERVAL_S)
-    sys.argv = [module, *sys.argv[5:]]
+    sys.argv = [module, *arguments]
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     finally:

@@ -21,7 +21,6 @@ WebSockets: each message is its length (4 bytes) and its JSON. That is the floor
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
 import itertools
@@ -29,9 +28,11 @@ import json
 import socket
 import sqlite3
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import click
 import uvloop
 from aiohttp import ClientSession, WSMsgType, web
 
@@ -147,7 +148,16 @@ class Leader:
                 self.wake.set()
 
 
-async def serve(args: argparse.Namespace) -> None:
+@dataclass(frozen=True)
+class FloorOptions:
+    index: int  # this node's place in `ports` (0 leads)
+    ports: str  # every node's HTTP port, comma-separated
+    data_dir: str
+    apply_round: bool
+    raw_peers: int | None
+
+
+async def serve(args: FloorOptions) -> None:
     ports = [int(p) for p in args.ports.split(",")]
     data = Path(args.data_dir)
     data.mkdir(parents=True, exist_ok=True)
@@ -251,14 +261,14 @@ async def serve(args: argparse.Namespace) -> None:
     await (leader.run() if leader is not None else follow())
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--index", type=int, required=True, help="this node's place in --ports (0 leads)")
-    parser.add_argument("--ports", required=True, help="every node's HTTP port, comma-separated")
-    parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--apply-round", action="store_true", help="commit and apply as a second round")
-    parser.add_argument("--raw-peers", type=int, metavar="PORT", help="peer streams on plain TCP to the leader's PORT")
-    uvloop.run(serve(parser.parse_args()))
+@click.command(help=__doc__.splitlines()[0] if __doc__ else None)
+@click.option("--index", type=int, required=True, help="this node's place in --ports (0 leads)")
+@click.option("--ports", required=True, help="every node's HTTP port, comma-separated")
+@click.option("--data-dir", required=True)
+@click.option("--apply-round", is_flag=True, help="commit and apply as a second round")
+@click.option("--raw-peers", type=int, metavar="PORT", help="peer streams on plain TCP to the leader's PORT")
+def main(index: int, ports: str, data_dir: str, apply_round: bool, raw_peers: int | None) -> None:
+    uvloop.run(serve(FloorOptions(index, ports, data_dir, apply_round, raw_peers)))
 
 
 if __name__ == "__main__":

@@ -33,9 +33,12 @@ async def sequential(system: System, node: int, writes: int) -> dict[str, float]
     return {"p50": percentile(ms, 50), "p99": percentile(ms, 99)}
 
 
-async def throughput(system: System, clients: int, seconds: float, first: int = 0) -> dict[str, float]:
+async def throughput(
+    system: System, clients: int, seconds: float, first: int = 0, shared_keys: int | None = None
+) -> dict[str, float]:
     """Acknowledged writes/s with `clients` sequential writers spread over all nodes, client i on node
-    `first + i` (modulo the size)."""
+    `first + i` (modulo the size). Each client cycles over KEYS_PER_CLIENT keys of its own, or, with
+    `shared_keys`, writes only key `i % shared_keys` of that many keys every client shares (hot keys)."""
     done = errors = 0
     deadline = time.perf_counter() + seconds
 
@@ -45,7 +48,8 @@ async def throughput(system: System, clients: int, seconds: float, first: int = 
         for i in itertools.count():
             if time.perf_counter() >= deadline:
                 return
-            if await system.put(node, f"t{index}-{i % KEYS_PER_CLIENT}", next(_fresh_values), timeout=10.0):
+            key = f"t{index}-{i % KEYS_PER_CLIENT}" if shared_keys is None else f"hot{index % shared_keys}"
+            if await system.put(node, key, next(_fresh_values), timeout=10.0):
                 done += 1
             else:
                 errors += 1

@@ -8,11 +8,11 @@ loop with call_soon_threadsafe.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from pathlib import Path
 from typing import Any
 
+import click
 from aiohttp import web
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
@@ -30,22 +30,21 @@ class KV(SyncObj):  # type: ignore[misc]
         self.data[key] = value
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--raft", required=True)
-    parser.add_argument("--partners", required=True)
-    parser.add_argument("--http-port", type=int, required=True)
-    parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--no-batch", action="store_true")
-    parser.add_argument("--tuned", action="store_true")
-    args = parser.parse_args()
-    Path(args.data_dir).mkdir(parents=True, exist_ok=True)
-    options: dict[str, Any] = {"journalFile": str(Path(args.data_dir) / "journal")}  # mmap'd, never fsynced
-    if args.no_batch:
+@click.command()
+@click.option("--raft", required=True)
+@click.option("--partners", required=True)
+@click.option("--http-port", type=int, required=True)
+@click.option("--data-dir", required=True)
+@click.option("--no-batch", is_flag=True)
+@click.option("--tuned", is_flag=True)
+def main(raft: str, partners: str, http_port: int, data_dir: str, no_batch: bool, tuned: bool) -> None:
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    options: dict[str, Any] = {"journalFile": str(Path(data_dir) / "journal")}  # mmap'd, never fsynced
+    if no_batch:
         options["appendEntriesUseBatch"] = False
-    if args.tuned:
+    if tuned:
         options.update(TUNED)
-    kv = KV(args.raft, args.partners.split(","), SyncObjConf(**options))
+    kv = KV(raft, partners.split(","), SyncObjConf(**options))
 
     async def put(request: web.Request) -> web.Response:
         value = await request.json()
@@ -75,7 +74,7 @@ def main() -> None:
     app = web.Application()
     app.router.add_put("/kv/{key}", put)
     app.router.add_get("/status", status)
-    web.run_app(app, host="127.0.0.1", port=args.http_port, print=None, handle_signals=True)
+    web.run_app(app, host="127.0.0.1", port=http_port, print=None, handle_signals=True)
 
 
 if __name__ == "__main__":

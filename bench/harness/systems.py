@@ -161,7 +161,7 @@ def source_trees(specs: list[str]) -> list[tuple[str, Path]]:
 
 
 # What a node imports: the client's folder holds `coordinated.key_names`, which the core checks every key with.
-NODE_PARTS = ("core", "sidecar", "tools", "client")
+NODE_PARTS = ("core", "s3", "sidecar", "tools", "client")
 
 
 def tree_pythonpath(tree: Path, parts: tuple[str, ...] = NODE_PARTS) -> str:

@@ -215,7 +215,7 @@ def run_child(engine: str, a: EnginesOptions, input_dir: Path) -> list[dict[str,
     carry the figures."""
     argv = module_command("bench", "audit", "engines", "--child", engine, "--input", str(input_dir))
     argv += ["--master", a.master, "--rounds", str(a.rounds), "--driver-memory", a.driver_memory]
-    env = bench_env(tree_pythonpath(a.source, ("core", "spark-jobs")) if a.source is not None else None)
+    env = bench_env(tree_pythonpath(a.source, ("core", "s3", "spark-jobs")) if a.source is not None else None)
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=a.timeout)
     if done.returncode != 0:
         sys.exit(f"the {engine} run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")

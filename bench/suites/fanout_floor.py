@@ -11,9 +11,9 @@ at once, each serving a third of the watchers, as three nodes would.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 
+import click
 import msgspec
 import uvloop
 
@@ -75,11 +75,10 @@ async def serve(port: int) -> None:
         await server.serve_forever()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
-    args = parser.parse_args()
-    uvloop.run(serve(args.port))
+@click.command()
+@click.option("--port", type=int, required=True)
+def main(port: int) -> None:
+    uvloop.run(serve(port))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ which each watcher read it. It runs until stdin closes.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import importlib
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
+import click
 import msgspec
 
 OPEN_AT_ONCE = 200  # watchers connecting at the same time (the servers' accept queues stay short)
@@ -203,20 +203,21 @@ async def run(seen: Seen, tasks: list[asyncio.Task[None]]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--watchers", type=int, required=True)
-    parser.add_argument("--http", nargs="+", help="stream URLs, round-robin")
-    parser.add_argument("--etcd", nargs="+", help="member client addresses, round-robin")
-    parser.add_argument("--channels", type=int, default=20)
-    parser.add_argument("--prefix", default="fan/")
-    parser.add_argument("--stubs", type=Path)
-    parser.add_argument("--raw", action="store_true", help="read the HTTP streams off the sockets, without aiohttp")
-    args = parser.parse_args()
-    if args.http:
-        asyncio.run(http_watchers(args.http, args.watchers, args.raw))
+@click.command()
+@click.option("--watchers", type=int, required=True)
+@click.option("--http", multiple=True, help="a stream URL (repeated: round-robin)")
+@click.option("--etcd", multiple=True, help="a member's client address (repeated: round-robin)")
+@click.option("--channels", type=int, default=20)
+@click.option("--prefix", default="fan/")
+@click.option("--stubs", type=click.Path(path_type=Path))
+@click.option("--raw", is_flag=True, help="read the HTTP streams off the sockets, without aiohttp")
+def main(
+    watchers: int, http: tuple[str, ...], etcd: tuple[str, ...], channels: int, prefix: str, stubs: Path, raw: bool
+) -> None:
+    if http:
+        asyncio.run(http_watchers(list(http), watchers, raw))
     else:
-        asyncio.run(etcd_watchers(args.etcd, args.watchers, args.channels, args.prefix, args.stubs))
+        asyncio.run(etcd_watchers(list(etcd), watchers, channels, prefix, stubs))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ the harness compares the send time with the times its watchers saw the key.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import importlib
 import sys
@@ -21,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
+import click
 
 
 async def serve(write: Callable[[str], Awaitable[None]]) -> None:
@@ -63,16 +63,15 @@ async def etcd_writer(address: str, stubs: Path) -> None:
         await serve(write)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--http", nargs="+", help="base URLs: the key is PUT to each, at once")
-    parser.add_argument("--etcd", help="the leader's client address")
-    parser.add_argument("--stubs", type=Path, help="the directory of the generated etcd stubs")
-    args = parser.parse_args()
-    if args.http:
-        asyncio.run(http_writer(args.http))
+@click.command()
+@click.option("--http", multiple=True, help="a base URL (repeated: the key is PUT to each, at once)")
+@click.option("--etcd", help="the leader's client address")
+@click.option("--stubs", type=click.Path(path_type=Path), help="the directory of the generated etcd stubs")
+def main(http: tuple[str, ...], etcd: str, stubs: Path) -> None:
+    if http:
+        asyncio.run(http_writer(list(http)))
     else:
-        asyncio.run(etcd_writer(args.etcd, args.stubs))
+        asyncio.run(etcd_writer(etcd, stubs))
 
 
 if __name__ == "__main__":

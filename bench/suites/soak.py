@@ -42,9 +42,9 @@ from typing import Any
 import aiohttp
 
 from bench.suites.soak_audit import AuditOutcome, run_audit
-from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.events.history_segments import expanded_lines, list_segments
 from coordinated.sidecar.events.history_settings import RetentionPolicy
+from coordinated.sidecar.node_settings import sidecar_registry
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode
 from coordinated.tools.s3server import S3Server
 

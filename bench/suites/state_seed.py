@@ -8,8 +8,10 @@ python bench/suites/state_seed.py --keys N --large M [--sessions N] DATA_DIR...
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from pathlib import Path
+
+import click
 
 from coordinated.coordination.state import KeyVersion, Session
 from coordinated.sidecar.storage.persistence import FilePersistedState
@@ -17,14 +19,26 @@ from coordinated.sidecar.storage.persistence import FilePersistedState
 LARGE_VALUE_BYTES = 900_000
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--keys", type=int, required=True, help="small keys (about 40 bytes each)")
-    parser.add_argument("--large", type=int, default=0, help="values of about 900 KB")
-    parser.add_argument("--sessions", type=int, default=0, help="TTL sessions of a day, one ephemeral key each")
-    parser.add_argument("--cluster-name", default="coordinated")
-    parser.add_argument("data_dirs", nargs="+", type=Path)
-    args = parser.parse_args()
+@dataclass(frozen=True)
+class SeedOptions:
+    keys: int
+    large: int
+    sessions: int
+    cluster_name: str
+    data_dirs: tuple[Path, ...]
+
+
+@click.command()
+@click.option("--keys", type=int, required=True, help="small keys (about 40 bytes each)")
+@click.option("--large", type=int, default=0, help="values of about 900 KB")
+@click.option("--sessions", type=int, default=0, help="TTL sessions of a day, one ephemeral key each")
+@click.option("--cluster-name", default="coordinated")
+@click.argument("data_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+def main(keys: int, large: int, sessions: int, cluster_name: str, data_dirs: tuple[Path, ...]) -> None:
+    seed(SeedOptions(keys, large, sessions, cluster_name, data_dirs))
+
+
+def seed(args: SeedOptions) -> None:
     states = []
     for data_dir in args.data_dirs:
         persisted = FilePersistedState(data_dir, args.cluster_name)

@@ -149,6 +149,11 @@ class Deliveries:
             raise RuntimeError("a harness of watchers failed, or the fan-out did not complete in time")
 
 
+def repeated(option: str, values: list[str]) -> list[str]:
+    """`--option value` once per value, as the watchers and the writer take them."""
+    return [word for value in values for word in (option, value)]
+
+
 class Writer:
     """bench/fanout_writer.py in its own process: `write(key)` returns when it was sent and acknowledged."""
 
@@ -250,12 +255,12 @@ async def ours(watchers: int, writes: int, via: str, harnesses: int, raw: list[s
         nodes = local.running() if via == "all" else [node for node in local.running() if node is not master]
         urls = [f"{node.url}/_cluster/metadata/_watch?stream=true&prefix={PREFIX}" for node in nodes]
         pids = [node.pid for node in local.running() if node.pid is not None]
-        async with Writer(["--http", f"{master.url}/_cluster/metadata"]) as writer:
+        async with Writer(repeated("--http", [f"{master.url}/_cluster/metadata"])) as writer:
             return await measure_phases(
                 writer.write,
                 [master.pid],
                 pids,
-                lambda: Deliveries(watchers, harnesses, lambda n: ["--http", *urls, *raw]),
+                lambda: Deliveries(watchers, harnesses, lambda n: [*repeated("--http", urls), *raw]),
                 watchers,
                 writes,
             )
@@ -273,7 +278,7 @@ async def floor(watchers: int, writes: int, workdir: Path, harnesses: int, raw: 
     ]
     bases = [f"http://127.0.0.1:{port}" for port in ports]
     try:
-        async with Writer(["--http", *(f"{base}/kv" for base in bases)]) as writer:
+        async with Writer(repeated("--http", [f"{base}/kv" for base in bases])) as writer:
             deadline = time.monotonic() + 30
             while True:
                 try:
@@ -291,7 +296,7 @@ async def floor(watchers: int, writes: int, workdir: Path, harnesses: int, raw: 
                 pids,
                 pids,
                 lambda: Deliveries(
-                    watchers, harnesses, lambda n: ["--http", *(f"{base}/watch" for base in bases), *raw]
+                    watchers, harnesses, lambda n: [*repeated("--http", [f"{base}/watch" for base in bases]), *raw]
                 ),
                 watchers,
                 writes,
@@ -355,7 +360,15 @@ async def etcd(watchers: int, writes: int, workdir: Path, harnesses: int, per_co
             # One connection per watcher, as watchers in their own pods would have, or `per_connection` of them
             # multiplexed on each, as one client process would.
             channels = max(3, count // per_connection)
-            return ["--etcd", *clients, "--channels", str(channels), "--prefix", PREFIX, "--stubs", str(stubs_dir())]
+            return [
+                *repeated("--etcd", clients),
+                "--channels",
+                str(channels),
+                "--prefix",
+                PREFIX,
+                "--stubs",
+                str(stubs_dir()),
+            ]
 
         async with Writer(["--etcd", clients[leader_index], "--stubs", str(stubs_dir())]) as writer:
             return await measure_phases(

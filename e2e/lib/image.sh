@@ -28,7 +28,7 @@ BASE_PKGS=python3,python3-venv,openjdk-17-jre-headless,procps,ca-certificates
 # What the Dockerfile installs: the extras (the client, client/, is a dependency of its own), and the package
 # folders the image is built from (its cache key).
 IMAGE_EXTRAS=operator,audit
-IMAGE_SOURCES="core sidecar operator spark-jobs tools client"
+IMAGE_SOURCES="core s3 sidecar operator spark-jobs tools client"
 
 # Pause image: one static binary.
 pause_tar="$dir/pause.tar"

@@ -14,6 +14,7 @@ from child_processes import ChildProcesses
 from click.testing import CliRunner
 
 from bench import ROOT
+from bench import report as reports
 from bench.cli import cli
 from bench.harness import results
 
@@ -43,9 +44,23 @@ def peers_section(size: int) -> dict[str, Any]:
 
 
 def test_every_suite_has_a_subcommand() -> None:
-    wanted = {"peers", "watch-fanout", "history-bytes", "audit", "soak", "failover", "sim", "report", "headline"}
+    wanted = {"peers", "hot-keys", "watch-fanout", "history-bytes", "audit", "soak", "failover", "sim", "report"}
+    wanted.add("headline")
     assert wanted <= set(cli.commands)
     assert {"scale", "incremental", "engines"} <= set(cli.commands["audit"].commands)  # type: ignore[attr-defined]
+
+
+def test_the_hot_keys_text_gives_each_point_against_etcd() -> None:
+    figures = {"hot_16_on_1": [100.0, 120.0, 80.0], "tput_16": [400.0], "hot_64_on_16": [800.0], "tput_64": [900.0]}
+    etcd = {"hot_16_on_1": [2000.0], "tput_16": [2500.0], "hot_64_on_16": [3000.0], "tput_64": [4000.0]}
+    section = {
+        "etcd_check": {"flagged": False, "reasons": []},
+        "results": {"coordinated 3n": figures, "etcd 3n": etcd, "coordinated 3n [main]": {"hot_16_on_1": [600.0]}},
+    }
+    text = reports.hot_keys_text(section)
+    assert "| point | coordinated 3n | etcd 3n | coordinated 3n [main] |" in text
+    assert "| 16 clients on 1 key | 100 (80-120) **0.05x** | 2000 | 600 **0.30x** |" in text
+    assert "| 64 clients on their own keys | 900 **0.23x** | 4000 | n/a |" in text
 
 
 # The report names the machine: platform.processor() runs `uname -p`.

@@ -342,6 +342,26 @@ def test_elect_campaigns_resigns_on_sigterm_and_listen_follows(secured: Secured)
                 process.wait(10)
 
 
+def test_elect_resigns_when_the_interrupt_lands_as_the_leader_is_printed(
+    secured: Secured, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGTERM sent as soon as the leader's line is read may arrive before the wait for the session
+    starts; it must resign and exit 0 all the same, not exit 1 with the leadership kept until the TTL."""
+    from coordinated.ctl import recipes
+
+    printed = recipes.emit
+
+    def interrupted_once_printed(*args: Any, **kwargs: Any) -> None:
+        printed(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(recipes, "emit", interrupted_once_printed)
+    result = run(secured, "elect", "elections/printed", "bob", "-o", "json")
+    assert result.exit_code == OK, result.output
+    listened = run(secured, "kv", "get", "--prefix", "elections/printed/", "-o", "json")
+    assert json_of(listened)["keys"] == []  # resigned: its candidate key is gone
+
+
 def test_kv_get_prefix_list_and_del_prefix(secured: Secured) -> None:
     for name in "abcde":
         run(secured, "kv", "put", f"pre/{name}", json.dumps({"n": name}))
@@ -568,7 +588,7 @@ def test_the_programs_keep_their_own_arguments(processes: ChildProcesses) -> Non
     done = processes.run(
         [sys.executable, "-m", "coordinated.cli", "simulate", "--help"], capture_output=True, text=True, timeout=60
     )
-    assert done.returncode == 0 and "usage:" in done.stdout
+    assert done.returncode == 0 and "usage:" in done.stdout.lower() and "--chaos-seconds" in done.stdout
     unknown = processes.run([sys.executable, "-m", "coordinated.cli", "nonsense"], capture_output=True, text=True)
     assert unknown.returncode == BAD_INPUT and "No such command" in unknown.stderr
     time.sleep(0)

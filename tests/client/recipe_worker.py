@@ -6,14 +6,15 @@ on the blocking or the asyncio client, and reports each step to the shared recor
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import click
 from client_drivers import Driver
 
 from coordinated.client import CoordinatedError, LockTimeout, SessionNotFound
@@ -32,8 +33,19 @@ QUEUE = "faults/queue"
 GROUP = "faults/group"
 
 
+@dataclass(frozen=True)
+class WorkerArgs:
+    recipe: str
+    driver: str
+    name: str
+    record: str  # the URL the worker reports each step to
+    ttl: float
+    addresses: list[str]
+    extra: list[str]
+
+
 class Worker:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: WorkerArgs) -> None:
         self.name = args.name
         self.record = args.record
         self.ttl = args.ttl
@@ -220,17 +232,16 @@ RECIPES: dict[str, Callable[[Worker], None]] = {
 }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("recipe", choices=sorted(RECIPES))
-    parser.add_argument("driver", choices=["blocking", "asyncio"])
-    parser.add_argument("name")
-    parser.add_argument("record")
-    parser.add_argument("ttl", type=float)
-    parser.add_argument("addresses", type=lambda text: text.split(","))
-    parser.add_argument("extra", nargs="*")
-    args = parser.parse_args()
-    RECIPES[args.recipe](Worker(args))
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("recipe", type=click.Choice(sorted(RECIPES)))
+@click.argument("driver", type=click.Choice(["blocking", "asyncio"]))
+@click.argument("name")
+@click.argument("record")
+@click.argument("ttl", type=float)
+@click.argument("addresses")
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
+def main(recipe: str, driver: str, name: str, record: str, ttl: float, addresses: str, extra: tuple[str, ...]) -> None:
+    RECIPES[recipe](Worker(WorkerArgs(recipe, driver, name, record, ttl, addresses.split(","), list(extra))))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ installed."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -27,10 +29,15 @@ def project(path: Path) -> dict[str, object]:
 
 
 def test_the_client_is_versioned_with_the_server() -> None:
+    """The client's version is read from the project's `version` (the release's one source), which it pins."""
     server, client = project(REPO / "pyproject.toml"), project(CLIENT / "pyproject.toml")
-    assert client["version"] == server["version"]
+    assert "version" not in client and client["dynamic"] == ["version"]
+    source = tomllib.loads((CLIENT / "pyproject.toml").read_text())["tool"]["hatch"]["version"]
+    assert (CLIENT / source["path"]).resolve() == REPO / "pyproject.toml"
+    found = re.search(source["pattern"], (REPO / "pyproject.toml").read_text(), re.MULTILINE)
+    assert found is not None and found.group("version") == server["version"]
     assert f"{client['name']}=={server['version']}" in server["dependencies"]  # type: ignore[operator]
-    assert coordinated.client.__version__ == server["version"]
+    assert coordinated.client.__version__ == importlib.metadata.version("coordinated-client") == server["version"]
     assert set(client["dependencies"]) == {"httpx>=0.27,<1", "tenacity>=8.2,<10"}  # type: ignore[arg-type]
     assert (CLIENT / "coordinated" / "client" / "py.typed").exists()
 

@@ -13,13 +13,15 @@ The uuids, quorum and parent fields of the events are left out: they follow from
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import click
+
+from coordinated.programs import run_program
 from coordinated.simulation.chaos import run_random_schedule
 
 GOLDEN = Path(__file__).with_name("testdata") / "golden"
@@ -152,19 +154,22 @@ def write_golden(seed: int, lines: list[str]) -> None:
     golden_file(seed).write_text("\n".join(lines) + "\n")
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", action="store_true", help="rewrite the golden transcripts")
-    args = parser.parse_args(argv)
+@click.command(help=__doc__)
+@click.option("--write", is_flag=True, help="rewrite the golden transcripts")
+def compare(write: bool) -> int:
     differ = []
     for seed in SEEDS:
         lines = transcript(seed)
-        if args.write:
+        if write:
             write_golden(seed, lines)
         elif not golden_file(seed).exists() or read_golden(seed) != lines:
             differ.append(seed)
     print(f"{len(SEEDS) - len(differ)} of {len(SEEDS)} seeds give the golden transcripts; differ: {differ}")
     return 1 if differ else 0
+
+
+def main(argv: list[str]) -> int:
+    return run_program(compare, argv, "python tests/coordination/golden_transcripts.py")
 
 
 if __name__ == "__main__":

@@ -41,21 +41,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coordinated.coordination.client import (
-    AddVotingConfigExclusions,
-    ClientRequest,
-    ClientResult,
-    ClusterError,
-    Committed,
-    KvGet,
-    KvPut,
-    ReadBarrier,
-    ReadValue,
-    SessionCreate,
-    SessionInfo,
-    SessionKeepAlive,
-)
+from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed, ReadValue, SessionInfo
 from coordinated.coordination.context import Mode
+from coordinated.coordination.requests.cluster import AddVotingConfigExclusions
+from coordinated.coordination.requests.keys import KvGet, KvPut, ReadBarrier
+from coordinated.coordination.requests.sessions import SessionCreate, SessionKeepAlive
 from coordinated.simulation.cluster import SimNode, SimulatedCluster
 from coordinated.simulation.network import Link
 

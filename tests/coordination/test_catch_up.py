@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from test_scenarios import SECOND, formed, leader_of, request
 
-from coordinated.coordination.client import Committed, KvPut
+from coordinated.coordination.client import Committed
 from coordinated.coordination.coordinator import Mode
 from coordinated.coordination.diff_history import DIFF_HISTORY_MAX_DIFFS
 from coordinated.coordination.messages import Message, PublishRequest, PublishResponse
+from coordinated.coordination.requests.keys import KvPut
 from coordinated.coordination.state import ClusterState, ClusterStateDiff
 from coordinated.simulation.chaos import run_random_schedule
 from coordinated.simulation.cluster import SIM_SETTINGS, SimNode, SimulatedCluster

@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinated import key_names
-from coordinated.coordination.client import KvDelete, KvGet, KvPut, Txn, TxnCompare, TxnOp
 from coordinated.coordination.registry import default_settings
+from coordinated.coordination.requests import request_problem
+from coordinated.coordination.requests.keys import KvDelete, KvGet, KvPut
+from coordinated.coordination.requests.transactions import Txn, TxnCompare, TxnOp
 from coordinated.coordination.state import ClusterState
-from coordinated.coordination.validation import request_problem
 from coordinated.key_names import CHARACTER_RULES, RULES
 
 # The Unicode categories each of CHARACTER_RULES refuses, in its order.

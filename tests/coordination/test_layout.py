@@ -1,17 +1,24 @@
 """The shape of the code, kept: no import cycle in the `coordinated` namespace, components that do not
-import the coordinator, and a coordinator that stays the wiring."""
+import the coordinator, a coordinator that stays the wiring, one declaration per route, deployables that import
+only lower layers (key_names < core < s3 < sidecar, audit < operator, tools < bench, chaos) and read the sidecar
+only through its light settings modules, and no loop between the parts of the sidecar or the operator."""
 
 from __future__ import annotations
 
 import ast
 import inspect
+import sys
 from pathlib import Path
 
 from coordinated.coordination.coordinator import Coordinator
 
 REPO = Path(__file__).resolve().parents[2]
-ROOTS = ("core", "sidecar", "operator", "spark-jobs", "tools", "client")
+ROOTS = ("core", "s3", "sidecar", "operator", "spark-jobs", "tools", "client")
 CORE = REPO / "core" / "coordinated" / "coordination"
+
+
+TOP_PACKAGES = ("bench", "chaos")  # run from the checkout, above every deployable
+OWN = ("coordinated", *TOP_PACKAGES)
 
 
 def modules() -> dict[str, Path]:
@@ -21,19 +28,23 @@ def modules() -> dict[str, Path]:
             parts = path.relative_to(REPO / root).with_suffix("").parts
             if parts[0] == "coordinated":
                 found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for package in TOP_PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
 def imports(path: Path, known: dict[str, Path]) -> set[str]:
-    """The `coordinated` modules that a file imports anywhere in it (type-checking and late imports too)."""
+    """The tree's modules that a file imports anywhere in it (type-checking and late imports too)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("coordinated"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(OWN):
             for alias in node.names:
                 full = f"{node.module}.{alias.name}"
                 found.add(full if full in known else node.module)
         elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name.startswith("coordinated"))
+            found.update(alias.name for alias in node.names if alias.name.startswith(OWN))
     return {name for name in found if name in known}
 
 
@@ -58,13 +69,13 @@ def test_no_import_cycle_in_the_coordinated_namespace() -> None:
 
 def test_components_do_not_import_the_coordinator() -> None:
     known = modules()
-    for path in CORE.glob("*.py"):
+    for path in CORE.rglob("*.py"):
         if path.name != "coordinator.py":
             assert "coordinated.coordination.coordinator" not in imports(path, known), path.name
 
 
 def test_the_coordinator_stays_the_wiring_and_no_core_module_grows_past_600_lines() -> None:
-    sizes = {path.name: len(path.read_text().splitlines()) for path in CORE.glob("*.py")}
+    sizes = {str(path.relative_to(CORE)): len(path.read_text().splitlines()) for path in CORE.rglob("*.py")}
     assert sizes["coordinator.py"] <= 800, sizes["coordinator.py"]
     assert all(size <= 600 for name, size in sizes.items() if name != "coordinator.py"), sizes
 
@@ -162,13 +173,25 @@ def stdlib_imports(path: Path) -> set[str]:
 
 
 def test_the_core_imports_no_threading_clock_or_io() -> None:
-    used = {path.name: sorted(stdlib_imports(path) & FORBIDDEN_IN_CORE) for path in CORE.glob("*.py")}
+    used = {
+        str(path.relative_to(CORE)): sorted(stdlib_imports(path) & FORBIDDEN_IN_CORE) for path in CORE.rglob("*.py")
+    }
     assert {name: found for name, found in used.items() if found} == {}
 
 
 # The sidecar's modules sit in subpackages by concern; at its top only the node's wiring and entry points.
-SIDECAR_TOP_LEVEL = {"__init__.py", "node.py", "cli.py", "config.py", "node_tool.py", "event_loop.py"}
-SIDECAR_CONCERNS = {"storage", "events", "peers", "web", "features", "s3", "observability"}
+SIDECAR_TOP_LEVEL = {
+    "__init__.py",
+    "node.py",
+    "cli.py",
+    "commands.py",
+    "config.py",
+    "node_settings.py",
+    "node_tool.py",
+    "event_loop.py",
+    "event_loop_settings.py",
+}
+SIDECAR_CONCERNS = {"storage", "events", "peers", "web", "features", "observability"}
 
 
 def test_the_sidecar_is_grouped_by_concern() -> None:
@@ -341,3 +364,345 @@ def test_the_route_scans_catch_a_second_table_an_undeclared_parameter_and_a_priv
     assert "/_cluster/health" in string_constants(sample)
     assert privileges_outside_declarations(sample) == [1]
     assert query_reads([sample])["handler"] == {"local", "stream", "prefix", "after"}
+
+
+# -- the core: one descriptor per client request -------------------------------------------------------------
+# Each request type is declared beside what the core does with it (its `Action`, in the same module of
+# `coordination/requests/`); the routing, the master's check, the priorities, the executors and the wire's union
+# of request types are read from the registry. So no other core module names a request type.
+
+REQUESTS = CORE / "requests"
+# The session leases tell an ended session from an expired one by the task that ended it.
+NAMES_A_REQUEST_TYPE = {CORE / "sessions.py": {"SessionEnd"}}
+
+
+def request_classes(path: Path) -> set[str]:
+    """The classes a file declares as client requests (`class X(ClientRequest[...])`)."""
+    return {
+        node.name
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and any(ast.unparse(base).startswith("ClientRequest[") for base in node.bases)
+    }
+
+
+def imported_names(path: Path, module_prefix: str) -> set[str]:
+    return {
+        alias.name
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(module_prefix)
+        for alias in node.names
+    }
+
+
+def test_every_request_type_is_registered_with_its_action_beside_it() -> None:
+    from coordinated.coordination.client import answer_types
+    from coordinated.coordination.requests import ACTIONS, DOMAINS
+
+    declared = {(path.stem, name) for path in CORE.rglob("*.py") for name in request_classes(path)}
+    registered = {
+        (domain.__name__.rsplit(".", 1)[1], action.request.__name__) for domain in DOMAINS for action in domain.ACTIONS
+    }
+    assert declared == registered, "a request type without an Action in its own module, or one elsewhere"
+    assert all(action.request.__module__ == domain.__name__ for domain in DOMAINS for action in domain.ACTIONS)
+    assert len(ACTIONS) == len(registered) >= 15
+    assert all(answer_types(request) for request in ACTIONS)
+
+
+def test_no_core_module_outside_the_requests_names_a_request_type() -> None:
+    from coordinated.coordination.requests import ACTIONS
+
+    types = {request.__name__ for request in ACTIONS}
+    named = {
+        path: imported_names(path, "coordinated.coordination.requests") & types
+        for path in CORE.rglob("*.py")
+        if REQUESTS not in path.parents
+    }
+    assert {str(path.relative_to(CORE)): sorted(names) for path, names in named.items() if names} == {
+        str(path.relative_to(CORE)): sorted(names) for path, names in NAMES_A_REQUEST_TYPE.items()
+    }
+
+
+def test_a_shells_call_is_one_signature_typed_by_the_request() -> None:
+    import typing
+
+    from coordinated.sidecar.node import Node
+
+    assert typing.get_overloads(Node.call) == []
+    assert "ClientRequest[R]" in str(inspect.signature(Node.call).parameters["request"].annotation)
+
+
+def test_the_request_scans_catch_an_unregistered_type_and_a_type_named_outside(tmp_path: Path) -> None:
+    sample = tmp_path / "elsewhere.py"
+    sample.write_text(
+        "from coordinated.coordination.requests.keys import KvPut, barrier_answer\n"
+        "class KvTouch(ClientRequest[Committed], frozen=True, tag='touch'):\n"
+        "    key: str\n"
+        "class Other(msgspec.Struct):\n"
+        "    pass\n"
+    )
+    assert request_classes(sample) == {"KvTouch"}
+    assert imported_names(sample, "coordinated.coordination.requests") == {"KvPut", "barrier_answer"}
+
+
+# -- the layers between deployables ---------------------------------------------------------------------------
+# Each module belongs to one deployable, by the folder it is in; the key-name rules, which the client's
+# distribution ships so that it installs alone, are a layer of their own. A module imports modules of its own
+# deployable or of lower layers only; the deployables of one layer are independent of each other, but for the
+# deliberate edges named below. Late and type-checking imports count too.
+FOLDER_DEPLOYABLES = {
+    "core": "core",
+    "client": "client",
+    "s3": "s3",
+    "sidecar": "sidecar",
+    "spark-jobs": "audit",
+    "operator": "operator",
+    "tools": "tools",
+    "bench": "bench",
+    "chaos": "chaos",
+}
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"key_names"}),
+    frozenset({"core", "client"}),
+    frozenset({"s3"}),  # the S3 client of the sidecar and the audit
+    frozenset({"sidecar", "audit"}),
+    frozenset({"operator", "tools"}),
+    frozenset({"bench", "chaos"}),
+)
+# (importing module or package, imported module or package) -> why the edge is there.
+DELIBERATE_EDGES = {
+    ("coordinated.kubectl", "coordinated.operator"): (
+        "the kubectl plugin works on CoordinatedCluster resources with the operator's own types: the CRD's group, "
+        "version and annotations, ClusterSpec, the snapshot volume's mount path and the S3 connection"
+    ),
+}
+
+
+def deployable_of(name: str, path: Path) -> str:
+    if name == "coordinated.key_names":
+        return "key_names"
+    return FOLDER_DEPLOYABLES[path.relative_to(REPO).parts[0]]
+
+
+def layer_of(deployable: str) -> int:
+    return next(index for index, layer in enumerate(LAYERS) if deployable in layer)
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def layer_violations(
+    graph: dict[str, set[str]], deployables: dict[str, str], deliberate: dict[tuple[str, str], str]
+) -> list[str]:
+    """Each import of a higher layer, or of another deployable of the same layer that is no deliberate edge."""
+    found = []
+    for name, imported in sorted(graph.items()):
+        for other in sorted(imported):
+            mine, theirs = deployables[name], deployables[other]
+            if mine == theirs or layer_of(theirs) < layer_of(mine):
+                continue
+            if layer_of(theirs) == layer_of(mine) and any(
+                _within(name, source) and _within(other, target) for source, target in deliberate
+            ):
+                continue
+            kind = "a higher layer" if layer_of(theirs) > layer_of(mine) else "a sibling"
+            found.append(f"{name} ({mine}) imports {other} ({theirs}, {kind})")
+    return found
+
+
+def import_graph() -> tuple[dict[str, set[str]], dict[str, str]]:
+    """Each module's imports of the tree, and each module's deployable."""
+    known = modules()
+    graph = {name: imports(path, known) - {name} for name, path in known.items()}
+    return graph, {name: deployable_of(name, path) for name, path in known.items()}
+
+
+def test_no_deployable_imports_a_higher_layer_or_a_sibling() -> None:
+    graph, deployables = import_graph()
+    assert set(deployables.values()) == {name for layer in LAYERS for name in layer}, "a deployable without a layer"
+    assert layer_violations(graph, deployables, DELIBERATE_EDGES) == []
+
+
+def test_each_deliberate_edge_is_used() -> None:
+    graph, _ = import_graph()
+    for source, target in DELIBERATE_EDGES:
+        assert any(
+            _within(name, source) and any(_within(other, target) for other in imported)
+            for name, imported in graph.items()
+        ), f"{source} no longer imports {target}: remove the edge"
+
+
+def part_edges(graph: dict[str, set[str]], part_of: dict[str, str]) -> set[tuple[str, str]]:
+    """The imports between the parts of a package (its subpackages, and each module at its top), as a drawing of
+    it by folder shows them."""
+    return {
+        (part_of[name], part_of[other])
+        for name, imported in graph.items()
+        if name in part_of
+        for other in imported
+        if other in part_of and part_of[other] != part_of[name]
+    }
+
+
+def loops(edges: set[tuple[str, str]]) -> list[list[str]]:
+    """Loops of `edges`, each as the parts along it (at least one per set of parts that import each other)."""
+    found, done = [], set()
+
+    def visit(part: str, path: list[str]) -> None:
+        if part in path:
+            found.append([*path[path.index(part) :], part])
+            return
+        if part in done:
+            return
+        for source, target in sorted(edges):
+            if source == part:
+                visit(target, [*path, part])
+        done.add(part)
+
+    for part in sorted({source for source, _ in edges}):
+        visit(part, [])
+    return found
+
+
+def parts_of(package: str, known: dict[str, Path]) -> dict[str, str]:
+    """Module -> its part of `package`: `web/` for coordinated.sidecar.web.keys, `node.py` for the node."""
+    prefix = package + "."
+    found = {}
+    for name, path in known.items():
+        if name.startswith(prefix):
+            rest = name[len(prefix) :].split(".")
+            found[name] = f"{rest[0]}/" if len(rest) > 1 or path.name == "__init__.py" else f"{rest[0]}.py"
+    return found
+
+
+# Imports between the sidecar's parts that run against the others, which the Node's boundary removes (the Node
+# owns its store, history and key services; the tokens move to the access control's own package): until then,
+# these and no other.
+KNOWN_SIDECAR_BACK_EDGES = {
+    ("node.py", "web/"): "the node reads the tokens file (web/access) and frames streamed watches (web/http_chunks)",
+    ("storage/", "events/"): "persistence summarizes the history at startup (events/history)",
+}
+
+
+def test_the_sidecar_and_the_operator_have_no_loop_between_their_parts() -> None:
+    known = modules()
+    graph = {name: imports(path, known) - {name} for name, path in known.items()}
+    operator = part_edges(graph, parts_of("coordinated.operator", known))
+    assert len(operator) > 20 and loops(operator) == []
+    sidecar = part_edges(graph, parts_of("coordinated.sidecar", known))
+    assert len(sidecar) > 20 and loops(sidecar - set(KNOWN_SIDECAR_BACK_EDGES)) == []
+    gone = set(KNOWN_SIDECAR_BACK_EDGES) - sidecar
+    assert gone == set(), f"{gone} no longer import: remove them from KNOWN_SIDECAR_BACK_EDGES"
+
+
+def test_the_layer_and_loop_scans_catch_an_upward_import_a_sibling_and_a_loop() -> None:
+    deployables = {"core.a": "core", "sidecar.b": "sidecar", "audit.c": "audit", "operator.d": "operator"}
+    graph = {"core.a": {"sidecar.b"}, "sidecar.b": {"audit.c", "core.a"}, "audit.c": set(), "operator.d": {"audit.c"}}
+    assert layer_violations(graph, deployables, {}) == [
+        "core.a (core) imports sidecar.b (sidecar, a higher layer)",
+        "sidecar.b (sidecar) imports audit.c (audit, a sibling)",
+    ]
+    assert layer_violations(graph, deployables, {("sidecar", "audit.c"): "why"})[1:] == []
+    parts = {"p.web.x": "web/", "p.web.y": "web/", "p.node": "node.py", "p.config": "config.py"}
+    graph = {"p.web.x": {"p.node", "p.web.y"}, "p.node": {"p.config"}, "p.config": {"p.web.y"}, "p.web.y": set()}
+    edges = part_edges(graph, parts)
+    assert edges == {("web/", "node.py"), ("node.py", "config.py"), ("config.py", "web/")}
+    assert loops(edges) == [["config.py", "web/", "node.py", "config.py"]]
+    assert loops(edges - {("config.py", "web/")}) == []
+
+
+# -- what other deployables read of the sidecar: its settings --------------------------------------------------
+# Every setting of the sidecar and the S3 client is declared in a light `*_settings` module (`node_settings`
+# collects them), so that the operator validates and documents them, and writes them into pods, without importing
+# the sidecar. A light module imports the core, other light modules of the tree, and the standard library but for
+# its network, event-loop, thread and process modules: no third-party package, none of the node's I/O.
+IO_MODULES = frozenset(
+    {"asyncio", "socket", "selectors", "threading", "multiprocessing", "concurrent", "subprocess", "http", "urllib"}
+)
+SETTINGS_PACKAGES = ("coordinated.sidecar", "coordinated.s3")
+SETTING_MAKERS = frozenset(
+    {"Setting", "SettingsRule", "time_setting", "size_setting", "int_setting", "bool_setting", "enum_setting"}
+)
+
+
+def outside_imports(path: Path) -> set[str]:
+    """The top-level names of what a file imports (anywhere in it) from outside the tree."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return {name for name in found if name not in OWN and name != "__future__"}
+
+
+def light_modules(graph: dict[str, set[str]], outside: dict[str, set[str]]) -> set[str]:
+    """The modules that import, also through the tree's modules they import, no I/O and no third-party package
+    (the core's own packages aside: it is the layer below)."""
+    light = {
+        name
+        for name in graph
+        if _within(name, "coordinated.coordination")
+        or all(module in sys.stdlib_module_names and module not in IO_MODULES for module in outside[name])
+    }
+    changed = True
+    while changed:
+        heavy = {name for name in light if not _within(name, "coordinated.coordination") and not graph[name] <= light}
+        light -= heavy
+        changed = bool(heavy)
+    return light
+
+
+def declared_settings(path: Path) -> list[str]:
+    """The names a module assigns a setting or a rule between settings to, at its top level."""
+    found: list[str] = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign):
+            value, targets = node.value, node.targets
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            value, targets = node.value, [node.target]
+        else:
+            continue
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in SETTING_MAKERS:
+            found.extend(target.id for target in targets if isinstance(target, ast.Name))
+    return found
+
+
+def is_settings_module(name: str) -> bool:
+    return name.rsplit(".", 1)[-1].endswith("_settings")
+
+
+def test_settings_are_declared_in_light_settings_modules_and_the_operator_reads_only_those() -> None:
+    known = modules()
+    graph = {name: imports(path, known) - {name} for name, path in known.items()}
+    light = light_modules(graph, {name: outside_imports(path) for name, path in known.items()})
+    ours = [name for name in known if any(_within(name, package) for package in SETTINGS_PACKAGES)]
+    outside_settings = {
+        name: declared for name in ours if not is_settings_module(name) and (declared := declared_settings(known[name]))
+    }
+    assert outside_settings == {}, "declare a setting in the *_settings module beside its reader"
+    heavy = sorted(name for name in ours if is_settings_module(name) and name not in light)
+    assert heavy == [], "a settings module imports I/O or a third-party package, itself or through another"
+    read = {
+        f"{name} imports {other}"
+        for name in known
+        if _within(name, "coordinated.operator")
+        for other in graph[name]
+        if any(_within(other, package) for package in SETTINGS_PACKAGES) and not is_settings_module(other)
+    }
+    assert read == set(), "the operator reads the sidecar's and the S3 client's settings modules only"
+    assert {"coordinated.sidecar.node_settings", "coordinated.sidecar.peers.tls_settings"} <= light
+
+
+def test_the_settings_scans_catch_a_setting_elsewhere_and_a_heavy_settings_module(tmp_path: Path) -> None:
+    sample = tmp_path / "transport.py"
+    sample.write_text(
+        "import aiohttp\nfrom x import Setting\nLIMIT: Setting[int] = Setting('a', T, 1, 'd')\n"
+        "TIMEOUT = time_setting('b', '1s', doc='d')\nRULE = SettingsRule('d', check)\nOTHER = max(1, 2)\n"
+    )
+    assert declared_settings(sample) == ["LIMIT", "TIMEOUT", "RULE"]
+    assert outside_imports(sample) == {"aiohttp", "x"}
+    graph = {"a_settings": {"b_settings"}, "b_settings": {"c"}, "c": set(), "d_settings": set()}
+    outside = {"a_settings": {"re"}, "b_settings": {"dataclasses"}, "c": {"asyncio"}, "d_settings": {"yaml"}}
+    assert light_modules(graph, outside) == set()
+    assert light_modules(graph, {**outside, "c": {"os"}}) == {"a_settings", "b_settings", "c"}

@@ -10,19 +10,11 @@
 
 from __future__ import annotations
 
-from coordinated.coordination.client import (
-    ClientRequest,
-    ClientResult,
-    Committed,
-    KvDelete,
-    KvDeletePrefix,
-    KvGet,
-    KvPut,
-    ReadValue,
-)
+from coordinated.coordination.client import ClientRequest, ClientResult, Committed, ReadValue
 from coordinated.coordination.context import Mode
 from coordinated.coordination.followers_checker import FOLLOWER_CHECK_INTERVAL, FOLLOWER_CHECK_TIMEOUT
 from coordinated.coordination.leader_checker import LEADER_CHECK_INTERVAL, LEADER_CHECK_TIMEOUT
+from coordinated.coordination.requests.keys import KvDelete, KvDeletePrefix, KvGet, KvPut
 from coordinated.simulation.cluster import SIM_SETTINGS, SimulatedCluster
 from coordinated.simulation.network import Link
 

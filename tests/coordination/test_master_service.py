@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from coordinated.coordination.client import KvGet
 from coordinated.coordination.master_service import MasterService, Priority, Task
+from coordinated.coordination.requests.keys import KvGet
 from coordinated.coordination.tasks import ClientTask
 
 

@@ -24,23 +24,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinated.coordination import messages as m
-from coordinated.coordination.client import (
-    ClientResult,
-    Committed,
-    KvGet,
-    KvPut,
-    ReadValue,
-    RestoreSnapshot,
-    SessionCreate,
-    SessionInfo,
-    Txn,
-    TxnCompare,
-    TxnOp,
-    TxnOpResult,
-    TxnResult,
-)
+from coordinated.coordination.client import ClientResult, Committed, ReadValue, SessionInfo, TxnOpResult, TxnResult
 from coordinated.coordination.counters import CEILING, LONG_MAX, MAX_STEP
+from coordinated.coordination.requests.keys import KvGet, KvPut
+from coordinated.coordination.requests.sessions import SessionCreate
+from coordinated.coordination.requests.snapshots import RestoreSnapshot
+from coordinated.coordination.requests.transactions import Txn, TxnCompare, TxnOp
 from coordinated.coordination.state import ENCODE_HOOK, KeyVersion
+from coordinated.coordination.wire_versions import newest
 from coordinated.simulation.cluster import SimulatedCluster, stabilisation_time
 from coordinated.simulation.node_invariants import check_node_invariants
 
@@ -236,9 +227,11 @@ def test_a_term_past_the_ceiling_moves_the_cluster_one_step_and_it_goes_on() -> 
     cluster = SimulatedCluster(5, 3, check_safety=False)
     cluster.stabilise()
     term = CEILING + MAX_STEP
-    start_join = msgspec.json.encode(
-        {"sender": "intruder:9300", "message": {"type": "start_join", "candidate": document_node(), "term": term}}
-    )
+    # From a candidate of this release: a cluster that carries its nodes' versions votes for no older one.
+    own = newest()
+    message = {"type": "start_join", "candidate": document_node(), "term": term, "release": own.release}
+    message["wire_version"] = own.wire
+    start_join = msgspec.json.encode({"sender": "intruder:9300", "message": message})
     for node in cluster.nodes:
         assert cluster.deliver_from_wire(node, "intruder:9300", start_join) is None
     elects_and_commits(cluster, "after a term at the ceiling")

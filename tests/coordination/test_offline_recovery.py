@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinated.coordination.client import ClientRequest, Committed, KvPut, UpdateSettings
+from coordinated.coordination.client import ClientRequest, Committed
 from coordinated.coordination.offline_recovery import (
     MUST_JOIN_ELECTED_MASTER,
     UNSAFE_BOOTSTRAP_SETTING,
@@ -11,6 +11,8 @@ from coordinated.coordination.offline_recovery import (
     plan_remove_settings,
     plan_unsafe_bootstrap,
 )
+from coordinated.coordination.requests.cluster import UpdateSettings
+from coordinated.coordination.requests.keys import KvPut
 from coordinated.coordination.state import (
     ClusterState,
     CoordinationMetadata,

@@ -103,3 +103,14 @@ def test_the_check_fails_range_reads_that_do_not_wait_for_their_read_barrier(mon
     monkeypatch.setattr(simulated.SimulatedCluster, "when_applied", at_once)
     verdicts = [run_random_schedule(seed, 3 + seed % 5, ranges=2).range_linearizability for seed in range(10, 20)]
     assert any(verdict is not None and not verdict.ok and not verdict.undecided for verdict in verdicts)
+
+
+def test_two_acknowledged_puts_of_a_key_with_one_version_are_not_linearizable() -> None:
+    """As for a single key: a version names one write, here among prefix deletes and range reads too."""
+    first = TxnOperation(1, 0, 2, (), (("put", "r/a", 1),), (), True, 7)
+    second = TxnOperation(2, 0, 2, (), (("put", "r/a", 2),), (), True, 7)
+    listed = TxnOperation(3, 3, 4, (), (("range", "r/", None),), (), True, ranges=((("r/a", 2, 7),),))
+    assert not check_transactions([first, second, listed]).ok
+    later = TxnOperation(2, 0, 2, (), (("put", "r/a", 2),), (), True, 8)
+    listed = TxnOperation(3, 3, 4, (), (("range", "r/", None),), (), True, ranges=((("r/a", 2, 8),),))
+    assert check_transactions([first, later, listed]).ok

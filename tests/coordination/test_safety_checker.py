@@ -5,18 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
+from coordinated.coordination.history import HistoryEvent
 from coordinated.simulation.safety_checker import SafetyChecker, SafetyViolation
 
 CONFIG = ["a", "b", "c"]
 
 
-def event(kind: str, node: str, term: int, version: int | None = None, **fields: Any) -> dict[str, Any]:
+def event(kind: str, node: str, term: int, version: int | None = None, **fields: Any) -> HistoryEvent:
     state = f"s{term}-{version}" if version is not None else None
-    return {
+    recorded = {
         "type": kind,
         "node": node,
+        "node_name": node,
         "cluster_uuid": "u",
         "term": term,
         "version": version,
@@ -27,6 +30,7 @@ def event(kind: str, node: str, term: int, version: int | None = None, **fields:
         "last_committed_config": CONFIG,
         **fields,
     }
+    return msgspec.convert(recorded, HistoryEvent)  # as typed as the core records it, checked
 
 
 def checker() -> SafetyChecker:

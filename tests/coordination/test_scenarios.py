@@ -7,18 +7,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from coordinated.coordination.client import (
-    AddVotingConfigExclusions,
-    ClientResult,
-    ClusterError,
-    Committed,
-    KvGet,
-    KvPut,
-    Txn,
-    TxnCompare,
-    TxnOp,
-    TxnResult,
-)
+from coordinated.coordination.client import ClientResult, ClusterError, Committed, TxnResult
 from coordinated.coordination.client_requests import NO_MASTER_BLOCK
 from coordinated.coordination.coordinator import Mode
 from coordinated.coordination.followers_checker import (
@@ -39,6 +28,9 @@ from coordinated.coordination.messages import (
     PublishRequest,
     PublishResponse,
 )
+from coordinated.coordination.requests.cluster import AddVotingConfigExclusions
+from coordinated.coordination.requests.keys import KvGet, KvPut
+from coordinated.coordination.requests.transactions import Txn, TxnCompare, TxnOp
 from coordinated.coordination.safety import CoordinationStateRejected
 from coordinated.coordination.settings import NODE_NAME
 from coordinated.coordination.state import VotingConfiguration

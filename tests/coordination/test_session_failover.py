@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinated.coordination.client import KvGet, ReadValue
+from coordinated.coordination.client import ReadValue
+from coordinated.coordination.requests.keys import KvGet
 from coordinated.coordination.sessions import SessionLeases
 from coordinated.coordination.state import Session
 from coordinated.simulation.cluster import SafetyViolation, SimulatedCluster

@@ -22,6 +22,7 @@ from coordinated.coordination.registry import coordination_registry, default_set
 from coordinated.coordination.settings import (
     CLUSTER_NAME,
     NODE_ROLES,
+    EnumChoice,
     Setting,
     SettingsError,
     SettingsRegistry,
@@ -29,7 +30,8 @@ from coordinated.coordination.settings import (
     parse_time_ms,
     time_setting,
 )
-from coordinated.sidecar import config as sidecar_config
+from coordinated.coordination.status import BlockLevel
+from coordinated.sidecar import node_settings
 
 
 def test_defaults_are_elasticsearchs() -> None:
@@ -164,7 +166,7 @@ def _modules_of(package: str) -> list[ModuleType]:
 
 @pytest.mark.parametrize(
     ("package", "registry"),
-    [("coordinated.coordination", coordination_registry), ("coordinated.sidecar", sidecar_config.sidecar_registry)],
+    [("coordinated.coordination", coordination_registry), ("coordinated.sidecar", node_settings.sidecar_registry)],
 )
 def test_every_declared_setting_is_collected(package: str, registry: Callable[[], SettingsRegistry]) -> None:
     """A setting declared in a module that the registry does not list would be unknown to every node."""
@@ -191,3 +193,26 @@ def test_an_affix_setting_covers_one_user_chosen_segment() -> None:
             registry.parse_one(wrong, "5s")
     with pytest.raises(SettingsError, match=r"\[s3.client.backups.read_timeout\]: expected a time"):
         registry.parse_one("s3.client.backups.read_timeout", "soon")
+
+
+def test_a_setting_of_a_few_choices_is_read_as_its_enum_member() -> None:
+    settings = coordination_registry().parse({"node.name": "n1", "cluster.no_master_block": "all"})
+    assert settings[NO_MASTER_BLOCK] is BlockLevel.ALL
+    assert coordination_registry().parse({"node.name": "n1"})[NO_MASTER_BLOCK] is BlockLevel.WRITE
+    assert settings.with_dynamic({"cluster.no_master_block": "metadata_write"})[NO_MASTER_BLOCK] is (
+        BlockLevel.METADATA_WRITE
+    )
+    assert settings.with_values({NO_MASTER_BLOCK: "write"})[NO_MASTER_BLOCK] is BlockLevel.WRITE  # given as text
+    with pytest.raises(ValueError, match="none"):
+        settings.with_values({NO_MASTER_BLOCK: "none"})
+    with pytest.raises(SettingsError, match=r"expected one of \['all', 'write', 'metadata_write'\], got \[none\]"):
+        coordination_registry().parse_one("cluster.no_master_block", "none")
+
+
+def test_every_setting_of_a_fixed_choice_of_words_is_an_enum() -> None:
+    """Its readers compare members, so that a misspelt value in the code is a type error, not a silent False."""
+    for setting in node_settings.sidecar_registry().settings.values():
+        syntax = setting.value_type.syntax()
+        if syntax is not None and syntax.choices and syntax.choices != ("true", "false"):
+            assert isinstance(setting.value_type, EnumChoice), setting.name
+            assert setting.default is None or setting.default_value in setting.value_type.enum, setting.name

@@ -6,16 +6,14 @@ import itertools
 
 import msgspec
 
-from coordinated.coordination.batch import BatchContext, execute_batch
-from coordinated.coordination.client import (
-    ClusterError,
-    Committed,
-    DeleteRepository,
-    KvPut,
-    PutRepository,
-    RestoreSnapshot,
-)
+from coordinated.coordination.batch import execute_batch
+from coordinated.coordination.batch_draft import BatchContext
+from coordinated.coordination.batch_writes import DEFERRED
+from coordinated.coordination.client import ClusterError, Committed
 from coordinated.coordination.registry import default_settings
+from coordinated.coordination.requests import request_problem
+from coordinated.coordination.requests.keys import KvPut
+from coordinated.coordination.requests.snapshots import DeleteRepository, PutRepository, RestoreSnapshot
 from coordinated.coordination.state import (
     ClusterState,
     CoordinationMetadata,
@@ -27,7 +25,6 @@ from coordinated.coordination.state import (
     compute_diff,
 )
 from coordinated.coordination.tasks import ClientTask
-from coordinated.coordination.validation import request_problem
 
 MASTER = DiscoveryNode("m", "node-1", "127.0.0.1:9300")
 _uuids = itertools.count()
@@ -75,12 +72,19 @@ def test_a_restore_replaces_keys_and_settings_with_their_versions_above_the_snap
     assert state.cluster_uuid == "new-cluster" and state.parent_uuid == "s"
 
 
-def test_writes_batched_after_a_restore_apply_on_top_of_it_with_the_new_version() -> None:
+def test_a_restore_waits_for_the_writes_batched_before_it_and_the_writes_after_it_wait_for_it() -> None:
+    """A restore writes every key: it never shares a batch with another write, so every acknowledged write is in
+    the state of its version (before, a write batched ahead of a restore was acknowledged and then replaced)."""
     tasks = [ClientTask(KvPut("x", 1)), ClientTask(restore()), ClientTask(KvPut("kept", "later"))]
-    state, results = execute_batch(base(version=100), tasks, context())
-    assert state is not None and state.version == 101 and results == [None, None, None]
-    assert "x" not in state.kv  # the restore replaced every key written before it
-    assert state.kv["kept"] == "later" and state.key_version("kept") == KeyVersion(101, 12)
+    first, results = execute_batch(base(version=100), tasks, context())
+    assert first is not None and results == [None, DEFERRED, DEFERRED]
+    assert first.kv["x"] == 1 and first.key_version("x") == KeyVersion(first.version, first.version)
+    second, results = execute_batch(first, tasks[1:], context())
+    assert second is not None and results == [None, DEFERRED]
+    assert "x" not in second.kv and second.kv["kept"] == "from-snapshot"
+    third, results = execute_batch(second, tasks[2:], context())
+    assert third is not None and results == [None]
+    assert third.kv["kept"] == "later" and third.key_version("kept") == KeyVersion(third.version, 12)
 
 
 def test_an_identical_restore_still_commits_a_state() -> None:

@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinated.coordination import state as state_module
-from coordinated.coordination.batch import BatchContext, execute_batch
-from coordinated.coordination.client import KvDelete, KvPut
+from coordinated.coordination.batch import execute_batch
+from coordinated.coordination.batch_draft import BatchContext
+from coordinated.coordination.requests.keys import KvDelete, KvPut
 from coordinated.coordination.state import (
     ClusterState,
     Derivations,

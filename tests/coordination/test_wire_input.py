@@ -5,15 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from coordinated.coordination.client import (
-    AddVotingConfigExclusions,
-    ClusterError,
-    Committed,
-    KvPut,
-    Txn,
-    TxnOp,
-    UpdateSettings,
-)
+from coordinated.coordination.client import ClusterError, Committed
 from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.messages import (
     Envelope,
@@ -24,11 +16,13 @@ from coordinated.coordination.messages import (
     encode_envelope,
 )
 from coordinated.coordination.registry import coordination_registry
+from coordinated.coordination.requests.cluster import AddVotingConfigExclusions, UpdateSettings, exclusions_problem
+from coordinated.coordination.requests.keys import KvPut
+from coordinated.coordination.requests.transactions import Txn, TxnOp
 from coordinated.coordination.state import ClusterState, DiscoveryNode
 from coordinated.coordination.validation import (
     MAX_VALUE_DEPTH,
     MAX_VOTING_CONFIG_EXCLUSIONS,
-    exclusions_problem,
     hook_name_problem,
     metadata_key_problem,
     settings_problem,

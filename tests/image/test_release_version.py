@@ -4,6 +4,7 @@ The previous release (compat/previous-release) is a revision of this clone that 
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import subprocess
 import sys
@@ -30,9 +31,10 @@ def git(*args: str) -> str:
 def test_the_chart_and_the_client_follow_the_release_version() -> None:
     chart = yaml.safe_load((REPO / "charts" / "coordinated-cluster" / "Chart.yaml").read_text())
     assert (chart["version"], chart["appVersion"]) == (RELEASE, RELEASE)
+    # The client's version is read from pyproject.toml's (tests/client/test_package.py), which pins it.
     client = tomllib.loads((REPO / "client" / "pyproject.toml").read_text())["project"]
     dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert client["version"] == RELEASE
+    assert client["dynamic"] == ["version"] and importlib.metadata.version("coordinated-client") == RELEASE
     assert f"coordinated-client=={RELEASE}" in dependencies
 
 

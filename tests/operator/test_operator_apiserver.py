@@ -26,7 +26,7 @@ import yaml
 from operator_schemas import REPO
 
 from coordinated.operator.settings_validation import USER_SETTINGS
-from coordinated.sidecar.config import sidecar_registry
+from coordinated.sidecar.node_settings import sidecar_registry
 
 pytestmark = pytest.mark.filterwarnings("ignore:Unverified HTTPS request")
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from coordinated.operator import manifests, object_storage
 from coordinated.operator.spec import CLUSTER_UUID_ANNOTATION, ClusterSpec
-from coordinated.sidecar.config import sidecar_registry
-from coordinated.sidecar.s3.s3_settings import ArchiveSettings
+from coordinated.sidecar.events.archive_settings import ArchiveSettings
+from coordinated.sidecar.node_settings import sidecar_registry
 
 ARCHIVE = {
     "bucket": "histories",

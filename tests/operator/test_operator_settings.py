@@ -9,7 +9,7 @@ import yaml
 
 from coordinated.operator import crd_settings, generate
 from coordinated.operator.settings_validation import OPERATOR_MANAGED_SETTINGS, USER_SETTINGS, validate_settings
-from coordinated.sidecar.config import sidecar_registry
+from coordinated.sidecar.node_settings import sidecar_registry
 
 
 def test_valid_settings() -> None:

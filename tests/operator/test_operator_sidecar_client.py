@@ -22,6 +22,7 @@ from coordinated.operator.sidecar_client import (
     sidecar_url,
 )
 from coordinated.tools.localcluster import LocalCluster
+from coordinated.tools.previous_release import PreviousRelease
 
 
 def state_body(master: str | None, term: int = 2, version: int = 7, uuid: str = "u1") -> dict[str, Any]:
@@ -123,3 +124,28 @@ def test_the_operator_reads_a_real_nodes_membership_without_its_keys(make_cluste
     state, size = asyncio.run(read())
     assert state == parse_cluster_state(whole)
     assert size * 10 < len(json.dumps(whole)), (size, len(json.dumps(whole)))
+
+
+@pytest.mark.timeout(300)
+def test_the_operator_reads_a_previous_release_nodes_membership(
+    make_cluster: Callable[..., LocalCluster], previous_release: PreviousRelease
+) -> None:
+    """During an upgrade the operator reads sidecars of the previous release, which take filter_path as a known
+    parameter but ignore it: they answer their whole state (keys included), and the operator parses from it the
+    same membership as from the whole state read without the parameter."""
+    cluster = make_cluster()  # stopped by the fixture
+    (node,) = cluster.bootstrap(1, python=str(previous_release.python))
+    assert node.put("/_cluster/metadata/kept", "v")[0] == 200
+    status, whole = node.request("GET", "/_cluster/state?local=true")
+    assert status == 200
+    status, filtered = node.request("GET", "/_cluster/state?local=true&filter_path=cluster_name")
+    assert status == 200 and "kept" in json.dumps(filtered)  # the old release ignores filter_path
+
+    async def read() -> ClusterState:
+        async with SidecarConnections() as http:
+            return await SidecarClient(http, node.url).cluster_state(local=True)
+
+    state = asyncio.run(read())
+    assert state == parse_cluster_state(whole)
+    assert state.master_id is not None and [info.name for info in state.nodes.values()] == [node.name]
+    assert state.committed_config_ids == tuple(state.nodes)

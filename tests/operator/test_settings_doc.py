@@ -7,7 +7,7 @@ import pytest
 
 from coordinated.coordination.settings import SettingsError
 from coordinated.operator import generate, settings_doc
-from coordinated.sidecar.config import sidecar_registry
+from coordinated.sidecar.node_settings import sidecar_registry
 
 
 def test_the_committed_doc_is_up_to_date() -> None:

@@ -125,13 +125,17 @@ def _covers_kept_keys(prefix: object) -> bool:
 
 
 def spare_kept_keys(case: Any) -> None:
-    """A prefix delete of the keys written before the run (`prefix=` deletes every key) is moved to other keys:
+    """A prefix delete of the keys written before the run (`prefix=` or `all=true` deletes every key) is moved to other keys:
     the run checks that acknowledged writes are kept, which a delete the fuzzer had acknowledged would undo."""
     query = case.query if isinstance(case.query, dict) else {}
     if case.operation.path == "/_cluster/metadata" and _covers_kept_keys(query.get("prefix")):
         query["prefix"] = "fuzz/" + query["prefix"]
-    elif case.operation.path == "/_cluster/metadata" and case.method == "DELETE" and "prefix" not in query:
-        query["prefix"] = "fuzz/"  # no prefix is the empty one: with all=true, every key
+    elif (
+        case.operation.path == "/_cluster/metadata"
+        and "prefix" not in query
+        and (case.method == "DELETE" or "all" in query)
+    ):
+        query["prefix"] = "fuzz/"  # no prefix is the empty one: with `all=true`, every key
     if case.operation.path == "/_cluster/metadata/_txn" and isinstance(case.body, dict):
         for branch in ("success", "failure"):
             ops = case.body.get(branch)

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from s3_faults import FaultProxy
 
-from coordinated.sidecar.config import sidecar_registry
+from coordinated.s3.object_store import ObjectStore
 from coordinated.sidecar.events.archive import SegmentArchive
+from coordinated.sidecar.events.archive_settings import ArchiveSettings
 from coordinated.sidecar.events.history import HistoryWriter
 from coordinated.sidecar.events.history_segments import compress, compressed_segments
-from coordinated.sidecar.s3.object_store import ObjectStore
-from coordinated.sidecar.s3.s3_settings import ArchiveSettings
+from coordinated.sidecar.node_settings import sidecar_registry
 from coordinated.tools.s3server import S3Server, free_port
 
 CLUSTER = "c0ffee"

@@ -18,12 +18,12 @@ from test_sidecar_storage import state_with
 
 from coordinated.coordination.history import EventType, HistoryEvent
 from coordinated.coordination.settings import SettingsError
-from coordinated.sidecar.config import sidecar_registry
 from coordinated.sidecar.events.history import HistoryWriter, read_events_after, summarize_history
 from coordinated.sidecar.events.history_maintenance import HistoryMaintenance, volume_usage
 from coordinated.sidecar.events.history_retention import ClosedSegment, VolumeUsage, plan_cut
 from coordinated.sidecar.events.history_segments import list_segments
 from coordinated.sidecar.events.history_settings import RetentionPolicy
+from coordinated.sidecar.node_settings import sidecar_registry
 from coordinated.sidecar.storage.persistence import HISTORY_DIR, DataDirError, FilePersistedState
 from coordinated.sidecar.storage.state_store import DB_FILE
 

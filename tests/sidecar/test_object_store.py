@@ -1,4 +1,4 @@
-"""The S3 client layer (`coordinated.sidecar.s3.object_store`) against a real S3-compatible server on loopback."""
+"""The S3 client layer (`coordinated.s3.object_store`) against a real S3-compatible server on loopback."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from child_processes import ChildProcesses
 
-from coordinated.sidecar.config import sidecar_registry
-from coordinated.sidecar.s3.object_store import ObjectExists, ObjectMissing, ObjectStore, ObjectStoreError
-from coordinated.sidecar.s3.s3_settings import S3ClientSettings
+from coordinated.s3.object_store import ObjectExists, ObjectMissing, ObjectStore, ObjectStoreError
+from coordinated.s3.s3_settings import S3ClientSettings
+from coordinated.sidecar.node_settings import sidecar_registry
 from coordinated.tools.s3server import S3Server, free_port
 
 

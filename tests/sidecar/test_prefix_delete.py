@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from coordinated.client import delete_prefix_op
-from coordinated.coordination.client import MAX_PREFIX_DELETE, MAX_TXN_OPS
+from coordinated.coordination.requests.keys import MAX_PREFIX_DELETE
+from coordinated.coordination.requests.transactions import MAX_TXN_OPS
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
 KEYS = 2 * MAX_PREFIX_DELETE + 500

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinated.coordination.client import MAX_PREFIX_DELETE, MAX_TXN_OPS
+from coordinated.coordination.requests.keys import MAX_PREFIX_DELETE
+from coordinated.coordination.requests.transactions import MAX_TXN_OPS
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
 REPO = Path(__file__).resolve().parents[2]

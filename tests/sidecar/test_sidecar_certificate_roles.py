@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from coordinated.coordination.client import UpdateSettings
 from coordinated.coordination.messages import Envelope, ForwardedRequest, encode_envelope
+from coordinated.coordination.requests.cluster import UpdateSettings
 from coordinated.coordination.settings import SettingsError
-from coordinated.sidecar.config import build_config
+from coordinated.sidecar.node_settings import build_config
 from coordinated.sidecar.peers.tls import TrustRestrictions
 from coordinated.sidecar.peers.transport import MESSAGE_PATH, STREAM_PATH
 from coordinated.sidecar.web.access import Role

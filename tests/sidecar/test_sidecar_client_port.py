@@ -15,9 +15,10 @@ import msgspec
 import pytest
 from aiohttp import web
 
-from coordinated.coordination.client import KvPut, UpdateSettings
 from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.messages import Envelope, ForwardedRequest, encode_envelope
+from coordinated.coordination.requests.cluster import UpdateSettings
+from coordinated.coordination.requests.keys import KvPut
 from coordinated.coordination.state import DiscoveryNode
 from coordinated.sidecar.observability.metrics import NodeMetrics
 from coordinated.sidecar.web import app_keys, errors, http_server

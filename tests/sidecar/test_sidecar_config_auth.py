@@ -9,9 +9,10 @@ import pytest
 from coordinated.coordination.peer_finder import FIND_PEERS_INTERVAL
 from coordinated.coordination.settings import SettingsError, parse_byte_size
 from coordinated.sidecar.cli import main
-from coordinated.sidecar.config import NodeConfig, build_config
+from coordinated.sidecar.config import NodeConfig
+from coordinated.sidecar.node_settings import build_config
 from coordinated.sidecar.peers.auth import SIGNATURE_HEADER, TIMESTAMP_HEADER, TransportAuth
-from coordinated.sidecar.web.http_server import MAX_CONTENT_LENGTH
+from coordinated.sidecar.web.http_settings import MAX_CONTENT_LENGTH
 
 
 def config(**overrides: str) -> NodeConfig:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from coordinated.sidecar.config import sidecar_registry
+from coordinated.sidecar.node_settings import sidecar_registry
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
 DYNAMIC = [setting for setting in sidecar_registry().settings.values() if setting.dynamic]

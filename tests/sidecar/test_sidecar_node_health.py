@@ -18,8 +18,8 @@ import pytest
 from aiohttp import web
 
 from coordinated.coordination.state import ClusterState
-from coordinated.sidecar.config import build_config
 from coordinated.sidecar.node import Node
+from coordinated.sidecar.node_settings import build_config
 from coordinated.sidecar.peers.transport import transport_app
 from coordinated.sidecar.storage.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.web.app import client_app

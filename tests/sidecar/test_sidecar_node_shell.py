@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from test_sidecar_node_health import InProcessNode, until
 
-from coordinated.coordination.client import ClusterError, KvPut
+from coordinated.coordination.client import ClusterError
+from coordinated.coordination.requests.keys import KvPut
 from coordinated.sidecar import node as node_module
 from coordinated.tools.localcluster import free_ports
 

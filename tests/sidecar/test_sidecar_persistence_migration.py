@@ -23,9 +23,9 @@ from coordinated.coordination.state import (
     VotingConfiguration,
     initial_state,
 )
-from coordinated.sidecar.config import build_config
 from coordinated.sidecar.events.history import HistoryWriter, read_events_after
 from coordinated.sidecar.node import Node
+from coordinated.sidecar.node_settings import build_config
 from coordinated.sidecar.storage.persistence import (
     HISTORY_DIR,
     HOOKS_FILE,

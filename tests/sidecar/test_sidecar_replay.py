@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinated.coordination.client import KvPut
 from coordinated.coordination.messages import Envelope, ForwardedRequest, encode_envelope
+from coordinated.coordination.requests.keys import KvPut
 from coordinated.sidecar.peers.auth import NONCE_BYTES, TransportAuth
 from coordinated.sidecar.peers.transport import MESSAGE_PATH
 from coordinated.tools.localcluster import LocalCluster, LocalNode, http

@@ -20,8 +20,9 @@ import pytest
 from route_lookup import required_role
 
 from coordinated.coordination.settings import SettingsError
-from coordinated.sidecar.config import build_config, sidecar_registry
-from coordinated.sidecar.peers.tls import ReloadingContext, Side, TlsFiles
+from coordinated.sidecar.node_settings import build_config, sidecar_registry
+from coordinated.sidecar.peers.tls import ReloadingContext
+from coordinated.sidecar.peers.tls_settings import Side, TlsFiles
 from coordinated.sidecar.web.privileges import Role
 from coordinated.tools.devcerts import Cert, client_context, have_openssl, make_ca, make_cert
 from coordinated.tools.localcluster import LocalCluster, LocalNode, http

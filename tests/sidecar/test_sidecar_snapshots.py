@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from coordinated.s3.object_store import ObjectStore
+from coordinated.s3.s3_settings import S3ClientSettings
 from coordinated.sidecar.features.snapshot_fs import snapshot_path
 from coordinated.sidecar.features.snapshots import blob_name, decode_snapshot
-from coordinated.sidecar.s3.object_store import ObjectStore
-from coordinated.sidecar.s3.s3_settings import S3ClientSettings
 from coordinated.tools.localcluster import FAST_SETTINGS, LocalCluster, LocalNode
 from coordinated.tools.s3server import S3Server
 

@@ -8,10 +8,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import aiohttp
+import msgspec
 import pytest
 from aiohttp import WSMsgType, web
 
-from coordinated.coordination.client import KvPut
 from coordinated.coordination.context import Mode
 from coordinated.coordination.messages import (
     Envelope,
@@ -22,16 +22,21 @@ from coordinated.coordination.messages import (
     decode_envelope,
     encode_envelope,
 )
+from coordinated.coordination.requests.keys import KvPut
 from coordinated.coordination.state import DiscoveryNode
+from coordinated.coordination.wire_versions import CURRENT, UNVERSIONED, newest
 from coordinated.sidecar.observability.metrics import NodeMetrics, StatusSnapshot
 from coordinated.sidecar.peers import transport
 from coordinated.sidecar.peers.auth import MAC_BYTES, NONCE_BYTES, TransportAuth
+from coordinated.sidecar.peers.refusals import REFUSAL_HEADER, Refusals
 from coordinated.sidecar.peers.transport import (
     MESSAGE_PATH,
     PROTOCOL_HMAC,
     PROTOCOL_PLAIN,
     STREAM_PATH,
+    WIRE_VERSION_HEADER,
     PeerSender,
+    Undecodable,
     transport_app,
     watch_until_closed,
 )
@@ -61,8 +66,12 @@ class Peer:
         port: int | None = None,
         max_chunk_size: int = transport.DEFAULT_MAX_CHUNK_SIZE,
         current_term: Callable[[], int] = lambda: 0,
+        minimum_wire_version: int = transport.MINIMUM_COMPATIBLE,
     ) -> None:
         self.auth = auth
+        self.minimum_wire_version = minimum_wire_version
+        self.undecodable: list[tuple[Undecodable, str]] = []  # frames that did not decode, and why
+        self.refusals = Refusals()
         self.max_body = max_body
         self.max_chunk_size = max_chunk_size
         self.current_term = current_term
@@ -86,6 +95,9 @@ class Peer:
             self.max_chunk_size,
             self.current_term,
             local_address=self.address,
+            refusals=self.refusals,
+            on_undecodable=lambda frame, problem: self.undecodable.append((frame, problem)),
+            minimum_wire_version=self.minimum_wire_version,
         )
 
     async def start(self, app: web.Application | None = None) -> Peer:
@@ -428,22 +440,104 @@ def test_tampered_injected_or_replayed_frames_are_rejected() -> None:
 
 
 @pytest.mark.parametrize("secret", [None, SECRET])
-def test_an_undecodable_frame_closes_only_its_stream(secret: bytes | None) -> None:
+def test_a_frame_that_does_not_decode_closes_nothing_and_a_newer_nodes_message_is_reported(
+    secret: bytes | None,
+) -> None:
+    """A newer node's message type, or a request this release does not know, arrives among messages it does
+    know: the stream goes on, and the node is told what it could read of it (sender, type, request id)."""
+
     async def scenario() -> None:
         auth = TransportAuth(secret) if secret else None
         failures: list[tuple[str, Message]] = []
         peer, sender = await connected(failures, auth)
-        bad_bodies = [b"not json", b'{"sender": "x", "message": {"type": "no_such_message"}}', b"", b"\xff" * 50]
+        unknown_request = {"type": "forwarded_request", "source_id": "n", "request_id": 7, "request": {"op": "new"}}
+        bad_bodies = [
+            b"not json",
+            b'{"sender": "x", "message": {"type": "no_such_message"}}',
+            b"",
+            b"\xff" * 50,
+            msgspec.json.encode({"sender": SENDER, "message": unknown_request}),
+        ]
         async with aiohttp.ClientSession() as session:
-            for body in bad_bodies:
-                ws, nonce = await raw_stream(session, peer, auth)
-                frame = auth.stream_mac(nonce).seal(body) if auth is not None else body
-                await ws.send_bytes(frame)
-                assert await close_code(ws) == aiohttp.WSCloseCode.UNSUPPORTED_DATA
-        sender.send(peer.address, check(1))
-        await until(lambda: len(peer.received) == 2)
-        assert [message for _, message in peer.received] == [check(0), check(1)]
-        assert failures == []
+            ws, nonce = await raw_stream(session, peer, auth)
+            mac = auth.stream_mac(nonce) if auth is not None else None
+            for i, body in enumerate(bad_bodies, start=1):
+                await ws.send_bytes(mac.seal(body) if mac is not None else body)
+                good = envelope(check(i))
+                await ws.send_bytes(mac.seal(good) if mac is not None else good)
+            await until(lambda: len(peer.received) == 1 + len(bad_bodies))
+            assert not ws.closed
+            await ws.close()
+        assert [message for _, message in peer.received] == [check(i) for i in range(len(bad_bodies) + 1)]
+        assert [frame for frame, _ in peer.undecodable] == [
+            Undecodable("x", "no_such_message", None),
+            Undecodable(SENDER, "forwarded_request", 7),
+        ]
+        assert "Invalid value 'no_such_message'" in peer.undecodable[0][1]
+        assert "Invalid value 'new'" in peer.undecodable[1][1]
+        sender.send(peer.address, check(9))
+        await until(lambda: peer.received[-1] == (SENDER, check(9)))
+        assert failures == [] and peer.streams_opened() == 2
+        await sender.close()
+        await peer.stop()
+
+    run(scenario())
+
+
+def test_a_peer_below_the_oldest_wire_version_is_refused_at_the_handshake_naming_both_versions() -> None:
+    async def scenario() -> None:
+        peer = await Peer(minimum_wire_version=CURRENT + 1).start()
+        failures: list[tuple[str, Message]] = []
+        sender = make_sender(failures)
+        await sender.start()
+        sender.send(peer.address, check(0))
+        await until(lambda: bool(sender.refusals.recent()))
+        own = f"release {newest().describe()}"
+        expected = (
+            f"the peer runs release {newest().describe()}, below wire version {CURRENT + 1}, the oldest that this "
+            f"node ({own}) talks to: upgrade the peer"
+        )
+        assert [refusal.reason for refusal in peer.refusals.recent()] == [expected]
+        assert [refusal.reason for refusal in sender.refusals.recent()] == [f"400 {expected}"]
+        assert peer.received == [] and peer.streams_opened() == 0
+        # What release 0.1.0 sends (no version) is wire version 1; a header that is not a version is refused.
+        async with aiohttp.ClientSession() as session:
+            url = f"http://{peer.address}{STREAM_PATH}"
+            for headers, needle in (({}, "release 0.1.0 (wire version 1)"), ({WIRE_VERSION_HEADER: "x"}, "is not")):
+                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                    await session.ws_connect(url, protocols=(PROTOCOL_PLAIN,), headers=headers)
+                assert refused.value.status == 400 and needle in (refused.value.headers or {})[REFUSAL_HEADER]
+        await sender.close()
+        await peer.stop()
+
+    run(scenario())
+
+
+def test_the_sender_tells_its_version_on_the_handshake_and_release_0_1_0s_streams_are_taken() -> None:
+    async def scenario() -> None:
+        seen: list[Any] = []
+        peer = Peer()
+        app = peer.app()
+
+        @web.middleware
+        async def headers(request: web.Request, handler: Any) -> web.StreamResponse:
+            seen.append(transport.peer_version(request.headers))
+            return await handler(request)
+
+        app.middlewares.append(headers)
+        await peer.start(app)
+        failures: list[tuple[str, Message]] = []
+        sender = make_sender(failures)
+        await sender.start()
+        sender.send(peer.address, check(0))
+        await until(lambda: len(peer.received) == 1)
+        assert seen == [newest()]
+        async with aiohttp.ClientSession() as session:
+            ws, _ = await raw_stream(session, peer, None)  # as release 0.1.0 opens it: no version headers
+            await ws.send_bytes(envelope(check(1)))
+            await until(lambda: len(peer.received) == 2)
+            await ws.close()
+        assert seen[-1] == UNVERSIONED
         await sender.close()
         await peer.stop()
 

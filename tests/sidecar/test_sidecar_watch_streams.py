@@ -173,3 +173,19 @@ def test_a_master_kill_ends_a_stream_which_resumes_without_a_gap_and_a_local_str
     assert set(range(mark + 6)) <= seen, sorted(set(range(mark + 6)) - seen)  # no acknowledged write missed
     local_values = [line["value"] for line in kept if line["type"] == "put"]
     assert local_values == sorted(local_values) and mark + 5 in local_values
+
+
+def test_a_node_with_a_stream_open_stops_gracefully_and_ends_the_stream_with_a_closed_line(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    """The streams end before the server waits for its open requests: the node stops at once (exit 0, as a
+    rolling restart needs), instead of waiting out the server's shutdown timeout and being killed."""
+    cluster = make_cluster()
+    node = cluster.bootstrap(1)[0]
+    assert node.put("/_cluster/metadata/s/a", 1)[0] == 200
+    received: list[dict[str, Any]] = []
+    with stream(node, "s/", after_version=0) as lines:
+        received += until(lines, lambda line: line["type"] == "put")
+        assert cluster.stop(node, timeout=20) == 0  # killed (-9) after 20 s without it
+        received += list(lines)
+    assert received[-1]["type"] == "closed" and "this node is stopping" in received[-1]["reason"], received

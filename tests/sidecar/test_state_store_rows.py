@@ -4,6 +4,7 @@ row read back for a key it replaces, one row per session changed, and the databa
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import zlib
 from pathlib import Path
@@ -12,9 +13,18 @@ import msgspec
 import pytest
 from test_sidecar_storage import state_with
 
+from coordinated.coordination.formats import label
 from coordinated.coordination.state import ClusterState, DiscoveryNode, KeyVersion, Session, encode_state
+from coordinated.release import installed_release
 from coordinated.sidecar.storage.persistence import DataDirError, FilePersistedState
-from coordinated.sidecar.storage.state_store import DB_FILE, FORMAT, StateStore, StoreCorrupt, connect, read_record
+from coordinated.sidecar.storage.state_store import (
+    DB_FILE,
+    FORMAT,
+    StateStore,
+    StoreNewer,
+    connect,
+    read_record,
+)
 
 
 def meta_rows(data_dir: Path) -> dict[str, bytes]:
@@ -240,15 +250,48 @@ def test_a_lost_or_changed_session_row_is_caught(tmp_path: Path, damage: str, re
         FilePersistedState(tmp_path, "c")
 
 
-def test_an_unknown_format_refuses_naming_it(tmp_path: Path) -> None:
+def database_bytes(data_dir: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(data_dir.iterdir()) if path.name.startswith(DB_FILE)}
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        (
+            label(5, "0.3.0", "0.3.0"),
+            "of format 5, written by coordinated 0.3.0; this release \\({release}\\) reads "
+            "formats up to 4. Nothing was changed, and the file is not damaged: run coordinated 0.3.0 or later on it",
+        ),
+        ("9", "of format 9, written by a release newer than {release}"),
+    ],
+)
+def test_a_newer_format_is_refused_naming_it_and_the_release_that_wrote_it_and_nothing_is_changed(
+    tmp_path: Path, value: str, named: str
+) -> None:
     write(tmp_path, state_with(1, {"a": 1}))
     coordination = msgspec.json.decode(meta_rows(tmp_path)["coordination"])
-    put_meta_row(tmp_path, "coordination", msgspec.json.encode({**coordination, "format": "9"}))
+    # A newer release may add fields this one does not know: the format is read before anything else.
+    put_meta_row(tmp_path, "coordination", msgspec.json.encode({**coordination, "format": value, "more": 1}))
+    before = database_bytes(tmp_path)
+    named = named.format(release=re.escape(installed_release()))
     conn = connect(tmp_path / DB_FILE, read_only=True)
     try:
-        with pytest.raises(StoreCorrupt, match=r"unknown format \[9\]"):
+        with pytest.raises(StoreNewer, match=named):
             read_record(conn)
     finally:
         conn.close()
-    with pytest.raises(DataDirError, match=r"unknown format \[9\]"):
+    with pytest.raises(DataDirError, match=re.escape(f"[{tmp_path / DB_FILE}] is ") + named):
+        FilePersistedState(tmp_path, "c")
+    after = database_bytes(tmp_path)
+    # Every file as it was; reading may add only SQLite's own shared-memory index and an empty log.
+    assert {name: after[name] for name in before} == before
+    assert set(after) - set(before) <= {DB_FILE + "-shm", DB_FILE + "-wal"}
+    assert after.get(DB_FILE + "-wal", b"") == before.get(DB_FILE + "-wal", b"")
+
+
+def test_a_format_that_is_not_one_is_corrupt(tmp_path: Path) -> None:
+    write(tmp_path, state_with(1, {"a": 1}))
+    coordination = msgspec.json.decode(meta_rows(tmp_path)["coordination"])
+    put_meta_row(tmp_path, "coordination", msgspec.json.encode({**coordination, "format": "x"}))
+    with pytest.raises(DataDirError, match=r"is of format \[x\], which this release"):
         FilePersistedState(tmp_path, "c")

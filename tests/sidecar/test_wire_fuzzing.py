@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from coordinated.coordination import messages as m
-from coordinated.coordination.client import KvPut
 from coordinated.coordination.counters import LONG_MAX
+from coordinated.coordination.requests.keys import KvPut
 from coordinated.coordination.state import ClusterState, DiscoveryNode, KeyVersion, Session
 from coordinated.sidecar.events.history import last_seq_in, read_events_after, segment_name, summarize_history
 from coordinated.sidecar.features.snapshots import SnapshotCorrupt, decode_snapshot, encode_snapshot, snapshot_of

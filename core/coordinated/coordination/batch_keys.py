@@ -1,17 +1,19 @@
 """The key and session maps of the state a batch builds: persistent maps changed in place, with the keys the
 batch touched (from which its diff is built without comparing whole maps), the total entry size and an undo
-log, so that a task that would exceed a limit can be taken back. Pure data.
+log, so that a task that would exceed a limit, or that must wait for the next publication (batch_writes), can
+be taken back, and the keys a task changed are known. Pure data.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import immutables
 import msgspec
 
+from coordinated.coordination.batch_writes import EVERY_KEY, Writes
 from coordinated.coordination.client import PrevKey
 from coordinated.coordination.state import LEGACY_KEY_VERSION, ClusterState, KeyVersion, Session, diff_maps, persistent
 
@@ -71,6 +73,17 @@ class Tracked:
     def replace_all(self, mapping: Mapping[str, Any]) -> None:
         self.map, self.replaced = persistent(mapping).mutate(), True
 
+    def snapshot(self) -> immutables.Map[str, Any]:
+        """The map as it is now, for `restore` (the mutation goes on from it)."""
+        current = self.map.finish()
+        self.map = current.mutate()
+        return current
+
+    def restore(self, snapshot: immutables.Map[str, Any]) -> None:
+        """Back to a `snapshot`: a rollback over a restore. The batch's changes are then still compared in full,
+        which is exact (only slower)."""
+        self.map = snapshot.mutate()
+
     def finish(self) -> immutables.Map[str, Any]:
         return self.map.finish()
 
@@ -95,10 +108,35 @@ class Tracked:
 _ABSENT = object()
 
 
+class _KeyUndo(NamedTuple):
+    """A key's change, taken back: its value (_ABSENT if none), versions and session before."""
+
+    key: str
+    value: Any
+    versions: KeyVersion | None
+    session: str | None
+
+
+class _SessionUndo(NamedTuple):
+    """A session's change, taken back: the session before (None if there was none)."""
+
+    session_id: str
+    before: Session | None
+
+
+class _RestoreUndo(NamedTuple):
+    """A restore, taken back: the key maps and the size before it."""
+
+    kv: immutables.Map[str, Any]
+    versions: immutables.Map[str, Any]
+    kv_sessions: immutables.Map[str, Any]
+    size: int | None
+
+
 class BatchKeys:
     """The key and session maps of the state a batch builds (persistent maps, changed in place). It keeps the
-    total entry size (when `size` is given) and an undo log of key changes, so that a task that would exceed
-    a limit can be taken back."""
+    total entry size (when `size` is given) and an undo log of key and session changes, so that a task can be
+    taken back, and the keys each task changed are known (`written_since`)."""
 
     def __init__(
         self,
@@ -118,25 +156,53 @@ class BatchKeys:
         self._base_keys_with_prefix = keys_with_prefix or (  # in key order
             lambda prefix: sorted(key for key in base.kv if key.startswith(prefix))
         )
-        self._undo: list[tuple[str, Any, KeyVersion | None, str | None]] = []
+        self._undo: list[_KeyUndo | _SessionUndo | _RestoreUndo] = []
 
     def mark(self) -> int:
         return len(self._undo)
 
+    def written_since(self, mark: int) -> Writes:
+        """The keys changed since `mark` (every key, if a restore replaced them)."""
+        written: set[str] = set()
+        for entry in self._undo[mark:]:
+            if isinstance(entry, _RestoreUndo):
+                return EVERY_KEY
+            if isinstance(entry, _KeyUndo):
+                written.add(entry.key)
+        return written
+
     def rollback(self, mark: int) -> None:
-        """Takes back every key change since `mark`."""
+        """Takes back every key and session change since `mark`."""
         while len(self._undo) > mark:
-            key, value, versions, session = self._undo.pop()
-            self._resize(key, value, self.kv.get(key, _ABSENT))
-            if value is _ABSENT:
-                self.kv.pop(key)
-            else:
-                self.kv.set(key, value)
-            for tracked, old in ((self.versions, versions), (self.kv_sessions, session)):
-                if old is None:
-                    tracked.pop(key)
+            entry = self._undo.pop()
+            if isinstance(entry, _SessionUndo):
+                if entry.before is None:
+                    self.sessions.pop(entry.session_id)
                 else:
-                    tracked.set(key, old)
+                    self.sessions.set(entry.session_id, entry.before)
+            elif isinstance(entry, _RestoreUndo):
+                self.kv.restore(entry.kv)
+                self.versions.restore(entry.versions)
+                self.kv_sessions.restore(entry.kv_sessions)
+                self.size = entry.size
+            else:
+                self._undo_key(entry)
+
+    def _undo_key(self, entry: _KeyUndo) -> None:
+        key, value, versions, session = entry
+        self._resize(key, value, self.kv.get(key, _ABSENT))
+        if value is _ABSENT:
+            self.kv.pop(key)
+        else:
+            self.kv.set(key, value)
+        for tracked, old in ((self.versions, versions), (self.kv_sessions, session)):
+            if old is None:
+                tracked.pop(key)
+            else:
+                tracked.set(key, old)
+
+    def _record_session(self, session_id: str) -> None:
+        self._undo.append(_SessionUndo(session_id, self.sessions.get(session_id)))
 
     def _resize(self, key: str, new: Any, old: Any) -> None:
         if self.size is not None:
@@ -145,7 +211,7 @@ class BatchKeys:
             )
 
     def _record(self, key: str) -> None:
-        self._undo.append((key, self.kv.get(key, _ABSENT), self.versions.get(key), self.kv_sessions.get(key)))
+        self._undo.append(_KeyUndo(key, self.kv.get(key, _ABSENT), self.versions.get(key), self.kv_sessions.get(key)))
 
     def get(self, key: str) -> KeyVersion | None:
         if key not in self.kv:
@@ -182,10 +248,12 @@ class BatchKeys:
     def replace_all(self, kv: dict[str, Any], versions: dict[str, KeyVersion]) -> None:
         """A restore: exactly these keys, with the versions they had. Restored keys are persistent: a
         snapshot's sessions belonged to clients of another time, so no restored key is ephemeral."""
+        self._undo.append(
+            _RestoreUndo(self.kv.snapshot(), self.versions.snapshot(), self.kv_sessions.snapshot(), self.size)
+        )
         self.kv.replace_all(kv)
         self.versions.replace_all(versions)
         self.kv_sessions.replace_all({})
-        self._undo.clear()  # a restore is checked against the size limit before it replaces anything
         if self.size is not None:
             self.size = state_entries_size(kv)
 
@@ -200,12 +268,14 @@ class BatchKeys:
         return True
 
     def add_session(self, session_id: str, session: Session) -> None:
+        self._record_session(session_id)
         self.sessions.set(session_id, session)
 
     def end_session(self, session_id: str) -> bool:
         """Remove the session and delete its ephemeral keys; False if there is no such session."""
         if session_id not in self.sessions:
             return False
+        self._record_session(session_id)
         self.sessions.pop(session_id)
         # Its keys in the base state, and any this batch made ephemeral: in proportion to those, not to all keys.
         candidates = {*self._base_session_keys(session_id), *self.kv_sessions.touched}
@@ -239,6 +309,7 @@ class BatchKeys:
             if session is not None:
                 recorded = checkpoint(session_id, session)
                 if recorded != session:
+                    self._record_session(session_id)
                     self.sessions.set(session_id, recorded)
 
     def finish(self) -> tuple[dict[str, immutables.Map[str, Any]], dict[str, tuple[dict[str, Any], tuple[str, ...]]]]:

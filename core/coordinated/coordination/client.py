@@ -2,100 +2,33 @@
 
 A request submitted on any node is forwarded to the master; the result comes back to the node it was
 submitted on. Errors carry Elasticsearch's error type names and HTTP status codes.
+
+Every request type is a `ClientRequest[R]`, where R is what it answers when it does not fail with a
+`ClusterError`, so that a shell's `call(request)` is typed by the request. The request types live beside what
+the core does with them, one domain per module of `coordinated.coordination.requests` (keys, transactions,
+sessions, cluster, snapshots).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import functools
+import types
+import typing
+from typing import Annotated, Any, Generic, TypeVar, cast
 
 import msgspec
 
-from coordinated.coordination.state import KeyVersion, Long
+from coordinated.coordination.state import Long
+
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)  # a request that answers a Committed answers a Committed or an error
 
 
-class _Request(msgspec.Struct, frozen=True, tag_field="op"):
-    pass
+class ClientRequest(msgspec.Struct, Generic[R_co], frozen=True, tag_field="op"):
+    """A request of a client; each type has a `tag` of its own (its name on the wire)."""
 
 
-class KvPut(_Request, frozen=True, tag="put"):
-    """With `if_version`, applies only if the key's version is that (0: only if the key does not exist).
-    With `session`, the key is ephemeral: it ends with that session. Without, it is persistent. With
-    `prev_value`, the answer carries the key as it was before the write."""
-
-    key: str
-    value: Any
-    if_version: Long | None = None
-    session: str | None = None
-    prev_value: bool = False
-
-
-class KvDelete(_Request, frozen=True, tag="delete"):
-    key: str
-    if_version: Long | None = None
-    prev_value: bool = False
-
-
-class KvDeletePrefix(_Request, frozen=True, tag="delete_prefix"):
-    """The keys whose name starts with `prefix` (every key if it is empty), in key order, in one committed state:
-    at most `limit` of them (`MAX_PREFIX_DELETE` from this release's nodes), and the result says whether any is
-    left (`more`). None: every one, as the previous release's nodes ask (their request has no `limit`, and
-    their master ignores it: see `UNGATED_WIRE_ADDITIONS`)."""
-
-    prefix: str
-    limit: Long | None = None
-
-
-class KvGet(_Request, frozen=True, tag="get"):
-    """A linearizable read: served by the master once it has confirmed its leadership with a quorum."""
-
-    key: str
-
-
-class ReadBarrier(_Request, frozen=True, tag="barrier"):
-    """The master's applied (term, version), confirmed like a KvGet: a node that has applied that version
-    serves a state that includes every write acknowledged before the barrier was asked for."""
-
-
-CompareOp = Literal["=", "!=", "<", ">"]
-
-
-class TxnCompare(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    """Compares one of the key's `version`, `create_version` (both 0 when the key does not exist) or `value`
-    (false for any `op` when the key does not exist) with the given one; exactly one is given. Values are
-    equal when their JSON encodings with sorted object keys are; `<` and `>` hold between two numbers or two
-    strings, never between values of other types."""
-
-    key: str
-    version: Long | msgspec.UnsetType = msgspec.UNSET
-    create_version: Long | msgspec.UnsetType = msgspec.UNSET
-    value: Any | msgspec.UnsetType = msgspec.UNSET
-    op: CompareOp = "="
-
-
-class TxnOp(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    op: Literal["put", "delete", "get", "delete_prefix"]
-    key: str = ""  # every op's but delete_prefix's
-    value: Any | msgspec.UnsetType = msgspec.UNSET  # a put's value (which may be null)
-    session: str | None = None  # a put's session: the key is ephemeral
-    prefix: str | None = None  # a delete_prefix's
-    prev_value: bool = False  # a put's or a delete's result carries the key as it was before
-
-
-class Txn(_Request, frozen=True, tag="txn"):
-    """If every compare holds, the success ops run, otherwise the failure ops: all in one committed state. Each
-    `delete_prefix` op deletes at most `delete_limit` keys (as `KvDeletePrefix.limit`)."""
-
-    compare: tuple[TxnCompare, ...] = ()
-    success: tuple[TxnOp, ...] = ()
-    failure: tuple[TxnOp, ...] = ()
-    delete_limit: Long | None = None
-
-
-MAX_TXN_OPS = 64
-# The most keys one prefix delete (or one `delete_prefix` op of a transaction) deletes in one committed state;
-# `more` in its result says that keys are left, and the caller calls again. A publication that deletes 100,000
-# keys held every other write behind it for seconds; 1,000 hold it for tens of milliseconds.
-MAX_PREFIX_DELETE = 1_000
+DEFAULT_REQUEST_TIMEOUT_MS = 30_000  # a client request without a timeout of its own
 
 # Fields this release added to requests and results that a node of the previous release ignores (msgspec skips
 # unknown fields of these structs), so they need no gate on the cluster's version: sent to a previous-release
@@ -107,127 +40,6 @@ UNGATED_WIRE_ADDITIONS: tuple[tuple[str, str], ...] = (
     ("Committed", "more"),
     ("TxnOpResult", "more"),
 )
-
-
-class SessionCreate(_Request, frozen=True, tag="session_create"):
-    """A TTL session (`ttl_ms`), or a session bound to the membership of the node named `node_name`."""
-
-    ttl_ms: Long = 0
-    node_name: str | None = None
-
-
-class SessionKeepAlive(_Request, frozen=True, tag="session_keepalive"):
-    """Renews a TTL session on the master, which confirms its leadership first; no publication."""
-
-    session: str
-
-
-class SessionEnd(_Request, frozen=True, tag="session_end"):
-    session: str
-
-
-# TTL bounds. The lower one keeps a session above the time a master needs to notice a keepalive at all; the
-# upper one (Consul's) keeps an abandoned session from holding its keys for days.
-MIN_SESSION_TTL_MS = 1_000
-MAX_SESSION_TTL_MS = 86_400_000
-MAX_SESSIONS = 10_000  # in the cluster state at once
-
-
-class UpdateSettings(_Request, frozen=True, tag="settings"):
-    """Dynamic settings; a value of None resets the setting to its default."""
-
-    persistent: dict[str, str | None]
-
-
-class AddVotingConfigExclusions(_Request, frozen=True, tag="add_exclusions"):
-    node_names: tuple[str, ...] = ()
-    node_ids: tuple[str, ...] = ()
-
-
-class ClearVotingConfigExclusions(_Request, frozen=True, tag="clear_exclusions"):
-    """Clear all exclusions; with wait_for_removal, only once every excluded node has left the cluster."""
-
-    wait_for_removal: bool = True
-
-
-class PutRepository(_Request, frozen=True, tag="put_repository"):
-    """Register (or re-register) a snapshot repository. The node that receives the request checks the
-    location against its `path.repo` (`fs`) or its S3 client (`s3`); the master checks the name, the type and
-    the type's settings."""
-
-    name: str
-    type: str
-    location: str = ""  # fs
-    bucket: str = ""  # s3
-    base_path: str = ""  # s3
-    client: str = ""  # s3
-
-
-class DeleteRepository(_Request, frozen=True, tag="delete_repository"):
-    name: str
-
-
-class RestoreSnapshot(_Request, frozen=True, tag="restore"):
-    """Replace every key (with its versions) and every persistent setting in one committed state.
-
-    The new state's version is above `snapshot_version` and every restored key version, so that versions
-    (and the fencing tokens built on them) keep increasing across a restore, even into a new cluster."""
-
-    snapshot: str  # `repo:snap`, for messages
-    snapshot_version: Long
-    kv: dict[str, Any]
-    kv_versions: dict[str, KeyVersion]
-    persistent_settings: dict[str, str]
-
-
-ClientRequest = (
-    KvPut
-    | KvDelete
-    | KvDeletePrefix
-    | KvGet
-    | ReadBarrier
-    | Txn
-    | UpdateSettings
-    | AddVotingConfigExclusions
-    | ClearVotingConfigExclusions
-    | SessionCreate
-    | SessionKeepAlive
-    | SessionEnd
-    | PutRepository
-    | DeleteRepository
-    | RestoreSnapshot
-)
-LinearizableRead = KvGet | ReadBarrier
-# The requests that answer with a Committed (or a ClusterError).
-CommittingRequest = (
-    KvPut
-    | KvDelete
-    | KvDeletePrefix
-    | ReadBarrier
-    | UpdateSettings
-    | AddVotingConfigExclusions
-    | ClearVotingConfigExclusions
-    | PutRepository
-    | DeleteRepository
-    | RestoreSnapshot
-)
-WRITE_REQUESTS = (
-    KvPut,
-    KvDelete,
-    KvDeletePrefix,
-    Txn,
-    UpdateSettings,
-    AddVotingConfigExclusions,
-    ClearVotingConfigExclusions,
-    SessionCreate,
-    SessionEnd,
-    PutRepository,
-    DeleteRepository,
-    RestoreSnapshot,
-)
-
-
-DEFAULT_REQUEST_TIMEOUT_MS = 30_000  # a client request without a timeout of its own
 
 
 class _Result(msgspec.Struct, frozen=True, tag_field="result"):
@@ -323,37 +135,26 @@ def error_body(error_type: str, reason: str, status: int) -> dict[str, Any]:
 ClientResult = Committed | ReadValue | TxnResult | SessionInfo | ClusterError
 
 
-# What each request answers with when it does not fail with a ClusterError: the typed contract the shells rely on.
-# The sidecar's `Node.call` says the same in its overloads, for the type checker; typing cannot derive one from the
-# other, so tests/sidecar/test_call_result_types.py fails when they disagree.
-RESULT_TYPES: dict[type, tuple[type, ...]] = {
-    KvPut: (Committed,),
-    KvDelete: (Committed,),
-    KvDeletePrefix: (Committed,),
-    KvGet: (ReadValue,),
-    ReadBarrier: (Committed,),
-    Txn: (TxnResult,),
-    UpdateSettings: (Committed,),
-    AddVotingConfigExclusions: (Committed,),
-    ClearVotingConfigExclusions: (Committed,),
-    SessionCreate: (SessionInfo, Committed),
-    SessionKeepAlive: (SessionInfo, Committed),
-    SessionEnd: (SessionInfo, Committed),
-    PutRepository: (Committed,),
-    DeleteRepository: (Committed,),
-    RestoreSnapshot: (Committed,),
-}
+@functools.cache
+def answer_types(request_type: type[ClientRequest[Any]]) -> tuple[type, ...]:
+    """What a request type answers with when it does not fail: the `R` of its `ClientRequest[R]` base."""
+    for base in getattr(request_type, "__orig_bases__", ()):
+        if typing.get_origin(base) is ClientRequest:
+            (answer,) = typing.get_args(base)
+            return typing.get_args(answer) if isinstance(answer, types.UnionType) else (answer,)
+    raise TypeError(f"{request_type.__name__} does not name what it answers: declare it as ClientRequest[Answer]")
 
 
-def checked_result(request: ClientRequest, result: ClientResult) -> ClientResult:
+def checked_result(request: ClientRequest[R], result: ClientResult) -> R | ClusterError:
     """`result` if it is an error or what `request` answers with; otherwise an internal error that names both."""
-    if isinstance(result, (ClusterError, *RESULT_TYPES[type(request)])):
-        return result
+    if isinstance(result, (ClusterError, *answer_types(type(request)))):
+        return cast("R | ClusterError", result)  # checked just above: an R or an error
     reason = f"unexpected result {type(result).__name__} to {type(request).__name__}"
     return ClusterError("internal_server_exception", reason, 500, maybe_applied=True)  # it did answer
 
 
-NO_MASTER_BLOCKS = ("all", "write", "metadata_write")  # what `cluster.no_master_block` may refuse
+# A request that needs a feature not every node of the cluster has yet (feature_gates).
+FEATURE_NOT_AVAILABLE = "feature_not_available_exception"
 
 
 def no_master_error(block: str) -> ClusterError:

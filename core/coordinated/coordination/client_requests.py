@@ -1,46 +1,33 @@
-"""Where a client request goes: the master runs it (a read round, a master task, an exclusion wait), a
-follower forwards it to its master, and a node without a master answers it according to
-`cluster.no_master_block`.
+"""Where a client request goes: the master runs it (its type's `Action`: a master task, a read round, or a
+procedure of its own), a follower forwards it to its master, and a node without a master answers it according
+to `cluster.no_master_block`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from coordinated.coordination import client
-from coordinated.coordination.client import (
-    AddVotingConfigExclusions,
-    ClearVotingConfigExclusions,
-    ClientRequest,
-    ClientResult,
-    ClusterError,
-    Committed,
-    KvDelete,
-    KvDeletePrefix,
-    KvGet,
-    KvPut,
-    ReadBarrier,
-    SessionEnd,
-    SessionKeepAlive,
-    Txn,
-    TxnResult,
-    UpdateSettings,
-)
+from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed, TxnResult
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.exclusion_waits import ExclusionWaits
+from coordinated.coordination.feature_gates import feature_not_available, required_features
 from coordinated.coordination.forwarding import Forwarder
-from coordinated.coordination.master_service import Priority, Task
+from coordinated.coordination.master_service import Task
 from coordinated.coordination.messages import ForwardedRequest, ForwardedResponse
 from coordinated.coordination.reads import ReadService
-from coordinated.coordination.settings import choice_setting
-from coordinated.coordination.state import DiscoveryNode
+from coordinated.coordination.requests import action_of
+from coordinated.coordination.requests.base import Runs
+from coordinated.coordination.requests.keys import barrier_answer
+from coordinated.coordination.settings import enum_setting
+from coordinated.coordination.state import ClusterState, DiscoveryNode
+from coordinated.coordination.status import BlockLevel
 from coordinated.coordination.tasks import ClientTask
-from coordinated.coordination.validation import request_problem
 
-NO_MASTER_BLOCK = choice_setting(
+NO_MASTER_BLOCK = enum_setting(
     "cluster.no_master_block",
-    "write",
-    client.NO_MASTER_BLOCKS,
+    BlockLevel.WRITE,
     dynamic=True,
     doc="what is refused without a master: `write` (writes), `metadata_write` or `all` (reads too)",
 )
@@ -49,6 +36,8 @@ Reply = Callable[[ClientResult], None]
 
 
 class ClientRequests:
+    """Routes client requests; on the master it is what a request's own procedure runs on (`requests.base.Master`)."""
+
     def __init__(
         self,
         ctx: CoreContext,
@@ -60,6 +49,7 @@ class ClientRequests:
         exclusion_waits: ExclusionWaits,
         renew_session: Callable[[str, int, Reply], None],  # a keepalive that reached the master then
     ) -> None:
+        self.versions = ctx.versions
         self.ctx = ctx
         self.leader = leader
         self.submit_task = submit_task
@@ -68,7 +58,11 @@ class ClientRequests:
         self.exclusion_waits = exclusion_waits
         self.renew_session = renew_session
 
-    def handle(self, request: ClientRequest, reply: Reply, timeout: int, forwarded: bool) -> None:
+    def handle(self, request: ClientRequest[Any], reply: Reply, timeout: int, forwarded: bool) -> None:
+        refusal = self._feature_refusal(request)
+        if refusal is not None:
+            reply(refusal)
+            return
         mode, leader = self.ctx.mode(), self.leader()
         if mode is Mode.LEADER:
             self._execute_on_master(request, reply, timeout)
@@ -81,7 +75,16 @@ class ClientRequests:
             return
         # Without a master nothing can be written, and no read is linearizable: a read of this node's applied
         # state, however stale, is the shell's `local` read, not a client request of the core.
-        reply(client.no_master_error(self.ctx.settings[NO_MASTER_BLOCK]))
+        reply(client.no_master_error(self.ctx.settings[NO_MASTER_BLOCK].value))
+
+    def _feature_refusal(self, request: ClientRequest[Any]) -> ClusterError | None:
+        """A request that needs a feature some node of the cluster lacks (as far as this node knows) is refused
+        at once, before it is forwarded to a master that may not decode it; the master checks again."""
+        for feature in required_features(request):
+            state = self.ctx.accepted
+            if not self.versions.enabled(feature, state):
+                return feature_not_available(feature, self.versions.lacking(feature, state))
+        return None
 
     def on_forwarded_request(self, sender: str, request: ForwardedRequest) -> None:
         def reply(result: ClientResult) -> None:
@@ -89,66 +92,51 @@ class ClientRequests:
 
         self.handle(request.request, reply, request.timeout_ms, forwarded=True)
 
-    def _execute_on_master(self, request: ClientRequest, reply: Reply, timeout: int) -> None:
+    def _execute_on_master(self, request: ClientRequest[Any], reply: Reply, timeout: int) -> None:
+        action = action_of(request)
         # Every request is checked here too, forwarded or not: a peer may have skipped the API's checks.
-        problem = request_problem(request, self.ctx.accepted, self.ctx.settings)
+        problem = action.validate(request, self.ctx.accepted, self.ctx.settings)
         if problem is not None:
             reply(client.bad_request(problem))
             return
-        if isinstance(request, KvGet | ReadBarrier):
-            self.reads.submit(request, reply)
-            return
-        if isinstance(request, SessionKeepAlive):
-            self._keepalive(request.session, reply)
-            return
         deadline = self.ctx.now + timeout
-        if isinstance(request, ClearVotingConfigExclusions) and request.wait_for_removal:
-            state = self.ctx.accepted
-            if any(node_id in state.nodes for node_id in state.coordination.excluded_ids()):
+        if action.on_master is not None:
+            action.on_master(request, reply, deadline, self)
+        else:
+            self.run(request, reply, deadline)
 
-                def when_removed(result: ClientResult) -> None:
-                    if isinstance(result, ClusterError):
-                        reply(result)
-                        return
-                    source = "clear-voting-config-exclusions"
-                    self.submit_task(Task(source, Priority.URGENT, ClientTask(request), reply, deadline))
+    # -- what a request's own procedure may do on the master (requests.base.Master) -------------------------
 
-                self.exclusion_waits.until_removed(when_removed, deadline)
-                return
-        if isinstance(request, AddVotingConfigExclusions):
-            inner = reply
+    @property
+    def now(self) -> int:
+        return self.ctx.now
 
-            def reply(result: ClientResult, request: AddVotingConfigExclusions = request) -> None:
-                if isinstance(result, Committed):
-                    self.exclusion_waits.until_out_of_config(request, inner, deadline)
-                else:
-                    inner(result)
+    @property
+    def state(self) -> ClusterState:
+        return self.ctx.accepted
 
-        if isinstance(request, Txn | KvPut | KvDelete | KvDeletePrefix | SessionEnd):
-            reply = self._confirmed_if_unwritten(reply, self.ctx.accepted.version)
-        priority = (
-            Priority.URGENT
-            if isinstance(request, AddVotingConfigExclusions | ClearVotingConfigExclusions)
-            else (Priority.HIGH if isinstance(request, UpdateSettings) else Priority.NORMAL)
-        )
-        self.submit_task(Task(_describe(request), priority, ClientTask(request), reply, deadline))
-
-    def _keepalive(self, session: str, reply: Reply) -> None:
-        """Renewed on this master, but only once it has confirmed with a quorum that it still leads (as etcd
-        does since a deposed leader renewed leases): a deposed master cannot acknowledge a keepalive that the
-        new master never hears of. The renewal counts from the arrival; the leases answer it (sessions.py)."""
-        arrived = self.ctx.now
-        if session not in self.ctx.accepted.sessions:
-            self.reads.submit(ReadBarrier(), lambda barrier: reply(_unless_error(barrier, session)))
+    def run(self, request: ClientRequest[Any], reply: Reply, deadline: int, source: str | None = None) -> None:
+        action = action_of(request)
+        if action.runs is Runs.READ:
+            read = action.read
+            assert read is not None  # a read round without an answer has a procedure of its own
+            self.reads.submit(lambda state: read(request, state), reply)
             return
+        if action.confirm_unwritten:
+            reply = self._confirmed_if_unwritten(reply, self.ctx.accepted.version)
+        task = Task(source or action.source(request), action.priority, ClientTask(request), reply, deadline)
+        self.submit_task(task)
 
-        def after_barrier(barrier: ClientResult) -> None:
-            if not isinstance(barrier, Committed):
-                reply(barrier)
-                return
-            self.renew_session(session, arrived, reply)
+    def confirm(self, reply: Reply) -> None:
+        self.reads.submit(barrier_answer, reply)
 
-        self.reads.submit(ReadBarrier(), after_barrier)
+    def until_out_of_config(
+        self, node_names: tuple[str, ...], node_ids: tuple[str, ...], reply: Reply, deadline: int
+    ) -> None:
+        self.exclusion_waits.until_out_of_config(node_names, node_ids, reply, deadline)
+
+    def until_removed(self, then: Reply, deadline: int) -> None:
+        self.exclusion_waits.until_removed(then, deadline)
 
     def _confirmed_if_unwritten(self, reply: Reply, accepted_version: int) -> Reply:
         """A conflict, a missing session, a transaction that wrote nothing, or a write that changed nothing (the
@@ -169,21 +157,6 @@ class ClientRequests:
             def after_barrier(barrier: ClientResult) -> None:
                 reply(result if isinstance(barrier, Committed) else barrier)
 
-            self.reads.submit(ReadBarrier(), after_barrier)
+            self.confirm(after_barrier)
 
         return confirmed_reply
-
-
-def _unless_error(barrier: ClientResult, session: str) -> ClientResult:
-    """A session this master does not hold is not found, once the master has confirmed that it leads."""
-    return barrier if isinstance(barrier, ClusterError) else client.session_not_found_error(session)
-
-
-def _describe(request: ClientRequest) -> str:
-    if isinstance(request, KvPut | KvDelete | KvGet):
-        return f"{type(request).__name__} [{request.key}]"
-    if isinstance(request, KvDeletePrefix):
-        return f"KvDeletePrefix [{request.prefix}]"
-    if isinstance(request, Txn):
-        return f"Txn [{len(request.compare)} compares, {len(request.success)}/{len(request.failure)} ops]"
-    return type(request).__name__

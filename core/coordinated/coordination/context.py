@@ -14,6 +14,7 @@ from coordinated.coordination.effects import Effect, Log, RecordHistory, Send
 from coordinated.coordination.foreign_clusters import ForeignClusters
 from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 from coordinated.coordination.messages import Message
+from coordinated.coordination.node_versions import NodeVersions
 from coordinated.coordination.settings import Settings
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
 from coordinated.coordination.timers import Timers
@@ -38,6 +39,7 @@ class CoreContext:
     accepted_state: Callable[[], ClusterState]
     term: Callable[[], int]
     mode: Callable[[], Mode]
+    versions: NodeVersions  # this node's release and wire version, and what it knows of the other nodes'
     now: int = 0
     foreign_clusters: ForeignClusters = field(default_factory=ForeignClusters)  # peers of other clusters
     derivations: Derivations = field(default_factory=Derivations)  # the node's: its shell's stores read it too

@@ -9,6 +9,7 @@ Public API (used by the sidecar and the simulator):
     effects = coordinator.handle_send_failure(destination_address, message, now)  # connection refused/closed
     effects = coordinator.handle_seed_addresses(addresses, now)                     # answer to ProbeSeeds
     effects = coordinator.handle_peer_disconnected(address, now)                    # a peer's connection closed
+    effects = coordinator.handle_undecodable(sender, kind, request_id, why, now)     # an undecodable message (VersionExchange)
     effects = coordinator.tick(now)                      # call at or after coordinator.next_deadline()
     effects = coordinator.submit(request_id, request, now, timeout_ms=None)         # a ClientRequest
     effects = coordinator.stop(now)                      # graceful stop: a master hands over first
@@ -31,7 +32,7 @@ from typing import Any
 from coordinated.coordination import client
 from coordinated.coordination import messages as m
 from coordinated.coordination.batch import MAX_STATE_SIZE
-from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult, Committed
+from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientResult, Committed
 from coordinated.coordination.client_requests import NO_MASTER_BLOCK, ClientRequests
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.counters import successor
@@ -43,23 +44,27 @@ from coordinated.coordination.followers_checker import FollowersChecker, LagDete
 from coordinated.coordination.formation import ClusterBootstrapService, ClusterFormationFailureHelper
 from coordinated.coordination.forwarding import Forwarder
 from coordinated.coordination.handover import Handover
-from coordinated.coordination.history import NO_CLUSTER_UUID, EventType
+from coordinated.coordination.history import EventType
 from coordinated.coordination.joins import JoinHelper
 from coordinated.coordination.leader_checker import LeaderChecker, answer_leader_check
 from coordinated.coordination.master_service import Priority, Task
 from coordinated.coordination.master_tasks import MasterTasks, MasterTasksListener
+from coordinated.coordination.node_versions import NodeVersions
 from coordinated.coordination.peer_finder import PeerFinder
 from coordinated.coordination.peer_watch import PeerWatch
 from coordinated.coordination.publication import Publication, PublicationListener, catch_up_message
 from coordinated.coordination.publish_handler import PublishHandler, PublishListener
 from coordinated.coordination.reads import ReadService
+from coordinated.coordination.requests import AnyRequest
 from coordinated.coordination.safety import CoordinationState, CoordinationStateRejected, PersistedState
 from coordinated.coordination.sessions import SessionLeases
 from coordinated.coordination.settings import Settings
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
-from coordinated.coordination.status import BlockLevel, CoordinatorStatus, NoMasterBlock, follower_lag, health_of
+from coordinated.coordination.status import CoordinatorStatus, NoMasterBlock, follower_lag, health_of
 from coordinated.coordination.tasks import ElectedAsMaster, NodeLeft, Reconfigure
 from coordinated.coordination.timers import Timers
+from coordinated.coordination.version_exchange import VersionExchange
+from coordinated.coordination.wire_versions import NodeVersion
 
 __all__ = ["Coordinator", "Mode"]
 
@@ -74,10 +79,10 @@ class Coordinator:
         rng: random.Random,
         now: int,
         derivations: Derivations | None = None,  # the node's (a new one if not given): its stores read it too
+        version: NodeVersion | None = None,  # this node's release and wire version (default: this tree's)
     ) -> None:
         self.local_node = local_node
         self.base_settings = settings
-        self.persisted = persisted
         self.rng = rng
         self.coordination_state = CoordinationState(local_node.id, persisted)
         self.mode = Mode.CANDIDATE
@@ -106,6 +111,7 @@ class Coordinator:
             mode=lambda: self.mode,
             now=now,
             derivations=derivations if derivations is not None else Derivations(),
+            versions=NodeVersions(local_node, version),
         )
         ctx = self.ctx
         self.foreign_clusters = ctx.foreign_clusters
@@ -157,6 +163,7 @@ class Coordinator:
         self.followers_checker = FollowersChecker(
             ctx, on_node_failed=self._remove_node, on_healthy=self._catch_up, on_term_seen=self._update_max_term_seen
         )
+        self.version_exchange = VersionExchange(ctx, self.master_tasks, self._remove_node)
         self.lag_detector = LagDetector(ctx, on_lagging=self._remove_node)
         self.catch_up = CatchUp(ctx)  # lagging and rejoining nodes get the diffs they missed
         self.handover = Handover(
@@ -229,7 +236,7 @@ class Coordinator:
 
         return self._step(now, fire_due)
 
-    def submit(self, request_id: int, request: ClientRequest, now: int, timeout_ms: int | None = None) -> list[Effect]:
+    def submit(self, request_id: int, request: AnyRequest, now: int, timeout_ms: int | None = None) -> list[Effect]:
         def reply(result: ClientResult) -> None:
             self._out.append(RequestCompleted(request_id, result))
 
@@ -246,6 +253,9 @@ class Coordinator:
 
         return self._step(now, stop)
 
+    def handle_undecodable(self, sender: str, kind: str, request_id: int | None, why: str, now: int) -> list[Effect]:
+        return self._step(now, lambda: self.version_exchange.on_undecodable(sender, kind, request_id, why))
+
     def status(self) -> CoordinatorStatus:
         """A frozen snapshot of this node's coordination, for the shells (they read no component)."""
         applied, accepted, leading = self.applied_state, self.last_accepted_state, self.mode is Mode.LEADER
@@ -261,7 +271,7 @@ class Coordinator:
             last_accepted_version=accepted.version,
             last_committed_version=applied.version,
             health=health_of(applied),
-            no_master_block=NoMasterBlock(BlockLevel(self.settings[NO_MASTER_BLOCK]), applied.master_node is None),
+            no_master_block=NoMasterBlock(self.settings[NO_MASTER_BLOCK], applied.master_node is None),
             formation_problem=self.formation.problem(),
             foreign_clusters=self.foreign_clusters.problem(applied.cluster_uuid, self.now),
             peer_names={address: peer.name for address, peer in self.peer_finder.peers.items()},
@@ -271,6 +281,7 @@ class Coordinator:
             elections_won=self.elections_won,
             failed_publications=self.failed_publications,
             lagging_nodes_removed=lag.lagging_nodes_removed,
+            versions=self.ctx.versions.status(applied),
             now=self.now,
         )
 
@@ -424,8 +435,8 @@ class Coordinator:
         self.formation.deactivate()
         joins = self.joins.take_pending()
         self.master_tasks.queue.add(Task("elected-as-master", Priority.URGENT, ElectedAsMaster(), lambda result: None))
-        for join in joins:
-            self.master_tasks.queue.add(self.joins.join_task(join.node, join.request_id, join.address))
+        for task in self.joins.admitted_tasks(joins):
+            self.master_tasks.queue.add(task)
         self.master_tasks.run()
 
     def _stop_leading(self, reason: str) -> None:
@@ -514,7 +525,7 @@ class Coordinator:
     def _start_election(self) -> None:
         if (term := self._next_term()) is None:
             return
-        request = m.StartJoinRequest(self.local_node, term, self.ctx.committed_uuid())
+        request = self.version_exchange.start_join(self.local_node, term)
         self._log("debug", f"starting election for term {term}")
         self._send(self.local_node.transport_address, request)
         for node in self.peer_finder.master_eligible_peers():
@@ -525,7 +536,7 @@ class Coordinator:
                     self._send(node.transport_address, request)
 
     def _on_start_join(self, sender: str, request: m.StartJoinRequest) -> None:
-        if self.ctx.foreign(request.cluster_uuid, sender):
+        if self.ctx.foreign(request.cluster_uuid, sender) or self.version_exchange.refuses(request):
             return
         if request.term <= self.current_term:
             self._log("debug", f"ignoring start-join for term {request.term} <= {self.current_term}")
@@ -536,34 +547,21 @@ class Coordinator:
         self.joins.send_join_request(request.candidate, request.term, join)
 
     def _on_join_request(self, sender: str, request: m.JoinRequest) -> None:
-        state = self.last_accepted_state
-        reply_to = request.source.transport_address
-        if (
-            request.cluster_uuid_committed
-            and request.cluster_uuid != state.cluster_uuid
-            and (state.cluster_uuid_committed or state.cluster_uuid != NO_CLUSTER_UUID)
-        ):
-            reason = (
-                f"join from {request.source.name} rejected: it belongs to cluster [{request.cluster_uuid}] "
-                f"but this cluster is [{state.cluster_uuid}]"
-            )
-            self._log("warning", reason)
-            self._send(reply_to, m.JoinResponse(request.request_id, ok=False, reason=reason))
+        if self.joins.refused_foreign(request):
             return
         won_before = self.coordination_state.election_won and self.mode is Mode.LEADER
         self.catch_up.on_join_request(request)
         if request.join is not None:
             self._handle_join(request.join)
         if self.mode is Mode.LEADER and self.coordination_state.election_won:
-            if request.source.id == self.local_node.id:
-                return
-            self.master_tasks.submit(self.joins.join_task(request.source, request.request_id, reply_to))
+            if request.source.id != self.local_node.id and (task := self.joins.admitted(request)) is not None:
+                self.master_tasks.submit(task)
         elif self.mode is Mode.CANDIDATE:
-            self.joins.hold(request.source, request.request_id, reply_to)
+            self.joins.hold(request)
             if self.coordination_state.election_won and not won_before:
                 self._become_leader()
         else:
-            self._send(reply_to, m.JoinResponse(request.request_id, ok=False, reason="join target is a follower"))
+            self.joins.reject(request.source, request.request_id, "join target is a follower")
 
     def _handle_join(self, join: m.Join) -> None:
         own_join = self._ensure_term_at_least(self.local_node, join.term)
@@ -669,7 +667,7 @@ class Coordinator:
         if (term := self._next_term()) is None:
             return
         self._log("info", f"abdicating to {node.name} with term {term}")
-        request = m.StartJoinRequest(node, term, self.ctx.committed_uuid())
+        request = self.version_exchange.start_join(node, term)
         for other in self.last_accepted_state.nodes.values():
             if other.master_eligible:
                 self._send(other.transport_address, request)
@@ -706,6 +704,8 @@ class Coordinator:
 
     def _catch_up(self, node_id: str, response: m.FollowerCheckResponse) -> None:
         """Resend what a follower missed (a lost publication or commit) instead of waiting for the lag detector."""
+        if self.version_exchange.on_follower_answer(node_id, response):
+            return  # removed: it runs a release older than every node of the cluster
         state = self.last_accepted_state
         node = state.nodes.get(node_id)
         self.lag_detector.record_applied(node_id, response.applied_version)
@@ -752,6 +752,7 @@ class Coordinator:
             state.term,
             state.version,
             self.last_applied[1],
+            **self.version_exchange.answer_fields(request, ok),
         )
         self._send(leader.transport_address, answer)
 

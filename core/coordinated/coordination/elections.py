@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection
 
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.messages import PreVoteRequest, PreVoteResponse
+from coordinated.coordination.node_versions import reported
 from coordinated.coordination.settings import Settings, SettingsRule, format_time_ms, time_setting
 from coordinated.coordination.state import DiscoveryNode
 
@@ -115,7 +116,8 @@ class PreVoteCollector:
     def start_round(self, peers: Collection[DiscoveryNode]) -> None:
         ctx = self.ctx
         self.round = PreVoteRound(ctx)
-        request = PreVoteRequest(ctx.local_node, ctx.current_term, ctx.committed_uuid())
+        own = ctx.versions.version
+        request = PreVoteRequest(ctx.local_node, ctx.current_term, ctx.committed_uuid(), own.release, own.wire)
         for node in peers:
             ctx.send(node.transport_address, request)
         self._check(self.round)
@@ -131,6 +133,9 @@ class PreVoteCollector:
         if leader is not None and leader.id != request.source.id:
             return  # a node that knows a live leader does not help anyone disrupt it
         state = ctx.accepted
+        version = reported(request.release, request.wire_version)
+        if ctx.versions.candidate_problem(request.source, version, state) is not None:
+            return  # a candidate of an older release than every node of the cluster gets no vote (node_versions)
         ctx.send(
             request.source.transport_address,
             PreVoteResponse(ctx.local_node, ctx.current_term, state.term, state.version, ctx.committed_uuid()),

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinated.coordination import client
-from coordinated.coordination.client import AddVotingConfigExclusions, ClientResult, Committed
+from coordinated.coordination.client import ClientResult, Committed
 from coordinated.coordination.context import CoreContext
 
 Reply = Callable[[ClientResult], None]
@@ -30,10 +30,12 @@ class ExclusionWaits:
         self.exclusion_waits: list[_ExclusionWait] = []
         self.removal_waits: list[tuple[int, Reply]] = []  # (deadline, reply)
 
-    def until_out_of_config(self, request: AddVotingConfigExclusions, reply: Reply, deadline: int) -> None:
+    def until_out_of_config(
+        self, node_names: tuple[str, ...], node_ids: tuple[str, ...], reply: Reply, deadline: int
+    ) -> None:
         state = self.ctx.accepted
         by_name = {e.node_name: e.node_id for e in state.coordination.voting_config_exclusions}
-        ids = frozenset([by_name.get(name, name) for name in request.node_names] + list(request.node_ids))
+        ids = frozenset([by_name.get(name, name) for name in node_names] + list(node_ids))
         self.exclusion_waits.append(_ExclusionWait(ids, deadline, reply))
         self.check()
 

@@ -116,7 +116,8 @@ class FollowersChecker:
             return
         request_id = ctx.new_request_id()
         self.in_flight[node_id] = (request_id, node.transport_address)
-        ctx.send(node.transport_address, FollowerCheck(ctx.local_node, ctx.current_term, request_id))
+        versions = ctx.versions.check_fields(ctx.accepted)  # the master's, and every node's in a mixed cluster
+        ctx.send(node.transport_address, FollowerCheck(ctx.local_node, ctx.current_term, request_id, **versions))
         ctx.timers.schedule(
             (self, "timeout", node_id),
             ctx.now + ctx.settings[FOLLOWER_CHECK_TIMEOUT],

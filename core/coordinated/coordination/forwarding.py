@@ -7,6 +7,7 @@ client's timeout, or a change of master.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from coordinated.coordination import client
 from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError
@@ -22,7 +23,7 @@ class Forwarder:
         self.ctx = ctx
         self.waiting: dict[int, Reply] = {}  # forward id -> the client's reply
 
-    def forward(self, master: DiscoveryNode, request: ClientRequest, reply: Reply, timeout: int) -> None:
+    def forward(self, master: DiscoveryNode, request: ClientRequest[Any], reply: Reply, timeout: int) -> None:
         ctx = self.ctx
         forward_id = ctx.new_request_id()
         self.waiting[forward_id] = reply

@@ -23,9 +23,13 @@ from typing import Any
 
 import msgspec
 
+from coordinated.coordination.formats import newer_format_problem
 from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, HistoryEvent
 
 FORMAT = 2
+# A segment of format 3 or later says on its first line, beside `format`, the release that wrote it
+# (`"release": "0.3.0"`), so that a release that does not read it can say which one does.
+RELEASE_FIELD = "release"
 # Left out of a format-2 line when equal to the line before it in the same segment.
 ELIDED_FIELDS: tuple[str, ...] = (
     "cluster_uuid",
@@ -133,6 +137,13 @@ def format_problem(first_line: bytes) -> str:
     if isinstance(declared, int) and not isinstance(declared, bool) and declared in FORMATS:
         return ""
     readable = " and ".join(str(f) for f in FORMATS)
+    writer = decoded.get(RELEASE_FIELD)
+    if isinstance(writer, str) and writer:
+        return (
+            f"is of history format [{msgspec.json.encode(declared).decode()[:40]}], written by coordinated "
+            f"{writer[:64]}, which this release does not read (it reads formats {readable}): run coordinated "
+            f"{writer[:64]} or later on it"
+        )
     return (
         f"is of history format [{msgspec.json.encode(declared).decode()[:40]}], which this release does not read "
         f"(it reads formats {readable}): a newer release wrote it, or it is damaged"
@@ -188,6 +199,30 @@ class SegmentExpander:
 
 
 FORMAT2_START = b'{"format":2,'
+# How every line that declares a history format starts (the writer puts `format` first): format 2, or another
+# one, which the Python reader names (format 1 declares none and goes to Spark's text reader).
+FORMAT_START = b'{"format":'
+
+
+def newer_segment_problem(first_line: bytes, what: str, this_release: str) -> str | None:
+    """Why a segment whose first line is `first_line` cannot be read by this release: it declares a format newer
+    than FORMAT and the release that wrote it (every release after 0.2.0 that writes another format puts its own
+    `release` on the first line; the message names both). None otherwise: a format this release does not read
+    with no writer named (a number that is not one, or no `release`) is damage, which `format_problem` names and
+    the node skips as any other damaged segment."""
+    if not first_line.startswith(FORMAT_START):
+        return None
+    try:
+        head = _DECODER.decode(first_line.rstrip(b"\r\n"))
+    except (ValueError, RecursionError):
+        return None
+    declared = head.get("format") if isinstance(head, dict) else None
+    if not isinstance(declared, int) or isinstance(declared, bool) or declared <= FORMAT:
+        return None
+    writer = head.get(RELEASE_FIELD)
+    if not isinstance(writer, str) or not writer:
+        return None
+    return newer_format_problem(what, declared, FORMAT, this_release, writer)
 
 
 def is_format2_start(first_line: bytes) -> bool:
@@ -206,4 +241,5 @@ __all__ = [
     "coerce_event",
     "format_problem",
     "is_format2_start",
+    "newer_segment_problem",
 ]

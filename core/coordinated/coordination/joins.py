@@ -9,10 +9,13 @@ from dataclasses import dataclass
 
 from coordinated.coordination.client import ClientResult, ClusterError, Committed
 from coordinated.coordination.context import CoreContext
+from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.master_service import Priority, Task
 from coordinated.coordination.messages import Join, JoinRequest, JoinResponse
+from coordinated.coordination.node_versions import reported
 from coordinated.coordination.state import DiscoveryNode
 from coordinated.coordination.tasks import NodeJoin
+from coordinated.coordination.wire_versions import UNVERSIONED, NodeVersion
 
 JOIN_TIMEOUT_MS = 10_000
 REJECTION_REPORTED_FOR_MS = 60_000
@@ -35,6 +38,7 @@ class PendingJoin:
     node: DiscoveryNode
     request_id: int
     address: str  # where to answer
+    version: NodeVersion = UNVERSIONED  # what the join request reported
 
 
 class JoinHelper:
@@ -77,6 +81,8 @@ class JoinHelper:
                 cluster_uuid_committed=state.cluster_uuid_committed,
                 accepted_term=state.term,
                 accepted_version=state.version,
+                release=ctx.versions.version.release,
+                wire_version=ctx.versions.version.wire,
             ),
         )
 
@@ -99,8 +105,52 @@ class JoinHelper:
         if self.request_in_flight == destination:
             self.request_in_flight = None
 
-    def hold(self, node: DiscoveryNode, request_id: int, address: str) -> None:
-        self.pending[node.id] = PendingJoin(node, request_id, address)
+    def hold(self, request: JoinRequest) -> None:
+        """A join request a candidate received: answered once it wins (or gives up)."""
+        version = reported(request.release, request.wire_version)
+        source = request.source
+        self.pending[source.id] = PendingJoin(source, request.request_id, source.transport_address, version)
+
+    def admitted(self, request: JoinRequest) -> Task | None:
+        """The master's task that adds the node of a join request, unless the version barrier refuses it."""
+        source = request.source
+        join = PendingJoin(
+            source, request.request_id, source.transport_address, reported(request.release, request.wire_version)
+        )
+        return next(iter(self.admitted_tasks([join])), None)
+
+    def admitted_tasks(self, joins: list[PendingJoin]) -> list[Task]:
+        """The join tasks of the nodes the version barrier lets in; the others are told why they are refused
+        (`NodeVersions.join_problem`). An admitted node's version counts from now on."""
+        tasks = []
+        versions, state = self.ctx.versions, self.ctx.accepted
+        for join in joins:
+            problem = versions.join_problem(join.node, join.version, state)
+            if problem is not None:
+                self.ctx.log("warning", f"refusing the join of {join.node.name}: {problem}")
+                self.reject(join.node, join.request_id, problem)
+                continue
+            versions.learn(join.node.id, join.version, state)
+            tasks.append(self.join_task(join.node, join.request_id, join.address))
+        versions.prune(state)
+        return tasks
+
+    def refused_foreign(self, request: JoinRequest) -> bool:
+        """A join request from a node of another cluster: refused (and logged), naming both clusters."""
+        state = self.ctx.accepted
+        if not (
+            request.cluster_uuid_committed
+            and request.cluster_uuid != state.cluster_uuid
+            and (state.cluster_uuid_committed or state.cluster_uuid != NO_CLUSTER_UUID)
+        ):
+            return False
+        reason = (
+            f"join from {request.source.name} rejected: it belongs to cluster [{request.cluster_uuid}] "
+            f"but this cluster is [{state.cluster_uuid}]"
+        )
+        self.ctx.log("warning", reason)
+        self.reject(request.source, request.request_id, reason)
+        return True
 
     def take_pending(self) -> list[PendingJoin]:
         pending, self.pending = list(self.pending.values()), {}
@@ -108,8 +158,11 @@ class JoinHelper:
 
     def reject_pending(self, reason: str) -> None:
         for join in self.take_pending():
-            if join.node.id != self.ctx.local_node.id:
-                self.ctx.send(join.address, JoinResponse(join.request_id, ok=False, reason=reason))
+            self.reject(join.node, join.request_id, reason)
+
+    def reject(self, node: DiscoveryNode, request_id: int, reason: str) -> None:
+        if node.id != self.ctx.local_node.id:
+            self.ctx.send(node.transport_address, JoinResponse(request_id, ok=False, reason=reason))
 
     def join_task(self, node: DiscoveryNode, request_id: int, address: str) -> Task:
         """The master task that adds `node` and answers its join request once that is committed."""

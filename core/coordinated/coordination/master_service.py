@@ -43,6 +43,10 @@ class MasterService:
         batch, self.pending = self.pending[:limit], self.pending[limit:]
         return batch
 
+    def put_back(self, tasks: list[Task]) -> None:
+        """Tasks taken in a batch that did not run (batch_writes): they keep their place, their sequence."""
+        self.pending.extend(tasks)
+
     def take_expired(self, now: int) -> list[Task]:
         expired = [task for task in self.pending if task.deadline is not None and task.deadline <= now]
         if expired:

@@ -8,14 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinated.coordination import client
-from coordinated.coordination.batch import (
-    MAX_STATE_SIZE,
-    MAX_VALUE_SIZE,
-    BatchContext,
-    StateSizes,
-    execute_batch,
-    improve_configuration,
-)
+from coordinated.coordination.batch import MAX_STATE_SIZE, MAX_VALUE_SIZE, execute_batch, improve_configuration
+from coordinated.coordination.batch_draft import BatchContext, StateSizes
+from coordinated.coordination.batch_writes import DEFERRED
 from coordinated.coordination.client import ClientResult, Committed
 from coordinated.coordination.context import CoreContext
 from coordinated.coordination.master_service import MasterService, Task
@@ -78,16 +73,23 @@ class MasterTasks:
         tasks = queue.take_batch()
         base = ctx.accepted
         try:
-            new_state, results = execute_batch(base, [task.payload for task in tasks], self._batch_context(base))
+            new_state, outcomes = execute_batch(base, [task.payload for task in tasks], self._batch_context(base))
         except CoordinationStateRejected as rejected:
             for task in tasks:
                 task.reply(client.not_master_error(str(rejected)))
             return
+        # A task that would write a key this batch writes already waits for the next publication, in its place.
+        queue.put_back([task for task, outcome in zip(tasks, outcomes, strict=True) if outcome is DEFERRED])
+        ran = [(task, outcome) for task, outcome in zip(tasks, outcomes, strict=True) if outcome is not DEFERRED]
+        tasks = [task for task, _ in ran]
+        results = [outcome for _, outcome in ran]
         if new_state is None:
             # Nothing changed: no publication needed; the tasks see the current state.
             for task, result in zip(tasks, results, strict=True):
                 task.reply(result or Committed(base.term, base.version))
             self.listener.unchanged(base)
+            if tasks and queue.pending:
+                self.run()  # deferred tasks (a batch that wrote nothing defers none; kept for safety)
             return
         try:
             self.coordination_state.handle_client_value(new_state)
@@ -127,6 +129,7 @@ class MasterTasks:
             max_state_size=settings[MAX_STATE_SIZE],
             sizes=self._state_sizes,
             derivations=self.ctx.derivations,
+            node_versions=self.ctx.versions.to_publish,
         )
 
     def improved(self, state: ClusterState) -> ClusterState:

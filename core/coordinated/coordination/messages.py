@@ -10,9 +10,11 @@ from typing import Any
 
 import msgspec
 
-from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientRequest, ClientResult
+from coordinated.coordination.client import DEFAULT_REQUEST_TIMEOUT_MS, ClientResult
 from coordinated.coordination.history import NO_CLUSTER_UUID
+from coordinated.coordination.requests import AnyRequest
 from coordinated.coordination.state import ENCODE_HOOK, ClusterState, ClusterStateDiff, DiscoveryNode, Long
+from coordinated.coordination.wire_versions import NodeVersion, Release, WireVersion
 
 
 class Join(msgspec.Struct, frozen=True):
@@ -47,6 +49,10 @@ class PreVoteRequest(_Message, frozen=True, tag="pre_vote"):
     source: DiscoveryNode
     current_term: Long
     cluster_uuid: str = NO_CLUSTER_UUID
+    # The candidate's release and wire version (none from release 0.1.0): a node of a cluster whose state carries
+    # the nodes' versions votes for no candidate older than all of them (node_versions.candidate_problem).
+    release: Release = ""
+    wire_version: WireVersion = 0
 
 
 class PreVoteResponse(_Message, frozen=True, tag="pre_vote_response"):
@@ -64,6 +70,10 @@ class StartJoinRequest(_Message, frozen=True, tag="start_join"):
     candidate: DiscoveryNode
     term: Long
     cluster_uuid: str = NO_CLUSTER_UUID
+    # The candidate's release and wire version, as the sender knows it (none from release 0.1.0, nor when the
+    # sender does not know it): see PreVoteRequest.
+    release: Release = ""
+    wire_version: WireVersion = 0
 
 
 class JoinRequest(_Message, frozen=True, tag="join"):
@@ -77,6 +87,9 @@ class JoinRequest(_Message, frozen=True, tag="join"):
     # full state (0, 0: unknown, e.g. from an older version; it gets the full state).
     accepted_term: Long = 0
     accepted_version: Long = 0
+    # The sender's release and wire version (wire_versions; "" and 0 from release 0.1.0, which sends none).
+    release: Release = ""
+    wire_version: WireVersion = 0
 
 
 class JoinResponse(_Message, frozen=True, tag="join_response"):
@@ -122,6 +135,12 @@ class FollowerCheck(_Message, frozen=True, tag="follower_check"):
     source: DiscoveryNode
     term: Long
     request_id: Long
+    # The master's release and wire version, and every node's as it knows them, while the state does not carry
+    # them yet (a mixed cluster): so that every upgraded node can show them and gate requests on them. An
+    # older node ignores them; release 0.1.0 sends none.
+    release: Release = ""
+    wire_version: WireVersion = 0
+    node_versions: dict[str, NodeVersion] | None = None
 
 
 class FollowerCheckResponse(_Message, frozen=True, tag="follower_check_response"):
@@ -133,6 +152,9 @@ class FollowerCheckResponse(_Message, frozen=True, tag="follower_check_response"
     accepted_term: Long = 0
     accepted_version: Long = 0
     applied_version: Long = 0
+    # The follower's release and wire version (none from release 0.1.0).
+    release: Release = ""
+    wire_version: WireVersion = 0
 
 
 class LeaderCheck(_Message, frozen=True, tag="leader_check"):
@@ -164,7 +186,7 @@ class LeadershipProbeResponse(_Message, frozen=True, tag="leadership_probe_respo
 class ForwardedRequest(_Message, frozen=True, tag="forwarded_request"):
     source_id: str
     request_id: Long
-    request: ClientRequest
+    request: AnyRequest  # decoded by its tag as any registered request type
     # The client's timeout: the master's tasks and waits for this request end by then.
     timeout_ms: Long = DEFAULT_REQUEST_TIMEOUT_MS
 

@@ -4,8 +4,9 @@
 A round starts only once the master has applied every state it committed (`ready`): with
 `cluster.publish.master_applies_last` a follower applies a committed state before the master does, and a
 read that a node serves after a barrier (a range read, `GET /_cluster/state`) may already show it; a read on
-the master that starts later must show it too. A `ReadBarrier` answers that applied version: a node that has
-applied it holds every state committed before the barrier began.
+the master that starts later must show it too. A read barrier answers that applied version: a node that has
+applied it holds every state committed before the barrier began. Each read is answered by a function of the
+state the round confirmed (its request type's `read`).
 
 Reads that arrive while a round is in flight wait for the next round. A round ends when confirmed, timed
 out (`cluster.fault_detection.leader_check.timeout`) or closed.
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from coordinated.coordination import client
-from coordinated.coordination.client import ClientResult, Committed, KvGet, ReadBarrier, ReadValue
+from coordinated.coordination.client import ClientResult
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.leader_checker import LEADER_CHECK_TIMEOUT
 from coordinated.coordination.messages import LeadershipProbe, LeadershipProbeResponse
@@ -24,27 +25,13 @@ from coordinated.coordination.quorum import joint_quorum
 from coordinated.coordination.state import ClusterState
 
 Reply = Callable[[ClientResult], None]
-Read = KvGet | ReadBarrier
-
-
-def read_result(request: Read, state: ClusterState) -> ClientResult:
-    if isinstance(request, ReadBarrier):
-        return Committed(state.term, state.version)
-    versions = state.key_version(request.key)
-    return ReadValue(
-        key=request.key,
-        found=versions is not None,
-        value=state.kv.get(request.key),
-        term=state.term,
-        version=state.version,
-        key_version=versions.version if versions else 0,
-        create_version=versions.create_version if versions else 0,
-        session=state.kv_sessions.get(request.key),
-    )
+Answer = Callable[[ClusterState], ClientResult]  # a read's answer, from the state its round confirmed
 
 
 class ReadRound:
-    def __init__(self, round_id: int, term: int, reads: list[tuple[Read, ClusterState, Reply]], local_id: str) -> None:
+    def __init__(
+        self, round_id: int, term: int, reads: list[tuple[Answer, ClusterState, Reply]], local_id: str
+    ) -> None:
         self.round_id = round_id
         self.term = term
         self.reads = reads
@@ -56,11 +43,11 @@ class ReadService:
         self.ctx = ctx
         self.applied_state = applied_state
         self.ready = ready  # the master has applied a state of its own term: its applied state is current
-        self.queue: list[tuple[Read, Reply]] = []
+        self.queue: list[tuple[Answer, Reply]] = []
         self.round: ReadRound | None = None
 
-    def submit(self, request: Read, reply: Reply) -> None:
-        self.queue.append((request, reply))
+    def submit(self, answer: Answer, reply: Reply) -> None:
+        self.queue.append((answer, reply))
         self.serve_if_possible()
 
     def serve_if_possible(self) -> None:
@@ -70,7 +57,7 @@ class ReadService:
         if not self.queue:
             return
         state = self.applied_state()
-        reads = [(request, state, reply) for request, reply in self.queue]
+        reads = [(answer, state, reply) for answer, reply in self.queue]
         self.queue = []
         round_id = ctx.new_request_id()
         self.round = ReadRound(round_id, ctx.current_term, reads, ctx.local_node.id)
@@ -100,8 +87,8 @@ class ReadService:
             return
         self.round = None
         ctx.timers.cancel(self)
-        for request, read_state, reply in read_round.reads:
-            reply(read_result(request, read_state))
+        for answer, read_state, reply in read_round.reads:
+            reply(answer(read_state))
         self.serve_if_possible()
 
     def _timed_out(self) -> None:

@@ -36,10 +36,11 @@ import heapq
 from collections.abc import Callable
 
 from coordinated.coordination import client
-from coordinated.coordination.client import ClientResult, Committed, SessionEnd, SessionInfo
+from coordinated.coordination.client import ClientResult, Committed, SessionInfo
 from coordinated.coordination.context import CoreContext
 from coordinated.coordination.history import EventType
 from coordinated.coordination.master_service import Priority, Task
+from coordinated.coordination.requests.sessions import SessionEnd
 from coordinated.coordination.state import ClusterState, Derivations, Session, compute_diff
 from coordinated.coordination.tasks import CheckpointSessions, ClientTask, ExpireSessions, TaskPayload
 

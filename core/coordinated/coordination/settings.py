@@ -6,7 +6,9 @@ checked against its bounds; an unknown, invalid or retired (Zen1) setting raises
 How to add a setting
 --------------------
 Declare it as a module-level constant in the module of the component that reads it, as Elasticsearch declares
-`LagDetector.CLUSTER_FOLLOWER_LAG_TIMEOUT_SETTING`:
+`LagDetector.CLUSTER_FOLLOWER_LAG_TIMEOUT_SETTING` (in the sans-IO core), or, outside the core, in the light
+`*_settings` module beside that component (`peers/transport_settings.py` for `peers/transport.py`), which imports
+nothing of its I/O, so that other deployables (the operator) read settings without importing the sidecar:
 
     FOLLOWER_LAG_TIMEOUT = time_setting(
         "cluster.follower_lag.timeout", "90s", minimum="1s", maximum="1h",
@@ -14,8 +16,10 @@ Declare it as a module-level constant in the module of the component that reads 
     )
 
 and read it, typed, from the node's settings: `ctx.settings[FOLLOWER_LAG_TIMEOUT]` is an int of milliseconds.
+A setting that takes one of a few words is an `enum_setting` of a `StrEnum`, read as its member
+(`settings[NO_MASTER_BLOCK] is BlockLevel.ALL`).
 The registries collect every `Setting` and `SettingsRule` of the modules they list: `coordination.registry`
-for the core, `coordinated.sidecar.config` for the sidecar. A module that declares its first setting is added
+for the core, `coordinated.sidecar.node_settings` for the sidecar. A module that declares its first setting is added
 to that list once; a test fails while a module with settings is missing from it. Then run
 `python -m coordinated.operator.generate`: it writes docs/settings.md (the `doc` line and the bounds) and the
 CRD's allow-list and value rules; `make lint` fails while either is out of date. A setting a user may put in
@@ -39,12 +43,16 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from types import ModuleType
 from typing import Any, Generic, TypeVar, cast
 
+from coordinated.coordination.retired_settings import retired_setting_message
+
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
+E = TypeVar("E", bound=StrEnum)
 
 _TIME_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _TIME_VALUE = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
@@ -257,13 +265,19 @@ class Boolean(ValueType[bool]):
 
 
 @dataclass(frozen=True)
-class Choice(ValueType[str]):
-    choices: tuple[str, ...]
+class EnumChoice(ValueType[E]):
+    """One of a `StrEnum`'s values, in its order, read as the member: its readers compare members, not strings."""
 
-    def parse(self, text: str) -> str:
+    enum: type[E]
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(member.value for member in self.enum)
+
+    def parse(self, text: str) -> E:
         if text not in self.choices:
             raise ValueError(f"expected one of {list(self.choices)}, got [{text}]")
-        return text
+        return self.enum(text)
 
     def extremes(self) -> tuple[str, ...]:
         return self.choices
@@ -371,10 +385,9 @@ def bool_setting(name: str, default: bool, *, doc: str, dynamic: bool = False) -
     return Setting(name, Boolean(), "true" if default else "false", doc, dynamic)
 
 
-def choice_setting(
-    name: str, default: str, choices: tuple[str, ...], *, doc: str, dynamic: bool = False
-) -> Setting[str]:
-    return Setting(name, Choice(choices), default, doc, dynamic)
+def enum_setting(name: str, default: E, *, doc: str, dynamic: bool = False) -> Setting[E]:
+    """A setting whose values are those of `default`'s enum."""
+    return Setting(name, EnumChoice(type(default)), default.value, doc, dynamic)
 
 
 @dataclass(frozen=True)
@@ -425,7 +438,8 @@ class Settings:
         unknown = [setting.name for setting in values if setting.name not in self.registry.settings]
         if unknown:
             raise KeyError(f"settings {unknown} are not registered")
-        return Settings(self.registry, {**self._values, **{setting.name: value for setting, value in values.items()}})
+        held = {setting.name: _held(setting.value_type, value) for setting, value in values.items()}
+        return Settings(self.registry, {**self._values, **held})
 
     def with_dynamic(self, persistent: Mapping[str, str]) -> Settings:
         """The cluster-wide dynamic settings of the applied state over the node's own. A persisted value that is
@@ -543,26 +557,9 @@ class SettingsRegistry:
                 self.parse_one(name, value)
 
 
-def retired_setting_message(name: str) -> str | None:
-    if name == "discovery.zen.minimum_master_nodes":
-        return (
-            "setting [discovery.zen.minimum_master_nodes] is from Zen1 discovery and is not supported: "
-            "the voting configuration now sets the quorum automatically; use cluster.initial_master_nodes "
-            "to bootstrap a new cluster"
-        )
-    if name.startswith("discovery.zen."):
-        replacement = {
-            "discovery.zen.ping.unicast.hosts": "discovery.seed_hosts",
-            "discovery.zen.hosts_provider": "discovery.seed_hosts",
-            "discovery.zen.no_master_block": "cluster.no_master_block",
-            "discovery.zen.commit_timeout": "cluster.publish.timeout",
-            "discovery.zen.publish_timeout": "cluster.publish.timeout",
-            "discovery.zen.fd.ping_interval": "cluster.fault_detection.*.interval",
-            "discovery.zen.fd.ping_timeout": "cluster.fault_detection.*.timeout",
-            "discovery.zen.fd.ping_retries": "cluster.fault_detection.*.retry_count",
-        }.get(name, "the cluster.* and discovery.* settings of Zen2 discovery")
-        return f"setting [{name}] is from Zen1 discovery and is not supported; use {replacement} instead"
-    return None
+def _held(value_type: ValueType[Any], value: object) -> object:
+    """An enum setting's value given as text is held as its member (ValueError if it is none)."""
+    return value_type.enum(value) if isinstance(value_type, EnumChoice) and isinstance(value, str) else value
 
 
 # -- the node's identity: read by every layer ------------------------------------------------------------------

@@ -23,6 +23,7 @@ import msgspec
 from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.history import NO_CLUSTER_UUID
 from coordinated.coordination.settings import format_time_ms
+from coordinated.coordination.wire_versions import NodeVersion
 
 # Terms, versions and request ids are 64-bit signed integers, as in Elasticsearch (and never negative). A
 # message or record holding a number outside that range fails to decode, so it is refused before it can
@@ -154,6 +155,10 @@ class ClusterState(msgspec.Struct, frozen=True, weakref=True):
     # Cluster-wide metadata, as Elasticsearch keeps repositories, so that every node knows them. A handful:
     # a plain dict, sent whole in a diff when it changes (as `nodes`).
     repositories: dict[str, Repository] = {}
+    # Fields added after the first release, each gated on a feature (`feature_gates.STATE_FIELD_GATES`): UNSET,
+    # and so left out of every encoding, until the master sets it once every node has that feature.
+    # Every member's release and wire version (`node_versions`): a handful, sent whole in a diff when it changes.
+    node_versions: dict[str, NodeVersion] | msgspec.UnsetType = msgspec.UNSET
 
     def __post_init__(self) -> None:
         # A state built from dicts (decoded, or by a caller) holds persistent maps from then on.
@@ -230,6 +235,13 @@ class ClusterStateDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     sessions: SessionsDiff = SessionsDiff()
     kv_sessions: MapDiff = MapDiff()
     repositories: dict[str, Repository] | None = None  # None: unchanged
+    # A gated field (see ClusterState), whole when it changed; None: unchanged. Once set it stays set.
+    node_versions: dict[str, NodeVersion] | None = None
+
+
+def _changed_field(before: Any, after: Any) -> Any:
+    """A small gated field of a diff: None when unchanged (or unset), else its new value."""
+    return None if after is msgspec.UNSET or before is after or before == after else after
 
 
 def diff_maps(before: Mapping[str, Any], after: Mapping[str, Any]) -> MapDiff:
@@ -292,6 +304,7 @@ def diff_between(
             if before.repositories is after.repositories or before.repositories == after.repositories
             else after.repositories
         ),
+        node_versions=_changed_field(before.node_versions, after.node_versions),
         **maps,
     )
 
@@ -352,12 +365,14 @@ def compose_diffs(diffs: Sequence[ClusterStateDiff]) -> ClusterStateDiff:
         return diffs[0]
     last = diffs[-1]
     changes: dict[str, tuple[dict[str, Any], set[str]]] = {}
-    nodes = repositories = None
+    nodes = repositories = node_versions = None
     for diff in diffs:
         if diff.nodes is not None:
             nodes = diff.nodes
         if diff.repositories is not None:
             repositories = diff.repositories
+        if diff.node_versions is not None:
+            node_versions = diff.node_versions
         for name in MAP_FIELDS:
             step: MapDiff | KeyVersionsDiff | SessionsDiff = getattr(diff, name)
             if not step.upserts and not step.deletes:
@@ -372,7 +387,14 @@ def compose_diffs(diffs: Sequence[ClusterStateDiff]) -> ClusterStateDiff:
     maps = {
         name: _typed_map_diff(name, upserts, tuple(sorted(deletes))) for name, (upserts, deletes) in changes.items()
     }
-    return msgspec.structs.replace(last, base_uuid=diffs[0].base_uuid, nodes=nodes, repositories=repositories, **maps)
+    return msgspec.structs.replace(
+        last,
+        base_uuid=diffs[0].base_uuid,
+        nodes=nodes,
+        repositories=repositories,
+        node_versions=node_versions,
+        **maps,
+    )
 
 
 def compute_diff(before: ClusterState, after: ClusterState, derivations: Derivations | None = None) -> ClusterStateDiff:
@@ -411,6 +433,7 @@ def apply_diff(base: ClusterState, diff: ClusterStateDiff, derivations: Derivati
         coordination=diff.coordination,
         **{name: apply_map_diff(getattr(base, name), getattr(diff, name)) for name in MAP_FIELDS},
         repositories=base.repositories if diff.repositories is None else diff.repositories,
+        node_versions=base.node_versions if diff.node_versions is None else diff.node_versions,
     )
     if derivations is not None:
         derivations.record(base, derived, diff)
@@ -448,7 +471,7 @@ class StateEncoder:
         self.maps: dict[str, tuple[immutables.Map[str, Any], dict[str, Any]]] = {}
 
     def encode(self, state: ClusterState) -> bytes:
-        fields = msgspec.structs.asdict(state)
+        fields = _set_fields(state)
         fields.update(self._moved_to(state))
         return _ENCODER.encode(fields)
 
@@ -477,6 +500,11 @@ class StateEncoder:
         return plain
 
 
+def _set_fields(state: ClusterState) -> dict[str, Any]:
+    """The state's fields as a dict, without the gated ones that are unset (as msgspec encodes the struct)."""
+    return {name: value for name, value in msgspec.structs.asdict(state).items() if value is not msgspec.UNSET}
+
+
 def _sorted_dict(mapping: immutables.Map[str, Any]) -> dict[str, Any]:
     return {key: mapping[key] for key in sorted(mapping)}
 
@@ -484,7 +512,7 @@ def _sorted_dict(mapping: immutables.Map[str, Any]) -> dict[str, Any]:
 def encode_state(state: ClusterState) -> bytes:
     """Deterministic, compact JSON: the same state always encodes to the same bytes (fields and keys sorted).
     A node that encodes state after state keeps a `StateEncoder`, which costs in proportion to the change."""
-    fields = msgspec.structs.asdict(state)
+    fields = _set_fields(state)
     fields.update({name: _sorted_dict(getattr(state, name)) for name in MAP_FIELDS})
     return _ENCODER.encode(fields)
 

@@ -13,15 +13,16 @@ from enum import StrEnum
 from coordinated.coordination import client
 from coordinated.coordination.client import ClusterError
 from coordinated.coordination.context import Mode
+from coordinated.coordination.node_versions import VersionStatus
 from coordinated.coordination.state import ClusterState
 
 
 class BlockLevel(StrEnum):
-    """What `cluster.no_master_block` refuses while a node knows no master."""
+    """What `cluster.no_master_block` refuses while a node knows no master (in the order the setting lists them)."""
 
+    ALL = "all"
     WRITE = "write"
     METADATA_WRITE = "metadata_write"
-    ALL = "all"
 
 
 class HealthColour(StrEnum):
@@ -70,6 +71,7 @@ class CoordinatorStatus:
     elections_won: int
     failed_publications: int
     lagging_nodes_removed: int
+    versions: VersionStatus  # this node's release and wire version, the cluster's, and every member's
     now: int  # the core's clock when the snapshot was taken
 
 

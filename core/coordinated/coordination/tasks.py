@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from coordinated.coordination.client import ClientRequest
 from coordinated.coordination.state import DiscoveryNode
@@ -29,6 +30,11 @@ class Reconfigure:
 
 
 @dataclass(frozen=True)
+class RefreshNodeVersions:
+    """The master learned a node's version: publish `node_versions` anew if it changes (every batch sets it)."""
+
+
+@dataclass(frozen=True)
 class ExpireSessions:
     """End these TTL sessions if they are still expired when the batch runs (a keepalive may come first)."""
 
@@ -44,7 +50,16 @@ class CheckpointSessions:
 
 @dataclass(frozen=True)
 class ClientTask:
-    request: ClientRequest
+    request: ClientRequest[Any]
 
 
-TaskPayload = ElectedAsMaster | NodeJoin | NodeLeft | Reconfigure | ExpireSessions | CheckpointSessions | ClientTask
+TaskPayload = (
+    ElectedAsMaster
+    | NodeJoin
+    | NodeLeft
+    | Reconfigure
+    | RefreshNodeVersions
+    | ExpireSessions
+    | CheckpointSessions
+    | ClientTask
+)

@@ -9,21 +9,16 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from coordinated.coordination.client import (
-    ClientResult,
-    ClusterError,
-    Committed,
-    KvDelete,
-    KvGet,
-    KvPut,
-    ReadValue,
-    Txn,
-    TxnCompare,
-    TxnOp,
-    TxnResult,
-)
+import msgspec
+
+from coordinated.coordination.client import ClientResult, ClusterError, Committed, ReadValue, TxnResult
+from coordinated.coordination.node_versions import members
+from coordinated.coordination.requests.keys import KvDelete, KvGet, KvPut
+from coordinated.coordination.requests.transactions import Txn, TxnCompare, TxnOp
 from coordinated.coordination.settings import Settings
-from coordinated.simulation.cluster import SimulatedCluster
+from coordinated.coordination.wire_versions import UNVERSIONED, newest
+from coordinated.simulation.cluster import SIM_SETTINGS, SimulatedCluster
+from coordinated.simulation.hot_key_clients import HotWriter, VersionWitness
 from coordinated.simulation.linearizability import Operation, Verdict, check_history, check_transactions
 from coordinated.simulation.network import Link
 from coordinated.simulation.range_clients import RangeClient
@@ -56,6 +51,7 @@ class RunReport:
     setting_changes: int = 0  # dynamic settings set to an end of their range, or reset, and committed
     txn_linearizability: Verdict | None = None  # of the multi-key transactions, when there are transfer clients
     listings: int = 0  # range reads the range clients completed
+    own_cas_succeeded: int = 0  # the hot writers' compare-and-sets on their own versions that succeeded
     range_linearizability: Verdict | None = None  # of the range clients' operations, when there are some
     linearizability: Verdict | None = None
     cluster: SimulatedCluster | None = None
@@ -194,7 +190,9 @@ def _check_counter(cluster: SimulatedCluster, counters: list[_Counter]) -> None:
         )
 
 
-def _nemesis_action(cluster: SimulatedCluster, rng: random.Random, faults: Counter[str]) -> None:
+def _nemesis_action(
+    cluster: SimulatedCluster, rng: random.Random, faults: Counter[str], upgrades: bool = False
+) -> None:
     nodes = cluster.nodes
     addresses = cluster.addresses()
     alive = [node for node in nodes if node.alive]
@@ -203,9 +201,23 @@ def _nemesis_action(cluster: SimulatedCluster, rng: random.Random, faults: Count
         [
             *("crash", "restart", "disconnect", "blackhole", "partition", "isolate_master", "bridge", "heal"),
             *("io", "drops", "disk"),
+            *(("upgrade", "rollback", "upgrade_all", "new_old_node") if upgrades else ()),
         ]
     )
-    if action == "crash" and len(alive) > 1:
+    if action in ("upgrade", "rollback"):
+        # A node restarted on this tree's release, or back on the previous one (which refuses to start, and
+        # stays down until upgraded again, if its store holds what the previous release does not read).
+        cluster.restart(rng.choice(nodes).index, version=newest() if action == "upgrade" else UNVERSIONED)
+    elif action == "upgrade_all":
+        for node in nodes:  # every node that is not on this release yet, one after the other, without waiting
+            if node.version != newest():
+                cluster.restart(node.index, version=newest())
+    elif action == "new_old_node" and len(nodes) >= 5 and not faults["new_old_node"] and not faults["refused_start"]:
+        # A lost disk replaced by an empty one, and the node started on the previous release: the version barrier
+        # keeps it out of a cluster whose nodes are all newer. Once a run, in a cluster of five or more: its old
+        # identity stays a missing voter, as a node a storage fault left down does.
+        cluster.lose_data(rng.choice(nodes).index, version=UNVERSIONED)
+    elif action == "crash" and len(alive) > 1:
         cluster.crash(rng.choice(alive).index)
     elif action == "restart" and dead:
         cluster.start_node(rng.choice(dead).index)
@@ -234,7 +246,7 @@ def _nemesis_action(cluster: SimulatedCluster, rng: random.Random, faults: Count
     elif action == "io":
         node = rng.choice(nodes)
         node.persisted.failure_rate = rng.choice([0.0, 0.1, 0.5])
-    elif action == "disk" and not any(node.refused for node in nodes):
+    elif action == "disk" and not any(node.refused for node in nodes) and not faults["new_old_node"]:
         # A storage fault at a restart: the node loads what the startup rule allows or refuses and stays down.
         # At most one node is left down that way, so that the others keep a quorum and the run can settle.
         fault = rng.choice(list(StorageFault))
@@ -265,6 +277,9 @@ def run_random_schedule(
     settings: Settings | None = None,
     setting_changers: int = 0,
     ranges: int = 0,
+    hot_writers: int = 0,
+    nemesis: bool = True,
+    upgrades: bool = False,
 ) -> RunReport:
     """Form a cluster, run faults and clients, heal, stabilise, and check linearizability.
 
@@ -272,17 +287,23 @@ def run_random_schedule(
     ephemeral keys (`session_clients`); `transfers` clients run multi-key transactions between accounts;
     `ranges` clients write, prefix-delete and list the keys under a prefix (`range_clients`);
     `setting_changers` set dynamic settings to the ends of their ranges, and the settled cluster must then
-    commit their reset and a write (`setting_changes`). Each draws from the seed only when there are some, so
-    a run without them replays exactly as before they existed.
+    commit their reset and a write (`setting_changes`); `hot_writers` write two keys through any node and
+    compare-and-set on the versions their own writes returned, and every acknowledged put's version must name
+    that put in the committed states (`hot_key_clients`). With `upgrades`, the nodes start on a mix of the
+    previous release and this one, the nemesis also upgrades and rolls back nodes, and all are upgraded before the
+    run settles: the settled cluster must then carry every node's version (it moved by itself), and no gated
+    state field may ever be lost or published to a node that lacks it (`simulation/versions.py`). Each draws from
+    the seed only when there are some, so a run without them replays exactly as before they existed. Without
+    `nemesis`, the clients run as long but no fault is injected.
 
     Raises SafetyViolation (with the seed) on any safety or liveness failure.
     """
     rng = random.Random(seed)
-    cluster = (
-        SimulatedCluster(seed, node_count)
-        if settings is None
-        else SimulatedCluster(seed, node_count, settings=settings)
-    )
+    versions = None
+    if upgrades:  # at least one node of each release
+        versions = [rng.choice([UNVERSIONED, newest()]) for _ in range(node_count)]
+        versions[rng.randrange(node_count)] = UNVERSIONED
+    cluster = SimulatedCluster(seed, node_count, settings=settings or SIM_SETTINGS, versions=versions)
     report = RunReport(seed, node_count, 0, 0)
     cluster.run_for(3_000)
     workers = [_Client(cluster, index, random.Random(rng.getrandbits(64))) for index in range(clients)]
@@ -316,10 +337,16 @@ def run_random_schedule(
         lister.start()
     for changer in changers:
         changer.start()
+    first_hot = first_changer + setting_changers
+    hot = [HotWriter(cluster, first_hot + index, random.Random(rng.getrandbits(64))) for index in range(hot_writers)]
+    witness = VersionWitness(cluster) if hot else None
+    for writer in hot:
+        writer.start()
     end = cluster.now + chaos_ms
     while cluster.now < end:
         cluster.run_for(rng.randint(100, 3_000))
-        _nemesis_action(cluster, rng, report.faults)
+        if nemesis:
+            _nemesis_action(cluster, rng, report.faults, upgrades)
     for worker in workers:
         worker.active = False
     for incrementer in incrementers:
@@ -332,12 +359,18 @@ def run_random_schedule(
         lister.active = False
     for changer in changers:
         changer.active = False
+    for writer in hot:
+        writer.active = False
     cluster.network.heal()
     for node in cluster.nodes:
         node.persisted.failure_rate = 0.0
+        if upgrades and node.version != newest():
+            cluster.restart(node.index, version=newest())  # the end of the rolling upgrade
         if not node.alive:
             cluster.start_node(node.index)
     cluster.stabilise()
+    if upgrades:
+        _check_moved(cluster)
     if holders:
         # Every holder has stopped: their sessions expire within a TTL of the last election, or of now.
         slack = expiry_slack_ms(cluster)
@@ -365,10 +398,32 @@ def run_random_schedule(
         _check_transfers(cluster)
         report.transfers = sum(mover.acknowledged for mover in movers)
         report.txn_linearizability = check_transactions(cluster.txn_operations, max_states=TXN_SEARCH_STATES)
+    if witness is not None:
+        problems = witness.problems(hot)
+        if problems:
+            cluster.violation("a version names more than one write:\n" + "\n".join(problems[:10]))
+        report.own_cas_succeeded = sum(writer.own_cas_succeeded for writer in hot)
     if listers:
         report.listings = sum(lister.listings for lister in listers)
         report.range_linearizability = check_transactions(cluster.range_operations, max_states=TXN_SEARCH_STATES)
     return report
+
+
+def _check_moved(cluster: SimulatedCluster) -> None:
+    """Once every node runs this release and the cluster settled, it carries every node's version: the gated
+    features turned on by themselves. (Unless a voter is missing, one a storage fault left down: its version is
+    not known, so the cluster keeps the previous release's forms until it is back or replaced.)"""
+    leader = cluster.leader()
+    assert leader is not None
+    applied = leader.running().applied_state
+    if not set(members(applied)) <= set(applied.nodes):
+        return
+    published = applied.node_versions
+    expected = {node_id: newest() for node_id in applied.nodes}
+    if published is msgspec.UNSET or {node_id: published.get(node_id) for node_id in applied.nodes} != expected:
+        cluster.violation(f"every node runs {newest().describe()}, but the settled state carries {published}")
+    if not all(leader.running().status().versions.features.values()):
+        cluster.violation(f"the settled cluster's features are not all on: {leader.running().status().versions}")
 
 
 def _check_final_state(cluster: SimulatedCluster) -> None:

@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed, ReadBarrier
+from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed
 from coordinated.coordination.coordinator import Mode
 from coordinated.coordination.effects import Effect, PublicationFinished
 from coordinated.coordination.elections import ELECTION_DURATION, ELECTION_MAX_TIMEOUT
@@ -41,9 +41,11 @@ from coordinated.coordination.publication import PUBLISH_TIMEOUT
 from coordinated.coordination.ranges import RangeEntry, range_page
 from coordinated.coordination.reconfigurator import AUTO_SHRINK_VOTING_CONFIGURATION
 from coordinated.coordination.registry import default_settings
+from coordinated.coordination.requests.keys import ReadBarrier
 from coordinated.coordination.settings import NODE_NAME, NODE_ROLES, Settings
 from coordinated.coordination.state import ClusterState
 from coordinated.coordination.state_index import SortedKeys
+from coordinated.coordination.wire_versions import NodeVersion
 from coordinated.simulation.effect_interpreter import EffectInterpreter
 from coordinated.simulation.lifecycle import NodeLifecycle, roles
 from coordinated.simulation.linearizability import Operation, TxnOperation
@@ -54,6 +56,7 @@ from coordinated.simulation.safety_checker import SafetyChecker, SafetyViolation
 from coordinated.simulation.scheduler import Scheduler
 from coordinated.simulation.sim_node import SimNode
 from coordinated.simulation.storage import FlakyPersistedState, InjectedIOError, StorageFault
+from coordinated.simulation.versions import GatedFieldWatch
 
 __all__ = ["FlakyPersistedState", "InjectedIOError", "SafetyViolation", "SimNode", "SimulatedCluster", "StorageFault"]
 
@@ -77,7 +80,7 @@ def stabilisation_time(settings: Settings) -> int:
 class PendingOp:
     client: int
     node: int
-    request: ClientRequest
+    request: ClientRequest[Any]
     invoked: int
     on_done: Callable[[ClientResult], None] | None = None
 
@@ -92,6 +95,7 @@ class SimulatedCluster:
         master_eligible: list[bool] | None = None,
         initial_master_nodes: int | None = None,
         check_safety: bool = True,
+        versions: Sequence[NodeVersion] | None = None,  # each node's release (default: this tree's)
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -102,10 +106,12 @@ class SimulatedCluster:
         self._request_ids = itertools.count(1)
         self._pending: dict[tuple[int, int], PendingOp] = {}
         self.recorder = OperationRecorder()  # what the clients did, for the linearizability checkers
+        self.applied_observers: list[Callable[[ClusterState], None]] = []  # told of every state a node applies
         self.logs: list[tuple[int, str, str, str]] = []
         self.publications: list[PublicationFinished] = []
         self.safety = SafetyChecker(seed, lambda: self.now)
-        self.bus = MessageBus(self.scheduler, self.network, self.nodes, self._run_effects)
+        self.gated_fields = GatedFieldWatch(self.violation)
+        self.bus = MessageBus(self.scheduler, self.network, self.nodes, self._run_effects, self.gated_fields)
         self.effects = EffectInterpreter(
             lambda: self.now,
             send=self.bus.send,
@@ -141,13 +147,16 @@ class SimulatedCluster:
                 base.with_values(
                     {NODE_NAME: names[index], NODE_ROLES: roles(eligible[index]), INITIAL_MASTER_NODES: bootstrap}
                 ),
+                version=versions[index] if versions is not None else None,
             )
 
     # ---------------------------------------------------------------------------------------------------
     # nodes
 
-    def add_node(self, master_eligible: bool = True, settings: Settings | None = None) -> SimNode:
-        return self.lifecycle.add(master_eligible, settings)
+    def add_node(
+        self, master_eligible: bool = True, settings: Settings | None = None, version: NodeVersion | None = None
+    ) -> SimNode:
+        return self.lifecycle.add(master_eligible, settings, version)
 
     def start_node(self, index: int) -> None:
         self.lifecycle.start(index)
@@ -156,13 +165,15 @@ class SimulatedCluster:
         """Stop a node at once; what it persisted survives, everything else is lost."""
         self.lifecycle.crash(index)
 
-    def restart(self, index: int, new_address: str | None = None) -> None:
-        """Crash and start a node; with `new_address` it comes back elsewhere, as a rescheduled pod gets a new IP."""
-        self.lifecycle.restart(index, new_address)
+    def restart(self, index: int, new_address: str | None = None, version: NodeVersion | None = None) -> None:
+        """Crash and start a node; with `new_address` it comes back elsewhere, as a rescheduled pod gets a new IP;
+        with `version`, on another release (an upgrade or a rollback: simulation/versions.py)."""
+        self.lifecycle.restart(index, new_address, version)
 
-    def lose_data(self, index: int) -> None:
-        """Crash a node and start it again on an empty disk: a new node under the same name (`NodeLifecycle`)."""
-        self.lifecycle.lose_data(index)
+    def lose_data(self, index: int, version: NodeVersion | None = None) -> None:
+        """Crash a node and start it again on an empty disk: a new node under the same name (`NodeLifecycle`),
+        on another release if `version` is given."""
+        self.lifecycle.lose_data(index, version)
 
     def storage_fault(self, index: int, fault: StorageFault) -> None:
         """Crash a node, damage its storage as `fault` says, and start it again (or it refuses and stays down)."""
@@ -272,6 +283,10 @@ class SimulatedCluster:
 
     def _state_applied(self, sim_node: SimNode, state: ClusterState) -> None:
         self.safety.check_applied(state)
+        if state.master_node is not None:  # a committed state (not the no-master view of a candidate)
+            self.gated_fields.applied(sim_node.name, state)
+        for observer in self.applied_observers:
+            observer(state)
         self._wake_apply_waiters(sim_node, state)
 
     def deliver_late(self, sender: SimNode, target: SimNode, message: Message) -> None:
@@ -288,7 +303,7 @@ class SimulatedCluster:
     def submit(
         self,
         node_index: int,
-        request: ClientRequest,
+        request: ClientRequest[Any],
         client: int = 0,
         on_done: Callable[[ClientResult], None] | None = None,
         timeout: int = 10_000,

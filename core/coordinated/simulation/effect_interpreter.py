@@ -19,9 +19,9 @@ from coordinated.coordination.effects import (
     StateApplied,
     WatchPeers,
 )
+from coordinated.coordination.history import HistoryEvent
 from coordinated.coordination.messages import Message
 from coordinated.coordination.state import ClusterState
-from coordinated.simulation.safety_checker import HistoryRecord
 from coordinated.simulation.sim_node import SimNode
 
 
@@ -34,7 +34,7 @@ class EffectInterpreter:
         *,
         send: Callable[[SimNode, str, Message], None],
         probe_seeds: Callable[[SimNode], None],
-        recorded: Callable[[HistoryRecord], None],
+        recorded: Callable[[HistoryEvent], None],
         request_completed: Callable[[tuple[int, int], ClientResult], None],
         state_applied: Callable[[SimNode, ClusterState], None],
         logs: list[tuple[int, str, str, str]],
@@ -59,7 +59,7 @@ class EffectInterpreter:
                 event["seq"] = sim_node.seq
                 event["ts"] = self._clock() / 1000
                 sim_node.history.append(event)
-                self._recorded(event)
+                self._recorded(effect.event)
             elif isinstance(effect, ProbeSeeds):
                 self._probe_seeds(sim_node)
             elif isinstance(effect, RequestCompleted):

@@ -20,8 +20,10 @@ from coordinated.coordination.offline_recovery import plan_remove_settings
 from coordinated.coordination.recovery import LoadRecord, Refuse, recovered_state_event
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_NAME, NODE_ROLES, Settings
 from coordinated.coordination.state import DiscoveryNode
+from coordinated.coordination.wire_versions import NodeVersion
 from coordinated.simulation.sim_node import SimNode
 from coordinated.simulation.storage import FlakyPersistedState, StorageFault, summarize_events
+from coordinated.simulation.versions import can_start
 
 
 def roles(master_eligible: bool) -> tuple[str, ...]:
@@ -51,7 +53,9 @@ class NodeLifecycle:
         self._on_crashed = on_crashed
         self._logs = logs
 
-    def add(self, master_eligible: bool = True, settings: Settings | None = None) -> SimNode:
+    def add(
+        self, master_eligible: bool = True, settings: Settings | None = None, version: NodeVersion | None = None
+    ) -> SimNode:
         index = len(self.nodes)
         name = f"node{index}"
         node_settings = settings or self._default_settings.with_values(
@@ -65,6 +69,8 @@ class NodeLifecycle:
         )
         persisted = FlakyPersistedState(node_settings[CLUSTER_NAME], random.Random(self._rng.getrandbits(64)), node.id)
         sim_node = SimNode(index, node, persisted, node_settings)
+        if version is not None:
+            sim_node.version = version
         self.nodes.append(sim_node)
         self.start(index)
         return sim_node
@@ -75,6 +81,12 @@ class NodeLifecycle:
             return
         now = self._clock()
         if sim_node.boots:
+            # A node of an older release refuses a store that holds what it does not know, changing nothing.
+            too_new = can_start(sim_node.version, sim_node.persisted.stored_state())
+            if too_new is not None:
+                sim_node.refused, sim_node.refused_by_release = too_new, True
+                self._logs.append((now, sim_node.name, "error", f"refusing to start: {too_new}"))
+                return
             # A restarted process reads its storage back and obeys the sidecar's startup rule.
             history = summarize_events(sim_node.history)
             decision = sim_node.persisted.reopen(history)
@@ -97,6 +109,7 @@ class NodeLifecycle:
             persisted=sim_node.persisted,
             rng=random.Random(self._rng.getrandbits(64)),
             now=now,
+            version=sim_node.version,
         )
         self._run_effects(sim_node, sim_node.coordinator.start(now))
 
@@ -107,15 +120,20 @@ class NodeLifecycle:
         sim_node.watched = frozenset()
         self._on_crashed(sim_node)
 
-    def restart(self, index: int, new_address: str | None = None) -> None:
-        """Crash and start a node; with `new_address` it comes back elsewhere, as a rescheduled pod gets a new IP."""
+    def restart(self, index: int, new_address: str | None = None, version: NodeVersion | None = None) -> None:
+        """Crash and start a node; with `new_address` it comes back elsewhere, as a rescheduled pod gets a new IP;
+        with `version`, it comes back on that release (an upgrade or a rollback; it may refuse to start)."""
         self.crash(index)
+        sim_node = self.nodes[index]
         if new_address is not None:
-            sim_node = self.nodes[index]
             sim_node.node = msgspec.structs.replace(sim_node.node, transport_address=new_address)
+        if version is not None:
+            sim_node.version = version
+            if sim_node.refused_by_release:
+                sim_node.refused, sim_node.refused_by_release = None, False  # the next start reads its store again
         self.start(index)
 
-    def lose_data(self, index: int) -> None:
+    def lose_data(self, index: int, version: NodeVersion | None = None) -> None:
         """Crash a node and start it again on an empty disk, under the same name and address: a pod that gets a
         new, empty claim after its volume was lost for good. It is a new node (a new id, no history), and it
         has no bootstrap list (the operator empties it once the cluster has bootstrapped): it can only join."""
@@ -125,6 +143,8 @@ class NodeLifecycle:
         settings = sim_node.settings.with_values({INITIAL_MASTER_NODES: ()})
         persisted = FlakyPersistedState(settings[CLUSTER_NAME], random.Random(self._rng.getrandbits(64)), node.id)
         self.nodes[index] = SimNode(index, node, persisted, settings)
+        if version is not None:
+            self.nodes[index].version = version
         self.start(index)
 
     def storage_fault(self, index: int, fault: StorageFault) -> None:

@@ -13,6 +13,7 @@ from coordinated.coordination.messages import Message, decode_envelope
 from coordinated.simulation.network import Link, Network
 from coordinated.simulation.scheduler import Scheduler
 from coordinated.simulation.sim_node import SimNode
+from coordinated.simulation.versions import GatedFieldWatch, as_decoded_by, as_sent_by
 
 RunEffects = Callable[[SimNode, list[Effect]], None]
 
@@ -21,7 +22,15 @@ class MessageBus:
     """`nodes` is the cluster's own list (nodes join and are replaced in it); `run_effects` carries out what a
     node returns when handed a message."""
 
-    def __init__(self, scheduler: Scheduler, network: Network, nodes: list[SimNode], run_effects: RunEffects) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        network: Network,
+        nodes: list[SimNode],
+        run_effects: RunEffects,
+        gated_fields: GatedFieldWatch | None = None,
+    ) -> None:
+        self.gated_fields = gated_fields  # checks that no node is published a gated field it would drop
         self.scheduler = scheduler
         self.network = network
         self.nodes = nodes
@@ -46,6 +55,12 @@ class MessageBus:
             return
         if self.network.dropped():
             return
+        if self.gated_fields is not None and sender.coordinator is not None:
+            # The node the sender means at that address (a replaced node's successor may answer there).
+            state = sender.coordinator.last_accepted_state
+            meant = next((n.id for n in state.nodes.values() if n.transport_address == destination), target.node.id)
+            known = sender.coordinator.ctx.versions.version_of(meant, state)
+            self.gated_fields.published(sender.name, target.name, target.version, known, message)
         at = now + self.network.delay(sender.address, destination)
         target_boots = target.boots
         self.scheduler.schedule(at, lambda: self._deliver(sender, target, target_boots, message))
@@ -61,6 +76,8 @@ class MessageBus:
             return
         if link is Link.BLACKHOLE:
             return
+        # A node of an older release sends and decodes only what it knows (simulation/versions.py).
+        message = as_decoded_by(as_sent_by(message, sender.version), target.version)
         self._run_effects(target, target.coordinator.handle_message(sender.address, message, now))
 
     def deliver_late(self, sender: SimNode, target: SimNode, message: Message) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import random
 
-from coordinated.coordination.client import KvDelete, KvDeletePrefix, KvPut
 from coordinated.coordination.ranges import RangeEntry
+from coordinated.coordination.requests.keys import KvDelete, KvDeletePrefix, KvPut
 from coordinated.simulation.cluster import SimulatedCluster
 from coordinated.simulation.recorder import RANGE_PREFIX
 from coordinated.simulation.sim_client import SimClient

@@ -16,25 +16,15 @@ but may have taken effect is recorded with an unknown outcome; a failed read is 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import msgspec
 
-from coordinated.coordination.client import (
-    ClientRequest,
-    ClientResult,
-    ClusterError,
-    Committed,
-    KvDelete,
-    KvDeletePrefix,
-    KvGet,
-    KvPut,
-    ReadValue,
-    Txn,
-    TxnOp,
-    TxnResult,
-)
+from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, Committed, ReadValue, TxnResult
 from coordinated.coordination.ranges import RangeEntry, decoded_value
+from coordinated.coordination.requests.keys import KvDelete, KvDeletePrefix, KvGet, KvPut
+from coordinated.coordination.requests.transactions import Txn, TxnOp
 from coordinated.simulation.linearizability import MISSING, UNCONDITIONAL, Operation, TxnOperation
 
 MULTI_KEY_PREFIX = "acct/"
@@ -45,13 +35,33 @@ def _uncertain(result: ClientResult) -> bool:
     return isinstance(result, ClusterError) and result.maybe_applied
 
 
+# The key's current version in a refusal's reason, as `client.version_conflict_error` words it.
+_CURRENT_VERSION = re.compile(r"current version \[(\d+)\]")
+
+
+def refused_at(result: ClientResult) -> int | None:
+    """The key's version that a refused conditional write found (0: absent), None if it does not say: a 409 names
+    it in its reason, and a single-key transaction's failure branch reads it."""
+    if isinstance(result, TxnResult) and not result.succeeded and result.results:
+        read = result.results[0]
+        return read.version if read.found else 0
+    if not isinstance(result, ClusterError) or result.status != 409:
+        return None
+    if result.reason.endswith("but no document was found"):
+        return 0
+    found = _CURRENT_VERSION.search(result.reason)
+    return int(found.group(1)) if found else None
+
+
 class OperationRecorder:
     def __init__(self) -> None:
         self.operations: list[Operation] = []
         self.txn_operations: list[TxnOperation] = []
         self.range_operations: list[TxnOperation] = []
 
-    def record(self, client: int, request: ClientRequest, invoked: int, result: ClientResult, completed: int) -> None:
+    def record(
+        self, client: int, request: ClientRequest[Any], invoked: int, result: ClientResult, completed: int
+    ) -> None:
         if isinstance(request, Txn):
             self._record_txn(client, request, invoked, result, completed)
         elif isinstance(request, KvDeletePrefix):
@@ -108,7 +118,19 @@ class OperationRecorder:
                 Operation(client, key, kind, invoked, completed, value, version=result.version, **conditions)
             )
         elif (isinstance(result, ClusterError) and result.status == 409) or isinstance(result, TxnResult):
-            self.operations.append(Operation(client, key, kind, invoked, completed, value, conflict=True, **conditions))
+            self.operations.append(
+                Operation(
+                    client,
+                    key,
+                    kind,
+                    invoked,
+                    completed,
+                    value,
+                    conflict=True,
+                    version=refused_at(result),
+                    **conditions,
+                )
+            )
         elif _uncertain(result):
             self.operations.append(Operation(client, key, kind, invoked, math.inf, value, certain=False, **conditions))
 

@@ -11,15 +11,21 @@ ended in it (the audit settles a publication its master left uncommitted when it
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from coordinated.coordination.coordinator import Coordinator, Mode
-from coordinated.coordination.history import NO_CLUSTER_UUID
+from coordinated.coordination.history import (
+    NO_CLUSTER_UUID,
+    RESET_EVENT_TYPES,
+    STATE_EVENT_TYPES,
+    EventType,
+    HistoryEvent,
+)
 from coordinated.coordination.state import ClusterState
 from coordinated.simulation.node_invariants import check_node_invariants
 
-HistoryRecord = dict[str, Any]  # a history event as recorded: HistoryEvent.to_dict() with its seq and ts
-VERSION_EVENTS = ("accepted", "committed", "applied")
+# What the checker compares of a state wherever it is recorded: term, version, parent, master, accepted config.
+StateContent = tuple[int, int, str | None, str | None, tuple[str, ...]]
 
 
 class SafetyViolation(AssertionError):
@@ -39,10 +45,10 @@ class SafetyChecker:
         self._committed: dict[str, dict[int, tuple[int, str]]] = {}
         self._parents: dict[str, tuple[str | None, int]] = {}
         # A node's copy of a state that `remove_settings` rewrote offline -> the state it stands for.
-        self._rewritten: dict[str, str] = {}
+        self._rewritten: dict[str, str | None] = {}
         # What each state_uuid was recorded with, as the audit's unique-state-per-version compares it.
-        self._content: dict[tuple[str, str], tuple[Any, ...]] = {}
-        self._committed_config: dict[tuple[str, str], Any] = {}
+        self._content: dict[tuple[str, str], StateContent] = {}
+        self._committed_config: dict[tuple[str, str], tuple[str, ...]] = {}
         self._unknown_uuid_owner: dict[int, str] = {}
         # Sessions, as the applied (committed) states show them: when each was created (its version), and
         # when a node first applied a later state without it.
@@ -58,74 +64,74 @@ class SafetyChecker:
         """A node's process ended in `term` (a crash here; a real node's graceful stop records `stopped`)."""
         self._ended_in_term[node_id] = max(term, self._ended_in_term.get(node_id, 0))
 
-    def _check_leads_after_its_end(self, event: HistoryRecord) -> None:
-        ended = self._ended_in_term.get(event["node"])
-        if ended is not None and event["term"] <= ended:
+    def _check_leads_after_its_end(self, event: HistoryEvent) -> None:
+        ended = self._ended_in_term.get(event.node)
+        if ended is not None and event.term <= ended:
             self.violation(
-                f"{event['node']} recorded {event['type']} as master in term {event['term']} after its process "
+                f"{event.node} recorded {event.type} as master in term {event.term} after its process "
                 f"ended in term {ended}: a node leads only later terms once it has stopped"
             )
 
-    def observe(self, event: HistoryRecord) -> None:
+    def observe(self, event: HistoryEvent) -> None:
         """A history event as a node records it."""
-        kind = event["type"]
-        if kind == "elected" or (kind == "committed" and event.get("quorum") is not None):
+        kind = event.type
+        if kind is EventType.ELECTED or (kind is EventType.COMMITTED and event.quorum is not None):
             self._check_leads_after_its_end(event)
-        if kind in ("unsafe_bootstrap", "detached"):  # the node tool's reset: a new cluster or term may follow
-            self._ended_in_term.pop(event["node"], None)
-        if kind == "elected":
-            term = event["term"]
-            winner = self._elected.setdefault((event["cluster_uuid"], term), event["node"])
-            if winner != event["node"]:
-                self.violation(f"two masters elected in term {term}: {winner} and {event['node']}")
-        elif kind in VERSION_EVENTS:
-            self._observe_state(event)
-        elif kind == "settings_removed":
+        if kind in RESET_EVENT_TYPES:  # the node tool's reset: a new cluster or term may follow
+            self._ended_in_term.pop(event.node, None)
+        if kind is EventType.ELECTED:
+            term = event.term
+            winner = self._elected.setdefault((event.cluster_uuid, term), event.node)
+            if winner != event.node:
+                self.violation(f"two masters elected in term {term}: {winner} and {event.node}")
+        elif kind in STATE_EVENT_TYPES:
+            if event.state_uuid is None or event.version is None:
+                self.violation(f"a {kind} event of {event.node} names no state_uuid or version")
+            self._observe_state(event, event.state_uuid, event.version)
+        elif kind is EventType.SETTINGS_REMOVED and event.state_uuid is not None:
             # The same (term, version) as the state it replaced, under a new uuid: it stands for that state.
-            self._rewritten[event["state_uuid"]] = event["parent_uuid"]
+            self._rewritten[event.state_uuid] = event.parent_uuid
 
-    def _observe_state(self, event: HistoryRecord) -> None:
-        cluster_uuid = event["cluster_uuid"]
-        key = (cluster_uuid, event["term"], event["version"])
-        uuid = self._state_by_version.setdefault(key, event["state_uuid"])
-        if uuid != event["state_uuid"]:
-            self.violation(f"two states for (term, version) {key}: {uuid} and {event['state_uuid']}")
-        master = self._elected.get((cluster_uuid, event["term"]))
+    def _observe_state(self, event: HistoryEvent, state_uuid: str, version: int) -> None:
+        cluster_uuid = event.cluster_uuid
+        key = (cluster_uuid, event.term, version)
+        uuid = self._state_by_version.setdefault(key, state_uuid)
+        if uuid != state_uuid:
+            self.violation(f"two states for (term, version) {key}: {uuid} and {state_uuid}")
+        master = self._elected.get((cluster_uuid, event.term))
         # A first election is recorded before the cluster UUID exists; it belongs to the first cluster seen
         # in that term, not to a state of another cluster that a node loaded from its storage.
         if (
             master is None
-            and (NO_CLUSTER_UUID, event["term"]) in self._elected
-            and self._unknown_uuid_owner.setdefault(event["term"], cluster_uuid) == cluster_uuid
+            and (NO_CLUSTER_UUID, event.term) in self._elected
+            and self._unknown_uuid_owner.setdefault(event.term, cluster_uuid) == cluster_uuid
         ):
-            master = self._elected[(NO_CLUSTER_UUID, event["term"])]
-        if master is not None and event["master"] != master:
-            self.violation(f"state {key} names master {event['master']} but {master} was elected")
-        self._parents[event["state_uuid"]] = (event["parent_uuid"], event["version"])
-        self._check_content(event)
-        if event["type"] in ("committed", "applied"):
-            self._check_committed(self._committed.setdefault(cluster_uuid, {}), event)
+            master = self._elected[(NO_CLUSTER_UUID, event.term)]
+        if master is not None and event.master != master:
+            self.violation(f"state {key} names master {event.master} but {master} was elected")
+        self._parents[state_uuid] = (event.parent_uuid, version)
+        self._check_content(event, state_uuid, version)
+        if event.type in (EventType.COMMITTED, EventType.APPLIED):
+            self._check_committed(self._committed.setdefault(cluster_uuid, {}), event.term, state_uuid, version)
 
-    def _check_content(self, event: HistoryRecord) -> None:
+    def _check_content(self, event: HistoryEvent, state_uuid: str, version: int) -> None:
         """Every event of one state_uuid carries the same state. A commit makes the last-committed configuration
         equal to the last-accepted one, so a `committed` or `applied` event may carry that marked form."""
-        key = (event["cluster_uuid"], event["state_uuid"])
-        fields = ("term", "version", "parent_uuid", "master", "last_accepted_config")
-        content = tuple(event[name] for name in fields)
+        key = (event.cluster_uuid, state_uuid)
+        content: StateContent = (event.term, version, event.parent_uuid, event.master, event.last_accepted_config)
         known = self._content.setdefault(key, content)
         if known != content:
             self.violation(f"state {key[1]} recorded with different content: {known} and {content}")
-        committed_config = event["last_committed_config"]
-        if event["type"] == "accepted" or committed_config != event["last_accepted_config"]:
+        committed_config = event.last_committed_config
+        if event.type is EventType.ACCEPTED or committed_config != event.last_accepted_config:
             first = self._committed_config.setdefault(key, committed_config)
             if first != committed_config:
                 self.violation(
                     f"state {key[1]} recorded with last_committed_config {first} and {committed_config} "
-                    f"(a {event['type']} event on {event['node']})"
+                    f"(a {event.type} event on {event.node})"
                 )
 
-    def _check_committed(self, committed: dict[int, tuple[int, str]], event: HistoryRecord) -> None:
-        version, term, uuid = event["version"], event["term"], event["state_uuid"]
+    def _check_committed(self, committed: dict[int, tuple[int, str]], term: int, uuid: str, version: int) -> None:
         known = committed.get(version)
         if known is not None:
             if known[1] != uuid:

@@ -26,15 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from coordinated.coordination.client import (
-    ClientResult,
-    ClusterError,
-    KvPut,
-    SessionCreate,
-    SessionInfo,
-    SessionKeepAlive,
-)
+from coordinated.coordination.client import ClientResult, ClusterError, SessionInfo
 from coordinated.coordination.publication import PUBLISH_TIMEOUT
+from coordinated.coordination.requests.keys import KvPut
+from coordinated.coordination.requests.sessions import SessionCreate, SessionKeepAlive
 from coordinated.coordination.sessions import failover_allowance_ms
 from coordinated.simulation.cluster import SimulatedCluster
 

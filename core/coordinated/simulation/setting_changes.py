@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import random
 
-from coordinated.coordination.client import ClientResult, Committed, KvPut, UpdateSettings
+from coordinated.coordination.client import ClientResult, Committed
+from coordinated.coordination.requests.cluster import UpdateSettings
+from coordinated.coordination.requests.keys import KvPut
 from coordinated.simulation.cluster import SimulatedCluster, stabilisation_time
 
 REPAIR_KEY = "after-setting-changes"

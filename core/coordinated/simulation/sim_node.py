@@ -9,6 +9,7 @@ from typing import Any
 from coordinated.coordination.coordinator import Coordinator
 from coordinated.coordination.settings import Settings
 from coordinated.coordination.state import DiscoveryNode
+from coordinated.coordination.wire_versions import NodeVersion, newest
 from coordinated.simulation.storage import FlakyPersistedState
 
 
@@ -24,6 +25,8 @@ class SimNode:
     boots: int = 0
     refused: str | None = None  # why the node refused to start from its storage; it then stays down
     watched: frozenset[str] = frozenset()  # the peers its coordinator last asked to watch (`WatchPeers`)
+    version: NodeVersion = field(default_factory=newest)  # the release it runs (simulation/versions.py)
+    refused_by_release: bool = False  # `refused` because its release does not read its store
 
     @property
     def address(self) -> str:

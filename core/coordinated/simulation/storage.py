@@ -129,6 +129,10 @@ class FlakyPersistedState(InMemoryPersistedState):
         )
         return SlotReading(DATABASE, "valid", record=record)
 
+    def stored_state(self) -> ClusterState | None:
+        """The state of the newest record on disk (None: none), as a reader sees it before loading anything."""
+        return self.commits[-1].state if self.commits else None
+
     def reopen(self, history: HistorySummary) -> Decision:
         """What a restarted process does: read the database back and load the record the rule picks."""
         decision = decide_startup(self.view(history))

@@ -6,11 +6,13 @@ python -m coordinated.operator.generate --check    # exit 1 when either is out o
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+import click
+
 from coordinated.operator import crd_settings, settings_doc
+from coordinated.programs import run_program
 
 REPO = Path(__file__).resolve().parents[3]
 DOC = REPO / "docs" / "settings.md"
@@ -22,24 +24,27 @@ def generated(doc: Path = DOC, crd: Path = CRD) -> dict[Path, str]:
     return {doc: settings_doc.render(), crd: crd_settings.render(crd.read_text())}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--check", action="store_true", help="exit 1 if a generated file is out of date")
-    parser.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
-    parser.add_argument("--crd", type=Path, default=CRD, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+@click.command(help=__doc__.splitlines()[0] if __doc__ else None)
+@click.option("--check", is_flag=True, help="exit 1 if a generated file is out of date")
+@click.option("--doc", type=click.Path(path_type=Path), default=DOC, hidden=True)
+@click.option("--crd", type=click.Path(path_type=Path), default=CRD, hidden=True)
+def generate(check: bool, doc: Path, crd: Path) -> int:
     stale = []
-    for path, text in generated(args.doc, args.crd).items():
+    for path, text in generated(doc, crd).items():
         current = path.read_text() if path.exists() else ""
         if current == text:
             continue
-        if args.check:
+        if check:
             stale.append(path)
         else:
             path.write_text(text)
     for path in stale:
         print(f"{path} is out of date: run python -m coordinated.operator.generate", file=sys.stderr)
     return 1 if stale else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_program(generate, argv, "python -m coordinated.operator.generate")
 
 
 if __name__ == "__main__":

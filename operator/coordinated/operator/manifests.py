@@ -18,15 +18,15 @@ from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.operator import API_VERSION, KIND, object_storage, placement
 from coordinated.operator.sidecar_client import HTTP_PORT, TRANSPORT_PORT
 from coordinated.operator.spec import ClusterSpec
-from coordinated.sidecar.features.snapshots import PATH_REPO
-from coordinated.sidecar.peers.auth import SECRET_FILE
-from coordinated.sidecar.peers.tls import (
+from coordinated.sidecar.features.snapshot_settings import PATH_REPO
+from coordinated.sidecar.peers.auth_settings import SECRET_FILE
+from coordinated.sidecar.peers.tls_settings import (
     HTTP_SSL_CLIENT_AUTHENTICATION,
     HTTP_TLS,
     TRANSPORT_SSL_TRUST_RESTRICTIONS,
     TRANSPORT_TLS,
 )
-from coordinated.sidecar.web.access import TOKENS_FILE
+from coordinated.sidecar.web.access_settings import TOKENS_FILE
 
 Manifest = dict[str, Any]
 

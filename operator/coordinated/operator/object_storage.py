@@ -15,16 +15,8 @@ from typing import Any
 
 from coordinated.coordination.object_names import parse_base_path, parse_bucket
 from coordinated.operator.spec import ClusterSpec, S3Connection
-from coordinated.sidecar.s3.s3_settings import (
-    ARCHIVE_BASE_PATH,
-    ARCHIVE_BUCKET,
-    ARCHIVE_CLIENT,
-    ARCHIVE_TYPE,
-    DEFAULT_CLIENT,
-    S3_ENDPOINT,
-    S3_PATH_STYLE_ACCESS,
-    S3_REGION,
-)
+from coordinated.s3.s3_settings import DEFAULT_CLIENT, S3_ENDPOINT, S3_PATH_STYLE_ACCESS, S3_REGION
+from coordinated.sidecar.events.archive_settings import ARCHIVE_BASE_PATH, ARCHIVE_BUCKET, ARCHIVE_CLIENT, ARCHIVE_TYPE
 
 CLIENT = DEFAULT_CLIENT  # the sidecars' s3.client.NAME the operator writes
 CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")

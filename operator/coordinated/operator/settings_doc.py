@@ -2,7 +2,7 @@
 
 Names, defaults, bounds, meanings, which settings are required or dynamic, the rules between settings and the
 Zen1 replacements come from the declarations (`coordinated.coordination.registry` for the protocol,
-`coordinated.sidecar.config` for the sidecar service); who may set a setting on Kubernetes comes from the
+`coordinated.sidecar.node_settings` for the sidecar service); who may set a setting on Kubernetes comes from the
 operator's validation.
 """
 
@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from coordinated.coordination.registry import coordination_registry
-from coordinated.coordination.settings import Setting, SettingsError, SettingsRegistry, retired_setting_message
+from coordinated.coordination.retired_settings import retired_setting_message
+from coordinated.coordination.settings import Setting, SettingsError, SettingsRegistry
 from coordinated.operator.settings_validation import USER_SETTINGS, operator_managed
-from coordinated.sidecar.config import sidecar_only_registry, sidecar_registry
+from coordinated.sidecar.node_settings import sidecar_only_registry, sidecar_registry
 
 # Zen1 names users are most likely to bring along; the registry rejects every discovery.zen.* name.
 ZEN1_EXAMPLES = (

@@ -14,18 +14,20 @@ from collections.abc import Mapping
 
 from coordinated.coordination.formation import INITIAL_MASTER_NODES
 from coordinated.coordination.peer_finder import SEED_HOSTS
-from coordinated.coordination.settings import NODE_NAME, NODE_ROLES, SettingsError, retired_setting_message
-from coordinated.sidecar.config import sidecar_registry
-from coordinated.sidecar.features.snapshots import PATH_REPO
-from coordinated.sidecar.peers.auth import SECRET_FILE
-from coordinated.sidecar.peers.tls import (
+from coordinated.coordination.retired_settings import retired_setting_message
+from coordinated.coordination.settings import NODE_NAME, NODE_ROLES, SettingsError
+from coordinated.s3.s3_settings import S3_CLIENT_SETTINGS
+from coordinated.sidecar.events.archive_settings import ARCHIVE_SETTINGS
+from coordinated.sidecar.features.snapshot_settings import PATH_REPO
+from coordinated.sidecar.node_settings import sidecar_registry
+from coordinated.sidecar.peers.auth_settings import SECRET_FILE
+from coordinated.sidecar.peers.tls_settings import (
     HTTP_SSL_CLIENT_AUTHENTICATION,
     HTTP_TLS,
     TRANSPORT_SSL_TRUST_RESTRICTIONS,
     TRANSPORT_TLS,
 )
-from coordinated.sidecar.s3.s3_settings import ARCHIVE_SETTINGS, S3_CLIENT_SETTINGS
-from coordinated.sidecar.web.access import TOKENS_FILE
+from coordinated.sidecar.web.access_settings import TOKENS_FILE
 
 _TLS = "the operator sets TLS from spec.tls and mounts the certificates it manages"
 _ARCHIVE = "the operator sets the archive from spec.archive"

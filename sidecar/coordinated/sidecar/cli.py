@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
 import ssl
 import sys
 
+import click
 from aiohttp import web
 
+from coordinated.coordination import feature_gates
 from coordinated.coordination.settings import SettingsError
-from coordinated.sidecar.config import NodeConfig, build_config, parse_e_option
+from coordinated.programs import run_program
+from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.event_loop import loop_factory
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.peers.tls import HTTP_TLS, TRANSPORT_TLS, ReloadingContext, Side, TlsSettings
-from coordinated.sidecar.peers.transport import TRANSPORT_MAX_CHUNK_SIZE, transport_app
+from coordinated.sidecar.node_settings import build_config
+from coordinated.sidecar.peers.tls import ReloadingContext
+from coordinated.sidecar.peers.tls_settings import HTTP_TLS, TRANSPORT_TLS, Side, TlsSettings
+from coordinated.sidecar.peers.transport import transport_app
+from coordinated.sidecar.peers.transport_settings import TRANSPORT_MAX_CHUNK_SIZE
 from coordinated.sidecar.storage.persistence import DataDirError
 from coordinated.sidecar.web.app import client_app
 from coordinated.sidecar.web.http_server import ClientAppRunner
@@ -57,38 +63,51 @@ def tune_garbage_collector() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="coordinated node", description=__doc__)
-    parser.add_argument("--name", required=True, help="node name (node.name)")
-    parser.add_argument("--data-dir", required=True, help="directory for the node id, state and history")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind and publish (default 127.0.0.1)")
-    parser.add_argument("--http-port", type=int, default=9200, help="client API port (default 9200)")
-    parser.add_argument("--transport-port", type=int, default=9300, help="peer transport port (default 9300)")
-    parser.add_argument("-E", dest="settings", action="append", default=[], metavar="KEY=VALUE", help="a setting")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    return parser
+def parse_e_option(option: str) -> tuple[str, str]:
+    name, sep, value = option.partition("=")
+    if not sep or not name.strip():
+        raise SettingsError(f"-E expects key=value, got [{option}]")
+    return name.strip(), value
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def add_test_request_gates() -> None:
+    """The test hook `COORDINATED_TEST_REQUEST_GATES=op:feature,...` (feature_gates.test_gates): gates that a mixed
+    cluster's tests need before this release has a gated request of its own."""
+    spec = os.environ.get("COORDINATED_TEST_REQUEST_GATES", "")
+    if spec:
+        feature_gates.REQUEST_GATES += feature_gates.test_gates(spec)
+
+
+@click.command("node", help=__doc__, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--name", required=True, help="node name (node.name)")
+@click.option("--data-dir", required=True, help="directory for the node id, state and history")
+@click.option("--host", default="127.0.0.1", help="address to bind and publish (default 127.0.0.1)")
+@click.option("--http-port", type=int, default=9200, help="client API port (default 9200)")
+@click.option("--transport-port", type=int, default=9300, help="peer transport port (default 9300)")
+@click.option("-E", "settings", multiple=True, metavar="KEY=VALUE", help="a setting")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
+def node_command(
+    name: str, data_dir: str, host: str, http_port: int, transport_port: int, settings: tuple[str, ...], log_level: str
+) -> int:
+    add_test_request_gates()
     logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format=f"%(asctime)s %(levelname)-7s [{args.name}] %(name)s: %(message)s",
+        level=getattr(logging, log_level.upper()),
+        format=f"%(asctime)s %(levelname)-7s [{name}] %(name)s: %(message)s",
         stream=sys.stderr,
     )
     try:
         overrides: dict[str, str] = {}
-        for option in args.settings:
-            name, value = parse_e_option(option)
-            if name in overrides:
-                raise SettingsError(f"setting [{name}] is given more than once")
-            overrides[name] = value
+        for option in settings:
+            setting, value = parse_e_option(option)
+            if setting in overrides:
+                raise SettingsError(f"setting [{setting}] is given more than once")
+            overrides[setting] = value
         config = build_config(
-            name=args.name,
-            data_dir=args.data_dir,
-            host=args.host,
-            http_port=args.http_port,
-            transport_port=args.transport_port,
+            name=name,
+            data_dir=data_dir,
+            host=host,
+            http_port=http_port,
+            transport_port=transport_port,
             overrides=overrides,
         )
     except SettingsError as error:
@@ -104,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             return runner.run(serve(node, config))
     except KeyboardInterrupt:
         return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_program(node_command, argv, "coordinated node")
 
 
 def client_site(runner: web.BaseRunner, config: NodeConfig) -> web.TCPSite:
@@ -130,6 +153,8 @@ async def serve(node: Node, config: NodeConfig) -> int:
             refusals=node.refusals,
             local_address=config.transport_address,
             trust=node.transport_trust,
+            version=node.version,
+            on_undecodable=node.handle_undecodable,
         ),
         access_log=None,
         handle_signals=False,

@@ -18,27 +18,11 @@ import random
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import assert_never, overload
+from typing import Any, TypeVar, assert_never
 
 import msgspec
 
-from coordinated.coordination.client import (
-    ClientRequest,
-    ClientResult,
-    ClusterError,
-    Committed,
-    CommittingRequest,
-    KvGet,
-    ReadBarrier,
-    ReadValue,
-    SessionCreate,
-    SessionEnd,
-    SessionInfo,
-    SessionKeepAlive,
-    Txn,
-    TxnResult,
-    checked_result,
-)
+from coordinated.coordination.client import ClientRequest, ClientResult, ClusterError, checked_result
 from coordinated.coordination.coordinator import Coordinator
 from coordinated.coordination.effects import (
     Effect,
@@ -55,47 +39,45 @@ from coordinated.coordination.history import NO_CLUSTER_UUID, EventType, History
 from coordinated.coordination.messages import Message
 from coordinated.coordination.peer_finder import SEED_HOSTS
 from coordinated.coordination.recovery import recovered_state_event
+from coordinated.coordination.requests.keys import ReadBarrier
 from coordinated.coordination.settings import CLUSTER_NAME, NODE_ROLES
 from coordinated.coordination.state import ClusterState, Derivations, DiscoveryNode
+from coordinated.release import node_version
+from coordinated.s3.object_store import ObjectStore
 from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.events.archive import SegmentArchive
+from coordinated.sidecar.events.archive_settings import ArchiveSettings
 from coordinated.sidecar.events.history import HistoryWriter, folds_with_next
 from coordinated.sidecar.events.history_maintenance import HistoryMaintenance
 from coordinated.sidecar.events.history_metrics import HistoryCollector
 from coordinated.sidecar.events.history_segments import compressed_segments
 from coordinated.sidecar.events.history_settings import HISTORY_FSYNC, RetentionPolicy
-from coordinated.sidecar.features.change_log import CHANGE_LOG_SIZE, ChangeLog
-from coordinated.sidecar.features.hooks import HOOKS_TIMEOUT, HOOKS_UNIX_SOCKET_DIR, HookManager
+from coordinated.sidecar.features.change_log import ChangeLog
+from coordinated.sidecar.features.hooks import HookManager
+from coordinated.sidecar.features.hooks_settings import HOOKS_TIMEOUT, HOOKS_UNIX_SOCKET_DIR
 from coordinated.sidecar.features.listings import Listings
-from coordinated.sidecar.features.snapshots import SNAPSHOT_SECRET_FILE
-from coordinated.sidecar.features.watch_streams import STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL, StreamHub
+from coordinated.sidecar.features.snapshot_settings import SNAPSHOT_SECRET_FILE
+from coordinated.sidecar.features.watch_settings import CHANGE_LOG_SIZE, STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL
+from coordinated.sidecar.features.watch_streams import StreamHub
 from coordinated.sidecar.features.watches import SharedBarrier, WatchHub
 from coordinated.sidecar.observability.certificates import CertificateCollector
 from coordinated.sidecar.observability.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.observability.problems import NodeProblem, ProblemKind, count_by_kind
-from coordinated.sidecar.peers.auth import SECRET_FILE, TransportAuth
+from coordinated.sidecar.peers.auth import TransportAuth
+from coordinated.sidecar.peers.auth_settings import SECRET_FILE
 from coordinated.sidecar.peers.refusals import Refusals
-from coordinated.sidecar.peers.tls import (
-    HTTP_TLS,
-    TRANSPORT_SSL_TRUST_RESTRICTIONS,
-    TRANSPORT_TLS,
-    ReloadingContext,
-    Side,
-    TrustRestrictions,
-)
-from coordinated.sidecar.peers.transport import (
+from coordinated.sidecar.peers.tls import ReloadingContext, TrustRestrictions
+from coordinated.sidecar.peers.tls_settings import HTTP_TLS, TRANSPORT_SSL_TRUST_RESTRICTIONS, TRANSPORT_TLS, Side
+from coordinated.sidecar.peers.transport import PeerSender, Undecodable, watch_until_closed
+from coordinated.sidecar.peers.transport_settings import (
     TRANSPORT_CONNECT_TIMEOUT,
     TRANSPORT_MAX_CHUNK_SIZE,
     TRANSPORT_QUEUE_SIZE,
     TRANSPORT_REQUEST_TIMEOUT,
     TRANSPORT_RETRIES,
-    PeerSender,
-    watch_until_closed,
 )
-from coordinated.sidecar.s3.object_store import ObjectStore
-from coordinated.sidecar.s3.s3_settings import ArchiveSettings
 from coordinated.sidecar.storage.file_watch import FileWatch
-from coordinated.sidecar.storage.group_commit import PERSISTENCE_SYNC, GroupCommit
+from coordinated.sidecar.storage.group_commit import GroupCommit
 from coordinated.sidecar.storage.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.storage.persistence import (
     HOOKS_FILE,
@@ -104,10 +86,13 @@ from coordinated.sidecar.storage.persistence import (
     FilePersistedState,
     prepare_data_dir,
 )
-from coordinated.sidecar.web.access import TOKENS_FILE, Tokens
+from coordinated.sidecar.storage.persistence_settings import PERSISTENCE_SYNC, PersistenceSync
+from coordinated.sidecar.web.access import Tokens
+from coordinated.sidecar.web.access_settings import TOKENS_FILE
 from coordinated.sidecar.web.http_chunks import chunk
 
 log = logging.getLogger("coordinated.node")
+R = TypeVar("R")  # what a request answers
 READ_BARRIER_TIMEOUT_MS = 30_000
 STORE_CLOSE_TIMEOUT_S = 10.0
 # On a graceful stop the node closes its current history segment and waits this long for the archive to take it,
@@ -135,7 +120,7 @@ class Node:
         self.persisted = FilePersistedState(
             config.data_dir,
             settings[CLUSTER_NAME],
-            deferred_sync=settings[PERSISTENCE_SYNC] == "background",
+            deferred_sync=settings[PERSISTENCE_SYNC] is PersistenceSync.BACKGROUND,
             derivations=self.derivations,
         )
         self.node_id = self.persisted.node_id
@@ -181,6 +166,7 @@ class Node:
         patterns = settings[TRANSPORT_SSL_TRUST_RESTRICTIONS]
         self.transport_trust = TrustRestrictions(patterns) if transport_tls is not None and patterns else None
         self.local_node = DiscoveryNode(self.node_id, config.node_name, config.transport_address, settings[NODE_ROLES])
+        self.version = node_version()  # this node's release and wire version
         self.loop: asyncio.AbstractEventLoop | None = None
         self.coordinator: Coordinator | None = None
         # For health (did the last write fail?), and so that the change log keeps each accepted state until it
@@ -243,6 +229,7 @@ class Node:
             max_chunk_size=settings[TRANSPORT_MAX_CHUNK_SIZE],
             refusals=self.refusals,
             trust=self.transport_trust,
+            version=self.version,
         )
         await self.sender.start()
         await self.hooks.start()
@@ -253,6 +240,7 @@ class Node:
             rng=random.Random(),
             now=self.now_ms(),
             derivations=self.derivations,
+            version=self.version,
         )
         self._run(self.coordinator.start)
         self._sweeper = self.loop.create_task(self._sweep_lost_completions())
@@ -276,11 +264,10 @@ class Node:
             self._sweeper.cancel()
         if self._progress is not None:
             self._progress.cancel()
-        self.watch_streams.close()
+        self.close_client_waits()
         for task in self._watches.values():
             task.cancel()
         self._watches.clear()
-        self.key_watches.close()
         if self.sender is not None:
             await self.sender.flush(handover_timeout_s)
             await self.sender.close()
@@ -302,6 +289,12 @@ class Node:
         else:
             self.persisted.close()
         self.lock.release()
+
+    def close_client_waits(self) -> None:
+        """Ends every streaming watch (with its last line) and answers every long-polling watch: the node is
+        stopping. Idempotent."""
+        self.watch_streams.close()
+        self.key_watches.close()
 
     # -- feeding the core --------------------------------------------------------------------------------
 
@@ -328,6 +321,12 @@ class Node:
         assert self.coordinator is not None
         coordinator = self.coordinator
         self._run(lambda now: coordinator.handle_message(sender, message, now))
+
+    def handle_undecodable(self, frame: Undecodable, problem: str) -> None:
+        """A peer's frame that does not decode as a message (a newer node's): the core answers or drops it."""
+        assert self.coordinator is not None
+        coordinator = self.coordinator
+        self._run(lambda now: coordinator.handle_undecodable(frame.sender, frame.kind, frame.request_id, problem, now))
 
     def _on_send_failure(self, destination: str, message: Message) -> None:
         assert self.coordinator is not None
@@ -552,22 +551,12 @@ class Node:
 
     # -- for the client API ------------------------------------------------------------------------------
 
-    @overload
-    async def call(self, request: KvGet, timeout_ms: int | None = None) -> ReadValue | ClusterError: ...
-    @overload
-    async def call(self, request: Txn, timeout_ms: int | None = None) -> TxnResult | ClusterError: ...
-    @overload
-    async def call(
-        self, request: SessionCreate | SessionKeepAlive | SessionEnd, timeout_ms: int | None = None
-    ) -> SessionInfo | Committed | ClusterError: ...
-    @overload
-    async def call(self, request: CommittingRequest, timeout_ms: int | None = None) -> Committed | ClusterError: ...
-    async def call(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
-        """`submit`, typed by the request (`client.RESULT_TYPES`): any other answer becomes an internal error here,
-        once, rather than in every handler."""
+    async def call(self, request: ClientRequest[R], timeout_ms: int | None = None) -> R | ClusterError:
+        """`submit`, typed by the request (a `ClientRequest[R]` answers an R): any other answer becomes an internal
+        error here, once, rather than in every handler."""
         return checked_result(request, await self.submit(request, timeout_ms))
 
-    async def submit(self, request: ClientRequest, timeout_ms: int | None = None) -> ClientResult:
+    async def submit(self, request: ClientRequest[Any], timeout_ms: int | None = None) -> ClientResult:
         assert self.coordinator is not None and self.loop is not None
         if self.stopping:
             return ClusterError("node_closed_exception", "the node is stopping", 503)

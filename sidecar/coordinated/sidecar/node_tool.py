@@ -10,11 +10,13 @@ records the change in the node's history, and writes the new record through `Fil
 
 from __future__ import annotations
 
-import argparse
 import secrets
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
+
+import click
 
 from coordinated.coordination.offline_recovery import (
     Plan,
@@ -24,6 +26,7 @@ from coordinated.coordination.offline_recovery import (
     plan_unsafe_bootstrap,
 )
 from coordinated.coordination.recovery import Refuse, StartFresh, decide_startup
+from coordinated.programs import run_program
 from coordinated.sidecar.events.history import HistoryWriter
 from coordinated.sidecar.events.history_settings import HISTORY_SEGMENT_SIZE
 from coordinated.sidecar.storage.persistence import (
@@ -42,31 +45,55 @@ EXIT_REFUSED = 3  # the data directory or the node's state does not allow it
 PROG = "coordinated node-tool"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    for name, help_text in (
-        ("unsafe-bootstrap", "make this stopped node the sole voter of a new cluster, keeping its state"),
-        ("detach-cluster", "let this stopped node join a new cluster (for example an unsafe-bootstrapped one)"),
-        ("remove-settings", "remove persistent settings from this stopped node's copy of the cluster state"),
-    ):
-        action = sub.add_parser(name, help=help_text, description=help_text)
-        action.add_argument("--data-dir", required=True, type=Path, help="the stopped node's data directory")
-        action.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-        if name == "remove-settings":
-            action.add_argument("settings", nargs="+", metavar="SETTING", help="a setting name; `*` matches any text")
-    return parser
+@dataclass(frozen=True)
+class Terminal:
+    """Where the tool asks and tells (the process's own by default; tests give theirs)."""
+
+    stdin: TextIO | None
+    stdout: TextIO
+
+
+@click.group("node-tool", help=__doc__.splitlines()[0], context_settings={"help_option_names": ["-h", "--help"]})
+def node_tool() -> None:
+    pass
+
+
+def _action(name: str, help_text: str, *, settings: bool = False) -> None:
+    """One action of the tool: on a stopped node's data directory, confirmed unless --yes."""
+
+    def act(data_dir: Path, yes: bool, settings: tuple[str, ...] = ()) -> int:
+        terminal = click.get_current_context().find_object(Terminal) or Terminal(sys.stdin, sys.stdout)
+        try:
+            return run(name, data_dir, yes, terminal.stdin, terminal.stdout, settings)
+        except (DataDirError, ToolRefusal) as error:
+            print(f"{PROG}: error: refusing to {name}: {error}", file=sys.stderr)
+            return EXIT_REFUSED
+
+    params: list[click.Parameter] = [
+        click.Option(
+            ["--data-dir"], required=True, type=click.Path(path_type=Path), help="the stopped node's data directory"
+        ),
+        click.Option(["--yes"], is_flag=True, help="do not ask for confirmation"),
+    ]
+    if settings:
+        params.append(click.Argument(["settings"], nargs=-1, required=True, metavar="SETTING..."))
+    node_tool.add_command(click.Command(name, callback=act, params=params, help=help_text, short_help=help_text))
+
+
+_action("unsafe-bootstrap", "make this stopped node the sole voter of a new cluster, keeping its state")
+_action("detach-cluster", "let this stopped node join a new cluster (for example an unsafe-bootstrapped one)")
+_action(
+    "remove-settings",
+    "remove persistent settings from this stopped node's copy of the cluster state (SETTING: a name; `*` matches "
+    "any text)",
+    settings=True,
+)
 
 
 def main(argv: list[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    out = stdout or sys.stdout
-    try:
-        patterns = tuple(getattr(args, "settings", ()))
-        return run(args.action, args.data_dir, args.yes, stdin if stdin is not None else sys.stdin, out, patterns)
-    except (DataDirError, ToolRefusal) as error:
-        print(f"{PROG}: error: refusing to {args.action}: {error}", file=sys.stderr)
-        return EXIT_REFUSED
+    return run_program(
+        node_tool, argv, PROG, obj=Terminal(stdin if stdin is not None else sys.stdin, stdout or sys.stdout)
+    )
 
 
 def run(

@@ -3,7 +3,8 @@
 A checkpoint is what one audit leaves for the next, so that the next reads only what is newer and still
 catches a violation whose events lie on both sides of the boundary. It is a JSON document:
 
-- `format` (1) and `written` (UTC);
+- `format` (1), `release` (the release that wrote it, from 0.2.0 on) and `written` (UTC); a checkpoint of a newer
+  format is refused as unusable input (exit 2), naming its format and the release that wrote it;
 - `nodes`: per node, the folder its events came from, the last seq, term and applied state the audit saw, and
   whether its history was trimmed by retention;
 - `chain_tips`: per cluster, the newest committed state (the committed chain's tip);
@@ -55,6 +56,8 @@ from coordinated.audit.schema import (
 )
 from coordinated.audit.segments import as_spark_names
 from coordinated.audit.violations import local_frame
+from coordinated.coordination.formats import newer_format_problem
+from coordinated.release import installed_release
 
 FORMAT = 1
 CARRY_VERSIONS = 10_000
@@ -102,7 +105,11 @@ class Checkpoint:
             doc = json.loads(text)
             if not isinstance(doc, dict) or doc.get("format") != FORMAT:
                 found = doc.get("format") if isinstance(doc, dict) else None
-                raise UnusableInput(f"checkpoint {path} has format {found!r}; this release reads format {FORMAT}")
+                writer = doc.get("release") if isinstance(doc, dict) and isinstance(doc.get("release"), str) else None
+                newer = newer_format_problem(f"checkpoint {path}", found, FORMAT, installed_release(), writer)
+                raise UnusableInput(
+                    newer or f"checkpoint {path} has format {found!r}; this release reads format {FORMAT}"
+                )
             return cls(
                 nodes=[
                     NodeMark(
@@ -133,6 +140,7 @@ class Checkpoint:
     def to_text(self) -> str:
         doc = {
             "format": FORMAT,
+            "release": installed_release(),
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "nodes": [
                 {

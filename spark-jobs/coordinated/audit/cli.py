@@ -6,12 +6,16 @@ or JVM failure, or any other unexpected error: nothing was judged, so it is neve
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from coordinated.programs import run_program
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -67,81 +71,84 @@ def did_not_complete(error: BaseException) -> int:
     return EXIT_INCOMPLETE
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="coordinated audit",
-        description="Audit history files (JSONL, or Parquet made by --compact-to) against the protocol's "
-        "safety invariants. Exit 0: no violations, 1: violations, 2: unusable input, 3: the audit did not complete "
-        "(a Spark or JVM failure such as running out of memory, or another unexpected error; nothing was judged).",
-    )
-    p.add_argument("paths", nargs="*", metavar="PATH", help="files, folders or globs; local or any Hadoop URI")
-    p.add_argument(
-        "--from-cluster",
-        metavar="URL,...",
-        help="fetch GET /_history from these sidecar URLs (comma separated) instead of reading files",
-    )
-    p.add_argument(
-        "--token-file",
-        type=Path,
-        metavar="FILE",
-        help="with --from-cluster: a file holding the bearer token sent to the sidecars (a reader token is "
-        "enough); default: $COORDINATED_TOKEN",
-    )
-    p.add_argument(
-        "--ca-file",
-        type=Path,
-        metavar="FILE",
-        help="with --from-cluster: the CA certificate(s) (PEM) that sign the sidecars' HTTPS certificates; "
-        "default: $SSL_CERT_FILE, else the system's trust store",
-    )
-    p.add_argument(
-        "--spark-master",
-        default=None,
-        help="Spark master (default local[*]; under spark-submit, the one spark-submit was given)",
-    )
-    p.add_argument("--report-dir", default="reports", type=Path, help="where the reports go (default: reports)")
-    p.add_argument("--format", choices=("auto", "jsonl", "parquet"), default="auto", help="input format")
-    p.add_argument("--skip-malformed", action="store_true", help="count malformed lines instead of failing")
-    p.add_argument("--compact-to", metavar="DIR", help="also write the input as Parquet, by cluster and date")
-    p.add_argument("--max-examples", type=int, default=5, help="example events per violation")
-    p.add_argument("--max-violations", type=int, default=20, help="violations listed per invariant")
-    p.add_argument("--no-html", action="store_true", help="write only audit-report.json")
-    p.add_argument(
-        "--checkpoint",
-        metavar="PATH",
-        help="incremental: read this checkpoint if it exists, audit only what is newer, and write the new "
-        "checkpoint there after the audit ran (exit 0 or 1); a file, or an s3://BUCKET/KEY object",
-    )
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
-    s3 = p.add_argument_group(
-        "object storage",
-        "for s3://BUCKET/PREFIX paths (the history archive); credentials come from the standard AWS sources "
-        "(AWS_ACCESS_KEY_ID..., AWS_WEB_IDENTITY_TOKEN_FILE, a credentials file), never from options",
-    )
-    s3.add_argument(
-        "--s3-endpoint", metavar="URL", help="an S3-compatible service (default: $AWS_ENDPOINT_URL_S3, else AWS)"
-    )
-    s3.add_argument("--s3-region", help="default: $AWS_REGION, else us-east-1")
-    s3.add_argument(
-        "--s3-path-style-access",
-        choices=("true", "false"),
-        help="address buckets as ENDPOINT/BUCKET (default: true with --s3-endpoint, false for AWS)",
-    )
-    s3.add_argument(
-        "--s3-credentials-file", metavar="FILE", help="an AWS credentials file (default: $AWS_SHARED_CREDENTIALS_FILE)"
-    )
-    return p
+DESCRIPTION = (
+    "Audit history files (JSONL, or Parquet made by --compact-to) against the protocol's safety invariants. Exit 0: "
+    "no violations, 1: violations, 2: unusable input, 3: the audit did not complete (a Spark or JVM failure such as "
+    "running out of memory, or another unexpected error; nothing was judged)."
+)
+OBJECT_STORAGE = (
+    "Object storage, for s3://BUCKET/PREFIX paths (the history archive): the --s3-* options; credentials come from "
+    "the standard AWS sources (AWS_ACCESS_KEY_ID..., AWS_WEB_IDENTITY_TOKEN_FILE, a credentials file), never from "
+    "options."
+)
+
+
+@click.command(
+    "audit", help=DESCRIPTION, epilog=OBJECT_STORAGE, context_settings={"help_option_names": ["-h", "--help"]}
+)
+@click.argument("paths", nargs=-1, metavar="[PATH]...")
+@click.option(
+    "--from-cluster",
+    metavar="URL,...",
+    help="fetch GET /_history from these sidecar URLs (comma separated) instead of reading files",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="with --from-cluster: a file holding the bearer token sent to the sidecars (a reader token is "
+    "enough); default: $COORDINATED_TOKEN",
+)
+@click.option(
+    "--ca-file",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="with --from-cluster: the CA certificate(s) (PEM) that sign the sidecars' HTTPS certificates; "
+    "default: $SSL_CERT_FILE, else the system's trust store",
+)
+@click.option(
+    "--spark-master",
+    default=None,
+    help="Spark master (default local[*]; under spark-submit, the one spark-submit was given)",
+)
+@click.option(
+    "--report-dir", default="reports", type=click.Path(path_type=Path), help="where the reports go (default: reports)"
+)
+@click.option("--format", type=click.Choice(["auto", "jsonl", "parquet"]), default="auto", help="input format")
+@click.option("--skip-malformed", is_flag=True, help="count malformed lines instead of failing")
+@click.option("--compact-to", metavar="DIR", help="also write the input as Parquet, by cluster and date")
+@click.option("--max-examples", type=int, default=5, help="example events per violation")
+@click.option("--max-violations", type=int, default=20, help="violations listed per invariant")
+@click.option("--no-html", is_flag=True, help="write only audit-report.json")
+@click.option(
+    "--checkpoint",
+    metavar="PATH",
+    help="incremental: read this checkpoint if it exists, audit only what is newer, and write the new "
+    "checkpoint there after the audit ran (exit 0 or 1); a file, or an s3://BUCKET/KEY object",
+)
+@click.option("--conf", multiple=True, metavar="KEY=VALUE", help="extra Spark settings")
+@click.option("--s3-endpoint", metavar="URL", help="an S3-compatible service (default: $AWS_ENDPOINT_URL_S3, else AWS)")
+@click.option("--s3-region", help="default: $AWS_REGION, else us-east-1")
+@click.option(
+    "--s3-path-style-access",
+    type=click.Choice(["true", "false"]),
+    help="address buckets as ENDPOINT/BUCKET (default: true with --s3-endpoint, false for AWS)",
+)
+@click.option(
+    "--s3-credentials-file", metavar="FILE", help="an AWS credentials file (default: $AWS_SHARED_CREDENTIALS_FILE)"
+)
+def audit_command(paths: tuple[str, ...], conf: tuple[str, ...], **options: Any) -> int:
+    return _audit(SimpleNamespace(paths=list(paths), conf=list(conf), **options))
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _audit(argv)
+        return run_program(audit_command, argv, "coordinated audit")
     except Exception as error:  # Spark or its JVM failed (out of memory, a lost task), or a bug: never violations
         return did_not_complete(error)
 
 
-def _audit(argv: list[str] | None) -> int:
-    args = parser().parse_args(argv)
+def _audit(args: SimpleNamespace) -> int:
     urls = [u.strip() for u in (args.from_cluster or "").split(",") if u.strip()]
     if not args.paths and not urls:
         print("coordinated audit: give history PATHs or --from-cluster URLs", file=sys.stderr)

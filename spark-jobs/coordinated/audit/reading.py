@@ -378,6 +378,9 @@ def read_jsonl_lines(
     if not listed:
         raise UnusableInput(f"no history files found in {', '.join(paths)}")
     files = select(list(listed)) if select is not None else list(listed)
+    newer = segments.newer_format_problem(files)
+    if newer is not None:
+        raise UnusableInput(newer)
     cuts = crash_cut_lines(spark, files, known)
     native, expanded = segments.split(files)
     frames = []

@@ -2,7 +2,7 @@
 
 The archive holds one object per closed segment, `PREFIX/CLUSTER_UUID/NODE_ID/segment-N.jsonl[.zst]` (see the
 sidecar's `coordinated.sidecar.events.archive`). The driver lists the segment objects under the prefix with the
-sidecar's S3 client (`coordinated.sidecar.s3.object_store`), so that nothing else in the bucket, such as an audit
+S3 client the sidecar's archive uses too (`coordinated.s3.object_store`), so that nothing else in the bucket, such as an audit
 checkpoint, is read as history; Spark reads them through Hadoop's `s3a://` file system, from the driver and every
 executor alike.
 
@@ -31,8 +31,8 @@ from urllib.parse import urlparse
 
 from coordinated.audit.reading import KnownTails, UnusableInput
 from coordinated.coordination.history_lines import NEWLINE
-from coordinated.sidecar.s3.object_store import Bucket, ObjectMissing, ObjectStore, ObjectStoreError
-from coordinated.sidecar.s3.s3_settings import S3ClientSettings
+from coordinated.s3.object_store import Bucket, ObjectMissing, ObjectStore, ObjectStoreError
+from coordinated.s3.s3_settings import S3ClientSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import Row, SparkSession

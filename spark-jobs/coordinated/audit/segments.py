@@ -27,14 +27,17 @@ from urllib.parse import unquote, urlparse
 
 import msgspec
 
-from coordinated.coordination.history_format import SegmentExpander, SegmentFormatError
+from coordinated.coordination.history_format import (
+    FORMAT_START,
+    SegmentExpander,
+    SegmentFormatError,
+    newer_segment_problem,
+)
 from coordinated.coordination.history_frames import open_checked
 from coordinated.coordination.history_lines import is_complete
+from coordinated.release import installed_release
 
 COMPRESSED = ".zst"
-# How every line that declares a history format starts (the writer puts `format` first): format 2, or another
-# one, which the Python reader names (format 1 declares none and goes to Spark's text reader).
-FORMAT_START = b'{"format":'
 _HEAD_BYTES = len(FORMAT_START)
 _LINE = msgspec.json.Encoder(order="sorted")
 
@@ -92,6 +95,25 @@ def needs_expansion(uri: str) -> bool:
             return file.read(_HEAD_BYTES) == FORMAT_START
     except OSError:
         return False
+
+
+def newer_format_problem(uris: Sequence[str]) -> str | None:
+    """Why the audit cannot read these segments: the first local one (of the plain or compressed files) whose first
+    line says it is of a history format newer than this release reads and names the release that wrote it (the
+    message names the file, the format and that release; a newer number without a release is damage, named
+    where the segment is read). A remote segment is looked at where it is read (`expanded_rows`)."""
+    for uri in uris:
+        if local_file(uri) is None:
+            continue
+        try:
+            with open_source(uri) as file:
+                first = file.readline()
+        except (OSError, EOFError, ValueError):
+            continue  # damage: named where the segment is read
+        problem = newer_segment_problem(first, uri, installed_release())
+        if problem is not None:
+            return problem
+    return None
 
 
 Row = tuple[str, str, int, int]  # value, _source, _block, _mid

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import click
+
 UNBOOTSTRAPPED = "_na_"
 
 # (node, JSON line without newline)
@@ -424,16 +426,13 @@ def write_history(cfg: SynthConfig, directory: Path, *, segment_events: int = 1_
     return sum(hb.seq.values())
 
 
-def main() -> None:  # pragma: no cover - a convenience for trying the audit by hand
-    import argparse
-
-    p = argparse.ArgumentParser(description="write a synthetic valid history as JSONL segments")
-    p.add_argument("directory", type=Path)
-    p.add_argument("--events", type=int, default=10_000)
-    p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args()
-    n = write_history(SynthConfig(events=a.events, seed=a.seed), a.directory)
-    print(f"{n} events in {a.directory}{os.sep}")
+@click.command(help="write a synthetic valid history as JSONL segments")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--events", type=int, default=10_000)
+@click.option("--seed", type=int, default=0)
+def main(directory: Path, events: int, seed: int) -> None:  # pragma: no cover - a convenience for trying the audit
+    n = write_history(SynthConfig(events=events, seed=seed), directory)
+    print(f"{n} events in {directory}{os.sep}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from coordinated.coordination.context import CoreContext, Mode
 from coordinated.coordination.effects import Effect, Send
 from coordinated.coordination.messages import Message
+from coordinated.coordination.node_versions import NodeVersions
 from coordinated.coordination.settings import Settings
 from coordinated.coordination.state import ClusterState, initial_state
 from coordinated.coordination.timers import Timers
@@ -28,8 +29,9 @@ class Bench:
     next_id: int = 0
 
     def __post_init__(self) -> None:
+        local = discovery_node("local")
         self.ctx = CoreContext(
-            local_node=discovery_node("local"),
+            local_node=local,
             base_settings=self.settings,
             timers=self.timers,
             rng=random.Random(1),
@@ -40,6 +42,7 @@ class Bench:
             accepted_state=lambda: self.state,
             term=lambda: self.term,
             mode=lambda: self.mode,
+            versions=NodeVersions(local),
         )
 
     def _new_id(self) -> int:

@@ -7,10 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordinated.coordination.batch import MAX_STATE_SIZE, MAX_VALUE_SIZE, BatchContext, StateSizes, execute_batch
+from coordinated.coordination.batch import MAX_STATE_SIZE, MAX_VALUE_SIZE, execute_batch
+from coordinated.coordination.batch_draft import BatchContext, StateSizes
 from coordinated.coordination.batch_keys import entry_size
-from coordinated.coordination.client import ClusterError, KvDelete, KvPut, RestoreSnapshot, Txn, TxnOp, TxnResult
+from coordinated.coordination.client import ClusterError, TxnResult
 from coordinated.coordination.registry import coordination_registry, default_settings
+from coordinated.coordination.requests.keys import KvDelete, KvPut
+from coordinated.coordination.requests.snapshots import RestoreSnapshot
+from coordinated.coordination.requests.transactions import Txn, TxnOp
 from coordinated.coordination.settings import SettingsError
 from coordinated.coordination.state import (
     ClusterState,

@@ -5,19 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from coordinated.coordination.batch import BatchContext, execute_batch
-from coordinated.coordination.client import (
-    ClusterError,
-    Committed,
-    KvDelete,
-    KvGet,
-    KvPut,
-    ReadValue,
-    Txn,
-    TxnCompare,
-    TxnOp,
-    TxnResult,
-)
+from coordinated.coordination.batch import execute_batch
+from coordinated.coordination.batch_draft import BatchContext
+from coordinated.coordination.client import ClusterError, Committed, ReadValue, TxnResult
 from coordinated.coordination.messages import (
     Envelope,
     ForwardedRequest,
@@ -25,6 +15,8 @@ from coordinated.coordination.messages import (
     decode_envelope,
     encode_envelope,
 )
+from coordinated.coordination.requests.keys import KvDelete, KvGet, KvPut
+from coordinated.coordination.requests.transactions import Txn, TxnCompare, TxnOp, txn_problem
 from coordinated.coordination.state import (
     LEGACY_KEY_VERSION,
     ClusterState,
@@ -38,7 +30,7 @@ from coordinated.coordination.state import (
     encode_state,
 )
 from coordinated.coordination.tasks import ClientTask
-from coordinated.coordination.validation import metadata_key_problem, txn_problem
+from coordinated.coordination.validation import metadata_key_problem
 
 from .harness import OneNode, leader
 

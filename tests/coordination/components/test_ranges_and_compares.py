@@ -9,27 +9,16 @@ import msgspec
 import pytest
 
 from coordinated.coordination.batch_keys import BatchKeys
-from coordinated.coordination.client import (
-    ClusterError,
-    Committed,
-    CompareOp,
-    KvDelete,
-    KvDeletePrefix,
-    KvPut,
-    PrevKey,
-    SessionCreate,
-    SessionInfo,
-    Txn,
-    TxnCompare,
-    TxnOp,
-    TxnResult,
-)
+from coordinated.coordination.client import ClusterError, Committed, PrevKey, SessionInfo, TxnResult
 from coordinated.coordination.ranges import range_page
 from coordinated.coordination.registry import default_settings
+from coordinated.coordination.requests import request_problem
+from coordinated.coordination.requests.keys import KvDelete, KvDeletePrefix, KvPut
+from coordinated.coordination.requests.sessions import SessionCreate
+from coordinated.coordination.requests.transactions import CompareOp, Txn, TxnCompare, TxnOp, compare_holds
 from coordinated.coordination.state import ClusterState, Derivations, KeyVersion, Session, compute_diff
 from coordinated.coordination.state_index import SessionKeys, SortedKeys, prefix_end
-from coordinated.coordination.transactions import compare_holds
-from coordinated.coordination.validation import key_prefix_problem, request_problem
+from coordinated.coordination.validation import key_prefix_problem
 
 from .harness import OneNode, leader, result_of
 

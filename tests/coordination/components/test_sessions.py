@@ -8,27 +8,9 @@ import random
 
 import pytest
 
-from coordinated.coordination.batch import BatchContext, execute_batch
-from coordinated.coordination.client import (
-    MAX_SESSION_TTL_MS,
-    MAX_SESSIONS,
-    MIN_SESSION_TTL_MS,
-    ClientRequest,
-    ClusterError,
-    Committed,
-    KvDelete,
-    KvGet,
-    KvPut,
-    ReadValue,
-    SessionCreate,
-    SessionEnd,
-    SessionInfo,
-    SessionKeepAlive,
-    Txn,
-    TxnCompare,
-    TxnOp,
-    TxnResult,
-)
+from coordinated.coordination.batch import execute_batch
+from coordinated.coordination.batch_draft import BatchContext
+from coordinated.coordination.client import ClientRequest, ClusterError, Committed, ReadValue, SessionInfo, TxnResult
 from coordinated.coordination.coordinator import Coordinator
 from coordinated.coordination.messages import (
     Envelope,
@@ -38,6 +20,17 @@ from coordinated.coordination.messages import (
     encode_envelope,
 )
 from coordinated.coordination.registry import default_settings
+from coordinated.coordination.requests import request_problem
+from coordinated.coordination.requests.keys import KvDelete, KvGet, KvPut
+from coordinated.coordination.requests.sessions import (
+    MAX_SESSION_TTL_MS,
+    MAX_SESSIONS,
+    MIN_SESSION_TTL_MS,
+    SessionCreate,
+    SessionEnd,
+    SessionKeepAlive,
+)
+from coordinated.coordination.requests.transactions import Txn, TxnCompare, TxnOp
 from coordinated.coordination.safety import InMemoryPersistedState
 from coordinated.coordination.sessions import checkpoint_interval_ms, failover_allowance_ms
 from coordinated.coordination.state import (
@@ -52,7 +45,6 @@ from coordinated.coordination.state import (
     encode_state,
 )
 from coordinated.coordination.tasks import ClientTask, NodeJoin, NodeLeft
-from coordinated.coordination.validation import request_problem
 
 from .harness import OneNode, leader, result_of
 

@@ -3,19 +3,13 @@ apart by type: what the shells read instead of the core's components."""
 
 from __future__ import annotations
 
-from coordinated.coordination.client import (
-    ClusterError,
-    Committed,
-    KvGet,
-    KvPut,
-    ReadValue,
-    UpdateSettings,
-    checked_result,
-)
+from coordinated.coordination.client import ClusterError, Committed, ReadValue, checked_result
 from coordinated.coordination.context import Mode
 from coordinated.coordination.effects import WatchPeers
 from coordinated.coordination.master_service import Priority, Task
 from coordinated.coordination.peer_watch import PeerWatch
+from coordinated.coordination.requests.cluster import UpdateSettings
+from coordinated.coordination.requests.keys import KvGet, KvPut
 from coordinated.coordination.state import DiscoveryNode
 from coordinated.coordination.status import BlockLevel, HealthColour
 from coordinated.coordination.tasks import NodeLeft, Reconfigure

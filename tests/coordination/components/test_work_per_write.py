@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from coordinated.coordination import state as state_module
-from coordinated.coordination.client import Committed, KvPut
+from coordinated.coordination.client import Committed
+from coordinated.coordination.requests.keys import KvPut
 from coordinated.simulation.cluster import SimulatedCluster
 
 from .harness import leader

@@ -216,9 +216,11 @@ def elect(connection: Connection, name: str, identity: str | None, listen: bool,
         token = election.campaign()
         if not held.live():
             raise Failed(f"lost the leadership of [{name}] as it was won: {why_gone(held.session)}")
-        emit({"name": name, "leader": identity, "token": token}, connection.output, ("name", "leader", "token"))
-        sys.stdout.flush()
+        # From here on an interrupt resigns, wherever it lands: a SIGTERM sent as soon as the line below is
+        # read may arrive before the wait starts.
         try:
+            emit({"name": name, "leader": identity, "token": token}, connection.output, ("name", "leader", "token"))
+            sys.stdout.flush()
             held.wait_while_live()
         except KeyboardInterrupt:
             election.resign()

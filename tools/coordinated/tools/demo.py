@@ -6,7 +6,6 @@ and back down to 3 with voting-config exclusions, then an audit of the recorded 
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import signal
 import subprocess
@@ -17,7 +16,10 @@ import time
 from pathlib import Path
 from types import FrameType
 
+import click
+
 from coordinated.client import CoordinatedError
+from coordinated.programs import run_program
 from coordinated.tools.localcluster import LocalCluster, LocalNode
 
 # Default protocol settings, except quicker discovery so the demo does not sit idle.
@@ -217,13 +219,18 @@ def audit(cluster: LocalCluster, workdir: Path) -> int:
     return result.returncode if result.returncode in (0, 1, 2, 3) else 3
 
 
+@click.command(
+    "demo",
+    help=__doc__.splitlines()[0] if __doc__ else None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.option("--nodes", type=click.IntRange(1, 5), default=3, help="nodes to start with, 1 to 5 (default 3)")
+@click.option("--workdir", help="where node data, logs and the audit report go (default: a temp dir)")
+def demo(nodes: int, workdir: str | None) -> int:
+    where = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="coordinated-demo-"))
+    where.mkdir(parents=True, exist_ok=True)
+    return run(nodes, where.resolve())
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="coordinated demo", description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--nodes", type=int, default=3, help="nodes to start with (default 3)")
-    parser.add_argument("--workdir", help="where node data, logs and the audit report go (default: a temp dir)")
-    args = parser.parse_args(argv)
-    if not 1 <= args.nodes <= 5:
-        parser.error("--nodes must be between 1 and 5")
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="coordinated-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    return run(args.nodes, workdir.resolve())
+    return run_program(demo, argv, "coordinated demo")

@@ -10,7 +10,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import click
+
 from coordinated.key_names import rules_markdown
+from coordinated.programs import run_program
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "applications.md"
 COMMAND = "python -m coordinated.tools.key_rules_doc"
@@ -39,5 +42,11 @@ def main(check: bool = False, output: Path = DOC) -> int:
     return 0
 
 
+@click.command(help=__doc__.splitlines()[0] if __doc__ else None)
+@click.option("--check", is_flag=True, help="exit 1 if the list is out of date")
+def write_rules(check: bool) -> int:
+    return main(check=check)
+
+
 if __name__ == "__main__":
-    sys.exit(main(check="--check" in sys.argv[1:]))
+    sys.exit(run_program(write_rules, None, COMMAND))

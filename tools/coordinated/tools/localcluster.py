@@ -100,6 +100,8 @@ class LocalNode:
     # With TLS on the client port: the client context to reach it; and headers such as a bearer token.
     ssl_context: ssl.SSLContext | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    # The Python that runs the node: this tree's, or another release's (coordinated.tools.previous_release).
+    python: str = sys.executable
     _client: Client | None = field(default=None, repr=False)
 
     @property
@@ -193,15 +195,23 @@ class LocalCluster:
         return ",".join(self.nodes[name].transport_address for name in self.seed_names or list(self.nodes))
 
     def start(
-        self, name: str, initial_master_nodes: list[str] | None = None, extra: dict[str, str] | None = None
+        self,
+        name: str,
+        initial_master_nodes: list[str] | None = None,
+        extra: dict[str, str] | None = None,
+        python: str | None = None,
     ) -> LocalNode:
+        """Starts (or restarts) a node; `python` runs it with another installation (another release), and is
+        kept for its later restarts."""
         node = self.nodes.get(name) or self.add(name)
+        if python is not None:
+            node.python = python
         settings = {**self.settings, "discovery.seed_hosts": self.seeds(), **(extra or {})}
         if initial_master_nodes:
             settings["cluster.initial_master_nodes"] = ",".join(initial_master_nodes)
         argv = [
             *node.argv_prefix,
-            sys.executable,
+            node.python,
             "-m",
             "coordinated.cli",
             "node",
@@ -226,12 +236,12 @@ class LocalCluster:
         log.close()
         return node
 
-    def bootstrap(self, count: int, timeout: float = 30.0) -> list[LocalNode]:
+    def bootstrap(self, count: int, timeout: float = 30.0, python: str | None = None) -> list[LocalNode]:
         """Start `count` new nodes that bootstrap together, and wait until they agree on a master."""
         names = [f"node-{i}" for i in range(len(self.nodes) + 1, len(self.nodes) + count + 1)]
         for name in names:
             self.add(name)
-        started = [self.start(name, initial_master_nodes=names) for name in names]
+        started = [self.start(name, initial_master_nodes=names, python=python) for name in names]
         for node in started:
             self.wait_http(node)
         self.wait_master(timeout=timeout, nodes=count)

@@ -32,8 +32,9 @@ class SemaphoreBase(TurnBase[C, S]):
 
 
 def acquire(semaphore: SemaphoreBase[Any, Any], timeout: float | None = None) -> Flow[int]:
-    """Blocks until one of the `limit` slots is held (LockTimeout after `timeout` seconds); returns this
-    holder's key's create_version (unique to it, but not a fencing token: `limit` holders act at once)."""
+    """Blocks until one of the `limit` slots is held (LockTimeout after `timeout` seconds); returns the version
+    of the write that marked this holder's key holding. Holders that marked theirs in one committed state share
+    it, so it is not unique, and not a fencing token either: `limit` holders act at once."""
 
     def rule(mine: KeyValue, earlier: Sequence[KeyValue]) -> Sequence[KeyValue]:
         return earlier if len(earlier) >= semaphore.limit else []

@@ -36,8 +36,8 @@ from pathlib import Path
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
 from coordinated.coordination.history_frames import DamagedSegment, decompress_checked
-from coordinated.sidecar.s3.object_store import Bucket, ObjectExists, ObjectStoreError
-from coordinated.sidecar.s3.s3_settings import ArchiveSettings
+from coordinated.s3.object_store import Bucket, ObjectExists, ObjectStoreError
+from coordinated.sidecar.events.archive_settings import ArchiveSettings
 
 log = logging.getLogger("coordinated.archive")
 

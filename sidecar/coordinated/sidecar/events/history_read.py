@@ -1,7 +1,9 @@
 """Reading the node's own history: what it proves at startup (`summarize_history`), where its seq continues
 (`last_seq_in`), and its events for `GET /_history` (`read_events_after`), from plain and compressed segments
 of format 1 and 2 alike. A compressed segment that is cut short or damaged (`DamagedSegment`), or a segment of a
-format this release does not read (`SegmentFormatError`), is named as such, never read as fewer events.
+format this release does not read (`SegmentFormatError`), is named as such, never read as fewer events. One whose
+first line declares a format newer than this release reads and the release that wrote it stops the node at
+startup (`HistoryNewer`), naming that release.
 """
 
 from __future__ import annotations
@@ -14,11 +16,18 @@ import msgspec
 
 from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.history import MARK_CARRYING_EVENT_TYPES, RESET_EVENT_TYPES, EventType
-from coordinated.coordination.history_format import SegmentFormatError, format_problem
+from coordinated.coordination.history_format import SegmentFormatError, format_problem, newer_segment_problem
 from coordinated.coordination.history_frames import DamagedSegment, declared_size
 from coordinated.coordination.history_lines import is_complete
 from coordinated.coordination.recovery import HistorySummary
+from coordinated.release import installed_release
 from coordinated.sidecar.events.history_segments import expanded_lines, list_segments, plain_tail, read_lines
+
+
+class HistoryNewer(Exception):
+    """A segment of a history format newer than this release reads; the message names it, the format and the
+    release that wrote it. Nothing was changed."""
+
 
 _MARK_CARRIERS = frozenset(kind.value for kind in MARK_CARRYING_EVENT_TYPES)
 _RESETS = frozenset(kind.value for kind in RESET_EVENT_TYPES)
@@ -156,7 +165,8 @@ def summarize_history(directory: Path) -> HistorySummary:
     deleted, or a deleted segment, may have held the newest ones), so they count like a `term` and an
     `accepted` event. Segments are read newest first until each kind of mark has been seen or a reset event
     was; plain segments are all read. A line that cannot be read, other than a last line cut by a crash, is
-    reported as damage (marks it held are lost). The node ids are those of every line read.
+    reported as damage (marks it held are lost). The node ids are those of every line read. A segment of a
+    newer format than this release reads raises HistoryNewer (the node refuses to start, changing nothing).
     """
     term: int | None = None
     accepted: tuple[int, int] | None = None
@@ -178,6 +188,9 @@ def summarize_history(directory: Path) -> HistorySummary:
         except OSError as error:
             damaged.append(f"[{path}], which cannot be read ({error.strerror or error})")
             continue
+        newer = newer_segment_problem(lines[0], f"[{path}]", installed_release()) if lines else None
+        if newer is not None:  # a newer release's: the node refuses to start rather than read it as damage
+            raise HistoryNewer(newer)
         problem = format_problem(lines[0]) if lines else ""
         if problem:
             damaged.append(f"[{path}], which {problem}")

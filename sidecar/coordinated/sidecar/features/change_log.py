@@ -31,16 +31,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from coordinated.coordination.settings import int_setting
 from coordinated.coordination.state import ClusterState, Derivations, compute_diff
-
-CHANGE_LOG_SIZE = int_setting(
-    "watch.change_log.size",
-    10_000,
-    minimum=1,
-    maximum=1_000_000,
-    doc="key changes each node keeps for watches; a watch from before them gets 410",
-)
 
 
 class WatchEvent(msgspec.Struct, frozen=True):

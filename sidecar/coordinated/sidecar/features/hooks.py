@@ -25,29 +25,13 @@ from urllib.parse import urlsplit
 import aiohttp
 import msgspec
 
-from coordinated.coordination.settings import Parsed, Setting, time_setting
 from coordinated.coordination.state import ClusterState
+from coordinated.sidecar.features.hooks_settings import HOOKS_UNIX_SOCKET_DIR
 from coordinated.sidecar.storage.durable_files import DataDirError, atomic_write, read_checked
 
 log = logging.getLogger("coordinated.hooks")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 MAX_HOOKS = 32
-HOOKS_TIMEOUT = time_setting("hooks.timeout", "5s", minimum="1ms", maximum="5m", doc="timeout of one hook notification")
-
-
-def parse_socket_dir(value: str) -> str:
-    if not value.startswith("/"):
-        raise ValueError(f"[{value}] is not an absolute path")
-    return os.path.normpath(value)
-
-
-HOOKS_UNIX_SOCKET_DIR = Setting(
-    "hooks.unix_socket_dir",
-    Parsed(parse_socket_dir),
-    "/run/coordinated/hooks",
-    "the folder a hook's `unix_socket` must be in (a volume the application shares with the sidecar); symlinks "
-    "are followed and must stay in it",
-)
 
 
 def socket_path(unix_socket: str, folder: str) -> str:

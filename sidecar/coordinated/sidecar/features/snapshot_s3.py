@@ -8,6 +8,7 @@ through the client that `s3.client.NAME` describes.
 
 from __future__ import annotations
 
+from coordinated.s3.object_store import Bucket, ObjectExists, ObjectMissing, ObjectStoreError
 from coordinated.sidecar.features.snapshots import (
     PREFIX,
     RepositoryUnavailable,
@@ -17,7 +18,6 @@ from coordinated.sidecar.features.snapshots import (
     blob_name,
     name_of,
 )
-from coordinated.sidecar.s3.object_store import Bucket, ObjectExists, ObjectMissing, ObjectStoreError
 
 
 class S3Repository(SnapshotRepository):

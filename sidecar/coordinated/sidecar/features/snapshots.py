@@ -1,7 +1,9 @@
 """Snapshots: what one holds, its format, and the repository interface every repository type implements.
 
 A snapshot is one blob, `snap-<name>.dat`: a header line `COORDINATED-SNAPSHOT1 <sha256 of the payload> <payload
-length>` and the JSON payload (`SnapshotFile`). Every repository type (`fs` in `snapshot_fs`, `s3` in
+length>` and the JSON payload (`SnapshotFile`), whose `format` says how to read it and `release` which release wrote
+it (from 0.2.0 on; release 0.1.0 reads format 1 and skips `release`). A snapshot of a newer format is refused
+(`SnapshotNewer`), naming its format and the release that wrote it. Every repository type (`fs` in `snapshot_fs`, `s3` in
 `snapshot_s3`) stores exactly these bytes and reads them back through `SnapshotRepository`, so the format and its
 checks are one: a blob whose header, length or checksum does not hold is refused with `SnapshotCorrupt`, naming
 where it is; a name is written at most once (`SnapshotExists`), atomically, so that a reader sees a whole
@@ -13,7 +15,7 @@ one. With a snapshot secret (`snapshot.secret_file`) the header also carries `hm
 HMAC-SHA256 of `SIGNATURE_DOMAIN || payload` (the payload names the snapshot, so a signed blob cannot be
 passed off under another name), and a node holding the secret reads only snapshots signed with it, whatever
 the repository's type. The master checks a restored snapshot's content as it checks the writes that could have
-made it, either way (`coordination.validation.restore_problem`, and the batch's size limits).
+made it, either way (`coordination.requests.snapshots.restore_problem`, and the batch's size limits).
 """
 
 from __future__ import annotations
@@ -26,35 +28,11 @@ from typing import Any
 
 import msgspec
 
+from coordinated.coordination.formats import newer_format_problem
 from coordinated.coordination.offline_recovery import UNSAFE_BOOTSTRAP_SETTING
-from coordinated.coordination.settings import Parsed, Setting
 from coordinated.coordination.state import ClusterState, KeyVersion, Long, Session
 from coordinated.coordination.validation import session_id_problem
-from coordinated.sidecar.peers.auth import parse_secret_file
-
-
-def parse_repo_paths(value: str) -> tuple[str, ...]:
-    """`path.repo`: a comma list of absolute directories that snapshot repositories may live under."""
-    paths = tuple(part.strip() for part in value.split(",") if part.strip())
-    for path in paths:
-        if not path.startswith("/"):
-            raise ValueError(f"[{path}] is not an absolute path")
-    return paths
-
-
-PATH_REPO: Setting[tuple[str, ...] | None] = Setting(
-    "path.repo",
-    Parsed(parse_repo_paths),
-    None,
-    "comma list of absolute directories that `fs` snapshot repositories may live under (none: snapshots are off)",
-)
-SNAPSHOT_SECRET_FILE: Setting[str | None] = Setting(
-    "snapshot.secret_file",
-    Parsed(parse_secret_file),
-    None,
-    "file with the snapshot secret (at least 16 bytes): snapshots are written signed (HMAC-SHA256) and only "
-    "snapshots signed with it are read",
-)
+from coordinated.release import installed_release
 
 MAGIC = b"COORDINATED-SNAPSHOT1"
 SIGNATURE_DOMAIN = b"coordinated snapshot v1\n"
@@ -67,6 +45,7 @@ class SnapshotFile(msgspec.Struct, frozen=True, kw_only=True):
     """The committed global state of one cluster-state version, and when it was taken."""
 
     format: int = FORMAT
+    release: str = ""  # the release that wrote it (none before 0.2.0)
     snapshot: str
     uuid: str
     cluster_name: str
@@ -92,6 +71,11 @@ class SnapshotCorrupt(SnapshotError):
     """The file exists but does not hold a whole, intact snapshot; the message names it."""
 
 
+class SnapshotNewer(SnapshotCorrupt):
+    """The file holds a snapshot of a format newer than this release reads; the message names the format and
+    the release that wrote it."""
+
+
 class SnapshotMissing(SnapshotError):
     pass
 
@@ -105,6 +89,14 @@ class RepositoryUnavailable(SnapshotError):
 
 
 _DECODER = msgspec.json.Decoder(SnapshotFile)
+
+
+class _FormatOnly(msgspec.Struct):
+    format: Any = FORMAT
+    release: Any = None
+
+
+_FORMAT_DECODER = msgspec.json.Decoder(_FormatOnly)
 _ENCODER = msgspec.json.Encoder(order="sorted")
 
 
@@ -119,6 +111,7 @@ def snapshot_of(state: ClusterState, name: str, start_ms: int, end_ms: int) -> S
         term=state.term,
         version=state.version,
         state_uuid=state.state_uuid,
+        release=installed_release(),
         start_time_in_millis=start_ms,
         end_time_in_millis=end_ms,
         kv=dict(state.kv),
@@ -167,6 +160,15 @@ def decode_snapshot(data: bytes, path: object, secret: bytes | None = None) -> S
                 f"snapshot file [{path}] is not signed with this node's [snapshot.secret_file]: made or changed "
                 "by someone without the secret"
             )
+    try:  # its format first: a newer one may hold what this release cannot decode
+        found = _FORMAT_DECODER.decode(payload)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        found = None
+    if found is not None:
+        writer = found.release if isinstance(found.release, str) else None
+        newer = newer_format_problem(f"snapshot file [{path}]", found.format, FORMAT, installed_release(), writer)
+        if newer is not None:
+            raise SnapshotNewer(newer)
     try:
         snapshot = _DECODER.decode(payload)
     except (msgspec.DecodeError, UnicodeDecodeError) as error:

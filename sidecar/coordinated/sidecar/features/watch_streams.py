@@ -39,27 +39,10 @@ from typing import Any, Literal
 
 import msgspec
 
-from coordinated.coordination.settings import size_setting, time_setting
 from coordinated.sidecar.features.change_log import ChangeLog, Step, WatchEvent, prefixes_touched
 
 log = logging.getLogger("coordinated.watch")
 
-# A streaming watch whose client leaves more than this unread ends (docs/applications.md, Watches).
-STREAM_BUFFER_SIZE = size_setting(
-    "watch.stream.buffer_size",
-    "1mb",
-    minimum="4kb",
-    maximum="256mb",
-    doc="unread bytes a streaming watch may leave in the node's buffer before the node ends it with a `closed` "
-    "line (the kernel's socket buffer of a stream is set to half this)",
-)
-STREAM_PROGRESS_INTERVAL = time_setting(
-    "watch.stream.progress_interval",
-    "10s",
-    minimum="100ms",
-    maximum="1h",
-    doc="how often an idle streaming watch gets a `progress` line",
-)
 
 Filter = Literal["put", "delete"] | None
 # The response header that tells a stream's client where the stream starts: every change after this version.

@@ -12,7 +12,7 @@ from cryptography import x509
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from coordinated.sidecar.peers.tls import TlsFiles
+from coordinated.sidecar.peers.tls_settings import TlsFiles
 
 log = logging.getLogger(__name__)
 METRIC = "coordinated_tls_certificate_expiry_timestamp_seconds"

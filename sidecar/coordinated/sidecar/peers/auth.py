@@ -36,8 +36,6 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from coordinated.coordination.settings import Parsed, Setting
-
 SIGNATURE_HEADER = "X-Coordinated-Signature"
 TIMESTAMP_HEADER = "X-Coordinated-Timestamp"
 MAX_CLOCK_SKEW_S = 300
@@ -46,26 +44,6 @@ FRAME_DOMAIN = b"coordinated transport frame v1\n"
 NONCE_BYTES = 16
 MAC_BYTES = 32
 REPLAY_CACHE_ENTRIES = 200_000  # ~660 signed POSTs a second sustained over the validity window
-
-
-def parse_secret_file(value: str) -> str:
-    # Read at startup so that a missing or empty secret stops the node instead of running unauthenticated.
-    path = Path(value)
-    try:
-        secret = path.read_bytes().strip()
-    except OSError as error:
-        raise ValueError(f"cannot read [{value}]: {error.strerror or error}") from None
-    if len(secret) < 16:
-        raise ValueError(f"the secret in [{value}] is shorter than 16 bytes")
-    return str(path)
-
-
-SECRET_FILE: Setting[str | None] = Setting(
-    "transport.secret_file",
-    Parsed(parse_secret_file),
-    None,
-    "file with the cluster secret (at least 16 bytes); enables transport authentication",
-)
 
 
 class TransportAuth:

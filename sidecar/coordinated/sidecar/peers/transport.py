@@ -27,6 +27,14 @@ only speaks v1 (an older version) is sent whole frames, as before.
 Receiving: the transport app serves the stream, the POST route (older senders during a rolling upgrade)
 and the connection watch (`watch_until_closed`).
 
+Versions: the stream's handshake carries the sender's release and wire version (`X-Coordinated-Release`,
+`X-Coordinated-Wire-Version`; release 0.1.0 sends neither, and is taken for wire version 1). A sender below
+this node's `MINIMUM_COMPATIBLE` is refused at the handshake (400), naming both versions, and both nodes show
+the refusal in their health. A frame this node cannot decode (a newer node's message type, or a request type
+or field it does not know) never closes the stream that carries it: the node is told (`on_undecodable`, which
+answers a forwarded request with a refusal its sender understands) and reads the next frame; it logs once per
+peer and kind, not per frame.
+
 TLS: with `transport.ssl.enabled` the listener is served with the mutual-TLS context of `tls` (in `cli`) and
 the sender connects with `https`/`wss`, presenting this node's certificate from `tls_client`, which is the
 newest one on disk for each new connection (see `tls`).
@@ -42,6 +50,7 @@ import os
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from typing import NamedTuple
 
 import aiohttp
 import msgspec
@@ -55,7 +64,7 @@ from coordinated.coordination.messages import (
     decode_envelope,
     encode_envelope,
 )
-from coordinated.coordination.settings import int_setting, size_setting, time_setting
+from coordinated.coordination.wire_versions import MINIMUM_COMPATIBLE, UNVERSIONED, NodeVersion, newest
 from coordinated.sidecar.peers.auth import (
     MAC_BYTES,
     MAX_CLOCK_SKEW_S,
@@ -80,6 +89,8 @@ from coordinated.sidecar.peers.tls import ReloadingContext, TrustRestrictions
 
 log = logging.getLogger("coordinated.transport")
 
+RELEASE_HEADER = "X-Coordinated-Release"
+WIRE_VERSION_HEADER = "X-Coordinated-Wire-Version"
 MESSAGE_PATH = "/_transport/message"
 STREAM_PATH = "/_transport/stream"
 WATCH_PATH = "/_transport/watch"
@@ -101,32 +112,6 @@ WARNING_INTERVAL_S = 10.0
 MAX_BURST = 256  # messages taken from a destination's queue at once
 JOIN_LIMIT = 256 * 1024  # bytes of frames joined into one socket write at most
 ENCODED_CACHE_SIZE = 512  # encoded bodies kept for reuse by the other destinations' tasks
-
-TRANSPORT_REQUEST_TIMEOUT = time_setting(
-    "transport.request_timeout", "10s", minimum="1ms", maximum="5m", doc="time to wait for a peer to open a stream"
-)
-TRANSPORT_CONNECT_TIMEOUT = time_setting(
-    "transport.connect_timeout", "1s", minimum="1ms", maximum="5m", doc="TCP connect timeout to a peer"
-)
-TRANSPORT_RETRIES = int_setting(
-    "transport.retries", 2, minimum=0, maximum=100, doc="retries when a message was certainly not delivered"
-)
-TRANSPORT_QUEUE_SIZE = int_setting(
-    "transport.queue_size",
-    10_000,
-    minimum=1,
-    maximum=10_000_000,
-    doc="per-destination send queue; messages beyond it are dropped",
-)
-# A smaller frame costs more frames per large state, a larger one more memory per connection.
-TRANSPORT_MAX_CHUNK_SIZE = size_setting(
-    "transport.max_chunk_size",
-    "1mb",
-    minimum="4kb",
-    maximum="64mb",
-    doc="largest frame on a peer stream; a larger message, such as a multi-MB full state, goes in chunks that the "
-    "receiver reassembles and verifies; set the same on every node (a node refuses frames over its own)",
-)
 
 
 async def _pause_before_retry(attempt: int) -> None:
@@ -299,8 +284,10 @@ class PeerSender:
         max_chunk_size: int = DEFAULT_MAX_CHUNK_SIZE,
         refusals: Refusals | None = None,
         trust: TrustRestrictions | None = None,
+        version: NodeVersion | None = None,
     ) -> None:
         self.local_address = local_address
+        self.version = version if version is not None else newest()  # sent on each stream's handshake
         self.trust = trust  # which certificates are nodes': messages go to no other peer
         self.refusals = refusals or Refusals()  # peers that refused this node, for health
         self.max_chunk_size = max_chunk_size
@@ -476,6 +463,7 @@ class PeerSender:
         url = f"{self.scheme}://{destination}{STREAM_PATH}"
         for attempt in range(self.retries + 1):
             headers = self.auth.sign_stream_handshake() if self.auth is not None else {}
+            headers |= version_headers(self.version)
             try:
                 ws = await self.session.ws_connect(
                     url,
@@ -687,12 +675,62 @@ def _receivers(request: web.Request, local_address: str) -> set[str]:
     return receivers
 
 
-def _refused(refusals: Refusals, request: web.Request, problem: str, status: int = 401) -> web.Response:
-    """A transport request refused for authentication: recorded for health, the reason in a header as well."""
+def _refused(
+    refusals: Refusals, request: web.Request, problem: str, status: int = 401, error_type: str = "security_exception"
+) -> web.Response:
+    """A transport request refused (for authentication, or the peer's version): recorded for health, the reason
+    in a header as well."""
     refusals.refused(request.remote or "?", problem, by_peer=False)
-    response = _error(status, "security_exception", problem)
+    response = _error(status, error_type, problem)
     response.headers[REFUSAL_HEADER] = problem
     return response
+
+
+def version_headers(version: NodeVersion) -> dict[str, str]:
+    return {RELEASE_HEADER: version.release, WIRE_VERSION_HEADER: str(version.wire)}
+
+
+def peer_version(headers: Mapping[str, str]) -> NodeVersion | str:
+    """The version a stream's handshake says the peer runs (none: release 0.1.0's), or why it cannot be read."""
+    wire, release = headers.get(WIRE_VERSION_HEADER), headers.get(RELEASE_HEADER, "")
+    if wire is None:
+        return UNVERSIONED
+    if not wire.isascii() or not wire.isdigit() or len(wire) > 9 or len(release) > 64:
+        return f"the {WIRE_VERSION_HEADER} header [{wire[:20]}] is not a wire version"
+    return NodeVersion(release or UNVERSIONED.release, int(wire))
+
+
+def too_old_problem(peer: NodeVersion, own: NodeVersion, minimum: int = MINIMUM_COMPATIBLE) -> str | None:
+    """Why a peer of this version is refused at the handshake (naming both versions), if it is."""
+    if peer.wire >= minimum:
+        return None
+    return (
+        f"the peer runs release {peer.describe()}, below wire version {minimum}, the oldest that this node "
+        f"(release {own.describe()}) talks to: upgrade the peer"
+    )
+
+
+class Undecodable(NamedTuple):
+    """What can be read of a frame that does not decode as a message: its sender, the message's type, and its
+    request id if it has one (None when not even that can be read)."""
+
+    sender: str
+    kind: str
+    request_id: int | None
+
+
+def read_undecodable(payload: bytes | bytearray | memoryview) -> Undecodable | None:
+    try:
+        raw = msgspec.json.decode(payload)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    message = raw.get("message") if isinstance(raw, dict) else None
+    sender = raw.get("sender") if isinstance(raw, dict) else None
+    if not isinstance(message, dict) or not isinstance(sender, str) or not isinstance(message.get("type"), str):
+        return None
+    request_id = message.get("request_id")
+    kind = str(message["type"])[:64]
+    return Undecodable(sender[:300], kind, request_id if isinstance(request_id, int) and request_id >= 0 else None)
 
 
 def transport_app(
@@ -704,11 +742,17 @@ def transport_app(
     refusals: Refusals | None = None,
     local_address: str = "",
     trust: TrustRestrictions | None = None,
+    version: NodeVersion | None = None,
+    on_undecodable: Callable[[Undecodable, str], None] | None = None,
+    minimum_wire_version: int = MINIMUM_COMPATIBLE,
 ) -> web.Application:
     """`max_body`: the largest message, whole (a POST) or reassembled from chunks; `max_chunk_size`: the
     largest frame of a stream, besides the chunk header and MAC; `current_term`: the node's term, below which
     a chunked publication is dropped before it is buffered; `local_address`: this node's published transport
-    address, which a signed POST must name as its receiver."""
+    address, which a signed POST must name as its receiver; `version`: this node's, and `minimum_wire_version`
+    the oldest wire version it takes streams from; `on_undecodable`: told of each frame that does not decode as
+    a message but names its sender and type (with the decoder's complaint)."""
+    own = version if version is not None else newest()
     warnings = _RateLimitedWarnings()
     refused = refusals or Refusals()  # peers this node refused, for health
     replays = ReplayCache()
@@ -748,6 +792,11 @@ def transport_app(
             if problem is not None:
                 warnings.warn("stream 401", "refused a stream from %s: %s", peer, problem)
                 return _refused(refused, request, problem)
+        peer_runs = peer_version(request.headers)
+        problem = peer_runs if isinstance(peer_runs, str) else too_old_problem(peer_runs, own, minimum_wire_version)
+        if problem is not None:
+            warnings.warn(f"version {peer}", "refused a stream from %s: %s", peer, problem)
+            return _refused(refused, request, problem, status=400, error_type="illegal_state_exception")
         wanted = _HMAC_PROTOCOLS if auth is not None else _PLAIN_PROTOCOLS
         offered = _offered_protocols(request)
         protocol = next((candidate for candidate in wanted if candidate in offered), None)
@@ -774,7 +823,7 @@ def transport_app(
                 mac = auth.stream_mac(nonce)
                 await ws.send_bytes(nonce)
             reassembler = Reassembler(max_body, current_term) if protocol in _CHUNKED_PROTOCOLS else None
-            await _serve_stream(ws, mac, peer, on_message, warnings, reassembler)
+            await _serve_stream(ws, mac, peer, on_message, warnings, reassembler, on_undecodable)
         except (ConnectionError, aiohttp.ClientError) as error:
             log.debug("stream from %s: %r", peer, error)
         finally:
@@ -826,11 +875,14 @@ async def _serve_stream(
     on_message: Callable[[str, Message], None],
     warnings: _RateLimitedWarnings,
     reassembler: Reassembler | None = None,
+    on_undecodable: Callable[[Undecodable, str], None] | None = None,
 ) -> None:
-    """Pass each frame's envelope to `on_message`, in order, until the stream ends or a frame is bad. With a
-    `reassembler` (v2), chunk frames are collected and their message passed on once whole and verified."""
+    """Pass each frame's envelope to `on_message`, in order, until the stream ends or a frame fails its MAC.
+    With a `reassembler` (v2), chunk frames are collected and their message passed on once whole and verified.
+    A frame that does not decode goes to `on_undecodable` when its sender and type can be read, and the next
+    frame is read either way: one message this node does not know never costs the others on the stream."""
     try:
-        await _serve_frames(ws, mac, peer, on_message, warnings, reassembler)
+        await _serve_frames(ws, mac, peer, on_message, warnings, reassembler, on_undecodable)
     finally:
         if reassembler is not None:
             _log_discarded(warnings, peer, reassembler.close())
@@ -848,6 +900,7 @@ async def _serve_frames(
     on_message: Callable[[str, Message], None],
     warnings: _RateLimitedWarnings,
     reassembler: Reassembler | None,
+    on_undecodable: Callable[[Undecodable, str], None] | None = None,
 ) -> None:
     while True:
         msg = await ws.receive()
@@ -870,9 +923,14 @@ async def _serve_frames(
             try:
                 envelope = decode_envelope(payload)  # type: ignore[arg-type]  # msgspec takes any buffer
             except (msgspec.ValidationError, msgspec.DecodeError) as error:
-                warnings.warn("undecodable", "closing the stream from %s: undecodable envelope: %s", peer, error)
-                await ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=b"undecodable envelope")
-                return
+                undecodable = read_undecodable(payload)
+                if undecodable is not None and on_undecodable is not None:
+                    on_undecodable(undecodable, str(error))  # logs once per peer and kind itself
+                else:
+                    warnings.warn(
+                        f"undecodable {peer}", "dropped a frame from %s that is not a message: %s", peer, error
+                    )
+                continue
             if claimed is not None:
                 mismatch = header_mismatch(envelope.message, claimed.term, claimed.version)
                 if mismatch is not None:

@@ -25,19 +25,6 @@ from collections.abc import Callable
 from typing import Protocol
 
 from coordinated.coordination.effects import Effect
-from coordinated.coordination.settings import choice_setting
-
-# Measured slower on a 2-core machine with a fast disk (`python -m bench peers --ab persistence.sync=background`),
-# hence `inline` by default.
-PERSISTENCE_SYNC = choice_setting(
-    "persistence.sync",
-    "inline",
-    ("background", "inline"),
-    doc="where the durable store's fsync runs: `inline` (on the event loop; each term or accepted-state write is "
-    "durable when it returns) or `background` (a worker thread with group commit: every message, reply and apply "
-    "that follows a write waits for one fsync covering it; a failed fsync silences the node until it is "
-    "restarted); `python -m bench peers --ab persistence.sync=background` is the A/B",
-)
 
 log = logging.getLogger("coordinated.node")
 

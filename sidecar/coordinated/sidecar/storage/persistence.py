@@ -40,6 +40,7 @@ from coordinated.coordination.recovery import (
 )
 from coordinated.coordination.state import ClusterState, Derivations, initial_state
 from coordinated.sidecar.events.history import summarize_history
+from coordinated.sidecar.events.history_read import HistoryNewer
 from coordinated.sidecar.storage.durable_files import DataDirError, atomic_write, fsync_dir, read_checked
 from coordinated.sidecar.storage.file_watch import FileWatch
 from coordinated.sidecar.storage.slot_files import LEGACY_STATE_FILE, SLOT_FILES, StateFile, read_legacy, read_slot
@@ -49,6 +50,7 @@ from coordinated.sidecar.storage.state_store import (
     StorageWriteError,
     StoreCorrupt,
     StoredRecord,
+    StoreNewer,
     connect,
     crash_point,
     create_database,
@@ -96,6 +98,8 @@ def _read_database(path: Path, cluster_name: str) -> tuple[SlotReading, StoredRe
     try:
         conn = connect(path, read_only=True)
         stored = read_record(conn)
+    except StoreNewer as newer:
+        raise DataDirError(StoreNewer.describe(name, newer.found)) from None
     except (sqlite3.Error, StoreCorrupt) as error:
         return SlotReading(name, "damaged", str(error)), None
     finally:
@@ -123,7 +127,10 @@ def _survey(data_dir: Path, cluster_name: str) -> _Survey:
     if hooks.exists():
         others.append(f"[{hooks}] holds registered hooks")
     node_id = _read_node_id(node_id_path)
-    history = summarize_history(data_dir / HISTORY_DIR)
+    try:
+        history = summarize_history(data_dir / HISTORY_DIR)
+    except HistoryNewer as newer:
+        raise DataDirError(str(newer)) from None
 
     def view(slots: tuple[SlotReading, ...], legacy: SlotReading | None = None) -> StorageView:
         return StorageView(

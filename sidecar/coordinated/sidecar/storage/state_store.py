@@ -20,6 +20,14 @@ Earlier formats are read as they are, and their first write rewrites every row i
 kept the version and uuids in the `state` row (rewritten on every write), format 2 the sessions and which keys
 are ephemeral (rewritten, whole, on every change of a session: about 1 MB a time with 10,000 sessions).
 
+Format 4 (release 0.2.0) is format 3 whose `state` row holds fields that release 0.1.0 does not know and would
+drop on loading them (`feature_gates.STATE_FIELD_GATES`: the nodes' versions, once the cluster's version has
+moved to 0.2.0). A state without them is written in format 3, which 0.1.0 reads, so a node of a cluster that has
+not moved yet can be rolled back. Its `format` value is a label that names the release that wrote it
+(`formats.label`): release 0.1.0 refuses a format it does not know by printing that value, so its refusal
+names the release to run instead. A format newer than this release knows is refused before anything else is
+decoded (`StoreNewer`), and nothing is written.
+
 The database is in WAL mode with `synchronous=FULL`: a commit returns once its WAL frames are fsynced, and a
 crash in the middle of a commit leaves frames whose checksums fail, which SQLite discards at the next open, so
 the database holds the last commit or the one before, never a mix. Rows carry a CRC32 of their key and bytes,
@@ -48,6 +56,9 @@ from typing import Any
 
 import msgspec
 
+from coordinated.coordination.feature_gates import STATE_FIELD_GATES
+from coordinated.coordination.formats import label, newer_format_problem
+from coordinated.coordination.formats import parse as parse_format
 from coordinated.coordination.state import (
     ClusterState,
     Derivations,
@@ -57,10 +68,13 @@ from coordinated.coordination.state import (
     decode_state,
     encode_state,
 )
+from coordinated.release import installed_release
 
 DB_FILE = "coordination-state.db"
-FORMAT = "3"
-READABLE_FORMATS = ("1", "2", FORMAT)
+FORMAT = "3"  # of a state without gated fields: what release 0.1.0 reads
+GATED_FORMAT = 4  # of a state with gated fields, first written (and read) by GATED_FORMAT_RELEASE
+GATED_FORMAT_RELEASE = "0.2.0"
+NEWEST_FORMAT = GATED_FORMAT  # the newest this release reads
 # The fields that every new state changes: kept in the `coordination` row (format 2), so that the `state` row
 # is rewritten only when the rest of the state changes.
 PER_STATE_FIELDS = ("version", "state_uuid", "parent_uuid")
@@ -88,6 +102,19 @@ _SCHEMA = (
 
 class StoreCorrupt(Exception):
     """The database cannot be read back as a record; the message says what is wrong."""
+
+
+class StoreNewer(Exception):
+    """The database is of a format newer than this release reads (`found`, its format value); `describe` names
+    it and the release that wrote it. Nothing was written."""
+
+    def __init__(self, found: object) -> None:
+        super().__init__(self.describe("the database", found))
+        self.found = found
+
+    @staticmethod
+    def describe(what: str, found: object) -> str:
+        return newer_format_problem(what, found, NEWEST_FORMAT, installed_release()) or f"{what}: format [{found}]"
 
 
 class StorageWriteError(OSError):
@@ -123,6 +150,25 @@ _ENCODER = msgspec.json.Encoder(order="sorted")
 _ROW_DECODER = msgspec.json.Decoder(_KeyRow)
 _SESSION_DECODER = msgspec.json.Decoder(Session)
 _COORDINATION_DECODER = msgspec.json.Decoder(_Coordination)
+
+
+class _FormatOnly(msgspec.Struct):
+    format: Any = None
+
+
+_FORMAT_DECODER = msgspec.json.Decoder(_FormatOnly)
+
+
+def format_of(state: ClusterState) -> str:
+    """The format a state is written in: FORMAT, or the gated format's label once it holds a gated field."""
+    if all(getattr(state, name) is msgspec.UNSET for name in STATE_FIELD_GATES):
+        return FORMAT
+    return label(GATED_FORMAT, installed_release(), GATED_FORMAT_RELEASE)
+
+
+def format_number(value: str) -> int:
+    number = parse_format(value)[0]
+    return number if number is not None else 0
 
 
 def _crc(key: bytes, value: bytes) -> int:
@@ -215,6 +261,12 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
         meta[name] = value
     if "coordination" not in meta or "state" not in meta:
         raise StoreCorrupt(f"missing rows: expected [coordination] and [state], found {sorted(meta)}")
+    try:  # the format first: a newer one may hold what this release cannot decode
+        found = _FORMAT_DECODER.decode(meta["coordination"]).format
+    except (msgspec.MsgspecError, RecursionError):
+        found = None
+    if found is not None and newer_format_problem("", found, NEWEST_FORMAT, "") is not None:
+        raise StoreNewer(found)
     try:
         coordination = _COORDINATION_DECODER.decode(meta["coordination"])
         rest = decode_state(meta["state"])
@@ -222,11 +274,10 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
         raise StoreCorrupt(f"cannot decode: {error}") from None
     except RecursionError:
         raise StoreCorrupt("cannot decode: nested too deeply") from None
-    if coordination.format not in READABLE_FORMATS:
-        raise StoreCorrupt(
-            f"unknown format [{coordination.format}] (this version reads formats {list(READABLE_FORMATS)})"
-        )
-    if coordination.format != "1":
+    number = format_number(coordination.format)
+    if number < 1:
+        raise StoreCorrupt(f"unknown format [{coordination.format}] (this version reads formats 1 to {NEWEST_FORMAT})")
+    if number != 1:
         rest = rest.replace(**{name: getattr(coordination, name) for name in PER_STATE_FIELDS})
     kv: dict[str, Any] = {}
     kv_versions: dict[str, KeyVersion] = {}
@@ -241,7 +292,7 @@ def read_record(conn: sqlite3.Connection) -> StoredRecord:
             kv_sessions[key] = row.session
     fields: dict[str, Any] = {"kv": kv, "kv_versions": kv_versions}
     session_crcs: dict[str, int] = {}
-    if coordination.format == FORMAT:  # earlier formats keep the sessions in the `state` row
+    if number >= 3:  # earlier formats keep the sessions in the `state` row
         summary = (coordination.sessions_count, coordination.sessions_crc_sum)
         sessions = dict(_checked_rows(conn, "sessions", session_crcs, summary, _SESSION_DECODER))
         fields.update(sessions=sessions, kv_sessions=kv_sessions)
@@ -436,7 +487,7 @@ class StateStore:
         self._sessions = _Rows("sessions", "id", record.session_crcs, session_sum)
         # After a failed write, what reached the disk is unknown: the next write rewrites every row. A database
         # of an earlier format is rewritten whole in this one by the first write.
-        self._full_write_needed = record.format != FORMAT
+        self._full_write_needed = format_number(record.format) < 3
         self.bytes_written = 0
         self.writes = 0
 
@@ -466,7 +517,7 @@ class StateStore:
                         written += len(rest)
                 coordination = _ENCODER.encode(
                     _Coordination(
-                        FORMAT,
+                        format_of(state),
                         self.node_id,
                         generation,
                         term,

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from coordinated.coordination.client import TxnCompare, TxnOp
+from coordinated.coordination.requests.transactions import TxnCompare, TxnOp
 
 Omitted = msgspec.UnsetType  # a field an answer has only in some cases
 
@@ -81,6 +81,19 @@ class RestoreBody(msgspec.Struct, forbid_unknown_fields=True):
 # -- answers ------------------------------------------------------------------------------------------------
 
 
+class VersionAnswer(msgspec.Struct):
+    """A node's release (`number`, as `coordinated --version` prints it) and wire version."""
+
+    number: str
+    wire_version: int
+
+
+class OwnVersionAnswer(msgspec.Struct):
+    number: str
+    wire_version: int
+    minimum_wire_compatibility_version: int  # the oldest wire version this node talks to
+
+
 class NodeInfo(msgspec.Struct):
     name: str
     node_id: str
@@ -89,6 +102,7 @@ class NodeInfo(msgspec.Struct):
     transport_address: str
     mode: str  # `leader`, `follower` or `candidate`
     term: int
+    version: OwnVersionAnswer
     tagline: str
 
 
@@ -123,6 +137,9 @@ class HealthAnswer(msgspec.Struct):
     mode: str
     term: int
     version: int
+    cluster_version: VersionAnswer  # the lowest among the nodes and voters (an unknown one counts as 0.1.0)
+    node_versions: dict[str, VersionAnswer | None]  # by node name; null: not known to this node
+    features: dict[str, bool]  # each feature added since the first release: on once every node has it
 
 
 class MasterRow(msgspec.Struct):
@@ -130,6 +147,17 @@ class MasterRow(msgspec.Struct):
     host: str
     ip: str
     node: str
+
+
+class NodeRow(msgspec.Struct, rename={"node_role": "node.role"}):
+    id: str
+    name: str
+    ip: str
+    transport_address: str
+    node_role: str  # `m` (master-eligible) or `-`
+    master: str  # `*` for the master, else `-`
+    version: str | None  # the node's release; null when this node does not know it
+    wire_version: int | None
 
 
 class PrevKey(msgspec.Struct):

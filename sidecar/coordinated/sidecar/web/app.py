@@ -17,7 +17,7 @@ from coordinated.sidecar.node import Node
 from coordinated.sidecar.web.access import Tokens, access_middleware
 from coordinated.sidecar.web.app_keys import DOCUMENT_KEY, NODE_KEY
 from coordinated.sidecar.web.errors import errors_middleware
-from coordinated.sidecar.web.http_server import MAX_CONTENT_LENGTH
+from coordinated.sidecar.web.http_settings import MAX_CONTENT_LENGTH
 from coordinated.sidecar.web.inputs import NO_PARAMS, check_params
 from coordinated.sidecar.web.openapi import document_bytes
 from coordinated.sidecar.web.privileges import Privilege
@@ -80,6 +80,13 @@ def client_app(node: Node, tokens: Tokens | None = None) -> web.Application:
     document: Callable[[], bytes] = document_bytes
     app[DOCUMENT_KEY] = document
     served.register(app.router)
+
+    async def end_waits(app: web.Application) -> None:
+        # Before the server waits for its open requests to finish: streaming watches and long-polls end now, or
+        # a node with a watcher connected would take the server's whole shutdown timeout to stop.
+        node.close_client_waits()
+
+    app.on_shutdown.append(end_waits)
     return app
 
 

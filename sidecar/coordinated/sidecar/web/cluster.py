@@ -9,16 +9,17 @@ from typing import Any
 
 from aiohttp import web
 
-from coordinated.coordination.client import (
+from coordinated.coordination.client import ClusterError, Committed
+from coordinated.coordination.node_versions import version_to_api, versions_to_api
+from coordinated.coordination.requests.cluster import (
     AddVotingConfigExclusions,
     ClearVotingConfigExclusions,
-    ClusterError,
-    Committed,
     UpdateSettings,
 )
 from coordinated.coordination.settings import CLUSTER_NAME
 from coordinated.coordination.state import state_to_api
 from coordinated.coordination.validation import settings_problem
+from coordinated.coordination.wire_versions import MINIMUM_COMPATIBLE
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.observability.problems import RED, YELLOW, ProblemKind
 from coordinated.sidecar.web import api_types as t
@@ -56,7 +57,15 @@ routes = Routes()
 _WAIT_FOR_NODES = re.compile(r"^(>=|<=|>|<|ge\(|le\(|gt\(|lt\()?(\d+)\)?$")
 
 
-@routes.add(Route("GET", "/", "This node's name, id, cluster, mode and term.", Privilege.MONITOR, t.NodeInfo))
+@routes.add(
+    Route(
+        "GET",
+        "/",
+        "This node's name, id, cluster, mode, term, release and wire version.",
+        Privilege.MONITOR,
+        t.NodeInfo,
+    )
+)
 async def root(request: web.Request, query: Query) -> web.StreamResponse:
     node = node_of(request)
     assert node.coordinator is not None
@@ -70,6 +79,7 @@ async def root(request: web.Request, query: Query) -> web.StreamResponse:
             "transport_address": node.local_node.transport_address,
             "mode": str(core.mode),
             "term": core.term,
+            "version": version_to_api(core.versions.version, minimum_wire_compatibility_version=MINIMUM_COMPATIBLE),
             "tagline": "You Know, for Coordination",
         }
     )
@@ -173,6 +183,7 @@ def health_body(node: Node) -> dict[str, Any]:
         "mode": str(core.mode),
         "term": core.term,
         "version": state.version,
+        **versions_to_api(core.versions, state),
     }
 
 
@@ -262,6 +273,60 @@ async def cat_master(request: web.Request, query: Query) -> web.StreamResponse:
         return web.json_response([row])
     header_line = "id host ip node\n" if header else ""
     return web.Response(text=f"{header_line}{row['id']} {row['host']} {row['ip']} {row['node']}\n")
+
+
+@routes.add(
+    Route(
+        "GET",
+        "/_cat/nodes",
+        "The nodes as rows, with their roles, the master, and each node's release and wire version: `format=json` "
+        "for JSON, otherwise a line of text per node.",
+        Privilege.MONITOR,
+        list[t.NodeRow],
+        or_text=True,
+        params=(
+            Param("format", {"type": "string", "enum": ["json", "text"]}, "json, or text (the default)"),
+            Param("v", BOOLEAN, "with a header line (text)"),
+            Param("h", {"type": "string"}, "accepted and ignored"),
+            LOCAL,
+        ),
+        errors=(400,),
+    )
+)
+async def cat_nodes(request: web.Request, query: Query) -> web.StreamResponse:
+    """The nodes of this node's applied state, with their roles, the master, and each one's release and wire
+    version (as this node knows them: `-` when it does not)."""
+    param_bool(query, "local", False)  # the answer is this node's applied state either way
+    header = param_bool(query, "v", False)
+    fmt = query.get("format", "text")
+    if fmt not in ("json", "text"):
+        raise BadRequest(f"unsupported format [{fmt}]; use json or text")
+    node = node_of(request)
+    assert node.coordinator is not None
+    versions = node.coordinator.status().versions.node_versions
+    state = node.applied_state
+    rows = []
+    for node_id, member in sorted(state.nodes.items(), key=lambda item: item[1].name):
+        version = versions.get(node_id)
+        host = member.transport_address.rpartition(":")[0].strip("[]")
+        rows.append(
+            {
+                "id": node_id,
+                "name": member.name,
+                "ip": host,
+                "transport_address": member.transport_address,
+                "node.role": "m" if member.master_eligible else "-",
+                "master": "*" if node_id == state.master_node else "-",
+                "version": version.release if version is not None else None,
+                "wire_version": version.wire if version is not None else None,
+            }
+        )
+    if fmt == "json":
+        return web.json_response(rows)
+    columns = ("id", "name", "ip", "node.role", "master", "version", "wire_version")
+    lines = [" ".join(columns)] if header else []
+    lines += [" ".join("-" if row[column] is None else str(row[column]) for column in columns) for row in rows]
+    return web.Response(text="".join(line + "\n" for line in lines))
 
 
 @routes.add(

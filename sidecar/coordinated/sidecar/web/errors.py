@@ -12,7 +12,8 @@ from aiohttp import web
 
 from coordinated.coordination.client import ClusterError, error_body
 from coordinated.sidecar.web.app_keys import NODE_KEY
-from coordinated.sidecar.web.http_server import BODY_TIMEOUT_S, MAX_CONTENT_LENGTH
+from coordinated.sidecar.web.http_server import BODY_TIMEOUT_S
+from coordinated.sidecar.web.http_settings import MAX_CONTENT_LENGTH
 
 log = logging.getLogger("coordinated.api")
 

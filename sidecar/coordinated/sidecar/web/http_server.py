@@ -24,8 +24,6 @@ from aiohttp.http_exceptions import LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from coordinated.coordination.settings import size_setting
-
 log = logging.getLogger("coordinated.api")
 
 MAX_LINE_BYTES = 8190
@@ -33,13 +31,6 @@ MAX_HEADERS = 100
 IDLE_TIMEOUT_S = 60.0
 BODY_TIMEOUT_S = 30.0
 LINGER_S = 1.0  # after answering a request whose body was not read in full, how long to drain the rest
-MAX_CONTENT_LENGTH = size_setting(
-    "http.max_content_length",
-    "1mb",
-    minimum="1kb",
-    maximum="512mb",
-    doc="client request body limit (413 beyond it)",
-)
 
 
 def error_body(error_type: str, reason: str, status: int) -> dict[str, Any]:

@@ -7,22 +7,11 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from coordinated.coordination.client import (
-    MAX_PREFIX_DELETE,
-    ClusterError,
-    Committed,
-    KvDelete,
-    KvDeletePrefix,
-    KvGet,
-    KvPut,
-    PrevKey,
-    ReadValue,
-    Txn,
-    TxnOpResult,
-    TxnResult,
-)
+from coordinated.coordination.client import ClusterError, Committed, PrevKey, ReadValue, TxnOpResult, TxnResult
 from coordinated.coordination.ranges import DEFAULT_RANGE_LIMIT, MAX_RANGE_LIMIT, RangePage
-from coordinated.coordination.validation import txn_problem, value_problem
+from coordinated.coordination.requests.keys import MAX_PREFIX_DELETE, KvDelete, KvDeletePrefix, KvGet, KvPut
+from coordinated.coordination.requests.transactions import Txn, txn_problem
+from coordinated.coordination.validation import value_problem
 from coordinated.sidecar.features.listings import ListingGone
 from coordinated.sidecar.web import api_types as t
 from coordinated.sidecar.web.app_keys import node_of

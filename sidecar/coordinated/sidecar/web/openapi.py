@@ -12,15 +12,16 @@ docs/openapi.json:
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+import click
 import msgspec
 
+from coordinated.programs import run_program
 from coordinated.sidecar.web import api_types as t
 from coordinated.sidecar.web.privileges import Role
 from coordinated.sidecar.web.route_table import ENDPOINTS
@@ -184,20 +185,23 @@ def render() -> str:
     return json.dumps(build_document(), indent=2, sort_keys=False) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/openapi.json is out of date")
-    parser.add_argument("--out", type=Path, default=DOC, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+@click.command(help=__doc__.splitlines()[0] if __doc__ else None)
+@click.option("--check", is_flag=True, help="exit 1 if docs/openapi.json is out of date")
+@click.option("--out", type=click.Path(path_type=Path), default=DOC, hidden=True)
+def generate(check: bool, out: Path) -> int:
     text = render()
-    current = args.out.read_text() if args.out.exists() else ""
+    current = out.read_text() if out.exists() else ""
     if current == text:
         return 0
-    if args.check:
-        print(f"{args.out} is out of date: run python -m coordinated.sidecar.web.openapi", file=sys.stderr)
+    if check:
+        print(f"{out} is out of date: run python -m coordinated.sidecar.web.openapi", file=sys.stderr)
         return 1
-    args.out.write_text(text)
+    out.write_text(text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_program(generate, argv, "python -m coordinated.sidecar.web.openapi")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ import asyncio
 
 from aiohttp import web
 
-from coordinated.coordination.client import ClusterError, Committed, ReadBarrier
+from coordinated.coordination.client import ClusterError, Committed
+from coordinated.coordination.requests.keys import ReadBarrier
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.web.errors import error_response, master_not_discovered, result_error
 

@@ -7,17 +7,16 @@ from typing import Any
 
 from aiohttp import web
 
-from coordinated.coordination.client import (
-    ClusterError,
-    Committed,
+from coordinated.coordination.client import ClusterError, Committed, SessionInfo
+from coordinated.coordination.requests.sessions import (
     SessionCreate,
     SessionEnd,
-    SessionInfo,
     SessionKeepAlive,
+    session_create_problem,
 )
 from coordinated.coordination.settings import parse_time_ms
 from coordinated.coordination.state import session_binding_to_api
-from coordinated.coordination.validation import session_create_problem, session_id_problem
+from coordinated.coordination.validation import session_id_problem
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.web import api_types as t
 from coordinated.sidecar.web.app_keys import node_of

@@ -17,29 +17,30 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from coordinated.coordination.client import (
-    ClusterError,
+from coordinated.coordination.client import ClusterError
+from coordinated.coordination.history import EventType, HistoryEvent
+from coordinated.coordination.object_names import parse_base_path
+from coordinated.coordination.requests.snapshots import (
     DeleteRepository,
     PutRepository,
     RestoreSnapshot,
+    repository_problem,
 )
-from coordinated.coordination.history import EventType, HistoryEvent
-from coordinated.coordination.object_names import parse_base_path
 from coordinated.coordination.state import ClusterState, Repository
 from coordinated.coordination.state_events import state_event
-from coordinated.coordination.validation import repository_problem, snapshot_name_problem
+from coordinated.coordination.validation import snapshot_name_problem
+from coordinated.s3.s3_settings import DEFAULT_CLIENT, S3ClientSettings, client_names
 from coordinated.sidecar.features import snapshots
 from coordinated.sidecar.features.snapshot_fs import FsRepository, location_problem
 from coordinated.sidecar.features.snapshot_s3 import S3Repository
+from coordinated.sidecar.features.snapshot_settings import PATH_REPO
 from coordinated.sidecar.features.snapshots import (
-    PATH_REPO,
     RepositoryUnavailable,
     SnapshotCorrupt,
     SnapshotFile,
     SnapshotRepository,
 )
 from coordinated.sidecar.node import Node
-from coordinated.sidecar.s3.s3_settings import DEFAULT_CLIENT, S3ClientSettings, client_names
 from coordinated.sidecar.web import api_types as t
 from coordinated.sidecar.web.app_keys import node_of
 from coordinated.sidecar.web.errors import BadRequest, error_response, result_error
@@ -400,6 +401,8 @@ async def _read(node: Node, repository: SnapshotRepository, repo: str, snap: str
         return await repository.read(snap, node.snapshot_secret)
     except snapshots.SnapshotMissing:
         return _missing_snapshot(repo, snap)
+    except snapshots.SnapshotNewer as error:  # written by a newer release: not damaged, and not for this one
+        return error_response("snapshot_restore_exception", f"[{repo}:{snap}] {error}", 400)
     except SnapshotCorrupt as error:
         return error_response("corrupt_state_exception", f"[{repo}:{snap}] {error}", 500)
     except RepositoryUnavailable as error:

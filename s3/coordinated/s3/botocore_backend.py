@@ -18,8 +18,8 @@ from aiobotocore.session import AioSession
 from botocore.credentials import CredentialProvider
 from botocore.exceptions import BotoCoreError, ClientError
 
-from coordinated.sidecar.s3.object_errors import ObjectExists, ObjectMissing, ObjectStoreError
-from coordinated.sidecar.s3.s3_settings import (
+from coordinated.s3.object_errors import ObjectExists, ObjectMissing, ObjectStoreError
+from coordinated.s3.s3_settings import (
     ACCESS_KEY,
     SECRET_KEY,
     SESSION_TOKEN,

@@ -1,29 +1,26 @@
-"""The `coordinated` command: one entry point for the sidecar, the demo, the audit job, the operator and the
-command-line client.
+"""The `coordinated` command: the command-line client, and the programs of every deployable.
 
-Each subcommand lives in its own package and is imported lazily, so that running a node never imports
-pyspark or kopf. The programs that parse their own arguments (`node`, `audit`, ...) get the rest of the
-command line as it is; the client's commands (`kv`, `lock`, `endpoint`, ...) are click groups, which give
-their help, their exit codes and shell completion (`coordinated completion bash|zsh|fish`).
+The command-line client's commands (`kv`, `lock`, `endpoint`, ...: `coordinated.ctl`) are this command's own,
+listed below and imported only when they run, so that `coordinated kv get` starts fast: it imports no other
+deployable, nor the package metadata. Every other program (`node`, `audit`, `operator`, ...) is registered by
+its own distribution in the entry-point group `coordinated.commands` (see `coordinated.programs`), and looked up
+only for a name that is not the client's, for the listing of `--help` and for shell completion; this command
+names none of them.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-# subcommand -> (module exposing `main(argv) -> int`, one-line help): programs with their own parsers.
-PROGRAMS: dict[str, tuple[str, str]] = {
-    "node": ("coordinated.sidecar.cli", "run one sidecar node in the foreground"),
-    "demo": ("coordinated.tools.demo", "run a local multi-node cluster demo, then audit it"),
-    "node-tool": ("coordinated.sidecar.node_tool", "recover a stopped node after a quorum loss (unsafe-bootstrap)"),
-    "audit": ("coordinated.audit.cli", "audit history files against the protocol's safety invariants"),
-    "operator": ("coordinated.operator.cli", "run the Kopf operator for CoordinatedCluster resources"),
-    "simulate": ("coordinated.simulation.cli", "run the deterministic simulator"),
-}
+from coordinated.programs import COMMAND_GROUP
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
 
 # subcommand -> (module, attribute: a click command, one-line help): the command-line client (docs/cli.md).
 CLIENT_COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -48,50 +45,65 @@ CLIENT_COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+def registered_programs() -> dict[str, EntryPoint]:
+    """The programs that installed distributions register, by name (a client command's name is the client's)."""
+    from importlib.metadata import entry_points  # late: the metadata is slow to import, and kv get needs none
+
+    found: dict[str, EntryPoint] = {}
+    for entry in entry_points(group=COMMAND_GROUP):
+        if entry.name not in CLIENT_COMMANDS:
+            found.setdefault(entry.name, entry)
+    return found
+
+
+def load_program(entry: EntryPoint) -> click.Command:
+    command = entry.load()
+    if not isinstance(command, click.Command):
+        raise click.ClickException(f"entry point [{entry.name} = {entry.value}] of {COMMAND_GROUP} is not a command")
+    return command
+
+
 class LazyGroup(click.Group):
     """Imports a subcommand's module only when that subcommand runs (or when completion or help needs it)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [*PROGRAMS, *CLIENT_COMMANDS]
+        return [*registered_programs(), *CLIENT_COMMANDS]
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name in PROGRAMS:
-            return program_command(name)
         if name in CLIENT_COMMANDS:
             module, attribute, _ = CLIENT_COMMANDS[name]
             command = getattr(importlib.import_module(module), attribute)
             assert isinstance(command, click.Command)
             return command
-        return None
+        entry = registered_programs().get(name)
+        return load_program(entry) if entry is not None else None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        # The listing from the tables above, without importing every module.
-        rows = [(name, text) for name, (_, text) in PROGRAMS.items()]
+        # The client's from the table above, without importing them; each program's from its light command.
+        rows = [(name, load_program(entry).get_short_help_str()) for name, entry in registered_programs().items()]
         rows += [(name, text) for name, (_, _, text) in CLIENT_COMMANDS.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
 
-def program_command(name: str) -> click.Command:
-    """A subcommand that hands the rest of the command line to a program's own `main(argv)`."""
-    module_name, help_text = PROGRAMS[name]
+def print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from coordinated.release import describe
 
-    def run(args: tuple[str, ...]) -> None:
-        module = importlib.import_module(module_name)
-        raise click.exceptions.Exit(int(module.main(list(args)) or 0))
-
-    return click.Command(
-        name,
-        callback=run,
-        params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
-        help=help_text,
-        short_help=help_text,
-        add_help_option=False,
-        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-    )
+    click.echo(describe())
+    ctx.exit()
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=print_version,
+    help="Print the release and wire version of this installation, and exit.",
+)
 def cli() -> None:
     """The `coordinated` command: nodes, tools and the command-line client (docs/cli.md)."""
 

@@ -1,6 +1,6 @@
-"""The settings of S3 clients and of the history archive, with Elasticsearch's repository-s3 names.
+"""The settings of S3 clients, with Elasticsearch's repository-s3 names.
 
-`s3.client.NAME.*` describe how to reach one S3-compatible service; the history archive
+`s3.client.NAME.*` describe how to reach one S3-compatible service; the sidecar's history archive
 (`history.archive.s3.client`) and each `s3` snapshot repository (its `client` setting) name the client they use.
 Credentials are never settings: they come from the standard AWS sources (the environment, a web-identity token,
 the file that `s3.client.NAME.credentials_file` names). A credential given as a setting stops the node with a
@@ -12,28 +12,30 @@ from __future__ import annotations
 import configparser
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 
-from coordinated.coordination.object_names import parse_base_path, parse_bucket, parse_client_name
 from coordinated.coordination.settings import (
     AFFIX,
-    Choice,
     Parsed,
     Setting,
     Settings,
-    SettingsRule,
     bool_setting,
-    choice_setting,
+    enum_setting,
     int_setting,
     time_setting,
 )
 
 CLIENT_PREFIX = "s3.client."
 DEFAULT_CLIENT = "default"
-PROTOCOLS = ("https", "http")
-ARCHIVE_TYPES = ("s3",)
 CREDENTIALS_PROFILE = "default"  # the profile of the credentials file that is read
 # The keys of a credentials file, as the AWS CLI and SDKs write them.
 ACCESS_KEY, SECRET_KEY, SESSION_TOKEN = "aws_access_key_id", "aws_secret_access_key", "aws_session_token"
+
+
+class Protocol(StrEnum):
+    HTTPS = "https"
+    HTTP = "http"
+
 
 _REGION = re.compile(r"[a-z0-9-]{1,32}")
 
@@ -98,8 +100,8 @@ S3_ENDPOINT = Setting(
     "`host[:port]` (with `protocol`) or an `http(s)://` URL of an S3-compatible service; none: AWS's endpoint "
     "for the region",
 )
-S3_PROTOCOL = choice_setting(
-    f"{_CLIENT}protocol", "https", PROTOCOLS, doc="`https` or `http`, for an endpoint given as `host[:port]`"
+S3_PROTOCOL = enum_setting(
+    f"{_CLIENT}protocol", Protocol.HTTPS, doc="`https` or `http`, for an endpoint given as `host[:port]`"
 )
 S3_REGION = Setting(f"{_CLIENT}region", Parsed(parse_region), "us-east-1", "the region requests are signed for")
 S3_PATH_STYLE_ACCESS = bool_setting(
@@ -140,28 +142,6 @@ S3_ACCESS_KEY = Setting(f"{_CLIENT}access_key", Parsed(_refuse_credential), None
 S3_SECRET_KEY = Setting(f"{_CLIENT}secret_key", Parsed(_refuse_credential), None, _REFUSED)
 S3_SESSION_TOKEN = Setting(f"{_CLIENT}session_token", Parsed(_refuse_credential), None, _REFUSED)
 
-ARCHIVE_TYPE: Setting[str | None] = Setting(
-    "history.archive.type",
-    Choice(ARCHIVE_TYPES),
-    None,
-    "`s3` uploads every closed history segment to object storage; unset: no archive",
-)
-ARCHIVE_BUCKET: Setting[str | None] = Setting(
-    "history.archive.s3.bucket",
-    Parsed(parse_bucket),
-    None,
-    "the archive's bucket (required with `history.archive.type: s3`)",
-)
-ARCHIVE_BASE_PATH = Setting(
-    "history.archive.s3.base_path",
-    Parsed(parse_base_path),
-    "",
-    "key prefix in the bucket; objects go under `BASE_PATH/CLUSTER_UUID/NODE_ID/segment-N...`",
-)
-ARCHIVE_CLIENT = Setting(
-    "history.archive.s3.client", Parsed(parse_client_name), DEFAULT_CLIENT, "the `s3.client.NAME` the archive uses"
-)
-ARCHIVE_SETTINGS = (ARCHIVE_TYPE, ARCHIVE_BUCKET, ARCHIVE_BASE_PATH, ARCHIVE_CLIENT)
 S3_CLIENT_SETTINGS = (
     S3_ENDPOINT,
     S3_PROTOCOL,
@@ -174,22 +154,6 @@ S3_CLIENT_SETTINGS = (
     S3_ACCESS_KEY,
     S3_SECRET_KEY,
     S3_SESSION_TOKEN,
-)
-
-
-def _archive_problem(settings: Settings) -> str | None:
-    """An archive needs its bucket; a bucket without `history.archive.type` is a mistake."""
-    archive_type, bucket = settings[ARCHIVE_TYPE], settings[ARCHIVE_BUCKET]
-    if archive_type == "s3" and bucket is None:
-        return "setting [history.archive.s3.bucket] is required when [history.archive.type] is [s3]"
-    if archive_type is None and bucket is not None:
-        return "setting [history.archive.s3.bucket] is set but [history.archive.type] is not; set it to [s3]"
-    return None
-
-
-ARCHIVE_RULE = SettingsRule(
-    "`history.archive.s3.bucket` is required when `history.archive.type` is `s3`, and only then",
-    _archive_problem,
 )
 
 
@@ -210,7 +174,7 @@ class S3ClientSettings:
     def from_settings(cls, settings: Settings, name: str) -> S3ClientSettings:
         endpoint = settings.for_namespace(S3_ENDPOINT, name)
         if endpoint and "://" not in endpoint:
-            endpoint = f"{settings.for_namespace(S3_PROTOCOL, name)}://{endpoint}"
+            endpoint = f"{settings.for_namespace(S3_PROTOCOL, name).value}://{endpoint}"
         return cls(
             name=name,
             endpoint_url=endpoint or None,
@@ -226,23 +190,3 @@ class S3ClientSettings:
 def client_names(settings: Settings) -> set[str]:
     """The clients that some setting describes."""
     return settings.namespaces(*S3_CLIENT_SETTINGS)
-
-
-@dataclass(frozen=True)
-class ArchiveSettings:
-    """Where closed history segments go: `s3://bucket/base_path/CLUSTER_UUID/NODE_ID/segment-...`."""
-
-    bucket: str
-    base_path: str
-    client: S3ClientSettings
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ArchiveSettings | None:
-        bucket = settings[ARCHIVE_BUCKET]
-        if settings[ARCHIVE_TYPE] is None or bucket is None:  # ARCHIVE_RULE: both or neither
-            return None
-        return cls(
-            bucket=bucket,
-            base_path=settings[ARCHIVE_BASE_PATH],
-            client=S3ClientSettings.from_settings(settings, settings[ARCHIVE_CLIENT]),
-        )

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import aiohttp
 
-from coordinated.sidecar.s3.object_errors import ObjectExists, ObjectMissing, ObjectStoreError
-from coordinated.sidecar.s3.s3_settings import S3ClientSettings
+from coordinated.s3.object_errors import ObjectExists, ObjectMissing, ObjectStoreError
+from coordinated.s3.s3_settings import S3ClientSettings
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3 import S3Client
@@ -60,19 +60,19 @@ class ObjectInfo:
 
 
 def _request_errors() -> tuple[type[BaseException], ...]:
-    from coordinated.sidecar.s3.botocore_backend import REQUEST_ERRORS
+    from coordinated.s3.botocore_backend import REQUEST_ERRORS
 
     return REQUEST_ERRORS
 
 
 def _translate(error: BaseException, what: str) -> ObjectStoreError:
-    from coordinated.sidecar.s3.botocore_backend import translate
+    from coordinated.s3.botocore_backend import translate
 
     return translate(error, what)
 
 
 def _is_not_found(error: BaseException) -> bool:
-    from coordinated.sidecar.s3.botocore_backend import is_not_found
+    from coordinated.s3.botocore_backend import is_not_found
 
     return is_not_found(error)
 
@@ -121,7 +121,7 @@ class ObjectStore:
             return await self._create_client(settings)
 
     async def _create_client(self, settings: S3ClientSettings) -> S3Client:
-        from coordinated.sidecar.s3 import botocore_backend  # loaded with the first client
+        from coordinated.s3 import botocore_backend  # loaded with the first client
 
         client, context = await botocore_backend.create_client(settings)
         self._clients[settings] = (client, context)
