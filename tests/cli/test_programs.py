@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
 import sys
 import tomllib
 from importlib.metadata import entry_points
@@ -134,18 +133,12 @@ FOLDERS = (
 
 def argparse_users() -> set[str]:
     found = set()
-    # The repository's files, tracked or new, but not those git ignores (e2e/.state holds the containers' own Python
-    # while the e2e harness is up).
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", *FOLDERS],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    for name in filter(None, listed.split("\0")):
-        path = REPO / name
-        if path.suffix == ".py" and path.is_file():
+    for folder in FOLDERS:
+        for path in (REPO / folder).rglob("*.py"):
+            # Not in hidden folders, which git ignores: e2e/.state holds the containers' own Python standard library
+            # while the e2e harness is up.
+            if any(part.startswith(".") for part in path.relative_to(REPO).parts):
+                continue
             for node in ast.walk(ast.parse(path.read_text())):
                 names = (
                     [alias.name for alias in node.names]
