@@ -75,6 +75,7 @@ from coordinated.sidecar.features.snapshot_settings import SNAPSHOT_SECRET_FILE
 from coordinated.sidecar.features.watch_settings import CHANGE_LOG_SIZE, STREAM_BUFFER_SIZE, STREAM_PROGRESS_INTERVAL
 from coordinated.sidecar.features.watch_streams import StreamHub, StreamQuotas
 from coordinated.sidecar.features.watches import SharedBarrier, WatchHub
+from coordinated.sidecar.observability.certificates import CertificateCollector
 from coordinated.sidecar.observability.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.observability.problems import NodeProblem, ProblemKind, count_by_kind
 from coordinated.sidecar.observability.quota_metrics import QuotaCollector, QuotaStatus
@@ -82,7 +83,7 @@ from coordinated.sidecar.peers.auth import TransportAuth
 from coordinated.sidecar.peers.auth_settings import SECRET_FILE
 from coordinated.sidecar.peers.refusals import Refusals
 from coordinated.sidecar.peers.tls import ReloadingContext, TrustRestrictions
-from coordinated.sidecar.peers.tls_settings import TRANSPORT_SSL_TRUST_RESTRICTIONS, TRANSPORT_TLS, Side
+from coordinated.sidecar.peers.tls_settings import HTTP_TLS, TRANSPORT_SSL_TRUST_RESTRICTIONS, TRANSPORT_TLS, Side
 from coordinated.sidecar.peers.transport import PeerSender, Undecodable, watch_until_closed
 from coordinated.sidecar.peers.transport_settings import (
     TRANSPORT_CONNECT_TIMEOUT,
@@ -197,6 +198,9 @@ class Node:
         self.metrics = NodeMetrics(self.status_snapshot)
         self.metrics.registry.register(HistoryCollector(lambda: self.history_maintenance.status))
         self.metrics.registry.register(QuotaCollector(self.quota_statuses))
+        self.metrics.registry.register(
+            CertificateCollector({"transport": transport_tls, "http": HTTP_TLS.files(settings)})
+        )
         self.hooks = HookManager(
             config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000, settings[HOOKS_UNIX_SOCKET_DIR]
         )
