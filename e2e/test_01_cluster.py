@@ -1,6 +1,6 @@
 """One CoordinatedCluster through its life: formed, written, its master deleted, scaled to 5, audited with
 spark-submit in cluster mode (its own histories, then an archived input on 1 and on 2 executors), scaled to 3
-and 1 under a continuous writer, and scaled down again while the operator is killed. The tests run in file
+and 1 under a continuous writer, and scaled down again while the operator's leader is killed. The tests run in file
 order and share the cluster; each leaves it settled."""
 
 from __future__ import annotations
@@ -213,31 +213,63 @@ def test_scaling_down_to_three_and_one_uses_exclusions_without_a_long_gap(cluste
     assert gap < ONE_ELECTION_SECONDS, f"the writer saw a {gap:.1f} s gap, longer than one election"
 
 
-def test_a_new_operator_finishes_a_scale_down_when_the_old_one_is_killed(cluster: Cluster, figure: Figure) -> None:
+def operator_leader() -> tuple[str, list[str]]:
+    """The operator pod that holds the operator's Lease (named after its Deployment), and every Ready one."""
+    deployment = client.AppsV1Api().list_namespaced_deployment(OPERATOR_NAMESPACE, label_selector=OPERATOR_SELECTOR)
+    lease_name = deployment.items[0].metadata.name
+    lease = client.CoordinationV1Api().read_namespaced_lease(lease_name, OPERATOR_NAMESPACE)
+    pods = client.CoreV1Api().list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=OPERATOR_SELECTOR).items
+    ready = [
+        pod.metadata.name
+        for pod in pods
+        if pod.metadata.deletion_timestamp is None
+        and any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or ()))
+    ]
+    holder = (lease.spec.holder_identity or "").rsplit("_", 1)[0]  # the pod's name and a suffix
+    return holder, sorted(ready)
+
+
+def test_the_other_operator_replica_finishes_a_scale_down_when_the_leader_is_killed(
+    cluster: Cluster, figure: Figure
+) -> None:
+    """The chart runs two operator replicas that elect a leader on a Lease. The leader is killed right after
+    its first scale-down step; the other replica, already running, takes the Lease and finishes the scale-down
+    (before it, the single operator's replacement pod had to be scheduled and started first)."""
     cluster.scale(3)
     wait_until("3 Ready nodes", lambda: cluster.settled(3), SETTLE_SECONDS, interval=1)
-    core = client.CoreV1Api()
-    old_operator = core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=OPERATOR_SELECTOR).items[0]
+
+    def two_replicas() -> tuple[str, list[str]] | None:
+        leader, ready = operator_leader()
+        return (leader, ready) if len(ready) == 2 and leader in ready else None
+
+    leader, ready = wait_until("two Ready operator replicas, one holding the Lease", two_replicas, 120, interval=1)
+    (standby,) = [pod for pod in ready if pod != leader]
     excluded_before = len(cluster.events("ExcludeFromVoting"))
 
     cluster.scale(1)
-    # Kill the operator right after its first scale-down step: the exclusion is in place, the pod still runs.
+    # Kill the leader right after its first scale-down step: the exclusion is in place, the pod still runs.
     wait_until(
         "the first exclusion of this scale-down",
         lambda: len(cluster.events("ExcludeFromVoting")) > excluded_before or cluster.status().get("exclusions"),
         120,
         interval=0.2,
     )
-    core.delete_namespaced_pod(
-        old_operator.metadata.name, OPERATOR_NAMESPACE, grace_period_seconds=0, propagation_policy="Background"
+    client.CoreV1Api().delete_namespaced_pod(
+        leader, OPERATOR_NAMESPACE, grace_period_seconds=0, propagation_policy="Background"
     )
     killed_at = time.monotonic()
-    status = wait_until("the new operator to finish at 1 node", lambda: cluster.settled(1), SETTLE_SECONDS, interval=1)
-    operators = core.list_namespaced_pod(OPERATOR_NAMESPACE, label_selector=OPERATOR_SELECTOR).items
-    assert old_operator.metadata.name not in {pod.metadata.name for pod in operators}
+    wait_until("the standby replica to take the Lease", lambda: operator_leader()[0] == standby, 120, interval=0.5)
+    took_over = time.monotonic() - killed_at
+    status = wait_until("the standby to finish at 1 node", lambda: cluster.settled(1), SETTLE_SECONDS, interval=1)
     state = committed_state(cluster)
     assert voting_config(state) == {f"{NAME}-0"}
     assert exclusions(state) == []
     assert status["votingConfig"] == [f"{NAME}-0"]
     assert cluster.ready_pods() == [f"{NAME}-0"]
-    figure(f"operator killed mid scale-down 3 -> 1: the new one finished {time.monotonic() - killed_at:.1f} s later")
+    # The standby finished it: it held the Lease all along since the kill (the killed leader's replacement pod
+    # only becomes a candidate once it runs, and a candidate never takes a Lease that is renewed).
+    assert operator_leader()[0] == standby
+    figure(
+        f"operator leader killed mid scale-down 3 -> 1: the standby replica took the Lease {took_over:.1f} s later "
+        f"and finished {time.monotonic() - killed_at:.1f} s after the kill"
+    )

@@ -67,6 +67,15 @@ def test_a_larger_volume_on_a_class_that_cannot_expand_changes_nothing(cluster: 
     assert any(event.reason == "VolumeExpansionNotSupported" for event in cluster.events())
     assert cluster.status()["phase"] == "Ready"  # nothing else is affected
 
+    # The typo is not permanent: no volume grew, so the size goes back (it was refused as a shrink).
+    back = kubectl(
+        "-n", cluster.namespace, "patch", "ccl", NAME, "--type=merge", "-p", '{"spec":{"storage":{"size":"1Gi"}}}',
+        check=False,
+    )  # fmt: skip
+    assert back.returncode == 0, back.stderr
+    wait_until("StorageSize True", lambda: cluster.condition_with_reason("StorageSize", "AsRequested"), 120)
+    assert any(event.reason == "VolumesAsRequested" for event in cluster.events())
+
 
 def test_a_cluster_recreated_over_retained_claims_says_it_adopts_their_data(cluster: Cluster) -> None:
     written = cluster.sidecars.request(f"pods/{NAME}-0", "PUT", "_cluster/metadata/kept", {"n": 1})

@@ -267,12 +267,15 @@ def shrink_progress(shrink: Cluster) -> dict[str, Any]:
 
 
 def new_operator_ready() -> client.V1Pod | None:
-    """The one operator pod, once it is Ready (the chart's Deployment is Recreate: never two)."""
+    """An operator pod once every one is Ready, all of one release (the chart's Deployment is Recreate: never two
+    releases at once; this release runs two replicas that elect a leader, the previous one a single pod)."""
     pods = operator_pods()
-    if len(pods) != 1 or pods[0].metadata.deletion_timestamp is not None:
+    if not pods or any(pod.metadata.deletion_timestamp is not None for pod in pods):
         return None
-    conditions = pods[0].status.conditions or []
-    return pods[0] if any(c.type == "Ready" and c.status == "True" for c in conditions) else None
+    if len({pod.spec.containers[0].image for pod in pods}) != 1:
+        return None
+    ready = all(any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []) for pod in pods)
+    return sorted(pods, key=lambda pod: pod.metadata.name)[0] if ready else None
 
 
 def test_an_operator_upgraded_in_the_middle_of_a_scale_down_finishes_it(upgrade: Upgrade, figure: Figure) -> None:

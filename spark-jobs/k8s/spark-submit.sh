@@ -68,8 +68,13 @@ if [[ ! $PENDING_TIMEOUT =~ ^[1-9][0-9]*$ ]]; then
 fi
 if [[ -z ${SPARK_SUBMIT:-} ]]; then
   SPARK_SUBMIT="$(command -v spark-submit || true)"
-  venv_submit="${HERE}/../../.venv/bin/spark-submit"
-  [[ -n $SPARK_SUBMIT || ! -x $venv_submit ]] || SPARK_SUBMIT="$venv_submit"
+  venv_bin="$(cd "${HERE}/../.." && pwd)/.venv/bin"
+  if [[ -z $SPARK_SUBMIT && -x $venv_bin/spark-submit ]]; then
+    SPARK_SUBMIT="$venv_bin/spark-submit"
+    # pyspark's spark-submit finds its SPARK_HOME with the `python3` on PATH: it must be the .venv's, which has
+    # pyspark (without it: "Could not find valid SPARK_HOME", exit 127).
+    export PATH="$venv_bin:$PATH"
+  fi
 fi
 if [[ -z $SPARK_SUBMIT || ! -x $SPARK_SUBMIT ]]; then
   echo "spark-submit.sh: spark-submit not found (${SPARK_SUBMIT:-not on PATH}): run \`make install\` in the" \

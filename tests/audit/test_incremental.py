@@ -190,6 +190,9 @@ def test_a_chain_of_incremental_audits_gives_the_full_audits_verdicts(spark: Spa
     shutil.copytree(full["root"], growing)
     second = audit(growing, tmp_path / "r2", "--checkpoint", str(checkpoint))
     assert second["events"] + first["events"] == full["report"]["events"]
+    # Each node once: the nodes of the checkpoint and of the new events are the same nodes (it said "from 6
+    # nodes" for a 3-node cluster's second incremental audit).
+    assert first["nodes"] == second["nodes"] == full["report"]["nodes"], (first["nodes"], second["nodes"])
     expected = verdicts(full["report"])
     assert expected == verdicts(second)
     assert {n for n, found in expected.items() if found} == {n for n in SCENARIOS if not n.startswith("valid_")}

@@ -299,3 +299,36 @@ def test_a_missing_spark_submit_is_named_with_the_way_to_get_it(tmp_path: Path) 
     assert submitted.returncode == 2
     assert "spark-submit not found" in submitted.stderr and "make install" in submitted.stderr
     assert submitted.args == []
+
+
+def test_the_repositorys_venv_is_the_fallback_with_its_own_python(tmp_path: Path) -> None:
+    """Without spark-submit on PATH, the script takes the repository's .venv/bin/spark-submit (pyspark's), which
+    finds its SPARK_HOME with the `python3` on PATH: unless that is the .venv's, it failed with rc 127 ("Could not
+    find valid SPARK_HOME")."""
+    repo = tmp_path / "repo"
+    (repo / "spark-jobs").mkdir(parents=True)
+    subprocess.run(["cp", "-r", str(K8S), str(repo / "spark-jobs" / "k8s")], check=True)
+    venv = repo / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    # pyspark's script in short: it runs `python3` from PATH (find-spark-home), then submits.
+    (venv / "spark-submit").write_text(
+        '#!/usr/bin/env bash\ncommand -v python3 >"$RECORD/python3"\n' + SPARK_SUBMIT_STUB.split("\n", 1)[1]
+    )
+    (venv / "python3").write_text("#!/bin/sh\nexit 0\n")
+    for script in ("spark-submit", "python3"):
+        (venv / script).chmod(0o755)
+    stubs, record = tmp_path / "bin", tmp_path / "record"
+    stubs.mkdir()
+    record.mkdir()
+    (stubs / "kubectl").write_text(KUBECTL_STUB)
+    (stubs / "kubectl").chmod(0o755)
+    without_spark = os.pathsep.join(
+        [str(stubs), *(d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "spark-submit").exists())]
+    )
+    environment = {"PATH": without_spark, "RECORD": str(record), "TMPDIR": str(tmp_path), "CLUSTER": "orders"}
+    done = subprocess.run(
+        ["bash", str(repo / "spark-jobs" / "k8s" / "spark-submit.sh")],
+        env=environment, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (record / "python3").read_text().strip() == str(venv / "python3")

@@ -4,13 +4,10 @@ text, and that its HTTP goes through the port-forward backend."""
 from __future__ import annotations
 
 import json
-import re
-import tomllib
 from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from click.testing import CliRunner
 from kubernetes import client as kube_client
 from kubernetes.client.exceptions import ApiException
@@ -113,25 +110,6 @@ def test_http_goes_through_a_port_forward_named_by_the_host() -> None:
     with http_client(kube_client.ApiClient(configuration), "prod") as http, pytest.raises(httpx.ConnectError) as error:
         http.get(f"{pod_address('demo-0')}/")
     assert "port-forward to pod demo-0" in str(error.value)
-
-
-def test_the_krew_manifest_renders_to_a_plugin_that_runs_the_entry_point() -> None:
-    """The krew-release-bot template, filled in as the bot does, is a Krew Plugin whose binary is the
-    project's `kubectl-coordinated` entry point."""
-    repo = Path(__file__).resolve().parents[2]
-    template = (repo / "plugins" / "krew" / "coordinated.yaml").read_text()
-    call = re.search(r'\{\{addURIAndSha "([^"]+)" \.TagName \}\}', template)
-    assert call is not None and call.start() - template.rfind("\n", 0, call.start()) - 1 == 4  # the bot's indent
-    project = tomllib.loads((repo / "pyproject.toml").read_text())["project"]
-    tag = f"v{project['version']}"
-    uri = call.group(1).replace("{{ .TagName }}", tag)
-    rendered = template[: call.start()] + f"uri: {uri}\n    sha256: {'0' * 64}" + template[call.end() :]
-    manifest = yaml.safe_load(rendered.replace("{{ .TagName }}", tag))
-    assert manifest["kind"] == "Plugin" and manifest["metadata"]["name"] == "coordinated"
-    assert manifest["spec"]["version"] == tag
-    (platform,) = manifest["spec"]["platforms"]
-    assert platform["uri"].endswith(f"/{tag}/kubectl-coordinated-{tag}.tar.gz")
-    assert platform["bin"] == "kubectl-coordinated" and platform["bin"] in project["scripts"]
 
 
 def test_a_failed_step_stops_the_run_and_prints_the_rest_to_do_by_hand(capsys: pytest.CaptureFixture[str]) -> None:

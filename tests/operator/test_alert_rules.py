@@ -1,6 +1,8 @@
 """The chart's alert rules evaluated by Prometheus's own rule engine (`promtool test rules`, from Debian's
-`prometheus` package) on series shaped like what the sidecars export: every rule parses, and the lag alert
-fires on a follower the master sees behind, not on the skew between pods scraped at different moments."""
+`prometheus` package) on series shaped like what the sidecars, the operator and the kubelet export: every rule
+parses, every rule has a case where it fires and one where it does not (another application's claim, an absent
+operator...), and the lag alert fires on a follower the master sees behind, not on the skew between pods
+scraped at different moments."""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ def rules_file(tmp_path_factory: pytest.TempPathFactory, installed_tools: dict[s
     require_command("promtool", "scripts/system-deps.sh test (Debian's prometheus package)")
     helm = installed_tools["HELM"]
     rendered = subprocess.run(
-        [str(helm), "template", "demo", str(CHART), "--kube-version", "1.29.0", "--set", "prometheusRule.enabled=true"],
+        [str(helm), "template", "demo", str(CHART), "--set", "prometheusRule.enabled=true",
+         "--set", "serviceMonitor.enabled=true"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     (rule,) = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc and doc["kind"] == "PrometheusRule"]
@@ -151,76 +154,112 @@ def alerts_fired(rules_file: Path, test: dict[str, Any]) -> list[dict[str, str]]
     return [dict(re.findall(r'(\w+)="([^"]*)"', line)) for line in report if "alertname=" in line]
 
 
-CLAIM = 'namespace="shop", persistentvolumeclaim="data-orders-0"'
 GIB = 1 << 30
+POD = f'{SIDECAR}, pod="orders-0"'
+CLAIM = 'namespace="shop", persistentvolumeclaim="data-orders-0"'
+OTHER_CLAIM = 'namespace="shop", persistentvolumeclaim="data-postgres-0"'  # another application's StatefulSet
+SCRAPED = {f"up{{{POD}}}": "1+0x120"}  # orders-0 is a sidecar Prometheus scrapes
+
+
+def volume(claim: str, available: str) -> dict[str, str]:
+    return {
+        f"kubelet_volume_stats_available_bytes{{{claim}}}": available,
+        f"kubelet_volume_stats_capacity_bytes{{{claim}}}": f"{GIB}+0x120",
+    }
+
+
+def expiry(days_left: int) -> str:
+    return f"{30 * 60 + days_left * 86400}+0x60"  # seconds after promtool's clock starts, read at 30m
+
+
+# alert, case, series (name{labels} -> promtool values), when to evaluate, whether it fires, labels it must carry
+CASES: list[tuple[str, str, dict[str, str], str, bool, dict[str, str]]] = [
+    ("CoordinatedClusterNoMaster", "no node is master",
+     {f'coordinated_is_master{{{SIDECAR}, pod="orders-{i}"}}': "0+0x10" for i in range(3)}, "5m", True,
+     {"cluster": "orders"}),
+    ("CoordinatedClusterNoMaster", "one node is master",
+     {f'coordinated_is_master{{{SIDECAR}, pod="orders-{i}"}}': f"{int(i == 1)}+0x10" for i in range(3)}, "5m", False, {}),
+    ("CoordinatedClusterQuorumAtRisk", "one of three down",
+     {f'up{{{SIDECAR}, pod="orders-{i}"}}': f"{int(i != 2)}+0x10" for i in range(3)}, "5m", True, {"cluster": "orders"}),
+    ("CoordinatedClusterQuorumAtRisk", "all up",
+     {f'up{{{SIDECAR}, pod="orders-{i}"}}': "1+0x10" for i in range(3)}, "5m", False, {}),
+    ("CoordinatedClusterPublicationFailures", "a failed publication",
+     {f"coordinated_failed_publications_total{{{POD}}}": "0+0x5 1+0x10"}, "8m", True, {"pod": "orders-0"}),
+    ("CoordinatedClusterPublicationFailures", "none", {f"coordinated_failed_publications_total{{{POD}}}": "3+0x15"},
+     "8m", False, {}),
+    ("CoordinatedClusterDataVolumeFilling", "plenty of room", {**SCRAPED, **volume(CLAIM, f"{GIB // 2}+0x120")}, "40m",
+     False, {}),
+    ("CoordinatedClusterDataVolumeFilling", "below the free share", {**SCRAPED, **volume(CLAIM, f"{GIB // 10}+0x120")},
+     "40m", True, {"persistentvolumeclaim": "data-orders-0"}),
+    # 60% free, but losing 1% of the volume a minute: full within the day.
+    ("CoordinatedClusterDataVolumeFilling", "filling fast",
+     {**SCRAPED, **volume(CLAIM, f"{GIB * 6 // 10}-{GIB // 100}x50")}, "40m", True,
+     {"persistentvolumeclaim": "data-orders-0"}),
+    ("CoordinatedClusterDataVolumeFilling", "another application's claim at 5 % free",
+     {**SCRAPED, **volume(OTHER_CLAIM, f"{GIB // 20}+0x120")}, "40m", False, {}),
+    ("CoordinatedClusterDataVolumeFilling", "the sidecar is down (its volume is full)",
+     {f'up{{{POD}}}': "0+0x120", **volume(CLAIM, "0+0x120")}, "40m", True, {"persistentvolumeclaim": "data-orders-0"}),
+    ("CoordinatedClusterArchiveFailing", "archiving", {f"coordinated_archive_failing{{{POD}}}": "0+0x60"}, "55m", False, {}),
+    ("CoordinatedClusterArchiveFailing", "failing", {f"coordinated_archive_failing{{{POD}}}": "1+0x60"}, "55m", True,
+     {"cluster": "orders"}),
+    ("CoordinatedClusterArchiveLagging", "keeping up",
+     {f"coordinated_archive_oldest_pending_age_seconds{{{POD}}}": "600+0x60"}, "55m", False, {}),
+    ("CoordinatedClusterArchiveLagging", "falling behind",
+     {f"coordinated_archive_oldest_pending_age_seconds{{{POD}}}": "600+120x60"}, "55m", True, {"cluster": "orders"}),
+    ("CoordinatedClusterStateSizeNearLimit", "half",
+     {f"coordinated_cluster_state_bytes{{{POD}}}": "100+0x60", f"coordinated_cluster_state_max_bytes{{{POD}}}": "200+0x60"},
+     "55m", False, {}),
+    ("CoordinatedClusterStateSizeNearLimit", "90 %",
+     {f"coordinated_cluster_state_bytes{{{POD}}}": "180+0x60", f"coordinated_cluster_state_max_bytes{{{POD}}}": "200+0x60"},
+     "55m", True, {"cluster": "orders"}),
+    # The sidecar's own certificate: it fires with no operator metric at all.
+    ("CoordinatedClusterCertificateExpiring", "60 days left",
+     {f'coordinated_tls_certificate_expiry_timestamp_seconds{{{POD}, port="transport", kind="certificate"}}': expiry(60)},
+     "30m", False, {}),
+    ("CoordinatedClusterCertificateExpiring", "7 days left",
+     {f'coordinated_tls_certificate_expiry_timestamp_seconds{{{POD}, port="transport", kind="certificate"}}': expiry(7)},
+     "30m", True, {"pod": "orders-0", "port": "transport", "kind": "certificate"}),
+    ("CoordinatedClusterReconcileStuck", "converging", {"coordinated_operator_stuck_reconciliations": "0+0x20"}, "15m",
+     False, {}),
+    ("CoordinatedClusterReconcileStuck", "stuck", {"coordinated_operator_stuck_reconciliations": "1+0x20"}, "15m", True,
+     {}),
+    ("CoordinatedClusterOperatorAbsent", "a leader and a standby",
+     {'coordinated_operator_leader{pod="op-a"}': "1+0x20", 'coordinated_operator_leader{pod="op-b"}': "0+0x20"}, "15m",
+     False, {}),
+    ("CoordinatedClusterOperatorAbsent", "no operator scraped at all", {"unrelated_series": "1+0x20"}, "15m", True, {}),
+    ("CoordinatedClusterOperatorAbsent", "replicas, none leading",
+     {'coordinated_operator_leader{pod="op-a"}': "0+0x20", 'coordinated_operator_leader{pod="op-b"}': "0+0x20"}, "15m",
+     True, {}),
+]  # fmt: skip
+
+
+def rendered_alerts(rules_file: Path) -> set[str]:
+    groups = yaml.safe_load(rules_file.read_text())["groups"]
+    return {rule["alert"] for group in groups for rule in group["rules"] if "alert" in rule}
+
+
+def test_every_rule_has_a_case_that_fires_and_one_that_does_not(rules_file: Path) -> None:
+    covered = {(alert, fired) for alert, _, _, _, fired, _ in CASES}
+    missing = {(alert, fired) for alert in rendered_alerts(rules_file) for fired in (True, False)} - covered
+    lag = "CoordinatedClusterNodeLagging"  # its two cases are the lag tests above
+    assert missing <= {(lag, True), (lag, False)}, sorted(missing)
+    assert {alert for alert, _, _, _, _, _ in CASES} <= rendered_alerts(rules_file)
 
 
 @pytest.mark.parametrize(
-    ("case", "series", "fired"),
+    ("alertname", "series", "at", "fired", "labels"),
     [
-        ("plenty of room", {"available": f"{GIB // 2}+0x120"}, False),
-        ("below the free share", {"available": f"{GIB // 10}+0x120"}, True),
-        # 60% free, but losing 1% of the volume a minute: full within the day.
-        ("filling fast", {"available": f"{GIB * 6 // 10}-{GIB // 100}x50"}, True),
+        pytest.param(alert, series, at, fired, labels, id=f"{alert}: {case}")
+        for alert, case, series, at, fired, labels in CASES
     ],
 )
-def test_the_data_volume_alert(rules_file: Path, case: str, series: dict[str, str], fired: bool) -> None:
-    test = fires(
-        "CoordinatedClusterDataVolumeFilling",
-        {
-            f"kubelet_volume_stats_available_bytes{{{CLAIM}}}": series["available"],
-            f"kubelet_volume_stats_capacity_bytes{{{CLAIM}}}": f"{GIB}+0x120",
-        },
-        "40m",
-        fired,
-    )
-    found = alerts_fired(rules_file, test)
-    assert bool(found) == fired, (case, found)
-    if fired:
-        assert found[0]["persistentvolumeclaim"] == "data-orders-0"
-
-
-@pytest.mark.parametrize(
-    ("alertname", "series", "fired"),
-    [
-        ("CoordinatedClusterArchiveFailing", {"coordinated_archive_failing": "0+0x60"}, False),
-        ("CoordinatedClusterArchiveFailing", {"coordinated_archive_failing": "1+0x60"}, True),
-        ("CoordinatedClusterArchiveLagging", {"coordinated_archive_oldest_pending_age_seconds": "600+0x60"}, False),
-        ("CoordinatedClusterArchiveLagging", {"coordinated_archive_oldest_pending_age_seconds": "600+120x60"}, True),
-        (
-            "CoordinatedClusterStateSizeNearLimit",
-            {"coordinated_cluster_state_bytes": "100+0x60", "coordinated_cluster_state_max_bytes": "200+0x60"},
-            False,
-        ),
-        (
-            "CoordinatedClusterStateSizeNearLimit",
-            {"coordinated_cluster_state_bytes": "180+0x60", "coordinated_cluster_state_max_bytes": "200+0x60"},
-            True,
-        ),
-    ],
-)
-def test_the_archive_and_state_size_alerts(
-    rules_file: Path, alertname: str, series: dict[str, str], fired: bool
+def test_each_rule(
+    rules_file: Path, alertname: str, series: dict[str, str], at: str, fired: bool, labels: dict[str, str]
 ) -> None:
-    test = fires(
-        alertname, {f'{name}{{{SIDECAR}, pod="orders-0"}}': values for name, values in series.items()}, "55m", fired
-    )
-    found = alerts_fired(rules_file, test)
+    found = alerts_fired(rules_file, fires(alertname, series, at, fired))
     assert bool(found) == fired, found
     if fired:
-        assert found[0]["cluster"] == "orders"
-
-
-@pytest.mark.parametrize(("days_left", "fired"), [(60, False), (7, True)])
-def test_the_certificate_alert(rules_file: Path, days_left: int, fired: bool) -> None:
-    expiry = 30 * 60 + days_left * 86400  # seconds after promtool's clock starts, read at 30m
-    name = 'coordinated_operator_certificate_expiry_timestamp_seconds{namespace="shop", cluster="orders", certificate="orders-1"}'
-    found = alerts_fired(
-        rules_file, fires("CoordinatedClusterCertificateExpiring", {name: f"{expiry}+0x60"}, "30m", fired)
-    )
-    assert bool(found) == fired, found
-    if fired:
-        assert found[0]["certificate"] == "orders-1"
+        assert labels.items() <= found[0].items(), found
 
 
 def test_the_archive_alert_fires_minutes_after_the_sidecar_reports_failing(rules_file: Path) -> None:

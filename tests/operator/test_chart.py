@@ -24,7 +24,7 @@ from operator_schemas import (
     write_schemas,
 )
 
-from coordinated.operator import certificates, manifests, security
+from coordinated.operator import certificates, manifests, monitoring, security
 from coordinated.operator.sidecar_client import HTTP_PORT
 from coordinated.operator.spec import ClusterSpec
 
@@ -48,6 +48,8 @@ def schema_dir(tools: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
         ("policy/v1", "PodDisruptionBudget"),
         ("batch/v1", "CronJob"),
         ("networking.k8s.io/v1", "NetworkPolicy"),
+        ("coordination.k8s.io/v1", "Lease"),
+        ("scheduling.k8s.io/v1", "PriorityClass"),
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
         *{
             ("rbac.authorization.k8s.io/v1", kind)
@@ -341,6 +343,7 @@ def test_the_audit_pods_are_peers_the_clusters_network_policy_admits(tools: dict
 
 
 MONITORING = ["--set", "podMonitor.enabled=true", "--set", "prometheusRule.enabled=true"]
+MONITORING += ["--set", "serviceMonitor.enabled=true"]  # the operator's absence alert needs its scrape
 MONITORING += [
     "--set",
     "grafanaDashboard.enabled=true",
@@ -351,7 +354,8 @@ MONITORING += [
 
 def _metric_names() -> set[str]:
     """Every series name the sidecar and the operator expose (counters get _total, histograms _bucket...)."""
-    sources = [REPO / "sidecar" / "coordinated" / "sidecar" / "observability" / "metrics.py", REPO / "operator" / "coordinated" / "operator" / "metrics.py"]  # fmt: skip
+    observability = REPO / "sidecar" / "coordinated" / "sidecar" / "observability"
+    sources = [observability / "metrics.py", observability / "certificates.py", REPO / "operator" / "coordinated" / "operator" / "metrics.py"]  # fmt: skip
     names: set[str] = set()
     for source in sources:
         text = source.read_text()
@@ -375,81 +379,78 @@ def test_monitoring_validates_against_the_prometheus_operator_crds(tools: dict[s
     result = kubeconform(tools, schema_dir, rendered.stdout)
     assert result.returncode == 0, result.stdout + result.stderr
     documents = {doc["kind"]: doc for doc in yaml.safe_load_all(rendered.stdout) if doc}
-    assert {"PodMonitor", "PrometheusRule"} <= set(documents)
-    guard = dict(documents["PodMonitor"], spec={"podMetricsEndpoints": [{"port": 9200}]})
-    assert kubeconform(tools, schema_dir, yaml.safe_dump(guard)).returncode != 0, "the PodMonitor schema is not checked"
+    assert "PrometheusRule" in documents and "PodMonitor" not in documents  # the operator makes them, per cluster
+    deployment = documents["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert "--pod-monitors" in deployment["args"]
 
 
-def test_sidecar_series_carry_no_pod_ip(tools: dict[str, Path]) -> None:
-    rendered = helm(tools, "template", "demo", str(CHART), "--kube-version", KUBE_VERSION, *MONITORING)
-    monitor = next(doc for doc in yaml.safe_load_all(rendered.stdout) if doc and doc["kind"] == "PodMonitor")
+def operator_pod_monitor(name: str = "orders", namespace: str = "shop", **fields: Any) -> dict[str, Any]:
+    """The PodMonitor the operator makes for a cluster (monitoring.py), as for TLS from its own CA by default."""
+    spec = ClusterSpec.from_resource({"metadata": {"name": name, "namespace": namespace, "uid": "u"}, "spec": fields})
+    tls_source = manifests.tls_source_of(spec, cert_manager_available=True) if spec.tls.enabled else None
+    return monitoring.pod_monitor(spec, tls_source, {"release": "kube-prometheus"})
+
+
+def test_sidecar_series_carry_no_pod_ip() -> None:
+    monitor = operator_pod_monitor()
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     targets = {rule.get("targetLabel"): rule for rule in endpoint["relabelings"]}
     assert targets["instance"]["sourceLabels"] == ["__meta_kubernetes_pod_name"]
     assert targets["cluster"]["sourceLabels"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"]
+    assert targets["job"]["replacement"] == "coordinated-sidecar"  # what the alerts select
     assert "pod_ip" not in yaml.safe_dump(endpoint)
     # No series is dropped: the sidecar labels peers by node name (see the transport tests).
     assert "metricRelabelings" not in endpoint
     assert monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "node"
 
 
-SECURED = [
-    "--set", "podMonitor.clusters[0].name=orders", "--set", "podMonitor.clusters[0].namespace=shop",
-    "--set", "podMonitor.clusters[1].name=legacy", "--set", "podMonitor.clusters[1].tls=false",
-    "--set", "podMonitor.clusters[1].auth=false",
-]  # fmt: skip
-
-
-def _pod_monitors(tools: dict[str, Path], *extra: str) -> dict[str, dict[str, Any]]:
-    rendered = helm(tools, "template", "demo", str(CHART), "--namespace", "ops", "--kube-version", KUBE_VERSION,
-                    *MONITORING, *extra)  # fmt: skip
-    assert rendered.returncode == 0, rendered.stderr
-    return {
-        doc["metadata"]["name"]: doc
-        for doc in yaml.safe_load_all(rendered.stdout)
-        if doc and doc["kind"] == "PodMonitor"
-    }
-
-
-def test_pod_monitors_of_secured_clusters_validate_against_the_crd(tools: dict[str, Path], schema_dir: Path) -> None:
-    monitors = _pod_monitors(tools, *SECURED)
-    assert set(monitors) == {"demo-coordinated-cluster-sidecars", "orders-sidecars", "legacy-sidecars"}
-    result = kubeconform(tools, schema_dir, yaml.safe_dump_all(monitors.values()))
+def test_the_operators_pod_monitors_validate_against_the_crd(tools: dict[str, Path], schema_dir: Path) -> None:
+    monitors = [
+        operator_pod_monitor(),
+        operator_pod_monitor("issued", tls={"issuerRef": {"name": "ca-issuer"}}),
+        operator_pod_monitor("legacy", tls={"enabled": False}, auth={"enabled": False}),
+    ]
+    result = kubeconform(tools, schema_dir, yaml.safe_dump_all(monitors))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Valid: 3" in result.stdout, result.stdout
-    broken = yaml.safe_load(yaml.safe_dump(monitors["orders-sidecars"]))
+    broken = yaml.safe_load(yaml.safe_dump(monitors[0]))
     broken["spec"]["podMetricsEndpoints"][0]["authorization"]["credentials"] = "orders-reader"  # not a key ref
     assert kubeconform(tools, schema_dir, yaml.safe_dump(broken)).returncode != 0, "authorization is not checked"
 
 
-def test_a_secured_cluster_is_scraped_over_https_with_its_ca_and_reader_token(tools: dict[str, Path]) -> None:
-    monitors = _pod_monitors(tools, *SECURED)
-    orders = monitors["orders-sidecars"]
+def test_a_secured_cluster_is_scraped_over_https_with_its_ca_and_reader_token() -> None:
+    orders = operator_pod_monitor(monitoring={"podMonitor": {"labels": {"team": "shop"}, "interval": "15s"}})
     # In the cluster's namespace: the Prometheus Operator reads the CA and the token only from there.
-    assert orders["metadata"]["namespace"] == "shop"
+    assert orders["metadata"]["namespace"] == "shop" and orders["metadata"]["name"] == "orders-sidecars"
+    assert orders["metadata"]["ownerReferences"][0]["kind"] == "CoordinatedCluster"  # deleted with the cluster
+    assert {"release": "kube-prometheus", "team": "shop"}.items() <= orders["metadata"]["labels"].items()
     assert orders["spec"]["namespaceSelector"] == {"matchNames": ["shop"]}
     assert orders["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "orders"
     (endpoint,) = orders["spec"]["podMetricsEndpoints"]
-    assert endpoint["scheme"] == "https"
+    assert endpoint["scheme"] == "https" and endpoint["interval"] == "15s"
     assert endpoint["tlsConfig"]["ca"] == {"secret": {"name": "orders-certs", "key": "ca.crt"}}
     assert endpoint["authorization"] == {"type": "Bearer", "credentials": {"name": "orders-reader", "key": "token"}}
-    assert endpoint["relabelings"] == monitors["legacy-sidecars"]["spec"]["podMetricsEndpoints"][0]["relabelings"]
     # Targets are pod IPs: the certificate is checked against a name every pod's certificate carries.
     server_name = endpoint["tlsConfig"]["serverName"]
     spec = ClusterSpec.from_resource({"metadata": {"name": "orders", "namespace": "shop", "uid": "u"}, "spec": {}})
     for pod in manifests.pod_names(spec, 3):
         assert server_name in manifests.pod_certificate_dns_names(spec, pod)
     assert server_name in manifests.wildcard_dns_names(spec)  # cert-manager's one certificate too
-    # A cluster with security off is scraped in plain HTTP; the catch-all leaves out the listed clusters.
-    (legacy,) = monitors["legacy-sidecars"]["spec"]["podMetricsEndpoints"]
+    issued = operator_pod_monitor("issued", tls={"issuerRef": {"name": "ca-issuer"}})["spec"]["podMetricsEndpoints"]
+    assert issued[0]["tlsConfig"]["ca"]["secret"]["name"] == "issued-cert-manager-tls"
+    # A cluster with security off is scraped in plain HTTP.
+    (legacy,) = operator_pod_monitor("legacy", tls={"enabled": False}, auth={"enabled": False})["spec"][
+        "podMetricsEndpoints"
+    ]
     assert not {"scheme", "tlsConfig", "authorization"} & set(legacy)
-    (excluded,) = monitors["demo-coordinated-cluster-sidecars"]["spec"]["selector"]["matchExpressions"]
-    assert excluded == {"key": "app.kubernetes.io/instance", "operator": "NotIn", "values": ["orders", "legacy"]}
 
 
-def test_the_catch_all_pod_monitor_can_be_left_out(tools: dict[str, Path]) -> None:
-    monitors = _pod_monitors(tools, *SECURED, "--set", "podMonitor.allClusters=false")
-    assert set(monitors) == {"orders-sidecars", "legacy-sidecars"}
+def test_the_chart_renders_offline_without_a_kube_version(tools: dict[str, Path]) -> None:
+    """GitOps pipelines render with `helm template` and no cluster: helm then assumes Kubernetes 1.20, and the
+    chart's kubeVersion constraint refused to render."""
+    rendered = helm(tools, "template", "demo", str(CHART), *MONITORING)
+    assert rendered.returncode == 0, rendered.stderr
+    assert "Deployment" in {doc["kind"] for doc in yaml.safe_load_all(rendered.stdout) if doc}
 
 
 def test_alerts_have_runbooks_and_use_existing_metrics(tools: dict[str, Path]) -> None:
@@ -483,3 +484,11 @@ def test_alerts_have_runbooks_and_use_existing_metrics(tools: dict[str, Path]) -
         for target in panel["targets"]:
             used = _series_in(target["expr"])
             assert used and used <= known, (panel["title"], used - known)
+
+
+def test_the_operators_non_preempting_class_validates(tools: dict[str, Path], schema_dir: Path) -> None:
+    from coordinated.operator import placement
+
+    twin = placement.nonpreempting_class(2_000_000_000)
+    result = kubeconform(tools, schema_dir, yaml.safe_dump(twin))
+    assert result.returncode == 0 and "Valid: 1" in result.stdout, result.stdout + result.stderr

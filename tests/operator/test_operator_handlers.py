@@ -69,6 +69,8 @@ class FakeKube:
         self.deleted_pods: list[str] = []
         self.nonvoter_replicas: int | None = None
         self.node_zones: dict[str, str] = {}  # Kubernetes node -> zone label
+        self.priority_classes: dict[str, tuple[int, str]] = {}  # name -> (value, preemption policy)
+        self.revision_templates: dict[str, dict[str, Any]] = {}  # ControllerRevision -> its pod template
 
     def _keep_secret(self, manifest: dict[str, Any]) -> None:
         if manifest["kind"] == "Secret":
@@ -91,6 +93,12 @@ class FakeKube:
 
     async def storage_class_expandable(self, name: str) -> bool | None:
         return None
+
+    async def priority_class(self, name: str) -> tuple[int, str] | None:
+        return self.priority_classes.get(name)
+
+    async def revision_template(self, name: str, namespace: str) -> dict[str, Any] | None:
+        return self.revision_templates.get(name)
 
     async def resize_claim(self, name: str, namespace: str, size: str) -> None:
         raise AssertionError("no claim is resized here")
@@ -478,9 +486,8 @@ def test_a_scale_down_runs_its_steps_without_waiting_for_the_periodic_pass(monke
             memo = kopf.Memo(
                 kube=kube, http=http, work=handlers.make_work_queue(OperatorConfig(reconcile_interval_seconds=3600.0))
             )  # the periodic pass never comes
-            handlers.track(event={"type": "ADDED"}, body=body, memo=memo)
             try:
-                await handlers.on_change(body=body, memo=memo, logger=logging.getLogger("test"))  # the spec change
+                await handlers.track(event={"type": "ADDED"}, body=body, memo=memo)  # a new cluster: a pass at once
                 deadline = asyncio.get_running_loop().time() + 30  # a bound for a loaded machine, not a timing
                 while kube.replicas != 2 and asyncio.get_running_loop().time() < deadline:
                     await asyncio.sleep(0.05)
@@ -494,7 +501,7 @@ def test_a_scale_down_runs_its_steps_without_waiting_for_the_periodic_pass(monke
                 # Stop following the cluster, and let a pass under way end, before the connections close: a pass
                 # that used closed connections would fail (ReconcileFailed), as it would not in the operator.
                 under_way = memo.work.pass_under_way("ns/demo")
-                handlers.track(event={"type": "DELETED"}, body=body, memo=memo)
+                await handlers.track(event={"type": "DELETED"}, body=body, memo=memo)
                 if under_way is not None:
                     await under_way
 
@@ -504,3 +511,70 @@ def test_a_scale_down_runs_its_steps_without_waiting_for_the_periodic_pass(monke
         "SetReplicas",
         "ClearExclusions",
     ]
+
+
+def test_an_unschedulable_roll_stops_goes_back_to_the_template_that_ran_and_a_new_spec_proceeds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """demo-2 was restarted onto a template the scheduler cannot place, for longer than spec.rollout's bound: the
+    roll stops (RolloutBlocked, the scheduler's message), the StatefulSet goes back to the template that ran, the
+    Pending pod is replaced at once, and nothing else is restarted until the spec changes."""
+    kube, sidecars = FakeKube(resource()), FakeSidecars()
+    kube.stored["metadata"]["annotations"] = {CLUSTER_UUID_ANNOTATION: "uuid-1"}
+    kube.replicas, kube.update_revision, sidecars.uuid = 3, "demo-new", "uuid-1"
+    old_template = {"metadata": {"labels": {"old": "yes"}}, "spec": {"containers": [], "volumes": []}}
+    kube.revision_templates["demo-old"] = old_template
+    running = {
+        f"demo-{i}": PodObservation(f"demo-{i}", ready=True, ip="127.0.0.1", revision="demo-old") for i in (0, 1)
+    }
+    message = "0/1 nodes are available: 1 node(s) didn't match pod anti-affinity rules"
+    stuck = PodObservation("demo-2", revision="demo-new", unschedulable=message, unschedulable_for=301.0)
+    kube.pod_map = {**running, "demo-2": stuck}
+
+    def voters_template() -> dict[str, Any]:
+        applied = [m for m in kube.applied if m["kind"] == "StatefulSet" and m["metadata"]["name"] == "demo"]
+        return dict(applied[-1]["spec"]["template"])
+
+    def condition(kind: str) -> dict[str, Any]:
+        return next(c for c in kube.status["conditions"] if c["type"] == kind)
+
+    async def scenario() -> None:
+        async with serving(sidecars, monkeypatch) as http:
+            memo = kopf.Memo(kube=kube, http=http)
+
+            async def reconcile() -> None:
+                await driver.reconcile(kopf.Body(resource()), memo, logging.getLogger("test"))
+
+            await reconcile()
+            assert kube.status["lastAction"]["kind"] == "BlockRollout", kube.status["lastAction"]
+            blocked = kube.status["rollout"]
+            assert (blocked["revision"], blocked["pod"]) == ("demo-old", "demo-2") and message in blocked["reason"]
+            assert condition("RolloutBlocked")["status"] == "True" and message in condition("RolloutBlocked")["message"]
+            assert [m for r, m in kube.events if r == "RolloutBlocked"] == [blocked["reason"]]
+            assert voters_template() == old_template
+            assert kube.deleted_pods == []
+
+            # The StatefulSet controller makes demo-old the update revision again: demo-2 goes at once.
+            kube.update_revision = "demo-old"
+            await reconcile()
+            assert kube.deleted_pods == ["demo-2"]
+            assert voters_template() == old_template and kube.status["rollout"] == blocked
+
+            # Back on the old template, the cluster is as before; nothing more is restarted, and the status says why.
+            kube.pod_map = {
+                **running,
+                "demo-2": PodObservation("demo-2", ready=True, ip="127.0.0.1", revision="demo-old"),
+            }
+            await reconcile()
+            await reconcile()
+            assert kube.deleted_pods == ["demo-2"] and kube.status["phase"] == "Ready"
+            assert "rolling restart stopped" in kube.status["lastAction"]["reason"]
+
+            # Another spec (here, a setting): the roll goes on with its template.
+            kube.stored["spec"]["settings"] = {"cluster.publish.timeout": "20s"}
+            await reconcile()
+            assert kube.status["rollout"] is None and condition("RolloutBlocked")["status"] == "False"
+            assert "RolloutUnblocked" in [r for r, _ in kube.events]
+            assert voters_template() != old_template
+
+    asyncio.run(scenario())

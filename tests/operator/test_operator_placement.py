@@ -133,3 +133,34 @@ def test_pods_the_scheduler_cannot_place_are_named_with_its_reason() -> None:
     assert (condition.status, condition.reason) == (False, "Unschedulable")
     assert condition.message == f"d-1 cannot be scheduled: {reason}"
     assert placement.pods_scheduled({}).status
+
+
+def test_the_pods_run_under_a_non_preempting_twin_of_the_requested_class() -> None:
+    name, twin = placement.pod_priority_class("high", (5000, "PreemptLowerPriority"))
+    assert twin is not None and name == "coordinated-nonpreempting-5000" == twin["metadata"]["name"]
+    assert (twin["value"], twin["preemptionPolicy"], twin["globalDefault"]) == (5000, "Never", False)
+    # A system class (2000000000) gets the highest value a class of another name may have.
+    name, twin = placement.pod_priority_class("system-cluster-critical", (2_000_000_000, "PreemptLowerPriority"))
+    assert twin is not None and (name, twin["value"]) == ("coordinated-nonpreempting-1000000000", 1_000_000_000)
+    # A class that never preempts is used as it is; an unknown one as written (the API server says why not).
+    assert placement.pod_priority_class("calm", (10, "Never")) == ("calm", None)
+    assert placement.pod_priority_class("missing", None) == ("missing", None)
+    assert placement.pod_priority_class(None, None) == (None, None)
+    spec = ClusterSpec.from_resource(
+        {"metadata": {"name": "demo"}, "spec": {"scheduling": {"priorityClassName": "high"}}}
+    )
+    assert placement.scheduling_fields(spec, {}, True, name)["priorityClassName"] == name
+    assert placement.scheduling_fields(spec, {}, True)["priorityClassName"] == "high"
+
+
+def test_voters_the_scheduler_does_not_place_are_reported_before_the_spread() -> None:
+    """After a preemption the trial's VotersSpread said True: it only counted the one voter that ran."""
+    condition = placement.voters_spread(
+        {"demo-0": "n1"}, {"n1": None}, {"demo-1": "0/1 nodes are available", "demo-2": "x"}
+    )
+    assert condition is not None and (condition.status, condition.reason) == (False, "NotScheduled")
+    assert condition.message.startswith(
+        "demo-1 and demo-2 are not scheduled (0/1 nodes are available): only demo-0 run"
+    )
+    nothing_runs = placement.voters_spread({}, {}, {"demo-0": "0/1 nodes are available"})
+    assert nothing_runs is not None and "none runs" in nothing_runs.message

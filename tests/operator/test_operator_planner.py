@@ -450,3 +450,89 @@ def test_the_phase_is_restarting_during_a_rolling_restart() -> None:
     obs = on_revisions(healthy(3, 3), {"c-2": "old"})
     assert phase_of(obs, plan(obs)) == "Restarting"
     assert phase_of(on_revisions(healthy(3, 3), {"c-2": "new"}), plan(healthy(3, 3))) == "Ready"
+
+
+# ---- rollouts that cannot lose the quorum -------------------------------------------------------------
+def pending(
+    obs: Observation, pod: str, revision: str, message: str = "0/1 nodes are available", seconds: float = 0.0
+) -> Observation:
+    """`pod` recreated on `revision` and not placed by the scheduler for `seconds`; it never joined."""
+    waiting = PodObservation(pod, revision=revision, unschedulable=message, unschedulable_for=seconds, phase="Pending")
+    obs = replace(obs, pods={**obs.pods, pod: waiting})
+    return with_cluster(
+        obs, reachable=obs.cluster.reachable - {pod}, members=obs.cluster.members - {pod}, health="yellow"
+    )
+
+
+def test_a_revert_replaces_pods_pending_on_the_unwanted_template_at_once() -> None:
+    """The docs' scheduling example, then its revert: c-2 is Pending on the example's template, the spec is back
+    to the one c-0 and c-1 run. The roll used to wait for c-2 to be Ready first, which it never could."""
+    reverted = pending(
+        on_revisions(healthy(3, 3), {"c-0": "old", "c-1": "old"}, update_revision="old"), "c-2", "example"
+    )
+    action = plan(reverted)
+    assert (action.kind, action.nodes) == (ActionKind.RESTART, ("c-2",)), action
+    assert "at once" in action.reason
+    # Several at once (the other voters that a preemption took are Pending too), without waiting for a master.
+    all_pending = pending(pending(reverted, "c-1", "example"), "c-0", "example")
+    no_master = with_cluster(all_pending, master=None, members=frozenset())
+    assert plan(no_master).nodes == ("c-0", "c-1", "c-2")
+    # A scale-up does not wait for them either.
+    assert plan(replace(reverted, desired_replicas=5)).nodes == ("c-2",)
+
+
+def test_a_pod_on_an_old_template_whose_sidecar_answers_is_never_replaced_at_once() -> None:
+    """Not ready, but running and answering (say, an election): a member, replaced only by the ordinary roll."""
+    obs = on_revisions(healthy(3, 3), {"c-0": "old", "c-1": "old", "c-2": "old"})
+    electing = with_cluster(obs, master=None, members=frozenset(), health=None)
+    electing = replace(electing, pods={name: replace(pod, ready=False) for name, pod in electing.pods.items()})
+    assert plan(electing).kind is ActionKind.WAIT
+
+
+def test_a_new_pod_that_cannot_be_scheduled_stops_the_roll_and_goes_back_to_the_template_that_ran() -> None:
+    rolling = on_revisions(healthy(3, 3), {"c-0": "old", "c-1": "old"})  # c-2 was restarted first
+    for seconds in (0.0, 299.0):  # within the bound: the roll waits for c-2, as for any restarted pod
+        waiting = plan(pending(rolling, "c-2", "new", seconds=seconds))
+        assert waiting.kind is ActionKind.WAIT and "c-2" in waiting.reason
+    blocked = plan(pending(rolling, "c-2", "new", "0/1 nodes are available: 1 node(s) didn't match", seconds=300.0))
+    assert (blocked.kind, blocked.nodes, blocked.revision) == (ActionKind.BLOCK_ROLLOUT, ("c-2",), "old")
+    assert "didn't match" in blocked.reason and "c-2" in blocked.reason
+    # The StatefulSet went back to "old": c-2, Pending on "new", is now on a template no longer wanted.
+    back = pending(
+        on_revisions(healthy(3, 3), {"c-0": "old", "c-1": "old"}, update_revision="old"), "c-2", "new", seconds=400
+    )
+    went_back = replace(back, rollout_blocked="old")
+    assert plan(went_back).kind is ActionKind.RESTART and plan(went_back).nodes == ("c-2",)
+    # Once c-2 runs the old template again the cluster is as before, and says why the spec is not applied.
+    settled = replace(
+        on_revisions(healthy(3, 3), {f"c-{i}": "old" for i in range(3)}, update_revision="old"), rollout_blocked="old"
+    )
+    still = plan(settled)
+    assert still.kind is ActionKind.WAIT and "rolling restart stopped" in still.reason
+    from coordinated.operator.status import phase_of
+
+    assert phase_of(settled, still) == "Ready"
+
+
+def test_a_roll_is_stopped_only_while_live_members_run_an_older_template() -> None:
+    """Every member already on the new template: a pod that cannot be placed is a scheduling problem
+    (PodsScheduled), not a template to go back from."""
+    done = pending(on_revisions(healthy(3, 3), {"c-0": "new", "c-1": "new"}), "c-2", "new", seconds=900)
+    assert plan(done).kind is not ActionKind.BLOCK_ROLLOUT
+    # Nor twice: while a stopped roll goes back, a pod of the old template that waits does not stop it again.
+    back = pending(
+        on_revisions(healthy(3, 3), {"c-0": "new", "c-1": "old"}, update_revision="old"), "c-2", "old", seconds=900
+    )
+    assert plan(replace(back, rollout_blocked="old")).kind is not ActionKind.BLOCK_ROLLOUT
+
+
+def test_a_non_voter_pending_on_a_template_no_longer_wanted_is_replaced_at_once() -> None:
+    """Their StatefulSet rolls the non-voters itself, and would wait for ever for one that cannot become Ready."""
+    obs = healthy(3, 3)
+    stuck = PodObservation("c-nonvoter-0", voting=False, revision="nv-example", unschedulable="0/1 nodes are available")
+    running = PodObservation("c-nonvoter-1", voting=False, ready=True, ip="10.0.0.9", revision="nv-example")
+    obs = replace(obs, pods={**obs.pods, stuck.name: stuck, running.name: running}, nonvoter_update_revision="nv-old")
+    obs = with_cluster(obs, reachable=obs.cluster.reachable | {running.name})
+    action = plan(obs)
+    assert (action.kind, action.nodes) == (ActionKind.RESTART, ("c-nonvoter-0",)), action
+    assert plan(replace(obs, nonvoter_update_revision="nv-example")).kind is ActionKind.NONE

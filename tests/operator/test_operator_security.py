@@ -29,7 +29,7 @@ from coordinated.operator.certificates import KeyPair
 from coordinated.operator.observation import PodObservation, StatefulSetObservation
 from coordinated.operator.reconcile import driver
 from coordinated.operator.reconcile.security import certificate_pods
-from coordinated.operator.sidecar_client import SidecarConnections, sidecar_url
+from coordinated.operator.sidecar_client import MEMBERSHIP_FIELDS, SidecarConnections, sidecar_url
 from coordinated.operator.spec import HIBERNATED_VOTERS_ANNOTATION, ClusterSpec
 from coordinated.sidecar.peers.tls import TrustRestrictions
 
@@ -435,7 +435,7 @@ def test_operator_verifies_the_sidecar_against_the_cluster_ca_and_sends_the_admi
     # The sidecars now serve demo-0's certificate: the operator checks it against demo-0's DNS name.
     sidecars, status = _observe_over_tls(kube, certs["demo-0.crt"], certs["demo-0.key"])
     admin = _secret(kube, "demo-admin")["token"].decode()
-    assert ("GET", "/demo-0/_cluster/state", {"local": "true"}) in sidecars.requests
+    assert ("GET", "/demo-0/_cluster/state", {"local": "true", "filter_path": MEMBERSHIP_FIELDS}) in sidecars.requests
     assert not any(path.startswith("/demo-1/") for _, path, _ in sidecars.requests)  # wrong name: refused
     assert sidecars.authorizations == {f"Bearer {admin}"}
     assert status["master"] == "demo-0"  # only demo-0's name matches the certificate; it reports id0 as master

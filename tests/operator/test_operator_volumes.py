@@ -83,6 +83,27 @@ def test_shrinking_and_resize_failures_are_reported() -> None:
     assert "data-demo-0: ControllerResizeError: quota exceeded" in plan.condition.message
 
 
+def test_a_size_that_never_took_can_be_set_back() -> None:
+    """The trial: 1Gi to 2Gi on a class that cannot expand (refused, nothing changed), then back to 1Gi, which
+    the CRD refused as a shrink although no volume ever grew. The check is against the claims' capacity."""
+    refused = volumes.plan_volumes("2Gi", sts(), claims(), False, "standard")
+    assert refused.condition is not None and refused.condition.reason == "ExpansionNotSupported"
+    back = volumes.plan_volumes("1Gi", sts(), claims(), None, None)
+    assert back.condition is not None and (back.condition.status, back.condition.reason) == (True, "AsRequested")
+    assert volumes.event_for(back, "ExpansionNotSupported")[:2] == ("Normal", "VolumesAsRequested")  # type: ignore[index]
+    # An expansion that failed: the template says 2Gi, the claims ask 2Gi but have 1Gi. Back to 1Gi: no volume
+    # shrinks, and the template follows (the StatefulSet is created again with it, as for a growth).
+    failed = volumes.plan_volumes("1Gi", sts("2Gi"), claims("2Gi", "1Gi"), True, "fast")
+    assert failed.condition is not None and failed.condition.reason == "Resizing", failed.condition
+    assert failed.recreate_statefulset and failed.expand == ()
+    recreated = volumes.plan_volumes("1Gi", None, claims("2Gi", "1Gi"), True, "fast")
+    assert recreated.template_size == "1Gi" and recreated.condition is not None and recreated.condition.status
+    # A volume that did grow still refuses, naming what it has.
+    grown = volumes.plan_volumes("1Gi", sts("1Gi"), [*claims("2Gi", "1Gi", 2), *claims("2Gi", "2Gi", 1)], True, "fast")
+    assert grown.condition is not None and grown.condition.reason == "ShrinkNotSupported"
+    assert "the volumes have 2Gi" in grown.condition.message
+
+
 def test_the_class_is_only_looked_up_when_the_spec_asks_for_more() -> None:
     assert volumes.class_to_check("1Gi", sts(), claims()) is None
     assert volumes.class_to_check("2Gi", sts(), claims()) == "fast"

@@ -1,4 +1,4 @@
-"""The chart's PodMonitor for a cluster with TLS and tokens, scraped for real: its endpoint is turned into the
+"""The operator's PodMonitor for a cluster with TLS and tokens (monitoring.py), scraped for real: its endpoint is turned into the
 Prometheus scrape config the Prometheus Operator generates from it (scheme, CA, server name, bearer token),
 and a real Prometheus (Debian's package) scrapes a real sidecar serving the certificate the operator issues
 to a pod, with tokens on. Only the PodMonitor's settings get through; without the token or with another
@@ -17,11 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from operator_schemas import REPO
 from required_commands import require_command
 
-from coordinated.operator import certificates, manifests
+from coordinated.operator import certificates, manifests, monitoring
 from coordinated.operator.spec import ClusterSpec
 from coordinated.tools.localcluster import LocalCluster, free_ports
 
@@ -33,19 +31,11 @@ ADMIN, READER = "admin-token-0123456789", "reader-token-0123456789"
 LIFETIME = datetime.timedelta(hours=2)
 
 
-def secured_endpoint(tools: dict[str, Path]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The rendered PodMonitor endpoint for the cluster `orders` in `shop`, and the PodMonitor."""
-    rendered = subprocess.run(
-        [str(tools["HELM"]), "template", "demo", str(REPO / "charts" / "coordinated-cluster"),
-         "--kube-version", "1.29.0", "--set", "podMonitor.enabled=true",
-         "--set", "podMonitor.clusters[0].name=orders", "--set", "podMonitor.clusters[0].namespace=shop"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    monitor = next(
-        doc
-        for doc in yaml.safe_load_all(rendered.stdout)
-        if doc and doc["kind"] == "PodMonitor" and doc["metadata"]["name"] == "orders-sidecars"
-    )
+def secured_endpoint() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The endpoint of the PodMonitor the operator makes for the cluster `orders` in `shop` (TLS from its own
+    CA, tokens on: the defaults), and the PodMonitor."""
+    spec = ClusterSpec.from_resource({"metadata": {"name": "orders", "namespace": "shop", "uid": "u"}, "spec": {}})
+    monitor = monitoring.pod_monitor(spec, manifests.BUILTIN_TLS)
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     return endpoint, monitor
 
@@ -142,29 +132,46 @@ def scrape_health(tmp_path: Path, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_prometheus_scrapes_a_secured_sidecar_with_the_pod_monitors_settings(
-    sidecar: tuple[str, dict[tuple[str, str], Path]], installed_tools: dict[str, Path], tmp_path: Path
+    sidecar: tuple[str, dict[tuple[str, str], Path]], tmp_path: Path
 ) -> None:
     address, secrets = sidecar
-    endpoint, _ = secured_endpoint(installed_tools)
+    endpoint, _ = secured_endpoint()
     health = scrape_health(tmp_path, scrape_config(endpoint, secrets, address))
     assert health["health"] == "up", health["lastError"]
 
 
 def test_without_the_token_the_scrape_is_refused(
-    sidecar: tuple[str, dict[tuple[str, str], Path]], installed_tools: dict[str, Path], tmp_path: Path
+    sidecar: tuple[str, dict[tuple[str, str], Path]], tmp_path: Path
 ) -> None:
     address, secrets = sidecar
-    endpoint, _ = secured_endpoint(installed_tools)
+    endpoint, _ = secured_endpoint()
     endpoint.pop("authorization")
     health = scrape_health(tmp_path, scrape_config(endpoint, secrets, address))
     assert health["health"] == "down" and "401" in health["lastError"], health
 
 
-def test_the_server_name_is_checked(
-    sidecar: tuple[str, dict[tuple[str, str], Path]], installed_tools: dict[str, Path], tmp_path: Path
-) -> None:
+def test_the_server_name_is_checked(sidecar: tuple[str, dict[tuple[str, str], Path]], tmp_path: Path) -> None:
     address, secrets = sidecar
-    endpoint, _ = secured_endpoint(installed_tools)
+    endpoint, _ = secured_endpoint()
     endpoint["tlsConfig"]["serverName"] = "orders.elsewhere.svc"
     health = scrape_health(tmp_path, scrape_config(endpoint, secrets, address))
     assert health["health"] == "down" and "certificate" in health["lastError"], health
+
+
+def test_the_sidecar_exports_its_own_certificates_expiry(sidecar: tuple[str, dict[tuple[str, str], Path]]) -> None:
+    """What the expiry alert reads, from the sidecar itself: it holds while no operator runs."""
+    from cryptography import x509
+
+    address, secrets = sidecar
+    context = ssl.create_default_context(cadata=secrets[("orders-certs", "ca.crt")].read_text())
+    context.check_hostname = False
+    request = urllib.request.Request(f"https://{address}/metrics", headers={"Authorization": f"Bearer {READER}"})
+    with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        text = response.read().decode()
+    (line,) = [
+        line for line in text.splitlines() if line.startswith("coordinated_tls_certificate_expiry_timestamp_seconds{")
+    ]
+    served = ssl.get_server_certificate(tuple(address.rsplit(":", 1)))  # type: ignore[arg-type]
+    expected = x509.load_pem_x509_certificate(served.encode()).not_valid_after_utc.timestamp()
+    assert 'kind="certificate"' in line and 'port="http"' in line
+    assert float(line.rsplit(" ", 1)[1]) == expected

@@ -137,11 +137,10 @@ def test_one_periodic_loop_however_many_clusters_come_and_go(monkeypatch: pytest
         for index in range(5):
             body = cluster(f"c{index}")
             per_object = copy.copy(operator_memo)
-            handlers.track(event={"type": "ADDED"}, body=body, memo=per_object)
-            await handlers.on_change(body=body, memo=per_object, logger=LOG)
+            await handlers.track(event={"type": "ADDED"}, body=body, memo=per_object)
             per_object.work.start_periodic(per_object)  # again, from a copy: still the one loop
             if index < 4:
-                handlers.track(event={"type": "DELETED"}, body=body, memo=per_object)
+                await handlers.track(event={"type": "DELETED"}, body=body, memo=per_object)
         await asyncio.sleep(0)
         count = len(loops())
         operator_memo.work.stop()
@@ -201,6 +200,84 @@ def test_pod_events_of_the_clusters_nodes_request_a_pass() -> None:
 
     asyncio.run(scenario())
     assert requested == ["ns/demo"]
+
+
+def test_a_pass_is_asked_for_a_new_or_changed_cluster_not_for_a_status_write() -> None:
+    work = queue_of(None)
+    body = {"metadata": {"namespace": "ns", "name": "demo", "generation": 1, "annotations": {}}, "status": {}}
+    assert work.watch(kopf.Body(body))  # new
+    assert not work.watch(kopf.Body({**body, "status": {"phase": "Ready"}}))  # a pass wrote its status
+    kopf_only = {**body["metadata"], "annotations": {"kopf.coordinated.dev/last-handled-configuration": "{}"}}
+    assert not work.watch(kopf.Body({**body, "metadata": kopf_only}))  # an older operator's own record
+    assert work.watch(kopf.Body({**body, "metadata": {**body["metadata"], "generation": 2}}))  # the spec changed
+    paused = {**body["metadata"], "generation": 2, "annotations": {"coordinated.dev/pause": "true"}}
+    assert work.watch(kopf.Body({**body, "metadata": paused}))  # paused
+    resumed = {**body["metadata"], "generation": 2, "annotations": {}}
+    assert work.watch(kopf.Body({**body, "metadata": resumed}))  # and resumed: at once, not a pass later
+
+
+def test_only_the_leader_runs_passes_and_a_new_leader_passes_over_every_cluster() -> None:
+    passes: list[str] = []
+    leading = [False]
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def one_pass(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger) -> Action:
+            passes.append(body["metadata"]["name"])
+            await release.wait()
+            return Action(ActionKind.WAIT, "waiting", 3)
+
+        work = WorkQueue(one_pass, lambda: 0.001, LOG, leading=lambda: leading[0])
+        memo = kopf.Memo()
+        for name in ("a", "b"):
+            work.watch(cluster(name))
+            work.request_pass(f"ns/{name}", memo)
+        work.start_periodic(memo)
+        await asyncio.sleep(0.05)
+        assert passes == []  # a follower follows the clusters, and changes nothing
+        leading[0] = True
+        work.lead(memo)
+        await settle()
+        assert sorted(passes) == ["a", "b"]  # at once, not after the interval
+        leading[0] = False
+        work.step_down()  # the passes under way are cancelled, the follow-ups and the loop stop
+        release.set()
+        await asyncio.sleep(0.05)
+        assert sorted(passes) == ["a", "b"]
+        leading[0] = True  # the Lease again: the replica reconciles again
+        work.lead(memo)
+        await settle()
+        assert sorted(passes) == ["a", "a", "b", "b"]
+        work.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_periodic_loop_leaves_a_cluster_whose_follow_up_is_pending() -> None:
+    """A cluster that keeps waiting is followed up once per interval at most; the periodic pass came on top of
+    it, two passes per interval (the API-server test's rate check failed on it, 14 to 17 in 10 intervals)."""
+    passes: list[float] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def waiting_pass(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger) -> Action:
+            passes.append(loop.time())
+            await asyncio.sleep(0.02)  # a pass takes time: its API calls
+            return Action(ActionKind.WAIT, "waiting for the cluster to bootstrap", 1)
+
+        work = queue_of(waiting_pass, interval=0.05)
+        memo = kopf.Memo()
+        work.watch(cluster("demo"))
+        await work.run(cluster("demo"), memo, LOG)
+        work.start_periodic(memo)
+        await asyncio.sleep(0.05 * 20)
+        work.stop()
+
+    asyncio.run(scenario())
+    # One pass per interval, give or take the start: never two (about 40 before).
+    assert len(passes) <= 20 + 3, len(passes)
 
 
 def test_a_stopping_operator_lets_the_pass_under_way_end_before_closing_and_starts_no_other() -> None:

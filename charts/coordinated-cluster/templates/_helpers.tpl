@@ -48,6 +48,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [apps]
   resources: [statefulsets]
   verbs: [get, create, patch, delete]
+# A rolling restart that cannot be scheduled goes back to the pod template that ran, read from its revision.
+- apiGroups: [apps]
+  resources: [controllerrevisions]
+  verbs: [get]
 - apiGroups: [""]
   resources: [services, configmaps, serviceaccounts]
   verbs: [create, patch]
@@ -75,6 +79,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [create, patch, delete]
+# The sidecars' PodMonitor of each cluster (podMonitor.enabled, or spec.monitoring.podMonitor), where the
+# Prometheus Operator is installed; deleted when turned off.
+- apiGroups: [monitoring.coreos.com]
+  resources: [podmonitors]
+  verbs: [create, patch, delete]
 # Only used when a cluster sets spec.tls.issuerRef and cert-manager is installed.
 - apiGroups: [cert-manager.io]
   resources: [certificates]
@@ -97,6 +106,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 # sidecars verify tokens against (the operator copies them into each cluster's NAME-service-account-keys).
 - nonResourceURLs: [/.well-known/openid-configuration, /openid/v1/jwks]
   verbs: [get]
+# spec.scheduling.priorityClassName: the pods run under a twin class that never preempts (same value), which the
+# operator creates once per value (coordinated-nonpreempting-VALUE) and never changes.
+- apiGroups: [scheduling.k8s.io]
+  resources: [priorityclasses]
+  verbs: [get, create]
 {{- end -}}
 
 {{- define "coordinated-cluster.auditLabels" -}}
@@ -216,29 +230,11 @@ template:
         command: [/usr/local/bin/spark-entrypoint.sh]
 {{- end -}}
 
-{{/* One sidecar scrape endpoint: the http port, labels by pod and cluster (never by pod IP). */}}
-{{- define "coordinated-cluster.sidecarEndpoint" -}}
-port: http
-path: /metrics
-interval: {{ .Values.podMonitor.interval }}
-scrapeTimeout: {{ .Values.podMonitor.scrapeTimeout }}
-relabelings:
-  - action: replace
-    targetLabel: job
-    replacement: coordinated-sidecar
-  # instance is the pod (the node's name), not IP:port.
-  - action: replace
-    sourceLabels: [__meta_kubernetes_pod_name]
-    targetLabel: instance
-  - action: replace
-    sourceLabels: [__meta_kubernetes_pod_name]
-    targetLabel: pod
-  - action: replace
-    sourceLabels: [__meta_kubernetes_pod_label_app_kubernetes_io_instance]
-    targetLabel: cluster
-  - action: replace
-    sourceLabels: [__meta_kubernetes_namespace]
-    targetLabel: namespace
-  - action: labeldrop
-    regex: (endpoint|container)
+{{/* A map of labels as k=v,k=v (the operator's --pod-monitor-labels). */}}
+{{- define "coordinated-cluster.labelList" -}}
+{{- $pairs := list }}
+{{- range $key, $value := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
+{{- end }}
+{{- join "," $pairs }}
 {{- end -}}

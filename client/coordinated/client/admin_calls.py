@@ -33,9 +33,13 @@ def cluster_health(wait_for_nodes: int | None = None, timeout_s: float = 30.0) -
     return Call("GET", "/_cluster/health", ok, params, wait_s=wait_s, master_timeout=wait_for_nodes is None)
 
 
-def cluster_state(local: bool = False) -> Call[dict[str, Any]]:
-    """The whole cluster state; `local`: this node's applied state, without asking the master."""
-    return Call("GET", "/_cluster/state", ok, {"local": "true"} if local else {})
+def cluster_state(local: bool = False, filter_path: str | None = None) -> Call[dict[str, Any]]:
+    """The whole cluster state; `local`: this node's applied state, without asking the master; `filter_path`:
+    only these fields (for example `master_node,nodes,metadata.cluster_coordination`)."""
+    params = {"local": "true"} if local else {}
+    if filter_path is not None:
+        params["filter_path"] = filter_path
+    return Call("GET", "/_cluster/state", ok, params)
 
 
 def cluster_settings() -> Call[dict[str, Any]]:

@@ -375,9 +375,10 @@ def cluster_health(
     return (yield from perform(client, admin_calls.cluster_health(wait_for_nodes, timeout)))
 
 
-def cluster_state(client: ClientBase, *, local: bool = False) -> Flow[dict[str, Any]]:
-    """`GET /_cluster/state`: from the master, or with `local` this node's applied state."""
-    return (yield from perform(client, admin_calls.cluster_state(local)))
+def cluster_state(client: ClientBase, *, local: bool = False, filter_path: str | None = None) -> Flow[dict[str, Any]]:
+    """`GET /_cluster/state`: from the master, or with `local` this node's applied state; with `filter_path`,
+    only the fields it names."""
+    return (yield from perform(client, admin_calls.cluster_state(local, filter_path)))
 
 
 def cluster_settings(client: ClientBase) -> Flow[dict[str, Any]]:

@@ -80,6 +80,29 @@ def _reconcile_interval() -> float:
     default=_reconcile_interval,
     help=f"seconds between periodic passes over every cluster (default: ${INTERVAL_VARIABLE}, else 15)",
 )
+@click.option(
+    "--pod-monitors",
+    is_flag=True,
+    help="give every cluster a PodMonitor for its sidecars (unless its spec.monitoring.podMonitor.enabled is false)",
+)
+@click.option(
+    "--pod-monitor-labels",
+    default="",
+    callback=_labels,
+    help="labels of those PodMonitors, as k=v,k=v (what Prometheus's podMonitorSelector matches)",
+)
+@click.option(
+    "--lease",
+    default="coordinated-operator",
+    help="the Lease in the operator's namespace on which replicas elect the one that reconciles",
+)
+@click.option(
+    "--no-leader-election",
+    "leader_election",
+    flag_value=False,
+    default=True,
+    help="reconcile without a Lease (one replica only); without --operator-namespace there is no election either",
+)
 @click.argument("passthrough", nargs=-1, type=click.UNPROCESSED, metavar="[KOPF RUN OPTIONS]...")
 def operator_command(passthrough: tuple[str, ...], **options: Any) -> int:
     return run(SimpleNamespace(**options), list(passthrough))
@@ -109,6 +132,9 @@ def config_of(options: SimpleNamespace) -> OperatorConfig:
         reconcile_interval_seconds=options.reconcile_interval,
         namespace=options.operator_namespace,
         pod_labels=options.operator_labels,
+        lease_name=options.lease if options.leader_election and options.operator_namespace else None,
+        pod_monitors=options.pod_monitors,
+        pod_monitor_labels=options.pod_monitor_labels,
     )
 
 

@@ -29,6 +29,13 @@ class OperatorConfig:
     # Where the operator's own pods run, so each cluster's NetworkPolicy admits them to the client port.
     namespace: str | None = None
     pod_labels: dict[str, str] = field(default_factory=dict)
+    # Several replicas elect one leader on a Lease of this name in `namespace` (None: every process reconciles,
+    # which is right for a single one only).
+    lease_name: str | None = None
+    # Every cluster gets a PodMonitor for its sidecars (the Prometheus Operator's), unless its
+    # spec.monitoring.podMonitor.enabled says otherwise; with these labels (for Prometheus's podMonitorSelector).
+    pod_monitors: bool = False
+    pod_monitor_labels: dict[str, str] = field(default_factory=dict)
 
     def to_environment(self) -> str:
         return msgspec.json.encode(self).decode()

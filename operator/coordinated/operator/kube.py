@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import socket
+import threading
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -36,15 +38,20 @@ class Kube:
     def __init__(self) -> None:
         self._api_client = client.ApiClient()
         self._dynamic: DynamicClient | None = None
+        self._discovery = threading.Lock()
         self._core = client.CoreV1Api(self._api_client)
         self._apps = client.AppsV1Api(self._api_client)
         self._custom = client.CustomObjectsApi(self._api_client)
         self._storage = client.StorageV1Api(self._api_client)
+        self._scheduling = client.SchedulingV1Api(self._api_client)
 
     def _resource(self, api_version: str, kind: str) -> Any:
-        if self._dynamic is None:  # discovery happens once, lazily, on first use
-            self._dynamic = DynamicClient(self._api_client)  # type: ignore[no-untyped-call]
-        return self._dynamic.resources.get(api_version=api_version, kind=kind)
+        # The calls run in worker threads, several passes at once, and the dynamic client's discovery (a lazy
+        # cache of the API groups) is not thread-safe: concurrent lookups failed with KeyError('resources').
+        with self._discovery:
+            if self._dynamic is None:  # discovery happens once, lazily, on first use
+                self._dynamic = DynamicClient(self._api_client)  # type: ignore[no-untyped-call]
+            return self._dynamic.resources.get(api_version=api_version, kind=kind)
 
     def _apply(self, manifest: Mapping[str, Any]) -> None:
         resource = self._resource(manifest["apiVersion"], manifest["kind"])
@@ -161,6 +168,7 @@ class Kube:
                 ),
                 None,
             )
+            unscheduled_since = unscheduled.last_transition_time if unscheduled is not None else None
             labels = pod.metadata.labels or {}
             containers = pod.spec.containers if pod.spec else []
             sidecar = next((c for c in containers if c.name == SIDECAR_CONTAINER), None)
@@ -174,6 +182,8 @@ class Kube:
                 image=sidecar.image if sidecar else None,
                 node_name=pod.spec.node_name if pod.spec else None,
                 unschedulable=(unscheduled.message or "no reason given") if unscheduled else None,
+                unschedulable_for=_seconds_since(unscheduled_since) if unscheduled_since is not None else 0.0,
+                phase=pod.status.phase if pod.status else None,
             )
         return observed
 
@@ -249,6 +259,35 @@ class Kube:
     async def zones(self, nodes: frozenset[str]) -> dict[str, str | None]:
         """Each Kubernetes node's topology.kubernetes.io/zone label (None: none, or the node is unknown)."""
         return await asyncio.to_thread(self._zones, nodes)
+
+    def _priority_class(self, name: str) -> tuple[int, str] | None:
+        try:
+            found = self._scheduling.read_priority_class(name)
+        except ApiException as error:
+            if error.status in (403, 404):
+                return None
+            raise
+        return int(found.value or 0), str(found.preemption_policy or "PreemptLowerPriority")
+
+    async def priority_class(self, name: str) -> tuple[int, str] | None:
+        """A PriorityClass's value and preemption policy (None: not found, or not readable)."""
+        return await asyncio.to_thread(self._priority_class, name)
+
+    def _revision_template(self, name: str, namespace: str) -> dict[str, Any] | None:
+        try:
+            response: Any = self._apps.read_namespaced_controller_revision(name, namespace, _preload_content=False)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        data = json.loads(response.data).get("data") or {}
+        template = dict((data.get("spec") or {}).get("template") or {})
+        template.pop("$patch", None)  # the revision stores the template as a replacing patch
+        return template or None
+
+    async def revision_template(self, name: str, namespace: str) -> dict[str, Any] | None:
+        """The pod template a StatefulSet's ControllerRevision holds (None: no such revision)."""
+        return await asyncio.to_thread(self._revision_template, name, namespace)
 
     def _storage_class_expandable(self, name: str) -> bool | None:
         try:
@@ -330,6 +369,10 @@ class Kube:
 
 
 RESIZE_FAILURES = ("ControllerResizeError", "NodeResizeError")  # claim conditions (Kubernetes 1.31+)
+
+
+def _seconds_since(moment: datetime.datetime) -> float:
+    return max(0.0, (datetime.datetime.now(datetime.UTC) - moment).total_seconds())
 
 
 def _claim_observation(claim: Any) -> ClaimObservation:

@@ -7,6 +7,8 @@ carry a controller owner reference to the CoordinatedCluster, so deleting it gar
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -230,13 +232,17 @@ def owner_reference(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-def _metadata(spec: ClusterSpec, name: str, component: str = "node") -> dict[str, Any]:
+def object_metadata(spec: ClusterSpec, name: str, component: str = "node") -> dict[str, Any]:
+    """A child's metadata: in the cluster's namespace, labelled, and owned by the cluster (deleted with it)."""
     return {
         "name": name,
         "namespace": spec.namespace,
         "labels": common_labels(spec, component),
         "ownerReferences": [owner_reference(spec)],
     }
+
+
+_metadata = object_metadata
 
 
 # ---- builders ----------------------------------------------------------------------------------------
@@ -524,13 +530,15 @@ def statefulset(
     *,
     voting: bool = True,
     keep_claims: bool = False,
+    priority_class_name: str | None = None,
 ) -> Manifest:
     """One pool's StatefulSet: the voters' (`NAME`), or with `voting=False` the non-voters' (`NAME-nonvoter`).
 
     `replicas` comes from the planner, not straight from the spec: scaling moves one node at a time.
     `claim_size` likewise comes from volumes.py: a claim template cannot change, so it is the spec's size only
     once the StatefulSet can be created with it. `keep_claims` (hibernation) keeps the claims of the pods a
-    scale-down stops, whatever storage.persistentVolumeClaimRetentionPolicy.whenScaled says."""
+    scale-down stops, whatever storage.persistentVolumeClaimRetentionPolicy.whenScaled says.
+    `priority_class_name`: the non-preempting twin of the spec's class (placement.pod_priority_class)."""
     template_metadata = spec.template.get("metadata") or {}
     pod_labels = {
         **(template_metadata.get("labels") or {}),
@@ -561,7 +569,7 @@ def statefulset(
             "fsGroup": RUN_AS_USER,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        **placement.scheduling_fields(spec, selector_labels(spec), voting),
+        **placement.scheduling_fields(spec, selector_labels(spec), voting, priority_class_name),
         "containers": [_sidecar_container(spec, tls_source, voting), *_user_containers(spec, tls_source)],
         "volumes": [
             {"name": "transport-secret", "secret": {"secretName": transport_secret_name(spec), "defaultMode": 0o440}},
@@ -606,6 +614,12 @@ def statefulset(
             "volumeClaimTemplates": [volume_claim],
         },
     }
+
+
+def template_hash(statefulset_manifest: Manifest) -> str:
+    """A short, stable name for a StatefulSet's pod template: equal templates, equal names."""
+    text = json.dumps(statefulset_manifest["spec"]["template"], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def disruptions_allowed(health: str | None, voters: int) -> int:
@@ -781,6 +795,7 @@ def desired_children(
     nonvoters: int | None = None,
     nonvoter_claim_size: str | None = None,
     keep_claims: bool = False,
+    priority_class_name: str | None = None,
 ) -> list[Manifest]:
     """Everything the operator re-applies each pass; the Secrets (security.py) are written apart. `nonvoters`:
     the non-voters' StatefulSet size (None: it is neither wanted nor there)."""
@@ -789,9 +804,19 @@ def desired_children(
         headless_service(spec),
         client_service(spec),
         bootstrap_configmap(spec, initial_master_nodes),
-        statefulset(spec, replicas, tls_source, claim_size, keep_claims=keep_claims),
+        statefulset(
+            spec, replicas, tls_source, claim_size, keep_claims=keep_claims, priority_class_name=priority_class_name
+        ),
         (
-            statefulset(spec, nonvoters, tls_source, nonvoter_claim_size, voting=False, keep_claims=keep_claims)
+            statefulset(
+                spec,
+                nonvoters,
+                tls_source,
+                nonvoter_claim_size,
+                voting=False,
+                keep_claims=keep_claims,
+                priority_class_name=priority_class_name,
+            )
             if nonvoters is not None
             else None
         ),

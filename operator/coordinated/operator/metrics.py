@@ -25,6 +25,11 @@ STUCK = Gauge(
     "CoordinatedClusters that have not converged for longer than the stuck threshold",
 )
 
+LEADER = Gauge(
+    "coordinated_operator_leader",
+    "1 on the replica that holds the operator's Lease and reconciles, 0 on the others",
+)
+
 CERTIFICATE_EXPIRY = Gauge(
     "coordinated_operator_certificate_expiry_timestamp_seconds",
     "When each certificate the operator issued expires (Unix time): the cluster's CA (certificate=ca) and each pod's",
@@ -44,6 +49,18 @@ def record_certificate_expiry(namespace: str, cluster: str, secret_data: Mapping
     for gone in _certificates_seen.get((namespace, cluster), set()) - names:
         CERTIFICATE_EXPIRY.remove(namespace, cluster, gone)
     _certificates_seen[(namespace, cluster)] = names
+
+
+def forget_cluster(namespace: str, cluster: str) -> None:
+    """The cluster was deleted: its series go (a stale expiry would fire an alert for a cluster long gone)."""
+    for name in _certificates_seen.pop((namespace, cluster), set()):
+        CERTIFICATE_EXPIRY.remove(namespace, cluster, name)
+
+
+def forget_clusters() -> None:
+    """This replica stopped reconciling: the leader exports the clusters' series from now on."""
+    for namespace, cluster in list(_certificates_seen):
+        forget_cluster(namespace, cluster)
 
 
 @dataclass

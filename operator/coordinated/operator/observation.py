@@ -6,6 +6,7 @@ master's own state when some node is master, since followers may lag behind it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -23,6 +24,8 @@ class PodObservation:
     image: str | None = None  # the sidecar container's image
     node_name: str | None = None  # the Kubernetes node it was scheduled to
     unschedulable: str | None = None  # the scheduler's message while it cannot place the pod
+    unschedulable_for: float = 0.0  # for how long (seconds) the scheduler has not placed it (PodScheduled False)
+    phase: str | None = None  # status.phase: Pending until its containers run
 
 
 @dataclass(frozen=True)
@@ -93,10 +96,16 @@ class Observation:
     statefulset_deleting: bool = False
     desired_nonvoters: int = 0
     nonvoter_statefulset_replicas: int | None = None  # None: no non-voters' StatefulSet
+    nonvoter_update_revision: str | None = None  # the non-voters' StatefulSet's status.updateRevision
     # Hibernation: the voters' StatefulSet size when the cluster went to sleep (an annotation), and whether a
     # snapshot must still be taken before it does (a snapshot volume, and none taken yet).
     hibernated_voters: int | None = None
     snapshot_before_hibernation: bool = False
+    # A rolling restart stopped (RolloutBlocked) for the pod template the spec asks for now: the StatefulSet went
+    # back to this revision, the last template that ran. None: the roll may proceed.
+    rollout_blocked: str | None = None
+    # How long a pod of the new template may stay unschedulable before it stops the roll (spec.rollout).
+    unschedulable_timeout: float = 300.0
 
     def pod_name(self, ordinal: int) -> str:
         return f"{self.statefulset_name}-{ordinal}"
@@ -134,6 +143,50 @@ class Observation:
                 and ordinal < size
             )
         )
+
+    @property
+    def stuck_outdated_pods(self) -> tuple[str, ...]:
+        """Voters on an older template than the one wanted that cannot become Ready on it: not scheduled, or not
+        running a sidecar that answers. They hold nothing the cluster needs (a process that answers, even without
+        a master, is never one of them), and waiting for them would block the change that replaces them: a
+        revert of a template that could not be scheduled would wait for the pods that cannot be."""
+        # The non-voters too: their StatefulSet rolls them itself, but waits, as a StatefulSet does, for a pod
+        # that cannot become Ready (Kubernetes' "forced rollback" is by hand); and they hold no vote.
+        nonvoters = tuple(
+            name
+            for name, pod in self.pods.items()
+            if not pod.voting and pod.revision and self.nonvoter_update_revision
+            and pod.revision != self.nonvoter_update_revision
+        )  # fmt: skip
+        return tuple(
+            name
+            for name in (*self.outdated_pods, *sorted(nonvoters))
+            if not (pod := self.pods[name]).ready
+            and not pod.terminating
+            and (pod.unschedulable is not None or name not in self.cluster.reachable)
+        )
+
+    def blocked_roll(self) -> tuple[str, str, str] | None:
+        """(pod, the scheduler's message, the revision to go back to) when a pod of the current template has been
+        unschedulable for `unschedulable_timeout` while live members still run an older template: the roll cannot
+        go on, and the pod goes back to the template that ran. None otherwise (also once the roll went back)."""
+        if self.rollout_blocked is not None or not self.update_revision:
+            return None
+        older = Counter(
+            pod.revision
+            for name, pod in self.voter_pods.items()
+            if name in self.live_members and pod.revision and pod.revision != self.update_revision
+        )
+        if not older:
+            return None
+        for name, pod in sorted(self.voter_pods.items()):
+            if (
+                pod.revision == self.update_revision
+                and pod.unschedulable is not None
+                and pod.unschedulable_for >= self.unschedulable_timeout
+            ):
+                return name, pod.unschedulable, older.most_common(1)[0][0]
+        return None
 
     @property
     def ready_replicas(self) -> int:

@@ -30,6 +30,7 @@ class ActionKind(enum.Enum):
     EXCLUDE = "ExcludeFromVoting"  # POST a voting-config exclusion for one node
     CLEAR_EXCLUSIONS = "ClearExclusions"  # DELETE the voting-config exclusions
     RESTART = "RestartPod"  # delete one pod on an older template; the StatefulSet recreates it
+    BLOCK_ROLLOUT = "BlockRollout"  # a new pod cannot be scheduled: go back to the template that ran
     HIBERNATE = "Hibernate"  # record how many voters sleep, and stop every pod (their claims are kept)
     WAKE = "Wake"  # the hibernated voters rejoined: forget the hibernation
     WAIT = "Wait"  # a step is under way; check again later
@@ -47,6 +48,7 @@ class Action:
     wait_for_removal: bool = False
     adopted_claims: tuple[str, ...] = ()  # PIN_BOOTSTRAP: data claims retained from an earlier cluster
     hibernated_voters: int | None = None  # HIBERNATE: the voters' StatefulSet size that goes to sleep
+    revision: str | None = None  # BLOCK_ROLLOUT: the StatefulSet revision (the template) to go back to
 
     @property
     def changes_something(self) -> bool:
@@ -134,13 +136,43 @@ def plan(obs: Observation) -> Action:
             wait_for_removal=False,
         )
 
+    # Pods on a template no longer wanted that cannot become Ready on it go at once: neither scaling nor the roll
+    # may wait for them (a revert of an unschedulable template would wait forever).
+    if stuck := obs.stuck_outdated_pods:
+        return Action(
+            ActionKind.RESTART,
+            f"replacing {_names(stuck)} at once: not running on a pod template that is no longer wanted",
+            current,
+            nodes=stuck,
+        )
     if desired > current:
         return _plan_scale_up(obs, current)
     if victim is not None:
         return _plan_scale_down(obs, current, victim)
+    if blocked := obs.blocked_roll():
+        pod, message, revision = blocked
+        return Action(
+            ActionKind.BLOCK_ROLLOUT,
+            f"rolling restart stopped: {pod} could not be scheduled for {_seconds(obs.unschedulable_timeout)} on the "
+            f"new pod template ({message}); it goes back to the template that ran ({revision})",
+            current,
+            nodes=(pod,),
+            revision=revision,
+        )
     if obs.outdated_pods:
         return _plan_restart(obs, current)
+    if obs.rollout_blocked is not None:
+        return _hold(
+            ActionKind.WAIT,
+            f"rolling restart stopped: the pods run the template that ran before ({obs.rollout_blocked}), as the "
+            "new one could not be scheduled; change the spec (or revert it) to go on",
+            obs,
+        )
     return _hold(ActionKind.NONE, f"{current} node(s), as requested", obs)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f}s" if value < 120 else f"{value / 60:.0f}m"
 
 
 def _plan_hibernation(obs: Observation, current: int) -> Action:

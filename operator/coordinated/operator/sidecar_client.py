@@ -17,6 +17,9 @@ from coordinated.client import ApiError, AsyncClient, CoordinatedError
 from coordinated.coordination.history import NO_CLUSTER_UUID
 
 HTTP_PORT = 9200
+# What the operator reads of a node's state (Elasticsearch's filter_path): everything parse_cluster_state uses. A
+# sidecar of a release before filter_path answers its whole state instead, which parses the same.
+MEMBERSHIP_FIELDS = "cluster_name,cluster_uuid,version,term,master_node,nodes,metadata.cluster_coordination"
 TRANSPORT_PORT = 9300
 T = TypeVar("T")
 
@@ -224,7 +227,10 @@ class SidecarClient:
             raise SidecarError(f"{what} on {self.base_url} failed: {error}") from error
 
     async def cluster_state(self, local: bool = True) -> ClusterState:
-        return parse_cluster_state(await self._answer("cluster state", self._client.cluster_state(local=local)))
+        """The membership part of the node's state (`MEMBERSHIP_FIELDS`): never its keys or sessions, so that the
+        operator's memory does not grow with the clusters' data."""
+        call = self._client.cluster_state(local=local, filter_path=MEMBERSHIP_FIELDS)
+        return parse_cluster_state(await self._answer("cluster state", call))
 
     async def node_id(self) -> str:
         """The node's own id (`GET /`): a node that lost its data comes back under a new one."""

@@ -143,6 +143,23 @@ class SchedulingSpec:
 
 
 @dataclass(frozen=True)
+class MonitoringSpec:
+    """spec.monitoring.podMonitor: the operator's PodMonitor for the sidecars (monitoring.py)."""
+
+    pod_monitor: bool | None = None  # None: as the operator's --pod-monitors says
+    labels: Mapping[str, str] = field(default_factory=dict)  # on the PodMonitor, for Prometheus's selector
+    interval: str = "30s"
+    scrape_timeout: str = "10s"
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """How a rolling restart gives up: a new pod the scheduler cannot place for this long stops it."""
+
+    unschedulable_timeout: str = "5m"
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     name: str
     namespace: str
@@ -164,6 +181,8 @@ class ClusterSpec:
     client_access: tuple[Mapping[str, Any], ...] | None = None  # None: the default peers (docs/operator.md)
     metrics_access: tuple[Mapping[str, Any], ...] = ()  # also admitted to the client port: who scrapes /metrics
     scheduling: SchedulingSpec = SchedulingSpec()
+    rollout: RolloutSpec = RolloutSpec()
+    monitoring: MonitoringSpec = MonitoringSpec()
     snapshots: SnapshotsSpec | None = None
     restore_from: str | None = None  # a snapshot in the snapshot repository, restored once after the cluster forms
     archive: BucketSpec | None = None
@@ -239,6 +258,7 @@ class ClusterSpec:
         archive = spec.get("archive")
         scheduling = spec.get("scheduling") or {}
         spread = scheduling.get("topologySpreadConstraints")
+        pod_monitor = (spec.get("monitoring") or {}).get("podMonitor") or {}
         return cls(
             name=metadata["name"],
             namespace=metadata.get("namespace") or "default",
@@ -296,6 +316,15 @@ class ClusterSpec:
                 affinity=dict(scheduling.get("affinity") or {}),
                 topology_spread_constraints=None if spread is None else tuple(dict(c) for c in spread),
                 priority_class_name=scheduling.get("priorityClassName") or None,
+            ),
+            rollout=RolloutSpec(
+                unschedulable_timeout=str((spec.get("rollout") or {}).get("unschedulableTimeout") or "5m"),
+            ),
+            monitoring=MonitoringSpec(
+                pod_monitor=None if pod_monitor.get("enabled") is None else bool(pod_monitor["enabled"]),
+                labels={str(k): str(v) for k, v in (pod_monitor.get("labels") or {}).items()},
+                interval=str(pod_monitor.get("interval") or "30s"),
+                scrape_timeout=str(pod_monitor.get("scrapeTimeout") or "10s"),
             ),
             snapshots=(
                 None

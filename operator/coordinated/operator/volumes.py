@@ -8,7 +8,9 @@ A StatefulSet's claim template cannot change, and a claim only grows where its S
 3. the next pass creates it again from the spec, with the new claim template, and it adopts the pods.
 
 Where the class cannot expand, nothing is changed: the StatefulSet keeps its template and the `StorageSize`
-condition says why. Shrinking is refused by the CRD (and, should a spec get past it, here too).
+condition says why. Shrinking is refused here, against the volumes' actual size (the bound claims' capacity):
+a size that never took (a class that cannot expand, an expansion that failed) can be set back, and a claim
+template left larger than the volumes by an expansion that never happened follows it back down.
 """
 
 from __future__ import annotations
@@ -57,9 +59,18 @@ def plan_volumes(
     if template is None:
         template = desired  # the StatefulSet is being created again: with the spec's size
     current = size_of(template) or wanted
-    if wanted < current:
-        message = f"storage.size is {desired} but the volumes have {template}: a volume can grow, never shrink"
+    bound = [(claim, size) for claim in claims if (size := size_of(claim.capacity)) is not None]
+    largest = max(bound, key=lambda found: found[1], default=None)
+    actual = largest[1] if largest is not None else current  # no claim bound yet: the template's size
+    if wanted < actual:
+        has = largest[0].capacity if largest is not None else template
+        message = f"storage.size is {desired} but the volumes have {has}: a volume can grow, never shrink"
         return VolumePlan(template, condition=Condition(CONDITION, False, "ShrinkNotSupported", message))
+    if wanted < current:
+        # The claim template is larger than any volume (an expansion that never happened): it goes back.
+        recreate = statefulset is not None and not statefulset.deleting
+        message = f"re-creating the StatefulSet's claim template at {desired} (it says {template}; no volume grew)"
+        return VolumePlan(template, (), recreate, Condition(CONDITION, False, "Resizing", message))
     short = [claim for claim in claims if (size_of(claim.requested) or wanted) < wanted]
     if (wanted > current or short) and expandable is False:
         storage_class = f"StorageClass {class_name}" if class_name else "the claims' StorageClass"
@@ -123,6 +134,7 @@ EVENTS = {
     "ExpansionNotSupported": ("Warning", "VolumeExpansionNotSupported"),
     "ExpansionFailed": ("Warning", "VolumeExpansionFailed"),
     "ShrinkNotSupported": ("Warning", "VolumeShrinkNotSupported"),
+    "Resizing": ("Normal", "ResizingClaimTemplate"),
 }
 
 
@@ -133,5 +145,7 @@ def event_for(plan: VolumePlan, previous_reason: str | None) -> tuple[str, str, 
         return None
     if condition.reason == "AsRequested" and previous_reason in (None, "AsRequested"):
         return None  # nothing was ever expanded
+    if condition.reason == "AsRequested" and previous_reason in ("ExpansionNotSupported", "Resizing"):
+        return "Normal", "VolumesAsRequested", condition.message  # set back to the size the volumes have
     event_type, reason = EVENTS[condition.reason]
     return event_type, reason, condition.message

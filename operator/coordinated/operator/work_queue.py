@@ -7,6 +7,10 @@ callback, so the queue knows nothing of what a pass does, and a test can drive i
 
 The queue is an object, not module state: the startup handler makes one and keeps it in Kopf's operator-wide
 memo, which every per-object memo copies by reference.
+
+With several operator replicas, only the leader (leadership.py) runs passes: every replica's queue follows the
+clusters the watch shows, but `leading` gates every pass, `lead` starts passes over all of them when this replica
+becomes the leader, and `step_down` cancels what is under way or waiting when it stops being one.
 """
 
 from __future__ import annotations
@@ -27,6 +31,21 @@ def cluster_key(body: kopf.Body) -> str:
     return f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
 
 
+def essence(body: kopf.Body) -> tuple[object, ...]:
+    """What a change of the resource consists of for the operator: its spec (the generation), its annotations
+    (pause, snapshot requests, the operator's own records) and labels; not its status, which passes write."""
+    metadata = body.get("metadata") or {}
+    annotations = {
+        key: value for key, value in (metadata.get("annotations") or {}).items() if not key.startswith("kopf.")
+    }
+    return (
+        metadata.get("generation"),
+        tuple(sorted(annotations.items())),
+        tuple(sorted((metadata.get("labels") or {}).items())),
+        metadata.get("deletionTimestamp"),
+    )
+
+
 def follow_up_delay(action: Action, repeats: int, interval: float) -> float | None:
     """Seconds until the next pass after `action`, taken `repeats` times in a row before (None: the periodic pass
     and the pod watch suffice)."""
@@ -42,10 +61,17 @@ class WorkQueue:
     every use, so a changed reconcile interval takes effect at the next wait; `logger` is given to the passes
     the queue starts itself."""
 
-    def __init__(self, run_pass: Pass, interval: Callable[[], float], logger: logging.Logger) -> None:
+    def __init__(
+        self,
+        run_pass: Pass,
+        interval: Callable[[], float],
+        logger: logging.Logger,
+        leading: Callable[[], bool] = lambda: True,
+    ) -> None:
         self._run_pass = run_pass
         self._interval = interval
         self._logger = logger
+        self._leading = leading
         self._known: dict[str, kopf.Body] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._periodic: asyncio.Task[None] | None = None
@@ -56,8 +82,12 @@ class WorkQueue:
         self._running: set[asyncio.Task[Any]] = set()  # the tasks running a pass now
         self._stopped = False
 
-    def watch(self, body: kopf.Body) -> None:
-        self._known[cluster_key(body)] = body
+    def watch(self, body: kopf.Body) -> bool:
+        """Follows the cluster; True when it is new to the queue or changed (essence), which asks for a pass."""
+        key = cluster_key(body)
+        before = self._known.get(key)
+        self._known[key] = body
+        return before is None or essence(before) != essence(body)
 
     def forget(self, key: str) -> None:
         """The cluster is deleted: no more passes (one under way ends by itself: it finds the cluster gone)."""
@@ -85,6 +115,8 @@ class WorkQueue:
             self._running.add(task)
         try:
             async with self._locks.setdefault(key, asyncio.Lock()):
+                if not self._leading():
+                    return  # another replica reconciles
                 action = await self._run_pass(body, memo, logger)
                 if action is not None:
                     self._follow_up(key, memo, action)
@@ -116,16 +148,45 @@ class WorkQueue:
         if running:
             await asyncio.wait(running, timeout=timeout)
 
+    def lead(self, memo: kopf.Memo) -> None:
+        """This replica became the leader: the periodic loop, and a pass over every cluster at once."""
+        if self._stopped:
+            return  # the operator stops
+        self.start_periodic(memo)
+        for key in list(self._known):
+            self.request_pass(key, memo)
+
+    def step_down(self) -> None:
+        """This replica stopped being the leader: nothing more starts (until it leads again), the periodic loop and
+        the follow-ups waiting are cancelled, and so are the passes under way (their next step would act on a
+        cluster another replica may reconcile by now)."""
+        if self._periodic is not None:
+            self._periodic.cancel()
+            self._periodic = None
+        for later in self._later.values():
+            later.cancel()
+        self._later.clear()
+        for task in [*self._soon.values(), *self._running]:
+            if task is not asyncio.current_task():
+                task.cancel()
+        self._soon.clear()
+        self._again.clear()
+        self._streaks.clear()
+
     async def reconcile_periodically(self, memo: kopf.Memo) -> None:
         while True:
             await asyncio.sleep(self._interval())
-            for body in list(self._known.values()):
+            for key, body in list(self._known.items()):
+                if (later := self._later.get(key)) is not None and not later.done():
+                    continue  # its follow-up comes within the interval anyway: one pass, not two
                 await self.run(body, memo, self._logger)
 
     def request_pass(self, key: str, memo: kopf.Memo) -> None:
         """A pass soon: at once, or right after the one under way (however many requests come meanwhile)."""
-        if key not in self._known or self._stopped:
-            return  # a pod of a cluster this operator does not (or no longer) watch, or the operator stops
+        if key not in self._known or self._stopped or not self._leading():
+            # a pod of a cluster this operator does not (or no longer) watch, the operator stops, or another
+            # replica leads
+            return
         running = self._soon.get(key)
         if running is not None and not running.done():
             self._again.add(key)

@@ -65,6 +65,7 @@ from coordinated.sidecar.features.hooks import HookManager
 from coordinated.sidecar.features.hooks_settings import HOOKS_TIMEOUT, HOOKS_UNIX_SOCKET_DIR
 from coordinated.sidecar.features.key_services import KeyServices
 from coordinated.sidecar.features.snapshot_settings import SNAPSHOT_SECRET_FILE
+from coordinated.sidecar.observability.certificates import CertificateCollector
 from coordinated.sidecar.observability.metrics import UNKNOWN_PEER, NodeMetrics, StatusSnapshot
 from coordinated.sidecar.observability.node_status import NodeStatus
 from coordinated.sidecar.observability.problems import NodeProblem, ProblemKind, count_by_kind
@@ -75,7 +76,7 @@ from coordinated.sidecar.peers.framing import Undecodable
 from coordinated.sidecar.peers.refusals import Refusals
 from coordinated.sidecar.peers.sender import PeerSender, watch_until_closed
 from coordinated.sidecar.peers.tls import ReloadingContext, TrustRestrictions
-from coordinated.sidecar.peers.tls_settings import TRANSPORT_SSL_TRUST_RESTRICTIONS, TRANSPORT_TLS, Side
+from coordinated.sidecar.peers.tls_settings import HTTP_TLS, TRANSPORT_SSL_TRUST_RESTRICTIONS, TRANSPORT_TLS, Side
 from coordinated.sidecar.peers.transport_settings import (
     TRANSPORT_CONNECT_TIMEOUT,
     TRANSPORT_MAX_CHUNK_SIZE,
@@ -159,6 +160,9 @@ class Node:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.coordinator: Coordinator | None = None
         self.metrics.registry.register(QuotaCollector(self.quota_statuses))
+        self.metrics.registry.register(
+            CertificateCollector({"transport": transport_tls, "http": HTTP_TLS.files(settings)})
+        )
         self.hooks = HookManager(
             config.data_dir / HOOKS_FILE, settings[HOOKS_TIMEOUT] / 1000, settings[HOOKS_UNIX_SOCKET_DIR]
         )

@@ -63,7 +63,9 @@ def audit(
     assert isinstance(per_node, dict)
     report = report_mod.build(
         events=sum(int(n["events"]) for n in per_node.values()),
-        nodes=len(per_node),
+        # Each node once: a node's history may be in several pieces under several clusters (an incremental
+        # audit's carried events from before the bootstrap stand apart from its new ones), one entry each.
+        nodes=len({str(n["node"]) for n in per_node.values()}),
         malformed_lines=inp.malformed_lines,
         results=results,
         stats=stats,

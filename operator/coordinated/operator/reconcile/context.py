@@ -58,6 +58,9 @@ class Observed:
     obs: Observation
     volume_plans: tuple[VolumePlan, VolumePlan]  # the voters' and the non-voters'
     zones: Mapping[str, str | None]  # Kubernetes node -> zone label
+    priority_class: str | None = None  # the class the pods run under (placement.pod_priority_class)
+    twin_class: Mapping[str, Any] | None = None  # the non-preempting PriorityClass to create for it
+    template_hash: str = ""  # the voters' pod template the spec asks for, hashed (a blocked roll names it)
 
 
 class Reads:

@@ -3,7 +3,8 @@ planner's single next action, or a refusal when the spec is invalid."""
 
 from __future__ import annotations
 
-from coordinated.operator import manifests, volumes
+from coordinated.operator import manifests, placement, volumes
+from coordinated.operator.certificates import parse_duration
 from coordinated.operator.kube import Kube
 from coordinated.operator.observation import ClaimObservation, Observation, StatefulSetObservation
 from coordinated.operator.planner import Action, ActionKind, plan
@@ -28,6 +29,14 @@ async def step(ctx: Context) -> StepResult:
         await plan_volumes(kube, spec, nonvoter_set, nonvoter_claims),
     )
     zones = await kube.zones(frozenset(pod.node_name for pod in pods.values() if pod.node_name))
+    requested = spec.scheduling.priority_class_name
+    priority_class, twin_class = placement.pod_priority_class(
+        requested, await kube.priority_class(requested) if requested else None
+    )
+    template_hash = manifests.template_hash(
+        manifests.statefulset(spec, 0, ctx.secured.tls_source, priority_class_name=priority_class)
+    )
+    rollout = ctx.previous_status.get("rollout") or {}
     obs = Observation(
         statefulset_name=manifests.statefulset_name(spec),
         desired_replicas=spec.voters,
@@ -43,12 +52,17 @@ async def step(ctx: Context) -> StepResult:
         statefulset_deleting=statefulset is not None and statefulset.deleting,
         desired_nonvoters=spec.non_voters,
         nonvoter_statefulset_replicas=nonvoter_set.replicas if nonvoter_set is not None else None,
+        nonvoter_update_revision=nonvoter_set.update_revision if nonvoter_set is not None else None,
         hibernated_voters=spec.hibernated_voters,
         snapshot_before_hibernation=(
             spec.hibernating and spec.snapshots is not None and HIBERNATION_SNAPSHOT_ANNOTATION not in spec.annotations
         ),
+        rollout_blocked=rollout.get("revision") if rollout.get("blockedTemplate") == template_hash else None,
+        unschedulable_timeout=parse_duration(spec.rollout.unschedulable_timeout).total_seconds(),
     )
-    ctx.observed = Observed(statefulset, nonvoter_set, obs, volume_plans, zones)
+    ctx.observed = Observed(
+        statefulset, nonvoter_set, obs, volume_plans, zones, priority_class, twin_class, template_hash
+    )
     if ctx.problems:
         ctx.action = Action(ActionKind.REFUSE, "invalid spec: " + "; ".join(ctx.problems), statefulset_replicas)
     else:

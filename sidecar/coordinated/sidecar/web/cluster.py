@@ -23,6 +23,7 @@ from coordinated.coordination.wire_versions import MINIMUM_COMPATIBLE
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.observability.problems import RED, YELLOW, ProblemKind
 from coordinated.sidecar.web import api_types as t
+from coordinated.sidecar.web import state_filter
 from coordinated.sidecar.web.app_keys import node_of
 from coordinated.sidecar.web.errors import BadRequest, master_not_discovered, result_error
 from coordinated.sidecar.web.inputs import (
@@ -97,9 +98,18 @@ async def root(request: web.Request, query: Query) -> web.StreamResponse:
             Param("wait_for_version", COUNT, "first wait until this node has applied this version or a later one"),
             Param("wait_for_timeout", TIME_VALUE, "how long `wait_for_version` waits; default 30s"),
             MASTER_TIMEOUT,
+            Param(
+                "filter_path",
+                {"type": "string", "examples": ["master_node,nodes,metadata.cluster_coordination"]},
+                "only the fields it names (comma-separated dotted paths, `*` in a name, `**` for any levels); the "
+                "keys and sessions are not rendered unless it selects them",
+            ),
         ),
         errors=(400, 503),
-        description="Without `local`, after a read barrier: includes every write acknowledged before the request.",
+        description=(
+            "Without `local`, after a read barrier: includes every write acknowledged before the request. With "
+            "`filter_path`, only the fields it names."
+        ),
     )
 )
 async def cluster_state(request: web.Request, query: Query) -> web.StreamResponse:
@@ -117,10 +127,19 @@ async def cluster_state(request: web.Request, query: Query) -> web.StreamRespons
         problem = await read_barrier(node, timeout_ms)
         if problem is not None:
             return problem
-    body = state_to_api(node.keys.applied_state)
+    if "filter_path" not in request.query:
+        body = state_to_api(node.keys.applied_state)
+        if wait_for is not None:
+            body["wait_for_timed_out"] = timed_out
+        return web.json_response(body)
+    try:
+        patterns = state_filter.parse(request.query["filter_path"])
+    except ValueError as error:
+        raise BadRequest(str(error)) from None
+    body = state_to_api(state_filter.lighten(node.keys.applied_state, patterns))
     if wait_for is not None:
         body["wait_for_timed_out"] = timed_out
-    return web.json_response(body)
+    return web.json_response(state_filter.apply(body, patterns))
 
 
 def health_body(node: Node) -> dict[str, Any]:

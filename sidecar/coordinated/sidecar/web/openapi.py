@@ -157,7 +157,8 @@ def build_document() -> dict[str, Any]:
                 "it; writes are forwarded to the master. With `http.auth.tokens_file` set, a request carries "
                 "`Authorization: Bearer TOKEN` and each operation's `x-required-role` (reader < writer < admin) "
                 "says which role it needs. Every parameter not listed is refused with a 400, except `pretty`, "
-                "`human`, `error_trace` and `filter_path`, which are accepted and ignored."
+                "`human`, `error_trace` and `filter_path`, which are accepted and ignored (`GET /_cluster/state` "
+                "applies `filter_path`)."
             ),
         },
         "paths": paths,
