@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from coordinated.coordination.state import KeyVersion, Session
+from coordinated.sidecar.events.history_read import read_history_summary
 from coordinated.sidecar.storage.persistence import FilePersistedState
 
 LARGE_VALUE_BYTES = 900_000
@@ -41,7 +42,7 @@ def main(keys: int, large: int, sessions: int, cluster_name: str, data_dirs: tup
 def seed(args: SeedOptions) -> None:
     states = []
     for data_dir in args.data_dirs:
-        persisted = FilePersistedState(data_dir, args.cluster_name)
+        persisted = FilePersistedState(data_dir, args.cluster_name, read_history=read_history_summary)
         states.append(persisted.last_accepted_state)
         persisted.close()
     # The newest one, so that no node's history shows a newer accepted state than the seeded one.
@@ -68,7 +69,7 @@ def seed(args: SeedOptions) -> None:
         kv_sessions=kv_sessions,
     )
     for data_dir in args.data_dirs:
-        persisted = FilePersistedState(data_dir, args.cluster_name)
+        persisted = FilePersistedState(data_dir, args.cluster_name, read_history=read_history_summary)
         persisted.set_last_accepted_state(seeded)
         persisted.close()
     print(f"seeded {len(args.data_dirs)} nodes: {len(kv)} keys, {len(sessions)} sessions at version {version}")

@@ -68,7 +68,8 @@ async def measure_transport(destinations: int, per_turn: int, rounds: int) -> fl
     from aiohttp import web
 
     from coordinated.coordination.messages import LeaderCheck
-    from coordinated.sidecar.peers.transport import PeerSender, transport_app
+    from coordinated.sidecar.peers.receiver import transport_app
+    from coordinated.sidecar.peers.sender import PeerSender
 
     counter = _Counter(destinations * per_turn)
     runners, addresses = [], []

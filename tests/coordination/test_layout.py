@@ -158,6 +158,108 @@ def test_the_scan_catches_a_shell_reading_a_field_or_a_component(tmp_path: Path)
     assert found == {"peer_finder", "mode", "applied_state", "settings", "publication"}
 
 
+# -- the sidecar's Node: a boundary like the core's ------------------------------------------------------------
+# The client API (web/), its health and the metrics (observability/) read a node through its frozen `status()`,
+# `call()` and its key services (`keys`), and through the few services and commands named here; never through its
+# fields (its store, history, core, event loop, config): those stay behind `status()`.
+NODE_CLIENT_API = {
+    "status": "the frozen snapshot of the node (`NodeStatus`)",
+    "call": "a client request to the core",
+    "keys": "the key services: the applied state they serve, the change log, watch hubs, listings, read barrier",
+    "problems": "health's checks, which look at the data directory and so are not part of the snapshot",
+    "hooks": "the node's local hooks, which their API registers and lists",
+    "metrics": "the Prometheus page, and the request counts the access check adds",
+    "record_history": "the history events of the snapshots this node takes and restores",
+    "snapshot_secret": "the key that seals this node's snapshots",
+    "snapshot_bucket": "a snapshot repository's bucket, on the node's object store",
+    "authentication": "who a request is made as, and the tokens file's admins",
+    "permissions": "what a principal may do, by the applied roles and role mappings",
+    "access_control_off": "why what needs access control is refused now",
+}
+NODE_SERVICES = {"keys", "hooks", "metrics", "authentication"}  # attributes; every other name above is a method
+NODE_READERS = (SHELL / "web", SHELL / "observability")
+
+
+def _names_node(node: ast.expr, aliases: set[str]) -> bool:
+    """A name bound to a Node, `node_of(...)`, or `request.app[NODE_KEY]`."""
+    if isinstance(node, ast.Name):
+        return node.id in aliases
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Name) and node.func.id == "node_of"
+    return isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Name) and node.slice.id == "NODE_KEY"
+
+
+def node_attributes(path: Path) -> set[str]:
+    """The attributes a file reads off a sidecar Node, function by function: off a parameter or variable annotated
+    `Node`, a name assigned `node_of(request)` (or `request.app[NODE_KEY]`, or such a name), or those calls."""
+    found: set[str] = set()
+    tree = ast.parse(path.read_text())
+
+    def scan(scope: ast.AST, inherited: set[str]) -> None:
+        aliases = set(inherited)
+        for node in ast.walk(scope):
+            annotation = node.annotation if isinstance(node, ast.arg | ast.AnnAssign) else None
+            if annotation is not None and ast.unparse(annotation).strip("'\"").split(" |")[0] == "Node":
+                aliases.add(node.arg if isinstance(node, ast.arg) else ast.unparse(node.target))  # type: ignore[union-attr]
+        changed = True
+        while changed:  # aliases of aliases
+            changed = False
+            for node in ast.walk(scope):
+                if isinstance(node, ast.Assign) and _names_node(node.value, aliases):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name) and target.id not in aliases:
+                            aliases.add(target.id)
+                            changed = True
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Attribute) and _names_node(node.value, aliases):
+                found.add(node.attr)
+
+    for statement in tree.body:
+        scan(statement, set())
+    return found
+
+
+def node_reader_files() -> list[Path]:
+    return [path for root in NODE_READERS for path in sorted(root.rglob("*.py"))]
+
+
+def test_the_client_api_health_and_metrics_read_the_node_only_through_its_status_call_and_key_services() -> None:
+    import dataclasses
+
+    from coordinated.sidecar.node import Node
+    from coordinated.sidecar.observability.node_status import NodeStatus
+
+    methods = set(NODE_CLIENT_API) - NODE_SERVICES
+    assert all(inspect.isfunction(vars(Node).get(name)) for name in methods), "an allowed method is no method"
+    assert all(f"self.{name} = " in inspect.getsource(Node.__init__) for name in NODE_SERVICES)
+    assert NodeStatus.__dataclass_params__.frozen and dataclasses.is_dataclass(NodeStatus)  # type: ignore[attr-defined]
+    assert inspect.signature(Node.status).return_annotation in (NodeStatus, "NodeStatus")
+    reached = {
+        str(path.relative_to(REPO)): node_attributes(path) - set(NODE_CLIENT_API) for path in node_reader_files()
+    }
+    assert {name: sorted(attrs) for name, attrs in reached.items() if attrs} == {}
+    used = set().union(*(node_attributes(path) for path in node_reader_files()))
+    assert {"status", "call", "keys"} <= used, "the scan found no use of the node"
+
+
+def test_the_node_scan_catches_a_field_read_through_each_kind_of_name(tmp_path: Path) -> None:
+    sample = tmp_path / "handler.py"
+    sample.write_text(
+        "async def handler(request, query):\n"
+        "    node = node_of(request)\n"
+        "    same = node\n"
+        "    return node.applied_state, same.coordinator.status(), node_of(request).loop, node.status().core\n"
+        "def helper(node: Node, other: Node | None) -> None:\n"
+        "    node.config.settings, other.persisted, node.keys.listings\n"
+        "def middleware(request):\n"
+        "    return request.app[NODE_KEY].metrics, request.app[NODE_KEY].history\n"
+        "def unrelated(node):\n"
+        "    return node.name\n"
+    )
+    found = node_attributes(sample) - set(NODE_CLIENT_API)
+    assert found == {"applied_state", "coordinator", "loop", "config", "persisted", "history"}
+
+
 # The core does no I/O and holds no shared state: no threads, locks, clocks, sockets, files or processes.
 FORBIDDEN_IN_CORE = {"threading", "asyncio", "socket", "time", "os", "subprocess", "pathlib", "multiprocessing"}
 
@@ -575,12 +677,11 @@ def parts_of(package: str, known: dict[str, Path]) -> dict[str, str]:
     return found
 
 
-# Imports between the sidecar's parts that run against the others, which the Node's boundary removes (the Node
-# owns its store, history and key services; the tokens move to the access control's own package): until then,
-# these and no other.
+# Imports between the sidecar's parts that run against the others, until the tokens move to the access control's
+# own package: these and no other. (The store no longer imports the history: the node hands the history's reader
+# to its store, so `storage/` -> `events/` would close a loop with the history's use of the durable files.)
 KNOWN_SIDECAR_BACK_EDGES = {
     ("node.py", "web/"): "the node reads the tokens file (web/access) and frames streamed watches (web/http_chunks)",
-    ("storage/", "events/"): "persistence summarizes the history at startup (events/history)",
 }
 
 

@@ -37,7 +37,7 @@ from coordinated.sidecar.peers.chunked import (
     header_mismatch,
     is_chunk,
 )
-from coordinated.sidecar.peers.transport import PROTOCOL_PLAIN, STREAM_PATH
+from coordinated.sidecar.peers.framing import PROTOCOL_PLAIN, STREAM_PATH
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,6 +15,7 @@ import pytest
 
 from coordinated.coordination.effects import Effect, Log
 from coordinated.coordination.state import initial_state
+from coordinated.sidecar.events.history_read import read_history_summary
 from coordinated.sidecar.storage.group_commit import GroupCommit
 from coordinated.sidecar.storage.persistence import FilePersistedState
 from coordinated.sidecar.storage.state_store import StorageWriteError
@@ -147,7 +148,7 @@ async def test_the_real_store_holds_an_effect_until_its_fdatasync_returned(
 ) -> None:
     """With the node's store (deferred sync), the effect that follows an accepted state is carried out only
     after an fdatasync of the WAL that started after the commit."""
-    persisted = FilePersistedState(tmp_path, "c", deferred_sync=True)
+    persisted = FilePersistedState(tmp_path, "c", deferred_sync=True, read_history=read_history_summary)
     release = threading.Event()
     synced_fds: list[int] = []
     real_fdatasync = os.fdatasync
@@ -178,7 +179,7 @@ async def test_the_real_store_holds_an_effect_until_its_fdatasync_returned(
         release.set()
         await gate.drain()
         persisted.close()
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     try:
         assert dict(again.last_accepted_state.kv) == {"k": 1}
     finally:
@@ -188,7 +189,7 @@ async def test_the_real_store_holds_an_effect_until_its_fdatasync_returned(
 def test_a_failed_sync_makes_the_store_refuse_every_later_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    persisted = FilePersistedState(tmp_path, "c", deferred_sync=True)
+    persisted = FilePersistedState(tmp_path, "c", deferred_sync=True, read_history=read_history_summary)
     try:
         persisted.set_current_term(3)
 
@@ -207,7 +208,7 @@ def test_a_failed_sync_makes_the_store_refuse_every_later_write(
 
 
 def test_the_inline_store_is_durable_when_the_write_returns(tmp_path: Path) -> None:
-    persisted = FilePersistedState(tmp_path, "c")
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     try:
         persisted.set_current_term(2)
         assert (persisted.staged, persisted.synced) == (1, 1)

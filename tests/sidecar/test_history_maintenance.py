@@ -20,6 +20,7 @@ from coordinated.coordination.history import EventType, HistoryEvent
 from coordinated.coordination.settings import SettingsError
 from coordinated.sidecar.events.history import HistoryWriter, read_events_after, summarize_history
 from coordinated.sidecar.events.history_maintenance import HistoryMaintenance, volume_usage
+from coordinated.sidecar.events.history_read import read_history_summary
 from coordinated.sidecar.events.history_retention import ClosedSegment, VolumeUsage, plan_cut
 from coordinated.sidecar.events.history_segments import list_segments
 from coordinated.sidecar.events.history_settings import RetentionPolicy
@@ -270,7 +271,7 @@ def crash_on_unlink(after: int) -> Iterator[None]:
 def test_the_startup_rule_holds_when_retention_deleted_the_marks(tmp_path: Path, crash_after: int | None) -> None:
     """The segments holding the newest `term` and `accepted` events are cut (or a crash stops the cut half
     way): the `retention_cut` event restates the marks, so a database rolled back to before them refuses."""
-    persisted = FilePersistedState(tmp_path, "c")
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     history = tmp_path / HISTORY_DIR
     writer = HistoryWriter(history, 4096)
     persisted.set_current_term(3)
@@ -294,14 +295,14 @@ def test_the_startup_rule_holds_when_retention_deleted_the_marks(tmp_path: Path,
     assert any(e["type"] == "retention_cut" for e in events(history))
     summary = summarize_history(history)
     assert (summary.term, summary.accepted, summary.damaged) == (3, (3, 5), "")
-    loaded = FilePersistedState(tmp_path, "c")  # the intact database loads
+    loaded = FilePersistedState(tmp_path, "c", read_history=read_history_summary)  # the intact database loads
     assert loaded.last_accepted_state.version == 5
     loaded.close()
     (tmp_path / DB_FILE).write_bytes(older)
     for suffix in ("-wal", "-shm"):
         (tmp_path / (DB_FILE + suffix)).unlink(missing_ok=True)
     with pytest.raises(DataDirError, match="acknowledged write was lost"):
-        FilePersistedState(tmp_path, "c")
+        FilePersistedState(tmp_path, "c", read_history=read_history_summary)
 
 
 # -- a real small volume -----------------------------------------------------------------------------------

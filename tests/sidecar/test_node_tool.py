@@ -7,7 +7,9 @@ import io
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from child_processes import ChildProcesses
@@ -22,6 +24,7 @@ from coordinated.coordination.state import (
 )
 from coordinated.sidecar import node_tool
 from coordinated.sidecar.events.history import HistoryWriter, read_events_after, summarize_history
+from coordinated.sidecar.events.history_read import read_history_summary
 from coordinated.sidecar.storage.persistence import HISTORY_DIR, DataDirLock, FilePersistedState
 
 
@@ -36,7 +39,13 @@ def event(node_id: str, kind: str, state: ClusterState, term: int) -> dict[str, 
     }
 
 
-def used_data_dir(data_dir: Path, term: int = 4, version: int = 12, persistence: type = FilePersistedState) -> str:
+def current_store(data_dir: Path, cluster_name: str) -> FilePersistedState:
+    return FilePersistedState(data_dir, cluster_name, read_history=read_history_summary)
+
+
+def used_data_dir(
+    data_dir: Path, term: int = 4, version: int = 12, persistence: Callable[[Path, str], Any] = current_store
+) -> str:
     """A stopped node of a 3-node cluster, as the node leaves it: record and history agree."""
     persisted = persistence(data_dir, "c")
     node_id = persisted.node_id
@@ -84,7 +93,7 @@ def test_the_tool_works_on_the_slot_files_of_an_earlier_version_and_migrates_the
     code, out = run(tmp_path, "unsafe-bootstrap", "--yes")
     assert code == 0, out
     assert not (tmp_path / "coordination-state.0").exists() and (tmp_path / "coordination-state.db").exists()
-    persisted = FilePersistedState(tmp_path, "c")
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert persisted.node_id == node_id
     assert persisted.last_accepted_state.last_committed_config.node_ids == (node_id,)
     assert dict(persisted.last_accepted_state.kv) == {"k1": 1, "k2": "two"}
@@ -96,7 +105,7 @@ def test_unsafe_bootstrap_writes_a_record_the_node_loads(tmp_path: Path) -> None
     code, out = run(tmp_path, "unsafe-bootstrap", "--yes")
     assert code == 0, out
     assert "(term, version) = (4, 12)" in out
-    persisted = FilePersistedState(tmp_path, "c")  # the node's own startup check
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)  # the node's own startup check
     state = persisted.last_accepted_state
     persisted.close()
     assert state.last_committed_config == state.last_accepted_config == VotingConfiguration.of([node_id])
@@ -113,7 +122,7 @@ def test_detach_writes_a_record_the_node_loads_despite_the_older_higher_marks(tm
     assert code == 0, out
     # Without the reset event the history's term 4 would make the node refuse a record of term 0.
     assert summarize_history(tmp_path / HISTORY_DIR).term == 0
-    persisted = FilePersistedState(tmp_path, "c")
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert persisted.current_term == 0
     state = persisted.last_accepted_state
     persisted.close()
@@ -127,7 +136,7 @@ def test_remove_settings_writes_a_record_the_node_loads(tmp_path: Path) -> None:
     code, out = run(tmp_path, "remove-settings", "--yes", "cluster.no_master_block", "cluster.x*")
     assert code == 0, out
     assert "cluster.no_master_block: all" in out and "every master-eligible node" in out
-    persisted = FilePersistedState(tmp_path, "c")  # the node's own startup check
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)  # the node's own startup check
     state, term = persisted.last_accepted_state, persisted.current_term
     persisted.close()
     assert dict(state.persistent_settings) == {"cluster.auto_shrink_voting_configuration": "false"}
@@ -157,13 +166,13 @@ def test_remove_settings_refuses_names_that_match_nothing_and_needs_one(
 def test_a_crash_between_the_event_and_the_record_leaves_the_old_record_loadable(tmp_path: Path) -> None:
     used_data_dir(tmp_path)
     for action in ("remove-settings", "detach-cluster", "unsafe-bootstrap"):
-        persisted = FilePersistedState(tmp_path, "c")
+        persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
         plan = node_tool._plan(action, persisted, ("cluster.no_master_block",))
         persisted.close()
         history = HistoryWriter(tmp_path / HISTORY_DIR, 1 << 20)
         history.append_fields(plan.event)  # ... and the crash comes before the record is written
         history.close()
-        persisted = FilePersistedState(tmp_path, "c")
+        persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
         assert (persisted.current_term, persisted.last_accepted_state.version) == (4, 12)
         persisted.close()
     assert run(tmp_path, "unsafe-bootstrap", "--yes")[0] == 0  # and the tool can be run again
@@ -197,7 +206,7 @@ def test_without_a_terminal_and_without_yes_it_changes_nothing(tmp_path: Path) -
     code, out = run(tmp_path, "unsafe-bootstrap", stdin="y\n")  # a pipe, not a terminal: never asks
     assert code == node_tool.EXIT_ABORTED and "pass --yes" in out
     assert [e["type"] for e in events(tmp_path)] == ["term", "accepted"]
-    persisted = FilePersistedState(tmp_path, "c")
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert persisted.last_accepted_state.cluster_uuid == "old-uuid"
     persisted.close()
 
@@ -225,7 +234,7 @@ def test_refuses_what_the_node_would_refuse_with_the_same_message(
     history.append_fields({"node": "f" * 16, "type": "term", "term": 1})  # another node's history copied in
     history.close()
     with pytest.raises(Exception) as refused:
-        FilePersistedState(tmp_path, "c")
+        FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     code, _ = run(tmp_path, "unsafe-bootstrap", "--yes")
     assert code == node_tool.EXIT_REFUSED
     assert str(refused.value) in capsys.readouterr().err
@@ -239,7 +248,9 @@ def test_refuses_a_data_dir_without_node_state(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_refuses_a_node_that_was_never_bootstrapped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    FilePersistedState(tmp_path, "c").close()  # a node that started once and never joined
+    FilePersistedState(
+        tmp_path, "c", read_history=read_history_summary
+    ).close()  # a node that started once and never joined
     code, _ = run(tmp_path, "unsafe-bootstrap", "--yes")
     assert code == node_tool.EXIT_REFUSED
     assert "never part of a bootstrapped cluster" in capsys.readouterr().err

@@ -15,8 +15,8 @@ from coordinated.coordination.messages import Envelope, ForwardedRequest, encode
 from coordinated.coordination.requests.cluster import UpdateSettings
 from coordinated.coordination.settings import SettingsError
 from coordinated.sidecar.node_settings import build_config
+from coordinated.sidecar.peers.framing import MESSAGE_PATH, STREAM_PATH
 from coordinated.sidecar.peers.tls import TrustRestrictions
-from coordinated.sidecar.peers.transport import MESSAGE_PATH, STREAM_PATH
 from coordinated.sidecar.web.privileges import Role
 from coordinated.tools.devcerts import Cert, client_context, have_openssl, make_ca, make_cert, make_client_cert
 from coordinated.tools.localcluster import LocalCluster, LocalNode, http

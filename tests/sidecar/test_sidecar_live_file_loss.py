@@ -15,6 +15,7 @@ import pytest
 from test_sidecar_security import wait_until
 
 from coordinated.coordination.state import ClusterState, DiscoveryNode
+from coordinated.sidecar.events.history_read import read_history_summary
 from coordinated.sidecar.storage.file_watch import FileWatch
 from coordinated.sidecar.storage.persistence import FilePersistedState
 from coordinated.sidecar.storage.state_store import DB_FILE, StorageWriteError
@@ -66,7 +67,9 @@ def test_file_watch_tells_deleted_replaced_and_unlinked(tmp_path: Path) -> None:
 )
 @pytest.mark.parametrize("sync", ["inline", "background"])
 def test_a_store_whose_file_is_lost_refuses_every_write(tmp_path: Path, target: str, change: str, sync: str) -> None:
-    persisted = FilePersistedState(tmp_path, "test", deferred_sync=sync == "background")
+    persisted = FilePersistedState(
+        tmp_path, "test", deferred_sync=sync == "background", read_history=read_history_summary
+    )
     try:
         persisted.set_last_accepted_state(state(1))
         persisted.sync()

@@ -20,7 +20,7 @@ from aiohttp import web
 from coordinated.coordination.state import ClusterState
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.node_settings import build_config
-from coordinated.sidecar.peers.transport import transport_app
+from coordinated.sidecar.peers.receiver import transport_app
 from coordinated.sidecar.storage.persist_monitor import MonitoredPersistedState
 from coordinated.sidecar.web.app import client_app
 from coordinated.sidecar.web.http_server import ClientAppRunner
@@ -90,12 +90,12 @@ def test_a_follower_that_cannot_persist_reports_it_at_once_and_recovers(tmp_path
         for node in nodes:
             await node.start()
         try:
-            await until(lambda: all(n.node.applied_state.master_node is not None for n in nodes))
-            await until(lambda: len({n.node.applied_state.version for n in nodes}) == 1)
-            master_id = nodes[0].node.applied_state.master_node
+            await until(lambda: all(n.node.status().applied_state.master_node is not None for n in nodes))
+            await until(lambda: len({n.node.status().applied_state.version for n in nodes}) == 1)
+            master_id = nodes[0].node.status().applied_state.master_node
             follower = next(n for n in nodes if n.node.node_id != master_id)
             master = next(n for n in nodes if n.node.node_id == master_id)
-            store = follower.node.persisted
+            store = follower.node.store.persisted
             real_write = store.set_last_accepted_state
             failing = True
 
@@ -108,7 +108,7 @@ def test_a_follower_that_cannot_persist_reports_it_at_once_and_recovers(tmp_path
             async with aiohttp.ClientSession() as session:
                 assert (await follower.get(session, "/_cluster/health"))[1]["status"] == "green"
                 assert (await master.put(session, "/_cluster/metadata/k", 1))[0] == 200
-                await until(lambda: follower.node.persist_monitor.failure is not None)
+                await until(lambda: follower.node.status().persistence_failure is not None)
                 status, health = await follower.get(session, "/_cluster/health")
                 assert health["status"] == "red" and "Input/output error" in health["persistence_problem"]
                 status, ready = await follower.get(session, "/readyz")
@@ -116,7 +116,7 @@ def test_a_follower_that_cannot_persist_reports_it_at_once_and_recovers(tmp_path
                 # The disk works again: the next publication it accepts clears the report.
                 failing = False
                 assert (await master.put(session, "/_cluster/metadata/k", 2))[0] == 200
-                await until(lambda: follower.node.persist_monitor.failure is None)
+                await until(lambda: follower.node.status().persistence_failure is None)
                 status, health = await follower.get(session, "/_cluster/health")
                 assert health["persistence_problem"] is None and health["status"] != "red"
                 assert (await follower.get(session, "/readyz"))[0] == 200

@@ -45,10 +45,10 @@ def test_watch_connections_follow_the_master_through_a_failover(tmp_path: Path) 
             await node.start()
         stopped: list[InProcessNode] = []
         try:
-            await until(lambda: all(n.node.applied_state.master_node is not None for n in nodes))
-            await until(lambda: len({n.node.applied_state.master_node for n in nodes}) == 1)
+            await until(lambda: all(n.node.status().applied_state.master_node is not None for n in nodes))
+            await until(lambda: len({n.node.status().applied_state.master_node for n in nodes}) == 1)
             address = {n.node.node_id: n.node.local_node.transport_address for n in nodes}
-            master = next(n for n in nodes if n.node.node_id == n.node.applied_state.master_node)
+            master = next(n for n in nodes if n.node.node_id == n.node.status().applied_state.master_node)
             followers = [n for n in nodes if n is not master]
             expected = {address[f.node.node_id] for f in followers}
             await until(lambda: watched(master) == expected)
@@ -58,10 +58,12 @@ def test_watch_connections_follow_the_master_through_a_failover(tmp_path: Path) 
             await master.stop()
             stopped.append(master)
             await until(
-                lambda: all(f.node.applied_state.master_node not in (None, master.node.node_id) for f in followers)
+                lambda: all(
+                    f.node.status().applied_state.master_node not in (None, master.node.node_id) for f in followers
+                )
             )
-            await until(lambda: len({f.node.applied_state.master_node for f in followers}) == 1)
-            new_master = next(f for f in followers if f.node.node_id == f.node.applied_state.master_node)
+            await until(lambda: len({f.node.status().applied_state.master_node for f in followers}) == 1)
+            new_master = next(f for f in followers if f.node.node_id == f.node.status().applied_state.master_node)
             other = next(f for f in followers if f is not new_master)
             # The old master leaves the state once its watch closes, so each keeps exactly one watch.
             await until(lambda: watched(new_master) == {address[other.node.node_id]})
@@ -85,7 +87,7 @@ def test_a_request_whose_completion_is_lost_gets_a_timeout_and_leaves_nothing_pe
         for node in nodes:
             await node.start()
         try:
-            await until(lambda: all(n.node.applied_state.master_node is not None for n in nodes))
+            await until(lambda: all(n.node.status().applied_state.master_node is not None for n in nodes))
             shell = nodes[0].node
             assert shell.coordinator is not None
             # A core that takes the request and never reports its completion (a bug the net is there for).

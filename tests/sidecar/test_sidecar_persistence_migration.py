@@ -24,6 +24,7 @@ from coordinated.coordination.state import (
     initial_state,
 )
 from coordinated.sidecar.events.history import HistoryWriter, read_events_after
+from coordinated.sidecar.events.history_read import read_history_summary
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.node_settings import build_config
 from coordinated.sidecar.storage.persistence import (
@@ -110,7 +111,7 @@ def given_node_id(data_dir: Path, node_id: str = "0123abcd") -> str:
 
 def refusal(data_dir: Path, cluster_name: str = "c") -> str:
     with pytest.raises(DataDirError) as error:
-        FilePersistedState(data_dir, cluster_name)
+        FilePersistedState(data_dir, cluster_name, read_history=read_history_summary)
     return str(error.value)
 
 
@@ -128,7 +129,7 @@ def test_round_trip(tmp_path: Path) -> None:
     persisted.set_last_accepted_state(state)
     persisted.set_current_term(7)
     persisted.close()
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert again.current_term == 7
     assert again.last_accepted_state == state
     again.close()
@@ -143,7 +144,7 @@ def test_trailing_bytes_after_a_record_are_ignored(tmp_path: Path) -> None:
     persisted.close()
     newest = newest_slot(tmp_path)
     newest.write_bytes(newest.read_bytes() + b"tail of an older record")
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert again.current_term == 5
     again.close()
 
@@ -171,11 +172,11 @@ def test_torn_newest_slot_falls_back_to_older_record(tmp_path: Path, damage: Cal
     persisted.close()
     newest = newest_slot(tmp_path)
     newest.write_bytes(damage(newest.read_bytes()))
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert (again.current_term, again.last_accepted_state) == (3, published(1))
     again.set_current_term(4)
     again.close()
-    third = FilePersistedState(tmp_path, "c")
+    third = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert (third.current_term, third.last_accepted_state) == (4, published(1))
     third.close()
 
@@ -200,7 +201,7 @@ def test_both_slots_corrupt_refuses_to_load(tmp_path: Path, damage: Callable[[by
         path = tmp_path / name
         path.write_bytes(damage(path.read_bytes()))
     with pytest.raises(DataDirError) as error:
-        FilePersistedState(tmp_path, "c")
+        FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     message = str(error.value)
     for name in SLOT_FILES:
         assert f"[{tmp_path / name}] is corrupt:" in message
@@ -213,7 +214,7 @@ def test_only_record_damaged_refuses_to_load(tmp_path: Path) -> None:
     slot0, slot1 = (tmp_path / name for name in SLOT_FILES)
     slot0.write_bytes(flip(slot0.read_bytes(), 70))
     with pytest.raises(DataDirError) as error:
-        FilePersistedState(tmp_path, "c")
+        FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert f"[{slot0}] is corrupt: checksum mismatch" in str(error.value)
     assert f"[{slot1}] holds no record" in str(error.value)
 
@@ -235,14 +236,14 @@ def test_same_generation_with_different_records_refused(tmp_path: Path) -> None:
         payload = b'{"current_term":%d,"last_accepted_state":{"cluster_name":"c"}}' % term
         (tmp_path / name).write_bytes(encode_slot_record(5, payload))
     with pytest.raises(DataDirError, match="same generation"):
-        FilePersistedState(tmp_path, "c")
+        FilePersistedState(tmp_path, "c", read_history=read_history_summary)
 
 
 def test_valid_checksum_but_bad_content_is_reported(tmp_path: Path) -> None:
     OldFilePersistedState(tmp_path, "c").close()
     (tmp_path / SLOT_FILES[1]).write_bytes(encode_slot_record(2, b'{"current_term":"x"}'))
     with pytest.raises(DataDirError, match="corrupt") as error:
-        FilePersistedState(tmp_path, "c")
+        FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert str(tmp_path / SLOT_FILES[1]) in str(error.value)
 
 
@@ -251,7 +252,7 @@ def test_other_cluster_name_refused(tmp_path: Path) -> None:
     persisted.set_current_term(1)
     persisted.close()
     with pytest.raises(DataDirError, match=r"cluster\.name") as error:
-        FilePersistedState(tmp_path, "two")
+        FilePersistedState(tmp_path, "two", read_history=read_history_summary)
     assert "coordination-state." in str(error.value)
 
 
@@ -270,7 +271,7 @@ def test_migrates_legacy_state_file(tmp_path: Path) -> None:
     assert not legacy.exists()
     persisted.set_current_term(10)
     persisted.close()
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert (again.current_term, again.last_accepted_state) == (10, published(4, term=9))
     again.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([DB_FILE, NODE_ID_FILE])
@@ -293,7 +294,7 @@ def test_interrupted_migration_slots_win(tmp_path: Path) -> None:
     persisted.set_current_term(11)
     persisted.close()
     legacy = write_legacy(tmp_path, 9, published(4, term=9))  # as if its removal had not reached the disk
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert (again.current_term, again.last_accepted_state) == (11, published(5, term=11))
     assert not legacy.exists()
     again.close()
@@ -305,7 +306,7 @@ def test_legacy_beside_damaged_slots_refuses(tmp_path: Path) -> None:
     slot0.write_bytes(slot0.read_bytes()[:-1])
     legacy = write_legacy(tmp_path, 9, published(4, term=9))
     with pytest.raises(DataDirError) as error:
-        FilePersistedState(tmp_path, "c")
+        FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert str(slot0) in str(error.value) and str(legacy) in str(error.value)
     assert legacy.exists()
 
@@ -323,7 +324,7 @@ def test_corrupt_legacy_file_refuses_to_load(tmp_path: Path, damage: Callable[[b
     path = write_legacy(tmp_path, 3, bootstrapped())
     path.write_bytes(damage(path.read_bytes()))
     with pytest.raises(DataDirError) as error:
-        FilePersistedState(tmp_path, "c")
+        FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert str(path) in str(error.value)
     assert expected in str(error.value)
     assert path.exists()
@@ -333,7 +334,7 @@ def test_legacy_file_of_other_cluster_refused(tmp_path: Path) -> None:
     given_node_id(tmp_path)
     legacy = write_legacy(tmp_path, 3, bootstrapped("one"))
     with pytest.raises(DataDirError, match=r"cluster\.name") as error:
-        FilePersistedState(tmp_path, "two")
+        FilePersistedState(tmp_path, "two", read_history=read_history_summary)
     assert str(legacy) in str(error.value)
     assert legacy.exists()
 
@@ -342,11 +343,11 @@ def test_node_id_is_stable_and_new_after_wipe(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     first = OldFilePersistedState(tmp_path / "a", "c")
     first.close()
-    again = FilePersistedState(tmp_path / "a", "c")
+    again = FilePersistedState(tmp_path / "a", "c", read_history=read_history_summary)
     again.close()
     assert again.node_id == first.node_id
     (tmp_path / "b").mkdir()
-    other = FilePersistedState(tmp_path / "b", "c")
+    other = FilePersistedState(tmp_path / "b", "c", read_history=read_history_summary)
     other.close()
     assert other.node_id != first.node_id
 
@@ -429,7 +430,7 @@ def test_a_torn_last_write_yields_the_last_or_previous_durable_value(
         survived = torn.startswith(record)
     else:
         survived = True
-    again = FilePersistedState(data_dir, "c")
+    again = FilePersistedState(data_dir, "c", read_history=read_history_summary)
     try:
         assert (again.current_term, again.last_accepted_state) == durable[-1 if survived else -2]
     finally:
@@ -458,7 +459,7 @@ def test_a_crash_before_the_first_node_id_starts_fresh(tmp_path: Path) -> None:
     first = OldFilePersistedState(tmp_path, "c")
     first.close()
     (tmp_path / NODE_ID_FILE).unlink()
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert (again.current_term, again.last_accepted_state) == (0, initial_state("c"))
     assert (tmp_path / NODE_ID_FILE).exists()
     again.close()
@@ -527,7 +528,7 @@ def test_newest_slot_lost_before_its_ack_loads_the_older_record(tmp_path: Path, 
         newest.write_bytes(b"")
     else:
         newest.write_bytes(flip(newest.read_bytes(), 70))
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert (again.current_term, again.last_accepted_state) == (2, initial_state("c"))
     again.close()
 
@@ -556,7 +557,7 @@ def test_a_torn_write_right_after_bootstrap_loads_without_any_history(tmp_path: 
     persisted.close()
     torn = newest_slot(tmp_path)
     torn.write_bytes(torn.read_bytes()[:-7])
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert (again.current_term, again.last_accepted_state) == (0, bootstrapped())
     assert any(str(torn) in warning for warning in again.warnings)
     again.close()
@@ -567,7 +568,7 @@ def test_history_deleted_but_both_slots_intact_loads_the_newest(tmp_path: Path) 
     last durable write: the history is not needed."""
     node = used_node(tmp_path)
     shutil.rmtree(tmp_path / HISTORY_DIR)
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert (again.current_term, again.last_accepted_state) == (node.current_term, node.last_accepted_state)
     again.close()
 
@@ -734,23 +735,19 @@ def test_a_state_that_a_failed_write_left_on_disk_is_recorded_before_the_node_us
     )
     node = Node(config)
     try:
-        assert node.persisted.last_accepted_state == published(2)
+        assert node.store.persisted.last_accepted_state == published(2)
         events = [json.loads(line) for line in read_events_after(tmp_path / HISTORY_DIR, 0)]
         assert [(e["type"], e["version"], e["state_uuid"], e["parent_uuid"]) for e in events[-1:]] == [
             ("accepted", 2, "s2", published(2).parent_uuid)
         ]
         assert events[-1]["node"] == node.node_id and events[-1]["reason"] == "loaded at startup"
     finally:
-        node.history.close()
-        node.persisted.close()
-        node.lock.release()
+        node.close_unstarted()
     again = Node(config)  # the history now agrees with the record: nothing more is recorded
     try:
         assert len(list(read_events_after(tmp_path / HISTORY_DIR, 0))) == len(events)
     finally:
-        again.history.close()
-        again.persisted.close()
-        again.lock.release()
+        again.close_unstarted()
 
 
 def test_a_lost_commit_write_loads_the_same_state_without_its_commit(tmp_path: Path) -> None:
@@ -764,7 +761,7 @@ def test_a_lost_commit_write_loads_the_same_state_without_its_commit(tmp_path: P
     persisted.set_last_accepted_state(published(1))  # the commit
     persisted.close()
     newest_slot(tmp_path).write_bytes(b"")
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert again.last_accepted_state == accepted
     again.close()
 
@@ -785,12 +782,12 @@ def test_a_data_dir_written_before_keys_had_versions_loads_and_upgrades(tmp_path
         old_payload = payload.replace(b',"kv_versions":{}', b"")
         assert old_payload != payload and b"kv_versions" not in old_payload
         (tmp_path / slot).write_bytes(encode_slot_record(generation, old_payload))
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     loaded = again.last_accepted_state
     assert loaded == state and loaded.key_version("locks/a") == LEGACY_KEY_VERSION
     newer = loaded.replace(version=4, state_uuid="s4", parent_uuid="s3", kv_versions={"k": KeyVersion(4, 4)})
     again.set_last_accepted_state(newer)
     again.close()
-    final = FilePersistedState(tmp_path, "c")
+    final = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert final.last_accepted_state == newer and final.last_accepted_state.key_version("k") == KeyVersion(4, 4)
     final.close()

@@ -14,7 +14,7 @@ import pytest
 from coordinated.coordination.messages import Envelope, ForwardedRequest, encode_envelope
 from coordinated.coordination.requests.keys import KvPut
 from coordinated.sidecar.peers.auth import NONCE_BYTES, TransportAuth
-from coordinated.sidecar.peers.transport import MESSAGE_PATH
+from coordinated.sidecar.peers.framing import MESSAGE_PATH
 from coordinated.tools.localcluster import LocalCluster, LocalNode, http
 
 pytestmark = pytest.mark.timeout(180)

@@ -15,6 +15,7 @@ import pytest
 
 from coordinated.coordination.state import ClusterState, DiscoveryNode, KeyVersion, VotingConfiguration, initial_state
 from coordinated.sidecar.events.history import HistoryWriter
+from coordinated.sidecar.events.history_read import read_history_summary
 from coordinated.sidecar.storage.persistence import HISTORY_DIR, NODE_ID_FILE, DataDirError, FilePersistedState
 from coordinated.sidecar.storage.slot_files import SLOT_FILES
 from coordinated.sidecar.storage.state_store import DB_FILE, StorageWriteError
@@ -55,7 +56,7 @@ def acknowledge(persisted: FilePersistedState) -> None:
 
 def refusal(data_dir: Path) -> str:
     with pytest.raises(DataDirError) as error:
-        FilePersistedState(data_dir, "c")
+        FilePersistedState(data_dir, "c", read_history=read_history_summary)
     return str(error.value)
 
 
@@ -64,7 +65,7 @@ def wal(data_dir: Path) -> Path:
 
 
 def test_round_trip_keeps_every_part_of_the_state(tmp_path: Path) -> None:
-    persisted = FilePersistedState(tmp_path, "c")
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert (persisted.current_term, persisted.last_accepted_state) == (0, initial_state("c"))
     state = state_with(3, {"a": [1, {"b": None}], "b/c": "x", "n": None}).replace(
         persistent_settings={"cluster.publish.timeout": "10s"}
@@ -74,7 +75,7 @@ def test_round_trip_keeps_every_part_of_the_state(tmp_path: Path) -> None:
     persisted.set_last_accepted_state(state)
     persisted.set_current_term(7)
     persisted.close()
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert (again.current_term, again.last_accepted_state) == (7, state)
     assert again.node_id == persisted.node_id
     again.close()
@@ -83,7 +84,7 @@ def test_round_trip_keeps_every_part_of_the_state(tmp_path: Path) -> None:
 
 def test_a_one_key_change_writes_bytes_in_proportion_to_the_change(tmp_path: Path) -> None:
     """The point of the store: a one-key change to a 2 MB state adds a few pages to the WAL, not 2 MB."""
-    persisted = FilePersistedState(tmp_path, "c")
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     big = {f"key-{i:05d}": "v" * 200 for i in range(10_000)}
     persisted.set_last_accepted_state(state_with(1, big))
     wal_before, bytes_before = wal(tmp_path).stat().st_size, persisted.bytes_written
@@ -100,13 +101,13 @@ def test_a_one_key_change_writes_bytes_in_proportion_to_the_change(tmp_path: Pat
     assert persisted.bytes_written - bytes_before < 5_000
     assert 0 < grown <= 8 * (PAGE + 24), f"the WAL grew by {grown} bytes for a one-key change"
     persisted.close()
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert (again.current_term, again.last_accepted_state) == (2, changed)
     again.close()
 
 
 def test_deletes_and_version_only_changes_are_persisted(tmp_path: Path) -> None:
-    persisted = FilePersistedState(tmp_path, "c")
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     first = state_with(1, {"a": 1, "b": 2, "c": 3})
     persisted.set_last_accepted_state(first)
     # A blind put of an unchanged value only moves the key's version; a delete removes the row.
@@ -115,7 +116,7 @@ def test_deletes_and_version_only_changes_are_persisted(tmp_path: Path) -> None:
     )
     persisted.set_last_accepted_state(second)
     persisted.close()
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert again.last_accepted_state == second
     again.close()
 
@@ -123,7 +124,7 @@ def test_deletes_and_version_only_changes_are_persisted(tmp_path: Path) -> None:
 def test_a_write_changing_more_keys_than_one_statement_takes_keeps_every_row(tmp_path: Path) -> None:
     """The changed keys' old rows go in one DELETE per 500 keys: 1,203 upserts and 700 deletes in one write,
     then a reload, whose row checksums and summary must all agree."""
-    persisted = FilePersistedState(tmp_path, "c")
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     first = state_with(1, {f"k{i:04d}": i for i in range(2_000)})
     persisted.set_last_accepted_state(first)
     kv = {key: value for key, value in first.kv.items() if int(key[1:]) >= 700}
@@ -131,7 +132,7 @@ def test_a_write_changing_more_keys_than_one_statement_takes_keeps_every_row(tmp
     second = first.replace(version=2, state_uuid="s2", kv=kv, kv_versions={key: KeyVersion(2, 1) for key in kv})
     persisted.set_last_accepted_state(second)
     persisted.close()
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert again.last_accepted_state == second
     again.close()
 
@@ -139,7 +140,7 @@ def test_a_write_changing_more_keys_than_one_statement_takes_keeps_every_row(tmp
 def test_a_failed_commit_keeps_the_old_value_and_the_next_write_rewrites_everything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    persisted = FilePersistedState(tmp_path, "c")
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     first = state_with(1, {"a": 1, "b": 2})
     persisted.set_last_accepted_state(first)
     store = persisted._open_store()
@@ -170,13 +171,13 @@ def test_a_failed_commit_keeps_the_old_value_and_the_next_write_rewrites_everyth
     third = state_with(3, {"b": 4, "c": 5})
     persisted.set_last_accepted_state(third)
     persisted.close()
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert again.last_accepted_state == third
     again.close()
 
 
 def test_close_is_idempotent_and_later_writes_fail(tmp_path: Path) -> None:
-    persisted = FilePersistedState(tmp_path, "c")
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     persisted.close()
     persisted.close()
     with pytest.raises(ValueError, match="closed"):
@@ -188,7 +189,7 @@ def test_close_is_idempotent_and_later_writes_fail(tmp_path: Path) -> None:
 
 def used(data_dir: Path, writes: int = 4, keys: int = 200) -> FilePersistedState:
     """A node that voted and acknowledged states (each in its history); closed, so the WAL is checkpointed."""
-    persisted = FilePersistedState(data_dir, "c")
+    persisted = FilePersistedState(data_dir, "c", read_history=read_history_summary)
     for step in range(1, writes + 1):
         persisted.set_current_term(step)
         persisted.set_last_accepted_state(
@@ -255,8 +256,9 @@ def killed_with_wal(data_dir: Path, writes: int) -> Path:
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_sidecar_storage import acknowledge, state_with
+        from coordinated.sidecar.events.history_read import read_history_summary
         from coordinated.sidecar.storage.persistence import FilePersistedState
-        persisted = FilePersistedState(Path({str(data_dir)!r}), "c")
+        persisted = FilePersistedState(Path({str(data_dir)!r}), "c", read_history=read_history_summary)
         for step in range(1, {writes} + 1):
             persisted.set_current_term(step)
             persisted.set_last_accepted_state(state_with(step, {{"k": step}}, term=step))
@@ -273,7 +275,7 @@ def killed_with_wal(data_dir: Path, writes: int) -> Path:
 @pytest.mark.usefixtures("processes")
 def test_a_kill_leaves_the_last_commit_in_the_wal_and_it_loads(tmp_path: Path) -> None:
     killed_with_wal(tmp_path, 5)
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert (again.current_term, again.last_accepted_state.version) == (5, 5)
     again.close()
 
@@ -310,13 +312,13 @@ def test_a_database_copied_from_another_node_refuses(tmp_path: Path) -> None:
 
 
 def test_a_database_restored_from_an_older_copy_refuses_when_the_history_is_newer(tmp_path: Path) -> None:
-    persisted = FilePersistedState(tmp_path, "c")
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     persisted.set_current_term(1)
     persisted.set_last_accepted_state(state_with(1, {"k": 1}))
     acknowledge(persisted)
     persisted.close()
     backup = (tmp_path / DB_FILE).read_bytes()
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     again.set_last_accepted_state(state_with(2, {"k": 2}))
     acknowledge(again)
     again.close()
@@ -328,7 +330,7 @@ def test_the_history_deleted_but_the_database_intact_loads(tmp_path: Path) -> No
     used(tmp_path, writes=4)
     for segment in (tmp_path / HISTORY_DIR).iterdir():
         segment.unlink()
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert again.current_term == 4
     again.close()
 
@@ -336,7 +338,7 @@ def test_the_history_deleted_but_the_database_intact_loads(tmp_path: Path) -> No
 def test_other_cluster_name_refused(tmp_path: Path) -> None:
     used(tmp_path)
     with pytest.raises(DataDirError, match=r"cluster\.name"):
-        FilePersistedState(tmp_path, "other")
+        FilePersistedState(tmp_path, "other", read_history=read_history_summary)
 
 
 # -- a crash between the steps of a write: the test hook kills the process there ----------------------------
@@ -350,8 +352,9 @@ def run_writer(data_dir: Path, crash_point: str, writes: int) -> subprocess.Comp
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_sidecar_storage import acknowledge, state_with
+        from coordinated.sidecar.events.history_read import read_history_summary
         from coordinated.sidecar.storage.persistence import FilePersistedState
-        persisted = FilePersistedState(Path({str(data_dir)!r}), "c")
+        persisted = FilePersistedState(Path({str(data_dir)!r}), "c", read_history=read_history_summary)
         start = persisted.last_accepted_state.version
         for version in range(start + 1, start + {writes} + 1):
             persisted.set_last_accepted_state(
@@ -378,7 +381,7 @@ def test_a_crash_inside_a_write_keeps_every_acknowledged_state(
     process = run_writer(tmp_path, f"{point}@{nth}", 12)
     assert process.returncode == -9, process.stderr
     acked = [int(line) for line in process.stdout.split()]
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     loaded = again.last_accepted_state.version
     again.close()
     # A fresh start writes the initial record first (through the same write), so the nth write has version n-1.
@@ -397,7 +400,7 @@ def test_a_crash_during_the_first_start_starts_fresh(tmp_path: Path, point: str)
     process = run_writer(tmp_path, point, 3)
     assert process.returncode == -9 and not process.stdout
     assert not (tmp_path / NODE_ID_FILE).exists()
-    again = FilePersistedState(tmp_path, "c")
+    again = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     assert (again.current_term, again.last_accepted_state) == (0, initial_state("c"))
     again.close()
     assert not (tmp_path / (DB_FILE + ".tmp")).exists()

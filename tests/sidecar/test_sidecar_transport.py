@@ -26,20 +26,14 @@ from coordinated.coordination.requests.keys import KvPut
 from coordinated.coordination.state import DiscoveryNode
 from coordinated.coordination.wire_versions import CURRENT, UNVERSIONED, newest
 from coordinated.sidecar.observability.metrics import NodeMetrics, StatusSnapshot
-from coordinated.sidecar.peers import transport
+from coordinated.sidecar.peers import compatibility, framing
+from coordinated.sidecar.peers import sender as peer_sender
 from coordinated.sidecar.peers.auth import MAC_BYTES, NONCE_BYTES, TransportAuth
+from coordinated.sidecar.peers.compatibility import WIRE_VERSION_HEADER
+from coordinated.sidecar.peers.framing import MESSAGE_PATH, PROTOCOL_HMAC, PROTOCOL_PLAIN, STREAM_PATH, Undecodable
+from coordinated.sidecar.peers.receiver import transport_app
 from coordinated.sidecar.peers.refusals import REFUSAL_HEADER, Refusals
-from coordinated.sidecar.peers.transport import (
-    MESSAGE_PATH,
-    PROTOCOL_HMAC,
-    PROTOCOL_PLAIN,
-    STREAM_PATH,
-    WIRE_VERSION_HEADER,
-    PeerSender,
-    Undecodable,
-    transport_app,
-    watch_until_closed,
-)
+from coordinated.sidecar.peers.sender import PeerSender, watch_until_closed
 from coordinated.tools.localcluster import free_ports
 
 pytestmark = pytest.mark.timeout(60)
@@ -64,9 +58,9 @@ class Peer:
         auth: TransportAuth | None = None,
         max_body: int = 1024 * 1024,
         port: int | None = None,
-        max_chunk_size: int = transport.DEFAULT_MAX_CHUNK_SIZE,
+        max_chunk_size: int = framing.DEFAULT_MAX_CHUNK_SIZE,
         current_term: Callable[[], int] = lambda: 0,
-        minimum_wire_version: int = transport.MINIMUM_COMPATIBLE,
+        minimum_wire_version: int = compatibility.MINIMUM_COMPATIBLE,
     ) -> None:
         self.auth = auth
         self.minimum_wire_version = minimum_wire_version
@@ -521,7 +515,7 @@ def test_the_sender_tells_its_version_on_the_handshake_and_release_0_1_0s_stream
 
         @web.middleware
         async def headers(request: web.Request, handler: Any) -> web.StreamResponse:
-            seen.append(transport.peer_version(request.headers))
+            seen.append(compatibility.peer_version(request.headers))
             return await handler(request)
 
         app.middlewares.append(headers)
@@ -586,7 +580,7 @@ def test_connection_refused_reports_each_message() -> None:
         assert failures == [(address, check(1)), (address, check(2))]
         # Queued in one loop turn, they were one burst: retried together with the backoff before both were
         # reported (an unreachable peer does not hold later messages up by one backoff per message).
-        assert asyncio.get_running_loop().time() - started >= sum(transport.RETRY_BACKOFF_S[:2])
+        assert asyncio.get_running_loop().time() - started >= sum(peer_sender.RETRY_BACKOFF_S[:2])
         await sender.close()
 
     run(scenario())
@@ -670,7 +664,7 @@ def test_the_messages_of_a_burst_written_before_a_break_are_not_sent_again() -> 
         failures: list[tuple[str, Message]] = []
         peer, sender = await connected(failures)
         sender.streams[peer.address].send_message = stream_reset  # type: ignore[method-assign]
-        large = LeaderCheck(source_id="x" * (transport.JOIN_LIMIT + 1), request_id=2)  # written on its own
+        large = LeaderCheck(source_id="x" * (peer_sender.JOIN_LIMIT + 1), request_id=2)  # written on its own
         for message in (check(1), large, check(3)):
             sender.send(peer.address, message)
         await until(lambda: len(peer.received) == 4)
@@ -690,7 +684,7 @@ def test_the_messages_of_a_burst_written_before_a_break_are_not_sent_again() -> 
 
 @pytest.mark.parametrize("secret", [None, SECRET])
 def test_falls_back_to_post_for_an_older_peer(secret: bytes | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transport, "UPGRADE_RETRY_S", 0.5)
+    monkeypatch.setattr(peer_sender, "UPGRADE_RETRY_S", 0.5)
 
     async def scenario() -> None:
         auth = TransportAuth(secret) if secret else None
@@ -745,7 +739,7 @@ def test_one_message_sent_to_several_peers_is_encoded_once(monkeypatch: pytest.M
         encoded.append(envelope.message)
         return encode_envelope(envelope)
 
-    monkeypatch.setattr(transport, "encode_envelope", counting)
+    monkeypatch.setattr(peer_sender, "encode_envelope", counting)
     sender = make_sender([])
     shared, other = LeaderCheck("n1", 7), LeaderCheck("n1", 8)
     first = sender._encode(shared)

@@ -16,7 +16,7 @@ from coordinated.coordination.counters import LONG_MAX
 from coordinated.coordination.messages import Envelope, LeaderCheck, Message, encode_envelope
 from coordinated.coordination.state import DiscoveryNode
 from coordinated.sidecar.peers.auth import MAX_CLOCK_SKEW_S, NONCE_BYTES, ReplayCache, TransportAuth
-from coordinated.sidecar.peers.transport import MESSAGE_PATH
+from coordinated.sidecar.peers.framing import MESSAGE_PATH
 
 pytestmark = pytest.mark.timeout(60)
 

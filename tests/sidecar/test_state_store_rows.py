@@ -17,6 +17,7 @@ from coordinated.coordination.formats import label
 from coordinated.coordination.security import KeyGrant, RoleDescriptor, SecurityMetadata
 from coordinated.coordination.state import ClusterState, DiscoveryNode, KeyVersion, Session, encode_state
 from coordinated.release import installed_release
+from coordinated.sidecar.events.history_read import read_history_summary
 from coordinated.sidecar.storage.persistence import DataDirError, FilePersistedState
 from coordinated.sidecar.storage.state_store import (
     DB_FILE,
@@ -57,13 +58,13 @@ def next_state(state: ClusterState, **kv: object) -> ClusterState:
 
 
 def write(data_dir: Path, state: ClusterState) -> None:
-    persisted = FilePersistedState(data_dir, "c")
+    persisted = FilePersistedState(data_dir, "c", read_history=read_history_summary)
     persisted.set_last_accepted_state(state)
     persisted.close()
 
 
 def loaded(data_dir: Path) -> ClusterState:
-    persisted = FilePersistedState(data_dir, "c")
+    persisted = FilePersistedState(data_dir, "c", read_history=read_history_summary)
     try:
         return persisted.last_accepted_state
     finally:
@@ -89,7 +90,7 @@ def test_the_state_row_is_rewritten_only_when_a_non_key_part_changes(tmp_path: P
 
 
 def test_a_write_of_existing_keys_reads_no_row_back(tmp_path: Path) -> None:
-    persisted = FilePersistedState(tmp_path, "c")
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     first = state_with(1, {f"k{i}": i for i in range(50)})
     persisted.set_last_accepted_state(first)
     statements: list[str] = []
@@ -156,7 +157,7 @@ def with_sessions(state: ClusterState, count: int) -> ClusterState:
 def test_a_session_change_writes_its_own_row_whatever_the_number_of_sessions(tmp_path: Path) -> None:
     """Before format 3 the sessions were part of the `state` row: about 1 MB rewritten per session change
     with 10,000 sessions."""
-    persisted = FilePersistedState(tmp_path, "c")
+    persisted = FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     many = with_sessions(state_with(1, {"a": 1}), 10_000)
     persisted.set_last_accepted_state(many)
     state_row = meta_rows_of(persisted)["state"]
@@ -248,7 +249,7 @@ def test_a_lost_or_changed_session_row_is_caught(tmp_path: Path, damage: str, re
     conn.execute(damage)
     conn.close()
     with pytest.raises(DataDirError, match=refusal):
-        FilePersistedState(tmp_path, "c")
+        FilePersistedState(tmp_path, "c", read_history=read_history_summary)
 
 
 def database_bytes(data_dir: Path) -> dict[str, bytes]:
@@ -282,7 +283,7 @@ def test_a_newer_format_is_refused_naming_it_and_the_release_that_wrote_it_and_n
     finally:
         conn.close()
     with pytest.raises(DataDirError, match=re.escape(f"[{tmp_path / DB_FILE}] is ") + named):
-        FilePersistedState(tmp_path, "c")
+        FilePersistedState(tmp_path, "c", read_history=read_history_summary)
     after = database_bytes(tmp_path)
     # Every file as it was; reading may add only SQLite's own shared-memory index and an empty log.
     assert {name: after[name] for name in before} == before
@@ -295,7 +296,7 @@ def test_a_format_that_is_not_one_is_corrupt(tmp_path: Path) -> None:
     coordination = msgspec.json.decode(meta_rows(tmp_path)["coordination"])
     put_meta_row(tmp_path, "coordination", msgspec.json.encode({**coordination, "format": "x"}))
     with pytest.raises(DataDirError, match=r"is of format \[x\], which this release"):
-        FilePersistedState(tmp_path, "c")
+        FilePersistedState(tmp_path, "c", read_history=read_history_summary)
 
 
 def test_access_control_is_stored_whole_in_the_gated_format_and_a_state_without_it_as_before(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from coordinated.coordination.security import Quota, SecurityMetadata
 from coordinated.coordination.state import initial_state
 from coordinated.release import installed_release
 from coordinated.sidecar.cli import main as node_main
+from coordinated.sidecar.events.history_read import read_history_summary
 from coordinated.sidecar.features.snapshots import (
     FORMAT,
     SnapshotNewer,
@@ -37,7 +38,7 @@ NEWER = "0.3.0"
 def used_data_dir(path: Path) -> Path:
     """A data directory as a stopped node leaves it: its store, node id, lock file and history."""
     path.mkdir(parents=True)
-    FilePersistedState(path, "c").close()
+    FilePersistedState(path, "c", read_history=read_history_summary).close()
     (path / LOCK_FILE).touch()
     (path / "history").mkdir(exist_ok=True)
     return path

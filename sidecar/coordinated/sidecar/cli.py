@@ -20,9 +20,9 @@ from coordinated.sidecar.config import NodeConfig
 from coordinated.sidecar.event_loop import loop_factory
 from coordinated.sidecar.node import Node
 from coordinated.sidecar.node_settings import build_config
+from coordinated.sidecar.peers.receiver import transport_app
 from coordinated.sidecar.peers.tls import ReloadingContext
 from coordinated.sidecar.peers.tls_settings import HTTP_TLS, TRANSPORT_TLS, Side, TlsSettings
-from coordinated.sidecar.peers.transport import transport_app
 from coordinated.sidecar.peers.transport_settings import TRANSPORT_MAX_CHUNK_SIZE
 from coordinated.sidecar.storage.persistence import DataDirError
 from coordinated.sidecar.web.app import client_app
@@ -188,8 +188,7 @@ async def serve(node: Node, config: NodeConfig) -> int:
         print(f"coordinated node: error: cannot listen on {config.host}: {error.strerror or error}", file=sys.stderr)
         await client_runner.cleanup()
         await transport_runner.cleanup()
-        node.history.close()
-        node.lock.release()
+        node.close_unstarted()
         return EXIT_BIND
     await node.start()
     tune_garbage_collector()

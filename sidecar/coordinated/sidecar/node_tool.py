@@ -28,6 +28,7 @@ from coordinated.coordination.offline_recovery import (
 from coordinated.coordination.recovery import Refuse, StartFresh, decide_startup
 from coordinated.programs import run_program
 from coordinated.sidecar.events.history import HistoryWriter
+from coordinated.sidecar.events.history_read import read_history_summary
 from coordinated.sidecar.events.history_settings import HISTORY_SEGMENT_SIZE
 from coordinated.sidecar.storage.persistence import (
     HISTORY_DIR,
@@ -137,8 +138,8 @@ def run(
 
 def _open_checked(data_dir: Path) -> FilePersistedState:
     """The node's own startup decision, with the node's own refusal message; never creates a node."""
-    cluster_name = stored_cluster_name(data_dir)
-    view = survey_data_dir(data_dir, cluster_name or "")
+    cluster_name = stored_cluster_name(data_dir, read_history_summary)
+    view = survey_data_dir(data_dir, cluster_name or "", read_history_summary)
     decision = decide_startup(view)
     if isinstance(decision, Refuse):
         raise DataDirError(decision.reason)
@@ -147,7 +148,7 @@ def _open_checked(data_dir: Path) -> FilePersistedState:
             f"[{data_dir}] holds no node state (no valid coordination-state record): it is not the data directory "
             "of a node that has run, or one written by an older version (start and stop the node once first)"
         )
-    return FilePersistedState(data_dir, cluster_name)
+    return FilePersistedState(data_dir, cluster_name, read_history=read_history_summary)
 
 
 def _plan(action: str, persisted: FilePersistedState, patterns: tuple[str, ...] = ()) -> Plan:

@@ -154,6 +154,15 @@ def read_events_after(directory: Path, after_seq: int, limit: int | None = None)
             continue  # compressed or deleted while being read: its events are in the new listing, or gone
 
 
+def read_history_summary(directory: Path) -> HistorySummary | str:
+    """`summarize_history`, or why the node cannot use its history (a segment of a newer format): what the
+    store's startup check reads of the history."""
+    try:
+        return summarize_history(directory)
+    except HistoryNewer as newer:
+        return str(newer)
+
+
 def summarize_history(directory: Path) -> HistorySummary:
     """What a history proves about the node's durable writes: the highest `term` and accepted (term, version).
 

@@ -1,4 +1,4 @@
-"""`transport.*`: the timeouts, retries, queue and frame size of the peer transport (`transport`)."""
+"""`transport.*`: the timeouts, retries, queue and frame size of the peer transport (`sender`, `receiver`)."""
 
 from __future__ import annotations
 

@@ -26,10 +26,12 @@ import logging
 import os
 import secrets
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from coordinated.coordination.recovery import (
+    HistorySummary,
     LoadRecord,
     Record,
     Refuse,
@@ -39,8 +41,6 @@ from coordinated.coordination.recovery import (
     decide_startup,
 )
 from coordinated.coordination.state import ClusterState, Derivations, initial_state
-from coordinated.sidecar.events.history import summarize_history
-from coordinated.sidecar.events.history_read import HistoryNewer
 from coordinated.sidecar.storage.durable_files import DataDirError, atomic_write, fsync_dir, read_checked
 from coordinated.sidecar.storage.file_watch import FileWatch
 from coordinated.sidecar.storage.slot_files import LEGACY_STATE_FILE, SLOT_FILES, StateFile, read_legacy, read_slot
@@ -64,6 +64,9 @@ NODE_ID_FILE = "node-id.dat"
 LOCK_FILE = "node.lock"
 HOOKS_FILE = "hooks.json"
 HISTORY_DIR = "history"
+# What the node's history proves, read from its folder, or why it cannot be read (a newer format). The history
+# owns its format: whoever opens the store hands its reader in (`events.history_read.read_history_summary`).
+HistoryReader = Callable[[Path], HistorySummary | str]
 WAL_SUFFIX = "-wal"
 
 log = logging.getLogger("coordinated.persistence")
@@ -118,7 +121,7 @@ def _read_database(path: Path, cluster_name: str) -> tuple[SlotReading, StoredRe
     return SlotReading(name, "valid", record=record), stored
 
 
-def _survey(data_dir: Path, cluster_name: str) -> _Survey:
+def _survey(data_dir: Path, cluster_name: str, read_history: HistoryReader) -> _Survey:
     node_id_path = data_dir / NODE_ID_FILE
     db = data_dir / DB_FILE
     wal = db.with_name(db.name + WAL_SUFFIX)
@@ -127,10 +130,9 @@ def _survey(data_dir: Path, cluster_name: str) -> _Survey:
     if hooks.exists():
         others.append(f"[{hooks}] holds registered hooks")
     node_id = _read_node_id(node_id_path)
-    try:
-        history = summarize_history(data_dir / HISTORY_DIR)
-    except HistoryNewer as newer:
-        raise DataDirError(str(newer)) from None
+    history = read_history(data_dir / HISTORY_DIR)
+    if isinstance(history, str):
+        raise DataDirError(history)
 
     def view(slots: tuple[SlotReading, ...], legacy: SlotReading | None = None) -> StorageView:
         return StorageView(
@@ -172,15 +174,15 @@ def _survey(data_dir: Path, cluster_name: str) -> _Survey:
     return _Survey(view(tuple(slots), legacy_reading), database=False, old_records=old)
 
 
-def survey_data_dir(data_dir: Path, cluster_name: str) -> StorageView:
+def survey_data_dir(data_dir: Path, cluster_name: str, read_history: HistoryReader) -> StorageView:
     """Everything in the data directory that tells whether and how it was used, for `decide_startup`."""
-    return _survey(data_dir, cluster_name).view
+    return _survey(data_dir, cluster_name, read_history).view
 
 
-def stored_cluster_name(data_dir: Path) -> str | None:
+def stored_cluster_name(data_dir: Path, read_history: HistoryReader) -> str | None:
     """The cluster name in the stored record (the database, or the newest slot of an earlier version), or None
     when there is none (for tools that are not given the node's settings)."""
-    survey = _survey(data_dir, "")
+    survey = _survey(data_dir, "", read_history)
     valid = [reading.record for reading in survey.view.slots if reading.record is not None]
     if not valid:
         return None
@@ -201,8 +203,11 @@ class FilePersistedState:
         cluster_name: str,
         deferred_sync: bool = False,
         derivations: Derivations | None = None,
+        *,
+        read_history: HistoryReader,
     ) -> None:
         self.data_dir = data_dir
+        self.read_history = read_history
         self.derivations = derivations  # the node's: a write then costs in proportion to the change
         self.deferred_sync = deferred_sync
         self.path = data_dir / DB_FILE
@@ -218,7 +223,7 @@ class FilePersistedState:
 
     def _load(self, cluster_name: str) -> None:
         remove_database_files(self.path.with_name(self.path.name + ".tmp"))  # an interrupted creation's
-        survey = _survey(self.data_dir, cluster_name)
+        survey = _survey(self.data_dir, cluster_name, self.read_history)
         view = survey.view
         self.history_summary = view.history
         decision = decide_startup(view)

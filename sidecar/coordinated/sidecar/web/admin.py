@@ -43,7 +43,7 @@ async def history(request: web.Request, query: Query) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     batch: list[bytes] = []
     try:
-        for line in read_events_after(node.history_dir, after, size):
+        for line in read_events_after(node.status().history_dir, after, size):
             batch.append(line)
             if len(batch) >= 512:
                 if not response.prepared:  # the status is sent with the first lines, once some could be read
@@ -99,13 +99,14 @@ async def healthz(request: web.Request, query: Query) -> web.StreamResponse:
 )
 async def readyz(request: web.Request, query: Query) -> web.StreamResponse:
     node = node_of(request)
-    assert node.coordinator is not None
+    status = node.status()
+    core = status.core
+    assert core is not None
     blocking = [found.reason for found in node.problems() if found.kind in BLOCKING]
     if blocking:
         return web.json_response({"ready": False, "reason": "; ".join(blocking)}, status=503)
-    core = node.coordinator.status()
-    if node.applied_state.master_node is not None and core.mode is not Mode.CANDIDATE:
-        return web.json_response({"ready": True, "master_node": node.applied_state.master_node})
+    if status.applied_state.master_node is not None and core.mode is not Mode.CANDIDATE:
+        return web.json_response({"ready": True, "master_node": status.applied_state.master_node})
     return web.json_response({"ready": False, "reason": core.formation_problem or "no master"}, status=503)
 
 

@@ -80,7 +80,7 @@ def client_app(node: Node, authentication: Authentication | None = None) -> web.
             authentication, served.endpoint_of, served.privilege_of, node.permissions, node.metrics.count_request
         )
         middlewares.insert(0, middleware)
-    app = web.Application(client_max_size=node.config.settings[MAX_CONTENT_LENGTH], middlewares=middlewares)
+    app = web.Application(client_max_size=node.status().settings[MAX_CONTENT_LENGTH], middlewares=middlewares)
     app[NODE_KEY] = node
     document: Callable[[], bytes] = document_bytes
     app[DOCUMENT_KEY] = document
@@ -89,7 +89,7 @@ def client_app(node: Node, authentication: Authentication | None = None) -> web.
     async def end_waits(app: web.Application) -> None:
         # Before the server waits for its open requests to finish: streaming watches and long-polls end now, or
         # a node with a watcher connected would take the server's whole shutdown timeout to stop.
-        node.close_client_waits()
+        node.keys.close()
 
     app.on_shutdown.append(end_waits)
     return app

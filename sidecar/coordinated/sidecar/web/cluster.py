@@ -67,16 +67,16 @@ _WAIT_FOR_NODES = re.compile(r"^(>=|<=|>|<|ge\(|le\(|gt\(|lt\()?(\d+)\)?$")
     )
 )
 async def root(request: web.Request, query: Query) -> web.StreamResponse:
-    node = node_of(request)
-    assert node.coordinator is not None
-    core = node.coordinator.status()
+    status = node_of(request).status()
+    core = status.core
+    assert core is not None
     return web.json_response(
         {
-            "name": node.local_node.name,
-            "node_id": node.node_id,
-            "cluster_name": node.config.settings[CLUSTER_NAME],
-            "cluster_uuid": node.applied_state.cluster_uuid,
-            "transport_address": node.local_node.transport_address,
+            "name": status.node_name,
+            "node_id": status.node_id,
+            "cluster_name": status.settings[CLUSTER_NAME],
+            "cluster_uuid": status.applied_state.cluster_uuid,
+            "transport_address": status.transport_address,
             "mode": str(core.mode),
             "term": core.term,
             "version": version_to_api(core.versions.version, minimum_wire_compatibility_version=MINIMUM_COMPATIBLE),
@@ -120,15 +120,15 @@ async def cluster_state(request: web.Request, query: Query) -> web.StreamRespons
     node = node_of(request)
     timed_out = False
     if wait_for is not None:
-        timed_out = not await node.wait_for_version(wait_for, wait_ms / 1000)
+        timed_out = not await node.keys.wait_for_version(wait_for, wait_ms / 1000)
     if not local:
-        if node.applied_state.master_node is None:
+        if node.keys.applied_state.master_node is None:
             return master_not_discovered()
         problem = await read_barrier(node, timeout_ms)
         if problem is not None:
             return problem
     if "filter_path" not in request.query:
-        body = state_to_api(node.applied_state)
+        body = state_to_api(node.keys.applied_state)
         if wait_for is not None:
             body["wait_for_timed_out"] = timed_out
         return web.json_response(body)
@@ -136,27 +136,28 @@ async def cluster_state(request: web.Request, query: Query) -> web.StreamRespons
         patterns = state_filter.parse(request.query["filter_path"])
     except ValueError as error:
         raise BadRequest(str(error)) from None
-    body = state_to_api(state_filter.lighten(node.applied_state, patterns))
+    body = state_to_api(state_filter.lighten(node.keys.applied_state, patterns))
     if wait_for is not None:
         body["wait_for_timed_out"] = timed_out
     return web.json_response(state_filter.apply(body, patterns))
 
 
 def health_body(node: Node) -> dict[str, Any]:
-    assert node.coordinator is not None
-    core = node.coordinator.status()
-    state = node.applied_state
+    snapshot = node.status()
+    core = snapshot.core
+    assert core is not None
+    state = snapshot.applied_state
     nodes = state.nodes if state.master_node is not None else {}
     status = core.health.value
     problem = core.formation_problem
-    if problem and node.unresolved_seeds:
-        problem += f"; cannot resolve seed hosts {node.unresolved_seeds}"
+    if problem and snapshot.unresolved_seeds:
+        problem += f"; cannot resolve seed hosts {list(snapshot.unresolved_seeds)}"
     foreign = core.foreign_clusters
     if foreign:
         problem = f"{problem}; {foreign}" if problem else foreign
-    persistence_problem = node.persist_monitor.failure
+    persistence_problem = snapshot.persistence_failure
     problems = node.problems()
-    history = node.history_maintenance.status
+    history = snapshot.history
     if status == "green" and any(found.kind in YELLOW for found in problems):
         status = "yellow"  # the node works, but its volume is filling up, its history lost something or is not archived
     if any(found.kind in RED for found in problems):
@@ -230,9 +231,9 @@ async def cluster_health(request: web.Request, query: Query) -> web.StreamRespon
         predicate = nodes_predicate(query["wait_for_nodes"])
 
         def ready() -> bool:
-            return node.applied_state.master_node is not None and predicate(len(node.applied_state.nodes))
+            return node.keys.applied_state.master_node is not None and predicate(len(node.keys.applied_state.nodes))
 
-        if not await node.wait_for(ready, timeout_ms / 1000):
+        if not await node.keys.wait_for(ready, timeout_ms / 1000):
             body = health_body(node)
             body["timed_out"] = True
             return web.json_response(body, status=408)
@@ -263,7 +264,7 @@ async def cat_master(request: web.Request, query: Query) -> web.StreamResponse:
     if fmt not in ("json", "text"):
         raise BadRequest(f"unsupported format [{fmt}]; use json or text")
     node = node_of(request)
-    state = node.applied_state
+    state = node.keys.applied_state
     master = state.nodes.get(state.master_node) if state.master_node else None
     if master is None:
         return master_not_discovered()
@@ -301,10 +302,10 @@ async def cat_nodes(request: web.Request, query: Query) -> web.StreamResponse:
     fmt = query.get("format", "text")
     if fmt not in ("json", "text"):
         raise BadRequest(f"unsupported format [{fmt}]; use json or text")
-    node = node_of(request)
-    assert node.coordinator is not None
-    versions = node.coordinator.status().versions.node_versions
-    state = node.applied_state
+    status = node_of(request).status()
+    assert status.core is not None
+    versions = status.core.versions.node_versions
+    state = status.applied_state
     rows = []
     for node_id, member in sorted(state.nodes.items(), key=lambda item: item[1].name):
         version = versions.get(node_id)
@@ -347,7 +348,7 @@ async def settings_get(request: web.Request, query: Query) -> web.StreamResponse
     for name in ("local", "include_defaults", "flat_settings"):  # accepted for Elasticsearch's clients: no effect
         param_bool(query, name, False)
     node = node_of(request)
-    return web.json_response({"persistent": dict(node.applied_state.persistent_settings), "transient": {}})
+    return web.json_response({"persistent": dict(node.keys.applied_state.persistent_settings), "transient": {}})
 
 
 def flatten_settings(prefix: str, values: Mapping[str, Any], out: dict[str, str | None]) -> None:
@@ -383,7 +384,7 @@ async def settings_put(request: web.Request, query: Query) -> web.StreamResponse
     body = decode_body(await read_json(request), t.SettingsBody, "settings body")
     updates: dict[str, str | None] = {}
     flatten_settings("", body.persistent, updates)
-    problem = settings_problem(updates, node_of(request).config.settings.registry)
+    problem = settings_problem(updates, node_of(request).status().settings.registry)
     if problem is not None:
         raise BadRequest(problem)
     result = await node_of(request).call(UpdateSettings(persistent=updates), timeout_ms)
@@ -398,7 +399,7 @@ def _names(query: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 def exclusions_result(node: Node, result: Committed | ClusterError) -> web.Response:
     if isinstance(result, Committed):
-        exclusions = node.applied_state.coordination.voting_config_exclusions
+        exclusions = node.keys.applied_state.coordination.voting_config_exclusions
         return web.json_response(
             {
                 "acknowledged": True,

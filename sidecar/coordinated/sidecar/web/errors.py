@@ -74,7 +74,7 @@ async def errors_middleware(
     except BadRequest as error:
         response = error_response(error.error_type, error.reason, error.status)
     except web.HTTPRequestEntityTooLarge:
-        limit = request.app[NODE_KEY].config.settings[MAX_CONTENT_LENGTH]
+        limit = request.app[NODE_KEY].status().settings[MAX_CONTENT_LENGTH]
         reason = f"request body too large: the limit is {limit} bytes (setting http.max_content_length)"
         response = error_response("content_too_long_exception", reason, 413)
     except web.HTTPException as error:

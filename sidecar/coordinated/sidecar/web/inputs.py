@@ -150,7 +150,7 @@ def check_key(request: web.Request) -> str:
 def check_stored_key(request: web.Request) -> str:
     """The key a read or a delete names: any key this node's state holds, else a name the rules allow."""
     key = key_in_path(request)
-    problem = stored_key_problem(key, node_of(request).applied_state)
+    problem = stored_key_problem(key, node_of(request).keys.applied_state)
     if problem is not None:
         raise BadRequest(problem)
     return key

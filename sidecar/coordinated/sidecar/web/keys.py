@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
@@ -194,12 +195,18 @@ async def metadata_range(request: web.Request, query: Query) -> web.StreamRespon
         )
     await no_body(request)
     node = node_of(request)
-    assert node.loop is not None
     writers = shows_writers(request)
     if at_version is not None:
         try:
-            page = node.listings.next_page(
-                node.applied_state, at_version, prefix, after, limit, keys_only, node.loop.time(), writers
+            page = node.keys.listings.next_page(
+                node.keys.applied_state,
+                at_version,
+                prefix,
+                after,
+                limit,
+                keys_only,
+                asyncio.get_running_loop().time(),
+                writers,
             )
         except ListingGone as gone:
             return error_response("resource_gone_exception", str(gone), 410)
@@ -207,10 +214,12 @@ async def metadata_range(request: web.Request, query: Query) -> web.StreamRespon
     problem = await consistent_read(node, local, timeout_of(query))
     if problem is not None:
         return problem
-    state = node.applied_state
+    state = node.keys.applied_state
     if count_only:
-        return web.json_response({"version": state.version, "count": node.listings.count(state, prefix)})
-    page = node.listings.first_page(state, prefix, after, limit, keys_only, node.loop.time(), writers)
+        return web.json_response({"version": state.version, "count": node.keys.listings.count(state, prefix)})
+    page = node.keys.listings.first_page(
+        state, prefix, after, limit, keys_only, asyncio.get_running_loop().time(), writers
+    )
     return web.Response(body=_RANGE_ENCODER.encode(page), content_type="application/json", charset="utf-8")
 
 
@@ -330,9 +339,10 @@ async def metadata_get(request: web.Request, query: Query) -> web.StreamResponse
     timeout_ms = timeout_of(query)
     node = node_of(request)
     if local:
-        state = node.applied_state
-        assert node.coordinator is not None
-        block = node.coordinator.status().no_master_block
+        state = node.keys.applied_state
+        core = node.status().core
+        assert core is not None
+        block = core.no_master_block
         if block.refuses_local_reads:
             return result_error(block.error())
         versions = state.key_version(key)

@@ -36,16 +36,16 @@ def quota_answer(node: Node, quota: Quota, usage: Usage) -> t.QuotaAnswer:
         max_sessions=quota.max_sessions,
         max_watch_streams=quota.max_watch_streams,
         max_writes_per_second=quota.max_writes_per_second,
-        usage=t.QuotaUsageAnswer(usage.keys, usage.bytes, usage.sessions, node.stream_quotas.count(quota.prefix)),
+        usage=t.QuotaUsageAnswer(usage.keys, usage.bytes, usage.sessions, node.keys.stream_quotas.count(quota.prefix)),
     )
 
 
 def quotas_answer(node: Node, name: str | None) -> dict[str, object]:
-    state = node.applied_state
+    state = node.keys.applied_state
     security = state.security_metadata()
     if security is None:
         return {}
-    usage = node.quota_usage.at(state).usage
+    usage = node.keys.quota_usage.at(state).usage
     return {
         key: quota_answer(node, quota, usage.get(key, Usage()))
         for key, quota in sorted(security.quotas.items())

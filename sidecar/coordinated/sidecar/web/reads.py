@@ -18,8 +18,7 @@ async def read_barrier(node: Node, timeout_ms: int) -> web.Response | None:
     """Wait until this node has applied the master's state as of now (confirmed with a quorum), so that a
     non-local read includes every write acknowledged before it began, whichever node serves it, as
     Elasticsearch's reads from the master do. None when done, otherwise the error to answer with."""
-    assert node.loop is not None
-    deadline = node.loop.time() + timeout_ms / 1000
+    deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     result = await node.call(ReadBarrier(), timeout_ms)
     return await _applied_in_time(node, result, deadline, "read")
 
@@ -29,13 +28,12 @@ async def _applied_in_time(
 ) -> web.Response | None:
     """The barrier's answer names the master's committed version: wait until this node has applied it, until
     `deadline`. None when done, otherwise the error to answer with."""
-    assert node.loop is not None
     if isinstance(result, ClusterError):
         return result_error(result)
-    if not await node.wait_for_version(result.version, max(0.0, deadline - node.loop.time())):
+    if not await node.keys.wait_for_version(result.version, max(0.0, deadline - asyncio.get_running_loop().time())):
         reason = (
             f"this node has not applied version [{result.version}] of the master's state in time "
-            f"(applied [{node.applied_state.version}]); retry, or {local_verb} with ?local=true"
+            f"(applied [{node.keys.applied_state.version}]); retry, or {local_verb} with ?local=true"
         )
         return error_response("process_cluster_event_timeout_exception", reason, 503)
     return None
@@ -43,10 +41,9 @@ async def _applied_in_time(
 
 async def shared_read_barrier(node: Node, timeout_ms: int) -> web.Response | None:
     """`read_barrier`, shared by every watch that arrives while one is in flight (see SharedBarrier)."""
-    assert node.loop is not None
-    deadline = node.loop.time() + timeout_ms / 1000
+    deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     try:
-        result = await asyncio.wait_for(node.shared_read_barrier(), timeout_ms / 1000)
+        result = await asyncio.wait_for(node.keys.shared_read_barrier(), timeout_ms / 1000)
     except TimeoutError:
         return error_response("process_cluster_event_timeout_exception", "could not reach the master in time", 503)
     return await _applied_in_time(node, result, deadline, "watch")
@@ -56,10 +53,11 @@ async def consistent_read(node: Node, local: bool, timeout_ms: int) -> web.Respo
     """Before a read of this node's applied state: with `local`, only the no-master block; otherwise a read
     barrier (shared with the reads that arrive with it), so that the state read holds every write acknowledged
     before the request. None when the read may go ahead, otherwise the error to answer with."""
-    assert node.coordinator is not None
     if local:
-        block = node.coordinator.status().no_master_block
+        core = node.status().core
+        assert core is not None
+        block = core.no_master_block
         return result_error(block.error()) if block.refuses_local_reads else None
-    if node.applied_state.master_node is None:
+    if node.keys.applied_state.master_node is None:
         return master_not_discovered()
     return await shared_read_barrier(node, timeout_ms)

@@ -55,7 +55,7 @@ _BUILT_IN_ANSWERS = {
 def security_of(node: Node) -> SecurityMetadata:
     """The roles, mappings and quotas of this node's applied state; FeatureNotAvailable while access control is
     not on (not every node has it: a change must then never reach a master that cannot decode it)."""
-    security = node.applied_state.security_metadata()
+    security = node.keys.applied_state.security_metadata()
     if security is None:
         raise FeatureNotAvailable(f"roles, role mappings and quotas need access control: {node.access_control_off()}")
     return security
@@ -153,7 +153,7 @@ async def roles_get(request: web.Request, query: Query) -> web.StreamResponse:
     if problem is not None:
         return problem
     node = node_of(request)
-    return web.json_response(_encoded(roles_answer(node.applied_state.security_metadata(), None)))
+    return web.json_response(_encoded(roles_answer(node.keys.applied_state.security_metadata(), None)))
 
 
 @routes.add(
@@ -173,7 +173,7 @@ async def role_get(request: web.Request, query: Query) -> web.StreamResponse:
     if problem is not None:
         return problem
     node = node_of(request)
-    found = roles_answer(node.applied_state.security_metadata(), [name])
+    found = roles_answer(node.keys.applied_state.security_metadata(), [name])
     if not found:
         return error_response("resource_not_found_exception", f"role [{name}] not found", 404)
     return web.json_response(_encoded(found))
@@ -254,7 +254,7 @@ async def mappings_get(request: web.Request, query: Query) -> web.StreamResponse
     if problem is not None:
         return problem
     node = node_of(request)
-    return web.json_response(_encoded(mappings_answer(node.applied_state.security_metadata(), None)))
+    return web.json_response(_encoded(mappings_answer(node.keys.applied_state.security_metadata(), None)))
 
 
 @routes.add(
@@ -274,7 +274,7 @@ async def mapping_get(request: web.Request, query: Query) -> web.StreamResponse:
     if problem is not None:
         return problem
     node = node_of(request)
-    found = mappings_answer(node.applied_state.security_metadata(), name)
+    found = mappings_answer(node.keys.applied_state.security_metadata(), name)
     if not found:
         return error_response("resource_not_found_exception", f"role mapping [{name}] not found", 404)
     return web.json_response(_encoded(found))

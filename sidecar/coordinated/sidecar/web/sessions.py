@@ -45,8 +45,8 @@ def check_session_id(session: str, what: str) -> str:
 
 
 def session_body(session_id: str, ttl_ms: int, node_id: str | None, node: Node) -> dict[str, Any]:
-    body = {"id": session_id, **session_binding_to_api(ttl_ms, node_id, node.applied_state.nodes)}
-    session = node.applied_state.sessions.get(session_id)
+    body = {"id": session_id, **session_binding_to_api(ttl_ms, node_id, node.keys.applied_state.nodes)}
+    session = node.keys.applied_state.sessions.get(session_id)
     if session is not None and session.owner is not None:
         body.update(prefix=session.prefix, owner=session.owner)
     return body
@@ -81,7 +81,7 @@ def check_owner(request: web.Request, session_id: str, needs_privilege: bool) ->
     permissions = permissions_of(request)
     if permissions is None:
         return
-    session = node_of(request).applied_state.sessions.get(session_id)
+    session = node_of(request).keys.applied_state.sessions.get(session_id)
     view = None if session is None else SessionView(session.owner, session.prefix)
     missing = session_missing(permissions, session_id, view, needs_privilege)
     if missing is not None:
@@ -136,7 +136,7 @@ async def session_create(request: web.Request, query: Query) -> web.StreamRespon
     node = node_of(request)
     principal = principal_of(request)
     # With access control on, the session records its owner and prefix (as the answer says).
-    recorded = principal is not None and node.applied_state.security_metadata() is not None
+    recorded = principal is not None and node.keys.applied_state.security_metadata() is not None
     created_for = (create.prefix, principal.name) if recorded and principal is not None else None
     return session_result(await node.call(create, timeout_ms), node, status=201, created_for=created_for)
 
@@ -159,12 +159,12 @@ async def sessions_list(request: web.Request, query: Query) -> web.StreamRespons
     timeout_ms = timeout_of(query)  # checked even with `local`, which does not wait for the master
     node = node_of(request)
     if not local:
-        if node.applied_state.master_node is None:
+        if node.keys.applied_state.master_node is None:
             return master_not_discovered()
         problem = await read_barrier(node, timeout_ms)
         if problem is not None:
             return problem
-    state = node.applied_state
+    state = node.keys.applied_state
     keys: dict[str, list[str]] = {}
     for key, owner in sorted(state.kv_sessions.items()):
         keys.setdefault(owner, []).append(key)

@@ -73,7 +73,7 @@ def _name(request: web.Request, part: str, what: str) -> str:
 
 
 def _roots(node: Node) -> tuple[str, ...]:
-    return node.config.settings[PATH_REPO] or ()
+    return node.status().settings[PATH_REPO] or ()
 
 
 def _repository_exception(repo: str, reason: str, status: int = 400) -> BadRequest:
@@ -88,14 +88,14 @@ def repository_of(node: Node, repo: str, registered: Repository) -> SnapshotRepo
     """The repository a registration names, as this node reaches it: a directory under its `path.repo`, or a bucket
     through its `s3.client.NAME` settings. Raises BadRequest when this node cannot use it."""
     if registered.type == "s3":
-        if registered.client != DEFAULT_CLIENT and registered.client not in client_names(node.config.settings):
+        if registered.client != DEFAULT_CLIENT and registered.client not in client_names(node.status().settings):
             raise _repository_exception(
                 repo,
                 f"unknown s3 client [{registered.client}]: set s3.client.{registered.client}.* on every node "
                 "(this node has none)",
             )
-        client = S3ClientSettings.from_settings(node.config.settings, registered.client)
-        return S3Repository(node.object_store.bucket(client, registered.bucket), registered.base_path)
+        client = S3ClientSettings.from_settings(node.status().settings, registered.client)
+        return S3Repository(node.snapshot_bucket(client, registered.bucket), registered.base_path)
     location, outside = location_problem(registered.location, _roots(node))
     if outside is not None:
         raise _repository_exception(repo, outside)
@@ -108,7 +108,7 @@ async def _repository(node: Node, repo: str, timeout_ms: int) -> SnapshotReposit
     problem = await read_barrier(node, timeout_ms)
     if problem is not None:
         return problem
-    registered = node.applied_state.repositories.get(repo)
+    registered = node.keys.applied_state.repositories.get(repo)
     if registered is None:
         return error_response("repository_missing_exception", f"[{repo}] missing", 404)
     return repository_of(node, repo, registered)
@@ -160,7 +160,8 @@ def _damaged_info(repo: str, name: str, error: SnapshotCorrupt, mtime: float) ->
 
 
 def _state_event(node: Node, event_type: EventType, state: ClusterState, name: str) -> HistoryEvent:
-    return state_event(event_type, node.node_id, node.local_node.name, state, snapshot=name)
+    status = node.status()
+    return state_event(event_type, status.node_id, status.node_name, state, snapshot=name)
 
 
 # -- repositories ---------------------------------------------------------------------------------------
@@ -201,7 +202,7 @@ async def repositories_get(request: web.Request, query: Query) -> web.StreamResp
         problem = await read_barrier(node, timeout_ms)
         if problem is not None:
             return problem
-    registered = node.applied_state.repositories
+    registered = node.keys.applied_state.repositories
     wanted = request.match_info.get("repo")
     if wanted is None or wanted in ("_all", "*"):
         return web.json_response({name: _repository_body(repo) for name, repo in sorted(registered.items())})
@@ -335,12 +336,12 @@ async def snapshot_create(request: web.Request, query: Query) -> web.StreamRespo
     if isinstance(repository, web.Response):
         return repository
     start_ms = int(time.time() * 1000)
-    state = node.applied_state  # committed, and immutable: the snapshot is one version's state
+    state = node.keys.applied_state  # committed, and immutable: the snapshot is one version's state
     snapshot = snapshots.snapshot_of(state, snap, start_ms, start_ms)
     try:
         end_ms = max(start_ms, int(time.time() * 1000))
         snapshot = msgspec.structs.replace(snapshot, end_time_in_millis=end_ms)
-        await repository.write(snapshot, node.snapshot_secret)
+        await repository.write(snapshot, node.snapshot_secret())
     except snapshots.SnapshotExists:
         reason = f"[{repo}:{snap}] Invalid snapshot name [{snap}], snapshot with the same name already exists"
         return error_response("invalid_snapshot_name_exception", reason, 400)
@@ -381,7 +382,7 @@ async def snapshot_get(request: web.Request, query: Query) -> web.StreamResponse
         return repository
     if wanted in ("_all", "*"):
         try:
-            listed = await repository.list(node.snapshot_secret)
+            listed = await repository.list(node.snapshot_secret())
         except RepositoryUnavailable as error:
             return _unavailable(repo, error)
         infos = [
@@ -398,7 +399,7 @@ async def snapshot_get(request: web.Request, query: Query) -> web.StreamResponse
 
 async def _read(node: Node, repository: SnapshotRepository, repo: str, snap: str) -> SnapshotFile | web.Response:
     try:
-        return await repository.read(snap, node.snapshot_secret)
+        return await repository.read(snap, node.snapshot_secret())
     except snapshots.SnapshotMissing:
         return _missing_snapshot(repo, snap)
     except snapshots.SnapshotNewer as error:  # written by a newer release: not damaged, and not for this one
@@ -494,8 +495,8 @@ async def snapshot_restore(request: web.Request, query: Query) -> web.StreamResp
             reason = f"[{repo}:{snap}] cannot restore snapshot file [{repository.where(snap)}]: {result.reason}"
             return error_response("snapshot_restore_exception", reason, 400)
         return result_error(result)
-    await node.wait_for_version(result.version, timeout_ms / 1000)
-    applied = node.applied_state
+    await node.keys.wait_for_version(result.version, timeout_ms / 1000)
+    applied = node.keys.applied_state
     event = _state_event(node, EventType.SNAPSHOT_RESTORED, applied, f"{repo}:{snap}")
     if applied.version != result.version:  # this node has moved on (or not yet got there): name the version
         event = msgspec.structs.replace(event, term=result.term, version=result.version, state_uuid=None)

@@ -114,12 +114,11 @@ async def metadata_watch(request: web.Request, query: Query) -> web.StreamRespon
     if timeout_ms > WATCH_MAX_TIMEOUT_MS:
         raise BadRequest(f"parameter [timeout] must be at most 5m, got [{query['timeout']}]")
     node = node_of(request)
-    assert node.loop is not None and node.coordinator is not None
-    deadline = node.loop.time() + timeout_ms / 1000
+    deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     problem = await consistent_read(node, local, master_timeout_ms)
     if problem is not None:
         return problem
-    hub = node.key_watches
+    hub = node.keys.key_watches
     if after is None:
         after = hub.log.version
     elif not local and (problem_text := after_version_problem(after, hub.log.version)) is not None:
@@ -131,7 +130,7 @@ async def metadata_watch(request: web.Request, query: Query) -> web.StreamRespon
             events, version = hub.log.events_after(prefix, after, WATCH_MAX_EVENTS)
         except ChangesGone as gone:
             return error_response("resource_gone_exception", str(gone), 410)
-        remaining = deadline - node.loop.time()
+        remaining = deadline - asyncio.get_running_loop().time()
         if events or remaining <= 0 or hub.closed:
             return web.json_response({"version": version, "events": [event.to_api() for event in events]})
         # Nothing under the prefix up to `version`: park from there. Unless a state then changes a key under
@@ -158,13 +157,13 @@ async def watch_stream(
     problem = await consistent_read(node, local, master_timeout_ms)
     if problem is not None:
         return problem
-    ticket = node.stream_quotas.admit(prefixes, quota_index(node.applied_state.security_metadata()))
+    ticket = node.keys.stream_quotas.admit(prefixes, quota_index(node.keys.applied_state.security_metadata()))
     if isinstance(ticket, ClusterError):
         return result_error(ticket)
     try:
         return await _serve_stream(request, node, prefixes, after, filter_, prev_value, local)
     finally:
-        node.stream_quotas.release(ticket)
+        node.keys.stream_quotas.release(ticket)
 
 
 async def _serve_stream(
@@ -176,7 +175,7 @@ async def _serve_stream(
     prev_value: bool,
     local: bool,
 ) -> web.StreamResponse:
-    changes = node.key_watches.log
+    changes = node.keys.key_watches.log
     if after is None:
         after = changes.version
     elif not local and (problem_text := after_version_problem(after, changes.version)) is not None:
@@ -202,12 +201,12 @@ async def _serve_stream(
     transport = request.transport
     if transport is None or transport.is_closing():
         return response
-    hub = node.watch_streams
+    hub = node.keys.watch_streams
     stream = hub.add(
         transport, prefixes, filter_, prev_value, after, needs_master=not local, principal=principal_of(request)
     )
     transport.write(chunk(stream_line(type="progress", version=after)))  # live from here
-    if not local and node.applied_state.master_node is None:
+    if not local and node.keys.applied_state.master_node is None:
         hub.end(stream, LOST_MASTER)  # lost during the backlog
     try:
         await stream.ended

@@ -1,10 +1,8 @@
-"""The peer transport: one-way messages over one persistent WebSocket stream per destination.
+"""The transport's sending side: one queue and one sender task per destination, so that messages to a node
+arrive in the order the core emitted them.
 
-Sending: one queue and one sender task per destination, so that messages to a node arrive in the order the
-core emitted them. The task holds a WebSocket to the destination's `GET /_transport/stream` and writes each
-message as one binary frame holding one encoded envelope, with a MAC in front when a cluster secret is
-configured (see `auth`); a message larger than `transport.max_chunk_size` goes as chunk frames (see "Large
-messages" below). The messages queued for one destination when its task runs (those the core emitted in one
+The task holds a WebSocket to the destination's stream endpoint and writes each message as one frame (see
+`framing`). The messages queued for one destination when its task runs (those the core emitted in one
 event-loop turn: a publication's batch of replies to forwarded writes, say) go out as one burst: the frames of
 the small ones are joined and handed to the socket in one write, so the peer's kernel and event loop wake once
 per burst rather than once per frame. A frame has no ack and the stream is ordered, so nothing waits for the
@@ -19,25 +17,11 @@ A peer that refuses the stream (401, say) gets the message dropped with a warnin
 peer of an older version that has no stream endpoint (404/405) is sent POSTs to `/_transport/message` instead,
 and the upgrade is tried again after `UPGRADE_RETRY_S`.
 
-Large messages: on a stream of protocol v2 a message whose envelope is larger than `transport.max_chunk_size`
-goes as chunk frames that the receiver reassembles and verifies before passing it on (see `chunked`); the
-receiver refuses any frame larger than its own `max_chunk_size` (plus the chunk header and MAC). A peer that
-only speaks v1 (an older version) is sent whole frames, as before.
+TLS: with `transport.ssl.enabled` the sender connects with `https`/`wss`, presenting this node's certificate
+from `tls_client`, which is the newest one on disk for each new connection (see `tls`).
 
-Receiving: the transport app serves the stream, the POST route (older senders during a rolling upgrade)
-and the connection watch (`watch_until_closed`).
-
-Versions: the stream's handshake carries the sender's release and wire version (`X-Coordinated-Release`,
-`X-Coordinated-Wire-Version`; release 0.1.0 sends neither, and is taken for wire version 1). A sender below
-this node's `MINIMUM_COMPATIBLE` is refused at the handshake (400), naming both versions, and both nodes show
-the refusal in their health. A frame this node cannot decode (a newer node's message type, or a request type
-or field it does not know) never closes the stream that carries it: the node is told (`on_undecodable`, which
-answers a forwarded request with a refusal its sender understands) and reads the next frame; it logs once per
-peer and kind, not per frame.
-
-TLS: with `transport.ssl.enabled` the listener is served with the mutual-TLS context of `tls` (in `cli`) and
-the sender connects with `https`/`wss`, presenting this node's certificate from `tls_client`, which is the
-newest one on disk for each new connection (see `tls`).
+The connection watch (`watch_until_closed`) holds a request to a peer's watch endpoint open until the peer
+goes away.
 """
 
 from __future__ import annotations
@@ -48,67 +32,35 @@ import itertools
 import logging
 import os
 import ssl
-import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
 
 import aiohttp
-import msgspec
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType
 
-from coordinated.coordination.client import error_body
-from coordinated.coordination.messages import (
-    Envelope,
-    ForwardedRequest,
-    Message,
-    decode_envelope,
-    encode_envelope,
-)
-from coordinated.coordination.wire_versions import MINIMUM_COMPATIBLE, UNVERSIONED, NodeVersion, newest
-from coordinated.sidecar.peers.auth import (
-    MAC_BYTES,
-    MAX_CLOCK_SKEW_S,
-    NONCE_BYTES,
-    ReplayCache,
-    StreamMac,
-    TransportAuth,
-    signed_at_or_problem,
-)
-from coordinated.sidecar.peers.chunked import (
-    HEADER_BYTES,
-    Complete,
-    Discarded,
-    Reassembler,
-    chunk_frames,
-    header_mismatch,
-    is_chunk,
-    transfer_term_version,
+from coordinated.coordination.messages import Envelope, ForwardedRequest, Message, encode_envelope
+from coordinated.coordination.wire_versions import NodeVersion, newest
+from coordinated.sidecar.peers.auth import MAX_CLOCK_SKEW_S, NONCE_BYTES, StreamMac, TransportAuth
+from coordinated.sidecar.peers.chunked import chunk_frames, transfer_term_version
+from coordinated.sidecar.peers.compatibility import version_headers
+from coordinated.sidecar.peers.framing import (
+    CHUNKED_PROTOCOLS,
+    CLOSE_TIMEOUT_S,
+    DEFAULT_MAX_CHUNK_SIZE,
+    HEARTBEAT_S,
+    HMAC_PROTOCOLS,
+    MESSAGE_PATH,
+    PLAIN_PROTOCOLS,
+    STREAM_PATH,
+    WATCH_PATH,
+    RateLimitedWarnings,
 )
 from coordinated.sidecar.peers.refusals import REFUSAL_HEADER, Refusals, clock_difference, describe_clock_difference
 from coordinated.sidecar.peers.tls import ReloadingContext, TrustRestrictions
 
 log = logging.getLogger("coordinated.transport")
 
-RELEASE_HEADER = "X-Coordinated-Release"
-WIRE_VERSION_HEADER = "X-Coordinated-Wire-Version"
-MESSAGE_PATH = "/_transport/message"
-STREAM_PATH = "/_transport/stream"
-WATCH_PATH = "/_transport/watch"
-# WebSocket subprotocols: plain envelopes, or MAC || envelope (see auth). The server picks one. v2 adds chunk
-# frames (see `chunked`); a v1 peer (an older version) gets every message as one frame.
-PROTOCOL_PLAIN = "coordinated.v1"
-PROTOCOL_HMAC = "coordinated.v1.hmac-sha256"
-PROTOCOL_PLAIN_V2 = "coordinated.v2"
-PROTOCOL_HMAC_V2 = "coordinated.v2.hmac-sha256"
-_HMAC_PROTOCOLS = (PROTOCOL_HMAC_V2, PROTOCOL_HMAC)
-_PLAIN_PROTOCOLS = (PROTOCOL_PLAIN_V2, PROTOCOL_PLAIN)
-_CHUNKED_PROTOCOLS = (PROTOCOL_HMAC_V2, PROTOCOL_PLAIN_V2)
-DEFAULT_MAX_CHUNK_SIZE = 1024 * 1024  # transport.max_chunk_size
 RETRY_BACKOFF_S = (0.02, 0.1, 0.25)
-HEARTBEAT_S = 10.0  # a ping after this long without traffic; no pong within half of it closes the stream
 UPGRADE_RETRY_S = 30.0  # how long a peer without the stream endpoint is sent POSTs before trying again
-CLOSE_TIMEOUT_S = 1.0  # how long a graceful close waits for the peer's close frame
-WARNING_INTERVAL_S = 10.0
 MAX_BURST = 256  # messages taken from a destination's queue at once
 JOIN_LIMIT = 256 * 1024  # bytes of frames joined into one socket write at most
 ENCODED_CACHE_SIZE = 512  # encoded bodies kept for reuse by the other destinations' tasks
@@ -117,23 +69,6 @@ ENCODED_CACHE_SIZE = 512  # encoded bodies kept for reuse by the other destinati
 async def _pause_before_retry(attempt: int) -> None:
     """The backoff before retry `attempt + 1` of a connection that certainly failed."""
     await asyncio.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
-
-
-class _RateLimitedWarnings:
-    """At most one warning per key and interval; the others are logged at debug level."""
-
-    def __init__(self, interval_s: float = WARNING_INTERVAL_S) -> None:
-        self.interval_s = interval_s
-        self._last: dict[str, float] = {}
-
-    def warn(self, key: str, message: str, *args: object) -> None:
-        now = time.monotonic()
-        last = self._last.get(key)
-        if last is None or now - last >= self.interval_s:
-            self._last[key] = now
-            log.warning(message, *args)
-        else:
-            log.debug(message, *args)
 
 
 class _Stream:
@@ -311,10 +246,10 @@ class PeerSender:
         self.dropped = 0
         # Destinations without a stream endpoint (an older version) -> loop time until which POSTs are used.
         self._post_until: dict[str, float] = {}
-        self._warnings = _RateLimitedWarnings()
+        self._warnings = RateLimitedWarnings()
         # id(message) -> (message, its encoded envelope); the message is kept so that its id stays its own.
         self._encoded: dict[int, tuple[Message, bytes]] = {}
-        self._protocols = (*_HMAC_PROTOCOLS, *_PLAIN_PROTOCOLS) if auth is not None else _PLAIN_PROTOCOLS
+        self._protocols = (*HMAC_PROTOCOLS, *PLAIN_PROTOCOLS) if auth is not None else PLAIN_PROTOCOLS
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         """For a new connection: this node's newest client context, or True (aiohttp's default) without TLS."""
@@ -539,7 +474,7 @@ class PeerSender:
                 await _close_quietly(ws)
                 return REFUSED
         mac: StreamMac | None = None
-        if ws.protocol in _HMAC_PROTOCOLS and self.auth is not None:
+        if ws.protocol in HMAC_PROTOCOLS and self.auth is not None:
             try:
                 msg = await ws.receive(timeout=self.request_timeout_s)
             except (TimeoutError, aiohttp.ClientError, OSError) as error:
@@ -551,13 +486,13 @@ class PeerSender:
                 await _close_quietly(ws)
                 return LOST
             mac = self.auth.stream_mac(msg.data)
-        elif ws.protocol not in _PLAIN_PROTOCOLS:
+        elif ws.protocol not in PLAIN_PROTOCOLS:
             self._warnings.warn(
                 f"protocol {destination}", "peer %s accepted the stream without a known protocol", destination
             )
             await _close_quietly(ws)
             return REFUSED
-        chunk_size = self.max_chunk_size if ws.protocol in _CHUNKED_PROTOCOLS else None
+        chunk_size = self.max_chunk_size if ws.protocol in CHUNKED_PROTOCOLS else None
         self.refusals.accepted(destination)
         return _Stream(destination, ws, mac, chunk_size)
 
@@ -627,15 +562,6 @@ async def _close_quietly(ws: aiohttp.ClientWebSocketResponse) -> None:
         await asyncio.wait_for(ws.close(), CLOSE_TIMEOUT_S * 2)
 
 
-def _offered_protocols(request: web.Request) -> list[str]:
-    header = request.headers.get(aiohttp.hdrs.SEC_WEBSOCKET_PROTOCOL, "")
-    return [protocol.strip() for protocol in header.split(",") if protocol.strip()]
-
-
-def _error(status: int, error_type: str, reason: str) -> web.Response:
-    return web.json_response(error_body(error_type, reason, status), status=status)
-
-
 CERTIFICATE_REFUSED = (
     "closed the connection during the TLS handshake: does this node's certificate (transport.ssl.certificate) "
     "come from the cluster's CA?"
@@ -651,311 +577,6 @@ def refusal_reason(status: int, message: str, headers: Mapping[str, str] | None)
     if status == 401 and difference is not None and abs(difference) > MAX_CLOCK_SKEW_S:
         reason += f" ({describe_clock_difference(difference)}; transport authentication allows {MAX_CLOCK_SKEW_S}s)"
     return reason
-
-
-def replay_problem(envelope: Envelope, signed_at: int, started_at: int, receivers: set[str]) -> str | None:
-    """Why a signed POST may be a replay from before this node started, or of one sent to another node."""
-    if envelope.receiver not in receivers:
-        return (
-            f"the request is addressed to [{envelope.receiver or 'no receiver'}], not to this node {sorted(receivers)}: "
-            "a signed POST must name the node it is sent to"
-        )
-    if signed_at <= started_at:
-        return "the request was signed before this node started: a replay from an earlier run is refused"
-    return None
-
-
-def _receivers(request: web.Request, local_address: str) -> set[str]:
-    """The addresses a POST to this node may name: its published one, and the one the connection reached."""
-    receivers = {local_address} if local_address else set()
-    sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
-    if isinstance(sockname, tuple) and len(sockname) >= 2:
-        host = str(sockname[0])
-        receivers.add(f"[{host}]:{sockname[1]}" if ":" in host else f"{host}:{sockname[1]}")
-    return receivers
-
-
-def _refused(
-    refusals: Refusals, request: web.Request, problem: str, status: int = 401, error_type: str = "security_exception"
-) -> web.Response:
-    """A transport request refused (for authentication, or the peer's version): recorded for health, the reason
-    in a header as well."""
-    refusals.refused(request.remote or "?", problem, by_peer=False)
-    response = _error(status, error_type, problem)
-    response.headers[REFUSAL_HEADER] = problem
-    return response
-
-
-def version_headers(version: NodeVersion) -> dict[str, str]:
-    return {RELEASE_HEADER: version.release, WIRE_VERSION_HEADER: str(version.wire)}
-
-
-def peer_version(headers: Mapping[str, str]) -> NodeVersion | str:
-    """The version a stream's handshake says the peer runs (none: release 0.1.0's), or why it cannot be read."""
-    wire, release = headers.get(WIRE_VERSION_HEADER), headers.get(RELEASE_HEADER, "")
-    if wire is None:
-        return UNVERSIONED
-    if not wire.isascii() or not wire.isdigit() or len(wire) > 9 or len(release) > 64:
-        return f"the {WIRE_VERSION_HEADER} header [{wire[:20]}] is not a wire version"
-    return NodeVersion(release or UNVERSIONED.release, int(wire))
-
-
-def too_old_problem(peer: NodeVersion, own: NodeVersion, minimum: int = MINIMUM_COMPATIBLE) -> str | None:
-    """Why a peer of this version is refused at the handshake (naming both versions), if it is."""
-    if peer.wire >= minimum:
-        return None
-    return (
-        f"the peer runs release {peer.describe()}, below wire version {minimum}, the oldest that this node "
-        f"(release {own.describe()}) talks to: upgrade the peer"
-    )
-
-
-class Undecodable(NamedTuple):
-    """What can be read of a frame that does not decode as a message: its sender, the message's type, and its
-    request id if it has one (None when not even that can be read)."""
-
-    sender: str
-    kind: str
-    request_id: int | None
-
-
-def read_undecodable(payload: bytes | bytearray | memoryview) -> Undecodable | None:
-    try:
-        raw = msgspec.json.decode(payload)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        return None
-    message = raw.get("message") if isinstance(raw, dict) else None
-    sender = raw.get("sender") if isinstance(raw, dict) else None
-    if not isinstance(message, dict) or not isinstance(sender, str) or not isinstance(message.get("type"), str):
-        return None
-    request_id = message.get("request_id")
-    kind = str(message["type"])[:64]
-    return Undecodable(sender[:300], kind, request_id if isinstance(request_id, int) and request_id >= 0 else None)
-
-
-def transport_app(
-    on_message: Callable[[str, Message], None],
-    auth: TransportAuth | None,
-    max_body: int,
-    max_chunk_size: int = DEFAULT_MAX_CHUNK_SIZE,
-    current_term: Callable[[], int] = lambda: 0,
-    refusals: Refusals | None = None,
-    local_address: str = "",
-    trust: TrustRestrictions | None = None,
-    version: NodeVersion | None = None,
-    on_undecodable: Callable[[Undecodable, str], None] | None = None,
-    minimum_wire_version: int = MINIMUM_COMPATIBLE,
-) -> web.Application:
-    """`max_body`: the largest message, whole (a POST) or reassembled from chunks; `max_chunk_size`: the
-    largest frame of a stream, besides the chunk header and MAC; `current_term`: the node's term, below which
-    a chunked publication is dropped before it is buffered; `local_address`: this node's published transport
-    address, which a signed POST must name as its receiver; `version`: this node's, and `minimum_wire_version`
-    the oldest wire version it takes streams from; `on_undecodable`: told of each frame that does not decode as
-    a message but names its sender and type (with the decoder's complaint)."""
-    own = version if version is not None else newest()
-    warnings = _RateLimitedWarnings()
-    refused = refusals or Refusals()  # peers this node refused, for health
-    replays = ReplayCache()
-    # A signed POST from before this process started may have been seen by the one before it (whose replay
-    # cache is gone): refused, as are those signed in the very second it started.
-    started_at = int(time.time())
-    streams: set[web.WebSocketResponse] = set()
-    closing = asyncio.Event()
-
-    async def receive(request: web.Request) -> web.Response:
-        body = await request.read()
-        if auth is not None:
-            problem = auth.verify(request.headers, body)
-            if problem is not None:
-                warnings.warn("post 401", "refused a message from %s: %s", request.remote, problem)
-                return _refused(refused, request, problem)
-        try:
-            envelope = decode_envelope(body)
-        except (msgspec.ValidationError, msgspec.DecodeError) as error:
-            warnings.warn("post 400", "refused a message from %s: %s", request.remote, error)
-            return _error(400, "parse_exception", str(error))
-        if auth is not None:
-            signed_at = signed_at_or_problem(request.headers)
-            assert isinstance(signed_at, int)  # verified above
-            problem = replay_problem(envelope, signed_at, started_at, _receivers(request, local_address))
-            problem = problem or replays.admit(envelope.request_nonce, signed_at)
-            if problem is not None:
-                warnings.warn("post replay", "refused a message from %s: %s", request.remote, problem)
-                return _refused(refused, request, problem)
-        on_message(envelope.sender, envelope.message)
-        return web.Response(status=204)
-
-    async def stream(request: web.Request) -> web.StreamResponse:
-        peer = request.remote or "?"
-        if auth is not None:
-            problem = auth.verify_stream_handshake(request.headers)
-            if problem is not None:
-                warnings.warn("stream 401", "refused a stream from %s: %s", peer, problem)
-                return _refused(refused, request, problem)
-        peer_runs = peer_version(request.headers)
-        problem = peer_runs if isinstance(peer_runs, str) else too_old_problem(peer_runs, own, minimum_wire_version)
-        if problem is not None:
-            warnings.warn(f"version {peer}", "refused a stream from %s: %s", peer, problem)
-            return _refused(refused, request, problem, status=400, error_type="illegal_state_exception")
-        wanted = _HMAC_PROTOCOLS if auth is not None else _PLAIN_PROTOCOLS
-        offered = _offered_protocols(request)
-        protocol = next((candidate for candidate in wanted if candidate in offered), None)
-        if protocol is None:
-            return _error(400, "illegal_argument_exception", f"the stream needs subprotocol [{wanted[-1]}]")
-        ws = web.WebSocketResponse(
-            protocols=(protocol,),
-            heartbeat=HEARTBEAT_S,
-            timeout=CLOSE_TIMEOUT_S,  # for the peer's close frame, so that a hung peer cannot hold up our stop
-            compress=False,
-            # One frame: a whole message up to the chunk size, or a chunk. Larger messages come in chunks
-            # (v2); a v1 sender's larger frame is refused (1009), see `_serve_stream`.
-            max_msg_size=max_chunk_size + HEADER_BYTES + MAC_BYTES + 1,  # aiohttp refuses a frame of this size
-        )
-        await ws.prepare(request)
-        if closing.is_set():
-            await ws.close(code=WSCloseCode.GOING_AWAY, message=b"node stopping")
-            return ws
-        streams.add(ws)
-        try:
-            mac: StreamMac | None = None
-            if auth is not None:
-                nonce = os.urandom(NONCE_BYTES)
-                mac = auth.stream_mac(nonce)
-                await ws.send_bytes(nonce)
-            reassembler = Reassembler(max_body, current_term) if protocol in _CHUNKED_PROTOCOLS else None
-            await _serve_stream(ws, mac, peer, on_message, warnings, reassembler, on_undecodable)
-        except (ConnectionError, aiohttp.ClientError) as error:
-            log.debug("stream from %s: %r", peer, error)
-        finally:
-            streams.discard(ws)
-        return ws
-
-    async def watch(request: web.Request) -> web.StreamResponse:
-        # Held open until this process stops: a follower watching its master sees the connection close at
-        # once when the master dies (kill -9 included), instead of waiting for the next leader check.
-        problem = auth.verify(request.headers, b"") if auth is not None else None
-        if problem is not None:
-            return _refused(refused, request, problem)
-        response = web.StreamResponse(status=200)
-        await response.prepare(request)
-        await closing.wait()
-        return response
-
-    async def on_shutdown(app: web.Application) -> None:
-        closing.set()
-        await asyncio.gather(
-            *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"node stopping") for ws in list(streams)),
-            return_exceptions=True,
-        )
-
-    @web.middleware
-    async def node_certificates_only(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        assert trust is not None
-        ssl_object = request.transport.get_extra_info("ssl_object") if request.transport is not None else None
-        problem = trust.problem(ssl_object.getpeercert() if ssl_object is not None else None)
-        if problem is not None:
-            warnings.warn("trust", "refused a transport request from %s: %s", request.remote, problem)
-            return _refused(refused, request, problem, status=403)
-        return await handler(request)
-
-    app = web.Application(client_max_size=max_body, middlewares=[node_certificates_only] if trust else [])
-    app.router.add_post(MESSAGE_PATH, receive)
-    app.router.add_get(STREAM_PATH, stream)
-    app.router.add_get(WATCH_PATH, watch)
-    app.on_shutdown.append(on_shutdown)
-    return app
-
-
-async def _serve_stream(
-    ws: web.WebSocketResponse,
-    mac: StreamMac | None,
-    peer: str,
-    on_message: Callable[[str, Message], None],
-    warnings: _RateLimitedWarnings,
-    reassembler: Reassembler | None = None,
-    on_undecodable: Callable[[Undecodable, str], None] | None = None,
-) -> None:
-    """Pass each frame's envelope to `on_message`, in order, until the stream ends or a frame fails its MAC.
-    With a `reassembler` (v2), chunk frames are collected and their message passed on once whole and verified.
-    A frame that does not decode goes to `on_undecodable` when its sender and type can be read, and the next
-    frame is read either way: one message this node does not know never costs the others on the stream."""
-    try:
-        await _serve_frames(ws, mac, peer, on_message, warnings, reassembler, on_undecodable)
-    finally:
-        if reassembler is not None:
-            _log_discarded(warnings, peer, reassembler.close())
-
-
-def _log_discarded(warnings: _RateLimitedWarnings, peer: str, discarded: Discarded | None) -> None:
-    if discarded is not None:
-        warnings.warn("chunks", "discarded a chunked message from %s: %s", peer, discarded.reason)
-
-
-async def _serve_frames(
-    ws: web.WebSocketResponse,
-    mac: StreamMac | None,
-    peer: str,
-    on_message: Callable[[str, Message], None],
-    warnings: _RateLimitedWarnings,
-    reassembler: Reassembler | None,
-    on_undecodable: Callable[[Undecodable, str], None] | None = None,
-) -> None:
-    while True:
-        msg = await ws.receive()
-        if msg.type is WSMsgType.BINARY:
-            frame: bytes = msg.data
-            body: bytes | memoryview | None = frame if mac is None else mac.open(frame)
-            if body is None:
-                warnings.warn("bad mac", "closing the stream from %s: a frame failed its MAC check", peer)
-                await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"bad frame MAC")
-                return
-            payload: bytes | bytearray | memoryview = body
-            claimed: Complete | None = None
-            if reassembler is not None and is_chunk(body):
-                result = reassembler.accept(body)
-                _log_discarded(warnings, peer, reassembler.take_interrupted())
-                if not isinstance(result, Complete):
-                    _log_discarded(warnings, peer, result)
-                    continue
-                payload, claimed = result.body, result
-            try:
-                envelope = decode_envelope(payload)  # type: ignore[arg-type]  # msgspec takes any buffer
-            except (msgspec.ValidationError, msgspec.DecodeError) as error:
-                undecodable = read_undecodable(payload)
-                if undecodable is not None and on_undecodable is not None:
-                    on_undecodable(undecodable, str(error))  # logs once per peer and kind itself
-                else:
-                    warnings.warn(
-                        f"undecodable {peer}", "dropped a frame from %s that is not a message: %s", peer, error
-                    )
-                continue
-            if claimed is not None:
-                mismatch = header_mismatch(envelope.message, claimed.term, claimed.version)
-                if mismatch is not None:
-                    _log_discarded(warnings, peer, Discarded(-1, mismatch))
-                    continue
-            try:
-                on_message(envelope.sender, envelope.message)
-            except Exception:
-                log.exception("failed to handle a %s from %s", type(envelope.message).__name__, envelope.sender)
-        elif msg.type is WSMsgType.TEXT:
-            warnings.warn("text", "closing the stream from %s: a text frame", peer)
-            await ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=b"text frames are not used")
-            return
-        elif msg.type is WSMsgType.ERROR:
-            # E.g. a frame over the size limit: aiohttp has already closed the stream (1009).
-            warnings.warn(
-                "stream error",
-                "stream from %s failed: %s (frames are limited by transport.max_chunk_size; a node of an older "
-                "version sends a large message as one frame)",
-                peer,
-                msg.data,
-            )
-            return
-        else:  # CLOSE, CLOSING, CLOSED
-            return
 
 
 async def watch_until_closed(
