@@ -133,6 +133,10 @@ class WorkQueue:
         """The operator stops: no pass starts any more, and the periodic loop and the follow-ups waiting are
         cancelled (a pass under way goes on: `drain` waits for it)."""
         self._stopped = True
+        self._cancel_scheduled()
+
+    def _cancel_scheduled(self) -> None:
+        """The periodic loop and the follow-ups waiting are cancelled (what is scheduled, not what runs)."""
         if self._periodic is not None:
             self._periodic.cancel()
             self._periodic = None
@@ -160,12 +164,7 @@ class WorkQueue:
         """This replica stopped being the leader: nothing more starts (until it leads again), the periodic loop and
         the follow-ups waiting are cancelled, and so are the passes under way (their next step would act on a
         cluster another replica may reconcile by now)."""
-        if self._periodic is not None:
-            self._periodic.cancel()
-            self._periodic = None
-        for later in self._later.values():
-            later.cancel()
-        self._later.clear()
+        self._cancel_scheduled()
         for task in [*self._soon.values(), *self._running]:
             if task is not asyncio.current_task():
                 task.cancel()
