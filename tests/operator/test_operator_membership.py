@@ -203,3 +203,33 @@ def test_a_voter_reported_as_replacing_before_the_master_went_still_counts_as_lo
     # And the pass after that, from the status this one wrote, still says so.
     again = membership.node_entries(back, replaced, {}, recorded)
     assert membership.replacements(back, again) == replaced
+
+
+def test_a_voter_whose_pod_is_briefly_gone_keeps_its_entry_so_its_replacement_is_announced() -> None:
+    # The e2e once saw no ReplacingMember: a pass ran while demo-2's pod did not exist at all (deleted with
+    # its claim, not yet created again). Had that pass dropped demo-2 from status.nodes, the next pass would
+    # no longer know that c was demo-2's node, and the master's swap of c for f would go unannounced.
+    before = [{**entry, "voting": True, "role": "voter"} for entry in previous(demo_0="a", demo_1="b", demo_2="c")]
+    gone = cluster({"demo-0": "a", "demo-1": "b"}, ("a", "b", "c"), names_by_id={"a": "demo-0", "b": "demo-1"})
+    while_gone = membership.node_entries(gone, [], {}, before)
+    assert [(e["name"], e["nodeId"], e["voting"], e["ready"]) for e in while_gone] == [
+        ("demo-0", "a", True, True),
+        ("demo-1", "b", True, True),
+        ("demo-2", "c", True, False),
+    ]
+    # The next pass: the master already swapped c for f.
+    swapped = cluster({"demo-0": "a", "demo-1": "b", "demo-2": "f"}, ("a", "b", "f"))
+    finished = membership.replaced_between_passes(swapped, [], while_gone)
+    assert finished == [membership.Replacement("demo-2", "c", "f")]
+    reasons = [reason for _, reason, _ in membership.replacement_events([], while_gone, swapped, finished)]
+    assert reasons == ["ReplacingMember", "MemberReplaced"]
+    # Or f has not joined yet: c is still a voter, tied to demo-2.
+    waiting = cluster({"demo-0": "a", "demo-1": "b", "demo-2": "f"}, ("a", "b", "c"), names_by_id={"a": "demo-0"})
+    assert membership.replacements(waiting, while_gone) == [membership.Replacement("demo-2", "c", "f")]
+    # A pod the StatefulSet will not create again (scaled away) or a node out of the configuration is dropped.
+    assert [e["name"] for e in membership.node_entries(replace(gone, statefulset_replicas=2), [], {}, before)] == [
+        "demo-0",
+        "demo-1",
+    ]
+    out = cluster({"demo-0": "a", "demo-1": "b"}, ("a", "b"))
+    assert [e["name"] for e in membership.node_entries(out, [], {}, before)] == ["demo-0", "demo-1"]

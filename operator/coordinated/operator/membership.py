@@ -236,6 +236,25 @@ def _order(pod: PodObservation) -> tuple[bool, int, str]:
     return (not pod.voting, int(number) if number.isdigit() else 0, pod.name)
 
 
+def _awaited_voters(obs: Observation, previous_nodes: Sequence[Mapping[str, Any]]) -> list[PodObservation]:
+    """Voter pods in the last status that do not exist now, but that the StatefulSet creates again and whose
+    node still counts in the voting configuration.
+
+    Their entry (with the node id last reported) is the only record that ties that id to the pod: the
+    master's state drops a node's name once it leaves. Dropped from status.nodes for one pass, a voter that
+    comes back without its data would be swapped for its new id unannounced.
+    """
+    size = obs.statefulset_replicas or 0
+    return [
+        PodObservation(name, ready=False)
+        for entry in previous_nodes
+        if (name := str(entry.get("name"))) not in obs.pods
+        and entry.get("nodeId") in obs.cluster.voter_ids
+        and (ordinal := obs.ordinal(name)) is not None
+        and ordinal < size
+    ]
+
+
 def node_entries(
     obs: Observation,
     replaced: Sequence[Replacement],
@@ -245,12 +264,13 @@ def node_entries(
     """status.nodes: one entry per pod, voters first, in ordinal order.
 
     A pod whose sidecar does not answer now keeps the node id it last reported: a voter that comes back
-    without its data is then still seen as the same pod with a new id, however long it was down.
+    without its data is then still seen as the same pod with a new id, however long it was down. So does a
+    voter whose pod does not exist for a moment (deleted, not yet created again): see _awaited_voters.
     """
     replacing = {r.pod: r.old_id for r in replaced}
     last_ids = {str(entry.get("name")): entry.get("nodeId") for entry in previous_nodes if entry.get("nodeId")}
     entries = []
-    for pod in sorted(obs.pods.values(), key=_order):
+    for pod in sorted([*obs.pods.values(), *_awaited_voters(obs, previous_nodes)], key=_order):
         node_id = obs.cluster.node_ids.get(pod.name) or last_ids.get(pod.name)
         entries.append(
             {
