@@ -412,9 +412,37 @@ def test_an_even_replica_count_is_warned_about_once() -> None:
     assert even["status"] == "True"
 
 
+class EditedDuringThePass(FakeKube):
+    """A user edits the spec (the generation moves on) just after the pass has read the resource."""
+
+    async def cluster(self, namespace: str, name: str) -> dict[str, Any] | None:
+        read = await super().cluster(namespace, name)
+        self.stored["metadata"]["generation"] += 1
+        return read
+
+
+def test_a_rolling_restart_deletes_no_pod_when_the_spec_changed_during_the_pass() -> None:
+    """A revert that lands while a pass decides must not cost a restart the new spec does not want: the pass
+    reads the generation again just before it deletes, and leaves the pod to the next pass."""
+    kube = rolling_restart_pass(EditedDuringThePass(resource()))
+    assert kube.deleted_pods == []
+    assert [reason for reason, _ in kube.events if reason == "RestartPod"] == []
+
+
 def test_a_rolling_restart_deletes_one_pod_per_pass_and_reports_each() -> None:
     """Through the real handler: the outdated follower is deleted, with a RestartPod event and the phase."""
-    kube, sidecars = FakeKube(resource()), FakeSidecars()
+    kube = rolling_restart_pass(FakeKube(resource()))
+    assert kube.deleted_pods == ["demo-2"]  # a follower first; demo-0 is the fake's master
+    restarts = [message for reason, message in kube.events if reason == "RestartPod"]
+    assert len(restarts) == 1 and "demo-2" in restarts[0]
+    assert kube.status["phase"] == "Restarting"
+    statefulset = next(m for m in kube.applied if m["kind"] == "StatefulSet")
+    assert statefulset["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+def rolling_restart_pass(kube: FakeKube) -> FakeKube:
+    """One pass over 3 ready pods on an older template than the StatefulSet's."""
+    sidecars = FakeSidecars()
     kube.stored["metadata"]["annotations"] = {CLUSTER_UUID_ANNOTATION: "uuid-1"}
     kube.replicas, kube.update_revision, sidecars.uuid = 3, "demo-new", "uuid-1"
     kube.pod_map = {
@@ -437,12 +465,7 @@ def test_a_rolling_restart_deletes_one_pod_per_pass_and_reports_each() -> None:
             await runner.cleanup()
 
     asyncio.run(scenario())
-    assert kube.deleted_pods == ["demo-2"]  # a follower first; demo-0 is the fake's master
-    restarts = [message for reason, message in kube.events if reason == "RestartPod"]
-    assert len(restarts) == 1 and "demo-2" in restarts[0]
-    assert kube.status["phase"] == "Restarting"
-    statefulset = next(m for m in kube.applied if m["kind"] == "StatefulSet")
-    assert statefulset["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    return kube
 
 
 class ScalingSidecars(FakeSidecars):

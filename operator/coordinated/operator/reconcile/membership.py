@@ -23,10 +23,25 @@ async def step(ctx: Context) -> StepResult:
         elif action.kind is ActionKind.CLEAR_EXCLUSIONS:
             await coordinator(ctx.http, spec, obs, ctx.secured).clear_voting_config_exclusions(action.wait_for_removal)
         elif action.kind is ActionKind.RESTART:
+            if await _spec_changed_during_the_pass(ctx):
+                # A revert (or any edit) landed after this pass read the spec: the restart it decided may be one
+                # the new spec does not want. The edit's own event brings the next pass, which decides on it.
+                ctx.logger.info("not restarting %s: the spec changed during this pass", ", ".join(action.nodes))
+                return _members(ctx, ())
             for pod in action.nodes:
                 await ctx.kube.delete_pod(pod, spec.namespace)
         announced = ctx.carried_out(KINDS)
+    return _members(ctx, announced)
 
+
+async def _spec_changed_during_the_pass(ctx: Context) -> bool:
+    fresh = await ctx.kube.cluster(ctx.spec.namespace, ctx.spec.name)
+    generation = ctx.body.get("metadata", {}).get("generation")
+    return fresh is None or fresh.get("metadata", {}).get("generation") != generation
+
+
+def _members(ctx: Context, announced: tuple[events.Event, ...]) -> StepResult:
+    obs = ctx.obs
     previous = ctx.previous_status
     previous_nodes = previous.get("nodes") or ()
     replaced = membership.replacements(obs, previous_nodes)
