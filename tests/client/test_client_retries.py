@@ -181,6 +181,33 @@ def test_the_master_is_found_among_the_addresses_and_used(driver: Driver) -> Non
     assert client.endpoints.current == "http://127.0.0.1:2"
 
 
+def test_a_node_that_knew_no_master_yet_is_asked_again_at_the_next_call(driver: Driver) -> None:
+    # During an election the node asked has no master yet; by the time the call itself reaches it, it has one
+    # and forwards the write. The client must look again at its next call, not stay on a follower for good
+    # (the failover integration test once found it there after a master kill).
+    names = {"127.0.0.1:1": "node-a", "127.0.0.1:2": "node-b"}
+    elected: list[bool] = []
+    sent: list[str] = []
+
+    def cluster(request: httpx.Request) -> httpx.Response:
+        host = f"{request.url.host}:{request.url.port}"
+        if request.url.path == "/_cat/master":
+            if not elected:
+                elected.append(True)
+                return error(503, "master_not_discovered_exception")
+            return httpx.Response(200, json=[{"id": "x", "node": "node-b", "host": "127.0.0.1"}])
+        if request.url.path == "/":
+            return httpx.Response(200, json={"name": names[host]})
+        sent.append(host)
+        return written()
+
+    client = driver.client(TWO, handler=cluster)
+    driver.run(client.put("k", 1))
+    driver.run(client.put("k", 2))
+    assert sent == ["127.0.0.1:1", "127.0.0.1:2"]
+    assert client.endpoints.current == "http://127.0.0.1:2"
+
+
 def test_master_timeout_goes_with_the_calls_that_take_it(driver: Driver) -> None:
     script = Script(written(), httpx.Response(200, json=[]))
     client = driver.client(["127.0.0.1:1"], handler=script, master_timeout=2.5)

@@ -170,7 +170,14 @@ def find_master(client: ClientBase) -> Flow[None]:
         master = yield from attempt(
             client, endpoints.current, calls.cat_master(), FIND_MASTER_TIMEOUT_S, moves_on_503=False
         )
-    except (Retryable, CoordinatedError):
+    except Retryable as failed:
+        if isinstance(failed.error, ApiError) and failed.error.type == "master_not_discovered_exception":
+            # An election is under way: look again at the next call. The call itself may succeed through
+            # this node (a follower forwards once it knows the master), which would otherwise keep the client
+            # on a follower until an address fails.
+            endpoints.find_master = endpoints.follow_master
+        return
+    except CoordinatedError:
         return
     if master is None:
         return
