@@ -427,6 +427,10 @@ def test_a_rolling_restart_deletes_no_pod_when_the_spec_changed_during_the_pass(
     kube = rolling_restart_pass(EditedDuringThePass(resource()))
     assert kube.deleted_pods == []
     assert [reason for reason, _ in kube.events if reason == "RestartPod"] == []
+    assert kube.status["lastAction"] == {
+        "kind": "Wait",
+        "reason": "not restarting demo-2: the spec changed during this pass",
+    }
 
 
 def test_a_rolling_restart_deletes_one_pod_per_pass_and_reports_each() -> None:

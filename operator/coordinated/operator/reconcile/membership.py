@@ -5,7 +5,7 @@ nodes (membership.py's pure rules) for the status."""
 from __future__ import annotations
 
 from coordinated.operator import events, membership
-from coordinated.operator.planner import ActionKind
+from coordinated.operator.planner import Action, ActionKind
 from coordinated.operator.reconcile.context import Context, StepResult
 from coordinated.operator.reconcile.sidecars import coordinator
 from coordinated.operator.status import Members
@@ -22,26 +22,18 @@ async def step(ctx: Context) -> StepResult:
             await coordinator(ctx.http, spec, obs, ctx.secured).add_voting_config_exclusions(action.nodes)
         elif action.kind is ActionKind.CLEAR_EXCLUSIONS:
             await coordinator(ctx.http, spec, obs, ctx.secured).clear_voting_config_exclusions(action.wait_for_removal)
+        elif action.kind is ActionKind.RESTART and await _spec_changed_during_the_pass(ctx):
+            # A revert (or any edit) landed after this pass read the spec: the restart it decided may be one the
+            # new spec does not want. The pass reports a wait (so the status says what happened), and the next
+            # pass decides on the new spec.
+            reason = f"not restarting {', '.join(action.nodes)}: the spec changed during this pass"
+            ctx.logger.info("%s", reason)
+            ctx.action = Action(ActionKind.WAIT, reason, action.statefulset_replicas)
         elif action.kind is ActionKind.RESTART:
-            if await _spec_changed_during_the_pass(ctx):
-                # A revert (or any edit) landed after this pass read the spec: the restart it decided may be one
-                # the new spec does not want. The edit's own event brings the next pass, which decides on it.
-                ctx.logger.info("not restarting %s: the spec changed during this pass", ", ".join(action.nodes))
-                return _members(ctx, ())
             for pod in action.nodes:
                 await ctx.kube.delete_pod(pod, spec.namespace)
         announced = ctx.carried_out(KINDS)
-    return _members(ctx, announced)
 
-
-async def _spec_changed_during_the_pass(ctx: Context) -> bool:
-    fresh = await ctx.kube.cluster(ctx.spec.namespace, ctx.spec.name)
-    generation = ctx.body.get("metadata", {}).get("generation")
-    return fresh is None or fresh.get("metadata", {}).get("generation") != generation
-
-
-def _members(ctx: Context, announced: tuple[events.Event, ...]) -> StepResult:
-    obs = ctx.obs
     previous = ctx.previous_status
     previous_nodes = previous.get("nodes") or ()
     replaced = membership.replacements(obs, previous_nodes)
@@ -56,3 +48,9 @@ def _members(ctx: Context, announced: tuple[events.Event, ...]) -> StepResult:
     )
     replacement_events = membership.replacement_events(replaced, previous_nodes, obs, finished)
     return StepResult(conditions=(condition,), events=(*announced, *replacement_events))
+
+
+async def _spec_changed_during_the_pass(ctx: Context) -> bool:
+    fresh = await ctx.kube.cluster(ctx.spec.namespace, ctx.spec.name)
+    generation = ctx.body.get("metadata", {}).get("generation")
+    return fresh is None or fresh.get("metadata", {}).get("generation") != generation
