@@ -161,23 +161,35 @@ def test_a_long_poll_that_falls_behind_re_reads_the_prefix_and_resets(driver: Dr
     assert listing.url.path == "/_cluster/metadata" and listing.url.params["prefix"] == "app/"
 
 
-def test_the_master_is_found_among_the_addresses_and_used(driver: Driver) -> None:
-    names = {"127.0.0.1:1": "node-a", "127.0.0.1:2": "node-b"}
-    sent: list[str] = []
+class TwoNodes:
+    """Two sidecars, node-a at 127.0.0.1:1 and node-b (the master) at 127.0.0.1:2; `elections`: how many times
+    `_cat/master` answers that there is no master yet before it names node-b. `sent`: where the writes went."""
 
-    def cluster(request: httpx.Request) -> httpx.Response:
+    NAMES = {"127.0.0.1:1": "node-a", "127.0.0.1:2": "node-b"}
+
+    def __init__(self, elections: int = 0) -> None:
+        self.elections = elections
+        self.sent: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
         host = f"{request.url.host}:{request.url.port}"
         if request.url.path == "/_cat/master":
+            if self.elections:
+                self.elections -= 1
+                return error(503, "master_not_discovered_exception")
             return httpx.Response(200, json=[{"id": "x", "node": "node-b", "host": "127.0.0.1"}])
         if request.url.path == "/":
-            return httpx.Response(200, json={"name": names[host]})
-        sent.append(host)
+            return httpx.Response(200, json={"name": self.NAMES[host]})
+        self.sent.append(host)
         return written()
 
+
+def test_the_master_is_found_among_the_addresses_and_used(driver: Driver) -> None:
+    cluster = TwoNodes()
     client = driver.client(TWO, handler=cluster)
     driver.run(client.put("k", 1))
     driver.run(client.put("k", 2))
-    assert sent == ["127.0.0.1:2", "127.0.0.1:2"]
+    assert cluster.sent == ["127.0.0.1:2", "127.0.0.1:2"]
     assert client.endpoints.current == "http://127.0.0.1:2"
 
 
@@ -185,26 +197,11 @@ def test_a_node_that_knew_no_master_yet_is_asked_again_at_the_next_call(driver: 
     # During an election the node asked has no master yet; by the time the call itself reaches it, it has one
     # and forwards the write. The client must look again at its next call, not stay on a follower for good
     # (the failover integration test once found it there after a master kill).
-    names = {"127.0.0.1:1": "node-a", "127.0.0.1:2": "node-b"}
-    elected: list[bool] = []
-    sent: list[str] = []
-
-    def cluster(request: httpx.Request) -> httpx.Response:
-        host = f"{request.url.host}:{request.url.port}"
-        if request.url.path == "/_cat/master":
-            if not elected:
-                elected.append(True)
-                return error(503, "master_not_discovered_exception")
-            return httpx.Response(200, json=[{"id": "x", "node": "node-b", "host": "127.0.0.1"}])
-        if request.url.path == "/":
-            return httpx.Response(200, json={"name": names[host]})
-        sent.append(host)
-        return written()
-
+    cluster = TwoNodes(elections=1)
     client = driver.client(TWO, handler=cluster)
     driver.run(client.put("k", 1))
     driver.run(client.put("k", 2))
-    assert sent == ["127.0.0.1:1", "127.0.0.1:2"]
+    assert cluster.sent == ["127.0.0.1:1", "127.0.0.1:2"]
     assert client.endpoints.current == "http://127.0.0.1:2"
 
 
