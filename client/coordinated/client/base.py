@@ -28,7 +28,7 @@ from coordinated.client.endpoints import (
     from_environment,
     timeout_for,
 )
-from coordinated.client.errors import ApiError, CoordinatedError
+from coordinated.client.errors import ApiError, CoordinatedError, Unavailable
 from coordinated.client.flow import Flow, Send, Sleep
 from coordinated.client.token_file import TokenFile, default_token_file, environment_token_file
 
@@ -171,7 +171,7 @@ def find_master(client: ClientBase) -> Flow[None]:
             client, endpoints.current, calls.cat_master(), FIND_MASTER_TIMEOUT_S, moves_on_503=False
         )
     except Retryable as failed:
-        if isinstance(failed.error, ApiError) and failed.error.type == "master_not_discovered_exception":
+        if isinstance(failed.error, Unavailable) and failed.error.no_master():
             # An election is under way: look again at the next call. The call itself may succeed through
             # this node (a follower forwards once it knows the master), which would otherwise keep the client
             # on a follower until an address fails.
