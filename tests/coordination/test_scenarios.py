@@ -496,3 +496,30 @@ def test_an_isolated_master_answers_no_conflict_or_unwritten_transaction_without
     assert cluster.run_until(lambda: len(results) == 5, 10 * SECOND)
     assert isinstance(results[3], ClusterError) and results[3].status == 409, results[3]
     assert isinstance(results[4], TxnResult) and not results[4].succeeded and results[4].results[0].value == 1
+
+
+def test_an_exclusion_waiting_on_a_voteless_follower_completes_once_that_follower_applies() -> None:
+    """The master moves its voting configuration only to nodes that voted for it in its term, and it counts a
+    follower as healthy only once that follower has applied the latest state. Here the one other voter left
+    after an exclusion gave the master no vote (it stood in the same term at the bootstrap) and is the slowest to apply
+    the exclusion's state: when the publication completes, the master does not yet count it, so it sees no
+    better configuration. Its apply arriving later must make the master look again and start the term that
+    collects its vote; before, nothing did until the next publication, and the exclusion timed out."""
+    cluster = formed(3, seed=5)  # a bootstrap in which two nodes stood in one term: a loser's vote went to itself
+    cluster.run_for(5 * SECOND)
+    leader = leader_of(cluster)
+    votes = leader.running().coordination_state
+    voteless = next(node for node in cluster.nodes if not votes.contains_join_vote_from(node.node.id))
+    assert voteless.node.id in leader.running().applied_state.last_committed_config
+    excluded = next(node for node in cluster.nodes if node is not leader and node is not voteless)
+    cluster.network.slow_link(voteless.address, leader.address, 500)  # its apply arrives after the others'
+    result = request(cluster, leader.index, AddVotingConfigExclusions(node_names=(excluded.name,)), 20 * SECOND)
+    # The new term that collects the vote ends the old master's waits ("no longer master"), as any change of
+    # term does, and a client sends the request again; what it must never get is the wait's timeout.
+    assert isinstance(result, ClusterError) and result.type == "not_master_exception", result
+    assert cluster.run_until(lambda: cluster.leader() is not None, 30 * SECOND)
+    result = request(cluster, leader_of(cluster).index, AddVotingConfigExclusions(node_names=(excluded.name,)))
+    assert isinstance(result, Committed), result
+    cluster.run_for(SECOND)
+    config = leader_of(cluster).running().applied_state.last_committed_config
+    assert excluded.node.id not in config and voteless.node.id in config, config

@@ -612,6 +612,9 @@ class Coordinator:
             self.lag_detector.record_applied(response.source_id, response.version)
         if self.publication is not None:
             self.publication.on_apply_commit_response(response)
+        elif response.ok and response.version == self.last_accepted_state.version:
+            # Applied after its publication completed: only now a healthy node, that a reconfiguration may need.
+            self._after_publication(self.last_accepted_state)
 
     def _publication_target_failed(self, node_id: str | None) -> None:
         if self.publication is not None:
