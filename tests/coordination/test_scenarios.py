@@ -22,6 +22,7 @@ from coordinated.coordination.leader_checker import (
     LEADER_CHECK_TIMEOUT,
 )
 from coordinated.coordination.messages import (
+    ApplyCommitResponse,
     Join,
     LeaderCheckResponse,
     Message,
@@ -498,13 +499,17 @@ def test_an_isolated_master_answers_no_conflict_or_unwritten_transaction_without
     assert isinstance(results[4], TxnResult) and not results[4].succeeded and results[4].results[0].value == 1
 
 
-def test_an_exclusion_waiting_on_a_voteless_follower_completes_once_that_follower_applies() -> None:
+@pytest.mark.parametrize("its_apply_answer", ["late", "lost"])
+def test_an_exclusion_waiting_on_a_voteless_follower_completes_once_that_follower_applies(
+    its_apply_answer: str,
+) -> None:
     """The master moves its voting configuration only to nodes that voted for it in its term, and it counts a
-    follower as healthy only once that follower has applied the latest state. Here the one other voter left
-    after an exclusion gave the master no vote (it stood in the same term at the bootstrap) and is the slowest to apply
-    the exclusion's state: when the publication completes, the master does not yet count it, so it sees no
-    better configuration. Its apply arriving later must make the master look again and start the term that
-    collects its vote; before, nothing did until the next publication, and the exclusion timed out."""
+    follower as healthy only once it knows that follower applied the latest state. Here the one other voter left
+    after an exclusion gave the master no vote (it stood in the same term at the bootstrap), and the master
+    learns last that it applied the exclusion's state: its apply answer comes after the others', or is lost and
+    a follower check tells. When the publication completes, the master does not yet count it, so it sees no
+    better configuration. Learning of the apply must make it look again and start the term that collects the
+    vote; before, nothing did until the next publication, and the exclusion timed out."""
     cluster = formed(3, seed=5)  # a bootstrap in which two nodes stood in one term: a loser's vote went to itself
     cluster.run_for(5 * SECOND)
     leader = leader_of(cluster)
@@ -512,8 +517,22 @@ def test_an_exclusion_waiting_on_a_voteless_follower_completes_once_that_followe
     voteless = next(node for node in cluster.nodes if not votes.contains_join_vote_from(node.node.id))
     assert voteless.node.id in leader.running().applied_state.last_committed_config
     excluded = next(node for node in cluster.nodes if node is not leader and node is not voteless)
-    cluster.network.slow_link(voteless.address, leader.address, 500)  # its apply arrives after the others'
+    if its_apply_answer == "late":
+        cluster.network.slow_link(voteless.address, leader.address, 500)
+    else:
+
+        def lose_its_apply_answers(sender: str, destination: str, message: Message) -> None:
+            if sender == voteless.name and isinstance(message, ApplyCommitResponse):
+                network = cluster.network
+                network.set_link(voteless.address, leader.address, Link.BLACKHOLE, both_ways=False)
+                cluster.schedule(
+                    cluster.now + 1,
+                    lambda: network.set_link(voteless.address, leader.address, Link.CONNECTED, both_ways=False),
+                )
+
+        cluster.tap = lose_its_apply_answers
     result = request(cluster, leader.index, AddVotingConfigExclusions(node_names=(excluded.name,)), 20 * SECOND)
+    cluster.tap = None
     # The new term that collects the vote ends the old master's waits ("no longer master"), as any change of
     # term does, and a client sends the request again; what it must never get is the wait's timeout.
     assert isinstance(result, ClusterError) and result.type == "not_master_exception", result

@@ -170,6 +170,7 @@ class Coordinator:
             has_join_vote=self.coordination_state.contains_join_vote_from,
             improved=self.master_tasks.improved,
             start_election=self._start_election,
+            abdicate_to=self._abdicate_to,
         )
         self.leader_checker: LeaderChecker | None = None
         self.forwarder = Forwarder(ctx)
@@ -243,9 +244,7 @@ class Coordinator:
     def stop(self, now: int) -> list[Effect]:
         def stop() -> None:
             if self.mode is Mode.LEADER:
-                candidates = self.handover.candidates(require_not_excluded=True)
-                if candidates:
-                    self._abdicate_to(self.rng.choice(candidates))
+                self.handover.abdicate_if_possible()
             self.stopped = True
 
         return self._step(now, stop)
@@ -467,9 +466,7 @@ class Coordinator:
                 self._start_election()
 
     def _ensure_term_at_least(self, candidate: DiscoveryNode, term: int) -> m.Join | None:
-        if self.current_term < term:
-            return self._join_leader_in_term(candidate, term)
-        return None
+        return self._join_leader_in_term(candidate, term) if self.current_term < term else None
 
     def _join_leader_in_term(self, candidate: DiscoveryNode, term: int) -> m.Join | None:
         try:
@@ -609,12 +606,19 @@ class Coordinator:
 
     def _on_apply_commit_response(self, sender: str, response: m.ApplyCommitResponse) -> None:
         if response.ok:
-            self.lag_detector.record_applied(response.source_id, response.version)
+            self._record_applied(response.source_id, response.version)
         if self.publication is not None:
             self.publication.on_apply_commit_response(response)
-        elif response.ok and response.version == self.last_accepted_state.version:
-            # Applied after its publication completed: only now a healthy node, that a reconfiguration may need.
-            self._after_publication(self.last_accepted_state)
+
+    def _record_applied(self, node_id: str, version: int) -> bool:
+        """Record a follower's applied version (an apply answer, a follower check); True if it just reached the
+        latest state. After its publication completed (a quorum sufficed) it only now counts as healthy."""
+        state = self.last_accepted_state
+        caught_up = self.lag_detector.applied(node_id) < state.version <= version
+        self.lag_detector.record_applied(node_id, version)
+        if caught_up and self.publication is None and self.applied_in_current_term:
+            self._after_publication(state)  # a configuration or a handover that needs it, not at the next publication
+        return caught_up
 
     def _publication_target_failed(self, node_id: str | None) -> None:
         if self.publication is not None:
@@ -649,11 +653,8 @@ class Coordinator:
             return
         self.reads.serve_if_possible()
         self.requests.check_waits()
-        if not self.handover.local_node_may_win(state):
-            candidates = self.handover.candidates(require_not_excluded=True)
-            if candidates:
-                self._abdicate_to(self.rng.choice(candidates))
-                return
+        if not self.handover.local_node_may_win(state) and self.handover.abdicate_if_possible():
+            return
         self._improve_voting_configuration(state)
         self.master_tasks.run()
 
@@ -708,8 +709,7 @@ class Coordinator:
             return  # removed: it runs a release older than every node of the cluster
         state = self.last_accepted_state
         node = state.nodes.get(node_id)
-        self.lag_detector.record_applied(node_id, response.applied_version)
-        if self.publication is not None or node is None:
+        if self._record_applied(node_id, response.applied_version) or self.publication is not None or node is None:
             return
         if response.applied_version >= state.version:
             if node.master_eligible and node_id not in state.last_accepted_config and self.applied_in_current_term:

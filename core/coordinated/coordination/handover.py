@@ -23,12 +23,14 @@ class Handover:
         has_join_vote: Callable[[str], bool],
         improved: Callable[[ClusterState], ClusterState],  # the state with the best configuration it may move to
         start_election: Callable[[], None],
+        abdicate_to: Callable[[DiscoveryNode], None],
     ) -> None:
         self.ctx = ctx
         self.applied_versions = applied_versions
         self.has_join_vote = has_join_vote
         self.improved = improved
         self.start_election = start_election
+        self.abdicate_to = abdicate_to
         self.next_vote_collection_at = 0
 
     def local_node_may_win(self, state: ClusterState) -> bool:
@@ -72,6 +74,13 @@ class Handover:
         ctx.log("info", f"starting a new term to collect the votes of {missing} for the voting configuration")
         self.start_election()
         return True
+
+    def abdicate_if_possible(self) -> bool:
+        """Hand leadership over to a node that is not excluded and could win now, if there is one."""
+        candidates = self.candidates(require_not_excluded=True)
+        if candidates:
+            self.abdicate_to(self.ctx.rng.choice(candidates))
+        return bool(candidates)
 
     def candidates(self, require_not_excluded: bool) -> list[DiscoveryNode]:
         """Nodes that could take over now and win: they hold the latest state, and so do a quorum."""
