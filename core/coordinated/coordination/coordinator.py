@@ -81,7 +81,6 @@ class Coordinator:
     ) -> None:
         self.local_node = local_node
         self.base_settings = settings
-        self.rng = rng
         self.coordination_state = CoordinationState(local_node.id, persisted)
         self.mode = Mode.CANDIDATE
         self.leader: DiscoveryNode | None = None
